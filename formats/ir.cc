@@ -1,0 +1,262 @@
+#include "formats/ir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include "flatbuffers/idl.h"
+#include "formats/embedded.h"
+
+namespace tilec::ir {
+namespace {
+
+const EmbeddedFile* FindEmbedded(const std::string& name) {
+  for (int i = 0; i < kEmbeddedFileCount; ++i) {
+    if (name == kEmbeddedFiles[i].name) return &kEmbeddedFiles[i];
+  }
+  return nullptr;
+}
+
+std::string Printable(const uint8_t* data, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    char c = static_cast<char>(data[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += c;
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", data[i]);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+Status ParseWithSchema(const std::string& root, const std::string& json,
+                       const std::string& name, flatbuffers::Parser* parser) {
+  parser->opts.strict_json = false;
+  if (!parser->Parse(SchemaText())) {
+    return Status::Internal("built-in schema does not parse: " +
+                            parser->error_);
+  }
+  if (!parser->SetRootType(root.c_str())) {
+    return Status::Internal("schema has no table " + root);
+  }
+  if (!parser->Parse(json.c_str())) {
+    std::string error = parser->error_;
+    // flatc's messages span lines; keep the one-line convention.
+    for (char& c : error) {
+      if (c == '\n') c = ' ';
+    }
+    return Status::BadInput(name + ": not a valid " + root + " JSON: " + error);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string DisplayName(const std::string& path) {
+  return path == "-" ? "<stdin>" : path;
+}
+
+const char* SchemaText() { return FindEmbedded("tilec.fbs")->text; }
+
+Status ReadFile(const std::string& path, std::string* bytes) {
+  if (path == "-") {
+    std::ostringstream buffer;
+    buffer << std::cin.rdbuf();
+    if (std::cin.bad()) return Status::BadInput("<stdin>: read error");
+    *bytes = buffer.str();
+    return Status::Ok();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status::BadInput(path + ": cannot open: " + std::strerror(errno));
+  }
+  bytes->assign(std::istreambuf_iterator<char>(in),
+                std::istreambuf_iterator<char>());
+  if (in.bad()) return Status::BadInput(path + ": read error");
+  return Status::Ok();
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  if (path == "-") {
+    std::cout.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::cout.flush();
+    if (!std::cout) return Status::BadInput("<stdout>: write error");
+    return Status::Ok();
+  }
+  std::string temp = path + ".tmp." + std::to_string(getpid());
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return Status::BadInput(path + ": cannot create " + temp + ": " +
+                            std::strerror(errno));
+  }
+  size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      std::string error = std::strerror(errno);
+      close(fd);
+      unlink(temp.c_str());
+      return Status::BadInput(path + ": write failed: " + error);
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    std::string error = std::strerror(errno);
+    unlink(temp.c_str());
+    return Status::BadInput(path + ": write failed: " + error);
+  }
+  if (rename(temp.c_str(), path.c_str()) != 0) {
+    std::string error = std::strerror(errno);
+    unlink(temp.c_str());
+    return Status::BadInput(path + ": cannot replace: " + error);
+  }
+  return Status::Ok();
+}
+
+Status ParseModule(const std::string& bytes, const std::string& name,
+                   fb::ModuleT* module) {
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (bytes.empty()) return Status::BadInput(name + ": empty file, not tilec IR");
+  if (bytes.size() < 8) {
+    return Status::BadInput(name + ": truncated: " +
+                            std::to_string(bytes.size()) +
+                            " bytes is too short for tilec IR");
+  }
+  if (!flatbuffers::BufferHasIdentifier(data, kFileIdentifier)) {
+    return Status::BadInput(name + ": not tilec IR: file identifier \"" +
+                            Printable(data + 4, 4) + "\", expected \"" +
+                            kFileIdentifier + "\"");
+  }
+  // Large device programs hold many tables; depth stays small.
+  flatbuffers::Verifier verifier(data, bytes.size(), /*max_depth=*/64,
+                                 /*max_tables=*/1u << 30);
+  if (!fb::VerifyModuleBuffer(verifier)) {
+    return Status::BadInput(
+        name + ": corrupt IR: FlatBuffers verification failed (" +
+        std::to_string(bytes.size()) + " bytes; truncated or damaged)");
+  }
+  const fb::Module* root = fb::GetModule(data);
+  uint32_t version = root->schema_version();
+  if (version == 0) {
+    return Status::BadInput(name + ": corrupt IR: no schema version");
+  }
+  if (version > kSchemaVersion) {
+    return Status::BadInput(
+        name + ": written by a newer tilec: schema version " +
+        std::to_string(version) + " (producer \"" +
+        (root->producer() ? root->producer()->str() : std::string()) +
+        "\"); this build reads versions " +
+        std::to_string(kOldestReadableVersion) + " to " +
+        std::to_string(kSchemaVersion));
+  }
+  if (version < kOldestReadableVersion) {
+    return Status::BadInput(name + ": schema version " +
+                            std::to_string(version) +
+                            " is too old to migrate; oldest readable is " +
+                            std::to_string(kOldestReadableVersion));
+  }
+  fb::ModuleT unpacked;
+  root->UnPackTo(&unpacked);
+  TILEC_RETURN_IF_ERROR(MigrateModule(version, &unpacked).WithContext(name));
+  TILEC_RETURN_IF_ERROR(VerifyModule(unpacked).WithContext(name));
+  *module = std::move(unpacked);
+  return Status::Ok();
+}
+
+Status ReadModule(const std::string& path, fb::ModuleT* module) {
+  std::string bytes;
+  TILEC_RETURN_IF_ERROR(ReadFile(path, &bytes));
+  return ParseModule(bytes, DisplayName(path), module);
+}
+
+Status SerializeModule(fb::ModuleT module, const std::string& producer,
+                       std::string* bytes) {
+  module.schema_version = kSchemaVersion;
+  module.producer = producer;
+  Status verified = VerifyModule(module);
+  if (!verified.ok()) {
+    // A tool built something invalid: that is our bug, not the user's.
+    return Status::Internal("refusing to write invalid IR: " +
+                            verified.message());
+  }
+  flatbuffers::FlatBufferBuilder builder(1 << 16);
+  builder.Finish(fb::Module::Pack(builder, &module), kFileIdentifier);
+  bytes->assign(reinterpret_cast<const char*>(builder.GetBufferPointer()),
+                builder.GetSize());
+  return Status::Ok();
+}
+
+Status WriteModule(const fb::ModuleT& module, const std::string& producer,
+                   const std::string& path) {
+  std::string bytes;
+  TILEC_RETURN_IF_ERROR(SerializeModule(module, producer, &bytes));
+  return WriteFileAtomically(path, bytes);
+}
+
+Status ModuleToJson(const std::string& bytes, std::string* json) {
+  flatbuffers::Parser parser;
+  parser.opts.strict_json = true;
+  parser.opts.indent_step = 2;
+  if (!parser.Parse(SchemaText())) {
+    return Status::Internal("built-in schema does not parse");
+  }
+  if (!flatbuffers::GenerateText(parser, bytes.data(), json)) {
+    return Status::Internal("cannot render IR as JSON");
+  }
+  return Status::Ok();
+}
+
+Status ModuleFromJson(const std::string& json, const std::string& name,
+                      std::string* bytes) {
+  flatbuffers::Parser parser;
+  TILEC_RETURN_IF_ERROR(ParseWithSchema("Module", json, name, &parser));
+  bytes->assign(reinterpret_cast<const char*>(parser.builder_.GetBufferPointer()),
+                parser.builder_.GetSize());
+  return Status::Ok();
+}
+
+Status ParseTargetJson(const std::string& json, const std::string& name,
+                       fb::TargetT* target) {
+  flatbuffers::Parser parser;
+  TILEC_RETURN_IF_ERROR(ParseWithSchema("Target", json, name, &parser));
+  flatbuffers::GetRoot<fb::Target>(parser.builder_.GetBufferPointer())
+      ->UnPackTo(target);
+  if (target->tiles <= 0 || target->sram_bytes <= target->reserved_bytes ||
+      target->clock_hz <= 0 || target->exchange_bytes_per_cycle <= 0 ||
+      target->copy_bytes_per_cycle <= 0 || target->element_bytes <= 0 ||
+      target->alignment <= 0 || target->vector_elements <= 0) {
+    return Status::BadInput(
+        name + ": target needs positive tiles, clock_hz, element_bytes, "
+               "exchange and copy rates, alignment, vector_elements and "
+               "sram_bytes > reserved_bytes");
+  }
+  return Status::Ok();
+}
+
+Status LoadTarget(const std::string& name_or_path, fb::TargetT* target) {
+  if (const EmbeddedFile* preset = FindEmbedded(name_or_path + ".json")) {
+    return ParseTargetJson(preset->text, "target " + name_or_path, target);
+  }
+  if (name_or_path.find('/') == std::string::npos &&
+      name_or_path.find(".json") == std::string::npos) {
+    return Status::BadInput("--target=" + name_or_path +
+                            ": unknown target; presets are ipu21 and tiny, "
+                            "or give a path to a JSON file");
+  }
+  std::string json;
+  TILEC_RETURN_IF_ERROR(ReadFile(name_or_path, &json));
+  return ParseTargetJson(json, name_or_path, target);
+}
+
+}  // namespace tilec::ir

@@ -1,0 +1,378 @@
+#include "formats/print.h"
+
+#include <cctype>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <string>
+
+namespace tilec::ir {
+namespace {
+
+std::string SnakeCase(const char* name) {
+  std::string out;
+  for (const char* p = name; *p; ++p) {
+    if (std::isupper(static_cast<unsigned char>(*p))) {
+      if (!out.empty()) out += '_';
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
+    } else {
+      out += *p;
+    }
+  }
+  return out;
+}
+
+std::string Quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string IdList(const std::vector<uint32_t>& ids, const char* prefix) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ", ";
+    out += prefix + std::to_string(ids[i]);
+  }
+  return out;
+}
+
+std::string InitText(const fb::ValueT& value) {
+  if (value.sidecar) {
+    const fb::SidecarT& s = *value.sidecar;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%016" PRIx64, s.fnv1a64);
+    return " data=" + Quoted(s.path) + "@" + std::to_string(s.offset) + "+" +
+           std::to_string(s.bytes) + " fnv1a64=" + buf;
+  }
+  if (!value.init) return "";
+  const fb::WeightInitT& init = *value.init;
+  std::string out = " init=";
+  switch (init.distribution) {
+    case fb::Distribution::Gaussian:
+      out += "gaussian(mean=" + NumberText(init.mean) +
+             ", stddev=" + NumberText(init.stddev) + ")";
+      break;
+    case fb::Distribution::Constant:
+      out += "constant(" + NumberText(init.mean) + ")";
+      break;
+    case fb::Distribution::Uniform:
+      out += "uniform(mean=" + NumberText(init.mean) +
+             ", halfwidth=" + NumberText(init.stddev) + ")";
+      break;
+  }
+  return out + " seed=" + std::to_string(init.seed);
+}
+
+std::string EstimateText(const fb::EstimateT& e) {
+  return "est cycles=" + std::to_string(e.cycles) +
+         " compute=" + std::to_string(e.compute_cycles) +
+         " exchange=" + std::to_string(e.exchange_cycles) +
+         " phases=" + std::to_string(e.exchange_phases) +
+         " xbytes=" + std::to_string(e.exchange_bytes) +
+         " peak=" + std::to_string(e.peak_bytes);
+}
+
+std::string FusedStepText(const fb::FusedStepT& step) {
+  std::string out = SnakeCase(fb::EnumNameFusedStepKind(step.kind));
+  switch (step.kind) {
+    case fb::FusedStepKind::Gelu:
+      out += "." + SnakeCase(fb::EnumNameGeluForm(step.gelu));
+      break;
+    case fb::FusedStepKind::Cast:
+      out += ":" + DTypeText(step.dtype, step.fp8_scale_exp);
+      break;
+    case fb::FusedStepKind::Scale:
+      out += "(" + NumberText(step.scale) + ")";
+      break;
+    default:
+      break;
+  }
+  if (step.operand >= 0) out += "[" + std::to_string(step.operand) + "]";
+  return out;
+}
+
+std::string ReductionText(const fb::ReductionT& r) {
+  std::string out = "reduce partials=" + std::to_string(r.partials);
+  out += r.direct_seed_read ? " seed=in-place" : " seed=copy";
+  out += r.direct_final_write ? " final=direct" : " final=copy";
+  for (const auto& s : r.scratch) {
+    out += " " + SnakeCase(fb::EnumNameScratchRole(s->role)) + ":" +
+           DTypeText(s->dtype) + "x" + std::to_string(s->bytes_per_tile) + "B" +
+           (s->elided ? "(elided)" : "");
+  }
+  out += " stages=" + std::to_string(r.stages.size());
+  return out;
+}
+
+const char* KindOf(fb::ValueRole role) {
+  switch (role) {
+    case fb::ValueRole::Input:
+      return "input";
+    case fb::ValueRole::Weight:
+      return "weight";
+    case fb::ValueRole::Activation:
+      return "activation";
+    case fb::ValueRole::Output:
+      return "output";
+  }
+  return "?";
+}
+
+void PrintProgram(const fb::DeviceProgramT& program, const PrintOptions& opts,
+                  std::string* out) {
+  int64_t buffer_bytes = 0;
+  for (const auto& b : program.buffers) buffer_bytes += b->bytes;
+  *out += "program: buffers=" + std::to_string(program.buffers.size()) +
+          " bytes=" + std::to_string(buffer_bytes) +
+          " supersteps=" + std::to_string(program.supersteps.size()) +
+          " inputs=" + std::to_string(program.inputs.size()) +
+          " outputs=" + std::to_string(program.outputs.size()) + "\n";
+  if (opts.program_detail) {
+    for (const auto& b : program.buffers) {
+      *out += "  buffer #" + std::to_string(b->id) + " tile " +
+              std::to_string(b->tile) + " @" + std::to_string(b->offset) +
+              "+" + std::to_string(b->bytes) + " " +
+              DTypeText(b->dtype, b->fp8_scale_exp) +
+              (b->value >= 0 ? " %" + std::to_string(b->value) : "") +
+              (b->op >= 0 ? " op(" + std::to_string(b->op) + ")" : "") + " " +
+              Quoted(b->name) + "\n";
+    }
+  }
+  for (size_t i = 0; i < program.supersteps.size(); ++i) {
+    const fb::SuperstepT& step = *program.supersteps[i];
+    int64_t bytes = 0, fragments = 0;
+    for (const auto& t : step.exchange) {
+      bytes += int64_t{t->bytes} * static_cast<int64_t>(t->destinations.size());
+      fragments += 1 + static_cast<int64_t>(t->destinations.size());
+    }
+    *out += "  superstep " + std::to_string(i) + " " + Quoted(step.label) +
+            ": compute=" + std::to_string(step.compute.size()) +
+            " transfers=" + std::to_string(step.exchange.size()) +
+            " bytes=" + std::to_string(bytes) + "\n";
+    if (!opts.program_detail) continue;
+    for (const auto& c : step.compute) {
+      std::string args;
+      for (const auto& a : c->args) {
+        args += " #" + std::to_string(a->buffer) + "@" +
+                std::to_string(a->offset) + "+" + std::to_string(a->bytes);
+      }
+      std::string params;
+      for (int64_t p : c->params) params += " " + std::to_string(p);
+      for (float p : c->fparams) params += " " + NumberText(p);
+      *out += "    compute tile " + std::to_string(c->tile) + " " + c->kernel +
+              " op(" + std::to_string(c->op) + ")" + args + " params" +
+              params + "\n";
+    }
+    for (const auto& t : step.exchange) {
+      std::string dst;
+      for (const auto& d : t->destinations) {
+        dst += " " + std::to_string(d->tile) + ":#" + std::to_string(d->buffer) +
+               "@" + std::to_string(d->offset);
+      }
+      *out += "    transfer op(" + std::to_string(t->op) + ") " +
+              std::to_string(t->src_tile) + ":#" +
+              std::to_string(t->src_buffer) + "@" +
+              std::to_string(t->src_offset) + "+" + std::to_string(t->bytes) +
+              " " + DTypeText(t->dtype) + " ->" + dst + "\n";
+    }
+  }
+}
+
+}  // namespace
+
+std::string NumberText(double value) {
+  char buf[40];
+  for (int precision = 6; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, value);
+    if (std::strtod(buf, nullptr) == value) break;
+  }
+  return buf;
+}
+
+std::string DTypeText(fb::DType dtype, int fp8_scale_exp) {
+  std::string out;
+  switch (dtype) {
+    case fb::DType::F32:
+      return "f32";
+    case fb::DType::F16:
+      return "f16";
+    case fb::DType::BF16:
+      return "bf16";
+    case fb::DType::FP8E4M3:
+      out = "fp8e4m3";
+      break;
+    case fb::DType::FP8E5M2:
+      out = "fp8e5m2";
+      break;
+  }
+  if (fp8_scale_exp != 0) out += "*2^" + std::to_string(fp8_scale_exp);
+  return out;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ",";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+std::string OwnershipText(const fb::OwnershipT& o) {
+  std::string out;
+  if (o.kind == fb::OwnershipKind::Blocked) {
+    out = "blocked(";
+    for (size_t i = 0; i < o.partitions.size(); ++i) {
+      if (i) out += "x";
+      out += std::to_string(o.partitions[i]);
+    }
+    if (o.replicas != 1) out += ", rep=" + std::to_string(o.replicas);
+  } else {
+    out = "flat(grain=" + std::to_string(o.grain) +
+          ", tiles=" + std::to_string(o.tiles);
+  }
+  if (o.first_tile != 0) out += ", first=" + std::to_string(o.first_tile);
+  if (o.tile_stride != 1) out += ", stride=" + std::to_string(o.tile_stride);
+  return out + ")";
+}
+
+std::string RecipeText(const fb::RecipeT& r) {
+  std::string out = SnakeCase(fb::EnumNameRecipeKind(r.kind));
+  if (r.kind == fb::RecipeKind::Gemm) {
+    out += "(m" + std::to_string(r.m_split) + " k" + std::to_string(r.k_split) +
+           " n" + std::to_string(r.n_split) + " block " +
+           std::to_string(r.block_m) + "x" + std::to_string(r.block_k) + "x" +
+           std::to_string(r.block_n) + " " +
+           SnakeCase(fb::EnumNameStaging(r.staging));
+    if (r.staging == fb::Staging::Batched) {
+      out += "(" + std::to_string(r.batch_chunks) + ")";
+    }
+    out += ")";
+  }
+  if (r.layout) out += " " + OwnershipText(*r.layout);
+  if (!r.note.empty()) out += " " + Quoted(r.note);
+  return out;
+}
+
+std::string OpKindText(fb::OpKind kind) {
+  return SnakeCase(fb::EnumNameOpKind(kind));
+}
+
+std::string DecisionText(const fb::DecisionT& d) {
+  std::string out = SnakeCase(fb::EnumNameOutcome(d.outcome));
+  out += " (" + IdList(d.ops, "") + ") " + Quoted(d.action);
+  if (!d.reason.empty()) out += " reason=" + Quoted(d.reason);
+  out += " cycles " + std::to_string(d.cycles_before) + " -> " +
+         std::to_string(d.cycles_after);
+  out += " bytes " + std::to_string(d.bytes_before) + " -> " +
+         std::to_string(d.bytes_after);
+  return out;
+}
+
+std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
+  std::string out = "tilec ir: schema " + std::to_string(m.schema_version) +
+                    ", producer " + Quoted(m.producer) + "\n";
+  if (m.model) {
+    const fb::ModelT& md = *m.model;
+    out += "model: " + md.preset + " part=" + md.part +
+           " layers=" + std::to_string(md.layers) +
+           " batch=" + std::to_string(md.batch) +
+           " tokens=" + std::to_string(md.tokens) +
+           " width=" + std::to_string(md.width) +
+           " mlp=" + std::to_string(md.mlp_width) +
+           " heads=" + std::to_string(md.heads) +
+           " weight_seed=" + std::to_string(md.weight_seed) +
+           " input_seed=" + std::to_string(md.input_seed) + "\n";
+  }
+  if (m.target) {
+    const fb::TargetT& t = *m.target;
+    out += "target: " + t.name + " tiles=" + std::to_string(t.tiles) +
+           " clock_hz=" + NumberText(t.clock_hz) + " tensor_bytes=" +
+           std::to_string(t.sram_bytes - t.reserved_bytes) + "\n";
+  }
+  out += "values:\n";
+  std::map<uint32_t, const fb::ValueT*> values;
+  for (const auto& v : m.values) {
+    values[v->id] = v.get();
+    out += "  %" + std::to_string(v->id) + " " + v->name + ": " +
+           KindOf(v->role) + " " + DTypeText(v->dtype, v->fp8_scale_exp) +
+           ShapeText(v->shape) + InitText(*v);
+    if (v->ownership) out += " owners=" + OwnershipText(*v->ownership);
+    out += "\n";
+  }
+  out += "ops:\n";
+  for (const auto& op : m.ops) {
+    out += "  (" + std::to_string(op->id) + ") " + OpKindText(op->kind) + " " +
+           op->name + ": " + IdList(op->results, "%") + " = " +
+           IdList(op->operands, "%");
+    for (uint32_t id : op->results) {
+      auto it = values.find(id);
+      if (it != values.end()) {
+        out += " : " + DTypeText(it->second->dtype, it->second->fp8_scale_exp) +
+               ShapeText(it->second->shape);
+      }
+    }
+    switch (op->kind) {
+      case fb::OpKind::LayerNorm:
+      case fb::OpKind::Normalize:
+        out += " eps=" + NumberText(op->eps);
+        break;
+      case fb::OpKind::Gelu:
+        out += " gelu=" + SnakeCase(fb::EnumNameGeluForm(op->gelu));
+        break;
+      case fb::OpKind::AttentionScores:
+      case fb::OpKind::AttentionContext:
+        out += " heads=" + std::to_string(op->heads) +
+               " head_dim=" + std::to_string(op->head_dim);
+        break;
+      default:
+        break;
+    }
+    if (op->scale != 1.0f) out += " scale=" + NumberText(op->scale);
+    if (!op->body.empty()) {
+      out += " body=[";
+      for (size_t i = 0; i < op->body.size(); ++i) {
+        if (i) out += ", ";
+        out += FusedStepText(*op->body[i]);
+      }
+      out += "]";
+    }
+    if (!op->origin.empty()) out += " origin=(" + IdList(op->origin, "") + ")";
+    for (uint32_t id : op->results) {
+      auto it = values.find(id);
+      if (it != values.end() && it->second->ownership) {
+        out += " | owners=" + OwnershipText(*it->second->ownership);
+      }
+    }
+    if (op->recipe) out += " | recipe=" + RecipeText(*op->recipe);
+    if (op->reduction) out += " | " + ReductionText(*op->reduction);
+    if (op->estimate) out += " | " + EstimateText(*op->estimate);
+    out += "\n";
+  }
+  for (const auto& run : m.log) {
+    out += "pass " + run->pass;
+    for (const auto& flag : run->flags) out += " " + flag;
+    out += ": " + std::to_string(run->decisions.size()) + " decisions\n";
+    for (const auto& d : run->decisions) out += "  " + DecisionText(*d) + "\n";
+  }
+  if (m.checkpoint) {
+    const fb::SearchCheckpointT& c = *m.checkpoint;
+    out += "checkpoint: attempts=" + std::to_string(c.attempts) +
+           " accepted=" + std::to_string(c.accepted) +
+           " best_cycles=" + std::to_string(c.best_cycles) +
+           " seed=" + std::to_string(c.seed) +
+           " visited=" + std::to_string(c.visited.size()) + "\n";
+  }
+  if (m.program) PrintProgram(*m.program, opts, &out);
+  return out;
+}
+
+}  // namespace tilec::ir

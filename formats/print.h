@@ -1,0 +1,35 @@
+#ifndef TILEC_FORMATS_PRINT_H_
+#define TILEC_FORMATS_PRINT_H_
+
+// The stable text form of the IR used by dump-ir, golden files and people:
+// fixed ordering, fixed number formats, one op per line.
+
+#include <string>
+#include <vector>
+
+#include "formats/tilec_generated.h"
+
+namespace tilec::ir {
+
+struct PrintOptions {
+  // Print every buffer, compute and transfer of a device program, not only
+  // per-superstep totals.
+  bool program_detail = false;
+};
+
+std::string PrintModule(const fb::ModuleT& module,
+                        const PrintOptions& options = {});
+
+// Pieces of the text form, shared with tools that print reports.
+std::string DTypeText(fb::DType dtype, int fp8_scale_exp = 0);
+std::string ShapeText(const std::vector<int64_t>& shape);
+std::string OwnershipText(const fb::OwnershipT& ownership);
+std::string RecipeText(const fb::RecipeT& recipe);
+std::string OpKindText(fb::OpKind kind);
+std::string DecisionText(const fb::DecisionT& decision);
+// Shortest text that reads back as the same float; stable across runs.
+std::string NumberText(double value);
+
+}  // namespace tilec::ir
+
+#endif  // TILEC_FORMATS_PRINT_H_

@@ -1,0 +1,146 @@
+// Structural checks every reader and writer runs (ARCHITECTURE.md: "verify
+// on read and on write").
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "formats/ir.h"
+#include "formats/op_shapes.h"
+
+namespace tilec::ir {
+namespace {
+
+Status CheckOwnership(const fb::OwnershipT& owner, const fb::ValueT& value,
+                      int target_tiles) {
+  std::string where = "value %" + std::to_string(value.id) + " ownership: ";
+  auto bad = [&](const std::string& what) {
+    return Status::BadInput(where + what);
+  };
+  if (owner.first_tile < 0 || owner.tile_stride < 1) {
+    return bad("first_tile must be >= 0 and tile_stride >= 1");
+  }
+  int64_t tiles_used = 0;
+  if (owner.kind == fb::OwnershipKind::Blocked) {
+    if (owner.partitions.size() != value.shape.size()) {
+      return bad(std::to_string(owner.partitions.size()) +
+                 " partition counts for a rank-" +
+                 std::to_string(value.shape.size()) + " value");
+    }
+    if (owner.replicas < 1) return bad("replicas must be >= 1");
+    tiles_used = owner.replicas;
+    for (int p : owner.partitions) {
+      if (p < 1) return bad("partition counts must be >= 1");
+      tiles_used *= p;
+      if (tiles_used > (int64_t{1} << 31)) return bad("too many partitions");
+    }
+  } else {
+    if (owner.grain < 1 || owner.tiles < 1) {
+      return bad("flat layout needs grain >= 1 and tiles >= 1");
+    }
+    tiles_used = owner.tiles;
+  }
+  int64_t last_tile =
+      owner.first_tile + (tiles_used - 1) * int64_t{owner.tile_stride};
+  if (target_tiles > 0 && last_tile >= target_tiles) {
+    return bad("uses tile " + std::to_string(last_tile) + " but the target has " +
+               std::to_string(target_tiles) + " tiles");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status VerifyModule(const fb::ModuleT& module) {
+  int target_tiles = module.target ? module.target->tiles : 0;
+  std::map<uint32_t, const fb::ValueT*> values;
+  std::set<uint32_t> defined;
+  for (const auto& value : module.values) {
+    if (!value) return Status::BadInput("null value entry");
+    if (!values.emplace(value->id, value.get()).second) {
+      return Status::BadInput("value id %" + std::to_string(value->id) +
+                              " is defined twice");
+    }
+    if (value->shape.empty() || value->shape.size() > 4) {
+      return Status::BadInput("value %" + std::to_string(value->id) +
+                              " has rank " + std::to_string(value->shape.size()) +
+                              "; ranks 1 to 4 are supported");
+    }
+    for (int64_t extent : value->shape) {
+      if (extent < 1) {
+        return Status::BadInput("value %" + std::to_string(value->id) +
+                                " has a non-positive extent");
+      }
+    }
+    if (value->dtype < fb::DType::MIN || value->dtype > fb::DType::MAX) {
+      return Status::BadInput("value %" + std::to_string(value->id) +
+                              " has unknown dtype " +
+                              std::to_string(static_cast<int>(value->dtype)));
+    }
+    if (value->role == fb::ValueRole::Input ||
+        value->role == fb::ValueRole::Weight) {
+      defined.insert(value->id);
+    }
+    if (value->ownership) {
+      TILEC_RETURN_IF_ERROR(
+          CheckOwnership(*value->ownership, *value, target_tiles));
+    }
+  }
+  std::set<uint32_t> op_ids;
+  for (const auto& op : module.ops) {
+    if (!op) return Status::BadInput("null op entry");
+    std::string where = "op (" + std::to_string(op->id) + ")";
+    if (!op_ids.insert(op->id).second) {
+      return Status::BadInput(where + " id is used twice");
+    }
+    if (op->kind < fb::OpKind::MIN || op->kind > fb::OpKind::MAX) {
+      return Status::BadInput(where + " has unknown kind " +
+                              std::to_string(static_cast<int>(op->kind)));
+    }
+    std::vector<const fb::ValueT*> operands, results;
+    for (uint32_t id : op->operands) {
+      auto it = values.find(id);
+      if (it == values.end()) {
+        return Status::BadInput(where + " uses undefined value %" +
+                                std::to_string(id));
+      }
+      if (!defined.count(id)) {
+        return Status::BadInput(where + " uses value %" + std::to_string(id) +
+                                " before it is defined");
+      }
+      operands.push_back(it->second);
+    }
+    for (uint32_t id : op->results) {
+      auto it = values.find(id);
+      if (it == values.end()) {
+        return Status::BadInput(where + " defines undeclared value %" +
+                                std::to_string(id));
+      }
+      if (!defined.insert(id).second) {
+        return Status::BadInput(where + " redefines value %" +
+                                std::to_string(id));
+      }
+      results.push_back(it->second);
+    }
+    TILEC_RETURN_IF_ERROR(CheckOpShapes(*op, operands, results));
+  }
+  for (const auto& [id, value] : values) {
+    if (!defined.count(id)) {
+      return Status::BadInput("value %" + std::to_string(id) +
+                              " is never defined by an op");
+    }
+  }
+  return Status::Ok();
+}
+
+Status MigrateModule(uint32_t from_version, fb::ModuleT* module) {
+  // Version 1 is the first schema; later versions add their steps here, one
+  // per version, applied in order.
+  (void)module;
+  if (from_version == kSchemaVersion) return Status::Ok();
+  return Status::Internal("no migration from schema version " +
+                          std::to_string(from_version));
+}
+
+}  // namespace tilec::ir
