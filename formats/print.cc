@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -193,6 +194,15 @@ std::string NumberText(double value) {
   for (int precision = 6; precision <= 17; ++precision) {
     std::snprintf(buf, sizeof buf, "%.*g", precision, value);
     if (std::strtod(buf, nullptr) == value) break;
+  }
+  return buf;
+}
+
+std::string NumberText(float value) {
+  char buf[40];
+  for (int precision = 6; precision <= 9; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, value);
+    if (std::strtof(buf, nullptr) == value) break;
   }
   return buf;
 }

@@ -29,6 +29,7 @@ std::string OpKindText(fb::OpKind kind);
 std::string DecisionText(const fb::DecisionT& decision);
 // Shortest text that reads back as the same float; stable across runs.
 std::string NumberText(double value);
+std::string NumberText(float value);
 
 }  // namespace tilec::ir
 

@@ -1,0 +1,284 @@
+#include "formats/ir.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "formats/print.h"
+
+namespace tilec::ir {
+namespace {
+
+std::unique_ptr<fb::ValueT> MakeValue(uint32_t id, const std::string& name,
+                                      std::vector<int64_t> shape,
+                                      fb::ValueRole role) {
+  auto v = std::make_unique<fb::ValueT>();
+  v->id = id;
+  v->name = name;
+  v->shape = std::move(shape);
+  v->dtype = fb::DType::F16;
+  v->role = role;
+  return v;
+}
+
+// x[4,8] -> matmul w[8,6] -> gelu -> output.
+fb::ModuleT SmallModule() {
+  fb::ModuleT m;
+  m.values.push_back(MakeValue(0, "x", {4, 8}, fb::ValueRole::Input));
+  m.values.push_back(MakeValue(1, "w", {8, 6}, fb::ValueRole::Weight));
+  m.values.back()->init = std::make_unique<fb::WeightInitT>();
+  m.values.back()->init->seed = 7;
+  m.values.back()->init->stddev = 0.5f;
+  m.values.push_back(MakeValue(2, "y", {4, 6}, fb::ValueRole::Activation));
+  m.values.push_back(MakeValue(3, "z", {4, 6}, fb::ValueRole::Output));
+  auto mm = std::make_unique<fb::OperationT>();
+  mm->id = 0;
+  mm->kind = fb::OpKind::MatMul;
+  mm->name = "mm";
+  mm->operands = {0, 1};
+  mm->results = {2};
+  m.ops.push_back(std::move(mm));
+  auto gelu = std::make_unique<fb::OperationT>();
+  gelu->id = 1;
+  gelu->kind = fb::OpKind::Gelu;
+  gelu->name = "gelu";
+  gelu->operands = {2};
+  gelu->results = {3};
+  m.ops.push_back(std::move(gelu));
+  return m;
+}
+
+std::string Serialized(const fb::ModuleT& m) {
+  std::string bytes;
+  Status s = SerializeModule(m, "test", &bytes);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return bytes;
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+TEST(IrTest, RoundTripIsByteIdentical) {
+  std::string bytes = Serialized(SmallModule());
+  fb::ModuleT read;
+  Status s = ParseModule(bytes, "mem", &read);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(read.schema_version, kSchemaVersion);
+  EXPECT_EQ(read.producer, "test");
+  ASSERT_EQ(read.values.size(), 4u);
+  EXPECT_EQ(read.values[1]->init->seed, 7u);
+  EXPECT_EQ(Serialized(read), bytes);
+}
+
+TEST(IrTest, JsonRoundTrip) {
+  std::string bytes = Serialized(SmallModule());
+  std::string json;
+  ASSERT_TRUE(ModuleToJson(bytes, &json).ok());
+  EXPECT_NE(json.find("\"MatMul\""), std::string::npos);
+  std::string back;
+  Status s = ModuleFromJson(json, "mem.json", &back);
+  ASSERT_TRUE(s.ok()) << s.message();
+  fb::ModuleT a, b;
+  ASSERT_TRUE(ParseModule(bytes, "a", &a).ok());
+  ASSERT_TRUE(ParseModule(back, "b", &b).ok());
+  EXPECT_EQ(PrintModule(a), PrintModule(b));
+}
+
+TEST(IrTest, RejectsTruncatedAndForeignFiles) {
+  std::string bytes = Serialized(SmallModule());
+  fb::ModuleT m;
+  Status s = ParseModule(bytes.substr(0, 5), "f.tilec", &m);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("f.tilec: truncated"), std::string::npos);
+
+  s = ParseModule(bytes.substr(0, bytes.size() / 2), "f.tilec", &m);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("corrupt IR"), std::string::npos) << s.message();
+
+  std::string foreign = bytes;
+  foreign[4] = 'X';
+  s = ParseModule(foreign, "f.tilec", &m);
+  EXPECT_NE(s.message().find("identifier \"XLC1\""), std::string::npos);
+
+  s = ParseModule("", "f.tilec", &m);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+}
+
+TEST(IrTest, RejectsGarbageBytesWithoutCrashing) {
+  std::string bytes = Serialized(SmallModule());
+  uint64_t state = 12345;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string damaged = bytes;
+    for (int flips = 0; flips < 4; ++flips) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      size_t at = 8 + (state >> 33) % (damaged.size() - 8);
+      damaged[at] = static_cast<char>(state >> 17);
+    }
+    fb::ModuleT m;
+    Status s = ParseModule(damaged, "fuzz", &m);
+    if (!s.ok()) EXPECT_EQ(s.code(), StatusCode::kBadInput) << s.message();
+  }
+}
+
+TEST(IrTest, RefusesNewerVersionByName) {
+  fb::ModuleT m = SmallModule();
+  m.schema_version = kSchemaVersion + 1;
+  m.producer = "tilec-future";
+  flatbuffers::FlatBufferBuilder builder;
+  builder.Finish(fb::Module::Pack(builder, &m), kFileIdentifier);
+  std::string bytes(reinterpret_cast<const char*>(builder.GetBufferPointer()),
+                    builder.GetSize());
+  fb::ModuleT read;
+  Status s = ParseModule(bytes, "new.tilec", &read);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("schema version " +
+                             std::to_string(kSchemaVersion + 1)),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("tilec-future"), std::string::npos);
+}
+
+TEST(IrTest, VerifierRejectsStructuralErrors) {
+  {
+    fb::ModuleT m = SmallModule();
+    m.ops[1]->operands = {9};
+    Status s = VerifyModule(m);
+    EXPECT_NE(s.message().find("op (1) uses undefined value %9"),
+              std::string::npos)
+        << s.message();
+  }
+  {
+    fb::ModuleT m = SmallModule();
+    std::swap(m.ops[0], m.ops[1]);
+    Status s = VerifyModule(m);
+    EXPECT_NE(s.message().find("before it is defined"), std::string::npos)
+        << s.message();
+  }
+  {
+    fb::ModuleT m = SmallModule();
+    m.ops[1]->id = 0;
+    EXPECT_NE(VerifyModule(m).message().find("used twice"), std::string::npos);
+  }
+  {
+    fb::ModuleT m = SmallModule();
+    m.values[1]->shape = {7, 6};
+    Status s = VerifyModule(m);
+    EXPECT_NE(s.message().find("inner extents differ"), std::string::npos)
+        << s.message();
+  }
+  {
+    fb::ModuleT m = SmallModule();
+    m.values[3]->shape = {4, 5};
+    EXPECT_FALSE(VerifyModule(m).ok());
+  }
+  {
+    fb::ModuleT m = SmallModule();
+    m.ops[1]->kind = static_cast<fb::OpKind>(999);
+    EXPECT_NE(VerifyModule(m).message().find("unknown kind 999"),
+              std::string::npos);
+  }
+  {
+    fb::ModuleT m = SmallModule();
+    m.ops.pop_back();
+    EXPECT_NE(VerifyModule(m).message().find("never defined"),
+              std::string::npos);
+  }
+  {
+    fb::ModuleT m = SmallModule();
+    m.target = std::make_unique<fb::TargetT>();
+    m.target->tiles = 16;
+    m.values[2]->ownership = std::make_unique<fb::OwnershipT>();
+    m.values[2]->ownership->partitions = {4, 5};
+    Status s = VerifyModule(m);
+    EXPECT_NE(s.message().find("uses tile 19"), std::string::npos)
+        << s.message();
+  }
+}
+
+TEST(IrTest, SerializeRefusesInvalidModule) {
+  fb::ModuleT m = SmallModule();
+  m.ops[1]->operands = {9};
+  std::string bytes;
+  EXPECT_EQ(SerializeModule(m, "t", &bytes).code(), StatusCode::kInternal);
+}
+
+TEST(IrTest, AtomicWriteReplacesWholeFile) {
+  std::string path = TempPath("atomic.tilec");
+  ASSERT_TRUE(WriteFileAtomically(path, "old contents").ok());
+  ASSERT_TRUE(WriteModule(SmallModule(), "t", path).ok());
+  fb::ModuleT m;
+  EXPECT_TRUE(ReadModule(path, &m).ok());
+}
+
+TEST(IrTest, FailedWriteLeavesOldFileIntact) {
+  std::string path = TempPath("intact.tilec");
+  ASSERT_TRUE(WriteFileAtomically(path, "old contents").ok());
+  // Block the temporary file's name so the write fails part way.
+  std::string temp = path + ".tmp." + std::to_string(getpid());
+  ASSERT_EQ(mkdir(temp.c_str(), 0755), 0);
+  Status s = WriteModule(SmallModule(), "t", path);
+  rmdir(temp.c_str());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(path), std::string::npos);
+  std::string contents;
+  ASSERT_TRUE(ReadFile(path, &contents).ok());
+  EXPECT_EQ(contents, "old contents");
+
+  // An invalid module is refused before anything is written.
+  fb::ModuleT bad = SmallModule();
+  bad.ops.clear();
+  EXPECT_FALSE(WriteModule(bad, "t", path).ok());
+  ASSERT_TRUE(ReadFile(path, &contents).ok());
+  EXPECT_EQ(contents, "old contents");
+}
+
+TEST(IrTest, LoadsTargetPresets) {
+  fb::TargetT ipu;
+  Status s = LoadTarget("ipu21", &ipu);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ipu.tiles, 1472);
+  EXPECT_EQ(ipu.sram_bytes - ipu.reserved_bytes, 481152);
+  EXPECT_EQ(ipu.clock_hz, 1.5e9);
+  EXPECT_EQ(ipu.amp_macs_fp8, 128);
+  EXPECT_EQ(ipu.sync_cycles, 600);
+  EXPECT_EQ(ipu.standard_elements * ipu.element_bytes, 208 * 1024);
+  EXPECT_FALSE(ipu.kernels.empty());
+  fb::TargetT tiny;
+  ASSERT_TRUE(LoadTarget("tiny", &tiny).ok());
+  EXPECT_EQ(tiny.tiles, 16);
+  EXPECT_EQ(tiny.sram_bytes - tiny.reserved_bytes, 56 * 1024);
+}
+
+TEST(IrTest, TargetErrorsNameTheInput) {
+  fb::TargetT t;
+  Status s = LoadTarget("ipu99", &t);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("ipu99"), std::string::npos);
+  s = ParseTargetJson("{ tiles: 4, bogus_field: 1 }", "my.json", &t);
+  EXPECT_NE(s.message().find("my.json"), std::string::npos);
+  s = ParseTargetJson("{ tiles: 0 }", "zero.json", &t);
+  EXPECT_NE(s.message().find("zero.json"), std::string::npos);
+}
+
+TEST(IrTest, PrintIsStable) {
+  fb::ModuleT m;
+  ASSERT_TRUE(ParseModule(Serialized(SmallModule()), "m", &m).ok());
+  std::string text = PrintModule(m);
+  EXPECT_NE(text.find("(0) mat_mul mm: %2 = %0, %1 : f16[4,6]"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("init=gaussian(mean=0, stddev=0.5) seed=7"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(NumberText(1e-6), "1e-06");
+  EXPECT_EQ(NumberText(0.1f), "0.1");
+  EXPECT_EQ(NumberText(0.1), "0.1");
+  EXPECT_EQ(NumberText(1e-6f), "1e-06");
+}
+
+}  // namespace
+}  // namespace tilec::ir

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tilec builds with. Quietly does nothing when
+# they are all present; otherwise needs root (or sudo) and Debian's mirrors.
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap
+  bazel-rules-java
+  flatbuffers-compiler
+  g++
+  libflatbuffers-dev
+  libgflags-dev
+  libgmock-dev
+  libgoogle-glog-dev
+  libgtest-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing: ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >&2
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
