@@ -4,6 +4,11 @@ The tool's output goes through dump-ir (unless raw = True) so goldens are
 the stable text form. scripts/update-goldens.sh rewrites every golden.
 """
 
+def _full_label(label):
+    if label.startswith("//") and ":" not in label:
+        return label + ":" + label.split("/")[-1]
+    return label
+
 def golden_test(name, tool, golden, args = [], input = None, raw = False,
                 expect_exit = 0, data = [], **kwargs):
     """Declares <name>: `tool args [input] | dump-ir` must equal `golden`.
@@ -19,7 +24,10 @@ def golden_test(name, tool, golden, args = [], input = None, raw = False,
       data: other files the tool reads.
       **kwargs: passed to sh_test.
     """
-    srcs_data = [tool, golden, "//tools/dump-ir"] + data
+    srcs_data = [golden] + data
+    for label in [_full_label(tool), "//tools/dump-ir:dump-ir"]:
+        if label not in srcs_data:
+            srcs_data.append(label)
     input_arg = ""
     if input:
         srcs_data.append(input)

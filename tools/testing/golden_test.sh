@@ -20,7 +20,8 @@ if [ "$code" -ne "$expect_exit" ]; then
 fi
 if [ "$raw" = 1 ]; then
   # Messages name files by their runfiles path, which is stable.
-  cat "$out/stdout" "$out/stderr" > "$out/actual"
+  touch "$out/result"
+  cat "$out/result" "$out/stdout" "$out/stderr" > "$out/actual"
 elif [ "$code" -ne 0 ]; then
   cat "$out/stderr" > "$out/actual"
   [ -e "$out/result" ] && { echo "a failed run left an output file" >&2; exit 1; }

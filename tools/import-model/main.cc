@@ -1,0 +1,76 @@
+// import-model: builds a model's graph from a preset plus overrides.
+
+#include <gflags/gflags.h>
+
+#include <optional>
+
+#include "formats/ir.h"
+#include "passes/import/model_builder.h"
+#include "tools/common/tool.h"
+
+DEFINE_string(preset, "siglip-so400m-384",
+              "Model preset: siglip-so400m-384, vit-b16-224, clip-vit-l14-224.");
+DEFINE_string(part, "mlp-block", "What to build: mlp-block, layer or model.");
+DEFINE_int64(layers, 0, "Layers for --part=model (default: the preset's).");
+DEFINE_int64(batch, 1, "Batch size (rows = batch * tokens).");
+DEFINE_int64(tokens, 0, "Override the preset's token count.");
+DEFINE_int64(width, 0, "Override the preset's model width.");
+DEFINE_int64(mlp_width, 0, "Override the preset's MLP width.");
+DEFINE_int64(heads, 0, "Override the preset's attention head count.");
+DEFINE_double(eps, 0, "Override the preset's LayerNorm epsilon.");
+DEFINE_string(gelu, "", "Override the preset's GELU form: tanh, erf, quick.");
+DEFINE_uint64(weight_seed, 1, "Seed of the generated weights.");
+DEFINE_uint64(input_seed, 2, "Seed of the generated input.");
+DEFINE_string(target, "ipu21",
+              "Target the module is for: a preset (ipu21, tiny) or a JSON path.");
+DEFINE_string(o, "-", "Output path, or - for stdout (written atomically).");
+
+namespace tilec::tools {
+namespace {
+
+// Only flags given on the command line override the preset.
+template <typename T>
+std::optional<T> IfSet(const char* flag, T value) {
+  if (gflags::GetCommandLineFlagInfoOrDie(flag).is_default) return std::nullopt;
+  return value;
+}
+
+Status Run(const std::vector<std::string>& args) {
+  if (!args.empty()) {
+    return Status::BadInput("import-model takes no input file, got " + args[0]);
+  }
+  passes::ModelOverrides overrides;
+  overrides.layers = IfSet<int64_t>("layers", FLAGS_layers);
+  overrides.batch = IfSet<int64_t>("batch", FLAGS_batch);
+  overrides.tokens = IfSet<int64_t>("tokens", FLAGS_tokens);
+  overrides.width = IfSet<int64_t>("width", FLAGS_width);
+  overrides.mlp_width = IfSet<int64_t>("mlp_width", FLAGS_mlp_width);
+  overrides.heads = IfSet<int64_t>("heads", FLAGS_heads);
+  overrides.eps = IfSet<float>("eps", static_cast<float>(FLAGS_eps));
+  overrides.weight_seed = IfSet<uint64_t>("weight_seed", FLAGS_weight_seed);
+  overrides.input_seed = IfSet<uint64_t>("input_seed", FLAGS_input_seed);
+  if (!FLAGS_gelu.empty()) {
+    fb::GeluForm form;
+    std::string error = passes::ParseGeluForm(FLAGS_gelu, &form);
+    if (!error.empty()) return Status::BadInput(error);
+    overrides.gelu = form;
+  }
+  fb::ModuleT module;
+  module.target = std::make_unique<fb::TargetT>();
+  TILEC_RETURN_IF_ERROR(ir::LoadTarget(FLAGS_target, module.target.get()));
+  std::string error =
+      passes::BuildModel(FLAGS_preset, FLAGS_part, overrides, &module);
+  if (!error.empty()) return Status::BadInput(error);
+  return ir::WriteModule(module, "import-model", FLAGS_o);
+}
+
+}  // namespace
+}  // namespace tilec::tools
+
+int main(int argc, char** argv) {
+  auto args = tilec::tools::InitTool(
+      argc, argv,
+      "import-model [--preset=P] [--part=mlp-block|layer|model] [-o OUT]: "
+      "build a model graph as tilec IR");
+  return tilec::tools::Finish(tilec::tools::Run(args));
+}
