@@ -1,18 +1,68 @@
+// Shape rules of the graph-level operation kinds.
+//
+// One function decides whether an op's operand and result shapes agree with
+// its kind, so the importer's tests and the IR verifier apply the same rules.
+// This library depends only on the generated schema code (//formats:tilec_fbs)
+// so that the formats library can call it without a dependency cycle.
+//
+// Conventions (see passes/import/model_builder.h): activations are 2-D
+// [rows, width] with rows = batch * tokens; attention scores and
+// probabilities are [batch, heads, tokens, tokens]; the fused QKV activation
+// is [rows, 3 * heads * head_dim] with columns [q heads | k heads | v heads].
+//
+//   LayerNorm         x [r,w], gamma [w], beta [w]      -> [r,w]
+//   MatMul            a [M,K], b [K,N]                  -> [M,N]
+//   BiasAdd           a [M,N], bias [N]                 -> [M,N]
+//   Gelu, Cast        x                                  -> shape of x
+//   Softmax           x                                  -> shape of x
+//   Redistribute      x                                  -> shape of x
+//   Add               a, b (same shape)                  -> that shape
+//   AttentionScores   qkv [B*T, 3*H*D]                   -> [B, H, T, T]
+//   AttentionContext  probs [B, H, T, T], qkv [B*T, 3*H*D] -> [B*T, H*D]
+//
+// For the attention kinds H and D are the op's `heads` and `head_dim`
+// attributes. Every dimension of every shape must be positive.
+// Fused, Moments and Normalize have no fixed shape rule in the schema yet and
+// are accepted as they are.
+
 #ifndef TILEC_FORMATS_OP_SHAPES_H_
 #define TILEC_FORMATS_OP_SHAPES_H_
 
+#include <cstdint>
+#include <string>
 #include <vector>
 
-#include "formats/status.h"
 #include "formats/tilec_generated.h"
 
 namespace tilec::ir {
 
-// Checks operand and result counts and shapes against the op's kind; the
-// message names the op id and the mismatch.
-Status CheckOpShapes(const fb::OperationT& op,
-                     const std::vector<const fb::ValueT*>& operands,
-                     const std::vector<const fb::ValueT*>& results);
+// The parts of an op that its shape rule looks at, independent of whether the
+// op comes from the object API or from a flat buffer.
+struct OpShapeQuery {
+  uint32_t id = 0;
+  fb::OpKind kind = fb::OpKind::LayerNorm;
+  std::string name;  // only used in messages; may be empty
+  int32_t heads = 0;
+  int32_t head_dim = 0;
+  std::vector<std::vector<int64_t>> operands;
+  std::vector<std::vector<int64_t>> results;
+};
+
+// Returns "" when the shapes agree with the kind, otherwise one line such as
+// "op 19 (BiasAdd l0.mlp.up_bias): operand 1 has shape [4303], expected
+// [4304] (the columns of operand 0 [729,4304])".
+std::string CheckOpShapes(const OpShapeQuery& op);
+
+// The same for an op of an object-API module. Operand and result ids are
+// looked up among module.values by their `id` field; an id that names no
+// value is reported as an error.
+std::string CheckOpShapes(const fb::OperationT& op, const fb::ModuleT& module);
+
+// The same for a flat (already verified) buffer.
+std::string CheckOpShapes(const fb::Operation& op, const fb::Module& module);
+
+// "[729,1152]": the format used in the messages above.
+std::string ShapeToString(const std::vector<int64_t>& shape);
 
 }  // namespace tilec::ir
 

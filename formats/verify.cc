@@ -90,7 +90,7 @@ Status VerifyModule(const fb::ModuleT& module) {
   std::set<uint32_t> op_ids;
   for (const auto& op : module.ops) {
     if (!op) return Status::BadInput("null op entry");
-    std::string where = "op (" + std::to_string(op->id) + ")";
+    std::string where = "op " + std::to_string(op->id) + " (" + op->name + ")";
     if (!op_ids.insert(op->id).second) {
       return Status::BadInput(where + " id is used twice");
     }
@@ -123,7 +123,23 @@ Status VerifyModule(const fb::ModuleT& module) {
       }
       results.push_back(it->second);
     }
-    TILEC_RETURN_IF_ERROR(CheckOpShapes(*op, operands, results));
+    OpShapeQuery query;
+    query.id = op->id;
+    query.kind = op->kind;
+    query.name = op->name;
+    query.heads = op->heads;
+    query.head_dim = op->head_dim;
+    for (const fb::ValueT* v : operands) query.operands.push_back(v->shape);
+    for (const fb::ValueT* v : results) query.results.push_back(v->shape);
+    std::string shape_error = CheckOpShapes(query);
+    if (!shape_error.empty()) return Status::BadInput(shape_error);
+    for (const auto& step : op->body) {
+      if (step && step->operand >= static_cast<int>(operands.size())) {
+        return Status::BadInput(where + " body step names operand " +
+                                std::to_string(step->operand) + " of " +
+                                std::to_string(operands.size()));
+      }
+    }
   }
   for (const auto& [id, value] : values) {
     if (!defined.count(id)) {

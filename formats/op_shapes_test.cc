@@ -1,0 +1,268 @@
+#include "formats/op_shapes.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "flatbuffers/flatbuffers.h"
+#include "formats/tilec_generated.h"
+
+namespace tilec::ir {
+namespace {
+
+using ::testing::HasSubstr;
+using Shapes = std::vector<std::vector<int64_t>>;
+
+OpShapeQuery Query(fb::OpKind kind, Shapes operands, Shapes results,
+                   int32_t heads = 0, int32_t head_dim = 0) {
+  OpShapeQuery q;
+  q.id = 19;
+  q.kind = kind;
+  q.name = "l0.test";
+  q.heads = heads;
+  q.head_dim = head_dim;
+  q.operands = std::move(operands);
+  q.results = std::move(results);
+  return q;
+}
+
+TEST(OpShapes, ShapeToString) {
+  EXPECT_EQ(ShapeToString({}), "[]");
+  EXPECT_EQ(ShapeToString({729, 1152}), "[729,1152]");
+}
+
+TEST(OpShapes, LayerNorm) {
+  const auto k = fb::OpKind::LayerNorm;
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1152}, {1152}},
+                                {{729, 1152}})),
+            "");
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1151}, {1152}},
+                                {{729, 1152}})),
+            "op 19 (LayerNorm l0.test): operand 1 has shape [1151], expected "
+            "[1152] (the columns of operand 0 [729,1152])");
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {1152}, {1}},
+                                  {{729, 1152}})),
+              HasSubstr("operand 2 has shape [1]"));
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {1152}, {1152}},
+                                  {{728, 1152}})),
+              HasSubstr("result 0 has shape [728,1152]"));
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {1152}}, {{729, 1152}})),
+              HasSubstr("expected 3 operands and 1 result, got 2 operands"));
+  EXPECT_THAT(CheckOpShapes(Query(k, {{1152}, {1152}, {1152}}, {{1152}})),
+              HasSubstr("expected rank 2"));
+}
+
+TEST(OpShapes, MatMul) {
+  const auto k = fb::OpKind::MatMul;
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304}},
+                                {{729, 4304}})),
+            "");
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1151, 4304}},
+                                {{729, 4304}})),
+            "op 19 (MatMul l0.test): operand 0 [729,1152] and operand 1 "
+            "[1151,4304] disagree on K (1152 vs 1151)");
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304}},
+                                  {{729, 1152}})),
+              HasSubstr("result 0 has shape [729,1152], expected [729,4304]"));
+  EXPECT_THAT(
+      CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304, 1}}, {{729, 4304}})),
+      HasSubstr("operand 1 has shape [1152,4304,1], expected rank 2"));
+}
+
+TEST(OpShapes, BiasAdd) {
+  const auto k = fb::OpKind::BiasAdd;
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 4304}, {4304}}, {{729, 4304}})), "");
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 4304}, {4303}}, {{729, 4304}})),
+            "op 19 (BiasAdd l0.test): operand 1 has shape [4303], expected "
+            "[4304] (the columns of operand 0 [729,4304])");
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 4304}, {4304}}, {{4304, 729}})),
+              HasSubstr("result 0"));
+}
+
+TEST(OpShapes, SameShapeKinds) {
+  for (fb::OpKind k : {fb::OpKind::Gelu, fb::OpKind::Cast,
+                       fb::OpKind::Softmax, fb::OpKind::Redistribute}) {
+    EXPECT_EQ(CheckOpShapes(Query(k, {{3, 4}}, {{3, 4}})), "");
+    EXPECT_EQ(CheckOpShapes(Query(k, {{1, 2, 3, 3}}, {{1, 2, 3, 3}})), "");
+    EXPECT_THAT(CheckOpShapes(Query(k, {{3, 4}}, {{4, 3}})),
+                HasSubstr("result 0 has shape [4,3], expected [3,4]"));
+    EXPECT_THAT(CheckOpShapes(Query(k, {{3, 4}, {3, 4}}, {{3, 4}})),
+                HasSubstr("expected 1 operand and 1 result"));
+  }
+}
+
+TEST(OpShapes, Add) {
+  const auto k = fb::OpKind::Add;
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {729, 1152}},
+                                {{729, 1152}})),
+            "");
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {729, 1151}},
+                                  {{729, 1152}})),
+              HasSubstr("operand 1 has shape [729,1151], expected [729,1152]"));
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {729, 1152}},
+                                  {{729, 1152}, {729, 1152}})),
+              HasSubstr("got 2 operands and 2 results"));
+}
+
+TEST(OpShapes, AttentionScores) {
+  const auto k = fb::OpKind::AttentionScores;
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 3456}}, {{1, 16, 729, 729}}, 16, 72)),
+            "");
+  // Batch 2: rows = 2 * 729.
+  EXPECT_EQ(
+      CheckOpShapes(Query(k, {{1458, 3456}}, {{2, 16, 729, 729}}, 16, 72)), "");
+  EXPECT_THAT(
+      CheckOpShapes(Query(k, {{729, 3455}}, {{1, 16, 729, 729}}, 16, 72)),
+      HasSubstr("operand 0 has shape [729,3455], expected 3*heads*head_dim"));
+  EXPECT_THAT(
+      CheckOpShapes(Query(k, {{729, 3456}}, {{1, 8, 729, 729}}, 16, 72)),
+      HasSubstr("result 0 has shape [1,8,729,729], expected [batch, heads=16"));
+  EXPECT_THAT(
+      CheckOpShapes(Query(k, {{729, 3456}}, {{1, 16, 729, 728}}, 16, 72)),
+      HasSubstr("result 0"));
+  EXPECT_THAT(
+      CheckOpShapes(Query(k, {{1458, 3456}}, {{1, 16, 729, 729}}, 16, 72)),
+      HasSubstr("batch*tokens = 1458"));
+  EXPECT_THAT(
+      CheckOpShapes(Query(k, {{729, 3456}}, {{1, 16, 729, 729}}, 0, 72)),
+      HasSubstr("heads=0 and head_dim=72 must be positive"));
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 3456}}, {{16, 729, 729}}, 16, 72)),
+              HasSubstr("expected rank 4"));
+}
+
+TEST(OpShapes, AttentionContext) {
+  const auto k = fb::OpKind::AttentionContext;
+  EXPECT_EQ(CheckOpShapes(Query(k, {{1, 16, 729, 729}, {729, 3456}},
+                                {{729, 1152}}, 16, 72)),
+            "");
+  EXPECT_EQ(CheckOpShapes(Query(k, {{2, 16, 729, 729}, {1458, 3456}},
+                                {{1458, 1152}}, 16, 72)),
+            "");
+  EXPECT_THAT(CheckOpShapes(Query(k, {{1, 16, 729, 729}, {729, 3456}},
+                                  {{729, 3456}}, 16, 72)),
+              HasSubstr("result 0 has shape [729,3456], expected [729,1152]"));
+  EXPECT_THAT(CheckOpShapes(Query(k, {{1, 16, 257, 257}, {729, 3456}},
+                                  {{729, 1152}}, 16, 72)),
+              HasSubstr("operand 0 has shape [1,16,257,257]"));
+  EXPECT_THAT(CheckOpShapes(Query(k, {{1, 16, 729, 729}, {729, 3072}},
+                                  {{729, 1024}}, 16, 72)),
+              HasSubstr("operand 1 has shape [729,3072]"));
+}
+
+TEST(OpShapes, NonPositiveDims) {
+  EXPECT_EQ(CheckOpShapes(Query(fb::OpKind::Gelu, {{0, 4}}, {{0, 4}})),
+            "op 19 (Gelu l0.test): operand 0 has shape [0,4], every "
+            "dimension must be positive");
+  EXPECT_THAT(CheckOpShapes(Query(fb::OpKind::Gelu, {{3, 4}}, {{3, -4}})),
+              HasSubstr("result 0 has shape [3,-4]"));
+}
+
+TEST(OpShapes, OverflowDoesNotHideMismatch) {
+  // 2^32 * 2^32 overflows int64; the product must be rejected, not wrapped.
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_THAT(CheckOpShapes(Query(fb::OpKind::AttentionScores, {{729, 3456}},
+                                  {{big, 16, big, big}}, 16, 72)),
+              HasSubstr("result 0"));
+  EXPECT_THAT(CheckOpShapes(Query(fb::OpKind::AttentionScores, {{729, 6}},
+                                  {{1, 1 << 30, 729, 729}}, 1 << 30,
+                                  1 << 30)),
+              HasSubstr("expected 3*heads*head_dim"));
+}
+
+TEST(OpShapes, UncheckedKindsAccepted) {
+  for (fb::OpKind k :
+       {fb::OpKind::Fused, fb::OpKind::Moments, fb::OpKind::Normalize}) {
+    EXPECT_EQ(CheckOpShapes(Query(k, {{3, 4}, {7}}, {{2}})), "");
+  }
+}
+
+TEST(OpShapes, UnnamedOp) {
+  OpShapeQuery q = Query(fb::OpKind::Add, {{1, 2}, {1, 3}}, {{1, 2}});
+  q.name.clear();
+  EXPECT_THAT(CheckOpShapes(q), HasSubstr("op 19 (Add): operand 1"));
+}
+
+// A two-op module: MatMul then BiasAdd, with one broken variant.
+fb::ModuleT SmallModule() {
+  fb::ModuleT m;
+  auto value = [&m](std::vector<int64_t> shape) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->id = static_cast<uint32_t>(m.values.size());
+    v->name = "v" + std::to_string(v->id);
+    v->shape = std::move(shape);
+    m.values.push_back(std::move(v));
+  };
+  value({4, 8});   // 0 a
+  value({8, 16});  // 1 w
+  value({4, 16});  // 2 a*w
+  value({16});     // 3 b
+  value({4, 16});  // 4 out
+  auto op = [&m](fb::OpKind kind, std::vector<uint32_t> operands,
+                 std::vector<uint32_t> results) {
+    auto o = std::make_unique<fb::OperationT>();
+    o->id = static_cast<uint32_t>(m.ops.size());
+    o->kind = kind;
+    o->name = "op" + std::to_string(o->id);
+    o->operands = std::move(operands);
+    o->results = std::move(results);
+    m.ops.push_back(std::move(o));
+  };
+  op(fb::OpKind::MatMul, {0, 1}, {2});
+  op(fb::OpKind::BiasAdd, {2, 3}, {4});
+  return m;
+}
+
+std::vector<uint8_t> Pack(const fb::ModuleT& m) {
+  flatbuffers::FlatBufferBuilder fbb;
+  fb::FinishModuleBuffer(fbb, fb::Module::Pack(fbb, &m));
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+}
+
+TEST(OpShapes, ObjectAndFlatModules) {
+  fb::ModuleT m = SmallModule();
+  EXPECT_EQ(CheckOpShapes(*m.ops[0], m), "");
+  EXPECT_EQ(CheckOpShapes(*m.ops[1], m), "");
+  m.values[3]->shape = {15};
+  const std::string expected =
+      "op 1 (BiasAdd op1): operand 1 has shape [15], expected [16] (the "
+      "columns of operand 0 [4,16])";
+  EXPECT_EQ(CheckOpShapes(*m.ops[1], m), expected);
+  const std::vector<uint8_t> bytes = Pack(m);
+  const fb::Module* flat = fb::GetModule(bytes.data());
+  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(0), *flat), "");
+  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(1), *flat), expected);
+}
+
+TEST(OpShapes, MissingValue) {
+  fb::ModuleT m = SmallModule();
+  m.ops[1]->operands[1] = 99;
+  const std::string expected =
+      "op 1 (BiasAdd op1): operand 1 refers to value 99, which does not exist";
+  EXPECT_EQ(CheckOpShapes(*m.ops[1], m), expected);
+  const std::vector<uint8_t> bytes = Pack(m);
+  const fb::Module* flat = fb::GetModule(bytes.data());
+  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(1), *flat), expected);
+}
+
+TEST(OpShapes, SparseValueIds) {
+  // Ids need not match positions; the lookup goes by id.
+  fb::ModuleT m = SmallModule();
+  for (auto& v : m.values) v->id += 100;
+  for (auto& op : m.ops) {
+    for (uint32_t& id : op->operands) id += 100;
+    for (uint32_t& id : op->results) id += 100;
+  }
+  std::swap(m.values[0], m.values[4]);
+  EXPECT_EQ(CheckOpShapes(*m.ops[0], m), "");
+  EXPECT_EQ(CheckOpShapes(*m.ops[1], m), "");
+  const std::vector<uint8_t> bytes = Pack(m);
+  const fb::Module* flat = fb::GetModule(bytes.data());
+  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(1), *flat), "");
+}
+
+}  // namespace
+}  // namespace tilec::ir

@@ -1,0 +1,460 @@
+#include "passes/import/model_builder.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tilec::passes {
+namespace {
+
+struct Preset {
+  const char* name;
+  int64_t tokens;
+  int64_t width;
+  int64_t mlp_width;
+  int64_t heads;
+  int64_t layers;
+  float eps;
+  fb::GeluForm gelu;
+};
+
+// Token counts include the class token where the model has one (ViT, CLIP);
+// SigLIP pools without one, so 384/14 = 27 -> 27*27 = 729.
+constexpr Preset kPresets[] = {
+    {"siglip-so400m-384", 729, 1152, 4304, 16, 27, 1e-6f, fb::GeluForm::Tanh},
+    {"vit-b16-224", 197, 768, 3072, 12, 12, 1e-12f, fb::GeluForm::Erf},
+    {"clip-vit-l14-224", 257, 1024, 4096, 16, 24, 1e-5f, fb::GeluForm::Quick},
+};
+
+struct PartName {
+  ModelPart part;
+  const char* name;
+};
+
+constexpr PartName kParts[] = {
+    {ModelPart::kMlpBlock, "mlp-block"},
+    {ModelPart::kLayer, "layer"},
+    {ModelPart::kModel, "model"},
+};
+
+struct GeluName {
+  fb::GeluForm form;
+  const char* name;
+};
+
+constexpr GeluName kGeluNames[] = {
+    {fb::GeluForm::Tanh, "tanh"},
+    {fb::GeluForm::Erf, "erf"},
+    {fb::GeluForm::Quick, "quick"},
+};
+
+// Stddev of the bias initialisation; small so that biases do not dominate
+// the GEMM outputs.
+constexpr float kBiasStddev = 0.02f;
+
+// A tensor larger than this is certainly a typo in a flag, and staying far
+// below 2^63 keeps every later element or byte count free of overflow.
+constexpr int64_t kMaxElements = int64_t{1} << 48;
+
+// Far beyond any real model; keeps the 32-bit value ids (28 per layer) and
+// the module's memory bounded.
+constexpr int64_t kMaxLayers = int64_t{1} << 16;
+
+std::string Flag(std::string_view flag, int64_t value) {
+  return "--" + std::string(flag) + "=" + std::to_string(value);
+}
+
+std::string CheckSize(std::string_view flag, int64_t value) {
+  if (value <= 0) return Flag(flag, value) + ": must be positive";
+  if (value > std::numeric_limits<int32_t>::max()) {
+    return Flag(flag, value) + ": must be at most 2147483647 (the IR stores " +
+           "it as a 32-bit integer)";
+  }
+  return "";
+}
+
+// The product of `factors` (already known to be positive int32 values),
+// false if it exceeds kMaxElements.
+bool ElementsFit(std::initializer_list<int64_t> factors) {
+  int64_t product = 1;
+  for (int64_t f : factors) {
+    if (__builtin_mul_overflow(product, f, &product) ||
+        product > kMaxElements) {
+      return false;
+    }
+  }
+  return true;
+}
+
+
+// Appends values and ops with dense ids; all the naming happens here so the
+// scheme in the header has one implementation.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(const ModelConfig& config) : config_(config) {}
+
+  uint32_t Input(const std::string& name, std::vector<int64_t> shape) {
+    const uint32_t id = NewValue(name, std::move(shape), fb::ValueRole::Input);
+    SetInit(id, fb::Distribution::Gaussian, DeriveSeed(config_.input_seed, id),
+            0.0f, 1.0f);
+    return id;
+  }
+
+  // x -> LayerNorm(x; gamma, beta).
+  uint32_t LayerNorm(const std::string& name, uint32_t x) {
+    const int64_t w = config_.width;
+    const uint32_t gamma = Weight(name + ".gamma", {w},
+                                  fb::Distribution::Constant, 1.0f, 0.0f);
+    const uint32_t beta = Weight(name + ".beta", {w},
+                                 fb::Distribution::Constant, 0.0f, 0.0f);
+    fb::OperationT* op = NewOp(fb::OpKind::LayerNorm, name, {x, gamma, beta},
+                               Shape(x));
+    op->eps = config_.eps;
+    return op->results[0];
+  }
+
+  // a [M,K] x w [K,N]; Xavier-style init keeps the output variance near the
+  // input's.
+  uint32_t MatMul(const std::string& name, uint32_t a, int64_t n) {
+    const int64_t m = Shape(a)[0];
+    const int64_t k = Shape(a)[1];
+    const float stddev =
+        static_cast<float>(std::sqrt(2.0 / static_cast<double>(k + n)));
+    const uint32_t w = Weight(name + ".w", {k, n}, fb::Distribution::Gaussian,
+                              0.0f, stddev);
+    return NewOp(fb::OpKind::MatMul, name, {a, w}, {m, n})->results[0];
+  }
+
+  uint32_t BiasAdd(const std::string& name, uint32_t a) {
+    const int64_t n = Shape(a)[1];
+    const uint32_t b = Weight(name + ".b", {n}, fb::Distribution::Gaussian,
+                              0.0f, kBiasStddev);
+    return NewOp(fb::OpKind::BiasAdd, name, {a, b}, Shape(a))->results[0];
+  }
+
+  uint32_t Gelu(const std::string& name, uint32_t x) {
+    fb::OperationT* op = NewOp(fb::OpKind::Gelu, name, {x}, Shape(x));
+    op->gelu = config_.gelu;
+    return op->results[0];
+  }
+
+  uint32_t Add(const std::string& name, uint32_t a, uint32_t b) {
+    return NewOp(fb::OpKind::Add, name, {a, b}, Shape(a))->results[0];
+  }
+
+  uint32_t AttentionScores(const std::string& name, uint32_t qkv) {
+    fb::OperationT* op =
+        NewOp(fb::OpKind::AttentionScores, name, {qkv},
+              {config_.batch, config_.heads, config_.tokens, config_.tokens});
+    SetAttention(op);
+    op->scale = static_cast<float>(
+        1.0 / std::sqrt(static_cast<double>(config_.head_dim())));
+    return op->results[0];
+  }
+
+  uint32_t Softmax(const std::string& name, uint32_t x) {
+    fb::OperationT* op = NewOp(fb::OpKind::Softmax, name, {x}, Shape(x));
+    op->scale = 1.0f;  // the 1/sqrt(D) scale is applied by AttentionScores
+    return op->results[0];
+  }
+
+  uint32_t AttentionContext(const std::string& name, uint32_t probs,
+                            uint32_t qkv) {
+    fb::OperationT* op = NewOp(fb::OpKind::AttentionContext, name,
+                               {probs, qkv}, {config_.rows(), config_.width});
+    SetAttention(op);
+    return op->results[0];
+  }
+
+  // The last value created is the graph's result.
+  void MarkLastAsOutput() { values_.back()->role = fb::ValueRole::Output; }
+
+  void MoveInto(fb::ModuleT* module) {
+    module->values = std::move(values_);
+    module->ops = std::move(ops_);
+  }
+
+ private:
+  uint32_t NewValue(const std::string& name, std::vector<int64_t> shape,
+                    fb::ValueRole role) {
+    auto value = std::make_unique<fb::ValueT>();
+    value->id = static_cast<uint32_t>(values_.size());
+    value->name = name;
+    value->shape = std::move(shape);
+    value->dtype = fb::DType::F16;
+    value->role = role;
+    values_.push_back(std::move(value));
+    return values_.back()->id;
+  }
+
+  uint32_t Weight(const std::string& name, std::vector<int64_t> shape,
+                  fb::Distribution distribution, float mean, float stddev) {
+    const uint32_t id = NewValue(name, std::move(shape), fb::ValueRole::Weight);
+    SetInit(id, distribution, DeriveSeed(config_.weight_seed, id), mean,
+            stddev);
+    return id;
+  }
+
+  void SetInit(uint32_t id, fb::Distribution distribution, uint64_t seed,
+               float mean, float stddev) {
+    auto init = std::make_unique<fb::WeightInitT>();
+    init->distribution = distribution;
+    init->seed = seed;
+    init->mean = mean;
+    init->stddev = stddev;
+    values_[id]->init = std::move(init);
+  }
+
+  // Creates the result value "<name>.out" and the op that produces it.
+  fb::OperationT* NewOp(fb::OpKind kind, const std::string& name,
+                        std::vector<uint32_t> operands,
+                        std::vector<int64_t> result_shape) {
+    const uint32_t result = NewValue(name + ".out", std::move(result_shape),
+                                     fb::ValueRole::Activation);
+    auto op = std::make_unique<fb::OperationT>();
+    op->id = static_cast<uint32_t>(ops_.size());
+    op->kind = kind;
+    op->name = name;
+    op->operands = std::move(operands);
+    op->results = {result};
+    ops_.push_back(std::move(op));
+    return ops_.back().get();
+  }
+
+  void SetAttention(fb::OperationT* op) const {
+    op->heads = static_cast<int32_t>(config_.heads);
+    op->head_dim = static_cast<int32_t>(config_.head_dim());
+  }
+
+  const std::vector<int64_t>& Shape(uint32_t id) const {
+    return values_[id]->shape;
+  }
+
+  const ModelConfig& config_;
+  std::vector<std::unique_ptr<fb::ValueT>> values_;
+  std::vector<std::unique_ptr<fb::OperationT>> ops_;
+};
+
+// LayerNorm -> up -> bias -> GELU -> down -> bias -> residual add with x.
+uint32_t BuildMlpBlock(GraphBuilder& g, const ModelConfig& config,
+                       const std::string& prefix, uint32_t x) {
+  uint32_t h = g.LayerNorm(prefix + "ln2", x);
+  h = g.MatMul(prefix + "mlp.up", h, config.mlp_width);
+  h = g.BiasAdd(prefix + "mlp.up_bias", h);
+  h = g.Gelu(prefix + "mlp.gelu", h);
+  h = g.MatMul(prefix + "mlp.down", h, config.width);
+  h = g.BiasAdd(prefix + "mlp.down_bias", h);
+  return g.Add(prefix + "mlp.residual", x, h);
+}
+
+// Pre-norm attention with a fused QKV projection, then the MLP block.
+uint32_t BuildLayer(GraphBuilder& g, const ModelConfig& config,
+                    const std::string& prefix, uint32_t x) {
+  uint32_t h = g.LayerNorm(prefix + "ln1", x);
+  h = g.MatMul(prefix + "attn.qkv", h, 3 * config.width);
+  const uint32_t qkv = g.BiasAdd(prefix + "attn.qkv_bias", h);
+  h = g.AttentionScores(prefix + "attn.scores", qkv);
+  h = g.Softmax(prefix + "attn.softmax", h);
+  h = g.AttentionContext(prefix + "attn.ctx", h, qkv);
+  h = g.MatMul(prefix + "attn.proj", h, config.width);
+  h = g.BiasAdd(prefix + "attn.proj_bias", h);
+  const uint32_t residual = g.Add(prefix + "attn.residual", x, h);
+  return BuildMlpBlock(g, config, prefix, residual);
+}
+
+}  // namespace
+
+std::vector<std::string> PresetNames() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+std::string PresetConfig(std::string_view preset, ModelConfig* config) {
+  for (const Preset& p : kPresets) {
+    if (preset != p.name) continue;
+    ModelConfig c;
+    c.preset = p.name;
+    c.tokens = p.tokens;
+    c.width = p.width;
+    c.mlp_width = p.mlp_width;
+    c.heads = p.heads;
+    c.layers = p.layers;
+    c.eps = p.eps;
+    c.gelu = p.gelu;
+    *config = std::move(c);
+    return "";
+  }
+  std::string known;
+  for (const Preset& p : kPresets) {
+    known += known.empty() ? "" : ", ";
+    known += p.name;
+  }
+  return "--preset=" + std::string(preset) + ": unknown preset (known: " +
+         known + ")";
+}
+
+std::string ParseModelPart(std::string_view text, ModelPart* part) {
+  for (const PartName& p : kParts) {
+    if (text == p.name) {
+      *part = p.part;
+      return "";
+    }
+  }
+  return "--part=" + std::string(text) +
+         ": unknown part (known: mlp-block, layer, model)";
+}
+
+std::string_view ModelPartName(ModelPart part) {
+  for (const PartName& p : kParts) {
+    if (p.part == part) return p.name;
+  }
+  return "unknown";
+}
+
+std::string ParseGeluForm(std::string_view text, fb::GeluForm* form) {
+  for (const GeluName& g : kGeluNames) {
+    if (text == g.name) {
+      *form = g.form;
+      return "";
+    }
+  }
+  return "--gelu=" + std::string(text) +
+         ": unknown GELU form (known: tanh, erf, quick)";
+}
+
+std::string_view GeluFormName(fb::GeluForm form) {
+  for (const GeluName& g : kGeluNames) {
+    if (g.form == form) return g.name;
+  }
+  return "unknown";
+}
+
+void ApplyOverrides(const ModelOverrides& o, ModelConfig* config) {
+  if (o.batch) config->batch = *o.batch;
+  if (o.tokens) config->tokens = *o.tokens;
+  if (o.width) config->width = *o.width;
+  if (o.mlp_width) config->mlp_width = *o.mlp_width;
+  if (o.heads) config->heads = *o.heads;
+  if (o.layers) config->layers = *o.layers;
+  if (o.eps) config->eps = *o.eps;
+  if (o.gelu) config->gelu = *o.gelu;
+  if (o.weight_seed) config->weight_seed = *o.weight_seed;
+  if (o.input_seed) config->input_seed = *o.input_seed;
+}
+
+std::string ValidateModelConfig(const ModelConfig& c) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"batch", c.batch},         {"tokens", c.tokens}, {"width", c.width},
+      {"mlp_width", c.mlp_width}, {"heads", c.heads},   {"layers", c.layers},
+  };
+  for (const auto& [flag, value] : sizes) {
+    if (std::string e = CheckSize(flag, value); !e.empty()) return e;
+  }
+  if (c.layers > kMaxLayers) {
+    return Flag("layers", c.layers) + ": must be at most " +
+           std::to_string(kMaxLayers);
+  }
+  if (c.width % c.heads != 0) {
+    return Flag("width", c.width) + ": not divisible by " +
+           Flag("heads", c.heads);
+  }
+  if (!(c.eps > 0.0f) || !std::isfinite(c.eps)) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", static_cast<double>(c.eps));
+    return "--eps=" + std::string(text) + ": must be positive and finite";
+  }
+  if (GeluFormName(c.gelu) == "unknown") {
+    return "--gelu=" + std::to_string(static_cast<int>(c.gelu)) +
+           ": unknown GELU form";
+  }
+  // The largest tensors of a layer: QKV, the MLP hidden activation and its
+  // weights, and the attention scores.
+  const int64_t rows_elems[] = {3 * c.width, c.mlp_width};
+  for (int64_t columns : rows_elems) {
+    if (!ElementsFit({c.batch, c.tokens, columns})) {
+      return Flag("batch", c.batch) + " " + Flag("tokens", c.tokens) +
+             ": an activation of " + std::to_string(columns) +
+             " columns would have more than 2^48 elements";
+    }
+  }
+  if (!ElementsFit({c.width, 3 * c.width}) ||
+      !ElementsFit({c.width, c.mlp_width})) {
+    return Flag("width", c.width) + " " + Flag("mlp_width", c.mlp_width) +
+           ": a weight would have more than 2^48 elements";
+  }
+  if (!ElementsFit({c.batch, c.heads, c.tokens, c.tokens})) {
+    return Flag("batch", c.batch) + " " + Flag("heads", c.heads) + " " +
+           Flag("tokens", c.tokens) +
+           ": the attention scores would have more than 2^48 elements";
+  }
+  return "";
+}
+
+uint64_t DeriveSeed(uint64_t base, uint32_t value_id) {
+  // splitmix64 (Steele, Lea, Flood 2014): one step from the combined state.
+  uint64_t z = (base ^ value_id) + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+std::string BuildModel(const ModelConfig& config, ModelPart part,
+                       fb::ModuleT* module) {
+  if (std::string e = ValidateModelConfig(config); !e.empty()) return e;
+
+  GraphBuilder g(config);
+  uint32_t x = g.Input("x", {config.rows(), config.width});
+  int64_t layers = 1;
+  switch (part) {
+    case ModelPart::kMlpBlock:
+      BuildMlpBlock(g, config, "l0.", x);
+      break;
+    case ModelPart::kLayer:
+      BuildLayer(g, config, "l0.", x);
+      break;
+    case ModelPart::kModel:
+      layers = config.layers;
+      for (int64_t i = 0; i < layers; ++i) {
+        x = BuildLayer(g, config, "l" + std::to_string(i) + ".", x);
+      }
+      break;
+  }
+  g.MarkLastAsOutput();
+
+  auto model = std::make_unique<fb::ModelT>();
+  model->preset = config.preset;
+  model->part = std::string(ModelPartName(part));
+  // Validation bounded every size by int32.
+  model->layers = static_cast<int32_t>(layers);
+  model->batch = static_cast<int32_t>(config.batch);
+  model->tokens = static_cast<int32_t>(config.tokens);
+  model->width = static_cast<int32_t>(config.width);
+  model->mlp_width = static_cast<int32_t>(config.mlp_width);
+  model->heads = static_cast<int32_t>(config.heads);
+  model->weight_seed = config.weight_seed;
+  model->input_seed = config.input_seed;
+
+  g.MoveInto(module);
+  module->model = std::move(model);
+  return "";
+}
+
+std::string BuildModel(std::string_view preset, std::string_view part,
+                       const ModelOverrides& overrides, fb::ModuleT* module) {
+  ModelConfig config;
+  if (std::string e = PresetConfig(preset, &config); !e.empty()) return e;
+  ModelPart model_part;
+  if (std::string e = ParseModelPart(part, &model_part); !e.empty()) return e;
+  ApplyOverrides(overrides, &config);
+  return BuildModel(config, model_part, module);
+}
+
+}  // namespace tilec::passes

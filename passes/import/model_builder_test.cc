@@ -1,0 +1,637 @@
+#include "passes/import/model_builder.h"
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "flatbuffers/flatbuffers.h"
+#include "formats/tilec_generated.h"
+#include "formats/op_shapes.h"
+
+namespace tilec::passes {
+namespace {
+
+using ::testing::HasSubstr;
+
+fb::ModuleT Build(std::string_view preset, std::string_view part,
+                  const ModelOverrides& overrides = {}) {
+  fb::ModuleT module;
+  const std::string error = BuildModel(preset, part, overrides, &module);
+  EXPECT_EQ(error, "") << preset << " " << part;
+  return module;
+}
+
+std::vector<uint8_t> Pack(const fb::ModuleT& module) {
+  flatbuffers::FlatBufferBuilder fbb;
+  fb::FinishModuleBuffer(fbb, fb::Module::Pack(fbb, &module));
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+}
+
+const fb::ValueT& ValueNamed(const fb::ModuleT& m, const std::string& name) {
+  for (const auto& v : m.values) {
+    if (v->name == name) return *v;
+  }
+  ADD_FAILURE() << "no value " << name;
+  static const fb::ValueT kMissing;
+  return kMissing;
+}
+
+const fb::OperationT& OpNamed(const fb::ModuleT& m, const std::string& name) {
+  for (const auto& op : m.ops) {
+    if (op->name == name) return *op;
+  }
+  ADD_FAILURE() << "no op " << name;
+  static const fb::OperationT kMissing;
+  return kMissing;
+}
+
+// ------------------------------------------------------------ structure
+
+// Counted by hand from the graph conventions:
+//   mlp-block: x; ln2 gamma, beta, out; up w, out; up_bias b, out; gelu out;
+//              down w, out; down_bias b, out; residual out        = 14 values
+//              ln2, up, up_bias, gelu, down, down_bias, residual  =  7 ops
+//   layer:     x + attention half (ln1 3, qkv 2, qkv_bias 2, scores 1,
+//              softmax 1, ctx 1, proj 2, proj_bias 2, residual 1 = 15) +
+//              the 13 of the MLP half                             = 29 values
+//              9 attention ops + 7 MLP ops                        = 16 ops
+//   model:     1 + 28 * layers values, 16 * layers ops.
+struct CountCase {
+  const char* preset;
+  const char* part;
+  size_t values;
+  size_t ops;
+};
+
+constexpr CountCase kCounts[] = {
+    {"siglip-so400m-384", "mlp-block", 14, 7},
+    {"siglip-so400m-384", "layer", 29, 16},
+    {"siglip-so400m-384", "model", 1 + 28 * 27, 16 * 27},  // 757, 432
+    {"vit-b16-224", "mlp-block", 14, 7},
+    {"vit-b16-224", "layer", 29, 16},
+    {"vit-b16-224", "model", 1 + 28 * 12, 16 * 12},  // 337, 192
+    {"clip-vit-l14-224", "mlp-block", 14, 7},
+    {"clip-vit-l14-224", "layer", 29, 16},
+    {"clip-vit-l14-224", "model", 1 + 28 * 24, 16 * 24},  // 673, 384
+};
+
+class EveryPresetAndPart : public ::testing::TestWithParam<CountCase> {};
+
+TEST_P(EveryPresetAndPart, Counts) {
+  const CountCase& c = GetParam();
+  const fb::ModuleT m = Build(c.preset, c.part);
+  EXPECT_EQ(m.values.size(), c.values);
+  EXPECT_EQ(m.ops.size(), c.ops);
+}
+
+TEST_P(EveryPresetAndPart, IdsDenseInCreationOrder) {
+  const fb::ModuleT m = Build(GetParam().preset, GetParam().part);
+  for (size_t i = 0; i < m.values.size(); ++i) {
+    EXPECT_EQ(m.values[i]->id, i);
+  }
+  for (size_t i = 0; i < m.ops.size(); ++i) EXPECT_EQ(m.ops[i]->id, i);
+}
+
+TEST_P(EveryPresetAndPart, DataflowIsWellFormed) {
+  const fb::ModuleT m = Build(GetParam().preset, GetParam().part);
+  std::vector<bool> defined(m.values.size(), false);
+  std::vector<int> producers(m.values.size(), 0);
+  std::vector<int> uses(m.values.size(), 0);
+  for (const auto& v : m.values) {
+    if (v->role == fb::ValueRole::Input || v->role == fb::ValueRole::Weight) {
+      defined[v->id] = true;
+    }
+  }
+  for (const auto& op : m.ops) {
+    for (uint32_t id : op->operands) {
+      ASSERT_LT(id, m.values.size());
+      EXPECT_TRUE(defined[id]) << "op " << op->id << " (" << op->name
+                               << ") reads " << m.values[id]->name
+                               << " before it is defined";
+      ++uses[id];
+    }
+    ASSERT_EQ(op->results.size(), 1u);
+    for (uint32_t id : op->results) {
+      ASSERT_LT(id, m.values.size());
+      ++producers[id];
+      defined[id] = true;
+      EXPECT_EQ(m.values[id]->name, op->name + ".out");
+    }
+  }
+  for (const auto& v : m.values) {
+    switch (v->role) {
+      case fb::ValueRole::Input:
+      case fb::ValueRole::Weight:
+        EXPECT_EQ(producers[v->id], 0) << v->name;
+        EXPECT_GE(uses[v->id], 1) << v->name << " is never read";
+        ASSERT_NE(v->init, nullptr) << v->name;
+        break;
+      case fb::ValueRole::Activation:
+        EXPECT_EQ(producers[v->id], 1) << v->name;
+        EXPECT_GE(uses[v->id], 1) << v->name << " is never read";
+        EXPECT_EQ(v->init, nullptr) << v->name;
+        break;
+      case fb::ValueRole::Output:
+        EXPECT_EQ(producers[v->id], 1) << v->name;
+        EXPECT_EQ(uses[v->id], 0) << v->name;
+        break;
+    }
+    EXPECT_EQ(v->dtype, fb::DType::F16) << v->name;
+  }
+  // Exactly one input (`x`, first) and one output (last).
+  EXPECT_EQ(m.values.front()->name, "x");
+  EXPECT_EQ(m.values.front()->role, fb::ValueRole::Input);
+  EXPECT_EQ(m.values.back()->role, fb::ValueRole::Output);
+  int inputs = 0, outputs = 0;
+  for (const auto& v : m.values) {
+    inputs += v->role == fb::ValueRole::Input;
+    outputs += v->role == fb::ValueRole::Output;
+  }
+  EXPECT_EQ(inputs, 1);
+  EXPECT_EQ(outputs, 1);
+}
+
+TEST_P(EveryPresetAndPart, NamesUnique) {
+  const fb::ModuleT m = Build(GetParam().preset, GetParam().part);
+  std::set<std::string> value_names, op_names;
+  for (const auto& v : m.values) {
+    EXPECT_TRUE(value_names.insert(v->name).second) << v->name;
+  }
+  for (const auto& op : m.ops) {
+    EXPECT_TRUE(op_names.insert(op->name).second) << op->name;
+  }
+}
+
+TEST_P(EveryPresetAndPart, ShapesConsistent) {
+  const fb::ModuleT m = Build(GetParam().preset, GetParam().part);
+  for (const auto& op : m.ops) EXPECT_EQ(ir::CheckOpShapes(*op, m), "");
+  // The flat form agrees.
+  const std::vector<uint8_t> bytes = Pack(m);
+  const fb::Module* flat = fb::GetModule(bytes.data());
+  for (const fb::Operation* op : *flat->ops()) {
+    EXPECT_EQ(ir::CheckOpShapes(*op, *flat), "");
+  }
+}
+
+TEST_P(EveryPresetAndPart, DeterministicBytes) {
+  const fb::ModuleT a = Build(GetParam().preset, GetParam().part);
+  const fb::ModuleT b = Build(GetParam().preset, GetParam().part);
+  const std::vector<uint8_t> bytes = Pack(a);
+  EXPECT_EQ(bytes, Pack(b));
+  flatbuffers::Verifier verifier(bytes.data(), bytes.size());
+  EXPECT_TRUE(fb::VerifyModuleBuffer(verifier));
+}
+
+TEST_P(EveryPresetAndPart, WeightSeedsDistinct) {
+  const fb::ModuleT m = Build(GetParam().preset, GetParam().part);
+  std::set<uint64_t> seeds;
+  for (const auto& v : m.values) {
+    if (v->init == nullptr) continue;
+    EXPECT_TRUE(seeds.insert(v->init->seed).second) << v->name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ModelBuilder, EveryPresetAndPart, ::testing::ValuesIn(kCounts),
+    [](const ::testing::TestParamInfo<CountCase>& info) {
+      std::string name = std::string(info.param.preset) + "_" +
+                         std::string(info.param.part);
+      for (char& ch : name) {
+        if (ch == '-') ch = '_';
+      }
+      return name;
+    });
+
+// ------------------------------------------------------------ one layer
+
+TEST(ModelBuilder, LayerOpsInExecutionOrder) {
+  const fb::ModuleT m = Build("siglip-so400m-384", "layer");
+  const std::vector<std::tuple<const char*, fb::OpKind>> expected = {
+      {"l0.ln1", fb::OpKind::LayerNorm},
+      {"l0.attn.qkv", fb::OpKind::MatMul},
+      {"l0.attn.qkv_bias", fb::OpKind::BiasAdd},
+      {"l0.attn.scores", fb::OpKind::AttentionScores},
+      {"l0.attn.softmax", fb::OpKind::Softmax},
+      {"l0.attn.ctx", fb::OpKind::AttentionContext},
+      {"l0.attn.proj", fb::OpKind::MatMul},
+      {"l0.attn.proj_bias", fb::OpKind::BiasAdd},
+      {"l0.attn.residual", fb::OpKind::Add},
+      {"l0.ln2", fb::OpKind::LayerNorm},
+      {"l0.mlp.up", fb::OpKind::MatMul},
+      {"l0.mlp.up_bias", fb::OpKind::BiasAdd},
+      {"l0.mlp.gelu", fb::OpKind::Gelu},
+      {"l0.mlp.down", fb::OpKind::MatMul},
+      {"l0.mlp.down_bias", fb::OpKind::BiasAdd},
+      {"l0.mlp.residual", fb::OpKind::Add},
+  };
+  ASSERT_EQ(m.ops.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(m.ops[i]->name, std::get<0>(expected[i])) << i;
+    EXPECT_EQ(m.ops[i]->kind, std::get<1>(expected[i])) << i;
+  }
+}
+
+TEST(ModelBuilder, MlpBlockValueNames) {
+  const fb::ModuleT m = Build("siglip-so400m-384", "mlp-block");
+  const std::vector<std::string> expected = {
+      "x",
+      "l0.ln2.gamma",
+      "l0.ln2.beta",
+      "l0.ln2.out",
+      "l0.mlp.up.w",
+      "l0.mlp.up.out",
+      "l0.mlp.up_bias.b",
+      "l0.mlp.up_bias.out",
+      "l0.mlp.gelu.out",
+      "l0.mlp.down.w",
+      "l0.mlp.down.out",
+      "l0.mlp.down_bias.b",
+      "l0.mlp.down_bias.out",
+      "l0.mlp.residual.out",
+  };
+  ASSERT_EQ(m.values.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(m.values[i]->name, expected[i]) << i;
+  }
+  // The residual reads the block's own input.
+  EXPECT_EQ(OpNamed(m, "l0.mlp.residual").operands,
+            (std::vector<uint32_t>{0, 12}));
+}
+
+TEST(ModelBuilder, SiglipLayerShapesAndAttributes) {
+  const fb::ModuleT m = Build("siglip-so400m-384", "layer");
+  using S = std::vector<int64_t>;
+  EXPECT_EQ(ValueNamed(m, "x").shape, (S{729, 1152}));
+  EXPECT_EQ(ValueNamed(m, "l0.ln1.gamma").shape, (S{1152}));
+  EXPECT_EQ(ValueNamed(m, "l0.attn.qkv.w").shape, (S{1152, 3456}));
+  EXPECT_EQ(ValueNamed(m, "l0.attn.qkv_bias.b").shape, (S{3456}));
+  EXPECT_EQ(ValueNamed(m, "l0.attn.qkv_bias.out").shape, (S{729, 3456}));
+  EXPECT_EQ(ValueNamed(m, "l0.attn.scores.out").shape, (S{1, 16, 729, 729}));
+  EXPECT_EQ(ValueNamed(m, "l0.attn.softmax.out").shape, (S{1, 16, 729, 729}));
+  EXPECT_EQ(ValueNamed(m, "l0.attn.ctx.out").shape, (S{729, 1152}));
+  EXPECT_EQ(ValueNamed(m, "l0.attn.proj.w").shape, (S{1152, 1152}));
+  EXPECT_EQ(ValueNamed(m, "l0.mlp.up.w").shape, (S{1152, 4304}));
+  EXPECT_EQ(ValueNamed(m, "l0.mlp.gelu.out").shape, (S{729, 4304}));
+  EXPECT_EQ(ValueNamed(m, "l0.mlp.down.w").shape, (S{4304, 1152}));
+  EXPECT_EQ(ValueNamed(m, "l0.mlp.residual.out").shape, (S{729, 1152}));
+  EXPECT_EQ(ValueNamed(m, "l0.mlp.residual.out").role,
+            fb::ValueRole::Output);
+
+  const fb::OperationT& ln1 = OpNamed(m, "l0.ln1");
+  EXPECT_FLOAT_EQ(ln1.eps, 1e-6f);
+  EXPECT_FLOAT_EQ(OpNamed(m, "l0.ln2").eps, 1e-6f);
+  EXPECT_EQ(OpNamed(m, "l0.mlp.gelu").gelu, fb::GeluForm::Tanh);
+
+  const fb::OperationT& scores = OpNamed(m, "l0.attn.scores");
+  EXPECT_EQ(scores.heads, 16);
+  EXPECT_EQ(scores.head_dim, 72);
+  EXPECT_FLOAT_EQ(scores.scale, 1.0f / std::sqrt(72.0f));
+  EXPECT_FLOAT_EQ(OpNamed(m, "l0.attn.softmax").scale, 1.0f);
+  const fb::OperationT& ctx = OpNamed(m, "l0.attn.ctx");
+  EXPECT_EQ(ctx.heads, 16);
+  EXPECT_EQ(ctx.head_dim, 72);
+  // probs and the same qkv the scores read.
+  EXPECT_EQ(ctx.operands,
+            (std::vector<uint32_t>{ValueNamed(m, "l0.attn.softmax.out").id,
+                                   scores.operands[0]}));
+  // Both residual adds read the layer input / the attention sum.
+  EXPECT_EQ(OpNamed(m, "l0.attn.residual").operands[0], 0u);
+  EXPECT_EQ(OpNamed(m, "l0.mlp.residual").operands[0],
+            ValueNamed(m, "l0.attn.residual.out").id);
+  EXPECT_EQ(OpNamed(m, "l0.ln2").operands[0],
+            ValueNamed(m, "l0.attn.residual.out").id);
+}
+
+TEST(ModelBuilder, PresetAttributes) {
+  fb::ModuleT vit = Build("vit-b16-224", "layer");
+  EXPECT_FLOAT_EQ(OpNamed(vit, "l0.ln1").eps, 1e-12f);
+  EXPECT_EQ(OpNamed(vit, "l0.mlp.gelu").gelu, fb::GeluForm::Erf);
+  EXPECT_EQ(OpNamed(vit, "l0.attn.scores").head_dim, 64);
+  EXPECT_EQ(ValueNamed(vit, "x").shape, (std::vector<int64_t>{197, 768}));
+  EXPECT_EQ(ValueNamed(vit, "l0.mlp.up.w").shape,
+            (std::vector<int64_t>{768, 3072}));
+
+  fb::ModuleT clip = Build("clip-vit-l14-224", "layer");
+  EXPECT_FLOAT_EQ(OpNamed(clip, "l0.ln1").eps, 1e-5f);
+  EXPECT_EQ(OpNamed(clip, "l0.mlp.gelu").gelu, fb::GeluForm::Quick);
+  EXPECT_EQ(OpNamed(clip, "l0.attn.scores").heads, 16);
+  EXPECT_EQ(OpNamed(clip, "l0.attn.scores").head_dim, 64);
+  EXPECT_EQ(ValueNamed(clip, "l0.attn.scores.out").shape,
+            (std::vector<int64_t>{1, 16, 257, 257}));
+}
+
+// ------------------------------------------------------------ weights
+
+TEST(ModelBuilder, WeightInits) {
+  const fb::ModuleT m = Build("siglip-so400m-384", "layer");
+  auto init = [&m](const std::string& name) -> const fb::WeightInitT& {
+    const fb::ValueT& v = ValueNamed(m, name);
+    EXPECT_EQ(v.role, fb::ValueRole::Weight) << name;
+    EXPECT_EQ(v.init->seed, DeriveSeed(1, v.id)) << name;
+    return *v.init;
+  };
+  const fb::WeightInitT& gamma = init("l0.ln1.gamma");
+  EXPECT_EQ(gamma.distribution, fb::Distribution::Constant);
+  EXPECT_EQ(gamma.mean, 1.0f);
+  const fb::WeightInitT& beta = init("l0.ln2.beta");
+  EXPECT_EQ(beta.distribution, fb::Distribution::Constant);
+  EXPECT_EQ(beta.mean, 0.0f);
+
+  const fb::WeightInitT& up = init("l0.mlp.up.w");
+  EXPECT_EQ(up.distribution, fb::Distribution::Gaussian);
+  EXPECT_EQ(up.mean, 0.0f);
+  EXPECT_FLOAT_EQ(up.stddev, std::sqrt(2.0f / (1152 + 4304)));
+  EXPECT_FLOAT_EQ(init("l0.attn.qkv.w").stddev,
+                  std::sqrt(2.0f / (1152 + 3456)));
+  EXPECT_FLOAT_EQ(init("l0.attn.proj.w").stddev,
+                  std::sqrt(2.0f / (1152 + 1152)));
+
+  const fb::WeightInitT& bias = init("l0.mlp.down_bias.b");
+  EXPECT_EQ(bias.distribution, fb::Distribution::Gaussian);
+  EXPECT_EQ(bias.mean, 0.0f);
+  EXPECT_FLOAT_EQ(bias.stddev, 0.02f);
+
+  const fb::ValueT& x = ValueNamed(m, "x");
+  ASSERT_NE(x.init, nullptr);
+  EXPECT_EQ(x.init->distribution, fb::Distribution::Gaussian);
+  EXPECT_EQ(x.init->seed, DeriveSeed(2, 0));
+  EXPECT_EQ(x.init->mean, 0.0f);
+  EXPECT_EQ(x.init->stddev, 1.0f);
+}
+
+TEST(ModelBuilder, DeriveSeedIsSplitMix64) {
+  // The first output of splitmix64 from state 0 (a published test value).
+  EXPECT_EQ(DeriveSeed(0, 0), 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(DeriveSeed(5, 3), DeriveSeed(6, 0));  // 5 ^ 3 == 6
+  EXPECT_NE(DeriveSeed(1, 1), DeriveSeed(1, 2));
+}
+
+TEST(ModelBuilder, SeedOverridesChangeOnlySeeds) {
+  ModelOverrides o;
+  o.weight_seed = 77;
+  o.input_seed = 78;
+  const fb::ModuleT a = Build("vit-b16-224", "layer");
+  const fb::ModuleT b = Build("vit-b16-224", "layer", o);
+  ASSERT_EQ(a.values.size(), b.values.size());
+  for (size_t i = 0; i < a.values.size(); ++i) {
+    EXPECT_EQ(a.values[i]->name, b.values[i]->name);
+    EXPECT_EQ(a.values[i]->shape, b.values[i]->shape);
+    if (a.values[i]->init == nullptr) continue;
+    const uint64_t base = i == 0 ? 78 : 77;
+    EXPECT_EQ(b.values[i]->init->seed, DeriveSeed(base, i));
+    EXPECT_NE(a.values[i]->init->seed, b.values[i]->init->seed);
+  }
+  EXPECT_EQ(b.model->weight_seed, 77u);
+  EXPECT_EQ(b.model->input_seed, 78u);
+}
+
+// ------------------------------------------------------------ model
+
+TEST(ModelBuilder, ModelChainsLayersWithStableIds) {
+  const fb::ModuleT m = Build("siglip-so400m-384", "model");
+  ASSERT_EQ(m.ops.size(), 432u);
+  for (int layer = 0; layer < 27; ++layer) {
+    const std::string p = "l" + std::to_string(layer) + ".";
+    // Op ids follow 16 * layer + position in the layer.
+    EXPECT_EQ(m.ops[16 * layer + 0]->name, p + "ln1");
+    EXPECT_EQ(m.ops[16 * layer + 9]->name, p + "ln2");
+    EXPECT_EQ(m.ops[16 * layer + 11]->name, p + "mlp.up_bias");
+    EXPECT_EQ(m.ops[16 * layer + 12]->name, p + "mlp.gelu");
+    // Value ids: x, then 28 per layer.
+    EXPECT_EQ(m.values[1 + 28 * layer]->name, p + "ln1.gamma");
+    const uint32_t input =
+        layer == 0 ? 0
+                   : ValueNamed(m, "l" + std::to_string(layer - 1) +
+                                       ".mlp.residual.out")
+                         .id;
+    EXPECT_EQ(m.ops[16 * layer]->operands[0], input);
+    EXPECT_EQ(m.ops[16 * layer + 8]->operands[0], input);  // residual
+  }
+  EXPECT_EQ(m.values.back()->name, "l26.mlp.residual.out");
+  EXPECT_EQ(m.values.back()->role, fb::ValueRole::Output);
+  EXPECT_EQ(ValueNamed(m, "l25.mlp.residual.out").role,
+            fb::ValueRole::Activation);
+}
+
+TEST(ModelBuilder, ModelInfo) {
+  const fb::ModuleT m = Build("siglip-so400m-384", "model");
+  ASSERT_NE(m.model, nullptr);
+  EXPECT_EQ(m.model->preset, "siglip-so400m-384");
+  EXPECT_EQ(m.model->part, "model");
+  EXPECT_EQ(m.model->layers, 27);
+  EXPECT_EQ(m.model->batch, 1);
+  EXPECT_EQ(m.model->tokens, 729);
+  EXPECT_EQ(m.model->width, 1152);
+  EXPECT_EQ(m.model->mlp_width, 4304);
+  EXPECT_EQ(m.model->heads, 16);
+  EXPECT_EQ(m.model->weight_seed, 1u);
+  EXPECT_EQ(m.model->input_seed, 2u);
+
+  EXPECT_EQ(Build("siglip-so400m-384", "layer").model->layers, 1);
+  EXPECT_EQ(Build("siglip-so400m-384", "mlp-block").model->part, "mlp-block");
+  EXPECT_EQ(Build("siglip-so400m-384", "mlp-block").model->layers, 1);
+}
+
+TEST(ModelBuilder, LeavesOtherModuleFieldsAlone) {
+  fb::ModuleT m;
+  m.schema_version = 7;
+  m.producer = "test";
+  m.target = std::make_unique<fb::TargetT>();
+  m.target->name = "tiny";
+  ASSERT_EQ(BuildModel("vit-b16-224", "layer", {}, &m), "");
+  EXPECT_EQ(m.schema_version, 7u);
+  EXPECT_EQ(m.producer, "test");
+  ASSERT_NE(m.target, nullptr);
+  EXPECT_EQ(m.target->name, "tiny");
+  // Rebuilding replaces the graph instead of appending to it.
+  ASSERT_EQ(BuildModel("vit-b16-224", "mlp-block", {}, &m), "");
+  EXPECT_EQ(m.values.size(), 14u);
+  EXPECT_EQ(m.ops.size(), 7u);
+}
+
+// ------------------------------------------------------------ overrides
+
+TEST(ModelBuilder, SizeOverrides) {
+  ModelOverrides o;
+  o.tokens = 10;
+  o.width = 64;
+  o.mlp_width = 96;
+  o.heads = 4;
+  o.layers = 3;
+  o.eps = 1e-3f;
+  o.gelu = fb::GeluForm::Erf;
+  const fb::ModuleT m = Build("siglip-so400m-384", "model", o);
+  EXPECT_EQ(m.ops.size(), 48u);
+  EXPECT_EQ(m.values.size(), 85u);
+  EXPECT_EQ(ValueNamed(m, "x").shape, (std::vector<int64_t>{10, 64}));
+  EXPECT_EQ(ValueNamed(m, "l2.attn.qkv.w").shape,
+            (std::vector<int64_t>{64, 192}));
+  EXPECT_EQ(ValueNamed(m, "l1.mlp.gelu.out").shape,
+            (std::vector<int64_t>{10, 96}));
+  EXPECT_EQ(ValueNamed(m, "l0.attn.scores.out").shape,
+            (std::vector<int64_t>{1, 4, 10, 10}));
+  EXPECT_EQ(OpNamed(m, "l0.attn.scores").head_dim, 16);
+  EXPECT_FLOAT_EQ(OpNamed(m, "l0.attn.scores").scale, 0.25f);
+  EXPECT_FLOAT_EQ(OpNamed(m, "l2.ln2").eps, 1e-3f);
+  EXPECT_EQ(OpNamed(m, "l2.mlp.gelu").gelu, fb::GeluForm::Erf);
+  EXPECT_EQ(m.model->layers, 3);
+  EXPECT_EQ(m.model->width, 64);
+  EXPECT_EQ(m.model->preset, "siglip-so400m-384");
+  for (const auto& op : m.ops) EXPECT_EQ(ir::CheckOpShapes(*op, m), "");
+}
+
+TEST(ModelBuilder, LayersOverrideIgnoredOutsideModel) {
+  ModelOverrides o;
+  o.layers = 5;
+  EXPECT_EQ(Build("vit-b16-224", "layer", o).ops.size(), 16u);
+  EXPECT_EQ(Build("vit-b16-224", "mlp-block", o).ops.size(), 7u);
+  EXPECT_EQ(Build("vit-b16-224", "model", o).ops.size(), 80u);
+}
+
+TEST(ModelBuilder, Batch2) {
+  ModelOverrides o;
+  o.batch = 2;
+  for (const char* part : {"mlp-block", "layer", "model"}) {
+    const fb::ModuleT m = Build("siglip-so400m-384", part, o);
+    EXPECT_EQ(m.model->batch, 2);
+    EXPECT_EQ(ValueNamed(m, "x").shape, (std::vector<int64_t>{1458, 1152}));
+    EXPECT_EQ(ValueNamed(m, "l0.mlp.up.out").shape,
+              (std::vector<int64_t>{1458, 4304}));
+    EXPECT_EQ(m.values.back()->shape, (std::vector<int64_t>{1458, 1152}));
+    for (const auto& op : m.ops) EXPECT_EQ(ir::CheckOpShapes(*op, m), "") << part;
+  }
+  const fb::ModuleT m = Build("siglip-so400m-384", "layer", o);
+  EXPECT_EQ(ValueNamed(m, "l0.attn.qkv_bias.out").shape,
+            (std::vector<int64_t>{1458, 3456}));
+  EXPECT_EQ(ValueNamed(m, "l0.attn.scores.out").shape,
+            (std::vector<int64_t>{2, 16, 729, 729}));
+  EXPECT_EQ(ValueNamed(m, "l0.attn.ctx.out").shape,
+            (std::vector<int64_t>{1458, 1152}));
+  // Batch does not change the weights.
+  EXPECT_EQ(ValueNamed(m, "l0.attn.qkv.w").shape,
+            (std::vector<int64_t>{1152, 3456}));
+}
+
+TEST(ModelBuilder, ConfigApi) {
+  EXPECT_EQ(PresetNames(), (std::vector<std::string>{
+                               "siglip-so400m-384", "vit-b16-224",
+                               "clip-vit-l14-224"}));
+  ModelConfig c;
+  ASSERT_EQ(PresetConfig("clip-vit-l14-224", &c), "");
+  EXPECT_EQ(c.tokens, 257);
+  EXPECT_EQ(c.width, 1024);
+  EXPECT_EQ(c.mlp_width, 4096);
+  EXPECT_EQ(c.heads, 16);
+  EXPECT_EQ(c.layers, 24);
+  EXPECT_EQ(c.batch, 1);
+  EXPECT_EQ(c.head_dim(), 64);
+  EXPECT_EQ(c.weight_seed, 1u);
+  EXPECT_EQ(c.input_seed, 2u);
+
+  ModelPart part;
+  ASSERT_EQ(ParseModelPart("mlp-block", &part), "");
+  EXPECT_EQ(part, ModelPart::kMlpBlock);
+  EXPECT_EQ(ModelPartName(ModelPart::kLayer), "layer");
+
+  fb::GeluForm form;
+  ASSERT_EQ(ParseGeluForm("quick", &form), "");
+  EXPECT_EQ(form, fb::GeluForm::Quick);
+  EXPECT_EQ(GeluFormName(fb::GeluForm::Erf), "erf");
+  EXPECT_THAT(ParseGeluForm("relu", &form), HasSubstr("--gelu=relu"));
+
+  // The struct form gives the same graph as preset + part names.
+  fb::ModuleT a, b;
+  ASSERT_EQ(BuildModel(c, ModelPart::kLayer, &a), "");
+  ASSERT_EQ(BuildModel("clip-vit-l14-224", "layer", {}, &b), "");
+  EXPECT_EQ(Pack(a), Pack(b));
+}
+
+// ------------------------------------------------------------ errors
+
+std::string BuildError(std::string_view preset, std::string_view part,
+                       const ModelOverrides& o = {}) {
+  fb::ModuleT m;
+  return BuildModel(preset, part, o, &m);
+}
+
+TEST(ModelBuilder, UnknownPresetAndPart) {
+  EXPECT_THAT(BuildError("resnet-50", "layer"),
+              HasSubstr("--preset=resnet-50"));
+  EXPECT_THAT(BuildError("resnet-50", "layer"),
+              HasSubstr("siglip-so400m-384"));  // lists the known ones
+  EXPECT_THAT(BuildError("vit-b16-224", "block"), HasSubstr("--part=block"));
+}
+
+TEST(ModelBuilder, InconsistentSizes) {
+  ModelOverrides o;
+  o.heads = 7;
+  EXPECT_THAT(BuildError("siglip-so400m-384", "layer", o),
+              HasSubstr("--width=1152: not divisible by --heads=7"));
+
+  struct Bad {
+    std::optional<int64_t> ModelOverrides::*field;
+    int64_t value;
+    const char* message;
+  };
+  const Bad bad[] = {
+      {&ModelOverrides::tokens, 0, "--tokens=0: must be positive"},
+      {&ModelOverrides::width, -8, "--width=-8: must be positive"},
+      {&ModelOverrides::mlp_width, 0, "--mlp_width=0: must be positive"},
+      {&ModelOverrides::heads, 0, "--heads=0: must be positive"},
+      {&ModelOverrides::layers, 0, "--layers=0: must be positive"},
+      {&ModelOverrides::batch, -1, "--batch=-1: must be positive"},
+      {&ModelOverrides::tokens, int64_t{1} << 31,
+       "--tokens=2147483648: must be at most 2147483647"},
+      {&ModelOverrides::layers, 100000, "--layers=100000: must be at most"},
+  };
+  for (const Bad& b : bad) {
+    ModelOverrides over;
+    over.*b.field = b.value;
+    EXPECT_THAT(BuildError("siglip-so400m-384", "model", over),
+                HasSubstr(b.message));
+  }
+}
+
+TEST(ModelBuilder, BadEps) {
+  for (float eps : {0.0f, -1.0f, std::nanf(""), INFINITY}) {
+    ModelOverrides o;
+    o.eps = eps;
+    EXPECT_THAT(BuildError("vit-b16-224", "layer", o), HasSubstr("--eps="))
+        << eps;
+  }
+  ModelOverrides o;
+  o.eps = -1.0f;
+  EXPECT_THAT(BuildError("vit-b16-224", "layer", o),
+              HasSubstr("--eps=-1: must be positive and finite"));
+}
+
+TEST(ModelBuilder, TooLargeTensors) {
+  ModelOverrides o;
+  o.tokens = 2000000000;
+  o.batch = 2000000;
+  EXPECT_THAT(BuildError("vit-b16-224", "layer", o), HasSubstr("2^48"));
+  ModelOverrides scores;
+  scores.tokens = 100000000;  // fine as rows, too many scores
+  EXPECT_THAT(BuildError("vit-b16-224", "layer", scores),
+              HasSubstr("attention scores"));
+}
+
+TEST(ModelBuilder, ErrorLeavesModuleUntouched) {
+  fb::ModuleT m = Build("vit-b16-224", "layer");
+  const std::vector<uint8_t> before = Pack(m);
+  ModelOverrides o;
+  o.heads = 5;
+  EXPECT_NE(BuildModel("vit-b16-224", "model", o, &m), "");
+  EXPECT_NE(BuildModel("nope", "model", {}, &m), "");
+  EXPECT_EQ(Pack(m), before);
+}
+
+}  // namespace
+}  // namespace tilec::passes
