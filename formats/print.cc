@@ -245,6 +245,17 @@ std::string OwnershipText(const fb::OwnershipT& o) {
       out += std::to_string(o.partitions[i]);
     }
     if (o.replicas != 1) out += ", rep=" + std::to_string(o.replicas);
+    bool natural = true;
+    for (size_t i = 0; i < o.axis_order.size(); ++i) {
+      natural = natural && o.axis_order[i] == static_cast<int>(i);
+    }
+    if (!natural) {
+      out += ", order=";
+      for (size_t i = 0; i < o.axis_order.size(); ++i) {
+        if (i) out += ",";
+        out += std::to_string(o.axis_order[i]);
+      }
+    }
   } else {
     out = "flat(grain=" + std::to_string(o.grain) +
           ", tiles=" + std::to_string(o.tiles);

@@ -29,6 +29,22 @@ Status CheckOwnership(const fb::OwnershipT& owner, const fb::ValueT& value,
                  std::to_string(value.shape.size()) + " value");
     }
     if (owner.replicas < 1) return bad("replicas must be >= 1");
+    if (!owner.axis_order.empty()) {
+      std::vector<bool> seen(owner.partitions.size() + 1, false);
+      bool permutation = owner.axis_order.size() == seen.size();
+      for (int axis : owner.axis_order) {
+        if (!permutation || axis < 0 || axis >= static_cast<int>(seen.size()) ||
+            seen[axis]) {
+          permutation = false;
+          break;
+        }
+        seen[axis] = true;
+      }
+      if (!permutation) {
+        return bad("axis_order must be a permutation of 0.." +
+                   std::to_string(owner.partitions.size()));
+      }
+    }
     tiles_used = owner.replicas;
     for (int p : owner.partitions) {
       if (p < 1) return bad("partition counts must be >= 1");
