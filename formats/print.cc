@@ -274,7 +274,10 @@ std::string RecipeText(const fb::RecipeT& r) {
            std::to_string(r.block_n) + " " +
            SnakeCase(fb::EnumNameStaging(r.staging));
     if (r.staging == fb::Staging::Batched) {
-      out += "(" + std::to_string(r.batch_chunks) + ")";
+      out += "(" + std::to_string(r.batch_chunks) + " x k" +
+             std::to_string(r.chunk_k) + ")";
+    } else if (r.staging == fb::Staging::Streamed) {
+      out += "(k" + std::to_string(r.chunk_k) + ")";
     }
     out += ")";
   }
