@@ -1,6 +1,7 @@
 #ifndef TILEC_FORMATS_STATUS_H_
 #define TILEC_FORMATS_STATUS_H_
 
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -16,7 +17,7 @@ enum class StatusCode {
 
 // An error value instead of exceptions across library boundaries. The
 // message is one line that names the input and what is wrong with it.
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(StatusCode code, std::string message)
@@ -47,6 +48,31 @@ class Status {
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+};
+
+// A value or the Status that explains why there is none.
+template <typename T>
+class [[nodiscard]] StatusOr {
+ public:
+  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit on purpose
+  // An ok Status carries no value, so it becomes an internal error rather
+  // than a StatusOr that is neither a value nor an error.
+  StatusOr(Status status)  // NOLINT: implicit on purpose
+      : status_(status.ok() ? Status::Internal("StatusOr built from an ok Status")
+                            : std::move(status)) {}
+  bool ok() const { return value_.has_value(); }
+  const Status& status() const { return status_; }
+  const T& value() const& { return *value_; }
+  T& value() & { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  const T& operator*() const& { return *value_; }
+  T& operator*() & { return *value_; }
+  const T* operator->() const { return &*value_; }
+  T* operator->() { return &*value_; }
+
+ private:
+  std::optional<T> value_;
+  Status status_;
 };
 
 #define TILEC_RETURN_IF_ERROR(expr)          \

@@ -1,0 +1,51 @@
+// Elementwise add (residual) and bias add.
+
+#include "kernels/kernels.h"
+
+namespace tilec::kernels {
+namespace {
+
+// out[r,c] = x[r,c] + y[r*y_row_stride + c]: stride w for a full operand,
+// 0 for a bias row broadcast down the rows.
+Status AddImpl(std::string_view name, std::string_view y_role,
+               const Operand& x, const Operand& y, const Operand& out,
+               int64_t rows, int64_t w, bool broadcast) {
+  StatusOr<size_t> elems = ElementCount(name, {rows, w});
+  if (!elems.ok()) return elems.status();
+  const size_t y_elems = broadcast ? static_cast<size_t>(w) : *elems;
+  if (Status s = CheckOperand(name, "x", x, *elems); !s.ok()) return s;
+  if (Status s = CheckOperand(name, y_role, y, y_elems); !s.ok()) return s;
+  if (Status s = CheckOperand(name, "out", out, *elems); !s.ok()) return s;
+
+  std::vector<float> xf = LoadElements(x, *elems);
+  const std::vector<float> yf = LoadElements(y, y_elems);
+  const size_t width = static_cast<size_t>(w);
+  for (size_t i = 0; i < xf.size(); ++i) {
+    xf[i] += yf[broadcast ? i % width : i];
+  }
+  StoreElements(out, xf);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Add(const Operand& a, const Operand& b, const Operand& out,
+           int64_t rows, int64_t w) {
+  return AddImpl("add", "b", a, b, out, rows, w, /*broadcast=*/false);
+}
+
+Status BiasAdd(const Operand& x, const Operand& bias, const Operand& out,
+               int64_t rows, int64_t w) {
+  return AddImpl("bias_add", "bias", x, bias, out, rows, w,
+                 /*broadcast=*/true);
+}
+
+StatusOr<int64_t> AddCycles(const CostModel& model, int64_t rows, int64_t w,
+                            KernelPath path) {
+  StatusOr<size_t> n = ElementCount(
+      "add", {rows, RoundUpToGroup(w, model.vector_elements())});
+  if (!n.ok()) return n.status();
+  return model.Cycles("add", {{"n", static_cast<int64_t>(*n)}}, path);
+}
+
+}  // namespace tilec::kernels

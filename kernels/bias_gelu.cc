@@ -1,0 +1,34 @@
+// Bias add fused with GELU, F16 or scaled FP8 output (the MLP epilogue).
+
+#include "kernels/kernels.h"
+
+namespace tilec::kernels {
+Status BiasGelu(const Operand& x, const Operand& bias, const Operand& out,
+                int64_t rows, int64_t w, GeluForm form) {
+  constexpr std::string_view kName = "bias_gelu";
+  StatusOr<size_t> elems = ElementCount(kName, {rows, w});
+  if (!elems.ok()) return elems.status();
+  const size_t width = static_cast<size_t>(w);
+  if (Status s = CheckOperand(kName, "x", x, *elems); !s.ok()) return s;
+  if (Status s = CheckOperand(kName, "bias", bias, width); !s.ok()) return s;
+  if (Status s = CheckOperand(kName, "out", out, *elems); !s.ok()) return s;
+
+  std::vector<float> v = LoadElements(x, *elems);
+  const std::vector<float> b = LoadElements(bias, width);
+  // The sum stays in F32 into the GELU: the fused kernel has no rounding
+  // point between the two steps.
+  for (size_t i = 0; i < v.size(); ++i) v[i] = Gelu(v[i] + b[i % width], form);
+  StoreElements(out, v);
+  return Status::Ok();
+}
+
+StatusOr<int64_t> BiasGeluCycles(const CostModel& model, DType out_dtype,
+                                 int64_t rows, int64_t w) {
+  StatusOr<size_t> n = ElementCount(
+      "bias_gelu", {rows, RoundUpToGroup(w, model.vector_elements())});
+  if (!n.ok()) return n.status();
+  return model.Cycles(IsFp8(out_dtype) ? "bias_gelu_fp8" : "bias_gelu",
+                      {{"n", static_cast<int64_t>(*n)}});
+}
+
+}  // namespace tilec::kernels

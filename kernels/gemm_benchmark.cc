@@ -1,0 +1,57 @@
+// Host speed of the GEMM kernel on the per-tile shapes of the SigLIP MLP
+// (the simulator's hot loop). Run: bazel run -c opt //kernels:gemm_benchmark
+// (the default build already uses -O2).
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace tilec::kernels {
+namespace {
+
+void Bench(DType in, int64_t m, int64_t k, int64_t n, int reps) {
+  std::vector<uint8_t> a(m * k * DTypeBytes(in)), b(k * n * DTypeBytes(in));
+  std::vector<uint8_t> c(m * n * 4);
+  // Ordinary numbers (raw byte patterns would make F32 denormals, which
+  // are slow on the host and never seen in a real model).
+  const int w = DTypeBytes(in);
+  for (size_t i = 0; i < a.size() / w; ++i) {
+    StoreAs(in, 0.25f * static_cast<float>(i % 37) - 4.0f, 0, &a[i * w]);
+  }
+  for (size_t i = 0; i < b.size() / w; ++i) {
+    StoreAs(in, 0.125f * static_cast<float>(i % 41) - 2.5f, 0, &b[i * w]);
+  }
+  const Operand ao{a.data(), a.size(), in, 0};
+  const Operand bo{b.data(), b.size(), in, 0};
+  const Operand co{c.data(), c.size(), DType::kF32, 0};
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) {
+    Status s = Gemm(ao, bo, co, m, k, n, r > 0);
+    if (!s.ok()) {
+      std::printf("error: %s\n", s.message().c_str());
+      return;
+    }
+  }
+  const double seconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+  const double macs = double(m) * k * n * reps;
+  std::printf("%-8s M%-4lld K%-4lld N%-4lld %6.2f GMAC/s  %6.2f GFLOP/s\n",
+              std::string(DTypeName(in)).c_str(), (long long)m, (long long)k,
+              (long long)n, macs / seconds * 1e-9, 2 * macs / seconds * 1e-9);
+}
+
+}  // namespace
+}  // namespace tilec::kernels
+
+int main() {
+  using tilec::kernels::DType;
+  tilec::kernels::Bench(DType::kFp8E4M3, 82, 192, 160, 300);
+  tilec::kernels::Bench(DType::kFp8E4M3, 122, 160, 128, 300);
+  tilec::kernels::Bench(DType::kF16, 82, 192, 160, 300);
+  tilec::kernels::Bench(DType::kF32, 82, 192, 160, 300);
+  tilec::kernels::Bench(DType::kF32, 7, 13, 21, 100000);
+  return 0;
+}

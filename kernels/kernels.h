@@ -1,0 +1,207 @@
+// Tile kernels: the compute a tile runs on its own memory, one file each
+// (gemm.cc, reduce.cc, add.cc, gelu.cc, bias_gelu.cc, cast.cc, layernorm.cc,
+// moments.cc, normalize.cc, softmax.cc, copy.cc), and their cycle costs.
+//
+// Operands are tile-local byte buffers in a stored dtype. Kernels read and
+// write elements with the numerics library (kernels/numerics.h) and do their
+// math in F32; statistics and GEMM accumulation are F32 too. Every kernel
+// first decodes its inputs, then computes, then encodes its outputs, so an
+// output may alias an input of the same shape (in-place work).
+//
+// Every kernel checks that each operand holds at least the bytes its shape
+// needs (bytes needed <= bytes given) and returns an error that names the
+// kernel, the operand and the numbers instead of touching memory outside it.
+//
+// Cycles: each kernel has a *Cycles function that picks the target's
+// formula (kernels/cost.h) and its variables.
+//
+// Tail cost. The vector kernels add, bias add, GELU, bias + GELU (F16 and
+// FP8 output) and cast work on groups of target.vector_elements (4)
+// elements. A row whose width w is not a whole number of groups is still
+// computed exactly, but its last group costs as much as a full one, so these
+// kernels are charged with n = rows * roundup(w, vector_elements) instead of
+// rows * w. Row-wise kernels (LayerNorm, moments, normalize, softmax) already
+// charge per row through ceil(w/2) or ceil(w/4) and need no tail rule.
+
+#ifndef TILEC_KERNELS_KERNELS_H_
+#define TILEC_KERNELS_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/tilec_generated.h"
+#include "kernels/cost.h"
+#include "kernels/numerics.h"
+#include "kernels/status.h"
+
+namespace tilec::kernels {
+
+// A tile-local buffer (or a slice of one) holding elements of one dtype.
+// Stored value = round(x * 2^scale_exp) (numerics.h); 0 means unscaled.
+struct Operand {
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+  DType dtype = DType::kF32;
+  int scale_exp = 0;
+};
+
+inline bool IsFp8(DType d) {
+  return d == DType::kFp8E4M3 || d == DType::kFp8E5M2;
+}
+
+// The kernels' dtype for an IR dtype; an error for a value outside the enum.
+StatusOr<DType> DTypeFromFb(fb::DType dtype);
+
+// GELU forms, with the IR's numbering (fb::GeluForm).
+enum class GeluForm {
+  kTanh = 0,   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  kErf = 1,    // 0.5 x (1 + erf(x / sqrt(2)))
+  kQuick = 2,  // x * sigmoid(1.702 x)
+};
+// An error for a number that is not a GeluForm.
+StatusOr<GeluForm> GeluFormFromInt(int64_t form);
+// One GELU in F32 (shared by the GELU kernels and their tests).
+float Gelu(float x, GeluForm form);
+
+// Row statistics of LayerNorm, stored as 3 F32 per row:
+// {count, mean, M2} where M2 = sum (x - mean)^2 over the row's `count`
+// elements, so variance = M2 / count. Counts are exact in F32 up to 2^24.
+inline constexpr int kMomentFloats = 3;
+inline constexpr size_t kMomentBytes = kMomentFloats * sizeof(float);
+
+// ---------------------------------------------------------------- helpers
+// (shared by the kernel files; public so the registry and tests use the
+// same checks.)
+
+// rows * w (or any product) with every factor >= 0 and the product below
+// 2^40 elements; otherwise an error naming the kernel and the factors.
+StatusOr<size_t> ElementCount(std::string_view kernel,
+                              std::initializer_list<int64_t> factors);
+
+// OK when `op` holds at least `elements` elements of its dtype, its dtype is
+// valid, and its data pointer is set if any element is needed. `role` names
+// the operand in the message ("A", "bias", ...).
+Status CheckOperand(std::string_view kernel, std::string_view role,
+                    const Operand& op, size_t elements);
+
+// roundup(w, group): the width a vector kernel is charged for.
+int64_t RoundUpToGroup(int64_t w, int64_t group);
+
+// The first `elements` elements of `op` decoded to F32 / encoded from F32
+// (callers have checked the operand with CheckOperand).
+std::vector<float> LoadElements(const Operand& op, size_t elements);
+void StoreElements(const Operand& op, std::span<const float> values);
+
+// ---------------------------------------------------------------- gemm.cc
+// C[M,N] (+)= A[M,K] * B[K,N], row-major. A and B are both FP8 (E4M3 or
+// E5M2, each with its own scale), both F16, or both F32; C is F32 (the
+// accumulator) or F16 (rounded once, after the whole sum). With
+// `accumulate`, C's previous contents are the starting sum (K-split
+// partials); otherwise they are ignored.
+Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
+            int64_t k, int64_t n, bool accumulate);
+// "gemm_fp8", "gemm_f16" or "gemm_f32" by A's dtype, or an error.
+StatusOr<std::string_view> GemmKernelName(DType a_dtype);
+StatusOr<int64_t> GemmCycles(const CostModel& model, DType a_dtype, int64_t m,
+                             int64_t k, int64_t n);
+
+// ---------------------------------------------------------------- reduce.cc
+// out[i] = sum_p partials[p][i] for i < n, summed in F32 in partial order.
+// Partials are usually F32; out F32 or F16.
+Status ReducePartials(std::span<const Operand> partials, const Operand& out,
+                      int64_t n);
+StatusOr<int64_t> ReducePartialsCycles(const CostModel& model, int64_t n,
+                                       int64_t partials);
+
+// ---------------------------------------------------------------- add.cc
+// out[r,c] = a[r,c] + b[r,c] over [rows, w].
+Status Add(const Operand& a, const Operand& b, const Operand& out,
+           int64_t rows, int64_t w);
+// out[r,c] = x[r,c] + bias[c]: a bias row of w elements broadcast down rows.
+Status BiasAdd(const Operand& x, const Operand& bias, const Operand& out,
+               int64_t rows, int64_t w);
+// Both use the "add" formula with the tail cost; `path` is kSlow when the two
+// inputs share a memory element (MACHINE.md).
+StatusOr<int64_t> AddCycles(const CostModel& model, int64_t rows, int64_t w,
+                            KernelPath path = KernelPath::kFast);
+
+// ---------------------------------------------------------------- gelu.cc
+Status GeluKernel(const Operand& x, const Operand& out, int64_t rows,
+                  int64_t w, GeluForm form);
+StatusOr<int64_t> GeluCycles(const CostModel& model, int64_t rows, int64_t w);
+
+// ---------------------------------------------------------------- bias_gelu.cc
+// out[r,c] = GELU(x[r,c] + bias[c]); out F16 ("bias_gelu") or FP8 with its
+// scale ("bias_gelu_fp8"); the sum is not rounded before the GELU.
+Status BiasGelu(const Operand& x, const Operand& bias, const Operand& out,
+                int64_t rows, int64_t w, GeluForm form);
+StatusOr<int64_t> BiasGeluCycles(const CostModel& model, DType out_dtype,
+                                 int64_t rows, int64_t w);
+
+// ---------------------------------------------------------------- cast.cc
+// out = in converted between any two of F32, F16, BF16, FP8 E4M3/E5M2, each
+// with its own scale. FP8 saturates.
+Status Cast(const Operand& in, const Operand& out, int64_t rows, int64_t w);
+StatusOr<int64_t> CastCycles(const CostModel& model, int64_t rows, int64_t w);
+
+// ---------------------------------------------------------------- layernorm.cc
+// LayerNorm over complete rows of width w: F32 mean and variance (two
+// passes), y = (x - mean) / sqrt(var + eps) * gamma[c] + beta[c]; out F16
+// ("layernorm") or FP8 ("layernorm_fp8").
+Status LayerNorm(const Operand& x, const Operand& gamma, const Operand& beta,
+                 const Operand& out, int64_t rows, int64_t w, float eps);
+StatusOr<int64_t> LayerNormCycles(const CostModel& model, DType out_dtype,
+                                  int64_t rows, int64_t w);
+
+// ---------------------------------------------------------------- moments.cc
+// Partial moments of each row of x [rows, w] (a column slice of the full
+// rows): moments [rows] x {count = w, mean, M2}.
+Status LnMoments(const Operand& x, const Operand& moments, int64_t rows,
+                 int64_t w);
+StatusOr<int64_t> LnMomentsCycles(const CostModel& model, int64_t rows,
+                                  int64_t w);
+// Chan's parallel combination of P moment sets [rows] x {count, mean, M2}
+// into out [rows] x {count, mean, M2}, in partial order. Sets with count 0
+// are skipped.
+Status CombineMoments(std::span<const Operand> partials, const Operand& out,
+                      int64_t rows);
+StatusOr<int64_t> CombineMomentsCycles(const CostModel& model, int64_t rows,
+                                       int64_t partials);
+// sum = a + b over [rows, w], stored in sum's dtype, and the partial moments
+// of the *stored* sum (what a later normalize reads), as LnMoments.
+Status ResidualMoments(const Operand& a, const Operand& b, const Operand& sum,
+                       const Operand& moments, int64_t rows, int64_t w);
+StatusOr<int64_t> ResidualMomentsCycles(const CostModel& model, int64_t rows,
+                                        int64_t w);
+
+// ---------------------------------------------------------------- normalize.cc
+// LayerNorm of a column slice x [rows, w] from the full rows' moments
+// [rows] x {count, mean, M2}: var = M2 / count,
+// y = (x - mean) / sqrt(var + eps) * gamma[c] + beta[c], with gamma and beta
+// the slice's w elements. out F16 ("normalize") or FP8 ("normalize_fp8").
+Status Normalize(const Operand& x, const Operand& moments,
+                 const Operand& gamma, const Operand& beta, const Operand& out,
+                 int64_t rows, int64_t w, float eps);
+StatusOr<int64_t> NormalizeCycles(const CostModel& model, DType out_dtype,
+                                  int64_t rows, int64_t w);
+
+// ---------------------------------------------------------------- softmax.cc
+// Per row: z = x * scale, out = exp(z - max z) / sum exp(z - max z).
+Status Softmax(const Operand& x, const Operand& out, int64_t rows, int64_t w,
+               float scale);
+StatusOr<int64_t> SoftmaxCycles(const CostModel& model, int64_t rows,
+                                int64_t w);
+
+// ---------------------------------------------------------------- copy.cc
+// Copies `bytes` bytes from src to dst (overlap allowed); dtypes ignored.
+Status Copy(const Operand& src, const Operand& dst, int64_t bytes);
+StatusOr<int64_t> CopyCycles(const CostModel& model, int64_t bytes);
+
+}  // namespace tilec::kernels
+
+#endif  // TILEC_KERNELS_KERNELS_H_
