@@ -1,0 +1,927 @@
+#include "passes/core/ownership.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <utility>
+
+namespace tilec::passes {
+namespace {
+
+using fb::OwnershipKind;
+
+// A balanced split of `extent` items into `parts` contiguous parts: the first
+// extent % parts parts have one item more. Closed forms make every lookup
+// O(1), which is what keeps the transfer computation cheap.
+struct Split {
+  int64_t parts = 1;
+  int64_t q = 0;  // extent / parts
+  int64_t r = 0;  // extent % parts
+
+  Split() = default;
+  Split(int64_t extent, int64_t p) : parts(p), q(extent / p), r(extent % p) {}
+
+  int64_t Begin(int64_t k) const { return k * q + std::min(k, r); }
+  int64_t End(int64_t k) const { return Begin(k + 1); }
+  // The part that holds item x, for 0 <= x < extent. It is never one of the
+  // empty trailing parts (those exist only when q == 0, and then x < r).
+  int64_t PartOf(int64_t x) const {
+    const int64_t big = r * (q + 1);
+    return x < big ? x / (q + 1) : r + (x - big) / q;
+  }
+  int64_t Largest() const { return q + (r > 0 ? 1 : 0); }
+};
+
+// An ownership resolved against a shape. A "piece" is what one grid cell
+// holds: a block (blocked, held by `holders` = replicas tiles) or a flat
+// block (held by one tile).
+struct Layout {
+  bool flat = false;
+  int rank = 0;
+  std::array<int64_t, kMaxRank> extent{};
+  std::array<int64_t, kMaxRank> pitch{};  // row-major stride in elements
+  int64_t elements = 0;
+  // Blocked.
+  std::array<Split, kMaxRank> axis{};
+  std::array<int64_t, kMaxRank> radix{};  // piece index stride per axis
+  // Flat.
+  Split grains;
+  int64_t grain = 1;
+
+  int64_t pieces = 0;
+  int64_t holders = 1;
+  int64_t first = 0;
+  int64_t stride = 1;
+
+  int Tile(int64_t piece, int64_t replica) const {
+    return static_cast<int>(first + (piece * holders + replica) * stride);
+  }
+  // One past the largest tile the ownership assigns.
+  int TileLimit() const { return Tile(pieces - 1, holders - 1) + 1; }
+
+  // The piece `tile` holds, or -1.
+  int64_t PieceOn(int64_t tile) const {
+    const int64_t d = tile - first;
+    if (d < 0 || d % stride != 0) return -1;
+    const int64_t cell = d / stride;
+    return cell < pieces * holders ? cell / holders : -1;
+  }
+
+  Box BlockBox(int64_t piece) const {
+    Box box;
+    box.rank = rank;
+    for (int a = 0; a < rank; ++a) {
+      const int64_t k = (piece / radix[a]) % axis[a].parts;
+      box.begin[a] = axis[a].Begin(k);
+      box.end[a] = axis[a].End(k);
+    }
+    return box;
+  }
+
+  // Flat: the flat element range of a piece.
+  std::pair<int64_t, int64_t> FlatRange(int64_t piece) const {
+    return {std::min(grains.Begin(piece) * grain, elements),
+            std::min(grains.End(piece) * grain, elements)};
+  }
+
+  int64_t PieceElements(int64_t piece) const {
+    if (flat) {
+      const auto [lo, hi] = FlatRange(piece);
+      return hi - lo;
+    }
+    return BlockBox(piece).Elements();
+  }
+};
+
+Layout Resolve(const fb::OwnershipT& o, std::span<const int64_t> shape) {
+  const std::string error =
+      ValidateOwnership(o, shape, std::numeric_limits<int>::max());
+  CHECK(error.empty()) << error;
+  Layout l;
+  l.flat = o.kind == OwnershipKind::Flat;
+  l.rank = static_cast<int>(shape.size());
+  l.elements = 1;
+  for (int a = l.rank - 1; a >= 0; --a) {
+    l.extent[a] = shape[a];
+    l.pitch[a] = l.elements;
+    l.elements *= shape[a];
+  }
+  l.first = o.first_tile;
+  l.stride = o.tile_stride;
+  if (l.flat) {
+    l.grain = o.grain;
+    l.grains = Split((l.elements + l.grain - 1) / l.grain, o.tiles);
+    l.pieces = o.tiles;
+    l.holders = 1;
+  } else {
+    l.pieces = 1;
+    for (int a = l.rank - 1; a >= 0; --a) {
+      l.axis[a] = Split(shape[a], o.partitions[a]);
+      l.radix[a] = l.pieces;
+      l.pieces *= o.partitions[a];
+    }
+    l.holders = o.replicas;
+  }
+  return l;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Cuts the flat range [lo, hi) of the sub-tensor at axes >= k (axes < k
+// already fixed in `box`) into boxes, calling fn(box) in row-major order: a
+// partial leading row, the whole rows, a partial trailing row; the partial
+// rows recurse one axis down. At most 2*(rank-k)-1 boxes.
+template <typename Fn>
+void RangeBoxes(const Layout& l, int k, int64_t lo, int64_t hi, Box& box,
+                Fn& fn) {
+  if (k == l.rank - 1) {
+    box.begin[k] = lo;
+    box.end[k] = hi;
+    fn(box);
+    return;
+  }
+  const int64_t pitch = l.pitch[k];
+  auto row = [&](int64_t i, int64_t row_lo, int64_t row_hi) {
+    box.begin[k] = i;
+    box.end[k] = i + 1;
+    RangeBoxes(l, k + 1, row_lo, row_hi, box, fn);
+  };
+  const int64_t first_row = lo / pitch;
+  if ((hi - 1) / pitch == first_row) {
+    row(first_row, lo - first_row * pitch, hi - first_row * pitch);
+    return;
+  }
+  int64_t whole_begin = first_row;
+  if (lo % pitch != 0) {
+    row(first_row, lo % pitch, pitch);
+    ++whole_begin;
+  }
+  const int64_t whole_end = hi / pitch;
+  if (whole_begin < whole_end) {
+    box.begin[k] = whole_begin;
+    box.end[k] = whole_end;
+    for (int a = k + 1; a < l.rank; ++a) {
+      box.begin[a] = 0;
+      box.end[a] = l.extent[a];
+    }
+    fn(box);
+  }
+  if (hi % pitch != 0) row(whole_end, 0, hi % pitch);
+}
+
+template <typename Fn>
+void ForEachRangeBox(const Layout& l, int64_t lo, int64_t hi, Fn&& fn) {
+  if (lo >= hi) return;
+  Box box;
+  box.rank = l.rank;
+  RangeBoxes(l, 0, lo, hi, box, fn);
+}
+
+// Calls fn(piece, block ∩ box) for every block of blocked `l` that meets the
+// non-empty `box`: per axis the parts overlapping [begin, end) are the O(1)
+// range PartOf(begin)..PartOf(end-1).
+template <typename Fn>
+void ForEachBlockIn(const Layout& l, const Box& box, Fn&& fn) {
+  std::array<int64_t, kMaxRank> lo{}, hi{}, k{};
+  for (int a = 0; a < l.rank; ++a) {
+    lo[a] = l.axis[a].PartOf(box.begin[a]);
+    hi[a] = l.axis[a].PartOf(box.end[a] - 1);
+    k[a] = lo[a];
+  }
+  Box part;
+  part.rank = l.rank;
+  while (true) {
+    int64_t piece = 0;
+    for (int a = 0; a < l.rank; ++a) {
+      piece += k[a] * l.radix[a];
+      part.begin[a] = std::max(box.begin[a], l.axis[a].Begin(k[a]));
+      part.end[a] = std::min(box.end[a], l.axis[a].End(k[a]));
+    }
+    fn(piece, part);
+    int a = l.rank - 1;
+    while (a >= 0 && k[a] == hi[a]) k[a] = lo[a], --a;
+    if (a < 0) return;
+    ++k[a];
+  }
+}
+
+// Calls fn(piece_a, piece_b, box) for every non-empty overlap of a piece of
+// `a` and a piece of `b`; the boxes are disjoint and cover every element.
+// Order: blocked/blocked in row-major order of the boxes; otherwise by flat
+// block (tile order), then row-major within it.
+template <typename Fn>
+void ForEachOverlap(const Layout& a, const Layout& b, Fn&& fn) {
+  if (a.elements == 0) return;
+  if (!a.flat && !b.flat) {
+    // Per axis, the overlapping (part of a, part of b) pairs by a merge of
+    // the two sorted boundary lists; the overlaps are their products.
+    struct AxisOverlap {
+      int64_t pa, pb, lo, hi;
+    };
+    std::array<std::vector<AxisOverlap>, kMaxRank> lists;
+    for (int ax = 0; ax < a.rank; ++ax) {
+      const Split& sa = a.axis[ax];
+      const Split& sb = b.axis[ax];
+      auto& list = lists[ax];
+      list.reserve(sa.parts + sb.parts);
+      int64_t i = 0, j = 0;
+      while (i < sa.parts && j < sb.parts) {
+        const int64_t ea = sa.End(i), eb = sb.End(j);
+        const int64_t lo = std::max(sa.Begin(i), sb.Begin(j));
+        const int64_t hi = std::min(ea, eb);
+        if (lo < hi) list.push_back({i, j, lo, hi});
+        if (ea <= eb) ++i;
+        if (eb <= ea) ++j;
+      }
+    }
+    std::array<size_t, kMaxRank> k{};
+    Box box;
+    box.rank = a.rank;
+    while (true) {
+      int64_t pa = 0, pb = 0;
+      for (int ax = 0; ax < a.rank; ++ax) {
+        const AxisOverlap& o = lists[ax][k[ax]];
+        pa += o.pa * a.radix[ax];
+        pb += o.pb * b.radix[ax];
+        box.begin[ax] = o.lo;
+        box.end[ax] = o.hi;
+      }
+      fn(pa, pb, box);
+      int ax = a.rank - 1;
+      while (ax >= 0 && k[ax] + 1 == lists[ax].size()) k[ax] = 0, --ax;
+      if (ax < 0) return;
+      ++k[ax];
+    }
+  }
+  if (a.flat && b.flat) {
+    // Both lists of ranges ascend with the tile index: one sweep. Empty
+    // flat blocks only come last.
+    int64_t i = 0, j = 0;
+    while (i < a.pieces && j < b.pieces) {
+      const auto [alo, ahi] = a.FlatRange(i);
+      const auto [blo, bhi] = b.FlatRange(j);
+      if (alo >= ahi || blo >= bhi) return;
+      ForEachRangeBox(a, std::max(alo, blo), std::min(ahi, bhi),
+                      [&](const Box& box) { fn(i, j, box); });
+      if (ahi <= bhi) ++i;
+      if (bhi <= ahi) ++j;
+    }
+    return;
+  }
+  const Layout& flat = a.flat ? a : b;
+  const Layout& blocked = a.flat ? b : a;
+  for (int64_t j = 0; j < flat.pieces; ++j) {
+    const auto [lo, hi] = flat.FlatRange(j);
+    if (lo >= hi) return;
+    ForEachRangeBox(flat, lo, hi, [&](const Box& range_box) {
+      ForEachBlockIn(blocked, range_box, [&](int64_t piece, const Box& box) {
+        if (a.flat) {
+          fn(j, piece, box);
+        } else {
+          fn(piece, j, box);
+        }
+      });
+    });
+  }
+}
+
+// Per-tile exchange and copy load, indexed by tile.
+struct Loads {
+  explicit Loads(int tiles)
+      : sent(tiles),
+        received(tiles),
+        fragments(tiles),
+        copy_boxes(tiles),
+        copy_bytes(tiles) {}
+  std::vector<int64_t> sent, received, fragments, copy_boxes, copy_bytes;
+  int64_t transfers = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t local_copy_bytes = 0;
+
+  void AddTransfer(int source, std::span<const int> destinations,
+                   int64_t bytes) {
+    ++transfers;
+    bytes_sent += bytes;
+    sent[source] += bytes;
+    ++fragments[source];
+    for (int d : destinations) {
+      received[d] += bytes;
+      ++fragments[d];
+      bytes_received += bytes;
+    }
+  }
+  void AddCopy(int tile, int64_t bytes) {
+    ++copy_boxes[tile];
+    copy_bytes[tile] += bytes;
+    local_copy_bytes += bytes;
+  }
+};
+
+// What one source replica has sent so far in a plan.
+struct ReplicaLoad {
+  int64_t bytes = 0;
+  int64_t transfers = 0;
+  int64_t replica = 0;
+};
+
+bool Heavier(const ReplicaLoad& x, const ReplicaLoad& y) {
+  return std::tie(x.bytes, x.transfers, x.replica) >
+         std::tie(y.bytes, y.transfers, y.replica);
+}
+
+// The transfer computation shared by PlanTransfers and EstimateTransferCost:
+// calls on_transfer(source, box, destinations, elements, bytes) and
+// on_copy(tile, box, elements, bytes), and adds both to `loads`.
+template <typename OnTransfer, typename OnCopy>
+void WalkTransfers(const Layout& src, const Layout& dst, int element_bytes,
+                   Loads& loads, OnTransfer&& on_transfer, OnCopy&& on_copy) {
+  CHECK_GT(element_bytes, 0) << "element_bytes";
+  // One min-heap of replica loads per source block, as slices of one
+  // vector, so that picking the least-loaded replica is O(log replicas)
+  // (a fully replicated source has up to 1,472). Ascending replica indices
+  // with zero loads already form a valid heap.
+  std::vector<ReplicaLoad> replica_heaps;
+  if (src.holders > 1) {
+    replica_heaps.resize(src.pieces * src.holders);
+    for (size_t i = 0; i < replica_heaps.size(); ++i) {
+      replica_heaps[i].replica = static_cast<int64_t>(i) % src.holders;
+    }
+  }
+  std::vector<int> destinations;
+  destinations.reserve(dst.holders);
+  ForEachOverlap(src, dst, [&](int64_t pa, int64_t pb, const Box& box) {
+    const int64_t elements = box.Elements();
+    const int64_t bytes = elements * element_bytes;
+    destinations.clear();
+    for (int64_t k = 0; k < dst.holders; ++k) {
+      const int tile = dst.Tile(pb, k);
+      if (src.PieceOn(tile) == pa) {
+        loads.AddCopy(tile, bytes);
+        on_copy(tile, box, elements, bytes);
+      } else {
+        destinations.push_back(tile);
+      }
+    }
+    if (destinations.empty()) return;
+    int source = src.Tile(pa, 0);
+    if (src.holders > 1) {
+      const auto first = replica_heaps.begin() + pa * src.holders;
+      const auto last = first + src.holders;
+      std::pop_heap(first, last, Heavier);
+      ReplicaLoad& lightest = *(last - 1);
+      source = src.Tile(pa, lightest.replica);
+      lightest.bytes += bytes;
+      ++lightest.transfers;
+      std::push_heap(first, last, Heavier);
+    }
+    loads.AddTransfer(source, destinations, bytes);
+    on_transfer(source, box, destinations, elements, bytes);
+  });
+}
+
+int TileLimit(const Layout& a, const Layout& b) {
+  return std::max(a.TileLimit(), b.TileLimit());
+}
+
+TransferCost CostFromLoads(const Loads& loads, const fb::TargetT& target) {
+  CHECK_GT(target.exchange_bytes_per_cycle, 0) << "target " << target.name;
+  CHECK_GT(target.copy_bytes_per_cycle, 0) << "target " << target.name;
+  TransferCost cost;
+  cost.transfers = loads.transfers;
+  cost.bytes_sent = loads.bytes_sent;
+  cost.bytes_received = loads.bytes_received;
+  cost.local_copy_bytes = loads.local_copy_bytes;
+  int64_t slowest_exchange = -1;
+  for (size_t t = 0; t < loads.sent.size(); ++t) {
+    cost.max_bytes_sent = std::max(cost.max_bytes_sent, loads.sent[t]);
+    cost.max_bytes_received =
+        std::max(cost.max_bytes_received, loads.received[t]);
+    cost.max_fragments = std::max(cost.max_fragments, loads.fragments[t]);
+    if (loads.fragments[t] > 0) {
+      const int64_t cycles = std::max(
+          {CeilDiv(loads.sent[t], target.exchange_bytes_per_cycle),
+           CeilDiv(loads.received[t], target.exchange_bytes_per_cycle),
+           int64_t{target.exchange_fragment_cycles} * loads.fragments[t]});
+      if (cycles > slowest_exchange) {
+        slowest_exchange = cycles;
+        cost.exchange_bottleneck_tile = static_cast<int>(t);
+      }
+    }
+    if (loads.copy_boxes[t] > 0) {
+      const int64_t cycles =
+          int64_t{target.copy_call_cycles} * loads.copy_boxes[t] +
+          CeilDiv(loads.copy_bytes[t], target.copy_bytes_per_cycle);
+      if (cycles > cost.local_copy_cycles || cost.copy_bottleneck_tile < 0) {
+        cost.local_copy_cycles = cycles;
+        cost.copy_bottleneck_tile = static_cast<int>(t);
+      }
+    }
+  }
+  if (loads.transfers > 0) {
+    cost.phase_cycles = target.sync_cycles + slowest_exchange;
+  }
+  return cost;
+}
+
+std::string Join(const std::vector<int32_t>& v, const char* separator) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += separator;
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+// ------------------------------------------------------------- text parser
+
+class OwnershipParser {
+ public:
+  explicit OwnershipParser(std::string_view text) : text_(text) {}
+
+  std::optional<fb::OwnershipT> Parse() {
+    fb::OwnershipT o;
+    std::string_view kind = Word();
+    if (kind == "blocked") {
+      o.kind = OwnershipKind::Blocked;
+    } else if (kind == "flat") {
+      o.kind = OwnershipKind::Flat;
+    } else {
+      return Fail(kind.empty()
+                      ? "expected 'blocked' or 'flat'"
+                      : "unknown ownership kind '" + std::string(kind) + "'");
+    }
+    if (!Expect('(')) return std::nullopt;
+    bool need_comma = false;
+    if (o.kind == OwnershipKind::Blocked) {
+      do {
+        if (o.partitions.size() == kMaxRank) {
+          return Fail("more than " + std::to_string(kMaxRank) + " axes");
+        }
+        int64_t parts;
+        if (!Number(&parts)) return std::nullopt;
+        if (parts < 1) return Fail("a partition count must be at least 1");
+        o.partitions.push_back(static_cast<int32_t>(parts));
+      } while (Accept('x'));
+      need_comma = true;
+    }
+    bool seen_grain = false, seen_tiles = false, seen_rep = false,
+         seen_first = false, seen_stride = false;
+    while (!Accept(')')) {
+      if (need_comma && !Expect(',')) return std::nullopt;
+      need_comma = true;
+      const size_t key_at = Position();
+      const std::string_view key = Word();
+      int32_t* field = nullptr;
+      bool* seen = nullptr;
+      int64_t minimum = 1;
+      if (key == "rep" && o.kind == OwnershipKind::Blocked) {
+        field = &o.replicas, seen = &seen_rep;
+      } else if (key == "grain" && o.kind == OwnershipKind::Flat) {
+        field = &o.grain, seen = &seen_grain;
+      } else if (key == "tiles" && o.kind == OwnershipKind::Flat) {
+        field = &o.tiles, seen = &seen_tiles;
+      } else if (key == "first") {
+        field = &o.first_tile, seen = &seen_first, minimum = 0;
+      } else if (key == "stride") {
+        field = &o.tile_stride, seen = &seen_stride;
+      } else {
+        pos_ = key_at;
+        if (key.empty()) return Fail("expected an option name");
+        return Fail("unknown option '" + std::string(key) + "' for " +
+                    (o.kind == OwnershipKind::Blocked ? "blocked" : "flat") +
+                    " (options: " +
+                    (o.kind == OwnershipKind::Blocked
+                         ? "rep, first, stride"
+                         : "grain, tiles, first, stride") +
+                    ")");
+      }
+      if (*seen) {
+        pos_ = key_at;
+        return Fail("option '" + std::string(key) + "' given twice");
+      }
+      *seen = true;
+      if (!Expect('=')) return std::nullopt;
+      const size_t value_at = Position();
+      int64_t value;
+      if (!Number(&value)) return std::nullopt;
+      if (value < minimum) {
+        pos_ = value_at;
+        return Fail(std::string(key) + " must be at least " +
+                    std::to_string(minimum));
+      }
+      *field = static_cast<int32_t>(value);
+    }
+    if (o.kind == OwnershipKind::Flat && (!seen_grain || !seen_tiles)) {
+      return Fail(std::string("flat needs ") + (seen_grain ? "" : "grain=") +
+                  (!seen_grain && !seen_tiles ? " and " : "") +
+                  (seen_tiles ? "" : "tiles="));
+    }
+    if (Position() != text_.size()) {
+      return Fail("unexpected text after the closing ')'");
+    }
+    return o;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  size_t Position() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t'))
+      ++pos_;
+    return pos_;
+  }
+  std::string_view Word() {
+    const size_t begin = Position();
+    while (pos_ < text_.size() &&
+           ((text_[pos_] >= 'a' && text_[pos_] <= 'z') || text_[pos_] == '_'))
+      ++pos_;
+    return text_.substr(begin, pos_ - begin);
+  }
+  bool Accept(char c) {
+    if (Position() < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  bool Expect(char c) {
+    if (Accept(c)) return true;
+    Fail(std::string("expected '") + c + "'");
+    return false;
+  }
+  // A decimal integer in [0, INT32_MAX].
+  bool Number(int64_t* value) {
+    const size_t begin = Position();
+    size_t end = begin;
+    while (end < text_.size() && text_[end] >= '0' && text_[end] <= '9') ++end;
+    if (end == begin) {
+      Fail("expected a non-negative integer");
+      return false;
+    }
+    const auto [ptr, ec] =
+        std::from_chars(text_.data() + begin, text_.data() + end, *value);
+    if (ec != std::errc() || *value > std::numeric_limits<int32_t>::max()) {
+      Fail("number too large");
+      return false;
+    }
+    pos_ = end;
+    return true;
+  }
+  std::nullopt_t Fail(const std::string& what) {
+    if (error_.empty()) {
+      error_ = "bad ownership \"" + std::string(text_) + "\": " + what +
+               " at offset " + std::to_string(pos_);
+    }
+    return std::nullopt;
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+  std::string error_;
+};
+
+}  // namespace
+
+int64_t Box::Elements() const {
+  if (rank == 0) return 0;
+  int64_t n = 1;
+  for (int a = 0; a < rank; ++a) n *= std::max<int64_t>(0, end[a] - begin[a]);
+  return n;
+}
+
+std::string FormatBox(const Box& box) {
+  std::string s = "[";
+  for (int a = 0; a < box.rank; ++a) {
+    if (a > 0) s += ", ";
+    s += std::to_string(box.begin[a]) + ":" + std::to_string(box.end[a]);
+  }
+  return s + "]";
+}
+
+fb::OwnershipT BlockedOwnership(std::vector<int32_t> partitions, int replicas,
+                                int first_tile, int tile_stride) {
+  fb::OwnershipT o;
+  o.kind = OwnershipKind::Blocked;
+  o.partitions = std::move(partitions);
+  o.replicas = replicas;
+  o.first_tile = first_tile;
+  o.tile_stride = tile_stride;
+  return o;
+}
+
+fb::OwnershipT FlatOwnership(int grain, int tiles, int first_tile,
+                             int tile_stride) {
+  fb::OwnershipT o;
+  o.kind = OwnershipKind::Flat;
+  o.grain = grain;
+  o.tiles = tiles;
+  o.first_tile = first_tile;
+  o.tile_stride = tile_stride;
+  return o;
+}
+
+bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b) {
+  return a.kind == b.kind && a.partitions == b.partitions &&
+         a.replicas == b.replicas && a.first_tile == b.first_tile &&
+         a.tile_stride == b.tile_stride && a.grain == b.grain &&
+         a.tiles == b.tiles;
+}
+
+std::string ValidateOwnership(const fb::OwnershipT& o,
+                              std::span<const int64_t> shape,
+                              int target_tiles) {
+  // Formatted only on error: planners validate in hot loops.
+  auto what = [&] { return FormatOwnership(o); };
+  auto str = [](int64_t v) { return std::to_string(v); };
+  if (shape.empty() || shape.size() > kMaxRank) {
+    return what() + ": a value of rank " + str(shape.size()) +
+           " cannot be owned (rank must be 1.." + str(kMaxRank) + ")";
+  }
+  int64_t elements = 1;
+  for (size_t a = 0; a < shape.size(); ++a) {
+    if (shape[a] < 0) {
+      return what() + ": the shape has a negative extent " + str(shape[a]) +
+             " on axis " + str(a);
+    }
+    // Bounded so that element and byte counts cannot overflow.
+    if (__builtin_mul_overflow(elements, shape[a], &elements) ||
+        elements > (int64_t{1} << 56)) {
+      return what() + ": the shape has more than 2^56 elements";
+    }
+  }
+  if (target_tiles < 1) return what() + ": the target has no tiles";
+  // Grid positions, i.e. tiles assigned. The product stops once it exceeds
+  // the target (it could overflow otherwise); `exact` says if it is complete.
+  int64_t cells = 1;
+  bool exact = true;
+  auto multiply = [&](int64_t factor) {
+    if (cells > target_tiles) {
+      exact = false;
+    } else {
+      cells *= factor;
+    }
+  };
+  switch (o.kind) {
+    case OwnershipKind::Blocked:
+      if (o.grain != 0 || o.tiles != 0) {
+        return what() +
+               ": a blocked ownership must leave grain and tiles "
+               "unset (grain=" +
+               str(o.grain) + ", tiles=" + str(o.tiles) + ")";
+      }
+      if (o.partitions.size() != shape.size()) {
+        return what() + " has " + str(o.partitions.size()) +
+               " partition counts for a value of rank " + str(shape.size());
+      }
+      for (size_t a = 0; a < o.partitions.size(); ++a) {
+        if (o.partitions[a] < 1) {
+          return what() + " has " + str(o.partitions[a]) + " parts on axis " +
+                 str(a) + " (must be >= 1)";
+        }
+        multiply(o.partitions[a]);
+      }
+      if (o.replicas < 1) {
+        return what() + " has " + str(o.replicas) + " replicas (must be >= 1)";
+      }
+      multiply(o.replicas);
+      break;
+    case OwnershipKind::Flat:
+      if (!o.partitions.empty() || o.replicas != 1) {
+        return what() +
+               ": a flat ownership must leave partitions and "
+               "replicas unset";
+      }
+      if (o.grain < 1) {
+        return what() + " has grain " + str(o.grain) + " (must be >= 1)";
+      }
+      if (o.tiles < 1) {
+        return what() + " has " + str(o.tiles) + " tiles (must be >= 1)";
+      }
+      cells = o.tiles;
+      break;
+    default:
+      return "unknown ownership kind " + str(static_cast<int>(o.kind));
+  }
+  if (o.first_tile < 0) {
+    return what() + " starts at tile " + str(o.first_tile) + " (must be >= 0)";
+  }
+  if (o.tile_stride < 1) {
+    return what() + " has tile stride " + str(o.tile_stride) +
+           " (must be >= 1)";
+  }
+  if (cells > target_tiles) {
+    return what() + " needs " + (exact ? "" : "at least ") + str(cells) +
+           " tiles but the target has " + str(target_tiles);
+  }
+  const int64_t last = o.first_tile + (cells - 1) * int64_t{o.tile_stride};
+  if (last >= target_tiles) {
+    return what() + " uses tiles up to " + str(last) + " but the target has " +
+           str(target_tiles) + " tiles";
+  }
+  return "";
+}
+
+std::string FormatOwnership(const fb::OwnershipT& o) {
+  std::string s;
+  if (o.kind == OwnershipKind::Blocked) {
+    s = "blocked(" + Join(o.partitions, "x");
+    if (o.replicas != 1) s += ", rep=" + std::to_string(o.replicas);
+  } else if (o.kind == OwnershipKind::Flat) {
+    s = "flat(grain=" + std::to_string(o.grain) +
+        ", tiles=" + std::to_string(o.tiles);
+  } else {
+    s = "unknown(kind=" + std::to_string(static_cast<int>(o.kind));
+  }
+  if (o.first_tile != 0) s += ", first=" + std::to_string(o.first_tile);
+  if (o.tile_stride != 1) s += ", stride=" + std::to_string(o.tile_stride);
+  return s + ")";
+}
+
+std::optional<fb::OwnershipT> ParseOwnership(std::string_view text,
+                                             std::string* error) {
+  OwnershipParser parser(text);
+  std::optional<fb::OwnershipT> o = parser.Parse();
+  if (!o && error != nullptr) *error = parser.error();
+  return o;
+}
+
+std::vector<Box> HeldBoxes(const fb::OwnershipT& ownership,
+                           std::span<const int64_t> shape, int tile) {
+  const Layout l = Resolve(ownership, shape);
+  std::vector<Box> boxes;
+  const int64_t piece = l.PieceOn(tile);
+  if (piece < 0) return boxes;
+  if (l.flat) {
+    const auto [lo, hi] = l.FlatRange(piece);
+    ForEachRangeBox(l, lo, hi, [&](const Box& box) { boxes.push_back(box); });
+  } else {
+    const Box box = l.BlockBox(piece);
+    if (!box.Empty()) boxes.push_back(box);
+  }
+  return boxes;
+}
+
+int64_t HeldElements(const fb::OwnershipT& ownership,
+                     std::span<const int64_t> shape, int tile) {
+  const Layout l = Resolve(ownership, shape);
+  const int64_t piece = l.PieceOn(tile);
+  return piece < 0 ? 0 : l.PieceElements(piece);
+}
+
+std::vector<int> TilesUsed(const fb::OwnershipT& ownership,
+                           std::span<const int64_t> shape) {
+  const Layout l = Resolve(ownership, shape);
+  std::vector<int> tiles;
+  // Tiles ascend with the grid position, so the list comes out sorted.
+  for (int64_t piece = 0; piece < l.pieces; ++piece) {
+    if (l.PieceElements(piece) == 0) continue;
+    for (int64_t k = 0; k < l.holders; ++k) tiles.push_back(l.Tile(piece, k));
+  }
+  return tiles;
+}
+
+int64_t MaxBytesPerTile(const fb::OwnershipT& ownership,
+                        std::span<const int64_t> shape, int element_bytes) {
+  const Layout l = Resolve(ownership, shape);
+  int64_t elements = 0;
+  if (l.flat) {
+    // Flat block 0 has the most grains, and if it holds the short last grain
+    // it holds every grain.
+    elements = l.PieceElements(0);
+  } else {
+    elements = 1;
+    for (int a = 0; a < l.rank; ++a) elements *= l.axis[a].Largest();
+  }
+  return elements * element_bytes;
+}
+
+std::vector<Overlap> Intersect(const fb::OwnershipT& a, const fb::OwnershipT& b,
+                               std::span<const int64_t> shape) {
+  const Layout la = Resolve(a, shape);
+  const Layout lb = Resolve(b, shape);
+  struct PieceOverlap {
+    int64_t pa, pb;
+    Box box;
+  };
+  std::vector<PieceOverlap> pieces;
+  ForEachOverlap(la, lb, [&](int64_t pa, int64_t pb, const Box& box) {
+    pieces.push_back({pa, pb, box});
+  });
+  // Tiles ascend with (piece, replica), so sorting the few piece overlaps
+  // and expanding the replicas in nested order yields the output sorted by
+  // (a_tile, b_tile, box) without sorting the (much longer) output.
+  std::sort(pieces.begin(), pieces.end(),
+            [](const PieceOverlap& x, const PieceOverlap& y) {
+              return std::tie(x.pa, x.pb, x.box.begin) <
+                     std::tie(y.pa, y.pb, y.box.begin);
+            });
+  std::vector<Overlap> overlaps;
+  overlaps.reserve(pieces.size() * la.holders * lb.holders);
+  for (size_t i = 0, j = 0; i < pieces.size(); i = j) {
+    while (j < pieces.size() && pieces[j].pa == pieces[i].pa) ++j;
+    for (int64_t ka = 0; ka < la.holders; ++ka) {
+      const int a_tile = la.Tile(pieces[i].pa, ka);
+      for (size_t g = i, h = i; g < j; g = h) {
+        while (h < j && pieces[h].pb == pieces[g].pb) ++h;
+        for (int64_t kb = 0; kb < lb.holders; ++kb) {
+          const int b_tile = lb.Tile(pieces[g].pb, kb);
+          for (size_t m = g; m < h; ++m) {
+            overlaps.push_back({a_tile, b_tile, pieces[m].box});
+          }
+        }
+      }
+    }
+  }
+  return overlaps;
+}
+
+TransferPlan PlanTransfers(const fb::OwnershipT& source,
+                           const fb::OwnershipT& destination,
+                           std::span<const int64_t> shape, int element_bytes) {
+  const Layout src = Resolve(source, shape);
+  const Layout dst = Resolve(destination, shape);
+  Loads loads(TileLimit(src, dst));
+  TransferPlan plan;
+  WalkTransfers(
+      src, dst, element_bytes, loads,
+      [&](int tile, const Box& box, const std::vector<int>& destinations,
+          int64_t elements, int64_t bytes) {
+        plan.transfers.push_back({tile, box, destinations, elements, bytes});
+      },
+      [&](int tile, const Box& box, int64_t elements, int64_t bytes) {
+        plan.local_copies.push_back({tile, box, elements, bytes});
+      });
+  // Destinations are pushed in replica order, which ascends with the tile.
+  std::sort(plan.transfers.begin(), plan.transfers.end(),
+            [](const Transfer& x, const Transfer& y) {
+              return std::tie(x.source_tile, x.box.begin) <
+                     std::tie(y.source_tile, y.box.begin);
+            });
+  std::sort(plan.local_copies.begin(), plan.local_copies.end(),
+            [](const LocalCopy& x, const LocalCopy& y) {
+              return std::tie(x.tile, x.box.begin) <
+                     std::tie(y.tile, y.box.begin);
+            });
+  return plan;
+}
+
+TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target) {
+  int tiles = 0;
+  for (const Transfer& t : plan.transfers) {
+    tiles = std::max(tiles, t.source_tile + 1);
+    for (int d : t.destination_tiles) tiles = std::max(tiles, d + 1);
+  }
+  for (const LocalCopy& c : plan.local_copies) {
+    tiles = std::max(tiles, c.tile + 1);
+  }
+  Loads loads(tiles);
+  for (const Transfer& t : plan.transfers) {
+    loads.AddTransfer(t.source_tile, t.destination_tiles, t.bytes);
+  }
+  for (const LocalCopy& c : plan.local_copies) loads.AddCopy(c.tile, c.bytes);
+  return CostFromLoads(loads, target);
+}
+
+TransferCost EstimateTransferCost(const fb::OwnershipT& source,
+                                  const fb::OwnershipT& destination,
+                                  std::span<const int64_t> shape,
+                                  int element_bytes,
+                                  const fb::TargetT& target) {
+  const Layout src = Resolve(source, shape);
+  const Layout dst = Resolve(destination, shape);
+  Loads loads(TileLimit(src, dst));
+  WalkTransfers(
+      src, dst, element_bytes, loads,
+      [](int, const Box&, const std::vector<int>&, int64_t, int64_t) {},
+      [](int, const Box&, int64_t, int64_t) {});
+  return CostFromLoads(loads, target);
+}
+
+bool SamePlacement(const fb::OwnershipT& a, const fb::OwnershipT& b,
+                   std::span<const int64_t> shape) {
+  const Layout la = Resolve(a, shape);
+  const Layout lb = Resolve(b, shape);
+  // Every element b puts on a tile is local (b_t within a_t) and the counts
+  // agree on every tile (so a_t = b_t).
+  Loads loads(TileLimit(la, lb));
+  WalkTransfers(
+      la, lb, 1, loads,
+      [](int, const Box&, const std::vector<int>&, int64_t, int64_t) {},
+      [](int, const Box&, int64_t, int64_t) {});
+  if (loads.transfers > 0) return false;
+  for (int t = 0; t < TileLimit(la, lb); ++t) {
+    const int64_t pa = la.PieceOn(t), pb = lb.PieceOn(t);
+    const int64_t na = pa < 0 ? 0 : la.PieceElements(pa);
+    const int64_t nb = pb < 0 ? 0 : lb.PieceElements(pb);
+    if (na != nb) return false;
+  }
+  return true;
+}
+
+}  // namespace tilec::passes

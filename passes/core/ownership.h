@@ -1,0 +1,221 @@
+// The ownership algebra: which tiles hold which parts of a value, what two
+// ownerships have in common, and which transfers turn one into the other.
+//
+// An ownership is an fb::OwnershipT (see the comment of table Ownership in
+// formats/tilec.fbs for the contract). In short, for a row-major value of
+// rank 1..4:
+//   - Blocked: partitions[a] balanced contiguous parts along axis a (with
+//     extent E over p parts the first E % p parts are one element larger);
+//     the grid partitions[0] x ... x partitions[r-1] x replicas is laid out
+//     row-major with replicas fastest, and grid position i lives on tile
+//     first_tile + i * tile_stride. Every replica holds the whole block.
+//   - Flat: the row-major element order is cut into `grain`-element grains
+//     (the last may be short); the grains are split over `tiles` tiles in
+//     balanced contiguous blocks; block j lives on tile
+//     first_tile + j * tile_stride.
+// Because tile_stride >= 1, every tile holds at most one block: a box
+// (blocked) or one contiguous range of flat indices (flat).
+//
+// Everything here is a pure function of its arguments. Functions other than
+// ValidateOwnership and ParseOwnership expect valid input (validate first:
+// they CHECK-fail on an invalid ownership, which is an internal error).
+
+#ifndef TILEC_PASSES_CORE_OWNERSHIP_H_
+#define TILEC_PASSES_CORE_OWNERSHIP_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/tilec_generated.h"
+
+namespace tilec::passes {
+
+inline constexpr int kMaxRank = 4;
+
+// A rectangular set of indices: per axis the half-open range [begin, end).
+// Axes at and beyond `rank` are zero so that == compares boxes exactly.
+struct Box {
+  int rank = 0;
+  std::array<int64_t, kMaxRank> begin{};
+  std::array<int64_t, kMaxRank> end{};
+
+  int64_t Elements() const;
+  bool Empty() const { return Elements() == 0; }
+  friend bool operator==(const Box&, const Box&) = default;
+};
+
+// "[0:81, 718:1436]".
+std::string FormatBox(const Box& box);
+
+// Convenience constructors.
+fb::OwnershipT BlockedOwnership(std::vector<int32_t> partitions,
+                                int replicas = 1, int first_tile = 0,
+                                int tile_stride = 1);
+fb::OwnershipT FlatOwnership(int grain, int tiles, int first_tile = 0,
+                             int tile_stride = 1);
+
+// Same kind and same fields (the fields a kind does not use must be at their
+// defaults in a valid ownership, so this is a structural equality).
+bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b);
+
+// Checks `ownership` against a value of `shape` on a target with
+// `target_tiles` tiles. Returns "" if valid, else one sentence saying what is
+// wrong. Rank 1..4, extents >= 0 (at most 2^56 elements); counts
+// (partitions, replicas, grain, tiles, tile_stride) >= 1; first_tile >= 0;
+// fields the kind does not use are at their defaults (so that the text form
+// round-trips); every tile the ownership assigns (including tiles whose
+// block is empty) < target_tiles.
+std::string ValidateOwnership(const fb::OwnershipT& ownership,
+                              std::span<const int64_t> shape, int target_tiles);
+
+// ---------------------------------------------------------------- text form
+// blocked(9x6, rep=27, first=0, stride=1) and flat(grain=4, tiles=1472,
+// first=0, stride=1). FormatOwnership omits options at their defaults
+// (rep=1, first=0, stride=1): "blocked(729x2)", "blocked(9x6, rep=27)",
+// "flat(grain=4, tiles=1472)".
+std::string FormatOwnership(const fb::OwnershipT& ownership);
+
+// Parses the text form. Spaces are allowed between tokens, options may come
+// in any order and may repeat their defaults; grain and tiles are required
+// for flat. Checks syntax and the shape-independent ranges (counts >= 1,
+// first >= 0, at most 4 axes) but not a shape or a target: call
+// ValidateOwnership for that. On error returns nullopt and, if `error` is
+// not null, sets it to a message that quotes the text and the position.
+std::optional<fb::OwnershipT> ParseOwnership(std::string_view text,
+                                             std::string* error = nullptr);
+
+// ---------------------------------------------------------------- queries
+// The indices `tile` holds, in row-major order of their first element: one
+// box for blocked, a flat range cut into at most 2*rank-1 boxes for flat.
+// Empty if the tile holds nothing.
+std::vector<Box> HeldBoxes(const fb::OwnershipT& ownership,
+                           std::span<const int64_t> shape, int tile);
+
+// Number of elements `tile` holds (0 for a tile outside the ownership).
+int64_t HeldElements(const fb::OwnershipT& ownership,
+                     std::span<const int64_t> shape, int tile);
+
+// Tiles that hold at least one element, ascending. Tiles whose block is
+// empty (more parts than elements) are assigned but not used.
+std::vector<int> TilesUsed(const fb::OwnershipT& ownership,
+                           std::span<const int64_t> shape);
+
+// The largest number of bytes that any one tile holds.
+int64_t MaxBytesPerTile(const fb::OwnershipT& ownership,
+                        std::span<const int64_t> shape, int element_bytes);
+
+// ---------------------------------------------------------------- intersection
+// One box that tile `a_tile` holds under ownership A and `b_tile` holds
+// under ownership B. A tile pair may have several entries (flat ranges cut
+// into boxes, or several blocks); their boxes are disjoint.
+struct Overlap {
+  int a_tile = 0;
+  int b_tile = 0;
+  Box box;
+  friend bool operator==(const Overlap&, const Overlap&) = default;
+};
+
+// Every non-empty overlap of A and B over a value of `shape`, sorted by
+// (a_tile, b_tile, first element of the box). The output has an entry for
+// every replica pair, so it can be large for heavily replicated ownerships;
+// PlanTransfers does not go through it.
+std::vector<Overlap> Intersect(const fb::OwnershipT& a, const fb::OwnershipT& b,
+                               std::span<const int64_t> shape);
+
+// ---------------------------------------------------------------- transfers
+// One exchange transfer: `source_tile` sends `box` to every destination tile
+// at once (a multicast: the sender pays for it once).
+struct Transfer {
+  int source_tile = 0;
+  Box box;
+  std::vector<int> destination_tiles;  // ascending, never the source
+  int64_t elements = 0;
+  int64_t bytes = 0;
+};
+
+// A tile copies `box` from its source buffer into its destination buffer.
+struct LocalCopy {
+  int tile = 0;
+  Box box;
+  int64_t elements = 0;
+  int64_t bytes = 0;
+};
+
+struct TransferPlan {
+  std::vector<Transfer> transfers;      // by (source_tile, box)
+  std::vector<LocalCopy> local_copies;  // by (tile, box)
+};
+
+// The transfers that turn `source` into `destination` over a value of
+// `shape` with `element_bytes`-byte elements. Every element a tile holds
+// under `destination` arrives there exactly once: as a local copy if the
+// tile already holds it under `source`, else in exactly one transfer from a
+// tile that holds it under `source`. The boxes are the overlaps of a source
+// block and a destination block (flat ranges cut into boxes), so each
+// element is sent at most once in the whole plan, as one multicast to all
+// destination replicas that lack it.
+//
+// Choice of source among replicas: the boxes are visited in a fixed order
+// (blocked/blocked: row-major order of the boxes; otherwise flat blocks in
+// tile order, then their boxes in row-major order) and each box is sent by
+// the replica of its source block that has sent the fewest bytes so far in
+// this plan (ties: fewest transfers sent so far, then the lowest replica
+// index). This is deterministic and spreads the sending over the replicas by
+// bytes, which is what the phase cost charges; receiving is not affected by
+// the choice (every destination receives the box in any case).
+TransferPlan PlanTransfers(const fb::OwnershipT& source,
+                           const fb::OwnershipT& destination,
+                           std::span<const int64_t> shape, int element_bytes);
+
+// ---------------------------------------------------------------- costs
+// Costs under the target's exchange model. With rate =
+// exchange_bytes_per_cycle, one exchange phase costs
+//   sync_cycles + max over tiles of max(ceil(sent / rate),
+//                                       ceil(received / rate),
+//                                       exchange_fragment_cycles * fragments)
+// where a multicast counts its bytes once for the sender and in full at each
+// receiver, and each transfer is one fragment at the sender and one at each
+// receiver. No transfers means no phase (0 cycles). A tile's local copies
+// cost copy_call_cycles per box + ceil(copied bytes / copy_bytes_per_cycle).
+struct TransferCost {
+  int64_t phase_cycles = 0;           // the exchange phase, 0 if none
+  int64_t local_copy_cycles = 0;      // the slowest tile's local copies
+  int64_t transfers = 0;              // = fragments at senders
+  int64_t bytes_sent = 0;             // summed over senders (multicast once)
+  int64_t bytes_received = 0;         // summed over receivers
+  int64_t local_copy_bytes = 0;       // summed over tiles
+  int64_t max_bytes_sent = 0;         // by one tile
+  int64_t max_bytes_received = 0;     // by one tile
+  int64_t max_fragments = 0;          // at one tile, sent + received
+  int exchange_bottleneck_tile = -1;  // the tile that sets phase_cycles
+  int copy_bottleneck_tile = -1;      // the tile that sets local_copy_cycles
+
+  // Exchange phase followed by the copies, when the copies run on their own.
+  int64_t TotalCycles() const { return phase_cycles + local_copy_cycles; }
+  friend bool operator==(const TransferCost&, const TransferCost&) = default;
+};
+
+// The cost of a plan.
+TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target);
+
+// The same as CostOfPlan(PlanTransfers(...)) without building the plan: the
+// cheap path for a planner that only compares costs.
+TransferCost EstimateTransferCost(const fb::OwnershipT& source,
+                                  const fb::OwnershipT& destination,
+                                  std::span<const int64_t> shape,
+                                  int element_bytes, const fb::TargetT& target);
+
+// True if every tile holds exactly the same elements under both ownerships
+// (e.g. blocked(4x1) and flat(grain=3, tiles=4) on shape [4, 3]): no
+// redistribution is needed. PlanTransfers would still list local copies.
+bool SamePlacement(const fb::OwnershipT& a, const fb::OwnershipT& b,
+                   std::span<const int64_t> shape);
+
+}  // namespace tilec::passes
+
+#endif  // TILEC_PASSES_CORE_OWNERSHIP_H_

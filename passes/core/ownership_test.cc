@@ -1,0 +1,840 @@
+#include "passes/core/ownership.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace tilec::passes {
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+Box MakeBox(std::vector<std::pair<int64_t, int64_t>> ranges) {
+  Box box;
+  box.rank = static_cast<int>(ranges.size());
+  for (size_t a = 0; a < ranges.size(); ++a) {
+    box.begin[a] = ranges[a].first;
+    box.end[a] = ranges[a].second;
+  }
+  return box;
+}
+
+std::vector<std::string> Format(const std::vector<Box>& boxes) {
+  std::vector<std::string> out;
+  for (const Box& box : boxes) out.push_back(FormatBox(box));
+  return out;
+}
+
+fb::TargetT Ipu21Exchange() {
+  // The exchange and copy numbers of formats/targets/ipu21.json.
+  fb::TargetT target;
+  target.name = "ipu21";
+  target.tiles = 1472;
+  target.exchange_bytes_per_cycle = 4;
+  target.exchange_fragment_cycles = 2;
+  target.sync_cycles = 600;
+  target.copy_call_cycles = 288;
+  target.copy_bytes_per_cycle = 8;
+  return target;
+}
+
+// ------------------------------------------------------------ brute force
+// The contract applied element by element, written independently of the
+// library's closed forms: holds[tile][flat element].
+
+constexpr int kTiles = 64;
+
+std::vector<int64_t> BalancedOwners(int64_t extent, int64_t parts) {
+  std::vector<int64_t> owner;
+  for (int64_t k = 0; k < parts; ++k) {
+    const int64_t size = extent / parts + (k < extent % parts ? 1 : 0);
+    for (int64_t i = 0; i < size; ++i) owner.push_back(k);
+  }
+  return owner;
+}
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
+std::vector<int64_t> Coordinates(const Shape& shape, int64_t flat) {
+  std::vector<int64_t> c(shape.size());
+  for (int a = static_cast<int>(shape.size()) - 1; a >= 0; --a) {
+    c[a] = flat % shape[a];
+    flat /= shape[a];
+  }
+  return c;
+}
+
+using Holds = std::vector<std::vector<char>>;
+
+Holds BruteHolds(const fb::OwnershipT& o, const Shape& shape) {
+  const int64_t n = NumElements(shape);
+  Holds holds(kTiles, std::vector<char>(n, 0));
+  if (o.kind == fb::OwnershipKind::Blocked) {
+    std::vector<std::vector<int64_t>> owners;
+    for (size_t a = 0; a < shape.size(); ++a) {
+      owners.push_back(BalancedOwners(shape[a], o.partitions[a]));
+    }
+    for (int64_t e = 0; e < n; ++e) {
+      const std::vector<int64_t> c = Coordinates(shape, e);
+      int64_t grid = 0;
+      for (size_t a = 0; a < shape.size(); ++a) {
+        grid = grid * o.partitions[a] + owners[a][c[a]];
+      }
+      for (int k = 0; k < o.replicas; ++k) {
+        holds[o.first_tile + (grid * o.replicas + k) * o.tile_stride][e] = 1;
+      }
+    }
+  } else {
+    const int64_t grains = (n + o.grain - 1) / o.grain;
+    const std::vector<int64_t> block = BalancedOwners(grains, o.tiles);
+    for (int64_t e = 0; e < n; ++e) {
+      holds[o.first_tile + block[e / o.grain] * o.tile_stride][e] = 1;
+    }
+  }
+  return holds;
+}
+
+// Flat indices of a box's elements.
+std::vector<int64_t> BoxElements(const Box& box, const Shape& shape) {
+  std::vector<int64_t> out;
+  const int64_t n = NumElements(shape);
+  for (int64_t e = 0; e < n; ++e) {
+    const std::vector<int64_t> c = Coordinates(shape, e);
+    bool inside = true;
+    for (size_t a = 0; a < shape.size(); ++a) {
+      inside = inside && c[a] >= box.begin[a] && c[a] < box.end[a];
+    }
+    if (inside) out.push_back(e);
+  }
+  return out;
+}
+
+TransferCost ReferenceCost(const TransferPlan& plan,
+                           const fb::TargetT& target) {
+  std::map<int, int64_t> sent, received, fragments, copy_calls, copy_bytes;
+  TransferCost cost;
+  for (const Transfer& t : plan.transfers) {
+    sent[t.source_tile] += t.bytes;
+    ++fragments[t.source_tile];
+    for (int d : t.destination_tiles) {
+      received[d] += t.bytes;
+      ++fragments[d];
+    }
+  }
+  for (const LocalCopy& c : plan.local_copies) {
+    ++copy_calls[c.tile];
+    copy_bytes[c.tile] += c.bytes;
+  }
+  int64_t slowest = 0;
+  for (const auto& [tile, frags] : fragments) {
+    const int64_t rate = target.exchange_bytes_per_cycle;
+    slowest = std::max({slowest, (sent[tile] + rate - 1) / rate,
+                        (received[tile] + rate - 1) / rate,
+                        frags * target.exchange_fragment_cycles});
+  }
+  cost.phase_cycles = plan.transfers.empty() ? 0 : target.sync_cycles + slowest;
+  for (const auto& [tile, calls] : copy_calls) {
+    const int64_t rate = target.copy_bytes_per_cycle;
+    cost.local_copy_cycles = std::max(
+        cost.local_copy_cycles,
+        calls * target.copy_call_cycles + (copy_bytes[tile] + rate - 1) / rate);
+  }
+  return cost;
+}
+
+// ------------------------------------------------------------ random input
+
+Shape RandomShape(std::mt19937& rng) {
+  const int rank = std::uniform_int_distribution<int>(1, 3)(rng);
+  const int64_t max_extent = rank == 1 ? 40 : rank == 2 ? 12 : 7;
+  Shape shape(rank);
+  for (int64_t& e : shape) {
+    e = std::uniform_int_distribution<int64_t>(1, max_extent)(rng);
+  }
+  return shape;
+}
+
+fb::OwnershipT RandomOwnership(std::mt19937& rng, const Shape& shape) {
+  auto pick = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  for (int attempt = 0;; ++attempt) {
+    fb::OwnershipT o;
+    const int stride = pick(0, 3) == 0 ? pick(2, 3) : 1;
+    const int first = pick(0, 2) == 0 ? pick(1, 9) : 0;
+    if (pick(0, 2) == 0) {
+      // Grains of 1..7 over up to 24 tiles (sometimes more tiles than
+      // grains, so that some tiles hold nothing).
+      o = FlatOwnership(pick(1, 7), pick(1, 24), first, stride);
+    } else {
+      std::vector<int32_t> parts;
+      // One part more than the extent now and then: an empty block.
+      for (int64_t e : shape) parts.push_back(pick(1, std::min<int>(e + 1, 5)));
+      o = BlockedOwnership(parts, pick(0, 1) ? pick(1, 4) : 1, first, stride);
+    }
+    if (attempt > 50)
+      o = BlockedOwnership(std::vector<int32_t>(shape.size(), 1));
+    if (ValidateOwnership(o, shape, kTiles).empty()) return o;
+  }
+}
+
+// ------------------------------------------------------------ hand examples
+
+TEST(OwnershipTest, UnevenRowsSplitIntoBalancedBlocks) {
+  const Shape shape = {729};
+  const fb::OwnershipT o = BlockedOwnership({6});
+  std::vector<std::string> boxes;
+  for (int tile = 0; tile < 6; ++tile) {
+    const std::vector<Box> held = HeldBoxes(o, shape, tile);
+    ASSERT_EQ(held.size(), 1u);
+    boxes.push_back(FormatBox(held[0]));
+  }
+  EXPECT_EQ(boxes,
+            (std::vector<std::string>{"[0:122]", "[122:244]", "[244:366]",
+                                      "[366:487]", "[487:608]", "[608:729]"}));
+  EXPECT_TRUE(HeldBoxes(o, shape, 6).empty());
+  EXPECT_EQ(HeldElements(o, shape, 3), 121);
+  EXPECT_EQ(MaxBytesPerTile(o, shape, 2), 244);
+}
+
+TEST(OwnershipTest, BlockedGridPutsReplicasFastest) {
+  const Shape shape = {729, 4304};
+  const fb::OwnershipT o = BlockedOwnership({9, 6}, 27);
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 0)),
+            std::vector<std::string>{"[0:81, 0:718]"});
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 26)),
+            std::vector<std::string>{"[0:81, 0:718]"});
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 27)),
+            std::vector<std::string>{"[0:81, 718:1436]"});
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 6 * 27)),
+            std::vector<std::string>{"[81:162, 0:718]"});
+  // 4304 = 6 * 717 + 2: the first two column blocks have 718.
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 1457)),
+            std::vector<std::string>{"[648:729, 3587:4304]"});
+  EXPECT_TRUE(HeldBoxes(o, shape, 1458).empty());
+  EXPECT_EQ(TilesUsed(o, shape).size(), 1458u);
+  EXPECT_EQ(MaxBytesPerTile(o, shape, 2), 81 * 718 * 2);
+}
+
+TEST(OwnershipTest, StrideAndFirstTileMoveTheGrid) {
+  const Shape shape = {8};
+  const fb::OwnershipT o = BlockedOwnership({2}, 2, 3, 2);
+  EXPECT_EQ(TilesUsed(o, shape), (std::vector<int>{3, 5, 7, 9}));
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 7)), std::vector<std::string>{"[4:8]"});
+  EXPECT_TRUE(HeldBoxes(o, shape, 4).empty());
+}
+
+TEST(OwnershipTest, MorePartsThanElementsLeavesEmptyBlocks) {
+  const Shape shape = {3};
+  const fb::OwnershipT o = BlockedOwnership({5});
+  EXPECT_EQ(ValidateOwnership(o, shape, 16), "");
+  EXPECT_EQ(TilesUsed(o, shape), (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(HeldBoxes(o, shape, 3).empty());
+  EXPECT_EQ(HeldElements(o, shape, 4), 0);
+}
+
+TEST(OwnershipTest, FlatGrainsOverUnevenTileCounts) {
+  // 10 elements in grains of 3: [0,3) [3,6) [6,9) [9,10); 4 grains over 3
+  // tiles: 2, 1, 1.
+  const Shape shape = {10};
+  const fb::OwnershipT o = FlatOwnership(3, 3);
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 0)), std::vector<std::string>{"[0:6]"});
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 1)), std::vector<std::string>{"[6:9]"});
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 2)), std::vector<std::string>{"[9:10]"});
+  EXPECT_EQ(MaxBytesPerTile(o, shape, 4), 24);
+  // More tiles than grains: the last two hold nothing.
+  const fb::OwnershipT wide = FlatOwnership(3, 6, 10);
+  EXPECT_EQ(TilesUsed(wide, shape), (std::vector<int>{10, 11, 12, 13}));
+  EXPECT_EQ(HeldElements(wide, shape, 13), 1);
+  EXPECT_EQ(HeldElements(wide, shape, 14), 0);
+}
+
+TEST(OwnershipTest, FlatRangesAreCutIntoRowMajorBoxes) {
+  // 20 elements over 3 tiles: [0,7) [7,14) [14,20).
+  const Shape shape = {4, 5};
+  const fb::OwnershipT o = FlatOwnership(1, 3);
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 0)),
+            (std::vector<std::string>{"[0:1, 0:5]", "[1:2, 0:2]"}));
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 1)),
+            (std::vector<std::string>{"[1:2, 2:5]", "[2:3, 0:4]"}));
+  EXPECT_EQ(Format(HeldBoxes(o, shape, 2)),
+            (std::vector<std::string>{"[2:3, 4:5]", "[3:4, 0:5]"}));
+  // Rank 3, grains of 7 over 3 tiles: [0,14) [14,21) [21,24).
+  const Shape cube = {2, 3, 4};
+  const fb::OwnershipT g = FlatOwnership(7, 3);
+  EXPECT_EQ(Format(HeldBoxes(g, cube, 0)),
+            (std::vector<std::string>{"[0:1, 0:3, 0:4]", "[1:2, 0:1, 0:2]"}));
+  EXPECT_EQ(Format(HeldBoxes(g, cube, 1)),
+            (std::vector<std::string>{"[1:2, 0:1, 2:4]", "[1:2, 1:2, 0:4]",
+                                      "[1:2, 2:3, 0:1]"}));
+  EXPECT_EQ(Format(HeldBoxes(g, cube, 2)),
+            (std::vector<std::string>{"[1:2, 2:3, 1:4]"}));
+}
+
+TEST(OwnershipTest, IntersectionOfSmallOwnerships) {
+  // Rows in 2 blocks on tiles 0,1 against the same rows in 3 blocks on
+  // tiles 4,5,6: [0,3) [3,6) vs [0,2) [2,4) [4,6).
+  const Shape shape = {6, 2};
+  const std::vector<Overlap> overlaps = Intersect(
+      BlockedOwnership({2, 1}), BlockedOwnership({3, 1}, 1, 4), shape);
+  const std::vector<Overlap> expected = {
+      {0, 4, MakeBox({{0, 2}, {0, 2}})},
+      {0, 5, MakeBox({{2, 3}, {0, 2}})},
+      {1, 5, MakeBox({{3, 4}, {0, 2}})},
+      {1, 6, MakeBox({{4, 6}, {0, 2}})},
+  };
+  EXPECT_EQ(overlaps, expected);
+}
+
+TEST(OwnershipTest, ReplicatedSourceMulticastsOnceToEveryReplica) {
+  // [8] in 2 blocks x 2 replicas (tiles 0..3) to 2 full replicas on 4,5.
+  const Shape shape = {8};
+  const TransferPlan plan = PlanTransfers(
+      BlockedOwnership({2}, 2), BlockedOwnership({1}, 2, 4), shape, 2);
+  ASSERT_EQ(plan.transfers.size(), 2u);
+  EXPECT_TRUE(plan.local_copies.empty());
+  EXPECT_EQ(plan.transfers[0].source_tile, 0);
+  EXPECT_EQ(plan.transfers[0].box, MakeBox({{0, 4}}));
+  EXPECT_EQ(plan.transfers[0].destination_tiles, (std::vector<int>{4, 5}));
+  EXPECT_EQ(plan.transfers[0].elements, 4);
+  EXPECT_EQ(plan.transfers[0].bytes, 8);
+  EXPECT_EQ(plan.transfers[1].source_tile, 2);
+  EXPECT_EQ(plan.transfers[1].box, MakeBox({{4, 8}}));
+  const TransferCost cost = CostOfPlan(plan, Ipu21Exchange());
+  // Receivers: 16 B / 4 = 4 cycles, 2 fragments * 2 = 4 cycles.
+  EXPECT_EQ(cost.phase_cycles, 604);
+  EXPECT_EQ(cost.bytes_sent, 16);
+  EXPECT_EQ(cost.bytes_received, 32);
+  EXPECT_EQ(cost.max_bytes_sent, 8);
+  EXPECT_EQ(cost.max_bytes_received, 16);
+  EXPECT_EQ(cost.max_fragments, 2);
+  EXPECT_EQ(cost.transfers, 2);
+  EXPECT_EQ(cost.exchange_bottleneck_tile, 4);
+  EXPECT_EQ(cost.local_copy_cycles, 0);
+}
+
+TEST(OwnershipTest, SendingIsSpreadOverSourceReplicas) {
+  // [12] fully replicated on tiles 0..2, to 3 flat blocks on tiles 3..5:
+  // each replica sends one block.
+  const Shape shape = {12};
+  const TransferPlan plan =
+      PlanTransfers(BlockedOwnership({1}, 3), FlatOwnership(1, 3, 3), shape, 1);
+  ASSERT_EQ(plan.transfers.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(plan.transfers[i].source_tile, i);
+    EXPECT_EQ(plan.transfers[i].box, MakeBox({{4 * i, 4 * i + 4}}));
+    EXPECT_EQ(plan.transfers[i].destination_tiles, std::vector<int>{3 + i});
+  }
+}
+
+TEST(OwnershipTest, ElementsAlreadyOnTheTileAreCopiedLocally) {
+  // Full replicas on tiles 0,1 -> halves on tiles 0,1: no exchange.
+  const Shape shape = {8};
+  const fb::TargetT target = Ipu21Exchange();
+  const TransferPlan plan =
+      PlanTransfers(BlockedOwnership({1}, 2), BlockedOwnership({2}), shape, 2);
+  EXPECT_TRUE(plan.transfers.empty());
+  ASSERT_EQ(plan.local_copies.size(), 2u);
+  EXPECT_EQ(plan.local_copies[1].tile, 1);
+  EXPECT_EQ(plan.local_copies[1].box, MakeBox({{4, 8}}));
+  EXPECT_EQ(plan.local_copies[1].bytes, 8);
+  const TransferCost cost = CostOfPlan(plan, target);
+  EXPECT_EQ(cost.phase_cycles, 0);  // no transfers, no phase
+  EXPECT_EQ(cost.local_copy_cycles, 288 + 1);
+  EXPECT_EQ(cost.local_copy_bytes, 16);
+  EXPECT_EQ(cost.TotalCycles(), 289);
+
+  // Shift by one tile: tile 1 sends its old block on and receives a new one.
+  const TransferPlan shifted = PlanTransfers(
+      BlockedOwnership({2}), BlockedOwnership({2}, 1, 1), shape, 2);
+  ASSERT_EQ(shifted.transfers.size(), 2u);
+  EXPECT_EQ(shifted.transfers[0].source_tile, 0);
+  EXPECT_EQ(shifted.transfers[0].destination_tiles, std::vector<int>{1});
+  EXPECT_EQ(shifted.transfers[1].source_tile, 1);
+  EXPECT_EQ(shifted.transfers[1].destination_tiles, std::vector<int>{2});
+}
+
+TEST(OwnershipTest, PhaseCostTakesTheSlowestOfBytesAndFragments) {
+  // 1 row of 1000 F16 on tile 0 to 1000 single-element flat blocks: the
+  // sender pays 1000 fragments (2000 cycles) and 2000 B (500 cycles).
+  const Shape shape = {1000};
+  const TransferCost cost =
+      EstimateTransferCost(BlockedOwnership({1}), FlatOwnership(1, 1000, 1),
+                           shape, 2, Ipu21Exchange());
+  EXPECT_EQ(cost.transfers, 1000);
+  EXPECT_EQ(cost.phase_cycles, 600 + 2000);
+  EXPECT_EQ(cost.exchange_bottleneck_tile, 0);
+  // Bytes dominate with bigger grains: 2000 B in 10 fragments.
+  const TransferCost coarse =
+      EstimateTransferCost(BlockedOwnership({1}), FlatOwnership(100, 10, 1),
+                           shape, 2, Ipu21Exchange());
+  EXPECT_EQ(coarse.phase_cycles, 600 + 500);
+  EXPECT_EQ(coarse.max_bytes_sent, 2000);
+  EXPECT_EQ(coarse.max_bytes_received, 200);
+}
+
+TEST(OwnershipTest, SiglipShapesDeliverEveryElement) {
+  // Too large for brute force: check the totals instead.
+  const Shape shape = {729, 4304};
+  const int64_t n = 729 * 4304;
+  struct Case {
+    fb::OwnershipT from, to;
+    int64_t destination_copies;  // replicas of the destination
+  };
+  const std::vector<Case> cases = {
+      {BlockedOwnership({9, 6}, 27), BlockedOwnership({6, 27}, 9), 9},
+      {BlockedOwnership({729, 2}), FlatOwnership(4, 1472), 1},
+      {FlatOwnership(4, 1472), BlockedOwnership({9, 6}, 27), 27},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(FormatOwnership(c.from) + " -> " + FormatOwnership(c.to));
+    ASSERT_EQ(ValidateOwnership(c.from, shape, 1472), "");
+    ASSERT_EQ(ValidateOwnership(c.to, shape, 1472), "");
+    const TransferPlan plan = PlanTransfers(c.from, c.to, shape, 2);
+    int64_t delivered = 0, sent = 0;
+    for (const Transfer& t : plan.transfers) {
+      delivered +=
+          t.elements * static_cast<int64_t>(t.destination_tiles.size());
+      sent += t.elements;
+    }
+    for (const LocalCopy& l : plan.local_copies) delivered += l.elements;
+    EXPECT_EQ(delivered, n * c.destination_copies);
+    EXPECT_LE(sent, n);  // each element is sent at most once
+    EXPECT_EQ(CostOfPlan(plan, Ipu21Exchange()),
+              EstimateTransferCost(c.from, c.to, shape, 2, Ipu21Exchange()));
+  }
+}
+
+TEST(OwnershipTest, SamePlacementComparesWhatTilesHold) {
+  const Shape shape = {4, 3};
+  EXPECT_TRUE(
+      SamePlacement(BlockedOwnership({4, 1}), FlatOwnership(3, 4), shape));
+  EXPECT_TRUE(
+      SamePlacement(FlatOwnership(3, 4), BlockedOwnership({4, 1}), shape));
+  EXPECT_FALSE(
+      SamePlacement(BlockedOwnership({4, 1}), FlatOwnership(2, 4), shape));
+  EXPECT_FALSE(SamePlacement(BlockedOwnership({4, 1}),
+                             BlockedOwnership({4, 1}, 1, 1), shape));
+  // Replicas hold more than one copy: not the same as a single copy.
+  EXPECT_FALSE(SamePlacement(BlockedOwnership({1, 1}, 2),
+                             BlockedOwnership({1, 1}), shape));
+  EXPECT_FALSE(SamePlacement(BlockedOwnership({1, 1}),
+                             BlockedOwnership({1, 1}, 2), shape));
+}
+
+// ------------------------------------------------------------ text form
+
+TEST(OwnershipTest, TextFormOmitsDefaults) {
+  EXPECT_EQ(FormatOwnership(BlockedOwnership({729, 2})), "blocked(729x2)");
+  EXPECT_EQ(FormatOwnership(BlockedOwnership({9, 6}, 27)),
+            "blocked(9x6, rep=27)");
+  EXPECT_EQ(FormatOwnership(BlockedOwnership({4}, 1, 3, 2)),
+            "blocked(4, first=3, stride=2)");
+  EXPECT_EQ(FormatOwnership(FlatOwnership(4, 1472)),
+            "flat(grain=4, tiles=1472)");
+  EXPECT_EQ(FormatOwnership(FlatOwnership(4, 16, 1, 2)),
+            "flat(grain=4, tiles=16, first=1, stride=2)");
+}
+
+TEST(OwnershipTest, ParserAcceptsSpacesAnyOrderAndExplicitDefaults) {
+  struct Case {
+    const char* text;
+    fb::OwnershipT expected;
+  };
+  const std::vector<Case> cases = {
+      {"blocked(729x2)", BlockedOwnership({729, 2})},
+      {"  blocked( 9 x 6 , rep = 27 ) ", BlockedOwnership({9, 6}, 27)},
+      {"blocked(3, rep=1, first=0, stride=1)", BlockedOwnership({3})},
+      {"blocked(2x3x4x5, stride=3, first=7, rep=2)",
+       BlockedOwnership({2, 3, 4, 5}, 2, 7, 3)},
+      {"flat(grain=4, tiles=1472)", FlatOwnership(4, 1472)},
+      {"flat(tiles=16,grain=4,first=1,stride=2)", FlatOwnership(4, 16, 1, 2)},
+  };
+  for (const Case& c : cases) {
+    std::string error;
+    const std::optional<fb::OwnershipT> o = ParseOwnership(c.text, &error);
+    ASSERT_TRUE(o.has_value()) << c.text << ": " << error;
+    EXPECT_TRUE(SameOwnership(*o, c.expected))
+        << c.text << " parsed as " << FormatOwnership(*o);
+  }
+}
+
+TEST(OwnershipTest, ParserRejectsGarbageWithAClearMessage) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"", "expected 'blocked' or 'flat' at offset 0"},
+      {"Blocked(4)", "expected 'blocked' or 'flat'"},
+      {"sharded(4)", "unknown ownership kind 'sharded'"},
+      {"blocked", "expected '(' at offset 7"},
+      {"blocked()", "expected a non-negative integer at offset 8"},
+      {"blocked(9x)", "expected a non-negative integer at offset 10"},
+      {"blocked(9x6", "expected ','"},
+      {"blocked(9x6) extra", "unexpected text after the closing ')'"},
+      {"blocked(0x6)", "a partition count must be at least 1"},
+      {"blocked(1x2x3x4x5)", "more than 4 axes"},
+      {"blocked(9; rep=2)", "expected ','"},
+      {"blocked(9,)", "expected an option name"},
+      {"blocked(9, rep=0)", "rep must be at least 1"},
+      {"blocked(9, rep=-2)", "expected a non-negative integer"},
+      {"blocked(9, grain=4)", "unknown option 'grain' for blocked"},
+      {"blocked(9, rep=2, rep=3)", "option 'rep' given twice"},
+      {"blocked(9, rep 2)", "expected '='"},
+      {"flat(grain=4)", "flat needs tiles="},
+      {"flat(tiles=4)", "flat needs grain="},
+      {"flat()", "flat needs grain= and tiles="},
+      {"flat(grain=4 tiles=4)", "expected ','"},
+      {"flat(grain=4, tiles=99999999999)", "number too large"},
+      {"flat(grain=4, tiles=4, rep=2)", "unknown option 'rep' for flat"},
+      {"flat(grain=4, tiles=0)", "tiles must be at least 1"},
+      {"flat(4, 4)", "expected an option name"},
+  };
+  for (const Case& c : cases) {
+    std::string error;
+    EXPECT_FALSE(ParseOwnership(c.text, &error).has_value()) << c.text;
+    EXPECT_NE(error.find(c.message), std::string::npos)
+        << "for \"" << c.text << "\" got: " << error;
+    EXPECT_NE(error.find(c.text), std::string::npos) << error;
+  }
+}
+
+// ------------------------------------------------------------ validation
+
+TEST(OwnershipTest, ValidationRejectsBadInputs) {
+  struct Case {
+    fb::OwnershipT ownership;
+    Shape shape;
+    int tiles;
+    const char* message;
+  };
+  fb::OwnershipT blocked_with_grain = BlockedOwnership({2});
+  blocked_with_grain.grain = 4;
+  fb::OwnershipT flat_with_replicas = FlatOwnership(4, 2);
+  flat_with_replicas.replicas = 2;
+  fb::OwnershipT bad_kind = BlockedOwnership({2});
+  bad_kind.kind = static_cast<fb::OwnershipKind>(7);
+  const std::vector<Case> cases = {
+      {BlockedOwnership({9, 6}),
+       {729},
+       1472,
+       "2 partition counts for a value of rank 1"},
+      {BlockedOwnership({}), {}, 1472, "rank 0 cannot be owned"},
+      {BlockedOwnership({1, 1, 1, 1, 1}), {1, 1, 1, 1, 1}, 1472, "rank 5"},
+      {BlockedOwnership({2}), {-3}, 1472, "negative extent -3 on axis 0"},
+      {BlockedOwnership({1, 1}),
+       {int64_t{1} << 40, int64_t{1} << 40},
+       1472,
+       "more than 2^56 elements"},
+      {BlockedOwnership({2, 0}), {4, 4}, 1472, "0 parts on axis 1"},
+      {BlockedOwnership({2}, 0), {4}, 1472, "0 replicas"},
+      {BlockedOwnership({2}, 1, -1), {4}, 1472, "starts at tile -1"},
+      {BlockedOwnership({2}, 1, 0, 0), {4}, 1472, "tile stride 0"},
+      {BlockedOwnership({9, 6}, 28),
+       {729, 4304},
+       1472,
+       "needs 1512 tiles but the target has 1472"},
+      {BlockedOwnership({1000000, 1000000}, 1000000),
+       {10, 10},
+       1472,
+       "needs at least 1000000 tiles but the target has 1472"},
+      {BlockedOwnership({9, 6}, 27, 15),
+       {729, 4304},
+       1472,
+       "uses tiles up to 1472 but the target has 1472 tiles"},
+      {FlatOwnership(4, 16, 0, 2), {100}, 16, "uses tiles up to 30"},
+      {FlatOwnership(0, 16), {100}, 16, "grain 0"},
+      {FlatOwnership(4, 0), {100}, 16, "0 tiles"},
+      {blocked_with_grain, {8}, 16, "must leave grain and tiles unset"},
+      {flat_with_replicas, {8}, 16, "must leave partitions and replicas unset"},
+      {bad_kind, {8}, 16, "unknown ownership kind 7"},
+      {BlockedOwnership({2}), {8}, 0, "the target has no tiles"},
+  };
+  for (const Case& c : cases) {
+    const std::string error = ValidateOwnership(c.ownership, c.shape, c.tiles);
+    EXPECT_NE(error.find(c.message), std::string::npos)
+        << FormatOwnership(c.ownership) << " got: \"" << error << "\"";
+  }
+}
+
+TEST(OwnershipTest, ValidationAcceptsTheSiglipOwnerships) {
+  const Shape shape = {729, 4304};
+  for (const char* text :
+       {"blocked(9x6, rep=27)", "blocked(6x27, rep=9)", "blocked(729x2)",
+        "flat(grain=4, tiles=1472)", "blocked(1x1, rep=1472)"}) {
+    const std::optional<fb::OwnershipT> o = ParseOwnership(text);
+    ASSERT_TRUE(o.has_value()) << text;
+    EXPECT_EQ(ValidateOwnership(*o, shape, 1472), "") << text;
+  }
+  // The last tile of the target may be used.
+  EXPECT_EQ(ValidateOwnership(BlockedOwnership({9, 6}, 27, 14), shape, 1472),
+            "");
+  EXPECT_EQ(ValidateOwnership(FlatOwnership(4, 8, 1, 2), shape, 16), "");
+}
+
+TEST(OwnershipTest, EmptyValuesHaveNothingToMove) {
+  const Shape shape = {0, 5};
+  const fb::OwnershipT a = BlockedOwnership({2, 2}, 2);
+  const fb::OwnershipT b = FlatOwnership(3, 4, 8);
+  ASSERT_EQ(ValidateOwnership(a, shape, 16), "");
+  ASSERT_EQ(ValidateOwnership(b, shape, 16), "");
+  EXPECT_TRUE(HeldBoxes(a, shape, 0).empty());
+  EXPECT_TRUE(HeldBoxes(b, shape, 8).empty());
+  EXPECT_TRUE(TilesUsed(b, shape).empty());
+  EXPECT_EQ(MaxBytesPerTile(a, shape, 4), 0);
+  EXPECT_TRUE(Intersect(a, b, shape).empty());
+  const TransferPlan plan = PlanTransfers(a, b, shape, 2);
+  EXPECT_TRUE(plan.transfers.empty());
+  EXPECT_TRUE(plan.local_copies.empty());
+  EXPECT_EQ(EstimateTransferCost(a, b, shape, 2, Ipu21Exchange()),
+            TransferCost{});
+}
+
+TEST(OwnershipDeathTest, QueriesRefuseInvalidOwnerships) {
+  const Shape shape = {4, 4};
+  EXPECT_DEATH(HeldBoxes(BlockedOwnership({2}), shape, 0),
+               "1 partition counts for a value of rank 2");
+  EXPECT_DEATH(
+      PlanTransfers(FlatOwnership(0, 2), FlatOwnership(1, 2), shape, 2),
+      "grain 0");
+  EXPECT_DEATH(
+      PlanTransfers(FlatOwnership(1, 2), FlatOwnership(1, 2), shape, 0),
+      "element_bytes");
+}
+
+// ------------------------------------------------------------ properties
+
+constexpr int kCases = 300;
+
+TEST(OwnershipPropertyTest, HeldBoxesMatchBruteForce) {
+  std::mt19937 rng(1234);
+  for (int i = 0; i < kCases; ++i) {
+    const Shape shape = RandomShape(rng);
+    const fb::OwnershipT o = RandomOwnership(rng, shape);
+    SCOPED_TRACE(FormatOwnership(o) + " case " + std::to_string(i));
+    const Holds holds = BruteHolds(o, shape);
+    const int64_t n = NumElements(shape);
+    std::vector<int> used;
+    int64_t max_elements = 0;
+    for (int tile = 0; tile < kTiles; ++tile) {
+      std::vector<char> covered(n, 0);
+      const std::vector<Box> boxes = HeldBoxes(o, shape, tile);
+      EXPECT_LE(boxes.size(), 2 * shape.size() - 1);
+      for (size_t b = 0; b < boxes.size(); ++b) {
+        EXPECT_FALSE(boxes[b].Empty());
+        if (b > 0) {
+          EXPECT_LT(boxes[b - 1].begin, boxes[b].begin);
+        }
+        for (int64_t e : BoxElements(boxes[b], shape)) {
+          EXPECT_EQ(covered[e], 0) << "boxes overlap";
+          covered[e] = 1;
+        }
+      }
+      ASSERT_EQ(covered, holds[tile]) << "tile " << tile;
+      const int64_t count = std::count(covered.begin(), covered.end(), 1);
+      EXPECT_EQ(HeldElements(o, shape, tile), count);
+      if (count > 0) used.push_back(tile);
+      max_elements = std::max(max_elements, count);
+    }
+    EXPECT_EQ(TilesUsed(o, shape), used);
+    EXPECT_EQ(MaxBytesPerTile(o, shape, 2), 2 * max_elements);
+  }
+}
+
+TEST(OwnershipPropertyTest, IntersectionMatchesBruteForce) {
+  std::mt19937 rng(99);
+  for (int i = 0; i < kCases; ++i) {
+    const Shape shape = RandomShape(rng);
+    const fb::OwnershipT a = RandomOwnership(rng, shape);
+    const fb::OwnershipT b = RandomOwnership(rng, shape);
+    SCOPED_TRACE(FormatOwnership(a) + " & " + FormatOwnership(b) + " case " +
+                 std::to_string(i));
+    const Holds ha = BruteHolds(a, shape);
+    const Holds hb = BruteHolds(b, shape);
+    const std::vector<Overlap> overlaps = Intersect(a, b, shape);
+    std::set<std::tuple<int, int, int64_t>> seen;
+    for (size_t k = 0; k < overlaps.size(); ++k) {
+      const Overlap& o = overlaps[k];
+      EXPECT_FALSE(o.box.Empty());
+      if (k > 0) {
+        const Overlap& p = overlaps[k - 1];
+        EXPECT_LT(std::tie(p.a_tile, p.b_tile, p.box.begin),
+                  std::tie(o.a_tile, o.b_tile, o.box.begin));
+      }
+      for (int64_t e : BoxElements(o.box, shape)) {
+        EXPECT_TRUE(ha[o.a_tile][e] && hb[o.b_tile][e]);
+        EXPECT_TRUE(seen.insert({o.a_tile, o.b_tile, e}).second)
+            << "element " << e << " twice for tiles " << o.a_tile << ", "
+            << o.b_tile;
+      }
+    }
+    // Nothing missing: as many (tile, tile, element) triples as brute force.
+    int64_t expected = 0;
+    for (int64_t e = 0; e < NumElements(shape); ++e) {
+      int64_t na = 0, nb = 0;
+      for (int t = 0; t < kTiles; ++t) na += ha[t][e], nb += hb[t][e];
+      expected += na * nb;
+    }
+    EXPECT_EQ(static_cast<int64_t>(seen.size()), expected);
+  }
+}
+
+TEST(OwnershipPropertyTest, TransfersDeliverEveryElementExactlyOnce) {
+  std::mt19937 rng(2024);
+  const fb::TargetT target = Ipu21Exchange();
+  // How often the generator hit the interesting cases, so that a change to
+  // it cannot quietly make this test trivial.
+  int flat_to_blocked = 0, blocked_to_blocked = 0, flat_to_flat = 0,
+      multicasts = 0, with_local_copies = 0, replicated_sources = 0;
+  for (int i = 0; i < kCases; ++i) {
+    const Shape shape = RandomShape(rng);
+    const fb::OwnershipT src = RandomOwnership(rng, shape);
+    const fb::OwnershipT dst = RandomOwnership(rng, shape);
+    const int element_bytes = 1
+                              << std::uniform_int_distribution<int>(0, 2)(rng);
+    SCOPED_TRACE(FormatOwnership(src) + " -> " + FormatOwnership(dst) +
+                 " case " + std::to_string(i));
+    const Holds hs = BruteHolds(src, shape);
+    const Holds hd = BruteHolds(dst, shape);
+    const int64_t n = NumElements(shape);
+    const TransferPlan plan = PlanTransfers(src, dst, shape, element_bytes);
+
+    std::vector<std::vector<int>> arrivals(kTiles, std::vector<int>(n, 0));
+    std::vector<int> times_sent(n, 0);
+    for (size_t k = 0; k < plan.transfers.size(); ++k) {
+      const Transfer& t = plan.transfers[k];
+      if (k > 0) {
+        const Transfer& p = plan.transfers[k - 1];
+        EXPECT_LT(std::tie(p.source_tile, p.box.begin),
+                  std::tie(t.source_tile, t.box.begin));
+      }
+      EXPECT_FALSE(t.box.Empty());
+      EXPECT_EQ(t.elements, t.box.Elements());
+      EXPECT_EQ(t.bytes, t.elements * element_bytes);
+      ASSERT_FALSE(t.destination_tiles.empty());
+      EXPECT_TRUE(std::is_sorted(t.destination_tiles.begin(),
+                                 t.destination_tiles.end()));
+      EXPECT_EQ(std::adjacent_find(t.destination_tiles.begin(),
+                                   t.destination_tiles.end()),
+                t.destination_tiles.end());
+      for (int64_t e : BoxElements(t.box, shape)) {
+        EXPECT_TRUE(hs[t.source_tile][e]) << "source lacks element " << e;
+        // Multicast grouping: each element travels in one transfer at most,
+        // so the senders pay for it once.
+        ++times_sent[e];
+        for (int d : t.destination_tiles) {
+          EXPECT_NE(d, t.source_tile);
+          EXPECT_FALSE(hs[d][e]) << "tile " << d << " already had " << e;
+          ++arrivals[d][e];
+        }
+      }
+    }
+    for (const LocalCopy& c : plan.local_copies) {
+      EXPECT_EQ(c.elements, c.box.Elements());
+      EXPECT_EQ(c.bytes, c.elements * element_bytes);
+      for (int64_t e : BoxElements(c.box, shape)) {
+        EXPECT_TRUE(hs[c.tile][e]);
+        ++arrivals[c.tile][e];
+      }
+    }
+    int64_t received_elements = 0, copied_elements = 0, sent_elements = 0;
+    for (int64_t e = 0; e < n; ++e) {
+      bool needs_exchange = false;
+      for (int t = 0; t < kTiles; ++t) {
+        ASSERT_EQ(arrivals[t][e], hd[t][e] ? 1 : 0)
+            << "tile " << t << " element " << e;
+        if (hd[t][e] && hs[t][e]) ++copied_elements;
+        if (hd[t][e] && !hs[t][e]) ++received_elements, needs_exchange = true;
+      }
+      EXPECT_EQ(times_sent[e], needs_exchange ? 1 : 0);
+      sent_elements += needs_exchange;
+    }
+    const TransferCost cost = CostOfPlan(plan, target);
+    EXPECT_EQ(cost.bytes_received, received_elements * element_bytes);
+    EXPECT_EQ(cost.bytes_sent, sent_elements * element_bytes);
+    EXPECT_EQ(cost.local_copy_bytes, copied_elements * element_bytes);
+    EXPECT_EQ(cost.transfers, static_cast<int64_t>(plan.transfers.size()));
+    const TransferCost reference = ReferenceCost(plan, target);
+    EXPECT_EQ(cost.phase_cycles, reference.phase_cycles);
+    EXPECT_EQ(cost.local_copy_cycles, reference.local_copy_cycles);
+    EXPECT_EQ(cost,
+              EstimateTransferCost(src, dst, shape, element_bytes, target));
+    const bool src_flat = src.kind == fb::OwnershipKind::Flat;
+    const bool dst_flat = dst.kind == fb::OwnershipKind::Flat;
+    flat_to_blocked += src_flat && !dst_flat;
+    blocked_to_blocked += !src_flat && !dst_flat;
+    flat_to_flat += src_flat && dst_flat;
+    with_local_copies += !plan.local_copies.empty();
+    replicated_sources += src.replicas > 1 && !plan.transfers.empty();
+    multicasts += std::any_of(
+        plan.transfers.begin(), plan.transfers.end(),
+        [](const Transfer& t) { return t.destination_tiles.size() > 1; });
+  }
+  EXPECT_GE(flat_to_blocked, 30);
+  EXPECT_GE(blocked_to_blocked, 30);
+  EXPECT_GE(flat_to_flat, 15);
+  EXPECT_GE(multicasts, 30);
+  EXPECT_GE(with_local_copies, 30);
+  EXPECT_GE(replicated_sources, 30);
+}
+
+TEST(OwnershipPropertyTest, SamePlacementMatchesBruteForce) {
+  std::mt19937 rng(7);
+  int same = 0, flat_equivalents = 0;
+  for (int i = 0; i < kCases; ++i) {
+    const Shape shape = RandomShape(rng);
+    fb::OwnershipT a = RandomOwnership(rng, shape);
+    fb::OwnershipT b = RandomOwnership(rng, shape);
+    // Every other case has equal placements: a rows-only blocked ownership
+    // against itself or, when the rows divide evenly, against the flat
+    // ownership with one grain of whole rows per tile.
+    if (i % 2 == 0 && a.kind == fb::OwnershipKind::Blocked && a.replicas == 1) {
+      const int32_t parts = a.partitions[0];
+      a.partitions.assign(shape.size(), 1);
+      a.partitions[0] = parts;
+      b = a;
+      if (shape[0] % parts == 0) {
+        b = FlatOwnership(static_cast<int>(NumElements(shape) / parts), parts,
+                          a.first_tile, a.tile_stride);
+        ++flat_equivalents;
+      }
+    }
+    const bool expected = BruteHolds(a, shape) == BruteHolds(b, shape);
+    same += expected;
+    EXPECT_EQ(SamePlacement(a, b, shape), expected)
+        << FormatOwnership(a) << " vs " << FormatOwnership(b);
+  }
+  // The equivalent pairs were exercised.
+  EXPECT_GT(same, 20);
+  EXPECT_GT(flat_equivalents, 10);
+}
+
+TEST(OwnershipPropertyTest, TextFormRoundTrips) {
+  std::mt19937 rng(5);
+  for (int i = 0; i < kCases; ++i) {
+    Shape shape = RandomShape(rng);
+    if (i % 3 == 0) shape.push_back(2);  // rank 4 too
+    const fb::OwnershipT o = RandomOwnership(rng, shape);
+    const std::string text = FormatOwnership(o);
+    std::string error;
+    const std::optional<fb::OwnershipT> parsed = ParseOwnership(text, &error);
+    ASSERT_TRUE(parsed.has_value()) << text << ": " << error;
+    EXPECT_TRUE(SameOwnership(*parsed, o)) << text;
+    EXPECT_EQ(FormatOwnership(*parsed), text);
+  }
+}
+
+}  // namespace
+}  // namespace tilec::passes
