@@ -1,0 +1,878 @@
+#include "kernels/reference.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <thread>
+#include <unordered_set>
+
+#include "formats/op_shapes.h"
+#include "kernels/kernels.h"
+#include "kernels/npy.h"
+#include "kernels/tensor_data.h"
+
+namespace tilec::kernels {
+namespace {
+
+// GEMMs below this many multiply-accumulates are not worth a thread.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 22;
+
+// Kernel operands over F32 arrays. Kernels never write their input
+// operands, so the const_cast in In() is never acted upon.
+Operand In(const float* data, size_t elements) {
+  return Operand{const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(data)),
+                 elements * sizeof(float), DType::kF32, 0};
+}
+Operand In(const std::vector<float>& data) {
+  return In(data.data(), data.size());
+}
+Operand Out(float* data, size_t elements) {
+  return Operand{reinterpret_cast<uint8_t*>(data), elements * sizeof(float),
+                 DType::kF32, 0};
+}
+Operand Out(std::vector<float>& data) { return Out(data.data(), data.size()); }
+
+// rows = product of all but the last dimension, w = the last (a scalar is
+// one row of one element).
+void RowsAndWidth(const std::vector<int64_t>& shape, int64_t* rows,
+                  int64_t* w) {
+  *w = shape.empty() ? 1 : shape.back();
+  *rows = 1;
+  for (size_t i = 0; i + 1 < shape.size(); ++i) *rows *= shape[i];
+}
+
+// Runs body(begin, end) over [0, n) split into `threads` contiguous parts,
+// the first on the calling thread. Returns the first failure in part order
+// so that the error does not depend on scheduling.
+Status ParallelFor(int64_t n, int threads,
+                   const std::function<Status(int64_t, int64_t)>& body) {
+  const int parts =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, n)));
+  if (parts <= 1) return body(0, n);
+  std::vector<Status> statuses(parts);
+  std::vector<std::thread> workers;
+  auto bound = [n, parts](int p) { return n * p / parts; };
+  for (int p = 1; p < parts; ++p) {
+    workers.emplace_back(
+        [&, p] { statuses[p] = body(bound(p), bound(p + 1)); });
+  }
+  statuses[0] = body(bound(0), bound(1));
+  for (std::thread& t : workers) t.join();
+  for (const Status& s : statuses) {
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return ir::ShapeToString(shape);
+}
+
+// Runs the ops of one module in order over one ReferenceResult.
+class Executor {
+ public:
+  Executor(const fb::ModuleT& module, const ReferenceOptions& options,
+           ReferenceResult* result)
+      : module_(module), options_(options), result_(result) {}
+
+  Status Run() {
+    std::vector<ReferenceTensor> tensors;
+    tensors.reserve(module_.values.size());
+    for (const auto& value : module_.values) {
+      if (value == nullptr) {
+        return Status::BadInput("the module has an empty value");
+      }
+      if (value->dtype < fb::DType::MIN || value->dtype > fb::DType::MAX) {
+        return Status::BadInput(DescribeValue(*value) + " has unknown dtype " +
+                                std::to_string(static_cast<int>(value->dtype)));
+      }
+      ReferenceTensor t;
+      t.id = value->id;
+      t.name = value->name;
+      t.shape = value->shape;
+      t.dtype = value->dtype;
+      t.fp8_scale_exp = value->fp8_scale_exp;
+      t.role = value->role;
+      tensors.push_back(std::move(t));
+    }
+    result_->Reset(std::move(tensors));
+    if (result_->values().size() != module_.values.size()) {
+      return Status::BadInput("the module has duplicate value ids");
+    }
+    TILEC_RETURN_IF_ERROR(MaterializeSources());
+    for (const auto& op : module_.ops) {
+      if (op == nullptr) {
+        return Status::BadInput("the module has an empty op");
+      }
+      const auto start = std::chrono::steady_clock::now();
+      TILEC_RETURN_IF_ERROR(RunOp(*op));
+      VLOG(1) << Describe(*op) << ": "
+              << std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - start)
+                     .count()
+              << " s";
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // ------------------------------------------------------------ sources
+
+  // Values that no op produces get their contents before any op runs.
+  Status MaterializeSources() {
+    std::unordered_set<uint32_t> produced;
+    for (const auto& op : module_.ops) {
+      if (op == nullptr) continue;
+      produced.insert(op->results.begin(), op->results.end());
+    }
+    for (const auto& [id, data] : options_.provided) {
+      const ReferenceTensor* t = result_->Find(id);
+      if (t == nullptr) {
+        return Status::BadInput("provided data for value " +
+                                std::to_string(id) + ", which does not exist");
+      }
+      if (produced.count(id) > 0) {
+        return Status::BadInput("provided data for value " +
+                                std::to_string(id) + " (" + t->name +
+                                "), which an op computes");
+      }
+    }
+    // Generation is independent per value, so values are spread over the
+    // threads; each value's contents do not depend on the split.
+    std::vector<const fb::ValueT*> sources;
+    for (const auto& value : module_.values) {
+      if (produced.count(value->id) == 0) sources.push_back(value.get());
+    }
+    std::vector<Status> statuses(sources.size());
+    auto materialize = [&](size_t i) {
+      const fb::ValueT& value = *sources[i];
+      ReferenceTensor* t = result_->Mutable(value.id);
+      auto it = options_.provided.find(value.id);
+      if (it == options_.provided.end()) {
+        statuses[i] = MaterializeValue(value, options_.sidecar_dir, &t->data);
+        return;
+      }
+      size_t count = 0;
+      statuses[i] = ShapeElements(value.shape, DescribeValue(value), &count);
+      if (!statuses[i].ok()) return;
+      if (it->second.size() != count) {
+        statuses[i] = Status::BadInput(
+            "provided data for " + DescribeValue(value) + " has " +
+            std::to_string(it->second.size()) + " elements, its shape " +
+            ShapeText(value.shape) + " has " + std::to_string(count));
+        return;
+      }
+      t->data = it->second;
+      RoundToStored(value.dtype, value.fp8_scale_exp, t->data);
+    };
+    const int threads = std::max(1, options_.threads);
+    std::vector<std::thread> workers;
+    for (int w = 1; w < threads; ++w) {
+      workers.emplace_back([&, w] {
+        for (size_t i = w; i < sources.size(); i += threads) materialize(i);
+      });
+    }
+    for (size_t i = 0; i < sources.size(); i += threads) materialize(i);
+    for (std::thread& t : workers) t.join();
+    for (size_t i = 0; i < sources.size(); ++i) {
+      TILEC_RETURN_IF_ERROR(statuses[i]);
+      defined_.insert(sources[i]->id);
+    }
+    return Status::Ok();
+  }
+
+  // ------------------------------------------------------------ helpers
+
+  static std::string Describe(const fb::OperationT& op) {
+    const char* kind = fb::EnumNameOpKind(op.kind);
+    std::string text =
+        "op " + std::to_string(op.id) + " (" +
+        ((kind != nullptr && kind[0] != '\0') ? kind : "unknown");
+    if (!op.name.empty()) text += " " + op.name;
+    return text + ")";
+  }
+
+  Status Bad(const fb::OperationT& op, const std::string& what) const {
+    return Status::BadInput(Describe(op) + ": " + what);
+  }
+
+  // A kernel failure on shapes that were checked first is a bug.
+  Status Check(const fb::OperationT& op, const Status& status) const {
+    if (status.ok()) return Status::Ok();
+    return Status::Internal(Describe(op) + ": " + status.message());
+  }
+
+  Status Arity(const fb::OperationT& op, size_t operands,
+               size_t results) const {
+    if (op.operands.size() == operands && op.results.size() == results) {
+      return Status::Ok();
+    }
+    return Bad(op, "expected " + std::to_string(operands) + " operands and " +
+                       std::to_string(results) + " results, got " +
+                       std::to_string(op.operands.size()) + " and " +
+                       std::to_string(op.results.size()));
+  }
+
+  // Operand i, which must have been computed already.
+  Status Input(const fb::OperationT& op, size_t i,
+               const ReferenceTensor** tensor) const {
+    const uint32_t id = op.operands[i];
+    const ReferenceTensor* t = result_->Find(id);
+    if (t == nullptr) {
+      return Bad(op, "operand " + std::to_string(i) + " refers to value " +
+                         std::to_string(id) + ", which does not exist");
+    }
+    if (defined_.count(id) == 0) {
+      return Bad(op, "operand " + std::to_string(i) + " (value " +
+                         std::to_string(id) + " " + t->name +
+                         ") is used before an op computes it");
+    }
+    *tensor = t;
+    return Status::Ok();
+  }
+
+  // Result i, which must not have been computed yet.
+  Status Output(const fb::OperationT& op, size_t i, ReferenceTensor** tensor) {
+    const uint32_t id = op.results[i];
+    ReferenceTensor* t = result_->Mutable(id);
+    if (t == nullptr) {
+      return Bad(op, "result " + std::to_string(i) + " refers to value " +
+                         std::to_string(id) + ", which does not exist");
+    }
+    if (defined_.count(id) > 0) {
+      return Bad(op, "result " + std::to_string(i) + " (value " +
+                         std::to_string(id) + " " + t->name +
+                         ") is already defined");
+    }
+    *tensor = t;
+    return Status::Ok();
+  }
+
+  // Stores an op's F32 result in the value's dtype: where the device rounds.
+  void Store(ReferenceTensor* t, std::vector<float> data) {
+    RoundToStored(t->dtype, t->fp8_scale_exp, data);
+    t->data = std::move(data);
+    defined_.insert(t->id);
+  }
+
+  Status Elements(const fb::OperationT& op, const std::vector<int64_t>& shape,
+                  size_t* count) const {
+    return ShapeElements(shape, Describe(op), count);
+  }
+
+  // Rounds `data` to `dtype` through the cast kernel (encode into the
+  // dtype's bytes, decode back), as a device cast does.
+  Status CastInPlace(const fb::OperationT& op, fb::DType dtype,
+                     int fp8_scale_exp, std::vector<float>* data) {
+    const DType kd = KernelDType(dtype);
+    std::vector<uint8_t> bytes(data->size() * DTypeBytes(kd));
+    const Operand out{bytes.data(), bytes.size(), kd,
+                      StorageScaleExp(dtype, fp8_scale_exp)};
+    const int64_t n = static_cast<int64_t>(data->size());
+    TILEC_RETURN_IF_ERROR(Check(op, Cast(In(*data), out, 1, n)));
+    *data = LoadElements(out, data->size());
+    return Status::Ok();
+  }
+
+  // ------------------------------------------------------------ ops
+
+  Status RunOp(const fb::OperationT& op) {
+    switch (op.kind) {
+      case fb::OpKind::LayerNorm:
+      case fb::OpKind::MatMul:
+      case fb::OpKind::BiasAdd:
+      case fb::OpKind::Gelu:
+      case fb::OpKind::Add:
+      case fb::OpKind::Cast:
+      case fb::OpKind::Softmax:
+      case fb::OpKind::AttentionScores:
+      case fb::OpKind::AttentionContext:
+      case fb::OpKind::Redistribute: {
+        // The kinds with a shape rule: the verifier's checks, run again so
+        // the reference never trusts its caller.
+        const std::string error = ir::CheckOpShapes(op, module_);
+        if (!error.empty()) return Status::BadInput(error);
+        break;
+      }
+      case fb::OpKind::Fused:
+      case fb::OpKind::Moments:
+      case fb::OpKind::Normalize:
+        break;  // checked by their own functions
+      default:
+        return Bad(
+            op, "unknown op kind " + std::to_string(static_cast<int>(op.kind)));
+    }
+    switch (op.kind) {
+      case fb::OpKind::LayerNorm:
+        return RunLayerNorm(op);
+      case fb::OpKind::MatMul:
+        return RunMatMul(op);
+      case fb::OpKind::BiasAdd:
+      case fb::OpKind::Add:
+        return RunAdd(op);
+      case fb::OpKind::Gelu:
+        return RunGelu(op);
+      case fb::OpKind::Cast:
+      case fb::OpKind::Redistribute:
+        return RunCast(op);
+      case fb::OpKind::Softmax:
+        return RunSoftmax(op);
+      case fb::OpKind::AttentionScores:
+        return RunAttentionScores(op);
+      case fb::OpKind::AttentionContext:
+        return RunAttentionContext(op);
+      case fb::OpKind::Fused:
+        return RunFused(op);
+      case fb::OpKind::Moments:
+        return RunMoments(op);
+      case fb::OpKind::Normalize:
+        return RunNormalize(op);
+    }
+    return Bad(op, "unknown op kind");  // unreachable: checked above
+  }
+
+  Status RunLayerNorm(const fb::OperationT& op) {
+    const ReferenceTensor *x, *gamma, *beta;
+    ReferenceTensor* y;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &x));
+    TILEC_RETURN_IF_ERROR(Input(op, 1, &gamma));
+    TILEC_RETURN_IF_ERROR(Input(op, 2, &beta));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &y));
+    int64_t rows, w;
+    RowsAndWidth(x->shape, &rows, &w);
+    std::vector<float> out(x->data.size());
+    TILEC_RETURN_IF_ERROR(
+        Check(op, LayerNorm(In(x->data), In(gamma->data), In(beta->data),
+                            Out(out), rows, w, op.eps)));
+    Store(y, std::move(out));
+    return Status::Ok();
+  }
+
+  Status RunMatMul(const fb::OperationT& op) {
+    const ReferenceTensor *a, *b;
+    ReferenceTensor* c;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &a));
+    TILEC_RETURN_IF_ERROR(Input(op, 1, &b));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &c));
+    const int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
+    std::vector<float> out(static_cast<size_t>(m * n));
+    // Row blocks of A and C: every C element is still the same k-ordered
+    // sum, so the split changes nothing but the time.
+    const int threads = m * k * n >= kMinParallelMacs ? options_.threads : 1;
+    TILEC_RETURN_IF_ERROR(
+        Check(op, ParallelFor(m, threads, [&](int64_t begin, int64_t end) {
+                const int64_t rows = end - begin;
+                return Gemm(In(a->data.data() + begin * k, rows * k),
+                            In(b->data), Out(out.data() + begin * n, rows * n),
+                            rows, k, n, /*accumulate=*/false);
+              })));
+    Store(c, std::move(out));
+    return Status::Ok();
+  }
+
+  Status RunAdd(const fb::OperationT& op) {
+    const ReferenceTensor *x, *y;
+    ReferenceTensor* z;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &x));
+    TILEC_RETURN_IF_ERROR(Input(op, 1, &y));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &z));
+    int64_t rows, w;
+    RowsAndWidth(x->shape, &rows, &w);
+    std::vector<float> out(x->data.size());
+    if (op.kind == fb::OpKind::BiasAdd) {
+      TILEC_RETURN_IF_ERROR(
+          Check(op, BiasAdd(In(x->data), In(y->data), Out(out), rows, w)));
+    } else {
+      TILEC_RETURN_IF_ERROR(
+          Check(op, Add(In(x->data), In(y->data), Out(out), rows, w)));
+    }
+    Store(z, std::move(out));
+    return Status::Ok();
+  }
+
+  Status GeluFormOf(const fb::OperationT& op, fb::GeluForm form,
+                    GeluForm* out) const {
+    StatusOr<GeluForm> parsed = GeluFormFromInt(static_cast<int>(form));
+    if (!parsed.ok()) return Bad(op, parsed.status().message());
+    *out = *parsed;
+    return Status::Ok();
+  }
+
+  Status RunGelu(const fb::OperationT& op) {
+    const ReferenceTensor* x;
+    ReferenceTensor* y;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &x));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &y));
+    GeluForm form = GeluForm::kTanh;
+    TILEC_RETURN_IF_ERROR(GeluFormOf(op, op.gelu, &form));
+    int64_t rows, w;
+    RowsAndWidth(x->shape, &rows, &w);
+    std::vector<float> out(x->data.size());
+    TILEC_RETURN_IF_ERROR(
+        Check(op, GeluKernel(In(x->data), Out(out), rows, w, form)));
+    Store(y, std::move(out));
+    return Status::Ok();
+  }
+
+  // Cast and Redistribute: the operand's values in the result's dtype.
+  Status RunCast(const fb::OperationT& op) {
+    const ReferenceTensor* x;
+    ReferenceTensor* y;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &x));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &y));
+    std::vector<float> out = x->data;
+    TILEC_RETURN_IF_ERROR(CastInPlace(op, y->dtype, y->fp8_scale_exp, &out));
+    Store(y, std::move(out));
+    return Status::Ok();
+  }
+
+  Status RunSoftmax(const fb::OperationT& op) {
+    const ReferenceTensor* x;
+    ReferenceTensor* y;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &x));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &y));
+    int64_t rows, w;
+    RowsAndWidth(x->shape, &rows, &w);
+    std::vector<float> out(x->data.size());
+    TILEC_RETURN_IF_ERROR(
+        Check(op, Softmax(In(x->data), Out(out), rows, w, op.scale)));
+    Store(y, std::move(out));
+    return Status::Ok();
+  }
+
+  // Copies columns [column, column + d) of rows [row, row + t) of a
+  // row-major matrix with `stride` columns into a dense [t, d] block, or its
+  // transpose [d, t].
+  static void Gather(const float* src, int64_t stride, int64_t row,
+                     int64_t column, int64_t t, int64_t d, bool transpose,
+                     float* dst) {
+    for (int64_t i = 0; i < t; ++i) {
+      const float* s = src + (row + i) * stride + column;
+      for (int64_t j = 0; j < d; ++j) {
+        if (transpose) {
+          dst[j * t + i] = s[j];
+        } else {
+          dst[i * d + j] = s[j];
+        }
+      }
+    }
+  }
+
+  Status RunAttentionScores(const fb::OperationT& op) {
+    const ReferenceTensor* qkv;
+    ReferenceTensor* scores;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &qkv));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &scores));
+    const int64_t batch = scores->shape[0], heads = op.heads,
+                  t = scores->shape[2], d = op.head_dim;
+    const int64_t stride = 3 * heads * d;
+    std::vector<float> out(static_cast<size_t>(batch * heads * t * t));
+    // One GEMM per (batch, head); pairs are independent, so they are spread
+    // over the threads.
+    const int threads =
+        batch * heads * t * t * d >= kMinParallelMacs ? options_.threads : 1;
+    auto body = [&](int64_t begin, int64_t end) -> Status {
+      std::vector<float> q(static_cast<size_t>(t * d));
+      std::vector<float> k_t(static_cast<size_t>(d * t));
+      for (int64_t pair = begin; pair < end; ++pair) {
+        const int64_t b = pair / heads, h = pair % heads;
+        Gather(qkv->data.data(), stride, b * t, h * d, t, d, false, q.data());
+        Gather(qkv->data.data(), stride, b * t, heads * d + h * d, t, d, true,
+               k_t.data());
+        float* s = out.data() + pair * t * t;
+        if (Status st = Gemm(In(q), In(k_t), Out(s, t * t), t, d, t, false);
+            !st.ok()) {
+          return st;
+        }
+        // The scale multiplies the F32 sums; the result rounds once.
+        for (int64_t i = 0; i < t * t; ++i) s[i] *= op.scale;
+      }
+      return Status::Ok();
+    };
+    TILEC_RETURN_IF_ERROR(Check(op, ParallelFor(batch * heads, threads, body)));
+    Store(scores, std::move(out));
+    return Status::Ok();
+  }
+
+  Status RunAttentionContext(const fb::OperationT& op) {
+    const ReferenceTensor *probs, *qkv;
+    ReferenceTensor* ctx;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &probs));
+    TILEC_RETURN_IF_ERROR(Input(op, 1, &qkv));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &ctx));
+    const int64_t batch = probs->shape[0], heads = op.heads,
+                  t = probs->shape[2], d = op.head_dim;
+    const int64_t stride = 3 * heads * d;
+    std::vector<float> out(static_cast<size_t>(batch * t * heads * d));
+    const int threads =
+        batch * heads * t * t * d >= kMinParallelMacs ? options_.threads : 1;
+    auto body = [&](int64_t begin, int64_t end) -> Status {
+      std::vector<float> v(static_cast<size_t>(t * d));
+      std::vector<float> c(static_cast<size_t>(t * d));
+      for (int64_t pair = begin; pair < end; ++pair) {
+        const int64_t b = pair / heads, h = pair % heads;
+        Gather(qkv->data.data(), stride, b * t, 2 * heads * d + h * d, t, d,
+               false, v.data());
+        const float* p = probs->data.data() + pair * t * t;
+        if (Status st = Gemm(In(p, t * t), In(v), Out(c), t, t, d, false);
+            !st.ok()) {
+          return st;
+        }
+        // Head h fills columns h*D .. h*D+D-1 of rows b*T .. b*T+T-1.
+        for (int64_t i = 0; i < t; ++i) {
+          std::copy_n(c.data() + i * d, d,
+                      out.data() + (b * t + i) * heads * d + h * d);
+        }
+      }
+      return Status::Ok();
+    };
+    TILEC_RETURN_IF_ERROR(Check(op, ParallelFor(batch * heads, threads, body)));
+    Store(ctx, std::move(out));
+    return Status::Ok();
+  }
+
+  // Moments results are F32 [rows, 3] ({count, mean, M2} per row).
+  Status CheckMomentsValue(const fb::OperationT& op, const ReferenceTensor& m,
+                           int64_t rows, const char* role) const {
+    const std::vector<int64_t> expected = {rows, kMomentFloats};
+    if (m.shape != expected) {
+      return Bad(op, std::string(role) + " (value " + std::to_string(m.id) +
+                         " " + m.name + ") has shape " + ShapeText(m.shape) +
+                         ", expected " + ShapeText(expected) +
+                         " ({count, mean, M2} per row)");
+    }
+    if (m.dtype != fb::DType::F32) {
+      return Bad(op, std::string(role) + " (value " + std::to_string(m.id) +
+                         " " + m.name + ") is " +
+                         std::string(DTypeName(KernelDType(m.dtype))) +
+                         ", moments are F32");
+    }
+    return Status::Ok();
+  }
+
+  Status RunMoments(const fb::OperationT& op) {
+    TILEC_RETURN_IF_ERROR(Arity(op, 1, 1));
+    const ReferenceTensor* x;
+    ReferenceTensor* m;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &x));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &m));
+    int64_t rows, w;
+    RowsAndWidth(x->shape, &rows, &w);
+    TILEC_RETURN_IF_ERROR(CheckMomentsValue(op, *m, rows, "result 0"));
+    std::vector<float> out(static_cast<size_t>(rows) * kMomentFloats);
+    TILEC_RETURN_IF_ERROR(Check(op, LnMoments(In(x->data), Out(out), rows, w)));
+    Store(m, std::move(out));
+    return Status::Ok();
+  }
+
+  Status RunNormalize(const fb::OperationT& op) {
+    TILEC_RETURN_IF_ERROR(Arity(op, 4, 1));
+    const ReferenceTensor *x, *m, *gamma, *beta;
+    ReferenceTensor* y;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &x));
+    TILEC_RETURN_IF_ERROR(Input(op, 1, &m));
+    TILEC_RETURN_IF_ERROR(Input(op, 2, &gamma));
+    TILEC_RETURN_IF_ERROR(Input(op, 3, &beta));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &y));
+    int64_t rows, w;
+    RowsAndWidth(x->shape, &rows, &w);
+    TILEC_RETURN_IF_ERROR(CheckMomentsValue(op, *m, rows, "operand 1"));
+    const std::vector<int64_t> row = {w};
+    if (gamma->shape != row || beta->shape != row) {
+      return Bad(op, "gamma " + ShapeText(gamma->shape) + " and beta " +
+                         ShapeText(beta->shape) + " must both be " +
+                         ShapeText(row) + " (the last axis of operand 0 " +
+                         ShapeText(x->shape) + ")");
+    }
+    if (y->shape != x->shape) {
+      return Bad(op, "result 0 has shape " + ShapeText(y->shape) +
+                         ", expected " + ShapeText(x->shape) +
+                         " (the shape of operand 0)");
+    }
+    std::vector<float> out(x->data.size());
+    TILEC_RETURN_IF_ERROR(
+        Check(op, Normalize(In(x->data), In(m->data), In(gamma->data),
+                            In(beta->data), Out(out), rows, w, op.eps)));
+    Store(y, std::move(out));
+    return Status::Ok();
+  }
+
+  // The operand a body step names, with the shape it must have.
+  Status StepOperand(const fb::OperationT& op, size_t step_index,
+                     const fb::FusedStepT& step,
+                     const std::vector<int64_t>& expected,
+                     const ReferenceTensor** tensor) const {
+    const char* kind = fb::EnumNameFusedStepKind(step.kind);
+    const std::string where =
+        "body step " + std::to_string(step_index) + " (" + kind + ")";
+    if (step.operand < 0 ||
+        static_cast<size_t>(step.operand) >= op.operands.size()) {
+      return Bad(op, where + " names operand " + std::to_string(step.operand) +
+                         ", the op has " + std::to_string(op.operands.size()));
+    }
+    TILEC_RETURN_IF_ERROR(Input(op, static_cast<size_t>(step.operand), tensor));
+    if ((*tensor)->shape != expected) {
+      return Bad(op, where + ": operand " + std::to_string(step.operand) +
+                         " has shape " + ShapeText((*tensor)->shape) +
+                         ", expected " + ShapeText(expected));
+    }
+    return Status::Ok();
+  }
+
+  Status RunFused(const fb::OperationT& op) {
+    if (op.operands.empty() || op.results.empty() || op.results.size() > 2) {
+      return Bad(op, "expected at least 1 operand and 1 or 2 results, got " +
+                         std::to_string(op.operands.size()) + " and " +
+                         std::to_string(op.results.size()));
+    }
+    const ReferenceTensor* x;
+    ReferenceTensor* y;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &x));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &y));
+    if (y->shape != x->shape) {
+      return Bad(op, "result 0 has shape " + ShapeText(y->shape) +
+                         ", expected " + ShapeText(x->shape) +
+                         " (the shape of operand 0)");
+    }
+    int64_t rows, w;
+    RowsAndWidth(x->shape, &rows, &w);
+    ReferenceTensor* moments_out = nullptr;
+    if (op.results.size() == 2) {
+      TILEC_RETURN_IF_ERROR(Output(op, 1, &moments_out));
+      TILEC_RETURN_IF_ERROR(
+          CheckMomentsValue(op, *moments_out, rows, "result 1"));
+      const bool has_moments =
+          std::any_of(op.body.begin(), op.body.end(), [](const auto& step) {
+            return step != nullptr && step->kind == fb::FusedStepKind::Moments;
+          });
+      if (!has_moments) {
+        return Bad(op, "has a second result but no Moments step to fill it");
+      }
+    }
+
+    std::vector<float> v = x->data;
+    std::vector<float> moments;
+    bool moments_done = false;
+    for (size_t i = 0; i < op.body.size(); ++i) {
+      if (op.body[i] == nullptr) return Bad(op, "empty body step");
+      const fb::FusedStepT& step = *op.body[i];
+      const ReferenceTensor* operand = nullptr;
+      switch (step.kind) {
+        case fb::FusedStepKind::BiasAdd:
+          TILEC_RETURN_IF_ERROR(StepOperand(op, i, step, {w}, &operand));
+          TILEC_RETURN_IF_ERROR(
+              Check(op, BiasAdd(In(v), In(operand->data), Out(v), rows, w)));
+          break;
+        case fb::FusedStepKind::Gelu: {
+          GeluForm form = GeluForm::kTanh;
+          TILEC_RETURN_IF_ERROR(GeluFormOf(op, step.gelu, &form));
+          TILEC_RETURN_IF_ERROR(
+              Check(op, GeluKernel(In(v), Out(v), rows, w, form)));
+          break;
+        }
+        case fb::FusedStepKind::Cast:
+          if (step.dtype < fb::DType::MIN || step.dtype > fb::DType::MAX) {
+            return Bad(op, "body step " + std::to_string(i) +
+                               " casts to unknown dtype " +
+                               std::to_string(static_cast<int>(step.dtype)));
+          }
+          TILEC_RETURN_IF_ERROR(
+              CastInPlace(op, step.dtype, step.fp8_scale_exp, &v));
+          break;
+        case fb::FusedStepKind::ResidualAdd:
+          TILEC_RETURN_IF_ERROR(StepOperand(op, i, step, x->shape, &operand));
+          TILEC_RETURN_IF_ERROR(
+              Check(op, Add(In(v), In(operand->data), Out(v), rows, w)));
+          break;
+        case fb::FusedStepKind::Scale:
+          for (float& e : v) e *= step.scale;
+          break;
+        case fb::FusedStepKind::Moments: {
+          if (moments_out == nullptr) break;  // no result to fill: skipped
+          if (moments_done) {
+            return Bad(op, "has more than one Moments step");
+          }
+          // Statistics of what result 0 stores, as residual_moments
+          // computes them from the stored sum.
+          std::vector<float> stored = v;
+          RoundToStored(y->dtype, y->fp8_scale_exp, stored);
+          moments.resize(static_cast<size_t>(rows) * kMomentFloats);
+          TILEC_RETURN_IF_ERROR(
+              Check(op, LnMoments(In(stored), Out(moments), rows, w)));
+          moments_done = true;
+          break;
+        }
+        default:
+          return Bad(op, "body step " + std::to_string(i) +
+                             " has unknown kind " +
+                             std::to_string(static_cast<int>(step.kind)));
+      }
+    }
+    Store(y, std::move(v));
+    if (moments_out != nullptr) Store(moments_out, std::move(moments));
+    return Status::Ok();
+  }
+
+  const fb::ModuleT& module_;
+  const ReferenceOptions& options_;
+  ReferenceResult* result_;
+  std::unordered_set<uint32_t> defined_;
+};
+
+std::string Format(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.6g", v);
+  return text;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- result
+
+std::string ReferenceTensor::StoredBytes() const {
+  return EncodeStored(dtype, fp8_scale_exp, data);
+}
+
+const ReferenceTensor* ReferenceResult::Find(uint32_t id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &values_[it->second];
+}
+
+const ReferenceTensor* ReferenceResult::FindByName(
+    std::string_view name) const {
+  for (const ReferenceTensor& t : values_) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+std::vector<const ReferenceTensor*> ReferenceResult::Outputs() const {
+  std::vector<const ReferenceTensor*> outputs;
+  for (const ReferenceTensor& t : values_) {
+    if (t.role == fb::ValueRole::Output) outputs.push_back(&t);
+  }
+  return outputs;
+}
+
+void ReferenceResult::Reset(std::vector<ReferenceTensor> values) {
+  values_ = std::move(values);
+  by_id_.clear();
+  for (size_t i = 0; i < values_.size(); ++i) by_id_.emplace(values_[i].id, i);
+}
+
+ReferenceTensor* ReferenceResult::Mutable(uint32_t id) {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &values_[it->second];
+}
+
+Status RunReference(const fb::ModuleT& module, const ReferenceOptions& options,
+                    ReferenceResult* result) {
+  return Executor(module, options, result).Run();
+}
+
+Status RunReference(const fb::ModuleT& module, ReferenceResult* result) {
+  return RunReference(module, ReferenceOptions(), result);
+}
+
+// ---------------------------------------------------------------- reports
+
+TensorStats ComputeStats(std::span<const float> data) {
+  TensorStats stats;
+  stats.count = data.size();
+  double sum = 0, sum_sq = 0;
+  bool first = true;
+  for (float f : data) {
+    if (!std::isfinite(f)) {
+      ++stats.nonfinite;
+      continue;
+    }
+    const double v = f;
+    if (first) {
+      stats.min = stats.max = v;
+      first = false;
+    }
+    stats.min = std::min(stats.min, v);
+    stats.max = std::max(stats.max, v);
+    sum += v;
+    sum_sq += v * v;
+  }
+  const size_t finite = stats.count - stats.nonfinite;
+  if (finite > 0) stats.mean = sum / static_cast<double>(finite);
+  stats.l2 = std::sqrt(sum_sq);
+  return stats;
+}
+
+std::string SummaryLine(const ReferenceTensor& tensor) {
+  const TensorStats s = ComputeStats(tensor.data);
+  std::string line = tensor.name + " " + ShapeText(tensor.shape) + " " +
+                     std::string(DTypeName(KernelDType(tensor.dtype)));
+  if (StorageScaleExp(tensor.dtype, tensor.fp8_scale_exp) != 0) {
+    line += "(scale_exp=" + std::to_string(tensor.fp8_scale_exp) + ")";
+  }
+  line += " min=" + Format(s.min) + " max=" + Format(s.max) +
+          " mean=" + Format(s.mean) + " l2=" + Format(s.l2) +
+          " nonfinite=" + std::to_string(s.nonfinite);
+  return line;
+}
+
+std::string SafeFileName(std::string_view name) {
+  std::string safe(name);
+  for (char& c : safe) {
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                      c == '-';
+    if (!keep) c = '_';
+  }
+  if (!safe.empty() && safe[0] == '.') safe[0] = '_';
+  return safe;
+}
+
+Status WriteTensorFiles(std::span<const ReferenceTensor* const> tensors,
+                        const std::string& out_dir,
+                        std::vector<std::string>* paths) {
+  std::error_code error;
+  std::filesystem::create_directories(out_dir, error);
+  if (error) {
+    return Status::BadInput(out_dir +
+                            ": cannot create directory: " + error.message());
+  }
+  std::set<std::string> used;
+  for (const ReferenceTensor* t : tensors) {
+    const bool raw = t->dtype != fb::DType::F32;
+    const std::string raw_suffix =
+        "." + std::string(DTypeName(KernelDType(t->dtype))) + ".npy";
+    std::string base = t->name.empty() ? "value" + std::to_string(t->id)
+                                       : SafeFileName(t->name);
+    auto clashes = [&](const std::string& b) {
+      return used.count(b + ".npy") > 0 ||
+             (raw && used.count(b + raw_suffix) > 0);
+    };
+    if (clashes(base)) base += "_v" + std::to_string(t->id);
+    // Only a contrived set of names can clash again; refuse it rather than
+    // overwrite a file written moments ago.
+    if (clashes(base)) {
+      return Status::BadInput(out_dir + ": value names collide on " + base +
+                              ".npy");
+    }
+    const std::string f32_path = out_dir + "/" + base + ".npy";
+    TILEC_RETURN_IF_ERROR(WriteNpyF32(f32_path, t->shape, t->data));
+    used.insert(base + ".npy");
+    if (paths != nullptr) paths->push_back(f32_path);
+    if (raw) {
+      const std::string raw_path = out_dir + "/" + base + raw_suffix;
+      TILEC_RETURN_IF_ERROR(WriteNpyStored(raw_path, t->shape, t->dtype,
+                                           t->fp8_scale_exp, t->data));
+      used.insert(base + raw_suffix);
+      if (paths != nullptr) paths->push_back(raw_path);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace tilec::kernels

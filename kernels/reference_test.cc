@@ -1,0 +1,695 @@
+#include "kernels/reference.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "formats/ir.h"
+#include "kernels/npy.h"
+#include "kernels/numerics.h"
+#include "kernels/tensor_data.h"
+#include "passes/import/model_builder.h"
+
+namespace tilec::kernels {
+namespace {
+
+// ---------------------------------------------------------------- helpers
+
+// The spacing of a binary format with `mant_bits` stored mantissa bits and
+// smallest normal exponent `min_exp` at x, for values stored as
+// x * 2^scale_exp.
+double Ulp(double x, int mant_bits, int min_exp, int scale_exp = 0) {
+  const double y = std::abs(x) * std::ldexp(1.0, scale_exp);
+  const int e =
+      y > 0 ? std::max(static_cast<int>(std::floor(std::log2(y))), min_exp)
+            : min_exp;
+  return std::ldexp(1.0, e - mant_bits - scale_exp);
+}
+double UlpF16(double x) { return Ulp(x, 10, -14); }
+
+// The reference computes in F32 and rounds once; the test computes in
+// double. The two can land on neighbouring grid points, never further.
+void ExpectF16Near(float actual, double expected, const std::string& what) {
+  EXPECT_EQ(actual, RoundToF16(actual)) << what << ": not an F16 value";
+  EXPECT_LE(std::abs(actual - expected), UlpF16(expected))
+      << what << ": " << actual << " vs " << expected;
+}
+
+const ReferenceTensor& Get(const ReferenceResult& r, uint32_t id) {
+  const ReferenceTensor* t = r.Find(id);
+  EXPECT_NE(t, nullptr) << "value " << id;
+  static const ReferenceTensor kEmpty;
+  return t == nullptr ? kEmpty : *t;
+}
+
+double GeluDouble(double x, fb::GeluForm form) {
+  switch (form) {
+    case fb::GeluForm::Tanh:
+      return 0.5 * x *
+             (1.0 +
+              std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case fb::GeluForm::Erf:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case fb::GeluForm::Quick:
+      return x / (1.0 + std::exp(-1.702 * x));
+  }
+  return 0;
+}
+
+// Row-wise LayerNorm in double from given statistics.
+std::vector<double> LayerNormDouble(const std::vector<float>& x, int64_t rows,
+                                    int64_t w, const std::vector<float>& gamma,
+                                    const std::vector<float>& beta,
+                                    double eps) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < w; ++c) mean += x[r * w + c];
+    mean /= w;
+    for (int64_t c = 0; c < w; ++c) {
+      var += (x[r * w + c] - mean) * (x[r * w + c] - mean);
+    }
+    var /= w;
+    for (int64_t c = 0; c < w; ++c) {
+      y[r * w + c] =
+          (x[r * w + c] - mean) / std::sqrt(var + eps) * gamma[c] + beta[c];
+    }
+  }
+  return y;
+}
+
+std::vector<double> SoftmaxDouble(const std::vector<float>& x, int64_t rows,
+                                  int64_t w, double scale) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double max = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < w; ++c) max = std::max(max, scale * x[r * w + c]);
+    for (int64_t c = 0; c < w; ++c) {
+      y[r * w + c] = std::exp(scale * x[r * w + c] - max);
+      sum += y[r * w + c];
+    }
+    for (int64_t c = 0; c < w; ++c) y[r * w + c] /= sum;
+  }
+  return y;
+}
+
+// The straightforward double-precision result of one op of the imported
+// graphs (F16 everywhere), from the reference's own operand values, so that
+// each op is checked on its own.
+std::vector<double> ExpectedDouble(const fb::OperationT& op,
+                                   const ReferenceResult& r) {
+  auto in = [&](size_t i) -> const std::vector<float>& {
+    return Get(r, op.operands[i]).data;
+  };
+  const std::vector<int64_t>& shape = Get(r, op.operands[0]).shape;
+  const std::vector<int64_t>& out_shape = Get(r, op.results[0]).shape;
+  const int64_t w = shape.back();
+  const int64_t rows = static_cast<int64_t>(in(0).size()) / w;
+  std::vector<double> y;
+  switch (op.kind) {
+    case fb::OpKind::LayerNorm:
+      return LayerNormDouble(in(0), rows, w, in(1), in(2), op.eps);
+    case fb::OpKind::MatMul: {
+      const int64_t k = w, n = out_shape[1];
+      y.assign(rows * n, 0.0);
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int64_t p = 0; p < k; ++p) {
+            sum += static_cast<double>(in(0)[i * k + p]) * in(1)[p * n + j];
+          }
+          y[i * n + j] = sum;
+        }
+      }
+      return y;
+    }
+    case fb::OpKind::BiasAdd:
+      for (size_t i = 0; i < in(0).size(); ++i) {
+        y.push_back(static_cast<double>(in(0)[i]) + in(1)[i % w]);
+      }
+      return y;
+    case fb::OpKind::Add:
+      for (size_t i = 0; i < in(0).size(); ++i) {
+        y.push_back(static_cast<double>(in(0)[i]) + in(1)[i]);
+      }
+      return y;
+    case fb::OpKind::Gelu:
+      for (float v : in(0)) y.push_back(GeluDouble(v, op.gelu));
+      return y;
+    case fb::OpKind::Softmax:
+      return SoftmaxDouble(in(0), rows, w, op.scale);
+    case fb::OpKind::AttentionScores: {
+      // qkv [B*T, 3HD] -> [B, H, T, T]
+      const int64_t b_count = out_shape[0], h_count = op.heads,
+                    t = out_shape[2], d = op.head_dim, stride = 3 * h_count * d;
+      const std::vector<float>& qkv = in(0);
+      for (int64_t b = 0; b < b_count; ++b) {
+        for (int64_t h = 0; h < h_count; ++h) {
+          for (int64_t i = 0; i < t; ++i) {
+            for (int64_t j = 0; j < t; ++j) {
+              double dot = 0;
+              for (int64_t e = 0; e < d; ++e) {
+                dot +=
+                    static_cast<double>(qkv[(b * t + i) * stride + h * d + e]) *
+                    qkv[(b * t + j) * stride + h_count * d + h * d + e];
+              }
+              y.push_back(dot * op.scale);
+            }
+          }
+        }
+      }
+      return y;
+    }
+    case fb::OpKind::AttentionContext: {
+      // probs [B, H, T, T], qkv [B*T, 3HD] -> [B*T, HD]
+      const int64_t b_count = shape[0], h_count = op.heads, t = shape[2],
+                    d = op.head_dim, stride = 3 * h_count * d;
+      const std::vector<float>& p = in(0);
+      const std::vector<float>& qkv = in(1);
+      y.assign(b_count * t * h_count * d, 0.0);
+      for (int64_t b = 0; b < b_count; ++b) {
+        for (int64_t h = 0; h < h_count; ++h) {
+          for (int64_t i = 0; i < t; ++i) {
+            for (int64_t e = 0; e < d; ++e) {
+              double sum = 0;
+              for (int64_t j = 0; j < t; ++j) {
+                sum += static_cast<double>(
+                           p[((b * h_count + h) * t + i) * t + j]) *
+                       qkv[(b * t + j) * stride + 2 * h_count * d + h * d + e];
+              }
+              y[(b * t + i) * h_count * d + h * d + e] = sum;
+            }
+          }
+        }
+      }
+      return y;
+    }
+    default:
+      ADD_FAILURE() << "no double-precision model for op " << op.id;
+      return y;
+  }
+}
+
+fb::ModuleT Import(std::string_view preset, std::string_view part,
+                   const passes::ModelOverrides& overrides) {
+  fb::ModuleT module;
+  const std::string error =
+      passes::BuildModel(preset, part, overrides, &module);
+  EXPECT_EQ(error, "");
+  return module;
+}
+
+passes::ModelOverrides Tiny(int64_t batch) {
+  passes::ModelOverrides o;
+  o.batch = batch;
+  o.tokens = 5;
+  o.width = 16;
+  o.mlp_width = 24;
+  o.heads = 2;
+  return o;
+}
+
+ReferenceResult RunOk(const fb::ModuleT& module,
+                      const ReferenceOptions& options = {}) {
+  ReferenceResult result;
+  const Status status = RunReference(module, options, &result);
+  EXPECT_TRUE(status.ok()) << status.message();
+  return result;
+}
+
+void CheckEveryOp(const fb::ModuleT& module, const ReferenceResult& result) {
+  for (const auto& op : module.ops) {
+    const std::vector<double> expected = ExpectedDouble(*op, result);
+    const ReferenceTensor& out = Get(result, op->results[0]);
+    ASSERT_EQ(out.data.size(), expected.size()) << op->name;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ExpectF16Near(out.data[i], expected[i],
+                    op->name + "[" + std::to_string(i) + "]");
+    }
+  }
+}
+
+// ---------------------------------------------------------------- imported
+
+// Every op kind of a transformer layer (LayerNorm, MatMul, BiasAdd,
+// AttentionScores, Softmax, AttentionContext, Add, Gelu erf), batch 2.
+TEST(ReferenceTest, VitLayerMatchesDoublePrecision) {
+  const fb::ModuleT module = Import("vit-b16-224", "layer", Tiny(2));
+  const ReferenceResult result = RunOk(module);
+  ASSERT_EQ(result.values().size(), module.values.size());
+  CheckEveryOp(module, result);
+}
+
+// The tanh GELU of SigLIP's MLP block.
+TEST(ReferenceTest, SiglipMlpBlockMatchesDoublePrecision) {
+  const fb::ModuleT module = Import("siglip-so400m-384", "mlp-block", Tiny(1));
+  CheckEveryOp(module, RunOk(module));
+}
+
+// Probabilities are rows that sum to one, and the attention of a single
+// token to itself is certain.
+TEST(ReferenceTest, AttentionOfOneToken) {
+  passes::ModelOverrides o = Tiny(3);
+  o.tokens = 1;
+  const fb::ModuleT module = Import("vit-b16-224", "layer", o);
+  const ReferenceResult result = RunOk(module);
+  const ReferenceTensor* probs = result.FindByName("l0.attn.softmax.out");
+  ASSERT_NE(probs, nullptr);
+  EXPECT_EQ(probs->shape, (std::vector<int64_t>{3, 2, 1, 1}));
+  for (float p : probs->data) EXPECT_EQ(p, 1.0f);
+  // With one token the context is v itself: columns 2w.. of qkv.
+  const ReferenceTensor* qkv = result.FindByName("l0.attn.qkv_bias.out");
+  const ReferenceTensor* ctx = result.FindByName("l0.attn.ctx.out");
+  ASSERT_NE(qkv, nullptr);
+  ASSERT_NE(ctx, nullptr);
+  for (int64_t r = 0; r < 3; ++r) {
+    for (int64_t c = 0; c < 16; ++c) {
+      EXPECT_EQ(ctx->data[r * 16 + c], qkv->data[r * 48 + 32 + c]);
+    }
+  }
+}
+
+TEST(ReferenceTest, InputsAndWeightsAreMaterialized) {
+  const fb::ModuleT module = Import("vit-b16-224", "layer", Tiny(1));
+  const ReferenceResult result = RunOk(module);
+  for (const auto& value : module.values) {
+    if (value->init == nullptr) continue;
+    std::vector<float> expected;
+    ASSERT_TRUE(MaterializeValue(*value, &expected).ok());
+    EXPECT_EQ(Get(result, value->id).data, expected) << value->name;
+  }
+}
+
+TEST(ReferenceTest, OutputsAndLookup) {
+  const fb::ModuleT module = Import("vit-b16-224", "mlp-block", Tiny(1));
+  const ReferenceResult result = RunOk(module);
+  const std::vector<const ReferenceTensor*> outputs = result.Outputs();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0]->name, "l0.mlp.residual.out");
+  EXPECT_EQ(outputs[0]->shape, (std::vector<int64_t>{5, 16}));
+  EXPECT_EQ(result.Find(outputs[0]->id), outputs[0]);
+  EXPECT_EQ(result.FindByName("x")->id, 0u);
+  EXPECT_EQ(result.Find(9999), nullptr);
+  EXPECT_EQ(result.FindByName("nope"), nullptr);
+}
+
+// Large enough that GEMMs and attention are split over threads: the thread
+// count must not change a single bit.
+TEST(ReferenceTest, DeterministicAcrossRunsAndThreadCounts) {
+  passes::ModelOverrides o;
+  o.tokens = 128;
+  o.width = 256;
+  o.mlp_width = 512;
+  o.heads = 4;
+  const fb::ModuleT module = Import("siglip-so400m-384", "layer", o);
+  ReferenceOptions one;
+  one.threads = 1;
+  const ReferenceResult base = RunOk(module, one);
+  for (int threads : {1, 2, 3}) {
+    ReferenceOptions options;
+    options.threads = threads;
+    const ReferenceResult other = RunOk(module, options);
+    ASSERT_EQ(other.values().size(), base.values().size());
+    for (size_t i = 0; i < base.values().size(); ++i) {
+      const std::vector<float>& a = base.values()[i].data;
+      const std::vector<float>& b = other.values()[i].data;
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << base.values()[i].name << " with " << threads << " threads";
+    }
+  }
+}
+
+TEST(ReferenceTest, ProvidedInputs) {
+  const fb::ModuleT module = Import("vit-b16-224", "mlp-block", Tiny(1));
+  ReferenceOptions options;
+  options.provided[0] = std::vector<float>(5 * 16, 0.1f);
+  const ReferenceResult result = RunOk(module, options);
+  for (float f : Get(result, 0).data) EXPECT_EQ(f, RoundToF16(0.1f));
+
+  ReferenceResult ignored;
+  options.provided[0] = std::vector<float>(3, 0.0f);
+  Status status = RunReference(module, options, &ignored);
+  EXPECT_EQ(status.code(), StatusCode::kBadInput);
+  EXPECT_NE(status.message().find("value 0 (x)"), std::string::npos)
+      << status.message();
+  options.provided.clear();
+  options.provided[module.ops[0]->results[0]] = {};
+  status = RunReference(module, options, &ignored);
+  EXPECT_EQ(status.code(), StatusCode::kBadInput);
+  EXPECT_NE(status.message().find("which an op computes"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- by hand
+
+// Builds modules value by value and op by op, for the kinds the importer
+// does not produce.
+class Graph {
+ public:
+  uint32_t Value(const std::string& name, std::vector<int64_t> shape,
+                 fb::DType dtype = fb::DType::F16,
+                 fb::ValueRole role = fb::ValueRole::Activation,
+                 int fp8_scale_exp = 0) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->id = static_cast<uint32_t>(module_.values.size());
+    v->name = name;
+    v->shape = std::move(shape);
+    v->dtype = dtype;
+    v->role = role;
+    v->fp8_scale_exp = fp8_scale_exp;
+    module_.values.push_back(std::move(v));
+    return module_.values.back()->id;
+  }
+
+  uint32_t Gaussian(const std::string& name, std::vector<int64_t> shape,
+                    float mean = 0.0f, float stddev = 1.0f) {
+    const uint32_t id =
+        Value(name, std::move(shape), fb::DType::F16, fb::ValueRole::Input);
+    auto init = std::make_unique<fb::WeightInitT>();
+    init->distribution = fb::Distribution::Gaussian;
+    init->seed = 100 + id;
+    init->mean = mean;
+    init->stddev = stddev;
+    module_.values[id]->init = std::move(init);
+    return id;
+  }
+
+  fb::OperationT* Op(fb::OpKind kind, const std::string& name,
+                     std::vector<uint32_t> operands,
+                     std::vector<uint32_t> results) {
+    auto op = std::make_unique<fb::OperationT>();
+    op->id = static_cast<uint32_t>(module_.ops.size());
+    op->kind = kind;
+    op->name = name;
+    op->operands = std::move(operands);
+    op->results = std::move(results);
+    module_.ops.push_back(std::move(op));
+    return module_.ops.back().get();
+  }
+
+  static void Step(fb::OperationT* op, fb::FusedStepKind kind, int operand = -1,
+                   fb::DType dtype = fb::DType::F16, int fp8_scale_exp = 0,
+                   float scale = 1.0f) {
+    auto step = std::make_unique<fb::FusedStepT>();
+    step->kind = kind;
+    step->operand = operand;
+    step->gelu = fb::GeluForm::Tanh;
+    step->dtype = dtype;
+    step->fp8_scale_exp = fp8_scale_exp;
+    step->scale = scale;
+    op->body.push_back(std::move(step));
+  }
+
+  fb::ModuleT& module() { return module_; }
+
+ private:
+  fb::ModuleT module_;
+};
+
+constexpr int64_t kRows = 4, kWidth = 8;
+
+TEST(ReferenceTest, FusedNormalizeMomentsCastRedistributeSoftmax) {
+  Graph g;
+  const uint32_t x = g.Gaussian("x", {kRows, kWidth});
+  const uint32_t bias = g.Gaussian("bias", {kWidth}, 0.0f, 0.5f);
+  const uint32_t res = g.Gaussian("res", {kRows, kWidth}, 2.0f, 1.0f);
+  const uint32_t gamma = g.Gaussian("gamma", {kWidth}, 1.0f, 0.1f);
+  const uint32_t beta = g.Gaussian("beta", {kWidth}, 0.0f, 0.1f);
+  const uint32_t act = g.Value("act", {kRows, kWidth}, fb::DType::FP8E4M3,
+                               fb::ValueRole::Activation, 3);
+  const uint32_t sum = g.Value("sum", {kRows, kWidth});
+  const uint32_t stats = g.Value("stats", {kRows, 3}, fb::DType::F32);
+  const uint32_t norm = g.Value("norm", {kRows, kWidth});
+  const uint32_t x_stats = g.Value("x_stats", {kRows, 3}, fb::DType::F32);
+  const uint32_t moved = g.Value("moved", {kRows, kWidth}, fb::DType::FP8E5M2,
+                                 fb::ValueRole::Activation, 2);
+  const uint32_t cast = g.Value("cast", {kRows, kWidth}, fb::DType::FP8E4M3,
+                                fb::ValueRole::Output, 4);
+  const uint32_t probs =
+      g.Value("probs", {kRows, kWidth}, fb::DType::F16, fb::ValueRole::Output);
+
+  // bias + GELU + cast to FP8 (the MLP epilogue).
+  fb::OperationT* epilogue =
+      g.Op(fb::OpKind::Fused, "epilogue", {x, bias}, {act});
+  Graph::Step(epilogue, fb::FusedStepKind::BiasAdd, 1);
+  Graph::Step(epilogue, fb::FusedStepKind::Gelu);
+  Graph::Step(epilogue, fb::FusedStepKind::Cast, -1, fb::DType::FP8E4M3, 3);
+  // residual add, scale, statistics of the stored sum.
+  fb::OperationT* residual =
+      g.Op(fb::OpKind::Fused, "residual", {x, res}, {sum, stats});
+  Graph::Step(residual, fb::FusedStepKind::ResidualAdd, 1);
+  Graph::Step(residual, fb::FusedStepKind::Scale, -1, fb::DType::F16, 0, 0.5f);
+  Graph::Step(residual, fb::FusedStepKind::Moments);
+  g.Op(fb::OpKind::Normalize, "normalize", {sum, stats, gamma, beta}, {norm})
+      ->eps = 1e-5f;
+  g.Op(fb::OpKind::Moments, "moments", {x}, {x_stats});
+  g.Op(fb::OpKind::Redistribute, "move", {sum}, {moved});
+  g.Op(fb::OpKind::Cast, "cast", {norm}, {cast});
+  g.Op(fb::OpKind::Softmax, "softmax", {x}, {probs})->scale = 0.25f;
+
+  const ReferenceResult r = RunOk(g.module());
+  const std::vector<float>& xd = Get(r, x).data;
+  const std::vector<float>& bd = Get(r, bias).data;
+  const std::vector<float>& rd = Get(r, res).data;
+
+  // Epilogue: no rounding before the cast, then the scaled FP8 grid.
+  for (int64_t i = 0; i < kRows * kWidth; ++i) {
+    const double expected = GeluDouble(
+        static_cast<double>(xd[i]) + bd[i % kWidth], fb::GeluForm::Tanh);
+    const float actual = Get(r, act).data[i];
+    EXPECT_EQ(actual, RoundToFp8(actual, Fp8Format::kE4M3, 3));
+    EXPECT_LE(std::abs(actual - expected), Ulp(expected, 3, -6, 3))
+        << i << ": " << actual << " vs " << expected;
+  }
+  // Residual: F16 sum, and the moments of exactly that stored sum.
+  const std::vector<float>& sd = Get(r, sum).data;
+  for (int64_t i = 0; i < kRows * kWidth; ++i) {
+    ExpectF16Near(sd[i], (static_cast<double>(xd[i]) + rd[i]) * 0.5,
+                  "sum " + std::to_string(i));
+  }
+  auto check_moments = [](const std::vector<float>& data,
+                          const std::vector<float>& moments,
+                          const std::string& what) {
+    ASSERT_EQ(moments.size(), static_cast<size_t>(kRows * 3));
+    for (int64_t row = 0; row < kRows; ++row) {
+      double mean = 0, m2 = 0;
+      for (int64_t c = 0; c < kWidth; ++c) mean += data[row * kWidth + c];
+      mean /= kWidth;
+      for (int64_t c = 0; c < kWidth; ++c) {
+        m2 += (data[row * kWidth + c] - mean) * (data[row * kWidth + c] - mean);
+      }
+      EXPECT_EQ(moments[row * 3], kWidth) << what;
+      EXPECT_NEAR(moments[row * 3 + 1], mean, 1e-6 * (1 + std::abs(mean)))
+          << what;
+      EXPECT_NEAR(moments[row * 3 + 2], m2, 1e-5 * (1 + m2)) << what;
+    }
+  };
+  check_moments(sd, Get(r, stats).data, "fused moments");
+  check_moments(xd, Get(r, x_stats).data, "moments op");
+  // Normalize: LayerNorm of the stored sum.
+  const std::vector<double> ln = LayerNormDouble(
+      sd, kRows, kWidth, Get(r, gamma).data, Get(r, beta).data, 1e-5);
+  for (int64_t i = 0; i < kRows * kWidth; ++i) {
+    ExpectF16Near(Get(r, norm).data[i], ln[i], "norm " + std::to_string(i));
+  }
+  // Redistribute and Cast: one rounding from the F16 value, exactly.
+  for (int64_t i = 0; i < kRows * kWidth; ++i) {
+    EXPECT_EQ(Get(r, moved).data[i], RoundToFp8(sd[i], Fp8Format::kE5M2, 2));
+    EXPECT_EQ(Get(r, cast).data[i],
+              RoundToFp8(Get(r, norm).data[i], Fp8Format::kE4M3, 4));
+  }
+  // Softmax with a scale.
+  const std::vector<double> sm = SoftmaxDouble(xd, kRows, kWidth, 0.25);
+  for (int64_t i = 0; i < kRows * kWidth; ++i) {
+    ExpectF16Near(Get(r, probs).data[i], sm[i], "probs " + std::to_string(i));
+  }
+  // The FP8 redistribution is visible: it changed some values.
+  int changed = 0;
+  for (int64_t i = 0; i < kRows * kWidth; ++i) {
+    changed += Get(r, moved).data[i] != sd[i];
+  }
+  EXPECT_GT(changed, 0);
+}
+
+// Without a second result a Moments step has nothing to fill and the main
+// result is unchanged.
+TEST(ReferenceTest, FusedMomentsStepWithoutSecondResultIsSkipped) {
+  Graph g;
+  const uint32_t x = g.Gaussian("x", {kRows, kWidth});
+  const uint32_t y = g.Value("y", {kRows, kWidth});
+  const uint32_t z = g.Value("z", {kRows, kWidth});
+  fb::OperationT* a = g.Op(fb::OpKind::Fused, "a", {x}, {y});
+  Graph::Step(a, fb::FusedStepKind::Scale, -1, fb::DType::F16, 0, 3.0f);
+  Graph::Step(a, fb::FusedStepKind::Moments);
+  fb::OperationT* b = g.Op(fb::OpKind::Fused, "b", {x}, {z});
+  Graph::Step(b, fb::FusedStepKind::Scale, -1, fb::DType::F16, 0, 3.0f);
+  const ReferenceResult r = RunOk(g.module());
+  EXPECT_EQ(Get(r, y).data, Get(r, z).data);
+  for (int64_t i = 0; i < kRows * kWidth; ++i) {
+    EXPECT_EQ(Get(r, y).data[i], RoundToF16(Get(r, x).data[i] * 3.0f));
+  }
+}
+
+Status RunExpectingError(const fb::ModuleT& module) {
+  ReferenceResult result;
+  return RunReference(module, &result);
+}
+
+TEST(ReferenceTest, FusedSecondResultNeedsMomentsStep) {
+  Graph g;
+  const uint32_t x = g.Gaussian("x", {kRows, kWidth});
+  const uint32_t y = g.Value("y", {kRows, kWidth});
+  const uint32_t m = g.Value("m", {kRows, 3}, fb::DType::F32);
+  fb::OperationT* op = g.Op(fb::OpKind::Fused, "f", {x}, {y, m});
+  Graph::Step(op, fb::FusedStepKind::Scale, -1, fb::DType::F16, 0, 2.0f);
+  const Status status = RunExpectingError(g.module());
+  EXPECT_EQ(status.code(), StatusCode::kBadInput);
+  EXPECT_NE(status.message().find("op 0 (Fused f)"), std::string::npos)
+      << status.message();
+}
+
+TEST(ReferenceTest, BadBodiesAreBadInput) {
+  {
+    Graph g;  // a bias step naming a missing operand
+    const uint32_t x = g.Gaussian("x", {kRows, kWidth});
+    const uint32_t y = g.Value("y", {kRows, kWidth});
+    Graph::Step(g.Op(fb::OpKind::Fused, "f", {x}, {y}),
+                fb::FusedStepKind::BiasAdd, 3);
+    EXPECT_EQ(RunExpectingError(g.module()).code(), StatusCode::kBadInput);
+  }
+  {
+    Graph g;  // a bias of the wrong width
+    const uint32_t x = g.Gaussian("x", {kRows, kWidth});
+    const uint32_t b = g.Gaussian("b", {kWidth + 1});
+    const uint32_t y = g.Value("y", {kRows, kWidth});
+    Graph::Step(g.Op(fb::OpKind::Fused, "f", {x, b}, {y}),
+                fb::FusedStepKind::BiasAdd, 1);
+    const Status status = RunExpectingError(g.module());
+    EXPECT_EQ(status.code(), StatusCode::kBadInput);
+    EXPECT_NE(status.message().find("[9]"), std::string::npos)
+        << status.message();
+  }
+  {
+    Graph g;  // F16 moments
+    const uint32_t x = g.Gaussian("x", {kRows, kWidth});
+    const uint32_t m = g.Value("m", {kRows, 3}, fb::DType::F16);
+    g.Op(fb::OpKind::Moments, "m", {x}, {m});
+    EXPECT_EQ(RunExpectingError(g.module()).code(), StatusCode::kBadInput);
+  }
+}
+
+TEST(ReferenceTest, UnknownKindIsBadInputNamingTheOp) {
+  Graph g;
+  const uint32_t x = g.Gaussian("x", {kRows, kWidth});
+  const uint32_t y = g.Value("y", {kRows, kWidth});
+  const uint32_t z = g.Value("z", {kRows, kWidth});
+  g.Op(fb::OpKind::Gelu, "ok", {x}, {y});
+  g.Op(static_cast<fb::OpKind>(200), "mystery", {y}, {z});
+  const Status status = RunExpectingError(g.module());
+  EXPECT_EQ(status.code(), StatusCode::kBadInput);
+  EXPECT_NE(status.message().find("op 1"), std::string::npos)
+      << status.message();
+}
+
+TEST(ReferenceTest, ValueWithoutContentsIsBadInput) {
+  Graph g;
+  const uint32_t x =
+      g.Value("x", {kRows, kWidth}, fb::DType::F16, fb::ValueRole::Input);
+  const uint32_t y = g.Value("y", {kRows, kWidth});
+  g.Op(fb::OpKind::Gelu, "g", {x}, {y});
+  const Status status = RunExpectingError(g.module());
+  EXPECT_EQ(status.code(), StatusCode::kBadInput);
+  EXPECT_NE(status.message().find("value 0 (x)"), std::string::npos)
+      << status.message();
+}
+
+TEST(ReferenceTest, UseBeforeDefinitionIsBadInput) {
+  Graph g;
+  const uint32_t x = g.Gaussian("x", {kRows, kWidth});
+  const uint32_t y = g.Value("y", {kRows, kWidth});
+  const uint32_t z = g.Value("z", {kRows, kWidth});
+  g.Op(fb::OpKind::Gelu, "first", {y}, {z});
+  g.Op(fb::OpKind::Gelu, "second", {x}, {y});
+  const Status status = RunExpectingError(g.module());
+  EXPECT_EQ(status.code(), StatusCode::kBadInput);
+  EXPECT_NE(status.message().find("used before"), std::string::npos)
+      << status.message();
+}
+
+// ---------------------------------------------------------------- reports
+
+TEST(ReferenceTest, StatsAndSummaryLine) {
+  ReferenceTensor t;
+  t.name = "out";
+  t.shape = {2, 2};
+  t.dtype = fb::DType::F16;
+  t.data = {1.0f, -2.0f, 3.0f, NAN};
+  const TensorStats s = ComputeStats(t.data);
+  EXPECT_EQ(s.count, 4u);
+  EXPECT_EQ(s.nonfinite, 1u);
+  EXPECT_EQ(s.min, -2.0);
+  EXPECT_EQ(s.max, 3.0);
+  EXPECT_NEAR(s.mean, 2.0 / 3.0, 1e-12);
+  EXPECT_NEAR(s.l2, std::sqrt(14.0), 1e-12);
+  EXPECT_EQ(SummaryLine(t),
+            "out [2,2] f16 min=-2 max=3 mean=0.666667 l2=3.74166 "
+            "nonfinite=1");
+  t.dtype = fb::DType::FP8E4M3;
+  t.fp8_scale_exp = -2;
+  t.data = {};
+  EXPECT_EQ(SummaryLine(t),
+            "out [2,2] fp8e4m3(scale_exp=-2) min=0 max=0 mean=0 l2=0 "
+            "nonfinite=0");
+}
+
+TEST(ReferenceTest, SafeFileNames) {
+  EXPECT_EQ(SafeFileName("l0.mlp.up.out"), "l0.mlp.up.out");
+  EXPECT_EQ(SafeFileName("a/b c:d"), "a_b_c_d");
+  EXPECT_EQ(SafeFileName("../etc"), "_._etc");
+  EXPECT_EQ(SafeFileName(".hidden"), "_hidden");
+}
+
+TEST(ReferenceTest, WriteTensorFiles) {
+  const std::string dir = ::testing::TempDir() + "/ref_files/sub";
+  ReferenceTensor a;
+  a.id = 1;
+  a.name = "a/b";
+  a.shape = {3};
+  a.dtype = fb::DType::FP8E4M3;
+  a.fp8_scale_exp = 2;
+  a.data = {1.0f, 0.5f, -0.25f};
+  ReferenceTensor clash = a;  // the same file name
+  clash.id = 2;
+  clash.name = "a_b";
+  clash.dtype = fb::DType::F32;
+  ReferenceTensor unnamed;
+  unnamed.id = 3;
+  unnamed.shape = {1};
+  unnamed.dtype = fb::DType::F32;
+  unnamed.data = {4.0f};
+  const std::vector<const ReferenceTensor*> tensors = {&a, &clash, &unnamed};
+  std::vector<std::string> paths;
+  const Status status = WriteTensorFiles(tensors, dir, &paths);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(paths, (std::vector<std::string>{
+                       dir + "/a_b.npy", dir + "/a_b.fp8e4m3.npy",
+                       dir + "/a_b_v2.npy", dir + "/value3.npy"}));
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+  ASSERT_TRUE(ReadNpyF32(dir + "/a_b.npy", &shape, &values).ok());
+  EXPECT_EQ(shape, (std::vector<int64_t>{3}));
+  EXPECT_EQ(values, a.data);
+  std::string bytes;
+  ASSERT_TRUE(ir::ReadFile(dir + "/a_b.fp8e4m3.npy", &bytes).ok());
+  NpyArray raw;
+  ASSERT_TRUE(ParseNpy(bytes, "raw", &raw).ok());
+  EXPECT_EQ(raw.descr, "|u1");
+  EXPECT_EQ(raw.data, a.StoredBytes());
+  EXPECT_EQ(static_cast<uint8_t>(raw.data[0]),
+            Fp8Encode(1.0f, Fp8Format::kE4M3, 2));
+}
+
+}  // namespace
+}  // namespace tilec::kernels

@@ -1,0 +1,338 @@
+#include "kernels/tensor_data.h"
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+namespace tilec::kernels {
+namespace {
+
+// Far beyond any tensor that fits in memory; keeps byte counts (x 4) and
+// pair counters far from overflow.
+constexpr int64_t kMaxElements = int64_t{1} << 48;
+
+// ---------------------------------------------------------------- hashing
+
+constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ULL;
+
+// The splitmix64 output function (Steele, Lea, Flood 2014).
+constexpr uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// The counter-th output of a splitmix64 stream keyed by `key`: computed
+// directly, so any element can be generated without its predecessors.
+constexpr uint64_t StreamBits(uint64_t key, uint64_t counter) {
+  return Mix64(key + (counter + 1) * kGoldenGamma);
+}
+
+// [0, 1) with 53 random bits: exact in double.
+constexpr double UnitOpen1(uint64_t bits) {
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+// (0, 1]: never zero, so its logarithm is finite.
+constexpr double UnitOpen0(uint64_t bits) {
+  return static_cast<double>((bits >> 11) + 1) * 0x1.0p-53;
+}
+
+// ---------------------------------------------------------------- math
+// Logarithm and sine/cosine from IEEE basic operations only, so that the
+// generated weights do not depend on the platform's libm. Accuracy is a few
+// ulps of double, far below the F32 rounding that follows.
+
+constexpr double kLn2 = 0.6931471805599453094;
+constexpr double kSqrtHalf = 0.7071067811865475244;
+constexpr double kHalfPi = 1.5707963267948966192;
+
+// 1/n! for n < 20, computed at compile time (IEEE double in constexpr).
+constexpr std::array<double, 20> InverseFactorials() {
+  std::array<double, 20> table{};
+  double f = 1.0;
+  for (int n = 0; n < 20; ++n) {
+    if (n > 0) f *= n;
+    table[n] = 1.0 / f;
+  }
+  return table;
+}
+constexpr std::array<double, 20> kInvFact = InverseFactorials();
+
+// ln(x) for finite x > 0: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), then
+// ln m = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, whose odd series
+// has converged to double precision by s^23.
+double Log(double x) {
+  int e = 0;
+  double m = std::frexp(x, &e);  // exact: m in [0.5, 1)
+  if (m < kSqrtHalf) {
+    m *= 2.0;
+    e -= 1;
+  }
+  const double s = (m - 1.0) / (m + 1.0);
+  const double s2 = s * s;
+  double series = 1.0 / 23.0;
+  for (int k = 21; k >= 1; k -= 2) series = 1.0 / k + s2 * series;
+  return static_cast<double>(e) * kLn2 + 2.0 * s * series;
+}
+
+// sin and cos of a in [0, pi/4] by their Taylor series (the next terms are
+// below 1e-19).
+void SinCosSmall(double a, double* sin_a, double* cos_a) {
+  const double a2 = a * a;
+  double s = kInvFact[19];
+  for (int n = 17; n >= 1; n -= 2) s = kInvFact[n] - a2 * s;
+  double c = kInvFact[18];
+  for (int n = 16; n >= 0; n -= 2) c = kInvFact[n] - a2 * c;
+  *sin_a = a * s;
+  *cos_a = c;
+}
+
+// sin and cos of 2 pi u for u in [0, 1). The reduction works on u, where it
+// is exact: u = (q + f) / 4 with quadrant q and f in [0, 1), and f > 1/2 is
+// folded to 1 - f with sine and cosine swapped.
+void SinCosTurns(double u, double* sin_t, double* cos_t) {
+  const double four_u = 4.0 * u;  // exact
+  const int q = static_cast<int>(four_u);
+  const double f = four_u - q;  // exact
+  double s, c;
+  if (f <= 0.5) {
+    SinCosSmall(f * kHalfPi, &s, &c);
+  } else {
+    SinCosSmall((1.0 - f) * kHalfPi, &c, &s);
+  }
+  switch (q & 3) {
+    case 0:
+      *sin_t = s;
+      *cos_t = c;
+      break;
+    case 1:
+      *sin_t = c;
+      *cos_t = -s;
+      break;
+    case 2:
+      *sin_t = -s;
+      *cos_t = -c;
+      break;
+    default:
+      *sin_t = -c;
+      *cos_t = s;
+      break;
+  }
+}
+
+std::string Hex(uint64_t v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "0x%016llx",
+                static_cast<unsigned long long>(v));
+  return text;
+}
+
+bool IsAbsolute(const std::string& path) {
+  return !path.empty() && path[0] == '/';
+}
+
+}  // namespace
+
+Status ShapeElements(const std::vector<int64_t>& shape, const std::string& what,
+                     size_t* count) {
+  int64_t product = 1;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return Status::BadInput(what + " has a negative dimension " +
+                              std::to_string(d));
+    }
+    if (d != 0 && product > kMaxElements / d) {
+      return Status::BadInput(what + " has too many elements");
+    }
+    product *= d;
+  }
+  *count = static_cast<size_t>(product);
+  return Status::Ok();
+}
+
+std::string DescribeValue(const fb::ValueT& value) {
+  return "value " + std::to_string(value.id) + " (" + value.name + ")";
+}
+
+int StorageScaleExp(fb::DType dtype, int fp8_scale_exp) {
+  return (dtype == fb::DType::FP8E4M3 || dtype == fb::DType::FP8E5M2)
+             ? fp8_scale_exp
+             : 0;
+}
+
+DType KernelDType(fb::DType dtype) {
+  switch (dtype) {
+    case fb::DType::F16:
+      return DType::kF16;
+    case fb::DType::BF16:
+      return DType::kBF16;
+    case fb::DType::FP8E4M3:
+      return DType::kFp8E4M3;
+    case fb::DType::FP8E5M2:
+      return DType::kFp8E5M2;
+    case fb::DType::F32:
+      break;
+  }
+  return DType::kF32;
+}
+
+void RoundToStored(fb::DType dtype, int fp8_scale_exp, std::span<float> data) {
+  const DType kd = KernelDType(dtype);
+  if (kd == DType::kF32 || data.empty()) return;
+  const int scale = StorageScaleExp(dtype, fp8_scale_exp);
+  // Chunks keep the byte staging small for large tensors.
+  constexpr size_t kChunk = 1 << 14;
+  std::vector<uint8_t> bytes(kChunk * DTypeBytes(kd));
+  for (size_t begin = 0; begin < data.size(); begin += kChunk) {
+    const size_t n = std::min(kChunk, data.size() - begin);
+    std::span<float> part = data.subspan(begin, n);
+    std::span<uint8_t> staged(bytes.data(), n * DTypeBytes(kd));
+    StoreArrayAs(kd, part, scale, staged);
+    LoadArrayAs(kd, staged, scale, part);
+  }
+}
+
+std::string EncodeStored(fb::DType dtype, int fp8_scale_exp,
+                         std::span<const float> data) {
+  const DType kd = KernelDType(dtype);
+  std::string bytes(data.size() * DTypeBytes(kd), '\0');
+  if (!data.empty()) {
+    StoreArrayAs(kd, data, StorageScaleExp(dtype, fp8_scale_exp),
+                 std::span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()),
+                                    bytes.size()));
+  }
+  return bytes;
+}
+
+uint64_t Fnv1a64(std::string_view bytes) {
+  uint64_t hash = 0xCBF29CE484222325ULL;
+  for (unsigned char c : bytes) {
+    hash ^= c;
+    hash *= 0x100000001B3ULL;
+  }
+  return hash;
+}
+
+std::vector<float> GenerateInit(const fb::WeightInitT& init, size_t count) {
+  std::vector<float> data(count);
+  const double mean = init.mean;
+  const double stddev = init.stddev;
+  // Pre-mixing the seed decorrelates streams of nearby seeds (1, 2, ...).
+  const uint64_t key = Mix64(init.seed);
+  switch (init.distribution) {
+    case fb::Distribution::Constant:
+      std::fill(data.begin(), data.end(), init.mean);
+      break;
+    case fb::Distribution::Uniform:
+      for (size_t i = 0; i < count; ++i) {
+        const double u = UnitOpen1(StreamBits(key, i));
+        data[i] = static_cast<float>(mean + stddev * (2.0 * u - 1.0));
+      }
+      break;
+    case fb::Distribution::Gaussian:
+      // Box-Muller on pair p = i / 2 from counters 2p and 2p + 1: the cosine
+      // branch gives the even element, the sine branch the odd one.
+      for (size_t p = 0; 2 * p < count; ++p) {
+        const double u1 = UnitOpen0(StreamBits(key, 2 * p));
+        const double u2 = UnitOpen1(StreamBits(key, 2 * p + 1));
+        const double r = std::sqrt(-2.0 * Log(u1));
+        double s, c;
+        SinCosTurns(u2, &s, &c);
+        data[2 * p] = static_cast<float>(mean + stddev * (r * c));
+        if (2 * p + 1 < count) {
+          data[2 * p + 1] = static_cast<float>(mean + stddev * (r * s));
+        }
+      }
+      break;
+  }
+  return data;
+}
+
+namespace {
+
+Status ReadSidecar(const fb::ValueT& value, const std::string& sidecar_dir,
+                   size_t count, std::vector<float>* data) {
+  const fb::SidecarT& sidecar = *value.sidecar;
+  std::string path = sidecar.path;
+  if (!IsAbsolute(path) && !sidecar_dir.empty() && sidecar_dir != ".") {
+    path = sidecar_dir + "/" + path;
+  }
+  const std::string where = path + ": sidecar of " + DescribeValue(value);
+  if (sidecar.path.empty()) {
+    return Status::BadInput(DescribeValue(value) + ": sidecar has no path");
+  }
+  if (sidecar.bytes != count * sizeof(float)) {
+    return Status::BadInput(where + ": holds " + std::to_string(sidecar.bytes) +
+                            " bytes, expected " +
+                            std::to_string(count * sizeof(float)) + " (" +
+                            std::to_string(count) + " F32 elements)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::BadInput(where + ": cannot open");
+  in.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  if (sidecar.offset > size || sidecar.bytes > size - sidecar.offset) {
+    return Status::BadInput(where + ": bytes [" +
+                            std::to_string(sidecar.offset) + ", " +
+                            std::to_string(sidecar.offset + sidecar.bytes) +
+                            ") lie beyond the end of the file (" +
+                            std::to_string(size) + " bytes)");
+  }
+  std::string bytes(sidecar.bytes, '\0');
+  in.seekg(static_cast<std::streamoff>(sidecar.offset));
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!in) return Status::BadInput(where + ": read failed");
+  const uint64_t hash = Fnv1a64(bytes);
+  if (hash != sidecar.fnv1a64) {
+    return Status::BadInput(where + ": FNV-1a 64 checksum of bytes [" +
+                            std::to_string(sidecar.offset) + ", " +
+                            std::to_string(sidecar.offset + sidecar.bytes) +
+                            ") is " + Hex(hash) + ", the IR records " +
+                            Hex(sidecar.fnv1a64));
+  }
+  data->resize(count);
+  if (count > 0) {
+    LoadArrayAs(
+        DType::kF32,
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                 bytes.size()),
+        0, *data);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status MaterializeValue(const fb::ValueT& value, const std::string& sidecar_dir,
+                        std::vector<float>* data) {
+  size_t count = 0;
+  TILEC_RETURN_IF_ERROR(
+      ShapeElements(value.shape, DescribeValue(value), &count));
+  if (value.sidecar != nullptr) {
+    TILEC_RETURN_IF_ERROR(ReadSidecar(value, sidecar_dir, count, data));
+  } else if (value.init != nullptr) {
+    const fb::Distribution d = value.init->distribution;
+    if (d < fb::Distribution::MIN || d > fb::Distribution::MAX) {
+      return Status::BadInput(DescribeValue(value) +
+                              " has an unknown init distribution " +
+                              std::to_string(static_cast<int>(d)));
+    }
+    *data = GenerateInit(*value.init, count);
+  } else {
+    return Status::BadInput(
+        DescribeValue(value) +
+        " has no contents: neither a weight init nor a sidecar");
+  }
+  RoundToStored(value.dtype, value.fp8_scale_exp, *data);
+  return Status::Ok();
+}
+
+Status MaterializeValue(const fb::ValueT& value, std::vector<float>* data) {
+  return MaterializeValue(value, ".", data);
+}
+
+}  // namespace tilec::kernels

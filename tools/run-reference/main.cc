@@ -1,0 +1,85 @@
+// run-reference: runs a module's graph on the reference executor and writes
+// its outputs as .npy files plus a one-line summary per tensor.
+
+#include <gflags/gflags.h>
+
+#include <string>
+#include <vector>
+
+#include "formats/ir.h"
+#include "kernels/reference.h"
+#include "tools/common/tool.h"
+
+DEFINE_string(out_dir, "",
+              "Directory for the .npy files (created if missing): "
+              "<name>.npy as float32 and <name>.<dtype>.npy with the raw "
+              "stored codes (f16, bf16, fp8e4m3, fp8e5m2; none for f32). "
+              "Empty: write no arrays, only the summary.");
+DEFINE_bool(all, false,
+            "Write and summarize every value, not only the graph outputs.");
+DEFINE_string(sidecar_dir, "",
+              "Directory that sidecar paths are relative to (default: the "
+              "input file's directory, or . for stdin).");
+DEFINE_int32(threads, 2,
+             "Threads for GEMMs and weight generation (results do not "
+             "depend on it).");
+DEFINE_string(o, "-",
+              "Summary output path, or - for stdout (written atomically).");
+
+namespace tilec::tools {
+namespace {
+
+std::string DirectoryOf(const std::string& path) {
+  if (path == "-") return ".";
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+Status Run(const std::vector<std::string>& args) {
+  std::string path;
+  TILEC_RETURN_IF_ERROR(SingleInput(args, &path));
+  if (FLAGS_threads < 1) {
+    return Status::BadInput("--threads=" + std::to_string(FLAGS_threads) +
+                            ": must be at least 1");
+  }
+  fb::ModuleT module;
+  TILEC_RETURN_IF_ERROR(ir::ReadModule(path, &module));
+
+  kernels::ReferenceOptions options;
+  options.sidecar_dir =
+      FLAGS_sidecar_dir.empty() ? DirectoryOf(path) : FLAGS_sidecar_dir;
+  options.threads = FLAGS_threads;
+  kernels::ReferenceResult result;
+  TILEC_RETURN_IF_ERROR(kernels::RunReference(module, options, &result)
+                            .WithContext(ir::DisplayName(path)));
+
+  std::vector<const kernels::ReferenceTensor*> tensors;
+  if (FLAGS_all) {
+    for (const kernels::ReferenceTensor& t : result.values()) {
+      tensors.push_back(&t);
+    }
+  } else {
+    tensors = result.Outputs();
+  }
+  if (!FLAGS_out_dir.empty()) {
+    TILEC_RETURN_IF_ERROR(
+        kernels::WriteTensorFiles(tensors, FLAGS_out_dir, nullptr));
+  }
+  std::string summary;
+  for (const kernels::ReferenceTensor* t : tensors) {
+    summary += kernels::SummaryLine(*t) + "\n";
+  }
+  return ir::WriteFileAtomically(FLAGS_o, summary);
+}
+
+}  // namespace
+}  // namespace tilec::tools
+
+int main(int argc, char** argv) {
+  auto args = tilec::tools::InitTool(
+      argc, argv,
+      "run-reference [FILE|-] [--out_dir=DIR] [--all] [-o SUMMARY]: run a "
+      "module's graph on the reference executor and write its outputs as "
+      ".npy");
+  return tilec::tools::Finish(tilec::tools::Run(args));
+}
