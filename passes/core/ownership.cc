@@ -10,6 +10,8 @@
 #include <tuple>
 #include <utility>
 
+#include "formats/print.h"
+
 namespace tilec::passes {
 namespace {
 
@@ -39,7 +41,9 @@ struct Split {
 
 // An ownership resolved against a shape. A "piece" is what one grid cell
 // holds: a block (blocked, held by `holders` = replicas tiles) or a flat
-// block (held by one tile).
+// block (held by one tile). Pieces are numbered row-major over the partition
+// grid whatever the axis order; the order only decides which tile a grid
+// cell (piece, replica) lives on.
 struct Layout {
   bool flat = false;
   int rank = 0;
@@ -49,6 +53,12 @@ struct Layout {
   // Blocked.
   std::array<Split, kMaxRank> axis{};
   std::array<int64_t, kMaxRank> radix{};  // piece index stride per axis
+  // Grid position weight of each grid axis (axis `rank` = replicas) along
+  // the tile index, from the axis order. `natural` is the default order
+  // (partitions row-major, replicas fastest), where the position is simply
+  // piece * holders + replica.
+  std::array<int64_t, kMaxRank + 1> weight{};
+  bool natural = true;
   // Flat.
   Split grains;
   int64_t grain = 1;
@@ -58,18 +68,35 @@ struct Layout {
   int64_t first = 0;
   int64_t stride = 1;
 
-  int Tile(int64_t piece, int64_t replica) const {
-    return static_cast<int>(first + (piece * holders + replica) * stride);
+  int64_t Position(int64_t piece, int64_t replica) const {
+    if (natural) return piece * holders + replica;
+    int64_t position = replica * weight[rank];
+    for (int a = 0; a < rank; ++a) {
+      position += ((piece / radix[a]) % axis[a].parts) * weight[a];
+    }
+    return position;
   }
-  // One past the largest tile the ownership assigns.
-  int TileLimit() const { return Tile(pieces - 1, holders - 1) + 1; }
+  int Tile(int64_t piece, int64_t replica) const {
+    return static_cast<int>(first + Position(piece, replica) * stride);
+  }
+  // One past the largest tile the ownership assigns: the last grid position
+  // in any order.
+  int TileLimit() const {
+    return static_cast<int>(first + (pieces * holders - 1) * stride + 1);
+  }
 
   // The piece `tile` holds, or -1.
   int64_t PieceOn(int64_t tile) const {
     const int64_t d = tile - first;
     if (d < 0 || d % stride != 0) return -1;
     const int64_t cell = d / stride;
-    return cell < pieces * holders ? cell / holders : -1;
+    if (cell >= pieces * holders) return -1;
+    if (natural) return cell / holders;
+    int64_t piece = 0;
+    for (int a = 0; a < rank; ++a) {
+      piece += ((cell / weight[a]) % axis[a].parts) * radix[a];
+    }
+    return piece;
   }
 
   Box BlockBox(int64_t piece) const {
@@ -97,6 +124,14 @@ struct Layout {
     return BlockBox(piece).Elements();
   }
 };
+
+// True if `order` is empty or the identity permutation.
+bool NaturalOrder(const std::vector<int32_t>& order) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] != static_cast<int32_t>(i)) return false;
+  }
+  return true;
+}
 
 Layout Resolve(const fb::OwnershipT& o, std::span<const int64_t> shape) {
   const std::string error =
@@ -126,6 +161,16 @@ Layout Resolve(const fb::OwnershipT& o, std::span<const int64_t> shape) {
       l.pieces *= o.partitions[a];
     }
     l.holders = o.replicas;
+    l.natural = NaturalOrder(o.axis_order);
+    if (!l.natural) {
+      // Fastest axis last: weights multiply up from the end of the order.
+      int64_t w = 1;
+      for (int j = static_cast<int>(o.axis_order.size()) - 1; j >= 0; --j) {
+        const int axis = o.axis_order[j];
+        l.weight[axis] = w;
+        w *= axis == l.rank ? l.holders : l.axis[axis].parts;
+      }
+    }
   }
   return l;
 }
@@ -471,12 +516,41 @@ class OwnershipParser {
       need_comma = true;
     }
     bool seen_grain = false, seen_tiles = false, seen_rep = false,
-         seen_first = false, seen_stride = false;
+         seen_first = false, seen_stride = false, seen_order = false;
     while (!Accept(')')) {
       if (need_comma && !Expect(',')) return std::nullopt;
       need_comma = true;
       const size_t key_at = Position();
       const std::string_view key = Word();
+      if (key == "order" && o.kind == OwnershipKind::Blocked) {
+        if (seen_order) {
+          pos_ = key_at;
+          return Fail("option 'order' given twice");
+        }
+        seen_order = true;
+        if (!Expect('=')) return std::nullopt;
+        // A comma-separated list of axes. Commas also separate options, so a
+        // comma followed by a digit continues the list and one followed by
+        // anything else ends it (and stands for the option separator).
+        while (true) {
+          if (o.axis_order.size() > kMaxRank) {
+            return Fail("order lists more than " +
+                        std::to_string(kMaxRank + 1) + " axes");
+          }
+          int64_t axis;
+          if (!Number(&axis)) return std::nullopt;
+          o.axis_order.push_back(static_cast<int32_t>(axis));
+          const size_t before = pos_;
+          if (!Accept(',')) break;
+          if (Position() < text_.size() && text_[pos_] >= '0' &&
+              text_[pos_] <= '9') {
+            continue;
+          }
+          pos_ = before;  // the separator of the next option
+          break;
+        }
+        continue;
+      }
       int32_t* field = nullptr;
       bool* seen = nullptr;
       int64_t minimum = 1;
@@ -497,7 +571,7 @@ class OwnershipParser {
                     (o.kind == OwnershipKind::Blocked ? "blocked" : "flat") +
                     " (options: " +
                     (o.kind == OwnershipKind::Blocked
-                         ? "rep, first, stride"
+                         ? "rep, order, first, stride"
                          : "grain, tiles, first, stride") +
                     ")");
       }
@@ -524,6 +598,19 @@ class OwnershipParser {
     }
     if (Position() != text_.size()) {
       return Fail("unexpected text after the closing ')'");
+    }
+    if (!o.axis_order.empty()) {
+      std::vector<int32_t> sorted = o.axis_order;
+      std::sort(sorted.begin(), sorted.end());
+      for (size_t i = 0; i < sorted.size(); ++i) {
+        if (sorted.size() != o.partitions.size() + 1 ||
+            sorted[i] != static_cast<int32_t>(i)) {
+          return Fail("order must list each grid axis 0.." +
+                      std::to_string(o.partitions.size()) +
+                      " once (axis " + std::to_string(o.partitions.size()) +
+                      " = replicas)");
+        }
+      }
     }
     return o;
   }
@@ -627,10 +714,14 @@ fb::OwnershipT FlatOwnership(int grain, int tiles, int first_tile,
 }
 
 bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b) {
+  // An explicit identity order means the same as an empty one.
+  const bool same_order =
+      a.axis_order == b.axis_order ||
+      (NaturalOrder(a.axis_order) && NaturalOrder(b.axis_order));
   return a.kind == b.kind && a.partitions == b.partitions &&
          a.replicas == b.replicas && a.first_tile == b.first_tile &&
          a.tile_stride == b.tile_stride && a.grain == b.grain &&
-         a.tiles == b.tiles;
+         a.tiles == b.tiles && same_order;
 }
 
 std::string ValidateOwnership(const fb::OwnershipT& o,
@@ -690,12 +781,29 @@ std::string ValidateOwnership(const fb::OwnershipT& o,
         return what() + " has " + str(o.replicas) + " replicas (must be >= 1)";
       }
       multiply(o.replicas);
+      if (!o.axis_order.empty()) {
+        // A permutation of the grid axes 0..rank (rank = the replicas).
+        std::vector<bool> seen(shape.size() + 1, false);
+        bool permutation = o.axis_order.size() == seen.size();
+        for (int32_t axis : o.axis_order) {
+          if (!permutation) break;
+          permutation = axis >= 0 && axis < static_cast<int32_t>(seen.size()) &&
+                        !seen[axis];
+          if (permutation) seen[axis] = true;
+        }
+        if (!permutation) {
+          return what() + " has axis order " + Join(o.axis_order, ",") +
+                 ", which is not a permutation of the grid axes 0.." +
+                 str(shape.size()) + " (axis " + str(shape.size()) +
+                 " = replicas)";
+        }
+      }
       break;
     case OwnershipKind::Flat:
-      if (!o.partitions.empty() || o.replicas != 1) {
+      if (!o.partitions.empty() || o.replicas != 1 || !o.axis_order.empty()) {
         return what() +
-               ": a flat ownership must leave partitions and "
-               "replicas unset";
+               ": a flat ownership must leave partitions, replicas and "
+               "axis order unset";
       }
       if (o.grain < 1) {
         return what() + " has grain " + str(o.grain) + " (must be >= 1)";
@@ -728,19 +836,13 @@ std::string ValidateOwnership(const fb::OwnershipT& o,
 }
 
 std::string FormatOwnership(const fb::OwnershipT& o) {
-  std::string s;
-  if (o.kind == OwnershipKind::Blocked) {
-    s = "blocked(" + Join(o.partitions, "x");
-    if (o.replicas != 1) s += ", rep=" + std::to_string(o.replicas);
-  } else if (o.kind == OwnershipKind::Flat) {
-    s = "flat(grain=" + std::to_string(o.grain) +
-        ", tiles=" + std::to_string(o.tiles);
-  } else {
-    s = "unknown(kind=" + std::to_string(static_cast<int>(o.kind));
+  // One text form for the IR printer and the algebra: formats/print.cc owns
+  // it. Only a kind outside the enum (which the printer cannot name, and
+  // which validation messages must still show) is spelled here.
+  if (o.kind != OwnershipKind::Blocked && o.kind != OwnershipKind::Flat) {
+    return "unknown(kind=" + std::to_string(static_cast<int>(o.kind)) + ")";
   }
-  if (o.first_tile != 0) s += ", first=" + std::to_string(o.first_tile);
-  if (o.tile_stride != 1) s += ", stride=" + std::to_string(o.tile_stride);
-  return s + ")";
+  return ir::OwnershipText(o);
 }
 
 std::optional<fb::OwnershipT> ParseOwnership(std::string_view text,
@@ -778,11 +880,13 @@ std::vector<int> TilesUsed(const fb::OwnershipT& ownership,
                            std::span<const int64_t> shape) {
   const Layout l = Resolve(ownership, shape);
   std::vector<int> tiles;
-  // Tiles ascend with the grid position, so the list comes out sorted.
+  // In the natural order tiles ascend with the grid position, so the list
+  // comes out sorted; another axis order needs a sort.
   for (int64_t piece = 0; piece < l.pieces; ++piece) {
     if (l.PieceElements(piece) == 0) continue;
     for (int64_t k = 0; k < l.holders; ++k) tiles.push_back(l.Tile(piece, k));
   }
+  if (!l.natural) std::sort(tiles.begin(), tiles.end());
   return tiles;
 }
 
@@ -799,6 +903,22 @@ int64_t MaxBytesPerTile(const fb::OwnershipT& ownership,
     for (int a = 0; a < l.rank; ++a) elements *= l.axis[a].Largest();
   }
   return elements * element_bytes;
+}
+
+std::vector<int64_t> BytesPerTile(const fb::OwnershipT& ownership,
+                                  std::span<const int64_t> shape,
+                                  int element_bytes, int num_tiles) {
+  const Layout l = Resolve(ownership, shape);
+  std::vector<int64_t> bytes(std::max(num_tiles, 0), 0);
+  for (int64_t piece = 0; piece < l.pieces; ++piece) {
+    const int64_t held = l.PieceElements(piece) * element_bytes;
+    if (held == 0) continue;
+    for (int64_t k = 0; k < l.holders; ++k) {
+      const int tile = l.Tile(piece, k);
+      if (tile < num_tiles) bytes[tile] = held;
+    }
+  }
+  return bytes;
 }
 
 std::vector<Overlap> Intersect(const fb::OwnershipT& a, const fb::OwnershipT& b,
@@ -837,6 +957,15 @@ std::vector<Overlap> Intersect(const fb::OwnershipT& a, const fb::OwnershipT& b,
         }
       }
     }
+  }
+  if (!la.natural || !lb.natural) {
+    // The nested expansion above is sorted only when tiles ascend with
+    // (piece, replica).
+    std::sort(overlaps.begin(), overlaps.end(),
+              [](const Overlap& x, const Overlap& y) {
+                return std::tie(x.a_tile, x.b_tile, x.box.begin) <
+                       std::tie(y.a_tile, y.b_tile, y.box.begin);
+              });
   }
   return overlaps;
 }

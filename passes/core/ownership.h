@@ -6,9 +6,12 @@
 // rank 1..4:
 //   - Blocked: partitions[a] balanced contiguous parts along axis a (with
 //     extent E over p parts the first E % p parts are one element larger);
-//     the grid partitions[0] x ... x partitions[r-1] x replicas is laid out
-//     row-major with replicas fastest, and grid position i lives on tile
-//     first_tile + i * tile_stride. Every replica holds the whole block.
+//     the grid partitions[0] x ... x partitions[r-1] x replicas (grid axis r
+//     is the replicas) is linearized in axis_order, slowest axis first
+//     (empty: 0, 1, ..., r, i.e. row-major with replicas fastest), and grid
+//     position i lives on tile first_tile + i * tile_stride. Every replica
+//     holds the whole block. E.g. a GEMM's left operand
+//     blocked(9x6, rep=27, order=0,2,1) puts its 6 K parts fastest.
 //   - Flat: the row-major element order is cut into `grain`-element grains
 //     (the last may be short); the grains are split over `tiles` tiles in
 //     balanced contiguous blocks; block j lives on tile
@@ -60,7 +63,8 @@ fb::OwnershipT FlatOwnership(int grain, int tiles, int first_tile = 0,
                              int tile_stride = 1);
 
 // Same kind and same fields (the fields a kind does not use must be at their
-// defaults in a valid ownership, so this is a structural equality).
+// defaults in a valid ownership, so this is a structural equality). An
+// explicit identity axis order equals the empty one.
 bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b);
 
 // Checks `ownership` against a value of `shape` on a target with
@@ -68,21 +72,24 @@ bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b);
 // wrong. Rank 1..4, extents >= 0 (at most 2^56 elements); counts
 // (partitions, replicas, grain, tiles, tile_stride) >= 1; first_tile >= 0;
 // fields the kind does not use are at their defaults (so that the text form
-// round-trips); every tile the ownership assigns (including tiles whose
+// round-trips); axis_order empty or a permutation of the grid axes 0..rank
+// (blocked only); every tile the ownership assigns (including tiles whose
 // block is empty) < target_tiles.
 std::string ValidateOwnership(const fb::OwnershipT& ownership,
                               std::span<const int64_t> shape, int target_tiles);
 
 // ---------------------------------------------------------------- text form
-// blocked(9x6, rep=27, first=0, stride=1) and flat(grain=4, tiles=1472,
-// first=0, stride=1). FormatOwnership omits options at their defaults
-// (rep=1, first=0, stride=1): "blocked(729x2)", "blocked(9x6, rep=27)",
-// "flat(grain=4, tiles=1472)".
+// blocked(9x6, rep=27, order=0,2,1, first=0, stride=1) and
+// flat(grain=4, tiles=1472, first=0, stride=1). FormatOwnership is the IR
+// printer's ir::OwnershipText (formats/print.h): it omits options at their
+// defaults (rep=1, natural order, first=0, stride=1): "blocked(729x2)",
+// "blocked(9x6, rep=27, order=0,2,1)", "flat(grain=4, tiles=1472)". A kind
+// outside the enum prints as "unknown(kind=N)".
 std::string FormatOwnership(const fb::OwnershipT& ownership);
 
 // Parses the text form. Spaces are allowed between tokens, options may come
 // in any order and may repeat their defaults; grain and tiles are required
-// for flat. Checks syntax and the shape-independent ranges (counts >= 1,
+// for flat; `order=` lists every grid axis 0..rank once. Checks syntax and the shape-independent ranges (counts >= 1,
 // first >= 0, at most 4 axes) but not a shape or a target: call
 // ValidateOwnership for that. On error returns nullopt and, if `error` is
 // not null, sets it to a message that quotes the text and the position.
@@ -108,6 +115,13 @@ std::vector<int> TilesUsed(const fb::OwnershipT& ownership,
 // The largest number of bytes that any one tile holds.
 int64_t MaxBytesPerTile(const fb::OwnershipT& ownership,
                         std::span<const int64_t> shape, int element_bytes);
+
+// Bytes held by each tile 0..num_tiles-1 (0 where nothing is held), in one
+// pass: what memory accounting adds up per tile. Tiles the ownership assigns
+// at or beyond num_tiles are ignored.
+std::vector<int64_t> BytesPerTile(const fb::OwnershipT& ownership,
+                                  std::span<const int64_t> shape,
+                                  int element_bytes, int num_tiles);
 
 // ---------------------------------------------------------------- intersection
 // One box that tile `a_tile` holds under ownership A and `b_tile` holds

@@ -11,6 +11,8 @@
 #include <tuple>
 #include <vector>
 
+#include "formats/print.h"
+
 namespace tilec::passes {
 namespace {
 
@@ -85,14 +87,24 @@ Holds BruteHolds(const fb::OwnershipT& o, const Shape& shape) {
     for (size_t a = 0; a < shape.size(); ++a) {
       owners.push_back(BalancedOwners(shape[a], o.partitions[a]));
     }
+    // Grid axes: the partitions, then the replicas; linearized in the axis
+    // order, slowest first.
+    const int rank = static_cast<int>(shape.size());
+    std::vector<int64_t> counts(o.partitions.begin(), o.partitions.end());
+    counts.push_back(o.replicas);
+    std::vector<int32_t> order = o.axis_order;
+    if (order.empty()) {
+      for (int a = 0; a <= rank; ++a) order.push_back(a);
+    }
     for (int64_t e = 0; e < n; ++e) {
       const std::vector<int64_t> c = Coordinates(shape, e);
-      int64_t grid = 0;
-      for (size_t a = 0; a < shape.size(); ++a) {
-        grid = grid * o.partitions[a] + owners[a][c[a]];
-      }
+      std::vector<int64_t> cell(rank + 1);
+      for (int a = 0; a < rank; ++a) cell[a] = owners[a][c[a]];
       for (int k = 0; k < o.replicas; ++k) {
-        holds[o.first_tile + (grid * o.replicas + k) * o.tile_stride][e] = 1;
+        cell[rank] = k;
+        int64_t position = 0;
+        for (int32_t axis : order) position = position * counts[axis] + cell[axis];
+        holds[o.first_tile + position * o.tile_stride][e] = 1;
       }
     }
   } else {
@@ -182,6 +194,13 @@ fb::OwnershipT RandomOwnership(std::mt19937& rng, const Shape& shape) {
       // One part more than the extent now and then: an empty block.
       for (int64_t e : shape) parts.push_back(pick(1, std::min<int>(e + 1, 5)));
       o = BlockedOwnership(parts, pick(0, 1) ? pick(1, 4) : 1, first, stride);
+      if (pick(0, 1) == 0) {
+        // A random order of the grid axes (sometimes the identity).
+        for (int a = 0; a <= static_cast<int>(shape.size()); ++a) {
+          o.axis_order.push_back(a);
+        }
+        std::shuffle(o.axis_order.begin(), o.axis_order.end(), rng);
+      }
     }
     if (attempt > 50)
       o = BlockedOwnership(std::vector<int32_t>(shape.size(), 1));
@@ -225,6 +244,67 @@ TEST(OwnershipTest, BlockedGridPutsReplicasFastest) {
   EXPECT_TRUE(HeldBoxes(o, shape, 1458).empty());
   EXPECT_EQ(TilesUsed(o, shape).size(), 1458u);
   EXPECT_EQ(MaxBytesPerTile(o, shape, 2), 81 * 718 * 2);
+}
+
+fb::OwnershipT Ordered(fb::OwnershipT o, std::vector<int32_t> order) {
+  o.axis_order = std::move(order);
+  return o;
+}
+
+TEST(OwnershipTest, AxisOrderPlacesTheGemmOperandsOfDocsPlanning) {
+  // docs/planning.md: up GEMM 9 x 6 x 27 (m x k x n); grid position
+  // (mi, ni, ki) runs on tile (mi*27 + ni)*6 + ki.
+  const Shape a_shape = {729, 1152};
+  const fb::OwnershipT a = Ordered(BlockedOwnership({9, 6}, 27), {0, 2, 1});
+  const Shape b_shape = {1152, 4304};
+  const fb::OwnershipT b = Ordered(BlockedOwnership({6, 27}, 9), {2, 1, 0});
+  ASSERT_EQ(ValidateOwnership(a, a_shape, 1472), "");
+  ASSERT_EQ(ValidateOwnership(b, b_shape, 1472), "");
+  for (int mi : {0, 4, 8}) {
+    for (int ni : {0, 13, 26}) {
+      for (int ki : {0, 5}) {
+        const int tile = (mi * 27 + ni) * 6 + ki;
+        SCOPED_TRACE("tile " + std::to_string(tile));
+        const std::vector<Box> held_a = HeldBoxes(a, a_shape, tile);
+        ASSERT_EQ(held_a.size(), 1u);
+        EXPECT_EQ(held_a[0].begin[0], mi * 81);
+        EXPECT_EQ(held_a[0].begin[1], ki * 192);
+        const std::vector<Box> held_b = HeldBoxes(b, b_shape, tile);
+        ASSERT_EQ(held_b.size(), 1u);
+        EXPECT_EQ(held_b[0].begin[0], ki * 192);
+        // 4304 = 27 * 159 + 11: the first 11 column blocks have 160.
+        EXPECT_EQ(held_b[0].begin[1], ni * 159 + std::min(ni, 11));
+      }
+    }
+  }
+  EXPECT_EQ(TilesUsed(a, a_shape).size(), 1458u);
+  EXPECT_EQ(TilesUsed(a, a_shape).back(), 1457);
+  // The K-split partners of one output block are adjacent tiles 0..5, and
+  // the replicas of A block (0, 0) are every sixth tile.
+  EXPECT_EQ(Format(HeldBoxes(a, a_shape, 6)),
+            std::vector<std::string>{"[0:81, 0:192]"});
+  EXPECT_EQ(BytesPerTile(a, a_shape, 2, 1472)[1457], 81 * 192 * 2);
+  EXPECT_EQ(BytesPerTile(a, a_shape, 2, 1472)[1458], 0);
+}
+
+TEST(OwnershipTest, AxisOrderChangesPlacementButNotContents) {
+  const Shape shape = {4, 6};
+  const fb::OwnershipT natural = BlockedOwnership({2, 3});
+  const fb::OwnershipT columns_slowest = Ordered(natural, {1, 0, 2});
+  // Natural: tile = row part * 3 + column part. Columns slowest: tile =
+  // column part * 2 + row part.
+  EXPECT_EQ(Format(HeldBoxes(natural, shape, 1)),
+            std::vector<std::string>{"[0:2, 2:4]"});
+  EXPECT_EQ(Format(HeldBoxes(columns_slowest, shape, 1)),
+            std::vector<std::string>{"[2:4, 0:2]"});
+  EXPECT_TRUE(SameOwnership(Ordered(natural, {0, 1, 2}), natural));
+  EXPECT_FALSE(SameOwnership(columns_slowest, natural));
+  EXPECT_FALSE(SamePlacement(columns_slowest, natural, shape));
+  // Every element moves except those of the blocks whose tile is unchanged
+  // (grid cells 0 and 5).
+  const TransferPlan plan = PlanTransfers(natural, columns_slowest, shape, 2);
+  EXPECT_EQ(plan.local_copies.size(), 2u);
+  EXPECT_EQ(plan.transfers.size(), 4u);
 }
 
 TEST(OwnershipTest, StrideAndFirstTileMoveTheGrid) {
@@ -445,6 +525,19 @@ TEST(OwnershipTest, TextFormOmitsDefaults) {
             "flat(grain=4, tiles=1472)");
   EXPECT_EQ(FormatOwnership(FlatOwnership(4, 16, 1, 2)),
             "flat(grain=4, tiles=16, first=1, stride=2)");
+  EXPECT_EQ(FormatOwnership(Ordered(BlockedOwnership({9, 6}, 27), {0, 2, 1})),
+            "blocked(9x6, rep=27, order=0,2,1)");
+  EXPECT_EQ(FormatOwnership(Ordered(BlockedOwnership({9, 6}, 27), {0, 1, 2})),
+            "blocked(9x6, rep=27)");
+}
+
+TEST(OwnershipTest, TextFormIsThePrintersText) {
+  // One implementation: the algebra's text is the IR printer's.
+  for (const fb::OwnershipT& o :
+       {BlockedOwnership({729, 2}), FlatOwnership(4, 1472, 3, 2),
+        Ordered(BlockedOwnership({6, 27}, 9, 1, 1), {2, 1, 0})}) {
+    EXPECT_EQ(FormatOwnership(o), ir::OwnershipText(o));
+  }
 }
 
 TEST(OwnershipTest, ParserAcceptsSpacesAnyOrderAndExplicitDefaults) {
@@ -460,6 +553,11 @@ TEST(OwnershipTest, ParserAcceptsSpacesAnyOrderAndExplicitDefaults) {
        BlockedOwnership({2, 3, 4, 5}, 2, 7, 3)},
       {"flat(grain=4, tiles=1472)", FlatOwnership(4, 1472)},
       {"flat(tiles=16,grain=4,first=1,stride=2)", FlatOwnership(4, 16, 1, 2)},
+      {"blocked(9x6, rep=27, order=0,2,1)",
+       Ordered(BlockedOwnership({9, 6}, 27), {0, 2, 1})},
+      {"blocked(9x6,order= 0 , 2,1 ,rep=27, first=2)",
+       Ordered(BlockedOwnership({9, 6}, 27, 2), {0, 2, 1})},
+      {"blocked(4, order=1,0)", Ordered(BlockedOwnership({4}), {1, 0})},
   };
   for (const Case& c : cases) {
     std::string error;
@@ -501,6 +599,12 @@ TEST(OwnershipTest, ParserRejectsGarbageWithAClearMessage) {
       {"flat(grain=4, tiles=4, rep=2)", "unknown option 'rep' for flat"},
       {"flat(grain=4, tiles=0)", "tiles must be at least 1"},
       {"flat(4, 4)", "expected an option name"},
+      {"blocked(9x6, order=0,1)", "order must list each grid axis 0..2 once"},
+      {"blocked(9x6, order=0,1,1)", "order must list each grid axis 0..2"},
+      {"blocked(9x6, order=0,1,2,3,4,5)", "order lists more than 5 axes"},
+      {"blocked(9x6, order=)", "expected a non-negative integer"},
+      {"blocked(9x6, order=0,2,1, order=0,1,2)", "option 'order' given twice"},
+      {"flat(grain=4, tiles=4, order=0)", "unknown option 'order' for flat"},
   };
   for (const Case& c : cases) {
     std::string error;
@@ -558,9 +662,21 @@ TEST(OwnershipTest, ValidationRejectsBadInputs) {
       {FlatOwnership(0, 16), {100}, 16, "grain 0"},
       {FlatOwnership(4, 0), {100}, 16, "0 tiles"},
       {blocked_with_grain, {8}, 16, "must leave grain and tiles unset"},
-      {flat_with_replicas, {8}, 16, "must leave partitions and replicas unset"},
+      {flat_with_replicas, {8}, 16, "must leave partitions, replicas and axis order unset"},
       {bad_kind, {8}, 16, "unknown ownership kind 7"},
       {BlockedOwnership({2}), {8}, 0, "the target has no tiles"},
+      {Ordered(BlockedOwnership({2, 2}), {0, 1}),
+       {4, 4},
+       16,
+       "axis order 0,1, which is not a permutation of the grid axes 0..2"},
+      {Ordered(BlockedOwnership({2, 2}), {0, 3, 1}),
+       {4, 4},
+       16,
+       "not a permutation"},
+      {Ordered(FlatOwnership(4, 2), {0}),
+       {8},
+       16,
+       "must leave partitions, replicas and axis order unset"},
   };
   for (const Case& c : cases) {
     const std::string error = ValidateOwnership(c.ownership, c.shape, c.tiles);
@@ -650,6 +766,12 @@ TEST(OwnershipPropertyTest, HeldBoxesMatchBruteForce) {
     }
     EXPECT_EQ(TilesUsed(o, shape), used);
     EXPECT_EQ(MaxBytesPerTile(o, shape, 2), 2 * max_elements);
+    const std::vector<int64_t> bytes = BytesPerTile(o, shape, 2, kTiles);
+    for (int tile = 0; tile < kTiles; ++tile) {
+      EXPECT_EQ(bytes[tile],
+                2 * std::count(holds[tile].begin(), holds[tile].end(), 1))
+          << "tile " << tile;
+    }
   }
 }
 
@@ -697,7 +819,8 @@ TEST(OwnershipPropertyTest, TransfersDeliverEveryElementExactlyOnce) {
   // How often the generator hit the interesting cases, so that a change to
   // it cannot quietly make this test trivial.
   int flat_to_blocked = 0, blocked_to_blocked = 0, flat_to_flat = 0,
-      multicasts = 0, with_local_copies = 0, replicated_sources = 0;
+      multicasts = 0, with_local_copies = 0, replicated_sources = 0,
+      ordered = 0;
   for (int i = 0; i < kCases; ++i) {
     const Shape shape = RandomShape(rng);
     const fb::OwnershipT src = RandomOwnership(rng, shape);
@@ -778,6 +901,7 @@ TEST(OwnershipPropertyTest, TransfersDeliverEveryElementExactlyOnce) {
     flat_to_flat += src_flat && dst_flat;
     with_local_copies += !plan.local_copies.empty();
     replicated_sources += src.replicas > 1 && !plan.transfers.empty();
+    ordered += !src.axis_order.empty() && !dst.axis_order.empty();
     multicasts += std::any_of(
         plan.transfers.begin(), plan.transfers.end(),
         [](const Transfer& t) { return t.destination_tiles.size() > 1; });
@@ -788,6 +912,7 @@ TEST(OwnershipPropertyTest, TransfersDeliverEveryElementExactlyOnce) {
   EXPECT_GE(multicasts, 30);
   EXPECT_GE(with_local_copies, 30);
   EXPECT_GE(replicated_sources, 30);
+  EXPECT_GE(ordered, 20);
 }
 
 TEST(OwnershipPropertyTest, SamePlacementMatchesBruteForce) {
