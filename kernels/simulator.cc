@@ -1,0 +1,1275 @@
+#include "kernels/simulator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "formats/print.h"
+#include "kernels/cost.h"
+#include "kernels/kernels.h"
+#include "kernels/numerics.h"
+#include "kernels/registry.h"
+
+namespace tilec::sim {
+namespace {
+
+using kernels::CostModel;
+using kernels::DType;
+using kernels::KernelPath;
+using kernels::Operand;
+
+// Kernels whose first two operands are two input streams: if they share a
+// memory element the kernel takes its slow path (MACHINE.md). The target's
+// formula says what that costs (slow_path_term_multiplier).
+bool IsBinaryElementwise(const std::string& kernel) {
+  return kernel == "add" || kernel == "bias_add" || kernel == "bias_gelu" ||
+         kernel == "residual_moments";
+}
+
+std::string BufferText(uint32_t id) { return "buffer #" + std::to_string(id); }
+
+std::string IndexText(const std::vector<int64_t>& index) {
+  std::string out = "[";
+  for (size_t i = 0; i < index.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(index[i]);
+  }
+  return out + "]";
+}
+
+// Row-major multi-index of a flat element number.
+std::vector<int64_t> Unflatten(int64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] > 0 ? flat % shape[d] : 0;
+    flat = shape[d] > 0 ? flat / shape[d] : 0;
+  }
+  return index;
+}
+
+// Largest-remainder apportionment of `amount` over `weights` (>= 0, sum >
+// 0): shares sum exactly to amount; leftover units go to the largest
+// remainders, ties to the lower index, so the split is deterministic.
+std::vector<int64_t> Apportion(int64_t amount,
+                               const std::vector<int64_t>& weights) {
+  std::vector<int64_t> shares(weights.size(), 0);
+  __int128 total = 0;
+  for (int64_t w : weights) total += w;
+  if (total <= 0 || amount <= 0) return shares;
+  std::vector<std::pair<__int128, size_t>> remainders;
+  int64_t given = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const __int128 scaled = static_cast<__int128>(amount) * weights[i];
+    shares[i] = static_cast<int64_t>(scaled / total);
+    given += shares[i];
+    remainders.push_back({scaled % total, i});
+  }
+  std::stable_sort(remainders.begin(), remainders.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; given < amount; ++i, ++given) {
+    ++shares[remainders[i % remainders.size()].second];
+  }
+  return shares;
+}
+
+struct BufferInfo {
+  const fb::BufferT* buffer = nullptr;
+  DType dtype = DType::kF32;
+  int scale_exp = 0;
+  int element_bytes = 1;
+};
+
+struct ArgPlan {
+  uint32_t buffer = 0;
+  int64_t addr = 0;  // tile address of the slice
+  int64_t bytes = 0;
+  DType dtype = DType::kF32;
+  int scale_exp = 0;
+};
+
+struct ComputePlan {
+  const fb::ComputeT* compute = nullptr;
+  int index = 0;  // within the superstep, for messages and error order
+  std::vector<ArgPlan> args;
+};
+
+struct TransferPlan {
+  const fb::TransferT* transfer = nullptr;
+  int64_t src_addr = 0;
+  struct Destination {
+    int tile = 0;
+    int64_t addr = 0;
+  };
+  std::vector<Destination> destinations;
+};
+
+struct StepPlan {
+  std::vector<int> tiles;                       // tiles with compute, sorted
+  std::vector<std::vector<ComputePlan>> computes;  // per entry of `tiles`
+  std::vector<TransferPlan> transfers;
+};
+
+struct FragmentPlan {
+  int tile = 0;
+  uint32_t buffer = 0;
+  int64_t addr = 0;
+  DType dtype = DType::kF32;
+  int scale_exp = 0;
+  std::vector<int64_t> begin;
+  std::vector<int64_t> end;
+};
+
+struct BindingPlan {
+  const fb::ValueT* value = nullptr;
+  std::vector<int64_t> shape;
+  int64_t elements = 1;
+  std::vector<FragmentPlan> fragments;
+};
+
+class Engine {
+ public:
+  Engine(const fb::ModuleT& module, const SimOptions& options)
+      : module_(module), options_(options) {}
+
+  Status Run(const HostTensors& inputs, SimResult* result);
+
+ private:
+  // ---- checking (no data touched)
+  Status CheckTarget();
+  Status CheckBuffers();
+  Status CheckBindings(bool outputs);
+  Status CheckSuperstep(int s);
+  Status CheckCompute(int s, int index, ComputePlan* plan);
+  Status CheckTransfers(int s);
+  Status CheckBindingFragment(const std::string& where,
+                              const BindingPlan& binding,
+                              const fb::FragmentT& fragment,
+                              FragmentPlan* plan);
+  Status CheckOutputCoverage(const BindingPlan& binding, const std::string& where);
+  Status ArgSlice(const std::string& where, int tile, int arg,
+                  const fb::BufferSliceT& slice, ArgPlan* plan);
+  const BufferInfo* FindBuffer(uint32_t id) const;
+  int64_t ElementOf(int64_t addr) const;
+  bool ShareElement(const ArgPlan& a, const ArgPlan& b) const;
+
+  // ---- execution
+  // Allocates every tile's memory and writes the host's inputs into it.
+  Status AllocateAndWriteInputs(const HostTensors& inputs);
+  Status RunComputePhase(int s);
+  void RunExchangePhase(int s);
+  Status ReadOutputs(SimResult* result);
+
+  // ---- costs
+  void CountCycles(SimResult* result);
+
+  const fb::ModuleT& module_;
+  const SimOptions options_;
+  const fb::TargetT* target_ = nullptr;
+  const fb::DeviceProgramT* program_ = nullptr;
+  std::unique_ptr<CostModel> model_;
+  int tiles_ = 0;
+  int64_t tensor_bytes_ = 0;
+  int64_t standard_end_ = 0;
+
+  std::unordered_map<uint32_t, BufferInfo> buffers_;
+  std::unordered_map<uint32_t, const fb::ValueT*> values_;
+  std::unordered_map<uint32_t, const fb::OperationT*> ops_;
+  std::vector<int64_t> tile_extent_;  // highest buffer end per tile
+  std::vector<StepPlan> steps_;
+  std::vector<BindingPlan> input_plans_;
+  std::vector<BindingPlan> output_plans_;
+
+  // Cycles of each compute, by superstep and then compute index.
+  std::vector<std::vector<int64_t>> compute_cycles_;
+  std::vector<std::vector<int64_t>> compute_extra_;  // slow-path surcharge
+  std::vector<std::vector<int64_t>> compute_macs_;
+
+  std::vector<std::vector<uint8_t>> memory_;  // per tile
+};
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads (the caller's
+// included). Callers give each i its own memory, so the result does not
+// depend on the thread count or the schedule.
+template <typename Fn>
+void ParallelFor(size_t n, int threads, Fn fn) {
+  std::atomic<size_t> next{0};
+  auto worker = [&]() {
+    for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+  };
+  const size_t count = std::min<size_t>(std::max(threads, 1), n);
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < count; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+}
+
+std::string StepWhere(int s, int tile, uint32_t op) {
+  return "superstep " + std::to_string(s) + " tile " + std::to_string(tile) +
+         " op " + std::to_string(op);
+}
+
+// ---------------------------------------------------------------- checks
+
+Status Engine::CheckTarget() {
+  if (!module_.target) {
+    return Status::BadInput("module has no target description");
+  }
+  target_ = module_.target.get();
+  if (!module_.program) {
+    return Status::BadInput(
+        "module has no device program (emit-device writes one)");
+  }
+  program_ = module_.program.get();
+  kernels::StatusOr<CostModel> model = CostModel::Create(*target_);
+  if (!model.ok()) {
+    return Status::BadInput("target '" + target_->name +
+                            "': " + model.status().message());
+  }
+  model_ = std::make_unique<CostModel>(*model);
+  tiles_ = target_->tiles;
+  tensor_bytes_ = int64_t{target_->sram_bytes} - target_->reserved_bytes;
+  if (target_->element_bytes <= 0 || target_->interleaved_element_bytes <= 0 ||
+      target_->standard_elements < 0) {
+    return Status::BadInput("target '" + target_->name +
+                            "': memory elements must have positive sizes");
+  }
+  standard_end_ = std::min<int64_t>(
+      tensor_bytes_,
+      int64_t{target_->standard_elements} * target_->element_bytes);
+  for (const auto& v : module_.values) {
+    if (v) values_[v->id] = v.get();
+  }
+  for (const auto& op : module_.ops) {
+    if (op) ops_[op->id] = op.get();
+  }
+  return Status::Ok();
+}
+
+Status Engine::CheckBuffers() {
+  tile_extent_.assign(tiles_, 0);
+  for (size_t i = 0; i < program_->buffers.size(); ++i) {
+    const fb::BufferT* b = program_->buffers[i].get();
+    if (b == nullptr) {
+      return Status::BadInput("buffer entry " + std::to_string(i) + " is null");
+    }
+    const std::string where = BufferText(b->id) + " \"" + b->name +
+                              "\" on tile " + std::to_string(b->tile) +
+                              (b->op >= 0 ? " (op " + std::to_string(b->op) + ")"
+                                          : std::string());
+    if (buffers_.count(b->id)) {
+      return Status::BadInput(where + ": buffer id is used twice");
+    }
+    if (b->tile >= static_cast<uint32_t>(tiles_)) {
+      return Status::BadInput(where + ": tile out of range (target has " +
+                              std::to_string(tiles_) + " tiles)");
+    }
+    if (b->offset % static_cast<uint32_t>(target_->alignment) != 0) {
+      return Status::BadInput(where + ": offset " + std::to_string(b->offset) +
+                              " is not aligned to " +
+                              std::to_string(target_->alignment) + " bytes");
+    }
+    const int64_t end = int64_t{b->offset} + b->bytes;
+    if (end > tensor_bytes_) {
+      return Status::BadInput(
+          where + ": bytes [" + std::to_string(b->offset) + ", " +
+          std::to_string(end) + ") exceed the tile's tensor memory of " +
+          std::to_string(tensor_bytes_) + " bytes");
+    }
+    kernels::StatusOr<DType> dtype = kernels::DTypeFromFb(b->dtype);
+    if (!dtype.ok()) {
+      return Status::BadInput(where + ": " + dtype.status().message());
+    }
+    if (!kernels::IsFp8(*dtype) && b->fp8_scale_exp != 0) {
+      return Status::BadInput(where + ": fp8_scale_exp " +
+                              std::to_string(b->fp8_scale_exp) +
+                              " on a " + std::string(kernels::DTypeName(*dtype)) +
+                              " buffer (FP8 only)");
+    }
+    BufferInfo info;
+    info.buffer = b;
+    info.dtype = *dtype;
+    info.scale_exp = b->fp8_scale_exp;
+    info.element_bytes = kernels::DTypeBytes(*dtype);
+    buffers_[b->id] = info;
+    tile_extent_[b->tile] = std::max(tile_extent_[b->tile], end);
+  }
+  return Status::Ok();
+}
+
+const BufferInfo* Engine::FindBuffer(uint32_t id) const {
+  auto it = buffers_.find(id);
+  return it == buffers_.end() ? nullptr : &it->second;
+}
+
+int64_t Engine::ElementOf(int64_t addr) const {
+  if (addr < standard_end_) return addr / target_->element_bytes;
+  return target_->standard_elements +
+         (addr - standard_end_) / target_->interleaved_element_bytes;
+}
+
+bool Engine::ShareElement(const ArgPlan& a, const ArgPlan& b) const {
+  if (a.bytes == 0 || b.bytes == 0) return false;
+  const int64_t a0 = ElementOf(a.addr), a1 = ElementOf(a.addr + a.bytes - 1);
+  const int64_t b0 = ElementOf(b.addr), b1 = ElementOf(b.addr + b.bytes - 1);
+  return a0 <= b1 && b0 <= a1;
+}
+
+Status Engine::ArgSlice(const std::string& where, int tile, int arg,
+                        const fb::BufferSliceT& slice, ArgPlan* plan) {
+  const std::string what = where + ": arg " + std::to_string(arg) + " " +
+                           BufferText(slice.buffer);
+  const BufferInfo* info = FindBuffer(slice.buffer);
+  if (info == nullptr) return Status::BadInput(what + " does not exist");
+  const fb::BufferT& b = *info->buffer;
+  if (b.tile != static_cast<uint32_t>(tile)) {
+    return Status::BadInput(what + " lives on tile " + std::to_string(b.tile));
+  }
+  const int64_t end = int64_t{slice.offset} + slice.bytes;
+  if (end > b.bytes) {
+    return Status::BadInput(what + ": slice [" + std::to_string(slice.offset) +
+                            ", " + std::to_string(end) +
+                            ") is outside the buffer's " +
+                            std::to_string(b.bytes) + " bytes");
+  }
+  if (slice.offset % info->element_bytes != 0) {
+    return Status::BadInput(
+        what + ": slice offset " + std::to_string(slice.offset) +
+        " is not a whole number of " +
+        std::string(kernels::DTypeName(info->dtype)) + " elements");
+  }
+  plan->buffer = slice.buffer;
+  plan->addr = int64_t{b.offset} + slice.offset;
+  plan->bytes = slice.bytes;
+  plan->dtype = info->dtype;
+  plan->scale_exp = info->scale_exp;
+  return Status::Ok();
+}
+
+Status Engine::CheckCompute(int s, int index, ComputePlan* plan) {
+  const fb::ComputeT& c = *plan->compute;
+  const std::string where = StepWhere(s, static_cast<int>(c.tile), c.op) +
+                            " compute " + std::to_string(index) + " (" +
+                            c.kernel + ")";
+  if (c.tile >= static_cast<uint32_t>(tiles_)) {
+    return Status::BadInput(where + ": tile out of range (target has " +
+                            std::to_string(tiles_) + " tiles)");
+  }
+  for (size_t a = 0; a < c.args.size(); ++a) {
+    if (!c.args[a]) {
+      return Status::BadInput(where + ": arg " + std::to_string(a) + " is null");
+    }
+    ArgPlan arg;
+    TILEC_RETURN_IF_ERROR(ArgSlice(where, static_cast<int>(c.tile),
+                                   static_cast<int>(a), *c.args[a], &arg));
+    plan->args.push_back(arg);
+  }
+  // Operands for the registry's cost function: dtypes and count only.
+  std::vector<Operand> operands;
+  for (const ArgPlan& a : plan->args) {
+    operands.push_back(Operand{nullptr, static_cast<size_t>(a.bytes), a.dtype,
+                               a.scale_exp});
+  }
+  auto args_text = [&]() {
+    std::string text;
+    for (const ArgPlan& a : plan->args) {
+      text += (text.empty() ? "" : ", ") + BufferText(a.buffer);
+    }
+    return text;
+  };
+  kernels::StatusOr<int64_t> fast =
+      kernels::Cycles(*model_, c.kernel, operands, c.params, c.fparams);
+  if (!fast.ok()) {
+    return Status::BadInput(where + " on " + args_text() + ": " +
+                            fast.status().message());
+  }
+  int64_t cycles = *fast;
+  int64_t extra = 0;
+  int64_t macs = 0;
+  if (c.kernel == "gemm") {
+    const ArgPlan& a = plan->args[0];
+    const ArgPlan& out = plan->args[2];
+    if (out.bytes > 0 && out.addr < standard_end_) {
+      return Status::BadInput(
+          where + ": output C " + BufferText(out.buffer) + " at [" +
+          std::to_string(out.addr) + ", " + std::to_string(out.addr + out.bytes) +
+          ") is not in interleaved memory (which starts at " +
+          std::to_string(standard_end_) + ")");
+    }
+    if (ShareElement(a, out)) {
+      return Status::BadInput(
+          where + ": output C " + BufferText(out.buffer) +
+          " shares memory element " + std::to_string(ElementOf(out.addr)) +
+          (ElementOf(out.addr + out.bytes - 1) != ElementOf(out.addr)
+               ? "-" + std::to_string(ElementOf(out.addr + out.bytes - 1))
+               : std::string()) +
+          " with left operand A " + BufferText(a.buffer));
+    }
+    // Saturating: absurd shapes are rejected by the kernel when it runs.
+    const __int128 product = static_cast<__int128>(c.params[0]) *
+                             c.params[1] * c.params[2];
+    macs = product > INT64_MAX ? INT64_MAX : static_cast<int64_t>(product);
+  }
+  if (IsBinaryElementwise(c.kernel) && plan->args.size() >= 2 &&
+      ShareElement(plan->args[0], plan->args[1])) {
+    kernels::StatusOr<int64_t> slow = kernels::Cycles(
+        *model_, c.kernel, operands, c.params, c.fparams, KernelPath::kSlow);
+    if (!slow.ok()) {
+      return Status::BadInput(where + " on " + args_text() + ": " +
+                              slow.status().message());
+    }
+    extra = *slow - cycles;
+    cycles = *slow;
+    // Marks the call as slow even when the formula charges nothing extra.
+    if (extra == 0) extra = -1;
+  }
+  compute_cycles_[s][index] = cycles;
+  compute_extra_[s][index] = extra;
+  compute_macs_[s][index] = macs;
+  return Status::Ok();
+}
+
+Status Engine::CheckTransfers(int s) {
+  const fb::SuperstepT& step = *program_->supersteps[s];
+  StepPlan& plan = steps_[s];
+  // Every destination byte range, to find two writes of the same bytes.
+  struct Write {
+    int tile;
+    int64_t begin, end;
+    int transfer, destination;
+    uint32_t buffer;
+  };
+  std::vector<Write> writes;
+  for (size_t t = 0; t < step.exchange.size(); ++t) {
+    const fb::TransferT* tr = step.exchange[t].get();
+    if (tr == nullptr) {
+      return Status::BadInput("superstep " + std::to_string(s) + " transfer " +
+                              std::to_string(t) + " is null");
+    }
+    const std::string where = StepWhere(s, static_cast<int>(tr->src_tile), tr->op) +
+                              " transfer " + std::to_string(t);
+    if (tr->src_tile >= static_cast<uint32_t>(tiles_)) {
+      return Status::BadInput(where + ": source tile out of range (target has " +
+                              std::to_string(tiles_) + " tiles)");
+    }
+    const BufferInfo* src = FindBuffer(tr->src_buffer);
+    const std::string src_text = "source " + BufferText(tr->src_buffer);
+    if (src == nullptr) {
+      return Status::BadInput(where + ": " + src_text + " does not exist");
+    }
+    if (src->buffer->tile != tr->src_tile) {
+      return Status::BadInput(where + ": " + src_text + " lives on tile " +
+                              std::to_string(src->buffer->tile));
+    }
+    if (tr->bytes == 0) {
+      return Status::BadInput(where + ": " + src_text + ": transfer of 0 bytes");
+    }
+    const int64_t src_end = int64_t{tr->src_offset} + tr->bytes;
+    if (src_end > src->buffer->bytes) {
+      return Status::BadInput(
+          where + ": " + src_text + ": bytes [" + std::to_string(tr->src_offset) +
+          ", " + std::to_string(src_end) + ") are outside the buffer's " +
+          std::to_string(src->buffer->bytes) + " bytes");
+    }
+    kernels::StatusOr<DType> dtype = kernels::DTypeFromFb(tr->dtype);
+    if (!dtype.ok() || *dtype != src->dtype) {
+      return Status::BadInput(
+          where + ": " + src_text + ": transfer dtype " +
+          ir::DTypeText(tr->dtype) + " differs from the buffer's " +
+          ir::DTypeText(src->buffer->dtype, src->buffer->fp8_scale_exp));
+    }
+    if (tr->src_offset % src->element_bytes != 0 ||
+        tr->bytes % src->element_bytes != 0) {
+      return Status::BadInput(where + ": " + src_text + ": offset " +
+                              std::to_string(tr->src_offset) + " or bytes " +
+                              std::to_string(tr->bytes) +
+                              " is not a whole number of elements");
+    }
+    if (tr->destinations.empty()) {
+      return Status::BadInput(where + ": " + src_text + ": no destinations");
+    }
+    TransferPlan tp;
+    tp.transfer = tr;
+    tp.src_addr = int64_t{src->buffer->offset} + tr->src_offset;
+    for (size_t d = 0; d < tr->destinations.size(); ++d) {
+      const fb::DestinationT* dst = tr->destinations[d].get();
+      if (dst == nullptr) {
+        return Status::BadInput(where + ": destination " + std::to_string(d) +
+                                " is null");
+      }
+      const std::string dwhere = where + ": destination " + std::to_string(d) +
+                                 " tile " + std::to_string(dst->tile) + " " +
+                                 BufferText(dst->buffer);
+      if (dst->tile >= static_cast<uint32_t>(tiles_)) {
+        return Status::BadInput(dwhere + ": tile out of range (target has " +
+                                std::to_string(tiles_) + " tiles)");
+      }
+      if (dst->tile == tr->src_tile) {
+        return Status::BadInput(
+            dwhere + ": a transfer to its own source tile (use the copy kernel)");
+      }
+      const BufferInfo* db = FindBuffer(dst->buffer);
+      if (db == nullptr) return Status::BadInput(dwhere + " does not exist");
+      if (db->buffer->tile != dst->tile) {
+        return Status::BadInput(dwhere + " lives on tile " +
+                                std::to_string(db->buffer->tile));
+      }
+      const int64_t end = int64_t{dst->offset} + tr->bytes;
+      if (end > db->buffer->bytes) {
+        return Status::BadInput(dwhere + ": bytes [" +
+                                std::to_string(dst->offset) + ", " +
+                                std::to_string(end) +
+                                ") are outside the buffer's " +
+                                std::to_string(db->buffer->bytes) + " bytes");
+      }
+      if (db->dtype != src->dtype || db->scale_exp != src->scale_exp) {
+        return Status::BadInput(
+            dwhere + ": buffer is " +
+            ir::DTypeText(db->buffer->dtype, db->buffer->fp8_scale_exp) +
+            " but source " + BufferText(tr->src_buffer) + " is " +
+            ir::DTypeText(src->buffer->dtype, src->buffer->fp8_scale_exp));
+      }
+      if (dst->offset % db->element_bytes != 0) {
+        return Status::BadInput(dwhere + ": offset " +
+                                std::to_string(dst->offset) +
+                                " is not a whole number of elements");
+      }
+      const int64_t addr = int64_t{db->buffer->offset} + dst->offset;
+      tp.destinations.push_back({static_cast<int>(dst->tile), addr});
+      writes.push_back({static_cast<int>(dst->tile), addr, addr + tr->bytes,
+                        static_cast<int>(t), static_cast<int>(d), dst->buffer});
+    }
+    plan.transfers.push_back(std::move(tp));
+  }
+  // Two writes of the same tile bytes (through any buffers, which may
+  // alias) would make the result depend on transfer order.
+  std::sort(writes.begin(), writes.end(), [](const Write& a, const Write& b) {
+    return std::tie(a.tile, a.begin, a.transfer, a.destination) <
+           std::tie(b.tile, b.begin, b.transfer, b.destination);
+  });
+  for (size_t i = 1; i < writes.size(); ++i) {
+    const Write& a = writes[i - 1];
+    const Write& b = writes[i];
+    if (a.tile == b.tile && b.begin < a.end) {
+      // Name the later transfer in program order, with the earlier one.
+      const Write& first = std::tie(a.transfer, a.destination) <
+                                   std::tie(b.transfer, b.destination)
+                               ? a
+                               : b;
+      const Write& second = &first == &a ? b : a;
+      const fb::TransferT& tr = *step.exchange[second.transfer];
+      return Status::BadInput(
+          StepWhere(s, second.tile, tr.op) + " transfer " +
+          std::to_string(second.transfer) + " destination " +
+          std::to_string(second.destination) + " " + BufferText(second.buffer) +
+          ": writes tile bytes [" + std::to_string(std::max(a.begin, b.begin)) +
+          ", " + std::to_string(std::min(a.end, b.end)) +
+          ") that transfer " + std::to_string(first.transfer) + " (op " +
+          std::to_string(step.exchange[first.transfer]->op) + ") also writes " +
+          "through " + BufferText(first.buffer));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Engine::CheckSuperstep(int s) {
+  const fb::SuperstepT* step = program_->supersteps[s].get();
+  if (step == nullptr) {
+    return Status::BadInput("superstep " + std::to_string(s) + " is null");
+  }
+  compute_cycles_[s].assign(step->compute.size(), 0);
+  compute_extra_[s].assign(step->compute.size(), 0);
+  compute_macs_[s].assign(step->compute.size(), 0);
+  std::map<int, std::vector<ComputePlan>> by_tile;
+  for (size_t i = 0; i < step->compute.size(); ++i) {
+    const fb::ComputeT* c = step->compute[i].get();
+    if (c == nullptr) {
+      return Status::BadInput("superstep " + std::to_string(s) + " compute " +
+                              std::to_string(i) + " is null");
+    }
+    ComputePlan plan;
+    plan.compute = c;
+    plan.index = static_cast<int>(i);
+    TILEC_RETURN_IF_ERROR(CheckCompute(s, static_cast<int>(i), &plan));
+    by_tile[static_cast<int>(c->tile)].push_back(std::move(plan));
+  }
+  StepPlan& sp = steps_[s];
+  for (auto& [tile, plans] : by_tile) {
+    sp.tiles.push_back(tile);
+    sp.computes.push_back(std::move(plans));
+  }
+  return CheckTransfers(s);
+}
+
+Status Engine::CheckBindingFragment(const std::string& where,
+                                    const BindingPlan& binding,
+                                    const fb::FragmentT& f,
+                                    FragmentPlan* plan) {
+  const std::string fwhere = where + " tile " + std::to_string(f.tile) + " " +
+                             BufferText(f.buffer);
+  const BufferInfo* info = FindBuffer(f.buffer);
+  if (info == nullptr) return Status::BadInput(fwhere + " does not exist");
+  if (info->buffer->tile != f.tile) {
+    return Status::BadInput(fwhere + " lives on tile " +
+                            std::to_string(info->buffer->tile));
+  }
+  const size_t rank = binding.shape.size();
+  if (f.begin.size() != rank || f.end.size() != rank) {
+    return Status::BadInput(fwhere + ": box " + IndexText(f.begin) + " to " +
+                            IndexText(f.end) + " does not have the value's rank " +
+                            std::to_string(rank));
+  }
+  int64_t elements = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    if (f.begin[d] < 0 || f.begin[d] > f.end[d] || f.end[d] > binding.shape[d]) {
+      return Status::BadInput(fwhere + ": box " + IndexText(f.begin) + " to " +
+                              IndexText(f.end) + " is outside the value's shape " +
+                              ir::ShapeText(binding.shape));
+    }
+    elements *= f.end[d] - f.begin[d];
+  }
+  const int64_t end = int64_t{f.offset} + elements * info->element_bytes;
+  if (end > info->buffer->bytes) {
+    return Status::BadInput(fwhere + ": box of " + std::to_string(elements) +
+                            " " + std::string(kernels::DTypeName(info->dtype)) +
+                            " elements at offset " + std::to_string(f.offset) +
+                            " needs bytes up to " + std::to_string(end) +
+                            " but the buffer holds " +
+                            std::to_string(info->buffer->bytes));
+  }
+  if (f.offset % info->element_bytes != 0) {
+    return Status::BadInput(fwhere + ": offset " + std::to_string(f.offset) +
+                            " is not a whole number of elements");
+  }
+  plan->tile = static_cast<int>(f.tile);
+  plan->buffer = f.buffer;
+  plan->addr = int64_t{info->buffer->offset} + f.offset;
+  plan->dtype = info->dtype;
+  plan->scale_exp = info->scale_exp;
+  plan->begin = f.begin;
+  plan->end = f.end;
+  return Status::Ok();
+}
+
+// Calls fn(flat index of the row's first element in the value, elements in
+// the row, row number within the box) for every innermost row of the box.
+template <typename Fn>
+void ForEachRow(const std::vector<int64_t>& shape,
+                const std::vector<int64_t>& begin,
+                const std::vector<int64_t>& end, Fn fn) {
+  const size_t rank = shape.size();
+  if (rank == 0) {
+    fn(int64_t{0}, int64_t{1}, int64_t{0});
+    return;
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    if (end[d] <= begin[d]) return;
+  }
+  const int64_t row = end[rank - 1] - begin[rank - 1];
+  std::vector<int64_t> index(begin.begin(), begin.end() - 1);
+  for (int64_t r = 0;; ++r) {
+    int64_t flat = 0;
+    for (size_t d = 0; d + 1 < rank; ++d) flat = flat * shape[d] + index[d];
+    flat = flat * shape[rank - 1] + begin[rank - 1];
+    fn(flat, row, r);
+    // Odometer over the outer dimensions.
+    size_t d = rank - 1;
+    while (d > 0) {
+      --d;
+      if (++index[d] < end[d]) break;
+      index[d] = begin[d];
+      if (d == 0) return;
+    }
+    if (rank == 1) return;
+  }
+}
+
+Status Engine::CheckOutputCoverage(const BindingPlan& binding,
+                                   const std::string& where) {
+  std::vector<uint8_t> covered(static_cast<size_t>(binding.elements), 0);
+  for (const FragmentPlan& f : binding.fragments) {
+    ForEachRow(binding.shape, f.begin, f.end,
+               [&](int64_t flat, int64_t n, int64_t) {
+                 std::memset(covered.data() + flat, 1, static_cast<size_t>(n));
+               });
+  }
+  const auto first = std::find(covered.begin(), covered.end(), 0);
+  if (first == covered.end()) return Status::Ok();
+  const int64_t missing = std::count(covered.begin(), covered.end(), 0);
+  return Status::BadInput(
+      where + ": element " +
+      IndexText(Unflatten(first - covered.begin(), binding.shape)) +
+      " is not read from any fragment (" + std::to_string(missing) + " of " +
+      std::to_string(binding.elements) + " elements are not covered)");
+}
+
+Status Engine::CheckBindings(bool outputs) {
+  const auto& bindings = outputs ? program_->outputs : program_->inputs;
+  std::vector<BindingPlan>& plans = outputs ? output_plans_ : input_plans_;
+  const std::string kind = outputs ? "output" : "input";
+  std::map<uint32_t, int> seen;
+  for (size_t i = 0; i < bindings.size(); ++i) {
+    const fb::HostBindingT* hb = bindings[i].get();
+    if (hb == nullptr) {
+      return Status::BadInput(kind + " binding " + std::to_string(i) + " is null");
+    }
+    auto vit = values_.find(hb->value);
+    std::string where = kind + " binding " + std::to_string(i) + " value %" +
+                        std::to_string(hb->value);
+    if (vit == values_.end()) {
+      return Status::BadInput(where + ": no such value in the graph");
+    }
+    const fb::ValueT& value = *vit->second;
+    where += " \"" + value.name + "\"";
+    if (seen.count(hb->value)) {
+      return Status::BadInput(where + ": value is bound twice (also by " +
+                              kind + " binding " +
+                              std::to_string(seen[hb->value]) + ")");
+    }
+    seen[hb->value] = static_cast<int>(i);
+    if (!outputs && value.role != fb::ValueRole::Input &&
+        value.role != fb::ValueRole::Weight) {
+      return Status::BadInput(where +
+                              ": the host writes only inputs and weights");
+    }
+    BindingPlan plan;
+    plan.value = &value;
+    plan.shape = value.shape;
+    for (int64_t d : value.shape) {
+      if (d < 0) return Status::BadInput(where + ": negative extent in shape");
+      plan.elements *= d;
+    }
+    for (size_t f = 0; f < hb->fragments.size(); ++f) {
+      if (!hb->fragments[f]) {
+        return Status::BadInput(where + ": fragment " + std::to_string(f) +
+                                " is null");
+      }
+      FragmentPlan fp;
+      TILEC_RETURN_IF_ERROR(CheckBindingFragment(
+          where + " fragment " + std::to_string(f), plan, *hb->fragments[f],
+          &fp));
+      plan.fragments.push_back(std::move(fp));
+    }
+    if (outputs) TILEC_RETURN_IF_ERROR(CheckOutputCoverage(plan, where));
+    plans.push_back(std::move(plan));
+  }
+  if (outputs) {
+    for (const auto& v : module_.values) {
+      if (v && v->role == fb::ValueRole::Output && !seen.count(v->id)) {
+        return Status::BadInput("graph output %" + std::to_string(v->id) +
+                                " \"" + v->name +
+                                "\" has no output binding: the host cannot "
+                                "read it");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- execution
+
+Status Engine::AllocateAndWriteInputs(const HostTensors& inputs) {
+  // Host data first, so that a missing tensor is reported before any work.
+  std::vector<const float*> data(input_plans_.size());
+  for (size_t i = 0; i < input_plans_.size(); ++i) {
+    const BindingPlan& b = input_plans_[i];
+    auto it = inputs.find(b.value->id);
+    const std::string where = "input value %" + std::to_string(b.value->id) +
+                              " \"" + b.value->name + "\"";
+    if (it == inputs.end()) {
+      return Status::BadInput(where + ": no host data");
+    }
+    if (static_cast<int64_t>(it->second.size()) != b.elements) {
+      return Status::BadInput(where + ": host data has " +
+                              std::to_string(it->second.size()) +
+                              " elements, the value " +
+                              std::to_string(b.elements));
+    }
+    data[i] = it->second.data();
+  }
+  // Replicas write the same box many times (a weight on every tile of a
+  // group): each distinct (box, dtype, scale) is encoded once.
+  using BoxKey = std::tuple<size_t, std::vector<int64_t>, std::vector<int64_t>,
+                            DType, int>;
+  std::map<BoxKey, size_t> box_index;
+  std::vector<std::pair<size_t, size_t>> box_source;  // (binding, fragment)
+  std::vector<std::vector<size_t>> fragment_box(input_plans_.size());
+  // Each tile's (binding, fragment) pairs, so that tiles fill in parallel.
+  std::vector<std::vector<std::pair<size_t, size_t>>> by_tile(tiles_);
+  for (size_t i = 0; i < input_plans_.size(); ++i) {
+    for (size_t f = 0; f < input_plans_[i].fragments.size(); ++f) {
+      const FragmentPlan& fp = input_plans_[i].fragments[f];
+      BoxKey key{i, fp.begin, fp.end, fp.dtype, fp.scale_exp};
+      auto [it, added] = box_index.emplace(key, box_source.size());
+      if (added) box_source.push_back({i, f});
+      fragment_box[i].push_back(it->second);
+      by_tile[fp.tile].push_back({i, f});
+    }
+  }
+  std::vector<std::vector<uint8_t>> boxes(box_source.size());
+  ParallelFor(boxes.size(), options_.threads, [&](size_t u) {
+    const auto [i, fi] = box_source[u];
+    const BindingPlan& b = input_plans_[i];
+    const FragmentPlan& f = b.fragments[fi];
+    const int eb = kernels::DTypeBytes(f.dtype);
+    int64_t elements = 1;
+    for (size_t d = 0; d < f.begin.size(); ++d) elements *= f.end[d] - f.begin[d];
+    boxes[u].resize(static_cast<size_t>(elements * eb));
+    ForEachRow(b.shape, f.begin, f.end,
+               [&](int64_t flat, int64_t n, int64_t r) {
+                 kernels::StoreArrayAs(
+                     f.dtype, std::span<const float>(data[i] + flat, n),
+                     f.scale_exp,
+                     std::span<uint8_t>(boxes[u].data() + r * n * eb,
+                                        static_cast<size_t>(n * eb)));
+               });
+  });
+  memory_.resize(tiles_);
+  ParallelFor(static_cast<size_t>(tiles_), options_.threads, [&](size_t t) {
+    // 0xFF is NaN in F32, F16, BF16 and both FP8s: unwritten reads show.
+    memory_[t].assign(static_cast<size_t>(tile_extent_[t]), 0xFF);
+    for (const auto& [i, fi] : by_tile[t]) {
+      const std::vector<uint8_t>& box = boxes[fragment_box[i][fi]];
+      if (!box.empty()) {
+        std::memcpy(memory_[t].data() + input_plans_[i].fragments[fi].addr,
+                    box.data(), box.size());
+      }
+    }
+  });
+  return Status::Ok();
+}
+
+Status Engine::RunComputePhase(int s) {
+  const StepPlan& step = steps_[s];
+  const size_t n = step.tiles.size();
+  if (n == 0) return Status::Ok();
+  // Each tile touches only its own memory, so tiles run in any order on any
+  // thread; the first failure in program order is reported.
+  std::vector<int> failed_index(n, INT_MAX);
+  std::vector<std::string> failed_message(n);
+  ParallelFor(n, options_.threads, [&](size_t i) {
+    std::vector<Operand> operands;
+    const int tile = step.tiles[i];
+    uint8_t* mem = memory_[tile].data();
+    for (const ComputePlan& cp : step.computes[i]) {
+      operands.clear();
+      for (const ArgPlan& a : cp.args) {
+        operands.push_back(Operand{mem + a.addr, static_cast<size_t>(a.bytes),
+                                   a.dtype, a.scale_exp});
+      }
+      const fb::ComputeT& c = *cp.compute;
+      kernels::Status st = kernels::Run(c.kernel, operands, c.params, c.fparams);
+      if (!st.ok()) {
+        std::string args;
+        for (const ArgPlan& a : cp.args) {
+          args += (args.empty() ? "" : ", ") + BufferText(a.buffer);
+        }
+        failed_index[i] = cp.index;
+        failed_message[i] = StepWhere(s, tile, c.op) + " compute " +
+                            std::to_string(cp.index) + " (" + c.kernel +
+                            ") on " + args + ": " + st.message();
+        return;
+      }
+    }
+  });
+  size_t first = n;
+  for (size_t i = 0; i < n; ++i) {
+    if (failed_index[i] != INT_MAX &&
+        (first == n || failed_index[i] < failed_index[first])) {
+      first = i;
+    }
+  }
+  if (first != n) return Status::BadInput(failed_message[first]);
+  return Status::Ok();
+}
+
+void Engine::RunExchangePhase(int s) {
+  const StepPlan& step = steps_[s];
+  if (step.transfers.empty()) return;
+  // Gather every source first, then scatter: all sources are read as of the
+  // end of the compute phase, so transfer order never matters.
+  size_t total = 0;
+  for (const TransferPlan& t : step.transfers) total += t.transfer->bytes;
+  std::vector<uint8_t> staging(total);
+  size_t at = 0;
+  for (const TransferPlan& t : step.transfers) {
+    std::memcpy(staging.data() + at,
+                memory_[t.transfer->src_tile].data() + t.src_addr,
+                t.transfer->bytes);
+    at += t.transfer->bytes;
+  }
+  at = 0;
+  for (const TransferPlan& t : step.transfers) {
+    for (const TransferPlan::Destination& d : t.destinations) {
+      std::memcpy(memory_[d.tile].data() + d.addr, staging.data() + at,
+                  t.transfer->bytes);
+    }
+    at += t.transfer->bytes;
+  }
+}
+
+Status Engine::ReadOutputs(SimResult* result) {
+  for (const BindingPlan& b : output_plans_) {
+    const std::string where = "output value %" + std::to_string(b.value->id) +
+                              " \"" + b.value->name + "\"";
+    std::vector<float>& out = result->outputs[b.value->id];
+    out.assign(static_cast<size_t>(b.elements), 0.0f);
+    std::vector<uint8_t> covered(static_cast<size_t>(b.elements), 0);
+    std::vector<float> row;
+    for (size_t fi = 0; fi < b.fragments.size(); ++fi) {
+      const FragmentPlan& f = b.fragments[fi];
+      const int eb = kernels::DTypeBytes(f.dtype);
+      const uint8_t* base = memory_[f.tile].data() + f.addr;
+      Status status;
+      ForEachRow(b.shape, f.begin, f.end,
+                 [&](int64_t flat, int64_t n, int64_t r) {
+                   if (!status.ok()) return;
+                   row.resize(static_cast<size_t>(n));
+                   kernels::LoadArrayAs(
+                       f.dtype,
+                       std::span<const uint8_t>(base + r * n * eb,
+                                                static_cast<size_t>(n * eb)),
+                       f.scale_exp, row);
+                   for (int64_t j = 0; j < n; ++j) {
+                     const size_t e = static_cast<size_t>(flat + j);
+                     if (covered[e]) {
+                       const float a = out[e], v = row[j];
+                       const bool same =
+                           a == v || (std::isnan(a) && std::isnan(v));
+                       if (!same) {
+                         status = Status::BadInput(
+                             where + " fragment " + std::to_string(fi) +
+                             " tile " + std::to_string(f.tile) + " " +
+                             BufferText(f.buffer) + ": element " +
+                             IndexText(Unflatten(flat + j, b.shape)) + " is " +
+                             ir::NumberText(v) +
+                             " but an earlier fragment read " +
+                             ir::NumberText(a));
+                         return;
+                       }
+                     }
+                     out[e] = row[j];
+                     covered[e] = 1;
+                   }
+                 });
+      TILEC_RETURN_IF_ERROR(status);
+    }
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- costs
+
+void Engine::CountCycles(SimResult* r) {
+  const int steps = static_cast<int>(steps_.size());
+  std::vector<int64_t> tile_compute(tiles_, 0), tile_exchange(tiles_, 0),
+      tile_calls(tiles_, 0);
+  // Per superstep and tile, for the busiest tiles' trace tracks.
+  std::vector<std::vector<int64_t>> step_compute(steps), step_exchange(steps);
+  std::map<uint32_t, OpReport> ops;
+  std::map<std::string, SlowPathReport> slow;
+  auto op_report = [&](uint32_t id) -> OpReport& {
+    OpReport& o = ops[id];
+    o.op = id;
+    return o;
+  };
+  int64_t clock = 0;
+  for (int s = 0; s < steps; ++s) {
+    const fb::SuperstepT& step = *program_->supersteps[s];
+    const StepPlan& plan = steps_[s];
+    SuperstepReport sr;
+    sr.index = s;
+    sr.label = step.label;
+    sr.start_cycle = clock;
+    step_compute[s].assign(tiles_, 0);
+    step_exchange[s].assign(tiles_, 0);
+    // Compute phase: each tile's kernels in order; the slowest tile (the
+    // lowest-numbered one on a tie) sets the phase's length.
+    for (size_t i = 0; i < plan.tiles.size(); ++i) {
+      const int tile = plan.tiles[i];
+      int64_t sum = 0;
+      for (const ComputePlan& cp : plan.computes[i]) {
+        const int64_t cycles = compute_cycles_[s][cp.index];
+        const int64_t extra = compute_extra_[s][cp.index];
+        sum += cycles;
+        OpReport& o = op_report(cp.compute->op);
+        ++o.kernel_calls;
+        o.macs += compute_macs_[s][cp.index];
+        r->gemm_macs += compute_macs_[s][cp.index];
+        if (extra != 0) {
+          ++o.slow_path_calls;
+          ++r->slow_path_calls;
+          SlowPathReport& sp = slow[cp.compute->kernel];
+          sp.kernel = cp.compute->kernel;
+          ++sp.calls;
+          sp.extra_cycles += std::max<int64_t>(extra, 0);
+        }
+      }
+      step_compute[s][tile] = sum;
+      tile_compute[tile] += sum;
+      tile_calls[tile] += static_cast<int64_t>(plan.computes[i].size());
+      sr.kernel_calls += static_cast<int64_t>(plan.computes[i].size());
+      if (sum > sr.compute_cycles || sr.slowest_tile < 0) {
+        sr.compute_cycles = sum;
+        sr.slowest_tile = tile;
+      }
+    }
+    // The slowest tile's per-op cycles sum to the phase exactly.
+    for (size_t i = 0; i < plan.tiles.size(); ++i) {
+      if (plan.tiles[i] != sr.slowest_tile) continue;
+      for (const ComputePlan& cp : plan.computes[i]) {
+        const int64_t cycles = compute_cycles_[s][cp.index];
+        op_report(cp.compute->op).compute_cycles += cycles;
+        if (!sr.compute_spans.empty() &&
+            sr.compute_spans.back().op == cp.compute->op &&
+            sr.compute_spans.back().kernel == cp.compute->kernel) {
+          sr.compute_spans.back().cycles += cycles;
+          ++sr.compute_spans.back().calls;
+        } else {
+          sr.compute_spans.push_back(
+              {cp.compute->op, cp.compute->kernel, cycles, 1});
+        }
+      }
+    }
+    // Exchange phase.
+    if (!plan.transfers.empty()) {
+      std::vector<int64_t> sent(tiles_, 0), received(tiles_, 0),
+          fragments(tiles_, 0);
+      std::map<uint32_t, int64_t> op_bytes;
+      for (const TransferPlan& tp : plan.transfers) {
+        const fb::TransferT& t = *tp.transfer;
+        const int64_t dests = static_cast<int64_t>(tp.destinations.size());
+        // A multicast costs its sender once and each receiver once.
+        sent[t.src_tile] += t.bytes;
+        fragments[t.src_tile] += 1;
+        for (const TransferPlan::Destination& d : tp.destinations) {
+          received[d.tile] += t.bytes;
+          fragments[d.tile] += 1;
+        }
+        OpReport& o = op_report(t.op);
+        ++o.transfers;
+        o.bytes_sent += t.bytes;
+        o.bytes_received += int64_t{t.bytes} * dests;
+        op_bytes[t.op] += int64_t{t.bytes} * dests;
+        sr.bytes_sent += t.bytes;
+        sr.bytes_received += int64_t{t.bytes} * dests;
+        ++sr.transfers;
+      }
+      int64_t slowest = 0;
+      for (int t = 0; t < tiles_; ++t) {
+        if (fragments[t] == 0) continue;
+        const int64_t c =
+            model_->TileExchangeCycles(sent[t], received[t], fragments[t]);
+        step_exchange[s][t] = c;
+        tile_exchange[t] += c;
+        if (c > slowest || sr.exchange_slowest_tile < 0) {
+          slowest = c;
+          sr.exchange_slowest_tile = t;
+        }
+      }
+      sr.exchange_cycles = model_->sync_cycles() + slowest;
+      ++r->exchange_phases;
+      // Attributed to the transfers' ops by the bytes they deliver.
+      std::vector<uint32_t> ids;
+      std::vector<int64_t> weights;
+      for (const auto& [op, bytes] : op_bytes) {
+        ids.push_back(op);
+        weights.push_back(bytes);
+      }
+      const std::vector<int64_t> shares = Apportion(sr.exchange_cycles, weights);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        op_report(ids[i]).exchange_cycles += shares[i];
+        sr.exchange_split.push_back({ids[i], shares[i]});
+      }
+    }
+    r->compute_cycles += sr.compute_cycles;
+    r->exchange_cycles += sr.exchange_cycles;
+    r->kernel_calls += sr.kernel_calls;
+    r->transfers += sr.transfers;
+    r->bytes_sent += sr.bytes_sent;
+    r->bytes_received += sr.bytes_received;
+    clock += sr.compute_cycles + sr.exchange_cycles;
+    r->supersteps.push_back(std::move(sr));
+  }
+  r->total_cycles = clock;
+  r->seconds = r->clock_hz > 0 ? static_cast<double>(clock) / r->clock_hz : 0;
+
+  for (auto& [id, o] : ops) {
+    auto it = ops_.find(id);
+    if (it != ops_.end()) {
+      o.name = it->second->name;
+      o.kind = ir::OpKindText(it->second->kind);
+    }
+    r->ops.push_back(std::move(o));
+  }
+  for (auto& [kernel, sp] : slow) r->slow_paths.push_back(sp);
+
+  std::vector<int> order(tiles_);
+  for (int t = 0; t < tiles_; ++t) order[t] = t;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return tile_compute[a] + tile_exchange[a] >
+           tile_compute[b] + tile_exchange[b];
+  });
+  const int top = std::clamp(options_.top_tiles, 0, tiles_);
+  for (int i = 0; i < top; ++i) {
+    const int t = order[i];
+    // Idle tiles say nothing about where the time goes.
+    if (tile_compute[t] + tile_exchange[t] == 0) break;
+    TileReport tr;
+    tr.tile = t;
+    tr.compute_cycles = tile_compute[t];
+    tr.exchange_cycles = tile_exchange[t];
+    tr.busy_cycles = tile_compute[t] + tile_exchange[t];
+    tr.kernel_calls = tile_calls[t];
+    tr.memory_bytes = tile_extent_[t];
+    for (int s = 0; s < steps; ++s) {
+      tr.step_compute_cycles.push_back(step_compute[s][t]);
+      tr.step_exchange_cycles.push_back(step_exchange[s][t]);
+    }
+    r->slowest_tiles.push_back(std::move(tr));
+  }
+  for (int t = 0; t < tiles_; ++t) {
+    if (tile_extent_[t] > r->peak_memory_bytes) {
+      r->peak_memory_bytes = tile_extent_[t];
+      r->peak_memory_tile = t;
+    }
+  }
+}
+
+Status Engine::Run(const HostTensors& inputs, SimResult* result) {
+  TILEC_RETURN_IF_ERROR(CheckTarget());
+  TILEC_RETURN_IF_ERROR(CheckBuffers());
+  TILEC_RETURN_IF_ERROR(CheckBindings(/*outputs=*/false));
+  const int steps = static_cast<int>(program_->supersteps.size());
+  steps_.resize(steps);
+  compute_cycles_.resize(steps);
+  compute_extra_.resize(steps);
+  compute_macs_.resize(steps);
+  for (int s = 0; s < steps; ++s) TILEC_RETURN_IF_ERROR(CheckSuperstep(s));
+  TILEC_RETURN_IF_ERROR(CheckBindings(/*outputs=*/true));
+
+  SimResult r;
+  r.target = target_->name;
+  r.tiles = tiles_;
+  r.clock_hz = target_->clock_hz;
+  r.tensor_bytes = tensor_bytes_;
+  if (options_.execute) {
+    TILEC_RETURN_IF_ERROR(AllocateAndWriteInputs(inputs));
+    for (int s = 0; s < steps; ++s) {
+      TILEC_RETURN_IF_ERROR(RunComputePhase(s));
+      RunExchangePhase(s);
+    }
+    TILEC_RETURN_IF_ERROR(ReadOutputs(&r));
+  }
+  CountCycles(&r);
+  *result = std::move(r);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Simulate(const fb::ModuleT& module, const HostTensors& inputs,
+                const SimOptions& options, SimResult* result) {
+  Engine engine(module, options);
+  return engine.Run(inputs, result);
+}
+
+// ---------------------------------------------------------------- checking
+
+Tolerance DefaultTolerance(bool graph_has_fp8) {
+  // See docs/device-program.md, "Comparing with the reference".
+  if (graph_has_fp8) return Tolerance{0.1, 0.1, 0.99};
+  return Tolerance{2e-2, 1e-2, 0.9999};
+}
+
+bool ModuleHasFp8(const fb::ModuleT& module) {
+  auto fp8 = [](fb::DType d) {
+    return d == fb::DType::FP8E4M3 || d == fb::DType::FP8E5M2;
+  };
+  for (const auto& v : module.values) {
+    if (v && fp8(v->dtype)) return true;
+  }
+  for (const auto& op : module.ops) {
+    if (!op) continue;
+    for (const auto& step : op->body) {
+      if (step && step->kind == fb::FusedStepKind::Cast && fp8(step->dtype)) {
+        return true;
+      }
+    }
+  }
+  if (module.program) {
+    for (const auto& b : module.program->buffers) {
+      if (b && fp8(b->dtype)) return true;
+    }
+  }
+  return false;
+}
+
+Comparison CompareTensors(std::span<const float> sim,
+                          std::span<const float> ref, const Tolerance& tol) {
+  Comparison c;
+  c.elements = static_cast<int64_t>(ref.size());
+  if (sim.size() != ref.size()) {
+    c.pass = false;
+    c.mismatches = static_cast<int64_t>(std::max(sim.size(), ref.size()));
+    return c;
+  }
+  double scale = 0;
+  for (float r : ref) {
+    if (std::isfinite(r)) scale = std::max(scale, std::fabs(double{r}));
+  }
+  c.scale = scale;
+  const double floor = std::max(kRelativeFloor * scale, 1e-30);
+  double dot = 0, ss = 0, rr = 0;
+  bool worst_nonfinite = false;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double s = sim[i], r = ref[i];
+    if (!std::isfinite(s) || !std::isfinite(r)) {
+      // Identical non-finite values (the same infinity, or NaN for NaN)
+      // agree; anything else is a mismatch that no tolerance excuses.
+      if ((std::isnan(s) && std::isnan(r)) || s == r) continue;
+      ++c.nonfinite;
+      ++c.mismatches;
+      if (!worst_nonfinite) {
+        worst_nonfinite = true;
+        c.worst_index = static_cast<int64_t>(i);
+        c.worst_sim = sim[i];
+        c.worst_ref = ref[i];
+      }
+      continue;
+    }
+    const double err = std::fabs(s - r);
+    if (!worst_nonfinite && (c.worst_index < 0 || err > c.max_abs_err)) {
+      c.worst_index = static_cast<int64_t>(i);
+      c.worst_sim = sim[i];
+      c.worst_ref = ref[i];
+    }
+    c.max_abs_err = std::max(c.max_abs_err, err);
+    c.max_rel_err = std::max(c.max_rel_err, err / std::max(std::fabs(r), floor));
+    if (err > tol.atol * scale + tol.rtol * std::fabs(r)) ++c.mismatches;
+    dot += s * r;
+    ss += s * s;
+    rr += r * r;
+  }
+  if (worst_nonfinite) {
+    c.max_abs_err = INFINITY;
+    c.max_rel_err = INFINITY;
+  }
+  if (ss == 0 && rr == 0) {
+    c.cosine = 1;
+  } else if (ss == 0 || rr == 0) {
+    c.cosine = 0;
+  } else {
+    c.cosine = dot / (std::sqrt(ss) * std::sqrt(rr));
+  }
+  c.pass = c.mismatches == 0 && c.cosine >= tol.min_cosine;
+  return c;
+}
+
+}  // namespace tilec::sim

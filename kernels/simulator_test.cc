@@ -1,0 +1,785 @@
+#include "kernels/simulator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "formats/ir.h"
+#include "kernels/numerics.h"
+
+namespace tilec::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Builds device programs on the `tiny` target: 16 tiles, tensor memory
+// [0, 57344): standard elements [0, 16384) and [16384, 32768), interleaved
+// from 32768 (one effective element of 32 KiB, index 2).
+class Builder {
+ public:
+  Builder() {
+    module.target = std::make_unique<fb::TargetT>();
+    Status s = ir::LoadTarget("tiny", module.target.get());
+    EXPECT_TRUE(s.ok()) << s.message();
+    module.program = std::make_unique<fb::DeviceProgramT>();
+  }
+
+  uint32_t Value(const std::string& name, std::vector<int64_t> shape,
+                 fb::DType dtype, fb::ValueRole role) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->id = static_cast<uint32_t>(module.values.size());
+    v->name = name;
+    v->shape = std::move(shape);
+    v->dtype = dtype;
+    v->role = role;
+    module.values.push_back(std::move(v));
+    return module.values.back()->id;
+  }
+
+  void Op(uint32_t id, fb::OpKind kind, const std::string& name) {
+    auto op = std::make_unique<fb::OperationT>();
+    op->id = id;
+    op->kind = kind;
+    op->name = name;
+    module.ops.push_back(std::move(op));
+  }
+
+  uint32_t Buffer(uint32_t tile, uint32_t offset, uint32_t bytes,
+                  fb::DType dtype, const std::string& name = "") {
+    auto b = std::make_unique<fb::BufferT>();
+    b->id = next_buffer_++;
+    b->tile = tile;
+    b->offset = offset;
+    b->bytes = bytes;
+    b->dtype = dtype;
+    b->name = name;
+    module.program->buffers.push_back(std::move(b));
+    return module.program->buffers.back()->id;
+  }
+  fb::BufferT& BufferRef(uint32_t id) {
+    for (auto& b : module.program->buffers) {
+      if (b->id == id) return *b;
+    }
+    ADD_FAILURE() << "no buffer " << id;
+    return *module.program->buffers[0];
+  }
+
+  fb::SuperstepT& Step(const std::string& label) {
+    auto s = std::make_unique<fb::SuperstepT>();
+    s->label = label;
+    module.program->supersteps.push_back(std::move(s));
+    return *module.program->supersteps.back();
+  }
+
+  struct Slice {
+    uint32_t buffer, offset, bytes;
+  };
+  static fb::ComputeT& Compute(fb::SuperstepT& step, uint32_t tile,
+                               const std::string& kernel,
+                               std::vector<Slice> args,
+                               std::vector<int64_t> params, uint32_t op,
+                               std::vector<float> fparams = {}) {
+    auto c = std::make_unique<fb::ComputeT>();
+    c->tile = tile;
+    c->kernel = kernel;
+    for (const Slice& s : args) {
+      auto a = std::make_unique<fb::BufferSliceT>();
+      a->buffer = s.buffer;
+      a->offset = s.offset;
+      a->bytes = s.bytes;
+      c->args.push_back(std::move(a));
+    }
+    c->params = std::move(params);
+    c->fparams = std::move(fparams);
+    c->op = op;
+    step.compute.push_back(std::move(c));
+    return *step.compute.back();
+  }
+
+  struct Dest {
+    uint32_t tile, buffer, offset;
+  };
+  static fb::TransferT& Transfer(fb::SuperstepT& step, uint32_t src_tile,
+                                 uint32_t src_buffer, uint32_t src_offset,
+                                 uint32_t bytes, fb::DType dtype,
+                                 std::vector<Dest> dests, uint32_t op) {
+    auto t = std::make_unique<fb::TransferT>();
+    t->src_tile = src_tile;
+    t->src_buffer = src_buffer;
+    t->src_offset = src_offset;
+    t->bytes = bytes;
+    t->dtype = dtype;
+    for (const Dest& d : dests) {
+      auto dd = std::make_unique<fb::DestinationT>();
+      dd->tile = d.tile;
+      dd->buffer = d.buffer;
+      dd->offset = d.offset;
+      t->destinations.push_back(std::move(dd));
+    }
+    t->op = op;
+    step.exchange.push_back(std::move(t));
+    return *step.exchange.back();
+  }
+
+  struct Frag {
+    uint32_t tile, buffer, offset;
+    std::vector<int64_t> begin, end;
+  };
+  void Bind(bool output, uint32_t value, std::vector<Frag> frags) {
+    auto hb = std::make_unique<fb::HostBindingT>();
+    hb->value = value;
+    for (Frag& f : frags) {
+      auto fr = std::make_unique<fb::FragmentT>();
+      fr->tile = f.tile;
+      fr->buffer = f.buffer;
+      fr->offset = f.offset;
+      fr->begin = f.begin;
+      fr->end = f.end;
+      hb->fragments.push_back(std::move(fr));
+    }
+    (output ? module.program->outputs : module.program->inputs)
+        .push_back(std::move(hb));
+  }
+
+  fb::ModuleT module;
+
+ private:
+  uint32_t next_buffer_ = 0;
+};
+
+Status RunSim(const fb::ModuleT& module, const HostTensors& inputs,
+           SimResult* result, SimOptions options = {}) {
+  return Simulate(module, inputs, options, result);
+}
+
+// ---------------------------------------------------------------- GEMM
+
+constexpr int64_t kM = 8, kK = 64, kN = 32;
+constexpr uint32_t kMatMulOp = 7;
+
+// C[8,32] = A[8,64] x B[64,32] in F16 on 4 tiles: 2 K partitions x 2 N
+// partitions. Tile 2k+n holds A[:, 32k:32k+32] and B[32k:32k+32,
+// 16n:16n+16] and computes an F32 partial; the k=1 tiles send their
+// partials to the k=0 tiles, which reduce them into F16 C blocks.
+struct GemmProgram {
+  Builder b;
+  uint32_t a, bw, c;                 // values
+  uint32_t partial[4], remote[2], out[2], a_buf[4], b_buf[4];
+  HostTensors inputs;
+  std::vector<float> expected;
+
+  GemmProgram() {
+    a = b.Value("x", {kM, kK}, fb::DType::F16, fb::ValueRole::Input);
+    bw = b.Value("w", {kK, kN}, fb::DType::F16, fb::ValueRole::Weight);
+    c = b.Value("y", {kM, kN}, fb::DType::F16, fb::ValueRole::Output);
+    b.Op(kMatMulOp, fb::OpKind::MatMul, "mm");
+    for (uint32_t t = 0; t < 4; ++t) {
+      a_buf[t] = b.Buffer(t, 0, kM * 32 * 2, fb::DType::F16, "a");
+      b_buf[t] = b.Buffer(t, 512, 32 * 16 * 2, fb::DType::F16, "b");
+      partial[t] = b.Buffer(t, 32768, kM * 16 * 4, fb::DType::F32, "partial");
+    }
+    for (uint32_t n = 0; n < 2; ++n) {
+      remote[n] = b.Buffer(n, 1536, kM * 16 * 4, fb::DType::F32, "remote");
+      out[n] = b.Buffer(n, 2048, kM * 16 * 2, fb::DType::F16, "c");
+    }
+    fb::SuperstepT& s0 = b.Step("gemm");
+    for (uint32_t t = 0; t < 4; ++t) {
+      Builder::Compute(s0, t, "gemm",
+                       {{a_buf[t], 0, 512}, {b_buf[t], 0, 1024},
+                        {partial[t], 0, 512}},
+                       {kM, 32, 16, 0}, kMatMulOp);
+    }
+    for (uint32_t n = 0; n < 2; ++n) {
+      Builder::Transfer(s0, 2 + n, partial[2 + n], 0, 512, fb::DType::F32,
+                        {{n, remote[n], 0}}, kMatMulOp);
+    }
+    fb::SuperstepT& s1 = b.Step("reduce");
+    for (uint32_t n = 0; n < 2; ++n) {
+      Builder::Compute(s1, n, "reduce_partials",
+                       {{partial[n], 0, 512}, {remote[n], 0, 512},
+                        {out[n], 0, 256}},
+                       {kM * 16}, kMatMulOp);
+    }
+    for (uint32_t t = 0; t < 4; ++t) {
+      const int64_t k = t / 2, n = t % 2;
+      b.Bind(false, a, {{t, a_buf[t], 0, {0, 32 * k}, {kM, 32 * k + 32}}});
+      b.Bind(false, bw,
+             {{t, b_buf[t], 0, {32 * k, 16 * n}, {32 * k + 32, 16 * n + 16}}});
+    }
+    // One binding per value: merge the per-tile fragments.
+    MergeBindings(&b.module.program->inputs);
+    b.Bind(true, c,
+           {{0, out[0], 0, {0, 0}, {kM, 16}},
+            {1, out[1], 0, {0, 16}, {kM, kN}}});
+
+    // Small integers: every product and sum is exact in F32 and F16, so the
+    // simulated C must equal the direct product exactly.
+    std::vector<float> av(kM * kK), bv(kK * kN);
+    for (size_t i = 0; i < av.size(); ++i) av[i] = float(int(i * 7 % 5) - 2);
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = float(int(i * 3 % 7) - 3);
+    inputs[a] = av;
+    inputs[bw] = bv;
+    expected.assign(kM * kN, 0);
+    for (int64_t i = 0; i < kM; ++i) {
+      for (int64_t j = 0; j < kN; ++j) {
+        double sum = 0;
+        for (int64_t k = 0; k < kK; ++k) sum += av[i * kK + k] * bv[k * kN + j];
+        expected[i * kN + j] = static_cast<float>(sum);
+      }
+    }
+  }
+
+  static void MergeBindings(std::vector<std::unique_ptr<fb::HostBindingT>>* v) {
+    std::vector<std::unique_ptr<fb::HostBindingT>> merged;
+    for (auto& hb : *v) {
+      fb::HostBindingT* into = nullptr;
+      for (auto& m : merged) {
+        if (m->value == hb->value) into = m.get();
+      }
+      if (into == nullptr) {
+        merged.push_back(std::move(hb));
+      } else {
+        for (auto& f : hb->fragments) into->fragments.push_back(std::move(f));
+      }
+    }
+    *v = std::move(merged);
+  }
+
+  fb::ComputeT& Compute(int step, int index) {
+    return *b.module.program->supersteps[step]->compute[index];
+  }
+};
+
+// MACHINE.md by hand, on tiny (every formula as ipu21):
+//   gemm_f16 M8 K32 N16: 294 + ceil(32/16)*ceil(16/16)*(4*8+160) = 678
+//   exchange: one 512 B partial per receiving tile, 1 fragment each end:
+//     600 + max(512/4, 512/4, 2*1) = 728
+//   reduce_partials n=128 P=2: 282 + 6*ceil(128/48)*(11+2*1) = 516
+constexpr int64_t kGemmCycles = 678;
+constexpr int64_t kExchangeCycles = 728;
+constexpr int64_t kReduceCycles = 516;
+
+TEST(SimulatorTest, SplitGemmMatchesDirectProductAndHandCycles) {
+  GemmProgram p;
+  SimResult r;
+  Status s = RunSim(p.b.module, p.inputs, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(r.outputs.count(p.c), 1u);
+  EXPECT_EQ(r.outputs[p.c], p.expected);
+
+  ASSERT_EQ(r.supersteps.size(), 2u);
+  EXPECT_EQ(r.supersteps[0].compute_cycles, kGemmCycles);
+  EXPECT_EQ(r.supersteps[0].exchange_cycles, kExchangeCycles);
+  EXPECT_EQ(r.supersteps[0].slowest_tile, 0);
+  EXPECT_EQ(r.supersteps[1].compute_cycles, kReduceCycles);
+  EXPECT_EQ(r.supersteps[1].exchange_cycles, 0);
+  EXPECT_EQ(r.total_cycles, kGemmCycles + kExchangeCycles + kReduceCycles);
+  EXPECT_EQ(r.exchange_phases, 1);
+  EXPECT_DOUBLE_EQ(r.seconds, 1922 / 1.5e9);
+  EXPECT_EQ(r.gemm_macs, kM * kK * kN);
+  EXPECT_EQ(r.bytes_sent, 1024);
+  EXPECT_EQ(r.bytes_received, 1024);
+
+  ASSERT_EQ(r.ops.size(), 1u);
+  EXPECT_EQ(r.ops[0].op, kMatMulOp);
+  EXPECT_EQ(r.ops[0].name, "mm");
+  EXPECT_EQ(r.ops[0].kind, "mat_mul");
+  EXPECT_EQ(r.ops[0].compute_cycles, kGemmCycles + kReduceCycles);
+  EXPECT_EQ(r.ops[0].exchange_cycles, kExchangeCycles);
+  EXPECT_EQ(r.ops[0].kernel_calls, 6);
+  EXPECT_EQ(r.ops[0].transfers, 2);
+  EXPECT_EQ(r.ops[0].bytes_received, 1024);
+
+  // Busiest tiles: 0 and 1 compute both steps and receive.
+  ASSERT_GE(r.slowest_tiles.size(), 2u);
+  EXPECT_EQ(r.slowest_tiles[0].tile, 0);
+  EXPECT_EQ(r.slowest_tiles[0].busy_cycles, 678 + 128 + 516);
+  EXPECT_EQ(r.slowest_tiles[1].tile, 1);
+}
+
+TEST(SimulatorTest, CyclesOnlyRunCountsTheSameWithoutData) {
+  GemmProgram p;
+  SimResult r;
+  SimOptions options;
+  options.execute = false;
+  Status s = RunSim(p.b.module, {}, &r, options);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(r.total_cycles, 1922);
+  EXPECT_TRUE(r.outputs.empty());
+}
+
+TEST(SimulatorTest, DeterministicAcrossRunsAndThreadCounts) {
+  GemmProgram p;
+  SimResult one, two, again;
+  SimOptions single;
+  single.threads = 1;
+  ASSERT_TRUE(RunSim(p.b.module, p.inputs, &one, single).ok());
+  ASSERT_TRUE(RunSim(p.b.module, p.inputs, &two).ok());
+  ASSERT_TRUE(RunSim(p.b.module, p.inputs, &again).ok());
+  for (const SimResult* r : {&two, &again}) {
+    EXPECT_EQ(r->outputs, one.outputs);
+    EXPECT_EQ(r->total_cycles, one.total_cycles);
+    ASSERT_EQ(r->ops.size(), one.ops.size());
+    for (size_t i = 0; i < r->ops.size(); ++i) {
+      EXPECT_EQ(r->ops[i].compute_cycles, one.ops[i].compute_cycles);
+      EXPECT_EQ(r->ops[i].exchange_cycles, one.ops[i].exchange_cycles);
+    }
+  }
+}
+
+// FP8 buffers with a scale: the host encodes into the buffer's dtype and
+// scale, the GEMM is charged the FP8 formula.
+TEST(SimulatorTest, Fp8GemmWithScaledOperands) {
+  Builder b;
+  const uint32_t a = b.Value("a", {4, 32}, fb::DType::F16, fb::ValueRole::Input);
+  const uint32_t w = b.Value("w", {32, 16}, fb::DType::F16, fb::ValueRole::Weight);
+  const uint32_t c = b.Value("c", {4, 16}, fb::DType::F32, fb::ValueRole::Output);
+  const uint32_t a_buf = b.Buffer(5, 0, 4 * 32, fb::DType::FP8E4M3);
+  b.BufferRef(a_buf).fp8_scale_exp = 4;  // stored = x * 16
+  const uint32_t w_buf = b.Buffer(5, 16384, 32 * 16, fb::DType::FP8E4M3);
+  const uint32_t c_buf = b.Buffer(5, 32768, 4 * 16 * 4, fb::DType::F32);
+  b.Bind(false, a, {{5, a_buf, 0, {0, 0}, {4, 32}}});
+  b.Bind(false, w, {{5, w_buf, 0, {0, 0}, {32, 16}}});
+  b.Bind(true, c, {{5, c_buf, 0, {0, 0}, {4, 16}}});
+  Builder::Compute(b.Step("gemm"), 5, "gemm",
+                   {{a_buf, 0, 128}, {w_buf, 0, 512}, {c_buf, 0, 256}},
+                   {4, 32, 16, 0}, 1);
+  // Multiples of 1/16 up to 7/16 (exact in E4M3 with the scale) and
+  // small integers.
+  std::vector<float> av(4 * 32), wv(32 * 16), expected(4 * 16, 0);
+  for (size_t i = 0; i < av.size(); ++i) av[i] = float(int(i % 15) - 7) / 16;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = float(int(i % 5) - 2);
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      for (int k = 0; k < 32; ++k) expected[i * 16 + j] += av[i * 32 + k] * wv[k * 16 + j];
+    }
+  }
+  SimResult r;
+  Status st = RunSim(b.module, {{a, av}, {w, wv}}, &r);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(r.outputs[c], expected);
+  // gemm_fp8 M4 K32 N16: 294 + ceil(32/32)*ceil(16/16)*(4*4+160) = 470.
+  EXPECT_EQ(r.total_cycles, 470);
+  EXPECT_TRUE(ModuleHasFp8(b.module));
+}
+
+// ---------------------------------------------------------------- errors
+
+Status RunExpectingError(const fb::ModuleT& module, const HostTensors& inputs) {
+  SimResult r;
+  Status s = RunSim(module, inputs, &r);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kBadInput) << s.message();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  return s;
+}
+
+TEST(SimulatorErrorTest, SliceOutsideBuffer) {
+  GemmProgram p;
+  p.Compute(0, 1).args[1]->bytes = 2048;  // B block holds 1024 bytes
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 1 op 7 compute 1 (gemm): arg 1 buffer #4: slice "
+            "[0, 2048) is outside the buffer's 1024 bytes");
+}
+
+TEST(SimulatorErrorTest, UnknownBuffer) {
+  GemmProgram p;
+  p.Compute(1, 0).args[1]->buffer = 999;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 1 tile 0 op 7 compute 0 (reduce_partials): arg 1 buffer "
+            "#999 does not exist");
+}
+
+TEST(SimulatorErrorTest, BufferOnAnotherTile) {
+  GemmProgram p;
+  p.Compute(1, 0).args[1]->buffer = p.remote[1];
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_THAT(s.message(), HasSubstr("superstep 1 tile 0 op 7"));
+  EXPECT_THAT(s.message(), HasSubstr("lives on tile 1"));
+}
+
+TEST(SimulatorErrorTest, MisalignedBuffer) {
+  GemmProgram p;
+  p.b.BufferRef(p.b_buf[2]).offset = 516;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "buffer #7 \"b\" on tile 2: offset 516 is not aligned to 8 bytes");
+}
+
+TEST(SimulatorErrorTest, BufferOutsideTensorMemory) {
+  GemmProgram p;
+  p.b.BufferRef(p.partial[3]).offset = 57344 - 256;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_THAT(s.message(), HasSubstr("buffer #11 \"partial\" on tile 3"));
+  EXPECT_THAT(s.message(), HasSubstr("exceed the tile's tensor memory of 57344"));
+}
+
+TEST(SimulatorErrorTest, GemmOutputInStandardMemory) {
+  GemmProgram p;
+  p.b.BufferRef(p.partial[1]).offset = 4096;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 1 op 7 compute 1 (gemm): output C buffer #5 at "
+            "[4096, 4608) is not in interleaved memory (which starts at "
+            "32768)");
+}
+
+TEST(SimulatorErrorTest, GemmOutputSharesElementWithA) {
+  GemmProgram p;
+  // A moves into the interleaved element that holds C.
+  p.b.BufferRef(p.a_buf[0]).offset = 32768 + 4096;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 0 op 7 compute 0 (gemm): output C buffer #2 "
+            "shares memory element 2 with left operand A buffer #0");
+}
+
+TEST(SimulatorErrorTest, OverlappingTransferDestinations) {
+  GemmProgram p;
+  // A second transfer writes the upper half of the same remote partial.
+  Builder::Transfer(*p.b.module.program->supersteps[0], 3, p.partial[3], 0,
+                    256, fb::DType::F32, {{0, p.remote[0], 256}}, 9);
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 0 op 9 transfer 2 destination 0 buffer #12: "
+            "writes tile bytes [1792, 2048) that transfer 0 (op 7) also writes "
+            "through buffer #12");
+}
+
+TEST(SimulatorErrorTest, TransferOutsideDestinationBuffer) {
+  GemmProgram p;
+  p.b.module.program->supersteps[0]->exchange[1]->destinations[0]->offset = 8;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 3 op 7 transfer 1: destination 0 tile 1 buffer "
+            "#14: bytes [8, 520) are outside the buffer's 512 bytes");
+}
+
+TEST(SimulatorErrorTest, TransferDtypeMismatch) {
+  GemmProgram p;
+  p.b.module.program->supersteps[0]->exchange[0]->dtype = fb::DType::F16;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 2 op 7 transfer 0: source buffer #8: transfer "
+            "dtype f16 differs from the buffer's f32");
+}
+
+TEST(SimulatorErrorTest, TransferBetweenBuffersOfDifferentDtypes) {
+  GemmProgram p;
+  // An F32 partial into the F16 output buffer would be reinterpreted.
+  p.b.BufferRef(p.out[0]).bytes = 512;
+  p.b.module.program->supersteps[0]->exchange[0]->destinations[0]->buffer =
+      p.out[0];
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 2 op 7 transfer 0: destination 0 tile 0 buffer "
+            "#13: buffer is f16 but source buffer #8 is f32");
+}
+
+TEST(SimulatorErrorTest, ScaleOnANonFp8Buffer) {
+  GemmProgram p;
+  p.b.BufferRef(p.out[1]).fp8_scale_exp = 3;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "buffer #15 \"c\" on tile 1: fp8_scale_exp 3 on a f16 "
+            "buffer (FP8 only)");
+}
+
+TEST(SimulatorErrorTest, UncoveredOutput) {
+  GemmProgram p;
+  p.b.module.program->outputs[0]->fragments.pop_back();
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "output binding 0 value %2 \"y\": element [0, 16] is not read from "
+            "any fragment (128 of 256 elements are not covered)");
+}
+
+TEST(SimulatorErrorTest, UnboundGraphOutput) {
+  GemmProgram p;
+  p.b.module.program->outputs.clear();
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_THAT(s.message(), HasSubstr("graph output %2 \"y\" has no output"));
+}
+
+TEST(SimulatorErrorTest, KernelOperandTooSmallNamesTheBuffers) {
+  GemmProgram p;
+  // The slice is in bounds but too small for M=8 rows of A.
+  p.Compute(0, 3).args[0]->bytes = 256;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 3 op 7 compute 3 (gemm) on buffer #9, buffer "
+            "#10, buffer #11: gemm: operand A needs 512 bytes (256 f16 "
+            "elements) but holds 256");
+}
+
+TEST(SimulatorErrorTest, UnknownKernel) {
+  GemmProgram p;
+  p.Compute(1, 1).kernel = "reduce";
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_THAT(s.message(),
+              HasSubstr("superstep 1 tile 1 op 7 compute 1 (reduce) on buffer "
+                        "#5, buffer #14, buffer #15: unknown kernel 'reduce'"));
+}
+
+TEST(SimulatorErrorTest, TileOutOfRange) {
+  GemmProgram p;
+  p.b.module.program->supersteps[0]->exchange[0]->destinations[0]->tile = 16;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_THAT(s.message(),
+              HasSubstr("superstep 0 tile 2 op 7 transfer 0: destination 0 "
+                        "tile 16 buffer #12: tile out of range"));
+}
+
+TEST(SimulatorErrorTest, InputBoxOutsideValue) {
+  GemmProgram p;
+  p.b.module.program->inputs[0]->fragments[1]->end = {kM, kK + 1};
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_THAT(s.message(),
+              HasSubstr("input binding 0 value %0 \"x\" fragment 1 tile 1 "
+                        "buffer #3: box [0, 0] to [8, 65] is outside"));
+}
+
+TEST(SimulatorErrorTest, MissingHostData) {
+  GemmProgram p;
+  p.inputs.erase(p.bw);
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(), "input value %1 \"w\": no host data");
+}
+
+// ---------------------------------------------------------------- exchange
+
+// One program with only exchanges: tile 0 multicasts 400 B to tiles 1, 2, 3
+// and tile 4 sends 40 B to tile 1.
+TEST(SimulatorTest, MulticastCountsOnceForSenderAndAtEachReceiver) {
+  Builder b;
+  const uint32_t src = b.Buffer(0, 0, 400, fb::DType::F32);
+  const uint32_t small = b.Buffer(4, 0, 40, fb::DType::F32);
+  std::vector<uint32_t> dst;
+  for (uint32_t t = 1; t <= 3; ++t) dst.push_back(b.Buffer(t, 0, 400, fb::DType::F32));
+  const uint32_t dst_small = b.Buffer(1, 400, 40, fb::DType::F32);
+  fb::SuperstepT& s = b.Step("multicast");
+  Builder::Transfer(s, 0, src, 0, 400, fb::DType::F32,
+                    {{1, dst[0], 0}, {2, dst[1], 0}, {3, dst[2], 0}}, 1);
+  Builder::Transfer(s, 4, small, 0, 40, fb::DType::F32, {{1, dst_small, 0}}, 2);
+  SimResult r;
+  Status st = RunSim(b.module, {}, &r);
+  ASSERT_TRUE(st.ok()) << st.message();
+  // Tile 0: 400 sent -> 100 cycles; tile 1: 440 received -> 110 (2
+  // fragments -> 4); tiles 2, 3: 100; tile 4: 10.
+  EXPECT_EQ(r.supersteps[0].exchange_cycles, 600 + 110);
+  EXPECT_EQ(r.supersteps[0].exchange_slowest_tile, 1);
+  EXPECT_EQ(r.supersteps[0].compute_cycles, 0);
+  EXPECT_EQ(r.bytes_sent, 440);
+  EXPECT_EQ(r.bytes_received, 1240);
+  ASSERT_EQ(r.ops.size(), 2u);
+  EXPECT_EQ(r.ops[0].bytes_sent, 400);
+  EXPECT_EQ(r.ops[0].bytes_received, 1200);
+  EXPECT_EQ(r.ops[1].bytes_received, 40);
+  // 710 split by delivered bytes 1200 : 40: 687.1 and 22.9 -> 687 + 23.
+  EXPECT_EQ(r.ops[0].exchange_cycles, 687);
+  EXPECT_EQ(r.ops[1].exchange_cycles, 23);
+}
+
+TEST(SimulatorTest, FragmentCostDominatesManySmallTransfers) {
+  Builder b;
+  const uint32_t src = b.Buffer(0, 0, 400, fb::DType::F32);
+  const uint32_t dst = b.Buffer(1, 0, 400, fb::DType::F32);
+  fb::SuperstepT& s = b.Step("small");
+  for (uint32_t i = 0; i < 100; ++i) {
+    Builder::Transfer(s, 0, src, 4 * i, 4, fb::DType::F32, {{1, dst, 4 * i}}, 1);
+  }
+  SimResult r;
+  ASSERT_TRUE(RunSim(b.module, {}, &r).ok());
+  // 400 B / 4 = 100 cycles, but 100 fragments x 2 = 200 at each end.
+  EXPECT_EQ(r.total_cycles, 600 + 200);
+}
+
+TEST(SimulatorTest, ExchangeReadsSourcesAsOfTheEndOfCompute) {
+  Builder b;
+  const uint32_t v = b.Value("v", {2, 4}, fb::DType::F32, fb::ValueRole::Input);
+  const uint32_t out = b.Value("o", {2, 4}, fb::DType::F32, fb::ValueRole::Output);
+  const uint32_t b0 = b.Buffer(0, 0, 16, fb::DType::F32);
+  const uint32_t b1 = b.Buffer(1, 0, 16, fb::DType::F32);
+  b.Bind(false, v, {{0, b0, 0, {0, 0}, {1, 4}}, {1, b1, 0, {1, 0}, {2, 4}}});
+  // Swap the two rows in one phase: each transfer must see the other's
+  // source before it was overwritten.
+  fb::SuperstepT& s = b.Step("swap");
+  Builder::Transfer(s, 0, b0, 0, 16, fb::DType::F32, {{1, b1, 0}}, 1);
+  Builder::Transfer(s, 1, b1, 0, 16, fb::DType::F32, {{0, b0, 0}}, 1);
+  b.Bind(true, out, {{0, b0, 0, {0, 0}, {1, 4}}, {1, b1, 0, {1, 0}, {2, 4}}});
+  SimResult r;
+  Status st = RunSim(b.module, {{v, {1, 2, 3, 4, 5, 6, 7, 8}}}, &r);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(r.outputs[out], (std::vector<float>{5, 6, 7, 8, 1, 2, 3, 4}));
+}
+
+// ---------------------------------------------------------------- host I/O
+
+TEST(SimulatorTest, RankThreeBoxesRoundTripAndDuplicatesMustAgree) {
+  Builder b;
+  const uint32_t v = b.Value("v", {2, 3, 4}, fb::DType::F32, fb::ValueRole::Input);
+  const uint32_t lo = b.Buffer(0, 0, 2 * 1 * 4 * 4, fb::DType::F32);
+  const uint32_t hi = b.Buffer(0, 64, 2 * 2 * 4 * 4, fb::DType::F32);
+  const uint32_t dup = b.Buffer(1, 0, 2 * 2 * 4 * 2, fb::DType::F16);
+  b.Bind(false, v,
+         {{0, lo, 0, {0, 0, 0}, {2, 1, 4}},
+          {0, hi, 0, {0, 1, 0}, {2, 3, 4}},
+          {1, dup, 0, {0, 1, 0}, {2, 3, 4}}});
+  b.Bind(true, v,
+         {{0, lo, 0, {0, 0, 0}, {2, 1, 4}},
+          {0, hi, 0, {0, 1, 0}, {2, 3, 4}},
+          {1, dup, 0, {0, 1, 0}, {2, 3, 4}}});
+  std::vector<float> data(24);
+  std::iota(data.begin(), data.end(), 0.0f);
+  SimResult r;
+  Status st = RunSim(b.module, {{v, data}}, &r);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(r.outputs[v], data);
+
+  // 0.1 is not an F16 value: the F16 copy disagrees with the F32 one.
+  data[5] = 0.1f;
+  st = RunSim(b.module, {{v, data}}, &r);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(),
+              HasSubstr("output value %0 \"v\" fragment 2 tile 1 buffer #2: "
+                        "element [0, 1, 1] is 0.099975586 but an earlier "
+                        "fragment read 0.1"));
+}
+
+TEST(SimulatorTest, UnwrittenMemoryReadsAsNaN) {
+  Builder b;
+  const uint32_t out = b.Value("o", {4}, fb::DType::F16, fb::ValueRole::Output);
+  const uint32_t buf = b.Buffer(2, 0, 8, fb::DType::F16);
+  b.Bind(true, out, {{2, buf, 0, {0}, {4}}});
+  SimResult r;
+  ASSERT_TRUE(RunSim(b.module, {}, &r).ok());
+  for (float x : r.outputs[out]) EXPECT_TRUE(std::isnan(x));
+}
+
+// ---------------------------------------------------------------- slow path
+
+TEST(SimulatorTest, BinaryInputsInOneElementChargeTheSlowPath) {
+  Builder b;
+  const uint32_t x = b.Buffer(0, 0, 128, fb::DType::F16);
+  const uint32_t same = b.Buffer(0, 256, 128, fb::DType::F16);
+  const uint32_t other = b.Buffer(0, 16384, 128, fb::DType::F16);
+  const uint32_t out = b.Buffer(0, 512, 128, fb::DType::F16);
+  fb::SuperstepT& s = b.Step("adds");
+  Builder::Compute(s, 0, "add", {{x, 0, 128}, {same, 0, 128}, {out, 0, 128}},
+                   {4, 16}, 1);
+  Builder::Compute(s, 0, "add", {{x, 0, 128}, {other, 0, 128}, {out, 0, 128}},
+                   {4, 16}, 2);
+  SimResult r;
+  SimOptions options;
+  options.execute = false;
+  Status st = RunSim(b.module, {}, &r, options);
+  ASSERT_TRUE(st.ok()) << st.message();
+  // n = 4 * 16 = 64: fast 200 + 4*ceil(64/4) = 264; slow doubles the term:
+  // 200 + 2*64 = 328.
+  EXPECT_EQ(r.total_cycles, 328 + 264);
+  EXPECT_EQ(r.slow_path_calls, 1);
+  ASSERT_EQ(r.slow_paths.size(), 1u);
+  EXPECT_EQ(r.slow_paths[0].kernel, "add");
+  EXPECT_EQ(r.slow_paths[0].calls, 1);
+  EXPECT_EQ(r.slow_paths[0].extra_cycles, 64);
+  ASSERT_EQ(r.ops.size(), 2u);
+  EXPECT_EQ(r.ops[0].compute_cycles, 328);
+  EXPECT_EQ(r.ops[0].slow_path_calls, 1);
+  EXPECT_EQ(r.ops[1].compute_cycles, 264);
+  EXPECT_EQ(r.ops[1].slow_path_calls, 0);
+}
+
+// ---------------------------------------------------------------- attribution
+
+TEST(SimulatorTest, ApportionmentSumsExactlyToTheTotal) {
+  Builder b;
+  // Tile 0 computes op 3 twice and op 4 once; tile 1 is faster. Tile 0
+  // sends 4 B (op 10), 8 B (op 11) and 8 B (op 12).
+  const uint32_t x = b.Buffer(0, 0, 64, fb::DType::F16);
+  const uint32_t y = b.Buffer(0, 16384, 64, fb::DType::F16);
+  const uint32_t z = b.Buffer(0, 32768, 64, fb::DType::F16);
+  const uint32_t w = b.Buffer(1, 0, 64, fb::DType::F16);
+  const uint32_t w2 = b.Buffer(1, 16384, 64, fb::DType::F16);
+  const uint32_t w3 = b.Buffer(1, 32768, 64, fb::DType::F16);
+  const uint32_t src = b.Buffer(0, 1024, 24, fb::DType::F32);
+  const uint32_t dst = b.Buffer(2, 0, 24, fb::DType::F32);
+  fb::SuperstepT& s = b.Step("mixed");
+  for (uint32_t op : {3u, 3u, 4u}) {
+    Builder::Compute(s, 0, "add", {{x, 0, 64}, {y, 0, 64}, {z, 0, 64}},
+                     {1, 32}, op);
+  }
+  Builder::Compute(s, 1, "add", {{w, 0, 64}, {w2, 0, 64}, {w3, 0, 64}},
+                   {1, 32}, 5);
+  Builder::Transfer(s, 0, src, 0, 4, fb::DType::F32, {{2, dst, 0}}, 10);
+  Builder::Transfer(s, 0, src, 4, 8, fb::DType::F32, {{2, dst, 4}}, 11);
+  Builder::Transfer(s, 0, src, 12, 8, fb::DType::F32, {{2, dst, 12}}, 12);
+  SimResult r;
+  SimOptions options;
+  options.execute = false;
+  Status st = RunSim(b.module, {}, &r, options);
+  ASSERT_TRUE(st.ok()) << st.message();
+  // add 1x32: 200 + 4*8 = 232; tile 0: 696. Exchange: tile 0 sends 20 B
+  // (5 cycles) in 3 fragments (6 cycles): 606, split 4:8:8 -> 121.2,
+  // 242.4, 242.4 -> 121, 243, 242 (the leftover cycle to the first of the
+  // tied largest remainders).
+  EXPECT_EQ(r.total_cycles, 696 + 606);
+  int64_t sum = 0;
+  std::map<uint32_t, std::pair<int64_t, int64_t>> by_op;
+  for (const OpReport& o : r.ops) {
+    sum += o.compute_cycles + o.exchange_cycles;
+    by_op[o.op] = {o.compute_cycles, o.exchange_cycles};
+  }
+  EXPECT_EQ(sum, r.total_cycles);
+  EXPECT_EQ(by_op[3], std::make_pair(int64_t{464}, int64_t{0}));
+  EXPECT_EQ(by_op[4], std::make_pair(int64_t{232}, int64_t{0}));
+  EXPECT_EQ(by_op[5], std::make_pair(int64_t{0}, int64_t{0}));  // not slowest
+  EXPECT_EQ(by_op[10], std::make_pair(int64_t{0}, int64_t{121}));
+  EXPECT_EQ(by_op[11], std::make_pair(int64_t{0}, int64_t{243}));
+  EXPECT_EQ(by_op[12], std::make_pair(int64_t{0}, int64_t{242}));
+  ASSERT_EQ(r.supersteps[0].compute_spans.size(), 2u);
+  EXPECT_EQ(r.supersteps[0].compute_spans[0].cycles, 464);
+  EXPECT_EQ(r.supersteps[0].compute_spans[0].calls, 2);
+}
+
+// ---------------------------------------------------------------- compare
+
+TEST(CompareTest, MetricsAndTolerances) {
+  const Tolerance tol{0.01, 0.0, 0.999};
+  std::vector<float> ref = {1, -2, 4, 0};
+  Comparison same = CompareTensors(ref, ref, tol);
+  EXPECT_TRUE(same.pass);
+  EXPECT_EQ(same.max_abs_err, 0);
+  EXPECT_DOUBLE_EQ(same.cosine, 1);
+  EXPECT_EQ(same.scale, 4);
+
+  std::vector<float> sim = {1, -2, 4, 0.03f};
+  Comparison off = CompareTensors(sim, ref, tol);
+  EXPECT_NEAR(off.max_abs_err, 0.03, 1e-7);
+  // The zero is measured against the floor 1e-3 * 4.
+  EXPECT_NEAR(off.max_rel_err, 0.03 / 0.004, 1e-4);
+  EXPECT_EQ(off.mismatches, 0);  // 0.03 <= 0.01 * 4
+  EXPECT_EQ(off.worst_index, 3);
+  EXPECT_TRUE(off.pass);
+
+  sim[3] = 0.05f;
+  EXPECT_FALSE(CompareTensors(sim, ref, tol).pass);
+
+  sim[3] = NAN;
+  Comparison nan = CompareTensors(sim, ref, tol);
+  EXPECT_FALSE(nan.pass);
+  EXPECT_EQ(nan.nonfinite, 1);
+  EXPECT_TRUE(std::isinf(nan.max_abs_err));
+}
+
+TEST(CompareTest, DefaultsAreLooserWithFp8) {
+  EXPECT_LT(DefaultTolerance(false).atol, DefaultTolerance(true).atol);
+  EXPECT_GT(DefaultTolerance(false).min_cosine,
+            DefaultTolerance(true).min_cosine);
+}
+
+}  // namespace
+}  // namespace tilec::sim

@@ -1,0 +1,78 @@
+// simulate-device: runs a module's device program on the tile simulator,
+// compares its outputs with the reference and reports cycles.
+
+#include <gflags/gflags.h>
+
+#include "tools/common/tool.h"
+#include "tools/simulate-device/simulate_device.h"
+
+DEFINE_string(o, "-", "Report path, or - for stdout (written atomically).");
+DEFINE_string(report, "text", "Report format: text or json.");
+DEFINE_string(trace, "",
+              "Write a Chrome trace-event JSON file (open it in Perfetto or "
+              "chrome://tracing): a track of superstep phases, a track of "
+              "per-op spans (the slowest tile's kernels, exchange cycles by "
+              "bytes) and one track per busiest tile, in microseconds at the "
+              "target's clock.");
+DEFINE_string(dump_tensors, "",
+              "Directory (created if missing) for .npy files of the graph's "
+              "inputs and weights as written by the host, the simulated "
+              "outputs (<name>.npy) and the reference outputs "
+              "(<name>.reference.npy); each as float32 and, unless F32, as "
+              "raw stored codes (<name>.<dtype>.npy).");
+DEFINE_bool(compare, true,
+            "Run the reference on the module's graph and compare every "
+            "output; exit 3 when one is outside tolerance.");
+DEFINE_double(atol, -1,
+              "Absolute tolerance as a fraction of each output's scale "
+              "(max |reference|): an element passes when |sim - ref| <= "
+              "atol * scale + rtol * |ref|. Default: 0.02, or 0.1 when the "
+              "graph has an FP8 value.");
+DEFINE_double(rtol, -1,
+              "Relative tolerance of each element (see --atol). Default: "
+              "0.01, or 0.1 when the graph has an FP8 value.");
+DEFINE_double(min_cosine, -1,
+              "Smallest cosine similarity of each output with the "
+              "reference. Default: 0.9999, or 0.99 when the graph has an "
+              "FP8 value.");
+DEFINE_int32(threads, 2,
+             "Host threads for the simulator and the reference (results do "
+             "not depend on it).");
+DEFINE_int32(top_tiles, 8, "How many of the busiest tiles the report lists.");
+DEFINE_string(sidecar_dir, "",
+              "Directory that sidecar paths are relative to (default: the "
+              "input file's directory, or . for stdin).");
+
+int main(int argc, char** argv) {
+  auto args = tilec::tools::InitTool(
+      argc, argv,
+      "simulate-device [FILE|-] [-o REPORT] [--report=text|json] "
+      "[--trace=FILE] [--dump-tensors=DIR]: run a module's device program "
+      "on the tile simulator, count its cycles and compare its outputs with "
+      "the reference.\n"
+      "Exit 0: outputs within tolerance; 2: bad module or malformed program "
+      "(one line naming the superstep, tile, buffer and op); 3: the program "
+      "runs but an output is outside tolerance (a valid program that does "
+      "not compute the graph: the module could not be compiled correctly; "
+      "the report is still written); 1: internal error. "
+      "docs/device-program.md has the semantics.");
+  tilec::tools::SimulateDeviceOptions options;
+  tilec::Status status = tilec::tools::SingleInput(args, &options.input);
+  if (status.ok() && FLAGS_report != "text" && FLAGS_report != "json") {
+    status = tilec::Status::BadInput("--report=" + FLAGS_report +
+                                     ": expected text or json");
+  }
+  if (!status.ok()) return tilec::tools::Finish(status);
+  options.output = FLAGS_o;
+  options.json = FLAGS_report == "json";
+  options.trace = FLAGS_trace;
+  options.dump_dir = FLAGS_dump_tensors;
+  options.compare = FLAGS_compare;
+  options.atol = FLAGS_atol;
+  options.rtol = FLAGS_rtol;
+  options.min_cosine = FLAGS_min_cosine;
+  options.threads = FLAGS_threads;
+  options.top_tiles = FLAGS_top_tiles;
+  options.sidecar_dir = FLAGS_sidecar_dir;
+  return tilec::tools::Finish(tilec::tools::SimulateDevice(options));
+}

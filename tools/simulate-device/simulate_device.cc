@@ -1,0 +1,531 @@
+#include "tools/simulate-device/simulate_device.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+
+#include "formats/ir.h"
+#include "formats/print.h"
+#include "kernels/reference.h"
+#include "kernels/tensor_data.h"
+
+namespace tilec::tools {
+namespace {
+
+std::string Format(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  char buf[512];
+  std::vsnprintf(buf, sizeof buf, format, args);
+  va_end(args);
+  return buf;
+}
+
+// %.6g, with non-finite values spelled as JSON cannot: callers of the JSON
+// form use JsonNumber instead.
+std::string G(double v) { return Format("%.6g", v); }
+
+std::string JsonNumber(double v) {
+  if (std::isnan(v)) return "\"nan\"";
+  if (std::isinf(v)) return v > 0 ? "\"inf\"" : "\"-inf\"";
+  return Format("%.9g", v);
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += Format("\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string Micros(int64_t cycles, double clock_hz) {
+  return Format("%.3f", clock_hz > 0 ? cycles / clock_hz * 1e6 : 0.0);
+}
+
+std::string OpLabel(uint32_t op, const std::map<uint32_t, const sim::OpReport*>& ops) {
+  auto it = ops.find(op);
+  std::string label = "op " + std::to_string(op);
+  if (it != ops.end() && !it->second->name.empty()) {
+    label += " " + it->second->name;
+  }
+  return label;
+}
+
+std::string DirectoryOf(const std::string& path) {
+  if (path == "-") return ".";
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- text
+
+std::string ReportText(const sim::SimResult& r,
+                       const SimulateDeviceReport& report) {
+  std::string out;
+  out += "simulate-device: " + report.module_name + " on target " + r.target +
+         " (" + std::to_string(r.tiles) + " tiles, " +
+         G(r.clock_hz / 1e9) + " GHz, " + std::to_string(r.tensor_bytes) +
+         " B tensor memory per tile)\n";
+  out += "total: " + std::to_string(r.total_cycles) + " cycles = " +
+         Micros(r.total_cycles, r.clock_hz) + " us (compute " +
+         std::to_string(r.compute_cycles) + ", exchange " +
+         std::to_string(r.exchange_cycles) + " in " +
+         std::to_string(r.exchange_phases) +
+         (r.exchange_phases == 1 ? " phase; " : " phases; ") +
+         std::to_string(r.supersteps.size()) + " supersteps)\n";
+  out += "work: " + std::to_string(r.kernel_calls) + " kernel calls, " +
+         std::to_string(r.gemm_macs) + " GEMM MACs, " +
+         std::to_string(r.transfers) + " transfers, " +
+         std::to_string(r.bytes_sent) + " B sent, " +
+         std::to_string(r.bytes_received) + " B received\n";
+  out += "memory: highest buffer end " + std::to_string(r.peak_memory_bytes) +
+         " B of " + std::to_string(r.tensor_bytes) + " (tile " +
+         std::to_string(r.peak_memory_tile) + ")\n";
+  if (r.slow_paths.empty()) {
+    out += "slow path: none\n";
+  } else {
+    out += "slow path (binary inputs sharing a memory element):";
+    for (const sim::SlowPathReport& s : r.slow_paths) {
+      out += " " + s.kernel + " " + std::to_string(s.calls) + " calls +" +
+             std::to_string(s.extra_cycles) + " cycles;";
+    }
+    out.back() = '\n';
+  }
+
+  out += "\nsupersteps:\n";
+  out += Format("  %5s %10s %10s %8s %8s %6s %9s %10s  %s\n", "step",
+                "compute", "exchange", "slowest", "xslowest", "calls",
+                "transfers", "bytes_recv", "label");
+  for (const sim::SuperstepReport& s : r.supersteps) {
+    out += Format("  %5d %10lld %10lld %8d %8d %6lld %9lld %10lld  ", s.index,
+                  static_cast<long long>(s.compute_cycles),
+                  static_cast<long long>(s.exchange_cycles), s.slowest_tile,
+                  s.exchange_slowest_tile,
+                  static_cast<long long>(s.kernel_calls),
+                  static_cast<long long>(s.transfers),
+                  static_cast<long long>(s.bytes_received)) +
+           s.label + "\n";
+  }
+
+  out += "\nops (cycles attributed: compute of the slowest tile, exchange by "
+         "bytes received):\n";
+  out += Format("  %5s %10s %10s %10s %6s %6s %9s %10s %12s %5s  %s\n", "op",
+                "compute", "exchange", "total", "share", "calls", "transfers",
+                "bytes_recv", "macs", "slow", "kind name");
+  for (const sim::OpReport& o : r.ops) {
+    const int64_t total = o.compute_cycles + o.exchange_cycles;
+    const double share =
+        r.total_cycles > 0 ? 100.0 * total / r.total_cycles : 0.0;
+    out += Format("  %5u %10lld %10lld %10lld %5.1f%% %6lld %9lld %10lld "
+                  "%12lld %5lld  ",
+                  o.op, static_cast<long long>(o.compute_cycles),
+                  static_cast<long long>(o.exchange_cycles),
+                  static_cast<long long>(total), share,
+                  static_cast<long long>(o.kernel_calls),
+                  static_cast<long long>(o.transfers),
+                  static_cast<long long>(o.bytes_received),
+                  static_cast<long long>(o.macs),
+                  static_cast<long long>(o.slow_path_calls)) +
+           (o.kind.empty() ? "-" : o.kind) + " " +
+           (o.name.empty() ? "-" : o.name) + "\n";
+  }
+
+  out += "\nslowest tiles (by busy cycles = own kernel + own exchange "
+         "cycles):\n";
+  out += Format("  %5s %10s %10s %10s %6s %6s %10s\n", "tile", "busy",
+                "compute", "exchange", "busy%", "calls", "memory");
+  for (const sim::TileReport& t : r.slowest_tiles) {
+    const double busy =
+        r.total_cycles > 0 ? 100.0 * t.busy_cycles / r.total_cycles : 0.0;
+    out += Format("  %5d %10lld %10lld %10lld %5.1f%% %6lld %10lld\n", t.tile,
+                  static_cast<long long>(t.busy_cycles),
+                  static_cast<long long>(t.compute_cycles),
+                  static_cast<long long>(t.exchange_cycles), busy,
+                  static_cast<long long>(t.kernel_calls),
+                  static_cast<long long>(t.memory_bytes));
+  }
+
+  if (report.compared) {
+    const sim::Tolerance& tol = report.tolerance;
+    out += "\ncomparison with the reference (atol " + G(tol.atol) +
+           " x scale, rtol " + G(tol.rtol) + ", min cosine " +
+           G(tol.min_cosine) + (report.fp8 ? "; FP8 defaults" : "") + "):\n";
+    for (const OutputCheck& c : report.checks) {
+      const sim::Comparison& m = c.comparison;
+      out += "  %" + std::to_string(c.value) + " " + c.name + " " + c.type +
+             ": " + (m.pass ? "PASS" : "FAIL") + " max_abs_err " +
+             G(m.max_abs_err) + " (scale " + G(m.scale) + ") max_rel_err " +
+             G(m.max_rel_err) + " cosine " + Format("%.9f", m.cosine) +
+             " mismatches " + std::to_string(m.mismatches) + "/" +
+             std::to_string(m.elements) +
+             (m.nonfinite ? " nonfinite " + std::to_string(m.nonfinite) : "");
+      if (!m.pass && m.worst_index >= 0) {
+        out += " worst [" + std::to_string(m.worst_index) + "] sim " +
+               G(m.worst_sim) + " ref " + G(m.worst_ref);
+      }
+      out += "\n";
+    }
+    out += std::string("result: ") + (report.pass ? "PASS" : "FAIL") + "\n";
+  } else {
+    out += "\nresult: not compared (--compare=false)\n";
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- JSON
+
+std::string ReportJson(const sim::SimResult& r,
+                       const SimulateDeviceReport& report) {
+  auto i64 = [](int64_t v) { return std::to_string(v); };
+  std::string o = "{\n";
+  o += "  \"module\": " + JsonString(report.module_name) + ",\n";
+  o += "  \"target\": " + JsonString(r.target) + ",\n";
+  o += "  \"tiles\": " + std::to_string(r.tiles) + ",\n";
+  o += "  \"clock_hz\": " + JsonNumber(r.clock_hz) + ",\n";
+  o += "  \"total_cycles\": " + i64(r.total_cycles) + ",\n";
+  o += "  \"seconds\": " + JsonNumber(r.seconds) + ",\n";
+  o += "  \"compute_cycles\": " + i64(r.compute_cycles) + ",\n";
+  o += "  \"exchange_cycles\": " + i64(r.exchange_cycles) + ",\n";
+  o += "  \"exchange_phases\": " + std::to_string(r.exchange_phases) + ",\n";
+  o += "  \"kernel_calls\": " + i64(r.kernel_calls) + ",\n";
+  o += "  \"gemm_macs\": " + i64(r.gemm_macs) + ",\n";
+  o += "  \"transfers\": " + i64(r.transfers) + ",\n";
+  o += "  \"bytes_sent\": " + i64(r.bytes_sent) + ",\n";
+  o += "  \"bytes_received\": " + i64(r.bytes_received) + ",\n";
+  o += "  \"tensor_bytes\": " + i64(r.tensor_bytes) + ",\n";
+  o += "  \"peak_memory_bytes\": " + i64(r.peak_memory_bytes) + ",\n";
+  o += "  \"peak_memory_tile\": " + std::to_string(r.peak_memory_tile) + ",\n";
+  o += "  \"slow_path_calls\": " + i64(r.slow_path_calls) + ",\n";
+  o += "  \"slow_paths\": [";
+  for (size_t i = 0; i < r.slow_paths.size(); ++i) {
+    const sim::SlowPathReport& s = r.slow_paths[i];
+    o += std::string(i ? ", " : "") + "{\"kernel\": " + JsonString(s.kernel) +
+         ", \"calls\": " + i64(s.calls) +
+         ", \"extra_cycles\": " + i64(s.extra_cycles) + "}";
+  }
+  o += "],\n  \"supersteps\": [\n";
+  for (size_t i = 0; i < r.supersteps.size(); ++i) {
+    const sim::SuperstepReport& s = r.supersteps[i];
+    o += "    {\"index\": " + std::to_string(s.index) +
+         ", \"label\": " + JsonString(s.label) +
+         ", \"compute_cycles\": " + i64(s.compute_cycles) +
+         ", \"exchange_cycles\": " + i64(s.exchange_cycles) +
+         ", \"slowest_tile\": " + std::to_string(s.slowest_tile) +
+         ", \"exchange_slowest_tile\": " +
+         std::to_string(s.exchange_slowest_tile) +
+         ", \"kernel_calls\": " + i64(s.kernel_calls) +
+         ", \"transfers\": " + i64(s.transfers) +
+         ", \"bytes_sent\": " + i64(s.bytes_sent) +
+         ", \"bytes_received\": " + i64(s.bytes_received) + "}" +
+         (i + 1 < r.supersteps.size() ? "," : "") + "\n";
+  }
+  o += "  ],\n  \"ops\": [\n";
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const sim::OpReport& p = r.ops[i];
+    o += "    {\"op\": " + std::to_string(p.op) +
+         ", \"name\": " + JsonString(p.name) +
+         ", \"kind\": " + JsonString(p.kind) +
+         ", \"compute_cycles\": " + i64(p.compute_cycles) +
+         ", \"exchange_cycles\": " + i64(p.exchange_cycles) +
+         ", \"kernel_calls\": " + i64(p.kernel_calls) +
+         ", \"transfers\": " + i64(p.transfers) +
+         ", \"bytes_sent\": " + i64(p.bytes_sent) +
+         ", \"bytes_received\": " + i64(p.bytes_received) +
+         ", \"macs\": " + i64(p.macs) +
+         ", \"slow_path_calls\": " + i64(p.slow_path_calls) + "}" +
+         (i + 1 < r.ops.size() ? "," : "") + "\n";
+  }
+  o += "  ],\n  \"slowest_tiles\": [\n";
+  for (size_t i = 0; i < r.slowest_tiles.size(); ++i) {
+    const sim::TileReport& t = r.slowest_tiles[i];
+    o += "    {\"tile\": " + std::to_string(t.tile) +
+         ", \"busy_cycles\": " + i64(t.busy_cycles) +
+         ", \"compute_cycles\": " + i64(t.compute_cycles) +
+         ", \"exchange_cycles\": " + i64(t.exchange_cycles) +
+         ", \"kernel_calls\": " + i64(t.kernel_calls) +
+         ", \"memory_bytes\": " + i64(t.memory_bytes) + "}" +
+         (i + 1 < r.slowest_tiles.size() ? "," : "") + "\n";
+  }
+  o += "  ],\n  \"comparison\": ";
+  if (!report.compared) {
+    o += "null\n}\n";
+    return o;
+  }
+  o += "{\n    \"atol\": " + JsonNumber(report.tolerance.atol) +
+       ",\n    \"rtol\": " + JsonNumber(report.tolerance.rtol) +
+       ",\n    \"min_cosine\": " + JsonNumber(report.tolerance.min_cosine) +
+       ",\n    \"fp8_defaults\": " + (report.fp8 ? "true" : "false") +
+       ",\n    \"pass\": " + (report.pass ? "true" : "false") +
+       ",\n    \"outputs\": [\n";
+  for (size_t i = 0; i < report.checks.size(); ++i) {
+    const OutputCheck& c = report.checks[i];
+    const sim::Comparison& m = c.comparison;
+    o += "      {\"value\": " + std::to_string(c.value) +
+         ", \"name\": " + JsonString(c.name) +
+         ", \"type\": " + JsonString(c.type) +
+         ", \"pass\": " + (m.pass ? "true" : "false") +
+         ", \"elements\": " + i64(m.elements) +
+         ", \"scale\": " + JsonNumber(m.scale) +
+         ", \"max_abs_err\": " + JsonNumber(m.max_abs_err) +
+         ", \"max_rel_err\": " + JsonNumber(m.max_rel_err) +
+         ", \"cosine\": " + JsonNumber(m.cosine) +
+         ", \"mismatches\": " + i64(m.mismatches) +
+         ", \"nonfinite\": " + i64(m.nonfinite) +
+         ", \"worst_index\": " + i64(m.worst_index) +
+         ", \"worst_sim\": " + JsonNumber(m.worst_sim) +
+         ", \"worst_ref\": " + JsonNumber(m.worst_ref) + "}" +
+         (i + 1 < report.checks.size() ? "," : "") + "\n";
+  }
+  o += "    ]\n  }\n}\n";
+  return o;
+}
+
+// ---------------------------------------------------------------- trace
+
+std::string TraceJson(const sim::SimResult& r) {
+  // Chrome trace-event format (Perfetto and chrome://tracing open it):
+  // times in microseconds at the target's clock.
+  const double us_per_cycle = r.clock_hz > 0 ? 1e6 / r.clock_hz : 0;
+  std::map<uint32_t, const sim::OpReport*> ops;
+  for (const sim::OpReport& o : r.ops) ops[o.op] = &o;
+  std::vector<std::string> events;
+  auto meta = [&](int tid, const std::string& name, int sort) {
+    events.push_back("{\"ph\": \"M\", \"pid\": 1, \"tid\": " +
+                     std::to_string(tid) +
+                     ", \"name\": \"thread_name\", \"args\": {\"name\": " +
+                     JsonString(name) + "}}");
+    events.push_back("{\"ph\": \"M\", \"pid\": 1, \"tid\": " +
+                     std::to_string(tid) +
+                     ", \"name\": \"thread_sort_index\", \"args\": "
+                     "{\"sort_index\": " +
+                     std::to_string(sort) + "}}");
+  };
+  auto span = [&](int tid, const std::string& name, const std::string& cat,
+                  int64_t start, int64_t cycles, const std::string& args) {
+    if (cycles <= 0) return;
+    events.push_back("{\"ph\": \"X\", \"pid\": 1, \"tid\": " +
+                     std::to_string(tid) + ", \"name\": " + JsonString(name) +
+                     ", \"cat\": " + JsonString(cat) +
+                     ", \"ts\": " + Format("%.6f", start * us_per_cycle) +
+                     ", \"dur\": " + Format("%.6f", cycles * us_per_cycle) +
+                     ", \"args\": {\"cycles\": " + std::to_string(cycles) +
+                     (args.empty() ? "" : ", " + args) + "}}");
+  };
+  events.push_back(
+      "{\"ph\": \"M\", \"pid\": 1, \"name\": \"process_name\", \"args\": "
+      "{\"name\": " +
+      JsonString("simulate-device " + r.target) + "}}");
+  meta(1, "supersteps", 1);
+  meta(2, "ops (slowest tile; exchange by bytes)", 2);
+  for (size_t i = 0; i < r.slowest_tiles.size(); ++i) {
+    meta(100 + r.slowest_tiles[i].tile,
+         "tile " + std::to_string(r.slowest_tiles[i].tile), 3 + int(i));
+  }
+  for (const sim::SuperstepReport& s : r.supersteps) {
+    const std::string step = "superstep " + std::to_string(s.index) +
+                             (s.label.empty() ? "" : " " + s.label);
+    const int64_t xstart = s.start_cycle + s.compute_cycles;
+    span(1, step + " compute", "compute", s.start_cycle, s.compute_cycles,
+         "\"slowest_tile\": " + std::to_string(s.slowest_tile));
+    span(1, step + " exchange", "exchange", xstart, s.exchange_cycles,
+         "\"bytes_received\": " + std::to_string(s.bytes_received) +
+             ", \"slowest_tile\": " + std::to_string(s.exchange_slowest_tile));
+    int64_t at = s.start_cycle;
+    for (const sim::SuperstepReport::Span& sp : s.compute_spans) {
+      span(2, OpLabel(sp.op, ops) + " " + sp.kernel, "compute", at, sp.cycles,
+           "\"op\": " + std::to_string(sp.op) +
+               ", \"calls\": " + std::to_string(sp.calls));
+      at += sp.cycles;
+    }
+    at = xstart;
+    for (const auto& [op, cycles] : s.exchange_split) {
+      span(2, OpLabel(op, ops) + " exchange", "exchange", at, cycles,
+           "\"op\": " + std::to_string(op));
+      at += cycles;
+    }
+    for (const sim::TileReport& t : r.slowest_tiles) {
+      const size_t i = static_cast<size_t>(s.index);
+      span(100 + t.tile, step + " compute", "compute", s.start_cycle,
+           t.step_compute_cycles[i], "");
+      span(100 + t.tile, step + " exchange", "exchange", xstart,
+           t.step_exchange_cycles[i], "");
+    }
+  }
+  std::string out = "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n";
+  for (size_t i = 0; i < events.size(); ++i) {
+    out += "  " + events[i] + (i + 1 < events.size() ? ",\n" : "\n");
+  }
+  return out + "]}\n";
+}
+
+// ---------------------------------------------------------------- tool
+
+Status SimulateDevice(const SimulateDeviceOptions& options) {
+  if (options.threads < 1) {
+    return Status::BadInput("--threads=" + std::to_string(options.threads) +
+                            ": must be at least 1");
+  }
+  const std::string name = ir::DisplayName(options.input);
+  fb::ModuleT module;
+  TILEC_RETURN_IF_ERROR(ir::ReadModule(options.input, &module));
+  if (!module.program) {
+    return Status::BadInput(name +
+                            ": module has no device program (emit-device "
+                            "writes one)");
+  }
+
+  // Inputs and weights: the reference's own contents when comparing, so
+  // both runs see exactly the same numbers.
+  const std::string sidecar_dir = options.sidecar_dir.empty()
+                                      ? DirectoryOf(options.input)
+                                      : options.sidecar_dir;
+  kernels::ReferenceResult reference;
+  sim::HostTensors host;
+  if (options.compare) {
+    kernels::ReferenceOptions ref_options;
+    ref_options.sidecar_dir = sidecar_dir;
+    ref_options.threads = options.threads;
+    TILEC_RETURN_IF_ERROR(kernels::RunReference(module, ref_options, &reference)
+                              .WithContext(name));
+  }
+  for (const auto& binding : module.program->inputs) {
+    if (!binding) continue;
+    const kernels::ReferenceTensor* t =
+        options.compare ? reference.Find(binding->value) : nullptr;
+    if (t != nullptr) {
+      host[binding->value] = t->data;
+      continue;
+    }
+    for (const auto& v : module.values) {
+      if (v && v->id == binding->value) {
+        TILEC_RETURN_IF_ERROR(
+            kernels::MaterializeValue(*v, sidecar_dir, &host[v->id])
+                .WithContext(name));
+      }
+    }
+  }
+
+  sim::SimOptions sim_options;
+  sim_options.threads = options.threads;
+  sim_options.top_tiles = options.top_tiles;
+  sim::SimResult result;
+  TILEC_RETURN_IF_ERROR(
+      sim::Simulate(module, host, sim_options, &result).WithContext(name));
+
+  SimulateDeviceReport report;
+  report.module_name = name;
+  report.compared = options.compare;
+  report.fp8 = sim::ModuleHasFp8(module);
+  report.tolerance = sim::DefaultTolerance(report.fp8);
+  if (options.atol >= 0) report.tolerance.atol = options.atol;
+  if (options.rtol >= 0) report.tolerance.rtol = options.rtol;
+  if (options.min_cosine >= 0) report.tolerance.min_cosine = options.min_cosine;
+  std::string first_failure;
+  if (options.compare) {
+    for (const auto& binding : module.program->outputs) {
+      const kernels::ReferenceTensor* ref = reference.Find(binding->value);
+      if (ref == nullptr) {
+        return Status::Internal(name + ": the reference has no value %" +
+                                std::to_string(binding->value));
+      }
+      OutputCheck check;
+      check.value = binding->value;
+      check.name = ref->name;
+      check.type = ir::DTypeText(ref->dtype, ref->fp8_scale_exp) +
+                   ir::ShapeText(ref->shape);
+      check.comparison = sim::CompareTensors(result.outputs[binding->value],
+                                             ref->data, report.tolerance);
+      if (!check.comparison.pass && first_failure.empty()) {
+        const sim::Comparison& m = check.comparison;
+        first_failure = "output %" + std::to_string(check.value) + " \"" +
+                        check.name + "\" is outside tolerance: max_abs_err " +
+                        G(m.max_abs_err) + " (atol " +
+                        G(report.tolerance.atol) + " x scale " + G(m.scale) +
+                        "), cosine " + Format("%.9f", m.cosine) + " (min " +
+                        G(report.tolerance.min_cosine) + "), " +
+                        std::to_string(m.mismatches) + " of " +
+                        std::to_string(m.elements) + " elements mismatch";
+      }
+      report.pass = report.pass && check.comparison.pass;
+      report.checks.push_back(std::move(check));
+    }
+  }
+
+  if (!options.dump_dir.empty()) {
+    // Inputs and weights as the host wrote them, simulated outputs under
+    // the value's name, the reference's under "<name>.reference".
+    std::vector<kernels::ReferenceTensor> tensors;
+    for (const auto& v : module.values) {
+      if (!v) continue;
+      const bool is_input = v->role == fb::ValueRole::Input ||
+                            v->role == fb::ValueRole::Weight;
+      auto add = [&](const std::string& tensor_name,
+                     const std::vector<float>& data) {
+        kernels::ReferenceTensor t;
+        t.id = v->id;
+        t.name = tensor_name;
+        t.shape = v->shape;
+        t.dtype = v->dtype;
+        t.fp8_scale_exp = v->fp8_scale_exp;
+        t.role = v->role;
+        t.data = data;
+        tensors.push_back(std::move(t));
+      };
+      if (is_input) {
+        // Unbound inputs (the program does not use them) come from the
+        // reference, which materializes every one.
+        const kernels::ReferenceTensor* ref =
+            options.compare ? reference.Find(v->id) : nullptr;
+        if (host.count(v->id)) {
+          add(v->name, host[v->id]);
+        } else if (ref != nullptr) {
+          add(v->name, ref->data);
+        }
+      }
+      if (result.outputs.count(v->id)) {
+        add(v->name, result.outputs[v->id]);
+        const kernels::ReferenceTensor* ref =
+            options.compare ? reference.Find(v->id) : nullptr;
+        if (ref != nullptr) add(v->name + ".reference", ref->data);
+      }
+    }
+    std::vector<const kernels::ReferenceTensor*> pointers;
+    for (const kernels::ReferenceTensor& t : tensors) pointers.push_back(&t);
+    TILEC_RETURN_IF_ERROR(
+        kernels::WriteTensorFiles(pointers, options.dump_dir, nullptr));
+  }
+  if (!options.trace.empty()) {
+    TILEC_RETURN_IF_ERROR(
+        ir::WriteFileAtomically(options.trace, TraceJson(result)));
+  }
+  TILEC_RETURN_IF_ERROR(ir::WriteFileAtomically(
+      options.output, options.json ? ReportJson(result, report)
+                                   : ReportText(result, report)));
+  if (!first_failure.empty()) {
+    return Status::Infeasible(name + ": " + first_failure);
+  }
+  return Status::Ok();
+}
+
+}  // namespace tilec::tools

@@ -1,0 +1,67 @@
+#ifndef TILEC_TOOLS_SIMULATE_DEVICE_SIMULATE_DEVICE_H_
+#define TILEC_TOOLS_SIMULATE_DEVICE_SIMULATE_DEVICE_H_
+
+// simulate-device's library: runs a module's device program on the
+// simulator (kernels/simulator.h), runs the reference on its graph, compares
+// every output and writes the report, a Chrome trace and tensor dumps.
+// docs/device-program.md describes the semantics, the report and the
+// tolerances.
+
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "kernels/simulator.h"
+
+namespace tilec::tools {
+
+struct SimulateDeviceOptions {
+  std::string input = "-";   // module path or "-"
+  std::string output = "-";  // report path or "-"
+  bool json = false;         // report as JSON instead of text
+  std::string trace;         // Chrome trace-event JSON path, "" for none
+  std::string dump_dir;      // .npy directory, "" for none
+  bool compare = true;       // run the reference and compare outputs
+  // Tolerances; a negative value takes sim::DefaultTolerance's.
+  double atol = -1;
+  double rtol = -1;
+  double min_cosine = -1;
+  int threads = 2;
+  int top_tiles = 8;
+  std::string sidecar_dir;  // "" = the input's directory
+};
+
+// One output's comparison with the reference.
+struct OutputCheck {
+  uint32_t value = 0;
+  std::string name;
+  std::string type;  // e.g. "f16[8,32]"
+  sim::Comparison comparison;
+};
+
+// Everything the report prints.
+struct SimulateDeviceReport {
+  std::string module_name;
+  bool compared = false;
+  sim::Tolerance tolerance;
+  bool fp8 = false;  // tolerance chosen for a graph with FP8 values
+  std::vector<OutputCheck> checks;
+  bool pass = true;
+};
+
+// The whole tool. Exit codes through the Status: 2 for a bad module or a
+// malformed program, 3 when the program runs but an output is outside
+// tolerance (the report is written first), 1 for internal errors.
+Status SimulateDevice(const SimulateDeviceOptions& options);
+
+// Report and trace text (deterministic for the same inputs).
+std::string ReportText(const sim::SimResult& result,
+                       const SimulateDeviceReport& report);
+std::string ReportJson(const sim::SimResult& result,
+                       const SimulateDeviceReport& report);
+std::string TraceJson(const sim::SimResult& result);
+
+}  // namespace tilec::tools
+
+#endif  // TILEC_TOOLS_SIMULATE_DEVICE_SIMULATE_DEVICE_H_
