@@ -73,6 +73,19 @@ using KernelCyclesFn = StatusOr<int64_t> (*)(const CostModel& model,
                                              std::span<const int64_t> params,
                                              KernelPath path);
 
+// The memory-element rules of the target (MACHINE.md) that apply to a
+// kernel's operands: emit-device places buffers by them, the simulator
+// checks them.
+enum class MemoryRule {
+  kNone,
+  // Args 0 and 1 are two input streams: in the same element the kernel
+  // takes its slow path (charged, not an error).
+  kBinaryInputs,
+  // Arg 2 (C) must be in interleaved memory and must not share an
+  // effective element with arg 0 (A, the left operand stream).
+  kGemmAccumulator,
+};
+
 struct KernelInfo {
   std::string_view name;
   KernelRunFn run;
@@ -89,6 +102,7 @@ struct KernelInfo {
   int num_fparams;
   // Every target formula the kernel may be charged with.
   std::span<const std::string_view> formulas;
+  MemoryRule memory_rule = MemoryRule::kNone;
 };
 
 // Every registered kernel, in the order of the table above.

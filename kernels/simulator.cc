@@ -25,12 +25,11 @@ using kernels::DType;
 using kernels::KernelPath;
 using kernels::Operand;
 
-// Kernels whose first two operands are two input streams: if they share a
-// memory element the kernel takes its slow path (MACHINE.md). The target's
-// formula says what that costs (slow_path_term_multiplier).
-bool IsBinaryElementwise(const std::string& kernel) {
-  return kernel == "add" || kernel == "bias_add" || kernel == "bias_gelu" ||
-         kernel == "residual_moments";
+// The registry says which memory rules apply to a kernel's operands; the
+// target's formula says what the slow path costs.
+kernels::MemoryRule RuleOf(const std::string& kernel) {
+  const kernels::KernelInfo* info = kernels::FindKernel(kernel);
+  return info ? info->memory_rule : kernels::MemoryRule::kNone;
 }
 
 std::string BufferText(uint32_t id) { return "buffer #" + std::to_string(id); }
@@ -392,7 +391,8 @@ Status Engine::CheckCompute(int s, int index, ComputePlan* plan) {
   int64_t cycles = *fast;
   int64_t extra = 0;
   int64_t macs = 0;
-  if (c.kernel == "gemm") {
+  const kernels::MemoryRule rule = RuleOf(c.kernel);
+  if (rule == kernels::MemoryRule::kGemmAccumulator) {
     const ArgPlan& a = plan->args[0];
     const ArgPlan& out = plan->args[2];
     if (out.bytes > 0 && out.addr < standard_end_) {
@@ -416,7 +416,7 @@ Status Engine::CheckCompute(int s, int index, ComputePlan* plan) {
                              c.params[1] * c.params[2];
     macs = product > INT64_MAX ? INT64_MAX : static_cast<int64_t>(product);
   }
-  if (IsBinaryElementwise(c.kernel) && plan->args.size() >= 2 &&
+  if (rule == kernels::MemoryRule::kBinaryInputs && plan->args.size() >= 2 &&
       ShareElement(plan->args[0], plan->args[1])) {
     kernels::StatusOr<int64_t> slow = kernels::Cycles(
         *model_, c.kernel, operands, c.params, c.fparams, KernelPath::kSlow);
