@@ -19,6 +19,21 @@ bench_simulator() {
   bazel-bin/kernels/simulator_bench --threads=2 --runs=3
 }
 
+# The reference executor on the so400m MLP block (batch 1): host seconds.
+bench_reference() {
+  bazel build --noshow_progress --ui_event_filters=-info \
+    //tools/import-model //tools/run-reference
+  local dir
+  dir=$(mktemp -d)
+  bazel-bin/tools/import-model/import-model -o "$dir/mlp.tilec"
+  local start end
+  start=$(date +%s.%N)
+  bazel-bin/tools/run-reference/run-reference "$dir/mlp.tilec" -o /dev/null
+  end=$(date +%s.%N)
+  rm -rf "$dir"
+  awk -v s="$start" -v e="$end" 'BEGIN { printf "reference: so400m MLP block (7.22 G MACs) in %.2f s host\n", e - s }'
+}
+
 # ---------------------------------------------------------------- driver
 
 main() {
