@@ -1,0 +1,139 @@
+// Prices recipes on a target (docs/planner.md, "Cost model"): kernel cycles
+// from the target's formulas (kernels::CostModel through the kernels'
+// *Cycles functions), exchange phases and local copies from the ownership
+// algebra, and each op's scratch memory per tile. Transfer costs, per-tile
+// byte counts and op prices are cached, so that a search re-prices only
+// what a proposal changes.
+
+#ifndef TILEC_PASSES_PLAN_COST_H_
+#define TILEC_PASSES_PLAN_COST_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "kernels/cost.h"
+#include "passes/core/ownership.h"
+#include "passes/plan/graph.h"
+
+namespace tilec::plan {
+
+struct PriceOptions {
+  // Price every GEMM's inputs in this dtype (e.g. FP8E4M3) instead of the
+  // operands' own: the left operand is cast at its owners and delivered in
+  // it, the weight is resident in it. Emulates a later quantize-fp8 pass.
+  std::optional<fb::DType> gemm_dtype;
+};
+
+using TileBytes = std::shared_ptr<const std::vector<int64_t>>;
+
+// The price of one op under one recipe.
+struct OpCost {
+  int64_t compute = 0;   // slowest tile's kernel (and local copy) cycles
+  int64_t exchange = 0;  // its exchange phases
+  int phases = 0;
+  int64_t exchange_bytes = 0;  // bytes received, summed over tiles
+  // Scratch bytes per tile while the op runs (null: none), and the parts of
+  // the largest, for messages ("A staging 31104 B, partials 51840 B").
+  TileBytes scratch;
+  int64_t max_scratch = 0;
+  std::string scratch_text;
+  // How the cycles come about, for --explain ("gemm 3 calls 26232, ...").
+  std::string detail;
+
+  int64_t Cycles() const { return compute + exchange; }
+};
+
+class Coster {
+ public:
+  static StatusOr<Coster> Create(const fb::TargetT& target,
+                                 const PriceOptions& options);
+
+  const kernels::CostModel& model() const { return *model_; }
+  const fb::TargetT& target() const { return model_->target(); }
+  const PriceOptions& options() const { return options_; }
+  int tiles() const { return target().tiles; }
+  // Bytes per tile that hold tensors: sram_bytes - reserved_bytes.
+  int64_t capacity() const {
+    return int64_t{target().sram_bytes} - target().reserved_bytes;
+  }
+
+  // "" if `recipe` can run `op` on this target, else why not.
+  std::string CheckRecipe(const Graph& graph, int op,
+                          const Recipe& recipe) const;
+
+  // The ownership the op's result gets under the recipe.
+  fb::OwnershipT ResultOwnership(const Graph& graph, int op,
+                                 const Recipe& recipe) const;
+  // What operand `slot` needs; nullopt for a GEMM's staged left operand and
+  // a copy's source (those take the value as it is).
+  std::optional<fb::OwnershipT> Required(const Graph& graph, int op,
+                                         const Recipe& recipe, int slot) const;
+  // A GEMM's left operand on its grid: blocked(m x k, rep=n, order=0,2,1).
+  fb::OwnershipT StagedOwnership(const Recipe& recipe) const;
+
+  // Element bytes a value occupies in memory under the pricing options
+  // (weights read only as GEMM right operands are resident in gemm_dtype).
+  int StoredBytes(const Graph& graph, int value) const;
+  // The K granule of the GEMM kernel for `dtype`: the divisor of K in its
+  // formula (32 for FP8, 16 for F16 on ipu21).
+  int KGranule(fb::DType dtype) const;
+  // The dtype GEMM `op` is priced in.
+  fb::DType GemmDType(const Graph& graph, int op) const;
+
+  // The op's price under `recipe` when its staged or source operand is
+  // owned `source` (ignored by ops without such an operand). Memoized.
+  StatusOr<OpCost> PriceOp(const Graph& graph, int op, const Recipe& recipe,
+                           const fb::OwnershipT* source) const;
+
+  // Memoized ownership algebra.
+  passes::TransferCost Transfer(std::span<const int64_t> shape,
+                                int element_bytes, const fb::OwnershipT& from,
+                                const fb::OwnershipT& to) const;
+  bool SamePlacement(std::span<const int64_t> shape, const fb::OwnershipT& a,
+                     const fb::OwnershipT& b) const;
+  TileBytes BytesPerTile(std::span<const int64_t> shape, int element_bytes,
+                         const fb::OwnershipT& ownership) const;
+
+  // Cache sizes, for progress and tests.
+  size_t cached_transfers() const { return cache_->transfers.size(); }
+  size_t cached_prices() const { return cache_->prices.size(); }
+
+ private:
+  Coster() = default;
+  StatusOr<OpCost> PriceGemm(const Graph& graph, int op, const Recipe& recipe,
+                             const fb::OwnershipT& source) const;
+  StatusOr<OpCost> PriceElementwise(const Graph& graph, int op,
+                                    const Recipe& recipe) const;
+  StatusOr<OpCost> PriceRowWise(const Graph& graph, int op,
+                                const Recipe& recipe) const;
+  StatusOr<OpCost> PriceCopy(const Graph& graph, int op, const Recipe& recipe,
+                             const fb::OwnershipT& source) const;
+  // Cycles of one elementwise step on a [rows, w] piece.
+  StatusOr<int64_t> StepCycles(const ElementwiseStep& step, int64_t rows,
+                               int64_t w) const;
+  TileBytes UniformScratch(int first_tile, int64_t count, int64_t bytes) const;
+
+  std::optional<kernels::CostModel> model_;
+  PriceOptions options_;
+  struct Cache {
+    std::unordered_map<std::string, passes::TransferCost> transfers;
+    std::unordered_map<std::string, bool> placements;
+    std::unordered_map<std::string, TileBytes> bytes;
+    std::unordered_map<std::string, OpCost> prices;
+  };
+  std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
+};
+
+std::string ShapeKey(std::span<const int64_t> shape);
+
+}  // namespace tilec::plan
+
+#endif  // TILEC_PASSES_PLAN_COST_H_

@@ -1,0 +1,482 @@
+#include "passes/plan/graph.h"
+
+#include <charconv>
+#include <map>
+
+#include "formats/print.h"
+#include "passes/core/ownership.h"
+
+namespace tilec::plan {
+namespace {
+
+std::string Join(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+Status Unsupported(const fb::OperationT& op, const std::string& why) {
+  return Status::Infeasible("op " + std::to_string(op.id) + " (" + op.name +
+                            "): " + why);
+}
+
+// The kernel calls of a fused elementwise body (docs/planner.md): a bias
+// add directly followed by GELU is the fused bias_gelu kernel (its FP8
+// output variant when a cast to FP8 follows), every other step is its own
+// kernel.
+Status FusedSteps(const fb::OperationT& op, fb::DType out_dtype,
+                  std::vector<ElementwiseStep>* steps) {
+  const auto& body = op.body;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const fb::FusedStepT& step = *body[i];
+    ElementwiseStep s;
+    s.out_dtype = out_dtype;
+    switch (step.kind) {
+      case fb::FusedStepKind::BiasAdd:
+        if (i + 1 < body.size() &&
+            body[i + 1]->kind == fb::FusedStepKind::Gelu) {
+          const bool fp8_out =
+              i + 2 < body.size() &&
+              body[i + 2]->kind == fb::FusedStepKind::Cast &&
+              (body[i + 2]->dtype == fb::DType::FP8E4M3 ||
+               body[i + 2]->dtype == fb::DType::FP8E5M2);
+          s.kernel = fp8_out ? "bias_gelu_fp8" : "bias_gelu";
+          s.uses_vector = true;
+          i += fp8_out ? 2 : 1;
+        } else {
+          s.kernel = "add";
+          s.uses_vector = true;
+        }
+        break;
+      case fb::FusedStepKind::Gelu:
+        s.kernel = "gelu";
+        break;
+      case fb::FusedStepKind::Cast:
+        s.kernel = "cast";
+        break;
+      case fb::FusedStepKind::ResidualAdd:
+        s.kernel = "add";
+        s.binary = true;
+        break;
+      case fb::FusedStepKind::Scale:
+        // No formula of its own: one multiply per element, priced as the
+        // add kernel (the same vector rate).
+        s.kernel = "add";
+        break;
+      case fb::FusedStepKind::Moments:
+        s.kernel = "ln_moments";
+        break;
+      default:
+        return Unsupported(op, "unknown fused step kind " +
+                                   std::to_string(static_cast<int>(step.kind)));
+    }
+    steps->push_back(s);
+  }
+  if (steps->empty()) return Unsupported(op, "a fused op with an empty body");
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint64_t Fnv1a64(std::string_view text, uint64_t hash) {
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+int DTypeBytes(fb::DType dtype) {
+  switch (dtype) {
+    case fb::DType::F32:
+      return 4;
+    case fb::DType::F16:
+    case fb::DType::BF16:
+      return 2;
+    case fb::DType::FP8E4M3:
+    case fb::DType::FP8E5M2:
+      return 1;
+  }
+  return 4;
+}
+
+StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
+  Graph g;
+  std::map<uint32_t, int> value_index;
+  for (const auto& v : module.values) {
+    ValueNode node;
+    node.id = v->id;
+    node.name = v->name;
+    node.shape = v->shape;
+    node.dtype = v->dtype;
+    node.role = v->role;
+    if (v->ownership) node.given = *v->ownership;
+    value_index[v->id] = static_cast<int>(g.values_.size());
+    g.values_.push_back(std::move(node));
+    g.lines_.push_back("value %" + std::to_string(v->id) + " " + v->name +
+                       " " + ir::DTypeText(v->dtype) + "[" + Join(v->shape) +
+                       "] role " + std::to_string(static_cast<int>(v->role)));
+  }
+  for (const auto& op_ptr : module.ops) {
+    const fb::OperationT& op = *op_ptr;
+    OpNode node;
+    node.id = op.id;
+    node.kind = op.kind;
+    node.name = op.name;
+    for (uint32_t id : op.operands) node.operands.push_back(value_index.at(id));
+    if (op.results.size() != 1) {
+      return Unsupported(op, "the planner handles ops with one result, this "
+                             "one has " + std::to_string(op.results.size()));
+    }
+    node.result = value_index.at(op.results[0]);
+    const ValueNode& result = g.values_[node.result];
+    const size_t arity = node.operands.size();
+    auto need_rank2 = [&]() -> Status {
+      if (result.shape.size() != 2) {
+        return Unsupported(op, "elementwise and GEMM recipes need [rows, "
+                               "width] values, the result is rank " +
+                                   std::to_string(result.shape.size()));
+      }
+      return Status::Ok();
+    };
+    switch (op.kind) {
+      case fb::OpKind::MatMul:
+        TILEC_RETURN_IF_ERROR(need_rank2());
+        node.op_class = OpClass::kGemm;
+        node.slots = {SlotRole::kStaged, SlotRole::kResident};
+        break;
+      case fb::OpKind::BiasAdd:
+        TILEC_RETURN_IF_ERROR(need_rank2());
+        node.op_class = OpClass::kElementwise;
+        node.slots = {SlotRole::kLayout, SlotRole::kVector};
+        node.steps = {{"add", true, false, result.dtype}};
+        break;
+      case fb::OpKind::Gelu:
+        TILEC_RETURN_IF_ERROR(need_rank2());
+        node.op_class = OpClass::kElementwise;
+        node.slots = {SlotRole::kLayout};
+        node.steps = {{"gelu", false, false, result.dtype}};
+        break;
+      case fb::OpKind::Add:
+        TILEC_RETURN_IF_ERROR(need_rank2());
+        node.op_class = OpClass::kElementwise;
+        node.slots = {SlotRole::kLayout, SlotRole::kLayout};
+        node.steps = {{"add", false, true, result.dtype}};
+        break;
+      case fb::OpKind::Cast:
+        TILEC_RETURN_IF_ERROR(need_rank2());
+        node.op_class = OpClass::kElementwise;
+        node.slots = {SlotRole::kLayout};
+        node.steps = {{"cast", false, false, result.dtype}};
+        break;
+      case fb::OpKind::Fused: {
+        TILEC_RETURN_IF_ERROR(need_rank2());
+        node.op_class = OpClass::kElementwise;
+        node.slots.assign(arity, SlotRole::kLayout);
+        for (const auto& step : op.body) {
+          if (step->operand > 0 && step->kind == fb::FusedStepKind::BiasAdd) {
+            node.slots[step->operand] = SlotRole::kVector;
+          }
+        }
+        TILEC_RETURN_IF_ERROR(FusedSteps(op, result.dtype, &node.steps));
+        break;
+      }
+      case fb::OpKind::LayerNorm:
+        TILEC_RETURN_IF_ERROR(need_rank2());
+        node.op_class = OpClass::kRowWise;
+        node.slots = {SlotRole::kLayout, SlotRole::kRowParam,
+                      SlotRole::kRowParam};
+        break;
+      case fb::OpKind::Softmax:
+        node.op_class = OpClass::kRowWise;
+        node.slots = {SlotRole::kLayout};
+        break;
+      case fb::OpKind::Redistribute:
+        node.op_class = OpClass::kCopy;
+        node.slots = {SlotRole::kSource};
+        break;
+      case fb::OpKind::AttentionScores:
+      case fb::OpKind::AttentionContext:
+        return Unsupported(
+            op, ir::OpKindText(op.kind) +
+                    " has no recipe yet: per-(batch, head) blocks need q, k "
+                    "and v column slices of the fused qkv value, which one "
+                    "ownership of that value cannot express");
+      default:
+        return Unsupported(op, ir::OpKindText(op.kind) +
+                                   " has no recipe in plan-ownership yet");
+    }
+    if (node.slots.size() != arity) {
+      return Unsupported(op, "expected " + std::to_string(node.slots.size()) +
+                                 " operands, got " + std::to_string(arity));
+    }
+    const int index = static_cast<int>(g.ops_.size());
+    for (size_t s = 0; s < arity; ++s) {
+      g.values_[node.operands[s]].uses.push_back({index, static_cast<int>(s)});
+    }
+    g.values_[node.result].producer = index;
+    std::string line = "op " + std::to_string(op.id) + " " +
+                       ir::OpKindText(op.kind) + " " + op.name + " (";
+    for (uint32_t id : op.operands) line += " %" + std::to_string(id);
+    line += " ) -> %" + std::to_string(op.results[0]);
+    for (const auto& step : op.body) {
+      line += " " + std::to_string(static_cast<int>(step->kind)) + ":" +
+              std::to_string(step->operand);
+    }
+    g.lines_.push_back(line);
+    g.ops_.push_back(std::move(node));
+  }
+  if (module.target) {
+    const fb::TargetT& t = *module.target;
+    g.lines_.push_back("target " + t.name + " tiles " +
+                       std::to_string(t.tiles) + " sram " +
+                       std::to_string(t.sram_bytes) + " reserved " +
+                       std::to_string(t.reserved_bytes));
+  }
+  uint64_t hash = Fnv1a64("tilec plan graph");
+  for (const std::string& line : g.lines_) hash = Fnv1a64(line + "\n", hash);
+  g.fingerprint_ = hash;
+  return g;
+}
+
+int Graph::OpIndex(uint32_t id) const {
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (ops_[i].id == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int Graph::ValueIndex(uint32_t id) const {
+  for (size_t i = 0; i < values_.size(); ++i) {
+    if (values_[i].id == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string Graph::OpLabel(int op) const {
+  return "op " + std::to_string(ops_[op].id) + " (" + ops_[op].name + ")";
+}
+
+std::string Graph::Difference(const Graph& other) const {
+  const size_t n = std::min(lines_.size(), other.lines_.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (lines_[i] != other.lines_[i]) {
+      return "'" + lines_[i] + "' vs '" + other.lines_[i] + "'";
+    }
+  }
+  if (lines_.size() != other.lines_.size()) {
+    return std::to_string(values_.size()) + " values and " +
+           std::to_string(ops_.size()) + " ops vs " +
+           std::to_string(other.values_.size()) + " values and " +
+           std::to_string(other.ops_.size()) + " ops";
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------- recipes
+
+std::string Recipe::Text() const {
+  switch (kind) {
+    case fb::RecipeKind::Gemm: {
+      std::string s = "gemm m=" + std::to_string(m) +
+                      " k=" + std::to_string(k) + " n=" + std::to_string(n);
+      switch (staging) {
+        case fb::Staging::Complete:
+          s += " staging=complete";
+          break;
+        case fb::Staging::Streamed:
+          s += " staging=streamed chunk_k=" + std::to_string(chunk_k);
+          break;
+        case fb::Staging::Batched:
+          s += " staging=batched(" + std::to_string(batch_chunks) +
+               ") chunk_k=" + std::to_string(chunk_k);
+          break;
+      }
+      if (first_tile != 0) s += " first=" + std::to_string(first_tile);
+      return s;
+    }
+    case fb::RecipeKind::RowWise:
+      return "rowwise " + passes::FormatOwnership(layout);
+    case fb::RecipeKind::Copy:
+      return "copy " + passes::FormatOwnership(layout);
+    default:
+      return "elementwise " + passes::FormatOwnership(layout);
+  }
+}
+
+bool operator==(const Recipe& a, const Recipe& b) {
+  return a.Text() == b.Text();
+}
+
+StatusOr<Recipe> ParseRecipe(std::string_view text) {
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+      s.remove_prefix(1);
+    }
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' ||
+                          s.back() == '\r')) {
+      s.remove_suffix(1);
+    }
+    return s;
+  };
+  text = trim(text);
+  const size_t space = text.find_first_of(" \t");
+  const std::string_view word = text.substr(0, space);
+  const std::string_view rest =
+      space == std::string_view::npos ? "" : trim(text.substr(space));
+  Recipe r;
+  if (word == "gemm") {
+    r.kind = fb::RecipeKind::Gemm;
+    bool seen_m = false, seen_k = false, seen_n = false, seen_staging = false,
+         seen_chunk = false;
+    std::string_view tokens = rest;
+    while (!tokens.empty()) {
+      const size_t end = tokens.find_first_of(" \t");
+      const std::string_view token = tokens.substr(0, end);
+      tokens = end == std::string_view::npos ? "" : trim(tokens.substr(end));
+      const size_t eq = token.find('=');
+      if (eq == std::string_view::npos) {
+        return Status::BadInput("expected key=value, got '" +
+                                std::string(token) + "'");
+      }
+      const std::string_view key = token.substr(0, eq);
+      const std::string_view value = token.substr(eq + 1);
+      auto number = [&](int minimum, int* out) -> Status {
+        int v = 0;
+        const auto [ptr, ec] =
+            std::from_chars(value.data(), value.data() + value.size(), v);
+        if (ec != std::errc() || ptr != value.data() + value.size() ||
+            v < minimum) {
+          return Status::BadInput(std::string(key) + "=" + std::string(value) +
+                                  ": expected an integer >= " +
+                                  std::to_string(minimum));
+        }
+        *out = v;
+        return Status::Ok();
+      };
+      if (key == "m" && !seen_m) {
+        seen_m = true;
+        TILEC_RETURN_IF_ERROR(number(1, &r.m));
+      } else if (key == "k" && !seen_k) {
+        seen_k = true;
+        TILEC_RETURN_IF_ERROR(number(1, &r.k));
+      } else if (key == "n" && !seen_n) {
+        seen_n = true;
+        TILEC_RETURN_IF_ERROR(number(1, &r.n));
+      } else if (key == "first") {
+        TILEC_RETURN_IF_ERROR(number(0, &r.first_tile));
+      } else if (key == "chunk_k" && !seen_chunk) {
+        seen_chunk = true;
+        TILEC_RETURN_IF_ERROR(number(1, &r.chunk_k));
+      } else if (key == "staging" && !seen_staging) {
+        seen_staging = true;
+        if (value == "complete") {
+          r.staging = fb::Staging::Complete;
+        } else if (value == "streamed") {
+          r.staging = fb::Staging::Streamed;
+        } else if (value.substr(0, 8) == "batched(" && value.back() == ')') {
+          r.staging = fb::Staging::Batched;
+          const std::string_view inner = value.substr(8, value.size() - 9);
+          int v = 0;
+          const auto [ptr, ec] =
+              std::from_chars(inner.data(), inner.data() + inner.size(), v);
+          if (ec != std::errc() || ptr != inner.data() + inner.size() || v < 1) {
+            return Status::BadInput("staging=" + std::string(value) +
+                                    ": expected batched(N) with N >= 1");
+          }
+          r.batch_chunks = v;
+        } else {
+          return Status::BadInput(
+              "staging=" + std::string(value) +
+              ": expected complete, streamed or batched(N)");
+        }
+      } else {
+        return Status::BadInput("unknown or repeated gemm option '" +
+                                std::string(key) +
+                                "' (options: m, k, n, staging, chunk_k, first)");
+      }
+    }
+    if (!seen_m || !seen_k || !seen_n) {
+      return Status::BadInput("gemm needs m=, k= and n=");
+    }
+    if (r.staging == fb::Staging::Complete && seen_chunk) {
+      return Status::BadInput("chunk_k is for streamed or batched staging");
+    }
+    if (r.staging != fb::Staging::Complete && !seen_chunk) {
+      return Status::BadInput("streamed and batched staging need chunk_k=");
+    }
+    return r;
+  }
+  if (word == "elementwise") {
+    r.kind = fb::RecipeKind::Elementwise;
+  } else if (word == "rowwise") {
+    r.kind = fb::RecipeKind::RowWise;
+  } else if (word == "copy") {
+    r.kind = fb::RecipeKind::Copy;
+  } else {
+    return Status::BadInput(
+        "unknown recipe kind '" + std::string(word) +
+        "' (expected gemm, elementwise, rowwise or copy)");
+  }
+  std::string error;
+  std::optional<fb::OwnershipT> layout = passes::ParseOwnership(rest, &error);
+  if (!layout) return Status::BadInput(error);
+  r.layout = *layout;
+  return r;
+}
+
+fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op) {
+  fb::RecipeT out;
+  out.kind = recipe.kind;
+  if (recipe.kind == fb::RecipeKind::Gemm) {
+    const OpNode& node = graph.op(op);
+    const auto& a = graph.value(node.operands[0]).shape;
+    const auto& b = graph.value(node.operands[1]).shape;
+    auto ceil_div = [](int64_t x, int64_t y) { return (x + y - 1) / y; };
+    out.m_split = recipe.m;
+    out.k_split = recipe.k;
+    out.n_split = recipe.n;
+    out.block_m = static_cast<int32_t>(ceil_div(a[0], recipe.m));
+    out.block_k = static_cast<int32_t>(ceil_div(a[1], recipe.k));
+    out.block_n = static_cast<int32_t>(ceil_div(b[1], recipe.n));
+    out.staging = recipe.staging;
+    out.batch_chunks =
+        recipe.staging == fb::Staging::Batched ? recipe.batch_chunks : 1;
+    out.chunk_k = recipe.staging == fb::Staging::Complete ? 0 : recipe.chunk_k;
+    out.layout = std::make_unique<fb::OwnershipT>(passes::BlockedOwnership(
+        {recipe.m, recipe.n, recipe.k}, 1, recipe.first_tile));
+  } else {
+    out.layout = std::make_unique<fb::OwnershipT>(recipe.layout);
+  }
+  return out;
+}
+
+StatusOr<Recipe> RecipeFromFb(const fb::RecipeT& in) {
+  Recipe r;
+  r.kind = in.kind;
+  if (in.kind == fb::RecipeKind::Gemm) {
+    r.m = in.m_split;
+    r.k = in.k_split;
+    r.n = in.n_split;
+    r.staging = in.staging;
+    r.chunk_k = in.chunk_k;
+    r.batch_chunks = in.batch_chunks;
+    r.first_tile = in.layout ? in.layout->first_tile : 0;
+    if (r.m < 1 || r.k < 1 || r.n < 1 ||
+        (r.staging != fb::Staging::Complete && r.chunk_k < 1) ||
+        r.batch_chunks < 1) {
+      return Status::BadInput("bad gemm recipe: " + ir::RecipeText(in));
+    }
+    return r;
+  }
+  if (!in.layout) {
+    return Status::BadInput("recipe without a layout: " + ir::RecipeText(in));
+  }
+  r.layout = *in.layout;
+  return r;
+}
+
+}  // namespace tilec::plan

@@ -1,0 +1,134 @@
+// The planner's view of a module: values and ops by index, each op's class
+// (GEMM, elementwise, row-wise, copy) and what each operand slot requires of
+// its value, and recipes in the text form that --recipe files use.
+//
+// docs/planning.md is the contract these types implement.
+
+#ifndef TILEC_PASSES_PLAN_GRAPH_H_
+#define TILEC_PASSES_PLAN_GRAPH_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+
+namespace tilec::plan {
+
+// What an operand slot needs of its value, given the op's recipe.
+enum class SlotRole {
+  kStaged,    // GEMM left operand: delivered by the GEMM itself (staging)
+  kResident,  // GEMM right operand: blocked(k x n, rep=m, order=2,1,0)
+  kLayout,    // must be in the op's layout (elementwise, row-wise input)
+  kVector,    // [C] broadcast along rows: bias of a bias add
+  kRowParam,  // [w] per-row parameter of a row-wise op: gamma, beta
+  kSource,    // the source of a Redistribute: taken as it is
+};
+
+enum class OpClass { kGemm, kElementwise, kRowWise, kCopy };
+
+// One kernel call pattern of an elementwise op (docs/planning.md).
+struct ElementwiseStep {
+  std::string kernel;      // "add", "gelu", "bias_gelu", "cast", ...
+  bool uses_vector = false;  // needs a per-column operand (bias)
+  bool binary = false;       // two full-size inputs (add)
+  fb::DType out_dtype = fb::DType::F16;
+};
+
+struct ValueNode {
+  uint32_t id = 0;
+  std::string name;
+  std::vector<int64_t> shape;
+  fb::DType dtype = fb::DType::F16;
+  fb::ValueRole role = fb::ValueRole::Activation;
+  int producer = -1;  // op index, -1 for inputs and weights
+  // (op index, operand slot) in program order.
+  std::vector<std::pair<int, int>> uses;
+  // The ownership the input module gave it, if any (kept for Redistribute
+  // ops that arrive already planned).
+  std::optional<fb::OwnershipT> given;
+};
+
+struct OpNode {
+  uint32_t id = 0;
+  fb::OpKind kind = fb::OpKind::LayerNorm;
+  std::string name;
+  OpClass op_class = OpClass::kElementwise;
+  std::vector<int> operands;  // value indices
+  int result = -1;            // value index
+  std::vector<SlotRole> slots;
+  std::vector<ElementwiseStep> steps;  // elementwise only
+};
+
+class Graph {
+ public:
+  // Builds the view. Ops the planner has no recipe for (attention, moments,
+  // normalize) or shapes outside the conventions give an Infeasible status
+  // naming the op (exit 3): the input is valid IR, it just cannot be planned.
+  static StatusOr<Graph> Build(const fb::ModuleT& module);
+
+  const std::vector<ValueNode>& values() const { return values_; }
+  const std::vector<OpNode>& ops() const { return ops_; }
+  const ValueNode& value(int index) const { return values_[index]; }
+  const OpNode& op(int index) const { return ops_[index]; }
+  int num_ops() const { return static_cast<int>(ops_.size()); }
+  int num_values() const { return static_cast<int>(values_.size()); }
+
+  // Index of the op / value with that id, or -1.
+  int OpIndex(uint32_t id) const;
+  int ValueIndex(uint32_t id) const;
+
+  // "op 1 (l0.mlp.up)".
+  std::string OpLabel(int op) const;
+
+  // A stable fingerprint of the graph and the target (FNV-1a of their text),
+  // to check that a checkpoint belongs to its input.
+  uint64_t Fingerprint() const { return fingerprint_; }
+  // The first difference between this graph and `other`, or "".
+  std::string Difference(const Graph& other) const;
+
+ private:
+  std::vector<ValueNode> values_;
+  std::vector<OpNode> ops_;
+  uint64_t fingerprint_ = 0;
+  std::vector<std::string> lines_;  // one per value and op, for Difference
+};
+
+// ---------------------------------------------------------------- recipes
+
+// How an op runs (docs/planning.md, "Recipes"). GEMM fields are used only
+// by kind Gemm, `layout` only by the others.
+struct Recipe {
+  fb::RecipeKind kind = fb::RecipeKind::Elementwise;
+  int m = 1, k = 1, n = 1;
+  int first_tile = 0;
+  fb::Staging staging = fb::Staging::Complete;
+  int chunk_k = 0;       // Streamed / Batched
+  int batch_chunks = 1;  // Batched
+  fb::OwnershipT layout;
+
+  // The recipe-file text, e.g. "gemm m=9 k=6 n=27 staging=batched(2)
+  // chunk_k=32" or "elementwise blocked(729x2)". Also the recipe's identity.
+  std::string Text() const;
+};
+
+bool operator==(const Recipe& a, const Recipe& b);
+
+// Parses Text()'s form. Errors are one line saying what is wrong.
+StatusOr<Recipe> ParseRecipe(std::string_view text);
+
+// The IR form (block sizes from the op's shapes) and back.
+fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op);
+StatusOr<Recipe> RecipeFromFb(const fb::RecipeT& recipe);
+
+// FNV-1a 64 of a string: stable across platforms and runs.
+uint64_t Fnv1a64(std::string_view text, uint64_t hash = 14695981039346656037ull);
+
+int DTypeBytes(fb::DType dtype);
+
+}  // namespace tilec::plan
+
+#endif  // TILEC_PASSES_PLAN_GRAPH_H_

@@ -1,0 +1,341 @@
+#include "passes/plan/plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include "formats/print.h"
+
+namespace tilec::plan {
+
+uint64_t Plan::Hash() const {
+  uint64_t h = Fnv1a64("plan");
+  for (const Recipe& r : recipes) h = Fnv1a64(r.Text() + "\n", h);
+  return h;
+}
+
+std::string Evaluation::Diagnosis() const {
+  std::string s = "tile " + std::to_string(peak_tile) + " needs " +
+                  std::to_string(peak_bytes) + " B at " + peak_where +
+                  " but " + std::to_string(capacity) +
+                  " B per tile hold tensors; largest buffers there:";
+  for (size_t i = 0; i < peak_items.size() && i < 4; ++i) {
+    s += (i ? ", " : " ") + peak_items[i].what + " " +
+         std::to_string(peak_items[i].bytes) + " B";
+  }
+  s += "; total " + std::to_string(peak_bytes) + " B vs capacity " +
+       std::to_string(capacity) + " B";
+  return s;
+}
+
+namespace {
+
+std::string ValueLabel(const ValueNode& v) {
+  return "%" + std::to_string(v.id) + " " + v.name;
+}
+
+}  // namespace
+
+StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
+                              const Plan& plan, EvalMode mode, int upto) {
+  const int num_ops = graph.num_ops();
+  const int last = upto < 0 ? num_ops - 1 : std::min(upto, num_ops - 1);
+  Evaluation e;
+  e.owners.resize(graph.num_values());
+  e.owned.assign(graph.num_values(), false);
+  e.ops.resize(num_ops);
+  e.capacity = coster.capacity();
+
+  // Ownerships: results as their producer's recipe says; inputs and weights
+  // as their first consumer needs.
+  for (int v = 0; v < graph.num_values(); ++v) {
+    const ValueNode& value = graph.value(v);
+    if (value.producer >= 0) {
+      if (value.producer > last) continue;
+      e.owners[v] = coster.ResultOwnership(graph, value.producer,
+                                           plan.recipes[value.producer]);
+      e.owned[v] = true;
+      continue;
+    }
+    for (const auto& [op, slot] : value.uses) {
+      if (op > last) break;
+      const Recipe& r = plan.recipes[op];
+      switch (graph.op(op).slots[slot]) {
+        case SlotRole::kStaged:
+          e.owners[v] = coster.StagedOwnership(r);
+          break;
+        case SlotRole::kSource:
+          e.owners[v] = r.layout;
+          break;
+        default:
+          e.owners[v] = *coster.Required(graph, op, r, slot);
+          break;
+      }
+      e.owned[v] = true;
+      break;
+    }
+  }
+
+  // Op prices, and redistributions for operands in the wrong ownership.
+  std::map<std::pair<int, std::string>, int> redistribution_index;
+  for (int op = 0; op <= last; ++op) {
+    const OpNode& node = graph.op(op);
+    const Recipe& r = plan.recipes[op];
+    const fb::OwnershipT* source = nullptr;
+    if (node.op_class == OpClass::kGemm || node.op_class == OpClass::kCopy) {
+      source = &e.owners[node.operands[0]];
+    }
+    StatusOr<OpCost> cost = coster.PriceOp(graph, op, r, source);
+    if (!cost.ok()) return cost.status();
+    e.ops[op] = *cost;
+    e.total_cycles += cost->Cycles();
+    for (size_t slot = 0; slot < node.operands.size(); ++slot) {
+      const int v = node.operands[slot];
+      std::optional<fb::OwnershipT> need =
+          coster.Required(graph, op, r, static_cast<int>(slot));
+      if (!need) continue;
+      const ValueNode& value = graph.value(v);
+      if (coster.SamePlacement(value.shape, e.owners[v], *need)) continue;
+      const auto key =
+          std::make_pair(v, passes::FormatOwnership(*need));
+      auto it = redistribution_index.find(key);
+      if (it == redistribution_index.end()) {
+        Redistribution red;
+        red.value = v;
+        red.to = *need;
+        red.before_op = op;
+        red.cost = coster.Transfer(value.shape, coster.StoredBytes(graph, v),
+                                   e.owners[v], *need);
+        e.total_cycles += red.Cycles();
+        it = redistribution_index
+                 .emplace(key, static_cast<int>(e.redistributions.size()))
+                 .first;
+        e.redistributions.push_back(std::move(red));
+      }
+      e.redistributions[it->second].uses.push_back(
+          {op, static_cast<int>(slot)});
+    }
+  }
+  if (mode == EvalMode::kCyclesOnly || upto >= 0) return e;
+
+  // ---- memory: steps in program order (each op preceded by its
+  // redistributions), and the interval of steps each buffer is live.
+  e.memory_checked = true;
+  std::vector<int> op_step(num_ops), redistribution_step(e.redistributions.size());
+  {
+    int step = 0;
+    size_t next = 0;
+    // Redistributions were created in op order, so they are sorted by
+    // before_op already.
+    for (int op = 0; op < num_ops; ++op) {
+      while (next < e.redistributions.size() &&
+             e.redistributions[next].before_op == op) {
+        redistribution_step[next++] = step++;
+      }
+      op_step[op] = step++;
+    }
+  }
+  const int steps = num_ops + static_cast<int>(e.redistributions.size());
+  struct Live {
+    TileBytes bytes;
+    int begin = 0, end = 0;
+    std::string what;
+  };
+  std::vector<Live> live;
+  // Which uses are served by a redistribution rather than the value itself.
+  std::map<std::pair<int, int>, int> served;
+  for (size_t i = 0; i < e.redistributions.size(); ++i) {
+    for (const auto& use : e.redistributions[i].uses) {
+      served[use] = static_cast<int>(i);
+    }
+  }
+  for (int v = 0; v < graph.num_values(); ++v) {
+    if (!e.owned[v]) continue;
+    const ValueNode& value = graph.value(v);
+    Live l;
+    l.bytes = coster.BytesPerTile(value.shape, coster.StoredBytes(graph, v),
+                                  e.owners[v]);
+    l.what = ValueLabel(value);
+    l.begin = value.producer >= 0 ? op_step[value.producer] : 0;
+    l.end = l.begin;
+    for (const auto& use : value.uses) {
+      auto it = served.find(use);
+      const int step = it == served.end() ? op_step[use.first]
+                                          : redistribution_step[it->second];
+      l.end = std::max(l.end, step);
+    }
+    if (value.role == fb::ValueRole::Weight) {
+      l.begin = 0;
+      l.end = steps - 1;
+      l.what += " (resident)";
+    } else if (value.role == fb::ValueRole::Output) {
+      l.end = steps - 1;
+    }
+    live.push_back(std::move(l));
+  }
+  for (size_t i = 0; i < e.redistributions.size(); ++i) {
+    const Redistribution& red = e.redistributions[i];
+    const ValueNode& value = graph.value(red.value);
+    Live l;
+    l.bytes = coster.BytesPerTile(value.shape,
+                                  coster.StoredBytes(graph, red.value), red.to);
+    l.what = ValueLabel(value) + " as " + passes::FormatOwnership(red.to);
+    l.begin = l.end = redistribution_step[i];
+    for (const auto& use : red.uses) l.end = std::max(l.end, op_step[use.first]);
+    live.push_back(std::move(l));
+  }
+  std::vector<int> step_op(steps, -1), step_redistribution(steps, -1);
+  for (int op = 0; op < num_ops; ++op) step_op[op_step[op]] = op;
+  for (size_t i = 0; i < e.redistributions.size(); ++i) {
+    step_redistribution[redistribution_step[i]] = static_cast<int>(i);
+  }
+  e.op_peak.assign(num_ops, 0);
+  e.redistribution_peak.assign(e.redistributions.size(), 0);
+  const int tiles = coster.tiles();
+  std::vector<int64_t> sum(tiles);
+  int peak_step = -1;
+  for (int step = 0; step < steps; ++step) {
+    std::fill(sum.begin(), sum.end(), 0);
+    for (const Live& l : live) {
+      if (step < l.begin || step > l.end) continue;
+      const std::vector<int64_t>& b = *l.bytes;
+      for (int t = 0; t < tiles; ++t) sum[t] += b[t];
+    }
+    const int op = step_op[step];
+    if (op >= 0 && e.ops[op].scratch) {
+      const std::vector<int64_t>& b = *e.ops[op].scratch;
+      for (int t = 0; t < tiles; ++t) sum[t] += b[t];
+    }
+    const auto max_it = std::max_element(sum.begin(), sum.end());
+    const int64_t peak = *max_it;
+    if (op >= 0) {
+      e.op_peak[op] = peak;
+    } else {
+      e.redistribution_peak[step_redistribution[step]] = peak;
+    }
+    if (peak > e.peak_bytes || peak_step < 0) {
+      e.peak_bytes = peak;
+      e.peak_tile = static_cast<int>(max_it - sum.begin());
+      peak_step = step;
+    }
+  }
+  // What fills the peak tile at the peak step.
+  if (peak_step >= 0) {
+    const int t = e.peak_tile;
+    const int op = step_op[peak_step];
+    if (op >= 0) {
+      e.peak_where = graph.OpLabel(op);
+      if (e.ops[op].scratch && (*e.ops[op].scratch)[t] > 0) {
+        e.peak_items.push_back({graph.OpLabel(op) + " scratch (" +
+                                    e.ops[op].scratch_text + ")",
+                                (*e.ops[op].scratch)[t]});
+      }
+    } else {
+      const Redistribution& red =
+          e.redistributions[step_redistribution[peak_step]];
+      e.peak_where = "the redistribution of " +
+                     ValueLabel(graph.value(red.value)) + " before " +
+                     graph.OpLabel(red.before_op);
+    }
+    for (const Live& l : live) {
+      if (peak_step < l.begin || peak_step > l.end || (*l.bytes)[t] == 0) {
+        continue;
+      }
+      e.peak_items.push_back({l.what, (*l.bytes)[t]});
+    }
+    std::stable_sort(e.peak_items.begin(), e.peak_items.end(),
+                     [](const MemoryItem& a, const MemoryItem& b) {
+                       return a.bytes > b.bytes;
+                     });
+  }
+  return e;
+}
+
+StatusOr<std::vector<uint32_t>> WritePlan(const Graph& graph,
+                                          const Coster& coster,
+                                          const Plan& plan,
+                                          const Evaluation& e,
+                                          const std::string& gemm_note,
+                                          fb::ModuleT* module) {
+  if (static_cast<int>(module->ops.size()) != graph.num_ops() ||
+      static_cast<int>(module->values.size()) != graph.num_values()) {
+    return Status::Internal("WritePlan: the module is not the planned graph");
+  }
+  uint32_t next_op_id = 0, next_value_id = 0;
+  for (const auto& op : module->ops) next_op_id = std::max(next_op_id, op->id + 1);
+  for (const auto& v : module->values) {
+    next_value_id = std::max(next_value_id, v->id + 1);
+  }
+  for (int v = 0; v < graph.num_values(); ++v) {
+    fb::ValueT& value = *module->values[v];
+    value.ownership.reset();
+    if (e.owned[v]) value.ownership = std::make_unique<fb::OwnershipT>(e.owners[v]);
+  }
+  std::vector<std::unique_ptr<fb::OperationT>> ops;
+  std::vector<uint32_t> inserted;
+  size_t next = 0;
+  // Operand rewiring: (op, slot) -> new value id.
+  std::map<std::pair<int, int>, uint32_t> rewired;
+  for (int op = 0; op < graph.num_ops(); ++op) {
+    while (next < e.redistributions.size() &&
+           e.redistributions[next].before_op == op) {
+      const Redistribution& red = e.redistributions[next];
+      const ValueNode& source = graph.value(red.value);
+      const OpNode& first = graph.op(red.before_op);
+      const std::string name =
+          first.name + ".redistribute." + std::to_string(red.uses[0].second);
+      auto value = std::make_unique<fb::ValueT>();
+      value->id = next_value_id++;
+      value->name = name + ".out";
+      value->shape = source.shape;
+      value->dtype = source.dtype;
+      value->fp8_scale_exp = module->values[red.value]->fp8_scale_exp;
+      value->role = fb::ValueRole::Activation;
+      value->ownership = std::make_unique<fb::OwnershipT>(red.to);
+      auto copy = std::make_unique<fb::OperationT>();
+      copy->id = next_op_id++;
+      copy->kind = fb::OpKind::Redistribute;
+      copy->name = name;
+      copy->operands = {source.id};
+      copy->results = {value->id};
+      copy->recipe = std::make_unique<fb::RecipeT>();
+      copy->recipe->kind = fb::RecipeKind::Copy;
+      copy->recipe->layout = std::make_unique<fb::OwnershipT>(red.to);
+      copy->estimate = std::make_unique<fb::EstimateT>();
+      copy->estimate->compute_cycles = red.cost.local_copy_cycles;
+      copy->estimate->exchange_cycles = red.cost.phase_cycles;
+      copy->estimate->cycles = red.Cycles();
+      copy->estimate->exchange_phases = red.cost.transfers > 0 ? 1 : 0;
+      copy->estimate->exchange_bytes = red.cost.bytes_received;
+      if (e.memory_checked) {
+        copy->estimate->peak_bytes = e.redistribution_peak[next];
+      }
+      for (const auto& use : red.uses) rewired[use] = value->id;
+      inserted.push_back(copy->id);
+      module->values.push_back(std::move(value));
+      ops.push_back(std::move(copy));
+      ++next;
+    }
+    std::unique_ptr<fb::OperationT> o = std::move(module->ops[op]);
+    for (size_t slot = 0; slot < o->operands.size(); ++slot) {
+      auto it = rewired.find({op, static_cast<int>(slot)});
+      if (it != rewired.end()) o->operands[slot] = it->second;
+    }
+    o->recipe = std::make_unique<fb::RecipeT>(
+        RecipeToFb(plan.recipes[op], graph, op));
+    if (o->recipe->kind == fb::RecipeKind::Gemm) o->recipe->note = gemm_note;
+    o->estimate = std::make_unique<fb::EstimateT>();
+    const OpCost& c = e.ops[op];
+    o->estimate->compute_cycles = c.compute;
+    o->estimate->exchange_cycles = c.exchange;
+    o->estimate->cycles = c.Cycles();
+    o->estimate->exchange_phases = c.phases;
+    o->estimate->exchange_bytes = c.exchange_bytes;
+    if (e.memory_checked) o->estimate->peak_bytes = e.op_peak[op];
+    ops.push_back(std::move(o));
+  }
+  module->ops = std::move(ops);
+  (void)coster;
+  return inserted;
+}
+
+}  // namespace tilec::plan

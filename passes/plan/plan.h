@@ -1,0 +1,88 @@
+// A plan (a recipe per op), its evaluation (value ownerships, per-op costs,
+// the redistributions it needs, peak memory per tile) and how it is written
+// into a module (docs/planning.md).
+
+#ifndef TILEC_PASSES_PLAN_PLAN_H_
+#define TILEC_PASSES_PLAN_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "passes/core/ownership.h"
+#include "passes/plan/cost.h"
+#include "passes/plan/graph.h"
+
+namespace tilec::plan {
+
+struct Plan {
+  std::vector<Recipe> recipes;  // by op index
+
+  // FNV-1a of the recipe texts: the identity of an incumbent.
+  uint64_t Hash() const;
+};
+
+// A value moved to another ownership for some of its consumers; written out
+// as a Redistribute op just before the first of them.
+struct Redistribution {
+  int value = -1;
+  fb::OwnershipT to;
+  int before_op = -1;
+  std::vector<std::pair<int, int>> uses;  // (op, slot) it feeds
+  passes::TransferCost cost;
+  int64_t Cycles() const { return cost.TotalCycles(); }
+};
+
+// One buffer on the peak tile, for infeasibility messages.
+struct MemoryItem {
+  std::string what;  // "%4 l0.mlp.up.w (resident)", "op 1 (l0.mlp.up) scratch: ..."
+  int64_t bytes = 0;
+};
+
+struct Evaluation {
+  std::vector<fb::OwnershipT> owners;  // by value index (empty if unused)
+  std::vector<bool> owned;             // by value index
+  std::vector<OpCost> ops;             // by op index
+  std::vector<Redistribution> redistributions;
+  int64_t total_cycles = 0;
+
+  // Memory (EvalMode::kFull only).
+  bool memory_checked = false;
+  int64_t peak_bytes = 0;  // the largest live bytes on any tile
+  int peak_tile = -1;
+  std::string peak_where;               // "op 1 (l0.mlp.up)" or a redistribution
+  std::vector<MemoryItem> peak_items;   // largest first
+  std::vector<int64_t> op_peak;         // by op: largest live bytes on a tile
+  std::vector<int64_t> redistribution_peak;
+  int64_t capacity = 0;
+  bool feasible() const { return !memory_checked || peak_bytes <= capacity; }
+  // "tile 0 needs 612345 B at op 1 (l0.mlp.up) but 481152 B hold tensors:
+  // %4 l0.mlp.up.w (resident) 221184 B, ...".
+  std::string Diagnosis() const;
+};
+
+enum class EvalMode { kCyclesOnly, kFull };
+
+// Evaluates `plan`. With `upto` >= 0 only ops 0..upto count (the prefix the
+// greedy initial plan has decided); memory is then not checked.
+StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
+                              const Plan& plan, EvalMode mode, int upto = -1);
+
+// Writes the plan into `module` (which must be the module `graph` was built
+// from): ownerships on every value, a recipe and an estimate on every op,
+// and a Redistribute op (ids above every existing id, in insertion order)
+// with a new value for every redistribution, consumers rewired to it.
+// `note` goes into every GEMM recipe's note (e.g. the pricing dtype).
+// Returns the inserted op ids in order.
+StatusOr<std::vector<uint32_t>> WritePlan(const Graph& graph,
+                                          const Coster& coster,
+                                          const Plan& plan,
+                                          const Evaluation& evaluation,
+                                          const std::string& gemm_note,
+                                          fb::ModuleT* module);
+
+}  // namespace tilec::plan
+
+#endif  // TILEC_PASSES_PLAN_PLAN_H_

@@ -1,0 +1,828 @@
+#include "passes/plan/search.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "formats/print.h"
+#include "kernels/kernels.h"
+
+namespace tilec::plan {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Part counts 1..min(extent, max_parts) that give distinct block sizes: for
+// each block size the smallest count (fewest tiles for the same work).
+std::vector<int> DistinctSplits(int64_t extent, int64_t max_parts) {
+  std::vector<int> parts;
+  int64_t previous = -1;
+  for (int64_t p = 1; p <= std::min(extent, max_parts); ++p) {
+    const int64_t block = CeilDiv(extent, p);
+    if (block != previous) parts.push_back(static_cast<int>(p));
+    previous = block;
+  }
+  return parts;
+}
+
+Recipe LayoutRecipe(fb::RecipeKind kind, fb::OwnershipT layout) {
+  Recipe r;
+  r.kind = kind;
+  r.layout = std::move(layout);
+  return r;
+}
+
+fb::RecipeKind KindOf(OpClass c) {
+  switch (c) {
+    case OpClass::kGemm:
+      return fb::RecipeKind::Gemm;
+    case OpClass::kRowWise:
+      return fb::RecipeKind::RowWise;
+    case OpClass::kCopy:
+      return fb::RecipeKind::Copy;
+    default:
+      return fb::RecipeKind::Elementwise;
+  }
+}
+
+struct Scored {
+  int64_t score;
+  int64_t tiebreak;
+  Recipe recipe;
+};
+
+void SortScored(std::vector<Scored>& v) {
+  std::stable_sort(v.begin(), v.end(), [](const Scored& a, const Scored& b) {
+    if (a.score != b.score) return a.score < b.score;
+    if (a.tiebreak != b.tiebreak) return a.tiebreak < b.tiebreak;
+    return a.recipe.Text() < b.recipe.Text();
+  });
+}
+
+void AddUnique(std::vector<Recipe>& list, std::set<std::string>& seen,
+               const Recipe& r) {
+  if (seen.insert(r.Text()).second) list.push_back(r);
+}
+
+std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
+                                   int op) {
+  const OpNode& node = graph.op(op);
+  const auto& a = graph.value(node.operands[0]).shape;
+  const auto& b = graph.value(node.operands[1]).shape;
+  const int64_t M = a[0], K = a[1], N = b[1];
+  const int64_t T = coster.tiles();
+  const fb::DType dtype = coster.GemmDType(graph, op);
+  const int ab = DTypeBytes(dtype);
+  const int granule = coster.KGranule(dtype);
+  const fb::TargetT& t = coster.target();
+  StatusOr<kernels::DType> kdtype = kernels::DTypeFromFb(dtype);
+  if (!kdtype.ok()) return {};
+  std::vector<Scored> by_time, by_memory;
+  for (int m : DistinctSplits(M, T)) {
+    for (int n : DistinctSplits(N, T / m)) {
+      for (int k : DistinctSplits(K, T / (int64_t{m} * n))) {
+        if (int64_t{n} * k > N) break;
+        const int64_t bm = CeilDiv(M, m), bk = CeilDiv(K, k), bn = CeilDiv(N, n);
+        StatusOr<int64_t> gemm =
+            kernels::GemmCycles(coster.model(), *kdtype, bm, bk, bn);
+        if (!gemm.ok()) continue;
+        // A lower bound of the exchange: every tile receives its A block.
+        int64_t score = *gemm + t.sync_cycles +
+                        CeilDiv(bm * bk * ab, t.exchange_bytes_per_cycle);
+        const int64_t box = bm * CeilDiv(N, int64_t{n} * k);
+        int64_t memory = bk * bn * ab + bm * bk * ab + box * 2;
+        if (k > 1) {
+          StatusOr<int64_t> reduce =
+              kernels::ReducePartialsCycles(coster.model(), box, k);
+          score += t.sync_cycles +
+                   CeilDiv((k - 1) * box * 4, t.exchange_bytes_per_cycle) +
+                   (reduce.ok() ? *reduce : 0);
+          memory += bm * bn * 4 + k * box * 4;
+        }
+        Recipe r;
+        r.kind = fb::RecipeKind::Gemm;
+        r.m = m;
+        r.k = k;
+        r.n = n;
+        by_time.push_back({score, int64_t{m} * n * k, r});
+        by_memory.push_back({memory, score, r});
+      }
+    }
+  }
+  SortScored(by_time);
+  SortScored(by_memory);
+  std::vector<Recipe> grids;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < by_time.size() && i < 16; ++i) {
+    AddUnique(grids, seen, by_time[i].recipe);
+  }
+  for (size_t i = 0; i < by_memory.size() && i < 6; ++i) {
+    AddUnique(grids, seen, by_memory[i].recipe);
+  }
+  // Every grid with every staging: Complete; Streamed with 1, 2 and 4
+  // granules per chunk; Batched(2) and Batched(4) of one-granule chunks.
+  std::vector<Recipe> out;
+  for (const Recipe& grid : grids) {
+    const int64_t bk = CeilDiv(K, grid.k);
+    out.push_back(grid);
+    for (int g : {1, 2, 4}) {
+      if (g > 1 && g * granule >= bk) break;
+      Recipe s = grid;
+      s.staging = fb::Staging::Streamed;
+      s.chunk_k = g * granule;
+      out.push_back(s);
+    }
+    for (int batch : {2, 4}) {
+      if (batch > 2 && batch * granule >= bk) break;
+      Recipe s = grid;
+      s.staging = fb::Staging::Batched;
+      s.chunk_k = granule;
+      s.batch_chunks = batch;
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
+                                     int op) {
+  const OpNode& node = graph.op(op);
+  const ValueNode& out = graph.value(node.result);
+  const int64_t T = coster.tiles();
+  const fb::RecipeKind kind = KindOf(node.op_class);
+  std::vector<Scored> scored;
+  auto score = [&](const Recipe& r) -> int64_t {
+    if (!coster.CheckRecipe(graph, op, r).empty()) return -1;
+    if (node.op_class == OpClass::kCopy) return 0;
+    StatusOr<OpCost> c = coster.PriceOp(graph, op, r, nullptr);
+    return c.ok() ? c->Cycles() : -1;
+  };
+  auto add = [&](fb::OwnershipT layout, int64_t tiles_used) {
+    const Recipe r = LayoutRecipe(kind, std::move(layout));
+    const int64_t s = score(r);
+    if (s >= 0) scored.push_back({s, tiles_used, r});
+  };
+  const auto& shape = out.shape;
+  if (node.op_class == OpClass::kRowWise) {
+    if (shape.size() == 2) {
+      for (int p : DistinctSplits(shape[0], T)) {
+        add(passes::BlockedOwnership({p, 1}), p);
+      }
+    } else if (shape.size() == 4) {
+      for (int b : DistinctSplits(shape[0], T)) {
+        for (int h : DistinctSplits(shape[1], T / b)) {
+          for (int p : DistinctSplits(shape[2], T / (int64_t{b} * h))) {
+            add(passes::BlockedOwnership({b, h, p, 1}),
+                int64_t{b} * h * p);
+          }
+        }
+      }
+    }
+    SortScored(scored);
+    std::vector<Recipe> list;
+    for (size_t i = 0; i < scored.size() && i < 24; ++i) {
+      list.push_back(scored[i].recipe);
+    }
+    return list;
+  }
+  // Elementwise and copies: row groups x channel groups, rows only, and
+  // flat grains of whole vectors over all tiles.
+  for (int r : DistinctSplits(shape[0], T)) {
+    for (int c : DistinctSplits(shape[1], T / r)) {
+      add(passes::BlockedOwnership({r, c}), int64_t{r} * c);
+    }
+  }
+  SortScored(scored);
+  std::vector<Recipe> list;
+  std::set<std::string> seen;
+  if (node.op_class == OpClass::kCopy && out.given) {
+    AddUnique(list, seen, LayoutRecipe(kind, *out.given));
+  }
+  for (size_t i = 0; i < scored.size() && i < 16; ++i) {
+    AddUnique(list, seen, scored[i].recipe);
+  }
+  const int rows = static_cast<int>(std::min<int64_t>(shape[0], T));
+  const Recipe rows_only =
+      LayoutRecipe(kind, passes::BlockedOwnership({rows, 1}));
+  if (coster.CheckRecipe(graph, op, rows_only).empty()) {
+    AddUnique(list, seen, rows_only);
+  }
+  const int vector = std::max(1, coster.target().vector_elements);
+  for (int grain : {vector, 2 * vector, 4 * vector, 16 * vector}) {
+    const Recipe flat = LayoutRecipe(
+        kind, passes::FlatOwnership(grain, static_cast<int>(T)));
+    if (coster.CheckRecipe(graph, op, flat).empty()) AddUnique(list, seen, flat);
+  }
+  return list;
+}
+
+std::string StateText(const std::mt19937_64& rng) {
+  std::ostringstream os;
+  os << rng;
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
+                               int op) {
+  if (graph.op(op).op_class == OpClass::kGemm) {
+    return GemmCandidates(graph, coster, op);
+  }
+  return LayoutCandidates(graph, coster, op);
+}
+
+std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
+                                     const Plan& plan, const Evaluation& eval,
+                                     int op) {
+  const OpNode& node = graph.op(op);
+  std::vector<Recipe> out;
+  if (node.op_class == OpClass::kGemm) return out;
+  const fb::RecipeKind kind = KindOf(node.op_class);
+  std::set<std::string> seen;
+  auto consider = [&](const fb::OwnershipT& layout) {
+    const Recipe r = LayoutRecipe(kind, layout);
+    if (coster.CheckRecipe(graph, op, r).empty()) AddUnique(out, seen, r);
+  };
+  for (size_t slot = 0; slot < node.operands.size(); ++slot) {
+    const SlotRole role = node.slots[slot];
+    if (role != SlotRole::kLayout && role != SlotRole::kSource) continue;
+    const int v = node.operands[slot];
+    if (eval.owned[v]) consider(eval.owners[v]);
+  }
+  const int last = static_cast<int>(eval.ops.size()) - 1;
+  for (const auto& [c, slot] : graph.value(node.result).uses) {
+    if (c > last) continue;
+    std::optional<fb::OwnershipT> need =
+        coster.Required(graph, c, plan.recipes[c], slot);
+    if (need) consider(*need);
+  }
+  return out;
+}
+
+std::string Proposal::Key() const {
+  std::string s;
+  for (const auto& [op, recipe] : changes) {
+    s += std::to_string(op) + "=" + recipe.Text() + ";";
+  }
+  return s;
+}
+
+Search::Search(const Graph& graph, const Coster& coster, SearchOptions options)
+    : graph_(graph), coster_(coster), options_(std::move(options)) {
+  rng_.seed(options_.seed);
+  candidates_.resize(graph_.num_ops());
+  for (int op = 0; op < graph_.num_ops(); ++op) {
+    auto pin = options_.pinned.find(op);
+    if (pin != options_.pinned.end()) {
+      candidates_[op] = {pin->second};
+    } else {
+      candidates_[op] = Candidates(graph_, coster_, op);
+    }
+  }
+}
+
+void Search::Record(fb::DecisionT decision) {
+  if (options_.on_decision) options_.on_decision(decision);
+  decisions_.push_back(std::move(decision));
+}
+
+std::vector<Recipe> Search::AllRecipes(int op, const Plan& plan,
+                                       const Evaluation& eval) const {
+  std::vector<Recipe> list;
+  std::set<std::string> seen;
+  if (options_.pinned.count(op)) return list;
+  for (const Recipe& r : candidates_[op]) AddUnique(list, seen, r);
+  for (const Recipe& r : NeighbourRecipes(graph_, coster_, plan, eval, op)) {
+    AddUnique(list, seen, r);
+  }
+  return list;
+}
+
+Status Search::Initialize() {
+  for (int op = 0; op < graph_.num_ops(); ++op) {
+    if (candidates_[op].empty()) {
+      return Status::Infeasible(graph_.OpLabel(op) +
+                                ": no recipe fits the target");
+    }
+  }
+  incumbent_.recipes.clear();
+  for (int op = 0; op < graph_.num_ops(); ++op) {
+    incumbent_.recipes.push_back(candidates_[op][0]);
+  }
+  // Greedy: each op in program order takes its cheapest recipe given the
+  // ops before it (their ownerships and the redistributions it would need).
+  int64_t before = 0;
+  for (int op = 0; op < graph_.num_ops(); ++op) {
+    StatusOr<Evaluation> prefix =
+        Evaluate(graph_, coster_, incumbent_, EvalMode::kCyclesOnly, op);
+    if (!prefix.ok()) return prefix.status();
+    std::vector<Recipe> options = candidates_[op];
+    if (!options_.pinned.count(op)) {
+      for (const Recipe& r :
+           NeighbourRecipes(graph_, coster_, incumbent_, *prefix, op)) {
+        options.push_back(r);
+      }
+    }
+    int64_t best = -1;
+    Recipe best_recipe = options[0];
+    for (const Recipe& r : options) {
+      Plan trial = incumbent_;
+      trial.recipes[op] = r;
+      StatusOr<Evaluation> e =
+          Evaluate(graph_, coster_, trial, EvalMode::kCyclesOnly, op);
+      if (!e.ok()) return e.status();
+      if (best < 0 || e->total_cycles < best) {
+        best = e->total_cycles;
+        best_recipe = r;
+      }
+    }
+    incumbent_.recipes[op] = best_recipe;
+    fb::DecisionT d;
+    d.ops = {graph_.op(op).id};
+    d.action = "initial recipe: " + best_recipe.Text();
+    d.outcome = fb::Outcome::Info;
+    d.reason = options_.pinned.count(op)
+                   ? "pinned by --recipe"
+                   : "greedy: cheapest of " + std::to_string(options.size()) +
+                         " recipes given the ops before it";
+    d.cycles_before = before;
+    d.cycles_after = best;
+    Record(std::move(d));
+    before = best;
+  }
+  StatusOr<Evaluation> e =
+      Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
+  if (!e.ok()) return e.status();
+  eval_ = std::move(*e);
+  if (!eval_.feasible()) {
+    StatusOr<bool> repaired = Repair();
+    if (!repaired.ok()) return repaired.status();
+    if (!*repaired) {
+      // A lower bound that no recipe can beat: the weights alone.
+      int64_t weights = 0;
+      for (int v = 0; v < graph_.num_values(); ++v) {
+        const ValueNode& value = graph_.value(v);
+        if (value.role != fb::ValueRole::Weight) continue;
+        int64_t n = 1;
+        for (int64_t e : value.shape) n *= e;
+        weights += n * coster_.StoredBytes(graph_, v);
+      }
+      const int64_t floor = CeilDiv(weights, coster_.tiles());
+      std::string bound;
+      if (floor > coster_.capacity()) {
+        bound = " (the weights alone need at least " + std::to_string(floor) +
+                " B per tile)";
+      }
+      return Status::Infeasible("no plan fits tile memory" + bound +
+                                "; the closest found: " + eval_.Diagnosis());
+    }
+  }
+  fb::DecisionT d;
+  d.action = "initial plan";
+  d.outcome = fb::Outcome::Info;
+  d.reason = "total " + std::to_string(eval_.total_cycles) +
+             " cycles, peak " + std::to_string(eval_.peak_bytes) +
+             " B per tile of " + std::to_string(eval_.capacity);
+  d.cycles_before = d.cycles_after = eval_.total_cycles;
+  d.bytes_before = d.bytes_after = eval_.peak_bytes;
+  Record(std::move(d));
+  return Status::Ok();
+}
+
+StatusOr<bool> Search::Repair() {
+  // Until the plan fits: the single-op change that lowers the peak the
+  // most (cycles break ties); a change that fits wins over any that does
+  // not, and among fitting ones the fastest.
+  for (int round = 0; round < 4 * graph_.num_ops() && !eval_.feasible();
+       ++round) {
+    bool found = false;
+    bool best_fits = false;
+    int64_t best_peak = eval_.peak_bytes, best_cycles = eval_.total_cycles;
+    int best_op = -1;
+    Recipe best_recipe;
+    Evaluation best_eval;
+    for (int op = 0; op < graph_.num_ops(); ++op) {
+      for (const Recipe& r : AllRecipes(op, incumbent_, eval_)) {
+        if (r == incumbent_.recipes[op]) continue;
+        Plan trial = incumbent_;
+        trial.recipes[op] = r;
+        StatusOr<Evaluation> e =
+            Evaluate(graph_, coster_, trial, EvalMode::kFull);
+        if (!e.ok()) return e.status();
+        const bool fits = e->feasible();
+        bool better;
+        if (fits != best_fits) {
+          better = fits;
+        } else if (fits) {
+          better = e->total_cycles < best_cycles;
+        } else {
+          better = e->peak_bytes < best_peak ||
+                   (e->peak_bytes == best_peak && e->total_cycles < best_cycles);
+        }
+        if (better) {
+          found = true;
+          best_fits = fits;
+          best_peak = e->peak_bytes;
+          best_cycles = e->total_cycles;
+          best_op = op;
+          best_recipe = r;
+          best_eval = std::move(*e);
+        }
+      }
+    }
+    if (!found) break;
+    fb::DecisionT d;
+    d.ops = {graph_.op(best_op).id};
+    d.action = graph_.OpLabel(best_op) + ": " +
+               incumbent_.recipes[best_op].Text() + " -> " + best_recipe.Text();
+    d.outcome = fb::Outcome::Accepted;
+    d.reason = std::string("memory repair: the initial plan does not fit (") +
+               eval_.Diagnosis() + ")";
+    d.cycles_before = eval_.total_cycles;
+    d.cycles_after = best_eval.total_cycles;
+    d.bytes_before = eval_.peak_bytes;
+    d.bytes_after = best_eval.peak_bytes;
+    Record(std::move(d));
+    incumbent_.recipes[best_op] = best_recipe;
+    eval_ = std::move(best_eval);
+  }
+  return eval_.feasible();
+}
+
+std::string Search::Describe(const Proposal& p) const {
+  std::string s;
+  for (const auto& [op, recipe] : p.changes) {
+    if (!s.empty()) s += "; ";
+    s += graph_.OpLabel(op) + ": " + incumbent_.recipes[op].Text() + " -> " +
+         recipe.Text();
+  }
+  return p.kind + ": " + s;
+}
+
+StatusOr<Plan> Search::Apply(const Proposal& proposal) const {
+  Plan plan = incumbent_;
+  for (const auto& [op, recipe] : proposal.changes) plan.recipes[op] = recipe;
+  return plan;
+}
+
+StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed) {
+  std::mt19937_64 rng(offer_seed);
+  std::vector<int> order(graph_.num_ops());
+  for (int i = 0; i < graph_.num_ops(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  const int k = std::max(1, options_.proposals_per_op);
+  std::vector<Proposal> offers;
+  for (int op : order) {
+    if (options_.pinned.count(op)) continue;
+    std::vector<Proposal> pool;
+    std::set<std::string> keys;
+    auto add = [&](Proposal p) {
+      bool changes = false;
+      for (const auto& [o, r] : p.changes) {
+        changes = changes || !(r == incumbent_.recipes[o]);
+      }
+      if (changes && keys.insert(p.Key()).second) pool.push_back(std::move(p));
+    };
+    // Followers: elementwise consumers (transitively) that share this op's
+    // result ownership; "carry" proposals move them along with it.
+    std::vector<int> followers;
+    {
+      std::vector<int> frontier = {op};
+      while (!frontier.empty()) {
+        const int from = frontier.back();
+        frontier.pop_back();
+        const fb::OwnershipT& owner = eval_.owners[graph_.op(from).result];
+        for (const auto& [c, slot] : graph_.value(graph_.op(from).result).uses) {
+          if (graph_.op(c).op_class != OpClass::kElementwise ||
+              graph_.op(c).slots[slot] != SlotRole::kLayout ||
+              options_.pinned.count(c) ||
+              std::find(followers.begin(), followers.end(), c) !=
+                  followers.end() ||
+              !passes::SameOwnership(incumbent_.recipes[c].layout, owner)) {
+            continue;
+          }
+          followers.push_back(c);
+          frontier.push_back(c);
+        }
+      }
+      std::sort(followers.begin(), followers.end());
+    }
+    for (const Recipe& r : AllRecipes(op, incumbent_, eval_)) {
+      Proposal single;
+      single.kind = "single";
+      single.changes = {{op, r}};
+      add(single);
+      if (followers.empty()) continue;
+      const fb::OwnershipT moved = coster_.ResultOwnership(graph_, op, r);
+      Proposal carry;
+      carry.kind = "carry";
+      carry.changes = {{op, r}};
+      for (int f : followers) {
+        Recipe fr = LayoutRecipe(fb::RecipeKind::Elementwise, moved);
+        if (!coster_.CheckRecipe(graph_, f, fr).empty()) {
+          carry.changes.clear();
+          break;
+        }
+        carry.changes.push_back({f, fr});
+      }
+      if (!carry.changes.empty()) add(carry);
+    }
+    // Joint: this op and one layout consumer take one layout, so that the
+    // redistribution between them disappears.
+    if (graph_.op(op).op_class != OpClass::kGemm) {
+      for (const auto& [c, slot] : graph_.value(graph_.op(op).result).uses) {
+        const OpNode& consumer = graph_.op(c);
+        if (consumer.slots[slot] != SlotRole::kLayout ||
+            options_.pinned.count(c) || consumer.op_class == OpClass::kGemm) {
+          continue;
+        }
+        std::vector<Recipe> layouts;
+        for (size_t i = 0; i < candidates_[op].size() && i < 8; ++i) {
+          layouts.push_back(candidates_[op][i]);
+        }
+        for (size_t i = 0; i < candidates_[c].size() && i < 8; ++i) {
+          layouts.push_back(candidates_[c][i]);
+        }
+        layouts.push_back(incumbent_.recipes[op]);
+        layouts.push_back(incumbent_.recipes[c]);
+        for (const Recipe& l : layouts) {
+          const Recipe mine = LayoutRecipe(KindOf(graph_.op(op).op_class), l.layout);
+          const Recipe theirs = LayoutRecipe(KindOf(consumer.op_class), l.layout);
+          if (!coster_.CheckRecipe(graph_, op, mine).empty() ||
+              !coster_.CheckRecipe(graph_, c, theirs).empty()) {
+            continue;
+          }
+          Proposal joint;
+          joint.kind = "joint";
+          joint.changes = {{std::min(op, c), op < c ? mine : theirs},
+                           {std::max(op, c), op < c ? theirs : mine}};
+          add(joint);
+        }
+      }
+    }
+    // Rank by the plan's cycles with the change (cheap: prices are cached),
+    // keep the best 2K and offer K of them, chosen with the seeded RNG.
+    std::vector<std::pair<int64_t, size_t>> ranked;
+    for (size_t i = 0; i < pool.size(); ++i) {
+      StatusOr<Plan> plan = Apply(pool[i]);
+      if (!plan.ok()) return plan.status();
+      StatusOr<Evaluation> e =
+          Evaluate(graph_, coster_, *plan, EvalMode::kCyclesOnly);
+      if (!e.ok()) return e.status();
+      ranked.push_back({e->total_cycles, i});
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [&](const auto& a, const auto& b) {
+                       if (a.first != b.first) return a.first < b.first;
+                       return pool[a.second].Key() < pool[b.second].Key();
+                     });
+    if (ranked.size() > static_cast<size_t>(2 * k)) ranked.resize(2 * k);
+    if (ranked.size() > static_cast<size_t>(k)) {
+      std::vector<size_t> pick(ranked.size());
+      for (size_t i = 0; i < pick.size(); ++i) pick[i] = i;
+      std::shuffle(pick.begin(), pick.end(), rng);
+      pick.resize(k);
+      std::sort(pick.begin(), pick.end());
+      std::vector<std::pair<int64_t, size_t>> chosen;
+      for (size_t i : pick) chosen.push_back(ranked[i]);
+      ranked = std::move(chosen);
+    }
+    for (const auto& [cycles, i] : ranked) offers.push_back(pool[i]);
+  }
+  return offers;
+}
+
+Status Search::Run() {
+  const int64_t budget = options_.attempts;
+  int64_t done = 0;
+  bool offers_live = false;
+  std::vector<Proposal> offers;
+  size_t position = 0;
+  std::string rng_before_offers = StateText(rng_);
+  auto save = [&]() -> Status {
+    if (!options_.save_checkpoint) return Status::Ok();
+    fb::SearchCheckpointT c = Checkpoint();
+    c.rng_state = offers_live ? rng_before_offers : StateText(rng_);
+    return options_.save_checkpoint(c, decisions_);
+  };
+  const int64_t progress_every = std::max<int64_t>(1, budget / 10);
+  while (done < budget) {
+    if (!offers_live) {
+      rng_before_offers = StateText(rng_);
+      const uint64_t offer_seed = rng_();
+      StatusOr<std::vector<Proposal>> made = MakeOffers(offer_seed);
+      if (!made.ok()) return made.status();
+      offers = std::move(*made);
+      offers_live = true;
+      position = 0;
+    }
+    const uint64_t incumbent_hash = incumbent_.Hash();
+    uint64_t hash = 0;
+    while (position < offers.size()) {
+      hash = Fnv1a64(std::to_string(incumbent_hash) + " " +
+                     offers[position].Key());
+      if (!visited_.count(hash)) break;
+      ++position;
+    }
+    if (position >= offers.size()) {
+      converged_ = true;
+      break;
+    }
+    const Proposal& proposal = offers[position++];
+    visited_.insert(hash);
+    visited_list_.push_back(hash);
+    ++attempts_;
+    ++done;
+    StatusOr<Plan> plan = Apply(proposal);
+    if (!plan.ok()) return plan.status();
+    StatusOr<Evaluation> e = Evaluate(graph_, coster_, *plan, EvalMode::kFull);
+    if (!e.ok()) return e.status();
+    fb::DecisionT d;
+    for (const auto& [op, recipe] : proposal.changes) {
+      d.ops.push_back(graph_.op(op).id);
+    }
+    d.action = Describe(proposal);
+    d.cycles_before = eval_.total_cycles;
+    d.cycles_after = e->total_cycles;
+    d.bytes_before = eval_.peak_bytes;
+    d.bytes_after = e->peak_bytes;
+    const std::string numbers = "before " + std::to_string(eval_.total_cycles) +
+                                ", after " + std::to_string(e->total_cycles);
+    bool accept = false;
+    if (!e->feasible()) {
+      d.outcome = fb::Outcome::Rejected;
+      d.reason = "rejected by memory: " + e->Diagnosis();
+    } else if (e->total_cycles >= eval_.total_cycles) {
+      d.outcome = fb::Outcome::Rejected;
+      d.reason = "rejected by cost: " + numbers;
+    } else if (options_.max_decisions >= 0 &&
+               accepted_ >= options_.max_decisions) {
+      d.outcome = fb::Outcome::Rejected;
+      d.reason = "not applied: --max-decisions=" +
+                 std::to_string(options_.max_decisions) +
+                 " reached (would improve: " + numbers + ")";
+    } else {
+      d.outcome = fb::Outcome::Accepted;
+      d.reason = "improves by " +
+                 std::to_string(eval_.total_cycles - e->total_cycles) +
+                 " cycles: " + numbers;
+      accept = true;
+    }
+    Record(std::move(d));
+    if (accept) {
+      incumbent_ = std::move(*plan);
+      eval_ = std::move(*e);
+      ++accepted_;
+      offers_live = false;
+    }
+    if (options_.on_progress && budget >= 100 && done % progress_every == 0) {
+      options_.on_progress(std::to_string(done) + "/" + std::to_string(budget) +
+                           " attempts, " + std::to_string(accepted_) +
+                           " accepted, best " +
+                           std::to_string(eval_.total_cycles) + " cycles");
+    }
+    if (options_.checkpoint_every > 0 &&
+        attempts_ % options_.checkpoint_every == 0) {
+      TILEC_RETURN_IF_ERROR(save());
+    }
+  }
+  return save();
+}
+
+fb::SearchCheckpointT Search::Checkpoint() const {
+  fb::SearchCheckpointT c;
+  c.schema_version = kCheckpointVersion;
+  c.seed = options_.seed;
+  c.attempts = attempts_;
+  c.accepted = accepted_;
+  c.proposals_per_op = options_.proposals_per_op;
+  c.rng_state = StateText(rng_);
+  c.best_cycles = eval_.total_cycles;
+  c.visited = visited_list_;
+  for (int op = 0; op < graph_.num_ops(); ++op) {
+    auto p = std::make_unique<fb::OpPlanT>();
+    p->op = graph_.op(op).id;
+    p->recipe = std::make_unique<fb::RecipeT>(
+        RecipeToFb(incumbent_.recipes[op], graph_, op));
+    c.ops.push_back(std::move(p));
+  }
+  for (int v = 0; v < graph_.num_values(); ++v) {
+    if (!eval_.owned[v]) continue;
+    auto p = std::make_unique<fb::ValuePlanT>();
+    p->value = graph_.value(v).id;
+    p->ownership = std::make_unique<fb::OwnershipT>(eval_.owners[v]);
+    c.values.push_back(std::move(p));
+  }
+  return c;
+}
+
+Status Search::Restore(const fb::SearchCheckpointT& c,
+                       std::vector<fb::DecisionT> decisions) {
+  if (c.schema_version != kCheckpointVersion) {
+    return Status::BadInput(
+        c.schema_version > kCheckpointVersion
+            ? "the checkpoint was written by a newer plan-ownership (search "
+              "state version " + std::to_string(c.schema_version) +
+                  "; this build reads version " +
+                  std::to_string(kCheckpointVersion) + ")"
+            : "the checkpoint has search state version " +
+                  std::to_string(c.schema_version) +
+                  ", which this build (version " +
+                  std::to_string(kCheckpointVersion) +
+                  ") cannot migrate: its visited-proposal hashes and RNG use "
+                  "have no equivalent; rerun the search");
+  }
+  if (static_cast<int>(c.ops.size()) != graph_.num_ops()) {
+    return Status::BadInput("the checkpoint plans " +
+                            std::to_string(c.ops.size()) +
+                            " ops but the graph has " +
+                            std::to_string(graph_.num_ops()));
+  }
+  Plan plan;
+  plan.recipes.resize(graph_.num_ops());
+  std::vector<bool> seen(graph_.num_ops(), false);
+  for (const auto& p : c.ops) {
+    const int op = graph_.OpIndex(p->op);
+    if (op < 0 || seen[op] || !p->recipe) {
+      return Status::BadInput("the checkpoint's plan names op " +
+                              std::to_string(p->op) +
+                              ", which the graph does not have once");
+    }
+    seen[op] = true;
+    StatusOr<Recipe> r = RecipeFromFb(*p->recipe);
+    if (!r.ok()) return r.status().WithContext("checkpoint op " + std::to_string(p->op));
+    const std::string invalid = coster_.CheckRecipe(graph_, op, *r);
+    if (!invalid.empty()) {
+      return Status::BadInput("checkpoint op " + std::to_string(p->op) + ": " +
+                              invalid);
+    }
+    auto pin = options_.pinned.find(op);
+    if (pin != options_.pinned.end() && !(pin->second == *r)) {
+      return Status::BadInput("--recipe pins " + graph_.OpLabel(op) + " to " +
+                              pin->second.Text() +
+                              " but the checkpoint has " + r->Text());
+    }
+    plan.recipes[op] = *r;
+  }
+  StatusOr<Evaluation> e = Evaluate(graph_, coster_, plan, EvalMode::kFull);
+  if (!e.ok()) return e.status();
+  if (e->total_cycles != c.best_cycles) {
+    return Status::BadInput(
+        "the checkpoint's plan was saved at " + std::to_string(c.best_cycles) +
+        " cycles but costs " + std::to_string(e->total_cycles) +
+        " here (a different target or --gemm_dtype?)");
+  }
+  for (const auto& vp : c.values) {
+    const int v = graph_.ValueIndex(vp->value);
+    if (v < 0 || !vp->ownership || !e->owned[v] ||
+        !passes::SameOwnership(*vp->ownership, e->owners[v])) {
+      return Status::BadInput("the checkpoint's ownership of value %" +
+                              std::to_string(vp->value) +
+                              " does not follow from its recipes");
+    }
+  }
+  std::istringstream is(c.rng_state);
+  is >> rng_;
+  if (is.fail()) return Status::BadInput("the checkpoint's RNG state is corrupt");
+  incumbent_ = std::move(plan);
+  eval_ = std::move(*e);
+  attempts_ = c.attempts;
+  accepted_ = c.accepted;
+  visited_list_ = c.visited;
+  visited_ = std::unordered_set<uint64_t>(c.visited.begin(), c.visited.end());
+  decisions_ = std::move(decisions);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<Search::Alternative>> Search::Alternatives(int op) const {
+  std::vector<Recipe> recipes = {incumbent_.recipes[op]};
+  std::set<std::string> seen = {incumbent_.recipes[op].Text()};
+  for (const Recipe& r : candidates_[op]) AddUnique(recipes, seen, r);
+  for (const Recipe& r : NeighbourRecipes(graph_, coster_, incumbent_, eval_, op)) {
+    AddUnique(recipes, seen, r);
+  }
+  std::vector<Alternative> out;
+  for (const Recipe& r : recipes) {
+    Plan trial = incumbent_;
+    trial.recipes[op] = r;
+    StatusOr<Evaluation> e = Evaluate(graph_, coster_, trial, EvalMode::kFull);
+    if (!e.ok()) return e.status();
+    Alternative a;
+    a.recipe = r;
+    a.total_cycles = e->total_cycles;
+    a.op_cycles = e->ops[op].Cycles();
+    a.peak_bytes = e->peak_bytes;
+    a.feasible = e->feasible();
+    a.chosen = r == incumbent_.recipes[op];
+    out.push_back(std::move(a));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Alternative& a, const Alternative& b) {
+                     if (a.feasible != b.feasible) return a.feasible;
+                     return a.total_cycles < b.total_cycles;
+                   });
+  return out;
+}
+
+}  // namespace tilec::plan

@@ -1,0 +1,129 @@
+// The search of plan-ownership (docs/planner.md): candidate recipes per op,
+// a greedy initial plan, a memory repair when that plan does not fit, and
+// a seeded local search over proposals (single-op changes and joint
+// producer/consumer changes) that accepts only feasible improvements. Its
+// state can be saved to and restored from a SearchCheckpoint.
+
+#ifndef TILEC_PASSES_PLAN_SEARCH_H_
+#define TILEC_PASSES_PLAN_SEARCH_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "passes/plan/cost.h"
+#include "passes/plan/graph.h"
+#include "passes/plan/plan.h"
+
+namespace tilec::plan {
+
+// The version of the search state this build writes in SearchCheckpoint
+// (independent of the module schema version).
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+// Context-free candidate recipes of one op, best first by their own cost:
+// GEMM grids (each with Complete, Streamed and Batched staging), elementwise
+// blocked and flat layouts, row-wise row splits.
+std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
+                               int op);
+
+// Layouts an op could adopt from its neighbours in `plan`: its producer's
+// result ownership and what its consumers need of its result.
+std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
+                                     const Plan& plan, const Evaluation& eval,
+                                     int op);
+
+// A change to the incumbent: new recipes for one or more ops.
+struct Proposal {
+  std::vector<std::pair<int, Recipe>> changes;  // by op index, ascending
+  std::string kind;                             // "single", "joint", "carry"
+  std::string Key() const;
+};
+
+struct SearchOptions {
+  uint64_t seed = 1;
+  int64_t attempts = 0;  // proposals to evaluate in this run
+  int proposals_per_op = 4;
+  int64_t max_decisions = -1;  // accepted changes applied; -1: no limit
+  std::map<int, Recipe> pinned;  // by op index
+  int64_t checkpoint_every = 16;
+  // Called with the checkpoint table every checkpoint_every attempts and at
+  // the end (if set).
+  std::function<Status(const fb::SearchCheckpointT&,
+                       const std::vector<fb::DecisionT>&)>
+      save_checkpoint;
+  // Called with every decision as it is made (--explain) and with progress
+  // lines (if set).
+  std::function<void(const fb::DecisionT&)> on_decision;
+  std::function<void(const std::string&)> on_progress;
+};
+
+class Search {
+ public:
+  Search(const Graph& graph, const Coster& coster, SearchOptions options);
+
+  // The greedy initial plan, repaired for memory if needed. Infeasible
+  // (exit 3) when no plan found fits, with the diagnosis of the one that
+  // comes closest.
+  Status Initialize();
+  // Restores the state saved in `checkpoint` together with its decisions.
+  Status Restore(const fb::SearchCheckpointT& checkpoint,
+                 std::vector<fb::DecisionT> decisions);
+  // Evaluates up to options.attempts proposals.
+  Status Run();
+
+  const Plan& incumbent() const { return incumbent_; }
+  const Evaluation& evaluation() const { return eval_; }
+  const std::vector<fb::DecisionT>& decisions() const { return decisions_; }
+  int64_t attempts() const { return attempts_; }
+  int64_t accepted() const { return accepted_; }
+  bool converged() const { return converged_; }
+  fb::SearchCheckpointT Checkpoint() const;
+
+  // Every recipe the search would consider for `op` in the incumbent's
+  // context, priced with the full evaluation (--explain=OP): the plan's
+  // total cycles and peak bytes with that recipe for `op`.
+  struct Alternative {
+    Recipe recipe;
+    int64_t total_cycles = 0;
+    int64_t op_cycles = 0;
+    int64_t peak_bytes = 0;
+    bool feasible = true;
+    bool chosen = false;
+  };
+  StatusOr<std::vector<Alternative>> Alternatives(int op) const;
+
+ private:
+  StatusOr<std::vector<Proposal>> MakeOffers(uint64_t offer_seed);
+  StatusOr<Plan> Apply(const Proposal& proposal) const;
+  void Record(fb::DecisionT decision);
+  std::string Describe(const Proposal& proposal) const;
+  StatusOr<bool> Repair();
+  std::vector<Recipe> AllRecipes(int op, const Plan& plan,
+                                 const Evaluation& eval) const;
+
+  const Graph& graph_;
+  const Coster& coster_;
+  SearchOptions options_;
+  std::vector<std::vector<Recipe>> candidates_;  // by op
+  Plan incumbent_;
+  Evaluation eval_;
+  std::vector<fb::DecisionT> decisions_;
+  int64_t attempts_ = 0;
+  int64_t accepted_ = 0;
+  bool converged_ = false;
+  std::mt19937_64 rng_;
+  std::vector<uint64_t> visited_list_;
+  std::unordered_set<uint64_t> visited_;
+};
+
+}  // namespace tilec::plan
+
+#endif  // TILEC_PASSES_PLAN_SEARCH_H_
