@@ -477,12 +477,13 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed) {
     if (options_.pinned.count(op)) continue;
     std::vector<Proposal> pool;
     std::set<std::string> keys;
+    // Every op a proposal names changes (a joint proposal that would leave
+    // one op as it is, is that other op's single proposal).
     auto add = [&](Proposal p) {
-      bool changes = false;
       for (const auto& [o, r] : p.changes) {
-        changes = changes || !(r == incumbent_.recipes[o]);
+        if (r == incumbent_.recipes[o]) return;
       }
-      if (changes && keys.insert(p.Key()).second) pool.push_back(std::move(p));
+      if (keys.insert(p.Key()).second) pool.push_back(std::move(p));
     };
     // Followers: elementwise consumers (transitively) that share this op's
     // result ownership; "carry" proposals move them along with it.

@@ -100,6 +100,13 @@ class Search {
   };
   StatusOr<std::vector<Alternative>> Alternatives(int op) const;
 
+  // The proposals offered for the incumbent when the offer RNG is seeded
+  // with `offer_seed`: for each op (in a seeded order) K of its best 2K
+  // single, carry and joint proposals. Exposed for tests.
+  StatusOr<std::vector<Proposal>> Offers(uint64_t offer_seed) {
+    return MakeOffers(offer_seed);
+  }
+
  private:
   StatusOr<std::vector<Proposal>> MakeOffers(uint64_t offer_seed);
   StatusOr<Plan> Apply(const Proposal& proposal) const;

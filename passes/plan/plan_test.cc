@@ -1,0 +1,648 @@
+// Costs of known recipes worked out by hand from MACHINE.md's formulas,
+// memory accounting, infeasibility, candidates, joint proposals, and the
+// search's checkpoint / resume / refusal behaviour.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "formats/ir.h"
+#include "formats/print.h"
+#include "passes/core/ownership.h"
+#include "passes/import/model_builder.h"
+#include "passes/plan/cost.h"
+#include "passes/plan/graph.h"
+#include "passes/plan/plan.h"
+#include "passes/plan/planner.h"
+#include "passes/plan/search.h"
+
+namespace tilec::plan {
+namespace {
+
+using passes::BlockedOwnership;
+using passes::FlatOwnership;
+
+fb::ModuleT Model(const std::string& target, const std::string& preset,
+                  passes::ModelOverrides overrides = {},
+                  const std::string& part = "mlp-block") {
+  fb::ModuleT m;
+  m.target = std::make_unique<fb::TargetT>();
+  EXPECT_TRUE(ir::LoadTarget(target, m.target.get()).ok());
+  EXPECT_EQ(passes::BuildModel(preset, part, overrides, &m), "");
+  return m;
+}
+
+// vit-b16 shrunk to [10, 48] x [48, 96] on the 16-tile target.
+fb::ModuleT Small() {
+  passes::ModelOverrides o;
+  o.tokens = 10;
+  o.width = 48;
+  o.mlp_width = 96;
+  o.heads = 3;
+  return Model("tiny", "vit-b16-224", o);
+}
+
+fb::ModuleT Siglip(const std::string& target = "ipu21") {
+  return Model(target, "siglip-so400m-384");
+}
+
+Recipe R(const std::string& text) {
+  StatusOr<Recipe> r = ParseRecipe(text);
+  EXPECT_TRUE(r.ok()) << text << ": " << r.status().message();
+  return r.ok() ? *r : Recipe();
+}
+
+struct Fixture {
+  explicit Fixture(fb::ModuleT m, PriceOptions options = {})
+      : module(std::move(m)),
+        graph(*Graph::Build(module)),
+        coster(*Coster::Create(*module.target, options)) {}
+  fb::ModuleT module;
+  Graph graph;
+  Coster coster;
+};
+
+// A one-GEMM module: x [8,64] (input) x w [64,64] (weight) -> y (output).
+fb::ModuleT OneGemm() {
+  fb::ModuleT m;
+  m.target = std::make_unique<fb::TargetT>();
+  EXPECT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
+  auto value = [&](uint32_t id, const char* name, std::vector<int64_t> shape,
+                   fb::ValueRole role) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->id = id;
+    v->name = name;
+    v->shape = shape;
+    v->dtype = fb::DType::F16;
+    v->role = role;
+    m.values.push_back(std::move(v));
+  };
+  value(0, "x", {8, 64}, fb::ValueRole::Input);
+  value(1, "w", {64, 64}, fb::ValueRole::Weight);
+  value(2, "y", {8, 64}, fb::ValueRole::Output);
+  auto op = std::make_unique<fb::OperationT>();
+  op->id = 0;
+  op->kind = fb::OpKind::MatMul;
+  op->name = "gemm";
+  op->operands = {0, 1};
+  op->results = {2};
+  m.ops.push_back(std::move(op));
+  return m;
+}
+
+// ---------------------------------------------------------------- costs
+
+TEST(PlanCostTest, ElementwiseAndRowWiseMatchMachineMd) {
+  Fixture f(Siglip());
+  // GELU on flat 4-element grains over 1472 tiles: 729*4304/4 = 784,404
+  // grains, 533 on the first tiles = 2132 elements:
+  // 300 + 366 * ceil(2132/96) = 300 + 366 * 23 = 8718.
+  StatusOr<OpCost> gelu =
+      f.coster.PriceOp(f.graph, 3, R("elementwise flat(grain=4, tiles=1472)"),
+                       nullptr);
+  ASSERT_TRUE(gelu.ok()) << gelu.status().message();
+  EXPECT_EQ(gelu->compute, 8718);
+  EXPECT_EQ(gelu->exchange, 0);
+  // Bias add on 729 x 2 row/channel groups: one row of 2152:
+  // 200 + ceil(2152/4) * 4 = 2352.
+  StatusOr<OpCost> bias =
+      f.coster.PriceOp(f.graph, 2, R("elementwise blocked(729x2)"), nullptr);
+  ASSERT_TRUE(bias.ok());
+  EXPECT_EQ(bias->compute, 2352);
+  // Bias add on flat grains: a 2132-element range crosses a row boundary at
+  // most once, so up to two calls: the slowest tile pays two bases.
+  StatusOr<OpCost> flat_bias = f.coster.PriceOp(
+      f.graph, 2, R("elementwise flat(grain=4, tiles=1472)"), nullptr);
+  ASSERT_TRUE(flat_bias.ok());
+  EXPECT_EQ(flat_bias->compute, 2 * 200 + 2132);
+  // LayerNorm, one complete row of 1152 per tile:
+  // 300 + 1 * (48 + 11 * 576) = 6684.
+  StatusOr<OpCost> ln =
+      f.coster.PriceOp(f.graph, 0, R("rowwise blocked(729x1)"), nullptr);
+  ASSERT_TRUE(ln.ok());
+  EXPECT_EQ(ln->compute, 6684);
+}
+
+TEST(PlanCostTest, FusedBiasGeluIsTheMeasuredKernel) {
+  // MACHINE.md: bias add + GELU fused, 1 x 2152: 8,550 measured.
+  fb::ModuleT m = Siglip();
+  fb::OperationT& bias = *m.ops[2];
+  bias.kind = fb::OpKind::Fused;
+  auto step = [](fb::FusedStepKind kind, int operand) {
+    auto s = std::make_unique<fb::FusedStepT>();
+    s->kind = kind;
+    s->operand = operand;
+    return s;
+  };
+  bias.body.push_back(step(fb::FusedStepKind::BiasAdd, 1));
+  bias.body.push_back(step(fb::FusedStepKind::Gelu, -1));
+  Fixture f(std::move(m));
+  StatusOr<OpCost> fused =
+      f.coster.PriceOp(f.graph, 2, R("elementwise blocked(729x2)"), nullptr);
+  ASSERT_TRUE(fused.ok()) << fused.status().message();
+  EXPECT_EQ(fused->compute, 8550);
+  EXPECT_EQ(f.graph.op(2).slots[1], SlotRole::kVector);
+}
+
+TEST(PlanCostTest, KSplitGemmByHand) {
+  Fixture f(OneGemm());
+  // m=2 k=2 n=2 on tiles 0..7, A already where the grid needs it.
+  const Recipe r = R("gemm m=2 k=2 n=2 staging=complete");
+  const fb::OwnershipT staged = f.coster.StagedOwnership(r);
+  EXPECT_EQ(passes::FormatOwnership(staged), "blocked(2x2, rep=2, order=0,2,1)");
+  StatusOr<OpCost> c = f.coster.PriceOp(f.graph, 0, r, &staged);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  // Block 4 x 32 x 32, F16: 294 + ceil(32/16) * ceil(32/16) * (4*4 + 160)
+  // = 294 + 4 * 176 = 998.
+  const int64_t gemm = 998;
+  // Each tile reduces 4 rows x 64/(2*2) = 16 columns = 64 elements from
+  // P = 2 partials: 282 + 6 * ceil(64/48) * (11 + 2) = 438; its own
+  // partial's columns are copied (256 B): 288 + 256/8 = 320.
+  const int64_t reduce = 438, seed = 320;
+  // The other partial arrives: 256 B received and 256 B sent per tile,
+  // 2 fragments: 600 + max(64, 64, 4) = 664.
+  const int64_t phase = 664;
+  EXPECT_EQ(c->compute, gemm + reduce + seed);
+  EXPECT_EQ(c->exchange, phase);
+  EXPECT_EQ(c->phases, 1);
+  // Scratch: F32 partials 4*32*4 = 512 B plus the reduction's 2 * 64 * 4
+  // = 512 B; no staging buffer (A is in place).
+  EXPECT_EQ(c->max_scratch, 1024);
+
+  // Streamed in 16-row chunks: two accumulating calls of K = 16, each
+  // 294 + 1 * 2 * 176 = 646.
+  StatusOr<OpCost> s = f.coster.PriceOp(
+      f.graph, 0, R("gemm m=2 k=2 n=2 staging=streamed chunk_k=16"), &staged);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->compute, 2 * 646 + reduce + seed);
+  // Batched(2) of 16-row chunks is one call again.
+  StatusOr<OpCost> b = f.coster.PriceOp(
+      f.graph, 0, R("gemm m=2 k=2 n=2 staging=batched(2) chunk_k=16"), &staged);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->compute, gemm + reduce + seed);
+}
+
+TEST(PlanCostTest, StagingPhasesFollowTheExchangeFormula) {
+  Fixture f(OneGemm());
+  const fb::OwnershipT rows = BlockedOwnership({8, 1});
+  const std::vector<int64_t> shape = {8, 64};
+  const Recipe complete = R("gemm m=2 k=2 n=2 staging=complete");
+  const passes::TransferCost t = passes::EstimateTransferCost(
+      rows, f.coster.StagedOwnership(complete), shape, 2, f.coster.target());
+  ASSERT_GT(t.transfers, 0);
+  const fb::OwnershipT staged = f.coster.StagedOwnership(complete);
+  StatusOr<OpCost> in_place = f.coster.PriceOp(f.graph, 0, complete, &staged);
+  StatusOr<OpCost> c = f.coster.PriceOp(f.graph, 0, complete, &rows);
+  ASSERT_TRUE(c.ok() && in_place.ok());
+  EXPECT_EQ(c->exchange - in_place->exchange, t.phase_cycles);
+  EXPECT_EQ(c->phases, 2);
+  // Streamed, 2 chunks: two phases, each with half of every tile's bytes.
+  const Recipe streamed = R("gemm m=2 k=2 n=2 staging=streamed chunk_k=16");
+  StatusOr<OpCost> s = f.coster.PriceOp(f.graph, 0, streamed, &rows);
+  ASSERT_TRUE(s.ok());
+  auto ceil4 = [](int64_t bytes) { return (bytes + 3) / 4; };
+  const int64_t per_phase =
+      600 + std::max({ceil4((t.max_bytes_sent + 1) / 2),
+                      ceil4((t.max_bytes_received + 1) / 2),
+                      2 * t.max_fragments});
+  EXPECT_EQ(s->exchange - in_place->exchange, 2 * per_phase);
+  EXPECT_EQ(s->phases, 3);
+}
+
+TEST(PlanCostTest, FitsMachineMdOnTheUpProjection) {
+  // MACHINE.md: up-projection GEMM on one tile, FP8, M82 K192 N160: 29,508.
+  PriceOptions fp8;
+  fp8.gemm_dtype = fb::DType::FP8E4M3;
+  Fixture f(Siglip(), fp8);
+  EXPECT_EQ(f.coster.KGranule(fb::DType::FP8E4M3), 32);
+  EXPECT_EQ(f.coster.KGranule(fb::DType::F16), 16);
+  const Recipe r = R("gemm m=9 k=6 n=27 staging=complete");
+  const fb::OwnershipT staged = f.coster.StagedOwnership(r);
+  StatusOr<OpCost> c = f.coster.PriceOp(f.graph, 1, r, &staged);
+  ASSERT_TRUE(c.ok());
+  // Block 81 x 192 x 160: 294 + 6 * 10 * (4*81 + 160) = 29,334 (one row
+  // less than the measured M82). The GEMM's own detail names it.
+  EXPECT_NE(c->detail.find("gemm 1x(81x192x160)=29334"), std::string::npos)
+      << c->detail;
+  // The weight is resident in FP8 (1 byte), the input stays F16.
+  EXPECT_EQ(f.coster.StoredBytes(f.graph, 4), 1);
+  EXPECT_EQ(f.coster.StoredBytes(f.graph, 3), 2);
+}
+
+// ---------------------------------------------------------------- memory
+
+TEST(PlanMemoryTest, PeakAddsResidentLiveAndScratch) {
+  Fixture f(OneGemm());
+  Plan plan;
+  plan.recipes = {R("gemm m=2 k=2 n=2 staging=complete")};
+  StatusOr<Evaluation> e = Evaluate(f.graph, f.coster, plan, EvalMode::kFull);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  // Tile 0: x placed as the GEMM needs it, 4 x 32 F16 = 256 B; the weight
+  // block 32 x 32 F16 = 2048 B; y's block 4 x 16 F16 = 128 B; scratch
+  // 1024 B (partials + reduction).
+  EXPECT_EQ(e->peak_bytes, 256 + 2048 + 128 + 1024);
+  EXPECT_EQ(e->peak_tile, 0);
+  EXPECT_TRUE(e->feasible());
+  EXPECT_EQ(e->capacity, 65536 - 8192);
+  ASSERT_FALSE(e->peak_items.empty());
+  EXPECT_EQ(e->peak_items[0].what, "%1 w (resident)");
+  EXPECT_EQ(e->peak_items[0].bytes, 2048);
+  EXPECT_EQ(passes::FormatOwnership(e->owners[0]),
+            "blocked(2x2, rep=2, order=0,2,1)");
+  EXPECT_EQ(passes::FormatOwnership(e->owners[1]),
+            "blocked(2x2, rep=2, order=2,1,0)");
+}
+
+TEST(PlanMemoryTest, SiglipDoesNotFitTheTinyTarget) {
+  Fixture f(Siglip("tiny"));
+  Search search(f.graph, f.coster, {});
+  const Status s = search.Initialize();
+  ASSERT_EQ(s.code(), StatusCode::kInfeasible) << s.message();
+  EXPECT_NE(s.message().find("no plan fits tile memory (the weights alone "
+                             "need at least"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("B vs capacity 57344 B"), std::string::npos);
+  EXPECT_NE(s.message().find("(resident)"), std::string::npos);
+}
+
+TEST(PlanMemoryTest, RedistributionsAreExplicitAndPriced) {
+  Fixture f(Siglip());
+  Plan plan;
+  plan.recipes = {R("rowwise blocked(729x1)"),
+                  R("gemm m=9 k=6 n=27 staging=complete"),
+                  R("elementwise blocked(729x2)"),
+                  R("elementwise flat(grain=4, tiles=1472)"),
+                  R("gemm m=6 k=27 n=9 staging=complete"),
+                  R("elementwise blocked(6x243)"),
+                  R("elementwise blocked(6x243)")};
+  StatusOr<Evaluation> e = Evaluate(f.graph, f.coster, plan, EvalMode::kFull);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  // GEMM out -> bias (blocked(9x162) -> blocked(729x2)), bias -> GELU
+  // (-> flat), x -> residual (blocked(729x1) -> blocked(6x243)).
+  ASSERT_EQ(e->redistributions.size(), 3u);
+  int64_t sum = 0;
+  for (const OpCost& c : e->ops) sum += c.Cycles();
+  for (const Redistribution& r : e->redistributions) {
+    EXPECT_GT(r.Cycles(), 600);
+    sum += r.Cycles();
+  }
+  EXPECT_EQ(e->total_cycles, sum);
+  fb::ModuleT out = f.module;
+  StatusOr<std::vector<uint32_t>> inserted =
+      WritePlan(f.graph, f.coster, plan, *e, "", &out);
+  ASSERT_TRUE(inserted.ok());
+  EXPECT_EQ(*inserted, (std::vector<uint32_t>{7, 8, 9}));
+  EXPECT_EQ(out.ops.size(), 10u);
+  EXPECT_EQ(out.ops[2]->kind, fb::OpKind::Redistribute);
+  EXPECT_EQ(out.ops[3]->operands[0], out.ops[2]->results[0]);
+  EXPECT_TRUE(ir::VerifyModule(out).ok());
+}
+
+// ---------------------------------------------------------------- candidates
+
+TEST(PlanCandidatesTest, EveryGemmGetsAllThreeStagings) {
+  for (const char* dtype : {"", "fp8"}) {
+    PriceOptions options;
+    if (*dtype) options.gemm_dtype = fb::DType::FP8E4M3;
+    Fixture f(Siglip(), options);
+    for (int op : {1, 4}) {
+      std::set<fb::Staging> stagings;
+      const std::vector<Recipe> list = Candidates(f.graph, f.coster, op);
+      ASSERT_FALSE(list.empty());
+      const int granule = *dtype ? 32 : 16;
+      for (const Recipe& r : list) {
+        stagings.insert(r.staging);
+        EXPECT_EQ(f.coster.CheckRecipe(f.graph, op, r), "") << r.Text();
+        if (r.staging != fb::Staging::Complete) {
+          EXPECT_EQ(r.chunk_k % granule, 0) << r.Text();
+        }
+      }
+      EXPECT_EQ(stagings.size(), 3u) << "op " << op << " " << dtype;
+    }
+  }
+  Fixture small(Small());
+  for (int op : {1, 4}) {
+    std::set<fb::Staging> stagings;
+    for (const Recipe& r : Candidates(small.graph, small.coster, op)) {
+      stagings.insert(r.staging);
+    }
+    EXPECT_EQ(stagings.size(), 3u);
+  }
+}
+
+TEST(PlanCandidatesTest, RecipeTextRoundTrips) {
+  for (const char* text :
+       {"gemm m=9 k=6 n=27 staging=complete",
+        "gemm m=9 k=6 n=27 staging=streamed chunk_k=32",
+        "gemm m=6 k=27 n=9 staging=batched(4) chunk_k=32 first=3",
+        "elementwise blocked(729x2)", "elementwise flat(grain=4, tiles=1472)",
+        "rowwise blocked(729x1)", "copy blocked(9x6, rep=27, order=0,2,1)"}) {
+    EXPECT_EQ(R(text).Text(), text);
+  }
+  for (const char* bad :
+       {"gemm m=9 k=6", "gemm m=9 k=6 n=27 staging=fast",
+        "gemm m=9 k=6 n=27 staging=streamed", "gemm m=0 k=6 n=27 staging=complete",
+        "tiled blocked(2x2)", "elementwise blocked(2x)"}) {
+    EXPECT_FALSE(ParseRecipe(bad).ok()) << bad;
+  }
+}
+
+// ---------------------------------------------------------------- search
+
+// Restores a hand-made incumbent so that a search starts from it.
+fb::SearchCheckpointT StartFrom(const Fixture& f, const Plan& plan) {
+  SearchOptions options;
+  Search scratch(f.graph, f.coster, options);
+  EXPECT_TRUE(scratch.Initialize().ok());
+  fb::SearchCheckpointT c = scratch.Checkpoint();
+  StatusOr<Evaluation> e = Evaluate(f.graph, f.coster, plan, EvalMode::kFull);
+  EXPECT_TRUE(e.ok());
+  c.best_cycles = e->total_cycles;
+  for (size_t op = 0; op < c.ops.size(); ++op) {
+    *c.ops[op]->recipe = RecipeToFb(plan.recipes[op], f.graph, op);
+  }
+  c.values.clear();
+  c.visited.clear();
+  c.attempts = c.accepted = 0;
+  return c;
+}
+
+TEST(PlanSearchTest, JointProposalRemovesTheBiasGeluRedistribution) {
+  Fixture f(Small());
+  Plan plan;
+  plan.recipes = {R("rowwise blocked(10x1)"),
+                  R("gemm m=2 k=1 n=8 staging=complete"),
+                  R("elementwise blocked(2x8)"),
+                  R("elementwise flat(grain=4, tiles=16)"),
+                  R("gemm m=5 k=1 n=3 staging=complete"),
+                  R("elementwise blocked(5x3)"),
+                  R("elementwise blocked(5x3)")};
+  SearchOptions options;
+  options.attempts = 200;
+  options.proposals_per_op = 16;
+  Search search(f.graph, f.coster, options);
+  ASSERT_TRUE(search.Restore(StartFrom(f, plan), {}).ok());
+  const int64_t before = search.evaluation().total_cycles;
+  ASSERT_TRUE(search.Run().ok());
+  EXPECT_LT(search.evaluation().total_cycles, before);
+  // Bias add and GELU end with one ownership: nothing moves between them.
+  EXPECT_TRUE(passes::SameOwnership(search.incumbent().recipes[2].layout,
+                                    search.incumbent().recipes[3].layout));
+  for (const Redistribution& r : search.evaluation().redistributions) {
+    EXPECT_NE(r.before_op, 3) << "a redistribution feeds the GELU";
+  }
+  int accepted = 0, rejected_with_numbers = 0;
+  for (const fb::DecisionT& d : search.decisions()) {
+    accepted += d.outcome == fb::Outcome::Accepted;
+    if (d.outcome == fb::Outcome::Rejected &&
+        d.reason == "rejected by cost: before " +
+                        std::to_string(d.cycles_before) + ", after " +
+                        std::to_string(d.cycles_after)) {
+      ++rejected_with_numbers;
+    }
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(rejected_with_numbers, 0);
+
+  // From the starting plan, the offers include joint proposals that give
+  // the bias add and the GELU one new layout together.
+  Search fresh(f.graph, f.coster, options);
+  ASSERT_TRUE(fresh.Restore(StartFrom(f, plan), {}).ok());
+  StatusOr<std::vector<Proposal>> offers = fresh.Offers(7);
+  ASSERT_TRUE(offers.ok());
+  int joint = 0;
+  for (const Proposal& p : *offers) {
+    if (p.kind != "joint") continue;
+    ASSERT_EQ(p.changes.size(), 2u);
+    EXPECT_TRUE(passes::SameOwnership(p.changes[0].second.layout,
+                                      p.changes[1].second.layout));
+    for (const auto& [op, recipe] : p.changes) {
+      EXPECT_FALSE(recipe == plan.recipes[op]) << "a joint change moves both";
+    }
+    joint += p.changes[0].first == 2 && p.changes[1].first == 3;
+  }
+  EXPECT_GT(joint, 0);
+}
+
+TEST(PlanSearchTest, AcceptsOnlyFeasibleImprovements) {
+  Fixture f(Small());
+  SearchOptions options;
+  options.attempts = 100;
+  Search search(f.graph, f.coster, options);
+  ASSERT_TRUE(search.Initialize().ok());
+  ASSERT_TRUE(search.Run().ok());
+  for (const fb::DecisionT& d : search.decisions()) {
+    if (d.outcome == fb::Outcome::Accepted) {
+      EXPECT_LT(d.cycles_after, d.cycles_before) << ir::DecisionText(d);
+      EXPECT_LE(d.bytes_after, 57344);
+    }
+  }
+  EXPECT_TRUE(search.evaluation().feasible());
+}
+
+TEST(PlanSearchTest, CheckpointRoundTrips) {
+  Fixture f(Small());
+  SearchOptions options;
+  options.attempts = 10;
+  Search a(f.graph, f.coster, options);
+  ASSERT_TRUE(a.Initialize().ok());
+  ASSERT_TRUE(a.Run().ok());
+  fb::ModuleT saved = f.module;
+  saved.checkpoint = std::make_unique<fb::SearchCheckpointT>(a.Checkpoint());
+  std::string bytes;
+  ASSERT_TRUE(ir::SerializeModule(saved, "test", &bytes).ok());
+  fb::ModuleT read;
+  ASSERT_TRUE(ir::ParseModule(bytes, "checkpoint", &read).ok());
+  Search b(f.graph, f.coster, options);
+  ASSERT_TRUE(b.Restore(*read.checkpoint, a.decisions()).ok());
+  EXPECT_EQ(b.incumbent().Hash(), a.incumbent().Hash());
+  EXPECT_EQ(b.evaluation().total_cycles, a.evaluation().total_cycles);
+  const fb::SearchCheckpointT ca = a.Checkpoint(), cb = b.Checkpoint();
+  EXPECT_EQ(cb.attempts, ca.attempts);
+  EXPECT_EQ(cb.accepted, ca.accepted);
+  EXPECT_EQ(cb.visited, ca.visited);
+  EXPECT_EQ(cb.rng_state, ca.rng_state);
+  EXPECT_EQ(cb.schema_version, kCheckpointVersion);
+}
+
+// ---------------------------------------------------------------- planner
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+void WriteInput(const fb::ModuleT& m, const std::string& path) {
+  ASSERT_TRUE(ir::WriteModule(m, "test", path).ok());
+}
+
+std::string PlanToBytes(PlannerOptions options, const std::string& input) {
+  fb::ModuleT m;
+  EXPECT_TRUE(ir::ReadModule(input, &m).ok());
+  const Status s = PlanOwnership(options, &m);
+  EXPECT_TRUE(s.ok()) << s.message();
+  std::string bytes;
+  EXPECT_TRUE(ir::SerializeModule(m, "plan-ownership", &bytes).ok());
+  return bytes;
+}
+
+TEST(PlannerTest, ResumeEqualsOneRun) {
+  const std::string input = TempPath("small.tilec");
+  WriteInput(Small(), input);
+  PlannerOptions whole;
+  whole.attempts = 40;
+  const std::string one_run = PlanToBytes(whole, input);
+
+  PlannerOptions first = whole;
+  first.attempts = 15;
+  first.checkpoint_path = TempPath("ck.tilec");
+  first.checkpoint_every = 4;
+  const std::string fifteen = PlanToBytes(first, input);
+  PlannerOptions rest;
+  rest.attempts = 25;
+  rest.resume_path = first.checkpoint_path;
+  EXPECT_EQ(PlanToBytes(rest, input), one_run);
+  // Zero additional optimization reproduces the saved incumbent exactly.
+  PlannerOptions zero;
+  zero.attempts = 0;
+  zero.resume_path = first.checkpoint_path;
+  EXPECT_EQ(PlanToBytes(zero, input), fifteen);
+  // And the split search did accept something, so this tested a path.
+  EXPECT_NE(one_run, fifteen);
+}
+
+TEST(PlannerTest, RefusesCheckpointsOfOtherGraphsAndVersions) {
+  const std::string input = TempPath("small2.tilec");
+  WriteInput(Small(), input);
+  PlannerOptions first;
+  first.attempts = 3;
+  first.checkpoint_path = TempPath("ck2.tilec");
+  PlanToBytes(first, input);
+
+  passes::ModelOverrides o;
+  o.tokens = 10;
+  o.width = 48;
+  o.mlp_width = 64;
+  o.heads = 3;
+  fb::ModuleT other = Model("tiny", "vit-b16-224", o);
+  PlannerOptions resume;
+  resume.resume_path = first.checkpoint_path;
+  Status s = PlanOwnership(resume, &other);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("its graph does not match the input"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("f16[48,64]"), std::string::npos) << s.message();
+
+  // A different seed than the checkpoint's is refused by name.
+  fb::ModuleT same = Small();
+  resume.seed = 9;
+  s = PlanOwnership(resume, &same);
+  EXPECT_NE(s.message().find("--seed=9 differs from the checkpoint's --seed=1"),
+            std::string::npos)
+      << s.message();
+
+  for (uint32_t version : {0u, kCheckpointVersion + 1}) {
+    fb::ModuleT ck;
+    ASSERT_TRUE(ir::ReadModule(first.checkpoint_path, &ck).ok());
+    ck.checkpoint->schema_version = version;
+    const std::string path = TempPath("ck-v" + std::to_string(version) + ".tilec");
+    ASSERT_TRUE(ir::WriteModule(ck, "test", path).ok());
+    fb::ModuleT m = Small();
+    PlannerOptions r;
+    r.resume_path = path;
+    s = PlanOwnership(r, &m);
+    EXPECT_EQ(s.code(), StatusCode::kBadInput);
+    EXPECT_NE(s.message().find("version " + std::to_string(version)),
+              std::string::npos)
+        << s.message();
+  }
+}
+
+TEST(PlannerTest, MaxDecisionsStopsApplyingChanges) {
+  const std::string input = TempPath("small3.tilec");
+  WriteInput(Small(), input);
+  PlannerOptions options;
+  options.attempts = 40;
+  options.max_decisions = 1;
+  fb::ModuleT m;
+  ASSERT_TRUE(ir::ReadModule(input, &m).ok());
+  ASSERT_TRUE(PlanOwnership(options, &m).ok());
+  int accepted = 0, held_back = 0;
+  for (const auto& d : m.log.back()->decisions) {
+    accepted += d->outcome == fb::Outcome::Accepted;
+    held_back += d->reason.rfind("not applied: --max-decisions=1", 0) == 0;
+  }
+  EXPECT_EQ(accepted, 1);
+  EXPECT_GT(held_back, 0);
+}
+
+TEST(PlannerTest, RecipeFilesPinOpsAndReportBadLines) {
+  Fixture f(Siglip());
+  StatusOr<std::map<int, Recipe>> ok = ParseRecipeFile(
+      "# the trace's plan\n"
+      "op 1: gemm m=9 k=6 n=27 staging=complete\n"
+      "\n"
+      "op 2: elementwise blocked(729x2)   # bias\n"
+      "op 3: elementwise flat(grain=4, tiles=1472)\n",
+      "trace.recipe", f.graph, f.coster);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->size(), 3u);
+  EXPECT_EQ(ok->at(1).Text(), "gemm m=9 k=6 n=27 staging=complete");
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"op 1: gemm m=9 k=6\n", "r:1: gemm needs"},
+           {"\nop 99: elementwise blocked(1x1)\n", "r:2: the graph has no op 99"},
+           {"op 2: gemm m=1 k=1 n=1 staging=complete\n",
+            "r:1: op 2 (l0.mlp.up_bias) is a bias_add and needs a elementwise"},
+           {"op 2: elementwise blocked(729x2x1)\n", "r:1: blocked(729x2x1) has 3"},
+           {"op 1: gemm m=9 k=6 n=28 staging=complete\n",
+            "r:1: gemm grid of 1512 tiles"},
+           {"op 1: gemm m=9 k=6 n=27 staging=streamed chunk_k=20\n",
+            "multiple of the kernel's K granule 16"},
+           {"op 3: elementwise flat(grain=4)\n", "flat needs tiles="},
+           {"op 3 elementwise flat(grain=4, tiles=4)\n", "expected ':'"},
+           {"op 3: elementwise blocked(729x2)\nop 3: elementwise blocked(729x2)\n",
+            "r:2: op 3 is pinned twice"},
+           {"layer 3: x\n", "expected 'op ID: RECIPE'"}}) {
+    StatusOr<std::map<int, Recipe>> bad =
+        ParseRecipeFile(c.text, "r", f.graph, f.coster);
+    ASSERT_FALSE(bad.ok()) << c.text;
+    EXPECT_EQ(bad.status().code(), StatusCode::kBadInput);
+    EXPECT_NE(bad.status().message().find(c.message), std::string::npos)
+        << bad.status().message();
+  }
+}
+
+TEST(PlannerTest, AttentionHasNoRecipeYet) {
+  passes::ModelOverrides o;
+  o.tokens = 10;
+  o.width = 48;
+  o.mlp_width = 96;
+  o.heads = 3;
+  fb::ModuleT m = Model("tiny", "vit-b16-224", o, "layer");
+  const Status s = PlanOwnership({}, &m);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+  EXPECT_NE(s.message().find("op 3 (l0.attn.scores): attention_scores has no "
+                             "recipe yet"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(PlannerTest, DeterministicAcrossRuns) {
+  const std::string input = TempPath("small4.tilec");
+  WriteInput(Small(), input);
+  PlannerOptions options;
+  options.attempts = 30;
+  options.seed = 5;
+  EXPECT_EQ(PlanToBytes(options, input), PlanToBytes(options, input));
+}
+
+}  // namespace
+}  // namespace tilec::plan
