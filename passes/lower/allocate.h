@@ -1,0 +1,83 @@
+// Per-tile memory allocation for emit-device: every buffer gets an 8-byte
+// aligned offset in the tile's tensor memory such that buffers whose
+// lifetimes overlap do not overlap in memory (dead buffers are reused),
+// buffers that must be in interleaved memory are, and pairs that must not
+// (hard) or should not (soft) share a memory element do not. Soft pairs are
+// dropped one buffer at a time when nothing else fits, and reported.
+//
+// The strategy is first fit in lifetime order: buffers sorted by the slot
+// where they become live (then larger first), each placed at the lowest
+// offset that satisfies every rule against the buffers already placed.
+// Resident and host-written buffers start before the program and so are
+// placed first, at the bottom of memory.
+
+#ifndef TILEC_PASSES_LOWER_ALLOCATE_H_
+#define TILEC_PASSES_LOWER_ALLOCATE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/tilec_generated.h"
+
+namespace tilec::lower {
+
+// The target's memory layout (MACHINE.md, "memory elements").
+struct MemoryMap {
+  int64_t capacity = 0;      // tensor bytes per tile
+  int64_t standard_end = 0;  // interleaved memory starts here
+  int64_t element_bytes = 1;
+  int64_t interleaved_element_bytes = 1;
+  int64_t standard_elements = 0;
+  int64_t alignment = 8;
+
+  static MemoryMap FromTarget(const fb::TargetT& target);
+  // Memory element holding byte `addr`, numbered as the simulator does.
+  int64_t ElementOf(int64_t addr) const;
+  // First byte of element `element`.
+  int64_t ElementStart(int64_t element) const;
+  int64_t AlignUp(int64_t bytes) const {
+    return (bytes + alignment - 1) / alignment * alignment;
+  }
+};
+
+struct AllocBuffer {
+  int id = 0;           // the caller's buffer id
+  int64_t bytes = 0;
+  int64_t start = 0;    // first and last slot of its lifetime, inclusive
+  int64_t end = 0;
+  bool interleaved = false;
+};
+
+struct AllocRule {
+  int a = 0;  // buffer ids
+  int b = 0;
+  bool hard = false;
+};
+
+struct AllocResult {
+  std::vector<int64_t> offsets;   // per input buffer, in input order
+  std::vector<int> soft_dropped;  // indices of soft rules not honoured
+  int64_t peak = 0;               // highest buffer end
+};
+
+struct AllocFailure {
+  int buffer = -1;             // the id that did not fit
+  int64_t bytes = 0;           // its aligned size
+  bool interleaved = false;
+  int64_t slot = 0;            // where it becomes live
+  std::vector<int> live;       // ids of the buffers live there
+  int64_t live_bytes = 0;
+  int64_t region_bytes = 0;    // bytes of the region it may use
+  int64_t largest_gap = 0;     // largest free gap in that region
+};
+
+// Allocates one tile. `rules` may name ids not in `buffers` (ignored).
+// Returns false and fills `failure` when some buffer does not fit.
+bool AllocateTile(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
+                  const std::vector<AllocRule>& rules, AllocResult* result,
+                  AllocFailure* failure);
+
+}  // namespace tilec::lower
+
+#endif  // TILEC_PASSES_LOWER_ALLOCATE_H_

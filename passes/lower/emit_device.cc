@@ -1,0 +1,748 @@
+#include "passes/lower/emit_device.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "formats/print.h"
+#include "kernels/cost.h"
+#include "kernels/kernels.h"
+#include "kernels/registry.h"
+#include "passes/lower/allocate.h"
+#include "passes/lower/decision_log.h"
+#include "passes/lower/lowering.h"
+#include "passes/lower/program.h"
+
+namespace tilec::lower {
+namespace {
+
+constexpr int64_t kForever = std::numeric_limits<int64_t>::max() / 4;
+
+std::string OpText(const fb::OperationT& op) {
+  return "(" + std::to_string(op.id) + ") " + op.name;
+}
+
+bool IsBinaryKernel(const std::string& kernel) {
+  return kernel == "add" || kernel == "bias_add" || kernel == "bias_gelu" ||
+         kernel == "residual_moments";
+}
+
+// One lowered op and where its phases went.
+struct OpWork {
+  const fb::OperationT* op = nullptr;
+  OpProgram program;
+  std::vector<std::vector<int64_t>> call_cycles;  // per phase, per call
+  std::vector<int64_t> alone;                     // per phase, own superstep
+  std::vector<int> step;                          // per phase
+};
+
+// What a superstep holds so far, for pricing a merge.
+struct StepLoad {
+  std::vector<int64_t> compute;  // per tile
+  std::vector<int64_t> sent, received, fragments;
+  bool has_compute = false;
+  bool has_exchange = false;
+};
+
+class Emitter {
+ public:
+  Emitter(fb::ModuleT* module, const EmitOptions& options,
+          const kernels::CostModel& model)
+      : module_(*module), options_(options), model_(model),
+        lowering_(*module, model, LoweringOptions{options.alias_in_place, false}),
+        log_(options.max_decisions) {
+    tiles_ = module->target->tiles;
+    map_ = MemoryMap::FromTarget(*module->target);
+  }
+
+  Status Run(EmitSummary* summary);
+
+ private:
+  Status LowerAll();
+  // Places every op's phases; `share` lets ops share supersteps. Decisions
+  // are collected in `events` (applied through the log afterwards).
+  struct ShareEvent {
+    uint32_t op;
+    std::string action, reason;
+    Numbers numbers;
+  };
+  void Schedule(bool share, int64_t remaining, std::vector<ShareEvent>* events);
+  Status Allocate(std::string* failure_message, bool* fits);
+  void Build(EmitSummary* summary);
+
+  int64_t ComputeMax(const std::vector<int64_t>& per_tile) const {
+    int64_t m = 0;
+    for (int64_t v : per_tile) m = std::max(m, v);
+    return m;
+  }
+  int64_t ExchangeCost(const StepLoad& load) const;
+
+  fb::ModuleT& module_;
+  const EmitOptions& options_;
+  kernels::CostModel model_;
+  Lowering lowering_;
+  DecisionLog log_;
+  int tiles_ = 0;
+  MemoryMap map_;
+  std::vector<OpWork> work_;
+  int steps_ = 0;
+  // Allocation results.
+  std::vector<int64_t> offset_;     // per virtual buffer, -1 if unused
+  std::vector<int64_t> first_, last_;  // lifetimes in slots
+  std::set<std::pair<int, int>> slow_pairs_;  // soft rules not honoured
+  std::vector<int64_t> tile_peak_;
+};
+
+int64_t Emitter::ExchangeCost(const StepLoad& l) const {
+  if (!l.has_exchange) return 0;
+  int64_t slowest = 0;
+  for (int t = 0; t < tiles_; ++t) {
+    if (l.fragments[t] == 0) continue;
+    slowest = std::max(slowest, model_.TileExchangeCycles(l.sent[t], l.received[t],
+                                                          l.fragments[t]));
+  }
+  return model_.sync_cycles() + slowest;
+}
+
+Status Emitter::LowerAll() {
+  for (const auto& op : module_.ops) {
+    if (op->kind == fb::OpKind::MatMul && op->recipe &&
+        op->recipe->k_split > 1 && !op->reduction) {
+      return Status::BadInput("op " + std::to_string(op->id) + " (" + op->name +
+                              ") has k_split=" +
+                              std::to_string(op->recipe->k_split) +
+                              " but no reduction: run expand-reduce first");
+    }
+    bool alias = options_.alias_in_place;
+    StatusOr<int> aliasable = lowering_.AliasableTiles(*op);
+    if (!aliasable.ok()) return aliasable.status();
+    if (alias && *aliasable > 0) {
+      // Price both ways on the op alone.
+      Numbers numbers;
+      for (bool in_place : {false, true}) {
+        Lowering pricing(module_, model_, LoweringOptions{in_place, true});
+        StatusOr<OpProgram> p = pricing.Lower(*op);
+        if (!p.ok()) return p.status();
+        StatusOr<ProgramCost> c =
+            CostOfOp(model_, pricing.buffers(), *p, tiles_);
+        if (!c.ok()) return c.status();
+        (in_place ? numbers.cycles_after : numbers.cycles_before) = c->cycles;
+        (in_place ? numbers.bytes_after : numbers.bytes_before) =
+            pricing.ScratchBytesPerTile(op->id);
+      }
+      const std::string what = op->kind == fb::OpKind::MatMul
+                                   ? "use the left operand in place"
+                                   : "use the source buffer in place";
+      alias = log_.Apply(
+          {op->id}, what,
+          std::to_string(*aliasable) +
+              " tiles already hold exactly the block they need, contiguous "
+              "and in the right order: no staging copy or transfer",
+          numbers);
+    }
+    OpWork w;
+    w.op = op.get();
+    StatusOr<OpProgram> p = lowering_.Lower(
+        *op, ChoiceFromReduction(op->reduction.get()), alias);
+    if (!p.ok()) return p.status();
+    w.program = std::move(*p);
+    for (const Phase& ph : w.program.phases) {
+      std::vector<int64_t> cycles;
+      for (const VCall& c : ph.calls) {
+        StatusOr<int64_t> cc = CallCycles(model_, lowering_.buffers(), c);
+        if (!cc.ok()) {
+          return Status::Internal("op " + std::to_string(c.op) + " " +
+                                  c.kernel + ": " + cc.status().message());
+        }
+        cycles.push_back(*cc);
+      }
+      w.call_cycles.push_back(std::move(cycles));
+      StatusOr<PhaseCost> pc =
+          CostOfPhase(model_, lowering_.buffers(), ph, tiles_);
+      if (!pc.ok()) return pc.status();
+      w.alone.push_back(pc->cycles);
+    }
+    work_.push_back(std::move(w));
+  }
+  return Status::Ok();
+}
+
+void Emitter::Schedule(bool share, int64_t remaining,
+                       std::vector<ShareEvent>* events) {
+  std::map<uint32_t, int> ready_c, ready_x;  // missing: ready at 0
+  std::vector<StepLoad> loads;
+  auto load = [&](int s) -> StepLoad& {
+    while (static_cast<int>(loads.size()) <= s) {
+      StepLoad l;
+      l.compute.assign(tiles_, 0);
+      l.sent.assign(tiles_, 0);
+      l.received.assign(tiles_, 0);
+      l.fragments.assign(tiles_, 0);
+      loads.push_back(std::move(l));
+    }
+    return loads[s];
+  };
+  int last_used = -1;
+  int64_t budget_used = 0;
+  const int64_t limit = remaining;
+  for (OpWork& w : work_) {
+    const std::vector<Phase>& phases = w.program.phases;
+    w.step.assign(phases.size(), 0);
+    auto get = [](const std::map<uint32_t, int>& m, uint32_t v) {
+      auto it = m.find(v);
+      return it == m.end() ? 0 : it->second;
+    };
+    if (phases.empty()) {
+      // Fully in place: results are ready when the operands are.
+      int rc = 0, rx = 0;
+      for (uint32_t v : w.program.reads) {
+        rc = std::max(rc, get(ready_c, v));
+        rx = std::max(rx, get(ready_x, v));
+      }
+      for (uint32_t v : w.program.writes) {
+        ready_c[v] = rc;
+        ready_x[v] = rx;
+      }
+      continue;
+    }
+    // Superstep offsets of the phases relative to the first.
+    std::vector<int> offset(phases.size(), 0);
+    for (size_t i = 1; i < phases.size(); ++i) {
+      const bool prev_compute = phases[i - 1].kind == Phase::Kind::kCompute;
+      const bool cur_exchange = phases[i].kind == Phase::Kind::kExchange;
+      offset[i] = offset[i - 1] + (prev_compute && cur_exchange ? 0 : 1);
+    }
+    const bool first_compute = phases[0].kind == Phase::Kind::kCompute;
+    int earliest = 0;
+    for (uint32_t v : w.program.reads) {
+      earliest = std::max(earliest, first_compute ? get(ready_c, v)
+                                                  : get(ready_x, v));
+    }
+    const int fresh = std::max(earliest, last_used + 1);
+    int start = fresh;
+    if (share && earliest < fresh) {
+      // Price the merge of every phase that lands in a used superstep.
+      Numbers numbers;
+      std::set<uint32_t> with;
+      std::vector<int> shared_steps;
+      for (size_t i = 0; i < phases.size(); ++i) {
+        const int s = earliest + offset[i];
+        if (s > last_used) continue;
+        StepLoad& l = load(s);
+        const Phase& ph = phases[i];
+        if (ph.kind == Phase::Kind::kCompute) {
+          if (!l.has_compute) continue;
+          std::vector<int64_t> merged = l.compute;
+          for (size_t c = 0; c < ph.calls.size(); ++c) {
+            merged[ph.calls[c].tile] += w.call_cycles[i][c];
+          }
+          numbers.cycles_before += ComputeMax(l.compute) + w.alone[i];
+          numbers.cycles_after += ComputeMax(merged);
+        } else {
+          if (!l.has_exchange) continue;
+          StepLoad merged = l;
+          for (const VTransfer& t : ph.transfers) {
+            merged.sent[t.src_tile] += t.src.bytes;
+            ++merged.fragments[t.src_tile];
+            for (const VDestination& d : t.destinations) {
+              merged.received[d.tile] += t.src.bytes;
+              ++merged.fragments[d.tile];
+            }
+          }
+          numbers.cycles_before += ExchangeCost(l) + w.alone[i];
+          numbers.cycles_after += ExchangeCost(merged);
+        }
+        if (shared_steps.empty() || shared_steps.back() != s) {
+          shared_steps.push_back(s);
+        }
+      }
+      for (const OpWork& other : work_) {
+        if (&other == &w) break;
+        for (size_t i = 0; i < other.step.size(); ++i) {
+          if (std::find(shared_steps.begin(), shared_steps.end(),
+                        other.step[i]) != shared_steps.end()) {
+            with.insert(other.op->id);
+          }
+        }
+      }
+      std::string steps_text, with_text;
+      for (int s : shared_steps) {
+        steps_text += (steps_text.empty() ? "" : ",") + std::to_string(s);
+      }
+      for (uint32_t id : with) {
+        with_text += (with_text.empty() ? "" : ",") + std::to_string(id);
+      }
+      ShareEvent e;
+      e.op = w.op->id;
+      e.action = "share supersteps " + steps_text + " with ops (" + with_text + ")";
+      e.reason = "operands ready in superstep " + std::to_string(earliest) +
+                 ", " + std::to_string(fresh - earliest) +
+                 " supersteps before the program's end; merged phases cost "
+                 "their slowest tile, never more than apart";
+      e.numbers = numbers;
+      if (!shared_steps.empty()) {
+        const bool allowed = limit < 0 || budget_used < limit;
+        if (allowed) {
+          ++budget_used;
+          start = earliest;
+        }
+        events->push_back(e);
+      } else {
+        start = earliest;  // lands only in empty slots of used supersteps
+      }
+    }
+    for (size_t i = 0; i < phases.size(); ++i) {
+      const int s = start + offset[i];
+      w.step[i] = s;
+      StepLoad& l = load(s);
+      const Phase& ph = phases[i];
+      if (ph.kind == Phase::Kind::kCompute) {
+        l.has_compute = true;
+        for (size_t c = 0; c < ph.calls.size(); ++c) {
+          l.compute[ph.calls[c].tile] += w.call_cycles[i][c];
+        }
+      } else {
+        l.has_exchange = l.has_exchange || !ph.transfers.empty();
+        for (const VTransfer& t : ph.transfers) {
+          l.sent[t.src_tile] += t.src.bytes;
+          ++l.fragments[t.src_tile];
+          for (const VDestination& d : t.destinations) {
+            l.received[d.tile] += t.src.bytes;
+            ++l.fragments[d.tile];
+          }
+        }
+      }
+      last_used = std::max(last_used, s);
+    }
+    const int end = w.step.back();
+    const bool last_compute = phases.back().kind == Phase::Kind::kCompute;
+    for (uint32_t v : w.program.writes) {
+      ready_c[v] = last_compute ? end : end + 1;
+      ready_x[v] = last_compute ? end : end + 1;
+    }
+  }
+  steps_ = last_used + 1;
+}
+
+Status Emitter::Allocate(std::string* failure_message, bool* fits) {
+  const std::vector<VBuffer>& buffers = lowering_.buffers();
+  const int64_t nops = static_cast<int64_t>(work_.size());
+  const int64_t per_step = nops + 1;
+  first_.assign(buffers.size(), kForever);
+  last_.assign(buffers.size(), -kForever);
+  auto touch = [&](int b, int64_t slot) {
+    first_[b] = std::min(first_[b], slot);
+    last_[b] = std::max(last_[b], slot);
+  };
+  for (size_t r = 0; r < work_.size(); ++r) {
+    const OpWork& w = work_[r];
+    for (size_t i = 0; i < w.program.phases.size(); ++i) {
+      const Phase& ph = w.program.phases[i];
+      const int64_t s = w.step[i];
+      if (ph.kind == Phase::Kind::kCompute) {
+        const int64_t slot = s * per_step + static_cast<int64_t>(r);
+        for (const VCall& c : ph.calls) {
+          for (const VSlice& a : c.args) touch(a.buffer, slot);
+        }
+      } else {
+        const int64_t slot = s * per_step + nops;
+        for (const VTransfer& t : ph.transfers) {
+          touch(t.src.buffer, slot);
+          for (const VDestination& d : t.destinations) touch(d.buffer, slot);
+        }
+      }
+    }
+  }
+  std::set<int> host_read;
+  for (const auto& v : module_.values) {
+    if (v->role != fb::ValueRole::Output) continue;
+    for (int t : lowering_.TilesOf(v->id)) {
+      host_read.insert(lowering_.Find(v->id, t)->buffer);
+    }
+  }
+  for (const VBuffer& b : buffers) {
+    if (b.host_written || b.resident) first_[b.id] = -1;
+    if (b.resident || host_read.count(b.id)) last_[b.id] = kForever;
+    if (first_[b.id] == kForever && last_[b.id] != -kForever) first_[b.id] = -1;
+  }
+  std::vector<std::vector<AllocBuffer>> per_tile(tiles_);
+  for (const VBuffer& b : buffers) {
+    if (first_[b.id] > last_[b.id]) continue;  // never used
+    AllocBuffer a;
+    a.id = b.id;
+    a.bytes = b.bytes;
+    a.start = first_[b.id];
+    a.end = last_[b.id];
+    a.interleaved = b.interleaved;
+    per_tile[b.tile].push_back(a);
+  }
+  std::vector<std::vector<AllocRule>> rules(tiles_);
+  const std::vector<ElementRule>& element_rules = lowering_.rules();
+  for (const ElementRule& r : element_rules) {
+    rules[buffers[r.a].tile].push_back({r.a, r.b, r.hard});
+  }
+  offset_.assign(buffers.size(), -1);
+  tile_peak_.assign(tiles_, 0);
+  slow_pairs_.clear();
+  for (int t = 0; t < tiles_; ++t) {
+    if (per_tile[t].empty()) continue;
+    AllocResult result;
+    AllocFailure failure;
+    if (!AllocateTile(map_, per_tile[t], rules[t], &result, &failure)) {
+      *fits = false;
+      auto where = [&](int64_t slot) -> std::string {
+        if (slot < 0) return "the program start (host data)";
+        const int64_t s = slot / per_step, r = slot % per_step;
+        if (r == nops) return "superstep " + std::to_string(s) + " exchange";
+        return "superstep " + std::to_string(s) + " compute of op " +
+               std::to_string(work_[r].op->id) + " " + work_[r].op->name;
+      };
+      const VBuffer& b = buffers[failure.buffer];
+      std::vector<int> live = failure.live;
+      std::sort(live.begin(), live.end(), [&](int x, int y) {
+        return buffers[x].bytes != buffers[y].bytes
+                   ? buffers[x].bytes > buffers[y].bytes
+                   : x < y;
+      });
+      std::string live_text;
+      for (int id : live) {
+        const VBuffer& l = buffers[id];
+        live_text += (live_text.empty() ? "" : "; ") + std::string("\"") +
+                     l.name + "\" op " + std::to_string(l.op) + " " +
+                     BufferKindName(l.kind) + " " + Thousands(l.bytes) + " B";
+      }
+      *failure_message =
+          "tile " + std::to_string(t) + " is out of memory at " +
+          where(failure.slot) + ": buffer \"" + b.name + "\" (op " +
+          std::to_string(b.op) + ", " + BufferKindName(b.kind) + ", " +
+          Thousands(failure.bytes) + " B" +
+          (failure.interleaved ? ", interleaved memory" : "") +
+          ") does not fit; live buffers " + Thousands(failure.live_bytes) +
+          " B of " + Thousands(failure.region_bytes) +
+          " B, largest free gap " + Thousands(failure.largest_gap) +
+          " B, shortfall " +
+          Thousands(std::max<int64_t>(failure.bytes - failure.largest_gap, 0)) +
+          " B; live: " + live_text;
+      return Status::Ok();
+    }
+    for (size_t i = 0; i < per_tile[t].size(); ++i) {
+      offset_[per_tile[t][i].id] = result.offsets[i];
+    }
+    for (int r : result.soft_dropped) {
+      slow_pairs_.insert({rules[t][r].a, rules[t][r].b});
+    }
+    tile_peak_[t] = result.peak;
+  }
+  *fits = true;
+  return Status::Ok();
+}
+
+void Emitter::Build(EmitSummary* summary) {
+  const std::vector<VBuffer>& buffers = lowering_.buffers();
+  auto program = std::make_unique<fb::DeviceProgramT>();
+  std::vector<int64_t> id_of(buffers.size(), -1);
+  for (const VBuffer& b : buffers) {
+    if (offset_[b.id] < 0) continue;
+    id_of[b.id] = static_cast<int64_t>(program->buffers.size());
+    auto out = std::make_unique<fb::BufferT>();
+    out->id = static_cast<uint32_t>(id_of[b.id]);
+    out->tile = static_cast<uint32_t>(b.tile);
+    out->offset = static_cast<uint32_t>(offset_[b.id]);
+    out->bytes = static_cast<uint32_t>(b.bytes);
+    out->dtype = b.dtype;
+    out->fp8_scale_exp = b.scale_exp;
+    out->value = b.value;
+    out->op = b.op;
+    out->name = b.name;
+    program->buffers.push_back(std::move(out));
+  }
+  auto slice = [&](const VSlice& s) {
+    auto out = std::make_unique<fb::BufferSliceT>();
+    out->buffer = static_cast<uint32_t>(id_of[s.buffer]);
+    out->offset = static_cast<uint32_t>(s.offset);
+    out->bytes = static_cast<uint32_t>(s.bytes);
+    return out;
+  };
+  auto shares_element = [&](const VSlice& a, const VSlice& b) {
+    if (a.bytes == 0 || b.bytes == 0) return false;
+    const int64_t a0 = offset_[a.buffer] + a.offset, b0 = offset_[b.buffer] + b.offset;
+    return map_.ElementOf(a0) <= map_.ElementOf(b0 + b.bytes - 1) &&
+           map_.ElementOf(b0) <= map_.ElementOf(a0 + a.bytes - 1);
+  };
+  std::map<uint32_t, std::pair<int64_t, int64_t>> slow_calls;  // op -> calls, extra
+  EmitSummary sum;
+  for (int s = 0; s < steps_; ++s) {
+    auto step = std::make_unique<fb::SuperstepT>();
+    std::vector<int64_t> compute(tiles_, 0);
+    StepLoad x;
+    x.sent.assign(tiles_, 0);
+    x.received.assign(tiles_, 0);
+    x.fragments.assign(tiles_, 0);
+    std::string label;
+    for (const OpWork& w : work_) {
+      for (size_t i = 0; i < w.program.phases.size(); ++i) {
+        if (w.step[i] != s) continue;
+        const Phase& ph = w.program.phases[i];
+        label += (label.empty() ? "" : " ") + std::to_string(w.op->id) + ":" +
+                 ph.label;
+        for (size_t c = 0; c < ph.calls.size(); ++c) {
+          const VCall& call = ph.calls[c];
+          int64_t cycles = w.call_cycles[i][c];
+          if (IsBinaryKernel(call.kernel) &&
+              shares_element(call.args[0], call.args[1])) {
+            std::vector<kernels::Operand> operands;
+            for (const VSlice& a : call.args) {
+              operands.push_back(kernels::Operand{
+                  nullptr, static_cast<size_t>(a.bytes),
+                  *kernels::DTypeFromFb(buffers[a.buffer].dtype),
+                  buffers[a.buffer].scale_exp});
+            }
+            StatusOr<int64_t> slow =
+                kernels::Cycles(model_, call.kernel, operands, call.params,
+                                call.fparams, kernels::KernelPath::kSlow);
+            if (slow.ok()) {
+              auto& sc = slow_calls[call.op];
+              ++sc.first;
+              sc.second += *slow - cycles;
+              cycles = *slow;
+            }
+          }
+          compute[call.tile] += cycles;
+          auto out = std::make_unique<fb::ComputeT>();
+          out->tile = static_cast<uint32_t>(call.tile);
+          out->kernel = call.kernel;
+          for (const VSlice& a : call.args) out->args.push_back(slice(a));
+          out->params = call.params;
+          out->fparams = call.fparams;
+          out->op = call.op;
+          step->compute.push_back(std::move(out));
+        }
+        for (const VTransfer& t : ph.transfers) {
+          auto out = std::make_unique<fb::TransferT>();
+          out->src_tile = static_cast<uint32_t>(t.src_tile);
+          out->src_buffer = static_cast<uint32_t>(id_of[t.src.buffer]);
+          out->src_offset = static_cast<uint32_t>(t.src.offset);
+          out->bytes = static_cast<uint32_t>(t.src.bytes);
+          out->dtype = t.dtype;
+          out->op = t.op;
+          x.has_exchange = true;
+          x.sent[t.src_tile] += t.src.bytes;
+          ++x.fragments[t.src_tile];
+          for (const VDestination& d : t.destinations) {
+            auto dst = std::make_unique<fb::DestinationT>();
+            dst->tile = static_cast<uint32_t>(d.tile);
+            dst->buffer = static_cast<uint32_t>(id_of[d.buffer]);
+            dst->offset = static_cast<uint32_t>(d.offset);
+            out->destinations.push_back(std::move(dst));
+            x.received[d.tile] += t.src.bytes;
+            ++x.fragments[d.tile];
+            sum.bytes_received += t.src.bytes;
+          }
+          step->exchange.push_back(std::move(out));
+        }
+      }
+    }
+    step->label = label;
+    const int64_t c = ComputeMax(compute);
+    const int64_t e = ExchangeCost(x);
+    sum.compute_cycles += c;
+    sum.exchange_cycles += e;
+    sum.exchange_phases += x.has_exchange;
+    program->supersteps.push_back(std::move(step));
+  }
+  sum.predicted_cycles = sum.compute_cycles + sum.exchange_cycles;
+  sum.supersteps = steps_;
+  // Host bindings.
+  auto bind = [&](const fb::ValueT& v) {
+    auto hb = std::make_unique<fb::HostBindingT>();
+    hb->value = v.id;
+    const int eb = ElementBytes(v.dtype);
+    for (int t : lowering_.TilesOf(v.id)) {
+      const Storage* s = lowering_.Find(v.id, t);
+      if (offset_[s->buffer] < 0) continue;
+      for (const Segment& seg : s->segments) {
+        auto f = std::make_unique<fb::FragmentT>();
+        f->tile = static_cast<uint32_t>(t);
+        f->buffer = static_cast<uint32_t>(id_of[s->buffer]);
+        f->offset = static_cast<uint32_t>(seg.offset * eb);
+        f->begin.assign(seg.box.begin.begin(), seg.box.begin.begin() + seg.box.rank);
+        f->end.assign(seg.box.end.begin(), seg.box.end.begin() + seg.box.rank);
+        hb->fragments.push_back(std::move(f));
+      }
+    }
+    return hb;
+  };
+  for (const auto& v : module_.values) {
+    if ((v->role == fb::ValueRole::Input || v->role == fb::ValueRole::Weight) &&
+        !lowering_.TilesOf(v->id).empty()) {
+      program->inputs.push_back(bind(*v));
+    }
+  }
+  for (const auto& v : module_.values) {
+    if (v->role == fb::ValueRole::Output) program->outputs.push_back(bind(*v));
+  }
+  for (int t = 0; t < tiles_; ++t) {
+    if (tile_peak_[t] > sum.peak_bytes) {
+      sum.peak_bytes = tile_peak_[t];
+      sum.peak_tile = t;
+    }
+  }
+  for (const auto& op : module_.ops) {
+    if (op->estimate) sum.planner_cycles += op->estimate->cycles;
+  }
+
+  // ---- decisions about the emitted program
+  for (const OpWork& w : work_) {
+    const OpNotes& n = lowering_.notes(w.op->id);
+    StatusOr<ProgramCost> alone =
+        CostOfOp(model_, lowering_.buffers(), w.program, tiles_);
+    std::string what = std::to_string(n.tiles) + " tiles, " +
+                       std::to_string(w.program.phases.size()) + " phases";
+    if (w.op->kind == fb::OpKind::MatMul) {
+      what += "; left operand in place on " + std::to_string(n.aliased_tiles) +
+              " tiles, staged on " + std::to_string(n.staged_tiles) + " in " +
+              std::to_string(n.stage_phases) + " exchange phases (" +
+              Thousands(n.stage_bytes_per_tile) + " B per tile)";
+      if (n.ranges > 0) {
+        what += "; " + std::to_string(n.ranges) + " output ranges, seeds " +
+                std::to_string(n.seeds_in_place) + " in place / " +
+                std::to_string(n.seed_copies) + " copied, results " +
+                std::to_string(n.direct_writes) + " direct / " +
+                std::to_string(n.result_copies) + " copied, " +
+                std::to_string(n.reduce_epochs) + " reduction epochs" +
+                (n.split_partials ? ", split partials" : "");
+      }
+      if (!n.converter.empty()) what += "; accumulator -> output by " + n.converter;
+    } else if (n.aliased_tiles > 0) {
+      what += ", in place on " + std::to_string(n.aliased_tiles) + " tiles";
+    }
+    if (n.local_copy_runs > 0) {
+      what += ", " + std::to_string(n.local_copy_runs) + " local copies";
+    }
+    const int64_t first = w.step.empty() ? -1 : w.step.front();
+    const int64_t last = w.step.empty() ? -1 : w.step.back();
+    const int64_t cycles = alone.ok() ? alone->cycles : 0;
+    log_.Info({w.op->id}, "lowered " + OpText(*w.op),
+              what + "; supersteps " + std::to_string(first) + ".." +
+                  std::to_string(last) + (w.op->estimate
+                      ? "; planner estimate " + Thousands(w.op->estimate->cycles)
+                      : std::string()),
+              {w.op->estimate ? w.op->estimate->cycles : 0, cycles,
+               w.op->estimate ? w.op->estimate->peak_bytes : 0,
+               lowering_.ScratchBytesPerTile(w.op->id)});
+  }
+  for (const auto& [op, sc] : slow_calls) {
+    log_.Reject({op}, "binary kernel inputs in different memory elements",
+                std::to_string(sc.first) +
+                    " calls have both inputs in one element: no placement "
+                    "left them apart (slow path)",
+                {0, sc.second, 0, 0});
+  }
+  {
+    // Memory reuse on the tile with the most buffer bytes: their sum (every
+    // buffer kept for the whole program) against the most bytes live at
+    // once (what lifetime-based placement needs).
+    std::vector<int64_t> total(tiles_, 0);
+    for (const VBuffer& b : buffers) {
+      if (offset_[b.id] >= 0) total[b.tile] += map_.AlignUp(b.bytes);
+    }
+    const int busiest = static_cast<int>(
+        std::max_element(total.begin(), total.end()) - total.begin());
+    std::vector<std::pair<int64_t, int64_t>> events;  // slot, +/- bytes
+    for (const VBuffer& b : buffers) {
+      if (b.tile != busiest || offset_[b.id] < 0) continue;
+      events.push_back({first_[b.id], map_.AlignUp(b.bytes)});
+      events.push_back({last_[b.id] == kForever ? kForever : last_[b.id] + 1,
+                        -map_.AlignUp(b.bytes)});
+    }
+    std::sort(events.begin(), events.end());
+    int64_t live = 0, most = 0;
+    for (const auto& [slot, delta] : events) {
+      live += delta;
+      most = std::max(most, live);
+    }
+    log_.Info({}, "reuse dead buffers' memory",
+              "tile " + std::to_string(busiest) +
+                  " (most buffer bytes): bytes of all its buffers -> most "
+                  "bytes live at once; highest buffer end " +
+                  Thousands(tile_peak_[busiest]) + " B",
+              {0, 0, total[busiest], most});
+  }
+  log_.Info({}, "program",
+            std::to_string(sum.supersteps) + " supersteps, " +
+                std::to_string(sum.exchange_phases) + " exchange phases, " +
+                Thousands(sum.bytes_received) + " B received; cycles: "
+                "before = planner estimate (sum over ops), after = predicted "
+                "simulator count",
+            {sum.planner_cycles, sum.predicted_cycles, 0, sum.peak_bytes});
+  module_.program = std::move(program);
+  if (summary) *summary = sum;
+}
+
+Status Emitter::Run(EmitSummary* summary) {
+  TILEC_RETURN_IF_ERROR(LowerAll());
+  std::vector<ShareEvent> events;
+  const int64_t remaining = options_.max_decisions < 0
+                                ? -1
+                                : options_.max_decisions - log_.applied();
+  Schedule(options_.share_supersteps, remaining, &events);
+  std::string failure;
+  bool fits = false;
+  TILEC_RETURN_IF_ERROR(Allocate(&failure, &fits));
+  bool shared = options_.share_supersteps && !events.empty();
+  if (!fits && shared) {
+    log_.Reject({}, "share supersteps between ops",
+                "memory does not fit with shared supersteps (" + failure +
+                    "); rebuilt with one op per superstep",
+                {0, 0, 0, 0});
+    events.clear();
+    shared = false;
+    Schedule(false, remaining, &events);
+    TILEC_RETURN_IF_ERROR(Allocate(&failure, &fits));
+  }
+  if (!fits) return Status::Infeasible(failure);
+  for (const ShareEvent& e : events) {
+    log_.Apply({e.op}, e.action, e.reason, e.numbers);
+  }
+  EmitSummary sum;
+  Build(&sum);
+  sum.shared = shared;
+  if (options_.explain) {
+    for (const auto& d : log_.decisions()) {
+      std::cerr << "emit-device: " << ir::DecisionText(*d) << "\n";
+    }
+  }
+  module_.log.push_back(log_.TakeRun("emit-device", options_.flags));
+  if (summary) *summary = sum;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status EmitDevice(fb::ModuleT* module, const EmitOptions& options,
+                  EmitSummary* summary) {
+  if (!module->target) {
+    return Status::BadInput("module has no target description");
+  }
+  for (const auto& v : module->values) {
+    if (!v->ownership) {
+      return Status::BadInput("value %" + std::to_string(v->id) + " (" +
+                              v->name +
+                              ") has no ownership: run plan-ownership first");
+    }
+  }
+  StatusOr<kernels::CostModel> model = kernels::CostModel::Create(*module->target);
+  if (!model.ok()) {
+    return Status::BadInput("target '" + module->target->name +
+                            "': " + model.status().message());
+  }
+  Emitter emitter(module, options, *model);
+  return emitter.Run(summary);
+}
+
+}  // namespace tilec::lower

@@ -1,0 +1,67 @@
+// emit-device: from a lowered planned module (plan-ownership, then
+// expand-reduce) to a device program (docs/device-program.md) that
+// simulate-device executes.
+//
+//  1. Every op is lowered in program order (lowering.h) into phases over
+//     virtual buffers, following its recipe and the reduction choices of
+//     expand-reduce.
+//  2. Phases are placed in supersteps as soon as their operands are ready
+//     (a value computed in superstep s can be read by a later op's compute
+//     in s on the same tile or sent in s's exchange; a value received in s
+//     is usable from s+1), so independent work of different ops shares
+//     supersteps. Sharing never adds cycles (a phase costs its slowest tile,
+//     merged phases at most the sum) but lengthens lifetimes; if memory then
+//     does not fit, the program is rebuilt with one op per superstep.
+//  3. Every buffer gets an address on its tile (allocate.h): lifetimes in
+//     program order so dead buffers are reused, 8-byte alignment, GEMM
+//     outputs in interleaved memory apart from their left operand's element,
+//     binary inputs in different elements when possible.
+//  4. Host bindings: inputs and weights in, outputs out.
+//
+// Every choice is a Decision in the pass log; the program's cycles as the
+// simulator will count them are predicted and logged.
+
+#ifndef TILEC_PASSES_LOWER_EMIT_DEVICE_H_
+#define TILEC_PASSES_LOWER_EMIT_DEVICE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+
+namespace tilec::lower {
+
+struct EmitOptions {
+  bool share_supersteps = true;  // --share_supersteps
+  bool alias_in_place = true;    // --alias_in_place
+  int64_t max_decisions = -1;    // --max-decisions (-1: no limit)
+  bool explain = false;          // print every decision on stderr
+  std::vector<std::string> flags;  // recorded in the pass log
+};
+
+// Figures of the emitted program (also in the pass log).
+struct EmitSummary {
+  int64_t predicted_cycles = 0;  // as simulate-device counts them
+  int64_t compute_cycles = 0;
+  int64_t exchange_cycles = 0;
+  int supersteps = 0;
+  int exchange_phases = 0;
+  int64_t bytes_received = 0;
+  int64_t peak_bytes = 0;  // highest buffer end on any tile
+  int peak_tile = -1;
+  int64_t planner_cycles = 0;  // sum of the ops' estimates
+  bool shared = false;         // supersteps shared between ops
+};
+
+// Replaces module->program and appends the "emit-device" pass run.
+// Errors: kBadInput for a module that is not planned and lowered (message
+// names the op), kInfeasible when memory does not fit (names the tile, the
+// live buffers with op ids and sizes, and the shortfall).
+Status EmitDevice(fb::ModuleT* module, const EmitOptions& options,
+                  EmitSummary* summary = nullptr);
+
+}  // namespace tilec::lower
+
+#endif  // TILEC_PASSES_LOWER_EMIT_DEVICE_H_

@@ -1,0 +1,179 @@
+#include "passes/lower/layout.h"
+
+#include <algorithm>
+
+namespace tilec::lower {
+namespace {
+
+// Offset of `index` (inside seg.box) in the buffer.
+int64_t OffsetIn(const Segment& seg, const std::array<int64_t, passes::kMaxRank>& index) {
+  int64_t offset = 0;
+  for (int a = 0; a < seg.box.rank; ++a) {
+    offset = offset * (seg.box.end[a] - seg.box.begin[a]) +
+             (index[a] - seg.box.begin[a]);
+  }
+  return seg.offset + offset;
+}
+
+// Calls fn(row start index) for every row (all but the last axis) of box.
+template <typename Fn>
+void ForEachRow(const Box& box, Fn&& fn) {
+  if (box.Empty()) return;
+  std::array<int64_t, passes::kMaxRank> index = box.begin;
+  const int outer = box.rank - 1;
+  while (true) {
+    fn(index);
+    int a = outer - 1;
+    for (; a >= 0; --a) {
+      if (++index[a] < box.end[a]) break;
+      index[a] = box.begin[a];
+    }
+    if (a < 0) return;
+  }
+}
+
+void Append(std::vector<Run>* runs, Run run) {
+  if (!runs->empty()) {
+    Run& last = runs->back();
+    if (last.src + last.count == run.src && last.dst + last.count == run.dst) {
+      last.count += run.count;
+      return;
+    }
+  }
+  runs->push_back(run);
+}
+
+}  // namespace
+
+Segments Consecutive(std::span<const Box> boxes) {
+  Segments out;
+  int64_t offset = 0;
+  for (const Box& b : boxes) {
+    out.push_back({b, offset});
+    offset += b.Elements();
+  }
+  return out;
+}
+
+int64_t TotalElements(const Segments& segments) {
+  int64_t n = 0;
+  for (const Segment& s : segments) n += s.box.Elements();
+  return n;
+}
+
+Box FullBox(std::span<const int64_t> shape) {
+  Box box;
+  box.rank = static_cast<int>(shape.size());
+  for (int a = 0; a < box.rank; ++a) box.end[a] = shape[a];
+  return box;
+}
+
+Box IntersectBoxes(const Box& a, const Box& b) {
+  Box out;
+  out.rank = a.rank;
+  bool empty = false;
+  for (int i = 0; i < a.rank; ++i) {
+    out.begin[i] = std::max(a.begin[i], b.begin[i]);
+    out.end[i] = std::min(a.end[i], b.end[i]);
+    if (out.end[i] <= out.begin[i]) empty = true;
+  }
+  if (empty) {
+    for (int i = 0; i < a.rank; ++i) out.begin[i] = out.end[i] = 0;
+  }
+  return out;
+}
+
+bool ContainsBox(const Box& outer, const Box& inner) {
+  if (inner.Empty()) return true;
+  for (int i = 0; i < inner.rank; ++i) {
+    if (inner.begin[i] < outer.begin[i] || inner.end[i] > outer.end[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+int64_t BoxWidth(const Box& box) {
+  return box.rank == 0 ? 1 : box.end[box.rank - 1] - box.begin[box.rank - 1];
+}
+
+int64_t BoxRows(const Box& box) {
+  const int64_t w = BoxWidth(box);
+  return w == 0 ? 0 : box.Elements() / w;
+}
+
+bool MoveRuns(const Box& box, const Segments& src, const Segments& dst,
+              std::vector<Run>* runs) {
+  runs->clear();
+  int64_t covered = 0;
+  for (const Segment& s : src) {
+    const Box part = IntersectBoxes(box, s.box);
+    if (part.Empty()) continue;
+    for (const Segment& d : dst) {
+      const Box piece = IntersectBoxes(part, d.box);
+      if (piece.Empty()) continue;
+      covered += piece.Elements();
+      const int64_t width = BoxWidth(piece);
+      ForEachRow(piece, [&](const std::array<int64_t, passes::kMaxRank>& row) {
+        Append(runs, {OffsetIn(s, row), OffsetIn(d, row), width});
+      });
+    }
+  }
+  return covered == box.Elements();
+}
+
+bool LocateRuns(const Box& box, const Segments& segments,
+                std::vector<Run>* runs) {
+  // Row by row in the box's row-major order, so that a single merged run
+  // means the box is stored contiguously *in row-major order*.
+  runs->clear();
+  if (box.Empty()) return true;
+  const int last = box.rank - 1;
+  int64_t covered = 0;
+  std::vector<const Segment*> hits;
+  ForEachRow(box, [&](const std::array<int64_t, passes::kMaxRank>& row) {
+    hits.clear();
+    for (const Segment& s : segments) {
+      bool inside = true;
+      for (int a = 0; a < last && inside; ++a) {
+        inside = row[a] >= s.box.begin[a] && row[a] < s.box.end[a];
+      }
+      if (inside && s.box.begin[last] < box.end[last] &&
+          s.box.end[last] > box.begin[last]) {
+        hits.push_back(&s);
+      }
+    }
+    std::sort(hits.begin(), hits.end(), [&](const Segment* x, const Segment* y) {
+      return x->box.begin[last] < y->box.begin[last];
+    });
+    for (const Segment* s : hits) {
+      std::array<int64_t, passes::kMaxRank> at = row;
+      at[last] = std::max(box.begin[last], s->box.begin[last]);
+      const int64_t end = std::min(box.end[last], s->box.end[last]);
+      const int64_t offset = OffsetIn(*s, at);
+      covered += end - at[last];
+      Append(runs, {offset, offset, end - at[last]});
+    }
+  });
+  return covered == box.Elements();
+}
+
+std::optional<int64_t> ContiguousOffset(const Box& box,
+                                        const Segments& segments) {
+  std::vector<Run> runs;
+  if (!LocateRuns(box, segments, &runs) || runs.size() != 1) {
+    return std::nullopt;
+  }
+  return runs[0].src;
+}
+
+std::string SegmentsText(const Segments& segments) {
+  std::string out;
+  for (const Segment& s : segments) {
+    if (!out.empty()) out += " ";
+    out += passes::FormatBox(s.box) + "@" + std::to_string(s.offset);
+  }
+  return out;
+}
+
+}  // namespace tilec::lower

@@ -1,0 +1,1424 @@
+#include "passes/lower/lowering.h"
+
+#include <algorithm>
+#include <deque>
+#include <set>
+#include <tuple>
+
+#include "formats/print.h"
+#include "kernels/kernels.h"
+#include "kernels/registry.h"
+#include "passes/core/ownership.h"
+
+namespace tilec::lower {
+namespace {
+
+using passes::HeldBoxes;
+using passes::TilesUsed;
+
+std::string OpWhere(const fb::OperationT& op) {
+  return "op " + std::to_string(op.id) + " (" + ir::OpKindText(op.kind) + " " +
+         op.name + ")";
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The part of `split` that holds item x.
+int64_t PartOf(const Split& s, int64_t x) {
+  const int64_t q = s.extent / s.parts, r = s.extent % s.parts;
+  const int64_t big = r * (q + 1);
+  return x < big ? x / (q + 1) : r + (x - big) / std::max<int64_t>(q, 1);
+}
+
+Box Box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  Box b;
+  b.rank = 2;
+  b.begin = {r0, c0, 0, 0};
+  b.end = {r1, c1, 0, 0};
+  if (r1 <= r0 || c1 <= c0) b.begin = b.end = {0, 0, 0, 0};
+  return b;
+}
+
+bool IsBinaryKernel(const std::string& kernel) {
+  return kernel == "add" || kernel == "bias_add" || kernel == "bias_gelu" ||
+         kernel == "residual_moments";
+}
+
+// Phases under construction; stable addresses for the transfer index.
+using PhaseList = std::deque<Phase>;
+
+Phase* NewPhase(PhaseList* list, Phase::Kind kind, std::string label) {
+  list->emplace_back();
+  list->back().kind = kind;
+  list->back().label = std::move(label);
+  return &list->back();
+}
+
+// Drops empty exchange and compute phases and merges neighbouring compute
+// phases (their calls keep their order, so per-tile order is unchanged).
+std::vector<Phase> Normalize(PhaseList* list) {
+  std::vector<Phase> out;
+  for (Phase& p : *list) {
+    if (p.Empty()) continue;
+    if (p.kind == Phase::Kind::kCompute && !out.empty() &&
+        out.back().kind == Phase::Kind::kCompute) {
+      for (VCall& c : p.calls) out.back().calls.push_back(std::move(c));
+      if (out.back().label != p.label) out.back().label += "+" + p.label;
+      continue;
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace
+
+int ElementBytes(fb::DType dtype) {
+  switch (dtype) {
+    case fb::DType::F32:
+      return 4;
+    case fb::DType::F16:
+    case fb::DType::BF16:
+      return 2;
+    case fb::DType::FP8E4M3:
+    case fb::DType::FP8E5M2:
+      return 1;
+  }
+  return 4;
+}
+
+ReductionChoice ChoiceFromReduction(const fb::ReductionT* r) {
+  ReductionChoice c;
+  if (r == nullptr) return c;
+  c.seed_in_place = r->direct_seed_read;
+  c.direct_final_write = r->direct_final_write;
+  c.partials_per_epoch = 0;
+  if (r->stages.size() > 1) {
+    for (const auto& s : r->stages) {
+      c.partials_per_epoch = std::max(c.partials_per_epoch, s->partials);
+    }
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------- GEMM grid
+
+Box GemmGrid::ABox(int mi, int ki) const {
+  return Box2(rows.Begin(mi), rows.End(mi), depth.Begin(ki), depth.End(ki));
+}
+Box GemmGrid::BBox(int ki, int ni) const {
+  return Box2(depth.Begin(ki), depth.End(ki), cols.Begin(ni), cols.End(ni));
+}
+Box GemmGrid::CBox(int mi, int ni) const {
+  return Box2(rows.Begin(mi), rows.End(mi), cols.Begin(ni), cols.End(ni));
+}
+
+fb::OwnershipT GemmGrid::ANeeded() const {
+  fb::OwnershipT o = passes::BlockedOwnership({m, k}, n, first, stride);
+  o.axis_order = {0, 2, 1};
+  return o;
+}
+
+StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
+                                const fb::OperationT& op) {
+  const std::string where = OpWhere(op);
+  auto find = [&](uint32_t id) -> const fb::ValueT* {
+    for (const auto& v : module.values) {
+      if (v->id == id) return v.get();
+    }
+    return nullptr;
+  };
+  if (op.operands.size() != 2 || op.results.size() != 1) {
+    return Status::BadInput(where + ": a GEMM needs 2 operands and 1 result");
+  }
+  const fb::ValueT* a = find(op.operands[0]);
+  const fb::ValueT* b = find(op.operands[1]);
+  const fb::ValueT* c = find(op.results[0]);
+  if (!a || !b || !c || a->shape.size() != 2 || b->shape.size() != 2) {
+    return Status::BadInput(where + ": operands must be [M,K] and [K,N]");
+  }
+  if (!op.recipe || op.recipe->kind != fb::RecipeKind::Gemm ||
+      !op.recipe->layout) {
+    return Status::BadInput(where +
+                            ": has no gemm recipe with a tile grid layout "
+                            "(run plan-ownership first)");
+  }
+  const fb::RecipeT& r = *op.recipe;
+  const fb::OwnershipT& l = *r.layout;
+  if (l.kind != fb::OwnershipKind::Blocked || l.partitions.size() != 3 ||
+      l.replicas != 1) {
+    return Status::BadInput(where + ": recipe layout " +
+                            ir::OwnershipText(l) +
+                            " is not a blocked [m, n, k] grid "
+                            "(docs/planning.md)");
+  }
+  GemmGrid g;
+  g.M = a->shape[0];
+  g.K = a->shape[1];
+  g.N = b->shape[1];
+  g.m = l.partitions[0];
+  g.n = l.partitions[1];
+  g.k = l.partitions[2];
+  g.first = l.first_tile;
+  g.stride = l.tile_stride;
+  if (g.m != r.m_split || g.n != r.n_split || g.k != r.k_split) {
+    return Status::BadInput(
+        where + ": recipe splits m" + std::to_string(r.m_split) + " k" +
+        std::to_string(r.k_split) + " n" + std::to_string(r.n_split) +
+        " disagree with its grid layout " + ir::OwnershipText(l));
+  }
+  if (b->shape[0] != g.K || c->shape.size() != 2 || c->shape[0] != g.M ||
+      c->shape[1] != g.N) {
+    return Status::BadInput(where + ": shapes do not form [M,K] x [K,N]");
+  }
+  if (g.m > g.M || g.k > g.K || g.n > g.N) {
+    return Status::BadInput(
+        where + ": grid m" + std::to_string(g.m) + " k" + std::to_string(g.k) +
+        " n" + std::to_string(g.n) + " has more parts than [M,K,N] = [" +
+        std::to_string(g.M) + "," + std::to_string(g.K) + "," +
+        std::to_string(g.N) + "]");
+  }
+  const int64_t last =
+      g.first + (int64_t{g.m} * g.n * g.k - 1) * int64_t{g.stride};
+  if (module.target && last >= module.target->tiles) {
+    return Status::BadInput(where + ": grid uses tile " + std::to_string(last) +
+                            " but the target has " +
+                            std::to_string(module.target->tiles));
+  }
+  g.rows = {g.M, g.m};
+  g.depth = {g.K, g.k};
+  g.cols = {g.N, g.n};
+  g.staged = r.staging != fb::Staging::Complete;
+  if (g.staged) {
+    if (r.chunk_k < 1) {
+      return Status::BadInput(where + ": staged recipe without chunk_k");
+    }
+    const int64_t per = r.staging == fb::Staging::Batched
+                            ? std::max(1, r.batch_chunks)
+                            : 1;
+    g.phase_k = int64_t{r.chunk_k} * per;
+  } else {
+    g.phase_k = g.depth.Largest();
+  }
+  return g;
+}
+
+StatusOr<std::vector<ReduceRange>> GemmRanges(const fb::ModuleT& module,
+                                              const fb::OperationT& op,
+                                              const GemmGrid& g) {
+  const fb::ValueT* c = nullptr;
+  for (const auto& v : module.values) {
+    if (v->id == op.results[0]) c = v.get();
+  }
+  if (!c || !c->ownership) {
+    return Status::BadInput(OpWhere(op) + ": result %" +
+                            std::to_string(op.results[0]) +
+                            " has no ownership (run plan-ownership first)");
+  }
+  std::vector<ReduceRange> ranges;
+  for (int tile : TilesUsed(*c->ownership, c->shape)) {
+    for (const Box& rb : HeldBoxes(*c->ownership, c->shape, tile)) {
+      const int64_t mi0 = PartOf(g.rows, rb.begin[0]);
+      const int64_t mi1 = PartOf(g.rows, rb.end[0] - 1);
+      const int64_t ni0 = PartOf(g.cols, rb.begin[1]);
+      const int64_t ni1 = PartOf(g.cols, rb.end[1] - 1);
+      for (int64_t mi = mi0; mi <= mi1; ++mi) {
+        for (int64_t ni = ni0; ni <= ni1; ++ni) {
+          ReduceRange r;
+          r.tile = tile;
+          r.mi = static_cast<int>(mi);
+          r.ni = static_cast<int>(ni);
+          r.box = IntersectBoxes(rb, g.CBox(r.mi, r.ni));
+          if (r.box.Empty()) continue;
+          for (int ki = 0; ki < g.k; ++ki) {
+            if (g.Tile(r.mi, r.ni, ki) == tile) r.seed_ki = ki;
+          }
+          ranges.push_back(r);
+        }
+      }
+    }
+  }
+  return ranges;
+}
+
+// ---------------------------------------------------------------- Lowering
+
+Lowering::Lowering(const fb::ModuleT& module, const kernels::CostModel& model,
+                   LoweringOptions options)
+    : module_(module), model_(model), options_(options) {
+  tiles_ = module.target ? module.target->tiles : 0;
+  for (const auto& v : module.values) values_[v->id] = v.get();
+  for (const auto& op : module.ops) {
+    for (uint32_t r : op->results) producer_[r] = op.get();
+  }
+}
+
+const fb::ValueT* Lowering::value(uint32_t id) const {
+  auto it = values_.find(id);
+  return it == values_.end() ? nullptr : it->second;
+}
+
+const Storage* Lowering::Find(uint32_t value, int tile) const {
+  auto it = storage_.find(value);
+  if (it == storage_.end() || tile < 0 || tile >= tiles_) return nullptr;
+  const Storage& s = it->second[tile];
+  return s.buffer < 0 ? nullptr : &s;
+}
+
+std::vector<int> Lowering::TilesOf(uint32_t value) const {
+  std::vector<int> out;
+  auto it = storage_.find(value);
+  if (it == storage_.end()) return out;
+  for (int t = 0; t < tiles_; ++t) {
+    if (it->second[t].buffer >= 0) out.push_back(t);
+  }
+  return out;
+}
+
+int64_t Lowering::ScratchBytesPerTile(uint32_t op) const {
+  std::map<int, int64_t> per_tile;
+  for (const VBuffer& b : buffers_) {
+    if (b.op == op && b.kind != BufferKind::kValue) per_tile[b.tile] += b.bytes;
+  }
+  int64_t most = 0;
+  for (const auto& [t, bytes] : per_tile) most = std::max(most, bytes);
+  return most;
+}
+
+int Lowering::NewBuffer(int tile, int64_t elements, fb::DType dtype,
+                        int scale_exp, int64_t value, uint32_t op,
+                        BufferKind kind, const std::string& name,
+                        bool interleaved) {
+  VBuffer b;
+  b.id = static_cast<int>(buffers_.size());
+  b.tile = tile;
+  b.bytes = elements * ElementBytes(dtype);
+  b.dtype = dtype;
+  b.scale_exp = (dtype == fb::DType::FP8E4M3 || dtype == fb::DType::FP8E5M2)
+                    ? scale_exp
+                    : 0;
+  b.value = value;
+  b.op = op;
+  b.kind = kind;
+  b.name = name;
+  b.interleaved = interleaved;
+  buffers_.push_back(std::move(b));
+  return buffers_.back().id;
+}
+
+Storage* Lowering::NewValueStorage(uint32_t value, int tile, uint32_t op,
+                                   BufferKind kind, const Segments* segments,
+                                   bool interleaved) {
+  const fb::ValueT* v = values_.at(value);
+  std::vector<Storage>& per_tile = storage_[value];
+  if (per_tile.empty()) per_tile.resize(tiles_);
+  Storage& s = per_tile[tile];
+  if (segments) {
+    s.segments = *segments;
+  } else {
+    s.segments = Consecutive(HeldBoxes(*v->ownership, v->shape, tile));
+  }
+  s.buffer = NewBuffer(tile, TotalElements(s.segments), v->dtype,
+                       v->fp8_scale_exp, value, op, kind, v->name,
+                       interleaved);
+  return &s;
+}
+
+StatusOr<const Storage*> Lowering::Operand(uint32_t value, int tile,
+                                           uint32_t op) {
+  if (const Storage* s = Find(value, tile)) return s;
+  const fb::ValueT* v = this->value(value);
+  if (v == nullptr) {
+    return Status::BadInput("op " + std::to_string(op) +
+                            " reads undefined value %" + std::to_string(value));
+  }
+  const bool host = v->role == fb::ValueRole::Input ||
+                    v->role == fb::ValueRole::Weight;
+  if (!host && !options_.assume_operands) {
+    return Status::Internal("op " + std::to_string(op) + " reads %" +
+                            std::to_string(value) + " on tile " +
+                            std::to_string(tile) +
+                            " where its producer left nothing");
+  }
+  if (!v->ownership) {
+    return Status::BadInput("value %" + std::to_string(value) + " (" +
+                            v->name +
+                            ") has no ownership (run plan-ownership first)");
+  }
+  // The host places every tile of the value at once.
+  auto pieces = weight_pieces_.find(value);
+  for (int t : TilesUsed(*v->ownership, v->shape)) {
+    if (Find(value, t)) continue;
+    const Segments* segs = nullptr;
+    if (pieces != weight_pieces_.end()) {
+      auto it = pieces->second.find(t);
+      if (it != pieces->second.end()) segs = &it->second;
+    }
+    Storage* s = NewValueStorage(value, t, op, BufferKind::kValue, segs, false);
+    VBuffer& b = buffers_[s->buffer];
+    b.host_written = host;
+    b.resident = v->role == fb::ValueRole::Weight;
+  }
+  if (const Storage* s = Find(value, tile)) return s;
+  return Status::BadInput("op " + std::to_string(op) + " needs %" +
+                          std::to_string(value) + " (" + v->name +
+                          ") on tile " + std::to_string(tile) +
+                          " but its ownership " +
+                          ir::OwnershipText(*v->ownership) +
+                          " puts nothing there");
+}
+
+void Lowering::AddCall(Phase* phase, VCall call) {
+  if (call.kernel == "gemm" && call.args.size() == 3) {
+    rules_.push_back({call.args[0].buffer, call.args[2].buffer, true, call.op});
+  } else if (IsBinaryKernel(call.kernel) && call.args.size() >= 2 &&
+             call.args[0].buffer != call.args[1].buffer) {
+    rules_.push_back({call.args[0].buffer, call.args[1].buffer, false, call.op});
+  }
+  phase->calls.push_back(std::move(call));
+}
+
+Status Lowering::Move(const Box& box, int src_tile, const Storage& src,
+                      int dst_tile, const Storage& dst, fb::DType dtype,
+                      uint32_t op, Phase* copies, Phase* exchange) {
+  std::vector<Run> runs;
+  if (!MoveRuns(box, src.segments, dst.segments, &runs)) {
+    return Status::Internal("op " + std::to_string(op) + ": box " +
+                            passes::FormatBox(box) + " is not held by tile " +
+                            std::to_string(src_tile) + " [" +
+                            SegmentsText(src.segments) + "] or tile " +
+                            std::to_string(dst_tile) + " [" +
+                            SegmentsText(dst.segments) + "]");
+  }
+  const int eb = ElementBytes(dtype);
+  for (const Run& r : runs) {
+    const VSlice from{src.buffer, r.src * eb, r.count * eb};
+    if (src_tile == dst_tile) {
+      if (src.buffer == dst.buffer && r.src == r.dst) continue;
+      VCall c;
+      c.tile = src_tile;
+      c.kernel = "copy";
+      c.args = {from, VSlice{dst.buffer, r.dst * eb, r.count * eb}};
+      c.params = {r.count * eb};
+      c.op = op;
+      AddCall(copies, std::move(c));
+      ++notes_[op].local_copy_runs;
+      continue;
+    }
+    const auto key = std::make_tuple(static_cast<const Phase*>(exchange),
+                                     src_tile, src.buffer, from.offset,
+                                     from.bytes);
+    auto it = transfer_index_.find(key);
+    if (it == transfer_index_.end()) {
+      VTransfer t;
+      t.src_tile = src_tile;
+      t.src = from;
+      t.dtype = dtype;
+      t.op = op;
+      transfer_index_[key] = exchange->transfers.size();
+      exchange->transfers.push_back(std::move(t));
+      it = transfer_index_.find(key);
+    }
+    exchange->transfers[it->second].destinations.push_back(
+        {dst_tile, dst.buffer, r.dst * eb});
+  }
+  return Status::Ok();
+}
+
+StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op) {
+  return Lower(op, ChoiceFromReduction(op.reduction.get()));
+}
+
+StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
+                                    const ReductionChoice& choice,
+                                    bool alias_in_place) {
+  const bool saved = options_.alias_in_place;
+  options_.alias_in_place = alias_in_place;
+  StatusOr<OpProgram> result = Lower(op, choice);
+  options_.alias_in_place = saved;
+  return result;
+}
+
+StatusOr<int> Lowering::AliasableTiles(const fb::OperationT& op) {
+  int count = 0;
+  if (op.kind == fb::OpKind::MatMul) {
+    StatusOr<GemmGrid> g = ReadGemmGrid(module_, op);
+    if (!g.ok()) return g.status();
+    const fb::ValueT* A = value(op.operands[0]);
+    if (!A || !A->ownership) return 0;
+    for (int mi = 0; mi < g->m; ++mi) {
+      for (int ni = 0; ni < g->n; ++ni) {
+        for (int ki = 0; ki < g->k; ++ki) {
+          const int t = g->Tile(mi, ni, ki);
+          if (HeldBoxes(*A->ownership, A->shape, t).empty()) continue;
+          StatusOr<const Storage*> s = Operand(op.operands[0], t, op.id);
+          if (!s.ok()) return s.status();
+          count += ContiguousOffset(g->ABox(mi, ki), (*s)->segments).has_value();
+        }
+      }
+    }
+  } else if (op.kind == fb::OpKind::Redistribute && op.operands.size() == 1 &&
+             op.results.size() == 1) {
+    const fb::ValueT* X = value(op.operands[0]);
+    const fb::ValueT* Y = value(op.results[0]);
+    if (!X || !Y || !X->ownership || !Y->ownership) return 0;
+    for (int t : TilesUsed(*Y->ownership, Y->shape)) {
+      if (HeldBoxes(*X->ownership, X->shape, t).empty()) continue;
+      StatusOr<const Storage*> s = Operand(op.operands[0], t, op.id);
+      if (!s.ok()) return s.status();
+      count += (*s)->segments ==
+               Consecutive(HeldBoxes(*Y->ownership, Y->shape, t));
+    }
+  }
+  return count;
+}
+
+StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
+                                    const ReductionChoice& choice) {
+  transfer_index_.clear();
+  notes_[op.id] = OpNotes();
+  OpProgram out;
+  out.op = op.id;
+  out.reads = op.operands;
+  out.writes = op.results;
+  for (uint32_t r : op.results) {
+    const fb::ValueT* v = value(r);
+    if (!v || !v->ownership) {
+      return Status::BadInput(OpWhere(op) + ": result %" + std::to_string(r) +
+                              " has no ownership (run plan-ownership first)");
+    }
+    if (storage_.count(r)) {
+      return Status::Internal(OpWhere(op) + ": result %" + std::to_string(r) +
+                              " lowered twice");
+    }
+  }
+  Status status;
+  switch (op.kind) {
+    case fb::OpKind::MatMul:
+      status = LowerGemm(op, choice, &out);
+      break;
+    case fb::OpKind::BiasAdd:
+    case fb::OpKind::Gelu:
+    case fb::OpKind::Add:
+    case fb::OpKind::Cast:
+    case fb::OpKind::Fused:
+      status = LowerElementwise(op, &out);
+      break;
+    case fb::OpKind::LayerNorm:
+    case fb::OpKind::Softmax:
+      status = LowerRowWise(op, &out);
+      break;
+    case fb::OpKind::Moments:
+      status = LowerMoments(op, choice, &out);
+      break;
+    case fb::OpKind::Normalize:
+      status = LowerNormalize(op, &out);
+      break;
+    case fb::OpKind::Redistribute:
+      status = LowerRedistribute(op, &out);
+      break;
+    default:
+      status = Status::BadInput(OpWhere(op) +
+                                ": no lowering for this op kind yet");
+  }
+  if (!status.ok()) return status;
+  transfer_index_.clear();
+  return out;
+}
+
+// ---------------------------------------------------------------- GEMM
+
+namespace {
+
+// Scratch that grows per tile as output ranges claim slices of it.
+class Arena {
+ public:
+  Arena(fb::DType dtype, BufferKind kind, std::string name)
+      : dtype_(dtype), kind_(kind), name_(std::move(name)) {}
+  // Element offset of a new slice of `elements` on `tile`; creates the
+  // tile's buffer on first use through `make`.
+  template <typename Make>
+  std::pair<int, int64_t> Take(int tile, int64_t elements, Make&& make) {
+    auto it = used_.find(tile);
+    if (it == used_.end()) {
+      it = used_.emplace(tile, std::make_pair(make(tile, dtype_, kind_, name_),
+                                              int64_t{0}))
+               .first;
+    }
+    const int64_t offset = it->second.second;
+    it->second.second += elements;
+    return {it->second.first, offset};
+  }
+  // Final sizes (elements) by buffer id.
+  const std::map<int, std::pair<int, int64_t>>& used() const { return used_; }
+
+ private:
+  fb::DType dtype_;
+  BufferKind kind_;
+  std::string name_;
+  std::map<int, std::pair<int, int64_t>> used_;  // tile -> (buffer, elements)
+};
+
+}  // namespace
+
+Status Lowering::LowerGemm(const fb::OperationT& op,
+                           const ReductionChoice& choice, OpProgram* out) {
+  StatusOr<GemmGrid> grid = ReadGemmGrid(module_, op);
+  if (!grid.ok()) return grid.status();
+  const GemmGrid& g = *grid;
+  const std::string where = OpWhere(op);
+  const uint32_t a_id = op.operands[0], b_id = op.operands[1],
+                 c_id = op.results[0];
+  const fb::ValueT* A = value(a_id);
+  const fb::ValueT* B = value(b_id);
+  const fb::ValueT* C = value(c_id);
+  if (!A->ownership || !B->ownership) {
+    return Status::BadInput(where +
+                            ": operands have no ownership (run "
+                            "plan-ownership first)");
+  }
+  OpNotes& notes = notes_[op.id];
+  const int a_eb = ElementBytes(A->dtype);
+  const int c_eb = ElementBytes(C->dtype);
+
+  // ---- output ranges and the partials' layout
+  std::vector<ReduceRange> ranges;
+  // Column pieces of each output block (mi, ni) in split mode.
+  std::map<std::pair<int, int>, std::vector<std::pair<int64_t, int64_t>>>
+      pieces;
+  bool split = false;
+  if (g.k > 1) {
+    StatusOr<std::vector<ReduceRange>> r = GemmRanges(module_, op, g);
+    if (!r.ok()) return r.status();
+    ranges = std::move(*r);
+    bool strided_seed = false;
+    for (const ReduceRange& rr : ranges) {
+      const Segments whole = Consecutive(std::vector<Box>{g.CBox(rr.mi, rr.ni)});
+      if (rr.seed_ki >= 0 && !ContiguousOffset(rr.box, whole)) {
+        strided_seed = true;
+      }
+    }
+    int consumers = 0;
+    for (const auto& o : module_.ops) {
+      for (uint32_t id : o->operands) consumers += id == b_id;
+    }
+    const bool pieceable = B->role == fb::ValueRole::Weight &&
+                           !storage_.count(b_id) && consumers == 1;
+    split = choice.seed_in_place && strided_seed && pieceable;
+    if (split) {
+      std::map<std::pair<int, int>, std::set<int64_t>> cuts;
+      for (const ReduceRange& rr : ranges) {
+        auto& s = cuts[{rr.mi, rr.ni}];
+        s.insert(rr.box.begin[1]);
+        s.insert(rr.box.end[1]);
+      }
+      for (int mi = 0; mi < g.m; ++mi) {
+        for (int ni = 0; ni < g.n; ++ni) {
+          auto& s = cuts[{mi, ni}];
+          s.insert(g.cols.Begin(ni));
+          s.insert(g.cols.End(ni));
+          std::vector<int64_t> c(s.begin(), s.end());
+          auto& p = pieces[{mi, ni}];
+          for (size_t i = 0; i + 1 < c.size(); ++i) {
+            if (c[i] >= g.cols.Begin(ni) && c[i + 1] <= g.cols.End(ni)) {
+              p.push_back({c[i], c[i + 1]});
+            }
+          }
+        }
+      }
+      for (int mi = 0; mi < g.m; ++mi) {
+        for (int ni = 0; ni < g.n; ++ni) {
+          for (int ki = 0; ki < g.k; ++ki) {
+            std::vector<Box> boxes;
+            for (const auto& [c0, c1] : pieces[{mi, ni}]) {
+              boxes.push_back(
+                  Box2(g.depth.Begin(ki), g.depth.End(ki), c0, c1));
+            }
+            weight_pieces_[b_id][g.Tile(mi, ni, ki)] = Consecutive(boxes);
+          }
+        }
+      }
+    }
+  }
+  notes.split_partials = split;
+  notes.ranges = static_cast<int>(ranges.size());
+
+  // ---- phases: C0 X0 C1 X1 ... X(L-1) CL, then the reduction epochs
+  int chunks = 1;
+  for (int ki = 0; ki < g.k; ++ki) {
+    chunks = std::max<int>(chunks, CeilDiv(g.depth.Size(ki), g.phase_k));
+  }
+  PhaseList list;
+  std::vector<Phase*> cphase, xphase;
+  cphase.push_back(NewPhase(&list, Phase::Kind::kCompute, "stage"));
+  for (int c = 0; c < chunks; ++c) {
+    xphase.push_back(NewPhase(
+        &list, Phase::Kind::kExchange,
+        chunks == 1 ? std::string("stage A") : "stage A " + std::to_string(c)));
+    cphase.push_back(NewPhase(&list, Phase::Kind::kCompute, "gemm"));
+  }
+
+  // ---- per tile: operand storage, staging buffers, GEMM calls
+  const bool to_value = g.k == 1 && (!g.staged || C->dtype == fb::DType::F32);
+  struct TileState {
+    bool aliased = false;
+    std::vector<Storage> chunk;  // staged chunk c -> its buffer and box
+    Storage partial;             // accumulator / partials (or C's storage)
+  };
+  std::map<int, TileState> state;
+  // GEMM calls of tiles that use their left operand in place: they join the
+  // first GEMM phase of the staged tiles (or run alone if none is staged).
+  Phase in_place;
+  fb::OwnershipT a_need = g.ANeeded();
+  int64_t stage_bytes = 0;
+  for (int mi = 0; mi < g.m; ++mi) {
+    for (int ni = 0; ni < g.n; ++ni) {
+      for (int ki = 0; ki < g.k; ++ki) {
+        const int t = g.Tile(mi, ni, ki);
+        TileState& ts = state[t];
+        const int64_t bm = g.rows.Size(mi), bk = g.depth.Size(ki),
+                      bn = g.cols.Size(ni), kb0 = g.depth.Begin(ki);
+        const Box a_box = g.ABox(mi, ki);
+        ++notes.tiles;
+        StatusOr<const Storage*> b_store = Operand(b_id, t, op.id);
+        if (!b_store.ok()) return b_store.status();
+        const Storage& bs = **b_store;
+        // Output of the GEMM calls.
+        if (to_value) {
+          Storage* cs = NewValueStorage(c_id, t, op.id, BufferKind::kValue,
+                                        nullptr, /*interleaved=*/true);
+          if (TotalElements(cs->segments) != bm * bn ||
+              ContiguousOffset(g.CBox(mi, ni), cs->segments) !=
+                  std::optional<int64_t>(0)) {
+            return Status::BadInput(
+                where + ": with k=1 the result must be owned as the grid's "
+                        "blocks, blocked(" + std::to_string(g.m) + "x" +
+                std::to_string(g.n) + ") on the grid tiles, but it is " +
+                ir::OwnershipText(*C->ownership));
+          }
+          ts.partial = *cs;
+        } else {
+          std::vector<Box> boxes;
+          if (split) {
+            for (const auto& [c0, c1] : pieces[{mi, ni}]) {
+              boxes.push_back(Box2(g.rows.Begin(mi), g.rows.End(mi), c0, c1));
+            }
+          } else {
+            boxes.push_back(g.CBox(mi, ni));
+          }
+          ts.partial.segments = Consecutive(boxes);
+          ts.partial.buffer =
+              NewBuffer(t, bm * bn, fb::DType::F32, 0, -1, op.id,
+                        BufferKind::kPartial,
+                        op.name + (g.k > 1 ? ".partials" : ".accumulator"),
+                        /*interleaved=*/true);
+        }
+        // Left operand: in place, or staged.
+        const Storage* a_local = nullptr;
+        if (options_.alias_in_place &&
+            !HeldBoxes(*A->ownership, A->shape, t).empty()) {
+          StatusOr<const Storage*> s = Operand(a_id, t, op.id);
+          if (!s.ok()) return s.status();
+          if (ContiguousOffset(a_box, (*s)->segments)) a_local = *s;
+        }
+        auto gemm_calls = [&](Phase* phase, const VSlice& a, int64_t kc0,
+                              int64_t kc1, bool accumulate) -> Status {
+          const int64_t w = kc1 - kc0;
+          std::vector<std::pair<int64_t, int64_t>> cols;
+          if (split) {
+            cols = pieces[{mi, ni}];
+          } else {
+            cols.push_back({g.cols.Begin(ni), g.cols.End(ni)});
+          }
+          for (const auto& [c0, c1] : cols) {
+            const std::optional<int64_t> b_off =
+                ContiguousOffset(Box2(kc0, kc1, c0, c1), bs.segments);
+            const std::optional<int64_t> c_off = ContiguousOffset(
+                Box2(g.rows.Begin(mi), g.rows.End(mi), c0, c1),
+                ts.partial.segments);
+            if (!b_off || !c_off) {
+              return Status::BadInput(
+                  where + ": right operand %" + std::to_string(b_id) +
+                  " on tile " + std::to_string(t) + " does not hold rows [" +
+                  std::to_string(kc0) + ", " + std::to_string(kc1) +
+                  ") x columns [" + std::to_string(c0) + ", " +
+                  std::to_string(c1) + ") contiguously (resident blocks "
+                  "must follow the grid, docs/planning.md)");
+            }
+            const int b_eb = ElementBytes(B->dtype);
+            const int p_eb = ElementBytes(buffers_[ts.partial.buffer].dtype);
+            VCall call;
+            call.tile = t;
+            call.kernel = "gemm";
+            call.args = {a,
+                         {bs.buffer, *b_off * b_eb, w * (c1 - c0) * b_eb},
+                         {ts.partial.buffer, *c_off * p_eb,
+                          bm * (c1 - c0) * p_eb}};
+            call.params = {bm, w, c1 - c0, accumulate ? 1 : 0};
+            call.op = op.id;
+            AddCall(phase, std::move(call));
+          }
+          return Status::Ok();
+        };
+        if (a_local != nullptr) {
+          ts.aliased = true;
+          ++notes.aliased_tiles;
+          const int64_t off = *ContiguousOffset(a_box, a_local->segments);
+          TILEC_RETURN_IF_ERROR(gemm_calls(
+              &in_place, {a_local->buffer, off * a_eb, bm * bk * a_eb},
+              kb0, kb0 + bk, false));
+          continue;
+        }
+        const int tile_chunks = static_cast<int>(CeilDiv(bk, g.phase_k));
+        const int64_t width = std::min<int64_t>(g.phase_k, bk);
+        const int nbuf = std::min(tile_chunks, 2);
+        int buf[2] = {-1, -1};
+        for (int i = 0; i < nbuf; ++i) {
+          buf[i] = NewBuffer(t, bm * width, A->dtype, A->fp8_scale_exp, -1,
+                             op.id, BufferKind::kStage,
+                             op.name + ".stage" +
+                                 (nbuf > 1 ? std::to_string(i) : ""),
+                             false);
+        }
+        stage_bytes = std::max(stage_bytes, nbuf * bm * width * a_eb);
+        ++notes.staged_tiles;
+        for (int c = 0; c < tile_chunks; ++c) {
+          const int64_t kc0 = kb0 + c * g.phase_k;
+          const int64_t kc1 = std::min(kb0 + bk, kc0 + g.phase_k);
+          Storage s;
+          s.buffer = buf[c % 2];
+          s.segments = {Segment{Box2(g.rows.Begin(mi), g.rows.End(mi), kc0, kc1), 0}};
+          ts.chunk.push_back(s);
+          TILEC_RETURN_IF_ERROR(gemm_calls(
+              cphase[c + 1], {s.buffer, 0, bm * (kc1 - kc0) * a_eb}, kc0, kc1,
+              c > 0));
+        }
+      }
+    }
+  }
+  notes.stage_bytes_per_tile = stage_bytes;
+  {
+    Phase* target = notes.staged_tiles > 0 ? cphase[1] : cphase[0];
+    for (VCall& c : in_place.calls) target->calls.push_back(std::move(c));
+  }
+
+  // ---- left-operand delivery: the panel plan, clipped to each chunk
+  if (notes.staged_tiles > 0) {
+    passes::TransferPlan plan =
+        passes::PlanTransfers(*A->ownership, a_need, A->shape, a_eb);
+    auto deliver = [&](const Box& box, int src, int dst) -> Status {
+      auto it = state.find(dst);
+      if (it == state.end() || it->second.aliased) return Status::Ok();
+      StatusOr<const Storage*> from = Operand(a_id, src, op.id);
+      if (!from.ok()) return from.status();
+      const std::vector<Storage>& chunk = it->second.chunk;
+      for (size_t c = 0; c < chunk.size(); ++c) {
+        const Box part = IntersectBoxes(box, chunk[c].segments[0].box);
+        if (part.Empty()) continue;
+        TILEC_RETURN_IF_ERROR(Move(part, src, **from, dst, chunk[c], A->dtype,
+                                   op.id, cphase[c], xphase[c]));
+      }
+      return Status::Ok();
+    };
+    for (const passes::Transfer& tr : plan.transfers) {
+      for (int dst : tr.destination_tiles) {
+        TILEC_RETURN_IF_ERROR(deliver(tr.box, tr.source_tile, dst));
+      }
+    }
+    for (const passes::LocalCopy& lc : plan.local_copies) {
+      TILEC_RETURN_IF_ERROR(deliver(lc.box, lc.tile, lc.tile));
+    }
+  }
+  for (const Phase* x : xphase) notes.stage_phases += !x->transfers.empty();
+
+  // ---- k = 1: the GEMM wrote C, or an accumulator to convert
+  if (g.k == 1) {
+    if (!to_value) {
+      Phase* last = cphase.back();
+      for (auto& [t, ts] : state) {
+        const Box cbox = ts.partial.segments[0].box;
+        Storage* cs = NewValueStorage(c_id, t, op.id, BufferKind::kValue,
+                                      nullptr, false);
+        const std::optional<int64_t> off =
+            ContiguousOffset(cbox, cs->segments);
+        if (!off || TotalElements(cs->segments) != cbox.Elements()) {
+          return Status::BadInput(
+              where + ": with k=1 the result must be owned as the grid's "
+                      "blocks, but it is " + ir::OwnershipText(*C->ownership));
+        }
+        const int64_t n = cbox.Elements();
+        VCall cast;
+        cast.tile = t;
+        cast.kernel = "cast";
+        cast.args = {{ts.partial.buffer, 0, n * 4}, {cs->buffer, 0, n * c_eb}};
+        cast.params = {BoxRows(cbox), BoxWidth(cbox)};
+        cast.op = op.id;
+        VCall reduce = cast;
+        reduce.kernel = "reduce_partials";
+        reduce.params = {n};
+        StatusOr<int64_t> cc = CallCycles(model_, buffers_, cast);
+        StatusOr<int64_t> rc = CallCycles(model_, buffers_, reduce);
+        if (!cc.ok()) return cc.status();
+        if (!rc.ok()) return rc.status();
+        const bool use_reduce = *rc < *cc;
+        notes.converter = use_reduce ? "reduce_partials" : "cast";
+        AddCall(last, use_reduce ? std::move(reduce) : std::move(cast));
+      }
+    }
+    out->phases = Normalize(&list);
+    return Status::Ok();
+  }
+
+  // ---- k > 1: reduce every output range
+  // Partials in ki order; groups of at most N remote partials per epoch.
+  const int per_epoch = choice.partials_per_epoch > 0 ? choice.partials_per_epoch
+                                                      : g.k;
+  auto groups_of = [&](const ReduceRange& r) {
+    std::vector<std::vector<int>> groups;  // ki lists
+    std::vector<int> cur;
+    int remote = 0;
+    for (int ki = 0; ki < g.k; ++ki) {
+      cur.push_back(ki);
+      if (ki != r.seed_ki && ++remote == per_epoch) {
+        groups.push_back(cur);
+        cur.clear();
+        remote = 0;
+      }
+    }
+    if (!cur.empty()) {
+      const bool has_remote =
+          std::any_of(cur.begin(), cur.end(), [&](int ki) { return ki != r.seed_ki; });
+      if (!groups.empty() && !has_remote) {
+        groups.back().insert(groups.back().end(), cur.begin(), cur.end());
+      } else {
+        groups.push_back(cur);
+      }
+    }
+    return groups;
+  };
+  int epochs = 1;
+  for (const ReduceRange& r : ranges) {
+    epochs = std::max<int>(epochs, groups_of(r).size());
+  }
+  notes.reduce_epochs = epochs;
+  std::vector<Phase*> rx, rc;
+  for (int e = 0; e < epochs; ++e) {
+    rx.push_back(NewPhase(&list, Phase::Kind::kExchange,
+                          epochs == 1 ? std::string("partials")
+                                      : "partials " + std::to_string(e)));
+    rc.push_back(NewPhase(&list, Phase::Kind::kCompute, "reduce"));
+  }
+  auto make = [&](int tile, fb::DType dtype, BufferKind kind,
+                  const std::string& name) {
+    return NewBuffer(tile, 0, dtype, dtype == C->dtype ? C->fp8_scale_exp : 0,
+                     -1, op.id, kind, name, false);
+  };
+  Arena initial(fb::DType::F32, BufferKind::kInitial, op.name + ".initial");
+  Arena remote(fb::DType::F32, BufferKind::kRemote, op.name + ".remote");
+  Arena acc(fb::DType::F32, BufferKind::kResult, op.name + ".accumulator");
+  Arena result(C->dtype, BufferKind::kResult, op.name + ".result");
+  std::map<int, Storage*> c_store;
+  for (const ReduceRange& r : ranges) {
+    const int R = r.tile;
+    const int64_t n = r.box.Elements();
+    auto slice_storage = [&](int buffer, int64_t offset) {
+      Storage s;
+      s.buffer = buffer;
+      s.segments = {Segment{r.box, offset}};
+      return s;
+    };
+    if (!c_store.count(R)) {
+      c_store[R] = NewValueStorage(c_id, R, op.id, BufferKind::kValue, nullptr,
+                                   false);
+    }
+    const Storage& cs = *c_store[R];
+    // The seed.
+    VSlice seed;
+    if (r.seed_ki >= 0) {
+      const Storage& p = state[R].partial;
+      const std::optional<int64_t> off = ContiguousOffset(r.box, p.segments);
+      if (choice.seed_in_place && off) {
+        seed = {p.buffer, *off * 4, n * 4};
+        ++notes.seeds_in_place;
+      } else {
+        auto [buf, at] = initial.Take(R, n, make);
+        const Storage dst = slice_storage(buf, at);
+        TILEC_RETURN_IF_ERROR(Move(r.box, R, p, R, dst, fb::DType::F32, op.id,
+                                   cphase.back(), xphase.back()));
+        seed = {buf, at * 4, n * 4};
+        ++notes.seed_copies;
+      }
+    } else {
+      ++notes.no_seed;
+    }
+    // The final destination.
+    VSlice final_out;
+    const std::optional<int64_t> c_off = ContiguousOffset(r.box, cs.segments);
+    Storage result_store;
+    const bool direct = choice.direct_final_write && c_off.has_value();
+    if (direct) {
+      final_out = {cs.buffer, *c_off * c_eb, n * c_eb};
+      ++notes.direct_writes;
+    } else {
+      auto [buf, at] = result.Take(R, n, make);
+      result_store = slice_storage(buf, at);
+      final_out = {buf, at * c_eb, n * c_eb};
+      ++notes.result_copies;
+    }
+    const std::vector<std::vector<int>> groups = groups_of(r);
+    int slots = 0;
+    for (const auto& grp : groups) {
+      int rem = 0;
+      for (int ki : grp) rem += ki != r.seed_ki;
+      slots = std::max(slots, rem);
+    }
+    auto [rbuf, rbase] = remote.Take(R, int64_t{slots} * n, make);
+    VSlice accumulator;
+    if (groups.size() > 1) {
+      auto [abuf, aat] = acc.Take(R, n, make);
+      accumulator = {abuf, aat * 4, n * 4};
+    }
+    for (size_t e = 0; e < groups.size(); ++e) {
+      VCall call;
+      call.tile = R;
+      call.kernel = "reduce_partials";
+      call.op = op.id;
+      call.params = {n};
+      if (e > 0) call.args.push_back(accumulator);
+      int slot = 0;
+      for (int ki : groups[e]) {
+        if (ki == r.seed_ki) {
+          call.args.push_back(seed);
+          continue;
+        }
+        const int T = g.Tile(r.mi, r.ni, ki);
+        const int64_t at = rbase + int64_t{slot++} * n;
+        TILEC_RETURN_IF_ERROR(Move(r.box, T, state[T].partial, R,
+                                   slice_storage(rbuf, at), fb::DType::F32,
+                                   op.id, rc[e], rx[e]));
+        call.args.push_back({rbuf, at * 4, n * 4});
+      }
+      const bool last = e + 1 == groups.size();
+      call.args.push_back(last ? final_out : accumulator);
+      AddCall(rc[e], std::move(call));
+      if (last && !direct) {
+        TILEC_RETURN_IF_ERROR(Move(r.box, R, result_store, R, cs, C->dtype,
+                                   op.id, rc[e], rx[e]));
+      }
+    }
+  }
+  for (const Arena* a : {&initial, &remote, &acc, &result}) {
+    for (const auto& [tile, use] : a->used()) {
+      buffers_[use.first].bytes =
+          use.second * ElementBytes(buffers_[use.first].dtype);
+    }
+  }
+  out->phases = Normalize(&list);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- elementwise
+
+namespace {
+
+// One kernel of a compiled elementwise body.
+struct KernelStep {
+  std::string kernel;  // bias_add, bias_gelu, gelu, add, cast,
+                       // residual_moments, ln_moments
+  int operand = -1;    // the op operand it adds (bias or residual)
+  bool bias = false;   // `operand` is a [w] row broadcast down the rows
+  int form = 0;        // GELU form
+  fb::DType dtype = fb::DType::F32;  // output dtype (temporaries)
+  int scale_exp = 0;
+  bool moments = false;  // writes the op's second result
+};
+
+// The body of an elementwise op as a kernel sequence. Steps that the
+// reference does not round between (bias add then GELU, residual add then
+// moments) become one fused kernel.
+Status CompileBody(const fb::OperationT& op, const fb::ValueT& result,
+                   std::vector<KernelStep>* out) {
+  std::vector<fb::FusedStepT> steps;
+  auto step = [](fb::FusedStepKind kind, int operand) {
+    fb::FusedStepT s;
+    s.kind = kind;
+    s.operand = operand;
+    return s;
+  };
+  switch (op.kind) {
+    case fb::OpKind::BiasAdd:
+      steps.push_back(step(fb::FusedStepKind::BiasAdd, 1));
+      break;
+    case fb::OpKind::Gelu:
+      steps.push_back(step(fb::FusedStepKind::Gelu, -1));
+      steps.back().gelu = op.gelu;
+      break;
+    case fb::OpKind::Add:
+      steps.push_back(step(fb::FusedStepKind::ResidualAdd, 1));
+      break;
+    case fb::OpKind::Cast:
+      steps.push_back(step(fb::FusedStepKind::Cast, -1));
+      steps.back().dtype = result.dtype;
+      steps.back().fp8_scale_exp = result.fp8_scale_exp;
+      break;
+    default:
+      for (const auto& s : op.body) steps.push_back(*s);
+  }
+  const std::string where = OpWhere(op);
+  if (steps.empty()) return Status::BadInput(where + ": empty fused body");
+  for (size_t i = 0; i < steps.size();) {
+    const fb::FusedStepT& s = steps[i];
+    const bool has_next = i + 1 < steps.size();
+    KernelStep k;
+    switch (s.kind) {
+      case fb::FusedStepKind::BiasAdd:
+        k.operand = s.operand;
+        k.bias = true;
+        if (has_next && steps[i + 1].kind == fb::FusedStepKind::Gelu) {
+          k.kernel = "bias_gelu";
+          k.form = static_cast<int>(steps[i + 1].gelu);
+          i += 2;
+        } else {
+          k.kernel = "bias_add";
+          i += 1;
+        }
+        break;
+      case fb::FusedStepKind::Gelu:
+        k.kernel = "gelu";
+        k.form = static_cast<int>(s.gelu);
+        i += 1;
+        break;
+      case fb::FusedStepKind::ResidualAdd:
+        k.operand = s.operand;
+        if (has_next && steps[i + 1].kind == fb::FusedStepKind::Moments) {
+          k.kernel = "residual_moments";
+          k.moments = true;
+          i += 2;
+        } else {
+          k.kernel = "add";
+          i += 1;
+        }
+        break;
+      case fb::FusedStepKind::Cast:
+        k.kernel = "cast";
+        k.dtype = s.dtype;
+        k.scale_exp = s.fp8_scale_exp;
+        i += 1;
+        break;
+      case fb::FusedStepKind::Moments:
+        k.kernel = "ln_moments";
+        k.moments = true;
+        i += 1;
+        break;
+      default:
+        return Status::BadInput(where + ": no tile kernel for fused step " +
+                                std::string(fb::EnumNameFusedStepKind(s.kind)));
+    }
+    if ((k.bias || k.kernel == "add" || k.kernel == "residual_moments") &&
+        (k.operand < 1 || k.operand >= static_cast<int>(op.operands.size()))) {
+      return Status::BadInput(where + ": step names operand " +
+                              std::to_string(k.operand) + " of " +
+                              std::to_string(op.operands.size()));
+    }
+    if (k.moments && i != steps.size()) {
+      return Status::BadInput(where +
+                              ": a Moments step must be the body's last");
+    }
+    out->push_back(k);
+  }
+  const bool wants_moments = out->back().moments;
+  if (wants_moments != (op.results.size() == 2)) {
+    return Status::BadInput(where + ": a body with Moments has two results "
+                                    "(value, moments), otherwise one");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
+  const std::string where = OpWhere(op);
+  const uint32_t y_id = op.results[0];
+  const fb::ValueT* Y = value(y_id);
+  std::vector<KernelStep> steps;
+  TILEC_RETURN_IF_ERROR(CompileBody(op, *Y, &steps));
+  // ln_moments reads the stored result; it is not a value-producing step.
+  const bool trailing_moments = steps.back().kernel == "ln_moments";
+  const size_t value_steps = steps.size() - (trailing_moments ? 1 : 0);
+  if (value_steps == 0) {
+    return Status::BadInput(where + ": a body of only Moments has no value");
+  }
+  const fb::ValueT* M = op.results.size() == 2 ? value(op.results[1]) : nullptr;
+  if (M && (Y->shape.size() != 2 || M->shape.size() != 2 ||
+            M->shape[0] != Y->shape[0] || M->shape[1] != 3)) {
+    return Status::BadInput(where + ": moments result must be F32 [rows, 3] "
+                                    "of a [rows, w] value");
+  }
+  if (M && M->dtype != fb::DType::F32) {
+    return Status::BadInput(where + ": moments result must be F32");
+  }
+  PhaseList list;
+  Phase* phase = NewPhase(&list, Phase::Kind::kCompute,
+                          ir::OpKindText(op.kind));
+  const int y_eb = ElementBytes(Y->dtype);
+  for (int t : TilesUsed(*Y->ownership, Y->shape)) {
+    ++notes_[op.id].tiles;
+    Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue, nullptr,
+                                  false);
+    Storage* ms = nullptr;
+    if (M) {
+      // Complete rows only: a column split needs a reduction (LowerMoments).
+      for (const Segment& seg : ys->segments) {
+        if (BoxWidth(seg.box) != Y->shape[1]) {
+          return Status::BadInput(
+              where + ": moments of split rows need the Moments op and "
+                      "expand-reduce; this fused op owns column slices " +
+                      ir::OwnershipText(*Y->ownership));
+        }
+      }
+      ms = NewValueStorage(op.results[1], t, op.id, BufferKind::kValue,
+                           nullptr, false);
+    }
+    const Storage* ys_const = ys;
+    for (const Segment& seg : ys_const->segments) {
+      const Box& box = seg.box;
+      const int64_t rows = BoxRows(box), w = BoxWidth(box), n = box.Elements();
+      auto locate = [&](uint32_t id, const Box& b,
+                        std::string_view role) -> StatusOr<VSlice> {
+        StatusOr<const Storage*> s = Operand(id, t, op.id);
+        if (!s.ok()) return s.status();
+        const std::optional<int64_t> off = ContiguousOffset(b, (*s)->segments);
+        if (!off) {
+          return Status::BadInput(
+              where + ": " + std::string(role) + " %" + std::to_string(id) +
+              " does not hold " + passes::FormatBox(b) + " contiguously on tile " +
+              std::to_string(t) + " (it is owned " +
+              ir::OwnershipText(*value(id)->ownership) + ", the op runs on " +
+              ir::OwnershipText(*Y->ownership) + "; a Redistribute is missing)");
+        }
+        const int eb = ElementBytes(value(id)->dtype);
+        return VSlice{(*s)->buffer, *off * eb, b.Elements() * eb};
+      };
+      StatusOr<VSlice> running = locate(op.operands[0], box, "operand");
+      if (!running.ok()) return running.status();
+      VSlice cur = *running;
+      for (size_t i = 0; i < value_steps; ++i) {
+        const KernelStep& k = steps[i];
+        VCall call;
+        call.tile = t;
+        call.kernel = k.kernel;
+        call.op = op.id;
+        call.args.push_back(cur);
+        if (k.operand >= 0) {
+          Box b = box;
+          if (k.bias) {
+            b.rank = 1;
+            b.begin = {box.begin[box.rank - 1], 0, 0, 0};
+            b.end = {box.end[box.rank - 1], 0, 0, 0};
+          }
+          StatusOr<VSlice> extra =
+              locate(op.operands[k.operand], b, k.bias ? "bias" : "operand");
+          if (!extra.ok()) return extra.status();
+          call.args.push_back(*extra);
+        }
+        VSlice result;
+        if (i + 1 == value_steps) {
+          result = {ys->buffer, seg.offset * y_eb, n * y_eb};
+        } else {
+          const int buf = NewBuffer(t, n, k.dtype, k.scale_exp, -1, op.id,
+                                    BufferKind::kTemp,
+                                    op.name + ".step" + std::to_string(i),
+                                    false);
+          result = {buf, 0, n * ElementBytes(k.dtype)};
+        }
+        call.args.push_back(result);
+        if (k.moments) {
+          call.args.push_back(
+              {ms->buffer, box.begin[0] * 12 - ms->segments[0].box.begin[0] * 12,
+               rows * 12});
+        }
+        call.params = {rows, w};
+        if (k.kernel == "gelu" || k.kernel == "bias_gelu") {
+          call.params.push_back(k.form);
+        }
+        AddCall(phase, std::move(call));
+        cur = result;
+      }
+      if (trailing_moments) {
+        VCall call;
+        call.tile = t;
+        call.kernel = "ln_moments";
+        call.op = op.id;
+        call.args = {cur, {ms->buffer,
+                           box.begin[0] * 12 - ms->segments[0].box.begin[0] * 12,
+                           rows * 12}};
+        call.params = {rows, w};
+        AddCall(phase, std::move(call));
+      }
+    }
+  }
+  out->phases = Normalize(&list);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- row-wise
+
+Status Lowering::LowerRowWise(const fb::OperationT& op, OpProgram* out) {
+  const std::string where = OpWhere(op);
+  const uint32_t y_id = op.results[0];
+  const fb::ValueT* Y = value(y_id);
+  const int64_t width = Y->shape.back();
+  for (int t : TilesUsed(*Y->ownership, Y->shape)) {
+    for (const Box& b : HeldBoxes(*Y->ownership, Y->shape, t)) {
+      if (BoxWidth(b) != width) {
+        if (op.kind == fb::OpKind::LayerNorm) {
+          return LowerSplitLayerNorm(op, out);
+        }
+        return Status::BadInput(where + ": needs complete rows per tile but "
+                                        "its result is owned " +
+                                ir::OwnershipText(*Y->ownership));
+      }
+    }
+  }
+  PhaseList list;
+  Phase* phase = NewPhase(&list, Phase::Kind::kCompute, ir::OpKindText(op.kind));
+  const int y_eb = ElementBytes(Y->dtype);
+  for (int t : TilesUsed(*Y->ownership, Y->shape)) {
+    ++notes_[op.id].tiles;
+    Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue, nullptr,
+                                  false);
+    const Segments segments = ys->segments;
+    const int y_buffer = ys->buffer;
+    for (const Segment& seg : segments) {
+      const Box& box = seg.box;
+      auto locate = [&](uint32_t id, const Box& b) -> StatusOr<VSlice> {
+        StatusOr<const Storage*> s = Operand(id, t, op.id);
+        if (!s.ok()) return s.status();
+        const std::optional<int64_t> off = ContiguousOffset(b, (*s)->segments);
+        if (!off) {
+          return Status::BadInput(
+              where + ": operand %" + std::to_string(id) + " does not hold " +
+              passes::FormatBox(b) + " contiguously on tile " +
+              std::to_string(t) + " (owned " +
+              ir::OwnershipText(*value(id)->ownership) + ")");
+        }
+        const int eb = ElementBytes(value(id)->dtype);
+        return VSlice{(*s)->buffer, *off * eb, b.Elements() * eb};
+      };
+      StatusOr<VSlice> x = locate(op.operands[0], box);
+      if (!x.ok()) return x.status();
+      VCall call;
+      call.tile = t;
+      call.op = op.id;
+      call.params = {BoxRows(box), width};
+      const VSlice y{y_buffer, seg.offset * y_eb, box.Elements() * y_eb};
+      if (op.kind == fb::OpKind::LayerNorm) {
+        if (op.operands.size() != 3) {
+          return Status::BadInput(where + ": needs x, gamma and beta");
+        }
+        Box row;
+        row.rank = 1;
+        row.end[0] = width;
+        StatusOr<VSlice> gamma = locate(op.operands[1], row);
+        if (!gamma.ok()) return gamma.status();
+        StatusOr<VSlice> beta = locate(op.operands[2], row);
+        if (!beta.ok()) return beta.status();
+        call.kernel = "layernorm";
+        call.args = {*x, *gamma, *beta, y};
+        call.fparams = {op.eps};
+      } else {
+        call.kernel = "softmax";
+        call.args = {*x, y};
+        call.fparams = {op.scale};
+      }
+      AddCall(phase, std::move(call));
+    }
+  }
+  out->phases = Normalize(&list);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- copies
+
+Status Lowering::LowerRedistribute(const fb::OperationT& op, OpProgram* out) {
+  const std::string where = OpWhere(op);
+  if (op.operands.size() != 1 || op.results.size() != 1) {
+    return Status::BadInput(where + ": a redistribution has one operand and "
+                                    "one result");
+  }
+  const uint32_t x_id = op.operands[0], y_id = op.results[0];
+  const fb::ValueT* X = value(x_id);
+  const fb::ValueT* Y = value(y_id);
+  if (!X->ownership) {
+    return Status::BadInput(where + ": operand has no ownership");
+  }
+  if (X->dtype != Y->dtype || X->fp8_scale_exp != Y->fp8_scale_exp ||
+      X->shape != Y->shape) {
+    return Status::BadInput(where + ": source and result differ in dtype or "
+                                    "shape");
+  }
+  OpNotes& notes = notes_[op.id];
+  PhaseList list;
+  Phase* copies = NewPhase(&list, Phase::Kind::kCompute, "local copies");
+  Phase* exchange = NewPhase(&list, Phase::Kind::kExchange, "redistribute");
+  std::set<int> aliased;
+  for (int t : TilesUsed(*Y->ownership, Y->shape)) {
+    ++notes.tiles;
+    const Segments natural =
+        Consecutive(HeldBoxes(*Y->ownership, Y->shape, t));
+    if (options_.alias_in_place &&
+        !HeldBoxes(*X->ownership, X->shape, t).empty()) {
+      StatusOr<const Storage*> xs = Operand(x_id, t, op.id);
+      if (!xs.ok()) return xs.status();
+      if ((*xs)->segments == natural) {
+        std::vector<Storage>& per_tile = storage_[y_id];
+        if (per_tile.empty()) per_tile.resize(tiles_);
+        per_tile[t] = **xs;
+        aliased.insert(t);
+        ++notes.aliased_tiles;
+        continue;
+      }
+    }
+    NewValueStorage(y_id, t, op.id, BufferKind::kValue, &natural, false);
+  }
+  const passes::TransferPlan plan = passes::PlanTransfers(
+      *X->ownership, *Y->ownership, X->shape, ElementBytes(X->dtype));
+  for (const passes::Transfer& tr : plan.transfers) {
+    StatusOr<const Storage*> from = Operand(x_id, tr.source_tile, op.id);
+    if (!from.ok()) return from.status();
+    for (int dst : tr.destination_tiles) {
+      const Storage* to = Find(y_id, dst);
+      if (!to) return Status::Internal(where + ": no destination storage");
+      TILEC_RETURN_IF_ERROR(Move(tr.box, tr.source_tile, **from, dst, *to,
+                                 X->dtype, op.id, copies, exchange));
+    }
+  }
+  for (const passes::LocalCopy& lc : plan.local_copies) {
+    if (aliased.count(lc.tile)) continue;
+    StatusOr<const Storage*> from = Operand(x_id, lc.tile, op.id);
+    if (!from.ok()) return from.status();
+    TILEC_RETURN_IF_ERROR(Move(lc.box, lc.tile, **from, lc.tile,
+                               *Find(y_id, lc.tile), X->dtype, op.id, copies,
+                               exchange));
+  }
+  out->phases = Normalize(&list);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- statistics
+
+Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram*) {
+  return Status::BadInput(OpWhere(op) +
+                          ": LayerNorm over split rows is not lowered yet");
+}
+
+Status Lowering::LowerMoments(const fb::OperationT& op, const ReductionChoice&,
+                              OpProgram*) {
+  return Status::BadInput(OpWhere(op) + ": Moments is not lowered yet");
+}
+
+Status Lowering::LowerNormalize(const fb::OperationT& op, OpProgram*) {
+  return Status::BadInput(OpWhere(op) + ": Normalize is not lowered yet");
+}
+
+}  // namespace tilec::lower

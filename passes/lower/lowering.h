@@ -1,0 +1,234 @@
+// The lowering core shared by expand-reduce, emit-device and
+// inspect-exchanges: turns one planned op (docs/planning.md) into an
+// OpProgram (program.h) over virtual buffers, following the op's recipe and
+// the reduction choices that expand-reduce recorded (docs/lowering.md).
+//
+// Value storage. A value's part on a tile lives in one virtual buffer as the
+// row-major boxes its ownership gives the tile (layout.h), so producers and
+// consumers agree without talking to each other. The only exception is a
+// GEMM weight in "split partial" mode, which the host places as column
+// pieces (see ReductionChoice). Graph inputs and weights get their buffers
+// lazily, when their first consumer is lowered.
+//
+// GEMM. Grid position (mi, ni, ki) runs on tile first + ((mi*n + ni)*k +
+// ki) * stride and computes rows mi, columns ni, depth ki. The left operand
+// is delivered per the recipe's staging: Complete (one panel), Streamed or
+// Batched(N) (chunks of chunk_k or N*chunk_k columns of K per exchange
+// phase, two alternating buffers), with a tile that already holds its whole
+// panel contiguously using it in place. With k > 1 the F32 partials are
+// reduced per "output range": the part of a result tile's box that lies in
+// one GEMM output block. Partials are summed in ki order (reduce_partials),
+// so every variant gives bit-identical results.
+//
+// Elementwise and row-wise ops run where their result lives; fused bodies
+// become kernel sequences with F32 temporaries (exact: the reference does
+// not round inside a body except at a Cast). LayerNorm over split columns
+// and Moments become partial moments, an exchange and Chan combination.
+
+#ifndef TILEC_PASSES_LOWER_LOWERING_H_
+#define TILEC_PASSES_LOWER_LOWERING_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "kernels/cost.h"
+#include "passes/lower/layout.h"
+#include "passes/lower/program.h"
+
+namespace tilec::lower {
+
+// Bytes of one element of `dtype`.
+int ElementBytes(fb::DType dtype);
+
+// A value's part on one tile.
+struct Storage {
+  int buffer = -1;
+  Segments segments;
+};
+
+// What expand-reduce decided for one reduction (stored in
+// Operation.reduction; see ChoiceFromReduction).
+struct ReductionChoice {
+  // Read the seed partial where the GEMM left it. For a GEMM whose output
+  // ranges are column sub-ranges of its block this means "split partials":
+  // one GEMM call per range, each writing a contiguous partial, with the
+  // weight placed by the host as matching column pieces.
+  bool seed_in_place = true;
+  // reduce_partials writes straight into the output value's buffer where
+  // the range is contiguous there; otherwise a result scratch and copies.
+  bool direct_final_write = true;
+  // Remote partials per exchange phase; 0 = all in one phase.
+  int partials_per_epoch = 0;
+};
+
+ReductionChoice ChoiceFromReduction(const fb::ReductionT* reduction);
+
+// A balanced split of `extent` into `parts` contiguous blocks.
+struct Split {
+  int64_t extent = 0;
+  int64_t parts = 1;
+  int64_t Begin(int64_t i) const {
+    const int64_t q = extent / parts, r = extent % parts;
+    return i * q + std::min<int64_t>(i, r);
+  }
+  int64_t End(int64_t i) const { return Begin(i + 1); }
+  int64_t Size(int64_t i) const { return End(i) - Begin(i); }
+  int64_t Largest() const { return extent / parts + (extent % parts ? 1 : 0); }
+};
+
+// The tile grid of a GEMM recipe.
+struct GemmGrid {
+  int64_t M = 0, K = 0, N = 0;
+  int m = 1, k = 1, n = 1;
+  int first = 0, stride = 1;
+  Split rows, depth, cols;
+  int Tile(int mi, int ni, int ki) const {
+    return first + ((mi * n + ni) * k + ki) * stride;
+  }
+  Box ABox(int mi, int ki) const;
+  Box BBox(int ki, int ni) const;
+  Box CBox(int mi, int ni) const;
+  // The ownership the left operand needs: blocked(m x k, rep=n,
+  // order=0,2,1) on the grid's tiles.
+  fb::OwnershipT ANeeded() const;
+  // Columns of K per staged exchange phase (the whole block for Complete).
+  int64_t phase_k = 0;
+  bool staged = false;  // Streamed or Batched
+};
+
+// Reads the grid from op.recipe; a one-line error naming the op if the
+// recipe or the operand shapes do not fit docs/planning.md.
+StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
+                                const fb::OperationT& op);
+
+// One output range of a K-split reduction.
+struct ReduceRange {
+  int tile = 0;  // the result tile that reduces it
+  Box box;       // inside the result tile's box and inside block (mi, ni)
+  int mi = 0, ni = 0;
+  int seed_ki = -1;  // ki of the partial already on `tile`, -1 if none
+};
+
+// Every output range of a GEMM with k > 1 (result tiles ascending, boxes in
+// row-major order). Errors if the result ownership is missing.
+StatusOr<std::vector<ReduceRange>> GemmRanges(const fb::ModuleT& module,
+                                              const fb::OperationT& op,
+                                              const GemmGrid& grid);
+
+struct LoweringOptions {
+  // A tile that already holds exactly the data an op needs, contiguously,
+  // uses that buffer instead of a copy (left-operand staging,
+  // redistributions).
+  bool alias_in_place = true;
+  // Pricing one op alone: operands without storage (activations whose
+  // producer was not lowered) get their natural storage as if placed by the
+  // host.
+  bool assume_operands = false;
+};
+
+// What the lowering of one op did, for the pass logs.
+struct OpNotes {
+  int tiles = 0;
+  int aliased_tiles = 0;        // staging or redistribution used in place
+  int staged_tiles = 0;         // tiles that received a staged operand
+  int stage_phases = 0;         // exchange phases of operand staging
+  int64_t stage_bytes_per_tile = 0;  // staging buffers on the busiest tile
+  int ranges = 0;
+  int seeds_in_place = 0;
+  int seed_copies = 0;
+  int direct_writes = 0;
+  int result_copies = 0;
+  int no_seed = 0;              // ranges whose partials are all remote
+  bool split_partials = false;  // one GEMM call per output range
+  int reduce_epochs = 0;
+  std::string converter;        // k=1 staged GEMM: accumulator -> output
+  int64_t local_copy_runs = 0;
+};
+
+class Lowering {
+ public:
+  // `module` must outlive the Lowering.
+  Lowering(const fb::ModuleT& module, const kernels::CostModel& model,
+           LoweringOptions options = {});
+
+  // Lowers `op` with the reduction choice stored in the op (defaults when it
+  // has none). Ops must be lowered in program order (operands first).
+  StatusOr<OpProgram> Lower(const fb::OperationT& op);
+  StatusOr<OpProgram> Lower(const fb::OperationT& op,
+                            const ReductionChoice& choice);
+  // The same with in-place use of operands switched on or off for this op.
+  StatusOr<OpProgram> Lower(const fb::OperationT& op,
+                            const ReductionChoice& choice, bool alias_in_place);
+
+  // Tiles where lowering `op` now would use an operand in place (a GEMM's
+  // left operand or a redistribution's source): operands must be lowered.
+  StatusOr<int> AliasableTiles(const fb::OperationT& op);
+
+  const std::vector<VBuffer>& buffers() const { return buffers_; }
+  const std::vector<ElementRule>& rules() const { return rules_; }
+  const OpNotes& notes(uint32_t op) { return notes_[op]; }
+  // Storage of `value` on `tile`, nullptr if none.
+  const Storage* Find(uint32_t value, int tile) const;
+  // Tiles with storage of `value`, ascending.
+  std::vector<int> TilesOf(uint32_t value) const;
+  const fb::ValueT* value(uint32_t id) const;
+  int tiles() const { return tiles_; }
+  const kernels::CostModel& model() const { return model_; }
+
+  // Bytes of the op's scratch (every buffer it created except result
+  // values) on its busiest tile.
+  int64_t ScratchBytesPerTile(uint32_t op) const;
+
+ private:
+  struct Ctx;  // per-op state
+  StatusOr<const Storage*> Operand(uint32_t value, int tile, uint32_t op);
+  Storage* NewValueStorage(uint32_t value, int tile, uint32_t op,
+                           BufferKind kind, const Segments* segments,
+                           bool interleaved);
+  int NewBuffer(int tile, int64_t elements, fb::DType dtype, int scale_exp,
+                int64_t value, uint32_t op, BufferKind kind,
+                const std::string& name, bool interleaved);
+
+  Status LowerGemm(const fb::OperationT& op, const ReductionChoice& choice,
+                   OpProgram* out);
+  Status LowerElementwise(const fb::OperationT& op, OpProgram* out);
+  Status LowerRowWise(const fb::OperationT& op, OpProgram* out);
+  Status LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out);
+  Status LowerMoments(const fb::OperationT& op, const ReductionChoice& choice,
+                      OpProgram* out);
+  Status LowerNormalize(const fb::OperationT& op, OpProgram* out);
+  Status LowerRedistribute(const fb::OperationT& op, OpProgram* out);
+
+  // Moves `box` of a value from (src_tile, src) to (dst_tile, dst): copy
+  // calls into `copies` when the tiles are the same, else transfers into
+  // `exchange` (merged into multicasts with identical sources).
+  Status Move(const Box& box, int src_tile, const Storage& src, int dst_tile,
+              const Storage& dst, fb::DType dtype, uint32_t op,
+              Phase* copies, Phase* exchange);
+  void AddCall(Phase* phase, VCall call);
+
+  const fb::ModuleT& module_;
+  kernels::CostModel model_;
+  LoweringOptions options_;
+  int tiles_ = 0;
+  std::map<uint32_t, const fb::ValueT*> values_;
+  std::map<uint32_t, const fb::OperationT*> producer_;  // by result value
+  std::map<uint32_t, std::vector<Storage>> storage_;    // value -> per tile
+  // Weights that a GEMM wants as column pieces: value -> tile -> pieces.
+  std::map<uint32_t, std::map<int, Segments>> weight_pieces_;
+  std::vector<VBuffer> buffers_;
+  std::vector<ElementRule> rules_;
+  std::map<uint32_t, OpNotes> notes_;
+  // Transfer merging within the phase being built.
+  std::map<std::tuple<const Phase*, int, int, int64_t, int64_t>, size_t>
+      transfer_index_;
+};
+
+}  // namespace tilec::lower
+
+#endif  // TILEC_PASSES_LOWER_LOWERING_H_

@@ -1,0 +1,145 @@
+// The lowering's own program form: what an op becomes on the tiles before
+// supersteps and addresses exist. Buffers are virtual (an id, a tile, a
+// size, a dtype and placement constraints); an op is a short sequence of
+// phases, each either a compute phase (kernel calls on tiles) or an exchange
+// phase (transfers between tiles). emit-device schedules the phases into
+// supersteps and gives every virtual buffer an address; expand-reduce prices
+// alternative lowerings of one op with PhaseCycles before choosing.
+
+#ifndef TILEC_PASSES_LOWER_PROGRAM_H_
+#define TILEC_PASSES_LOWER_PROGRAM_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "kernels/cost.h"
+
+namespace tilec::lower {
+
+// Why a buffer exists; printed in buffer names and memory reports.
+enum class BufferKind {
+  kValue,      // holds (part of) a graph value
+  kStage,      // a GEMM's staged left-operand chunk or panel
+  kPartial,    // a GEMM's F32 partial sums / accumulator
+  kInitial,    // a reduction's seed partial, copied to be contiguous
+  kRemote,     // a reduction's remote partials
+  kResult,     // a reduction's result before its copy to the output
+  kTemp,       // an intermediate of a fused body
+};
+const char* BufferKindName(BufferKind kind);
+
+struct VBuffer {
+  int id = 0;
+  int tile = 0;
+  int64_t bytes = 0;
+  fb::DType dtype = fb::DType::F32;
+  int scale_exp = 0;
+  int64_t value = -1;  // value id, -1 for scratch
+  uint32_t op = 0;     // op that allocated it (producer, or the consumer
+                       // for graph inputs and weights)
+  BufferKind kind = BufferKind::kValue;
+  std::string name;
+  bool interleaved = false;  // must lie in interleaved memory
+  bool resident = false;     // weights: live for the whole program
+  bool host_written = false;  // written by the host before superstep 0
+  bool host_read = false;     // read by the host after the last superstep
+};
+
+// `bytes` bytes at `offset` bytes into a virtual buffer.
+struct VSlice {
+  int buffer = 0;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+};
+
+struct VCall {
+  int tile = 0;
+  std::string kernel;
+  std::vector<VSlice> args;
+  std::vector<int64_t> params;
+  std::vector<float> fparams;
+  uint32_t op = 0;
+};
+
+struct VDestination {
+  int tile = 0;
+  int buffer = 0;
+  int64_t offset = 0;  // bytes
+};
+
+struct VTransfer {
+  int src_tile = 0;
+  VSlice src;
+  fb::DType dtype = fb::DType::F32;
+  std::vector<VDestination> destinations;
+  uint32_t op = 0;
+};
+
+struct Phase {
+  enum class Kind { kCompute, kExchange };
+  Kind kind = Kind::kCompute;
+  std::string label;  // e.g. "stage A chunk 2", "reduce"
+  std::vector<VCall> calls;
+  std::vector<VTransfer> transfers;
+  bool Empty() const { return calls.empty() && transfers.empty(); }
+};
+
+// What one graph op became.
+struct OpProgram {
+  uint32_t op = 0;
+  std::vector<Phase> phases;
+  std::vector<uint32_t> reads;   // value ids read
+  std::vector<uint32_t> writes;  // value ids written (results)
+};
+
+// Two buffers that must not share a memory element (hard: the GEMM rule) or
+// should not (soft: binary elementwise inputs, else the slow path).
+struct ElementRule {
+  int a = 0;
+  int b = 0;
+  bool hard = false;
+  uint32_t op = 0;
+};
+
+// ---------------------------------------------------------------- costs
+
+// Cycles of one call (fast path); an error for a malformed call.
+StatusOr<int64_t> CallCycles(const kernels::CostModel& model,
+                             const std::vector<VBuffer>& buffers,
+                             const VCall& call);
+
+struct PhaseCost {
+  int64_t cycles = 0;          // compute: slowest tile; exchange: 600 + ...
+  int slowest_tile = -1;
+  int64_t bytes_received = 0;  // exchange: over all receivers
+  int64_t transfers = 0;
+  int64_t calls = 0;
+};
+
+// A phase on its own superstep, as the simulator counts it.
+StatusOr<PhaseCost> CostOfPhase(const kernels::CostModel& model,
+                                const std::vector<VBuffer>& buffers,
+                                const Phase& phase, int tiles);
+
+struct ProgramCost {
+  int64_t cycles = 0;
+  int64_t compute_cycles = 0;
+  int64_t exchange_cycles = 0;
+  int64_t exchange_phases = 0;
+  int64_t bytes_received = 0;
+  int64_t calls = 0;
+  int64_t transfers = 0;
+};
+
+// Every phase on its own superstep (the planner's model: ops do not share
+// supersteps).
+StatusOr<ProgramCost> CostOfOp(const kernels::CostModel& model,
+                               const std::vector<VBuffer>& buffers,
+                               const OpProgram& program, int tiles);
+
+}  // namespace tilec::lower
+
+#endif  // TILEC_PASSES_LOWER_PROGRAM_H_
