@@ -102,8 +102,9 @@ std::string Coster::CheckRecipe(const Graph& graph, int op,
       : node.op_class == OpClass::kRowWise     ? fb::RecipeKind::RowWise
                                                : fb::RecipeKind::Copy;
   if (r.kind != expected) {
+    const std::string kind = kind_name(node.op_class);
     return graph.OpLabel(op) + " is a " + ir::OpKindText(node.kind) +
-           " and needs a " + kind_name(node.op_class) + " recipe";
+           " and needs " + (kind[0] == 'e' ? "an " : "a ") + kind + " recipe";
   }
   if (r.kind == fb::RecipeKind::Gemm) {
     const auto& a = graph.value(node.operands[0]).shape;

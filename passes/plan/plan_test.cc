@@ -600,7 +600,7 @@ TEST(PlannerTest, RecipeFilesPinOpsAndReportBadLines) {
            {"op 1: gemm m=9 k=6\n", "r:1: gemm needs"},
            {"\nop 99: elementwise blocked(1x1)\n", "r:2: the graph has no op 99"},
            {"op 2: gemm m=1 k=1 n=1 staging=complete\n",
-            "r:1: op 2 (l0.mlp.up_bias) is a bias_add and needs a elementwise"},
+            "r:1: op 2 (l0.mlp.up_bias) is a bias_add and needs an elementwise"},
            {"op 2: elementwise blocked(729x2x1)\n", "r:1: blocked(729x2x1) has 3"},
            {"op 1: gemm m=9 k=6 n=28 staging=complete\n",
             "r:1: gemm grid of 1512 tiles"},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "formats/print.h"
 #include "kernels/kernels.h"
@@ -390,15 +391,30 @@ Status Search::Initialize() {
   return Status::Ok();
 }
 
+namespace {
+
+// How far a plan is from fitting: the bytes over capacity summed over the
+// steps (ops and redistributions) that do not fit. Zero iff it fits.
+int64_t Excess(const Evaluation& e) {
+  int64_t excess = 0;
+  for (int64_t peak : e.op_peak) excess += std::max<int64_t>(0, peak - e.capacity);
+  for (int64_t peak : e.redistribution_peak) {
+    excess += std::max<int64_t>(0, peak - e.capacity);
+  }
+  return excess;
+}
+
+}  // namespace
+
 StatusOr<bool> Search::Repair() {
-  // Until the plan fits: the single-op change that lowers the peak the
-  // most (cycles break ties); a change that fits wins over any that does
-  // not, and among fitting ones the fastest.
+  // Until the plan fits: the single-op change that brings it closest to
+  // fitting (least total excess over capacity, then the lowest peak, then
+  // the fewest cycles); once a change fits, the fastest that fits.
   for (int round = 0; round < 4 * graph_.num_ops() && !eval_.feasible();
        ++round) {
     bool found = false;
-    bool best_fits = false;
-    int64_t best_peak = eval_.peak_bytes, best_cycles = eval_.total_cycles;
+    std::tuple<int64_t, int64_t, int64_t> best = {
+        Excess(eval_), eval_.peak_bytes, eval_.total_cycles};
     int best_op = -1;
     Recipe best_recipe;
     Evaluation best_eval;
@@ -411,20 +427,11 @@ StatusOr<bool> Search::Repair() {
             Evaluate(graph_, coster_, trial, EvalMode::kFull);
         if (!e.ok()) return e.status();
         const bool fits = e->feasible();
-        bool better;
-        if (fits != best_fits) {
-          better = fits;
-        } else if (fits) {
-          better = e->total_cycles < best_cycles;
-        } else {
-          better = e->peak_bytes < best_peak ||
-                   (e->peak_bytes == best_peak && e->total_cycles < best_cycles);
-        }
-        if (better) {
+        const std::tuple<int64_t, int64_t, int64_t> key = {
+            Excess(*e), fits ? 0 : e->peak_bytes, e->total_cycles};
+        if (key < best) {
           found = true;
-          best_fits = fits;
-          best_peak = e->peak_bytes;
-          best_cycles = e->total_cycles;
+          best = key;
           best_op = op;
           best_recipe = r;
           best_eval = std::move(*e);
