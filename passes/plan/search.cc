@@ -114,7 +114,7 @@ std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
   SortScored(by_memory);
   std::vector<Recipe> grids;
   std::set<std::string> seen;
-  for (size_t i = 0; i < by_time.size() && i < 16; ++i) {
+  for (size_t i = 0; i < by_time.size() && i < 32; ++i) {
     AddUnique(grids, seen, by_time[i].recipe);
   }
   for (size_t i = 0; i < by_memory.size() && i < 6; ++i) {
