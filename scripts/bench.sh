@@ -34,6 +34,56 @@ bench_reference() {
   awk -v s="$start" -v e="$end" 'BEGIN { printf "reference: so400m MLP block (7.22 G MACs) in %.2f s host\n", e - s }'
 }
 
+# plan-ownership on the so400m MLP block (batch 1, ipu21), F16 and with
+# GEMM inputs priced as FP8 (--gemm_dtype=fp8): the chosen GEMM splits and
+# staging, per-op estimated cycles, total and peak bytes per tile against
+# MACHINE.md's FP8 compute floor (38,366 cycles); host time for 0, 64 and
+# 1,000 attempts; and the trace's pinned plan
+# (testdata/plan-ownership/siglip-trace.recipe) against the searched one.
+bench_planner() {
+  bazel build -c opt --noshow_progress --ui_event_filters=-info \
+    //tools/import-model //tools/plan-ownership //tools/dump-ir
+  local bin=bazel-bin/tools dir
+  dir=$(mktemp -d)
+  "$bin/import-model/import-model" -o "$dir/mlp.tilec"
+  local dtype attempts start end
+  for dtype in f16 fp8; do
+    local flag=""
+    [ "$dtype" = fp8 ] && flag=--gemm_dtype=fp8
+    for attempts in 0 64 1000; do
+      start=$(date +%s.%N)
+      "$bin/plan-ownership/plan-ownership" $flag --attempts=$attempts \
+        "$dir/mlp.tilec" -o "$dir/$dtype-$attempts.tilec" 2>"$dir/log"
+      end=$(date +%s.%N)
+      awk -v s="$start" -v e="$end" -v d="$dtype" -v a="$attempts" \
+        -v line="$(tail -n 1 "$dir/log" | sed 's/^plan-ownership: //')" \
+        'BEGIN { printf "planner: %s, --attempts=%d: %.2f s host; %s\n", d, a, e - s, line }'
+    done
+    "$bin/plan-ownership/plan-ownership" $flag --attempts=1000 \
+      --recipe=testdata/plan-ownership/siglip-trace.recipe \
+      "$dir/mlp.tilec" -o "$dir/$dtype-trace.tilec" 2>/dev/null
+    local plan
+    for plan in 1000 trace; do
+      "$bin/dump-ir/dump-ir" "$dir/$dtype-$plan.tilec" | awk -v d="$dtype" -v p="$plan" '
+        /^ops:/ { on = 1; next }
+        /^pass / { on = 0 }
+        on && /est cycles=/ {
+          id = $1; kind = $2; name = $3
+          recipe = $0; sub(/.*recipe=/, "", recipe); sub(/ \| est.*/, "", recipe)
+          sub(/ "[^"]*"/, "", recipe)
+          est = $0; sub(/.* est cycles=/, "", est); split(est, f, " ")
+          cycles = f[1]; total += cycles
+          peak = $0; sub(/.* peak=/, "", peak); if (peak + 0 > max) max = peak + 0
+          printf "planner:   %s %-6s %-12s %-62s %8d cycles\n", (p == "trace" ? "trace " : "search"), id, kind, recipe, cycles
+        }
+        END {
+          printf "planner: %s %s plan: total %d cycles, peak %d B per tile of 481152; FP8 compute floor 38366 (MACHINE.md), hardware MLP block 151998\n", d, (p == "trace" ? "trace-pinned" : "searched (1000 attempts)"), total, max
+        }'
+    done
+  done
+  rm -rf "$dir"
+}
+
 # ---------------------------------------------------------------- driver
 
 main() {
