@@ -150,6 +150,17 @@ Status PlanOwnership(const PlannerOptions& options, fb::ModuleT* module) {
 
   StatusOr<Graph> graph = Graph::Build(*module);
   if (!graph.ok()) return graph.status();
+  int explain_op = -1;
+  if (!options.explain.empty() && options.explain != "all") {
+    uint32_t id = 0;
+    const char* end = options.explain.data() + options.explain.size();
+    const auto [ptr, ec] = std::from_chars(options.explain.data(), end, id);
+    explain_op = ec == std::errc() && ptr == end ? graph->OpIndex(id) : -1;
+    if (explain_op < 0) {
+      return Status::BadInput("--explain=" + options.explain +
+                              ": expected 'all' or an op id of the graph");
+    }
+  }
 
   // On resume, the checkpoint decides the search parameters that were not
   // given, and must agree with those that were.
@@ -319,19 +330,9 @@ Status PlanOwnership(const PlannerOptions& options, fb::ModuleT* module) {
                    std::to_string(search.evaluation().peak_bytes) +
                    " B per tile");
 
-  if (!options.explain.empty() && !explain_all) {
-    uint32_t id = 0;
-    const auto [ptr, ec] = std::from_chars(
-        options.explain.data(), options.explain.data() + options.explain.size(),
-        id);
-    const int op = ec == std::errc() &&
-                           ptr == options.explain.data() + options.explain.size()
-                       ? graph->OpIndex(id)
-                       : -1;
-    if (op < 0) {
-      return Status::BadInput("--explain=" + options.explain +
-                              ": expected 'all' or an op id of the graph");
-    }
+  if (explain_op >= 0) {
+    const int op = explain_op;
+    const uint32_t id = graph->op(op).id;
     StatusOr<std::vector<Search::Alternative>> alternatives =
         search.Alternatives(op);
     if (!alternatives.ok()) return alternatives.status();
