@@ -606,9 +606,8 @@ class OwnershipParser {
         if (sorted.size() != o.partitions.size() + 1 ||
             sorted[i] != static_cast<int32_t>(i)) {
           return Fail("order must list each grid axis 0.." +
-                      std::to_string(o.partitions.size()) +
-                      " once (axis " + std::to_string(o.partitions.size()) +
-                      " = replicas)");
+                      std::to_string(o.partitions.size()) + " once (axis " +
+                      std::to_string(o.partitions.size()) + " = replicas)");
         }
       }
     }

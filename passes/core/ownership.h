@@ -89,10 +89,11 @@ std::string FormatOwnership(const fb::OwnershipT& ownership);
 
 // Parses the text form. Spaces are allowed between tokens, options may come
 // in any order and may repeat their defaults; grain and tiles are required
-// for flat; `order=` lists every grid axis 0..rank once. Checks syntax and the shape-independent ranges (counts >= 1,
-// first >= 0, at most 4 axes) but not a shape or a target: call
-// ValidateOwnership for that. On error returns nullopt and, if `error` is
-// not null, sets it to a message that quotes the text and the position.
+// for flat; `order=` lists every grid axis 0..rank once. Checks syntax and the
+// shape-independent ranges (counts >= 1, first >= 0, at most 4 axes) but not a
+// shape or a target: call ValidateOwnership for that. On error returns nullopt
+// and, if `error` is not null, sets it to a message that quotes the text and
+// the position.
 std::optional<fb::OwnershipT> ParseOwnership(std::string_view text,
                                              std::string* error = nullptr);
 

@@ -103,7 +103,8 @@ Holds BruteHolds(const fb::OwnershipT& o, const Shape& shape) {
       for (int k = 0; k < o.replicas; ++k) {
         cell[rank] = k;
         int64_t position = 0;
-        for (int32_t axis : order) position = position * counts[axis] + cell[axis];
+        for (int32_t axis : order)
+          position = position * counts[axis] + cell[axis];
         holds[o.first_tile + position * o.tile_stride][e] = 1;
       }
     }
@@ -662,7 +663,10 @@ TEST(OwnershipTest, ValidationRejectsBadInputs) {
       {FlatOwnership(0, 16), {100}, 16, "grain 0"},
       {FlatOwnership(4, 0), {100}, 16, "0 tiles"},
       {blocked_with_grain, {8}, 16, "must leave grain and tiles unset"},
-      {flat_with_replicas, {8}, 16, "must leave partitions, replicas and axis order unset"},
+      {flat_with_replicas,
+       {8},
+       16,
+       "must leave partitions, replicas and axis order unset"},
       {bad_kind, {8}, 16, "unknown ownership kind 7"},
       {BlockedOwnership({2}), {8}, 0, "the target has no tiles"},
       {Ordered(BlockedOwnership({2, 2}), {0, 1}),

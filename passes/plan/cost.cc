@@ -43,17 +43,18 @@ StatusOr<Coster> Coster::Create(const fb::TargetT& target,
 }
 
 int Coster::KGranule(fb::DType dtype) const {
-  const char* kernel = dtype == fb::DType::F32 ? "gemm_f32"
-                       : (dtype == fb::DType::FP8E4M3 ||
-                          dtype == fb::DType::FP8E5M2)
-                           ? "gemm_fp8"
-                           : "gemm_f16";
+  const char* kernel =
+      dtype == fb::DType::F32 ? "gemm_f32"
+      : (dtype == fb::DType::FP8E4M3 || dtype == fb::DType::FP8E5M2)
+          ? "gemm_fp8"
+          : "gemm_f16";
   StatusOr<const fb::KernelFormulaT*> f = model().Formula(kernel);
   int granule = 1;
   if (f.ok()) {
     for (const auto& term : (*f)->terms) {
       for (const auto& factor : term->factors) {
-        if (factor->variable == "K") granule = std::max(granule, factor->divisor);
+        if (factor->variable == "K")
+          granule = std::max(granule, factor->divisor);
       }
     }
   }
@@ -67,11 +68,12 @@ fb::DType Coster::GemmDType(const Graph& graph, int op) const {
 
 int Coster::StoredBytes(const Graph& graph, int value) const {
   const ValueNode& v = graph.value(value);
-  if (options_.gemm_dtype && v.role == fb::ValueRole::Weight && !v.uses.empty()) {
+  if (options_.gemm_dtype && v.role == fb::ValueRole::Weight &&
+      !v.uses.empty()) {
     bool only_resident = true;
     for (const auto& [op, slot] : v.uses) {
-      only_resident = only_resident &&
-                      graph.op(op).slots[slot] == SlotRole::kResident;
+      only_resident =
+          only_resident && graph.op(op).slots[slot] == SlotRole::kResident;
     }
     if (only_resident) return DTypeBytes(*options_.gemm_dtype);
   }
@@ -142,13 +144,15 @@ std::string Coster::CheckRecipe(const Graph& graph, int op,
   if (r.kind == fb::RecipeKind::Elementwise) {
     if (r.layout.kind == fb::OwnershipKind::Blocked && r.layout.replicas != 1) {
       return "an elementwise layout is blocked(rows x channels) without "
-             "replicas or flat, not " + FormatOwnership(r.layout);
+             "replicas or flat, not " +
+             FormatOwnership(r.layout);
     }
   } else if (r.kind == fb::RecipeKind::RowWise) {
-    if (r.layout.kind != fb::OwnershipKind::Blocked ||
-        r.layout.replicas != 1 || r.layout.partitions.back() != 1) {
+    if (r.layout.kind != fb::OwnershipKind::Blocked || r.layout.replicas != 1 ||
+        r.layout.partitions.back() != 1) {
       return "a row-wise op needs complete rows: blocked(p x 1) without "
-             "replicas, not " + FormatOwnership(r.layout);
+             "replicas, not " +
+             FormatOwnership(r.layout);
     }
   }
   return "";
@@ -214,8 +218,8 @@ std::optional<fb::OwnershipT> Coster::Required(const Graph& graph, int op,
 
 // ---------------------------------------------------------------- caches
 
-TransferCost Coster::Transfer(std::span<const int64_t> shape,
-                              int element_bytes, const fb::OwnershipT& from,
+TransferCost Coster::Transfer(std::span<const int64_t> shape, int element_bytes,
+                              const fb::OwnershipT& from,
                               const fb::OwnershipT& to) const {
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
                     " " + OwnKey(from) + " -> " + OwnKey(to);
@@ -320,11 +324,13 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
 
   // The slowest tile has the largest block: balanced splits put the larger
   // parts first, and every formula grows with M, K and N.
-  const int64_t bm = CeilDiv(M, r.m), bk = CeilDiv(K, r.k), bn = CeilDiv(N, r.n);
+  const int64_t bm = CeilDiv(M, r.m), bk = CeilDiv(K, r.k),
+                bn = CeilDiv(N, r.n);
   // K per GEMM call: one call (Complete), one per chunk (Streamed), one per
   // batch of chunks (Batched).
   int64_t per_call = bk;
-  if (r.staging == fb::Staging::Streamed) per_call = std::min<int64_t>(bk, r.chunk_k);
+  if (r.staging == fb::Staging::Streamed)
+    per_call = std::min<int64_t>(bk, r.chunk_k);
   if (r.staging == fb::Staging::Batched) {
     per_call = std::min<int64_t>(bk, int64_t{r.chunk_k} * r.batch_chunks);
   }
@@ -333,7 +339,8 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
   int64_t gemm_cycles = 0;
   for (int64_t c = 0; c < calls; ++c) {
     const int64_t kc = std::min(per_call, bk - c * per_call);
-    StatusOr<int64_t> cycles = kernels::GemmCycles(model(), *kdtype, bm, kc, bn);
+    StatusOr<int64_t> cycles =
+        kernels::GemmCycles(model(), *kdtype, bm, kc, bn);
     if (!cycles.ok()) return cycles.status();
     gemm_cycles += *cycles;
   }
@@ -378,9 +385,9 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
     } else if (stage_phases > 1) {
       const int64_t per_phase =
           target().sync_cycles +
-          model().TileExchangeCycles(CeilDiv(t.max_bytes_sent, stage_phases),
-                                     CeilDiv(t.max_bytes_received, stage_phases),
-                                     t.max_fragments);
+          model().TileExchangeCycles(
+              CeilDiv(t.max_bytes_sent, stage_phases),
+              CeilDiv(t.max_bytes_received, stage_phases), t.max_fragments);
       cost.exchange += stage_phases * per_phase;
     }
     if (t.local_copy_bytes > 0) {
@@ -474,8 +481,8 @@ StatusOr<OpCost> Coster::PriceElementwise(const Graph& graph, int op,
   // Cycles of one tile holding `boxes` (a blocked tile holds one box; a
   // flat tile a contiguous range: one call per step over the range, or one
   // call per row segment for steps that index a per-column operand).
-  auto tile_cycles = [&](const std::vector<passes::Box>& boxes)
-      -> StatusOr<int64_t> {
+  auto tile_cycles =
+      [&](const std::vector<passes::Box>& boxes) -> StatusOr<int64_t> {
     int64_t total = 0;
     int64_t elements = 0;
     for (const passes::Box& box : boxes) elements += box.Elements();
@@ -531,17 +538,16 @@ StatusOr<OpCost> Coster::PriceRowWise(const Graph& graph, int op,
   const int64_t w = out.shape[rank - 1];
   StatusOr<kernels::DType> kout = kernels::DTypeFromFb(out.dtype);
   if (!kout.ok()) return kout.status();
-  StatusOr<int64_t> c =
-      node.kind == fb::OpKind::Softmax
-          ? kernels::SoftmaxCycles(model(), rows, w)
-          : kernels::LayerNormCycles(model(), *kout, rows, w);
+  StatusOr<int64_t> c = node.kind == fb::OpKind::Softmax
+                            ? kernels::SoftmaxCycles(model(), rows, w)
+                            : kernels::LayerNormCycles(model(), *kout, rows, w);
   if (!c.ok()) return c.status();
   OpCost cost;
   cost.compute = *c;
-  cost.detail = std::string(node.kind == fb::OpKind::Softmax ? "softmax"
-                                                              : "layernorm") +
-                " " + std::to_string(rows) + "x" + std::to_string(w) + " " +
-                std::to_string(*c);
+  cost.detail =
+      std::string(node.kind == fb::OpKind::Softmax ? "softmax" : "layernorm") +
+      " " + std::to_string(rows) + "x" + std::to_string(w) + " " +
+      std::to_string(*c);
   return cost;
 }
 
@@ -551,7 +557,8 @@ StatusOr<OpCost> Coster::PriceCopy(const Graph& graph, int op, const Recipe& r,
   const ValueNode& in = graph.value(node.operands[0]);
   OpCost cost;
   if (SamePlacement(in.shape, source, r.layout)) return cost;
-  const TransferCost t = Transfer(in.shape, DTypeBytes(in.dtype), source, r.layout);
+  const TransferCost t =
+      Transfer(in.shape, DTypeBytes(in.dtype), source, r.layout);
   cost.compute = t.local_copy_cycles;
   cost.exchange = t.phase_cycles;
   cost.phases = t.transfers > 0 ? 1 : 0;

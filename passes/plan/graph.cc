@@ -38,11 +38,10 @@ Status FusedSteps(const fb::OperationT& op, fb::DType out_dtype,
       case fb::FusedStepKind::BiasAdd:
         if (i + 1 < body.size() &&
             body[i + 1]->kind == fb::FusedStepKind::Gelu) {
-          const bool fp8_out =
-              i + 2 < body.size() &&
-              body[i + 2]->kind == fb::FusedStepKind::Cast &&
-              (body[i + 2]->dtype == fb::DType::FP8E4M3 ||
-               body[i + 2]->dtype == fb::DType::FP8E5M2);
+          const bool fp8_out = i + 2 < body.size() &&
+                               body[i + 2]->kind == fb::FusedStepKind::Cast &&
+                               (body[i + 2]->dtype == fb::DType::FP8E4M3 ||
+                                body[i + 2]->dtype == fb::DType::FP8E5M2);
           s.kernel = fp8_out ? "bias_gelu_fp8" : "bias_gelu";
           s.uses_vector = true;
           i += fp8_out ? 2 : 1;
@@ -116,8 +115,8 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
     if (v->ownership) node.given = *v->ownership;
     value_index[v->id] = static_cast<int>(g.values_.size());
     g.values_.push_back(std::move(node));
-    g.lines_.push_back("value %" + std::to_string(v->id) + " " + v->name +
-                       " " + ir::DTypeText(v->dtype) + "[" + Join(v->shape) +
+    g.lines_.push_back("value %" + std::to_string(v->id) + " " + v->name + " " +
+                       ir::DTypeText(v->dtype) + "[" + Join(v->shape) +
                        "] role " + std::to_string(static_cast<int>(v->role)));
   }
   for (const auto& op_ptr : module.ops) {
@@ -128,17 +127,20 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
     node.name = op.name;
     for (uint32_t id : op.operands) node.operands.push_back(value_index.at(id));
     if (op.results.size() != 1) {
-      return Unsupported(op, "the planner handles ops with one result, this "
-                             "one has " + std::to_string(op.results.size()));
+      return Unsupported(op,
+                         "the planner handles ops with one result, this "
+                         "one has " +
+                             std::to_string(op.results.size()));
     }
     node.result = value_index.at(op.results[0]);
     const ValueNode& result = g.values_[node.result];
     const size_t arity = node.operands.size();
     auto need_rank2 = [&]() -> Status {
       if (result.shape.size() != 2) {
-        return Unsupported(op, "elementwise and GEMM recipes need [rows, "
-                               "width] values, the result is rank " +
-                                   std::to_string(result.shape.size()));
+        return Unsupported(op,
+                           "elementwise and GEMM recipes need [rows, "
+                           "width] values, the result is rank " +
+                               std::to_string(result.shape.size()));
       }
       return Status::Ok();
     };
@@ -316,8 +318,8 @@ StatusOr<Recipe> ParseRecipe(std::string_view text) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
       s.remove_prefix(1);
     }
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' ||
-                          s.back() == '\r')) {
+    while (!s.empty() &&
+           (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
       s.remove_suffix(1);
     }
     return s;
@@ -350,9 +352,9 @@ StatusOr<Recipe> ParseRecipe(std::string_view text) {
             std::from_chars(value.data(), value.data() + value.size(), v);
         if (ec != std::errc() || ptr != value.data() + value.size() ||
             v < minimum) {
-          return Status::BadInput(std::string(key) + "=" + std::string(value) +
-                                  ": expected an integer >= " +
-                                  std::to_string(minimum));
+          return Status::BadInput(
+              std::string(key) + "=" + std::string(value) +
+              ": expected an integer >= " + std::to_string(minimum));
         }
         *out = v;
         return Status::Ok();
@@ -383,7 +385,8 @@ StatusOr<Recipe> ParseRecipe(std::string_view text) {
           int v = 0;
           const auto [ptr, ec] =
               std::from_chars(inner.data(), inner.data() + inner.size(), v);
-          if (ec != std::errc() || ptr != inner.data() + inner.size() || v < 1) {
+          if (ec != std::errc() || ptr != inner.data() + inner.size() ||
+              v < 1) {
             return Status::BadInput("staging=" + std::string(value) +
                                     ": expected batched(N) with N >= 1");
           }
@@ -394,9 +397,9 @@ StatusOr<Recipe> ParseRecipe(std::string_view text) {
               ": expected complete, streamed or batched(N)");
         }
       } else {
-        return Status::BadInput("unknown or repeated gemm option '" +
-                                std::string(key) +
-                                "' (options: m, k, n, staging, chunk_k, first)");
+        return Status::BadInput(
+            "unknown or repeated gemm option '" + std::string(key) +
+            "' (options: m, k, n, staging, chunk_k, first)");
       }
     }
     if (!seen_m || !seen_k || !seen_n) {
@@ -417,9 +420,8 @@ StatusOr<Recipe> ParseRecipe(std::string_view text) {
   } else if (word == "copy") {
     r.kind = fb::RecipeKind::Copy;
   } else {
-    return Status::BadInput(
-        "unknown recipe kind '" + std::string(word) +
-        "' (expected gemm, elementwise, rowwise or copy)");
+    return Status::BadInput("unknown recipe kind '" + std::string(word) +
+                            "' (expected gemm, elementwise, rowwise or copy)");
   }
   std::string error;
   std::optional<fb::OwnershipT> layout = passes::ParseOwnership(rest, &error);

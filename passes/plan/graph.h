@@ -32,7 +32,7 @@ enum class OpClass { kGemm, kElementwise, kRowWise, kCopy };
 
 // One kernel call pattern of an elementwise op (docs/planning.md).
 struct ElementwiseStep {
-  std::string kernel;      // "add", "gelu", "bias_gelu", "cast", ...
+  std::string kernel;        // "add", "gelu", "bias_gelu", "cast", ...
   bool uses_vector = false;  // needs a per-column operand (bias)
   bool binary = false;       // two full-size inputs (add)
   fb::DType out_dtype = fb::DType::F16;
@@ -125,7 +125,8 @@ fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op);
 StatusOr<Recipe> RecipeFromFb(const fb::RecipeT& recipe);
 
 // FNV-1a 64 of a string: stable across platforms and runs.
-uint64_t Fnv1a64(std::string_view text, uint64_t hash = 14695981039346656037ull);
+uint64_t Fnv1a64(std::string_view text,
+                 uint64_t hash = 14695981039346656037ull);
 
 int DTypeBytes(fb::DType dtype);
 

@@ -15,8 +15,8 @@ uint64_t Plan::Hash() const {
 
 std::string Evaluation::Diagnosis() const {
   std::string s = "tile " + std::to_string(peak_tile) + " needs " +
-                  std::to_string(peak_bytes) + " B at " + peak_where +
-                  " but " + std::to_string(capacity) +
+                  std::to_string(peak_bytes) + " B at " + peak_where + " but " +
+                  std::to_string(capacity) +
                   " B per tile hold tensors; largest buffers there:";
   for (size_t i = 0; i < peak_items.size() && i < 4; ++i) {
     s += (i ? ", " : " ") + peak_items[i].what + " " +
@@ -95,8 +95,7 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
       if (!need) continue;
       const ValueNode& value = graph.value(v);
       if (coster.SamePlacement(value.shape, e.owners[v], *need)) continue;
-      const auto key =
-          std::make_pair(v, passes::FormatOwnership(*need));
+      const auto key = std::make_pair(v, passes::FormatOwnership(*need));
       auto it = redistribution_index.find(key);
       if (it == redistribution_index.end()) {
         Redistribution red;
@@ -120,7 +119,8 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
   // ---- memory: steps in program order (each op preceded by its
   // redistributions), and the interval of steps each buffer is live.
   e.memory_checked = true;
-  std::vector<int> op_step(num_ops), redistribution_step(e.redistributions.size());
+  std::vector<int> op_step(num_ops),
+      redistribution_step(e.redistributions.size());
   {
     int step = 0;
     size_t next = 0;
@@ -180,7 +180,8 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
                                   coster.StoredBytes(graph, red.value), red.to);
     l.what = ValueLabel(value) + " as " + passes::FormatOwnership(red.to);
     l.begin = l.end = redistribution_step[i];
-    for (const auto& use : red.uses) l.end = std::max(l.end, op_step[use.first]);
+    for (const auto& use : red.uses)
+      l.end = std::max(l.end, op_step[use.first]);
     live.push_back(std::move(l));
   }
   std::vector<int> step_op(steps, -1), step_redistribution(steps, -1);
@@ -225,9 +226,9 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
     if (op >= 0) {
       e.peak_where = graph.OpLabel(op);
       if (e.ops[op].scratch && (*e.ops[op].scratch)[t] > 0) {
-        e.peak_items.push_back({graph.OpLabel(op) + " scratch (" +
-                                    e.ops[op].scratch_text + ")",
-                                (*e.ops[op].scratch)[t]});
+        e.peak_items.push_back(
+            {graph.OpLabel(op) + " scratch (" + e.ops[op].scratch_text + ")",
+             (*e.ops[op].scratch)[t]});
       }
     } else {
       const Redistribution& red =
@@ -252,8 +253,7 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
 
 StatusOr<std::vector<uint32_t>> WritePlan(const Graph& graph,
                                           const Coster& coster,
-                                          const Plan& plan,
-                                          const Evaluation& e,
+                                          const Plan& plan, const Evaluation& e,
                                           const std::string& gemm_note,
                                           fb::ModuleT* module) {
   if (static_cast<int>(module->ops.size()) != graph.num_ops() ||
@@ -261,14 +261,16 @@ StatusOr<std::vector<uint32_t>> WritePlan(const Graph& graph,
     return Status::Internal("WritePlan: the module is not the planned graph");
   }
   uint32_t next_op_id = 0, next_value_id = 0;
-  for (const auto& op : module->ops) next_op_id = std::max(next_op_id, op->id + 1);
+  for (const auto& op : module->ops)
+    next_op_id = std::max(next_op_id, op->id + 1);
   for (const auto& v : module->values) {
     next_value_id = std::max(next_value_id, v->id + 1);
   }
   for (int v = 0; v < graph.num_values(); ++v) {
     fb::ValueT& value = *module->values[v];
     value.ownership.reset();
-    if (e.owned[v]) value.ownership = std::make_unique<fb::OwnershipT>(e.owners[v]);
+    if (e.owned[v])
+      value.ownership = std::make_unique<fb::OwnershipT>(e.owners[v]);
   }
   std::vector<std::unique_ptr<fb::OperationT>> ops;
   std::vector<uint32_t> inserted;
@@ -320,8 +322,8 @@ StatusOr<std::vector<uint32_t>> WritePlan(const Graph& graph,
       auto it = rewired.find({op, static_cast<int>(slot)});
       if (it != rewired.end()) o->operands[slot] = it->second;
     }
-    o->recipe = std::make_unique<fb::RecipeT>(
-        RecipeToFb(plan.recipes[op], graph, op));
+    o->recipe =
+        std::make_unique<fb::RecipeT>(RecipeToFb(plan.recipes[op], graph, op));
     if (o->recipe->kind == fb::RecipeKind::Gemm) o->recipe->note = gemm_note;
     o->estimate = std::make_unique<fb::EstimateT>();
     const OpCost& c = e.ops[op];

@@ -37,7 +37,8 @@ struct Redistribution {
 
 // One buffer on the peak tile, for infeasibility messages.
 struct MemoryItem {
-  std::string what;  // "%4 l0.mlp.up.w (resident)", "op 1 (l0.mlp.up) scratch: ..."
+  std::string
+      what;  // "%4 l0.mlp.up.w (resident)", "op 1 (l0.mlp.up) scratch: ..."
   int64_t bytes = 0;
 };
 
@@ -52,9 +53,9 @@ struct Evaluation {
   bool memory_checked = false;
   int64_t peak_bytes = 0;  // the largest live bytes on any tile
   int peak_tile = -1;
-  std::string peak_where;               // "op 1 (l0.mlp.up)" or a redistribution
-  std::vector<MemoryItem> peak_items;   // largest first
-  std::vector<int64_t> op_peak;         // by op: largest live bytes on a tile
+  std::string peak_where;              // "op 1 (l0.mlp.up)" or a redistribution
+  std::vector<MemoryItem> peak_items;  // largest first
+  std::vector<int64_t> op_peak;        // by op: largest live bytes on a tile
   std::vector<int64_t> redistribution_peak;
   int64_t capacity = 0;
   bool feasible() const { return !memory_checked || peak_bytes <= capacity; }

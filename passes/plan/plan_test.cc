@@ -2,6 +2,8 @@
 // memory accounting, infeasibility, candidates, joint proposals, and the
 // search's checkpoint / resume / refusal behaviour.
 
+#include "passes/plan/plan.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -14,7 +16,6 @@
 #include "passes/import/model_builder.h"
 #include "passes/plan/cost.h"
 #include "passes/plan/graph.h"
-#include "passes/plan/plan.h"
 #include "passes/plan/planner.h"
 #include "passes/plan/search.h"
 
@@ -99,9 +100,8 @@ TEST(PlanCostTest, ElementwiseAndRowWiseMatchMachineMd) {
   // GELU on flat 4-element grains over 1472 tiles: 729*4304/4 = 784,404
   // grains, 533 on the first tiles = 2132 elements:
   // 300 + 366 * ceil(2132/96) = 300 + 366 * 23 = 8718.
-  StatusOr<OpCost> gelu =
-      f.coster.PriceOp(f.graph, 3, R("elementwise flat(grain=4, tiles=1472)"),
-                       nullptr);
+  StatusOr<OpCost> gelu = f.coster.PriceOp(
+      f.graph, 3, R("elementwise flat(grain=4, tiles=1472)"), nullptr);
   ASSERT_TRUE(gelu.ok()) << gelu.status().message();
   EXPECT_EQ(gelu->compute, 8718);
   EXPECT_EQ(gelu->exchange, 0);
@@ -151,7 +151,8 @@ TEST(PlanCostTest, KSplitGemmByHand) {
   // m=2 k=2 n=2 on tiles 0..7, A already where the grid needs it.
   const Recipe r = R("gemm m=2 k=2 n=2 staging=complete");
   const fb::OwnershipT staged = f.coster.StagedOwnership(r);
-  EXPECT_EQ(passes::FormatOwnership(staged), "blocked(2x2, rep=2, order=0,2,1)");
+  EXPECT_EQ(passes::FormatOwnership(staged),
+            "blocked(2x2, rep=2, order=0,2,1)");
   StatusOr<OpCost> c = f.coster.PriceOp(f.graph, 0, r, &staged);
   ASSERT_TRUE(c.ok()) << c.status().message();
   // Block 4 x 32 x 32, F16: 294 + ceil(32/16) * ceil(32/16) * (4*4 + 160)
@@ -204,9 +205,9 @@ TEST(PlanCostTest, StagingPhasesFollowTheExchangeFormula) {
   ASSERT_TRUE(s.ok());
   auto ceil4 = [](int64_t bytes) { return (bytes + 3) / 4; };
   const int64_t per_phase =
-      600 + std::max({ceil4((t.max_bytes_sent + 1) / 2),
-                      ceil4((t.max_bytes_received + 1) / 2),
-                      2 * t.max_fragments});
+      600 +
+      std::max({ceil4((t.max_bytes_sent + 1) / 2),
+                ceil4((t.max_bytes_received + 1) / 2), 2 * t.max_fragments});
   EXPECT_EQ(s->exchange - in_place->exchange, 2 * per_phase);
   EXPECT_EQ(s->phases, 3);
 }
@@ -342,10 +343,10 @@ TEST(PlanCandidatesTest, RecipeTextRoundTrips) {
         "rowwise blocked(729x1)", "copy blocked(9x6, rep=27, order=0,2,1)"}) {
     EXPECT_EQ(R(text).Text(), text);
   }
-  for (const char* bad :
-       {"gemm m=9 k=6", "gemm m=9 k=6 n=27 staging=fast",
-        "gemm m=9 k=6 n=27 staging=streamed", "gemm m=0 k=6 n=27 staging=complete",
-        "tiled blocked(2x2)", "elementwise blocked(2x)"}) {
+  for (const char* bad : {"gemm m=9 k=6", "gemm m=9 k=6 n=27 staging=fast",
+                          "gemm m=9 k=6 n=27 staging=streamed",
+                          "gemm m=0 k=6 n=27 staging=complete",
+                          "tiled blocked(2x2)", "elementwise blocked(2x)"}) {
     EXPECT_FALSE(ParseRecipe(bad).ok()) << bad;
   }
 }
@@ -549,7 +550,8 @@ TEST(PlannerTest, RefusesCheckpointsOfOtherGraphsAndVersions) {
     fb::ModuleT ck;
     ASSERT_TRUE(ir::ReadModule(first.checkpoint_path, &ck).ok());
     ck.checkpoint->schema_version = version;
-    const std::string path = TempPath("ck-v" + std::to_string(version) + ".tilec");
+    const std::string path =
+        TempPath("ck-v" + std::to_string(version) + ".tilec");
     ASSERT_TRUE(ir::WriteModule(ck, "test", path).ok());
     fb::ModuleT m = Small();
     PlannerOptions r;
@@ -598,17 +600,21 @@ TEST(PlannerTest, RecipeFilesPinOpsAndReportBadLines) {
   };
   for (const Case& c : std::vector<Case>{
            {"op 1: gemm m=9 k=6\n", "r:1: gemm needs"},
-           {"\nop 99: elementwise blocked(1x1)\n", "r:2: the graph has no op 99"},
+           {"\nop 99: elementwise blocked(1x1)\n",
+            "r:2: the graph has no op 99"},
            {"op 2: gemm m=1 k=1 n=1 staging=complete\n",
-            "r:1: op 2 (l0.mlp.up_bias) is a bias_add and needs an elementwise"},
-           {"op 2: elementwise blocked(729x2x1)\n", "r:1: blocked(729x2x1) has 3"},
+            "r:1: op 2 (l0.mlp.up_bias) is a bias_add and needs an "
+            "elementwise"},
+           {"op 2: elementwise blocked(729x2x1)\n",
+            "r:1: blocked(729x2x1) has 3"},
            {"op 1: gemm m=9 k=6 n=28 staging=complete\n",
             "r:1: gemm grid of 1512 tiles"},
            {"op 1: gemm m=9 k=6 n=27 staging=streamed chunk_k=20\n",
             "multiple of the kernel's K granule 16"},
            {"op 3: elementwise flat(grain=4)\n", "flat needs tiles="},
            {"op 3 elementwise flat(grain=4, tiles=4)\n", "expected ':'"},
-           {"op 3: elementwise blocked(729x2)\nop 3: elementwise blocked(729x2)\n",
+           {"op 3: elementwise blocked(729x2)\nop 3: elementwise "
+            "blocked(729x2)\n",
             "r:2: op 3 is pinned twice"},
            {"layer 3: x\n", "expected 'op ID: RECIPE'"}}) {
     StatusOr<std::map<int, Recipe>> bad =

@@ -79,7 +79,8 @@ StatusOr<std::map<int, Recipe>> ParseRecipeFile(const std::string& text,
   while (std::getline(in, line)) {
     ++number;
     auto fail = [&](const std::string& what) {
-      return Status::BadInput(name + ":" + std::to_string(number) + ": " + what);
+      return Status::BadInput(name + ":" + std::to_string(number) + ": " +
+                              what);
     };
     const size_t hash = line.find('#');
     if (hash != std::string::npos) line.resize(hash);
@@ -193,24 +194,24 @@ Status PlanOwnership(const PlannerOptions& options, fb::ModuleT* module) {
     std::optional<std::string> saved = RecordedValue(checkpoint_flags, name);
     if (checkpoint && given && saved && *given != *saved) {
       return Status::BadInput("--" + std::string(name) + "=" + *given +
-                              " differs from the checkpoint's --" + name +
-                              "=" + *saved);
+                              " differs from the checkpoint's --" + name + "=" +
+                              *saved);
     }
     if (given) return *given;
     if (checkpoint && saved) return *saved;
     return fallback;
   };
-  StatusOr<std::string> seed_text =
-      pick("seed",
-           options.seed ? std::optional<std::string>(std::to_string(*options.seed))
-                        : std::nullopt,
-           "1");
+  StatusOr<std::string> seed_text = pick(
+      "seed",
+      options.seed ? std::optional<std::string>(std::to_string(*options.seed))
+                   : std::nullopt,
+      "1");
   if (!seed_text.ok()) return seed_text.status();
   StatusOr<std::string> k_text = pick(
       "proposals-per-op",
-      options.proposals_per_op
-          ? std::optional<std::string>(std::to_string(*options.proposals_per_op))
-          : std::nullopt,
+      options.proposals_per_op ? std::optional<std::string>(
+                                     std::to_string(*options.proposals_per_op))
+                               : std::nullopt,
       "4");
   if (!k_text.ok()) return k_text.status();
   StatusOr<std::string> dtype_text =
@@ -248,9 +249,8 @@ Status PlanOwnership(const PlannerOptions& options, fb::ModuleT* module) {
     if (!parsed.ok()) return parsed.status();
     pinned = std::move(*parsed);
   }
-  const std::vector<std::string> flags =
-      RecordedFlags(seed, proposals_per_op, *dtype_text, max_decisions,
-                    recipe_name);
+  const std::vector<std::string> flags = RecordedFlags(
+      seed, proposals_per_op, *dtype_text, max_decisions, recipe_name);
   if (checkpoint) {
     std::optional<std::string> saved_recipe =
         RecordedValue(checkpoint_flags, "recipe");
@@ -259,8 +259,9 @@ Status PlanOwnership(const PlannerOptions& options, fb::ModuleT* module) {
                               (saved_recipe ? "with --recipe=" + *saved_recipe
                                             : std::string("without --recipe")) +
                               ", this run has " +
-                              (recipe_name.empty() ? std::string("none")
-                                                   : "--recipe=" + recipe_name));
+                              (recipe_name.empty()
+                                   ? std::string("none")
+                                   : "--recipe=" + recipe_name));
     }
   }
 
@@ -305,10 +306,11 @@ Status PlanOwnership(const PlannerOptions& options, fb::ModuleT* module) {
     for (const auto& d : checkpoint->log.back()->decisions) {
       decisions.push_back(*d);
     }
-    Status restored = search.Restore(*checkpoint->checkpoint, std::move(decisions));
+    Status restored =
+        search.Restore(*checkpoint->checkpoint, std::move(decisions));
     if (!restored.ok()) {
-      return Status(restored.code(), "checkpoint " + resume_name + ": " +
-                                         restored.message());
+      return Status(restored.code(),
+                    "checkpoint " + resume_name + ": " + restored.message());
     }
     if (explain_all && options.messages) {
       for (const fb::DecisionT& d : search.decisions()) {
@@ -339,7 +341,8 @@ Status PlanOwnership(const PlannerOptions& options, fb::ModuleT* module) {
     if (options.messages) {
       std::ostream& os = *options.messages;
       os << kPassName << ": alternatives for " << graph->OpLabel(op)
-         << " in the final plan (plan cycles, op cycles, peak bytes per tile):\n";
+         << " in the final plan (plan cycles, op cycles, peak bytes per "
+            "tile):\n";
       for (const Search::Alternative& a : *alternatives) {
         os << (a.chosen ? "  * " : "    ") << a.recipe.Text() << ": plan "
            << a.total_cycles << ", op " << a.op_cycles << ", peak "

@@ -27,11 +27,12 @@ struct PlannerOptions {
   std::string target;
   // Search parameters. Unset ones take their defaults, or on --resume the
   // checkpoint's values (a set value that differs is an error).
-  std::optional<uint64_t> seed;              // default 1
-  std::optional<int> proposals_per_op;       // default 4
-  std::optional<std::string> gemm_dtype;     // "fp8" (E4M3), "f16", "f32"
-  std::optional<int64_t> max_decisions;      // default: no limit
-  int64_t attempts = 64;  // proposals to evaluate in this run (additional on resume)
+  std::optional<uint64_t> seed;           // default 1
+  std::optional<int> proposals_per_op;    // default 4
+  std::optional<std::string> gemm_dtype;  // "fp8" (E4M3), "f16", "f32"
+  std::optional<int64_t> max_decisions;   // default: no limit
+  int64_t attempts =
+      64;  // proposals to evaluate in this run (additional on resume)
   std::string recipe_path;      // --recipe
   std::string checkpoint_path;  // --checkpoint
   std::string resume_path;      // --resume

@@ -83,7 +83,8 @@ std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
     for (int n : DistinctSplits(N, T / m)) {
       for (int k : DistinctSplits(K, T / (int64_t{m} * n))) {
         if (int64_t{n} * k > N) break;
-        const int64_t bm = CeilDiv(M, m), bk = CeilDiv(K, k), bn = CeilDiv(N, n);
+        const int64_t bm = CeilDiv(M, m), bk = CeilDiv(K, k),
+                      bn = CeilDiv(N, n);
         StatusOr<int64_t> gemm =
             kernels::GemmCycles(coster.model(), *kdtype, bm, bk, bn);
         if (!gemm.ok()) continue;
@@ -173,8 +174,7 @@ std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
       for (int b : DistinctSplits(shape[0], T)) {
         for (int h : DistinctSplits(shape[1], T / b)) {
           for (int p : DistinctSplits(shape[2], T / (int64_t{b} * h))) {
-            add(passes::BlockedOwnership({b, h, p, 1}),
-                int64_t{b} * h * p);
+            add(passes::BlockedOwnership({b, h, p, 1}), int64_t{b} * h * p);
           }
         }
       }
@@ -210,9 +210,10 @@ std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
   }
   const int vector = std::max(1, coster.target().vector_elements);
   for (int grain : {vector, 2 * vector, 4 * vector, 16 * vector}) {
-    const Recipe flat = LayoutRecipe(
-        kind, passes::FlatOwnership(grain, static_cast<int>(T)));
-    if (coster.CheckRecipe(graph, op, flat).empty()) AddUnique(list, seen, flat);
+    const Recipe flat =
+        LayoutRecipe(kind, passes::FlatOwnership(grain, static_cast<int>(T)));
+    if (coster.CheckRecipe(graph, op, flat).empty())
+      AddUnique(list, seen, flat);
   }
   return list;
 }
@@ -382,9 +383,9 @@ Status Search::Initialize() {
   fb::DecisionT d;
   d.action = "initial plan";
   d.outcome = fb::Outcome::Info;
-  d.reason = "total " + std::to_string(eval_.total_cycles) +
-             " cycles, peak " + std::to_string(eval_.peak_bytes) +
-             " B per tile of " + std::to_string(eval_.capacity);
+  d.reason = "total " + std::to_string(eval_.total_cycles) + " cycles, peak " +
+             std::to_string(eval_.peak_bytes) + " B per tile of " +
+             std::to_string(eval_.capacity);
   d.cycles_before = d.cycles_after = eval_.total_cycles;
   d.bytes_before = d.bytes_after = eval_.peak_bytes;
   Record(std::move(d));
@@ -397,7 +398,8 @@ namespace {
 // steps (ops and redistributions) that do not fit. Zero iff it fits.
 int64_t Excess(const Evaluation& e) {
   int64_t excess = 0;
-  for (int64_t peak : e.op_peak) excess += std::max<int64_t>(0, peak - e.capacity);
+  for (int64_t peak : e.op_peak)
+    excess += std::max<int64_t>(0, peak - e.capacity);
   for (int64_t peak : e.redistribution_peak) {
     excess += std::max<int64_t>(0, peak - e.capacity);
   }
@@ -501,7 +503,8 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed) {
         const int from = frontier.back();
         frontier.pop_back();
         const fb::OwnershipT& owner = eval_.owners[graph_.op(from).result];
-        for (const auto& [c, slot] : graph_.value(graph_.op(from).result).uses) {
+        for (const auto& [c, slot] :
+             graph_.value(graph_.op(from).result).uses) {
           if (graph_.op(c).op_class != OpClass::kElementwise ||
               graph_.op(c).slots[slot] != SlotRole::kLayout ||
               options_.pinned.count(c) ||
@@ -555,8 +558,10 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed) {
         layouts.push_back(incumbent_.recipes[op]);
         layouts.push_back(incumbent_.recipes[c]);
         for (const Recipe& l : layouts) {
-          const Recipe mine = LayoutRecipe(KindOf(graph_.op(op).op_class), l.layout);
-          const Recipe theirs = LayoutRecipe(KindOf(consumer.op_class), l.layout);
+          const Recipe mine =
+              LayoutRecipe(KindOf(graph_.op(op).op_class), l.layout);
+          const Recipe theirs =
+              LayoutRecipe(KindOf(consumer.op_class), l.layout);
           if (!coster_.CheckRecipe(graph_, op, mine).empty() ||
               !coster_.CheckRecipe(graph_, c, theirs).empty()) {
             continue;
@@ -731,7 +736,8 @@ Status Search::Restore(const fb::SearchCheckpointT& c,
     return Status::BadInput(
         c.schema_version > kCheckpointVersion
             ? "the checkpoint was written by a newer plan-ownership (search "
-              "state version " + std::to_string(c.schema_version) +
+              "state version " +
+                  std::to_string(c.schema_version) +
                   "; this build reads version " +
                   std::to_string(kCheckpointVersion) + ")"
             : "the checkpoint has search state version " +
@@ -742,10 +748,9 @@ Status Search::Restore(const fb::SearchCheckpointT& c,
                   "have no equivalent; rerun the search");
   }
   if (static_cast<int>(c.ops.size()) != graph_.num_ops()) {
-    return Status::BadInput("the checkpoint plans " +
-                            std::to_string(c.ops.size()) +
-                            " ops but the graph has " +
-                            std::to_string(graph_.num_ops()));
+    return Status::BadInput(
+        "the checkpoint plans " + std::to_string(c.ops.size()) +
+        " ops but the graph has " + std::to_string(graph_.num_ops()));
   }
   Plan plan;
   plan.recipes.resize(graph_.num_ops());
@@ -759,7 +764,8 @@ Status Search::Restore(const fb::SearchCheckpointT& c,
     }
     seen[op] = true;
     StatusOr<Recipe> r = RecipeFromFb(*p->recipe);
-    if (!r.ok()) return r.status().WithContext("checkpoint op " + std::to_string(p->op));
+    if (!r.ok())
+      return r.status().WithContext("checkpoint op " + std::to_string(p->op));
     const std::string invalid = coster_.CheckRecipe(graph_, op, *r);
     if (!invalid.empty()) {
       return Status::BadInput("checkpoint op " + std::to_string(p->op) + ": " +
@@ -768,8 +774,8 @@ Status Search::Restore(const fb::SearchCheckpointT& c,
     auto pin = options_.pinned.find(op);
     if (pin != options_.pinned.end() && !(pin->second == *r)) {
       return Status::BadInput("--recipe pins " + graph_.OpLabel(op) + " to " +
-                              pin->second.Text() +
-                              " but the checkpoint has " + r->Text());
+                              pin->second.Text() + " but the checkpoint has " +
+                              r->Text());
     }
     plan.recipes[op] = *r;
   }
@@ -792,7 +798,8 @@ Status Search::Restore(const fb::SearchCheckpointT& c,
   }
   std::istringstream is(c.rng_state);
   is >> rng_;
-  if (is.fail()) return Status::BadInput("the checkpoint's RNG state is corrupt");
+  if (is.fail())
+    return Status::BadInput("the checkpoint's RNG state is corrupt");
   incumbent_ = std::move(plan);
   eval_ = std::move(*e);
   attempts_ = c.attempts;
@@ -807,7 +814,8 @@ StatusOr<std::vector<Search::Alternative>> Search::Alternatives(int op) const {
   std::vector<Recipe> recipes = {incumbent_.recipes[op]};
   std::set<std::string> seen = {incumbent_.recipes[op].Text()};
   for (const Recipe& r : candidates_[op]) AddUnique(recipes, seen, r);
-  for (const Recipe& r : NeighbourRecipes(graph_, coster_, incumbent_, eval_, op)) {
+  for (const Recipe& r :
+       NeighbourRecipes(graph_, coster_, incumbent_, eval_, op)) {
     AddUnique(recipes, seen, r);
   }
   std::vector<Alternative> out;

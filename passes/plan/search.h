@@ -51,7 +51,7 @@ struct SearchOptions {
   uint64_t seed = 1;
   int64_t attempts = 0;  // proposals to evaluate in this run
   int proposals_per_op = 4;
-  int64_t max_decisions = -1;  // accepted changes applied; -1: no limit
+  int64_t max_decisions = -1;    // accepted changes applied; -1: no limit
   std::map<int, Recipe> pinned;  // by op index
   int64_t checkpoint_every = 16;
   // Called with the checkpoint table every checkpoint_every attempts and at

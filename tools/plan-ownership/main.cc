@@ -60,7 +60,8 @@ Status Run(const std::vector<std::string>& args) {
   plan::PlannerOptions options;
   options.target = FLAGS_target;
   if (Given("seed")) options.seed = FLAGS_seed;
-  if (Given("proposals_per_op")) options.proposals_per_op = FLAGS_proposals_per_op;
+  if (Given("proposals_per_op"))
+    options.proposals_per_op = FLAGS_proposals_per_op;
   if (Given("gemm_dtype")) options.gemm_dtype = FLAGS_gemm_dtype;
   if (Given("max_decisions") && FLAGS_max_decisions >= 0) {
     options.max_decisions = FLAGS_max_decisions;
