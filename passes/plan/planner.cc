@@ -323,8 +323,8 @@ Status PlanOwnership(const PlannerOptions& options, fb::ModuleT* module) {
   TILEC_RETURN_IF_ERROR(search.Run());
   Say(options, std::to_string(search.attempts()) + " attempts, " +
                    std::to_string(search.accepted()) + " accepted" +
-                   (search.converged() ? " (converged: every offered "
-                                         "proposal for the incumbent was "
+                   (search.converged() ? " (converged: every proposal "
+                                         "for the incumbent was tried and "
                                          "rejected)"
                                        : "") +
                    "; " + std::to_string(search.evaluation().total_cycles) +

@@ -475,7 +475,8 @@ StatusOr<Plan> Search::Apply(const Proposal& proposal) const {
   return plan;
 }
 
-StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed) {
+StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
+                                                   int depth) {
   std::mt19937_64 rng(offer_seed);
   std::vector<int> order(graph_.num_ops());
   for (int i = 0; i < graph_.num_ops(); ++i) order[i] = i;
@@ -590,6 +591,16 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed) {
                        if (a.first != b.first) return a.first < b.first;
                        return pool[a.second].Key() < pool[b.second].Key();
                      });
+    if (depth > 0) {
+      // Deeper bands, in rank order: the budget goes to the next-best
+      // proposals once the best ones were all rejected.
+      const size_t begin = static_cast<size_t>(k) * (depth + 1);
+      const size_t end = begin + static_cast<size_t>(k);
+      for (size_t i = begin; i < end && i < ranked.size(); ++i) {
+        offers.push_back(pool[ranked[i].second]);
+      }
+      continue;
+    }
     if (ranked.size() > static_cast<size_t>(2 * k)) ranked.resize(2 * k);
     if (ranked.size() > static_cast<size_t>(k)) {
       std::vector<size_t> pick(ranked.size());
@@ -624,11 +635,16 @@ Status Search::Run() {
     if (!offers_live) {
       rng_before_offers = StateText(rng_);
       const uint64_t offer_seed = rng_();
-      StatusOr<std::vector<Proposal>> made = MakeOffers(offer_seed);
+      StatusOr<std::vector<Proposal>> made = MakeOffers(offer_seed, depth_);
       if (!made.ok()) return made.status();
       offers = std::move(*made);
       offers_live = true;
       position = 0;
+      if (offers.empty()) {
+        // Every band of every op's ranking has been offered and rejected.
+        converged_ = true;
+        break;
+      }
     }
     const uint64_t incumbent_hash = incumbent_.Hash();
     uint64_t hash = 0;
@@ -639,8 +655,10 @@ Status Search::Run() {
       ++position;
     }
     if (position >= offers.size()) {
-      converged_ = true;
-      break;
+      // This band is spent without an improvement: offer the next one.
+      ++depth_;
+      offers_live = false;
+      continue;
     }
     const Proposal& proposal = offers[position++];
     visited_.insert(hash);
@@ -688,6 +706,7 @@ Status Search::Run() {
       eval_ = std::move(*e);
       ++accepted_;
       offers_live = false;
+      depth_ = 0;
     }
     if (options_.on_progress && budget >= 100 && done % progress_every == 0) {
       options_.on_progress(std::to_string(done) + "/" + std::to_string(budget) +
@@ -711,6 +730,7 @@ fb::SearchCheckpointT Search::Checkpoint() const {
   c.accepted = accepted_;
   c.proposals_per_op = options_.proposals_per_op;
   c.rng_state = StateText(rng_);
+  c.offer_depth = depth_;
   c.best_cycles = eval_.total_cycles;
   c.visited = visited_list_;
   for (int op = 0; op < graph_.num_ops(); ++op) {
@@ -804,6 +824,7 @@ Status Search::Restore(const fb::SearchCheckpointT& c,
   eval_ = std::move(*e);
   attempts_ = c.attempts;
   accepted_ = c.accepted;
+  depth_ = c.offer_depth;
   visited_list_ = c.visited;
   visited_ = std::unordered_set<uint64_t>(c.visited.begin(), c.visited.end());
   decisions_ = std::move(decisions);

@@ -102,13 +102,15 @@ class Search {
 
   // The proposals offered for the incumbent when the offer RNG is seeded
   // with `offer_seed`: for each op (in a seeded order) K of its best 2K
-  // single, carry and joint proposals. Exposed for tests.
-  StatusOr<std::vector<Proposal>> Offers(uint64_t offer_seed) {
-    return MakeOffers(offer_seed);
+  // single, carry and joint proposals at depth 0; at depth d > 0, the next
+  // band of K proposals in rank order (ranks K*(d+1) .. K*(d+2)-1), offered
+  // once every offer of the shallower bands was rejected. Exposed for tests.
+  StatusOr<std::vector<Proposal>> Offers(uint64_t offer_seed, int depth = 0) {
+    return MakeOffers(offer_seed, depth);
   }
 
  private:
-  StatusOr<std::vector<Proposal>> MakeOffers(uint64_t offer_seed);
+  StatusOr<std::vector<Proposal>> MakeOffers(uint64_t offer_seed, int depth);
   StatusOr<Plan> Apply(const Proposal& proposal) const;
   void Record(fb::DecisionT decision);
   std::string Describe(const Proposal& proposal) const;
@@ -126,6 +128,8 @@ class Search {
   int64_t attempts_ = 0;
   int64_t accepted_ = 0;
   bool converged_ = false;
+  // Offer band for the incumbent; back to 0 when a proposal is accepted.
+  int depth_ = 0;
   std::mt19937_64 rng_;
   std::vector<uint64_t> visited_list_;
   std::unordered_set<uint64_t> visited_;
