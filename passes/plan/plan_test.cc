@@ -444,6 +444,36 @@ TEST(PlanSearchTest, AcceptsOnlyFeasibleImprovements) {
   EXPECT_TRUE(search.evaluation().feasible());
 }
 
+TEST(PlanSearchTest, DeeperBandsSpendTheBudgetBeforeConverging) {
+  Fixture f(Small());
+  SearchOptions options;
+  options.attempts = 100000;
+  options.proposals_per_op = 1;
+  Search search(f.graph, f.coster, options);
+  ASSERT_TRUE(search.Initialize().ok());
+  ASSERT_TRUE(search.Run().ok());
+  EXPECT_TRUE(search.converged());
+  EXPECT_LT(search.attempts(), options.attempts);
+  // A round at depth 0 offers one proposal per op; converging took many
+  // rounds past the first band.
+  EXPECT_GT(search.attempts(), 3 * f.graph.num_ops());
+
+  // Bands are disjoint: depth 1 offers none of what depth 0 offers.
+  Search fresh(f.graph, f.coster, options);
+  ASSERT_TRUE(fresh.Initialize().ok());
+  StatusOr<std::vector<Proposal>> shallow = fresh.Offers(7, 0);
+  StatusOr<std::vector<Proposal>> deep = fresh.Offers(7, 1);
+  ASSERT_TRUE(shallow.ok() && deep.ok());
+  ASSERT_FALSE(deep->empty());
+  for (const Proposal& d : *deep) {
+    for (const Proposal& s : *shallow) EXPECT_NE(d.Key(), s.Key());
+  }
+  // Far past every ranking, nothing is left to offer.
+  StatusOr<std::vector<Proposal>> none = fresh.Offers(7, 100000);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
 TEST(PlanSearchTest, CheckpointRoundTrips) {
   Fixture f(Small());
   SearchOptions options;
@@ -513,6 +543,21 @@ TEST(PlannerTest, ResumeEqualsOneRun) {
   EXPECT_EQ(PlanToBytes(zero, input), fifteen);
   // And the split search did accept something, so this tested a path.
   EXPECT_NE(one_run, fifteen);
+
+  // The same across a change of offer band (one proposal per op and round:
+  // the split falls after the first band was spent).
+  PlannerOptions narrow = whole;
+  narrow.proposals_per_op = 1;
+  narrow.attempts = 60;
+  const std::string narrow_run = PlanToBytes(narrow, input);
+  PlannerOptions narrow_first = narrow;
+  narrow_first.attempts = 35;
+  narrow_first.checkpoint_path = TempPath("ck-narrow.tilec");
+  (void)PlanToBytes(narrow_first, input);
+  PlannerOptions narrow_rest;
+  narrow_rest.attempts = 25;
+  narrow_rest.resume_path = narrow_first.checkpoint_path;
+  EXPECT_EQ(PlanToBytes(narrow_rest, input), narrow_run);
 }
 
 TEST(PlannerTest, RefusesCheckpointsOfOtherGraphsAndVersions) {
