@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "flatbuffers/idl.h"
+#include "glog/logging.h"
 #include "formats/embedded.h"
 
 namespace tilec::ir {
@@ -166,6 +167,10 @@ Status ParseModule(const std::string& bytes, const std::string& name,
                             " is too old to migrate; oldest readable is " +
                             std::to_string(kOldestReadableVersion));
   }
+  VLOG(1) << name << ": " << bytes.size() << " bytes, schema version "
+          << version << ", producer \""
+          << (root->producer() ? root->producer()->str() : std::string())
+          << "\"";
   fb::ModuleT unpacked;
   root->UnPackTo(&unpacked);
   TILEC_RETURN_IF_ERROR(MigrateModule(version, &unpacked).WithContext(name));

@@ -1,5 +1,7 @@
 #include "kernels/simulator.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -1095,6 +1097,10 @@ void Engine::CountCycles(SimResult* r) {
     r->bytes_sent += sr.bytes_sent;
     r->bytes_received += sr.bytes_received;
     clock += sr.compute_cycles + sr.exchange_cycles;
+    VLOG(1) << "superstep " << sr.index << " \"" << sr.label
+            << "\": compute " << sr.compute_cycles << " (tile "
+            << sr.slowest_tile << "), exchange " << sr.exchange_cycles
+            << " (tile " << sr.exchange_slowest_tile << ")";
     r->supersteps.push_back(std::move(sr));
   }
   r->total_cycles = clock;

@@ -1,5 +1,7 @@
 #include "passes/plan/cost.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 
 #include "formats/print.h"
@@ -304,6 +306,10 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
   if (!cost.ok()) {
     return cost.status().WithContext(graph.OpLabel(op) + " " + recipe.Text());
   }
+  VLOG(2) << graph.OpLabel(op) << " " << recipe.Text() << ": compute "
+          << cost->compute << " + exchange " << cost->exchange << " ("
+          << cost->phases << " phases), scratch " << cost->max_scratch
+          << " B; " << cost->detail;
   cache_->prices.emplace(std::move(key), *cost);
   return cost;
 }

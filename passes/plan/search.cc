@@ -1,5 +1,7 @@
 #include "passes/plan/search.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <set>
 #include <sstream>
@@ -285,6 +287,7 @@ Search::Search(const Graph& graph, const Coster& coster, SearchOptions options)
 }
 
 void Search::Record(fb::DecisionT decision) {
+  VLOG(1) << ir::DecisionText(decision);
   if (options_.on_decision) options_.on_decision(decision);
   decisions_.push_back(std::move(decision));
 }
@@ -640,6 +643,8 @@ Status Search::Run() {
       offers = std::move(*made);
       offers_live = true;
       position = 0;
+      VLOG(1) << "offer round at depth " << depth_ << ": " << offers.size()
+              << " proposals around " << eval_.total_cycles << " cycles";
       if (offers.empty()) {
         // Every band of every op's ranking has been offered and rejected.
         converged_ = true;
