@@ -27,9 +27,12 @@ std::string OpText(const fb::OperationT& op) {
   return "(" + std::to_string(op.id) + ") " + op.name;
 }
 
+// Binary elementwise kernels (MemoryRule::kBinaryInputs in the registry):
+// their two inputs should be in different memory elements.
 bool IsBinaryKernel(const std::string& kernel) {
-  return kernel == "add" || kernel == "bias_add" || kernel == "bias_gelu" ||
-         kernel == "residual_moments";
+  const kernels::KernelInfo* info = kernels::FindKernel(kernel);
+  return info != nullptr &&
+         info->memory_rule == kernels::MemoryRule::kBinaryInputs;
 }
 
 // One lowered op and where its phases went.
@@ -145,10 +148,51 @@ Status Emitter::LowerAll() {
               "and in the right order: no staging copy or transfer",
           numbers);
     }
+    // K pieces in staged panels: per tile they trade GEMM calls for row
+    // copies; whether the op gains depends on its slowest tiles, so price
+    // the op both ways.
+    bool k_pieces = false;
+    if (op->kind == fb::OpKind::MatMul) {
+      Numbers numbers;
+      int pieced = 0;
+      for (bool on : {false, true}) {
+        LoweringOptions o{alias, true};
+        o.k_pieces = on;
+        Lowering pricing(module_, model_, o);
+        StatusOr<OpProgram> p = pricing.Lower(*op);
+        if (!p.ok()) return p.status();
+        StatusOr<ProgramCost> c = CostOfOp(model_, pricing.buffers(), *p, tiles_);
+        if (!c.ok()) return c.status();
+        (on ? numbers.cycles_after : numbers.cycles_before) = c->cycles;
+        (on ? numbers.bytes_after : numbers.bytes_before) =
+            pricing.ScratchBytesPerTile(op->id);
+        if (on) pieced = pricing.notes(op->id).k_pieced_tiles;
+      }
+      const std::string action =
+          "cut staged panels into K pieces at locally held columns";
+      if (pieced == 0) {
+        // Nothing to decide: no tile would gain.
+      } else if (numbers.cycles_after < numbers.cycles_before) {
+        k_pieces = log_.Apply(
+            {op->id}, action,
+            std::to_string(pieced) +
+                " tiles copy their local part of the left operand in one "
+                "call per piece instead of one per row, for extra GEMM calls",
+            numbers);
+      } else {
+        log_.Reject({op->id}, action,
+                    std::to_string(pieced) +
+                        " tiles would gain, but the op's slowest phases do "
+                        "not: rejected by cost, before " +
+                        Thousands(numbers.cycles_before) + ", after " +
+                        Thousands(numbers.cycles_after),
+                    numbers);
+      }
+    }
     OpWork w;
     w.op = op.get();
     StatusOr<OpProgram> p = lowering_.Lower(
-        *op, ChoiceFromReduction(op->reduction.get()), alias);
+        *op, ChoiceFromReduction(op->reduction.get()), alias, k_pieces);
     if (!p.ok()) return p.status();
     w.program = std::move(*p);
     for (const Phase& ph : w.program.phases) {

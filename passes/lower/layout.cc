@@ -55,6 +55,24 @@ Segments Consecutive(std::span<const Box> boxes) {
   return out;
 }
 
+Segments AlignedPieces(std::span<const Box> boxes, int element_bytes,
+                       int alignment) {
+  Segments out;
+  int64_t bytes = 0;
+  for (const Box& b : boxes) {
+    bytes = (bytes + alignment - 1) / alignment * alignment;
+    out.push_back({b, bytes / element_bytes});
+    bytes += b.Elements() * element_bytes;
+  }
+  return out;
+}
+
+int64_t Extent(const Segments& segments) {
+  int64_t n = 0;
+  for (const Segment& s : segments) n = std::max(n, s.offset + s.box.Elements());
+  return n;
+}
+
 int64_t TotalElements(const Segments& segments) {
   int64_t n = 0;
   for (const Segment& s : segments) n += s.box.Elements();

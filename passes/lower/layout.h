@@ -33,7 +33,13 @@ using Segments = std::vector<Segment>;
 
 // Boxes laid out one after another from offset 0.
 Segments Consecutive(std::span<const Box> boxes);
+// The same, each box starting at a multiple of `alignment` bytes
+// (elements of `element_bytes`): pieces that kernels address separately.
+Segments AlignedPieces(std::span<const Box> boxes, int element_bytes,
+                       int alignment);
 int64_t TotalElements(const Segments& segments);
+// Elements a buffer needs for `segments` (gaps included).
+int64_t Extent(const Segments& segments);
 
 // The whole-value box of `shape`.
 Box FullBox(std::span<const int64_t> shape);

@@ -39,9 +39,12 @@ Box Box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   return b;
 }
 
+// Binary elementwise kernels (MemoryRule::kBinaryInputs in the registry):
+// their two inputs should be in different memory elements.
 bool IsBinaryKernel(const std::string& kernel) {
-  return kernel == "add" || kernel == "bias_add" || kernel == "bias_gelu" ||
-         kernel == "residual_moments";
+  const kernels::KernelInfo* info = kernels::FindKernel(kernel);
+  return info != nullptr &&
+         info->memory_rule == kernels::MemoryRule::kBinaryInputs;
 }
 
 // Phases under construction; stable addresses for the transfer index.
@@ -318,7 +321,7 @@ Storage* Lowering::NewValueStorage(uint32_t value, int tile, uint32_t op,
   } else {
     s.segments = Consecutive(HeldBoxes(*v->ownership, v->shape, tile));
   }
-  s.buffer = NewBuffer(tile, TotalElements(s.segments), v->dtype,
+  s.buffer = NewBuffer(tile, Extent(s.segments), v->dtype,
                        v->fp8_scale_exp, value, op, kind, v->name,
                        interleaved);
   return &s;
@@ -369,13 +372,46 @@ StatusOr<const Storage*> Lowering::Operand(uint32_t value, int tile,
 }
 
 void Lowering::AddCall(Phase* phase, VCall call) {
-  if (call.kernel == "gemm" && call.args.size() == 3) {
+  const kernels::KernelInfo* info = kernels::FindKernel(call.kernel);
+  if (info && info->memory_rule == kernels::MemoryRule::kGemmAccumulator &&
+      call.args.size() == 3) {
     rules_.push_back({call.args[0].buffer, call.args[2].buffer, true, call.op});
   } else if (IsBinaryKernel(call.kernel) && call.args.size() >= 2 &&
              call.args[0].buffer != call.args[1].buffer) {
     rules_.push_back({call.args[0].buffer, call.args[1].buffer, false, call.op});
   }
   phase->calls.push_back(std::move(call));
+}
+
+StatusOr<VSlice> Lowering::Contiguous(uint32_t value, int tile,
+                                      const Box& box, const fb::OperationT& op,
+                                      std::string_view role, Phase* phase) {
+  StatusOr<const Storage*> s = Operand(value, tile, op.id);
+  if (!s.ok()) return s.status();
+  const fb::ValueT* v = this->value(value);
+  const int eb = ElementBytes(v->dtype);
+  if (const std::optional<int64_t> off = ContiguousOffset(box, (*s)->segments)) {
+    return VSlice{(*s)->buffer, *off * eb, box.Elements() * eb};
+  }
+  std::vector<Run> runs;
+  if (!LocateRuns(box, (*s)->segments, &runs)) {
+    return Status::BadInput(
+        OpWhere(op) + ": " + std::string(role) + " %" + std::to_string(value) +
+        " (" + v->name + ") does not hold " + passes::FormatBox(box) +
+        " on tile " + std::to_string(tile) + " (it is owned " +
+        ir::OwnershipText(*v->ownership) +
+        "; a Redistribute to the op's layout is missing)");
+  }
+  Storage temp;
+  temp.segments = {Segment{box, 0}};
+  temp.buffer = NewBuffer(tile, box.Elements(), v->dtype, v->fp8_scale_exp, -1,
+                          op.id, BufferKind::kTemp, v->name + ".gathered",
+                          false);
+  const Storage from = **s;
+  TILEC_RETURN_IF_ERROR(
+      Move(box, tile, from, tile, temp, v->dtype, op.id, phase, phase));
+  ++notes_[op.id].gathers;
+  return VSlice{temp.buffer, 0, box.Elements() * eb};
 }
 
 Status Lowering::Move(const Box& box, int src_tile, const Storage& src,
@@ -431,11 +467,12 @@ StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op) {
 
 StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
                                     const ReductionChoice& choice,
-                                    bool alias_in_place) {
-  const bool saved = options_.alias_in_place;
+                                    bool alias_in_place, bool k_pieces) {
+  const LoweringOptions saved = options_;
   options_.alias_in_place = alias_in_place;
+  options_.k_pieces = k_pieces;
   StatusOr<OpProgram> result = Lower(op, choice);
-  options_.alias_in_place = saved;
+  options_ = saved;
   return result;
 }
 
@@ -583,9 +620,8 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
 
   // ---- output ranges and the partials' layout
   std::vector<ReduceRange> ranges;
-  // Column pieces of each output block (mi, ni) in split mode.
-  std::map<std::pair<int, int>, std::vector<std::pair<int64_t, int64_t>>>
-      pieces;
+  // Column pieces of each tile's partial in split mode.
+  std::map<int, std::vector<std::pair<int64_t, int64_t>>> pieces;
   bool split = false;
   if (g.k > 1) {
     StatusOr<std::vector<ReduceRange>> r = GemmRanges(module_, op, g);
@@ -606,35 +642,35 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
                            !storage_.count(b_id) && consumers == 1;
     split = choice.seed_in_place && strided_seed && pieceable;
     if (split) {
-      std::map<std::pair<int, int>, std::set<int64_t>> cuts;
+      // Each tile's partial is cut at the column boundaries of the ranges it
+      // reduces itself, so its seed is a whole piece (contiguous); what it
+      // sends stays in the other pieces (strided rows are fine to send).
+      std::map<int, std::set<int64_t>> cuts;
       for (const ReduceRange& rr : ranges) {
-        auto& s = cuts[{rr.mi, rr.ni}];
+        if (rr.seed_ki < 0) continue;
+        auto& s = cuts[rr.tile];
         s.insert(rr.box.begin[1]);
         s.insert(rr.box.end[1]);
       }
-      for (int mi = 0; mi < g.m; ++mi) {
-        for (int ni = 0; ni < g.n; ++ni) {
-          auto& s = cuts[{mi, ni}];
-          s.insert(g.cols.Begin(ni));
-          s.insert(g.cols.End(ni));
-          std::vector<int64_t> c(s.begin(), s.end());
-          auto& p = pieces[{mi, ni}];
-          for (size_t i = 0; i + 1 < c.size(); ++i) {
-            if (c[i] >= g.cols.Begin(ni) && c[i + 1] <= g.cols.End(ni)) {
-              p.push_back({c[i], c[i + 1]});
-            }
-          }
-        }
-      }
+      const int b_eb = ElementBytes(B->dtype);
+      const int align = module_.target ? module_.target->alignment : 8;
       for (int mi = 0; mi < g.m; ++mi) {
         for (int ni = 0; ni < g.n; ++ni) {
           for (int ki = 0; ki < g.k; ++ki) {
+            const int t = g.Tile(mi, ni, ki);
+            std::set<int64_t> s = cuts[t];
+            s.insert(g.cols.Begin(ni));
+            s.insert(g.cols.End(ni));
+            std::vector<int64_t> c(s.begin(), s.end());
+            auto& p = pieces[t];
             std::vector<Box> boxes;
-            for (const auto& [c0, c1] : pieces[{mi, ni}]) {
-              boxes.push_back(
-                  Box2(g.depth.Begin(ki), g.depth.End(ki), c0, c1));
+            for (size_t i = 0; i + 1 < c.size(); ++i) {
+              if (c[i] < g.cols.Begin(ni) || c[i + 1] > g.cols.End(ni)) continue;
+              p.push_back({c[i], c[i + 1]});
+              boxes.push_back(Box2(g.depth.Begin(ki), g.depth.End(ki), c[i],
+                                   c[i + 1]));
             }
-            weight_pieces_[b_id][g.Tile(mi, ni, ki)] = Consecutive(boxes);
+            weight_pieces_[b_id][t] = AlignedPieces(boxes, b_eb, align);
           }
         }
       }
@@ -658,6 +694,24 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
     cphase.push_back(NewPhase(&list, Phase::Kind::kCompute, "gemm"));
   }
 
+  // The left operand's delivery plan (the whole panel; chunks clip it).
+  const passes::TransferPlan a_plan =
+      passes::PlanTransfers(*A->ownership, g.ANeeded(), A->shape, a_eb);
+  std::multimap<int, Box> local_boxes;  // tile -> boxes it copies locally
+  for (const passes::LocalCopy& lc : a_plan.local_copies) {
+    local_boxes.insert({lc.tile, lc.box});
+  }
+  StatusOr<kernels::DType> a_kdtype = kernels::DTypeFromFb(A->dtype);
+  if (!a_kdtype.ok()) return a_kdtype.status();
+  auto gemm_cost = [&](int64_t m, int64_t k, int64_t n) -> int64_t {
+    StatusOr<int64_t> c = kernels::GemmCycles(model_, *a_kdtype, m, k, n);
+    return c.ok() ? *c : 0;
+  };
+  auto copy_cost = [&](int64_t bytes) -> int64_t {
+    StatusOr<int64_t> c = model_.Cycles("copy", {{"B", bytes}});
+    return c.ok() ? *c : 0;
+  };
+
   // ---- per tile: operand storage, staging buffers, GEMM calls
   const bool to_value = g.k == 1 && (!g.staged || C->dtype == fb::DType::F32);
   struct TileState {
@@ -669,7 +723,6 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
   // GEMM calls of tiles that use their left operand in place: they join the
   // first GEMM phase of the staged tiles (or run alone if none is staged).
   Phase in_place;
-  fb::OwnershipT a_need = g.ANeeded();
   int64_t stage_bytes = 0;
   for (int mi = 0; mi < g.m; ++mi) {
     for (int ni = 0; ni < g.n; ++ni) {
@@ -700,15 +753,16 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
         } else {
           std::vector<Box> boxes;
           if (split) {
-            for (const auto& [c0, c1] : pieces[{mi, ni}]) {
+            for (const auto& [c0, c1] : pieces[t]) {
               boxes.push_back(Box2(g.rows.Begin(mi), g.rows.End(mi), c0, c1));
             }
           } else {
             boxes.push_back(g.CBox(mi, ni));
           }
-          ts.partial.segments = Consecutive(boxes);
+          ts.partial.segments = AlignedPieces(
+              boxes, 4, module_.target ? module_.target->alignment : 8);
           ts.partial.buffer =
-              NewBuffer(t, bm * bn, fb::DType::F32, 0, -1, op.id,
+              NewBuffer(t, Extent(ts.partial.segments), fb::DType::F32, 0, -1, op.id,
                         BufferKind::kPartial,
                         op.name + (g.k > 1 ? ".partials" : ".accumulator"),
                         /*interleaved=*/true);
@@ -721,42 +775,49 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
           if (!s.ok()) return s.status();
           if (ContiguousOffset(a_box, (*s)->segments)) a_local = *s;
         }
-        auto gemm_calls = [&](Phase* phase, const VSlice& a, int64_t kc0,
-                              int64_t kc1, bool accumulate) -> Status {
-          const int64_t w = kc1 - kc0;
-          std::vector<std::pair<int64_t, int64_t>> cols;
-          if (split) {
-            cols = pieces[{mi, ni}];
-          } else {
-            cols.push_back({g.cols.Begin(ni), g.cols.End(ni)});
-          }
-          for (const auto& [c0, c1] : cols) {
-            const std::optional<int64_t> b_off =
-                ContiguousOffset(Box2(kc0, kc1, c0, c1), bs.segments);
-            const std::optional<int64_t> c_off = ContiguousOffset(
-                Box2(g.rows.Begin(mi), g.rows.End(mi), c0, c1),
-                ts.partial.segments);
-            if (!b_off || !c_off) {
-              return Status::BadInput(
-                  where + ": right operand %" + std::to_string(b_id) +
-                  " on tile " + std::to_string(t) + " does not hold rows [" +
-                  std::to_string(kc0) + ", " + std::to_string(kc1) +
-                  ") x columns [" + std::to_string(c0) + ", " +
-                  std::to_string(c1) + ") contiguously (resident blocks "
-                  "must follow the grid, docs/planning.md)");
+        // One GEMM call per K piece of the staged operand (pieces let a
+        // locally held part arrive with one copy instead of one per row) and
+        // per column piece of the partial (split mode).
+        auto gemm_calls = [&](Phase* phase, const Storage& a_store,
+                              bool accumulate) -> Status {
+          for (const Segment& piece : a_store.segments) {
+            const int64_t kc0 = piece.box.begin[1], kc1 = piece.box.end[1];
+            const int64_t w = kc1 - kc0;
+            std::vector<std::pair<int64_t, int64_t>> cols;
+            if (split) {
+              cols = pieces[t];
+            } else {
+              cols.push_back({g.cols.Begin(ni), g.cols.End(ni)});
             }
-            const int b_eb = ElementBytes(B->dtype);
-            const int p_eb = ElementBytes(buffers_[ts.partial.buffer].dtype);
-            VCall call;
-            call.tile = t;
-            call.kernel = "gemm";
-            call.args = {a,
-                         {bs.buffer, *b_off * b_eb, w * (c1 - c0) * b_eb},
-                         {ts.partial.buffer, *c_off * p_eb,
-                          bm * (c1 - c0) * p_eb}};
-            call.params = {bm, w, c1 - c0, accumulate ? 1 : 0};
-            call.op = op.id;
-            AddCall(phase, std::move(call));
+            for (const auto& [c0, c1] : cols) {
+              const std::optional<int64_t> b_off =
+                  ContiguousOffset(Box2(kc0, kc1, c0, c1), bs.segments);
+              const std::optional<int64_t> c_off = ContiguousOffset(
+                  Box2(g.rows.Begin(mi), g.rows.End(mi), c0, c1),
+                  ts.partial.segments);
+              if (!b_off || !c_off) {
+                return Status::BadInput(
+                    where + ": right operand %" + std::to_string(b_id) +
+                    " on tile " + std::to_string(t) + " does not hold rows [" +
+                    std::to_string(kc0) + ", " + std::to_string(kc1) +
+                    ") x columns [" + std::to_string(c0) + ", " +
+                    std::to_string(c1) + ") contiguously (resident blocks "
+                    "must follow the grid, docs/planning.md)");
+              }
+              const int b_eb = ElementBytes(B->dtype);
+              const int p_eb = ElementBytes(buffers_[ts.partial.buffer].dtype);
+              VCall call;
+              call.tile = t;
+              call.kernel = "gemm";
+              call.args = {{a_store.buffer, piece.offset * a_eb, bm * w * a_eb},
+                           {bs.buffer, *b_off * b_eb, w * (c1 - c0) * b_eb},
+                           {ts.partial.buffer, *c_off * p_eb,
+                            bm * (c1 - c0) * p_eb}};
+              call.params = {bm, w, c1 - c0, accumulate ? 1 : 0};
+              call.op = op.id;
+              AddCall(phase, std::move(call));
+            }
+            accumulate = true;
           }
           return Status::Ok();
         };
@@ -764,34 +825,110 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
           ts.aliased = true;
           ++notes.aliased_tiles;
           const int64_t off = *ContiguousOffset(a_box, a_local->segments);
-          TILEC_RETURN_IF_ERROR(gemm_calls(
-              &in_place, {a_local->buffer, off * a_eb, bm * bk * a_eb},
-              kb0, kb0 + bk, false));
+          Storage view;
+          view.buffer = a_local->buffer;
+          view.segments = {Segment{a_box, off}};
+          TILEC_RETURN_IF_ERROR(gemm_calls(&in_place, view, false));
           continue;
         }
+        // Chunks of K; each cut where a locally held box starts or ends if
+        // that makes its local copy cheaper than the extra GEMM calls cost.
         const int tile_chunks = static_cast<int>(CeilDiv(bk, g.phase_k));
-        const int64_t width = std::min<int64_t>(g.phase_k, bk);
+        std::vector<std::vector<int64_t>> chunk_cuts(tile_chunks);
+        int64_t cost_rows = 0, cost_pieces = 0;
+        const Storage* a_here = nullptr;
+        if (local_boxes.count(t)) {
+          StatusOr<const Storage*> s = Operand(a_id, t, op.id);
+          if (!s.ok()) return s.status();
+          a_here = *s;
+        }
+        const int align = module_.target ? module_.target->alignment : 8;
+        // GEMM cycles of one K piece over the partial's column pieces.
+        auto piece_cost = [&](int64_t w) {
+          int64_t cycles = 0;
+          if (split) {
+            for (const auto& [c0, c1] : pieces[t]) cycles += gemm_cost(bm, w, c1 - c0);
+          } else {
+            cycles = gemm_cost(bm, w, bn);
+          }
+          return cycles;
+        };
+        auto copies_cost = [&](const Box& part, const Segments& dst) {
+          std::vector<Run> runs;
+          int64_t cycles = 0;
+          if (!MoveRuns(part, a_here->segments, dst, &runs)) return cycles;
+          for (const Run& r : runs) cycles += copy_cost(r.count * a_eb);
+          return cycles;
+        };
+        for (int c = 0; c < tile_chunks; ++c) {
+          const int64_t kc0 = kb0 + c * g.phase_k;
+          const int64_t kc1 = std::min(kb0 + bk, kc0 + g.phase_k);
+          const Box span = Box2(g.rows.Begin(mi), g.rows.End(mi), kc0, kc1);
+          std::set<int64_t> cuts = {kc0, kc1};
+          std::vector<Box> parts;
+          auto range = local_boxes.equal_range(t);
+          for (auto it = range.first; it != range.second; ++it) {
+            const Box part = IntersectBoxes(it->second, span);
+            if (part.Empty()) continue;
+            cuts.insert(part.begin[1]);
+            cuts.insert(part.end[1]);
+            parts.push_back(part);
+          }
+          chunk_cuts[c].assign(cuts.begin(), cuts.end());
+          std::vector<Box> piece_boxes;
+          for (size_t i = 0; i + 1 < chunk_cuts[c].size(); ++i) {
+            piece_boxes.push_back(Box2(g.rows.Begin(mi), g.rows.End(mi),
+                                       chunk_cuts[c][i], chunk_cuts[c][i + 1]));
+            cost_pieces +=
+                piece_cost(chunk_cuts[c][i + 1] - chunk_cuts[c][i]);
+          }
+          cost_rows += piece_cost(kc1 - kc0);
+          const Segments whole = {Segment{span, 0}};
+          const Segments cut = AlignedPieces(piece_boxes, a_eb, align);
+          for (const Box& part : parts) {
+            cost_rows += copies_cost(part, whole);
+            cost_pieces += copies_cost(part, cut);
+          }
+        }
+        const bool k_pieces = options_.k_pieces && cost_pieces < cost_rows;
+        notes.k_pieced_tiles += k_pieces;
+        std::vector<Segments> chunk_segments(tile_chunks);
+        int64_t extent[2] = {0, 0};
+        for (int c = 0; c < tile_chunks; ++c) {
+          const std::vector<int64_t>& cuts = chunk_cuts[c];
+          std::vector<Box> boxes;
+          if (k_pieces) {
+            for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+              boxes.push_back(
+                  Box2(g.rows.Begin(mi), g.rows.End(mi), cuts[i], cuts[i + 1]));
+            }
+          } else {
+            boxes.push_back(
+                Box2(g.rows.Begin(mi), g.rows.End(mi), cuts.front(), cuts.back()));
+          }
+          chunk_segments[c] = AlignedPieces(
+              boxes, a_eb, module_.target ? module_.target->alignment : 8);
+          extent[c % 2] = std::max(extent[c % 2], Extent(chunk_segments[c]));
+        }
         const int nbuf = std::min(tile_chunks, 2);
         int buf[2] = {-1, -1};
+        int64_t tile_stage_bytes = 0;
         for (int i = 0; i < nbuf; ++i) {
-          buf[i] = NewBuffer(t, bm * width, A->dtype, A->fp8_scale_exp, -1,
+          buf[i] = NewBuffer(t, extent[i], A->dtype, A->fp8_scale_exp, -1,
                              op.id, BufferKind::kStage,
                              op.name + ".stage" +
                                  (nbuf > 1 ? std::to_string(i) : ""),
                              false);
+          tile_stage_bytes += buffers_[buf[i]].bytes;
         }
-        stage_bytes = std::max(stage_bytes, nbuf * bm * width * a_eb);
+        stage_bytes = std::max(stage_bytes, tile_stage_bytes);
         ++notes.staged_tiles;
         for (int c = 0; c < tile_chunks; ++c) {
-          const int64_t kc0 = kb0 + c * g.phase_k;
-          const int64_t kc1 = std::min(kb0 + bk, kc0 + g.phase_k);
           Storage s;
           s.buffer = buf[c % 2];
-          s.segments = {Segment{Box2(g.rows.Begin(mi), g.rows.End(mi), kc0, kc1), 0}};
+          s.segments = chunk_segments[c];
           ts.chunk.push_back(s);
-          TILEC_RETURN_IF_ERROR(gemm_calls(
-              cphase[c + 1], {s.buffer, 0, bm * (kc1 - kc0) * a_eb}, kc0, kc1,
-              c > 0));
+          TILEC_RETURN_IF_ERROR(gemm_calls(cphase[c + 1], s, c > 0));
         }
       }
     }
@@ -804,8 +941,7 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
 
   // ---- left-operand delivery: the panel plan, clipped to each chunk
   if (notes.staged_tiles > 0) {
-    passes::TransferPlan plan =
-        passes::PlanTransfers(*A->ownership, a_need, A->shape, a_eb);
+    const passes::TransferPlan& plan = a_plan;
     auto deliver = [&](const Box& box, int src, int dst) -> Status {
       auto it = state.find(dst);
       if (it == state.end() || it->second.aliased) return Status::Ok();
@@ -813,7 +949,9 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
       if (!from.ok()) return from.status();
       const std::vector<Storage>& chunk = it->second.chunk;
       for (size_t c = 0; c < chunk.size(); ++c) {
-        const Box part = IntersectBoxes(box, chunk[c].segments[0].box);
+        Box span = chunk[c].segments.front().box;
+        span.end[1] = chunk[c].segments.back().box.end[1];
+        const Box part = IntersectBoxes(box, span);
         if (part.Empty()) continue;
         TILEC_RETURN_IF_ERROR(Move(part, src, **from, dst, chunk[c], A->dtype,
                                    op.id, cphase[c], xphase[c]));
@@ -917,7 +1055,25 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
   Arena remote(fb::DType::F32, BufferKind::kRemote, op.name + ".remote");
   Arena acc(fb::DType::F32, BufferKind::kResult, op.name + ".accumulator");
   Arena result(C->dtype, BufferKind::kResult, op.name + ".result");
+  // Output storage per result tile: its natural box, or, when the box spans
+  // several GEMM blocks and results are written directly, one aligned piece
+  // per output range so that every range is contiguous.
+  std::map<int, std::vector<Box>> range_boxes;
+  for (const ReduceRange& r : ranges) range_boxes[r.tile].push_back(r.box);
   std::map<int, Storage*> c_store;
+  for (const auto& [R, boxes] : range_boxes) {
+    const size_t held = HeldBoxes(*C->ownership, C->shape, R).size();
+    if (choice.direct_final_write && boxes.size() > held) {
+      const Segments segs = AlignedPieces(
+          boxes, c_eb, module_.target ? module_.target->alignment : 8);
+      c_store[R] = NewValueStorage(c_id, R, op.id, BufferKind::kValue, &segs,
+                                   false);
+      ++notes.piecewise_outputs;
+    } else {
+      c_store[R] = NewValueStorage(c_id, R, op.id, BufferKind::kValue, nullptr,
+                                   false);
+    }
+  }
   for (const ReduceRange& r : ranges) {
     const int R = r.tile;
     const int64_t n = r.box.Elements();
@@ -927,10 +1083,6 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
       s.segments = {Segment{r.box, offset}};
       return s;
     };
-    if (!c_store.count(R)) {
-      c_store[R] = NewValueStorage(c_id, R, op.id, BufferKind::kValue, nullptr,
-                                   false);
-    }
     const Storage& cs = *c_store[R];
     // The seed.
     VSlice seed;
@@ -1163,8 +1315,31 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
   const int y_eb = ElementBytes(Y->dtype);
   for (int t : TilesUsed(*Y->ownership, Y->shape)) {
     ++notes_[op.id].tiles;
-    Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue, nullptr,
-                                  false);
+    // The result is stored like operand 0 when that holds the same elements
+    // in several pieces (a GEMM output written per range), so that every
+    // kernel call finds both contiguous.
+    Segments y_segments =
+        Consecutive(HeldBoxes(*Y->ownership, Y->shape, t));
+    {
+      StatusOr<const Storage*> x0 = Operand(op.operands[0], t, op.id);
+      if (!x0.ok()) return x0.status();
+      const Segments& xs = (*x0)->segments;
+      bool inside = xs.size() > y_segments.size() &&
+                    TotalElements(xs) == TotalElements(y_segments);
+      std::vector<Box> boxes;
+      for (const Segment& seg : xs) {
+        bool in_one = false;
+        for (const Segment& y : y_segments) in_one |= ContainsBox(y.box, seg.box);
+        inside = inside && in_one;
+        boxes.push_back(seg.box);
+      }
+      if (inside) {
+        y_segments = AlignedPieces(boxes, ElementBytes(Y->dtype),
+                                   module_.target ? module_.target->alignment : 8);
+      }
+    }
+    Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue,
+                                  &y_segments, false);
     Storage* ms = nullptr;
     if (M) {
       // Complete rows only: a column split needs a reduction (LowerMoments).
@@ -1185,19 +1360,7 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
       const int64_t rows = BoxRows(box), w = BoxWidth(box), n = box.Elements();
       auto locate = [&](uint32_t id, const Box& b,
                         std::string_view role) -> StatusOr<VSlice> {
-        StatusOr<const Storage*> s = Operand(id, t, op.id);
-        if (!s.ok()) return s.status();
-        const std::optional<int64_t> off = ContiguousOffset(b, (*s)->segments);
-        if (!off) {
-          return Status::BadInput(
-              where + ": " + std::string(role) + " %" + std::to_string(id) +
-              " does not hold " + passes::FormatBox(b) + " contiguously on tile " +
-              std::to_string(t) + " (it is owned " +
-              ir::OwnershipText(*value(id)->ownership) + ", the op runs on " +
-              ir::OwnershipText(*Y->ownership) + "; a Redistribute is missing)");
-        }
-        const int eb = ElementBytes(value(id)->dtype);
-        return VSlice{(*s)->buffer, *off * eb, b.Elements() * eb};
+        return Contiguous(id, t, b, op, role, phase);
       };
       StatusOr<VSlice> running = locate(op.operands[0], box, "operand");
       if (!running.ok()) return running.status();
@@ -1292,18 +1455,7 @@ Status Lowering::LowerRowWise(const fb::OperationT& op, OpProgram* out) {
     for (const Segment& seg : segments) {
       const Box& box = seg.box;
       auto locate = [&](uint32_t id, const Box& b) -> StatusOr<VSlice> {
-        StatusOr<const Storage*> s = Operand(id, t, op.id);
-        if (!s.ok()) return s.status();
-        const std::optional<int64_t> off = ContiguousOffset(b, (*s)->segments);
-        if (!off) {
-          return Status::BadInput(
-              where + ": operand %" + std::to_string(id) + " does not hold " +
-              passes::FormatBox(b) + " contiguously on tile " +
-              std::to_string(t) + " (owned " +
-              ir::OwnershipText(*value(id)->ownership) + ")");
-        }
-        const int eb = ElementBytes(value(id)->dtype);
-        return VSlice{(*s)->buffer, *off * eb, b.Elements() * eb};
+        return Contiguous(id, t, b, op, "operand", phase);
       };
       StatusOr<VSlice> x = locate(op.operands[0], box);
       if (!x.ok()) return x.status();

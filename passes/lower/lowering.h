@@ -129,6 +129,11 @@ struct LoweringOptions {
   // producer was not lowered) get their natural storage as if placed by the
   // host.
   bool assume_operands = false;
+  // A staged GEMM tile that copies part of its left operand from its own
+  // memory may cut its staging buffer into K pieces at that part's columns
+  // (one GEMM call per piece) when that makes the copy cheaper than the
+  // extra calls cost on that tile.
+  bool k_pieces = true;
 };
 
 // What the lowering of one op did, for the pass logs.
@@ -144,10 +149,13 @@ struct OpNotes {
   int direct_writes = 0;
   int result_copies = 0;
   int no_seed = 0;              // ranges whose partials are all remote
-  bool split_partials = false;  // one GEMM call per output range
+  bool split_partials = false;  // GEMM calls split at seed ranges
+  int piecewise_outputs = 0;    // result tiles storing one piece per range
   int reduce_epochs = 0;
   std::string converter;        // k=1 staged GEMM: accumulator -> output
   int64_t local_copy_runs = 0;
+  int gathers = 0;  // operands gathered into a contiguous temporary
+  int k_pieced_tiles = 0;  // staged panels cut where local boxes lie
 };
 
 class Lowering {
@@ -163,7 +171,8 @@ class Lowering {
                             const ReductionChoice& choice);
   // The same with in-place use of operands switched on or off for this op.
   StatusOr<OpProgram> Lower(const fb::OperationT& op,
-                            const ReductionChoice& choice, bool alias_in_place);
+                            const ReductionChoice& choice, bool alias_in_place,
+                            bool k_pieces = true);
 
   // Tiles where lowering `op` now would use an operand in place (a GEMM's
   // left operand or a redistribution's source): operands must be lowered.
@@ -211,6 +220,13 @@ class Lowering {
               const Storage& dst, fb::DType dtype, uint32_t op,
               Phase* copies, Phase* exchange);
   void AddCall(Phase* phase, VCall call);
+  // `box` of `value` on `tile` as one contiguous slice: where it lies, or
+  // gathered into a temporary by copies added to `phase` (before the
+  // caller's kernel). A BadInput error (naming `role`) if the tile does not
+  // hold it.
+  StatusOr<VSlice> Contiguous(uint32_t value, int tile, const Box& box,
+                              const fb::OperationT& op, std::string_view role,
+                              Phase* phase);
 
   const fb::ModuleT& module_;
   kernels::CostModel model_;
