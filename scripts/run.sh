@@ -1,14 +1,44 @@
 #!/usr/bin/env bash
 # The main job: compile the default model (SigLIP so400m MLP block, batch 1,
-# ipu21) through every stage and print a short report.
+# ipu21) through every stage, run the device program in simulate-device
+# against the reference, and print simulated cycles, time at the target's
+# clock, the planner's estimate and the accuracy.
 #   scripts/run.sh [OUT_DIR] [import-model flags...]
+# Every stage's file stays in OUT_DIR (default out/siglip-mlp), with the
+# simulator's report in simulate.txt. Exit status: compile.sh's, or
+# simulate-device's (3 when an output is outside tolerance).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 out=${1:-out/siglip-mlp}
 [ $# -gt 0 ] && shift
+start=$(date +%s.%N)
 last=$(scripts/compile.sh "$out" "$@" | tail -n 1)
+compiled=$(date +%s.%N)
+status=0
+bazel-bin/tools/simulate-device/simulate-device "$last" -o "$out/simulate.txt" || status=$?
+simulated=$(date +%s.%N)
+[ -s "$out/simulate.txt" ] || { echo "run.sh: simulate-device wrote no report (exit $status)" >&2; exit "$status"; }
+
 echo "== stages in $out"
 ls -1 "$out"
-echo "== $(basename "$last")"
-bazel-bin/tools/dump-ir/dump-ir "$last" | sed -n '/^model:/p;/^target:/p;/^ops:/,$p'
+echo "== $(sed -n 's/^model: //p' "$out/0-import.txt") on $(sed -n 's/^target: //p' "$out/0-import.txt")"
+sed -n '/^ops:/,/^pass /p' "$out/1-plan.txt" | sed '$d'
+# The planner's estimate is the sum of its per-op estimates.
+estimate=$(sed -n 's/.*| est cycles=\([0-9]*\) .*/\1/p' "$out/1-plan.txt" | awk '{ s += $1 } END { print s + 0 }')
+clock=$(sed -n 's/^target: .* clock_hz=\([^ ]*\) .*/\1/p' "$out/0-import.txt")
+echo "== simulate-device ($out/simulate.txt)"
+sed -n '/^total:/,/^slow path/p' "$out/simulate.txt"
+sed -n '/^ops (/,/^$/p' "$out/simulate.txt"
+sed -n '/^comparison/,$p' "$out/simulate.txt"
+awk -v sim="$(sed -n 's/^total: \([0-9]*\) cycles.*/\1/p' "$out/simulate.txt")" \
+    -v est="$estimate" -v clock="$clock" \
+    -v tc="$(awk -v a="$start" -v b="$compiled" 'BEGIN { print b - a }')" \
+    -v ts="$(awk -v a="$compiled" -v b="$simulated" 'BEGIN { print b - a }')" 'BEGIN {
+  printf "== summary\n"
+  printf "simulated: %d cycles = %.3f us at %.3g GHz\n", sim, sim / clock * 1e6, clock / 1e9
+  printf "planner estimate: %d cycles (simulated / estimated = %.3f)\n", est, (est > 0 ? sim / est : 0)
+  printf "host time: compile %.1f s, simulate %.1f s\n", tc, ts
+}'
+grep -E '^result:' "$out/simulate.txt"
+exit "$status"
