@@ -74,6 +74,22 @@ std::vector<Phase> Normalize(PhaseList* list) {
   return out;
 }
 
+// `pieces` (another value's storage on a tile) re-laid for a value whose
+// natural storage is `natural`, if the pieces hold exactly its elements.
+std::optional<Segments> AdoptPieces(const Segments& pieces,
+                                    const Segments& natural, int element_bytes,
+                                    int alignment) {
+  if (TotalElements(pieces) != TotalElements(natural)) return std::nullopt;
+  std::vector<Box> boxes;
+  for (const Segment& p : pieces) {
+    bool inside = false;
+    for (const Segment& n : natural) inside = inside || ContainsBox(n.box, p.box);
+    if (!inside) return std::nullopt;
+    boxes.push_back(p.box);
+  }
+  return AlignedPieces(boxes, element_bytes, alignment);
+}
+
 }  // namespace
 
 int ElementBytes(fb::DType dtype) {
@@ -1315,27 +1331,20 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
   const int y_eb = ElementBytes(Y->dtype);
   for (int t : TilesUsed(*Y->ownership, Y->shape)) {
     ++notes_[op.id].tiles;
-    // The result is stored like operand 0 when that holds the same elements
-    // in several pieces (a GEMM output written per range), so that every
-    // kernel call finds both contiguous.
-    Segments y_segments =
-        Consecutive(HeldBoxes(*Y->ownership, Y->shape, t));
-    {
-      StatusOr<const Storage*> x0 = Operand(op.operands[0], t, op.id);
-      if (!x0.ok()) return x0.status();
-      const Segments& xs = (*x0)->segments;
-      bool inside = xs.size() > y_segments.size() &&
-                    TotalElements(xs) == TotalElements(y_segments);
-      std::vector<Box> boxes;
-      for (const Segment& seg : xs) {
-        bool in_one = false;
-        for (const Segment& y : y_segments) in_one |= ContainsBox(y.box, seg.box);
-        inside = inside && in_one;
-        boxes.push_back(seg.box);
-      }
-      if (inside) {
-        y_segments = AlignedPieces(boxes, ElementBytes(Y->dtype),
-                                   module_.target ? module_.target->alignment : 8);
+    // The result is stored like an operand that holds the same elements in
+    // several pieces (a GEMM output written per range), so that every kernel
+    // call finds its operands contiguous.
+    Segments y_segments = Consecutive(HeldBoxes(*Y->ownership, Y->shape, t));
+    for (size_t i = 0; i < op.operands.size(); ++i) {
+      const fb::ValueT* x = value(op.operands[i]);
+      if (x->shape != Y->shape) continue;  // a bias
+      StatusOr<const Storage*> xs = Operand(op.operands[i], t, op.id);
+      if (!xs.ok()) return xs.status();
+      std::optional<Segments> adopted = AdoptPieces(
+          (*xs)->segments, y_segments, ElementBytes(Y->dtype),
+          module_.target ? module_.target->alignment : 8);
+      if (adopted && adopted->size() > y_segments.size()) {
+        y_segments = *adopted;
       }
     }
     Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue,
@@ -1531,7 +1540,26 @@ Status Lowering::LowerRedistribute(const fb::OperationT& op, OpProgram* out) {
         continue;
       }
     }
-    NewValueStorage(y_id, t, op.id, BufferKind::kValue, &natural, false);
+    // Where a consumer combines this value with another operand stored in
+    // pieces on this tile, arrive in the same pieces (every element moves
+    // anyway) so that the consumer's calls need no gathering.
+    Segments segments = natural;
+    for (const auto& consumer : module_.ops) {
+      if (std::find(consumer->operands.begin(), consumer->operands.end(),
+                    y_id) == consumer->operands.end()) {
+        continue;
+      }
+      for (uint32_t sibling : consumer->operands) {
+        if (sibling == y_id || value(sibling)->shape != Y->shape) continue;
+        const Storage* ss = Find(sibling, t);
+        if (ss == nullptr) continue;
+        std::optional<Segments> adopted = AdoptPieces(
+            ss->segments, natural, ElementBytes(Y->dtype),
+            module_.target ? module_.target->alignment : 8);
+        if (adopted && adopted->size() > segments.size()) segments = *adopted;
+      }
+    }
+    NewValueStorage(y_id, t, op.id, BufferKind::kValue, &segments, false);
   }
   const passes::TransferPlan plan = passes::PlanTransfers(
       *X->ownership, *Y->ownership, X->shape, ElementBytes(X->dtype));
