@@ -1,0 +1,376 @@
+#include "passes/inspect/exchanges.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "formats/print.h"
+#include "kernels/cost.h"
+#include "passes/lower/decision_log.h"
+#include "passes/lower/lowering.h"
+
+namespace tilec::inspect {
+namespace {
+
+using lower::Thousands;
+
+struct Xfer {
+  int step = 0;
+  uint32_t op = 0;
+  int src = 0;
+  std::vector<int> dsts;
+  int64_t bytes = 0;
+  fb::DType dtype = fb::DType::F32;
+};
+
+struct Step {
+  int index = 0;
+  std::string label;
+};
+
+// "3-5,9,12-13".
+std::string TileList(std::vector<int> tiles) {
+  std::sort(tiles.begin(), tiles.end());
+  std::string out;
+  for (size_t i = 0; i < tiles.size();) {
+    size_t j = i;
+    while (j + 1 < tiles.size() && tiles[j + 1] == tiles[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(tiles[i]);
+    if (j > i) out += "-" + std::to_string(tiles[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+Status FromProgram(const fb::ModuleT& m, std::vector<Step>* steps,
+                   std::vector<Xfer>* xfers) {
+  const fb::DeviceProgramT& p = *m.program;
+  std::map<uint32_t, uint32_t> tile_of;  // buffer -> tile (checked)
+  for (const auto& b : p.buffers) tile_of[b->id] = b->tile;
+  for (size_t s = 0; s < p.supersteps.size(); ++s) {
+    const fb::SuperstepT& step = *p.supersteps[s];
+    steps->push_back({static_cast<int>(s), step.label});
+    for (const auto& t : step.exchange) {
+      Xfer x;
+      x.step = static_cast<int>(s);
+      x.op = t->op;
+      x.src = static_cast<int>(t->src_tile);
+      x.bytes = t->bytes;
+      x.dtype = t->dtype;
+      for (const auto& d : t->destinations) x.dsts.push_back(static_cast<int>(d->tile));
+      xfers->push_back(std::move(x));
+    }
+  }
+  return Status::Ok();
+}
+
+Status FromPlan(const fb::ModuleT& m, const kernels::CostModel& model,
+                std::vector<Step>* steps, std::vector<Xfer>* xfers) {
+  for (const auto& v : m.values) {
+    if (!v->ownership) {
+      return Status::BadInput("value %" + std::to_string(v->id) + " (" +
+                              v->name +
+                              ") has no ownership: neither a device program "
+                              "nor a planned graph (run plan-ownership)");
+    }
+  }
+  lower::Lowering lowering(m, model);
+  for (const auto& op : m.ops) {
+    StatusOr<lower::OpProgram> p = lowering.Lower(*op);
+    if (!p.ok()) return p.status();
+    int phase = 0;
+    for (const lower::Phase& ph : p->phases) {
+      if (ph.kind != lower::Phase::Kind::kExchange) continue;
+      const int index = static_cast<int>(steps->size());
+      steps->push_back({index, std::to_string(op->id) + ":" + ph.label +
+                                   " (phase " + std::to_string(phase++) +
+                                   " of op " + std::to_string(op->id) + ")"});
+      for (const lower::VTransfer& t : ph.transfers) {
+        Xfer x;
+        x.step = index;
+        x.op = t.op;
+        x.src = t.src_tile;
+        x.bytes = t.src.bytes;
+        x.dtype = t.dtype;
+        for (const lower::VDestination& d : t.destinations) x.dsts.push_back(d.tile);
+        xfers->push_back(std::move(x));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+struct Load {
+  int64_t sent = 0, received = 0, fragments = 0, transfers = 0;
+};
+
+std::string Heat(double t) {
+  // White -> yellow -> red.
+  int r = 255, g, b;
+  if (t < 0.5) {
+    g = 255;
+    b = static_cast<int>(std::lround(255 * (1 - 2 * t)));
+  } else {
+    g = static_cast<int>(std::lround(255 * (2 - 2 * t)));
+    b = 0;
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", r, g, b);
+  return buf;
+}
+
+std::string Svg(const std::vector<Load>& load, HeatMetric metric,
+                const std::string& title) {
+  const int tiles = static_cast<int>(load.size());
+  const int cols = std::max(1, static_cast<int>(std::lround(std::sqrt(tiles * 1.5))));
+  const int rows = (tiles + cols - 1) / cols;
+  const int cell = 14, margin = 10, top = 40, legend = 40;
+  auto value = [&](const Load& l) {
+    switch (metric) {
+      case HeatMetric::kSent:
+        return l.sent;
+      case HeatMetric::kReceived:
+        return l.received;
+      case HeatMetric::kTotal:
+        break;
+    }
+    return l.sent + l.received;
+  };
+  int64_t most = 0;
+  for (const Load& l : load) most = std::max(most, value(l));
+  const int width = 2 * margin + cols * cell;
+  const int height = top + rows * cell + legend + margin;
+  std::string out =
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) +
+      "\" height=\"" + std::to_string(height) + "\" font-family=\"sans-serif\" "
+      "font-size=\"11\">\n";
+  out += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  out += "<text x=\"" + std::to_string(margin) + "\" y=\"16\">" + title +
+         "</text>\n";
+  const char* what = metric == HeatMetric::kSent       ? "bytes sent"
+                     : metric == HeatMetric::kReceived ? "bytes received"
+                                                       : "bytes sent + received";
+  out += "<text x=\"" + std::to_string(margin) + "\" y=\"32\">" +
+         std::string(what) + " per tile, " + std::to_string(cols) +
+         " tiles per row; busiest " + Thousands(most) + " B</text>\n";
+  for (int t = 0; t < tiles; ++t) {
+    const int x = margin + (t % cols) * cell, y = top + (t / cols) * cell;
+    const int64_t v = value(load[t]);
+    const std::string fill =
+        v == 0 ? "#eeeeee" : Heat(most > 0 ? double(v) / double(most) : 0);
+    out += "<rect x=\"" + std::to_string(x) + "\" y=\"" + std::to_string(y) +
+           "\" width=\"" + std::to_string(cell - 1) + "\" height=\"" +
+           std::to_string(cell - 1) + "\" fill=\"" + fill + "\"><title>tile " +
+           std::to_string(t) + ": sent " + Thousands(load[t].sent) +
+           " B, received " + Thousands(load[t].received) + " B, " +
+           std::to_string(load[t].fragments) + " fragments</title></rect>\n";
+  }
+  const int ly = top + rows * cell + 12;
+  for (int i = 0; i <= 10; ++i) {
+    out += "<rect x=\"" + std::to_string(margin + i * 20) + "\" y=\"" +
+           std::to_string(ly) + "\" width=\"20\" height=\"10\" fill=\"" +
+           (i == 0 ? std::string("#eeeeee") : Heat(i / 10.0)) + "\"/>\n";
+  }
+  out += "<text x=\"" + std::to_string(margin) + "\" y=\"" +
+         std::to_string(ly + 24) + "\">0</text>\n";
+  out += "<text x=\"" + std::to_string(margin + 190) + "\" y=\"" +
+         std::to_string(ly + 24) + "\">" + Thousands(most) + " B</text>\n";
+  return out + "</svg>\n";
+}
+
+}  // namespace
+
+Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
+                        std::string* report, std::string* svg) {
+  if (!m.target) return Status::BadInput("module has no target description");
+  StatusOr<kernels::CostModel> model = kernels::CostModel::Create(*m.target);
+  if (!model.ok()) {
+    return Status::BadInput("target '" + m.target->name +
+                            "': " + model.status().message());
+  }
+  const int tiles = m.target->tiles;
+  std::vector<Step> steps;
+  std::vector<Xfer> all;
+  const bool program = m.program != nullptr;
+  TILEC_RETURN_IF_ERROR(program ? FromProgram(m, &steps, &all)
+                                : FromPlan(m, *model, &steps, &all));
+  std::map<uint32_t, std::string> op_names;
+  for (const auto& op : m.ops) op_names[op->id] = op->name;
+  std::vector<const Xfer*> selected;
+  for (const Xfer& x : all) {
+    if (options.op >= 0 && x.op != options.op) continue;
+    if (options.superstep >= 0 && x.step != options.superstep) continue;
+    if (x.src < 0 || x.src >= tiles) {
+      return Status::BadInput("transfer from tile " + std::to_string(x.src) +
+                              " outside the target's " + std::to_string(tiles));
+    }
+    for (int d : x.dsts) {
+      if (d < 0 || d >= tiles) {
+        return Status::BadInput("transfer to tile " + std::to_string(d) +
+                                " outside the target's " + std::to_string(tiles));
+      }
+    }
+    selected.push_back(&x);
+  }
+  const bool list = options.listing == TransferListing::kAll ||
+                    (options.listing == TransferListing::kAuto &&
+                     static_cast<int64_t>(selected.size()) <= options.auto_limit);
+
+  std::string out;
+  out += "inspect-exchanges: " +
+         std::string(program ? "device program"
+                             : "planned graph (no device program: the exchange "
+                               "phases of each op's lowering, as emit-device "
+                               "would build them, before supersteps are shared)") +
+         " on target " + m.target->name + " (" + std::to_string(tiles) +
+         " tiles)\n";
+  if (options.op >= 0 || options.superstep >= 0) {
+    out += "selection:";
+    if (options.op >= 0) out += " op " + std::to_string(options.op);
+    if (options.superstep >= 0) {
+      out += std::string(program ? " superstep " : " exchange phase ") +
+             std::to_string(options.superstep);
+    }
+    out += "\n";
+  }
+  std::vector<Load> total(tiles);
+  int64_t phases = 0, transfers = 0, fragments = 0, sent = 0, received = 0,
+          cycles = 0;
+  std::string body;
+  for (const Step& step : steps) {
+    std::vector<const Xfer*> here;
+    for (const Xfer* x : selected) {
+      if (x->step == step.index) here.push_back(x);
+    }
+    if (here.empty()) continue;
+    ++phases;
+    std::vector<Load> load(tiles);
+    std::map<uint32_t, std::vector<const Xfer*>> by_op;
+    for (const Xfer* x : here) {
+      by_op[x->op].push_back(x);
+      load[x->src].sent += x->bytes;
+      ++load[x->src].fragments;
+      ++load[x->src].transfers;
+      for (int d : x->dsts) {
+        load[d].received += x->bytes;
+        ++load[d].fragments;
+      }
+    }
+    int64_t step_sent = 0, step_received = 0, step_fragments = 0, busiest = 0;
+    int busiest_tile = -1;
+    for (int t = 0; t < tiles; ++t) {
+      step_sent += load[t].sent;
+      step_received += load[t].received;
+      step_fragments += load[t].fragments;
+      total[t].sent += load[t].sent;
+      total[t].received += load[t].received;
+      total[t].fragments += load[t].fragments;
+      total[t].transfers += load[t].transfers;
+      if (load[t].fragments == 0) continue;
+      const int64_t c = model->TileExchangeCycles(load[t].sent, load[t].received,
+                                                  load[t].fragments);
+      if (c > busiest || busiest_tile < 0) {
+        busiest = c;
+        busiest_tile = t;
+      }
+    }
+    const int64_t step_cycles = model->sync_cycles() + busiest;
+    transfers += static_cast<int64_t>(here.size());
+    fragments += step_fragments;
+    sent += step_sent;
+    received += step_received;
+    cycles += step_cycles;
+    body += std::string(program ? "superstep " : "exchange phase ") +
+            std::to_string(step.index) + " \"" + step.label + "\": " +
+            Thousands(static_cast<int64_t>(here.size())) + " transfers, " +
+            Thousands(step_fragments) + " fragments, " + Thousands(step_sent) +
+            " B sent, " + Thousands(step_received) + " B received, " +
+            Thousands(step_cycles) + " cycles (busiest tile " +
+            std::to_string(busiest_tile) + ": sent " +
+            Thousands(load[busiest_tile].sent) + " B, received " +
+            Thousands(load[busiest_tile].received) + " B, " +
+            std::to_string(load[busiest_tile].fragments) + " fragments)\n";
+    for (const auto& [op, xs] : by_op) {
+      std::set<int> srcs, dsts;
+      std::set<std::string> dtypes;
+      int64_t b_sent = 0, b_received = 0, frags = 0;
+      for (const Xfer* x : xs) {
+        srcs.insert(x->src);
+        dsts.insert(x->dsts.begin(), x->dsts.end());
+        dtypes.insert(ir::DTypeText(x->dtype));
+        b_sent += x->bytes;
+        b_received += x->bytes * static_cast<int64_t>(x->dsts.size());
+        frags += 1 + static_cast<int64_t>(x->dsts.size());
+      }
+      std::string dtype_text;
+      for (const std::string& d : dtypes) {
+        dtype_text += (dtype_text.empty() ? "" : ",") + d;
+      }
+      body += "  op " + std::to_string(op) + " " + op_names[op] + ": " +
+              Thousands(static_cast<int64_t>(xs.size())) + " transfers, " +
+              Thousands(frags) + " fragments, " + Thousands(b_sent) +
+              " B sent, " + Thousands(b_received) + " B received, " +
+              dtype_text + ", " + std::to_string(srcs.size()) +
+              " source tiles -> " + std::to_string(dsts.size()) +
+              " destination tiles\n";
+      if (!list) continue;
+      for (const Xfer* x : xs) {
+        body += "    tile " + std::to_string(x->src) + " -> " +
+                TileList(x->dsts) + ": " + Thousands(x->bytes) + " B " +
+                ir::DTypeText(x->dtype) + ", " +
+                std::to_string(1 + x->dsts.size()) + " fragments\n";
+      }
+    }
+  }
+  out += "totals: " + std::to_string(phases) + " exchange phases, " +
+         Thousands(transfers) + " transfers, " + Thousands(fragments) +
+         " fragments, " + Thousands(sent) + " B sent, " + Thousands(received) +
+         " B received, " + Thousands(cycles) +
+         " cycles (each phase: sync + busiest tile's max of sent/rate, "
+         "received/rate, fragment cycles)\n";
+  if (!list && !selected.empty()) {
+    out += "(" + Thousands(static_cast<int64_t>(selected.size())) +
+           " transfers: per-transfer lines omitted above " +
+           Thousands(options.auto_limit) + "; --transfers=all lists them)\n";
+  }
+  out += "\n" + body;
+  auto busiest = [&](bool by_sent) {
+    std::vector<int> order;
+    for (int t = 0; t < tiles; ++t) {
+      if ((by_sent ? total[t].sent : total[t].received) > 0) order.push_back(t);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return by_sent ? total[a].sent > total[b].sent
+                     : total[a].received > total[b].received;
+    });
+    std::string line;
+    for (int i = 0; i < std::min<int>(options.top, order.size()); ++i) {
+      const int t = order[i];
+      line += (line.empty() ? " " : "; ") + std::string("tile ") +
+              std::to_string(t) + " " +
+              Thousands(by_sent ? total[t].sent : total[t].received) + " B";
+    }
+    return line.empty() ? std::string(" none") : line;
+  };
+  out += "\nbusiest senders:" + busiest(true) + "\n";
+  out += "busiest receivers:" + busiest(false) + "\n";
+  *report = out;
+  if (svg != nullptr) {
+    std::string title = std::string(program ? "device program" : "planned graph") +
+                        " on " + m.target->name;
+    if (options.superstep >= 0) {
+      title += std::string(program ? ", superstep " : ", exchange phase ") +
+               std::to_string(options.superstep);
+    } else {
+      title += ", whole program";
+    }
+    if (options.op >= 0) title += ", op " + std::to_string(options.op);
+    *svg = Svg(total, options.metric, title);
+  }
+  return Status::Ok();
+}
+
+}  // namespace tilec::inspect

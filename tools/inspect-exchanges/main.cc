@@ -1,0 +1,78 @@
+// inspect-exchanges: every exchange of a device program (or of a planned
+// graph before emit-device), totals, busiest tiles and an SVG heat map
+// (passes/inspect/exchanges.h).
+
+#include <gflags/gflags.h>
+
+#include "formats/ir.h"
+#include "passes/inspect/exchanges.h"
+#include "passes/lower/cli.h"
+#include "tools/common/tool.h"
+
+DEFINE_int64(op, -1, "Only the transfers of this op id.");
+DEFINE_int64(superstep, -1,
+             "Only this superstep (planned graph: this exchange phase).");
+DEFINE_string(transfers, "auto",
+              "Per-transfer lines: all, none, or auto (all when there are at "
+              "most 2,000).");
+DEFINE_int32(top, 8, "Busiest senders and receivers listed.");
+DEFINE_string(svg, "",
+              "Write a tile-by-tile traffic heat map (SVG) of the selection to "
+              "this file.");
+DEFINE_string(metric, "total",
+              "Heat map metric: total (sent + received), sent or received.");
+DEFINE_string(o, "-", "Report path, or - for stdout (written atomically).");
+
+namespace tilec::tools {
+namespace {
+
+Status Run(const std::vector<std::string>& args) {
+  std::string input;
+  TILEC_RETURN_IF_ERROR(SingleInput(args, &input));
+  inspect::InspectOptions options;
+  options.op = FLAGS_op;
+  options.superstep = FLAGS_superstep;
+  options.top = FLAGS_top;
+  if (FLAGS_transfers == "all") {
+    options.listing = inspect::TransferListing::kAll;
+  } else if (FLAGS_transfers == "none") {
+    options.listing = inspect::TransferListing::kNone;
+  } else if (FLAGS_transfers != "auto") {
+    return Status::BadInput("--transfers=" + FLAGS_transfers +
+                            ": expected all, none or auto");
+  }
+  if (FLAGS_metric == "sent") {
+    options.metric = inspect::HeatMetric::kSent;
+  } else if (FLAGS_metric == "received") {
+    options.metric = inspect::HeatMetric::kReceived;
+  } else if (FLAGS_metric != "total") {
+    return Status::BadInput("--metric=" + FLAGS_metric +
+                            ": expected total, sent or received");
+  }
+  fb::ModuleT module;
+  TILEC_RETURN_IF_ERROR(ir::ReadModule(input, &module));
+  std::string report, svg;
+  TILEC_RETURN_IF_ERROR(
+      inspect::InspectExchanges(module, options, &report,
+                                FLAGS_svg.empty() ? nullptr : &svg)
+          .WithContext(ir::DisplayName(input)));
+  if (!FLAGS_svg.empty()) {
+    TILEC_RETURN_IF_ERROR(ir::WriteFileAtomically(FLAGS_svg, svg));
+  }
+  return ir::WriteFileAtomically(FLAGS_o, report);
+}
+
+}  // namespace
+}  // namespace tilec::tools
+
+int main(int argc, char** argv) {
+  std::vector<std::string> storage;
+  std::vector<char*> rewritten =
+      tilec::lower::DashedFlags(argc, argv, {}, &storage);
+  auto args = tilec::tools::InitTool(
+      argc, rewritten.data(),
+      "inspect-exchanges [flags] [INPUT|-] [-o OUT]: list the exchanges of a "
+      "device program or a planned graph, with totals, busiest tiles and an "
+      "optional SVG heat map");
+  return tilec::tools::Finish(tilec::tools::Run(args));
+}
