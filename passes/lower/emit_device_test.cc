@@ -1,3 +1,13 @@
+// End-to-end tests of the lowering on hand-made plans (docs/planning.md) on
+// the tiny target: emit-device's program must simulate like the reference
+// and cost exactly what emit-device predicted.
+//
+// Tolerances: with k = 1 every output element is one F32 sum in k order,
+// exactly as the reference computes it (staged chunks accumulate in the same
+// order), so F16 outputs agree exactly. K-split partials are summed in ki
+// order after the fact, which can flip an F16 rounding: the simulator's
+// default tolerance (docs/device-program.md) applies.
+
 #include "passes/lower/emit_device.h"
 
 #include <gtest/gtest.h>
@@ -6,12 +16,12 @@
 
 #include "formats/ir.h"
 #include "formats/print.h"
+#include "passes/lower/expand_reduce.h"
 #include "passes/lower/hand_plan.h"
 
 namespace tilec::lower {
 namespace {
 
-using testing::DefaultReductions;
 using testing::GemmShape;
 using testing::Import;
 using testing::MlpPlan;
@@ -19,32 +29,166 @@ using testing::PlanMlpBlock;
 using testing::SimCheck;
 using testing::SimulateAgainstReference;
 
+// Exactness is checked on max_abs_err; the cosine of equal tensors is 1 up
+// to rounding in its own computation.
+constexpr sim::Tolerance kExact{0, 0, 0.999999};
+constexpr sim::Tolerance kDefault{2e-2, 1e-2, 0.9999};
+
 fb::ModuleT PlannedMlp(const MlpPlan& plan, int64_t tokens = 12,
                        int64_t width = 32, int64_t mlp = 64) {
   fb::ModuleT m = Import("siglip-so400m-384", "mlp-block", "tiny", tokens,
-                         width, mlp);
+                         width, mlp, /*heads=*/1);
   PlanMlpBlock(&m, plan);
-  DefaultReductions(&m);
+  Status s = ExpandReduce(&m, ExpandReduceOptions{});
+  EXPECT_TRUE(s.ok()) << s.message();
   return m;
 }
 
-TEST(EmitDeviceTest, MlpBlockKSplitSimulatesLikeTheReference) {
+// Emits, simulates, compares; returns the check.
+SimCheck EmitAndSimulate(fb::ModuleT* m, const sim::Tolerance& tol,
+                         EmitOptions options = {}) {
+  EmitSummary summary;
+  Status s = EmitDevice(m, options, &summary);
+  EXPECT_TRUE(s.ok()) << s.message();
+  SimCheck check;
+  if (!s.ok()) return check;
+  s = SimulateAgainstReference(*m, tol, &check);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_TRUE(check.pass) << check.message;
+  // The emitter's prediction is the simulator's count, slow paths included.
+  EXPECT_EQ(check.result.total_cycles, summary.predicted_cycles);
+  EXPECT_EQ(check.result.peak_memory_bytes, summary.peak_bytes);
+  if (const char* path = std::getenv("EMIT_DUMP")) {
+    EXPECT_TRUE(ir::WriteModule(*m, "emit_device_test", path).ok());
+  }
+  return check;
+}
+
+TEST(EmitDeviceTest, KSplitBothGemms) {
   MlpPlan plan;
-  plan.ln_parts = 4;
   plan.up = GemmShape{2, 2, 2};
   plan.down = GemmShape{2, 2, 4};
   fb::ModuleT m = PlannedMlp(plan);
-  EmitSummary summary;
-  Status s = EmitDevice(&m, EmitOptions{}, &summary);
-  ASSERT_TRUE(s.ok()) << s.message();
-  SimCheck check;
-  s = SimulateAgainstReference(m, sim::Tolerance{2e-2, 1e-2, 0.9999}, &check);
-  ASSERT_TRUE(s.ok()) << s.message() << "\n" << ir::PrintModule(m, {true});
-  EXPECT_TRUE(check.pass) << check.message;
-  EXPECT_EQ(check.result.total_cycles, summary.predicted_cycles);
-  if (const char* path = std::getenv("EMIT_DUMP")) {
-    ASSERT_TRUE(ir::WriteModule(m, "emit_device_test", path).ok());
+  EmitAndSimulate(&m, kDefault);
+}
+
+TEST(EmitDeviceTest, NoKSplitIsExact) {
+  MlpPlan plan;
+  plan.up = GemmShape{2, 4, 1};
+  plan.down = GemmShape{4, 2, 1};
+  fb::ModuleT m = PlannedMlp(plan);
+  const SimCheck c = EmitAndSimulate(&m, kExact);
+  EXPECT_EQ(c.max_abs_err, 0);
+}
+
+TEST(EmitDeviceTest, StreamedAndBatchedStagingAreExactWithoutKSplit) {
+  MlpPlan plan;
+  plan.up = GemmShape{2, 4, 1, 0, 1, fb::Staging::Streamed, 16};
+  plan.down = GemmShape{3, 2, 1, 0, 1, fb::Staging::Batched, 16, 2};
+  fb::ModuleT m = PlannedMlp(plan);
+  const SimCheck c = EmitAndSimulate(&m, kExact);
+  EXPECT_EQ(c.max_abs_err, 0);
+  // The up GEMM streams its 32 K columns in two chunks: two exchange
+  // phases for its left operand.
+  EXPECT_GE(c.result.exchange_phases, 3);
+}
+
+TEST(EmitDeviceTest, UnevenSplitsWithStagingAndKSplit) {
+  // 13 tokens, width 40, MLP 72: every split is uneven.
+  MlpPlan plan;
+  plan.ln_parts = 5;
+  plan.up = GemmShape{3, 2, 2, 0, 1, fb::Staging::Streamed, 16};
+  plan.down = GemmShape{2, 3, 2, 2, 1, fb::Staging::Batched, 16, 2};
+  fb::ModuleT m = PlannedMlp(plan, 13, 40, 72);
+  EmitAndSimulate(&m, kDefault);
+}
+
+TEST(EmitDeviceTest, FlatLayoutsAndStridedGrid) {
+  MlpPlan plan;
+  plan.ln_parts = 3;
+  plan.ln_first = 5;
+  plan.up = GemmShape{2, 2, 2, 1, 2};  // tiles 1, 3, 5, ...
+  plan.down = GemmShape{2, 1, 3};
+  plan.bias_flat = true;
+  plan.gelu_flat = true;
+  fb::ModuleT m = PlannedMlp(plan, 11, 24, 56);
+  EmitAndSimulate(&m, kDefault);
+}
+
+TEST(EmitDeviceTest, EveryFallbackStillComputesTheSameOutput) {
+  MlpPlan plan;
+  plan.up = GemmShape{2, 2, 2};
+  plan.down = GemmShape{2, 2, 4};
+  fb::ModuleT shared = PlannedMlp(plan);
+  const SimCheck a = EmitAndSimulate(&shared, kDefault);
+  // No superstep sharing, no in-place operands.
+  fb::ModuleT apart = PlannedMlp(plan);
+  EmitOptions options;
+  options.share_supersteps = false;
+  options.alias_in_place = false;
+  const SimCheck b = EmitAndSimulate(&apart, kDefault, options);
+  EXPECT_GT(b.result.supersteps.size(), a.result.supersteps.size());
+  EXPECT_GE(b.result.total_cycles, a.result.total_cycles);
+  // No transforming decision at all, in either pass: copies everywhere.
+  fb::ModuleT none = Import("siglip-so400m-384", "mlp-block", "tiny", 12, 32, 64, 1);
+  PlanMlpBlock(&none, plan);
+  ExpandReduceOptions er;
+  er.max_decisions = 0;
+  ASSERT_TRUE(ExpandReduce(&none, er).ok());
+  EmitOptions zero;
+  zero.max_decisions = 0;
+  const SimCheck c = EmitAndSimulate(&none, kDefault, zero);
+  // Reductions differ only in where partials sit, not in the sum order.
+  EXPECT_EQ(a.result.outputs, c.result.outputs);
+  EXPECT_EQ(a.result.outputs, b.result.outputs);
+  EXPECT_GT(c.result.total_cycles, a.result.total_cycles);
+}
+
+TEST(EmitDeviceTest, Deterministic) {
+  MlpPlan plan;
+  plan.up = GemmShape{2, 2, 2, 0, 1, fb::Staging::Streamed, 16};
+  plan.down = GemmShape{2, 2, 4};
+  std::string bytes[2];
+  for (std::string& b : bytes) {
+    fb::ModuleT m = PlannedMlp(plan);
+    ASSERT_TRUE(EmitDevice(&m, EmitOptions{}).ok());
+    ASSERT_TRUE(ir::SerializeModule(std::move(m), "test", &b).ok());
   }
+  EXPECT_EQ(bytes[0], bytes[1]);
+}
+
+TEST(EmitDeviceTest, OutOfMemoryNamesTileBuffersAndShortfall) {
+  // 256 x 256 x 1024 on two tiles cannot fit 56 KiB per tile.
+  MlpPlan plan;
+  plan.ln_parts = 2;
+  plan.up = GemmShape{1, 2, 1};
+  plan.down = GemmShape{1, 2, 1};
+  fb::ModuleT m = PlannedMlp(plan, 64, 128, 256);
+  Status s = EmitDevice(&m, EmitOptions{});
+  ASSERT_EQ(s.code(), StatusCode::kInfeasible) << s.message();
+  EXPECT_NE(s.message().find("is out of memory at "), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("shortfall"), std::string::npos);
+  EXPECT_NE(s.message().find("live: \""), std::string::npos);
+  EXPECT_NE(s.message().find(" op "), std::string::npos);
+}
+
+TEST(EmitDeviceTest, KSplitWithoutExpandReduceIsRefused) {
+  fb::ModuleT m = Import("siglip-so400m-384", "mlp-block", "tiny", 12, 32, 64, 1);
+  MlpPlan plan;
+  plan.up = GemmShape{2, 2, 2};
+  plan.down = GemmShape{2, 2, 4};
+  PlanMlpBlock(&m, plan);
+  Status s = EmitDevice(&m, EmitOptions{});
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("run expand-reduce first"), std::string::npos);
+}
+
+TEST(EmitDeviceTest, UnplannedModuleIsRefused) {
+  fb::ModuleT m = Import("siglip-so400m-384", "mlp-block", "tiny", 12, 32, 64, 1);
+  Status s = EmitDevice(&m, EmitOptions{});
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("run plan-ownership first"), std::string::npos);
 }
 
 }  // namespace

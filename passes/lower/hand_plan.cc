@@ -195,11 +195,12 @@ void PlanRowWise(fb::ModuleT* module, fb::OperationT* op,
 void PlanMlpBlock(fb::ModuleT* module, const MlpPlan& plan) {
   const int tiles = module->target->tiles;
   fb::OperationT* ln = FindOp(module, "l0.ln2");
-  PlanRowWise(module, ln, BlockedOwnership({plan.ln_parts, 1}));
+  PlanRowWise(module, ln, BlockedOwnership({plan.ln_parts, 1}, 1, plan.ln_first));
   fb::OperationT* up = FindOp(module, "l0.mlp.up");
   PlanGemm(module, up, plan.up);
   const fb::OwnershipT up_out = *FindValue(module, up->results[0])->ownership;
-  PlanElementwise(module, FindOp(module, "l0.mlp.up_bias"), up_out);
+  PlanElementwise(module, FindOp(module, "l0.mlp.up_bias"),
+                  plan.bias_flat ? FlatOwnership(4, tiles) : up_out);
   PlanElementwise(module, FindOp(module, "l0.mlp.gelu"),
                   plan.gelu_flat ? FlatOwnership(4, tiles) : up_out);
   fb::OperationT* down = FindOp(module, "l0.mlp.down");

@@ -63,6 +63,8 @@ struct MlpPlan {
   GemmShape up;
   GemmShape down;
   bool gelu_flat = false;  // GELU over flat(grain=4) on all tiles
+  bool bias_flat = false;  // the up bias add too (bias replicated)
+  int ln_first = 0;        // first tile of the LayerNorm rows
 };
 void PlanMlpBlock(fb::ModuleT* module, const MlpPlan& plan);
 

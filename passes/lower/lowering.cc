@@ -906,7 +906,10 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
             cost_pieces += copies_cost(part, cut);
           }
         }
-        const bool k_pieces = options_.k_pieces && cost_pieces < cost_rows;
+        // Several K pieces accumulate: only into F32 partials, never into an
+        // F16 output that each call would round again.
+        const bool k_pieces =
+            options_.k_pieces && !to_value && cost_pieces < cost_rows;
         notes.k_pieced_tiles += k_pieces;
         std::vector<Segments> chunk_segments(tile_chunks);
         int64_t extent[2] = {0, 0};
