@@ -84,6 +84,84 @@ bench_planner() {
   rm -rf "$dir"
 }
 
+# The lowering on the so400m MLP block (batch 1, ipu21): plan-ownership ->
+# expand-reduce -> emit-device -> simulate-device against the reference, for
+# the searched plan and the trace's pinned plan, in F16 and with FP8 GEMM
+# inputs. quantize-fp8 does not exist yet, so the FP8 variant is emulated
+# by giving the GEMMs' inputs FP8 E4M3 dtypes at their producers (LayerNorm
+# and GELU outputs written as FP8 with scale 2^4, weights with 2^10): what
+# quantize-fp8 would produce after fusing its casts into the producers.
+# Prints host seconds per stage, per-op planner estimate / lowered alone
+# (emit-device's own price of the op) / simulated (the simulator's
+# attribution), their ratio, bytes exchanged, peak memory per tile and the
+# comparison with the reference.
+bench_lowering() {
+  bazel build --noshow_progress --ui_event_filters=-info //tools/... \
+    //testdata/simulate-device:make_module
+  local bin=bazel-bin/tools dir
+  dir=$(mktemp -d)
+  "$bin/import-model/import-model" -o "$dir/f16.tilec"
+  "$bin/dump-ir/dump-ir" --json "$dir/f16.tilec" | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+fp8 = {"l0.ln2.out": 4, "l0.mlp.gelu.out": 4, "l0.mlp.up.w": 10, "l0.mlp.down.w": 10}
+for v in m["values"]:
+    if v["name"] in fp8:
+        v["dtype"] = "FP8E4M3"
+        v["fp8_scale_exp"] = fp8[v["name"]]
+json.dump(m, sys.stdout)' > "$dir/fp8.json"
+  bazel-bin/testdata/simulate-device/make_module "$dir/fp8.json" ipu21 "$dir/fp8.tilec"
+  local dtype plan
+  for dtype in f16 fp8; do
+    for plan in search trace; do
+      local name="$dtype-$plan" flags=()
+      [ "$plan" = trace ] && flags=(--recipe=testdata/plan-ownership/siglip-trace.recipe)
+      local t0 t1 t2 t3 t4 status=0
+      t0=$(date +%s.%N)
+      "$bin/plan-ownership/plan-ownership" "${flags[@]}" "$dir/$dtype.tilec" \
+        -o "$dir/$name-1.tilec" 2>/dev/null
+      t1=$(date +%s.%N)
+      "$bin/expand-reduce/expand-reduce" "$dir/$name-1.tilec" -o "$dir/$name-2.tilec"
+      t2=$(date +%s.%N)
+      "$bin/emit-device/emit-device" "$dir/$name-2.tilec" -o "$dir/$name-3.tilec"
+      t3=$(date +%s.%N)
+      "$bin/simulate-device/simulate-device" "$dir/$name-3.tilec" \
+        -o "$dir/$name.report" || status=$?
+      t4=$(date +%s.%N)
+      "$bin/dump-ir/dump-ir" "$dir/$name-2.tilec" > "$dir/$name-plan.txt"
+      "$bin/dump-ir/dump-ir" "$dir/$name-3.tilec" > "$dir/$name-device.txt"
+      awk -v n="$name" -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" -v e="$t4" \
+          -v mb="$(du -m "$dir/$name-3.tilec" | cut -f1)" 'BEGIN {
+        printf "lowering: %s: host s: plan %.2f, expand-reduce %.2f, emit-device %.2f (program %d MB), simulate %.2f\n", n, b - a, c - b, d - c, mb, e - d }'
+      # Per op: planner estimate, emit-device alone, simulated (attributed).
+      awk -v n="$name" '
+        FNR == 1 { file++ }
+        file == 1 && /^  \([0-9]+\) .* est cycles=/ {
+          id = $1; gsub(/[()]/, "", id); name[id] = $3; sub(/:$/, "", name[id])
+          e = $0; sub(/.* est cycles=/, "", e); split(e, f, " "); est[id] = f[1]
+          order[++k] = id }
+        file == 2 && /"lowered \(/ {
+          id = $0; sub(/.*"lowered \(/, "", id); sub(/\).*/, "", id)
+          a = $0; sub(/.* cycles [0-9]+ -> /, "", a); sub(/ .*/, "", a); alone[id] = a }
+        file == 3 && /^ops \(/ { on = 1; next }
+        file == 3 && on && /^ *[0-9]+ / { sim[$1] = $4 }
+        file == 3 && on && /^$/ { on = 0 }
+        END {
+          printf "lowering: %s: %4s %-40s %9s %9s %9s %6s\n", n, "op", "name", "estimate", "alone", "simulated", "ratio"
+          for (i = 1; i <= k; i++) {
+            id = order[i]; te += est[id]; ts += sim[id]
+            printf "lowering: %s: %4s %-40s %9d %9d %9d %6.2f\n", n, id, name[id], est[id], alone[id], sim[id], (est[id] > 0 ? sim[id] / est[id] : 0)
+          }
+          printf "lowering: %s: %4s %-40s %9d %9s %9d %6.3f\n", n, "", "total", te, "", ts, (te > 0 ? ts / te : 0)
+        }' "$dir/$name-plan.txt" "$dir/$name-device.txt" "$dir/$name.report"
+      sed -n 's/^total: /lowering: '"$name"': simulated /p; s/^work: /lowering: '"$name"': /p; s/^memory: /lowering: '"$name"': memory: /p' "$dir/$name.report"
+      sed -n 's/^  \(%[0-9]* .*\)/lowering: '"$name"': \1/p; s/^result: /lowering: '"$name"': result: /p' "$dir/$name.report"
+      [ "$status" -eq 0 ] || { echo "lowering: $name: simulate-device exited $status" >&2; rm -rf "$dir"; return 1; }
+    done
+  done
+  rm -rf "$dir"
+}
+
 # ---------------------------------------------------------------- driver
 
 main() {
