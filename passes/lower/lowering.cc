@@ -57,6 +57,13 @@ Phase* NewPhase(PhaseList* list, Phase::Kind kind, std::string label) {
   return &list->back();
 }
 
+Phase* NewPhaseIn(std::deque<Phase>* list, Phase::Kind kind, std::string label) {
+  list->emplace_back();
+  list->back().kind = kind;
+  list->back().label = std::move(label);
+  return &list->back();
+}
+
 // Drops empty exchange and compute phases and merges neighbouring compute
 // phases (their calls keep their order, so per-tile order is unchanged).
 std::vector<Phase> Normalize(PhaseList* list) {
@@ -1332,6 +1339,24 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
   Phase* phase = NewPhase(&list, Phase::Kind::kCompute,
                           ir::OpKindText(op.kind));
   const int y_eb = ElementBytes(Y->dtype);
+  // Moments go straight into the moments value when every tile holds whole
+  // rows and the moments of exactly those rows; otherwise each tile writes
+  // partial moments of its slice and they are combined on the moments'
+  // owners.
+  bool direct_moments = M != nullptr;
+  if (M) {
+    direct_moments = TilesUsed(*Y->ownership, Y->shape) ==
+                     TilesUsed(*M->ownership, M->shape);
+    for (int t : TilesUsed(*Y->ownership, Y->shape)) {
+      const std::vector<Box> yb = HeldBoxes(*Y->ownership, Y->shape, t);
+      const std::vector<Box> mb = HeldBoxes(*M->ownership, M->shape, t);
+      direct_moments = direct_moments && yb.size() == 1 && mb.size() == 1 &&
+                       BoxWidth(yb[0]) == Y->shape[1] &&
+                       mb[0].begin[0] == yb[0].begin[0] &&
+                       mb[0].end[0] == yb[0].end[0];
+    }
+  }
+  std::vector<MomentPartial> partials;
   for (int t : TilesUsed(*Y->ownership, Y->shape)) {
     ++notes_[op.id].tiles;
     // The result is stored like an operand that holds the same elements in
@@ -1353,16 +1378,7 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
     Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue,
                                   &y_segments, false);
     Storage* ms = nullptr;
-    if (M) {
-      // Complete rows only: a column split needs a reduction (LowerMoments).
-      for (const Segment& seg : ys->segments) {
-        if (BoxWidth(seg.box) != Y->shape[1]) {
-          return Status::BadInput(
-              where + ": moments of split rows need the Moments op and "
-                      "expand-reduce; this fused op owns column slices " +
-                      ir::OwnershipText(*Y->ownership));
-        }
-      }
+    if (M && direct_moments) {
       ms = NewValueStorage(op.results[1], t, op.id, BufferKind::kValue,
                            nullptr, false);
     }
@@ -1373,6 +1389,24 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
       auto locate = [&](uint32_t id, const Box& b,
                         std::string_view role) -> StatusOr<VSlice> {
         return Contiguous(id, t, b, op, role, phase);
+      };
+      // Where this box's row moments go: the moments value's rows, or a
+      // partial of this slice.
+      auto moments_slice = [&](const Box& b) -> VSlice {
+        if (ms != nullptr) {
+          const int64_t off =
+              *ContiguousOffset(Box2(b.begin[0], b.end[0], 0, 3), ms->segments);
+          return {ms->buffer, off * 4, BoxRows(b) * 12};
+        }
+        MomentPartial p;
+        p.tile = t;
+        p.rows = b;
+        p.storage.segments = {Segment{Box2(b.begin[0], b.end[0], 0, 3), 0}};
+        p.storage.buffer = NewBuffer(t, BoxRows(b) * 3, fb::DType::F32, 0, -1,
+                                     op.id, BufferKind::kPartial,
+                                     op.name + ".moments_partial", false);
+        partials.push_back(p);
+        return {p.storage.buffer, 0, BoxRows(b) * 12};
       };
       StatusOr<VSlice> running = locate(op.operands[0], box, "operand");
       if (!running.ok()) return running.status();
@@ -1407,11 +1441,7 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
           result = {buf, 0, n * ElementBytes(k.dtype)};
         }
         call.args.push_back(result);
-        if (k.moments) {
-          call.args.push_back(
-              {ms->buffer, box.begin[0] * 12 - ms->segments[0].box.begin[0] * 12,
-               rows * 12});
-        }
+        if (k.moments) call.args.push_back(moments_slice(box));
         call.params = {rows, w};
         if (k.kernel == "gelu" || k.kernel == "bias_gelu") {
           call.params.push_back(k.form);
@@ -1424,13 +1454,14 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
         call.tile = t;
         call.kernel = "ln_moments";
         call.op = op.id;
-        call.args = {cur, {ms->buffer,
-                           box.begin[0] * 12 - ms->segments[0].box.begin[0] * 12,
-                           rows * 12}};
+        call.args = {cur, moments_slice(box)};
         call.params = {rows, w};
         AddCall(phase, std::move(call));
       }
     }
+  }
+  if (M && !direct_moments) {
+    TILEC_RETURN_IF_ERROR(CombineMoments(op, op.results[1], partials, &list));
   }
   out->phases = Normalize(&list);
   return Status::Ok();
@@ -1590,18 +1621,303 @@ Status Lowering::LowerRedistribute(const fb::OperationT& op, OpProgram* out) {
 
 // ---------------------------------------------------------------- statistics
 
-Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram*) {
-  return Status::BadInput(OpWhere(op) +
-                          ": LayerNorm over split rows is not lowered yet");
+namespace {
+
+// The rows box [r0, r1) x [0, 3) of a moments value.
+Box MomentRows(int64_t r0, int64_t r1) { return Box2(r0, r1, 0, 3); }
+
+}  // namespace
+
+Status Lowering::CombineMoments(const fb::OperationT& op, uint32_t m_id,
+                                const std::vector<MomentPartial>& partials,
+                                std::deque<Phase>* list) {
+  const std::string where = OpWhere(op);
+  const fb::ValueT* M = value(m_id);
+  OpNotes& notes = notes_[op.id];
+  notes.moment_partials += static_cast<int>(partials.size());
+  // Row blocks, each with one partial per column block (the first tile
+  // holding it; replicas hold the same numbers), in column order.
+  std::map<std::pair<int64_t, int64_t>, std::map<int64_t, const MomentPartial*>>
+      blocks;
+  for (const MomentPartial& p : partials) {
+    auto& cols = blocks[{p.rows.begin[0], p.rows.end[0]}];
+    if (!cols.count(p.rows.begin[1])) cols[p.rows.begin[1]] = &p;
+  }
+  Phase* exchange = NewPhaseIn(list, Phase::Kind::kExchange, "moments");
+  Phase* combine = NewPhaseIn(list, Phase::Kind::kCompute, "combine moments");
+  for (int R : TilesUsed(*M->ownership, M->shape)) {
+    Storage* ms = NewValueStorage(m_id, R, op.id, BufferKind::kValue, nullptr,
+                                  false);
+    const Segments m_segments = ms->segments;
+    const int m_buffer = ms->buffer;
+    for (const Segment& seg : m_segments) {
+      for (const auto& [rows, cols] : blocks) {
+        const int64_t a = std::max(rows.first, seg.box.begin[0]);
+        const int64_t b = std::min(rows.second, seg.box.end[0]);
+        if (a >= b) continue;
+        const Box range = MomentRows(a, b);
+        const int64_t n = (b - a) * 3;
+        ++notes.ranges;
+        VCall call;
+        call.tile = R;
+        call.kernel = "moments_combine";
+        call.op = op.id;
+        call.params = {b - a};
+        int remote_slots = 0;
+        for (const auto& [c0, p] : cols) remote_slots += p->tile != R;
+        int rbuf = -1;
+        if (remote_slots > 0) {
+          rbuf = NewBuffer(R, int64_t{remote_slots} * n, fb::DType::F32, 0, -1,
+                           op.id, BufferKind::kRemote, op.name + ".remote",
+                           false);
+        }
+        int slot = 0;
+        for (const auto& [c0, p] : cols) {
+          // The partial's rows [a, b) as stored on its tile (its storage
+          // holds rows p->rows.begin[0].. as a [rows, 3] block).
+          Storage src = p->storage;
+          src.segments = {Segment{MomentRows(p->rows.begin[0], p->rows.end[0]),
+                                  p->storage.segments[0].offset}};
+          if (p->tile == R) {
+            const std::optional<int64_t> off = ContiguousOffset(range, src.segments);
+            call.args.push_back({src.buffer, *off * 4, n * 4});
+            ++notes.seeds_in_place;
+            continue;
+          }
+          Storage dst;
+          dst.buffer = rbuf;
+          dst.segments = {Segment{range, int64_t{slot} * n}};
+          TILEC_RETURN_IF_ERROR(Move(range, p->tile, src, R, dst,
+                                     fb::DType::F32, op.id, combine, exchange));
+          call.args.push_back({rbuf, int64_t{slot} * n * 4, n * 4});
+          ++slot;
+        }
+        const std::optional<int64_t> out_off = ContiguousOffset(range, m_segments);
+        if (!out_off) {
+          return Status::Internal(where + ": moments rows not contiguous");
+        }
+        call.args.push_back({m_buffer, *out_off * 4, n * 4});
+        ++notes.direct_writes;
+        AddCall(combine, std::move(call));
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 Status Lowering::LowerMoments(const fb::OperationT& op, const ReductionChoice&,
-                              OpProgram*) {
-  return Status::BadInput(OpWhere(op) + ": Moments is not lowered yet");
+                              OpProgram* out) {
+  const std::string where = OpWhere(op);
+  if (op.operands.size() != 1 || op.results.size() != 1) {
+    return Status::BadInput(where + ": Moments takes x and gives [rows, 3]");
+  }
+  const fb::ValueT* X = value(op.operands[0]);
+  const fb::ValueT* M = value(op.results[0]);
+  if (X->shape.size() != 2 || M->shape != std::vector<int64_t>{X->shape[0], 3} ||
+      M->dtype != fb::DType::F32) {
+    return Status::BadInput(where + ": Moments of [rows, w] is F32 [rows, 3]");
+  }
+  const fb::OwnershipT& layout =
+      op.recipe && op.recipe->layout ? *op.recipe->layout : *X->ownership;
+  PhaseList list;
+  Phase* compute = NewPhase(&list, Phase::Kind::kCompute, "moments");
+  std::vector<MomentPartial> partials;
+  for (int t : TilesUsed(layout, X->shape)) {
+    for (const Box& box : HeldBoxes(layout, X->shape, t)) {
+      StatusOr<VSlice> x = Contiguous(op.operands[0], t, box, op, "operand", compute);
+      if (!x.ok()) return x.status();
+      MomentPartial p;
+      p.tile = t;
+      p.rows = box;
+      p.storage.segments = {Segment{MomentRows(box.begin[0], box.end[0]), 0}};
+      p.storage.buffer = NewBuffer(t, BoxRows(box) * 3, fb::DType::F32, 0, -1,
+                                   op.id, BufferKind::kPartial,
+                                   op.name + ".partial", false);
+      VCall call;
+      call.tile = t;
+      call.kernel = "ln_moments";
+      call.op = op.id;
+      call.args = {*x, {p.storage.buffer, 0, BoxRows(box) * 12}};
+      call.params = {BoxRows(box), BoxWidth(box)};
+      AddCall(compute, std::move(call));
+      partials.push_back(std::move(p));
+    }
+  }
+  TILEC_RETURN_IF_ERROR(CombineMoments(op, op.results[0], partials, &list));
+  out->phases = Normalize(&list);
+  return Status::Ok();
 }
 
-Status Lowering::LowerNormalize(const fb::OperationT& op, OpProgram*) {
-  return Status::BadInput(OpWhere(op) + ": Normalize is not lowered yet");
+Status Lowering::LowerNormalize(const fb::OperationT& op, OpProgram* out) {
+  const std::string where = OpWhere(op);
+  if (op.operands.size() != 4 || op.results.size() != 1) {
+    return Status::BadInput(where + ": Normalize takes x, moments, gamma, beta");
+  }
+  const uint32_t y_id = op.results[0];
+  const fb::ValueT* Y = value(y_id);
+  PhaseList list;
+  Phase* phase = NewPhase(&list, Phase::Kind::kCompute, "normalize");
+  const int y_eb = ElementBytes(Y->dtype);
+  for (int t : TilesUsed(*Y->ownership, Y->shape)) {
+    ++notes_[op.id].tiles;
+    Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue, nullptr,
+                                  false);
+    const Segments segments = ys->segments;
+    const int y_buffer = ys->buffer;
+    for (const Segment& seg : segments) {
+      const Box& box = seg.box;
+      Box cols;
+      cols.rank = 1;
+      cols.begin[0] = box.begin[1];
+      cols.end[0] = box.end[1];
+      StatusOr<VSlice> x = Contiguous(op.operands[0], t, box, op, "x", phase);
+      if (!x.ok()) return x.status();
+      StatusOr<VSlice> m = Contiguous(op.operands[1], t,
+                                      MomentRows(box.begin[0], box.end[0]), op,
+                                      "moments", phase);
+      if (!m.ok()) return m.status();
+      StatusOr<VSlice> gamma = Contiguous(op.operands[2], t, cols, op, "gamma", phase);
+      if (!gamma.ok()) return gamma.status();
+      StatusOr<VSlice> beta = Contiguous(op.operands[3], t, cols, op, "beta", phase);
+      if (!beta.ok()) return beta.status();
+      VCall call;
+      call.tile = t;
+      call.kernel = "normalize";
+      call.op = op.id;
+      call.args = {*x, *m, *gamma, *beta,
+                   {y_buffer, seg.offset * y_eb, box.Elements() * y_eb}};
+      call.params = {BoxRows(box), BoxWidth(box)};
+      call.fparams = {op.eps};
+      AddCall(phase, std::move(call));
+    }
+  }
+  out->phases = Normalize(&list);
+  return Status::Ok();
+}
+
+Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out) {
+  // LayerNorm whose tiles hold column slices of their rows: partial moments
+  // on each slice, every tile of a row group receives the others' partials
+  // (an all-gather: each tile needs the whole rows' statistics), combines
+  // them in column order (the same order on every tile, so every slice is
+  // normalized with bit-identical statistics) and normalizes its slice.
+  const std::string where = OpWhere(op);
+  if (op.operands.size() != 3) {
+    return Status::BadInput(where + ": needs x, gamma and beta");
+  }
+  const uint32_t y_id = op.results[0];
+  const fb::ValueT* Y = value(y_id);
+  if (Y->shape.size() != 2) {
+    return Status::BadInput(where + ": split rows need a [rows, w] value");
+  }
+  OpNotes& notes = notes_[op.id];
+  PhaseList list;
+  Phase* stats = NewPhase(&list, Phase::Kind::kCompute, "moments");
+  Phase* exchange = NewPhase(&list, Phase::Kind::kExchange, "moments");
+  Phase* norm = NewPhase(&list, Phase::Kind::kCompute, "normalize");
+  struct Slice {
+    int tile;
+    Box box;
+    int partial;  // buffer
+  };
+  std::vector<Slice> slices;
+  for (int t : TilesUsed(*Y->ownership, Y->shape)) {
+    for (const Box& box : HeldBoxes(*Y->ownership, Y->shape, t)) {
+      StatusOr<VSlice> x = Contiguous(op.operands[0], t, box, op, "x", stats);
+      if (!x.ok()) return x.status();
+      const int buf = NewBuffer(t, BoxRows(box) * 3, fb::DType::F32, 0, -1,
+                                op.id, BufferKind::kPartial,
+                                op.name + ".partial", false);
+      VCall call;
+      call.tile = t;
+      call.kernel = "ln_moments";
+      call.op = op.id;
+      call.args = {*x, {buf, 0, BoxRows(box) * 12}};
+      call.params = {BoxRows(box), BoxWidth(box)};
+      AddCall(stats, std::move(call));
+      slices.push_back({t, box, buf});
+    }
+  }
+  const int y_eb = ElementBytes(Y->dtype);
+  for (const Slice& s : slices) {
+    ++notes.tiles;
+    // The row group: one slice per column block over the same rows.
+    std::map<int64_t, const Slice*> group;
+    for (const Slice& o : slices) {
+      if (o.box.begin[0] != s.box.begin[0] || o.box.end[0] != s.box.end[0]) {
+        if (o.box.begin[0] < s.box.end[0] && s.box.begin[0] < o.box.end[0]) {
+          return Status::BadInput(where + ": column slices of different row "
+                                          "blocks overlap; LayerNorm over split "
+                                          "rows needs aligned row blocks");
+        }
+        continue;
+      }
+      if (o.tile == s.tile) {
+        group[o.box.begin[1]] = &o;
+      } else if (!group.count(o.box.begin[1])) {
+        group[o.box.begin[1]] = &o;
+      }
+    }
+    group[s.box.begin[1]] = &s;
+    const int64_t rows = BoxRows(s.box), n = rows * 3;
+    const Box mrows = MomentRows(s.box.begin[0], s.box.end[0]);
+    const int remote = static_cast<int>(group.size()) - 1;
+    const int rbuf = remote > 0 ? NewBuffer(s.tile, remote * n, fb::DType::F32,
+                                            0, -1, op.id, BufferKind::kRemote,
+                                            op.name + ".remote", false)
+                                : -1;
+    const int full = NewBuffer(s.tile, n, fb::DType::F32, 0, -1, op.id,
+                               BufferKind::kResult, op.name + ".moments", false);
+    VCall combine;
+    combine.tile = s.tile;
+    combine.kernel = "moments_combine";
+    combine.op = op.id;
+    combine.params = {rows};
+    int slot = 0;
+    for (const auto& [c0, o] : group) {
+      if (o == &s) {
+        combine.args.push_back({s.partial, 0, n * 4});
+        ++notes.seeds_in_place;
+        continue;
+      }
+      Storage src{o->partial, {Segment{mrows, 0}}};
+      Storage dst{rbuf, {Segment{mrows, int64_t{slot} * n}}};
+      TILEC_RETURN_IF_ERROR(Move(mrows, o->tile, src, s.tile, dst,
+                                 fb::DType::F32, op.id, norm, exchange));
+      combine.args.push_back({rbuf, int64_t{slot} * n * 4, n * 4});
+      ++slot;
+    }
+    combine.args.push_back({full, 0, n * 4});
+    ++notes.ranges;
+    notes.moment_partials += static_cast<int>(group.size());
+    AddCall(norm, std::move(combine));
+    Box cols;
+    cols.rank = 1;
+    cols.begin[0] = s.box.begin[1];
+    cols.end[0] = s.box.end[1];
+    StatusOr<VSlice> x = Contiguous(op.operands[0], s.tile, s.box, op, "x", norm);
+    if (!x.ok()) return x.status();
+    StatusOr<VSlice> gamma = Contiguous(op.operands[1], s.tile, cols, op, "gamma", norm);
+    if (!gamma.ok()) return gamma.status();
+    StatusOr<VSlice> beta = Contiguous(op.operands[2], s.tile, cols, op, "beta", norm);
+    if (!beta.ok()) return beta.status();
+    Storage* ys = storage_.count(y_id) ? const_cast<Storage*>(Find(y_id, s.tile)) : nullptr;
+    if (ys == nullptr) {
+      ys = NewValueStorage(y_id, s.tile, op.id, BufferKind::kValue, nullptr, false);
+    }
+    const std::optional<int64_t> off = ContiguousOffset(s.box, ys->segments);
+    VCall call;
+    call.tile = s.tile;
+    call.kernel = "normalize";
+    call.op = op.id;
+    call.args = {*x, {full, 0, n * 4}, *gamma, *beta,
+                 {ys->buffer, *off * y_eb, s.box.Elements() * y_eb}};
+    call.params = {rows, BoxWidth(s.box)};
+    call.fparams = {op.eps};
+    AddCall(norm, std::move(call));
+  }
+  out->phases = Normalize(&list);
+  return Status::Ok();
 }
 
 }  // namespace tilec::lower

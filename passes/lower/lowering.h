@@ -29,6 +29,7 @@
 #define TILEC_PASSES_LOWER_LOWERING_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -156,6 +157,7 @@ struct OpNotes {
   int64_t local_copy_runs = 0;
   int gathers = 0;  // operands gathered into a contiguous temporary
   int k_pieced_tiles = 0;  // staged panels cut where local boxes lie
+  int moment_partials = 0;  // row statistics combined from column slices
 };
 
 class Lowering {
@@ -212,6 +214,19 @@ class Lowering {
                       OpProgram* out);
   Status LowerNormalize(const fb::OperationT& op, OpProgram* out);
   Status LowerRedistribute(const fb::OperationT& op, OpProgram* out);
+  // Row statistics computed as partial moments on column slices: the
+  // partial of each tile (rows box, F32 [rows, 3] storage) combined (Chan,
+  // in column order) into `m_id`'s storage on its owners. `compute` holds
+  // the calls that wrote the partials; the exchange and combine phases are
+  // appended to `list`.
+  struct MomentPartial {
+    int tile = 0;
+    Box rows;  // [r0, r1) x [c0, c1) of the data it summarizes
+    Storage storage;
+  };
+  Status CombineMoments(const fb::OperationT& op, uint32_t m_id,
+                        const std::vector<MomentPartial>& partials,
+                        std::deque<Phase>* list);
 
   // Moves `box` of a value from (src_tile, src) to (dst_tile, dst): copy
   // calls into `copies` when the tiles are the same, else transfers into
