@@ -55,6 +55,8 @@ class Pass {
   // resident), without the op's scratch.
   std::vector<int64_t> LiveBytes(size_t index) const;
   Status Gemm(size_t index);
+  // LayerNorm over split rows, Moments, fused moments over column slices.
+  Status Statistics(size_t index);
 
   fb::ModuleT& module_;
   const ExpandReduceOptions& options_;
@@ -104,7 +106,8 @@ StatusOr<Priced> Pass::Price(const fb::OperationT& op,
     p.kind_bytes[kind] = *std::max_element(v.begin(), v.end());
   }
   for (const Phase& ph : program->phases) {
-    if (ph.kind != Phase::Kind::kExchange || ph.label.rfind("partials", 0) != 0) {
+    if (ph.kind != Phase::Kind::kExchange ||
+        (ph.label.rfind("partials", 0) != 0 && ph.label != "moments")) {
       continue;
     }
     std::vector<int64_t> received(tiles_, 0);
@@ -460,11 +463,65 @@ Status Pass::Gemm(size_t index) {
   return Status::Ok();
 }
 
+Status Pass::Statistics(size_t index) {
+  fb::OperationT& op = *module_.ops[index];
+  StatusOr<Priced> p = Price(op, ReductionChoice{});
+  if (!p.ok()) return p.status();
+  const OpNotes& n = p->notes;
+  if (n.moment_partials == 0) {
+    op.reduction.reset();
+    return Status::Ok();
+  }
+  const bool layer_norm = op.kind == fb::OpKind::LayerNorm;
+  const int per_range = n.ranges > 0 ? (n.moment_partials + n.ranges - 1) / n.ranges : 0;
+  log_.Info({op.id}, "combine row statistics from column slices",
+            std::to_string(n.moment_partials) + " partial moments (mean, M2 per "
+            "row) combined into " + std::to_string(n.ranges) +
+                " row ranges with Chan's formula in column order" +
+                (layer_norm ? " on every slice of a row (all-gather), so each "
+                              "slice is normalized with identical statistics"
+                            : " on the moments' owners") +
+                "; seeds read in place, results written directly",
+            {0, p->cost.cycles, 0, p->scratch});
+  auto r = std::make_unique<fb::ReductionT>();
+  r->partials = per_range;
+  r->direct_seed_read = true;
+  r->direct_final_write = !layer_norm;
+  auto scratch = [&](fb::ScratchRole role, BufferKind kind, bool elided,
+                     std::string reason) {
+    auto s = std::make_unique<fb::ScratchBufferT>();
+    s->role = role;
+    s->dtype = fb::DType::F32;
+    s->bytes_per_tile = p->kind_bytes.count(kind) ? p->kind_bytes[kind] : 0;
+    s->elided = elided;
+    s->reason = std::move(reason);
+    r->scratch.push_back(std::move(s));
+  };
+  scratch(fb::ScratchRole::Initial, BufferKind::kPartial, true,
+          "each tile's own partial is read in place");
+  scratch(fb::ScratchRole::RemotePartials, BufferKind::kRemote, false,
+          "the other slices' partials of the same rows");
+  scratch(fb::ScratchRole::Result, BufferKind::kResult, !layer_norm,
+          layer_norm ? "whole-row statistics for normalize on each slice"
+                     : "combined straight into the moments value");
+  auto st = std::make_unique<fb::ReductionStageT>();
+  st->epoch = 0;
+  st->partials = std::max(per_range - 1, 0);
+  st->bytes_per_tile = p->partial_stages.empty() ? 0 : p->partial_stages[0].bytes_per_tile;
+  r->stages.push_back(std::move(st));
+  op.reduction = std::move(r);
+  return Status::Ok();
+}
+
 Status Pass::Run() {
   for (size_t i = 0; i < module_.ops.size(); ++i) {
     fb::OperationT& op = *module_.ops[i];
     if (op.kind == fb::OpKind::MatMul) {
       TILEC_RETURN_IF_ERROR(Gemm(i));
+    } else if (op.kind == fb::OpKind::LayerNorm ||
+               op.kind == fb::OpKind::Moments ||
+               (op.kind == fb::OpKind::Fused && op.results.size() == 2)) {
+      TILEC_RETURN_IF_ERROR(Statistics(i));
     }
   }
   if (options_.explain) {

@@ -1,0 +1,154 @@
+#include "passes/lower/expand_reduce.h"
+
+#include <gtest/gtest.h>
+
+#include "formats/ir.h"
+#include "formats/print.h"
+#include "passes/lower/emit_device.h"
+#include "passes/lower/hand_plan.h"
+
+namespace tilec::lower {
+namespace {
+
+using testing::GemmShape;
+using testing::MlpPlan;
+
+fb::ModuleT Planned(const MlpPlan& plan, int64_t tokens, int64_t width,
+                    int64_t mlp) {
+  fb::ModuleT m = testing::Import("siglip-so400m-384", "mlp-block", "tiny",
+                                  tokens, width, mlp, 1);
+  testing::PlanMlpBlock(&m, plan);
+  return m;
+}
+
+const fb::PassRunT& LastRun(const fb::ModuleT& m) { return *m.log.back(); }
+
+std::string Decisions(const fb::ModuleT& m) {
+  std::string out;
+  for (const auto& d : LastRun(m).decisions) out += ir::DecisionText(*d) + "\n";
+  return out;
+}
+
+const fb::DecisionT* FindDecision(const fb::ModuleT& m, uint32_t op,
+                                  const std::string& action_prefix) {
+  for (const auto& d : LastRun(m).decisions) {
+    if (!d->ops.empty() && d->ops[0] == op &&
+        d->action.rfind(action_prefix, 0) == 0) {
+      return d.get();
+    }
+  }
+  return nullptr;
+}
+
+TEST(ExpandReduceTest, RecordsEveryReductionWithItsNumbers) {
+  MlpPlan plan;
+  plan.up = GemmShape{2, 2, 2};
+  plan.down = GemmShape{2, 2, 4};
+  fb::ModuleT m = Planned(plan, 12, 32, 64);
+  ASSERT_TRUE(ExpandReduce(&m, ExpandReduceOptions{}).ok());
+  const fb::OperationT* down = testing::FindOp(&m, "l0.mlp.down");
+  ASSERT_NE(down->reduction, nullptr);
+  const fb::ReductionT& r = *down->reduction;
+  EXPECT_EQ(r.partials, 4);
+  EXPECT_TRUE(r.direct_seed_read);
+  EXPECT_TRUE(r.direct_final_write);
+  ASSERT_EQ(r.scratch.size(), 3u);
+  EXPECT_EQ(r.scratch[0]->role, fb::ScratchRole::Initial);
+  EXPECT_TRUE(r.scratch[0]->elided);
+  EXPECT_EQ(r.scratch[1]->role, fb::ScratchRole::RemotePartials);
+  // 3 remote partials of a 6 x 4 range in F32.
+  EXPECT_EQ(r.scratch[1]->bytes_per_tile, 3 * 6 * 4 * 4);
+  ASSERT_EQ(r.stages.size(), 1u);
+  EXPECT_EQ(r.stages[0]->partials, 3);
+  // Every transforming decision carries both sides' numbers.
+  const fb::DecisionT* seed = FindDecision(m, down->id, "read seed partials");
+  ASSERT_NE(seed, nullptr) << Decisions(m);
+  EXPECT_EQ(seed->outcome, fb::Outcome::Accepted);
+  EXPECT_LT(seed->cycles_after, seed->cycles_before);
+  EXPECT_GT(seed->cycles_before, 0);
+  // Only K-split GEMMs get reductions.
+  EXPECT_EQ(testing::FindOp(&m, "l0.mlp.up_bias")->reduction, nullptr);
+}
+
+TEST(ExpandReduceTest, FlagsAndTheDecisionLimitKeepCopies) {
+  MlpPlan plan;
+  plan.up = GemmShape{2, 2, 2};
+  plan.down = GemmShape{2, 2, 4};
+  for (int variant = 0; variant < 2; ++variant) {
+    fb::ModuleT m = Planned(plan, 12, 32, 64);
+    ExpandReduceOptions o;
+    if (variant == 0) {
+      o.seed_in_place = false;
+      o.direct_final_write = false;
+    } else {
+      o.max_decisions = 0;
+    }
+    ASSERT_TRUE(ExpandReduce(&m, o).ok());
+    const fb::ReductionT& r = *testing::FindOp(&m, "l0.mlp.down")->reduction;
+    EXPECT_FALSE(r.direct_seed_read);
+    EXPECT_FALSE(r.direct_final_write);
+    EXPECT_FALSE(r.scratch[0]->elided);
+    EXPECT_GT(r.scratch[0]->bytes_per_tile, 0);
+    const fb::DecisionT* seed =
+        FindDecision(m, testing::FindOp(&m, "l0.mlp.down")->id, "read seed");
+    ASSERT_NE(seed, nullptr);
+    EXPECT_EQ(seed->outcome, fb::Outcome::Rejected);
+    EXPECT_FALSE(seed->reason.empty());
+  }
+}
+
+TEST(ExpandReduceTest, StagedPartialsSimulateToTheSameOutput) {
+  MlpPlan plan;
+  plan.up = GemmShape{2, 2, 2};
+  plan.down = GemmShape{2, 2, 4};
+  std::map<uint32_t, std::vector<float>> outputs[2];
+  int64_t phases[2];
+  for (int per_epoch : {0, 1}) {
+    fb::ModuleT m = Planned(plan, 12, 32, 64);
+    ExpandReduceOptions o;
+    o.partials_per_epoch = per_epoch;
+    ASSERT_TRUE(ExpandReduce(&m, o).ok());
+    const fb::ReductionT& r = *testing::FindOp(&m, "l0.mlp.down")->reduction;
+    EXPECT_EQ(r.stages.size(), per_epoch == 1 ? 3u : 1u);
+    ASSERT_TRUE(EmitDevice(&m, EmitOptions{}).ok());
+    testing::SimCheck check;
+    ASSERT_TRUE(testing::SimulateAgainstReference(
+                    m, sim::Tolerance{2e-2, 1e-2, 0.9999}, &check)
+                    .ok());
+    EXPECT_TRUE(check.pass) << check.message;
+    outputs[per_epoch] = check.result.outputs;
+    phases[per_epoch] = check.result.exchange_phases;
+  }
+  // Epochs change where partials wait, not the order they are summed in.
+  EXPECT_EQ(outputs[0], outputs[1]);
+  EXPECT_EQ(phases[1], phases[0] + 2);
+}
+
+TEST(ExpandReduceTest, MemoryPressureStagesRemotePartials) {
+  // Down GEMM [48 x 256] x [256 x 128] with K over all 16 tiles: each tile's
+  // 48 x 128 F32 partial (24 KiB) plus 15 remote partials of its 48 x 8
+  // range (23 KiB) do not fit 56 KiB with the rest; fewer per phase do.
+  MlpPlan plan;
+  plan.ln_parts = 8;
+  plan.up = GemmShape{2, 8, 1};
+  plan.down = GemmShape{1, 1, 16};
+  fb::ModuleT m = Planned(plan, 48, 128, 256);
+  ASSERT_TRUE(ExpandReduce(&m, ExpandReduceOptions{}).ok());
+  const fb::OperationT* down = testing::FindOp(&m, "l0.mlp.down");
+  const fb::DecisionT* epochs = FindDecision(m, down->id, "receive ");
+  ASSERT_NE(epochs, nullptr) << Decisions(m);
+  EXPECT_EQ(epochs->outcome, fb::Outcome::Accepted) << Decisions(m);
+  EXPECT_GT(epochs->bytes_before, 57344);
+  EXPECT_LE(epochs->bytes_after, 57344);
+  EXPECT_GT(epochs->cycles_after, epochs->cycles_before);  // more phases
+  EXPECT_GT(down->reduction->stages.size(), 1u);
+  ASSERT_TRUE(EmitDevice(&m, EmitOptions{}).ok());
+  testing::SimCheck check;
+  ASSERT_TRUE(testing::SimulateAgainstReference(
+                  m, sim::Tolerance{2e-2, 1e-2, 0.9999}, &check)
+                  .ok());
+  EXPECT_TRUE(check.pass) << check.message;
+}
+
+}  // namespace
+}  // namespace tilec::lower
