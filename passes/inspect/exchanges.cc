@@ -325,9 +325,9 @@ Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
       }
     }
   }
-  out += "totals: " + std::to_string(phases) + " exchange phases, " +
-         Thousands(transfers) + " transfers, " + Thousands(fragments) +
-         " fragments, " + Thousands(sent) + " B sent, " + Thousands(received) +
+  out += "totals: " + lower::Count(phases, "exchange phase") + ", " +
+         lower::Count(transfers, "transfer") + ", " +
+         lower::Count(fragments, "fragment") + ", " + Thousands(sent) + " B sent, " + Thousands(received) +
          " B received, " + Thousands(cycles) +
          " cycles (each phase: sync + busiest tile's max of sent/rate, "
          "received/rate, fragment cycles)\n";

@@ -12,6 +12,12 @@ std::string Thousands(int64_t value) {
   return value < 0 ? "-" + out : out;
 }
 
+std::string Count(int64_t n, const std::string& singular,
+                  const std::string& plural) {
+  return Thousands(n) + " " +
+         (n == 1 ? singular : plural.empty() ? singular + "s" : plural);
+}
+
 void DecisionLog::Add(std::vector<uint32_t> ops, const std::string& action,
                       fb::Outcome outcome, const std::string& reason,
                       const Numbers& numbers) {

@@ -62,6 +62,9 @@ class DecisionLog {
 
 // "12,345": numbers in reasons, readable and stable.
 std::string Thousands(int64_t value);
+// "1 phase", "3 phases": a count with its noun.
+std::string Count(int64_t n, const std::string& singular,
+                  const std::string& plural = "");
 
 }  // namespace tilec::lower
 

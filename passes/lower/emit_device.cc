@@ -211,6 +211,9 @@ Status Emitter::LowerAll() {
       if (!pc.ok()) return pc.status();
       w.alone.push_back(pc->cycles);
     }
+    VLOG(1) << "lowered op " << op->id << " " << op->name << ": "
+            << w.program.phases.size() << " phases, "
+            << lowering_.buffers().size() << " buffers so far";
     work_.push_back(std::move(w));
   }
   return Status::Ok();
@@ -481,6 +484,9 @@ Status Emitter::Allocate(std::string* failure_message, bool* fits) {
       slow_pairs_.insert({rules[t][r].a, rules[t][r].b});
     }
     tile_peak_[t] = result.peak;
+    VLOG(2) << "tile " << t << ": " << per_tile[t].size()
+            << " buffers, highest end " << result.peak << " B, "
+            << result.soft_dropped.size() << " soft rules dropped";
   }
   *fits = true;
   return Status::Ok();
@@ -645,12 +651,12 @@ void Emitter::Build(EmitSummary* summary) {
     const OpNotes& n = lowering_.notes(w.op->id);
     StatusOr<ProgramCost> alone =
         CostOfOp(model_, lowering_.buffers(), w.program, tiles_);
-    std::string what = std::to_string(n.tiles) + " tiles, " +
-                       std::to_string(w.program.phases.size()) + " phases";
+    std::string what = Count(n.tiles, "tile") + ", " +
+                       Count(static_cast<int64_t>(w.program.phases.size()), "phase");
     if (w.op->kind == fb::OpKind::MatMul) {
       what += "; left operand in place on " + std::to_string(n.aliased_tiles) +
               " tiles, staged on " + std::to_string(n.staged_tiles) + " in " +
-              std::to_string(n.stage_phases) + " exchange phases (" +
+              Count(n.stage_phases, "exchange phase") + " (" +
               Thousands(n.stage_bytes_per_tile) + " B per tile)";
       if (n.ranges > 0) {
         what += "; " + std::to_string(n.ranges) + " output ranges, seeds " +
@@ -658,7 +664,7 @@ void Emitter::Build(EmitSummary* summary) {
                 std::to_string(n.seed_copies) + " copied, results " +
                 std::to_string(n.direct_writes) + " direct / " +
                 std::to_string(n.result_copies) + " copied, " +
-                std::to_string(n.reduce_epochs) + " reduction epochs" +
+                Count(n.reduce_epochs, "reduction epoch") +
                 (n.split_partials ? ", split partials" : "");
       }
       if (!n.converter.empty()) what += "; accumulator -> output by " + n.converter;
@@ -718,8 +724,8 @@ void Emitter::Build(EmitSummary* summary) {
               {0, 0, total[busiest], most});
   }
   log_.Info({}, "program",
-            std::to_string(sum.supersteps) + " supersteps, " +
-                std::to_string(sum.exchange_phases) + " exchange phases, " +
+            Count(sum.supersteps, "superstep") + ", " +
+                Count(sum.exchange_phases, "exchange phase") + ", " +
                 Thousands(sum.bytes_received) + " B received; cycles: "
                 "before = planner estimate (sum over ops), after = predicted "
                 "simulator count",

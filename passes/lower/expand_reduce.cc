@@ -1,5 +1,7 @@
 #include "passes/lower/expand_reduce.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <iostream>
 #include <map>
@@ -86,6 +88,11 @@ StatusOr<Priced> Pass::Price(const fb::OperationT& op,
   Lowering lowering(module_, model_, LoweringOptions{true, true});
   StatusOr<OpProgram> program = lowering.Lower(*target, choice);
   if (!program.ok()) return program.status();
+  VLOG(1) << "priced op " << op.id << " " << op.name << " with "
+          << (choice.seed_in_place ? "seed in place" : "seed copied") << ", "
+          << (choice.direct_final_write ? "direct write" : "result copied")
+          << ", " << choice.partials_per_epoch << " partials per epoch"
+          << (recipe ? " (recipe variant)" : "");
   StatusOr<ProgramCost> cost =
       CostOfOp(model_, lowering.buffers(), *program, tiles_);
   if (!cost.ok()) return cost.status();
@@ -179,11 +186,11 @@ Status Pass::Gemm(size_t index) {
                   (op.recipe->staging == fb::Staging::Batched
                        ? "(" + std::to_string(op.recipe->batch_chunks) + ")"
                        : std::string()),
-              std::to_string(chunks_per_tile) + " phases of up to " +
+              Count(chunks_per_tile, "phase") + " of up to " +
                   std::to_string(g.phase_k) + " K columns (chunk_k " +
                   std::to_string(op.recipe->chunk_k) + "), " +
-                  std::to_string(as_planned->notes.stage_phases) +
-                  " exchange phases, two buffers of " +
+                  Count(as_planned->notes.stage_phases, "exchange phase") +
+                  ", two buffers of " +
                   Thousands(as_planned->notes.stage_bytes_per_tile / 2) +
                   " B per tile; Complete: 1 phase, one panel of " +
                   Thousands(panel->notes.stage_bytes_per_tile) +
@@ -194,8 +201,8 @@ Status Pass::Gemm(size_t index) {
   } else {
     log_.Info(ops, "lower staging Complete",
               "left operand panel in " +
-                  std::to_string(as_planned->notes.stage_phases) +
-                  " exchange phase(s), " +
+                  Count(as_planned->notes.stage_phases, "exchange phase") +
+                  ", " +
                   Thousands(as_planned->notes.stage_bytes_per_tile) +
                   " B per tile",
               {0, as_planned->cost.cycles, 0,
@@ -373,8 +380,8 @@ Status Pass::Gemm(size_t index) {
                     Thousands(capacity_),
                 current->Of());
     } else if (now <= capacity_) {
-      log_.Info(ops, "receive all " + std::to_string(g.k - 1) +
-                         " remote partials in one exchange phase",
+      log_.Info(ops, "receive all " + Count(g.k - 1, "remote partial") +
+                         " in one exchange phase",
                 "fits: peak live bytes on a tile " + Thousands(now) + " of " +
                     Thousands(capacity_),
                 {0, current->cost.cycles, 0, now});
@@ -439,7 +446,7 @@ Status Pass::Gemm(size_t index) {
     s->bytes_per_tile = current->kind_bytes.count(BufferKind::kRemote)
                             ? current->kind_bytes[BufferKind::kRemote]
                             : 0;
-    s->reason = std::to_string(n.reduce_epochs) + " epoch(s)";
+    s->reason = Count(n.reduce_epochs, "epoch");
     r->scratch.push_back(std::move(s));
   }
   scratch(fb::ScratchRole::Result, C->dtype, BufferKind::kResult,
