@@ -190,8 +190,10 @@ Status Pass::Gemm(size_t index) {
                   std::to_string(g.phase_k) + " K columns (chunk_k " +
                   std::to_string(op.recipe->chunk_k) + "), " +
                   Count(as_planned->notes.stage_phases, "exchange phase") +
-                  ", two buffers of " +
-                  Thousands(as_planned->notes.stage_bytes_per_tile / 2) +
+                  ", " + Count(std::min(chunks_per_tile, 2), "buffer") +
+                  " of " +
+                  Thousands(as_planned->notes.stage_bytes_per_tile /
+                            std::min(chunks_per_tile, 2)) +
                   " B per tile; Complete: 1 phase, one panel of " +
                   Thousands(panel->notes.stage_bytes_per_tile) +
                   " B (numbers: Complete -> as planned)",
