@@ -133,8 +133,9 @@ struct LoweringOptions {
   // A staged GEMM tile that copies part of its left operand from its own
   // memory may cut its staging buffer into K pieces at that part's columns
   // (one GEMM call per piece) when that makes the copy cheaper than the
-  // extra calls cost on that tile.
-  bool k_pieces = true;
+  // extra calls cost on that tile. Off by default: emit-device prices each
+  // GEMM both ways and switches it on where the op gains.
+  bool k_pieces = false;
 };
 
 // What the lowering of one op did, for the pass logs.
@@ -174,7 +175,7 @@ class Lowering {
   // The same with in-place use of operands switched on or off for this op.
   StatusOr<OpProgram> Lower(const fb::OperationT& op,
                             const ReductionChoice& choice, bool alias_in_place,
-                            bool k_pieces = true);
+                            bool k_pieces = false);
 
   // Tiles where lowering `op` now would use an operand in place (a GEMM's
   // left operand or a redistribution's source): operands must be lowered.
