@@ -14,7 +14,13 @@ namespace tilec::tools {
 
 // Parses gflags (removing them from argv), sets glog to log to stderr and
 // returns the positional arguments. `usage` is the first line of --help.
+// Multiword flags may be spelled with dashes as the design does
+// (--max-decisions=3) or with gflags' underscores (--max_decisions=3).
 std::vector<std::string> InitTool(int argc, char** argv, const char* usage);
+
+// The flags given on the command line (underscored spelling), without the
+// output path and logging flags: what a pass records in its log.
+const std::vector<std::string>& GivenFlags();
 
 // The single input path: the one positional argument, or "-" for stdin.
 // Anything else is a usage error.

@@ -4,7 +4,6 @@
 #include <gflags/gflags.h>
 
 #include "formats/ir.h"
-#include "passes/lower/cli.h"
 #include "passes/lower/emit_device.h"
 #include "tools/common/tool.h"
 
@@ -16,7 +15,7 @@ DEFINE_bool(alias_in_place, true,
             "exactly the data an op needs.");
 DEFINE_int64(max_decisions, -1,
              "Apply only the first N transforming decisions (like LLVM's "
-             "-opt-bisect-limit); -1: no limit (also --max-decisions).");
+             "-opt-bisect-limit); -1: no limit.");
 DEFINE_bool(explain, false, "Print every decision with its numbers on stderr.");
 DEFINE_string(o, "-", "Output path, or - for stdout (written atomically).");
 
@@ -44,15 +43,11 @@ Status Run(const std::vector<std::string>& args,
 }  // namespace tilec::tools
 
 int main(int argc, char** argv) {
-  std::vector<std::string> storage;
-  std::vector<char*> rewritten = tilec::lower::DashedFlags(
-      argc, argv, {"share-supersteps", "alias-in-place", "max-decisions"},
-      &storage);
-  const std::vector<std::string> flags = tilec::lower::GivenFlags(storage);
   auto args = tilec::tools::InitTool(
-      argc, rewritten.data(),
+      argc, argv,
       "emit-device [flags] [INPUT|-] [-o OUT]: build the device program of a "
       "lowered planned module (buffers, addresses, supersteps, host "
       "bindings)");
-  return tilec::tools::Finish(tilec::tools::Run(args, flags));
+  return tilec::tools::Finish(
+      tilec::tools::Run(args, tilec::tools::GivenFlags()));
 }

@@ -4,21 +4,19 @@
 #include <gflags/gflags.h>
 
 #include "formats/ir.h"
-#include "passes/lower/cli.h"
 #include "passes/lower/expand_reduce.h"
 #include "tools/common/tool.h"
 
 DEFINE_int32(partials_per_epoch, 0,
              "Remote partials received per exchange phase: 0 decides (all at "
-             "once unless a tile's memory does not fit), N caps it at N "
-             "(also --partials-per-epoch).");
+             "once unless a tile's memory does not fit), N caps it at N.");
 DEFINE_bool(seed_in_place, true,
             "Allow reading seed partials where the GEMM wrote them.");
 DEFINE_bool(direct_final_write, true,
             "Allow reducing straight into the output buffer.");
 DEFINE_int64(max_decisions, -1,
              "Apply only the first N transforming decisions (like LLVM's "
-             "-opt-bisect-limit); -1: no limit (also --max-decisions).");
+             "-opt-bisect-limit); -1: no limit.");
 DEFINE_bool(explain, false, "Print every decision with its numbers on stderr.");
 DEFINE_string(o, "-", "Output path, or - for stdout (written atomically).");
 
@@ -50,16 +48,10 @@ Status Run(const std::vector<std::string>& args,
 }  // namespace tilec::tools
 
 int main(int argc, char** argv) {
-  std::vector<std::string> storage;
-  std::vector<char*> rewritten = tilec::lower::DashedFlags(
-      argc, argv,
-      {"partials-per-epoch", "seed-in-place", "direct-final-write",
-       "max-decisions"},
-      &storage);
-  const std::vector<std::string> flags = tilec::lower::GivenFlags(storage);
   auto args = tilec::tools::InitTool(
-      argc, rewritten.data(),
+      argc, argv,
       "expand-reduce [flags] [INPUT|-] [-o OUT]: lower every reduction of a "
       "planned module (seed partials, remote partials, results, epochs)");
-  return tilec::tools::Finish(tilec::tools::Run(args, flags));
+  return tilec::tools::Finish(
+      tilec::tools::Run(args, tilec::tools::GivenFlags()));
 }

@@ -6,7 +6,6 @@
 
 #include "formats/ir.h"
 #include "passes/inspect/exchanges.h"
-#include "passes/lower/cli.h"
 #include "tools/common/tool.h"
 
 DEFINE_int64(op, -1, "Only the transfers of this op id.");
@@ -66,11 +65,8 @@ Status Run(const std::vector<std::string>& args) {
 }  // namespace tilec::tools
 
 int main(int argc, char** argv) {
-  std::vector<std::string> storage;
-  std::vector<char*> rewritten =
-      tilec::lower::DashedFlags(argc, argv, {}, &storage);
   auto args = tilec::tools::InitTool(
-      argc, rewritten.data(),
+      argc, argv,
       "inspect-exchanges [flags] [INPUT|-] [-o OUT]: list the exchanges of a "
       "device program or a planned graph, with totals, busiest tiles and an "
       "optional SVG heat map");

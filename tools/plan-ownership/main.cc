@@ -21,8 +21,7 @@ DEFINE_int64(attempts, 64,
              "Proposals to evaluate (on --resume: additional ones; 0 keeps "
              "the initial or saved plan).");
 DEFINE_int32(proposals_per_op, 4,
-             "Alternatives offered per op for each incumbent plan "
-             "(also --proposals-per-op).");
+             "Alternatives offered per op for each incumbent plan.");
 DEFINE_int64(max_decisions, -1,
              "Apply only the first N accepted changes of the search (like "
              "LLVM's -opt-bisect-limit); -1: no limit.");
@@ -81,21 +80,10 @@ Status Run(const std::vector<std::string>& args) {
 }  // namespace tilec::tools
 
 int main(int argc, char** argv) {
-  // Flag spellings of the design: a bare --explain means every decision, and
-  // dashed names are accepted for the underscored flags.
+  // A bare --explain means every decision (--explain=OP names one op).
   std::vector<std::string> storage(argv, argv + argc);
   for (std::string& arg : storage) {
     if (arg == "--explain" || arg == "-explain") arg = "--explain=all";
-    for (const char* name : {"proposals-per-op", "max-decisions",
-                             "checkpoint-every", "gemm-dtype"}) {
-      const std::string dashed = std::string("--") + name;
-      if (arg.rfind(dashed, 0) == 0 &&
-          (arg.size() == dashed.size() || arg[dashed.size()] == '=')) {
-        std::string underscored = name;
-        for (char& c : underscored) c = c == '-' ? '_' : c;
-        arg = "--" + underscored + arg.substr(dashed.size());
-      }
-    }
   }
   std::vector<char*> rewritten;
   for (std::string& arg : storage) rewritten.push_back(arg.data());
