@@ -1,8 +1,8 @@
-#include "passes/lower/layout.h"
+#include "passes/core/layout.h"
 
 #include <gtest/gtest.h>
 
-namespace tilec::lower {
+namespace tilec::passes {
 namespace {
 
 Box B2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
@@ -15,11 +15,11 @@ Box B2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
 
 TEST(LayoutTest, SubBoxOfABlockIsOneRunPerRow) {
   const Segments block = {{B2(10, 14, 100, 108), 0}};  // 4 x 8 at 0
-  std::vector<lower::Run> runs;
+  std::vector<passes::Run> runs;
   ASSERT_TRUE(LocateRuns(B2(11, 13, 102, 105), block, &runs));
   ASSERT_EQ(runs.size(), 2u);
-  EXPECT_EQ(runs[0], (lower::Run{10, 10, 3}));  // row 11: (1 * 8 + 2)
-  EXPECT_EQ(runs[1], (lower::Run{18, 18, 3}));
+  EXPECT_EQ(runs[0], (passes::Run{10, 10, 3}));  // row 11: (1 * 8 + 2)
+  EXPECT_EQ(runs[1], (passes::Run{18, 18, 3}));
   EXPECT_FALSE(ContiguousOffset(B2(11, 13, 102, 105), block).has_value());
   // Whole rows merge into one run.
   EXPECT_EQ(ContiguousOffset(B2(11, 13, 100, 108), block), 8);
@@ -31,14 +31,14 @@ TEST(LayoutTest, MoveRunsMergeOnlyWhereBothSidesAreContiguous) {
   // Source holds rows 0..3 full width 6; destination holds columns 2..4.
   const Segments src = {{B2(0, 4, 0, 6), 0}};
   const Segments dst = {{B2(0, 4, 2, 5), 100}};
-  std::vector<lower::Run> runs;
+  std::vector<passes::Run> runs;
   ASSERT_TRUE(MoveRuns(B2(1, 3, 2, 5), src, dst, &runs));
   ASSERT_EQ(runs.size(), 2u);
-  EXPECT_EQ(runs[0], (lower::Run{8, 103, 3}));
-  EXPECT_EQ(runs[1], (lower::Run{14, 106, 3}));
+  EXPECT_EQ(runs[0], (passes::Run{8, 103, 3}));
+  EXPECT_EQ(runs[1], (passes::Run{14, 106, 3}));
   // Both sides full width: one run.
   ASSERT_TRUE(MoveRuns(B2(1, 3, 0, 6), src, {{B2(0, 4, 0, 6), 7}}, &runs));
-  EXPECT_EQ(runs, (std::vector<lower::Run>{{6, 13, 12}}));
+  EXPECT_EQ(runs, (std::vector<passes::Run>{{6, 13, 12}}));
 }
 
 TEST(LayoutTest, FlatRangeSegmentsAreContiguousInRowMajorOrder) {
@@ -50,7 +50,7 @@ TEST(LayoutTest, FlatRangeSegmentsAreContiguousInRowMajorOrder) {
   EXPECT_EQ(ContiguousOffset(B2(1, 2, 0, 5), flat), 2);
   // Spanning two segments that are adjacent in the buffer, in row order.
   EXPECT_EQ(ContiguousOffset(B2(0, 1, 3, 5), flat), 0);
-  std::vector<lower::Run> runs;
+  std::vector<passes::Run> runs;
   ASSERT_TRUE(LocateRuns(B2(1, 3, 0, 3), flat, &runs));
   EXPECT_EQ(runs.size(), 2u);  // row 1 cols 0-2, then row 2 cols 0-2
 }
@@ -89,4 +89,4 @@ TEST(LayoutTest, Rank3RowsAndIntersections) {
 }
 
 }  // namespace
-}  // namespace tilec::lower
+}  // namespace tilec::passes

@@ -1,12 +1,12 @@
-#include "passes/lower/layout.h"
+#include "passes/core/layout.h"
 
 #include <algorithm>
 
-namespace tilec::lower {
+namespace tilec::passes {
 namespace {
 
 // Offset of `index` (inside seg.box) in the buffer.
-int64_t OffsetIn(const Segment& seg, const std::array<int64_t, passes::kMaxRank>& index) {
+int64_t OffsetIn(const Segment& seg, const std::array<int64_t, kMaxRank>& index) {
   int64_t offset = 0;
   for (int a = 0; a < seg.box.rank; ++a) {
     offset = offset * (seg.box.end[a] - seg.box.begin[a]) +
@@ -19,7 +19,7 @@ int64_t OffsetIn(const Segment& seg, const std::array<int64_t, passes::kMaxRank>
 template <typename Fn>
 void ForEachRow(const Box& box, Fn&& fn) {
   if (box.Empty()) return;
-  std::array<int64_t, passes::kMaxRank> index = box.begin;
+  std::array<int64_t, kMaxRank> index = box.begin;
   const int outer = box.rank - 1;
   while (true) {
     fn(index);
@@ -132,7 +132,7 @@ bool MoveRuns(const Box& box, const Segments& src, const Segments& dst,
       if (piece.Empty()) continue;
       covered += piece.Elements();
       const int64_t width = BoxWidth(piece);
-      ForEachRow(piece, [&](const std::array<int64_t, passes::kMaxRank>& row) {
+      ForEachRow(piece, [&](const std::array<int64_t, kMaxRank>& row) {
         Append(runs, {OffsetIn(s, row), OffsetIn(d, row), width});
       });
     }
@@ -149,7 +149,7 @@ bool LocateRuns(const Box& box, const Segments& segments,
   const int last = box.rank - 1;
   int64_t covered = 0;
   std::vector<const Segment*> hits;
-  ForEachRow(box, [&](const std::array<int64_t, passes::kMaxRank>& row) {
+  ForEachRow(box, [&](const std::array<int64_t, kMaxRank>& row) {
     hits.clear();
     for (const Segment& s : segments) {
       bool inside = true;
@@ -165,7 +165,7 @@ bool LocateRuns(const Box& box, const Segments& segments,
       return x->box.begin[last] < y->box.begin[last];
     });
     for (const Segment* s : hits) {
-      std::array<int64_t, passes::kMaxRank> at = row;
+      std::array<int64_t, kMaxRank> at = row;
       at[last] = std::max(box.begin[last], s->box.begin[last]);
       const int64_t end = std::min(box.end[last], s->box.end[last]);
       const int64_t offset = OffsetIn(*s, at);
@@ -189,9 +189,9 @@ std::string SegmentsText(const Segments& segments) {
   std::string out;
   for (const Segment& s : segments) {
     if (!out.empty()) out += " ";
-    out += passes::FormatBox(s.box) + "@" + std::to_string(s.offset);
+    out += FormatBox(s.box) + "@" + std::to_string(s.offset);
   }
   return out;
 }
 
-}  // namespace tilec::lower
+}  // namespace tilec::passes
