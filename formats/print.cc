@@ -149,14 +149,18 @@ void PrintProgram(const fb::DeviceProgramT& program, const PrintOptions& opts,
   }
   for (size_t i = 0; i < program.supersteps.size(); ++i) {
     const fb::SuperstepT& step = *program.supersteps[i];
-    int64_t bytes = 0, fragments = 0;
+    int64_t bytes = 0, pieces = 0;
     for (const auto& t : step.exchange) {
-      bytes += int64_t{t->bytes} * static_cast<int64_t>(t->destinations.size());
-      fragments += 1 + static_cast<int64_t>(t->destinations.size());
+      bytes += int64_t{t->bytes} * t->rows *
+               static_cast<int64_t>(t->destinations.size());
+      pieces += t->rows;
     }
+    // Pieces only where strided transfers make them differ.
+    const bool strided = pieces != static_cast<int64_t>(step.exchange.size());
     *out += "  superstep " + std::to_string(i) + " " + Quoted(step.label) +
             ": compute=" + std::to_string(step.compute.size()) +
             " transfers=" + std::to_string(step.exchange.size()) +
+            (strided ? " pieces=" + std::to_string(pieces) : "") +
             " bytes=" + std::to_string(bytes) + "\n";
     if (!opts.program_detail) continue;
     for (const auto& c : step.compute) {
@@ -178,11 +182,17 @@ void PrintProgram(const fb::DeviceProgramT& program, const PrintOptions& opts,
         dst += " " + std::to_string(d->tile) + ":#" + std::to_string(d->buffer) +
                "@" + std::to_string(d->offset);
       }
+      // A strided transfer: rows pieces of +bytes, the pitches apart.
+      const std::string strides =
+          t->rows == 1 ? ""
+                       : " rows=" + std::to_string(t->rows) +
+                             " src_pitch=" + std::to_string(t->src_pitch) +
+                             " dst_pitch=" + std::to_string(t->dst_pitch);
       *out += "    transfer op(" + std::to_string(t->op) + ") " +
               std::to_string(t->src_tile) + ":#" +
               std::to_string(t->src_buffer) + "@" +
               std::to_string(t->src_offset) + "+" + std::to_string(t->bytes) +
-              " " + DTypeText(t->dtype) + " ->" + dst + "\n";
+              " " + DTypeText(t->dtype) + strides + " ->" + dst + "\n";
     }
   }
 }

@@ -103,7 +103,11 @@ struct ComputePlan {
 
 struct TransferPlan {
   const fb::TransferT* transfer = nullptr;
-  int64_t src_addr = 0;
+  int64_t src_addr = 0;  // of piece 0
+  int64_t bytes = 0;     // of each piece
+  int64_t rows = 1;      // pieces
+  int64_t src_pitch = 0;  // 0 when rows == 1
+  int64_t dst_pitch = 0;
   struct Destination {
     int tile = 0;
     int64_t addr = 0;
@@ -437,13 +441,61 @@ Status Engine::CheckCompute(int s, int index, ComputePlan* plan) {
   return Status::Ok();
 }
 
+namespace {
+
+// The first piece of a transfer (rows pieces of `bytes`, `pitch` apart from
+// `offset`) that does not end within `buffer_bytes`, or -1 when all do.
+int64_t FirstPieceOutside(int64_t offset, int64_t pitch, int64_t rows,
+                          int64_t bytes, int64_t buffer_bytes) {
+  if (offset + bytes > buffer_bytes) return 0;
+  if (rows <= 1 || pitch == 0) return -1;
+  const int64_t first = (buffer_bytes - offset - bytes) / pitch + 1;
+  return first < rows ? first : -1;
+}
+
+// "bytes [a, b) are" for a single piece; "piece i of R (bytes [a, b)) is"
+// for a strided transfer.
+std::string PieceText(int64_t rows, int64_t piece, int64_t begin,
+                      int64_t bytes) {
+  const std::string range = "bytes [" + std::to_string(begin) + ", " +
+                            std::to_string(begin + bytes) + ")";
+  if (rows <= 1) return range + " are";
+  return "piece " + std::to_string(piece) + " of " + std::to_string(rows) +
+         " (" + range + ") is";
+}
+
+// Sets bits [begin, end) of `bits`; true if any of them was set already.
+bool TestAndSet(std::vector<uint64_t>& bits, int64_t begin, int64_t end) {
+  const int64_t w0 = begin >> 6, w1 = (end - 1) >> 6;
+  const uint64_t m0 = ~uint64_t{0} << (begin & 63);
+  const uint64_t m1 = ~uint64_t{0} >> (63 - ((end - 1) & 63));
+  if (w0 == w1) {
+    const uint64_t m = m0 & m1;
+    const bool hit = (bits[w0] & m) != 0;
+    bits[w0] |= m;
+    return hit;
+  }
+  bool hit = (bits[w0] & m0) != 0;
+  bits[w0] |= m0;
+  for (int64_t w = w0 + 1; w < w1; ++w) {
+    hit = hit || bits[w] != 0;
+    bits[w] = ~uint64_t{0};
+  }
+  hit = hit || (bits[w1] & m1) != 0;
+  bits[w1] |= m1;
+  return hit;
+}
+
+}  // namespace
+
 Status Engine::CheckTransfers(int s) {
   const fb::SuperstepT& step = *program_->supersteps[s];
   StepPlan& plan = steps_[s];
-  // Every destination byte range, to find two writes of the same bytes.
+  // Every destination of every transfer (each `rows` pieces), to find two
+  // writes of the same bytes.
   struct Write {
     int tile;
-    int64_t begin, end;
+    int64_t addr;  // of piece 0
     int transfer, destination;
     uint32_t buffer;
   };
@@ -472,12 +524,23 @@ Status Engine::CheckTransfers(int s) {
     if (tr->bytes == 0) {
       return Status::BadInput(where + ": " + src_text + ": transfer of 0 bytes");
     }
-    const int64_t src_end = int64_t{tr->src_offset} + tr->bytes;
-    if (src_end > src->buffer->bytes) {
+    if (tr->rows == 0) {
+      return Status::BadInput(where + ": " + src_text + ": transfer of 0 rows");
+    }
+    const int64_t rows = tr->rows;
+    const int64_t bytes = tr->bytes;
+    // With one piece the pitches mean nothing.
+    const int64_t src_pitch = rows > 1 ? tr->src_pitch : 0;
+    const int64_t dst_pitch = rows > 1 ? tr->dst_pitch : 0;
+    const int64_t src_out = FirstPieceOutside(tr->src_offset, src_pitch, rows,
+                                              bytes, src->buffer->bytes);
+    if (src_out >= 0) {
       return Status::BadInput(
-          where + ": " + src_text + ": bytes [" + std::to_string(tr->src_offset) +
-          ", " + std::to_string(src_end) + ") are outside the buffer's " +
-          std::to_string(src->buffer->bytes) + " bytes");
+          where + ": " + src_text + ": " +
+          PieceText(rows, src_out, tr->src_offset + src_out * src_pitch,
+                    bytes) +
+          " outside the buffer's " + std::to_string(src->buffer->bytes) +
+          " bytes");
     }
     kernels::StatusOr<DType> dtype = kernels::DTypeFromFb(tr->dtype);
     if (!dtype.ok() || *dtype != src->dtype) {
@@ -493,12 +556,25 @@ Status Engine::CheckTransfers(int s) {
                               std::to_string(tr->bytes) +
                               " is not a whole number of elements");
     }
+    // Destinations have the source's dtype (checked below), so one element
+    // size serves both pitches.
+    if (src_pitch % src->element_bytes != 0 ||
+        dst_pitch % src->element_bytes != 0) {
+      return Status::BadInput(where + ": " + src_text + ": src_pitch " +
+                              std::to_string(src_pitch) + " or dst_pitch " +
+                              std::to_string(dst_pitch) +
+                              " is not a whole number of elements");
+    }
     if (tr->destinations.empty()) {
       return Status::BadInput(where + ": " + src_text + ": no destinations");
     }
     TransferPlan tp;
     tp.transfer = tr;
     tp.src_addr = int64_t{src->buffer->offset} + tr->src_offset;
+    tp.bytes = bytes;
+    tp.rows = rows;
+    tp.src_pitch = src_pitch;
+    tp.dst_pitch = dst_pitch;
     for (size_t d = 0; d < tr->destinations.size(); ++d) {
       const fb::DestinationT* dst = tr->destinations[d].get();
       if (dst == nullptr) {
@@ -522,13 +598,14 @@ Status Engine::CheckTransfers(int s) {
         return Status::BadInput(dwhere + " lives on tile " +
                                 std::to_string(db->buffer->tile));
       }
-      const int64_t end = int64_t{dst->offset} + tr->bytes;
-      if (end > db->buffer->bytes) {
-        return Status::BadInput(dwhere + ": bytes [" +
-                                std::to_string(dst->offset) + ", " +
-                                std::to_string(end) +
-                                ") are outside the buffer's " +
-                                std::to_string(db->buffer->bytes) + " bytes");
+      const int64_t dst_out = FirstPieceOutside(dst->offset, dst_pitch, rows,
+                                                bytes, db->buffer->bytes);
+      if (dst_out >= 0) {
+        return Status::BadInput(
+            dwhere + ": " +
+            PieceText(rows, dst_out, dst->offset + dst_out * dst_pitch, bytes) +
+            " outside the buffer's " + std::to_string(db->buffer->bytes) +
+            " bytes");
       }
       if (db->dtype != src->dtype || db->scale_exp != src->scale_exp) {
         return Status::BadInput(
@@ -544,38 +621,94 @@ Status Engine::CheckTransfers(int s) {
       }
       const int64_t addr = int64_t{db->buffer->offset} + dst->offset;
       tp.destinations.push_back({static_cast<int>(dst->tile), addr});
-      writes.push_back({static_cast<int>(dst->tile), addr, addr + tr->bytes,
-                        static_cast<int>(t), static_cast<int>(d), dst->buffer});
+      writes.push_back({static_cast<int>(dst->tile), addr, static_cast<int>(t),
+                        static_cast<int>(d), dst->buffer});
     }
     plan.transfers.push_back(std::move(tp));
   }
-  // Two writes of the same tile bytes (through any buffers, which may
-  // alias) would make the result depend on transfer order.
-  std::sort(writes.begin(), writes.end(), [](const Write& a, const Write& b) {
-    return std::tie(a.tile, a.begin, a.transfer, a.destination) <
-           std::tie(b.tile, b.begin, b.transfer, b.destination);
-  });
-  for (size_t i = 1; i < writes.size(); ++i) {
-    const Write& a = writes[i - 1];
-    const Write& b = writes[i];
-    if (a.tile == b.tile && b.begin < a.end) {
-      // Name the later transfer in program order, with the earlier one.
-      const Write& first = std::tie(a.transfer, a.destination) <
-                                   std::tie(b.transfer, b.destination)
-                               ? a
-                               : b;
-      const Write& second = &first == &a ? b : a;
-      const fb::TransferT& tr = *step.exchange[second.transfer];
-      return Status::BadInput(
-          StepWhere(s, second.tile, tr.op) + " transfer " +
-          std::to_string(second.transfer) + " destination " +
-          std::to_string(second.destination) + " " + BufferText(second.buffer) +
-          ": writes tile bytes [" + std::to_string(std::max(a.begin, b.begin)) +
-          ", " + std::to_string(std::min(a.end, b.end)) +
-          ") that transfer " + std::to_string(first.transfer) + " (op " +
-          std::to_string(step.exchange[first.transfer]->op) + ") also writes " +
-          "through " + BufferText(first.buffer));
+  // Two writes of the same tile bytes (two transfers, two destinations of a
+  // multicast, or two pieces of one destination, through any buffers, which
+  // may alias) would make the result depend on transfer order. Tile by
+  // tile, every piece marks its bytes in a bitmap; a tile where a piece
+  // finds a byte marked is then sorted piece by piece to name the pair.
+  std::stable_sort(writes.begin(), writes.end(),
+                   [](const Write& a, const Write& b) { return a.tile < b.tile; });
+  std::vector<uint64_t> bits(static_cast<size_t>((tensor_bytes_ + 63) / 64), 0);
+  for (size_t begin = 0; begin < writes.size();) {
+    size_t end = begin;
+    while (end < writes.size() && writes[end].tile == writes[begin].tile) ++end;
+    bool overlap = false;
+    int64_t low = tensor_bytes_, high = 0;
+    for (size_t w = begin; w < end && !overlap; ++w) {
+      const TransferPlan& tp = plan.transfers[writes[w].transfer];
+      for (int64_t i = 0; i < tp.rows && !overlap; ++i) {
+        const int64_t a = writes[w].addr + i * tp.dst_pitch;
+        overlap = TestAndSet(bits, a, a + tp.bytes);
+        low = std::min(low, a);
+        high = std::max(high, a + tp.bytes);
+      }
     }
+    if (high > low) {
+      std::fill(bits.begin() + (low >> 6), bits.begin() + ((high + 63) >> 6), 0);
+    }
+    if (overlap) {
+      struct Piece {
+        int64_t begin, end;
+        int transfer, destination;
+        int64_t piece;
+        uint32_t buffer;
+      };
+      std::vector<Piece> pieces;
+      for (size_t w = begin; w < end; ++w) {
+        const TransferPlan& tp = plan.transfers[writes[w].transfer];
+        for (int64_t i = 0; i < tp.rows; ++i) {
+          const int64_t a = writes[w].addr + i * tp.dst_pitch;
+          pieces.push_back({a, a + tp.bytes, writes[w].transfer,
+                            writes[w].destination, i, writes[w].buffer});
+        }
+      }
+      std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+        return std::tie(a.begin, a.transfer, a.destination, a.piece) <
+               std::tie(b.begin, b.transfer, b.destination, b.piece);
+      });
+      for (size_t i = 1; i < pieces.size(); ++i) {
+        const Piece& a = pieces[i - 1];
+        const Piece& b = pieces[i];
+        if (b.begin >= a.end) continue;
+        // Name the later write in program order, with the earlier one.
+        const bool a_first = std::tie(a.transfer, a.destination, a.piece) <
+                             std::tie(b.transfer, b.destination, b.piece);
+        const Piece& first = a_first ? a : b;
+        const Piece& second = a_first ? b : a;
+        const fb::TransferT& tr = *step.exchange[second.transfer];
+        const fb::TransferT& tr1 = *step.exchange[first.transfer];
+        std::string message =
+            StepWhere(s, writes[begin].tile, tr.op) + " transfer " +
+            std::to_string(second.transfer) + " destination " +
+            std::to_string(second.destination) +
+            (tr.rows > 1 ? " piece " + std::to_string(second.piece) : "") +
+            " " + BufferText(second.buffer) + ": writes tile bytes [" +
+            std::to_string(std::max(a.begin, b.begin)) + ", " +
+            std::to_string(std::min(a.end, b.end)) + ") that ";
+        if (first.transfer == second.transfer &&
+            first.destination == second.destination) {
+          message += "its piece " + std::to_string(first.piece) +
+                     " also writes (dst_pitch " + std::to_string(tr.dst_pitch) +
+                     " is less than the " + std::to_string(tr.bytes) +
+                     " bytes of a piece)";
+        } else {
+          message += "transfer " + std::to_string(first.transfer) +
+                     (tr1.rows > 1 ? " piece " + std::to_string(first.piece)
+                                   : "") +
+                     " (op " + std::to_string(tr1.op) + ") also writes " +
+                     "through " + BufferText(first.buffer);
+        }
+        return Status::BadInput(message);
+      }
+      return Status::Internal("superstep " + std::to_string(s) +
+                              ": overlapping writes not found again");
+    }
+    begin = end;
   }
   return Status::Ok();
 }
@@ -894,25 +1027,29 @@ Status Engine::RunComputePhase(int s) {
 void Engine::RunExchangePhase(int s) {
   const StepPlan& step = steps_[s];
   if (step.transfers.empty()) return;
-  // Gather every source first, then scatter: all sources are read as of the
-  // end of the compute phase, so transfer order never matters.
+  // Gather every source piece first, then scatter: all sources are read as
+  // of the end of the compute phase, so transfer order never matters.
   size_t total = 0;
-  for (const TransferPlan& t : step.transfers) total += t.transfer->bytes;
+  for (const TransferPlan& t : step.transfers) total += t.rows * t.bytes;
   std::vector<uint8_t> staging(total);
   size_t at = 0;
   for (const TransferPlan& t : step.transfers) {
-    std::memcpy(staging.data() + at,
-                memory_[t.transfer->src_tile].data() + t.src_addr,
-                t.transfer->bytes);
-    at += t.transfer->bytes;
+    const uint8_t* src = memory_[t.transfer->src_tile].data() + t.src_addr;
+    for (int64_t i = 0; i < t.rows; ++i) {
+      std::memcpy(staging.data() + at, src + i * t.src_pitch, t.bytes);
+      at += t.bytes;
+    }
   }
   at = 0;
   for (const TransferPlan& t : step.transfers) {
     for (const TransferPlan::Destination& d : t.destinations) {
-      std::memcpy(memory_[d.tile].data() + d.addr, staging.data() + at,
-                  t.transfer->bytes);
+      uint8_t* dst = memory_[d.tile].data() + d.addr;
+      for (int64_t i = 0; i < t.rows; ++i) {
+        std::memcpy(dst + i * t.dst_pitch, staging.data() + at + i * t.bytes,
+                    t.bytes);
+      }
     }
-    at += t.transfer->bytes;
+    at += t.rows * t.bytes;
   }
 }
 
@@ -1047,21 +1184,26 @@ void Engine::CountCycles(SimResult* r) {
       for (const TransferPlan& tp : plan.transfers) {
         const fb::TransferT& t = *tp.transfer;
         const int64_t dests = static_cast<int64_t>(tp.destinations.size());
-        // A multicast costs its sender once and each receiver once.
-        sent[t.src_tile] += t.bytes;
-        fragments[t.src_tile] += 1;
+        // A multicast costs its sender once and each receiver once; each
+        // piece of a strided transfer is a fragment at both ends, exactly
+        // as `rows` separate transfers.
+        const int64_t bytes = tp.rows * tp.bytes;
+        sent[t.src_tile] += bytes;
+        fragments[t.src_tile] += tp.rows;
         for (const TransferPlan::Destination& d : tp.destinations) {
-          received[d.tile] += t.bytes;
-          fragments[d.tile] += 1;
+          received[d.tile] += bytes;
+          fragments[d.tile] += tp.rows;
         }
         OpReport& o = op_report(t.op);
         ++o.transfers;
-        o.bytes_sent += t.bytes;
-        o.bytes_received += int64_t{t.bytes} * dests;
-        op_bytes[t.op] += int64_t{t.bytes} * dests;
-        sr.bytes_sent += t.bytes;
-        sr.bytes_received += int64_t{t.bytes} * dests;
+        o.pieces += tp.rows;
+        o.bytes_sent += bytes;
+        o.bytes_received += bytes * dests;
+        op_bytes[t.op] += bytes * dests;
+        sr.bytes_sent += bytes;
+        sr.bytes_received += bytes * dests;
         ++sr.transfers;
+        sr.pieces += tp.rows;
       }
       int64_t slowest = 0;
       for (int t = 0; t < tiles_; ++t) {
@@ -1094,6 +1236,7 @@ void Engine::CountCycles(SimResult* r) {
     r->exchange_cycles += sr.exchange_cycles;
     r->kernel_calls += sr.kernel_calls;
     r->transfers += sr.transfers;
+    r->pieces += sr.pieces;
     r->bytes_sent += sr.bytes_sent;
     r->bytes_received += sr.bytes_received;
     clock += sr.compute_cycles + sr.exchange_cycles;

@@ -13,6 +13,9 @@
 //   - A superstep runs its compute set (per tile in listed order, tiles
 //     independent), then, if it has transfers, one exchange phase whose
 //     sources are all read as of the end of the compute phase.
+//   - A transfer moves `rows` pieces of `bytes` (src_pitch and dst_pitch
+//     apart) to every destination; each piece is checked and costs exactly
+//     what a transfer of its own would (a fragment at each end).
 //   - The host writes inputs before superstep 0 and reads outputs after the
 //     last superstep, through row-major boxes (fragments) of each value.
 //   - Every violation is an error Status (kBadInput) with a one-line message
@@ -64,6 +67,7 @@ struct SuperstepReport {
   int exchange_slowest_tile = -1;  // tile with the largest exchange term
   int64_t kernel_calls = 0;
   int64_t transfers = 0;
+  int64_t pieces = 0;          // of the transfers (rows); = fragments sent
   int64_t bytes_sent = 0;      // each transfer once
   int64_t bytes_received = 0;  // each destination once (multicast counted
                                // at every receiver)
@@ -90,6 +94,7 @@ struct OpReport {
   int64_t exchange_cycles = 0;  // attributed
   int64_t kernel_calls = 0;     // on all tiles
   int64_t transfers = 0;
+  int64_t pieces = 0;  // contiguous pieces of its transfers (rows)
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;  // the "bytes exchanged" of the op
   int64_t macs = 0;            // GEMM multiply-accumulates, all tiles
@@ -128,6 +133,9 @@ struct SimResult {
   double seconds = 0;  // total_cycles / clock_hz
   int64_t kernel_calls = 0;
   int64_t transfers = 0;
+  // Contiguous pieces of the transfers: a strided transfer has `rows`, and
+  // costs as many separate transfers would (a fragment at each end).
+  int64_t pieces = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t gemm_macs = 0;

@@ -617,6 +617,222 @@ TEST(SimulatorTest, ExchangeReadsSourcesAsOfTheEndOfCompute) {
   EXPECT_EQ(r.outputs[out], (std::vector<float>{5, 6, 7, 8, 1, 2, 3, 4}));
 }
 
+// ---------------------------------------------------------------- strided
+
+// v[8,4] F32 on tile 0; column `col` of it (one 4 B element per row, 16 B
+// apart) goes to o[8,1] on tiles 1 and 2 (a multicast), either as one
+// strided transfer of 8 pieces or as 8 transfers of one piece.
+struct ColumnProgram {
+  Builder b;
+  uint32_t v, o, src, dst1, dst2;
+  HostTensors inputs;
+
+  explicit ColumnProgram(bool strided, uint32_t col = 1) {
+    v = b.Value("v", {8, 4}, fb::DType::F32, fb::ValueRole::Input);
+    o = b.Value("o", {8, 1}, fb::DType::F32, fb::ValueRole::Output);
+    b.Op(1, fb::OpKind::Redistribute, "column");
+    src = b.Buffer(0, 0, 128, fb::DType::F32, "v");
+    dst1 = b.Buffer(1, 0, 32, fb::DType::F32, "o");
+    dst2 = b.Buffer(2, 64, 96, fb::DType::F32, "o");  // o at 32 in it
+    b.Bind(false, v, {{0, src, 0, {0, 0}, {8, 4}}});
+    fb::SuperstepT& s = b.Step("column");
+    if (strided) {
+      fb::TransferT& t = Builder::Transfer(s, 0, src, 4 * col, 4,
+                                           fb::DType::F32,
+                                           {{1, dst1, 0}, {2, dst2, 32}}, 1);
+      t.rows = 8;
+      t.src_pitch = 16;
+      t.dst_pitch = 4;
+    } else {
+      for (uint32_t i = 0; i < 8; ++i) {
+        Builder::Transfer(s, 0, src, 16 * i + 4 * col, 4, fb::DType::F32,
+                          {{1, dst1, 4 * i}, {2, dst2, 32 + 4 * i}}, 1);
+      }
+    }
+    b.Bind(true, o,
+           {{1, dst1, 0, {0, 0}, {8, 1}}, {2, dst2, 32, {0, 0}, {8, 1}}});
+    std::vector<float> data(32);
+    std::iota(data.begin(), data.end(), 1.0f);
+    inputs[v] = data;
+  }
+  fb::TransferT& transfer(int i = 0) {
+    return *b.module.program->supersteps[0]->exchange[i];
+  }
+};
+
+TEST(SimulatorTest, StridedTransferMovesEveryPieceAndCostsItsFragments) {
+  ColumnProgram p(/*strided=*/true);
+  SimResult r;
+  Status st = RunSim(p.b.module, p.inputs, &r);
+  ASSERT_TRUE(st.ok()) << st.message();
+  // Both receivers hold column 1: 2, 6, 10, ...
+  EXPECT_EQ(r.outputs[p.o],
+            (std::vector<float>{2, 6, 10, 14, 18, 22, 26, 30}));
+  // 8 pieces of 4 B: tile 0 sends 32 B (8 cycles) in 8 fragments (16
+  // cycles), tiles 1 and 2 receive the same: 600 + 16. Counting the
+  // transfer as one fragment would give 600 + 8.
+  EXPECT_EQ(r.total_cycles, 616);
+  EXPECT_EQ(r.transfers, 1);
+  EXPECT_EQ(r.pieces, 8);
+  EXPECT_EQ(r.bytes_sent, 32);
+  EXPECT_EQ(r.bytes_received, 64);
+  ASSERT_EQ(r.ops.size(), 1u);
+  EXPECT_EQ(r.ops[0].pieces, 8);
+  EXPECT_EQ(r.ops[0].bytes_received, 64);
+  EXPECT_EQ(r.supersteps[0].pieces, 8);
+}
+
+TEST(SimulatorTest, StridedTransferCostsExactlyItsPiecesAsSeparateTransfers) {
+  ColumnProgram strided(true), separate(false);
+  SimResult a, b;
+  ASSERT_TRUE(RunSim(strided.b.module, strided.inputs, &a).ok());
+  ASSERT_TRUE(RunSim(separate.b.module, separate.inputs, &b).ok());
+  EXPECT_EQ(a.outputs, b.outputs);
+  EXPECT_EQ(a.total_cycles, b.total_cycles);
+  EXPECT_EQ(a.exchange_cycles, b.exchange_cycles);
+  EXPECT_EQ(a.supersteps[0].exchange_slowest_tile,
+            b.supersteps[0].exchange_slowest_tile);
+  EXPECT_EQ(a.bytes_sent, b.bytes_sent);
+  EXPECT_EQ(a.bytes_received, b.bytes_received);
+  EXPECT_EQ(a.pieces, b.transfers);
+  EXPECT_EQ(b.pieces, b.transfers);
+  ASSERT_EQ(a.ops.size(), b.ops.size());
+  EXPECT_EQ(a.ops[0].exchange_cycles, b.ops[0].exchange_cycles);
+  EXPECT_EQ(a.ops[0].bytes_sent, b.ops[0].bytes_sent);
+  EXPECT_EQ(a.slowest_tiles.size(), b.slowest_tiles.size());
+  for (size_t i = 0; i < a.slowest_tiles.size(); ++i) {
+    EXPECT_EQ(a.slowest_tiles[i].tile, b.slowest_tiles[i].tile);
+    EXPECT_EQ(a.slowest_tiles[i].exchange_cycles,
+              b.slowest_tiles[i].exchange_cycles);
+  }
+}
+
+TEST(SimulatorTest, StridedColumnsInterleaveAtTheirDestination) {
+  // Columns 0 and 3 of v from two strided transfers into the two columns of
+  // one [8,2] buffer (dst_pitch 8): the pieces alternate without overlap.
+  ColumnProgram p(true, 0);
+  p.b.BufferRef(p.dst1).bytes = 64;
+  p.transfer().dst_pitch = 8;
+  p.transfer().destinations.pop_back();
+  fb::TransferT& t = Builder::Transfer(*p.b.module.program->supersteps[0], 0,
+                                       p.src, 12, 4, fb::DType::F32,
+                                       {{1, p.dst1, 4}}, 1);
+  t.rows = 8;
+  t.src_pitch = 16;
+  t.dst_pitch = 8;
+  p.b.module.values[p.o]->shape = {8, 2};
+  p.b.module.program->outputs[0]->fragments.pop_back();
+  p.b.module.program->outputs[0]->fragments[0]->end = {8, 2};
+  SimResult r;
+  Status st = RunSim(p.b.module, p.inputs, &r);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(r.outputs[p.o], (std::vector<float>{1, 4, 5, 8, 9, 12, 13, 16, 17,
+                                                20, 21, 24, 25, 28, 29, 32}));
+  EXPECT_EQ(r.pieces, 16);
+}
+
+TEST(SimulatorTest, StridedTransfersReadSourcesAsOfTheEndOfCompute) {
+  Builder b;
+  const uint32_t v = b.Value("v", {4, 2}, fb::DType::F32, fb::ValueRole::Input);
+  const uint32_t out = b.Value("o", {4, 2}, fb::DType::F32, fb::ValueRole::Output);
+  const uint32_t b0 = b.Buffer(0, 0, 16, fb::DType::F32);
+  const uint32_t b1 = b.Buffer(1, 0, 16, fb::DType::F32);
+  b.Bind(false, v, {{0, b0, 0, {0, 0}, {2, 2}}, {1, b1, 0, {2, 0}, {4, 2}}});
+  // Swap column 0 of the two tiles' [2,2] blocks in one phase.
+  fb::SuperstepT& s = b.Step("swap");
+  for (uint32_t t : {0u, 1u}) {
+    fb::TransferT& x = Builder::Transfer(s, t, t == 0 ? b0 : b1, 0, 4,
+                                         fb::DType::F32,
+                                         {{1 - t, t == 0 ? b1 : b0, 0}}, 1);
+    x.rows = 2;
+    x.src_pitch = 8;
+    x.dst_pitch = 8;
+  }
+  b.Bind(true, out, {{0, b0, 0, {0, 0}, {2, 2}}, {1, b1, 0, {2, 0}, {4, 2}}});
+  SimResult r;
+  Status st = RunSim(b.module, {{v, {1, 2, 3, 4, 5, 6, 7, 8}}}, &r);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(r.outputs[out], (std::vector<float>{5, 2, 7, 4, 1, 6, 3, 8}));
+}
+
+TEST(SimulatorErrorTest, StridedPieceOutsideTheSourceBuffer) {
+  ColumnProgram p(true);
+  p.transfer().rows = 9;  // piece 8 would start at 4 + 8 * 16 = 132
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 0 op 1 transfer 0: source buffer #0: piece 8 of "
+            "9 (bytes [132, 136)) is outside the buffer's 128 bytes");
+}
+
+TEST(SimulatorErrorTest, StridedPieceOutsideADestinationBuffer) {
+  ColumnProgram p(true);
+  p.transfer().src_pitch = 12;  // the source still fits
+  p.transfer().dst_pitch = 8;   // tile 1's 32 B hold pieces 0-3
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 0 op 1 transfer 0: destination 0 tile 1 buffer "
+            "#1: piece 4 of 8 (bytes [32, 36)) is outside the buffer's 32 "
+            "bytes");
+}
+
+TEST(SimulatorErrorTest, StridedTransferOfNoRowsOrHalfElementPitch) {
+  {
+    ColumnProgram p(true);
+    p.transfer().rows = 0;
+    EXPECT_EQ(RunExpectingError(p.b.module, p.inputs).message(),
+              "superstep 0 tile 0 op 1 transfer 0: source buffer #0: transfer "
+              "of 0 rows");
+  }
+  {
+    ColumnProgram p(true);
+    p.transfer().src_pitch = 14;
+    EXPECT_EQ(RunExpectingError(p.b.module, p.inputs).message(),
+              "superstep 0 tile 0 op 1 transfer 0: source buffer #0: src_pitch "
+              "14 or dst_pitch 4 is not a whole number of elements");
+  }
+  {
+    // With one piece the pitches are not used, so nothing is checked.
+    ColumnProgram p(true);
+    p.transfer().rows = 1;
+    p.transfer().src_pitch = 14;
+    p.b.module.program->outputs.clear();
+    p.b.module.values.pop_back();
+    SimResult r;
+    Status st = RunSim(p.b.module, p.inputs, &r);
+    EXPECT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(r.pieces, 1);
+  }
+}
+
+TEST(SimulatorErrorTest, OverlappingPiecesOfOneStridedTransfer) {
+  ColumnProgram p(true);
+  // Two elements per piece but only one element between pieces.
+  p.transfer().bytes = 8;
+  p.b.BufferRef(p.dst1).bytes = 40;  // room for the last piece
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 1 op 1 transfer 0 destination 0 piece 1 buffer "
+            "#1: writes tile bytes [4, 8) that its piece 0 also writes "
+            "(dst_pitch 4 is less than the 8 bytes of a piece)");
+}
+
+TEST(SimulatorErrorTest, StridedTransfersWritingTheSamePiece) {
+  ColumnProgram p(true);
+  // A second strided transfer whose piece 2 lands on piece 5 of the first
+  // at tile 2 (buffer #2 at 64, o at 32 in it: piece 5 at 116).
+  fb::TransferT& t = Builder::Transfer(*p.b.module.program->supersteps[0], 0,
+                                       p.src, 0, 4, fb::DType::F32,
+                                       {{2, p.dst2, 4}}, 3);
+  t.rows = 3;
+  t.src_pitch = 4;
+  t.dst_pitch = 24;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "superstep 0 tile 2 op 3 transfer 1 destination 0 piece 2 buffer "
+            "#2: writes tile bytes [116, 120) that transfer 0 piece 5 (op 1) "
+            "also writes through buffer #2");
+}
+
 // ---------------------------------------------------------------- host I/O
 
 TEST(SimulatorTest, RankThreeBoxesRoundTripAndDuplicatesMustAgree) {

@@ -96,7 +96,8 @@ std::string ReportText(const sim::SimResult& r,
          std::to_string(r.supersteps.size()) + " supersteps)\n";
   out += "work: " + std::to_string(r.kernel_calls) + " kernel calls, " +
          std::to_string(r.gemm_macs) + " GEMM MACs, " +
-         std::to_string(r.transfers) + " transfers, " +
+         std::to_string(r.transfers) + " transfers (" +
+         std::to_string(r.pieces) + " pieces), " +
          std::to_string(r.bytes_sent) + " B sent, " +
          std::to_string(r.bytes_received) + " B received\n";
   out += "memory: highest buffer end " + std::to_string(r.peak_memory_bytes) +
@@ -114,36 +115,39 @@ std::string ReportText(const sim::SimResult& r,
   }
 
   out += "\nsupersteps:\n";
-  out += Format("  %5s %10s %10s %8s %8s %6s %9s %10s  %s\n", "step",
+  out += Format("  %5s %10s %10s %8s %8s %6s %9s %9s %10s  %s\n", "step",
                 "compute", "exchange", "slowest", "xslowest", "calls",
-                "transfers", "bytes_recv", "label");
+                "transfers", "pieces", "bytes_recv", "label");
   for (const sim::SuperstepReport& s : r.supersteps) {
-    out += Format("  %5d %10lld %10lld %8d %8d %6lld %9lld %10lld  ", s.index,
-                  static_cast<long long>(s.compute_cycles),
+    out += Format("  %5d %10lld %10lld %8d %8d %6lld %9lld %9lld %10lld  ",
+                  s.index, static_cast<long long>(s.compute_cycles),
                   static_cast<long long>(s.exchange_cycles), s.slowest_tile,
                   s.exchange_slowest_tile,
                   static_cast<long long>(s.kernel_calls),
                   static_cast<long long>(s.transfers),
+                  static_cast<long long>(s.pieces),
                   static_cast<long long>(s.bytes_received)) +
            s.label + "\n";
   }
 
   out += "\nops (cycles attributed: compute of the slowest tile, exchange by "
          "bytes received):\n";
-  out += Format("  %5s %10s %10s %10s %6s %6s %9s %10s %12s %5s  %s\n", "op",
-                "compute", "exchange", "total", "share", "calls", "transfers",
-                "bytes_recv", "macs", "slow", "kind name");
+  out += Format("  %5s %10s %10s %10s %6s %6s %9s %9s %10s %12s %5s  %s\n",
+                "op", "compute", "exchange", "total", "share", "calls",
+                "transfers", "pieces", "bytes_recv", "macs", "slow",
+                "kind name");
   for (const sim::OpReport& o : r.ops) {
     const int64_t total = o.compute_cycles + o.exchange_cycles;
     const double share =
         r.total_cycles > 0 ? 100.0 * total / r.total_cycles : 0.0;
-    out += Format("  %5u %10lld %10lld %10lld %5.1f%% %6lld %9lld %10lld "
-                  "%12lld %5lld  ",
+    out += Format("  %5u %10lld %10lld %10lld %5.1f%% %6lld %9lld %9lld "
+                  "%10lld %12lld %5lld  ",
                   o.op, static_cast<long long>(o.compute_cycles),
                   static_cast<long long>(o.exchange_cycles),
                   static_cast<long long>(total), share,
                   static_cast<long long>(o.kernel_calls),
                   static_cast<long long>(o.transfers),
+                  static_cast<long long>(o.pieces),
                   static_cast<long long>(o.bytes_received),
                   static_cast<long long>(o.macs),
                   static_cast<long long>(o.slow_path_calls)) +
@@ -211,6 +215,7 @@ std::string ReportJson(const sim::SimResult& r,
   o += "  \"kernel_calls\": " + i64(r.kernel_calls) + ",\n";
   o += "  \"gemm_macs\": " + i64(r.gemm_macs) + ",\n";
   o += "  \"transfers\": " + i64(r.transfers) + ",\n";
+  o += "  \"pieces\": " + i64(r.pieces) + ",\n";
   o += "  \"bytes_sent\": " + i64(r.bytes_sent) + ",\n";
   o += "  \"bytes_received\": " + i64(r.bytes_received) + ",\n";
   o += "  \"tensor_bytes\": " + i64(r.tensor_bytes) + ",\n";
@@ -236,6 +241,7 @@ std::string ReportJson(const sim::SimResult& r,
          std::to_string(s.exchange_slowest_tile) +
          ", \"kernel_calls\": " + i64(s.kernel_calls) +
          ", \"transfers\": " + i64(s.transfers) +
+         ", \"pieces\": " + i64(s.pieces) +
          ", \"bytes_sent\": " + i64(s.bytes_sent) +
          ", \"bytes_received\": " + i64(s.bytes_received) + "}" +
          (i + 1 < r.supersteps.size() ? "," : "") + "\n";
@@ -250,6 +256,7 @@ std::string ReportJson(const sim::SimResult& r,
          ", \"exchange_cycles\": " + i64(p.exchange_cycles) +
          ", \"kernel_calls\": " + i64(p.kernel_calls) +
          ", \"transfers\": " + i64(p.transfers) +
+         ", \"pieces\": " + i64(p.pieces) +
          ", \"bytes_sent\": " + i64(p.bytes_sent) +
          ", \"bytes_received\": " + i64(p.bytes_received) +
          ", \"macs\": " + i64(p.macs) +
