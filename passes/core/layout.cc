@@ -140,6 +140,95 @@ bool MoveRuns(const Box& box, const Segments& src, const Segments& dst,
   return covered == box.Elements();
 }
 
+bool CountRuns(const Box& box, const Segments& src, const Segments& dst,
+               std::vector<RunGroup>* groups) {
+  groups->clear();
+  auto emit = [&](int64_t count, int64_t elements) {
+    if (count <= 0) return;
+    if (!groups->empty() && groups->back().elements == elements) {
+      groups->back().count += count;
+    } else {
+      groups->push_back({count, elements});
+    }
+  };
+  int64_t covered = 0;
+  // The last run so far, kept open while the next piece may continue it.
+  bool pending = false;
+  int64_t pending_count = 0, pending_src_end = 0, pending_dst_end = 0;
+  for (const Segment& s : src) {
+    const Box part = IntersectBoxes(box, s.box);
+    if (part.Empty()) continue;
+    for (const Segment& d : dst) {
+      const Box piece = IntersectBoxes(part, d.box);
+      if (piece.Empty()) continue;
+      covered += piece.Elements();
+      const int rank = piece.rank;
+      auto extent = [](const Box& b, int a) { return b.end[a] - b.begin[a]; };
+      // Rows merge across axis j-1 while every axis >= j is whole on both
+      // sides: runs are the sub-boxes over axes >= j.
+      int j = rank - 1;
+      while (j > 0 && extent(piece, j) == extent(s.box, j) &&
+             extent(piece, j) == extent(d.box, j)) {
+        --j;
+      }
+      int64_t count = 1, length = 1;
+      for (int a = 0; a < rank; ++a) (a < j ? count : length) *= extent(piece, a);
+      std::array<int64_t, kMaxRank> last = piece.begin;
+      for (int a = 0; a < j; ++a) last[a] = piece.end[a] - 1;
+      const int64_t first_src = OffsetIn(s, piece.begin);
+      const int64_t first_dst = OffsetIn(d, piece.begin);
+      if (pending && pending_src_end == first_src &&
+          pending_dst_end == first_dst) {
+        if (count == 1) {
+          pending_count += length;
+          pending_src_end += length;
+          pending_dst_end += length;
+          continue;
+        }
+        emit(1, pending_count + length);
+        --count;
+      } else if (pending) {
+        emit(1, pending_count);
+      }
+      emit(count - 1, length);
+      pending = true;
+      pending_count = length;
+      pending_src_end = OffsetIn(s, last) + length;
+      pending_dst_end = OffsetIn(d, last) + length;
+    }
+  }
+  if (pending) emit(1, pending_count);
+  return covered == box.Elements();
+}
+
+std::vector<Box> CutColumns(std::span<const Box> boxes, const Split& columns) {
+  std::vector<Box> out;
+  for (const Box& b : boxes) {
+    if (b.Empty()) continue;
+    const int last = b.rank - 1;
+    const int64_t p0 = columns.PartOf(b.begin[last]);
+    const int64_t p1 = columns.PartOf(b.end[last] - 1);
+    for (int64_t p = p0; p <= p1; ++p) {
+      Box piece = b;
+      piece.begin[last] = std::max(b.begin[last], columns.Begin(p));
+      piece.end[last] = std::min(b.end[last], columns.End(p));
+      out.push_back(piece);
+    }
+  }
+  return out;
+}
+
+Segments StoredSegments(std::span<const Box> held, const Split* columns,
+                        int element_bytes, int alignment) {
+  if (columns != nullptr) {
+    const std::vector<Box> pieces = CutColumns(held, *columns);
+    if (pieces.size() > held.size()) {
+      return AlignedPieces(pieces, element_bytes, alignment);
+    }
+  }
+  return Consecutive(held);
+}
+
 bool LocateRuns(const Box& box, const Segments& segments,
                 std::vector<Run>* runs) {
   // Row by row in the box's row-major order, so that a single merged run

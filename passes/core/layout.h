@@ -13,6 +13,7 @@
 #ifndef TILEC_PASSES_CORE_LAYOUT_H_
 #define TILEC_PASSES_CORE_LAYOUT_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -22,6 +23,27 @@
 #include "passes/core/ownership.h"
 
 namespace tilec::passes {
+
+// A balanced split of `extent` into `parts` contiguous blocks: the first
+// extent % parts blocks are one larger (the ownership algebra's rule).
+struct Split {
+  int64_t extent = 0;
+  int64_t parts = 1;
+  int64_t Begin(int64_t i) const {
+    const int64_t q = extent / parts, r = extent % parts;
+    return i * q + std::min<int64_t>(i, r);
+  }
+  int64_t End(int64_t i) const { return Begin(i + 1); }
+  int64_t Size(int64_t i) const { return End(i) - Begin(i); }
+  int64_t Largest() const { return extent / parts + (extent % parts ? 1 : 0); }
+  // The part that holds item x (0 <= x < extent).
+  int64_t PartOf(int64_t x) const {
+    const int64_t q = extent / parts, r = extent % parts;
+    const int64_t big = r * (q + 1);
+    return x < big ? x / (q + 1) : r + (x - big) / std::max<int64_t>(q, 1);
+  }
+  friend bool operator==(const Split&, const Split&) = default;
+};
 
 // A row-major box stored at `offset` elements from the buffer's start.
 struct Segment {
@@ -65,6 +87,38 @@ struct Run {
 // false when some element of the box is missing on either side.
 bool MoveRuns(const Box& box, const Segments& src, const Segments& dst,
               std::vector<Run>* runs);
+
+// `count` consecutive runs of `elements` elements each.
+struct RunGroup {
+  int64_t count = 0;
+  int64_t elements = 0;
+  friend bool operator==(const RunGroup&, const RunGroup&) = default;
+};
+
+// The runs MoveRuns lists, counted without listing them (O(segments^2), not
+// O(rows)): their sizes in MoveRuns' order as groups of equal neighbours.
+// A piece of the box inside one source and one destination segment is one
+// run where it spans both segments' full extent on every axis below its
+// outermost varying one, else one run per row (per row of the smallest
+// sub-box that is contiguous on both sides); runs of neighbouring pieces
+// merge where contiguous on both sides, as in MoveRuns. Same return value.
+bool CountRuns(const Box& box, const Segments& src, const Segments& dst,
+               std::vector<RunGroup>* groups);
+
+// `boxes` cut at the part boundaries of `columns` (a split of the last
+// axis): each box becomes one box per part it meets, in order.
+std::vector<Box> CutColumns(std::span<const Box> boxes, const Split& columns);
+
+// How a value's part on a tile is stored, given the boxes its ownership
+// gives the tile (`held`, HeldBoxes order): one after another
+// (Consecutive), or, when `columns` is given and cuts them into more
+// pieces, one aligned piece per cut box (AlignedPieces). The lowering stores
+// a K-split GEMM's output so where a result tile's box spans several GEMM
+// column blocks (each piece one output range, written by one reduction), and
+// values computed elementwise from it, or redistributed next to it, adopt
+// the same pieces.
+Segments StoredSegments(std::span<const Box> held, const Split* columns,
+                        int element_bytes, int alignment);
 
 // The runs (src = dst = the element offset in `segments`) that cover `box`:
 // where a kernel finds it. False when not every element is held.

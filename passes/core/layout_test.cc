@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace tilec::passes {
 namespace {
 
@@ -86,6 +88,116 @@ TEST(LayoutTest, Rank3RowsAndIntersections) {
   c.begin = {5, 0, 0, 0};
   c.end = {6, 1, 1, 0};
   EXPECT_TRUE(IntersectBoxes(a, c).Empty());
+}
+
+TEST(LayoutTest, CountRunsOfAStridedCopyIsOneRunPerRow) {
+  // A 92-row local part of a 24-column block copied into a 269-column
+  // staging panel: one run of 24 elements per row.
+  const Segments src = {{B2(0, 92, 100, 124), 0}};
+  const Segments dst = {{B2(0, 146, 0, 269), 0}};
+  std::vector<RunGroup> groups;
+  ASSERT_TRUE(CountRuns(B2(0, 92, 100, 124), src, dst, &groups));
+  EXPECT_EQ(groups, (std::vector<RunGroup>{{92, 24}}));
+  // Into a K piece of exactly its columns: one run.
+  ASSERT_TRUE(CountRuns(B2(0, 92, 100, 124), src,
+                        {{B2(0, 146, 100, 124), 0}}, &groups));
+  EXPECT_EQ(groups, (std::vector<RunGroup>{{1, 92 * 24}}));
+  // A source stored as two column pieces: one run per piece.
+  const Segments pieces =
+      AlignedPieces(std::vector<Box>{B2(0, 92, 100, 120), B2(0, 92, 120, 124)},
+                    2, 8);
+  ASSERT_TRUE(CountRuns(B2(0, 92, 100, 124), pieces,
+                        AlignedPieces(std::vector<Box>{B2(0, 146, 100, 120),
+                                                       B2(0, 146, 120, 124)},
+                                      2, 8),
+                        &groups));
+  EXPECT_EQ(groups, (std::vector<RunGroup>{{1, 92 * 20}, {1, 92 * 4}}));
+  // Missing elements.
+  EXPECT_FALSE(CountRuns(B2(0, 93, 100, 124), src, dst, &groups));
+}
+
+TEST(LayoutTest, StoredSegmentsCutOnlyBoxesThatSpanSeveralParts) {
+  const Split columns{96, 4};  // 0, 24, 48, 72, 96
+  const std::vector<Box> inside = {B2(0, 5, 24, 48)};
+  EXPECT_EQ(StoredSegments(inside, &columns, 2, 8), Consecutive(inside));
+  const std::vector<Box> spanning = {B2(0, 5, 20, 30)};
+  const Segments cut = StoredSegments(spanning, &columns, 2, 8);
+  ASSERT_EQ(cut.size(), 2u);
+  EXPECT_EQ(cut[0], (Segment{B2(0, 5, 20, 24), 0}));
+  EXPECT_EQ(cut[1], (Segment{B2(0, 5, 24, 30), 20}));  // 40 B, aligned
+  EXPECT_EQ(StoredSegments(spanning, nullptr, 2, 8), Consecutive(spanning));
+  EXPECT_EQ(CutColumns(spanning, Split{96, 1}), spanning);
+}
+
+// Random arrangements: a region of a rank-1..3 value cut into boxes, laid
+// out consecutively or as aligned pieces, in random order.
+Segments RandomArrangement(std::mt19937& rng, const Box& region) {
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  std::vector<Box> boxes = {region};
+  const int cuts = static_cast<int>(pick(0, 3));
+  for (int c = 0; c < cuts; ++c) {
+    const size_t i = static_cast<size_t>(pick(0, boxes.size() - 1));
+    const Box b = boxes[i];
+    const int axis = static_cast<int>(pick(0, b.rank - 1));
+    if (b.end[axis] - b.begin[axis] < 2) continue;
+    const int64_t at = pick(b.begin[axis] + 1, b.end[axis] - 1);
+    Box lo = b, hi = b;
+    lo.end[axis] = at;
+    hi.begin[axis] = at;
+    boxes[i] = lo;
+    boxes.insert(boxes.begin() + i + 1, hi);
+  }
+  if (pick(0, 2) == 0) std::shuffle(boxes.begin(), boxes.end(), rng);
+  return pick(0, 1) ? Consecutive(boxes)
+                    : AlignedPieces(boxes, static_cast<int>(pick(1, 4)), 8);
+}
+
+TEST(LayoutPropertyTest, CountRunsAgreesWithMoveRuns) {
+  std::mt19937 rng(77);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int merged = 0;
+  for (int i = 0; i < 3000; ++i) {
+    Box value;
+    value.rank = static_cast<int>(pick(1, 3));
+    for (int a = 0; a < value.rank; ++a) value.end[a] = pick(1, 7);
+    auto sub_box = [&](const Box& outer) {
+      Box b = outer;
+      for (int a = 0; a < outer.rank; ++a) {
+        b.begin[a] = pick(outer.begin[a], outer.end[a] - 1);
+        b.end[a] = pick(b.begin[a] + 1, outer.end[a]);
+      }
+      return b;
+    };
+    // Sometimes whole-value arrangements, so that runs merge across rows.
+    const Box src_region = pick(0, 1) ? value : sub_box(value);
+    const Box dst_region = pick(0, 1) ? value : sub_box(value);
+    const Segments src = RandomArrangement(rng, src_region);
+    const Segments dst = RandomArrangement(rng, dst_region);
+    const Box box = pick(0, 3) == 0 ? sub_box(value)
+                                    : IntersectBoxes(src_region, dst_region);
+    if (box.Empty()) continue;
+    std::vector<passes::Run> runs;
+    const bool moved = MoveRuns(box, src, dst, &runs);
+    std::vector<RunGroup> groups;
+    ASSERT_EQ(CountRuns(box, src, dst, &groups), moved)
+        << SegmentsText(src) << " -> " << SegmentsText(dst) << " box "
+        << FormatBox(box);
+    std::vector<int64_t> expected, counted;
+    for (const passes::Run& r : runs) expected.push_back(r.count);
+    for (const RunGroup& g : groups) {
+      EXPECT_GT(g.count, 0);
+      for (int64_t k = 0; k < g.count; ++k) counted.push_back(g.elements);
+    }
+    ASSERT_EQ(counted, expected)
+        << SegmentsText(src) << " -> " << SegmentsText(dst) << " box "
+        << FormatBox(box);
+    merged += runs.size() < static_cast<size_t>(BoxRows(box));
+  }
+  EXPECT_GT(merged, 100);
 }
 
 }  // namespace

@@ -868,6 +868,27 @@ std::vector<Box> HeldBoxes(const fb::OwnershipT& ownership,
   return boxes;
 }
 
+void ForEachHeldBoxes(
+    const fb::OwnershipT& ownership, std::span<const int64_t> shape,
+    const std::function<void(int tile, std::span<const Box> boxes)>& fn) {
+  const Layout l = Resolve(ownership, shape);
+  std::vector<Box> boxes;
+  const int limit = l.TileLimit();
+  for (int tile = static_cast<int>(l.first); tile < limit; ++tile) {
+    const int64_t piece = l.PieceOn(tile);
+    if (piece < 0) continue;
+    boxes.clear();
+    if (l.flat) {
+      const auto [lo, hi] = l.FlatRange(piece);
+      ForEachRangeBox(l, lo, hi, [&](const Box& box) { boxes.push_back(box); });
+    } else {
+      const Box box = l.BlockBox(piece);
+      if (!box.Empty()) boxes.push_back(box);
+    }
+    if (!boxes.empty()) fn(tile, boxes);
+  }
+}
+
 int64_t HeldElements(const fb::OwnershipT& ownership,
                      std::span<const int64_t> shape, int tile) {
   const Layout l = Resolve(ownership, shape);
@@ -997,6 +1018,60 @@ TransferPlan PlanTransfers(const fb::OwnershipT& source,
                      std::tie(y.tile, y.box.begin);
             });
   return plan;
+}
+
+void ForEachLocalCopy(const fb::OwnershipT& source,
+                      const fb::OwnershipT& destination,
+                      std::span<const int64_t> shape,
+                      const std::function<void(int tile, const Box& box)>& fn) {
+  const Layout src = Resolve(source, shape);
+  const Layout dst = Resolve(destination, shape);
+  if (src.elements == 0) return;
+  std::vector<Box> boxes;
+  const int limit = TileLimit(src, dst);
+  const int first = static_cast<int>(std::min(src.first, dst.first));
+  for (int tile = first; tile < limit; ++tile) {
+    const int64_t pa = src.PieceOn(tile), pb = dst.PieceOn(tile);
+    if (pa < 0 || pb < 0) continue;
+    // The overlap of pieces pa and pb cut as ForEachOverlap cuts it.
+    boxes.clear();
+    if (!src.flat && !dst.flat) {
+      const Box a = src.BlockBox(pa), b = dst.BlockBox(pb);
+      Box box;
+      box.rank = src.rank;
+      bool empty = false;
+      for (int ax = 0; ax < src.rank; ++ax) {
+        box.begin[ax] = std::max(a.begin[ax], b.begin[ax]);
+        box.end[ax] = std::min(a.end[ax], b.end[ax]);
+        empty = empty || box.begin[ax] >= box.end[ax];
+      }
+      if (!empty) boxes.push_back(box);
+    } else if (src.flat && dst.flat) {
+      const auto [alo, ahi] = src.FlatRange(pa);
+      const auto [blo, bhi] = dst.FlatRange(pb);
+      ForEachRangeBox(src, std::max(alo, blo), std::min(ahi, bhi),
+                      [&](const Box& box) { boxes.push_back(box); });
+    } else {
+      const Layout& flat = src.flat ? src : dst;
+      const Layout& blocked = src.flat ? dst : src;
+      const auto [lo, hi] = flat.FlatRange(src.flat ? pa : pb);
+      const Box block = blocked.BlockBox(src.flat ? pb : pa);
+      ForEachRangeBox(flat, lo, hi, [&](const Box& range_box) {
+        Box box;
+        box.rank = flat.rank;
+        for (int ax = 0; ax < flat.rank; ++ax) {
+          box.begin[ax] = std::max(range_box.begin[ax], block.begin[ax]);
+          box.end[ax] = std::min(range_box.end[ax], block.end[ax]);
+          if (box.begin[ax] >= box.end[ax]) return;
+        }
+        boxes.push_back(box);
+      });
+    }
+    std::sort(boxes.begin(), boxes.end(), [](const Box& x, const Box& y) {
+      return x.begin < y.begin;
+    });
+    for (const Box& box : boxes) fn(tile, box);
+  }
 }
 
 TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target) {

@@ -28,6 +28,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -103,6 +104,12 @@ std::optional<fb::OwnershipT> ParseOwnership(std::string_view text,
 // Empty if the tile holds nothing.
 std::vector<Box> HeldBoxes(const fb::OwnershipT& ownership,
                            std::span<const int64_t> shape, int tile);
+
+// HeldBoxes of every tile that holds something, in one pass (the ownership
+// is resolved once): fn(tile, boxes) with tiles ascending.
+void ForEachHeldBoxes(
+    const fb::OwnershipT& ownership, std::span<const int64_t> shape,
+    const std::function<void(int tile, std::span<const Box> boxes)>& fn);
 
 // Number of elements `tile` holds (0 for a tile outside the ownership).
 int64_t HeldElements(const fb::OwnershipT& ownership,
@@ -186,6 +193,15 @@ struct TransferPlan {
 TransferPlan PlanTransfers(const fb::OwnershipT& source,
                            const fb::OwnershipT& destination,
                            std::span<const int64_t> shape, int element_bytes);
+
+// The local copies of PlanTransfers(source, destination, shape, ...) without
+// the transfers: fn(tile, box) for exactly the boxes of plan.local_copies,
+// in the same order (tiles ascending, then row-major). A tile copies the
+// overlap of the source block it holds with the destination block it holds.
+void ForEachLocalCopy(const fb::OwnershipT& source,
+                      const fb::OwnershipT& destination,
+                      std::span<const int64_t> shape,
+                      const std::function<void(int tile, const Box& box)>& fn);
 
 // ---------------------------------------------------------------- costs
 // Costs under the target's exchange model. With rate =

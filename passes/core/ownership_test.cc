@@ -950,6 +950,46 @@ TEST(OwnershipPropertyTest, SamePlacementMatchesBruteForce) {
   EXPECT_GT(flat_equivalents, 10);
 }
 
+TEST(OwnershipPropertyTest, ForEachHeldBoxesIsHeldBoxesOfEveryTile) {
+  std::mt19937 rng(31);
+  for (int i = 0; i < kCases; ++i) {
+    const Shape shape = RandomShape(rng);
+    const fb::OwnershipT o = RandomOwnership(rng, shape);
+    SCOPED_TRACE(FormatOwnership(o) + " case " + std::to_string(i));
+    std::vector<int> tiles;
+    ForEachHeldBoxes(o, shape, [&](int tile, std::span<const Box> boxes) {
+      tiles.push_back(tile);
+      EXPECT_EQ(std::vector<Box>(boxes.begin(), boxes.end()),
+                HeldBoxes(o, shape, tile))
+          << "tile " << tile;
+    });
+    EXPECT_EQ(tiles, TilesUsed(o, shape));
+  }
+}
+
+TEST(OwnershipPropertyTest, ForEachLocalCopyListsThePlansLocalCopies) {
+  std::mt19937 rng(4242);
+  int copies = 0;
+  for (int i = 0; i < kCases; ++i) {
+    const Shape shape = RandomShape(rng);
+    const fb::OwnershipT src = RandomOwnership(rng, shape);
+    const fb::OwnershipT dst = RandomOwnership(rng, shape);
+    SCOPED_TRACE(FormatOwnership(src) + " -> " + FormatOwnership(dst));
+    std::vector<std::pair<int, Box>> listed;
+    ForEachLocalCopy(src, dst, shape, [&](int tile, const Box& box) {
+      listed.push_back({tile, box});
+    });
+    const TransferPlan plan = PlanTransfers(src, dst, shape, 2);
+    std::vector<std::pair<int, Box>> expected;
+    for (const LocalCopy& c : plan.local_copies) {
+      expected.push_back({c.tile, c.box});
+    }
+    EXPECT_EQ(listed, expected);
+    copies += static_cast<int>(expected.size());
+  }
+  EXPECT_GT(copies, 100);
+}
+
 TEST(OwnershipPropertyTest, TextFormRoundTrips) {
   std::mt19937 rng(5);
   for (int i = 0; i < kCases; ++i) {

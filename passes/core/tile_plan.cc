@@ -1,0 +1,298 @@
+#include "passes/core/tile_plan.h"
+
+#include <algorithm>
+#include <set>
+
+#include "kernels/kernels.h"
+
+namespace tilec::passes {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+Box Box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  Box b;
+  b.rank = 2;
+  b.begin = {r0, c0, 0, 0};
+  b.end = {r1, c1, 0, 0};
+  if (r1 <= r0 || c1 <= c0) b.begin = b.end = {0, 0, 0, 0};
+  return b;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- grid
+
+Box GemmGrid::ABox(int mi, int ki) const {
+  return Box2(rows.Begin(mi), rows.End(mi), depth.Begin(ki), depth.End(ki));
+}
+Box GemmGrid::BBox(int ki, int ni) const {
+  return Box2(depth.Begin(ki), depth.End(ki), cols.Begin(ni), cols.End(ni));
+}
+Box GemmGrid::CBox(int mi, int ni) const {
+  return Box2(rows.Begin(mi), rows.End(mi), cols.Begin(ni), cols.End(ni));
+}
+
+fb::OwnershipT GemmGrid::ANeeded() const {
+  fb::OwnershipT o = BlockedOwnership({m, k}, n, first, stride);
+  o.axis_order = {0, 2, 1};
+  return o;
+}
+
+int GemmGrid::Chunks(int ki) const {
+  return static_cast<int>(CeilDiv(depth.Size(ki), std::max<int64_t>(phase_k, 1)));
+}
+
+GemmGrid MakeGemmGrid(int64_t M, int64_t K, int64_t N, int m, int k, int n,
+                      int first, int stride, fb::Staging staging, int chunk_k,
+                      int batch_chunks) {
+  GemmGrid g;
+  g.M = M;
+  g.K = K;
+  g.N = N;
+  g.m = m;
+  g.k = k;
+  g.n = n;
+  g.first = first;
+  g.stride = stride;
+  g.rows = {M, m};
+  g.depth = {K, k};
+  g.cols = {N, n};
+  g.staged = staging != fb::Staging::Complete;
+  if (g.staged) {
+    const int64_t per =
+        staging == fb::Staging::Batched ? std::max(1, batch_chunks) : 1;
+    g.phase_k = int64_t{std::max(chunk_k, 1)} * per;
+  } else {
+    g.phase_k = g.depth.Largest();
+  }
+  return g;
+}
+
+std::vector<ReduceRange> GemmRanges(const GemmGrid& g,
+                                    const fb::OwnershipT& result,
+                                    std::span<const int64_t> result_shape) {
+  std::vector<ReduceRange> ranges;
+  ForEachHeldBoxes(result, result_shape,
+                   [&](int tile, std::span<const Box> boxes) {
+    for (const Box& rb : boxes) {
+      const int64_t mi0 = g.rows.PartOf(rb.begin[0]);
+      const int64_t mi1 = g.rows.PartOf(rb.end[0] - 1);
+      const int64_t ni0 = g.cols.PartOf(rb.begin[1]);
+      const int64_t ni1 = g.cols.PartOf(rb.end[1] - 1);
+      for (int64_t mi = mi0; mi <= mi1; ++mi) {
+        for (int64_t ni = ni0; ni <= ni1; ++ni) {
+          ReduceRange r;
+          r.tile = tile;
+          r.mi = static_cast<int>(mi);
+          r.ni = static_cast<int>(ni);
+          r.box = IntersectBoxes(rb, g.CBox(r.mi, r.ni));
+          if (r.box.Empty()) continue;
+          for (int ki = 0; ki < g.k; ++ki) {
+            if (g.Tile(r.mi, r.ni, ki) == tile) r.seed_ki = ki;
+          }
+          ranges.push_back(r);
+        }
+      }
+    }
+  });
+  return ranges;
+}
+
+bool StridedSeeds(const GemmGrid& g, std::span<const ReduceRange> ranges) {
+  for (const ReduceRange& r : ranges) {
+    if (r.seed_ki < 0) continue;
+    const Box block = g.CBox(r.mi, r.ni);
+    // A column sub-range of a block is contiguous only as one row or as the
+    // block's whole width.
+    if (BoxRows(r.box) > 1 && BoxWidth(r.box) != BoxWidth(block)) return true;
+  }
+  return false;
+}
+
+std::vector<std::pair<int64_t, int64_t>> SeedColumnPieces(
+    const GemmGrid& g, int ni, std::span<const Box> seeds) {
+  std::set<int64_t> cuts = {g.cols.Begin(ni), g.cols.End(ni)};
+  for (const Box& b : seeds) {
+    cuts.insert(b.begin[1]);
+    cuts.insert(b.end[1]);
+  }
+  const std::vector<int64_t> c(cuts.begin(), cuts.end());
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  for (size_t i = 0; i + 1 < c.size(); ++i) {
+    if (c[i] < g.cols.Begin(ni) || c[i + 1] > g.cols.End(ni)) continue;
+    pieces.push_back({c[i], c[i + 1]});
+  }
+  return pieces;
+}
+
+std::vector<std::pair<int64_t, int64_t>> BlockColumns(const GemmGrid& g,
+                                                     int ni) {
+  return {{g.cols.Begin(ni), g.cols.End(ni)}};
+}
+
+Segments PartialSegments(const GemmGrid& g, int mi,
+                         std::span<const std::pair<int64_t, int64_t>> columns,
+                         int alignment) {
+  std::vector<Box> boxes;
+  for (const auto& [c0, c1] : columns) {
+    boxes.push_back(Box2(g.rows.Begin(mi), g.rows.End(mi), c0, c1));
+  }
+  return AlignedPieces(boxes, 4, alignment);
+}
+
+// ---------------------------------------------------------------- one tile
+
+GemmTilePlanner::GemmTilePlanner(const GemmGrid& grid,
+                                 const kernels::CostModel& model,
+                                 kernels::DType a_dtype, int a_element_bytes,
+                                 int alignment)
+    : grid_(grid),
+      model_(model),
+      a_dtype_(a_dtype),
+      a_element_bytes_(a_element_bytes),
+      alignment_(alignment) {}
+
+StatusOr<int64_t> GemmTilePlanner::Gemm(int64_t m, int64_t k, int64_t n) {
+  const uint64_t key = (static_cast<uint64_t>(m) << 42) ^
+                       (static_cast<uint64_t>(k) << 21) ^
+                       static_cast<uint64_t>(n);
+  auto it = gemm_cache_.find(key);
+  if (it != gemm_cache_.end()) return it->second;
+  StatusOr<int64_t> c = kernels::GemmCycles(model_, a_dtype_, m, k, n);
+  if (!c.ok()) return c.status();
+  gemm_cache_.emplace(key, *c);
+  return *c;
+}
+
+StatusOr<int64_t> GemmTilePlanner::PieceCycles(
+    int64_t m, int64_t k, std::span<const std::pair<int64_t, int64_t>> columns) {
+  int64_t cycles = 0;
+  for (const auto& [c0, c1] : columns) {
+    StatusOr<int64_t> c = Gemm(m, k, c1 - c0);
+    if (!c.ok()) return c.status();
+    cycles += *c;
+  }
+  return cycles;
+}
+
+StatusOr<int64_t> GemmTilePlanner::CopyCycles(const Box& box,
+                                              const Segments& src,
+                                              const Segments& dst,
+                                              int element_bytes,
+                                              int64_t* runs) {
+  if (!CountRuns(box, src, dst, &groups_)) {
+    return Status::Internal("box " + FormatBox(box) + " is not held by [" +
+                            SegmentsText(src) + "] or [" + SegmentsText(dst) +
+                            "]");
+  }
+  int64_t cycles = 0;
+  for (const RunGroup& g : groups_) {
+    const int64_t bytes = g.elements * element_bytes;
+    auto it = copy_cache_.find(bytes);
+    if (it == copy_cache_.end()) {
+      StatusOr<int64_t> c = kernels::CopyCycles(model_, bytes);
+      if (!c.ok()) return c.status();
+      it = copy_cache_.emplace(bytes, *c).first;
+    }
+    cycles += g.count * it->second;
+    if (runs != nullptr) *runs += g.count;
+  }
+  return cycles;
+}
+
+StatusOr<GemmTilePlan> GemmTilePlanner::Plan(const GemmTileInput& in) {
+  const GemmGrid& g = grid_;
+  GemmTilePlan plan;
+  const int64_t bm = g.rows.Size(in.mi), bk = g.depth.Size(in.ki),
+                kb0 = g.depth.Begin(in.ki);
+  const Box a_box = g.ABox(in.mi, in.ki);
+  if (in.alias_in_place && in.a_storage != nullptr &&
+      ContiguousOffset(a_box, *in.a_storage)) {
+    plan.aliased = true;
+    GemmChunkPlan chunk;
+    chunk.span = a_box;
+    chunk.cuts = {a_box.begin[1], a_box.end[1]};
+    StatusOr<int64_t> c = PieceCycles(bm, bk, in.columns);
+    if (!c.ok()) return c.status();
+    chunk.gemm_cycles = *c;
+    chunk.calls = static_cast<int64_t>(in.columns.size());
+    plan.chunks.push_back(std::move(chunk));
+    return plan;
+  }
+  // Per chunk: the local parts, and the K cuts where they begin and end.
+  const int tile_chunks = g.Chunks(in.ki);
+  std::vector<std::vector<Box>> parts(tile_chunks);
+  int64_t cost_rows = 0, cost_pieces = 0;
+  for (int c = 0; c < tile_chunks; ++c) {
+    GemmChunkPlan chunk;
+    const int64_t kc0 = kb0 + c * g.phase_k;
+    const int64_t kc1 = std::min(kb0 + bk, kc0 + g.phase_k);
+    chunk.span = Box2(g.rows.Begin(in.mi), g.rows.End(in.mi), kc0, kc1);
+    std::set<int64_t> cuts = {kc0, kc1};
+    for (const Box& local : in.local) {
+      const Box part = IntersectBoxes(local, chunk.span);
+      if (part.Empty()) continue;
+      cuts.insert(part.begin[1]);
+      cuts.insert(part.end[1]);
+      parts[c].push_back(part);
+    }
+    chunk.cuts.assign(cuts.begin(), cuts.end());
+    // Both ways on this tile: one panel per chunk, or K pieces.
+    std::vector<Box> piece_boxes;
+    for (size_t i = 0; i + 1 < chunk.cuts.size(); ++i) {
+      piece_boxes.push_back(Box2(chunk.span.begin[0], chunk.span.end[0],
+                                 chunk.cuts[i], chunk.cuts[i + 1]));
+      StatusOr<int64_t> p =
+          PieceCycles(bm, chunk.cuts[i + 1] - chunk.cuts[i], in.columns);
+      if (!p.ok()) return p.status();
+      cost_pieces += *p;
+    }
+    StatusOr<int64_t> whole_calls = PieceCycles(bm, kc1 - kc0, in.columns);
+    if (!whole_calls.ok()) return whole_calls.status();
+    cost_rows += *whole_calls;
+    if (!parts[c].empty()) {
+      const Segments whole = {Segment{chunk.span, 0}};
+      const Segments cut =
+          AlignedPieces(piece_boxes, a_element_bytes_, alignment_);
+      for (const Box& part : parts[c]) {
+        StatusOr<int64_t> rows =
+            CopyCycles(part, *in.a_storage, whole, a_element_bytes_);
+        if (!rows.ok()) return rows.status();
+        StatusOr<int64_t> pieces =
+            CopyCycles(part, *in.a_storage, cut, a_element_bytes_);
+        if (!pieces.ok()) return pieces.status();
+        cost_rows += *rows;
+        cost_pieces += *pieces;
+      }
+    }
+    plan.chunks.push_back(std::move(chunk));
+  }
+  plan.k_pieced = in.k_pieces && cost_pieces < cost_rows;
+  for (int c = 0; c < tile_chunks; ++c) {
+    GemmChunkPlan& chunk = plan.chunks[c];
+    if (!plan.k_pieced) chunk.cuts = {chunk.cuts.front(), chunk.cuts.back()};
+    std::vector<Box> boxes;
+    for (size_t i = 0; i + 1 < chunk.cuts.size(); ++i) {
+      boxes.push_back(Box2(chunk.span.begin[0], chunk.span.end[0],
+                           chunk.cuts[i], chunk.cuts[i + 1]));
+      StatusOr<int64_t> p =
+          PieceCycles(bm, chunk.cuts[i + 1] - chunk.cuts[i], in.columns);
+      if (!p.ok()) return p.status();
+      chunk.gemm_cycles += *p;
+      chunk.calls += static_cast<int64_t>(in.columns.size());
+    }
+    if (parts[c].empty()) continue;
+    const Segments segments =
+        AlignedPieces(boxes, a_element_bytes_, alignment_);
+    for (const Box& part : parts[c]) {
+      StatusOr<int64_t> copies = CopyCycles(part, *in.a_storage, segments,
+                                            a_element_bytes_, &chunk.copy_runs);
+      if (!copies.ok()) return copies.status();
+      chunk.copy_cycles += *copies;
+    }
+  }
+  return plan;
+}
+
+}  // namespace tilec::passes
