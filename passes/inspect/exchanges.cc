@@ -21,8 +21,11 @@ struct Xfer {
   uint32_t op = 0;
   int src = 0;
   std::vector<int> dsts;
-  int64_t bytes = 0;
+  int64_t bytes = 0;  // of each piece
+  int64_t rows = 1;   // pieces: each one fragment at the sender and at
+                      // every destination
   fb::DType dtype = fb::DType::F32;
+  int64_t Bytes() const { return rows * bytes; }
 };
 
 struct Step {
@@ -59,6 +62,7 @@ Status FromProgram(const fb::ModuleT& m, std::vector<Step>* steps,
       x.op = t->op;
       x.src = static_cast<int>(t->src_tile);
       x.bytes = t->bytes;
+      x.rows = t->rows;
       x.dtype = t->dtype;
       for (const auto& d : t->destinations) x.dsts.push_back(static_cast<int>(d->tile));
       xfers->push_back(std::move(x));
@@ -94,6 +98,7 @@ Status FromPlan(const fb::ModuleT& m, const kernels::CostModel& model,
         x.op = t.op;
         x.src = t.src_tile;
         x.bytes = t.src.bytes;
+        x.rows = t.rows;
         x.dtype = t.dtype;
         for (const lower::VDestination& d : t.destinations) x.dsts.push_back(d.tile);
         xfers->push_back(std::move(x));
@@ -237,8 +242,8 @@ Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
     out += "\n";
   }
   std::vector<Load> total(tiles);
-  int64_t phases = 0, transfers = 0, fragments = 0, sent = 0, received = 0,
-          cycles = 0;
+  int64_t phases = 0, transfers = 0, pieces = 0, fragments = 0, sent = 0,
+          received = 0, cycles = 0;
   std::string body;
   for (const Step& step : steps) {
     std::vector<const Xfer*> here;
@@ -251,12 +256,12 @@ Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
     std::map<uint32_t, std::vector<const Xfer*>> by_op;
     for (const Xfer* x : here) {
       by_op[x->op].push_back(x);
-      load[x->src].sent += x->bytes;
-      ++load[x->src].fragments;
+      load[x->src].sent += x->Bytes();
+      load[x->src].fragments += x->rows;
       ++load[x->src].transfers;
       for (int d : x->dsts) {
-        load[d].received += x->bytes;
-        ++load[d].fragments;
+        load[d].received += x->Bytes();
+        load[d].fragments += x->rows;
       }
     }
     int64_t step_sent = 0, step_received = 0, step_fragments = 0, busiest = 0;
@@ -278,14 +283,18 @@ Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
       }
     }
     const int64_t step_cycles = model->sync_cycles() + busiest;
+    int64_t step_pieces = 0;
+    for (const Xfer* x : here) step_pieces += x->rows;
     transfers += static_cast<int64_t>(here.size());
+    pieces += step_pieces;
     fragments += step_fragments;
     sent += step_sent;
     received += step_received;
     cycles += step_cycles;
     body += std::string(program ? "superstep " : "exchange phase ") +
-            std::to_string(step.index) + " \"" + step.label + "\": " +
-            Thousands(static_cast<int64_t>(here.size())) + " transfers, " +
+            std::to_string(step.index) + " \"" + step.label +
+            "\": " + Thousands(static_cast<int64_t>(here.size())) +
+            " transfers, " + Thousands(step_pieces) + " pieces, " +
             Thousands(step_fragments) + " fragments, " + Thousands(step_sent) +
             " B sent, " + Thousands(step_received) + " B received, " +
             Thousands(step_cycles) + " cycles (busiest tile " +
@@ -296,14 +305,15 @@ Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
     for (const auto& [op, xs] : by_op) {
       std::set<int> srcs, dsts;
       std::set<std::string> dtypes;
-      int64_t b_sent = 0, b_received = 0, frags = 0;
+      int64_t b_sent = 0, b_received = 0, op_pieces = 0, frags = 0;
       for (const Xfer* x : xs) {
         srcs.insert(x->src);
         dsts.insert(x->dsts.begin(), x->dsts.end());
         dtypes.insert(ir::DTypeText(x->dtype));
-        b_sent += x->bytes;
-        b_received += x->bytes * static_cast<int64_t>(x->dsts.size());
-        frags += 1 + static_cast<int64_t>(x->dsts.size());
+        b_sent += x->Bytes();
+        b_received += x->Bytes() * static_cast<int64_t>(x->dsts.size());
+        op_pieces += x->rows;
+        frags += x->rows * (1 + static_cast<int64_t>(x->dsts.size()));
       }
       std::string dtype_text;
       for (const std::string& d : dtypes) {
@@ -311,24 +321,33 @@ Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
       }
       body += "  op " + std::to_string(op) + " " + op_names[op] + ": " +
               Thousands(static_cast<int64_t>(xs.size())) + " transfers, " +
-              Thousands(frags) + " fragments, " + Thousands(b_sent) +
-              " B sent, " + Thousands(b_received) + " B received, " +
-              dtype_text + ", " + std::to_string(srcs.size()) +
-              " source tiles -> " + std::to_string(dsts.size()) +
-              " destination tiles\n";
+              Thousands(op_pieces) + " pieces, " + Thousands(frags) +
+              " fragments, " + Thousands(b_sent) + " B sent, " +
+              Thousands(b_received) + " B received, " + dtype_text + ", " +
+              std::to_string(srcs.size()) + " source tiles -> " +
+              std::to_string(dsts.size()) + " destination tiles\n";
       if (!list) continue;
       for (const Xfer* x : xs) {
-        body += "    tile " + std::to_string(x->src) + " -> " +
-                TileList(x->dsts) + ": " + Thousands(x->bytes) + " B " +
-                ir::DTypeText(x->dtype) + ", " +
-                std::to_string(1 + x->dsts.size()) + " fragments\n";
+        // A strided transfer: its pieces, each a fragment at every end.
+        const std::string size =
+            x->rows == 1
+                ? Thousands(x->bytes) + " B "
+                : Thousands(x->rows) + " pieces x " + Thousands(x->bytes) +
+                      " B = " + Thousands(x->Bytes()) + " B ";
+        body +=
+            "    tile " + std::to_string(x->src) + " -> " + TileList(x->dsts) +
+            ": " + size + ir::DTypeText(x->dtype) + ", " +
+            Thousands(x->rows * (1 + static_cast<int64_t>(x->dsts.size()))) +
+            " fragments\n";
       }
     }
   }
   out += "totals: " + lower::Count(phases, "exchange phase") + ", " +
          lower::Count(transfers, "transfer") + ", " +
-         lower::Count(fragments, "fragment") + ", " + Thousands(sent) + " B sent, " + Thousands(received) +
-         " B received, " + Thousands(cycles) +
+         lower::Count(pieces, "piece") + ", " +
+         lower::Count(fragments, "fragment") + ", " + Thousands(sent) +
+         " B sent, " + Thousands(received) + " B received, " +
+         Thousands(cycles) +
          " cycles (each phase: sync + busiest tile's max of sent/rate, "
          "received/rate, fragment cycles)\n";
   if (!list && !selected.empty()) {

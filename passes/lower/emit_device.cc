@@ -294,11 +294,11 @@ void Emitter::Schedule(bool share, int64_t remaining,
           if (!l.has_exchange) continue;
           StepLoad merged = l;
           for (const VTransfer& t : ph.transfers) {
-            merged.sent[t.src_tile] += t.src.bytes;
-            ++merged.fragments[t.src_tile];
+            merged.sent[t.src_tile] += t.Bytes();
+            merged.fragments[t.src_tile] += t.rows;
             for (const VDestination& d : t.destinations) {
-              merged.received[d.tile] += t.src.bytes;
-              ++merged.fragments[d.tile];
+              merged.received[d.tile] += t.Bytes();
+              merged.fragments[d.tile] += t.rows;
             }
           }
           numbers.cycles_before += ExchangeCost(l) + w.alone[i];
@@ -356,11 +356,11 @@ void Emitter::Schedule(bool share, int64_t remaining,
       } else {
         l.has_exchange = l.has_exchange || !ph.transfers.empty();
         for (const VTransfer& t : ph.transfers) {
-          l.sent[t.src_tile] += t.src.bytes;
-          ++l.fragments[t.src_tile];
+          l.sent[t.src_tile] += t.Bytes();
+          l.fragments[t.src_tile] += t.rows;
           for (const VDestination& d : t.destinations) {
-            l.received[d.tile] += t.src.bytes;
-            ++l.fragments[d.tile];
+            l.received[d.tile] += t.Bytes();
+            l.fragments[d.tile] += t.rows;
           }
         }
       }
@@ -580,18 +580,21 @@ void Emitter::Build(EmitSummary* summary) {
           out->bytes = static_cast<uint32_t>(t.src.bytes);
           out->dtype = t.dtype;
           out->op = t.op;
+          out->rows = static_cast<uint32_t>(t.rows);
+          out->src_pitch = static_cast<uint32_t>(t.src_pitch);
+          out->dst_pitch = static_cast<uint32_t>(t.dst_pitch);
           x.has_exchange = true;
-          x.sent[t.src_tile] += t.src.bytes;
-          ++x.fragments[t.src_tile];
+          x.sent[t.src_tile] += t.Bytes();
+          x.fragments[t.src_tile] += t.rows;
           for (const VDestination& d : t.destinations) {
             auto dst = std::make_unique<fb::DestinationT>();
             dst->tile = static_cast<uint32_t>(d.tile);
             dst->buffer = static_cast<uint32_t>(id_of[d.buffer]);
             dst->offset = static_cast<uint32_t>(d.offset);
             out->destinations.push_back(std::move(dst));
-            x.received[d.tile] += t.src.bytes;
-            ++x.fragments[d.tile];
-            sum.bytes_received += t.src.bytes;
+            x.received[d.tile] += t.Bytes();
+            x.fragments[d.tile] += t.rows;
+            sum.bytes_received += t.Bytes();
           }
           step->exchange.push_back(std::move(out));
         }

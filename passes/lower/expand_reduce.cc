@@ -119,7 +119,9 @@ StatusOr<Priced> Pass::Price(const fb::OperationT& op,
     }
     std::vector<int64_t> received(tiles_, 0);
     for (const VTransfer& t : ph.transfers) {
-      for (const VDestination& d : t.destinations) received[d.tile] += t.src.bytes;
+      for (const VDestination& d : t.destinations) {
+        received[d.tile] += t.Bytes();
+      }
     }
     p.partial_stages.push_back(
         {*std::max_element(received.begin(), received.end())});

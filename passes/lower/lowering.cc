@@ -450,36 +450,27 @@ Status Lowering::Move(const Box& box, int src_tile, const Storage& src,
                             SegmentsText(dst.segments) + "]");
   }
   const int eb = ElementBytes(dtype);
+  if (src_tile != dst_tile) {
+    // Runs of equal length at constant pitches travel as strided transfers
+    // (transfers.h: pieces merge into multicasts as one-piece transfers
+    // would, so cycles are those of one transfer per run).
+    for (const StridedRun& r : GroupRuns(runs, eb)) {
+      transfers_.Add(exchange, src_tile, src.buffer, r, dst_tile, dst.buffer,
+                     dtype, op);
+    }
+    return Status::Ok();
+  }
   for (const Run& r : runs) {
     const VSlice from{src.buffer, r.src * eb, r.count * eb};
-    if (src_tile == dst_tile) {
-      if (src.buffer == dst.buffer && r.src == r.dst) continue;
-      VCall c;
-      c.tile = src_tile;
-      c.kernel = "copy";
-      c.args = {from, VSlice{dst.buffer, r.dst * eb, r.count * eb}};
-      c.params = {r.count * eb};
-      c.op = op;
-      AddCall(copies, std::move(c));
-      ++notes_[op].local_copy_runs;
-      continue;
-    }
-    const auto key = std::make_tuple(static_cast<const Phase*>(exchange),
-                                     src_tile, src.buffer, from.offset,
-                                     from.bytes);
-    auto it = transfer_index_.find(key);
-    if (it == transfer_index_.end()) {
-      VTransfer t;
-      t.src_tile = src_tile;
-      t.src = from;
-      t.dtype = dtype;
-      t.op = op;
-      transfer_index_[key] = exchange->transfers.size();
-      exchange->transfers.push_back(std::move(t));
-      it = transfer_index_.find(key);
-    }
-    exchange->transfers[it->second].destinations.push_back(
-        {dst_tile, dst.buffer, r.dst * eb});
+    if (src.buffer == dst.buffer && r.src == r.dst) continue;
+    VCall c;
+    c.tile = src_tile;
+    c.kernel = "copy";
+    c.args = {from, VSlice{dst.buffer, r.dst * eb, r.count * eb}};
+    c.params = {r.count * eb};
+    c.op = op;
+    AddCall(copies, std::move(c));
+    ++notes_[op].local_copy_runs;
   }
   return Status::Ok();
 }
@@ -535,7 +526,7 @@ StatusOr<int> Lowering::AliasableTiles(const fb::OperationT& op) {
 
 StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
                                     const ReductionChoice& choice) {
-  transfer_index_.clear();
+  transfers_.Clear();
   notes_[op.id] = OpNotes();
   OpProgram out;
   out.op = op.id;
@@ -582,7 +573,8 @@ StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
                                 ": no lowering for this op kind yet");
   }
   if (!status.ok()) return status;
-  transfer_index_.clear();
+  transfers_.Clear();
+  for (Phase& ph : out.phases) CompactTransfers(&ph.transfers);
   return out;
 }
 

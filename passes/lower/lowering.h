@@ -40,6 +40,7 @@
 #include "kernels/cost.h"
 #include "passes/lower/layout.h"
 #include "passes/lower/program.h"
+#include "passes/lower/transfers.h"
 
 namespace tilec::lower {
 
@@ -256,9 +257,8 @@ class Lowering {
   std::vector<VBuffer> buffers_;
   std::vector<ElementRule> rules_;
   std::map<uint32_t, OpNotes> notes_;
-  // Transfer merging within the phase being built.
-  std::map<std::tuple<const Phase*, int, int, int64_t, int64_t>, size_t>
-      transfer_index_;
+  // Transfers of the op being lowered: strided, merged into multicasts.
+  TransferBuilder transfers_;
 };
 
 }  // namespace tilec::lower

@@ -71,12 +71,13 @@ StatusOr<PhaseCost> CostOfPhase(const kernels::CostModel& model,
   if (phase.transfers.empty()) return cost;
   std::vector<int64_t> sent(tiles, 0), received(tiles, 0), fragments(tiles, 0);
   for (const VTransfer& t : phase.transfers) {
-    sent[t.src_tile] += t.src.bytes;
-    fragments[t.src_tile] += 1;
+    // Each piece is a fragment at both ends.
+    sent[t.src_tile] += t.Bytes();
+    fragments[t.src_tile] += t.rows;
     for (const VDestination& d : t.destinations) {
-      received[d.tile] += t.src.bytes;
-      fragments[d.tile] += 1;
-      cost.bytes_received += t.src.bytes;
+      received[d.tile] += t.Bytes();
+      fragments[d.tile] += t.rows;
+      cost.bytes_received += t.Bytes();
     }
     ++cost.transfers;
   }

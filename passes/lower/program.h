@@ -70,12 +70,21 @@ struct VDestination {
   int64_t offset = 0;  // bytes
 };
 
+// `rows` pieces of src.bytes each (a strided transfer when rows > 1): piece
+// i at src.offset + i * src_pitch, written at every destination's offset +
+// i * dst_pitch. Each piece costs what a transfer of its own would
+// (transfers.h).
 struct VTransfer {
   int src_tile = 0;
-  VSlice src;
+  VSlice src;  // piece 0
   fb::DType dtype = fb::DType::F32;
-  std::vector<VDestination> destinations;
+  std::vector<VDestination> destinations;  // piece 0's place at each
   uint32_t op = 0;
+  int64_t rows = 1;
+  int64_t src_pitch = 0;  // 0 when rows == 1
+  int64_t dst_pitch = 0;
+  // Every piece's bytes: what the sender sends and each receiver receives.
+  int64_t Bytes() const { return rows * src.bytes; }
 };
 
 struct Phase {
