@@ -103,9 +103,9 @@ struct ComputePlan {
 
 struct TransferPlan {
   const fb::TransferT* transfer = nullptr;
-  int64_t src_addr = 0;  // of piece 0
-  int64_t bytes = 0;     // of each piece
-  int64_t rows = 1;      // pieces
+  int64_t src_addr = 0;   // of piece 0
+  int64_t bytes = 0;      // of each piece
+  int64_t rows = 1;       // pieces
   int64_t src_pitch = 0;  // 0 when rows == 1
   int64_t dst_pitch = 0;
   struct Destination {
@@ -535,12 +535,12 @@ Status Engine::CheckTransfers(int s) {
     const int64_t src_out = FirstPieceOutside(tr->src_offset, src_pitch, rows,
                                               bytes, src->buffer->bytes);
     if (src_out >= 0) {
-      return Status::BadInput(
-          where + ": " + src_text + ": " +
-          PieceText(rows, src_out, tr->src_offset + src_out * src_pitch,
-                    bytes) +
-          " outside the buffer's " + std::to_string(src->buffer->bytes) +
-          " bytes");
+      return Status::BadInput(where + ": " + src_text + ": " +
+                              PieceText(rows, src_out,
+                                        tr->src_offset + src_out * src_pitch,
+                                        bytes) +
+                              " outside the buffer's " +
+                              std::to_string(src->buffer->bytes) + " bytes");
     }
     kernels::StatusOr<DType> dtype = kernels::DTypeFromFb(tr->dtype);
     if (!dtype.ok() || *dtype != src->dtype) {
@@ -631,8 +631,9 @@ Status Engine::CheckTransfers(int s) {
   // may alias) would make the result depend on transfer order. Tile by
   // tile, every piece marks its bytes in a bitmap; a tile where a piece
   // finds a byte marked is then sorted piece by piece to name the pair.
-  std::stable_sort(writes.begin(), writes.end(),
-                   [](const Write& a, const Write& b) { return a.tile < b.tile; });
+  std::stable_sort(
+      writes.begin(), writes.end(),
+      [](const Write& a, const Write& b) { return a.tile < b.tile; });
   std::vector<uint64_t> bits(static_cast<size_t>((tensor_bytes_ + 63) / 64), 0);
   for (size_t begin = 0; begin < writes.size();) {
     size_t end = begin;
@@ -649,7 +650,8 @@ Status Engine::CheckTransfers(int s) {
       }
     }
     if (high > low) {
-      std::fill(bits.begin() + (low >> 6), bits.begin() + ((high + 63) >> 6), 0);
+      std::fill(bits.begin() + (low >> 6), bits.begin() + ((high + 63) >> 6),
+                0);
     }
     if (overlap) {
       struct Piece {
@@ -667,10 +669,11 @@ Status Engine::CheckTransfers(int s) {
                             writes[w].destination, i, writes[w].buffer});
         }
       }
-      std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
-        return std::tie(a.begin, a.transfer, a.destination, a.piece) <
-               std::tie(b.begin, b.transfer, b.destination, b.piece);
-      });
+      std::sort(pieces.begin(), pieces.end(),
+                [](const Piece& a, const Piece& b) {
+                  return std::tie(a.begin, a.transfer, a.destination, a.piece) <
+                         std::tie(b.begin, b.transfer, b.destination, b.piece);
+                });
       for (size_t i = 1; i < pieces.size(); ++i) {
         const Piece& a = pieces[i - 1];
         const Piece& b = pieces[i];
@@ -697,11 +700,11 @@ Status Engine::CheckTransfers(int s) {
                      " is less than the " + std::to_string(tr.bytes) +
                      " bytes of a piece)";
         } else {
-          message += "transfer " + std::to_string(first.transfer) +
-                     (tr1.rows > 1 ? " piece " + std::to_string(first.piece)
-                                   : "") +
-                     " (op " + std::to_string(tr1.op) + ") also writes " +
-                     "through " + BufferText(first.buffer);
+          message +=
+              "transfer " + std::to_string(first.transfer) +
+              (tr1.rows > 1 ? " piece " + std::to_string(first.piece) : "") +
+              " (op " + std::to_string(tr1.op) + ") also writes " + "through " +
+              BufferText(first.buffer);
         }
         return Status::BadInput(message);
       }

@@ -637,9 +637,9 @@ struct ColumnProgram {
     b.Bind(false, v, {{0, src, 0, {0, 0}, {8, 4}}});
     fb::SuperstepT& s = b.Step("column");
     if (strided) {
-      fb::TransferT& t = Builder::Transfer(s, 0, src, 4 * col, 4,
-                                           fb::DType::F32,
-                                           {{1, dst1, 0}, {2, dst2, 32}}, 1);
+      fb::TransferT& t =
+          Builder::Transfer(s, 0, src, 4 * col, 4, fb::DType::F32,
+                            {{1, dst1, 0}, {2, dst2, 32}}, 1);
       t.rows = 8;
       t.src_pitch = 16;
       t.dst_pitch = 4;
@@ -666,8 +666,7 @@ TEST(SimulatorTest, StridedTransferMovesEveryPieceAndCostsItsFragments) {
   Status st = RunSim(p.b.module, p.inputs, &r);
   ASSERT_TRUE(st.ok()) << st.message();
   // Both receivers hold column 1: 2, 6, 10, ...
-  EXPECT_EQ(r.outputs[p.o],
-            (std::vector<float>{2, 6, 10, 14, 18, 22, 26, 30}));
+  EXPECT_EQ(r.outputs[p.o], (std::vector<float>{2, 6, 10, 14, 18, 22, 26, 30}));
   // 8 pieces of 4 B: tile 0 sends 32 B (8 cycles) in 8 fragments (16
   // cycles), tiles 1 and 2 receive the same: 600 + 16. Counting the
   // transfer as one fragment would give 600 + 8.
@@ -714,9 +713,9 @@ TEST(SimulatorTest, StridedColumnsInterleaveAtTheirDestination) {
   p.b.BufferRef(p.dst1).bytes = 64;
   p.transfer().dst_pitch = 8;
   p.transfer().destinations.pop_back();
-  fb::TransferT& t = Builder::Transfer(*p.b.module.program->supersteps[0], 0,
-                                       p.src, 12, 4, fb::DType::F32,
-                                       {{1, p.dst1, 4}}, 1);
+  fb::TransferT& t =
+      Builder::Transfer(*p.b.module.program->supersteps[0], 0, p.src, 12, 4,
+                        fb::DType::F32, {{1, p.dst1, 4}}, 1);
   t.rows = 8;
   t.src_pitch = 16;
   t.dst_pitch = 8;
@@ -734,16 +733,17 @@ TEST(SimulatorTest, StridedColumnsInterleaveAtTheirDestination) {
 TEST(SimulatorTest, StridedTransfersReadSourcesAsOfTheEndOfCompute) {
   Builder b;
   const uint32_t v = b.Value("v", {4, 2}, fb::DType::F32, fb::ValueRole::Input);
-  const uint32_t out = b.Value("o", {4, 2}, fb::DType::F32, fb::ValueRole::Output);
+  const uint32_t out =
+      b.Value("o", {4, 2}, fb::DType::F32, fb::ValueRole::Output);
   const uint32_t b0 = b.Buffer(0, 0, 16, fb::DType::F32);
   const uint32_t b1 = b.Buffer(1, 0, 16, fb::DType::F32);
   b.Bind(false, v, {{0, b0, 0, {0, 0}, {2, 2}}, {1, b1, 0, {2, 0}, {4, 2}}});
   // Swap column 0 of the two tiles' [2,2] blocks in one phase.
   fb::SuperstepT& s = b.Step("swap");
   for (uint32_t t : {0u, 1u}) {
-    fb::TransferT& x = Builder::Transfer(s, t, t == 0 ? b0 : b1, 0, 4,
-                                         fb::DType::F32,
-                                         {{1 - t, t == 0 ? b1 : b0, 0}}, 1);
+    fb::TransferT& x =
+        Builder::Transfer(s, t, t == 0 ? b0 : b1, 0, 4, fb::DType::F32,
+                          {{1 - t, t == 0 ? b1 : b0, 0}}, 1);
     x.rows = 2;
     x.src_pitch = 8;
     x.dst_pitch = 8;
@@ -820,9 +820,9 @@ TEST(SimulatorErrorTest, StridedTransfersWritingTheSamePiece) {
   ColumnProgram p(true);
   // A second strided transfer whose piece 2 lands on piece 5 of the first
   // at tile 2 (buffer #2 at 64, o at 32 in it: piece 5 at 116).
-  fb::TransferT& t = Builder::Transfer(*p.b.module.program->supersteps[0], 0,
-                                       p.src, 0, 4, fb::DType::F32,
-                                       {{2, p.dst2, 4}}, 3);
+  fb::TransferT& t =
+      Builder::Transfer(*p.b.module.program->supersteps[0], 0, p.src, 0, 4,
+                        fb::DType::F32, {{2, p.dst2, 4}}, 3);
   t.rows = 3;
   t.src_pitch = 4;
   t.dst_pitch = 24;
