@@ -267,6 +267,21 @@ bool LocateRuns(const Box& box, const Segments& segments,
 
 std::optional<int64_t> ContiguousOffset(const Box& box,
                                         const Segments& segments) {
+  // Fast paths: too few elements, or the box inside one segment (one run
+  // when every axis below its outermost varying one is whole there).
+  if (TotalElements(segments) < box.Elements()) return std::nullopt;
+  for (const Segment& s : segments) {
+    if (!ContainsBox(s.box, box)) continue;
+    if (box.Empty()) return std::nullopt;
+    int j = box.rank - 1;
+    while (j > 0 && box.end[j] - box.begin[j] == s.box.end[j] - s.box.begin[j]) {
+      --j;
+    }
+    for (int a = 0; a < j; ++a) {
+      if (box.end[a] - box.begin[a] != 1) return std::nullopt;
+    }
+    return OffsetIn(s, box.begin);
+  }
   std::vector<Run> runs;
   if (!LocateRuns(box, segments, &runs) || runs.size() != 1) {
     return std::nullopt;

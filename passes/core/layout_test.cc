@@ -196,6 +196,14 @@ TEST(LayoutPropertyTest, CountRunsAgreesWithMoveRuns) {
         << SegmentsText(src) << " -> " << SegmentsText(dst) << " box "
         << FormatBox(box);
     merged += runs.size() < static_cast<size_t>(BoxRows(box));
+    // ContiguousOffset's fast paths agree with locating the runs.
+    std::vector<passes::Run> located;
+    const std::optional<int64_t> expected_offset =
+        LocateRuns(box, src, &located) && located.size() == 1
+            ? std::optional<int64_t>(located[0].src)
+            : std::nullopt;
+    EXPECT_EQ(ContiguousOffset(box, src), expected_offset)
+        << SegmentsText(src) << " box " << FormatBox(box);
   }
   EXPECT_GT(merged, 100);
 }

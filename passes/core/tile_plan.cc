@@ -1,7 +1,6 @@
 #include "passes/core/tile_plan.h"
 
 #include <algorithm>
-#include <set>
 
 #include "kernels/kernels.h"
 
@@ -112,16 +111,18 @@ bool StridedSeeds(const GemmGrid& g, std::span<const ReduceRange> ranges) {
 
 std::vector<std::pair<int64_t, int64_t>> SeedColumnPieces(
     const GemmGrid& g, int ni, std::span<const Box> seeds) {
-  std::set<int64_t> cuts = {g.cols.Begin(ni), g.cols.End(ni)};
+  const int64_t c0 = g.cols.Begin(ni), c1 = g.cols.End(ni);
+  std::vector<int64_t> cuts = {c0, c1};
   for (const Box& b : seeds) {
-    cuts.insert(b.begin[1]);
-    cuts.insert(b.end[1]);
+    cuts.push_back(b.begin[1]);
+    cuts.push_back(b.end[1]);
   }
-  const std::vector<int64_t> c(cuts.begin(), cuts.end());
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
   std::vector<std::pair<int64_t, int64_t>> pieces;
-  for (size_t i = 0; i + 1 < c.size(); ++i) {
-    if (c[i] < g.cols.Begin(ni) || c[i + 1] > g.cols.End(ni)) continue;
-    pieces.push_back({c[i], c[i + 1]});
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    if (cuts[i] < c0 || cuts[i + 1] > c1) continue;
+    pieces.push_back({cuts[i], cuts[i + 1]});
   }
   return pieces;
 }
@@ -151,17 +152,21 @@ GemmTilePlanner::GemmTilePlanner(const GemmGrid& grid,
       model_(model),
       a_dtype_(a_dtype),
       a_element_bytes_(a_element_bytes),
-      alignment_(alignment) {}
+      alignment_(alignment),
+      copies_(model) {}
 
 StatusOr<int64_t> GemmTilePlanner::Gemm(int64_t m, int64_t k, int64_t n) {
   const uint64_t key = (static_cast<uint64_t>(m) << 42) ^
                        (static_cast<uint64_t>(k) << 21) ^
                        static_cast<uint64_t>(n);
-  auto it = gemm_cache_.find(key);
-  if (it != gemm_cache_.end()) return it->second;
+  if (gemm_cache_.empty()) gemm_cache_.resize(1 << 12);
+  GemmEntry& e =
+      gemm_cache_[(key * 0x9E3779B97F4A7C15ull) >> (64 - 12)];
+  if (e.key == key) return e.cycles;
   StatusOr<int64_t> c = kernels::GemmCycles(model_, a_dtype_, m, k, n);
   if (!c.ok()) return c.status();
-  gemm_cache_.emplace(key, *c);
+  e.key = key;
+  e.cycles = *c;
   return *c;
 }
 
@@ -181,6 +186,12 @@ StatusOr<int64_t> GemmTilePlanner::CopyCycles(const Box& box,
                                               const Segments& dst,
                                               int element_bytes,
                                               int64_t* runs) {
+  return copies_.Cycles(box, src, dst, element_bytes, runs);
+}
+
+StatusOr<int64_t> CopyPricer::Cycles(const Box& box, const Segments& src,
+                                     const Segments& dst, int element_bytes,
+                                     int64_t* runs) {
   if (!CountRuns(box, src, dst, &groups_)) {
     return Status::Internal("box " + FormatBox(box) + " is not held by [" +
                             SegmentsText(src) + "] or [" + SegmentsText(dst) +
@@ -189,11 +200,11 @@ StatusOr<int64_t> GemmTilePlanner::CopyCycles(const Box& box,
   int64_t cycles = 0;
   for (const RunGroup& g : groups_) {
     const int64_t bytes = g.elements * element_bytes;
-    auto it = copy_cache_.find(bytes);
-    if (it == copy_cache_.end()) {
+    auto it = cache_.find(bytes);
+    if (it == cache_.end()) {
       StatusOr<int64_t> c = kernels::CopyCycles(model_, bytes);
       if (!c.ok()) return c.status();
-      it = copy_cache_.emplace(bytes, *c).first;
+      it = cache_.emplace(bytes, *c).first;
     }
     cycles += g.count * it->second;
     if (runs != nullptr) *runs += g.count;
@@ -202,97 +213,153 @@ StatusOr<int64_t> GemmTilePlanner::CopyCycles(const Box& box,
 }
 
 StatusOr<GemmTilePlan> GemmTilePlanner::Plan(const GemmTileInput& in) {
+  StatusOr<GemmTileGeometry> geometry = Geometry(in);
+  if (!geometry.ok()) return geometry.status();
+  return Plan(*geometry, in);
+}
+
+StatusOr<GemmTileGeometry> GemmTilePlanner::Geometry(const GemmTileInput& in) {
+  GemmTileGeometry geo;
+  TILEC_RETURN_IF_ERROR(Geometry(in, &geo));
+  return geo;
+}
+
+Status GemmTilePlanner::Geometry(const GemmTileInput& in,
+                                 GemmTileGeometry* out) {
   const GemmGrid& g = grid_;
-  GemmTilePlan plan;
-  const int64_t bm = g.rows.Size(in.mi), bk = g.depth.Size(in.ki),
-                kb0 = g.depth.Begin(in.ki);
+  GemmTileGeometry& geo = *out;
+  geo.aliased = false;
+  geo.local = false;
+  const int64_t bk = g.depth.Size(in.ki), kb0 = g.depth.Begin(in.ki);
+  const int64_t r0 = g.rows.Begin(in.mi), r1 = g.rows.End(in.mi);
   const Box a_box = g.ABox(in.mi, in.ki);
   if (in.alias_in_place && in.a_storage != nullptr &&
       ContiguousOffset(a_box, *in.a_storage)) {
-    plan.aliased = true;
-    GemmChunkPlan chunk;
+    geo.aliased = true;
+    geo.chunks.resize(1);
+    GemmTileGeometry::Chunk& chunk = geo.chunks[0];
+    chunk = GemmTileGeometry::Chunk();
     chunk.span = a_box;
-    chunk.cuts = {a_box.begin[1], a_box.end[1]};
-    StatusOr<int64_t> c = PieceCycles(bm, bk, in.columns);
-    if (!c.ok()) return c.status();
-    chunk.gemm_cycles = *c;
-    chunk.calls = static_cast<int64_t>(in.columns.size());
-    plan.chunks.push_back(std::move(chunk));
-    return plan;
+    chunk.cuts.assign({a_box.begin[1], a_box.end[1]});
+    return Status::Ok();
   }
-  // Per chunk: the local parts, and the K cuts where they begin and end.
+  // Per chunk: the local parts, and the K cuts where they meet the
+  // segments A is stored in: a part that spans all rows of a stored piece
+  // then arrives in one copy per piece instead of one per row.
   const int tile_chunks = g.Chunks(in.ki);
-  std::vector<std::vector<Box>> parts(tile_chunks);
-  int64_t cost_rows = 0, cost_pieces = 0;
+  geo.chunks.resize(tile_chunks);
+  std::vector<Box>& parts = parts_;
+  std::vector<Box>& piece_boxes = piece_boxes_;
   for (int c = 0; c < tile_chunks; ++c) {
-    GemmChunkPlan chunk;
+    GemmTileGeometry::Chunk& chunk = geo.chunks[c];
     const int64_t kc0 = kb0 + c * g.phase_k;
     const int64_t kc1 = std::min(kb0 + bk, kc0 + g.phase_k);
-    chunk.span = Box2(g.rows.Begin(in.mi), g.rows.End(in.mi), kc0, kc1);
-    std::set<int64_t> cuts = {kc0, kc1};
+    chunk.span = Box2(r0, r1, kc0, kc1);
+    chunk.cuts.assign({kc0, kc1});
+    chunk.local = false;
+    chunk.whole_copy_cycles = chunk.whole_copy_runs = 0;
+    chunk.piece_copy_cycles = chunk.piece_copy_runs = 0;
+    parts.clear();
     for (const Box& local : in.local) {
       const Box part = IntersectBoxes(local, chunk.span);
       if (part.Empty()) continue;
-      cuts.insert(part.begin[1]);
-      cuts.insert(part.end[1]);
-      parts[c].push_back(part);
-    }
-    chunk.cuts.assign(cuts.begin(), cuts.end());
-    // Both ways on this tile: one panel per chunk, or K pieces.
-    std::vector<Box> piece_boxes;
-    for (size_t i = 0; i + 1 < chunk.cuts.size(); ++i) {
-      piece_boxes.push_back(Box2(chunk.span.begin[0], chunk.span.end[0],
-                                 chunk.cuts[i], chunk.cuts[i + 1]));
-      StatusOr<int64_t> p =
-          PieceCycles(bm, chunk.cuts[i + 1] - chunk.cuts[i], in.columns);
-      if (!p.ok()) return p.status();
-      cost_pieces += *p;
-    }
-    StatusOr<int64_t> whole_calls = PieceCycles(bm, kc1 - kc0, in.columns);
-    if (!whole_calls.ok()) return whole_calls.status();
-    cost_rows += *whole_calls;
-    if (!parts[c].empty()) {
-      const Segments whole = {Segment{chunk.span, 0}};
-      const Segments cut =
-          AlignedPieces(piece_boxes, a_element_bytes_, alignment_);
-      for (const Box& part : parts[c]) {
-        StatusOr<int64_t> rows =
-            CopyCycles(part, *in.a_storage, whole, a_element_bytes_);
-        if (!rows.ok()) return rows.status();
-        StatusOr<int64_t> pieces =
-            CopyCycles(part, *in.a_storage, cut, a_element_bytes_);
-        if (!pieces.ok()) return pieces.status();
-        cost_rows += *rows;
-        cost_pieces += *pieces;
+      parts.push_back(part);
+      for (const Segment& s : *in.a_storage) {
+        const Box stored = IntersectBoxes(part, s.box);
+        if (stored.Empty()) continue;
+        chunk.cuts.push_back(stored.begin[1]);
+        chunk.cuts.push_back(stored.end[1]);
       }
     }
-    plan.chunks.push_back(std::move(chunk));
-  }
-  plan.k_pieced = in.k_pieces && cost_pieces < cost_rows;
-  for (int c = 0; c < tile_chunks; ++c) {
-    GemmChunkPlan& chunk = plan.chunks[c];
-    if (!plan.k_pieced) chunk.cuts = {chunk.cuts.front(), chunk.cuts.back()};
-    std::vector<Box> boxes;
+    if (parts.empty()) continue;
+    chunk.local = true;
+    geo.local = true;
+    std::sort(chunk.cuts.begin(), chunk.cuts.end());
+    chunk.cuts.erase(std::unique(chunk.cuts.begin(), chunk.cuts.end()),
+                     chunk.cuts.end());
+    piece_boxes.clear();
     for (size_t i = 0; i + 1 < chunk.cuts.size(); ++i) {
-      boxes.push_back(Box2(chunk.span.begin[0], chunk.span.end[0],
-                           chunk.cuts[i], chunk.cuts[i + 1]));
-      StatusOr<int64_t> p =
-          PieceCycles(bm, chunk.cuts[i + 1] - chunk.cuts[i], in.columns);
-      if (!p.ok()) return p.status();
-      chunk.gemm_cycles += *p;
-      chunk.calls += static_cast<int64_t>(in.columns.size());
+      piece_boxes.push_back(Box2(r0, r1, chunk.cuts[i], chunk.cuts[i + 1]));
     }
-    if (parts[c].empty()) continue;
-    const Segments segments =
-        AlignedPieces(boxes, a_element_bytes_, alignment_);
-    for (const Box& part : parts[c]) {
-      StatusOr<int64_t> copies = CopyCycles(part, *in.a_storage, segments,
-                                            a_element_bytes_, &chunk.copy_runs);
-      if (!copies.ok()) return copies.status();
-      chunk.copy_cycles += *copies;
+    const Segments whole = {Segment{chunk.span, 0}};
+    const Segments cut =
+        AlignedPieces(piece_boxes, a_element_bytes_, alignment_);
+    for (const Box& part : parts) {
+      StatusOr<int64_t> rows = CopyCycles(part, *in.a_storage, whole,
+                                          a_element_bytes_,
+                                          &chunk.whole_copy_runs);
+      if (!rows.ok()) return rows.status();
+      StatusOr<int64_t> pieces = CopyCycles(part, *in.a_storage, cut,
+                                            a_element_bytes_,
+                                            &chunk.piece_copy_runs);
+      if (!pieces.ok()) return pieces.status();
+      chunk.whole_copy_cycles += *rows;
+      chunk.piece_copy_cycles += *pieces;
     }
   }
+  return Status::Ok();
+}
+
+StatusOr<GemmTilePlan> GemmTilePlanner::Plan(const GemmTileGeometry& geo,
+                                             const GemmTileInput& in) {
+  GemmTilePlan plan;
+  TILEC_RETURN_IF_ERROR(Plan(geo, in, &plan));
   return plan;
+}
+
+Status GemmTilePlanner::Plan(const GemmTileGeometry& geo,
+                             const GemmTileInput& in, GemmTilePlan* plan) {
+  const int64_t bm = grid_.rows.Size(in.mi);
+  plan->aliased = geo.aliased;
+  plan->chunks.resize(geo.chunks.size());
+  // Both ways on this tile: one panel per chunk, or K pieces.
+  int64_t cost_rows = 0, cost_pieces = 0;
+  for (size_t c = 0; c < geo.chunks.size(); ++c) {
+    const GemmTileGeometry::Chunk& chunk = geo.chunks[c];
+    GemmChunkPlan& out = plan->chunks[c];
+    StatusOr<int64_t> whole =
+        PieceCycles(bm, chunk.cuts.back() - chunk.cuts.front(), in.columns);
+    if (!whole.ok()) return whole.status();
+    out.span = chunk.span;
+    out.whole_gemm_cycles = *whole;
+    out.whole_copy_cycles = chunk.whole_copy_cycles;
+    // For now the K-pieced figures; replaced below if the tile keeps one
+    // panel per chunk.
+    out.gemm_cycles = *whole;
+    out.calls = static_cast<int64_t>(in.columns.size());
+    out.copy_cycles = chunk.whole_copy_cycles;
+    out.copy_runs = chunk.whole_copy_runs;
+    cost_rows += *whole + chunk.whole_copy_cycles;
+    if (chunk.local) {
+      out.gemm_cycles = 0;
+      out.calls = 0;
+      for (size_t i = 0; i + 1 < chunk.cuts.size(); ++i) {
+        StatusOr<int64_t> p =
+            PieceCycles(bm, chunk.cuts[i + 1] - chunk.cuts[i], in.columns);
+        if (!p.ok()) return p.status();
+        out.gemm_cycles += *p;
+        out.calls += static_cast<int64_t>(in.columns.size());
+      }
+      out.copy_cycles = chunk.piece_copy_cycles;
+      out.copy_runs = chunk.piece_copy_runs;
+    }
+    cost_pieces += out.gemm_cycles + out.copy_cycles;
+  }
+  plan->k_pieced = !geo.aliased && in.k_pieces && cost_pieces < cost_rows;
+  for (size_t c = 0; c < geo.chunks.size(); ++c) {
+    const GemmTileGeometry::Chunk& g = geo.chunks[c];
+    GemmChunkPlan& chunk = plan->chunks[c];
+    if (plan->k_pieced && g.local) {
+      chunk.cuts = g.cuts;
+      continue;
+    }
+    chunk.cuts.assign({g.cuts.front(), g.cuts.back()});
+    chunk.gemm_cycles = chunk.whole_gemm_cycles;
+    chunk.calls = static_cast<int64_t>(in.columns.size());
+    chunk.copy_cycles = chunk.whole_copy_cycles;
+    chunk.copy_runs = g.whole_copy_runs;
+  }
+  return Status::Ok();
 }
 
 }  // namespace tilec::passes

@@ -91,6 +91,26 @@ Segments PartialSegments(const GemmGrid& grid, int mi,
                          std::span<const std::pair<int64_t, int64_t>> columns,
                          int alignment);
 
+// ---------------------------------------------------------------- copies
+
+// Cycles of the local copies the lowering emits to move a box between two
+// arrangements on one tile: one `copy` call per run (CountRuns), each
+// charged the target's copy formula. Memoized by run size.
+class CopyPricer {
+ public:
+  explicit CopyPricer(const kernels::CostModel& model) : model_(model) {}
+  // Adds the runs to *runs if not null. An internal error if the box is
+  // not held on both sides.
+  StatusOr<int64_t> Cycles(const Box& box, const Segments& src,
+                           const Segments& dst, int element_bytes,
+                           int64_t* runs = nullptr);
+
+ private:
+  kernels::CostModel model_;
+  std::unordered_map<int64_t, int64_t> cache_;  // bytes -> cycles
+  std::vector<RunGroup> groups_;
+};
+
 // ---------------------------------------------------------------- one tile
 
 struct GemmTileInput {
@@ -117,6 +137,9 @@ struct GemmChunkPlan {
   int64_t calls = 0;
   int64_t copy_cycles = 0;    // its local copies
   int64_t copy_runs = 0;
+  // The same chunk as one panel (what it costs when K pieces are off).
+  int64_t whole_gemm_cycles = 0;
+  int64_t whole_copy_cycles = 0;
 };
 
 struct GemmTilePlan {
@@ -127,7 +150,24 @@ struct GemmTilePlan {
   std::vector<GemmChunkPlan> chunks;
 };
 
-// Plans grid tiles of one GEMM (the lowering's decisions, docs/lowering.md):
+// What a tile's panel looks like before its calls are chosen: whether it
+// uses A in place, and per chunk the K cuts where its local parts meet A's
+// stored segments and the cycles of its local copies both ways (into the
+// whole chunk, into the chunk cut into K pieces).
+struct GemmTileGeometry {
+  bool aliased = false;
+  bool local = false;  // some chunk has a local part
+  struct Chunk {
+    Box span;
+    std::vector<int64_t> cuts;  // front = span begin, back = span end
+    bool local = false;         // the tile copies part of this chunk
+    int64_t whole_copy_cycles = 0, whole_copy_runs = 0;
+    int64_t piece_copy_cycles = 0, piece_copy_runs = 0;
+  };
+  std::vector<Chunk> chunks;
+};
+
+// Plans grid tiles of one GEMM (docs/lowering.md):
 // a tile that holds its whole panel contiguously uses it in place;
 // otherwise its K block is cut into chunks of phase_k columns, and, where
 // K pieces are allowed and cheaper on this tile than one panel per chunk,
@@ -140,6 +180,15 @@ class GemmTilePlanner {
                   kernels::DType a_dtype, int a_element_bytes, int alignment);
 
   StatusOr<GemmTilePlan> Plan(const GemmTileInput& in);
+  // The same in two steps: the geometry does not depend on in.columns or
+  // in.k_pieces, so variants of those can share it.
+  StatusOr<GemmTileGeometry> Geometry(const GemmTileInput& in);
+  Status Geometry(const GemmTileInput& in, GemmTileGeometry* geometry);
+  StatusOr<GemmTilePlan> Plan(const GemmTileGeometry& geometry,
+                              const GemmTileInput& in);
+  // The same into *plan, reusing its memory (for pricing many tiles).
+  Status Plan(const GemmTileGeometry& geometry, const GemmTileInput& in,
+              GemmTilePlan* plan);
 
   // Cycles of one GEMM call [m, k] x [k, n] and of the calls of one K piece
   // of width k over `columns`.
@@ -161,9 +210,15 @@ class GemmTilePlanner {
   kernels::DType a_dtype_;
   int a_element_bytes_ = 1;
   int alignment_ = 8;
-  std::unordered_map<uint64_t, int64_t> gemm_cache_;
-  std::unordered_map<int64_t, int64_t> copy_cache_;
-  std::vector<RunGroup> groups_;
+  // Kernel cycles by (m, k, n): a direct-mapped table (the planner asks for
+  // the same few shapes on every tile).
+  struct GemmEntry {
+    uint64_t key = ~uint64_t{0};
+    int64_t cycles = 0;
+  };
+  std::vector<GemmEntry> gemm_cache_;
+  CopyPricer copies_;
+  std::vector<Box> parts_, piece_boxes_;  // scratch of Geometry
 };
 
 }  // namespace tilec::passes

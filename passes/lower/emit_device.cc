@@ -125,11 +125,13 @@ Status Emitter::LowerAll() {
     StatusOr<int> aliasable = lowering_.AliasableTiles(*op);
     if (!aliasable.ok()) return aliasable.status();
     if (alias && *aliasable > 0) {
-      // Price both ways on the op alone.
+      // Price both ways on the op alone, its operands stored as the ops
+      // before it left them.
       Numbers numbers;
       for (bool in_place : {false, true}) {
-        Lowering pricing(module_, model_, LoweringOptions{in_place, true});
-        StatusOr<OpProgram> p = pricing.Lower(*op);
+        Lowering pricing = lowering_;
+        StatusOr<OpProgram> p = pricing.Lower(
+            *op, ChoiceFromReduction(op->reduction.get()), in_place, false);
         if (!p.ok()) return p.status();
         StatusOr<ProgramCost> c =
             CostOfOp(model_, pricing.buffers(), *p, tiles_);
@@ -156,10 +158,11 @@ Status Emitter::LowerAll() {
       Numbers numbers;
       int pieced = 0;
       for (bool on : {false, true}) {
-        LoweringOptions o{alias, true};
-        o.k_pieces = on;
-        Lowering pricing(module_, model_, o);
-        StatusOr<OpProgram> p = pricing.Lower(*op);
+        // On the real storage of the left operand: where it is stored in
+        // pieces, K pieces save a copy per row of each piece.
+        Lowering pricing = lowering_;
+        StatusOr<OpProgram> p = pricing.Lower(
+            *op, ChoiceFromReduction(op->reduction.get()), alias, on);
         if (!p.ok()) return p.status();
         StatusOr<ProgramCost> c = CostOfOp(model_, pricing.buffers(), *p, tiles_);
         if (!c.ok()) return c.status();

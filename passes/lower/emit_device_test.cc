@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 
 #include "formats/ir.h"
 #include "formats/print.h"
@@ -171,6 +172,75 @@ TEST(EmitDeviceTest, OutOfMemoryNamesTileBuffersAndShortfall) {
   EXPECT_NE(s.message().find("shortfall"), std::string::npos);
   EXPECT_NE(s.message().find("live: \""), std::string::npos);
   EXPECT_NE(s.message().find(" op "), std::string::npos);
+}
+
+// Calls of `kernel` for op `op_name` per tile, over the whole program.
+std::map<uint32_t, int> CallsPerTile(const fb::ModuleT& m,
+                                     const std::string& op_name,
+                                     const std::string& kernel) {
+  uint32_t id = 0;
+  for (const auto& op : m.ops) {
+    if (op->name == op_name) id = op->id;
+  }
+  std::map<uint32_t, int> calls;
+  for (const auto& step : m.program->supersteps) {
+    for (const auto& c : step->compute) {
+      if (c->op == id && c->kernel == kernel) ++calls[c->tile];
+    }
+  }
+  return calls;
+}
+
+const fb::DecisionT* FindDecision(const fb::ModuleT& m, const std::string& pass,
+                                  const std::string& action) {
+  for (const auto& run : m.log) {
+    if (run->pass != pass) continue;
+    for (const auto& d : run->decisions) {
+      if (d->action == action) return d.get();
+    }
+  }
+  return nullptr;
+}
+
+TEST(EmitDeviceTest, FlatElementwiseRunsOnceOverEachTilesRange) {
+  // GELU over flat 4-element grains: a tile's range crosses rows (several
+  // row boxes), yet it is contiguous in the operand and the result, so
+  // GELU is one call per tile.
+  MlpPlan plan;
+  plan.up = GemmShape{2, 4, 1};
+  plan.down = GemmShape{4, 2, 1};
+  plan.gelu_flat = true;
+  fb::ModuleT m = PlannedMlp(plan);
+  const SimCheck c = EmitAndSimulate(&m, kExact);
+  EXPECT_EQ(c.max_abs_err, 0);
+  const std::map<uint32_t, int> gelu = CallsPerTile(m, "l0.mlp.gelu", "gelu");
+  EXPECT_EQ(gelu.size(), 16u);
+  for (const auto& [tile, calls] : gelu) EXPECT_EQ(calls, 1) << "tile " << tile;
+}
+
+TEST(EmitDeviceTest, KPiecesFollowTheLeftOperandsStoredPieces) {
+  // up: [12,32] x [32,64] on m2 x n3 x k2; its result blocked(2x6) has
+  // column parts 0,11,22,33,44,54,64 against GEMM blocks 0,22,43,64, so
+  // the part [33,44) is stored as two pieces (cut at 43), and GELU adopts
+  // them. down: m2 x n1 x k6 needs exactly GELU's parts on the same tiles:
+  // every tile holds its panel, but on tiles 3 and 9 in two pieces. Cut at
+  // the pieces, the panel is laid out like the stored pieces (6x10 and 6x1
+  // F16, back to back) and arrives with one copy instead of 12 (one per
+  // row of each piece).
+  MlpPlan plan;
+  plan.up = GemmShape{2, 3, 2};
+  plan.down = GemmShape{2, 1, 6};
+  fb::ModuleT m = PlannedMlp(plan);
+  EmitAndSimulate(&m, kDefault);
+  const fb::DecisionT* d = FindDecision(
+      m, "emit-device", "cut staged panels into K pieces at locally held columns");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->outcome, fb::Outcome::Accepted) << d->reason;
+  EXPECT_LT(d->cycles_after, d->cycles_before);
+  const std::map<uint32_t, int> copies = CallsPerTile(m, "l0.mlp.down", "copy");
+  EXPECT_EQ(copies, (std::map<uint32_t, int>{{3, 1}, {9, 1}}));
+  // The other tiles use their panel in place.
+  EXPECT_EQ(CallsPerTile(m, "l0.mlp.down", "gemm").size(), 12u);
 }
 
 TEST(EmitDeviceTest, KSplitWithoutExpandReduceIsRefused) {

@@ -23,13 +23,6 @@ std::string OpWhere(const fb::OperationT& op) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The part of `split` that holds item x.
-int64_t PartOf(const Split& s, int64_t x) {
-  const int64_t q = s.extent / s.parts, r = s.extent % s.parts;
-  const int64_t big = r * (q + 1);
-  return x < big ? x / (q + 1) : r + (x - big) / std::max<int64_t>(q, 1);
-}
-
 Box Box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   Box b;
   b.rank = 2;
@@ -129,22 +122,6 @@ ReductionChoice ChoiceFromReduction(const fb::ReductionT* r) {
 
 // ---------------------------------------------------------------- GEMM grid
 
-Box GemmGrid::ABox(int mi, int ki) const {
-  return Box2(rows.Begin(mi), rows.End(mi), depth.Begin(ki), depth.End(ki));
-}
-Box GemmGrid::BBox(int ki, int ni) const {
-  return Box2(depth.Begin(ki), depth.End(ki), cols.Begin(ni), cols.End(ni));
-}
-Box GemmGrid::CBox(int mi, int ni) const {
-  return Box2(rows.Begin(mi), rows.End(mi), cols.Begin(ni), cols.End(ni));
-}
-
-fb::OwnershipT GemmGrid::ANeeded() const {
-  fb::OwnershipT o = passes::BlockedOwnership({m, k}, n, first, stride);
-  o.axis_order = {0, 2, 1};
-  return o;
-}
-
 StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
                                 const fb::OperationT& op) {
   const std::string where = OpWhere(op);
@@ -211,21 +188,11 @@ StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
                             " but the target has " +
                             std::to_string(module.target->tiles));
   }
-  g.rows = {g.M, g.m};
-  g.depth = {g.K, g.k};
-  g.cols = {g.N, g.n};
-  g.staged = r.staging != fb::Staging::Complete;
-  if (g.staged) {
-    if (r.chunk_k < 1) {
-      return Status::BadInput(where + ": staged recipe without chunk_k");
-    }
-    const int64_t per = r.staging == fb::Staging::Batched
-                            ? std::max(1, r.batch_chunks)
-                            : 1;
-    g.phase_k = int64_t{r.chunk_k} * per;
-  } else {
-    g.phase_k = g.depth.Largest();
+  if (r.staging != fb::Staging::Complete && r.chunk_k < 1) {
+    return Status::BadInput(where + ": staged recipe without chunk_k");
   }
+  g = passes::MakeGemmGrid(g.M, g.K, g.N, g.m, g.k, g.n, g.first, g.stride,
+                           r.staging, r.chunk_k, r.batch_chunks);
   return g;
 }
 
@@ -241,30 +208,7 @@ StatusOr<std::vector<ReduceRange>> GemmRanges(const fb::ModuleT& module,
                             std::to_string(op.results[0]) +
                             " has no ownership (run plan-ownership first)");
   }
-  std::vector<ReduceRange> ranges;
-  for (int tile : TilesUsed(*c->ownership, c->shape)) {
-    for (const Box& rb : HeldBoxes(*c->ownership, c->shape, tile)) {
-      const int64_t mi0 = PartOf(g.rows, rb.begin[0]);
-      const int64_t mi1 = PartOf(g.rows, rb.end[0] - 1);
-      const int64_t ni0 = PartOf(g.cols, rb.begin[1]);
-      const int64_t ni1 = PartOf(g.cols, rb.end[1] - 1);
-      for (int64_t mi = mi0; mi <= mi1; ++mi) {
-        for (int64_t ni = ni0; ni <= ni1; ++ni) {
-          ReduceRange r;
-          r.tile = tile;
-          r.mi = static_cast<int>(mi);
-          r.ni = static_cast<int>(ni);
-          r.box = IntersectBoxes(rb, g.CBox(r.mi, r.ni));
-          if (r.box.Empty()) continue;
-          for (int ki = 0; ki < g.k; ++ki) {
-            if (g.Tile(r.mi, r.ni, ki) == tile) r.seed_ki = ki;
-          }
-          ranges.push_back(r);
-        }
-      }
-    }
-  }
-  return ranges;
+  return passes::GemmRanges(g, *c->ownership, c->shape);
 }
 
 // ---------------------------------------------------------------- Lowering
@@ -642,30 +586,21 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
     StatusOr<std::vector<ReduceRange>> r = GemmRanges(module_, op, g);
     if (!r.ok()) return r.status();
     ranges = std::move(*r);
-    bool strided_seed = false;
-    for (const ReduceRange& rr : ranges) {
-      const Segments whole = Consecutive(std::vector<Box>{g.CBox(rr.mi, rr.ni)});
-      if (rr.seed_ki >= 0 && !ContiguousOffset(rr.box, whole)) {
-        strided_seed = true;
-      }
-    }
     int consumers = 0;
     for (const auto& o : module_.ops) {
       for (uint32_t id : o->operands) consumers += id == b_id;
     }
     const bool pieceable = B->role == fb::ValueRole::Weight &&
                            !storage_.count(b_id) && consumers == 1;
-    split = choice.seed_in_place && strided_seed && pieceable;
+    split = choice.seed_in_place && passes::StridedSeeds(g, ranges) &&
+            pieceable;
     if (split) {
       // Each tile's partial is cut at the column boundaries of the ranges it
       // reduces itself, so its seed is a whole piece (contiguous); what it
       // sends stays in the other pieces (strided rows are fine to send).
-      std::map<int, std::set<int64_t>> cuts;
+      std::map<int, std::vector<Box>> seeds;
       for (const ReduceRange& rr : ranges) {
-        if (rr.seed_ki < 0) continue;
-        auto& s = cuts[rr.tile];
-        s.insert(rr.box.begin[1]);
-        s.insert(rr.box.end[1]);
+        if (rr.seed_ki >= 0) seeds[rr.tile].push_back(rr.box);
       }
       const int b_eb = ElementBytes(B->dtype);
       const int align = module_.target ? module_.target->alignment : 8;
@@ -673,17 +608,11 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
         for (int ni = 0; ni < g.n; ++ni) {
           for (int ki = 0; ki < g.k; ++ki) {
             const int t = g.Tile(mi, ni, ki);
-            std::set<int64_t> s = cuts[t];
-            s.insert(g.cols.Begin(ni));
-            s.insert(g.cols.End(ni));
-            std::vector<int64_t> c(s.begin(), s.end());
             auto& p = pieces[t];
+            p = passes::SeedColumnPieces(g, ni, seeds[t]);
             std::vector<Box> boxes;
-            for (size_t i = 0; i + 1 < c.size(); ++i) {
-              if (c[i] < g.cols.Begin(ni) || c[i + 1] > g.cols.End(ni)) continue;
-              p.push_back({c[i], c[i + 1]});
-              boxes.push_back(Box2(g.depth.Begin(ki), g.depth.End(ki), c[i],
-                                   c[i + 1]));
+            for (const auto& [c0, c1] : p) {
+              boxes.push_back(Box2(g.depth.Begin(ki), g.depth.End(ki), c0, c1));
             }
             weight_pieces_[b_id][t] = AlignedPieces(boxes, b_eb, align);
           }
@@ -718,14 +647,10 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
   }
   StatusOr<kernels::DType> a_kdtype = kernels::DTypeFromFb(A->dtype);
   if (!a_kdtype.ok()) return a_kdtype.status();
-  auto gemm_cost = [&](int64_t m, int64_t k, int64_t n) -> int64_t {
-    StatusOr<int64_t> c = kernels::GemmCycles(model_, *a_kdtype, m, k, n);
-    return c.ok() ? *c : 0;
-  };
-  auto copy_cost = [&](int64_t bytes) -> int64_t {
-    StatusOr<int64_t> c = model_.Cycles("copy", {{"B", bytes}});
-    return c.ok() ? *c : 0;
-  };
+  const int align = module_.target ? module_.target->alignment : 8;
+  // The tile decisions (in place, chunks, K pieces) and their cycles are
+  // the planner's too (passes/core/tile_plan.h).
+  passes::GemmTilePlanner planner(g, model_, *a_kdtype, a_eb, align);
 
   // ---- per tile: operand storage, staging buffers, GEMM calls
   const bool to_value = g.k == 1 && (!g.staged || C->dtype == fb::DType::F32);
@@ -744,13 +669,14 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
       for (int ki = 0; ki < g.k; ++ki) {
         const int t = g.Tile(mi, ni, ki);
         TileState& ts = state[t];
-        const int64_t bm = g.rows.Size(mi), bk = g.depth.Size(ki),
-                      bn = g.cols.Size(ni), kb0 = g.depth.Begin(ki);
+        const int64_t bm = g.rows.Size(mi), bn = g.cols.Size(ni);
         const Box a_box = g.ABox(mi, ki);
         ++notes.tiles;
         StatusOr<const Storage*> b_store = Operand(b_id, t, op.id);
         if (!b_store.ok()) return b_store.status();
         const Storage& bs = **b_store;
+        const std::vector<std::pair<int64_t, int64_t>> columns =
+            split ? pieces[t] : passes::BlockColumns(g, ni);
         // Output of the GEMM calls.
         if (to_value) {
           Storage* cs = NewValueStorage(c_id, t, op.id, BufferKind::kValue,
@@ -766,30 +692,38 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
           }
           ts.partial = *cs;
         } else {
-          std::vector<Box> boxes;
-          if (split) {
-            for (const auto& [c0, c1] : pieces[t]) {
-              boxes.push_back(Box2(g.rows.Begin(mi), g.rows.End(mi), c0, c1));
-            }
-          } else {
-            boxes.push_back(g.CBox(mi, ni));
-          }
-          ts.partial.segments = AlignedPieces(
-              boxes, 4, module_.target ? module_.target->alignment : 8);
+          ts.partial.segments = passes::PartialSegments(g, mi, columns, align);
           ts.partial.buffer =
               NewBuffer(t, Extent(ts.partial.segments), fb::DType::F32, 0, -1, op.id,
                         BufferKind::kPartial,
                         op.name + (g.k > 1 ? ".partials" : ".accumulator"),
                         /*interleaved=*/true);
         }
-        // Left operand: in place, or staged.
-        const Storage* a_local = nullptr;
-        if (options_.alias_in_place &&
-            !HeldBoxes(*A->ownership, A->shape, t).empty()) {
+        // How the tile holds A, and the parts of its panel it copies.
+        const Storage* a_here = nullptr;
+        if (!HeldBoxes(*A->ownership, A->shape, t).empty()) {
           StatusOr<const Storage*> s = Operand(a_id, t, op.id);
           if (!s.ok()) return s.status();
-          if (ContiguousOffset(a_box, (*s)->segments)) a_local = *s;
+          a_here = *s;
         }
+        std::vector<Box> local;
+        auto range = local_boxes.equal_range(t);
+        for (auto it = range.first; it != range.second; ++it) {
+          local.push_back(it->second);
+        }
+        passes::GemmTileInput in;
+        in.mi = mi;
+        in.ni = ni;
+        in.ki = ki;
+        in.a_storage = a_here ? &a_here->segments : nullptr;
+        in.local = local;
+        in.columns = columns;
+        in.alias_in_place = options_.alias_in_place;
+        // Several K pieces accumulate: only into F32 partials, never into
+        // an F16 output that each call would round again.
+        in.k_pieces = options_.k_pieces && !to_value;
+        StatusOr<passes::GemmTilePlan> plan = planner.Plan(in);
+        if (!plan.ok()) return plan.status();
         // One GEMM call per K piece of the staged operand (pieces let a
         // locally held part arrive with one copy instead of one per row) and
         // per column piece of the partial (split mode).
@@ -798,13 +732,7 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
           for (const Segment& piece : a_store.segments) {
             const int64_t kc0 = piece.box.begin[1], kc1 = piece.box.end[1];
             const int64_t w = kc1 - kc0;
-            std::vector<std::pair<int64_t, int64_t>> cols;
-            if (split) {
-              cols = pieces[t];
-            } else {
-              cols.push_back({g.cols.Begin(ni), g.cols.End(ni)});
-            }
-            for (const auto& [c0, c1] : cols) {
+            for (const auto& [c0, c1] : columns) {
               const std::optional<int64_t> b_off =
                   ContiguousOffset(Box2(kc0, kc1, c0, c1), bs.segments);
               const std::optional<int64_t> c_off = ContiguousOffset(
@@ -836,96 +764,29 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
           }
           return Status::Ok();
         };
-        if (a_local != nullptr) {
+        if (plan->aliased) {
           ts.aliased = true;
           ++notes.aliased_tiles;
-          const int64_t off = *ContiguousOffset(a_box, a_local->segments);
+          const int64_t off = *ContiguousOffset(a_box, a_here->segments);
           Storage view;
-          view.buffer = a_local->buffer;
+          view.buffer = a_here->buffer;
           view.segments = {Segment{a_box, off}};
           TILEC_RETURN_IF_ERROR(gemm_calls(&in_place, view, false));
           continue;
         }
-        // Chunks of K; each cut where a locally held box starts or ends if
-        // that makes its local copy cheaper than the extra GEMM calls cost.
-        const int tile_chunks = static_cast<int>(CeilDiv(bk, g.phase_k));
-        std::vector<std::vector<int64_t>> chunk_cuts(tile_chunks);
-        int64_t cost_rows = 0, cost_pieces = 0;
-        const Storage* a_here = nullptr;
-        if (local_boxes.count(t)) {
-          StatusOr<const Storage*> s = Operand(a_id, t, op.id);
-          if (!s.ok()) return s.status();
-          a_here = *s;
-        }
-        const int align = module_.target ? module_.target->alignment : 8;
-        // GEMM cycles of one K piece over the partial's column pieces.
-        auto piece_cost = [&](int64_t w) {
-          int64_t cycles = 0;
-          if (split) {
-            for (const auto& [c0, c1] : pieces[t]) cycles += gemm_cost(bm, w, c1 - c0);
-          } else {
-            cycles = gemm_cost(bm, w, bn);
-          }
-          return cycles;
-        };
-        auto copies_cost = [&](const Box& part, const Segments& dst) {
-          std::vector<Run> runs;
-          int64_t cycles = 0;
-          if (!MoveRuns(part, a_here->segments, dst, &runs)) return cycles;
-          for (const Run& r : runs) cycles += copy_cost(r.count * a_eb);
-          return cycles;
-        };
-        for (int c = 0; c < tile_chunks; ++c) {
-          const int64_t kc0 = kb0 + c * g.phase_k;
-          const int64_t kc1 = std::min(kb0 + bk, kc0 + g.phase_k);
-          const Box span = Box2(g.rows.Begin(mi), g.rows.End(mi), kc0, kc1);
-          std::set<int64_t> cuts = {kc0, kc1};
-          std::vector<Box> parts;
-          auto range = local_boxes.equal_range(t);
-          for (auto it = range.first; it != range.second; ++it) {
-            const Box part = IntersectBoxes(it->second, span);
-            if (part.Empty()) continue;
-            cuts.insert(part.begin[1]);
-            cuts.insert(part.end[1]);
-            parts.push_back(part);
-          }
-          chunk_cuts[c].assign(cuts.begin(), cuts.end());
-          std::vector<Box> piece_boxes;
-          for (size_t i = 0; i + 1 < chunk_cuts[c].size(); ++i) {
-            piece_boxes.push_back(Box2(g.rows.Begin(mi), g.rows.End(mi),
-                                       chunk_cuts[c][i], chunk_cuts[c][i + 1]));
-            cost_pieces +=
-                piece_cost(chunk_cuts[c][i + 1] - chunk_cuts[c][i]);
-          }
-          cost_rows += piece_cost(kc1 - kc0);
-          const Segments whole = {Segment{span, 0}};
-          const Segments cut = AlignedPieces(piece_boxes, a_eb, align);
-          for (const Box& part : parts) {
-            cost_rows += copies_cost(part, whole);
-            cost_pieces += copies_cost(part, cut);
-          }
-        }
-        // Several K pieces accumulate: only into F32 partials, never into an
-        // F16 output that each call would round again.
-        const bool k_pieces =
-            options_.k_pieces && !to_value && cost_pieces < cost_rows;
-        notes.k_pieced_tiles += k_pieces;
+        // Chunks of K, each one panel or cut into K pieces (the plan).
+        const int tile_chunks = static_cast<int>(plan->chunks.size());
+        notes.k_pieced_tiles += plan->k_pieced;
         std::vector<Segments> chunk_segments(tile_chunks);
         int64_t extent[2] = {0, 0};
         for (int c = 0; c < tile_chunks; ++c) {
-          const std::vector<int64_t>& cuts = chunk_cuts[c];
+          const std::vector<int64_t>& cuts = plan->chunks[c].cuts;
           std::vector<Box> boxes;
-          if (k_pieces) {
-            for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-              boxes.push_back(
-                  Box2(g.rows.Begin(mi), g.rows.End(mi), cuts[i], cuts[i + 1]));
-            }
-          } else {
+          for (size_t i = 0; i + 1 < cuts.size(); ++i) {
             boxes.push_back(
-                Box2(g.rows.Begin(mi), g.rows.End(mi), cuts.front(), cuts.back()));
+                Box2(g.rows.Begin(mi), g.rows.End(mi), cuts[i], cuts[i + 1]));
           }
-          chunk_segments[c] = AlignedPieces(
-              boxes, a_eb, module_.target ? module_.target->alignment : 8);
+          chunk_segments[c] = AlignedPieces(boxes, a_eb, align);
           extent[c % 2] = std::max(extent[c % 2], Extent(chunk_segments[c]));
         }
         const int nbuf = std::min(tile_chunks, 2);
@@ -1375,11 +1236,58 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
                            nullptr, false);
     }
     const Storage* ys_const = ys;
-    for (const Segment& seg : ys_const->segments) {
+    // A body whose steps need no rows (no per-column operand, no moments)
+    // runs once over a tile's whole range where the result and every
+    // full-size operand hold it contiguously in the same boxes (a flat
+    // range cut into row boxes): one call per step as [1, n].
+    bool row_free = !trailing_moments;
+    for (size_t i = 0; i < value_steps; ++i) {
+      row_free = row_free && !steps[i].bias && !steps[i].moments;
+    }
+    std::map<uint32_t, VSlice> whole;  // operand -> its whole range
+    const Segments& y_segs = ys_const->segments;
+    if (row_free && y_segs.size() > 1 &&
+        y_segs == Consecutive([&] {
+          std::vector<Box> boxes;
+          for (const Segment& sg : y_segs) boxes.push_back(sg.box);
+          return boxes;
+        }())) {
+      for (uint32_t id : op.operands) {
+        const fb::ValueT* x = value(id);
+        if (x->shape != Y->shape) continue;
+        StatusOr<const Storage*> xs = Operand(id, t, op.id);
+        if (!xs.ok()) return xs.status();
+        bool same = (*xs)->segments.size() == y_segs.size();
+        for (size_t i = 0; same && i < y_segs.size(); ++i) {
+          same = (*xs)->segments[i].box == y_segs[i].box &&
+                 (*xs)->segments[i].offset ==
+                     (*xs)->segments[0].offset + y_segs[i].offset;
+        }
+        if (!same) {
+          whole.clear();
+          break;
+        }
+        const int eb = ElementBytes(x->dtype);
+        whole[id] = {(*xs)->buffer, (*xs)->segments[0].offset * eb,
+                     TotalElements(y_segs) * eb};
+      }
+    }
+    std::vector<Segment> units;
+    if (!whole.empty()) {
+      Box flat;  // the whole range as [1, n]
+      flat.rank = 2;
+      flat.end = {1, TotalElements(y_segs), 0, 0};
+      units.push_back({flat, 0});
+      ++notes_[op.id].whole_range_tiles;
+    } else {
+      units = y_segs;
+    }
+    for (const Segment& seg : units) {
       const Box& box = seg.box;
       const int64_t rows = BoxRows(box), w = BoxWidth(box), n = box.Elements();
       auto locate = [&](uint32_t id, const Box& b,
                         std::string_view role) -> StatusOr<VSlice> {
+        if (!whole.empty()) return whole.at(id);
         return Contiguous(id, t, b, op, role, phase);
       };
       // Where this box's row moments go: the moments value's rows, or a

@@ -38,6 +38,7 @@
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "kernels/cost.h"
+#include "passes/core/tile_plan.h"
 #include "passes/lower/layout.h"
 #include "passes/lower/program.h"
 #include "passes/lower/transfers.h"
@@ -70,51 +71,16 @@ struct ReductionChoice {
 
 ReductionChoice ChoiceFromReduction(const fb::ReductionT* reduction);
 
-// A balanced split of `extent` into `parts` contiguous blocks.
-struct Split {
-  int64_t extent = 0;
-  int64_t parts = 1;
-  int64_t Begin(int64_t i) const {
-    const int64_t q = extent / parts, r = extent % parts;
-    return i * q + std::min<int64_t>(i, r);
-  }
-  int64_t End(int64_t i) const { return Begin(i + 1); }
-  int64_t Size(int64_t i) const { return End(i) - Begin(i); }
-  int64_t Largest() const { return extent / parts + (extent % parts ? 1 : 0); }
-};
-
-// The tile grid of a GEMM recipe.
-struct GemmGrid {
-  int64_t M = 0, K = 0, N = 0;
-  int m = 1, k = 1, n = 1;
-  int first = 0, stride = 1;
-  Split rows, depth, cols;
-  int Tile(int mi, int ni, int ki) const {
-    return first + ((mi * n + ni) * k + ki) * stride;
-  }
-  Box ABox(int mi, int ki) const;
-  Box BBox(int ki, int ni) const;
-  Box CBox(int mi, int ni) const;
-  // The ownership the left operand needs: blocked(m x k, rep=n,
-  // order=0,2,1) on the grid's tiles.
-  fb::OwnershipT ANeeded() const;
-  // Columns of K per staged exchange phase (the whole block for Complete).
-  int64_t phase_k = 0;
-  bool staged = false;  // Streamed or Batched
-};
+// The grid, its blocks and the output ranges of a K split are shared with
+// the planner (passes/core/tile_plan.h).
+using passes::GemmGrid;
+using passes::ReduceRange;
+using passes::Split;
 
 // Reads the grid from op.recipe; a one-line error naming the op if the
 // recipe or the operand shapes do not fit docs/planning.md.
 StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
                                 const fb::OperationT& op);
-
-// One output range of a K-split reduction.
-struct ReduceRange {
-  int tile = 0;  // the result tile that reduces it
-  Box box;       // inside the result tile's box and inside block (mi, ni)
-  int mi = 0, ni = 0;
-  int seed_ki = -1;  // ki of the partial already on `tile`, -1 if none
-};
 
 // Every output range of a GEMM with k > 1 (result tiles ascending, boxes in
 // row-major order). Errors if the result ownership is missing.
@@ -160,6 +126,7 @@ struct OpNotes {
   int gathers = 0;  // operands gathered into a contiguous temporary
   int k_pieced_tiles = 0;  // staged panels cut where local boxes lie
   int moment_partials = 0;  // row statistics combined from column slices
+  int whole_range_tiles = 0;  // elementwise calls over a flat tile's range
 };
 
 class Lowering {
