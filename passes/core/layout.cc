@@ -229,6 +229,25 @@ Segments StoredSegments(std::span<const Box> held, const Split* columns,
   return Consecutive(held);
 }
 
+bool SameContiguousRange(const Segments& result,
+                         std::span<const Segments> operands) {
+  int64_t next = result.empty() ? 0 : result[0].offset;
+  for (const Segment& s : result) {
+    if (s.offset != next) return false;
+    next += s.box.Elements();
+  }
+  for (const Segments& x : operands) {
+    if (x.size() != result.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i].box != result[i].box ||
+          x[i].offset - x[0].offset != result[i].offset - result[0].offset) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 bool LocateRuns(const Box& box, const Segments& segments,
                 std::vector<Run>* runs) {
   // Row by row in the box's row-major order, so that a single merged run

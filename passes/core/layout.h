@@ -120,6 +120,14 @@ std::vector<Box> CutColumns(std::span<const Box> boxes, const Split& columns);
 Segments StoredSegments(std::span<const Box> held, const Split* columns,
                         int element_bytes, int alignment);
 
+// True when `result` holds its boxes back to back (one contiguous range of
+// elements) and every operand holds the same boxes at the same offsets
+// relative to its first: a computation that treats every element alike
+// (no rows: no per-column operand, no row statistics) can then run once
+// over the whole range. Elementwise lowering and its price both use it.
+bool SameContiguousRange(const Segments& result,
+                         std::span<const Segments> operands);
+
 // The runs (src = dst = the element offset in `segments`) that cover `box`:
 // where a kernel finds it. False when not every element is held.
 bool LocateRuns(const Box& box, const Segments& segments,

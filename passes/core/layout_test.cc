@@ -129,6 +129,26 @@ TEST(LayoutTest, StoredSegmentsCutOnlyBoxesThatSpanSeveralParts) {
   EXPECT_EQ(CutColumns(spanning, Split{96, 1}), spanning);
 }
 
+TEST(LayoutTest, SameContiguousRangeNeedsBackToBackBoxesEverywhere) {
+  // A flat range cut into row boxes, consecutive: one range.
+  const std::vector<Box> rows = {B2(0, 1, 3, 8), B2(1, 3, 0, 8), B2(3, 4, 0, 2)};
+  const Segments flat = Consecutive(rows);
+  EXPECT_TRUE(SameContiguousRange(flat, {}));
+  EXPECT_TRUE(SameContiguousRange(flat, std::vector<Segments>{flat}));
+  // Column pieces that happen to lie back to back (10 + 1 F16 columns of 6
+  // rows: 120 B, then 12 B at 120, already aligned) are one range too.
+  const std::vector<Box> pieces = {B2(0, 6, 33, 43), B2(0, 6, 43, 44)};
+  const Segments f16 = AlignedPieces(pieces, 2, 8);
+  EXPECT_TRUE(SameContiguousRange(f16, std::vector<Segments>{f16}));
+  // The same pieces in FP8 leave a gap (60 B, next at 64).
+  const Segments fp8 = AlignedPieces(pieces, 1, 8);
+  EXPECT_FALSE(SameContiguousRange(fp8, {}));
+  EXPECT_FALSE(SameContiguousRange(f16, std::vector<Segments>{fp8}));
+  // Other boxes in an operand.
+  EXPECT_FALSE(SameContiguousRange(flat, std::vector<Segments>{Consecutive(
+                                             std::vector<Box>{B2(0, 4, 0, 8)})}));
+}
+
 // Random arrangements: a region of a rank-1..3 value cut into boxes, laid
 // out consecutively or as aligned pieces, in random order.
 Segments RandomArrangement(std::mt19937& rng, const Box& region) {

@@ -1246,30 +1246,22 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
     }
     std::map<uint32_t, VSlice> whole;  // operand -> its whole range
     const Segments& y_segs = ys_const->segments;
-    if (row_free && y_segs.size() > 1 &&
-        y_segs == Consecutive([&] {
-          std::vector<Box> boxes;
-          for (const Segment& sg : y_segs) boxes.push_back(sg.box);
-          return boxes;
-        }())) {
+    if (row_free && y_segs.size() > 1) {
+      std::vector<uint32_t> ids;
+      std::vector<Segments> operands;
       for (uint32_t id : op.operands) {
-        const fb::ValueT* x = value(id);
-        if (x->shape != Y->shape) continue;
+        if (value(id)->shape != Y->shape) continue;
         StatusOr<const Storage*> xs = Operand(id, t, op.id);
         if (!xs.ok()) return xs.status();
-        bool same = (*xs)->segments.size() == y_segs.size();
-        for (size_t i = 0; same && i < y_segs.size(); ++i) {
-          same = (*xs)->segments[i].box == y_segs[i].box &&
-                 (*xs)->segments[i].offset ==
-                     (*xs)->segments[0].offset + y_segs[i].offset;
+        ids.push_back(id);
+        operands.push_back((*xs)->segments);
+      }
+      if (passes::SameContiguousRange(y_segs, operands)) {
+        for (size_t i = 0; i < ids.size(); ++i) {
+          const int eb = ElementBytes(value(ids[i])->dtype);
+          whole[ids[i]] = {Find(ids[i], t)->buffer, operands[i][0].offset * eb,
+                           TotalElements(y_segs) * eb};
         }
-        if (!same) {
-          whole.clear();
-          break;
-        }
-        const int eb = ElementBytes(x->dtype);
-        whole[id] = {(*xs)->buffer, (*xs)->segments[0].offset * eb,
-                     TotalElements(y_segs) * eb};
       }
     }
     std::vector<Segment> units;

@@ -6,12 +6,15 @@
 
 #include "formats/print.h"
 #include "kernels/kernels.h"
+#include "passes/core/tile_plan.h"
 
 namespace tilec::plan {
 namespace {
 
 using passes::BlockedOwnership;
+using passes::Box;
 using passes::FormatOwnership;
+using passes::Segments;
 using passes::TransferCost;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -24,6 +27,12 @@ fb::OwnershipT WithOrder(fb::OwnershipT o, std::vector<int32_t> order) {
 }
 
 }  // namespace
+
+std::string CutsText(const Cuts& cuts) {
+  if (!cuts) return "";
+  return " cut(" + std::to_string(cuts->extent) + "/" +
+         std::to_string(cuts->parts) + ")";
+}
 
 std::string ShapeKey(std::span<const int64_t> shape) {
   std::string s = "[";
@@ -271,7 +280,8 @@ TileBytes Coster::UniformScratch(int first_tile, int64_t count,
 
 StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
                                  const Recipe& recipe,
-                                 const fb::OwnershipT* source) const {
+                                 const fb::OwnershipT* source,
+                                 std::span<const Cuts> cuts) const {
   const OpNode& node = graph.op(op);
   const bool needs_source =
       node.op_class == OpClass::kGemm || node.op_class == OpClass::kCopy;
@@ -282,6 +292,11 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
     }
     key += " <- " + OwnKey(*source);
   }
+  std::vector<Cuts> slot_cuts(node.operands.size());
+  for (size_t i = 0; i < cuts.size() && i < slot_cuts.size(); ++i) {
+    slot_cuts[i] = cuts[i];
+    if (cuts[i]) key += " [" + std::to_string(i) + "]" + CutsText(cuts[i]);
+  }
   auto it = cache_->prices.find(key);
   if (it != cache_->prices.end()) return it->second;
   const std::string invalid = CheckRecipe(graph, op, recipe);
@@ -291,16 +306,16 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
   StatusOr<OpCost> cost = Status::Internal("unpriced");
   switch (node.op_class) {
     case OpClass::kGemm:
-      cost = PriceGemm(graph, op, recipe, *source);
+      cost = PriceGemm(graph, op, recipe, *source, slot_cuts[0]);
       break;
     case OpClass::kElementwise:
-      cost = PriceElementwise(graph, op, recipe);
+      cost = PriceElementwise(graph, op, recipe, slot_cuts);
       break;
     case OpClass::kRowWise:
       cost = PriceRowWise(graph, op, recipe);
       break;
     case OpClass::kCopy:
-      cost = PriceCopy(graph, op, recipe, *source);
+      cost = PriceCopy(graph, op, recipe, *source, slot_cuts[0]);
       break;
   }
   if (!cost.ok()) {
@@ -315,7 +330,8 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
 }
 
 StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
-                                   const fb::OwnershipT& source) const {
+                                   const fb::OwnershipT& source,
+                                   const Cuts& source_cuts) const {
   const OpNode& node = graph.op(op);
   const ValueNode& a = graph.value(node.operands[0]);
   const ValueNode& b = graph.value(node.operands[1]);
@@ -327,116 +343,390 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
   if (!kdtype.ok()) return kdtype.status();
   StatusOr<kernels::DType> kout = kernels::DTypeFromFb(out.dtype);
   if (!kout.ok()) return kout.status();
-
-  // The slowest tile has the largest block: balanced splits put the larger
-  // parts first, and every formula grows with M, K and N.
-  const int64_t bm = CeilDiv(M, r.m), bk = CeilDiv(K, r.k),
-                bn = CeilDiv(N, r.n);
-  // K per GEMM call: one call (Complete), one per chunk (Streamed), one per
-  // batch of chunks (Batched).
-  int64_t per_call = bk;
-  if (r.staging == fb::Staging::Streamed)
-    per_call = std::min<int64_t>(bk, r.chunk_k);
-  if (r.staging == fb::Staging::Batched) {
-    per_call = std::min<int64_t>(bk, int64_t{r.chunk_k} * r.batch_chunks);
-  }
-  const int64_t calls = CeilDiv(bk, per_call);
+  const int T = tiles();
+  const int align = std::max(1, target().alignment);
+  const passes::GemmGrid g =
+      passes::MakeGemmGrid(M, K, N, r.m, r.k, r.n, r.first_tile, 1, r.staging,
+                           r.chunk_k, r.batch_chunks);
+  // The calls write the output directly (no K pieces then: an F16 output
+  // must be rounded once) unless staged calls accumulate in F32.
+  const bool to_value = r.k == 1 && (!g.staged || out.dtype == fb::DType::F32);
   OpCost cost;
-  int64_t gemm_cycles = 0;
-  for (int64_t c = 0; c < calls; ++c) {
-    const int64_t kc = std::min(per_call, bk - c * per_call);
-    StatusOr<int64_t> cycles =
-        kernels::GemmCycles(model(), *kdtype, bm, kc, bn);
-    if (!cycles.ok()) return cycles.status();
-    gemm_cycles += *cycles;
-  }
-  cost.compute += gemm_cycles;
-  cost.detail = "gemm " + std::to_string(calls) + "x(" + std::to_string(bm) +
-                "x" + std::to_string(per_call) + "x" + std::to_string(bn) +
-                ")=" + std::to_string(gemm_cycles);
-  // An F32 accumulator when partial sums exist or several calls add up.
-  const bool f32_partials = r.k > 1 || calls > 1;
-  const int64_t partial_bytes = f32_partials ? bm * bn * 4 : 0;
-  if (r.k == 1 && calls > 1) {
-    StatusOr<int64_t> cast = kernels::CastCycles(model(), bm, bn);
-    if (!cast.ok()) return cast.status();
-    cost.compute += *cast;
-    cost.detail += " +cast " + std::to_string(*cast);
-  }
 
-  // Left operand: cast at its owners when priced in another dtype, then
-  // delivered onto the grid per the staging.
+  // Left operand: cast at its owners when priced in another dtype.
   TileBytes fp8_copy;
+  int64_t operand_cast = 0;
   if (dtype != a.dtype) {
     const int64_t held = passes::MaxBytesPerTile(source, a.shape, 1);
     StatusOr<int64_t> cast = kernels::CastCycles(model(), 1, held);
     if (!cast.ok()) return cast.status();
-    cost.compute += *cast;
-    cost.detail += " +operand cast " + std::to_string(*cast);
+    operand_cast = *cast;
     fp8_copy = BytesPerTile(a.shape, ab, source);
   }
+
+  // The parts of its panel each tile copies locally (tiles ascending, so
+  // tile t's are local_boxes[local_at[t] .. local_at[t + 1])), and how the
+  // tiles with such parts store A.
   const fb::OwnershipT staged = StagedOwnership(r);
-  int64_t stage_phases = 0;
-  int64_t receive_bytes = 0;
-  if (!SamePlacement(a.shape, source, staged)) {
-    const TransferCost t = Transfer(a.shape, ab, source, staged);
-    // Complete: one phase. Streamed and Batched: one phase per call, each
-    // carrying its share of every tile's bytes and, at most, all of its
-    // fragments.
-    const int64_t phases_wanted =
-        r.staging == fb::Staging::Complete ? 1 : calls;
-    stage_phases = t.transfers > 0 ? phases_wanted : 0;
-    if (stage_phases == 1) {
-      cost.exchange += t.phase_cycles;
-    } else if (stage_phases > 1) {
-      const int64_t per_phase =
-          target().sync_cycles +
-          model().TileExchangeCycles(
-              CeilDiv(t.max_bytes_sent, stage_phases),
-              CeilDiv(t.max_bytes_received, stage_phases), t.max_fragments);
-      cost.exchange += stage_phases * per_phase;
-    }
-    if (t.local_copy_bytes > 0) {
-      // Elements already on their tile are copied into the staging buffer,
-      // one call per phase.
-      cost.compute += t.local_copy_cycles +
-                      (phases_wanted - 1) * int64_t{target().copy_call_cycles};
-    }
-    cost.phases += static_cast<int>(stage_phases);
-    cost.exchange_bytes += t.bytes_received;
-    cost.detail += " +staging " + std::to_string(stage_phases) + " phases " +
-                   std::to_string(cost.exchange);
-    receive_bytes = r.staging == fb::Staging::Complete
-                        ? bm * bk * ab
-                        : std::min(bm * bk, 2 * bm * per_call) * ab;
+  std::vector<Box> local_boxes;
+  std::vector<int> local_at(T + 1, 0);
+  passes::ForEachLocalCopy(source, staged, a.shape,
+                           [&](int t, const Box& box) {
+    if (t >= T) return;
+    local_boxes.push_back(box);
+    ++local_at[t + 1];
+  });
+  for (int t = 0; t < T; ++t) local_at[t + 1] += local_at[t];
+  auto local_of = [&](int t) {
+    return std::span<const Box>(local_boxes.data() + local_at[t],
+                                local_at[t + 1] - local_at[t]);
+  };
+  std::vector<Segments> a_storage(T);
+  if (!local_boxes.empty()) {
+    passes::ForEachHeldBoxes(source, a.shape,
+                             [&](int t, std::span<const Box> boxes) {
+      if (t >= T || local_at[t] == local_at[t + 1]) return;
+      a_storage[t] = passes::StoredSegments(
+          boxes, source_cuts ? &*source_cuts : nullptr, ab, align);
+    });
   }
 
-  // K-split partials: tile (mi, ni, ki) holds partial ki of block (mi, ni);
-  // the result blocked(m x (n*k)) gives each tile 1/k of the block's
-  // columns. As a transfer of the partials tensor [k, M, N] (F32): from
-  // blocked(k x m x n, order=1,2,0,3) to blocked(1 x m x (n*k)).
+  // Output ranges of a K split (result tiles ascending), and the seeds each
+  // grid tile holds: seed_boxes[seed_at[t] .. seed_at[t + 1]).
+  std::vector<passes::ReduceRange> ranges;
+  std::vector<Box> seed_boxes;
+  std::vector<int> seed_at(T + 1, 0);
+  if (r.k > 1) {
+    ranges = passes::GemmRanges(g, ResultOwnership(graph, op, r), out.shape);
+    for (const passes::ReduceRange& rr : ranges) {
+      if (rr.seed_ki < 0 || rr.tile >= T) continue;
+      seed_boxes.push_back(rr.box);
+      ++seed_at[rr.tile + 1];
+    }
+  }
+  for (int t = 0; t < T; ++t) seed_at[t + 1] += seed_at[t];
+  auto seeds_of = [&](int t) {
+    return std::span<const Box>(seed_boxes.data() + seed_at[t],
+                                seed_at[t + 1] - seed_at[t]);
+  };
+  // Split partials (seeds read in place by cutting the GEMM calls at them)
+  // need a weight the host can place as column pieces: used once.
+  const bool pieceable = b.role == fb::ValueRole::Weight && b.uses.size() == 1;
+  const bool can_split =
+      r.k > 1 && pieceable && passes::StridedSeeds(g, ranges);
+
+  // Exchange: staging (one phase, or one per chunk) and the partials.
+  const int chunks = g.Chunks(0);  // part 0 has the largest depth
+  const TransferCost stage = Transfer(a.shape, ab, source, staged);
+  const bool staging_exchange = stage.transfers > 0;
+  if (staging_exchange) {
+    if (chunks == 1) {
+      cost.exchange += stage.phase_cycles;
+    } else {
+      // Each chunk's phase carries its share of every tile's bytes and, at
+      // most, all of its fragments.
+      const int64_t per_phase =
+          target().sync_cycles +
+          model().TileExchangeCycles(CeilDiv(stage.max_bytes_sent, chunks),
+                                     CeilDiv(stage.max_bytes_received, chunks),
+                                     stage.max_fragments);
+      cost.exchange += chunks * per_phase;
+    }
+    cost.phases += chunks;
+    cost.exchange_bytes += stage.bytes_received;
+  }
+  // The partials' exchange phase: every range's k - 1 remote partials (F32)
+  // from their tiles, each sent as one piece per run: one run if the range
+  // is contiguous in the sender's partial (a whole column piece, or one
+  // row), else one per row. Fragments per piece, as the lowering emits them
+  // (a strided transfer's pieces are costed as transfers of their own).
+  struct PartialsPhase {
+    int64_t cycles = 0;
+    int64_t bytes = 0;  // received, over all tiles
+  };
+  auto partials_phase = [&](bool split) {
+    PartialsPhase p;
+    if (r.k <= 1) return p;
+    std::vector<int64_t> sent(T, 0), received(T, 0), fragments(T, 0);
+    for (const passes::ReduceRange& rr : ranges) {
+      const Box& box = rr.box;
+      const int64_t bytes = box.Elements() * 4, rows = passes::BoxRows(box);
+      for (int ki = 0; ki < r.k; ++ki) {
+        if (ki == rr.seed_ki) continue;
+        const int S = g.Tile(rr.mi, rr.ni, ki);
+        if (S >= T || rr.tile >= T) continue;
+        // The column piece of the sender's partial that holds the range.
+        int64_t lo = g.cols.Begin(rr.ni), hi = g.cols.End(rr.ni);
+        if (split) {
+          for (const Box& seed : seeds_of(S)) {
+            for (int64_t cut : {seed.begin[1], seed.end[1]}) {
+              if (cut <= box.begin[1]) lo = std::max(lo, cut);
+              if (cut >= box.end[1]) hi = std::min(hi, cut);
+            }
+          }
+        }
+        const int64_t runs =
+            rows == 1 || (box.begin[1] == lo && box.end[1] == hi) ? 1 : rows;
+        sent[S] += bytes;
+        received[rr.tile] += bytes;
+        fragments[S] += runs;
+        fragments[rr.tile] += runs;
+        p.bytes += bytes;
+      }
+    }
+    int64_t slowest = -1;
+    for (int t = 0; t < T; ++t) {
+      if (fragments[t] == 0) continue;
+      slowest = std::max(slowest, model().TileExchangeCycles(
+                                      sent[t], received[t], fragments[t]));
+    }
+    if (slowest >= 0) p.cycles = target().sync_cycles + slowest;
+    return p;
+  };
+  const PartialsPhase partials = partials_phase(false);
+
+  // Compute, as the lowering emits it (docs/lowering.md): phases C0 (local
+  // copies of chunk 0), then per chunk c the calls of chunk c with the
+  // copies of chunk c+1, the last with the seed copies or the accumulator's
+  // conversion; then the reduction's calls. A phase costs its slowest
+  // tile; compute phases without an exchange between them merge.
+  passes::GemmTilePlanner planner(g, model(), *kdtype, ab, align);
+  passes::CopyPricer copier(model());
+  // Phase groups: compute phases with no exchange between them merge.
+  const int nphases = chunks + 2;
+  std::vector<int> group(nphases, 0);
+  for (int c = 1; c < nphases; ++c) {
+    const bool exchange_before =
+        c <= chunks ? staging_exchange : partials.bytes > 0;
+    group[c] = group[c - 1] + (exchange_before ? 1 : 0);
+  }
+  const int ngroups = group.back() + 1;
+  // Every tile's reduction calls (one per range it reduces, all partials in
+  // one epoch) and the conversion of a staged k = 1 accumulator (the
+  // cheaper of a cast and a one-partial reduction): the same in every
+  // variant.
+  std::vector<int64_t> reduce(T, 0), convert(T, 0);
+  for (const passes::ReduceRange& rr : ranges) {
+    if (rr.tile >= T) continue;
+    StatusOr<int64_t> c =
+        kernels::ReducePartialsCycles(model(), rr.box.Elements(), r.k);
+    if (!c.ok()) return c.status();
+    reduce[rr.tile] += *c;
+  }
+  // Variants: seeds read in place by split partials or not, K pieces or
+  // not (index split * 2 + k_pieces).
+  struct Variant {
+    std::vector<int64_t> group_max;
+    int64_t gemm = 0;    // the slowest tile's GEMM calls
+    int64_t copies = 0;  // the slowest tile's staging copies
+    int64_t k_pieced = 0;
+    int64_t seed_copies = 0;
+    int64_t compute = 0;
+  };
+  std::vector<Variant> variants(4);
+  for (Variant& v : variants) v.group_max.assign(ngroups, 0);
+  const bool try_pieces = !to_value;
+  bool all_aliased = true;
+  std::vector<int64_t> sums(ngroups);
+  passes::GemmTilePlan tile_plan;
+  passes::GemmTileGeometry geometry;
+  // What one tile adds to a variant's phases.
+  auto add = [&](Variant& v, int t, bool aliased, bool k_pieced,
+                 std::span<const int64_t> chunk_gemm,
+                 std::span<const int64_t> chunk_copies, int64_t seed_copies) {
+    std::fill(sums.begin(), sums.end(), 0);
+    int64_t gemm = 0;
+    if (aliased) {
+      sums[group[1]] += chunk_gemm[0];
+      gemm = chunk_gemm[0];
+    } else {
+      const size_t n = chunk_gemm.size();
+      sums[group[0]] += chunk_copies[0];
+      v.copies = std::max(v.copies, chunk_copies[0]);
+      for (size_t i = 0; i < n; ++i) {
+        sums[group[i + 1]] +=
+            chunk_gemm[i] + (i + 1 < n ? chunk_copies[i + 1] : 0);
+        gemm += chunk_gemm[i];
+      }
+    }
+    sums[group[chunks]] += seed_copies + convert[t];
+    sums[group[chunks + 1]] += reduce[t];
+    for (int k = 0; k < ngroups; ++k) {
+      v.group_max[k] = std::max(v.group_max[k], sums[k]);
+    }
+    v.gemm = std::max(v.gemm, gemm);
+    v.k_pieced += k_pieced;
+    v.seed_copies = std::max(v.seed_copies, seed_copies);
+  };
+  // Tiles without a local part of A: their calls depend only on the block
+  // sizes and the column pieces' widths (a few distinct keys per op).
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>
+      plain_calls;
+  std::vector<int64_t> chunk_gemm, chunk_copies, key;
+  Segments partial, seed_dst(1);
+  for (int mi = 0; mi < g.m; ++mi) {
+    for (int ni = 0; ni < g.n; ++ni) {
+      for (int ki = 0; ki < g.k; ++ki) {
+        const int t = g.Tile(mi, ni, ki);
+        if (t >= T) continue;
+        passes::GemmTileInput in;
+        in.mi = mi;
+        in.ni = ni;
+        in.ki = ki;
+        in.local = local_of(t);
+        in.a_storage = in.local.empty() ? nullptr : &a_storage[t];
+        // A tile that could use A in place holds its panel: it has a local
+        // part too.
+        const bool plain = in.local.empty();
+        if (!plain) TILEC_RETURN_IF_ERROR(planner.Geometry(in, &geometry));
+        const passes::GemmTileGeometry* geo = &geometry;
+        if (r.k == 1 && !to_value) {
+          const int64_t bm = g.rows.Size(mi), bn = g.cols.Size(ni);
+          StatusOr<int64_t> cast = kernels::CastCycles(model(), bm, bn);
+          StatusOr<int64_t> one =
+              kernels::ReducePartialsCycles(model(), bm * bn, 1);
+          if (!cast.ok()) return cast.status();
+          if (!one.ok()) return one.status();
+          convert[t] = std::min(*cast, *one);
+        }
+        for (int split = 0; split <= (can_split ? 1 : 0); ++split) {
+          const std::vector<std::pair<int64_t, int64_t>> columns =
+              split ? passes::SeedColumnPieces(g, ni, seeds_of(t))
+                    : passes::BlockColumns(g, ni);
+          in.columns = columns;
+          // Seeds not contiguous in the partial are copied out of it.
+          int64_t seed_copies = 0;
+          if (seed_at[t] < seed_at[t + 1]) {
+            partial = passes::PartialSegments(g, mi, columns, align);
+            for (const Box& box : seeds_of(t)) {
+              if (passes::ContiguousOffset(box, partial)) continue;
+              seed_dst[0] = passes::Segment{box, 0};
+              StatusOr<int64_t> c = copier.Cycles(box, partial, seed_dst, 4);
+              if (!c.ok()) return c.status();
+              seed_copies += *c;
+            }
+          }
+          const int kp_max = !to_value ? 1 : 0;
+          if (plain) {
+            const int64_t bm = g.rows.Size(mi), bk = g.depth.Size(ki);
+            key.assign({bm, bk});
+            for (const auto& [c0, c1] : columns) key.push_back(c1 - c0);
+            auto it = std::find_if(
+                plain_calls.begin(), plain_calls.end(),
+                [&](const auto& entry) { return entry.first == key; });
+            if (it == plain_calls.end()) {
+              std::vector<int64_t> calls;
+              for (int c = 0; c < g.Chunks(ki); ++c) {
+                const int64_t width = std::min(bk - c * g.phase_k, g.phase_k);
+                StatusOr<int64_t> p = planner.PieceCycles(bm, width, columns);
+                if (!p.ok()) return p.status();
+                calls.push_back(*p);
+              }
+              plain_calls.emplace_back(key, std::move(calls));
+              it = plain_calls.end() - 1;
+            }
+            chunk_copies.assign(it->second.size(), 0);
+            for (int kp = 0; kp <= kp_max; ++kp) {
+              add(variants[split * 2 + kp], t, false, false, it->second,
+                  chunk_copies, seed_copies);
+            }
+            continue;
+          }
+          // One plan with K pieces allowed also gives the chunks' figures
+          // as whole panels (K pieces off).
+          passes::GemmTilePlan* plan = &tile_plan;
+          in.k_pieces = kp_max == 1;
+          TILEC_RETURN_IF_ERROR(planner.Plan(*geo, in, plan));
+          for (int kp = 0; kp <= kp_max; ++kp) {
+            const bool pieced = kp == 1 && plan->k_pieced;
+            chunk_gemm.clear();
+            chunk_copies.clear();
+            for (const passes::GemmChunkPlan& c : plan->chunks) {
+              chunk_gemm.push_back(pieced ? c.gemm_cycles
+                                          : c.whole_gemm_cycles);
+              chunk_copies.push_back(pieced ? c.copy_cycles
+                                            : c.whole_copy_cycles);
+            }
+            add(variants[split * 2 + kp], t, plan->aliased, pieced,
+                chunk_gemm, chunk_copies, seed_copies);
+          }
+          all_aliased = all_aliased && plan->aliased;
+        }
+        if (plain) all_aliased = false;
+      }
+    }
+  }
+  for (Variant& v : variants) {
+    for (int64_t m : v.group_max) v.compute += m;
+  }
+  // expand-reduce reads strided seeds in place by splitting the partials
+  // where that is cheaper than copying them; emit-device then cuts staged
+  // panels into K pieces where the op gains.
+  PartialsPhase split_partials;
+  if (can_split) split_partials = partials_phase(true);
+  const bool split =
+      can_split && variants[2].compute + split_partials.cycles <
+                       variants[0].compute + partials.cycles;
+  const Variant* best = &variants[split ? 2 : 0];
+  const PartialsPhase& reduction = split ? split_partials : partials;
+  if (reduction.bytes > 0) {
+    cost.exchange += reduction.cycles;
+    cost.phases += 1;
+    cost.exchange_bytes += reduction.bytes;
+  }
+  bool k_pieced = false;
+  if (try_pieces) {
+    const Variant& kp = variants[split ? 3 : 1];
+    if (kp.k_pieced > 0 && kp.compute < best->compute) {
+      k_pieced = true;
+      best = &kp;
+    }
+  }
+  cost.compute = best->compute + operand_cast;
+  cost.detail = "gemm " + std::to_string(best->gemm) + " (" +
+                std::to_string(g.rows.Largest()) + "x" +
+                std::to_string(g.depth.Largest()) + "x" +
+                std::to_string(g.cols.Largest()) + " blocks";
+  if (split) cost.detail += ", split partials";
+  if (k_pieced) {
+    cost.detail += ", K pieces on " + std::to_string(best->k_pieced) + " tiles";
+  }
+  cost.detail += ")";
+  if (best->copies > 0) {
+    cost.detail += " +local copies " + std::to_string(best->copies);
+  }
+  if (operand_cast > 0) {
+    cost.detail += " +operand cast " + std::to_string(operand_cast);
+  }
+  if (cost.phases > 0) {
+    cost.detail += " +exchange " + std::to_string(cost.phases) + " phases " +
+                   std::to_string(cost.exchange);
+  }
+  if (r.k > 1) {
+    cost.detail += " +reduce " + std::to_string(r.k) + " partials over " +
+                   std::to_string(ranges.size()) + " ranges";
+    if (best->seed_copies > 0) cost.detail += ", seeds copied";
+  }
+
+  // Scratch per grid tile at the largest block: the staging buffer (the
+  // panel, or two chunk buffers) and the F32 accumulator while the calls
+  // run; the accumulator and the reduction's buffers (k-1 remote partials,
+  // and a copy of the seed unless it is read in place) after.
+  const int64_t bm = g.rows.Largest(), bk = g.depth.Largest(),
+                bn = g.cols.Largest();
+  const bool f32_partials = r.k > 1 || !to_value;
+  const int64_t partial_bytes = f32_partials ? bm * bn * 4 : 0;
+  int64_t receive_bytes = 0;
+  if (!all_aliased) {
+    receive_bytes = r.staging == fb::Staging::Complete
+                        ? bm * bk * ab
+                        : std::min(bm * bk, 2 * bm * g.phase_k) * ab;
+  }
   int64_t reduce_buffers = 0;
   if (r.k > 1) {
-    const std::vector<int64_t> pshape = {r.k, M, N};
-    fb::OwnershipT from = WithOrder(
-        BlockedOwnership({r.k, r.m, r.n}, 1, r.first_tile), {1, 2, 0, 3});
-    fb::OwnershipT to = BlockedOwnership({1, r.m, r.n * r.k}, 1, r.first_tile);
-    const TransferCost t = Transfer(pshape, 4, from, to);
     const int64_t box = bm * CeilDiv(N, int64_t{r.n} * r.k);
-    StatusOr<int64_t> reduce = kernels::ReducePartialsCycles(model(), box, r.k);
-    if (!reduce.ok()) return reduce.status();
-    cost.exchange += t.phase_cycles;
-    cost.phases += t.transfers > 0 ? 1 : 0;
-    cost.exchange_bytes += t.bytes_received;
-    cost.compute += t.local_copy_cycles + *reduce;
-    cost.detail += " +reduce " + std::to_string(r.k) + " partials: phase " +
-                   std::to_string(t.phase_cycles) + ", seed copy " +
-                   std::to_string(t.local_copy_cycles) + ", kernel " +
-                   std::to_string(*reduce);
-    reduce_buffers = r.k * box * 4;  // k-1 remote partials + the seed copy
+    reduce_buffers = (r.k - 1 + (best->seed_copies > 0 ? 1 : 0)) * box * 4;
   }
-  // The staging buffer is free once the last call ran; the partials live on
-  // through the reduction.
   const int64_t peak_scratch =
       std::max(receive_bytes + partial_bytes, partial_bytes + reduce_buffers);
   const int64_t grid = int64_t{r.m} * r.n * r.k;
@@ -468,7 +758,9 @@ StatusOr<int64_t> Coster::StepCycles(const ElementwiseStep& step, int64_t rows,
   if (step.kernel == "gelu") return kernels::GeluCycles(model(), rows, w);
   if (step.kernel == "cast") return kernels::CastCycles(model(), rows, w);
   if (step.kernel == "bias_gelu") {
-    return kernels::BiasGeluCycles(model(), kernels::DType::kF16, rows, w);
+    // The kernel's formula follows its output: an FP8 result is the
+    // bias_gelu_fp8 formula, as the simulator charges it.
+    return kernels::BiasGeluCycles(model(), *out, rows, w);
   }
   if (step.kernel == "bias_gelu_fp8") {
     return kernels::BiasGeluCycles(model(), kernels::DType::kFp8E4M3, rows, w);
@@ -479,31 +771,100 @@ StatusOr<int64_t> Coster::StepCycles(const ElementwiseStep& step, int64_t rows,
   return Status::Internal("no cycle function for kernel " + step.kernel);
 }
 
+Cuts Coster::ResultCuts(const Graph& graph, int op, const Recipe& r,
+                        std::span<const Cuts> cuts) const {
+  const OpNode& node = graph.op(op);
+  if (node.op_class == OpClass::kGemm) {
+    if (r.k <= 1) return std::nullopt;
+    const int64_t N = graph.value(node.result).shape[1];
+    const passes::Split cols{N, r.n}, result{N, int64_t{r.n} * r.k};
+    const auto key = std::make_tuple(N, r.n, r.k);
+    auto it = cache_->spans.find(key);
+    if (it == cache_->spans.end()) {
+      bool spans = false;
+      for (int64_t j = 0; j < result.parts && !spans; ++j) {
+        if (result.Size(j) == 0) continue;
+        spans = cols.PartOf(result.Begin(j)) != cols.PartOf(result.End(j) - 1);
+      }
+      it = cache_->spans.emplace(key, spans).first;
+    }
+    return it->second ? Cuts(cols) : std::nullopt;
+  }
+  if (node.op_class == OpClass::kElementwise) {
+    for (size_t i = 0; i < node.slots.size() && i < cuts.size(); ++i) {
+      if (node.slots[i] == SlotRole::kLayout && cuts[i]) return cuts[i];
+    }
+  }
+  return std::nullopt;
+}
+
 StatusOr<OpCost> Coster::PriceElementwise(const Graph& graph, int op,
-                                          const Recipe& r) const {
+                                          const Recipe& r,
+                                          std::span<const Cuts> cuts) const {
   const OpNode& node = graph.op(op);
   const ValueNode& out = graph.value(node.result);
   const fb::OwnershipT& l = r.layout;
-  // Cycles of one tile holding `boxes` (a blocked tile holds one box; a
-  // flat tile a contiguous range: one call per step over the range, or one
-  // call per row segment for steps that index a per-column operand).
-  auto tile_cycles =
-      [&](const std::vector<passes::Box>& boxes) -> StatusOr<int64_t> {
-    int64_t total = 0;
+  const int align = std::max(1, target().alignment);
+  const Cuts result_cuts = ResultCuts(graph, op, r, cuts);
+  // Steps that need row structure (a per-column operand, row moments).
+  bool row_free = true;
+  for (const ElementwiseStep& step : node.steps) {
+    row_free = row_free && !step.uses_vector && step.kernel != "ln_moments";
+  }
+  // Operands stored in other pieces than the result are gathered per piece.
+  std::vector<int> gathered;
+  for (size_t i = 0; i < node.slots.size(); ++i) {
+    if (node.slots[i] != SlotRole::kLayout) continue;
+    const Cuts c = i < cuts.size() ? cuts[i] : std::nullopt;
+    if (c != result_cuts) gathered.push_back(static_cast<int>(i));
+  }
+  passes::CopyPricer copier(model());
+  // One tile holding `held`: one call per step and stored piece (its
+  // boxes, or the pieces they are cut into), or, where the steps need no
+  // rows and the result and every full-size operand hold the tile's range
+  // back to back in the same boxes (passes::SameContiguousRange), one call
+  // per step over the whole range.
+  std::vector<Segments> operands;
+  auto tile_cycles = [&](std::span<const Box> held) -> StatusOr<int64_t> {
     int64_t elements = 0;
-    for (const passes::Box& box : boxes) elements += box.Elements();
+    for (const Box& box : held) elements += box.Elements();
     if (elements == 0) return int64_t{0};
-    for (const ElementwiseStep& step : node.steps) {
-      if (l.kind == fb::OwnershipKind::Flat && !step.uses_vector &&
-          step.kernel != "ln_moments") {
-        StatusOr<int64_t> c = StepCycles(step, 1, elements);
+    int64_t total = 0;
+    const Segments stored = passes::StoredSegments(
+        held, result_cuts ? &*result_cuts : nullptr, DTypeBytes(out.dtype),
+        align);
+    if (row_free && gathered.empty() && stored.size() > 1) {
+      operands.clear();
+      for (size_t i = 0; i < node.slots.size(); ++i) {
+        if (node.slots[i] != SlotRole::kLayout) continue;
+        const Cuts c = i < cuts.size() ? cuts[i] : std::nullopt;
+        operands.push_back(passes::StoredSegments(
+            held, c ? &*c : nullptr, StoredBytes(graph, node.operands[i]),
+            align));
+      }
+      if (passes::SameContiguousRange(stored, operands)) {
+        for (const ElementwiseStep& step : node.steps) {
+          StatusOr<int64_t> c = StepCycles(step, 1, elements);
+          if (!c.ok()) return c.status();
+          total += *c;
+        }
+        return total;
+      }
+    }
+    for (const passes::Segment& piece : stored) {
+      for (const ElementwiseStep& step : node.steps) {
+        StatusOr<int64_t> c = StepCycles(step, passes::BoxRows(piece.box),
+                                         passes::BoxWidth(piece.box));
         if (!c.ok()) return c.status();
         total += *c;
-        continue;
       }
-      for (const passes::Box& box : boxes) {
-        StatusOr<int64_t> c = StepCycles(step, box.end[0] - box.begin[0],
-                                         box.end[1] - box.begin[1]);
+      for (int i : gathered) {
+        const int eb = StoredBytes(graph, node.operands[i]);
+        const Segments from = passes::StoredSegments(
+            held, cuts[i] ? &*cuts[i] : nullptr, eb, align);
+        if (passes::ContiguousOffset(piece.box, from)) continue;
+        StatusOr<int64_t> c = copier.Cycles(
+            piece.box, from, Segments{passes::Segment{piece.box, 0}}, eb);
         if (!c.ok()) return c.status();
         total += *c;
       }
@@ -511,24 +872,34 @@ StatusOr<OpCost> Coster::PriceElementwise(const Graph& graph, int op,
     return total;
   };
   OpCost cost;
-  if (l.kind == fb::OwnershipKind::Blocked) {
+  if (l.kind == fb::OwnershipKind::Blocked && !result_cuts &&
+      gathered.empty()) {
     // The first tile has the largest block and every formula grows with it.
-    StatusOr<int64_t> c =
-        tile_cycles(passes::HeldBoxes(l, out.shape, l.first_tile));
+    const std::vector<Box> held = passes::HeldBoxes(l, out.shape, l.first_tile);
+    StatusOr<int64_t> c = tile_cycles(held);
     if (!c.ok()) return c.status();
     cost.compute = *c;
   } else {
-    for (int t : passes::TilesUsed(l, out.shape)) {
-      StatusOr<int64_t> c = tile_cycles(passes::HeldBoxes(l, out.shape, t));
-      if (!c.ok()) return c.status();
+    Status status;
+    passes::ForEachHeldBoxes(l, out.shape,
+                             [&](int t, std::span<const Box> held) {
+      (void)t;
+      if (!status.ok()) return;
+      StatusOr<int64_t> c = tile_cycles(held);
+      if (!c.ok()) {
+        status = c.status();
+        return;
+      }
       cost.compute = std::max(cost.compute, *c);
-    }
+    });
+    if (!status.ok()) return status;
   }
   std::string kernels;
   for (const ElementwiseStep& step : node.steps) {
     kernels += (kernels.empty() ? "" : "+") + step.kernel;
   }
   cost.detail = kernels + " " + std::to_string(cost.compute);
+  if (result_cuts) cost.detail += " (stored" + CutsText(result_cuts) + ")";
   return cost;
 }
 
@@ -557,14 +928,65 @@ StatusOr<OpCost> Coster::PriceRowWise(const Graph& graph, int op,
   return cost;
 }
 
+TransferCost Coster::Redistribution(std::span<const int64_t> shape,
+                                    int element_bytes,
+                                    const fb::OwnershipT& from,
+                                    const Cuts& from_cuts,
+                                    const fb::OwnershipT& to,
+                                    const Cuts& to_cuts) const {
+  std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
+                    " " + OwnKey(from) + CutsText(from_cuts) + " -> " +
+                    OwnKey(to) + CutsText(to_cuts);
+  auto it = cache_->redistributions.find(key);
+  if (it != cache_->redistributions.end()) return it->second;
+  TransferCost cost = Transfer(shape, element_bytes, from, to);
+  // Local copies per tile as the lowering emits them.
+  const int T = tiles();
+  const int align = std::max(1, target().alignment);
+  std::vector<Segments> src(T), dst(T);
+  std::vector<char> in_place(T, 0);
+  passes::ForEachHeldBoxes(from, shape, [&](int t, std::span<const Box> b) {
+    if (t < T) {
+      src[t] = passes::StoredSegments(b, from_cuts ? &*from_cuts : nullptr,
+                                      element_bytes, align);
+    }
+  });
+  passes::ForEachHeldBoxes(to, shape, [&](int t, std::span<const Box> b) {
+    if (t >= T) return;
+    dst[t] = passes::StoredSegments(b, to_cuts ? &*to_cuts : nullptr,
+                                    element_bytes, align);
+    // A tile whose source storage is the destination's natural storage
+    // uses it in place.
+    in_place[t] = !src[t].empty() && src[t] == passes::Consecutive(b);
+  });
+  passes::CopyPricer copier(model());
+  std::vector<int64_t> copies(T, 0);
+  passes::ForEachLocalCopy(from, to, shape, [&](int t, const Box& box) {
+    if (t >= T || in_place[t]) return;
+    StatusOr<int64_t> c = copier.Cycles(box, src[t], dst[t], element_bytes);
+    copies[t] += c.ok() ? *c : 0;
+  });
+  cost.local_copy_cycles = 0;
+  cost.copy_bottleneck_tile = -1;
+  for (int t = 0; t < T; ++t) {
+    if (copies[t] > cost.local_copy_cycles) {
+      cost.local_copy_cycles = copies[t];
+      cost.copy_bottleneck_tile = t;
+    }
+  }
+  cache_->redistributions.emplace(std::move(key), cost);
+  return cost;
+}
+
 StatusOr<OpCost> Coster::PriceCopy(const Graph& graph, int op, const Recipe& r,
-                                   const fb::OwnershipT& source) const {
+                                   const fb::OwnershipT& source,
+                                   const Cuts& source_cuts) const {
   const OpNode& node = graph.op(op);
   const ValueNode& in = graph.value(node.operands[0]);
   OpCost cost;
   if (SamePlacement(in.shape, source, r.layout)) return cost;
-  const TransferCost t =
-      Transfer(in.shape, DTypeBytes(in.dtype), source, r.layout);
+  const TransferCost t = Redistribution(in.shape, DTypeBytes(in.dtype), source,
+                                        source_cuts, r.layout, std::nullopt);
   cost.compute = t.local_copy_cycles;
   cost.exchange = t.phase_cycles;
   cost.phases = t.transfers > 0 ? 1 : 0;
