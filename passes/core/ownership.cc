@@ -404,9 +404,17 @@ void WalkTransfers(const Layout& src, const Layout& dst, int element_bytes,
     const int64_t elements = box.Elements();
     const int64_t bytes = elements * element_bytes;
     destinations.clear();
+    // An unreplicated source piece lives on one tile: only that tile can
+    // hold the box already (no PieceOn per destination).
+    const int only_holder = src.holders == 1 ? src.Tile(pa, 0) : -1;
+    // Replicas of a piece are evenly spaced tiles: the position is linear in
+    // the replica index (weight[rank], 1 in the natural order).
+    const int first_holder = dst.Tile(pb, 0);
+    const int64_t holder_step =
+        (dst.natural ? 1 : dst.weight[dst.rank]) * dst.stride;
     for (int64_t k = 0; k < dst.holders; ++k) {
-      const int tile = dst.Tile(pb, k);
-      if (src.PieceOn(tile) == pa) {
+      const int tile = static_cast<int>(first_holder + k * holder_step);
+      if (only_holder >= 0 ? tile == only_holder : src.PieceOn(tile) == pa) {
         loads.AddCopy(tile, bytes);
         on_copy(tile, box, elements, bytes);
       } else {
@@ -1111,7 +1119,14 @@ bool SamePlacement(const fb::OwnershipT& a, const fb::OwnershipT& b,
   const Layout la = Resolve(a, shape);
   const Layout lb = Resolve(b, shape);
   // Every element b puts on a tile is local (b_t within a_t) and the counts
-  // agree on every tile (so a_t = b_t).
+  // agree on every tile (so a_t = b_t). The counts first: they differ for
+  // most pairs and cost one pass over the tiles.
+  for (int t = 0; t < TileLimit(la, lb); ++t) {
+    const int64_t pa = la.PieceOn(t), pb = lb.PieceOn(t);
+    const int64_t na = pa < 0 ? 0 : la.PieceElements(pa);
+    const int64_t nb = pb < 0 ? 0 : lb.PieceElements(pb);
+    if (na != nb) return false;
+  }
   Loads loads(TileLimit(la, lb));
   WalkTransfers(
       la, lb, 1, loads,

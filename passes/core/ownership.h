@@ -49,7 +49,13 @@ struct Box {
   std::array<int64_t, kMaxRank> end{};
 
   int64_t Elements() const;
-  bool Empty() const { return Elements() == 0; }
+  bool Empty() const {
+    if (rank == 0) return true;
+    for (int a = 0; a < rank; ++a) {
+      if (end[a] <= begin[a]) return true;
+    }
+    return false;
+  }
   friend bool operator==(const Box&, const Box&) = default;
 };
 

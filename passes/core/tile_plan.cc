@@ -111,20 +111,28 @@ bool StridedSeeds(const GemmGrid& g, std::span<const ReduceRange> ranges) {
 
 std::vector<std::pair<int64_t, int64_t>> SeedColumnPieces(
     const GemmGrid& g, int ni, std::span<const Box> seeds) {
-  const int64_t c0 = g.cols.Begin(ni), c1 = g.cols.End(ni);
-  std::vector<int64_t> cuts = {c0, c1};
-  for (const Box& b : seeds) {
-    cuts.push_back(b.begin[1]);
-    cuts.push_back(b.end[1]);
-  }
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
   std::vector<std::pair<int64_t, int64_t>> pieces;
-  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-    if (cuts[i] < c0 || cuts[i + 1] > c1) continue;
-    pieces.push_back({cuts[i], cuts[i + 1]});
-  }
+  SeedColumnPieces(g, ni, seeds, &pieces);
   return pieces;
+}
+
+void SeedColumnPieces(const GemmGrid& g, int ni, std::span<const Box> seeds,
+                      std::vector<std::pair<int64_t, int64_t>>* pieces) {
+  const int64_t c0 = g.cols.Begin(ni), c1 = g.cols.End(ni);
+  pieces->clear();
+  pieces->push_back({c0, c1});
+  // Split the piece holding each cut (a tile reduces one or two ranges).
+  for (const Box& b : seeds) {
+    for (int64_t cut : {b.begin[1], b.end[1]}) {
+      for (size_t i = 0; i < pieces->size(); ++i) {
+        auto [lo, hi] = (*pieces)[i];
+        if (cut <= lo || cut >= hi) continue;
+        (*pieces)[i].second = cut;
+        pieces->insert(pieces->begin() + i + 1, {cut, hi});
+        break;
+      }
+    }
+  }
 }
 
 std::vector<std::pair<int64_t, int64_t>> BlockColumns(const GemmGrid& g,
@@ -135,11 +143,23 @@ std::vector<std::pair<int64_t, int64_t>> BlockColumns(const GemmGrid& g,
 Segments PartialSegments(const GemmGrid& g, int mi,
                          std::span<const std::pair<int64_t, int64_t>> columns,
                          int alignment) {
-  std::vector<Box> boxes;
+  Segments segments;
+  PartialSegments(g, mi, columns, alignment, &segments);
+  return segments;
+}
+
+void PartialSegments(const GemmGrid& g, int mi,
+                     std::span<const std::pair<int64_t, int64_t>> columns,
+                     int alignment, Segments* segments) {
+  // AlignedPieces of the F32 column pieces, without a temporary.
+  segments->clear();
+  int64_t bytes = 0;
   for (const auto& [c0, c1] : columns) {
-    boxes.push_back(Box2(g.rows.Begin(mi), g.rows.End(mi), c0, c1));
+    bytes = (bytes + alignment - 1) / alignment * alignment;
+    const Box box = Box2(g.rows.Begin(mi), g.rows.End(mi), c0, c1);
+    segments->push_back({box, bytes / 4});
+    bytes += box.Elements() * 4;
   }
-  return AlignedPieces(boxes, 4, alignment);
 }
 
 // ---------------------------------------------------------------- one tile
@@ -281,9 +301,17 @@ Status GemmTilePlanner::Geometry(const GemmTileInput& in,
     for (size_t i = 0; i + 1 < chunk.cuts.size(); ++i) {
       piece_boxes.push_back(Box2(r0, r1, chunk.cuts[i], chunk.cuts[i + 1]));
     }
-    const Segments whole = {Segment{chunk.span, 0}};
-    const Segments cut =
-        AlignedPieces(piece_boxes, a_element_bytes_, alignment_);
+    Segments& whole = whole_;
+    whole.assign(1, Segment{chunk.span, 0});
+    // AlignedPieces(piece_boxes), into reused memory.
+    Segments& cut = cut_;
+    cut.clear();
+    int64_t bytes = 0;
+    for (const Box& b : piece_boxes) {
+      bytes = (bytes + alignment_ - 1) / alignment_ * alignment_;
+      cut.push_back({b, bytes / a_element_bytes_});
+      bytes += b.Elements() * a_element_bytes_;
+    }
     for (const Box& part : parts) {
       StatusOr<int64_t> rows = CopyCycles(part, *in.a_storage, whole,
                                           a_element_bytes_,

@@ -81,6 +81,9 @@ bool StridedSeeds(const GemmGrid& grid, std::span<const ReduceRange> ranges);
 // piece of the partial.
 std::vector<std::pair<int64_t, int64_t>> SeedColumnPieces(
     const GemmGrid& grid, int ni, std::span<const Box> seeds);
+// The same into *pieces (reusing its memory).
+void SeedColumnPieces(const GemmGrid& grid, int ni, std::span<const Box> seeds,
+                      std::vector<std::pair<int64_t, int64_t>>* pieces);
 // The whole block's columns: one piece.
 std::vector<std::pair<int64_t, int64_t>> BlockColumns(const GemmGrid& grid,
                                                      int ni);
@@ -90,6 +93,10 @@ std::vector<std::pair<int64_t, int64_t>> BlockColumns(const GemmGrid& grid,
 Segments PartialSegments(const GemmGrid& grid, int mi,
                          std::span<const std::pair<int64_t, int64_t>> columns,
                          int alignment);
+// The same into *segments (reusing its memory).
+void PartialSegments(const GemmGrid& grid, int mi,
+                     std::span<const std::pair<int64_t, int64_t>> columns,
+                     int alignment, Segments* segments);
 
 // ---------------------------------------------------------------- copies
 
@@ -218,7 +225,9 @@ class GemmTilePlanner {
   };
   std::vector<GemmEntry> gemm_cache_;
   CopyPricer copies_;
-  std::vector<Box> parts_, piece_boxes_;  // scratch of Geometry
+  // Scratch of Geometry.
+  std::vector<Box> parts_, piece_boxes_;
+  Segments whole_, cut_;
 };
 
 }  // namespace tilec::passes

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "formats/print.h"
 #include "kernels/kernels.h"
@@ -444,41 +445,124 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
     int64_t cycles = 0;
     int64_t bytes = 0;  // received, over all tiles
   };
+  // A range is sent by every other grid tile of its block; a block's ranges
+  // partition its columns (one row block), so per block the ranges are
+  // found by their first and last column. Without split partials a range
+  // is one run where it spans its block's width (or one row).
+  const int64_t cols_key = N + 1;
+  std::vector<int64_t> block_bytes(int64_t{g.m} * g.n, 0),
+      block_runs(int64_t{g.m} * g.n, 0), range_runs(ranges.size());
+  // (block * (N + 1) + column, range index), sorted: the ranges by their
+  // first and by their last column.
+  std::vector<std::pair<int64_t, int>> range_at_begin, range_at_end;
+  range_at_begin.reserve(ranges.size());
+  range_at_end.reserve(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const passes::ReduceRange& rr = ranges[i];
+    const int64_t b = int64_t{rr.mi} * g.n + rr.ni;
+    const int64_t rows = passes::BoxRows(rr.box);
+    range_runs[i] = rows == 1 || passes::BoxWidth(rr.box) == g.cols.Size(rr.ni)
+                        ? 1
+                        : rows;
+    block_bytes[b] += rr.box.Elements() * 4;
+    block_runs[b] += range_runs[i];
+    range_at_begin.push_back({b * cols_key + rr.box.begin[1], static_cast<int>(i)});
+    range_at_end.push_back({b * cols_key + rr.box.end[1], static_cast<int>(i)});
+  }
+  std::sort(range_at_begin.begin(), range_at_begin.end());
+  std::sort(range_at_end.begin(), range_at_end.end());
+  // The range whose first (last) column is `key`, or -1.
+  auto find_range = [](const std::vector<std::pair<int64_t, int>>& index,
+                       int64_t key) {
+    auto it = std::lower_bound(index.begin(), index.end(),
+                               std::make_pair(key, -1));
+    return it != index.end() && it->first == key ? it->second : -1;
+  };
+  // Bytes sent and received per tile, and pieces without split partials:
+  // receivers get k partials per range, less the seed if they hold it;
+  // senders send every range of their block but their own seeds.
+  std::vector<int64_t> sent(T, 0), received(T, 0), pieces(T, 0);
+  int64_t remote_bytes = 0;
+  if (r.k > 1) {
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const passes::ReduceRange& rr = ranges[i];
+      if (rr.tile >= T) continue;
+      const int64_t remote = r.k - (rr.seed_ki >= 0 ? 1 : 0);
+      received[rr.tile] += remote * rr.box.Elements() * 4;
+      pieces[rr.tile] += remote * range_runs[i];
+      remote_bytes += remote * rr.box.Elements() * 4;
+    }
+    for (int mi = 0; mi < g.m; ++mi) {
+      for (int ni = 0; ni < g.n; ++ni) {
+        const int64_t b = int64_t{mi} * g.n + ni;
+        for (int ki = 0; ki < r.k; ++ki) {
+          const int S = g.Tile(mi, ni, ki);
+          if (S >= T) continue;
+          sent[S] += block_bytes[b];
+          pieces[S] += block_runs[b];
+          for (const Box& seed : seeds_of(S)) {
+            const int i =
+                find_range(range_at_begin, b * cols_key + seed.begin[1]);
+            sent[S] -= seed.Elements() * 4;
+            pieces[S] -= range_runs[i];
+          }
+        }
+      }
+    }
+  }
+  std::vector<int64_t> fewer(T, 0);  // pieces saved by split partials
   auto partials_phase = [&](bool split) {
     PartialsPhase p;
     if (r.k <= 1) return p;
-    std::vector<int64_t> sent(T, 0), received(T, 0), fragments(T, 0);
-    for (const passes::ReduceRange& rr : ranges) {
-      const Box& box = rr.box;
-      const int64_t bytes = box.Elements() * 4, rows = passes::BoxRows(box);
-      for (int ki = 0; ki < r.k; ++ki) {
-        if (ki == rr.seed_ki) continue;
-        const int S = g.Tile(rr.mi, rr.ni, ki);
-        if (S >= T || rr.tile >= T) continue;
-        // The column piece of the sender's partial that holds the range.
-        int64_t lo = g.cols.Begin(rr.ni), hi = g.cols.End(rr.ni);
-        if (split) {
-          for (const Box& seed : seeds_of(S)) {
-            for (int64_t cut : {seed.begin[1], seed.end[1]}) {
-              if (cut <= box.begin[1]) lo = std::max(lo, cut);
-              if (cut >= box.end[1]) hi = std::min(hi, cut);
+    p.bytes = remote_bytes;
+    std::fill(fewer.begin(), fewer.end(), 0);
+    if (split) {
+      // S's partial is cut at its seeds, so a range that begins and ends at
+      // such cuts (a neighbour of a seed reaching the next cut) is one
+      // whole piece: one run instead of one per row.
+      for (int mi = 0; mi < g.m; ++mi) {
+        for (int ni = 0; ni < g.n; ++ni) {
+          const int64_t b = int64_t{mi} * g.n + ni;
+          for (int ki = 0; ki < r.k; ++ki) {
+            const int S = g.Tile(mi, ni, ki);
+            if (S >= T || seed_at[S] == seed_at[S + 1]) continue;
+            auto is_cut = [&](int64_t c) {
+              if (c == g.cols.Begin(ni) || c == g.cols.End(ni)) return true;
+              for (const Box& seed : seeds_of(S)) {
+                if (c == seed.begin[1] || c == seed.end[1]) return true;
+              }
+              return false;
+            };
+            int done[4];
+            int ndone = 0;
+            for (const Box& seed : seeds_of(S)) {
+              for (int side = 0; side < 2; ++side) {
+                const int q = find_range(
+                    side == 0 ? range_at_end : range_at_begin,
+                    b * cols_key + (side == 0 ? seed.begin[1] : seed.end[1]));
+                if (q < 0) continue;
+                const Box& qb = ranges[q].box;
+                if (ranges[q].tile == S || !is_cut(qb.begin[1]) ||
+                    !is_cut(qb.end[1]) ||
+                    std::find(done, done + ndone, q) != done + ndone) {
+                  continue;
+                }
+                if (ndone < 4) done[ndone++] = q;
+                const int64_t saving = range_runs[q] - 1;
+                fewer[S] += saving;
+                if (ranges[q].tile < T) fewer[ranges[q].tile] += saving;
+              }
             }
           }
         }
-        const int64_t runs =
-            rows == 1 || (box.begin[1] == lo && box.end[1] == hi) ? 1 : rows;
-        sent[S] += bytes;
-        received[rr.tile] += bytes;
-        fragments[S] += runs;
-        fragments[rr.tile] += runs;
-        p.bytes += bytes;
       }
     }
     int64_t slowest = -1;
     for (int t = 0; t < T; ++t) {
-      if (fragments[t] == 0) continue;
-      slowest = std::max(slowest, model().TileExchangeCycles(
-                                      sent[t], received[t], fragments[t]));
+      const int64_t n = pieces[t] - fewer[t];
+      if (n == 0) continue;
+      slowest = std::max(
+          slowest, model().TileExchangeCycles(sent[t], received[t], n));
     }
     if (slowest >= 0) p.cycles = target().sync_cycles + slowest;
     return p;
@@ -530,19 +614,20 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
   std::vector<int64_t> sums(ngroups);
   passes::GemmTilePlan tile_plan;
   passes::GemmTileGeometry geometry;
-  // What one tile adds to a variant's phases.
-  auto add = [&](Variant& v, int t, bool aliased, bool k_pieced,
-                 std::span<const int64_t> chunk_gemm,
+  // What one tile adds to a variant's phases (to `second` too, if given:
+  // the same tile without K pieces, or with K pieces it does not take).
+  auto add = [&](Variant& v, Variant* second, int t, bool aliased,
+                 bool k_pieced, std::span<const int64_t> chunk_gemm,
                  std::span<const int64_t> chunk_copies, int64_t seed_copies) {
     std::fill(sums.begin(), sums.end(), 0);
-    int64_t gemm = 0;
+    int64_t gemm = 0, copies = 0;
     if (aliased) {
       sums[group[1]] += chunk_gemm[0];
       gemm = chunk_gemm[0];
     } else {
       const size_t n = chunk_gemm.size();
       sums[group[0]] += chunk_copies[0];
-      v.copies = std::max(v.copies, chunk_copies[0]);
+      copies = chunk_copies[0];
       for (size_t i = 0; i < n; ++i) {
         sums[group[i + 1]] +=
             chunk_gemm[i] + (i + 1 < n ? chunk_copies[i + 1] : 0);
@@ -551,12 +636,16 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
     }
     sums[group[chunks]] += seed_copies + convert[t];
     sums[group[chunks + 1]] += reduce[t];
-    for (int k = 0; k < ngroups; ++k) {
-      v.group_max[k] = std::max(v.group_max[k], sums[k]);
+    for (Variant* w : {&v, second}) {
+      if (w == nullptr) continue;
+      for (int k = 0; k < ngroups; ++k) {
+        w->group_max[k] = std::max(w->group_max[k], sums[k]);
+      }
+      w->gemm = std::max(w->gemm, gemm);
+      w->copies = std::max(w->copies, copies);
+      w->k_pieced += k_pieced;
+      w->seed_copies = std::max(w->seed_copies, seed_copies);
     }
-    v.gemm = std::max(v.gemm, gemm);
-    v.k_pieced += k_pieced;
-    v.seed_copies = std::max(v.seed_copies, seed_copies);
   };
   // Tiles without a local part of A: their calls depend only on the block
   // sizes and the column pieces' widths (a few distinct keys per op).
@@ -564,6 +653,8 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
       plain_calls;
   std::vector<int64_t> chunk_gemm, chunk_copies, key;
   Segments partial, seed_dst(1);
+  std::vector<char> plain_seen(2 * static_cast<size_t>(g.n) * g.k, 0);
+  std::vector<std::pair<int64_t, int64_t>> columns;
   for (int mi = 0; mi < g.m; ++mi) {
     for (int ni = 0; ni < g.n; ++ni) {
       for (int ki = 0; ki < g.k; ++ki) {
@@ -578,6 +669,20 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
         // A tile that could use A in place holds its panel: it has a local
         // part too.
         const bool plain = in.local.empty();
+        // A tile without a local part adds what every such tile of the same
+        // row block size and grid column does (its calls, seeds, reduction
+        // and conversion depend on nothing else): once is enough.
+        if (plain) {
+          const size_t key_index =
+              (static_cast<size_t>(g.rows.Size(mi) == g.rows.Largest() ? 0
+                                                                       : 1) *
+                   g.n +
+               ni) *
+                  g.k +
+              ki;
+          if (plain_seen[key_index]) continue;
+          plain_seen[key_index] = 1;
+        }
         if (!plain) TILEC_RETURN_IF_ERROR(planner.Geometry(in, &geometry));
         const passes::GemmTileGeometry* geo = &geometry;
         if (r.k == 1 && !to_value) {
@@ -590,14 +695,16 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
           convert[t] = std::min(*cast, *one);
         }
         for (int split = 0; split <= (can_split ? 1 : 0); ++split) {
-          const std::vector<std::pair<int64_t, int64_t>> columns =
-              split ? passes::SeedColumnPieces(g, ni, seeds_of(t))
-                    : passes::BlockColumns(g, ni);
+          if (split) {
+            passes::SeedColumnPieces(g, ni, seeds_of(t), &columns);
+          } else {
+            columns.assign(1, {g.cols.Begin(ni), g.cols.End(ni)});
+          }
           in.columns = columns;
           // Seeds not contiguous in the partial are copied out of it.
           int64_t seed_copies = 0;
           if (seed_at[t] < seed_at[t + 1]) {
-            partial = passes::PartialSegments(g, mi, columns, align);
+            passes::PartialSegments(g, mi, columns, align, &partial);
             for (const Box& box : seeds_of(t)) {
               if (passes::ContiguousOffset(box, partial)) continue;
               seed_dst[0] = passes::Segment{box, 0};
@@ -626,10 +733,8 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
               it = plain_calls.end() - 1;
             }
             chunk_copies.assign(it->second.size(), 0);
-            for (int kp = 0; kp <= kp_max; ++kp) {
-              add(variants[split * 2 + kp], t, false, false, it->second,
-                  chunk_copies, seed_copies);
-            }
+            add(variants[split * 2], kp_max ? &variants[split * 2 + 1] : nullptr,
+                t, false, false, it->second, chunk_copies, seed_copies);
             continue;
           }
           // One plan with K pieces allowed also gives the chunks' figures
@@ -637,8 +742,10 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
           passes::GemmTilePlan* plan = &tile_plan;
           in.k_pieces = kp_max == 1;
           TILEC_RETURN_IF_ERROR(planner.Plan(*geo, in, plan));
-          for (int kp = 0; kp <= kp_max; ++kp) {
-            const bool pieced = kp == 1 && plan->k_pieced;
+          // Without K pieces; the same figures serve the K-pieces variant
+          // unless this tile takes them.
+          for (int kp = 0; kp <= (plan->k_pieced ? 1 : 0); ++kp) {
+            const bool pieced = kp == 1;
             chunk_gemm.clear();
             chunk_copies.clear();
             for (const passes::GemmChunkPlan& c : plan->chunks) {
@@ -647,7 +754,9 @@ StatusOr<OpCost> Coster::PriceGemm(const Graph& graph, int op, const Recipe& r,
               chunk_copies.push_back(pieced ? c.copy_cycles
                                             : c.whole_copy_cycles);
             }
-            add(variants[split * 2 + kp], t, plan->aliased, pieced,
+            Variant* second =
+                kp_max && !plan->k_pieced ? &variants[split * 2 + 1] : nullptr;
+            add(variants[split * 2 + kp], second, t, plan->aliased, pieced,
                 chunk_gemm, chunk_copies, seed_copies);
           }
           all_aliased = all_aliased && plan->aliased;
@@ -928,7 +1037,7 @@ StatusOr<OpCost> Coster::PriceRowWise(const Graph& graph, int op,
   return cost;
 }
 
-TransferCost Coster::Redistribution(std::span<const int64_t> shape,
+StatusOr<TransferCost> Coster::Redistribution(std::span<const int64_t> shape,
                                     int element_bytes,
                                     const fb::OwnershipT& from,
                                     const Cuts& from_cuts,
@@ -940,32 +1049,48 @@ TransferCost Coster::Redistribution(std::span<const int64_t> shape,
   auto it = cache_->redistributions.find(key);
   if (it != cache_->redistributions.end()) return it->second;
   TransferCost cost = Transfer(shape, element_bytes, from, to);
-  // Local copies per tile as the lowering emits them.
+  // Local copies per tile as the lowering emits them: only tiles that copy
+  // something need their storage.
   const int T = tiles();
   const int align = std::max(1, target().alignment);
-  std::vector<Segments> src(T), dst(T);
-  std::vector<char> in_place(T, 0);
-  passes::ForEachHeldBoxes(from, shape, [&](int t, std::span<const Box> b) {
-    if (t < T) {
+  std::vector<Box> boxes;
+  std::vector<int> box_at(T + 1, 0);
+  passes::ForEachLocalCopy(from, to, shape, [&](int t, const Box& box) {
+    if (t >= T) return;
+    boxes.push_back(box);
+    ++box_at[t + 1];
+  });
+  for (int t = 0; t < T; ++t) box_at[t + 1] += box_at[t];
+  std::vector<int64_t> copies(T, 0);
+  if (!boxes.empty()) {
+    std::vector<Segments> src(T);
+    passes::ForEachHeldBoxes(from, shape, [&](int t, std::span<const Box> b) {
+      if (t >= T || box_at[t] == box_at[t + 1]) return;
       src[t] = passes::StoredSegments(b, from_cuts ? &*from_cuts : nullptr,
                                       element_bytes, align);
-    }
-  });
-  passes::ForEachHeldBoxes(to, shape, [&](int t, std::span<const Box> b) {
-    if (t >= T) return;
-    dst[t] = passes::StoredSegments(b, to_cuts ? &*to_cuts : nullptr,
-                                    element_bytes, align);
-    // A tile whose source storage is the destination's natural storage
-    // uses it in place.
-    in_place[t] = !src[t].empty() && src[t] == passes::Consecutive(b);
-  });
-  passes::CopyPricer copier(model());
-  std::vector<int64_t> copies(T, 0);
-  passes::ForEachLocalCopy(from, to, shape, [&](int t, const Box& box) {
-    if (t >= T || in_place[t]) return;
-    StatusOr<int64_t> c = copier.Cycles(box, src[t], dst[t], element_bytes);
-    copies[t] += c.ok() ? *c : 0;
-  });
+    });
+    passes::CopyPricer copier(model());
+    Segments dst;
+    Status status;
+    passes::ForEachHeldBoxes(to, shape, [&](int t, std::span<const Box> b) {
+      if (t >= T || box_at[t] == box_at[t + 1] || !status.ok()) return;
+      // A tile whose source storage is the destination's natural storage
+      // uses it in place.
+      if (src[t] == passes::Consecutive(b)) return;
+      dst = passes::StoredSegments(b, to_cuts ? &*to_cuts : nullptr,
+                                   element_bytes, align);
+      for (int i = box_at[t]; i < box_at[t + 1]; ++i) {
+        StatusOr<int64_t> c =
+            copier.Cycles(boxes[i], src[t], dst, element_bytes);
+        if (!c.ok()) {
+          status = c.status();
+          return;
+        }
+        copies[t] += *c;
+      }
+    });
+    if (!status.ok()) return status;
+  }
   cost.local_copy_cycles = 0;
   cost.copy_bottleneck_tile = -1;
   for (int t = 0; t < T; ++t) {
@@ -985,8 +1110,11 @@ StatusOr<OpCost> Coster::PriceCopy(const Graph& graph, int op, const Recipe& r,
   const ValueNode& in = graph.value(node.operands[0]);
   OpCost cost;
   if (SamePlacement(in.shape, source, r.layout)) return cost;
-  const TransferCost t = Redistribution(in.shape, DTypeBytes(in.dtype), source,
-                                        source_cuts, r.layout, std::nullopt);
+  StatusOr<TransferCost> moved = Redistribution(
+      in.shape, DTypeBytes(in.dtype), source, source_cuts, r.layout,
+      std::nullopt);
+  if (!moved.ok()) return moved.status();
+  const TransferCost& t = *moved;
   cost.compute = t.local_copy_cycles;
   cost.exchange = t.phase_cycles;
   cost.phases = t.transfers > 0 ? 1 : 0;

@@ -118,7 +118,7 @@ class Coster {
   // `from_cuts`) and the destination's (`to` cut by `to_cuts`), except on
   // tiles whose source storage is already the destination's natural one
   // (used in place). Memoized.
-  passes::TransferCost Redistribution(std::span<const int64_t> shape,
+  StatusOr<passes::TransferCost> Redistribution(std::span<const int64_t> shape,
                                       int element_bytes,
                                       const fb::OwnershipT& from,
                                       const Cuts& from_cuts,

@@ -124,9 +124,11 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
             break;
           }
         }
-        red.cost = coster.Redistribution(
+        StatusOr<passes::TransferCost> moved = coster.Redistribution(
             value.shape, coster.StoredBytes(graph, v), e.owners[v],
             red.from_cuts, *needs[slot], red.to_cuts);
+        if (!moved.ok()) return moved.status();
+        red.cost = *moved;
         e.total_cycles += red.Cycles();
         it = redistribution_index
                  .emplace(key, static_cast<int>(e.redistributions.size()))
