@@ -243,6 +243,50 @@ TEST(EmitDeviceTest, KPiecesFollowTheLeftOperandsStoredPieces) {
   EXPECT_EQ(CallsPerTile(m, "l0.mlp.down", "gemm").size(), 12u);
 }
 
+// The MLP block with the bias add, GELU and a cast to FP8 fused into one
+// op (what a fusion pass writes), its FP8 result cast back to F16 for the
+// down GEMM.
+void FuseBiasGeluCast(fb::ModuleT* m) {
+  fb::OperationT* bias = testing::FindOp(m, "l0.mlp.up_bias");
+  fb::OperationT* gelu = testing::FindOp(m, "l0.mlp.gelu");
+  auto step = [](fb::FusedStepKind kind, int operand) {
+    auto s = std::make_unique<fb::FusedStepT>();
+    s->kind = kind;
+    s->operand = operand;
+    return s;
+  };
+  bias->kind = fb::OpKind::Fused;
+  bias->body.push_back(step(fb::FusedStepKind::BiasAdd, 1));
+  bias->body.push_back(step(fb::FusedStepKind::Gelu, -1));
+  bias->body.back()->gelu = gelu->gelu;
+  bias->body.push_back(step(fb::FusedStepKind::Cast, -1));
+  bias->body.back()->dtype = fb::DType::FP8E4M3;
+  bias->body.back()->fp8_scale_exp = 4;
+  fb::ValueT* mid = testing::FindValue(m, bias->results[0]);
+  mid->dtype = fb::DType::FP8E4M3;
+  mid->fp8_scale_exp = 4;
+  gelu->kind = fb::OpKind::Cast;
+}
+
+TEST(EmitDeviceTest, FusedBiasGeluFoldsItsCast) {
+  // One bias_gelu call per tile writing FP8 (the bias_gelu_fp8 formula),
+  // no cast: the kernel rounds its F32 result once, as the cast would.
+  fb::ModuleT m = Import("siglip-so400m-384", "mlp-block", "tiny", 12, 32, 64,
+                         /*heads=*/1);
+  FuseBiasGeluCast(&m);
+  MlpPlan plan;
+  plan.up = GemmShape{2, 4, 1};
+  plan.down = GemmShape{4, 2, 1};
+  PlanMlpBlock(&m, plan);
+  ASSERT_TRUE(ExpandReduce(&m, ExpandReduceOptions{}).ok());
+  EmitAndSimulate(&m, sim::Tolerance{0.1, 0.1, 0.99});
+  const std::map<uint32_t, int> fused =
+      CallsPerTile(m, "l0.mlp.up_bias", "bias_gelu");
+  EXPECT_EQ(fused.size(), 8u);
+  for (const auto& [tile, calls] : fused) EXPECT_EQ(calls, 1) << "tile " << tile;
+  EXPECT_TRUE(CallsPerTile(m, "l0.mlp.up_bias", "cast").empty());
+}
+
 TEST(EmitDeviceTest, KSplitWithoutExpandReduceIsRefused) {
   fb::ModuleT m = Import("siglip-so400m-384", "mlp-block", "tiny", 12, 32, 64, 1);
   MlpPlan plan;

@@ -1109,6 +1109,14 @@ Status CompileBody(const fb::OperationT& op, const fb::ValueT& result,
           k.kernel = "bias_gelu";
           k.form = static_cast<int>(steps[i + 1].gelu);
           i += 2;
+          // A cast right after is folded in: the kernel stores its F32
+          // result in the cast's dtype, rounding once as the cast would
+          // (bias_gelu_fp8's formula for an FP8 output).
+          if (i < steps.size() && steps[i].kind == fb::FusedStepKind::Cast) {
+            k.dtype = steps[i].dtype;
+            k.scale_exp = steps[i].fp8_scale_exp;
+            i += 1;
+          }
         } else {
           k.kernel = "bias_add";
           i += 1;

@@ -39,7 +39,41 @@ struct Case {
   const char* preset;
   int64_t tokens, width, mlp;
   const char* recipe;  // pinned recipes ("" none)
+  void (*transform)(fb::ModuleT*) = nullptr;  // applied after the import
 };
+
+fb::OperationT* FindOp(fb::ModuleT* m, const std::string& name) {
+  for (auto& op : m->ops) {
+    if (op->name == name) return op.get();
+  }
+  return nullptr;
+}
+
+// The bias add, GELU and a cast to FP8 fused into one op (what a fusion
+// pass writes), its FP8 result cast back to F16 for the down GEMM.
+void FuseBiasGeluCast(fb::ModuleT* m) {
+  fb::OperationT* bias = FindOp(m, "l0.mlp.up_bias");
+  fb::OperationT* gelu = FindOp(m, "l0.mlp.gelu");
+  auto step = [](fb::FusedStepKind kind, int operand) {
+    auto s = std::make_unique<fb::FusedStepT>();
+    s->kind = kind;
+    s->operand = operand;
+    return s;
+  };
+  bias->kind = fb::OpKind::Fused;
+  bias->body.push_back(step(fb::FusedStepKind::BiasAdd, 1));
+  bias->body.push_back(step(fb::FusedStepKind::Gelu, -1));
+  bias->body.back()->gelu = gelu->gelu;
+  bias->body.push_back(step(fb::FusedStepKind::Cast, -1));
+  bias->body.back()->dtype = fb::DType::FP8E4M3;
+  bias->body.back()->fp8_scale_exp = 4;
+  for (auto& v : m->values) {
+    if (v->id != bias->results[0]) continue;
+    v->dtype = fb::DType::FP8E4M3;
+    v->fp8_scale_exp = 4;
+  }
+  gelu->kind = fb::OpKind::Cast;
+}
 
 std::string TempFile(const std::string& name, const std::string& text) {
   const char* dir = std::getenv("TEST_TMPDIR");
@@ -58,6 +92,7 @@ fb::ModuleT Import(const Case& c) {
   o.mlp_width = c.mlp;
   o.heads = 2;
   EXPECT_EQ(passes::BuildModel(c.preset, "mlp-block", o, &m), "");
+  if (c.transform) c.transform(&m);
   return m;
 }
 
@@ -163,6 +198,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"staged_k1", "siglip-so400m-384", 12, 32, 64,
              "op 1: gemm m=2 k=1 n=4 staging=streamed chunk_k=16\n"
              "op 4: gemm m=4 k=1 n=2 staging=batched(2) chunk_k=16\n"},
+        // A fused bias add + GELU + cast to FP8: one kernel writing FP8.
+        Case{"fused_bias_gelu_fp8", "siglip-so400m-384", 12, 32, 64, "",
+             FuseBiasGeluCast},
         // Strided local parts: rows of the LayerNorm output copied into
         // K-split panels.
         Case{"strided_local_parts", "vit-b16-224", 16, 64, 128,

@@ -38,13 +38,16 @@ Status FusedSteps(const fb::OperationT& op, fb::DType out_dtype,
       case fb::FusedStepKind::BiasAdd:
         if (i + 1 < body.size() &&
             body[i + 1]->kind == fb::FusedStepKind::Gelu) {
-          const bool fp8_out = i + 2 < body.size() &&
-                               body[i + 2]->kind == fb::FusedStepKind::Cast &&
-                               (body[i + 2]->dtype == fb::DType::FP8E4M3 ||
-                                body[i + 2]->dtype == fb::DType::FP8E5M2);
+          // A cast right after is folded into the kernel, which stores in
+          // the cast's dtype (the lowering does the same).
+          const bool cast = i + 2 < body.size() &&
+                            body[i + 2]->kind == fb::FusedStepKind::Cast;
+          if (cast) s.out_dtype = body[i + 2]->dtype;
+          const bool fp8_out = s.out_dtype == fb::DType::FP8E4M3 ||
+                               s.out_dtype == fb::DType::FP8E5M2;
           s.kernel = fp8_out ? "bias_gelu_fp8" : "bias_gelu";
           s.uses_vector = true;
-          i += fp8_out ? 2 : 1;
+          i += cast ? 2 : 1;
         } else {
           s.kernel = "add";
           s.uses_vector = true;
