@@ -1,0 +1,151 @@
+// Per-tile GEMM decisions and their cycles, worked out by hand from
+// MACHINE.md's formulas on ipu21 (copy: 288 per call + 1 per 8 B; F16 GEMM:
+// 294 + ceil(K/16) * ceil(N/16) * (4M + 160)).
+
+#include "passes/core/tile_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <vector>
+
+#include "formats/ir.h"
+#include "kernels/kernels.h"
+
+namespace tilec::passes {
+namespace {
+
+Box B2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  Box b;
+  b.rank = 2;
+  b.begin = {r0, c0, 0, 0};
+  b.end = {r1, c1, 0, 0};
+  return b;
+}
+
+struct Fixture {
+  Fixture() {
+    EXPECT_TRUE(ir::LoadTarget("ipu21", &target).ok());
+    model = *kernels::CostModel::Create(target);
+  }
+  fb::TargetT target;
+  std::optional<kernels::CostModel> model;
+};
+
+// [146, 538] x [538, 64] on m1 x k2 x n1: tile 0's panel is rows [0, 146)
+// x K [0, 269), its block 146 x 269 x 64. One call: 294 + ceil(269/16) *
+// ceil(64/16) * (4*146 + 160) = 294 + 17 * 4 * 744 = 50,886.
+GemmGrid Grid() {
+  return MakeGemmGrid(146, 538, 64, 1, 2, 1, 0, 1, fb::Staging::Complete, 0, 1);
+}
+
+TEST(TilePlanTest, StridedLocalPartIsOneCopyPerRow) {
+  Fixture f;
+  const GemmGrid g = Grid();
+  GemmTilePlanner planner(g, *f.model, kernels::DType::kF16, 2, 8);
+  EXPECT_EQ(*planner.Gemm(146, 269, 64), 50886);
+  // The tile holds rows [0, 92) x columns [100, 124) of A (F16) and copies
+  // them into its panel: strided on the panel side, one copy per row of
+  // 24 * 2 = 48 B: 92 * (288 + 6) = 27,048.
+  const Segments held = {{B2(0, 92, 100, 124), 0}};
+  const std::vector<Box> local = {B2(0, 92, 100, 124)};
+  const std::vector<std::pair<int64_t, int64_t>> columns = BlockColumns(g, 0);
+  GemmTileInput in;
+  in.a_storage = &held;
+  in.local = local;
+  in.columns = columns;
+  StatusOr<GemmTilePlan> plan = planner.Plan(in);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_EQ(plan->chunks.size(), 1u);
+  EXPECT_FALSE(plan->aliased);
+  EXPECT_FALSE(plan->k_pieced);
+  EXPECT_EQ(plan->chunks[0].copy_runs, 92);
+  EXPECT_EQ(plan->chunks[0].copy_cycles, 92 * (288 + 6));
+  EXPECT_EQ(plan->chunks[0].gemm_cycles, 50886);
+
+  // K pieces cut the panel at columns 100 and 124: the part is one piece,
+  // one copy of 92 * 48 = 4,416 B (288 + 552 = 840), for three calls of K
+  // 100, 24, 145: 3 * 294 + (7 + 2 + 10) * 4 * 744 = 57,426. 58,266 <
+  // 50,886 + 27,048: the tile takes them.
+  in.k_pieces = true;
+  plan = planner.Plan(in);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->k_pieced);
+  EXPECT_EQ(plan->chunks[0].cuts, (std::vector<int64_t>{0, 100, 124, 269}));
+  EXPECT_EQ(plan->chunks[0].copy_cycles, 840);
+  EXPECT_EQ(plan->chunks[0].gemm_cycles, 57426);
+  EXPECT_EQ(plan->chunks[0].calls, 3);
+  // Both figures are kept: the chunk as one panel.
+  EXPECT_EQ(plan->chunks[0].whole_copy_cycles, 27048);
+  EXPECT_EQ(plan->chunks[0].whole_gemm_cycles, 50886);
+}
+
+TEST(TilePlanTest, KPiecesFollowTheStoredPieces) {
+  Fixture f;
+  const GemmGrid g = Grid();
+  GemmTilePlanner planner(g, *f.model, kernels::DType::kF16, 2, 8);
+  // The same part stored as two pieces, columns [100, 120) and [120, 124)
+  // (an output range boundary of the GEMM that produced it). One panel:
+  // one copy per row of each piece, 92 * (288 + 40/8) + 92 * (288 + 8/8)
+  // = 53,544.
+  const Segments held = AlignedPieces(
+      std::vector<Box>{B2(0, 92, 100, 120), B2(0, 92, 120, 124)}, 2, 8);
+  const std::vector<Box> local = {B2(0, 92, 100, 124)};
+  const std::vector<std::pair<int64_t, int64_t>> columns = BlockColumns(g, 0);
+  GemmTileInput in;
+  in.a_storage = &held;
+  in.local = local;
+  in.columns = columns;
+  in.k_pieces = true;
+  StatusOr<GemmTilePlan> plan = planner.Plan(in);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->chunks[0].whole_copy_cycles, 92 * 293 + 92 * 289);
+  // K pieces at the stored pieces (100, 120, 124): one copy each, 288 +
+  // 3680/8 = 748 and 288 + 736/8 = 380; four calls of K 100, 20, 4, 145:
+  // 4 * 294 + (7 + 2 + 1 + 10) * 4 * 744 = 60,696.
+  EXPECT_TRUE(plan->k_pieced);
+  EXPECT_EQ(plan->chunks[0].cuts,
+            (std::vector<int64_t>{0, 100, 120, 124, 269}));
+  EXPECT_EQ(plan->chunks[0].copy_runs, 2);
+  EXPECT_EQ(plan->chunks[0].copy_cycles, 748 + 380);
+  EXPECT_EQ(plan->chunks[0].gemm_cycles, 60696);
+}
+
+TEST(TilePlanTest, WholePanelHeldContiguouslyIsUsedInPlace) {
+  Fixture f;
+  const GemmGrid g = Grid();
+  GemmTilePlanner planner(g, *f.model, kernels::DType::kF16, 2, 8);
+  const Segments held = {{B2(0, 146, 0, 269), 0}};
+  const std::vector<Box> local = {B2(0, 146, 0, 269)};
+  const std::vector<std::pair<int64_t, int64_t>> columns = {{0, 16}, {16, 64}};
+  GemmTileInput in;
+  in.a_storage = &held;
+  in.local = local;
+  in.columns = columns;  // split partials: a call per column piece
+  StatusOr<GemmTilePlan> plan = planner.Plan(in);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->aliased);
+  EXPECT_EQ(plan->chunks[0].copy_cycles, 0);
+  // 294 + 17 * 1 * 744 and 294 + 17 * 3 * 744.
+  EXPECT_EQ(plan->chunks[0].gemm_cycles, (294 + 17 * 744) + (294 + 51 * 744));
+}
+
+TEST(TilePlanTest, SeedColumnPiecesCutTheBlockAtTheSeeds) {
+  const GemmGrid g =
+      MakeGemmGrid(8, 64, 96, 1, 4, 1, 0, 1, fb::Staging::Complete, 0, 1);
+  EXPECT_EQ(SeedColumnPieces(g, 0, std::vector<Box>{B2(0, 8, 24, 48)}),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 24}, {24, 48},
+                                                      {48, 96}}));
+  EXPECT_EQ(SeedColumnPieces(g, 0, std::vector<Box>{B2(0, 8, 0, 24)}),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 24}, {24, 96}}));
+  EXPECT_EQ(SeedColumnPieces(g, 0, {}),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 96}}));
+  // Partials stored one aligned F32 piece per column piece.
+  const Segments p = PartialSegments(
+      g, 0, std::vector<std::pair<int64_t, int64_t>>{{0, 24}, {24, 96}}, 8);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[1].offset, 8 * 24);
+}
+
+}  // namespace
+}  // namespace tilec::passes
