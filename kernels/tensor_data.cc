@@ -208,15 +208,6 @@ std::string EncodeStored(fb::DType dtype, int fp8_scale_exp,
   return bytes;
 }
 
-uint64_t Fnv1a64(std::string_view bytes) {
-  uint64_t hash = 0xCBF29CE484222325ULL;
-  for (unsigned char c : bytes) {
-    hash ^= c;
-    hash *= 0x100000001B3ULL;
-  }
-  return hash;
-}
-
 std::vector<float> GenerateInit(const fb::WeightInitT& init, size_t count) {
   std::vector<float> data(count);
   const double mean = init.mean;
@@ -286,7 +277,7 @@ Status ReadSidecar(const fb::ValueT& value, const std::string& sidecar_dir,
   in.seekg(static_cast<std::streamoff>(sidecar.offset));
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!in) return Status::BadInput(where + ": read failed");
-  const uint64_t hash = Fnv1a64(bytes);
+  const uint64_t hash = ir::Fnv1a64(bytes);
   if (hash != sidecar.fnv1a64) {
     return Status::BadInput(where + ": FNV-1a 64 checksum of bytes [" +
                             std::to_string(sidecar.offset) + ", " +

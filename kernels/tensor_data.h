@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/basics.h"
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "kernels/numerics.h"
@@ -62,8 +63,8 @@ void RoundToStored(fb::DType dtype, int fp8_scale_exp, std::span<float> data);
 std::string EncodeStored(fb::DType dtype, int fp8_scale_exp,
                          std::span<const float> data);
 
-// FNV-1a, 64 bits: the checksum of sidecar ranges.
-uint64_t Fnv1a64(std::string_view bytes);
+// The checksum of sidecar ranges is ir::Fnv1a64 (formats/basics.h).
+using ir::Fnv1a64;
 
 // `count` F32 elements of `init`'s distribution, before any dtype rounding.
 // Deterministic: the same (init, i) always gives the same element, whatever

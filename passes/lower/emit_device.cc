@@ -617,7 +617,7 @@ void Emitter::Build(EmitSummary* summary) {
   auto bind = [&](const fb::ValueT& v) {
     auto hb = std::make_unique<fb::HostBindingT>();
     hb->value = v.id;
-    const int eb = ElementBytes(v.dtype);
+    const int eb = ir::DTypeBytes(v.dtype);
     for (int t : lowering_.TilesOf(v.id)) {
       const Storage* s = lowering_.Find(v.id, t);
       if (offset_[s->buffer] < 0) continue;

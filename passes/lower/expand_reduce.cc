@@ -150,7 +150,7 @@ std::vector<int64_t> Pass::LiveBytes(size_t index) const {
     }
     if (!alive) continue;
     const std::vector<int64_t> bytes = passes::BytesPerTile(
-        *v->ownership, v->shape, ElementBytes(v->dtype), tiles_);
+        *v->ownership, v->shape, ir::DTypeBytes(v->dtype), tiles_);
     for (int t = 0; t < tiles_; ++t) live[t] += bytes[t];
   }
   return live;

@@ -92,19 +92,6 @@ std::optional<Segments> AdoptPieces(const Segments& pieces,
 
 }  // namespace
 
-int ElementBytes(fb::DType dtype) {
-  switch (dtype) {
-    case fb::DType::F32:
-      return 4;
-    case fb::DType::F16:
-    case fb::DType::BF16:
-      return 2;
-    case fb::DType::FP8E4M3:
-    case fb::DType::FP8E5M2:
-      return 1;
-  }
-  return 4;
-}
 
 ReductionChoice ChoiceFromReduction(const fb::ReductionT* r) {
   ReductionChoice c;
@@ -262,7 +249,7 @@ int Lowering::NewBuffer(int tile, int64_t elements, fb::DType dtype,
   VBuffer b;
   b.id = static_cast<int>(buffers_.size());
   b.tile = tile;
-  b.bytes = elements * ElementBytes(dtype);
+  b.bytes = elements * ir::DTypeBytes(dtype);
   b.dtype = dtype;
   b.scale_exp = (dtype == fb::DType::FP8E4M3 || dtype == fb::DType::FP8E5M2)
                     ? scale_exp
@@ -356,7 +343,7 @@ StatusOr<VSlice> Lowering::Contiguous(uint32_t value, int tile,
   StatusOr<const Storage*> s = Operand(value, tile, op.id);
   if (!s.ok()) return s.status();
   const fb::ValueT* v = this->value(value);
-  const int eb = ElementBytes(v->dtype);
+  const int eb = ir::DTypeBytes(v->dtype);
   if (const std::optional<int64_t> off = ContiguousOffset(box, (*s)->segments)) {
     return VSlice{(*s)->buffer, *off * eb, box.Elements() * eb};
   }
@@ -393,7 +380,7 @@ Status Lowering::Move(const Box& box, int src_tile, const Storage& src,
                             std::to_string(dst_tile) + " [" +
                             SegmentsText(dst.segments) + "]");
   }
-  const int eb = ElementBytes(dtype);
+  const int eb = ir::DTypeBytes(dtype);
   if (src_tile != dst_tile) {
     // Runs of equal length at constant pitches travel as strided transfers
     // (transfers.h: pieces merge into multicasts as one-piece transfers
@@ -574,8 +561,8 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
                             "plan-ownership first)");
   }
   OpNotes& notes = notes_[op.id];
-  const int a_eb = ElementBytes(A->dtype);
-  const int c_eb = ElementBytes(C->dtype);
+  const int a_eb = ir::DTypeBytes(A->dtype);
+  const int c_eb = ir::DTypeBytes(C->dtype);
 
   // ---- output ranges and the partials' layout
   std::vector<ReduceRange> ranges;
@@ -602,7 +589,7 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
       for (const ReduceRange& rr : ranges) {
         if (rr.seed_ki >= 0) seeds[rr.tile].push_back(rr.box);
       }
-      const int b_eb = ElementBytes(B->dtype);
+      const int b_eb = ir::DTypeBytes(B->dtype);
       const int align = module_.target ? module_.target->alignment : 8;
       for (int mi = 0; mi < g.m; ++mi) {
         for (int ni = 0; ni < g.n; ++ni) {
@@ -747,8 +734,8 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
                     std::to_string(c1) + ") contiguously (resident blocks "
                     "must follow the grid, docs/planning.md)");
               }
-              const int b_eb = ElementBytes(B->dtype);
-              const int p_eb = ElementBytes(buffers_[ts.partial.buffer].dtype);
+              const int b_eb = ir::DTypeBytes(B->dtype);
+              const int p_eb = ir::DTypeBytes(buffers_[ts.partial.buffer].dtype);
               VCall call;
               call.tile = t;
               call.kernel = "gemm";
@@ -1041,7 +1028,7 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
   for (const Arena* a : {&initial, &remote, &acc, &result}) {
     for (const auto& [tile, use] : a->used()) {
       buffers_[use.first].bytes =
-          use.second * ElementBytes(buffers_[use.first].dtype);
+          use.second * ir::DTypeBytes(buffers_[use.first].dtype);
     }
   }
   out->phases = Normalize(&list);
@@ -1199,7 +1186,7 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
   PhaseList list;
   Phase* phase = NewPhase(&list, Phase::Kind::kCompute,
                           ir::OpKindText(op.kind));
-  const int y_eb = ElementBytes(Y->dtype);
+  const int y_eb = ir::DTypeBytes(Y->dtype);
   // Moments go straight into the moments value when every tile holds whole
   // rows and the moments of exactly those rows; otherwise each tile writes
   // partial moments of its slice and they are combined on the moments'
@@ -1230,7 +1217,7 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
       StatusOr<const Storage*> xs = Operand(op.operands[i], t, op.id);
       if (!xs.ok()) return xs.status();
       std::optional<Segments> adopted = AdoptPieces(
-          (*xs)->segments, y_segments, ElementBytes(Y->dtype),
+          (*xs)->segments, y_segments, ir::DTypeBytes(Y->dtype),
           module_.target ? module_.target->alignment : 8);
       if (adopted && adopted->size() > y_segments.size()) {
         y_segments = *adopted;
@@ -1266,7 +1253,7 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
       }
       if (passes::SameContiguousRange(y_segs, operands)) {
         for (size_t i = 0; i < ids.size(); ++i) {
-          const int eb = ElementBytes(value(ids[i])->dtype);
+          const int eb = ir::DTypeBytes(value(ids[i])->dtype);
           whole[ids[i]] = {Find(ids[i], t)->buffer, operands[i][0].offset * eb,
                            TotalElements(y_segs) * eb};
         }
@@ -1338,7 +1325,7 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
                                     BufferKind::kTemp,
                                     op.name + ".step" + std::to_string(i),
                                     false);
-          result = {buf, 0, n * ElementBytes(k.dtype)};
+          result = {buf, 0, n * ir::DTypeBytes(k.dtype)};
         }
         call.args.push_back(result);
         if (k.moments) call.args.push_back(moments_slice(box));
@@ -1388,7 +1375,7 @@ Status Lowering::LowerRowWise(const fb::OperationT& op, OpProgram* out) {
   }
   PhaseList list;
   Phase* phase = NewPhase(&list, Phase::Kind::kCompute, ir::OpKindText(op.kind));
-  const int y_eb = ElementBytes(Y->dtype);
+  const int y_eb = ir::DTypeBytes(Y->dtype);
   for (int t : TilesUsed(*Y->ownership, Y->shape)) {
     ++notes_[op.id].tiles;
     Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue, nullptr,
@@ -1488,7 +1475,7 @@ Status Lowering::LowerRedistribute(const fb::OperationT& op, OpProgram* out) {
         const Storage* ss = Find(sibling, t);
         if (ss == nullptr) continue;
         std::optional<Segments> adopted = AdoptPieces(
-            ss->segments, natural, ElementBytes(Y->dtype),
+            ss->segments, natural, ir::DTypeBytes(Y->dtype),
             module_.target ? module_.target->alignment : 8);
         if (adopted && adopted->size() > segments.size()) segments = *adopted;
       }
@@ -1496,7 +1483,7 @@ Status Lowering::LowerRedistribute(const fb::OperationT& op, OpProgram* out) {
     NewValueStorage(y_id, t, op.id, BufferKind::kValue, &segments, false);
   }
   const passes::TransferPlan plan = passes::PlanTransfers(
-      *X->ownership, *Y->ownership, X->shape, ElementBytes(X->dtype));
+      *X->ownership, *Y->ownership, X->shape, ir::DTypeBytes(X->dtype));
   for (const passes::Transfer& tr : plan.transfers) {
     StatusOr<const Storage*> from = Operand(x_id, tr.source_tile, op.id);
     if (!from.ok()) return from.status();
@@ -1657,7 +1644,7 @@ Status Lowering::LowerNormalize(const fb::OperationT& op, OpProgram* out) {
   const fb::ValueT* Y = value(y_id);
   PhaseList list;
   Phase* phase = NewPhase(&list, Phase::Kind::kCompute, "normalize");
-  const int y_eb = ElementBytes(Y->dtype);
+  const int y_eb = ir::DTypeBytes(Y->dtype);
   for (int t : TilesUsed(*Y->ownership, Y->shape)) {
     ++notes_[op.id].tiles;
     Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue, nullptr,
@@ -1738,7 +1725,7 @@ Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out) {
       slices.push_back({t, box, buf});
     }
   }
-  const int y_eb = ElementBytes(Y->dtype);
+  const int y_eb = ir::DTypeBytes(Y->dtype);
   for (const Slice& s : slices) {
     ++notes.tiles;
     // The row group: one slice per column block over the same rows.

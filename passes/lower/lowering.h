@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/basics.h"
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "kernels/cost.h"
@@ -45,8 +46,6 @@
 
 namespace tilec::lower {
 
-// Bytes of one element of `dtype`.
-int ElementBytes(fb::DType dtype);
 
 // A value's part on one tile.
 struct Storage {

@@ -83,28 +83,6 @@ Status FusedSteps(const fb::OperationT& op, fb::DType out_dtype,
 
 }  // namespace
 
-uint64_t Fnv1a64(std::string_view text, uint64_t hash) {
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
-
-int DTypeBytes(fb::DType dtype) {
-  switch (dtype) {
-    case fb::DType::F32:
-      return 4;
-    case fb::DType::F16:
-    case fb::DType::BF16:
-      return 2;
-    case fb::DType::FP8E4M3:
-    case fb::DType::FP8E5M2:
-      return 1;
-  }
-  return 4;
-}
-
 StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
   Graph g;
   std::map<uint32_t, int> value_index;

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/basics.h"
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 
@@ -124,11 +125,8 @@ StatusOr<Recipe> ParseRecipe(std::string_view text);
 fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op);
 StatusOr<Recipe> RecipeFromFb(const fb::RecipeT& recipe);
 
-// FNV-1a 64 of a string: stable across platforms and runs.
-uint64_t Fnv1a64(std::string_view text,
-                 uint64_t hash = 14695981039346656037ull);
-
-int DTypeBytes(fb::DType dtype);
+using ir::DTypeBytes;
+using ir::Fnv1a64;
 
 }  // namespace tilec::plan
 

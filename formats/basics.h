@@ -1,0 +1,42 @@
+#ifndef TILEC_FORMATS_BASICS_H_
+#define TILEC_FORMATS_BASICS_H_
+
+// Small facts about IR data that every layer needs.
+
+#include <cstdint>
+#include <string_view>
+
+#include "formats/tilec_generated.h"
+
+namespace tilec::ir {
+
+// Bytes of one stored element.
+inline int DTypeBytes(fb::DType dtype) {
+  switch (dtype) {
+    case fb::DType::F32:
+      return 4;
+    case fb::DType::F16:
+    case fb::DType::BF16:
+      return 2;
+    case fb::DType::FP8E4M3:
+    case fb::DType::FP8E5M2:
+      return 1;
+  }
+  return 4;
+}
+
+// FNV-1a, 64 bits: the checksum a Sidecar records, and a hash that is
+// stable across platforms and runs (search state, graph identity). Pass a
+// previous result as `hash` to continue over more bytes.
+inline uint64_t Fnv1a64(std::string_view bytes,
+                        uint64_t hash = 14695981039346656037ull) {
+  for (unsigned char c : bytes) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+}  // namespace tilec::ir
+
+#endif  // TILEC_FORMATS_BASICS_H_
