@@ -120,7 +120,9 @@ TEST(IrTest, RejectsGarbageBytesWithoutCrashing) {
     }
     fb::ModuleT m;
     Status s = ParseModule(damaged, "fuzz", &m);
-    if (!s.ok()) EXPECT_EQ(s.code(), StatusCode::kBadInput) << s.message();
+    if (!s.ok()) {
+      EXPECT_EQ(s.code(), StatusCode::kBadInput) << s.message();
+    }
   }
 }
 
