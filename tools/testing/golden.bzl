@@ -47,3 +47,49 @@ def golden_test(name, tool, golden, args = [], input = None, raw = False,
         tags = kwargs.pop("tags", []) + ["golden"],
         **kwargs
     )
+
+def tilec_stage(name, tool, args = [], input = None, data = [], **kwargs):
+    """A genrule that runs one tilec tool: `tool args [input] -o <name>.tilec`.
+
+    Test inputs are made by the tools themselves, so a change of an earlier
+    stage shows up in the goldens of the later ones. The tool's stderr (its
+    summary line) is shown only when it fails.
+
+    Args:
+      name: rule name; the output is <name>.tilec.
+      tool: label of the tool binary.
+      args: tool arguments ($(location) of `data` is expanded).
+      input: optional input module label, passed as the last argument.
+      data: other files the arguments name.
+      **kwargs: passed to genrule (e.g. visibility).
+    """
+    tool = _full_label(tool)
+    words = ["$(location %s)" % tool] + args
+    srcs = list(data)
+    if input:
+        srcs.append(input)
+        words.append("$(location %s)" % input)
+    native.genrule(
+        name = name,
+        srcs = srcs,
+        outs = [name + ".tilec"],
+        cmd = ("log=$$(mktemp); if %s -o $@ 2>$$log; then rm -f $$log; " +
+               "else cat $$log >&2; rm -f $$log; exit 1; fi") % " ".join(words),
+        tools = [tool],
+        **kwargs
+    )
+
+def ir_from_json(name, **kwargs):
+    """<name>.tilec from the readable <name>.json through the schema (flatc)."""
+    native.genrule(
+        name = name + "_gen",
+        srcs = [
+            name + ".json",
+            "//formats:tilec.fbs",
+        ],
+        outs = [name + ".tilec"],
+        cmd = ("$(location @system//:flatc) -b -o $(@D) " +
+               "$(location //formats:tilec.fbs) $(location %s.json)") % name,
+        tools = ["@system//:flatc"],
+        **kwargs
+    )
