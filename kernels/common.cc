@@ -22,23 +22,6 @@ bool ValidDType(DType dtype) {
 
 }  // namespace
 
-StatusOr<DType> DTypeFromFb(fb::DType dtype) {
-  switch (dtype) {
-    case fb::DType::F32:
-      return DType::kF32;
-    case fb::DType::F16:
-      return DType::kF16;
-    case fb::DType::BF16:
-      return DType::kBF16;
-    case fb::DType::FP8E4M3:
-      return DType::kFp8E4M3;
-    case fb::DType::FP8E5M2:
-      return DType::kFp8E5M2;
-  }
-  return Status::BadInput("unknown IR dtype " +
-                       std::to_string(static_cast<int>(dtype)));
-}
-
 StatusOr<GeluForm> GeluFormFromInt(int64_t form) {
   switch (form) {
     case 0:

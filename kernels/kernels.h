@@ -36,6 +36,7 @@
 
 #include "formats/tilec_generated.h"
 #include "kernels/cost.h"
+#include "kernels/fb_dtype.h"
 #include "kernels/numerics.h"
 #include "kernels/status.h"
 
@@ -54,8 +55,6 @@ inline bool IsFp8(DType d) {
   return d == DType::kFp8E4M3 || d == DType::kFp8E5M2;
 }
 
-// The kernels' dtype for an IR dtype; an error for a value outside the enum.
-StatusOr<DType> DTypeFromFb(fb::DType dtype);
 
 // GELU forms, with the IR's numbering (fb::GeluForm).
 enum class GeluForm {

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <limits>
 
+#include "kernels/fb_dtype.h"
+
 namespace tilec::kernels {
 namespace {
 
@@ -165,19 +167,9 @@ int StorageScaleExp(fb::DType dtype, int fp8_scale_exp) {
 }
 
 DType KernelDType(fb::DType dtype) {
-  switch (dtype) {
-    case fb::DType::F16:
-      return DType::kF16;
-    case fb::DType::BF16:
-      return DType::kBF16;
-    case fb::DType::FP8E4M3:
-      return DType::kFp8E4M3;
-    case fb::DType::FP8E5M2:
-      return DType::kFp8E5M2;
-    case fb::DType::F32:
-      break;
-  }
-  return DType::kF32;
+  // Values outside the enum never pass the IR verifier.
+  StatusOr<DType> known = DTypeFromFb(dtype);
+  return known.ok() ? *known : DType::kF32;
 }
 
 void RoundToStored(fb::DType dtype, int fp8_scale_exp, std::span<float> data) {
