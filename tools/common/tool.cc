@@ -7,6 +7,10 @@
 #include <cstdio>
 #include <iostream>
 
+DEFINE_string(o, "-",
+              "Output path (module, text or report), or - for stdout; "
+              "written atomically.");
+
 namespace tilec::tools {
 namespace {
 

@@ -4,11 +4,17 @@
 // What every tilec binary shares: flag parsing, logging to stderr, reading
 // the input module and reporting a failure as one line plus an exit code.
 
+#include <gflags/gflags.h>
+
 #include <string>
 #include <vector>
 
 #include "formats/ir.h"
 #include "formats/status.h"
+
+// -o PATH: every tool's output (a module, text or a report), "-" for
+// stdout; files are written atomically.
+DECLARE_string(o);
 
 namespace tilec::tools {
 

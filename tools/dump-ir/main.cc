@@ -10,7 +10,6 @@ DEFINE_bool(json, false, "Print JSON through the schema instead of text.");
 DEFINE_bool(program, false,
             "Print every buffer, compute and transfer of a device program "
             "(default: per-superstep totals).");
-DEFINE_string(o, "-", "Output path, or - for stdout (written atomically).");
 
 namespace tilec::tools {
 namespace {

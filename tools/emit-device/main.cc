@@ -17,7 +17,6 @@ DEFINE_int64(max_decisions, -1,
              "Apply only the first N transforming decisions (like LLVM's "
              "-opt-bisect-limit); -1: no limit.");
 DEFINE_bool(explain, false, "Print every decision with its numbers on stderr.");
-DEFINE_string(o, "-", "Output path, or - for stdout (written atomically).");
 
 namespace tilec::tools {
 namespace {

@@ -23,7 +23,6 @@ DEFINE_uint64(weight_seed, 1, "Seed of the generated weights.");
 DEFINE_uint64(input_seed, 2, "Seed of the generated input.");
 DEFINE_string(target, "ipu21",
               "Target the module is for: a preset (ipu21, tiny) or a JSON path.");
-DEFINE_string(o, "-", "Output path, or - for stdout (written atomically).");
 
 namespace tilec::tools {
 namespace {

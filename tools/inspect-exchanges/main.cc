@@ -20,7 +20,6 @@ DEFINE_string(svg, "",
               "this file.");
 DEFINE_string(metric, "total",
               "Heat map metric: total (sent + received), sent or received.");
-DEFINE_string(o, "-", "Report path, or - for stdout (written atomically).");
 
 namespace tilec::tools {
 namespace {

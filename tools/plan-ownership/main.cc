@@ -42,7 +42,6 @@ DEFINE_string(resume, "",
 DEFINE_string(explain, "",
               "'all' (or bare --explain): print every decision on stderr; "
               "an op id: print the alternatives considered for that op.");
-DEFINE_string(o, "-", "Output path, or - for stdout (written atomically).");
 
 namespace tilec::tools {
 namespace {

@@ -23,8 +23,6 @@ DEFINE_string(sidecar_dir, "",
 DEFINE_int32(threads, 2,
              "Threads for GEMMs and weight generation (results do not "
              "depend on it).");
-DEFINE_string(o, "-",
-              "Summary output path, or - for stdout (written atomically).");
 
 namespace tilec::tools {
 namespace {

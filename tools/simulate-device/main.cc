@@ -6,7 +6,6 @@
 #include "tools/common/tool.h"
 #include "tools/simulate-device/simulate_device.h"
 
-DEFINE_string(o, "-", "Report path, or - for stdout (written atomically).");
 DEFINE_string(report, "text", "Report format: text or json.");
 DEFINE_string(trace, "",
               "Write a Chrome trace-event JSON file (open it in Perfetto or "
