@@ -69,62 +69,6 @@ std::string DisplayName(const std::string& path) {
 
 const char* SchemaText() { return FindEmbedded("tilec.fbs")->text; }
 
-Status ReadFile(const std::string& path, std::string* bytes) {
-  if (path == "-") {
-    std::ostringstream buffer;
-    buffer << std::cin.rdbuf();
-    if (std::cin.bad()) return Status::BadInput("<stdin>: read error");
-    *bytes = buffer.str();
-    return Status::Ok();
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return Status::BadInput(path + ": cannot open: " + std::strerror(errno));
-  }
-  bytes->assign(std::istreambuf_iterator<char>(in),
-                std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::BadInput(path + ": read error");
-  return Status::Ok();
-}
-
-Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  if (path == "-") {
-    std::cout.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    std::cout.flush();
-    if (!std::cout) return Status::BadInput("<stdout>: write error");
-    return Status::Ok();
-  }
-  std::string temp = path + ".tmp." + std::to_string(getpid());
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    return Status::BadInput(path + ": cannot create " + temp + ": " +
-                            std::strerror(errno));
-  }
-  size_t written = 0;
-  while (written < bytes.size()) {
-    ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      std::string error = std::strerror(errno);
-      close(fd);
-      unlink(temp.c_str());
-      return Status::BadInput(path + ": write failed: " + error);
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    std::string error = std::strerror(errno);
-    unlink(temp.c_str());
-    return Status::BadInput(path + ": write failed: " + error);
-  }
-  if (rename(temp.c_str(), path.c_str()) != 0) {
-    std::string error = std::strerror(errno);
-    unlink(temp.c_str());
-    return Status::BadInput(path + ": cannot replace: " + error);
-  }
-  return Status::Ok();
-}
-
 Status ParseModule(const std::string& bytes, const std::string& name,
                    fb::ModuleT* module) {
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());

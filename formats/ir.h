@@ -5,7 +5,10 @@
 // tilec modules, and load target descriptions. Every failure is a Status
 // whose message is one line naming the file and the problem.
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "formats/status.h"
@@ -19,11 +22,48 @@ inline constexpr uint32_t kSchemaVersion = 1;
 inline constexpr uint32_t kOldestReadableVersion = 1;
 inline constexpr char kFileIdentifier[] = "TLC1";
 
-// "-" means stdin / stdout.
-Status ReadFile(const std::string& path, std::string* bytes);
-// Writes to a temporary file beside `path`, then renames it over `path`, so
-// a failed run never leaves a truncated file. "-" writes stdout.
+// The most any input may hold: FlatBuffers buffers stop at 2 GiB.
+inline constexpr size_t kMaxInputBytes = size_t{2} << 30;
+
+// "-" means stdin / stdout (formats/file_io.cc). A directory or socket is
+// refused by name, and so is an input longer than `max_bytes` (read no
+// further, so /dev/zero cannot exhaust memory).
+Status ReadFile(const std::string& path, std::string* bytes,
+                size_t max_bytes = kMaxInputBytes);
+// A regular file or a new path: written to TempPathFor(path), then renamed
+// over it, so a failed or interrupted (SIGINT, SIGTERM) run never leaves a
+// truncated file. A symlink: its final target is replaced, the link stays.
+// A character device or FIFO (/dev/null, a pipe): written in place, never
+// replaced. Anything else (a directory, a socket, a block device) is refused.
+// "-" writes stdout.
 Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+// PATH.tilec-tmp.PID: only SIGKILL can leave one behind.
+std::string TempPathFor(const std::string& path);
+
+// The regular-file half of WriteFileAtomically, in steps: Create opens
+// TempPathFor(path), Commit renames it over `path`. Until then SIGINT,
+// SIGTERM, SIGHUP or SIGPIPE, an error or destruction removes it.
+class PendingFile {
+ public:
+  PendingFile() = default;
+  PendingFile(const PendingFile&) = delete;
+  PendingFile& operator=(const PendingFile&) = delete;
+  ~PendingFile() { Abandon(); }
+
+  // `keep_mode`: the mode of the file being replaced; without it a new
+  // file gets 0666 less the umask.
+  static Status Create(const std::string& path,
+                       std::optional<mode_t> keep_mode, PendingFile* file);
+  Status Append(const std::string& bytes);
+  Status Commit();
+  void Abandon();
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+  std::string temp_;
+  std::optional<mode_t> keep_mode_;
+};
 
 // Identifier, FlatBuffers verifier, schema version (older versions are
 // migrated, newer ones refused), then the structural checks of VerifyModule.

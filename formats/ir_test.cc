@@ -220,7 +220,7 @@ TEST(IrTest, FailedWriteLeavesOldFileIntact) {
   std::string path = TempPath("intact.tilec");
   ASSERT_TRUE(WriteFileAtomically(path, "old contents").ok());
   // Block the temporary file's name so the write fails part way.
-  std::string temp = path + ".tmp." + std::to_string(getpid());
+  std::string temp = TempPathFor(path);
   ASSERT_EQ(mkdir(temp.c_str(), 0755), 0);
   Status s = WriteModule(SmallModule(), "t", path);
   rmdir(temp.c_str());

@@ -28,7 +28,7 @@ bench_reference() {
   bazel-bin/tools/import-model/import-model -o "$dir/mlp.tilec"
   local start end
   start=$(date +%s.%N)
-  bazel-bin/tools/run-reference/run-reference "$dir/mlp.tilec" -o /dev/null
+  bazel-bin/tools/run-reference/run-reference "$dir/mlp.tilec" -o "$dir/reference.txt"
   end=$(date +%s.%N)
   rm -rf "$dir"
   awk -v s="$start" -v e="$end" 'BEGIN { printf "reference: so400m MLP block (7.22 G MACs) in %.2f s host\n", e - s }'

@@ -13,7 +13,7 @@ cells=$(grep -c '<title>tile ' "$out/heat.svg")
 [ "$cells" -eq 16 ] || { echo "expected 16 tile cells, got $cells" >&2; exit 1; }
 grep -q 'fill="#ff0000"><title>tile ' "$out/heat.svg" || { echo "no busiest (red) tile" >&2; exit 1; }
 # One superstep only: a different map.
-"$tool" "$program" --superstep=0 --metric=received --svg="$out/step0.svg" -o /dev/null
+"$tool" "$program" --superstep=0 --metric=received --svg="$out/step0.svg" -o "$out/step0.txt"
 ! cmp -s "$out/heat.svg" "$out/step0.svg" || { echo "superstep 0 map equals the whole-program map" >&2; exit 1; }
 grep -q 'superstep 0' "$out/step0.svg"
 echo ok

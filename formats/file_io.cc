@@ -1,0 +1,251 @@
+// Reading inputs and writing outputs for every tool: what kind of file a
+// path names decides how it is read or written (formats/README.md, "Files").
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "formats/ir.h"
+
+namespace tilec::ir {
+namespace {
+
+// The temporary file being written, so that SIGINT and SIGTERM can remove it
+// (SIGKILL cannot be caught: such a file is named PATH.tilec-tmp.PID).
+char pending_temp[PATH_MAX + 64];
+std::atomic<bool> temp_pending{false};
+
+extern "C" void RemovePendingTempAndDie(int signal_number) {
+  if (temp_pending.load()) unlink(pending_temp);
+  std::signal(signal_number, SIG_DFL);
+  std::raise(signal_number);
+}
+
+void InstallTempCleanup() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) {
+    struct sigaction action = {};
+    action.sa_handler = RemovePendingTempAndDie;
+    sigemptyset(&action.sa_mask);
+    sigaction(signal_number, &action, nullptr);
+  }
+}
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  return "not a regular file";
+}
+
+Status WriteAll(int fd, const std::string& bytes, const std::string& path) {
+  size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::BadInput(path + ": write failed: " + ErrnoText());
+    }
+    written += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status WriteStdout(const std::string& bytes) {
+  std::cout.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::cout.flush();
+  if (!std::cout) return Status::BadInput("<stdout>: write error");
+  return Status::Ok();
+}
+
+// A symlink chain ends at the path it finally names (which may not exist
+// yet): that is the file an output replaces, so the link itself survives.
+Status ResolveSymlinks(const std::string& path, std::string* resolved) {
+  std::string current = path;
+  for (int depth = 0; depth < 40; ++depth) {
+    struct stat info;
+    if (lstat(current.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) {
+      *resolved = current;
+      return Status::Ok();
+    }
+    char target[PATH_MAX];
+    ssize_t n = readlink(current.c_str(), target, sizeof target - 1);
+    if (n < 0) {
+      return Status::BadInput(path + ": cannot read symlink: " + ErrnoText());
+    }
+    target[n] = '\0';
+    std::string next = target;
+    if (next[0] != '/') {
+      size_t slash = current.rfind('/');
+      if (slash != std::string::npos) next = current.substr(0, slash + 1) + next;
+    }
+    current = next;
+  }
+  return Status::BadInput(path + ": too many levels of symbolic links");
+}
+
+// Devices and FIFOs are written in place: replacing them with a regular
+// file would, for /dev/null as root, break every later process.
+Status WriteInPlace(const std::string& path, const std::string& bytes) {
+  int fd = open(path.c_str(), O_WRONLY | O_NOCTTY);
+  if (fd < 0) return Status::BadInput(path + ": cannot open: " + ErrnoText());
+  Status status = WriteAll(fd, bytes, path);
+  if (close(fd) != 0 && status.ok()) {
+    status = Status::BadInput(path + ": write failed: " + ErrnoText());
+  }
+  return status;
+}
+
+Status ReplaceAtomically(const std::string& path, const std::string& bytes,
+                         std::optional<mode_t> keep_mode) {
+  PendingFile file;
+  TILEC_RETURN_IF_ERROR(PendingFile::Create(path, keep_mode, &file));
+  TILEC_RETURN_IF_ERROR(file.Append(bytes));
+  return file.Commit();
+}
+
+}  // namespace
+
+std::string TempPathFor(const std::string& path) {
+  return path + ".tilec-tmp." + std::to_string(getpid());
+}
+
+Status PendingFile::Create(const std::string& path,
+                           std::optional<mode_t> keep_mode, PendingFile* file) {
+  file->Abandon();
+  const std::string temp = TempPathFor(path);
+  if (temp.size() >= sizeof pending_temp) {
+    return Status::BadInput(path + ": path too long");
+  }
+  InstallTempCleanup();
+  // Only one file is pending at a time; the handler removes that one.
+  std::memcpy(pending_temp, temp.c_str(), temp.size() + 1);
+  temp_pending.store(true);
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_EXCL, 0666);
+  if (fd < 0) {
+    temp_pending.store(false);
+    return Status::BadInput(path + ": cannot create " + temp + ": " +
+                            ErrnoText());
+  }
+  file->fd_ = fd;
+  file->path_ = path;
+  file->temp_ = temp;
+  file->keep_mode_ = keep_mode;
+  return Status::Ok();
+}
+
+Status PendingFile::Append(const std::string& bytes) {
+  if (fd_ < 0) return Status::Internal("append to a file that is not open");
+  Status status = WriteAll(fd_, bytes, path_);
+  if (!status.ok()) Abandon();
+  return status;
+}
+
+Status PendingFile::Commit() {
+  if (fd_ < 0) return Status::Internal("commit of a file that is not open");
+  const int fd = fd_;
+  fd_ = -1;
+  if ((keep_mode_ && fchmod(fd, *keep_mode_) != 0) || fsync(fd) != 0 ||
+      close(fd) != 0 || rename(temp_.c_str(), path_.c_str()) != 0) {
+    std::string message = path_ + ": cannot write: " + ErrnoText();
+    unlink(temp_.c_str());
+    temp_pending.store(false);
+    return Status::BadInput(message);
+  }
+  temp_pending.store(false);
+  return Status::Ok();
+}
+
+void PendingFile::Abandon() {
+  if (fd_ < 0) return;
+  close(fd_);
+  fd_ = -1;
+  unlink(temp_.c_str());
+  temp_pending.store(false);
+}
+
+Status ReadFile(const std::string& path, std::string* bytes, size_t max_bytes) {
+  const bool is_stdin = path == "-";
+  const std::string name = DisplayName(path);
+  int fd = is_stdin ? STDIN_FILENO : open(path.c_str(), O_RDONLY | O_NOCTTY);
+  if (fd < 0) return Status::BadInput(path + ": cannot open: " + ErrnoText());
+  struct stat info;
+  if (fstat(fd, &info) != 0) {
+    std::string error = ErrnoText();
+    if (!is_stdin) close(fd);
+    return Status::BadInput(name + ": cannot read: " + error);
+  }
+  if (S_ISDIR(info.st_mode) || S_ISSOCK(info.st_mode)) {
+    if (!is_stdin) close(fd);
+    return Status::BadInput(name + ": is " + FileKind(info.st_mode) +
+                            ", not a file");
+  }
+  if (S_ISREG(info.st_mode) && static_cast<uint64_t>(info.st_size) > max_bytes) {
+    if (!is_stdin) close(fd);
+    return Status::BadInput(name + ": " + std::to_string(info.st_size) +
+                            " bytes is more than the " +
+                            std::to_string(max_bytes) + " bytes this input may have");
+  }
+  bytes->clear();
+  char chunk[1 << 16];
+  Status status;
+  for (;;) {
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      status = Status::BadInput(name + ": read error: " + ErrnoText());
+      break;
+    }
+    if (n == 0) break;
+    if (bytes->size() + static_cast<size_t>(n) > max_bytes) {
+      status = Status::BadInput(name + ": more than the " +
+                                std::to_string(max_bytes) +
+                                " bytes this input may have");
+      break;
+    }
+    bytes->append(chunk, static_cast<size_t>(n));
+  }
+  if (!is_stdin) close(fd);
+  if (!status.ok()) bytes->clear();
+  return status;
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  if (path == "-") return WriteStdout(bytes);
+  if (path.empty()) return Status::BadInput("-o: empty output path");
+  std::string target;
+  TILEC_RETURN_IF_ERROR(ResolveSymlinks(path, &target));
+  struct stat info;
+  if (stat(target.c_str(), &info) != 0) {
+    if (errno != ENOENT) {
+      return Status::BadInput(path + ": cannot write: " + ErrnoText());
+    }
+    return ReplaceAtomically(target, bytes, std::nullopt);
+  }
+  if (S_ISREG(info.st_mode)) {
+    return ReplaceAtomically(target, bytes, info.st_mode & 07777);
+  }
+  if (S_ISCHR(info.st_mode) || S_ISFIFO(info.st_mode)) {
+    return WriteInPlace(target, bytes);
+  }
+  return Status::BadInput(path + ": is " + FileKind(info.st_mode) +
+                          "; an output must be a regular file, a new path, "
+                          "a character device or a FIFO");
+}
+
+}  // namespace tilec::ir
