@@ -302,6 +302,7 @@ std::string OpKindText(fb::OpKind kind) {
 
 std::string DecisionText(const fb::DecisionT& d) {
   std::string out = SnakeCase(fb::EnumNameOutcome(d.outcome));
+  if (d.limit_index > 0) out += " #" + std::to_string(d.limit_index);
   out += " (" + IdList(d.ops, "") + ") " + Quoted(d.action);
   if (!d.reason.empty()) out += " reason=" + Quoted(d.reason);
   out += " cycles " + std::to_string(d.cycles_before) + " -> " +

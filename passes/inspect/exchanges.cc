@@ -8,13 +8,13 @@
 
 #include "formats/print.h"
 #include "kernels/cost.h"
-#include "passes/lower/decision_log.h"
+#include "passes/core/decisions.h"
 #include "passes/lower/lowering.h"
 
 namespace tilec::inspect {
 namespace {
 
-using lower::Thousands;
+using passes::Thousands;
 
 struct Xfer {
   int step = 0;
@@ -342,10 +342,10 @@ Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
       }
     }
   }
-  out += "totals: " + lower::Count(phases, "exchange phase") + ", " +
-         lower::Count(transfers, "transfer") + ", " +
-         lower::Count(pieces, "piece") + ", " +
-         lower::Count(fragments, "fragment") + ", " + Thousands(sent) +
+  out += "totals: " + passes::Count(phases, "exchange phase") + ", " +
+         passes::Count(transfers, "transfer") + ", " +
+         passes::Count(pieces, "piece") + ", " +
+         passes::Count(fragments, "fragment") + ", " + Thousands(sent) +
          " B sent, " + Thousands(received) + " B received, " +
          Thousands(cycles) +
          " cycles (each phase: sync + busiest tile's max of sent/rate, "

@@ -14,12 +14,17 @@
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
 #include "passes/lower/allocate.h"
-#include "passes/lower/decision_log.h"
+#include "passes/core/decisions.h"
 #include "passes/lower/lowering.h"
 #include "passes/lower/program.h"
 
 namespace tilec::lower {
 namespace {
+
+using passes::Count;
+using passes::DecisionLog;
+using passes::Numbers;
+using passes::Thousands;
 
 constexpr int64_t kForever = std::numeric_limits<int64_t>::max() / 4;
 
@@ -55,10 +60,10 @@ struct StepLoad {
 class Emitter {
  public:
   Emitter(fb::ModuleT* module, const EmitOptions& options,
-          const kernels::CostModel& model)
+          const kernels::CostModel& model, DecisionLog* log)
       : module_(*module), options_(options), model_(model),
         lowering_(*module, model, LoweringOptions{options.alias_in_place, false}),
-        log_(options.max_decisions) {
+        log_(*log) {
     tiles_ = module->target->tiles;
     map_ = MemoryMap::FromTarget(*module->target);
   }
@@ -89,7 +94,7 @@ class Emitter {
   const EmitOptions& options_;
   kernels::CostModel model_;
   Lowering lowering_;
-  DecisionLog log_;
+  DecisionLog& log_;
   int tiles_ = 0;
   MemoryMap map_;
   std::vector<OpWork> work_;
@@ -743,9 +748,9 @@ void Emitter::Build(EmitSummary* summary) {
 Status Emitter::Run(EmitSummary* summary) {
   TILEC_RETURN_IF_ERROR(LowerAll());
   std::vector<ShareEvent> events;
-  const int64_t remaining = options_.max_decisions < 0
-                                ? -1
-                                : options_.max_decisions - log_.applied();
+  const int64_t remaining = log_.limited()
+                                ? log_.max_decisions() - log_.applied()
+                                : -1;
   Schedule(options_.share_supersteps, remaining, &events);
   std::string failure;
   bool fits = false;
@@ -768,20 +773,14 @@ Status Emitter::Run(EmitSummary* summary) {
   EmitSummary sum;
   Build(&sum);
   sum.shared = shared;
-  if (options_.explain) {
-    for (const auto& d : log_.decisions()) {
-      std::cerr << "emit-device: " << ir::DecisionText(*d) << "\n";
-    }
-  }
-  module_.log.push_back(log_.TakeRun("emit-device", options_.flags));
   if (summary) *summary = sum;
   return Status::Ok();
 }
 
 }  // namespace
 
-Status EmitDevice(fb::ModuleT* module, const EmitOptions& options,
-                  EmitSummary* summary) {
+StatusOr<bool> EmitDevicePass::Transform(fb::ModuleT* module,
+                                         passes::DecisionLog* log) {
   if (!module->target) {
     return Status::BadInput("module has no target description");
   }
@@ -797,8 +796,9 @@ Status EmitDevice(fb::ModuleT* module, const EmitOptions& options,
     return Status::BadInput("target '" + module->target->name +
                             "': " + model.status().message());
   }
-  Emitter emitter(module, options, *model);
-  return emitter.Run(summary);
+  Emitter emitter(module, options_, *model, log);
+  TILEC_RETURN_IF_ERROR(emitter.Run(&summary_));
+  return true;
 }
 
 }  // namespace tilec::lower

@@ -30,15 +30,13 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
+#include "passes/core/pass.h"
 
 namespace tilec::lower {
 
 struct EmitOptions {
   bool share_supersteps = true;  // --share_supersteps
   bool alias_in_place = true;    // --alias_in_place
-  int64_t max_decisions = -1;    // --max-decisions (-1: no limit)
-  bool explain = false;          // print every decision on stderr
-  std::vector<std::string> flags;  // recorded in the pass log
 };
 
 // Figures of the emitted program (also in the pass log).
@@ -56,11 +54,31 @@ struct EmitSummary {
 };
 
 // Replaces module->program and appends the "emit-device" pass run.
-// Errors: kBadInput for a module that is not planned and lowered (message
-// names the op), kInfeasible when memory does not fit (names the tile, the
-// live buffers with op ids and sizes, and the shortfall).
-Status EmitDevice(fb::ModuleT* module, const EmitOptions& options,
-                  EmitSummary* summary = nullptr);
+// Takes a planned graph (K-split GEMMs need expand-reduce first: refused
+// naming the op), a lowered one or a device program (rebuilt). Errors:
+// kInfeasible when memory does not fit (names the tile, the live buffers
+// with op ids and sizes, and the shortfall).
+class EmitDevicePass : public passes::Pass {
+ public:
+  explicit EmitDevicePass(EmitOptions options = {},
+                          passes::PassOptions common = {})
+      : Pass(std::move(common)), options_(options) {}
+  std::string_view name() const override { return "emit-device"; }
+  std::vector<passes::Stage> Accepts() const override {
+    return {passes::Stage::kPlanned, passes::Stage::kReduced,
+            passes::Stage::kProgram};
+  }
+  // The figures of the last program emitted.
+  const EmitSummary& summary() const { return summary_; }
+
+ protected:
+  StatusOr<bool> Transform(fb::ModuleT* module,
+                           passes::DecisionLog* log) override;
+
+ private:
+  EmitOptions options_;
+  EmitSummary summary_;
+};
 
 }  // namespace tilec::lower
 

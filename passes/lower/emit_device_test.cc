@@ -40,16 +40,18 @@ fb::ModuleT PlannedMlp(const MlpPlan& plan, int64_t tokens = 12,
   fb::ModuleT m = Import("siglip-so400m-384", "mlp-block", "tiny", tokens,
                          width, mlp, /*heads=*/1);
   PlanMlpBlock(&m, plan);
-  Status s = ExpandReduce(&m, ExpandReduceOptions{});
+  Status s = ExpandReducePass().Run(&m).status();
   EXPECT_TRUE(s.ok()) << s.message();
   return m;
 }
 
 // Emits, simulates, compares; returns the check.
 SimCheck EmitAndSimulate(fb::ModuleT* m, const sim::Tolerance& tol,
-                         EmitOptions options = {}) {
-  EmitSummary summary;
-  Status s = EmitDevice(m, options, &summary);
+                         EmitOptions options = {},
+                         passes::PassOptions common = {}) {
+  EmitDevicePass emit(options, common);
+  Status s = emit.Run(m).status();
+  const EmitSummary& summary = emit.summary();
   EXPECT_TRUE(s.ok()) << s.message();
   SimCheck check;
   if (!s.ok()) return check;
@@ -133,12 +135,10 @@ TEST(EmitDeviceTest, EveryFallbackStillComputesTheSameOutput) {
   // No transforming decision at all, in either pass: copies everywhere.
   fb::ModuleT none = Import("siglip-so400m-384", "mlp-block", "tiny", 12, 32, 64, 1);
   PlanMlpBlock(&none, plan);
-  ExpandReduceOptions er;
-  er.max_decisions = 0;
-  ASSERT_TRUE(ExpandReduce(&none, er).ok());
-  EmitOptions zero;
+  passes::PassOptions zero;
   zero.max_decisions = 0;
-  const SimCheck c = EmitAndSimulate(&none, kDefault, zero);
+  ASSERT_TRUE(ExpandReducePass({}, zero).Run(&none).status().ok());
+  const SimCheck c = EmitAndSimulate(&none, kDefault, {}, zero);
   // Reductions differ only in where partials sit, not in the sum order.
   EXPECT_EQ(a.result.outputs, c.result.outputs);
   EXPECT_EQ(a.result.outputs, b.result.outputs);
@@ -152,7 +152,7 @@ TEST(EmitDeviceTest, Deterministic) {
   std::string bytes[2];
   for (std::string& b : bytes) {
     fb::ModuleT m = PlannedMlp(plan);
-    ASSERT_TRUE(EmitDevice(&m, EmitOptions{}).ok());
+    ASSERT_TRUE(EmitDevicePass().Run(&m).status().ok());
     ASSERT_TRUE(ir::SerializeModule(std::move(m), "test", &b).ok());
   }
   EXPECT_EQ(bytes[0], bytes[1]);
@@ -165,7 +165,7 @@ TEST(EmitDeviceTest, OutOfMemoryNamesTileBuffersAndShortfall) {
   plan.up = GemmShape{1, 2, 1};
   plan.down = GemmShape{1, 2, 1};
   fb::ModuleT m = PlannedMlp(plan, 64, 128, 256);
-  Status s = EmitDevice(&m, EmitOptions{});
+  Status s = EmitDevicePass().Run(&m).status();
   ASSERT_EQ(s.code(), StatusCode::kInfeasible) << s.message();
   EXPECT_NE(s.message().find("is out of memory at "), std::string::npos)
       << s.message();
@@ -278,7 +278,7 @@ TEST(EmitDeviceTest, FusedBiasGeluFoldsItsCast) {
   plan.up = GemmShape{2, 4, 1};
   plan.down = GemmShape{4, 2, 1};
   PlanMlpBlock(&m, plan);
-  ASSERT_TRUE(ExpandReduce(&m, ExpandReduceOptions{}).ok());
+  ASSERT_TRUE(ExpandReducePass().Run(&m).status().ok());
   EmitAndSimulate(&m, sim::Tolerance{0.1, 0.1, 0.99});
   const std::map<uint32_t, int> fused =
       CallsPerTile(m, "l0.mlp.up_bias", "bias_gelu");
@@ -293,14 +293,14 @@ TEST(EmitDeviceTest, KSplitWithoutExpandReduceIsRefused) {
   plan.up = GemmShape{2, 2, 2};
   plan.down = GemmShape{2, 2, 4};
   PlanMlpBlock(&m, plan);
-  Status s = EmitDevice(&m, EmitOptions{});
+  Status s = EmitDevicePass().Run(&m).status();
   EXPECT_EQ(s.code(), StatusCode::kBadInput);
   EXPECT_NE(s.message().find("run expand-reduce first"), std::string::npos);
 }
 
 TEST(EmitDeviceTest, UnplannedModuleIsRefused) {
   fb::ModuleT m = Import("siglip-so400m-384", "mlp-block", "tiny", 12, 32, 64, 1);
-  Status s = EmitDevice(&m, EmitOptions{});
+  Status s = EmitDevicePass().Run(&m).status();
   EXPECT_EQ(s.code(), StatusCode::kBadInput);
   EXPECT_NE(s.message().find("run plan-ownership first"), std::string::npos);
 }

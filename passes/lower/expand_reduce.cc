@@ -11,12 +11,17 @@
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
 #include "passes/core/ownership.h"
-#include "passes/lower/decision_log.h"
+#include "passes/core/decisions.h"
 #include "passes/lower/lowering.h"
 #include "passes/lower/program.h"
 
 namespace tilec::lower {
 namespace {
+
+using passes::Count;
+using passes::DecisionLog;
+using passes::Numbers;
+using passes::Thousands;
 
 // One lowering of one op, priced on its own.
 struct Priced {
@@ -36,12 +41,11 @@ Numbers Compare(const Priced& before, const Priced& after) {
   return {before.cost.cycles, after.cost.cycles, before.scratch, after.scratch};
 }
 
-class Pass {
+class Reducer {
  public:
-  Pass(fb::ModuleT* module, const ExpandReduceOptions& options,
-       const kernels::CostModel& model)
-      : module_(*module), options_(options), model_(model),
-        log_(options.max_decisions) {
+  Reducer(fb::ModuleT* module, const ExpandReduceOptions& options,
+          const kernels::CostModel& model, DecisionLog* log)
+      : module_(*module), options_(options), model_(model), log_(*log) {
     tiles_ = module->target->tiles;
     capacity_ = int64_t{module->target->sram_bytes} -
                 module->target->reserved_bytes;
@@ -63,12 +67,12 @@ class Pass {
   fb::ModuleT& module_;
   const ExpandReduceOptions& options_;
   kernels::CostModel model_;
-  DecisionLog log_;
+  DecisionLog& log_;
   int tiles_ = 0;
   int64_t capacity_ = 0;
 };
 
-StatusOr<Priced> Pass::Price(const fb::OperationT& op,
+StatusOr<Priced> Reducer::Price(const fb::OperationT& op,
                              const ReductionChoice& choice,
                              const fb::RecipeT* recipe) {
   fb::OperationT copy;
@@ -129,7 +133,7 @@ StatusOr<Priced> Pass::Price(const fb::OperationT& op,
   return p;
 }
 
-std::vector<int64_t> Pass::LiveBytes(size_t index) const {
+std::vector<int64_t> Reducer::LiveBytes(size_t index) const {
   std::map<uint32_t, size_t> producer, last_use;
   for (size_t i = 0; i < module_.ops.size(); ++i) {
     for (uint32_t r : module_.ops[i]->results) producer[r] = i;
@@ -156,7 +160,7 @@ std::vector<int64_t> Pass::LiveBytes(size_t index) const {
   return live;
 }
 
-Status Pass::Gemm(size_t index) {
+Status Reducer::Gemm(size_t index) {
   fb::OperationT& op = *module_.ops[index];
   if (!op.recipe || op.recipe->kind != fb::RecipeKind::Gemm) {
     return Status::BadInput("op " + std::to_string(op.id) + " (" + op.name +
@@ -474,7 +478,7 @@ Status Pass::Gemm(size_t index) {
   return Status::Ok();
 }
 
-Status Pass::Statistics(size_t index) {
+Status Reducer::Statistics(size_t index) {
   fb::OperationT& op = *module_.ops[index];
   StatusOr<Priced> p = Price(op, ReductionChoice{});
   if (!p.ok()) return p.status();
@@ -524,7 +528,7 @@ Status Pass::Statistics(size_t index) {
   return Status::Ok();
 }
 
-Status Pass::Run() {
+Status Reducer::Run() {
   for (size_t i = 0; i < module_.ops.size(); ++i) {
     fb::OperationT& op = *module_.ops[i];
     if (op.kind == fb::OpKind::MatMul) {
@@ -535,18 +539,13 @@ Status Pass::Run() {
       TILEC_RETURN_IF_ERROR(Statistics(i));
     }
   }
-  if (options_.explain) {
-    for (const auto& d : log_.decisions()) {
-      std::cerr << "expand-reduce: " << ir::DecisionText(*d) << "\n";
-    }
-  }
-  module_.log.push_back(log_.TakeRun("expand-reduce", options_.flags));
   return Status::Ok();
 }
 
 }  // namespace
 
-Status ExpandReduce(fb::ModuleT* module, const ExpandReduceOptions& options) {
+StatusOr<bool> ExpandReducePass::Transform(fb::ModuleT* module,
+                                           passes::DecisionLog* log) {
   if (!module->target) return Status::BadInput("module has no target description");
   for (const auto& v : module->values) {
     if (!v->ownership) {
@@ -561,8 +560,9 @@ Status ExpandReduce(fb::ModuleT* module, const ExpandReduceOptions& options) {
     return Status::BadInput("target '" + module->target->name +
                             "': " + model.status().message());
   }
-  Pass pass(module, options, *model);
-  return pass.Run();
+  Reducer reducer(module, options_, *model, log);
+  TILEC_RETURN_IF_ERROR(reducer.Run());
+  return true;
 }
 
 }  // namespace tilec::lower

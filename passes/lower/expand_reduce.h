@@ -30,6 +30,7 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
+#include "passes/core/pass.h"
 
 namespace tilec::lower {
 
@@ -39,14 +40,28 @@ struct ExpandReduceOptions {
   int partials_per_epoch = 0;
   bool seed_in_place = true;       // allow reading seeds in place
   bool direct_final_write = true;  // allow reducing into the output
-  int64_t max_decisions = -1;      // -1: no limit
-  bool explain = false;            // every decision on stderr
-  std::vector<std::string> flags;  // recorded in the pass log
 };
 
 // Fills Operation.reduction of every reducing op and appends the
 // "expand-reduce" pass run. Running it again replaces earlier reductions.
-Status ExpandReduce(fb::ModuleT* module, const ExpandReduceOptions& options);
+// Takes a planned or lowered graph.
+class ExpandReducePass : public passes::Pass {
+ public:
+  explicit ExpandReducePass(ExpandReduceOptions options = {},
+                            passes::PassOptions common = {})
+      : Pass(std::move(common)), options_(options) {}
+  std::string_view name() const override { return "expand-reduce"; }
+  std::vector<passes::Stage> Accepts() const override {
+    return {passes::Stage::kPlanned, passes::Stage::kReduced};
+  }
+
+ protected:
+  StatusOr<bool> Transform(fb::ModuleT* module,
+                           passes::DecisionLog* log) override;
+
+ private:
+  ExpandReduceOptions options_;
+};
 
 }  // namespace tilec::lower
 

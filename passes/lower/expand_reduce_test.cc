@@ -45,7 +45,7 @@ TEST(ExpandReduceTest, RecordsEveryReductionWithItsNumbers) {
   plan.up = GemmShape{2, 2, 2};
   plan.down = GemmShape{2, 2, 4};
   fb::ModuleT m = Planned(plan, 12, 32, 64);
-  ASSERT_TRUE(ExpandReduce(&m, ExpandReduceOptions{}).ok());
+  ASSERT_TRUE(ExpandReducePass().Run(&m).status().ok());
   const fb::OperationT* down = testing::FindOp(&m, "l0.mlp.down");
   ASSERT_NE(down->reduction, nullptr);
   const fb::ReductionT& r = *down->reduction;
@@ -77,13 +77,14 @@ TEST(ExpandReduceTest, FlagsAndTheDecisionLimitKeepCopies) {
   for (int variant = 0; variant < 2; ++variant) {
     fb::ModuleT m = Planned(plan, 12, 32, 64);
     ExpandReduceOptions o;
+    passes::PassOptions common;
     if (variant == 0) {
       o.seed_in_place = false;
       o.direct_final_write = false;
     } else {
-      o.max_decisions = 0;
+      common.max_decisions = 0;
     }
-    ASSERT_TRUE(ExpandReduce(&m, o).ok());
+    ASSERT_TRUE(ExpandReducePass(o, common).Run(&m).status().ok());
     const fb::ReductionT& r = *testing::FindOp(&m, "l0.mlp.down")->reduction;
     EXPECT_FALSE(r.direct_seed_read);
     EXPECT_FALSE(r.direct_final_write);
@@ -107,10 +108,10 @@ TEST(ExpandReduceTest, StagedPartialsSimulateToTheSameOutput) {
     fb::ModuleT m = Planned(plan, 12, 32, 64);
     ExpandReduceOptions o;
     o.partials_per_epoch = per_epoch;
-    ASSERT_TRUE(ExpandReduce(&m, o).ok());
+    ASSERT_TRUE(ExpandReducePass(o).Run(&m).status().ok());
     const fb::ReductionT& r = *testing::FindOp(&m, "l0.mlp.down")->reduction;
     EXPECT_EQ(r.stages.size(), per_epoch == 1 ? 3u : 1u);
-    ASSERT_TRUE(EmitDevice(&m, EmitOptions{}).ok());
+    ASSERT_TRUE(EmitDevicePass().Run(&m).status().ok());
     testing::SimCheck check;
     ASSERT_TRUE(testing::SimulateAgainstReference(
                     m, sim::Tolerance{2e-2, 1e-2, 0.9999}, &check)
@@ -133,7 +134,7 @@ TEST(ExpandReduceTest, MemoryPressureStagesRemotePartials) {
   plan.up = GemmShape{2, 8, 1};
   plan.down = GemmShape{1, 1, 16};
   fb::ModuleT m = Planned(plan, 48, 128, 256);
-  ASSERT_TRUE(ExpandReduce(&m, ExpandReduceOptions{}).ok());
+  ASSERT_TRUE(ExpandReducePass().Run(&m).status().ok());
   const fb::OperationT* down = testing::FindOp(&m, "l0.mlp.down");
   const fb::DecisionT* epochs = FindDecision(m, down->id, "receive ");
   ASSERT_NE(epochs, nullptr) << Decisions(m);
@@ -142,7 +143,7 @@ TEST(ExpandReduceTest, MemoryPressureStagesRemotePartials) {
   EXPECT_LE(epochs->bytes_after, 57344);
   EXPECT_GT(epochs->cycles_after, epochs->cycles_before);  // more phases
   EXPECT_GT(down->reduction->stages.size(), 1u);
-  ASSERT_TRUE(EmitDevice(&m, EmitOptions{}).ok());
+  ASSERT_TRUE(EmitDevicePass().Run(&m).status().ok());
   testing::SimCheck check;
   ASSERT_TRUE(testing::SimulateAgainstReference(
                   m, sim::Tolerance{2e-2, 1e-2, 0.9999}, &check)

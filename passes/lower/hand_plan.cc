@@ -260,4 +260,17 @@ Status SimulateAgainstReference(const fb::ModuleT& module,
   return Status::Ok();
 }
 
+ProgramFigures ProgramFiguresOf(const fb::ModuleT& module) {
+  ProgramFigures figures;
+  for (const auto& run : module.log) {
+    if (run->pass != "emit-device") continue;
+    for (const auto& d : run->decisions) {
+      if (d->action != "program") continue;
+      figures.planned = d->cycles_before;
+      figures.predicted = d->cycles_after;
+    }
+  }
+  return figures;
+}
+
 }  // namespace tilec::lower::testing

@@ -86,6 +86,15 @@ Status SimulateAgainstReference(const fb::ModuleT& module,
                                 const sim::Tolerance& tolerance,
                                 SimCheck* check);
 
+// The figures emit-device logs for its program ("program" info decision):
+// the planner's estimate (sum over ops) and the predicted simulated cycles;
+// zeros if the module has no emit-device run.
+struct ProgramFigures {
+  int64_t planned = 0;
+  int64_t predicted = 0;
+};
+ProgramFigures ProgramFiguresOf(const fb::ModuleT& module);
+
 }  // namespace tilec::lower::testing
 
 #endif  // TILEC_PASSES_LOWER_HAND_PLAN_H_

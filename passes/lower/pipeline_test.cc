@@ -1,6 +1,5 @@
-// The whole pipeline on the tiny target with the real planner:
-// import-model's builder -> plan-ownership -> expand-reduce -> emit-device
-// -> the simulator against the reference, on several models and shapes
+// The whole pipeline (passes/pipeline/PIPELINE) on the tiny target with the
+// real planner, then the simulator against the reference, on several models and shapes
 // (uneven splits included) and with recipes pinned to exercise every
 // staging. Outputs must pass the simulator's default tolerance
 // (docs/device-program.md: K-split partials are summed after the fact) and,
@@ -13,9 +12,8 @@
 #include <fstream>
 
 #include "formats/ir.h"
-#include "passes/lower/emit_device.h"
-#include "passes/lower/expand_reduce.h"
 #include "passes/lower/hand_plan.h"
+#include "passes/pipeline/pipeline.h"
 #include "passes/plan/planner.h"
 
 namespace tilec::lower {
@@ -28,13 +26,6 @@ struct Case {
   const char* recipe;  // pinned recipes ("" none)
 };
 
-std::string TempFile(const std::string& name, const std::string& text) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
 class PipelineTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PipelineTest, SimulatesLikeTheReference) {
@@ -43,14 +34,15 @@ TEST_P(PipelineTest, SimulatesLikeTheReference) {
                                   c.width, c.mlp, c.heads);
   plan::PlannerOptions po;
   po.attempts = 16;
-  if (*c.recipe) po.recipe_path = TempFile(std::string(c.name) + ".recipe", c.recipe);
-  Status s = plan::PlanOwnership(po, &m);
+  po.recipe_text = c.recipe;
+  if (*c.recipe) po.recipe_name = std::string(c.name) + ".recipe";
+  Status s = passes::RunPipeline(
+      &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
+        if (name != "plan-ownership") return nullptr;
+        return std::make_unique<plan::PlanOwnershipPass>(po);
+      });
   ASSERT_TRUE(s.ok()) << s.message();
-  s = ExpandReduce(&m, ExpandReduceOptions{});
-  ASSERT_TRUE(s.ok()) << s.message();
-  EmitSummary summary;
-  s = EmitDevice(&m, EmitOptions{}, &summary);
-  ASSERT_TRUE(s.ok()) << s.message();
+  const testing::ProgramFigures summary = testing::ProgramFiguresOf(m);
   bool k_split = false;
   for (const auto& op : m.ops) {
     k_split |= op->recipe && op->recipe->kind == fb::RecipeKind::Gemm &&
@@ -63,10 +55,10 @@ TEST_P(PipelineTest, SimulatesLikeTheReference) {
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_TRUE(check.pass) << check.message;
   if (!k_split) EXPECT_EQ(check.max_abs_err, 0);
-  EXPECT_EQ(check.result.total_cycles, summary.predicted_cycles);
+  EXPECT_EQ(check.result.total_cycles, summary.predicted);
   std::printf("%s: simulated %lld cycles, planner %lld, max_abs_err %g%s\n",
               c.name, static_cast<long long>(check.result.total_cycles),
-              static_cast<long long>(summary.planner_cycles), check.max_abs_err,
+              static_cast<long long>(summary.planned), check.max_abs_err,
               k_split ? " (K split)" : "");
 }
 

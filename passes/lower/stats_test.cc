@@ -19,10 +19,11 @@ constexpr sim::Tolerance kDefault{2e-2, 1e-2, 0.9999};
 
 // Lowers, emits and simulates; the program must use `kernel`.
 void Check(fb::ModuleT* m, const std::string& kernel = "moments_combine") {
-  Status s = ExpandReduce(m, ExpandReduceOptions{});
+  Status s = ExpandReducePass().Run(m).status();
   ASSERT_TRUE(s.ok()) << s.message();
-  EmitSummary summary;
-  s = EmitDevice(m, EmitOptions{}, &summary);
+  EmitDevicePass emit;
+  s = emit.Run(m).status();
+  const EmitSummary& summary = emit.summary();
   ASSERT_TRUE(s.ok()) << s.message();
   testing::SimCheck check;
   s = testing::SimulateAgainstReference(*m, kDefault, &check);

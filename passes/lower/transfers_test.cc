@@ -312,9 +312,10 @@ TEST(StridedProgramTest, MlpBlockCostsExactlyWhatItsPiecesCost) {
   plan.up = testing::GemmShape{3, 2, 2, 0, 1, fb::Staging::Streamed, 16};
   plan.down = testing::GemmShape{2, 3, 2, 2, 1, fb::Staging::Batched, 16, 2};
   testing::PlanMlpBlock(&m, plan);
-  ASSERT_TRUE(ExpandReduce(&m, ExpandReduceOptions{}).ok());
-  EmitSummary summary;
-  Status s = EmitDevice(&m, EmitOptions{}, &summary);
+  ASSERT_TRUE(ExpandReducePass().Run(&m).status().ok());
+  EmitDevicePass emit;
+  Status s = emit.Run(&m).status();
+  const EmitSummary& summary = emit.summary();
   ASSERT_TRUE(s.ok()) << s.message();
   int64_t transfers = 0, pieces = 0;
   for (const auto& step : m.program->supersteps) {

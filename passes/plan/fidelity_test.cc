@@ -1,6 +1,6 @@
 // Fidelity of the planner's estimates (docs/planner.md, "Cost model"): on
-// the tiny target, the real pipeline (plan-ownership -> expand-reduce ->
-// emit-device) on several models, the planner's own plans and pinned ones
+// the tiny target, the real pipeline (passes/pipeline/PIPELINE) on several
+// models, the planner's own plans and pinned ones
 // (every staging, K splits whose seeds are read in place or copied, output
 // ranges stored in pieces, K pieces, flat layouts). For every op, the
 // estimate written by plan-ownership is compared with emit-device's price
@@ -19,14 +19,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <string>
 
 #include "formats/ir.h"
 #include "passes/import/model_builder.h"
-#include "passes/lower/emit_device.h"
-#include "passes/lower/expand_reduce.h"
+#include "passes/lower/hand_plan.h"
+#include "passes/pipeline/pipeline.h"
 #include "passes/plan/planner.h"
 
 namespace tilec::plan {
@@ -78,13 +77,6 @@ void FuseBiasGeluCast(fb::ModuleT* m) {
   gelu->kind = fb::OpKind::Cast;
 }
 
-std::string TempFile(const std::string& name, const std::string& text) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
 fb::ModuleT Import(const Case& c) {
   fb::ModuleT m;
   m.target = std::make_unique<fb::TargetT>();
@@ -112,20 +104,19 @@ std::map<uint32_t, Lowered> Pipeline(const Case& c, int64_t attempts,
   fb::ModuleT m = Import(c);
   PlannerOptions po;
   po.attempts = attempts;
-  if (*c.recipe) {
-    po.recipe_path = TempFile(std::string(c.name) + ".recipe", c.recipe);
-  }
-  Status s = PlanOwnership(po, &m);
+  po.recipe_text = c.recipe;
+  if (*c.recipe) po.recipe_name = std::string(c.name) + ".recipe";
+  Status s = passes::RunPipeline(
+      &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
+        if (name != "plan-ownership") return nullptr;
+        return std::make_unique<PlanOwnershipPass>(po);
+      });
   EXPECT_TRUE(s.ok()) << s.message();
   if (!s.ok()) return {};
-  s = lower::ExpandReduce(&m, lower::ExpandReduceOptions{});
-  EXPECT_TRUE(s.ok()) << s.message();
-  lower::EmitSummary summary;
-  s = lower::EmitDevice(&m, lower::EmitOptions{}, &summary);
-  EXPECT_TRUE(s.ok()) << s.message();
-  if (!s.ok()) return {};
-  if (predicted) *predicted = summary.predicted_cycles;
-  if (estimated) *estimated = summary.planner_cycles;
+  const lower::testing::ProgramFigures summary =
+      lower::testing::ProgramFiguresOf(m);
+  if (predicted) *predicted = summary.predicted;
+  if (estimated) *estimated = summary.planned;
   std::map<uint32_t, Lowered> out;
   for (const auto& run : m.log) {
     if (run->pass != "emit-device") continue;

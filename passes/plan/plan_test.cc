@@ -445,12 +445,12 @@ TEST(PlanSearchTest, JointProposalRemovesTheBiasGeluRedistribution) {
     EXPECT_NE(r.before_op, 3) << "a redistribution feeds the GELU";
   }
   int accepted = 0, rejected_with_numbers = 0;
-  for (const fb::DecisionT& d : search.decisions()) {
-    accepted += d.outcome == fb::Outcome::Accepted;
-    if (d.outcome == fb::Outcome::Rejected &&
-        d.reason == "rejected by cost: before " +
-                        std::to_string(d.cycles_before) + ", after " +
-                        std::to_string(d.cycles_after)) {
+  for (const auto& d : search.decisions()) {
+    accepted += d->outcome == fb::Outcome::Accepted;
+    if (d->outcome == fb::Outcome::Rejected &&
+        d->reason == "rejected by cost: before " +
+                         std::to_string(d->cycles_before) + ", after " +
+                         std::to_string(d->cycles_after)) {
       ++rejected_with_numbers;
     }
   }
@@ -484,10 +484,10 @@ TEST(PlanSearchTest, AcceptsOnlyFeasibleImprovements) {
   Search search(f.graph, f.coster, options);
   ASSERT_TRUE(search.Initialize().ok());
   ASSERT_TRUE(search.Run().ok());
-  for (const fb::DecisionT& d : search.decisions()) {
-    if (d.outcome == fb::Outcome::Accepted) {
-      EXPECT_LT(d.cycles_after, d.cycles_before) << ir::DecisionText(d);
-      EXPECT_LE(d.bytes_after, 57344);
+  for (const auto& d : search.decisions()) {
+    if (d->outcome == fb::Outcome::Accepted) {
+      EXPECT_LT(d->cycles_after, d->cycles_before) << ir::DecisionText(*d);
+      EXPECT_LE(d->bytes_after, 57344);
     }
   }
   EXPECT_TRUE(search.evaluation().feasible());
@@ -550,19 +550,34 @@ TEST(PlanSearchTest, CheckpointRoundTrips) {
 
 // ---------------------------------------------------------------- planner
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
+// A checkpoint file as the tool keeps it: serialized on every save and
+// read back (verified) for --resume.
+struct CheckpointFile {
+  std::shared_ptr<std::string> bytes = std::make_shared<std::string>();
+
+  PlannerOptions SavingInto(PlannerOptions options) const {
+    auto into = bytes;
+    options.save_checkpoint = [into](const fb::ModuleT& m) {
+      return ir::SerializeModule(m, "plan-ownership", into.get());
+    };
+    return options;
+  }
+  PlannerOptions ResumingFrom(PlannerOptions options) const {
+    options.resume.emplace();
+    EXPECT_TRUE(ir::ParseModule(*bytes, "ck.tilec", &*options.resume).ok());
+    options.resume_name = "ck.tilec";
+    return options;
+  }
+};
+
+Status Plan(PlannerOptions options, fb::ModuleT* m,
+            passes::PassOptions common = {}) {
+  return PlanOwnershipPass(std::move(options), std::move(common)).Run(m).status();
 }
 
-void WriteInput(const fb::ModuleT& m, const std::string& path) {
-  ASSERT_TRUE(ir::WriteModule(m, "test", path).ok());
-}
-
-std::string PlanToBytes(PlannerOptions options, const std::string& input) {
-  fb::ModuleT m;
-  EXPECT_TRUE(ir::ReadModule(input, &m).ok());
-  const Status s = PlanOwnership(options, &m);
+std::string PlanToBytes(PlannerOptions options, const fb::ModuleT& input) {
+  fb::ModuleT m = input;
+  const Status s = Plan(std::move(options), &m);
   EXPECT_TRUE(s.ok()) << s.message();
   std::string bytes;
   EXPECT_TRUE(ir::SerializeModule(m, "plan-ownership", &bytes).ok());
@@ -570,26 +585,23 @@ std::string PlanToBytes(PlannerOptions options, const std::string& input) {
 }
 
 TEST(PlannerTest, ResumeEqualsOneRun) {
-  const std::string input = TempPath("small.tilec");
-  WriteInput(Small(), input);
+  const fb::ModuleT input = Small();
   PlannerOptions whole;
   whole.attempts = 40;
   const std::string one_run = PlanToBytes(whole, input);
 
+  CheckpointFile ck;
   PlannerOptions first = whole;
   first.attempts = 15;
-  first.checkpoint_path = TempPath("ck.tilec");
   first.checkpoint_every = 4;
-  const std::string fifteen = PlanToBytes(first, input);
+  const std::string fifteen = PlanToBytes(ck.SavingInto(first), input);
   PlannerOptions rest;
   rest.attempts = 25;
-  rest.resume_path = first.checkpoint_path;
-  EXPECT_EQ(PlanToBytes(rest, input), one_run);
+  EXPECT_EQ(PlanToBytes(ck.ResumingFrom(rest), input), one_run);
   // Zero additional optimization reproduces the saved incumbent exactly.
   PlannerOptions zero;
   zero.attempts = 0;
-  zero.resume_path = first.checkpoint_path;
-  EXPECT_EQ(PlanToBytes(zero, input), fifteen);
+  EXPECT_EQ(PlanToBytes(ck.ResumingFrom(zero), input), fifteen);
   // And the split search did accept something, so this tested a path.
   EXPECT_NE(one_run, fifteen);
 
@@ -599,23 +611,21 @@ TEST(PlannerTest, ResumeEqualsOneRun) {
   narrow.proposals_per_op = 1;
   narrow.attempts = 60;
   const std::string narrow_run = PlanToBytes(narrow, input);
+  CheckpointFile narrow_ck;
   PlannerOptions narrow_first = narrow;
   narrow_first.attempts = 35;
-  narrow_first.checkpoint_path = TempPath("ck-narrow.tilec");
-  (void)PlanToBytes(narrow_first, input);
+  (void)PlanToBytes(narrow_ck.SavingInto(narrow_first), input);
   PlannerOptions narrow_rest;
   narrow_rest.attempts = 25;
-  narrow_rest.resume_path = narrow_first.checkpoint_path;
-  EXPECT_EQ(PlanToBytes(narrow_rest, input), narrow_run);
+  EXPECT_EQ(PlanToBytes(narrow_ck.ResumingFrom(narrow_rest), input),
+            narrow_run);
 }
 
 TEST(PlannerTest, RefusesCheckpointsOfOtherGraphsAndVersions) {
-  const std::string input = TempPath("small2.tilec");
-  WriteInput(Small(), input);
+  CheckpointFile ck;
   PlannerOptions first;
   first.attempts = 3;
-  first.checkpoint_path = TempPath("ck2.tilec");
-  PlanToBytes(first, input);
+  PlanToBytes(ck.SavingInto(first), Small());
 
   passes::ModelOverrides o;
   o.tokens = 10;
@@ -623,9 +633,8 @@ TEST(PlannerTest, RefusesCheckpointsOfOtherGraphsAndVersions) {
   o.mlp_width = 64;
   o.heads = 3;
   fb::ModuleT other = Model("tiny", "vit-b16-224", o);
-  PlannerOptions resume;
-  resume.resume_path = first.checkpoint_path;
-  Status s = PlanOwnership(resume, &other);
+  PlannerOptions resume = ck.ResumingFrom({});
+  Status s = Plan(resume, &other);
   EXPECT_EQ(s.code(), StatusCode::kBadInput);
   EXPECT_NE(s.message().find("its graph does not match the input"),
             std::string::npos)
@@ -635,22 +644,16 @@ TEST(PlannerTest, RefusesCheckpointsOfOtherGraphsAndVersions) {
   // A different seed than the checkpoint's is refused by name.
   fb::ModuleT same = Small();
   resume.seed = 9;
-  s = PlanOwnership(resume, &same);
+  s = Plan(resume, &same);
   EXPECT_NE(s.message().find("--seed=9 differs from the checkpoint's --seed=1"),
             std::string::npos)
       << s.message();
 
   for (uint32_t version : {0u, kCheckpointVersion + 1}) {
-    fb::ModuleT ck;
-    ASSERT_TRUE(ir::ReadModule(first.checkpoint_path, &ck).ok());
-    ck.checkpoint->schema_version = version;
-    const std::string path =
-        TempPath("ck-v" + std::to_string(version) + ".tilec");
-    ASSERT_TRUE(ir::WriteModule(ck, "test", path).ok());
+    PlannerOptions r = ck.ResumingFrom({});
+    r.resume->checkpoint->schema_version = version;
     fb::ModuleT m = Small();
-    PlannerOptions r;
-    r.resume_path = path;
-    s = PlanOwnership(r, &m);
+    s = Plan(r, &m);
     EXPECT_EQ(s.code(), StatusCode::kBadInput);
     EXPECT_NE(s.message().find("version " + std::to_string(version)),
               std::string::npos)
@@ -666,17 +669,16 @@ TEST(PlannerTest, MaxDecisionsStopsApplyingChanges) {
   o.width = 32;
   o.mlp_width = 64;
   o.heads = 2;
-  const std::string input = TempPath("small3.tilec");
-  WriteInput(Model("tiny", "vit-b16-224", o), input);
+  fb::ModuleT m = Model("tiny", "vit-b16-224", o);
   PlannerOptions options;
   options.attempts = 64;
-  options.max_decisions = 1;
-  fb::ModuleT m;
-  ASSERT_TRUE(ir::ReadModule(input, &m).ok());
-  ASSERT_TRUE(PlanOwnership(options, &m).ok());
+  passes::PassOptions common;
+  common.max_decisions = 1;
+  ASSERT_TRUE(Plan(options, &m, common).ok());
   int accepted = 0, held_back = 0;
   for (const auto& d : m.log.back()->decisions) {
     accepted += d->outcome == fb::Outcome::Accepted;
+    if (d->outcome == fb::Outcome::Accepted) EXPECT_EQ(d->limit_index, 1);
     held_back += d->reason.rfind("not applied: --max-decisions=1", 0) == 0;
   }
   EXPECT_EQ(accepted, 1);
@@ -734,7 +736,7 @@ TEST(PlannerTest, AttentionHasNoRecipeYet) {
   o.mlp_width = 96;
   o.heads = 3;
   fb::ModuleT m = Model("tiny", "vit-b16-224", o, "layer");
-  const Status s = PlanOwnership({}, &m);
+  const Status s = Plan({}, &m);
   EXPECT_EQ(s.code(), StatusCode::kInfeasible);
   EXPECT_NE(s.message().find("op 3 (l0.attn.scores): attention_scores has no "
                              "recipe yet"),
@@ -743,12 +745,10 @@ TEST(PlannerTest, AttentionHasNoRecipeYet) {
 }
 
 TEST(PlannerTest, DeterministicAcrossRuns) {
-  const std::string input = TempPath("small4.tilec");
-  WriteInput(Small(), input);
   PlannerOptions options;
   options.attempts = 30;
   options.seed = 5;
-  EXPECT_EQ(PlanToBytes(options, input), PlanToBytes(options, input));
+  EXPECT_EQ(PlanToBytes(options, Small()), PlanToBytes(options, Small()));
 }
 
 }  // namespace

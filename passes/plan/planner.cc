@@ -62,10 +62,6 @@ std::optional<std::string> RecordedValue(const std::vector<std::string>& flags,
   return std::nullopt;
 }
 
-void Say(const PlannerOptions& options, const std::string& line) {
-  if (options.messages) *options.messages << kPassName << ": " << line << "\n";
-}
-
 }  // namespace
 
 StatusOr<std::map<int, Recipe>> ParseRecipeFile(const std::string& text,
@@ -120,294 +116,322 @@ StatusOr<std::map<int, Recipe>> ParseRecipeFile(const std::string& text,
   return pinned;
 }
 
-Status PlanOwnership(const PlannerOptions& options, fb::ModuleT* module) {
-  if (!options.target.empty()) {
-    auto target = std::make_unique<fb::TargetT>();
-    TILEC_RETURN_IF_ERROR(ir::LoadTarget(options.target, target.get()));
-    module->target = std::move(target);
-  }
-  if (!module->target) {
-    return Status::BadInput("the module has no target; give --target");
-  }
-  if (options.attempts < 0) {
-    return Status::BadInput("--attempts=" + std::to_string(options.attempts) +
-                            " must not be negative");
-  }
-  if (options.proposals_per_op && *options.proposals_per_op < 1) {
-    return Status::BadInput("--proposals-per-op must be at least 1");
-  }
-  if (options.max_decisions && *options.max_decisions < 0) {
-    return Status::BadInput("--max-decisions must not be negative");
-  }
-  // A planned module is planned again from its graph: drop the old plan.
-  for (auto& v : module->values) v->ownership.reset();
-  for (auto& op : module->ops) {
-    op->recipe.reset();
-    op->estimate.reset();
-  }
-  module->checkpoint.reset();
-  // The module as given, for checkpoints (they carry the unplanned graph).
-  const fb::ModuleT input = *module;
+namespace {
 
-  StatusOr<Graph> graph = Graph::Build(*module);
-  if (!graph.ok()) return graph.status();
-  int explain_op = -1;
-  if (!options.explain.empty() && options.explain != "all") {
-    uint32_t id = 0;
-    const char* end = options.explain.data() + options.explain.size();
-    const auto [ptr, ec] = std::from_chars(options.explain.data(), end, id);
-    explain_op = ec == std::errc() && ptr == end ? graph->OpIndex(id) : -1;
-    if (explain_op < 0) {
-      return Status::BadInput("--explain=" + options.explain +
-                              ": expected 'all' or an op id of the graph");
-    }
+// The search parameters of a run, after resolving unset ones against a
+// checkpoint.
+struct Parameters {
+  uint64_t seed = 1;
+  int proposals_per_op = 4;
+  std::string gemm_dtype_text = "native";
+  std::optional<fb::DType> gemm_dtype;
+  std::optional<int64_t> max_decisions;
+};
+
+std::optional<std::string> IfSet(bool set, const std::string& text) {
+  return set ? std::optional<std::string>(text) : std::nullopt;
+}
+
+// One run of plan-ownership over one module, in the order of its phases.
+class Planning {
+ public:
+  Planning(const PlannerOptions& options, const passes::PassOptions& common,
+           fb::ModuleT* module, passes::DecisionLog* log)
+      : options_(options), common_(common), module_(*module), log_(*log) {}
+
+  Status Run(std::vector<std::string>* recorded_flags) {
+    TILEC_RETURN_IF_ERROR(PrepareModule());
+    TILEC_RETURN_IF_ERROR(BuildGraph());
+    TILEC_RETURN_IF_ERROR(CheckCheckpointGraph());
+    TILEC_RETURN_IF_ERROR(ResolveParameters());
+    TILEC_RETURN_IF_ERROR(LoadPins());
+    *recorded_flags = flags_;
+    Search search(*graph_, *coster_, MakeSearchOptions());
+    TILEC_RETURN_IF_ERROR(StartSearch(&search));
+    TILEC_RETURN_IF_ERROR(search.Run());
+    Summarize(search);
+    TILEC_RETURN_IF_ERROR(ExplainOp(search));
+    return WriteResult(search);
   }
 
-  // On resume, the checkpoint decides the search parameters that were not
-  // given, and must agree with those that were.
-  std::optional<fb::ModuleT> checkpoint;
-  std::vector<std::string> checkpoint_flags;
-  std::string resume_name = ir::DisplayName(options.resume_path);
-  if (!options.resume_path.empty()) {
-    checkpoint.emplace();
-    TILEC_RETURN_IF_ERROR(ir::ReadModule(options.resume_path, &*checkpoint));
-    auto refuse = [&](const std::string& why) {
-      return Status::BadInput("checkpoint " + resume_name + ": " + why);
-    };
-    if (!checkpoint->checkpoint) {
-      return refuse("has no search checkpoint (is it a --checkpoint file?)");
+ private:
+  void Say(const std::string& line) const {
+    if (common_.messages) *common_.messages << kPassName << ": " << line << "\n";
+  }
+  Status Refuse(const std::string& why) const {
+    return Status::BadInput("checkpoint " + options_.resume_name + ": " + why);
+  }
+
+  // A planned module is planned again from its graph: drop the old plan
+  // (and what was lowered from it).
+  Status PrepareModule() {
+    if (options_.target) {
+      module_.target = std::make_unique<fb::TargetT>(*options_.target);
     }
-    if (checkpoint->log.empty() || checkpoint->log.back()->pass != kPassName) {
-      return refuse("has no plan-ownership pass in its log");
+    if (!module_.target) {
+      return Status::BadInput("the module has no target; give --target");
     }
-    StatusOr<Graph> saved = Graph::Build(*checkpoint);
-    if (!saved.ok()) return refuse(saved.status().message());
-    const std::string difference = graph->Difference(*saved);
+    if (options_.attempts < 0) {
+      return Status::BadInput("--attempts=" + std::to_string(options_.attempts) +
+                              " must not be negative");
+    }
+    if (options_.proposals_per_op && *options_.proposals_per_op < 1) {
+      return Status::BadInput("--proposals-per-op must be at least 1");
+    }
+    for (auto& v : module_.values) v->ownership.reset();
+    for (auto& op : module_.ops) {
+      op->recipe.reset();
+      op->estimate.reset();
+      op->reduction.reset();
+    }
+    module_.checkpoint.reset();
+    module_.program.reset();
+    // The module as given, for checkpoints (they carry the unplanned graph).
+    input_ = module_;
+    return Status::Ok();
+  }
+
+  Status BuildGraph() {
+    StatusOr<Graph> graph = Graph::Build(module_);
+    if (!graph.ok()) return graph.status();
+    graph_.emplace(std::move(*graph));
+    if (common_.explain.kind == passes::ExplainFilter::Kind::kOp) {
+      explain_op_ = graph_->OpIndex(common_.explain.op);
+      if (explain_op_ < 0) {
+        return Status::BadInput("--explain=" + std::to_string(common_.explain.op) +
+                                ": expected 'all' or an op id of the graph");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // On resume, the checkpoint must hold this graph and a planner run.
+  Status CheckCheckpointGraph() {
+    if (!options_.resume) return Status::Ok();
+    const fb::ModuleT& checkpoint = *options_.resume;
+    if (!checkpoint.checkpoint) {
+      return Refuse("has no search checkpoint (is it a --checkpoint file?)");
+    }
+    if (checkpoint.log.empty() || checkpoint.log.back()->pass != kPassName) {
+      return Refuse("has no plan-ownership pass in its log");
+    }
+    StatusOr<Graph> saved = Graph::Build(checkpoint);
+    if (!saved.ok()) return Refuse(saved.status().message());
+    const std::string difference = graph_->Difference(*saved);
     if (!difference.empty()) {
-      return refuse("its graph does not match the input: input " + difference +
+      return Refuse("its graph does not match the input: input " + difference +
                     " in the checkpoint");
     }
-    checkpoint_flags = checkpoint->log.back()->flags;
+    checkpoint_flags_ = checkpoint.log.back()->flags;
+    return Status::Ok();
   }
-  auto pick = [&](const char* name, std::optional<std::string> given,
-                  const std::string& fallback) -> StatusOr<std::string> {
-    std::optional<std::string> saved = RecordedValue(checkpoint_flags, name);
-    if (checkpoint && given && saved && *given != *saved) {
+
+  // A given value, else the checkpoint's, else the default; a given value
+  // that differs from the checkpoint's is an error.
+  StatusOr<std::string> Pick(const char* name, std::optional<std::string> given,
+                             const std::string& fallback) const {
+    std::optional<std::string> saved = RecordedValue(checkpoint_flags_, name);
+    if (options_.resume && given && saved && *given != *saved) {
       return Status::BadInput("--" + std::string(name) + "=" + *given +
                               " differs from the checkpoint's --" + name + "=" +
                               *saved);
     }
     if (given) return *given;
-    if (checkpoint && saved) return *saved;
+    if (options_.resume && saved) return *saved;
     return fallback;
-  };
-  StatusOr<std::string> seed_text = pick(
-      "seed",
-      options.seed ? std::optional<std::string>(std::to_string(*options.seed))
-                   : std::nullopt,
-      "1");
-  if (!seed_text.ok()) return seed_text.status();
-  StatusOr<std::string> k_text = pick(
-      "proposals-per-op",
-      options.proposals_per_op ? std::optional<std::string>(
-                                     std::to_string(*options.proposals_per_op))
-                               : std::nullopt,
-      "4");
-  if (!k_text.ok()) return k_text.status();
-  StatusOr<std::string> dtype_text =
-      pick("gemm_dtype", options.gemm_dtype, "native");
-  if (!dtype_text.ok()) return dtype_text.status();
-  StatusOr<std::string> max_text = pick(
-      "max-decisions",
-      options.max_decisions
-          ? std::optional<std::string>(std::to_string(*options.max_decisions))
-          : std::nullopt,
-      "");
-  if (!max_text.ok()) return max_text.status();
-  const uint64_t seed = std::stoull(*seed_text);
-  const int proposals_per_op = std::stoi(*k_text);
-  const std::optional<int64_t> max_decisions =
-      max_text->empty() ? std::nullopt
-                        : std::optional<int64_t>(std::stoll(*max_text));
-
-  StatusOr<std::optional<fb::DType>> gemm_dtype =
-      ParseGemmDType(std::optional<std::string>(*dtype_text));
-  if (!gemm_dtype.ok()) return gemm_dtype.status();
-  PriceOptions price;
-  price.gemm_dtype = *gemm_dtype;
-  StatusOr<Coster> coster = Coster::Create(*module->target, price);
-  if (!coster.ok()) return coster.status();
-
-  std::map<int, Recipe> pinned;
-  std::string recipe_name;
-  if (!options.recipe_path.empty()) {
-    recipe_name = ir::DisplayName(options.recipe_path);
-    std::string text;
-    TILEC_RETURN_IF_ERROR(ir::ReadFile(options.recipe_path, &text));
-    StatusOr<std::map<int, Recipe>> parsed =
-        ParseRecipeFile(text, recipe_name, *graph, *coster);
-    if (!parsed.ok()) return parsed.status();
-    pinned = std::move(*parsed);
   }
-  const std::vector<std::string> flags = RecordedFlags(
-      seed, proposals_per_op, *dtype_text, max_decisions, recipe_name);
-  if (checkpoint) {
+
+  Status ResolveParameters() {
+    StatusOr<std::string> seed = Pick(
+        "seed", IfSet(options_.seed.has_value(),
+                      std::to_string(options_.seed.value_or(0))),
+        "1");
+    if (!seed.ok()) return seed.status();
+    StatusOr<std::string> k =
+        Pick("proposals-per-op",
+             IfSet(options_.proposals_per_op.has_value(),
+                   std::to_string(options_.proposals_per_op.value_or(0))),
+             "4");
+    if (!k.ok()) return k.status();
+    StatusOr<std::string> dtype = Pick("gemm_dtype", options_.gemm_dtype, "native");
+    if (!dtype.ok()) return dtype.status();
+    StatusOr<std::string> max =
+        Pick("max-decisions",
+             IfSet(common_.max_decisions >= 0,
+                   std::to_string(common_.max_decisions)),
+             "");
+    if (!max.ok()) return max.status();
+    params_.seed = std::stoull(*seed);
+    params_.proposals_per_op = std::stoi(*k);
+    params_.gemm_dtype_text = *dtype;
+    if (!max->empty()) params_.max_decisions = std::stoll(*max);
+    StatusOr<std::optional<fb::DType>> gemm_dtype =
+        ParseGemmDType(std::optional<std::string>(*dtype));
+    if (!gemm_dtype.ok()) return gemm_dtype.status();
+    params_.gemm_dtype = *gemm_dtype;
+    PriceOptions price;
+    price.gemm_dtype = params_.gemm_dtype;
+    StatusOr<Coster> coster = Coster::Create(*module_.target, price);
+    if (!coster.ok()) return coster.status();
+    coster_.emplace(std::move(*coster));
+    return Status::Ok();
+  }
+
+  Status LoadPins() {
+    if (!options_.recipe_name.empty()) {
+      StatusOr<std::map<int, Recipe>> parsed = ParseRecipeFile(
+          options_.recipe_text, options_.recipe_name, *graph_, *coster_);
+      if (!parsed.ok()) return parsed.status();
+      pinned_ = std::move(*parsed);
+    }
+    flags_ = RecordedFlags(params_.seed, params_.proposals_per_op,
+                           params_.gemm_dtype_text, params_.max_decisions,
+                           options_.recipe_name);
+    if (!options_.resume) return Status::Ok();
     std::optional<std::string> saved_recipe =
-        RecordedValue(checkpoint_flags, "recipe");
-    if (saved_recipe.value_or("") != recipe_name) {
-      return Status::BadInput("checkpoint " + resume_name + " was made " +
-                              (saved_recipe ? "with --recipe=" + *saved_recipe
-                                            : std::string("without --recipe")) +
-                              ", this run has " +
-                              (recipe_name.empty()
-                                   ? std::string("none")
-                                   : "--recipe=" + recipe_name));
-    }
+        RecordedValue(checkpoint_flags_, "recipe");
+    if (saved_recipe.value_or("") == options_.recipe_name) return Status::Ok();
+    return Status::BadInput(
+        "checkpoint " + options_.resume_name + " was made " +
+        (saved_recipe ? "with --recipe=" + *saved_recipe
+                      : std::string("without --recipe")) +
+        ", this run has " +
+        (options_.recipe_name.empty() ? std::string("none")
+                                      : "--recipe=" + options_.recipe_name));
   }
 
-  SearchOptions search_options;
-  search_options.seed = seed;
-  search_options.attempts = options.attempts;
-  search_options.proposals_per_op = proposals_per_op;
-  search_options.max_decisions = max_decisions.value_or(-1);
-  search_options.pinned = pinned;
-  search_options.checkpoint_every = options.checkpoint_every;
-  const bool explain_all = options.explain == "all";
-  if (explain_all && options.messages) {
-    search_options.on_decision = [&](const fb::DecisionT& d) {
-      *options.messages << kPassName << ": " << ir::DecisionText(d) << "\n";
-    };
-  }
-  if (options.messages) {
-    search_options.on_progress = [&](const std::string& line) {
-      Say(options, line);
-    };
-  }
-  if (!options.checkpoint_path.empty()) {
-    search_options.save_checkpoint =
-        [&](const fb::SearchCheckpointT& state,
-            const std::vector<fb::DecisionT>& decisions) -> Status {
-      fb::ModuleT saved = input;
-      auto run = std::make_unique<fb::PassRunT>();
-      run->pass = kPassName;
-      run->flags = flags;
-      for (const fb::DecisionT& d : decisions) {
-        run->decisions.push_back(std::make_unique<fb::DecisionT>(d));
-      }
-      saved.log.push_back(std::move(run));
-      saved.checkpoint = std::make_unique<fb::SearchCheckpointT>(state);
-      return ir::WriteModule(saved, kPassName, options.checkpoint_path);
-    };
-  }
-
-  Search search(*graph, *coster, search_options);
-  if (checkpoint) {
-    std::vector<fb::DecisionT> decisions;
-    for (const auto& d : checkpoint->log.back()->decisions) {
-      decisions.push_back(*d);
+  SearchOptions MakeSearchOptions() {
+    SearchOptions search;
+    search.seed = params_.seed;
+    search.attempts = options_.attempts;
+    search.proposals_per_op = params_.proposals_per_op;
+    search.max_decisions = params_.max_decisions.value_or(-1);
+    search.pinned = pinned_;
+    search.checkpoint_every = options_.checkpoint_every;
+    search.log = &log_;
+    if (common_.messages) {
+      search.on_progress = [this](const std::string& line) { Say(line); };
     }
-    Status restored =
-        search.Restore(*checkpoint->checkpoint, std::move(decisions));
-    if (!restored.ok()) {
-      return Status(restored.code(),
-                    "checkpoint " + resume_name + ": " + restored.message());
-    }
-    if (explain_all && options.messages) {
-      for (const fb::DecisionT& d : search.decisions()) {
-        *options.messages << kPassName << ": " << ir::DecisionText(d) << "\n";
-      }
-    }
-  } else {
-    TILEC_RETURN_IF_ERROR(search.Initialize());
-  }
-  TILEC_RETURN_IF_ERROR(search.Run());
-  Say(options, std::to_string(search.attempts()) + " attempts, " +
-                   std::to_string(search.accepted()) + " accepted" +
-                   (search.converged() ? " (converged: every proposal "
-                                         "for the incumbent was tried and "
-                                         "rejected)"
-                                       : "") +
-                   "; " + std::to_string(search.evaluation().total_cycles) +
-                   " cycles, peak " +
-                   std::to_string(search.evaluation().peak_bytes) +
-                   " B per tile");
-
-  if (explain_op >= 0) {
-    const int op = explain_op;
-    const uint32_t id = graph->op(op).id;
-    StatusOr<std::vector<Search::Alternative>> alternatives =
-        search.Alternatives(op);
-    if (!alternatives.ok()) return alternatives.status();
-    if (options.messages) {
-      std::ostream& os = *options.messages;
-      os << kPassName << ": alternatives for " << graph->OpLabel(op)
-         << " in the final plan (plan cycles, op cycles, peak bytes per "
-            "tile):\n";
-      for (const Search::Alternative& a : *alternatives) {
-        os << (a.chosen ? "  * " : "    ") << a.recipe.Text() << ": plan "
-           << a.total_cycles << ", op " << a.op_cycles << ", peak "
-           << a.peak_bytes << (a.feasible ? "" : " (does not fit)") << "\n";
-      }
-      int64_t touched = 0;
-      for (const fb::DecisionT& d : search.decisions()) {
-        if (std::find(d.ops.begin(), d.ops.end(), id) != d.ops.end()) {
-          ++touched;
-          os << "  decision: " << ir::DecisionText(d) << "\n";
+    if (options_.save_checkpoint) {
+      search.save_checkpoint = [this](const fb::SearchCheckpointT& state,
+                                      const Decisions& decisions) {
+        fb::ModuleT saved = input_;
+        auto run = std::make_unique<fb::PassRunT>();
+        run->pass = kPassName;
+        run->flags = flags_;
+        for (const auto& d : decisions) {
+          run->decisions.push_back(std::make_unique<fb::DecisionT>(*d));
         }
-      }
-      os << "  " << touched << " decisions touched op " << id << "\n";
+        saved.log.push_back(std::move(run));
+        saved.checkpoint = std::make_unique<fb::SearchCheckpointT>(state);
+        return options_.save_checkpoint(saved);
+      };
+    }
+    return search;
+  }
+
+  Status StartSearch(Search* search) {
+    if (!options_.resume) return search->Initialize();
+    const fb::ModuleT& checkpoint = *options_.resume;
+    Status restored = search->Restore(*checkpoint.checkpoint,
+                                      checkpoint.log.back()->decisions);
+    if (!restored.ok()) {
+      return Status(restored.code(), "checkpoint " + options_.resume_name +
+                                         ": " + restored.message());
+    }
+    return Status::Ok();
+  }
+
+  void Summarize(const Search& search) const {
+    Say(std::to_string(search.attempts()) + " attempts, " +
+        std::to_string(search.accepted()) + " accepted" +
+        (search.converged() ? " (converged: every proposal for the incumbent "
+                              "was tried and rejected)"
+                            : "") +
+        "; " + std::to_string(search.evaluation().total_cycles) +
+        " cycles, peak " + std::to_string(search.evaluation().peak_bytes) +
+        " B per tile");
+  }
+
+  // --explain=OP: every recipe considered for the op in the final plan.
+  Status ExplainOp(const Search& search) const {
+    if (explain_op_ < 0 || !common_.messages) return Status::Ok();
+    StatusOr<std::vector<Search::Alternative>> alternatives =
+        search.Alternatives(explain_op_);
+    if (!alternatives.ok()) return alternatives.status();
+    std::ostream& os = *common_.messages;
+    os << kPassName << ": alternatives for " << graph_->OpLabel(explain_op_)
+       << " in the final plan (plan cycles, op cycles, peak bytes per tile):\n";
+    for (const Search::Alternative& a : *alternatives) {
+      os << (a.chosen ? "  * " : "    ") << a.recipe.Text() << ": plan "
+         << a.total_cycles << ", op " << a.op_cycles << ", peak "
+         << a.peak_bytes << (a.feasible ? "" : " (does not fit)") << "\n";
+    }
+    return Status::Ok();
+  }
+
+  void LogRedistributions(const Evaluation& eval,
+                          const std::vector<uint32_t>& inserted) {
+    for (size_t i = 0; i < eval.redistributions.size(); ++i) {
+      const Redistribution& red = eval.redistributions[i];
+      const ValueNode& v = graph_->value(red.value);
+      std::vector<uint32_t> ops = {inserted[i]};
+      for (const auto& use : red.uses) ops.push_back(graph_->op(use.first).id);
+      log_.Info(std::move(ops),
+                "insert redistribute of %" + std::to_string(v.id) + " " +
+                    v.name + ": " +
+                    passes::FormatOwnership(eval.owners[red.value]) + " -> " +
+                    passes::FormatOwnership(red.to),
+                "its consumers need another ownership: " +
+                    std::to_string(red.cost.phase_cycles) + " exchange + " +
+                    std::to_string(red.cost.local_copy_cycles) +
+                    " local copy cycles",
+                {red.Cycles(), red.Cycles(), red.cost.bytes_received,
+                 red.cost.bytes_received});
     }
   }
 
-  // Write the plan.
-  std::string note;
-  if (price.gemm_dtype) {
-    note = "inputs priced as " + ir::DTypeText(*price.gemm_dtype) +
-           " (--gemm_dtype)";
+  Status WriteResult(const Search& search) {
+    const Evaluation& eval = search.evaluation();
+    std::string note;
+    if (params_.gemm_dtype) {
+      note = "inputs priced as " + ir::DTypeText(*params_.gemm_dtype) +
+             " (--gemm_dtype)";
+      log_.Info({}, "GEMM inputs priced as " + ir::DTypeText(*params_.gemm_dtype),
+                "--gemm_dtype: no quantize pass yet; left operands are cast "
+                "at their owners (cast kernel charged) and delivered in it, "
+                "weights resident in it; the graph's dtypes are unchanged",
+                {eval.total_cycles, eval.total_cycles, eval.peak_bytes,
+                 eval.peak_bytes});
+    }
+    StatusOr<std::vector<uint32_t>> inserted =
+        WritePlan(*graph_, *coster_, search.incumbent(), eval, note, &module_);
+    if (!inserted.ok()) return inserted.status();
+    LogRedistributions(eval, *inserted);
+    return Status::Ok();
   }
-  auto run = std::make_unique<fb::PassRunT>();
-  run->pass = kPassName;
-  run->flags = flags;
-  for (const fb::DecisionT& d : search.decisions()) {
-    run->decisions.push_back(std::make_unique<fb::DecisionT>(d));
-  }
-  const Evaluation& eval = search.evaluation();
-  StatusOr<std::vector<uint32_t>> inserted =
-      WritePlan(*graph, *coster, search.incumbent(), eval, note, module);
-  if (!inserted.ok()) return inserted.status();
-  for (size_t i = 0; i < eval.redistributions.size(); ++i) {
-    const Redistribution& red = eval.redistributions[i];
-    const ValueNode& v = graph->value(red.value);
-    auto d = std::make_unique<fb::DecisionT>();
-    d->ops = {(*inserted)[i]};
-    for (const auto& use : red.uses) d->ops.push_back(graph->op(use.first).id);
-    d->action = "insert redistribute of %" + std::to_string(v.id) + " " +
-                v.name + ": " +
-                passes::FormatOwnership(eval.owners[red.value]) + " -> " +
-                passes::FormatOwnership(red.to);
-    d->outcome = fb::Outcome::Info;
-    d->reason = "its consumers need another ownership: " +
-                std::to_string(red.cost.phase_cycles) + " exchange + " +
-                std::to_string(red.cost.local_copy_cycles) +
-                " local copy cycles";
-    d->cycles_before = d->cycles_after = red.Cycles();
-    d->bytes_before = d->bytes_after = red.cost.bytes_received;
-    run->decisions.push_back(std::move(d));
-  }
-  if (price.gemm_dtype) {
-    auto d = std::make_unique<fb::DecisionT>();
-    d->action = "GEMM inputs priced as " + ir::DTypeText(*price.gemm_dtype);
-    d->outcome = fb::Outcome::Info;
-    d->reason =
-        "--gemm_dtype: no quantize pass yet; left operands are cast at their "
-        "owners (cast kernel charged) and delivered in it, weights resident "
-        "in it; the graph's dtypes are unchanged";
-    d->cycles_before = d->cycles_after = eval.total_cycles;
-    d->bytes_before = d->bytes_after = eval.peak_bytes;
-    run->decisions.insert(run->decisions.begin(), std::move(d));
-  }
-  module->log.push_back(std::move(run));
-  return Status::Ok();
+
+  const PlannerOptions& options_;
+  const passes::PassOptions& common_;
+  fb::ModuleT& module_;
+  passes::DecisionLog& log_;
+  fb::ModuleT input_;
+  std::optional<Graph> graph_;
+  std::optional<Coster> coster_;
+  int explain_op_ = -1;
+  std::vector<std::string> checkpoint_flags_;
+  Parameters params_;
+  std::map<int, Recipe> pinned_;
+  std::vector<std::string> flags_;
+};
+
+}  // namespace
+
+StatusOr<bool> PlanOwnershipPass::Transform(fb::ModuleT* module,
+                                            passes::DecisionLog* log) {
+  Planning planning(options_, options(), module, log);
+  TILEC_RETURN_IF_ERROR(planning.Run(&recorded_flags_));
+  return true;
 }
 
 }  // namespace tilec::plan

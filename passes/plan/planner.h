@@ -1,47 +1,52 @@
 // plan-ownership as a library: what tools/plan-ownership/main.cc calls.
 //
-// PlanOwnership replaces `module`'s graph with the planned graph: an
+// PlanOwnershipPass replaces a module's plan with the planned graph: an
 // ownership on every value, a recipe and an estimate on every op, explicit
-// Redistribute ops where owners differ (docs/planning.md), and a PassRun
+// Redistribute ops where owners differ (docs/planning.md), and a pass run
 // "plan-ownership" in the log with every decision. docs/planner.md
-// describes the search and the cost model.
+// describes the search and the cost model. The library reads and writes no
+// files: the tool reads --recipe and --resume and writes --checkpoint.
 
 #ifndef TILEC_PASSES_PLAN_PLANNER_H_
 #define TILEC_PASSES_PLAN_PLANNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
-#include <ostream>
 #include <string>
+#include <vector>
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
+#include "passes/core/pass.h"
 #include "passes/plan/cost.h"
 #include "passes/plan/graph.h"
 
 namespace tilec::plan {
 
 struct PlannerOptions {
-  // A target preset or JSON path replacing the module's own ("": keep it).
-  std::string target;
-  // Search parameters. Unset ones take their defaults, or on --resume the
-  // checkpoint's values (a set value that differs is an error).
+  // Replaces the module's own target (--target).
+  std::optional<fb::TargetT> target;
+  // Search parameters. Unset ones take their defaults, or on resume the
+  // checkpoint's values (a set value that differs is an error); so does
+  // PassOptions::max_decisions (-1: unset).
   std::optional<uint64_t> seed;           // default 1
   std::optional<int> proposals_per_op;    // default 4
   std::optional<std::string> gemm_dtype;  // "fp8" (E4M3), "f16", "f32"
-  std::optional<int64_t> max_decisions;   // default: no limit
-  int64_t attempts =
-      64;  // proposals to evaluate in this run (additional on resume)
-  std::string recipe_path;      // --recipe
-  std::string checkpoint_path;  // --checkpoint
-  std::string resume_path;      // --resume
+  // Proposals to evaluate in this run (additional ones on resume).
+  int64_t attempts = 64;
+  // --recipe: the text of a recipe file and the name its errors cite.
+  std::string recipe_text;
+  std::string recipe_name;
+  // --resume: a checkpoint module written through save_checkpoint, and the
+  // name its errors cite.
+  std::optional<fb::ModuleT> resume;
+  std::string resume_name;
+  // --checkpoint: receives the checkpoint module every checkpoint_every
+  // attempts and at the end (the tool writes it atomically).
+  std::function<Status(const fb::ModuleT&)> save_checkpoint;
   int64_t checkpoint_every = 16;
-  // "" nothing, "all" every decision as it is made, an op id: the
-  // alternatives considered for that op with their costs.
-  std::string explain;
-  // Where explanations and progress go (stderr in the tool); null: nowhere.
-  std::ostream* messages = nullptr;
 };
 
 // Parses a --recipe file: lines "op ID: RECIPE" (Recipe::Text() syntax),
@@ -52,10 +57,35 @@ StatusOr<std::map<int, Recipe>> ParseRecipeFile(const std::string& text,
                                                 const Graph& graph,
                                                 const Coster& coster);
 
-// Plans `module` in place. Status codes: 2 bad input or flags (bad recipe
-// file, checkpoint that does not match), 3 valid but cannot be planned (no
-// plan fits tile memory, an op without a recipe), 1 internal.
-Status PlanOwnership(const PlannerOptions& options, fb::ModuleT* module);
+// Status codes of Run: 2 bad input or flags (bad recipe file, checkpoint
+// that does not match), 3 valid but cannot be planned (no plan fits tile
+// memory, an op without a recipe), 1 internal. Takes a module at any stage:
+// an old plan is dropped and the graph planned again. PassOptions::explain
+// with an op id also prints the alternatives considered for that op.
+class PlanOwnershipPass : public passes::Pass {
+ public:
+  explicit PlanOwnershipPass(PlannerOptions options = {},
+                             passes::PassOptions common = {})
+      : Pass(std::move(common)), options_(std::move(options)) {}
+  std::string_view name() const override { return "plan-ownership"; }
+  std::vector<passes::Stage> Accepts() const override {
+    return {passes::Stage::kGraph, passes::Stage::kPlanned,
+            passes::Stage::kReduced, passes::Stage::kProgram};
+  }
+
+ protected:
+  StatusOr<bool> Transform(fb::ModuleT* module,
+                           passes::DecisionLog* log) override;
+  // The parameters that decided the plan (not paths or the attempt
+  // count), as resolved against a checkpoint.
+  std::vector<std::string> RecordedFlags() const override {
+    return recorded_flags_;
+  }
+
+ private:
+  PlannerOptions options_;
+  std::vector<std::string> recorded_flags_;
+};
 
 }  // namespace tilec::plan
 

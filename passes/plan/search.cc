@@ -273,7 +273,10 @@ std::string Proposal::Key() const {
 }
 
 Search::Search(const Graph& graph, const Coster& coster, SearchOptions options)
-    : graph_(graph), coster_(coster), options_(std::move(options)) {
+    : graph_(graph),
+      coster_(coster),
+      options_(std::move(options)),
+      log_(options_.log ? options_.log : &own_log_) {
   rng_.seed(options_.seed);
   candidates_.resize(graph_.num_ops());
   for (int op = 0; op < graph_.num_ops(); ++op) {
@@ -286,10 +289,9 @@ Search::Search(const Graph& graph, const Coster& coster, SearchOptions options)
   }
 }
 
-void Search::Record(fb::DecisionT decision) {
+void Search::Record(const fb::DecisionT& decision) {
   VLOG(1) << ir::DecisionText(decision);
-  if (options_.on_decision) options_.on_decision(decision);
-  decisions_.push_back(std::move(decision));
+  log_->Record(decision);
 }
 
 std::vector<Recipe> Search::AllRecipes(int op, const Plan& plan,
@@ -631,7 +633,7 @@ Status Search::Run() {
     if (!options_.save_checkpoint) return Status::Ok();
     fb::SearchCheckpointT c = Checkpoint();
     c.rng_state = offers_live ? rng_before_offers : StateText(rng_);
-    return options_.save_checkpoint(c, decisions_);
+    return options_.save_checkpoint(c, log_->decisions());
   };
   const int64_t progress_every = std::max<int64_t>(1, budget / 10);
   while (done < budget) {
@@ -700,6 +702,7 @@ Status Search::Run() {
                  " reached (would improve: " + numbers + ")";
     } else {
       d.outcome = fb::Outcome::Accepted;
+      d.limit_index = accepted_ + 1;
       d.reason = "improves by " +
                  std::to_string(eval_.total_cycles - e->total_cycles) +
                  " cycles: " + numbers;
@@ -756,7 +759,7 @@ fb::SearchCheckpointT Search::Checkpoint() const {
 }
 
 Status Search::Restore(const fb::SearchCheckpointT& c,
-                       std::vector<fb::DecisionT> decisions) {
+                       const Decisions& decisions) {
   if (c.schema_version != kCheckpointVersion) {
     return Status::BadInput(
         c.schema_version > kCheckpointVersion
@@ -832,7 +835,7 @@ Status Search::Restore(const fb::SearchCheckpointT& c,
   depth_ = c.offer_depth;
   visited_list_ = c.visited;
   visited_ = std::unordered_set<uint64_t>(c.visited.begin(), c.visited.end());
-  decisions_ = std::move(decisions);
+  for (const auto& d : decisions) Record(*d);
   return Status::Ok();
 }
 

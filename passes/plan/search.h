@@ -18,6 +18,7 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
+#include "passes/core/decisions.h"
 #include "passes/plan/cost.h"
 #include "passes/plan/graph.h"
 #include "passes/plan/plan.h"
@@ -47,6 +48,8 @@ struct Proposal {
   std::string Key() const;
 };
 
+using Decisions = std::vector<std::unique_ptr<fb::DecisionT>>;
+
 struct SearchOptions {
   uint64_t seed = 1;
   int64_t attempts = 0;  // proposals to evaluate in this run
@@ -54,34 +57,38 @@ struct SearchOptions {
   int64_t max_decisions = -1;    // accepted changes applied; -1: no limit
   std::map<int, Recipe> pinned;  // by op index
   int64_t checkpoint_every = 16;
-  // Called with the checkpoint table every checkpoint_every attempts and at
-  // the end (if set).
-  std::function<Status(const fb::SearchCheckpointT&,
-                       const std::vector<fb::DecisionT>&)>
+  // Called with the checkpoint table and the decisions so far every
+  // checkpoint_every attempts and at the end (if set).
+  std::function<Status(const fb::SearchCheckpointT&, const Decisions&)>
       save_checkpoint;
-  // Called with every decision as it is made (--explain) and with progress
-  // lines (if set).
-  std::function<void(const fb::DecisionT&)> on_decision;
+  // Where decisions are recorded as they are made (the pass's log, which
+  // also explains them); null: a log of the search's own.
+  passes::DecisionLog* log = nullptr;
+  // Called with progress lines (if set).
   std::function<void(const std::string&)> on_progress;
 };
 
 class Search {
  public:
   Search(const Graph& graph, const Coster& coster, SearchOptions options);
+  // It may point into itself (its own log).
+  Search(const Search&) = delete;
+  Search& operator=(const Search&) = delete;
 
   // The greedy initial plan, repaired for memory if needed. Infeasible
   // (exit 3) when no plan found fits, with the diagnosis of the one that
   // comes closest.
   Status Initialize();
-  // Restores the state saved in `checkpoint` together with its decisions.
+  // Restores the state saved in `checkpoint` together with its decisions
+  // (recorded again, as they were).
   Status Restore(const fb::SearchCheckpointT& checkpoint,
-                 std::vector<fb::DecisionT> decisions);
+                 const Decisions& decisions);
   // Evaluates up to options.attempts proposals.
   Status Run();
 
   const Plan& incumbent() const { return incumbent_; }
   const Evaluation& evaluation() const { return eval_; }
-  const std::vector<fb::DecisionT>& decisions() const { return decisions_; }
+  const Decisions& decisions() const { return log_->decisions(); }
   int64_t attempts() const { return attempts_; }
   int64_t accepted() const { return accepted_; }
   bool converged() const { return converged_; }
@@ -112,7 +119,7 @@ class Search {
  private:
   StatusOr<std::vector<Proposal>> MakeOffers(uint64_t offer_seed, int depth);
   StatusOr<Plan> Apply(const Proposal& proposal) const;
-  void Record(fb::DecisionT decision);
+  void Record(const fb::DecisionT& decision);
   std::string Describe(const Proposal& proposal) const;
   StatusOr<bool> Repair();
   std::vector<Recipe> AllRecipes(int op, const Plan& plan,
@@ -124,7 +131,8 @@ class Search {
   std::vector<std::vector<Recipe>> candidates_;  // by op
   Plan incumbent_;
   Evaluation eval_;
-  std::vector<fb::DecisionT> decisions_;
+  passes::DecisionLog own_log_;
+  passes::DecisionLog* log_;
   int64_t attempts_ = 0;
   int64_t accepted_ = 0;
   bool converged_ = false;

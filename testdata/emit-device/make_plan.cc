@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   plan.up = testing::GemmShape{1, 2, 1};
   plan.down = testing::GemmShape{1, 2, 1};
   testing::PlanMlpBlock(&m, plan);
-  tilec::Status s = ExpandReduce(&m, ExpandReduceOptions{});
+  tilec::Status s = ExpandReducePass().Run(&m).status();
   if (s.ok()) s = tilec::ir::WriteModule(m, "make_plan", argv[2]);
   if (!s.ok()) {
     std::cerr << "make_plan: " << s.message() << "\n";

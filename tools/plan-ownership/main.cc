@@ -1,17 +1,15 @@
 // plan-ownership: gives every value an ownership over tiles and every op a
 // recipe, inserts redistributions, and searches for a cheaper plan
-// (docs/planner.md).
+// (docs/planner.md). This file reads the --recipe, --resume and --target
+// files and writes --checkpoint; the planner library reads no files.
 
 #include <gflags/gflags.h>
 
-#include <cstring>
-#include <iostream>
 #include <string>
-#include <vector>
 
 #include "formats/ir.h"
 #include "passes/plan/planner.h"
-#include "tools/common/tool.h"
+#include "tools/common/pass_tool.h"
 
 DEFINE_string(target, "",
               "Target to plan for: a preset (ipu21, tiny) or a JSON path. "
@@ -22,9 +20,6 @@ DEFINE_int64(attempts, 64,
              "the initial or saved plan).");
 DEFINE_int32(proposals_per_op, 4,
              "Alternatives offered per op for each incumbent plan.");
-DEFINE_int64(max_decisions, -1,
-             "Apply only the first N accepted changes of the search (like "
-             "LLVM's -opt-bisect-limit); -1: no limit.");
 DEFINE_string(gemm_dtype, "",
               "Price GEMM inputs in this dtype: fp8 (E4M3), f16, f32 or "
               "native (the operands' own). Emulates quantize-fp8.");
@@ -39,9 +34,6 @@ DEFINE_int64(checkpoint_every, 16, "Attempts between checkpoints.");
 DEFINE_string(resume, "",
               "Continue the search saved in this checkpoint (the input must "
               "be the same graph).");
-DEFINE_string(explain, "",
-              "'all' (or bare --explain): print every decision on stderr; "
-              "an op id: print the alternatives considered for that op.");
 
 namespace tilec::tools {
 namespace {
@@ -50,46 +42,51 @@ bool Given(const char* flag) {
   return !gflags::GetCommandLineFlagInfoOrDie(flag).is_default;
 }
 
-Status Run(const std::vector<std::string>& args) {
-  std::string input;
-  TILEC_RETURN_IF_ERROR(SingleInput(args, &input));
-  fb::ModuleT module;
-  TILEC_RETURN_IF_ERROR(ir::ReadModule(input, &module));
-  plan::PlannerOptions options;
-  options.target = FLAGS_target;
-  if (Given("seed")) options.seed = FLAGS_seed;
-  if (Given("proposals_per_op"))
-    options.proposals_per_op = FLAGS_proposals_per_op;
-  if (Given("gemm_dtype")) options.gemm_dtype = FLAGS_gemm_dtype;
-  if (Given("max_decisions") && FLAGS_max_decisions >= 0) {
-    options.max_decisions = FLAGS_max_decisions;
+// The files the flags name, read here so the planner reads none.
+Status ReadFlagFiles(plan::PlannerOptions* options) {
+  if (!FLAGS_target.empty()) {
+    options->target.emplace();
+    TILEC_RETURN_IF_ERROR(ir::LoadTarget(FLAGS_target, &*options->target));
   }
+  if (!FLAGS_recipe.empty()) {
+    options->recipe_name = ir::DisplayName(FLAGS_recipe);
+    TILEC_RETURN_IF_ERROR(ir::ReadFile(FLAGS_recipe, &options->recipe_text));
+  }
+  if (!FLAGS_resume.empty()) {
+    options->resume_name = ir::DisplayName(FLAGS_resume);
+    options->resume.emplace();
+    TILEC_RETURN_IF_ERROR(ir::ReadModule(FLAGS_resume, &*options->resume));
+  }
+  if (!FLAGS_checkpoint.empty()) {
+    options->save_checkpoint = [](const fb::ModuleT& checkpoint) {
+      return ir::WriteModule(checkpoint, "plan-ownership", FLAGS_checkpoint);
+    };
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<passes::Pass>> MakePlanner(
+    passes::PassOptions common) {
+  plan::PlannerOptions options;
+  if (Given("seed")) options.seed = FLAGS_seed;
+  if (Given("proposals_per_op")) {
+    options.proposals_per_op = FLAGS_proposals_per_op;
+  }
+  if (Given("gemm_dtype")) options.gemm_dtype = FLAGS_gemm_dtype;
   options.attempts = FLAGS_attempts;
-  options.recipe_path = FLAGS_recipe;
-  options.checkpoint_path = FLAGS_checkpoint;
-  options.resume_path = FLAGS_resume;
   options.checkpoint_every = FLAGS_checkpoint_every;
-  options.explain = FLAGS_explain;
-  options.messages = &std::cerr;
-  TILEC_RETURN_IF_ERROR(plan::PlanOwnership(options, &module));
-  return ir::WriteModule(module, ToolName(), FLAGS_o);
+  TILEC_RETURN_IF_ERROR(ReadFlagFiles(&options));
+  return std::unique_ptr<passes::Pass>(
+      new plan::PlanOwnershipPass(std::move(options), std::move(common)));
 }
 
 }  // namespace
 }  // namespace tilec::tools
 
 int main(int argc, char** argv) {
-  // A bare --explain means every decision (--explain=OP names one op).
-  std::vector<std::string> storage(argv, argv + argc);
-  for (std::string& arg : storage) {
-    if (arg == "--explain" || arg == "-explain") arg = "--explain=all";
-  }
-  std::vector<char*> rewritten;
-  for (std::string& arg : storage) rewritten.push_back(arg.data());
-  rewritten.push_back(nullptr);
-  auto args = tilec::tools::InitTool(
-      argc, rewritten.data(),
+  return tilec::tools::PassToolMain(
+      argc, argv,
       "plan-ownership [flags] [INPUT|-] [-o OUT]: plan ownerships and "
-      "recipes for a tilec module");
-  return tilec::tools::Finish(tilec::tools::Run(args));
+      "recipes for a tilec module",
+      tilec::tools::MakePlanner);
 }

@@ -1,6 +1,11 @@
-#include "passes/lower/decision_log.h"
+#include "passes/core/decisions.h"
 
-namespace tilec::lower {
+#include <algorithm>
+#include <charconv>
+
+#include "formats/print.h"
+
+namespace tilec::passes {
 
 std::string Thousands(int64_t value) {
   std::string digits = std::to_string(value < 0 ? -value : value);
@@ -16,6 +21,49 @@ std::string Count(int64_t n, const std::string& singular,
                   const std::string& plural) {
   return Thousands(n) + " " +
          (n == 1 ? singular : plural.empty() ? singular + "s" : plural);
+}
+
+StatusOr<ExplainFilter> ExplainFilter::Parse(const std::string& text) {
+  ExplainFilter filter;
+  if (text.empty()) return filter;
+  if (text == "all") {
+    filter.kind = Kind::kAll;
+    return filter;
+  }
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, filter.op);
+  if (ec != std::errc() || ptr != end) {
+    return Status::BadInput("--explain=" + text +
+                            ": expected 'all' (or a bare --explain) or an op id");
+  }
+  filter.kind = Kind::kOp;
+  return filter;
+}
+
+bool ExplainFilter::Matches(const fb::DecisionT& decision) const {
+  switch (kind) {
+    case Kind::kNone:
+      return false;
+    case Kind::kAll:
+      return true;
+    case Kind::kOp:
+      return std::find(decision.ops.begin(), decision.ops.end(), op) !=
+             decision.ops.end();
+  }
+  return false;
+}
+
+DecisionLog::DecisionLog(std::string pass, int64_t max_decisions,
+                         ExplainFilter explain, std::ostream* messages)
+    : pass_(std::move(pass)),
+      max_decisions_(max_decisions),
+      explain_(explain),
+      messages_(messages) {}
+
+void DecisionLog::Explain(const fb::DecisionT& decision) {
+  if (messages_ && explain_.Matches(decision)) {
+    *messages_ << pass_ << ": " << ir::DecisionText(decision) << "\n";
+  }
 }
 
 void DecisionLog::Add(std::vector<uint32_t> ops, const std::string& action,
@@ -35,38 +83,49 @@ void DecisionLog::Add(std::vector<uint32_t> ops, const std::string& action,
 
 bool DecisionLog::Apply(std::vector<uint32_t> ops, const std::string& action,
                         const std::string& reason, const Numbers& numbers) {
-  if (max_decisions_ >= 0 && applied_ >= max_decisions_) {
+  if (LimitReached()) {
     Numbers unchanged{numbers.cycles_before, numbers.cycles_before,
                       numbers.bytes_before, numbers.bytes_before};
     Add(std::move(ops), action, fb::Outcome::Rejected,
         "beyond --max-decisions=" + std::to_string(max_decisions_) +
             " (would apply: " + reason + ")",
         unchanged);
+    Explain(*decisions_.back());
     return false;
   }
   ++applied_;
   Add(std::move(ops), action, fb::Outcome::Accepted, reason, numbers);
+  decisions_.back()->limit_index = applied_;
+  Explain(*decisions_.back());
   return true;
 }
 
 void DecisionLog::Reject(std::vector<uint32_t> ops, const std::string& action,
                          const std::string& reason, const Numbers& numbers) {
   Add(std::move(ops), action, fb::Outcome::Rejected, reason, numbers);
+  Explain(*decisions_.back());
 }
 
 void DecisionLog::Info(std::vector<uint32_t> ops, const std::string& action,
                        const std::string& reason, const Numbers& numbers) {
   Add(std::move(ops), action, fb::Outcome::Info, reason, numbers);
+  Explain(*decisions_.back());
+}
+
+void DecisionLog::Record(const fb::DecisionT& decision) {
+  applied_ = std::max(applied_, decision.limit_index);
+  decisions_.push_back(std::make_unique<fb::DecisionT>(decision));
+  Explain(*decisions_.back());
 }
 
 std::unique_ptr<fb::PassRunT> DecisionLog::TakeRun(
-    const std::string& pass, std::vector<std::string> flags) {
+    std::vector<std::string> flags) {
   auto run = std::make_unique<fb::PassRunT>();
-  run->pass = pass;
+  run->pass = pass_;
   run->flags = std::move(flags);
   run->decisions = std::move(decisions_);
   decisions_.clear();
   return run;
 }
 
-}  // namespace tilec::lower
+}  // namespace tilec::passes

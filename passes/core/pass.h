@@ -1,0 +1,87 @@
+// One shape for every transforming pass, in the spirit of XLA's
+// HloModulePass: a name, the stages of input it accepts, and
+// Run(module) -> whether it changed anything, or an error. The options every
+// pass shares (--max-decisions, --explain, the recorded flags) and its
+// decision log come from here, so a new pass is its own directory, a thin
+// main (tools/common/pass_tool.h) and a line in passes/PIPELINE.
+
+#ifndef TILEC_PASSES_CORE_PASS_H_
+#define TILEC_PASSES_CORE_PASS_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "passes/core/decisions.h"
+
+namespace tilec::passes {
+
+// How far down the pipeline a module is, from what it holds.
+enum class Stage {
+  kGraph,    // values and ops, no ownerships (import-model)
+  kPlanned,  // every value owned, every op a recipe (plan-ownership)
+  kReduced,  // reductions explicit (expand-reduce)
+  kProgram,  // a device program (emit-device)
+};
+
+// "an unplanned graph", "a planned graph", ...
+std::string_view StageName(Stage stage);
+// A module with some values owned and others not is reported as planned:
+// the passes that need ownerships name the value that lacks one.
+Stage StageOf(const fb::ModuleT& module);
+
+// The options every pass shares.
+struct PassOptions {
+  // Apply only the first N transforming decisions (like LLVM's
+  // -opt-bisect-limit); -1: no limit.
+  int64_t max_decisions = -1;
+  ExplainFilter explain;  // which decisions to print as they are made
+  // Where --explain output and progress go (stderr in the tools); null:
+  // nowhere.
+  std::ostream* messages = nullptr;
+  // The flags that decided the output, recorded in the pass run.
+  std::vector<std::string> flags;
+};
+
+class Pass {
+ public:
+  explicit Pass(PassOptions options) : options_(std::move(options)) {}
+  virtual ~Pass() = default;
+
+  // The tool's name, e.g. "expand-reduce", also the pass run's name.
+  virtual std::string_view name() const = 0;
+  // The stages this pass takes as input.
+  virtual std::vector<Stage> Accepts() const = 0;
+
+  // Checks the input's stage (BadInput naming what it is and which pass
+  // must run first), runs the pass with a fresh decision log and appends
+  // that log to module->log as this pass's run. Returns whether the module
+  // changed beyond the log.
+  StatusOr<bool> Run(fb::ModuleT* module);
+
+  const PassOptions& options() const { return options_; }
+
+ protected:
+  // The pass proper: transforms `module`, logging every decision in `log`.
+  virtual StatusOr<bool> Transform(fb::ModuleT* module, DecisionLog* log) = 0;
+  // The flags recorded in the pass run (default: options().flags).
+  virtual std::vector<std::string> RecordedFlags() const {
+    return options_.flags;
+  }
+
+ private:
+  PassOptions options_;
+};
+
+// BadInput unless `module` is at one of `accepted`, e.g. "expand-reduce
+// needs a planned graph, not an unplanned graph: run plan-ownership first".
+Status RequireStage(const fb::ModuleT& module, std::string_view pass,
+                    const std::vector<Stage>& accepted);
+
+}  // namespace tilec::passes
+
+#endif  // TILEC_PASSES_CORE_PASS_H_

@@ -1,0 +1,76 @@
+#include "tools/common/pass_tool.h"
+
+#include <gflags/gflags.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "formats/ir.h"
+#include "tools/common/tool.h"
+
+DEFINE_int64(max_decisions, -1,
+             "Apply only the first N transforming decisions of this pass "
+             "(like LLVM's -opt-bisect-limit; scripts/bisect.sh drives it); "
+             "-1: no limit.");
+DEFINE_string(explain, "",
+              "Print decisions on stderr as they are made: bare --explain "
+              "(or 'all') every decision, --explain=OP those naming op OP.");
+
+namespace tilec::tools {
+namespace {
+
+// A bare --explain means every decision (--explain=OP names one op).
+std::vector<std::string> ExpandBareExplain(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::string& arg : args) {
+    if (arg == "--") break;
+    if (arg == "--explain" || arg == "-explain") arg = "--explain=all";
+  }
+  return args;
+}
+
+StatusOr<passes::PassOptions> CommonOptions() {
+  passes::PassOptions common;
+  if (FLAGS_max_decisions < -1) {
+    return Status::BadInput("--max-decisions=" +
+                            std::to_string(FLAGS_max_decisions) +
+                            ": expected N >= 0 (or -1 for no limit)");
+  }
+  common.max_decisions = FLAGS_max_decisions;
+  StatusOr<passes::ExplainFilter> explain =
+      passes::ExplainFilter::Parse(FLAGS_explain);
+  if (!explain.ok()) return explain.status();
+  common.explain = *explain;
+  common.messages = &std::cerr;
+  common.flags = GivenFlags();
+  return common;
+}
+
+Status RunPass(const std::vector<std::string>& args, const PassMaker& make) {
+  std::string input;
+  TILEC_RETURN_IF_ERROR(SingleInput(args, &input));
+  StatusOr<passes::PassOptions> common = CommonOptions();
+  if (!common.ok()) return common.status();
+  StatusOr<std::unique_ptr<passes::Pass>> pass = make(std::move(*common));
+  if (!pass.ok()) return pass.status();
+  fb::ModuleT module;
+  TILEC_RETURN_IF_ERROR(ir::ReadModule(input, &module));
+  StatusOr<bool> ran = (*pass)->Run(&module);
+  if (!ran.ok()) return ran.status().WithContext(ir::DisplayName(input));
+  return ir::WriteModule(module, ToolName(), FLAGS_o);
+}
+
+}  // namespace
+
+int PassToolMain(int argc, char** argv, const char* usage,
+                 const PassMaker& make) {
+  std::vector<std::string> storage = ExpandBareExplain(argc, argv);
+  std::vector<char*> rewritten;
+  for (std::string& arg : storage) rewritten.push_back(arg.data());
+  rewritten.push_back(nullptr);
+  std::vector<std::string> args = InitTool(argc, rewritten.data(), usage);
+  return Finish(RunPass(args, make));
+}
+
+}  // namespace tilec::tools

@@ -1,0 +1,30 @@
+#ifndef TILEC_TOOLS_COMMON_PASS_TOOL_H_
+#define TILEC_TOOLS_COMMON_PASS_TOOL_H_
+
+// The main of every transforming pass's tool: the flags all passes share
+// (--max-decisions, --explain), reading the input module, running the pass
+// (passes/core/pass.h) and writing the result. A pass tool's main.cc
+// defines its own flags and turns them into the pass:
+//
+//   int main(int argc, char** argv) {
+//     return tilec::tools::PassToolMain(argc, argv, kUsage,
+//         [](tilec::passes::PassOptions common) { return ...; });
+//   }
+
+#include <functional>
+#include <memory>
+
+#include "formats/status.h"
+#include "passes/core/pass.h"
+
+namespace tilec::tools {
+
+using PassMaker = std::function<StatusOr<std::unique_ptr<passes::Pass>>(
+    passes::PassOptions common)>;
+
+int PassToolMain(int argc, char** argv, const char* usage,
+                 const PassMaker& make);
+
+}  // namespace tilec::tools
+
+#endif  // TILEC_TOOLS_COMMON_PASS_TOOL_H_
