@@ -1,39 +1,28 @@
 #!/usr/bin/env bash
 # Chains the tilec stages, keeping every stage's file (and its dump-ir text)
 # in OUT_DIR so any stage can be re-run, diffed or bisected on its own:
-#
-#   0-import   import-model      the graph
-#   1-plan     plan-ownership    ownerships, recipes, redistributions, estimates
-#   2-reduce   expand-reduce     explicit reductions (seed, remote partials, result)
-#   3-device   emit-device       the device program (buffers, supersteps, bindings)
+# 0-import.tilec from import-model, then <i>-<pass>.tilec for each pass of
+# passes/pipeline/PIPELINE in order (today 1-plan-ownership, 2-expand-reduce,
+# 3-emit-device: the device program).
 #
 #   scripts/compile.sh OUT_DIR [import-model flags...]
 #
-# Environment: TARGET (default ipu21); extra flags per stage in PLAN_FLAGS,
-# REDUCE_FLAGS and EMIT_FLAGS (e.g. PLAN_FLAGS=--attempts=0). Tools come from
-# bazel-bin (built here). Prints the last stage's path on stdout.
+# Environment: TARGET (default ipu21); extra flags per pass in <PASS>_FLAGS
+# (e.g. PLAN_OWNERSHIP_FLAGS=--attempts=0, EMIT_DEVICE_FLAGS=--explain).
+# Tools come from bazel-bin (built here). Prints the last stage's path on
+# stdout. scripts/pipeline.mk does the same with make, re-running only the
+# stages after the one whose flags changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/pipeline.sh
+. scripts/lib/pipeline.sh
 [ $# -ge 1 ] || { echo "usage: scripts/compile.sh OUT_DIR [import-model flags...]" >&2; exit 2; }
 out=$1
 shift
-target=${TARGET:-ipu21}
 mkdir -p "$out"
 bazel build --noshow_progress --ui_event_filters=-info //tools/... >&2
 bin=bazel-bin/tools
-
-stage() {  # stage NAME TOOL ARGS...: runs TOOL, keeps NAME.tilec and NAME.txt
-  local name=$1 tool=$2
-  shift 2
-  "$bin/$tool/$tool" "$@" -o "$out/$name.tilec"
-  "$bin/dump-ir/dump-ir" "$out/$name.tilec" -o "$out/$name.txt"
-}
-
-stage 0-import import-model --target="$target" "$@"
-# shellcheck disable=SC2086
-stage 1-plan plan-ownership ${PLAN_FLAGS:-} "$out/0-import.tilec"
-# shellcheck disable=SC2086
-stage 2-reduce expand-reduce ${REDUCE_FLAGS:-} "$out/1-plan.tilec"
-# shellcheck disable=SC2086
-stage 3-device emit-device ${EMIT_FLAGS:-} "$out/2-reduce.tilec"
-echo "$out/3-device.tilec"
+tilec_tool "$bin" import-model --target="${TARGET:-ipu21}" "$@" -o "$out/0-import.tilec"
+tilec_tool "$bin" dump-ir "$out/0-import.tilec" -o "$out/0-import.txt"
+# shellcheck disable=SC2046
+TILEC_DUMP=1 tilec_run_passes "$bin" "$out" "$out/0-import.tilec" 1 $(tilec_passes)

@@ -23,9 +23,9 @@ simulated=$(date +%s.%N)
 echo "== stages in $out"
 ls -1 "$out"
 echo "== $(sed -n 's/^model: //p' "$out/0-import.txt") on $(sed -n 's/^target: //p' "$out/0-import.txt")"
-sed -n '/^ops:/,/^pass /p' "$out/1-plan.txt" | sed '$d'
+sed -n '/^ops:/,/^pass /p' "${last%.tilec}.txt" | sed '$d'
 # The planner's estimate is the sum of its per-op estimates.
-estimate=$(sed -n 's/.*| est cycles=\([0-9]*\) .*/\1/p' "$out/1-plan.txt" | awk '{ s += $1 } END { print s + 0 }')
+estimate=$(sed -n 's/.*| est cycles=\([0-9]*\) .*/\1/p' "${last%.tilec}.txt" | awk '{ s += $1 } END { print s + 0 }')
 clock=$(sed -n 's/^target: .* clock_hz=\([^ ]*\) .*/\1/p' "$out/0-import.txt")
 echo "== simulate-device ($out/simulate.txt)"
 sed -n '/^total:/,/^slow path/p' "$out/simulate.txt"

@@ -1,0 +1,78 @@
+# Shell functions for running the pipeline, sourced by scripts/compile.sh,
+# scripts/bisect.sh, scripts/checks/* and the end-to-end tests. The pass
+# order is passes/pipeline/PIPELINE; tools are found as $BIN/<tool>/<tool>
+# (bazel-bin/tools from the repository, tools/ in a test's runfiles).
+#
+# Per-pass flags come from <PASS>_FLAGS in the environment, the pass name in
+# capitals with '-' as '_' (PLAN_OWNERSHIP_FLAGS="--attempts=0").
+
+TILEC_PIPELINE_FILE=${TILEC_PIPELINE_FILE:-passes/pipeline/PIPELINE}
+
+# The pipeline's passes, one per line.
+tilec_passes() {
+  sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' -e '/^$/d' \
+    "$TILEC_PIPELINE_FILE"
+}
+
+# tilec_flags PASS: the words of $<PASS>_FLAGS.
+tilec_flags() {
+  local var
+  var=$(printf '%s' "$1" | tr 'a-z-' 'A-Z_')_FLAGS
+  printf '%s' "${!var:-}"
+}
+
+# tilec_tool BIN TOOL ARGS...: runs one tool.
+tilec_tool() {
+  local bin=$1 tool=$2
+  shift 2
+  "$bin/$tool/$tool" "$@"
+}
+
+# tilec_last_pass BIN FILE: the last pipeline pass in FILE's log, or
+# import-model when it ran none.
+tilec_last_pass() {
+  local bin=$1 file=$2 pass last=import-model
+  local log
+  log=$(tilec_tool "$bin" dump-ir "$file" | sed -n 's/^pass \([a-z0-9-]*\).*/\1/p')
+  for pass in $(tilec_passes); do
+    if printf '%s\n' "$log" | grep -qx "$pass"; then last=$pass; fi
+  done
+  printf '%s\n' "$last"
+}
+
+# tilec_passes_after PASS: the pipeline's passes after PASS (all of them
+# after import-model).
+tilec_passes_after() {
+  if [ "$1" = import-model ]; then
+    tilec_passes
+  else
+    tilec_passes | sed -n "/^$1\$/,\$p" | sed 1d
+  fi
+}
+
+# tilec_run_passes BIN OUT_DIR INPUT FIRST_INDEX PASS...: runs the passes in
+# order from INPUT, keeping OUT_DIR/<i>-<pass>.tilec (i from FIRST_INDEX)
+# and, with TILEC_DUMP=1, its dump-ir text; prints the last file's path.
+tilec_run_passes() {
+  local bin=$1 out=$2 input=$3 i=$4 pass
+  shift 4
+  for pass in "$@"; do
+    local file="$out/$i-$pass.tilec"
+    # shellcheck disable=SC2046
+    tilec_tool "$bin" "$pass" $(tilec_flags "$pass") "$input" -o "$file" || return
+    if [ "${TILEC_DUMP:-0}" = 1 ]; then
+      tilec_tool "$bin" dump-ir "$file" -o "${file%.tilec}.txt" || return
+    fi
+    input=$file
+    i=$((i + 1))
+  done
+  printf '%s\n' "$input"
+}
+
+# tilec_finish BIN FILE OUT_DIR: the rest of the pipeline after FILE's last
+# pass; prints the device program's path (FILE itself if it is one).
+tilec_finish() {
+  local bin=$1 file=$2 out=$3
+  # shellcheck disable=SC2046
+  tilec_run_passes "$bin" "$out" "$file" 1 $(tilec_passes_after "$(tilec_last_pass "$bin" "$file")")
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# bisect_test.sh: scripts/bisect.sh on the saved stages of
+# testdata/pipelines/vit-ksplit finds planted bad decisions, in one pass and
+# across the pipeline, within 2 + ceil(log2(decisions)) check runs, leaves
+# the last good and first bad outputs, and refuses checks that cannot
+# bisect.
+set -euo pipefail
+export BIN=tools
+stages=testdata/pipelines/vit-ksplit
+planted=testdata/bisect/planted_check.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export PLAN_OWNERSHIP_FLAGS="--recipe=testdata/expand-reduce/forced.recipe"
+
+expect() {  # expect FILE TEXT: FILE has a line containing TEXT
+  grep -qF -- "$2" "$1" || { echo "expected '$2' in:" >&2; cat "$1" >&2; exit 1; }
+}
+ceil_log2() { local n=$1 k=0; while [ $((1 << k)) -lt "$n" ]; do k=$((k + 1)); done; echo "$k"; }
+within_bound() {  # within_bound OUTPUT
+  local checks total
+  checks=$(sed -n 's/^checks run: \([0-9]*\) (decisions: \([0-9]*\))$/\1/p' "$1")
+  total=$(sed -n 's/^checks run: \([0-9]*\) (decisions: \([0-9]*\))$/\2/p' "$1")
+  [ "$checks" -le $((2 + $(ceil_log2 "$total"))) ] ||
+    { echo "$checks check runs for $total decisions" >&2; exit 1; }
+}
+
+# One pass: expand-reduce's third decision reads op 4's seeds in place.
+scripts/bisect.sh --bin=tools --out="$work/one" expand-reduce "$stages/1-plan-ownership.tilec" \
+  -- "$planted" 4 "read seed partials in place" >"$work/one.txt"
+cat "$work/one.txt"
+expect "$work/one.txt" 'first bad decision: expand-reduce #3'
+expect "$work/one.txt" 'accepted #3 (4) "read seed partials in place"'
+expect "$work/one.txt" '(decisions: 4)'
+within_bound "$work/one.txt"
+"$planted" 4 "read seed partials in place" "$work/one/last-good.tilec"
+! "$planted" 4 "read seed partials in place" "$work/one/first-bad.tilec"
+
+# The whole pipeline: emit-device's third decision, the seventh overall.
+scripts/bisect.sh --bin=tools --out="$work/all" --pipeline "$stages/0-import.tilec" \
+  -- "$planted" 8 "share supersteps" >"$work/all.txt"
+cat "$work/all.txt"
+expect "$work/all.txt" 'first bad decision: emit-device #3 (#7 of 11 across plan-ownership expand-reduce emit-device)'
+within_bound "$work/all.txt"
+
+# --fixed: the first decision after which the check passes.
+scripts/bisect.sh --bin=tools --out="$work/fix" --fixed expand-reduce "$stages/1-plan-ownership.tilec" \
+  -- sh -c '! "$0" "$@"' "$planted" 1 "write results directly" >"$work/fix.txt"
+expect "$work/fix.txt" 'first fix decision: expand-reduce #2'
+[ -e "$work/fix/first-passing.tilec" ] && [ -e "$work/fix/last-failing.tilec" ]
+
+# Checks that cannot bisect are refused with exit 2 and a reason.
+refused() {  # refused TEXT ARGS...
+  local text=$1 status=0
+  shift
+  scripts/bisect.sh --bin=tools --out="$work/refused" "$@" >"$work/refused.txt" 2>&1 || status=$?
+  [ "$status" -eq 2 ] || { echo "exit $status, expected 2" >&2; cat "$work/refused.txt" >&2; exit 1; }
+  expect "$work/refused.txt" "$text"
+}
+refused 'the check is still passing with all 4 decisions applied' \
+  expand-reduce "$stages/1-plan-ownership.tilec" -- true
+refused 'the check is already failing with no decision applied' \
+  expand-reduce "$stages/1-plan-ownership.tilec" -- false
+refused 'the check cannot decide on a candidate (exit 125' \
+  expand-reduce "$stages/1-plan-ownership.tilec" -- sh -c 'exit 125'
+refused 'usage: scripts/bisect.sh' expand-reduce "$stages/1-plan-ownership.tilec" true
+echo ok

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# stages_test.sh TOOLS_DIR DIR: DIR holds every stage's file of one small
+# model's pipeline run (0-import.tilec, <i>-<pass>.tilec), saved so that a
+# pass can be bisected on them (docs/workflow.md); DIR/flags.sh names the
+# model (MODEL: import-model flags) and any <PASS>_FLAGS. The test rebuilds
+# the stages with today's tools and fails if a saved file differs; under
+# `bazel run` with UPDATE_GOLDENS=1 (scripts/update-goldens.sh) it rewrites
+# them in the source tree instead.
+set -euo pipefail
+. scripts/lib/pipeline.sh
+tools=$1 dir=$2
+. "$dir/flags.sh"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+# shellcheck disable=SC2086
+tilec_tool "$tools" import-model $MODEL -o "$out/0-import.tilec"
+# shellcheck disable=SC2046
+tilec_run_passes "$tools" "$out" "$out/0-import.tilec" 1 $(tilec_passes) >/dev/null 2>"$out/log" ||
+  { cat "$out/log" >&2; exit 1; }
+status=0
+for file in "$out"/*.tilec; do
+  name=$(basename "$file")
+  if [ "${UPDATE_GOLDENS:-0}" = 1 ]; then
+    cp "$file" "$BUILD_WORKSPACE_DIRECTORY/$dir/$name" && echo "updated $dir/$name"
+  elif ! cmp -s "$file" "$dir/$name"; then
+    echo "saved stage $dir/$name differs from today's (scripts/update-goldens.sh rewrites it)" >&2
+    status=1
+  fi
+done
+# No stale stage from an older pipeline either.
+for saved in "$dir"/*.tilec; do
+  [ -e "$out/$(basename "$saved")" ] || { echo "stale saved stage $saved" >&2; status=1; }
+done
+exit "$status"

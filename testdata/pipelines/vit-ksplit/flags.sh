@@ -1,0 +1,4 @@
+# A ViT-shaped MLP block on tiny with K-split GEMMs pinned, so that every
+# pass of the pipeline makes transforming decisions.
+MODEL="--target=tiny --preset=vit-b16-224 --tokens=10 --width=48 --mlp_width=96 --heads=3"
+PLAN_OWNERSHIP_FLAGS="--recipe=testdata/expand-reduce/forced.recipe"
