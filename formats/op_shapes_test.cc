@@ -56,6 +56,25 @@ TEST(OpShapes, LayerNorm) {
               HasSubstr("expected rank 2"));
 }
 
+TEST(OpShapes, Patchify) {
+  OpShapeQuery q = Query(fb::OpKind::Patchify, {{1, 3, 28, 42}}, {{6, 588}});
+  q.patch = 14;
+  EXPECT_EQ(CheckOpShapes(q), "");
+  q.results = {{6, 587}};
+  EXPECT_THAT(CheckOpShapes(q),
+              HasSubstr("result 0 has shape [6,587], expected [6,588] "
+                        "([B*(H/p)*(W/p), C*p*p])"));
+  q.results = {{6, 588}};
+  q.patch = 5;
+  EXPECT_THAT(CheckOpShapes(q), HasSubstr("attribute patch=5 must be positive "
+                                          "and divide the height and width"));
+  q.patch = 0;
+  EXPECT_THAT(CheckOpShapes(q), HasSubstr("attribute patch=0"));
+  q.patch = 14;
+  q.operands = {{3, 28, 42}};
+  EXPECT_THAT(CheckOpShapes(q), HasSubstr("expected rank 4"));
+}
+
 TEST(OpShapes, MatMul) {
   const auto k = fb::OpKind::MatMul;
   EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304}},
