@@ -1,0 +1,53 @@
+// Weights that importers read from outside (ONNX initializers, safetensors
+// checkpoints) go into one sidecar file next to the IR: little-endian F32,
+// one contiguous range per weight, named by each Value's Sidecar with its
+// offset, size and FNV-1a 64 checksum (kernels/tensor_data.h reads them).
+
+#ifndef TILEC_PASSES_IMPORT_SIDECAR_H_
+#define TILEC_PASSES_IMPORT_SIDECAR_H_
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+
+namespace tilec::passes {
+
+// Accumulates the sidecar's bytes.
+class SidecarBuilder {
+ public:
+  // `recorded_path`: what every Sidecar.path holds (relative to the IR's
+  // directory).
+  explicit SidecarBuilder(std::string recorded_path)
+      : recorded_path_(std::move(recorded_path)) {}
+
+  // Appends `data` and returns the Sidecar that names it.
+  std::unique_ptr<fb::SidecarT> Append(std::span<const float> data);
+
+  const std::string& bytes() const { return bytes_; }
+  std::string TakeBytes() { return std::move(bytes_); }
+
+ private:
+  std::string recorded_path_;
+  std::string bytes_;
+};
+
+// Where an importer writes its sidecar and what the IR records.
+struct SidecarPaths {
+  std::string write;     // path to write ("" when there is nothing to name)
+  std::string recorded;  // Sidecar.path: relative to the IR's directory
+};
+
+// `ir_path` is the tool's -o; `flag` its --sidecar (may be empty). An empty
+// flag means "<ir_path>.weights", recorded as its base name; with -o -
+// (stdout) the flag is required (BadInput naming `flag_name`), and its path
+// is recorded as given (tools resolve it against --sidecar_dir, default
+// "." for stdin). A given path is recorded relative to the IR's directory.
+Status ResolveSidecarPaths(const std::string& ir_path, const std::string& flag,
+                           const std::string& flag_name, SidecarPaths* paths);
+
+}  // namespace tilec::passes
+
+#endif  // TILEC_PASSES_IMPORT_SIDECAR_H_
