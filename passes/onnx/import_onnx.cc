@@ -130,6 +130,7 @@ class Importer {
     model->tokens = static_cast<int32_t>(tokens_);
     model->width = static_cast<int32_t>(width_);
     model->heads = static_cast<int32_t>(heads_);
+    model->mlp_width = static_cast<int32_t>(mlp_width_);
     model->input_seed = options_.input_seed;
     module->model = std::move(model);
     *sidecar = sidecar_.TakeBytes();
@@ -862,6 +863,7 @@ class Importer {
     fb::OperationT* op = nullptr;
     *id = NewOp(fb::OpKind::Gelu, NodeName(node), {in}, t, view, dtype, &op);
     op->gelu = form;
+    mlp_width_ = view[1];
     return Status::Ok();
   }
 
@@ -1569,7 +1571,7 @@ class Importer {
   std::map<std::string, uint32_t> weights_;  // tensor + shape -> weight
   SidecarBuilder sidecar_;
   int32_t attention_layers_ = 0;
-  int64_t batch_ = 0, tokens_ = 0, width_ = 0, heads_ = 0;
+  int64_t batch_ = 0, tokens_ = 0, width_ = 0, heads_ = 0, mlp_width_ = 0;
 };
 
 }  // namespace
