@@ -1014,14 +1014,7 @@ class Importer {
     TILEC_RETURN_IF_ERROR(Value(x, want, &in));
     fb::DType dtype;
     TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
-    fb::OperationT* op = nullptr;
-    *id = NewOp(fb::OpKind::Fused, name, {in}, t, want, dtype, &op);
-    auto step = std::make_unique<fb::FusedStepT>();
-    step->kind = fb::FusedStepKind::Scale;
-    step->scale = static_cast<float>(factor);
-    step->dtype = dtype;
-    op->body.push_back(std::move(step));
-    return Status::Ok();
+    return EmitScaleValue(name, in, t, factor, dtype, id);
   }
 
   Status EmitCast(const NodeProto& node, const std::string& t,
@@ -1203,28 +1196,30 @@ class Importer {
 
   // -------------------------------------------------- attention
 
+  // If *t is x * c, c * x or x / c for a scalar constant c (through casts):
+  // *t becomes x and *factor is multiplied by c (or 1/c).
+  bool PeelScalarFactor(std::string* t, double* factor) const {
+    const NodeProto* n = Node(PeelCasts(*t));
+    if (n == nullptr || (n->op_type() != "Mul" && n->op_type() != "Div")) {
+      return false;
+    }
+    const bool div = n->op_type() == "Div";
+    for (int side = 0; side < (div ? 1 : 2); ++side) {
+      double c = 0;
+      if (Scalar(n->input(1 - side), &c) && c != 0) {
+        *factor *= div ? 1.0 / c : c;
+        *t = n->input(side);
+        return true;
+      }
+    }
+    return false;
+  }
+
   // x @ W (+ b) with constant W [in, out] and b [out] (MatMul + Add, or a
   // Gemm), through casts and scalar factors.
   bool MatchLinear(std::string t, LinearMatch* m) const {
     m->factor = 1.0;
-    for (int guard = 0; guard < 8; ++guard) {
-      const NodeProto* n = Node(PeelCasts(t));
-      if (n == nullptr) return false;
-      double c = 0;
-      if ((n->op_type() == "Mul" || n->op_type() == "Div")) {
-        const int sides = n->op_type() == "Div" ? 1 : 2;
-        bool peeled = false;
-        for (int side = 0; side < sides && !peeled; ++side) {
-          if (Scalar(n->input(1 - side), &c) && c != 0) {
-            m->factor *= n->op_type() == "Div" ? 1.0 / c : c;
-            t = n->input(side);
-            peeled = true;
-          }
-        }
-        if (peeled) continue;
-        return false;
-      }
-      break;
+    while (PeelScalarFactor(&t, &m->factor)) {
     }
     const NodeProto* n = Node(PeelCasts(t));
     if (n == nullptr) return false;
@@ -1290,20 +1285,7 @@ class Importer {
       const NodeProto* n = Node(PeelCasts(t));
       if (n == nullptr) return false;
       const std::string& op = n->op_type();
-      double c = 0;
-      if (op == "Mul" || op == "Div") {
-        const int sides = op == "Div" ? 1 : 2;
-        bool peeled = false;
-        for (int side = 0; side < sides && !peeled; ++side) {
-          if (Scalar(n->input(1 - side), &c) && c != 0) {
-            h->factor *= op == "Div" ? 1.0 / c : c;
-            t = n->input(side);
-            peeled = true;
-          }
-        }
-        if (!peeled) return false;
-        continue;
-      }
+      if (PeelScalarFactor(&t, &h->factor)) continue;
       if (op == "Transpose") {
         std::vector<int64_t> p = IntsAttribute(*n, "perm");
         if (p.size() != 4) return false;
@@ -1379,21 +1361,8 @@ class Importer {
                   "' are not a softmax of the scores");
     }
     double scale = 1.0;
-    std::string qk_tensor = PeelCasts(scores_tensor);
-    for (const NodeProto* n = Node(qk_tensor);
-         n != nullptr && (n->op_type() == "Mul" || n->op_type() == "Div");
-         n = Node(qk_tensor)) {
-      double c = 0;
-      const bool div = n->op_type() == "Div";
-      if (Scalar(n->input(1), &c) && c != 0) {
-        scale *= div ? 1.0 / c : c;
-        qk_tensor = PeelCasts(n->input(0));
-      } else if (!div && Scalar(n->input(0), &c)) {
-        scale *= c;
-        qk_tensor = PeelCasts(n->input(1));
-      } else {
-        return fail("the scores are scaled by a non-constant, or masked");
-      }
+    std::string qk_tensor = scores_tensor;
+    while (PeelScalarFactor(&qk_tensor, &scale)) {
     }
     const NodeProto* qk = NodeIs(qk_tensor, "MatMul");
     if (qk == nullptr) {
