@@ -230,9 +230,9 @@ std::string CheckPatchify(const Checker& c, const OpShapeQuery& op) {
   const Shape& image = op.operands[0];
   if (std::string e = c.Rank("operand", 0, image, 4); !e.empty()) return e;
   const int64_t p = op.patch;
-  if (p <= 0 || image[2] % p != 0 || image[3] % p != 0) {
+  if (p <= 0 || image[2] < p || image[3] < p) {
     return c.Fail("attribute patch=" + std::to_string(p) +
-                  " must be positive and divide the height and width of "
+                  " must be positive and at most the height and width of "
                   "operand 0 " + ShapeToString(image));
   }
   int64_t rows = 0, columns = 0;
@@ -241,7 +241,7 @@ std::string CheckPatchify(const Checker& c, const OpShapeQuery& op) {
     return c.Fail("operand 0 " + ShapeToString(image) + " is too large");
   }
   return c.Expect("result", 0, op.results[0], {rows, columns},
-                  "[B*(H/p)*(W/p), C*p*p]");
+                  "[B*floor(H/p)*floor(W/p), C*p*p]");
 }
 
 std::vector<int64_t> ShapeOf(const fb::Value& value) {

@@ -550,8 +550,11 @@ class Executor {
     const int64_t batch = image->shape[0], channels = image->shape[1],
                   height = image->shape[2], width = image->shape[3],
                   p = op.patch;
-    const int64_t grid_w = width / p, tokens = (height / p) * grid_w;
-    std::vector<float> out(image->data.size());
+    const int64_t grid_w = width / p, tokens = (height / p) * grid_w;  // floor
+    // Pixels past the last whole patch are dropped, as a stride = kernel
+    // convolution drops them.
+    std::vector<float> out(
+        static_cast<size_t>(batch * tokens * channels * p * p));
     float* dst = out.data();
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t token = 0; token < tokens; ++token) {

@@ -1482,13 +1482,11 @@ class Importer {
         std::all_of(pads.begin(), pads.end(), [](int64_t v) { return v == 0; }) &&
         std::all_of(dilations.begin(), dilations.end(),
                     [](int64_t v) { return v == 1; }) &&
-        IntAttribute(conv, "group", 1) == 1 && (*xs)[2] % p == 0 &&
-        (*xs)[3] % p == 0;
+        IntAttribute(conv, "group", 1) == 1 && (*xs)[2] >= p && (*xs)[3] >= p;
     if (!patch) {
       return Unsupported(conv, "a convolution that is not a patch embedding "
                                "(square kernel = stride, no padding, no "
-                               "dilation, one group, image sides divisible "
-                               "by the kernel)");
+                               "dilation, one group)");
     }
     if (!IsConstant(conv.input(1))) {
       return Unsupported(conv, "the patch embedding's weight is not constant");
