@@ -267,6 +267,14 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, int64_t first_layer,
                                       "': not a SigLIP/CLIP vision tower "
                                       "checkpoint"));
   }
+  size_t weight_bytes = 0;
+  for (const auto& v : module->values) {
+    if (v->role != fb::ValueRole::Weight) continue;
+    size_t count = 1;
+    for (int64_t d : v->shape) count *= static_cast<size_t>(d);
+    weight_bytes += count * sizeof(float);
+  }
+  sidecar->Reserve(weight_bytes);
   std::vector<std::pair<fb::ValueT*, std::unique_ptr<fb::SidecarT>>> loaded;
   for (const auto& v : module->values) {
     if (v->role != fb::ValueRole::Weight) continue;

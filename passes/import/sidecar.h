@@ -23,6 +23,10 @@ class SidecarBuilder {
   explicit SidecarBuilder(std::string recorded_path)
       : recorded_path_(std::move(recorded_path)) {}
 
+  // Room for `bytes` more bytes: a model's weights can be gigabytes, and
+  // growing by doubling would hold up to twice that.
+  void Reserve(size_t bytes) { bytes_.reserve(bytes_.size() + bytes); }
+
   // Appends `data` and returns the Sidecar that names it.
   std::unique_ptr<fb::SidecarT> Append(std::span<const float> data);
 

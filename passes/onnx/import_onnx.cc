@@ -83,6 +83,14 @@ class Importer {
       : g_(graph), options_(options), sidecar_(options.sidecar_path) {}
 
   Status Run(fb::ModuleT* module, std::string* sidecar) {
+    // Weights are the initializers, transformed but never larger (F32).
+    size_t initializer_bytes = 0;
+    for (const auto& init : g_.proto().initializer()) {
+      size_t count = 1;
+      for (int64_t d : init.dims()) count *= static_cast<size_t>(std::max<int64_t>(d, 0));
+      initializer_bytes += count * sizeof(float);
+    }
+    sidecar_.Reserve(initializer_bytes);
     std::vector<std::string> outputs = options_.outputs;
     if (outputs.empty()) {
       for (const auto& o : g_.proto().output()) outputs.push_back(o.name());
