@@ -24,7 +24,8 @@ std::string TypeText(const fb::ValueT& value) {
 Status ListDirectory(const std::string& dir, std::vector<std::string>* names) {
   std::error_code error;
   if (!std::filesystem::is_directory(dir, error)) {
-    return Status::BadInput(dir + ": --inputs expects a directory of .npy "
+    return Status::BadInput(dir +
+                            ": --inputs expects a directory of .npy "
                             "files");
   }
   for (std::filesystem::directory_iterator it(dir, error), end;
@@ -41,9 +42,9 @@ Status ListDirectory(const std::string& dir, std::vector<std::string>* names) {
 Status DecodeInput(const fb::ValueT& value, const NpyArray& array,
                    const std::string& name, std::vector<float>* data) {
   if (array.shape != value.shape) {
-    return Status::BadInput(name + ": shape " +
-                            ir::ShapeToString(array.shape) + ", the input " +
-                            DescribeValue(value) + " is " + TypeText(value));
+    return Status::BadInput(name + ": shape " + ir::ShapeToString(array.shape) +
+                            ", the input " + DescribeValue(value) + " is " +
+                            TypeText(value));
   }
   const std::string_view own = NpyDescrForStored(value.dtype);
   const std::span<const uint8_t> bytes(
@@ -114,8 +115,7 @@ Status LoadInputs(const fb::ModuleT& module, const std::string& dir,
     TILEC_RETURN_IF_ERROR(ir::ReadFile(path, &bytes));
     NpyArray array;
     TILEC_RETURN_IF_ERROR(ParseNpy(bytes, path, &array));
-    TILEC_RETURN_IF_ERROR(
-        DecodeInput(*value, array, path, &loaded[value->id]));
+    TILEC_RETURN_IF_ERROR(DecodeInput(*value, array, path, &loaded[value->id]));
   }
   *inputs = std::move(loaded);
   return Status::Ok();

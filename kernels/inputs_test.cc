@@ -86,36 +86,35 @@ TEST_F(InputsTest, MissingExtraShapeAndDtypeNameTheFile) {
             Path("mask_0.npy") +
                 ": missing: the input value 1 (mask/0) fp8e4m3[4] has no file");
 
-  ASSERT_TRUE(WriteNpyF32(Path("mask_0.npy"), {2, 2},
-                          std::vector<float>(4, 0.0f))
-                  .ok());
+  ASSERT_TRUE(
+      WriteNpyF32(Path("mask_0.npy"), {2, 2}, std::vector<float>(4, 0.0f))
+          .ok());
   status = Load(&inputs);
   EXPECT_EQ(status.message(), Path("mask_0.npy") +
                                   ": shape [2,2], the input value 1 (mask/0) "
                                   "is fp8e4m3[4]");
 
-  ASSERT_TRUE(WriteNpy(Path("mask_0.npy"), "<f2", {4}, std::string(8, '\0'))
-                  .ok());
+  ASSERT_TRUE(
+      WriteNpy(Path("mask_0.npy"), "<f2", {4}, std::string(8, '\0')).ok());
   status = Load(&inputs);
   EXPECT_NE(status.message().find(Path("mask_0.npy") + ": dtype '<f2'"),
             std::string::npos)
       << status.message();
 
-  ASSERT_TRUE(WriteNpyF32(Path("mask_0.npy"), {4}, std::vector<float>(4, 1.0f))
-                  .ok());
+  ASSERT_TRUE(
+      WriteNpyF32(Path("mask_0.npy"), {4}, std::vector<float>(4, 1.0f)).ok());
   ASSERT_TRUE(Load(&inputs).ok());
   ASSERT_TRUE(WriteNpyF32(Path("w.npy"), {3}, std::vector<float>(3)).ok());
   status = Load(&inputs);
-  EXPECT_EQ(status.message(),
-            Path("w.npy") + ": names no input of the module (expected "
-                            "mask_0.npy, x.npy)");
+  EXPECT_EQ(status.message(), Path("w.npy") +
+                                  ": names no input of the module (expected "
+                                  "mask_0.npy, x.npy)");
   EXPECT_TRUE(inputs.size() == 2u);  // untouched by the failed load
 }
 
 TEST_F(InputsTest, NotADirectory) {
   std::map<uint32_t, std::vector<float>> inputs;
-  const Status status =
-      LoadInputs(TwoInputs(), Path("nowhere"), &inputs);
+  const Status status = LoadInputs(TwoInputs(), Path("nowhere"), &inputs);
   EXPECT_EQ(status.code(), StatusCode::kBadInput);
   EXPECT_EQ(status.message(),
             Path("nowhere") + ": --inputs expects a directory of .npy files");

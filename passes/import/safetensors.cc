@@ -4,7 +4,6 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-
 #include <nlohmann/json.hpp>
 
 #include "formats/op_shapes.h"
@@ -22,14 +21,16 @@ int DTypeBytes(const std::string& dtype) {
   if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") {
     return 2;
   }
-  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" ||
-      dtype == "F8_E4M3" || dtype == "F8_E5M2") {
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" ||
+      dtype == "F8_E5M2") {
     return 1;
   }
   return 0;
 }
 
-std::string Shape(const std::vector<int64_t>& s) { return ir::ShapeToString(s); }
+std::string Shape(const std::vector<int64_t>& s) {
+  return ir::ShapeToString(s);
+}
 
 Status ParseEntry(const std::string& name, const nlohmann::json& j,
                   uint64_t data_bytes, const std::string& where,
@@ -39,14 +40,16 @@ Status ParseEntry(const std::string& name, const nlohmann::json& j,
       !j.contains("shape") || !j["shape"].is_array() ||
       !j.contains("data_offsets") || !j["data_offsets"].is_array() ||
       j["data_offsets"].size() != 2) {
-    return Status::BadInput(what + ": header entry lacks dtype, shape or "
+    return Status::BadInput(what +
+                            ": header entry lacks dtype, shape or "
                             "data_offsets [begin, end]");
   }
   e->dtype = j["dtype"].get<std::string>();
   uint64_t elements = 1;
   for (const auto& d : j["shape"]) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) {
-      return Status::BadInput(what + ": shape has a dimension that is not a "
+      return Status::BadInput(what +
+                              ": shape has a dimension that is not a "
                               "small non-negative integer");
     }
     e->shape.push_back(d.get<int64_t>());
@@ -62,11 +65,10 @@ Status ParseEntry(const std::string& name, const nlohmann::json& j,
   e->begin = offsets[0].get<uint64_t>();
   e->end = offsets[1].get<uint64_t>();
   if (e->begin > e->end || e->end > data_bytes) {
-    return Status::BadInput(what + ": data_offsets [" +
-                            std::to_string(e->begin) + ", " +
-                            std::to_string(e->end) +
-                            ") lie outside the data section (" +
-                            std::to_string(data_bytes) + " bytes)");
+    return Status::BadInput(
+        what + ": data_offsets [" + std::to_string(e->begin) + ", " +
+        std::to_string(e->end) + ") lie outside the data section (" +
+        std::to_string(data_bytes) + " bytes)");
   }
   const int width = DTypeBytes(e->dtype);
   if (width > 0 && e->end - e->begin != elements * width) {
@@ -91,14 +93,17 @@ Status SafetensorsFile::Open(const std::string& path, SafetensorsFile* file) {
   in.seekg(0);
   unsigned char prefix[8];
   if (size < 8 || !in.read(reinterpret_cast<char*>(prefix), 8)) {
-    return Status::BadInput(f.name_ + ": truncated: no safetensors header "
+    return Status::BadInput(f.name_ +
+                            ": truncated: no safetensors header "
                             "length");
   }
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = header_bytes << 8 | prefix[i];
   if (header_bytes > kMaxHeaderBytes || header_bytes > size - 8) {
-    return Status::BadInput(f.name_ + ": truncated or not safetensors: the "
-                            "header length " + std::to_string(header_bytes) +
+    return Status::BadInput(f.name_ +
+                            ": truncated or not safetensors: the "
+                            "header length " +
+                            std::to_string(header_bytes) +
                             " exceeds the file (" + std::to_string(size) +
                             " bytes) or 100 MB");
   }
@@ -109,7 +114,8 @@ Status SafetensorsFile::Open(const std::string& path, SafetensorsFile* file) {
   nlohmann::json j = nlohmann::json::parse(header, nullptr,
                                            /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    return Status::BadInput(f.name_ + ": the safetensors header is not a "
+    return Status::BadInput(f.name_ +
+                            ": the safetensors header is not a "
                             "JSON object");
   }
   f.data_begin_ = 8 + header_bytes;
@@ -189,7 +195,8 @@ std::vector<float> Transposed(const std::vector<float>& m, int64_t rows,
 // The contents of the graph weight `rest` of layer `layer` (the name after
 // "l<i>.") from the checkpoint, in tilec's orientation.
 Status WeightContents(const SafetensorsFile& file, const std::string& prefix,
-                      const std::string& rest, const std::vector<int64_t>& shape,
+                      const std::string& rest,
+                      const std::vector<int64_t>& shape,
                       std::vector<float>* data) {
   auto plain = [&](const std::string& name) {
     return file.Read(prefix + name, shape, data);
@@ -239,8 +246,8 @@ Status WeightContents(const SafetensorsFile& file, const std::string& prefix,
     }
     return Status::Ok();
   }
-  return Status::Internal("no checkpoint tensor for the graph weight '" +
-                          rest + "'");
+  return Status::Internal("no checkpoint tensor for the graph weight '" + rest +
+                          "'");
 }
 
 }  // namespace
@@ -288,9 +295,8 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, int64_t first_layer,
     const std::string layer_prefix =
         prefix + "encoder.layers." + std::to_string(layer) + ".";
     std::vector<float> data;
-    TILEC_RETURN_IF_ERROR(WeightContents(file, layer_prefix,
-                                         v->name.substr(dot + 1), v->shape,
-                                         &data));
+    TILEC_RETURN_IF_ERROR(WeightContents(
+        file, layer_prefix, v->name.substr(dot + 1), v->shape, &data));
     loaded.emplace_back(v.get(), sidecar->Append(data));
   }
   for (auto& [value, s] : loaded) {

@@ -11,8 +11,9 @@
 //   <prefix>encoder.layers.N.self_attn.out_proj.{weight,bias}
 //        -> lN.attn.proj.w (transposed), lN.attn.proj_bias.b
 //   <prefix>encoder.layers.N.layer_norm2.{weight,bias}   -> lN.ln2.{gamma,beta}
-//   <prefix>encoder.layers.N.mlp.fc1.{weight,bias}        -> lN.mlp.up.w, up_bias.b
-//   <prefix>encoder.layers.N.mlp.fc2.{weight,bias}        -> lN.mlp.down.w, down_bias.b
+//   <prefix>encoder.layers.N.mlp.fc1.{weight,bias}        -> lN.mlp.up.w,
+//   up_bias.b <prefix>encoder.layers.N.mlp.fc2.{weight,bias}        ->
+//   lN.mlp.down.w, down_bias.b
 //
 // <prefix> is whatever precedes "encoder.layers.0.self_attn.q_proj.weight"
 // in the checkpoint ("vision_model." for a saved SiglipVisionModel, "" for

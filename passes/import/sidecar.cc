@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "formats/basics.h"
+#include "formats/ir.h"
 
 namespace tilec::passes {
 
@@ -25,13 +26,9 @@ std::unique_ptr<fb::SidecarT> SidecarBuilder::Append(
 }
 
 Status ResolveSidecarPaths(const std::string& ir_path, const std::string& flag,
-                           const std::string& flag_name, SidecarPaths* paths) {
+                           SidecarPaths* paths) {
   namespace fs = std::filesystem;
   if (ir_path == "-") {
-    if (flag.empty()) {
-      return Status::BadInput("-o -: the weights need a file of their own, "
-                              "name it with " + flag_name + "=PATH");
-    }
     paths->write = flag;
     paths->recorded = flag;
     return Status::Ok();
@@ -48,6 +45,16 @@ Status ResolveSidecarPaths(const std::string& ir_path, const std::string& flag,
   const fs::path relative = target.lexically_relative(ir_dir);
   paths->recorded = relative.empty() ? target.string() : relative.string();
   return Status::Ok();
+}
+
+Status WriteSidecar(const SidecarPaths& paths, const std::string& bytes) {
+  if (bytes.empty()) return Status::Ok();  // no Weight names a sidecar
+  if (paths.write.empty()) {
+    return Status::BadInput(
+        "-o -: the weights need a file of their own, "
+        "name it with --sidecar=PATH");
+  }
+  return ir::WriteFileAtomically(paths.write, bytes);
 }
 
 }  // namespace tilec::passes

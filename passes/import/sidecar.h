@@ -46,11 +46,17 @@ struct SidecarPaths {
 
 // `ir_path` is the tool's -o; `flag` its --sidecar (may be empty). An empty
 // flag means "<ir_path>.weights", recorded as its base name; with -o -
-// (stdout) the flag is required (BadInput naming `flag_name`), and its path
-// is recorded as given (tools resolve it against --sidecar_dir, default
-// "." for stdin). A given path is recorded relative to the IR's directory.
+// (stdout) and no flag there is no path (`write` empty): WriteSidecar then
+// refuses a sidecar that has bytes. A given path is recorded relative to
+// the IR's directory (as given with -o -: tools resolve it against
+// --sidecar_dir, default "." for stdin).
 Status ResolveSidecarPaths(const std::string& ir_path, const std::string& flag,
-                           const std::string& flag_name, SidecarPaths* paths);
+                           SidecarPaths* paths);
+
+// Writes `bytes` to paths.write atomically; nothing when there are no
+// bytes (no Weight names the file); BadInput asking for --sidecar when
+// there are bytes but no path.
+Status WriteSidecar(const SidecarPaths& paths, const std::string& bytes);
 
 }  // namespace tilec::passes
 

@@ -87,7 +87,8 @@ class Importer {
     size_t initializer_bytes = 0;
     for (const auto& init : g_.proto().initializer()) {
       size_t count = 1;
-      for (int64_t d : init.dims()) count *= static_cast<size_t>(std::max<int64_t>(d, 0));
+      for (int64_t d : init.dims())
+        count *= static_cast<size_t>(std::max<int64_t>(d, 0));
       initializer_bytes += count * sizeof(float);
     }
     sidecar_.Reserve(initializer_bytes);
@@ -100,8 +101,8 @@ class Importer {
     std::set<uint32_t> output_values;
     for (const std::string& name : outputs) {
       if (!declared.count(name)) {
-        return Status::BadInput(g_.model_name() + ": --outputs names '" +
-                                name + "', which is not a graph output");
+        return Status::BadInput(g_.model_name() + ": --outputs names '" + name +
+                                "', which is not a graph output");
       }
       const OnnxTensorInfo* info = g_.Find(name);
       if (info == nullptr || !info->shape_known) {
@@ -113,11 +114,13 @@ class Importer {
       TILEC_RETURN_IF_ERROR(
           Value(name, View2D(info->shape), &id, /*exact=*/false));
       fb::ValueT& v = *values_[id];
-      if (v.role != fb::ValueRole::Activation && v.role != fb::ValueRole::Output) {
+      if (v.role != fb::ValueRole::Activation &&
+          v.role != fb::ValueRole::Output) {
         return Status::Infeasible(
             g_.model_name() + ": graph output '" + name + "' is the " +
             (v.role == fb::ValueRole::Input ? "graph input '" : "constant '") +
-            v.name + "' without computation; tilec needs an op to compute "
+            v.name +
+            "' without computation; tilec needs an op to compute "
             "an output");
       }
       if (!output_values.insert(id).second) {
@@ -231,7 +234,8 @@ class Importer {
 
   uint32_t NewOp(fb::OpKind kind, const std::string& name,
                  std::vector<uint32_t> operands, const std::string& result,
-                 Shape shape, fb::DType dtype, fb::OperationT** op_out = nullptr) {
+                 Shape shape, fb::DType dtype,
+                 fb::OperationT** op_out = nullptr) {
     const uint32_t id =
         NewValue(result, std::move(shape), dtype, fb::ValueRole::Activation);
     auto op = std::make_unique<fb::OperationT>();
@@ -248,11 +252,10 @@ class Importer {
   // A weight from numbers: appended to the sidecar as little-endian F32.
   uint32_t NewWeight(const std::string& name, Shape shape,
                      const std::vector<float>& data, fb::DType dtype) {
-    const uint32_t id = NewValue(name, std::move(shape), dtype,
-                                 fb::ValueRole::Weight);
+    const uint32_t id =
+        NewValue(name, std::move(shape), dtype, fb::ValueRole::Weight);
     const bool uniform =
-        !data.empty() &&
-        std::all_of(data.begin(), data.end(), [&](float f) {
+        !data.empty() && std::all_of(data.begin(), data.end(), [&](float f) {
           return std::memcmp(&f, &data[0], sizeof f) == 0;
         });
     if (uniform) {
@@ -296,10 +299,9 @@ class Importer {
     ConstPtr c;
     TILEC_RETURN_IF_ERROR(ConstantData(tensor, &c));
     if (c->elements() != Elements(shape)) {
-      return Status::Internal("constant '" + tensor + "' has " +
-                              std::to_string(c->elements()) +
-                              " elements, viewed as " +
-                              ir::ShapeToString(shape));
+      return Status::Internal(
+          "constant '" + tensor + "' has " + std::to_string(c->elements()) +
+          " elements, viewed as " + ir::ShapeToString(shape));
     }
     fb::DType dtype;
     TILEC_RETURN_IF_ERROR(MapType(c->elem_type, tensor, &dtype));
@@ -432,11 +434,10 @@ class Importer {
   Status CheckView(const std::string& t, uint32_t id, const Shape& want) {
     if (values_[id]->shape == want) return Status::Ok();
     const NodeProto* node = Node(t);
-    const std::string why = "tilec holds '" + t + "' as " +
-                            ir::ShapeToString(values_[id]->shape) +
-                            " and a consumer needs it as " +
-                            ir::ShapeToString(want) +
-                            ", a reshape that moves data between rows";
+    const std::string why =
+        "tilec holds '" + t + "' as " + ir::ShapeToString(values_[id]->shape) +
+        " and a consumer needs it as " + ir::ShapeToString(want) +
+        ", a reshape that moves data between rows";
     if (node != nullptr) return Unsupported(*node, why);
     return Status::Infeasible(g_.model_name() + ": " + why);
   }
@@ -466,8 +467,9 @@ class Importer {
       if (MatchSoftmaxExpanded(node, &x)) return EmitSoftmaxOf(node, t, x, id);
     }
     if (op == "LayerNormalization") {
-      return Unsupported(node, "its scale or bias does not broadcast along "
-                               "the normalized axes");
+      return Unsupported(node,
+                         "its scale or bias does not broadcast along "
+                         "the normalized axes");
     }
     if (op == "Add") return EmitAdd(node, t, want, id);
     if (op == "MatMul") return EmitMatMul(node, t, id);
@@ -477,14 +479,17 @@ class Importer {
     if (op == "Mul" || op == "Div") return EmitScale(node, t, want, id);
     if (op == "Transpose") return EmitTranspose(node, t, id);
     if (op == "Erf" || op == "Tanh" || op == "Sigmoid") {
-      return Unsupported(node, "a lone " + op + ": tilec has it only inside "
-                               "GELU (x * 0.5 * (1 + erf(x / sqrt(2))), the "
-                               "tanh form, x * sigmoid(1.702 x))");
+      return Unsupported(node,
+                         "a lone " + op +
+                             ": tilec has it only inside "
+                             "GELU (x * 0.5 * (1 + erf(x / sqrt(2))), the "
+                             "tanh form, x * sigmoid(1.702 x))");
     }
     if (op == "Conv") {
-      return Unsupported(node, "a convolution maps onto tilec only as a patch "
-                               "embedding: stride = kernel, no padding, "
-                               "followed by flatten(2).transpose(1, 2)");
+      return Unsupported(node,
+                         "a convolution maps onto tilec only as a patch "
+                         "embedding: stride = kernel, no padding, "
+                         "followed by flatten(2).transpose(1, 2)");
     }
     return Unsupported(node, "no tilec op or recognized pattern computes it");
   }
@@ -537,10 +542,9 @@ class Importer {
     const NodeProto* sub = NodeIs(var, "Sub");
     if (sub == nullptr) return false;
     auto is_x = [&](const std::string& t) { return Same(t, x); };
-    return is_mean_of(sub->input(0),
-                      [&](const std::string& sq) {
-                        return is_square_of(sq, is_x);
-                      }) &&
+    return is_mean_of(
+               sub->input(0),
+               [&](const std::string& sq) { return is_square_of(sq, is_x); }) &&
            is_square_of(sub->input(1), [&](const std::string& m) {
              return is_mean_of(m, is_x);
            });
@@ -624,9 +628,7 @@ class Importer {
     return false;
   }
 
-  Shape Trailing(const LayerNormMatch& m) const {
-    return {m.width};
-  }
+  Shape Trailing(const LayerNormMatch& m) const { return {m.width}; }
 
   bool MatchScaled(const std::string& t, LayerNormMatch* m) const {
     if (MatchNormalized(t, m)) return true;
@@ -902,7 +904,8 @@ class Importer {
   bool MatchSoftmaxExpanded(const NodeProto& div, std::string* x) const {
     const NodeProto* exp = NodeIs(div.input(0), "Exp");
     const NodeProto* sum = NodeIs(div.input(1), "ReduceSum");
-    if (exp == nullptr || sum == nullptr || !Same(sum->input(0), div.input(0)) ||
+    if (exp == nullptr || sum == nullptr ||
+        !Same(sum->input(0), div.input(0)) ||
         IntAttribute(*sum, "keepdims", 1) == 0) {
       return false;
     }
@@ -938,19 +941,20 @@ class Importer {
     if (!NormalizeAxis(IntAttribute(node, "axis", -1),
                        static_cast<int64_t>(s.size()), &axis) ||
         axis != static_cast<int64_t>(s.size()) - 1) {
-      return Unsupported(node, "softmax over axis " +
-                                   std::to_string(IntAttribute(node, "axis", -1)) +
-                                   " of a rank-" + std::to_string(s.size()) +
-                                   " tensor: tilec's Softmax is over the last "
-                                   "axis");
+      return Unsupported(node,
+                         "softmax over axis " +
+                             std::to_string(IntAttribute(node, "axis", -1)) +
+                             " of a rank-" + std::to_string(s.size()) +
+                             " tensor: tilec's Softmax is over the last "
+                             "axis");
     }
     return EmitSoftmaxOf(node, t, node.input(0), id);
   }
 
   // -------------------------------------------------- elementwise
 
-  Status EmitAdd(const NodeProto& node, const std::string& t,
-                 const Shape& want, uint32_t* id) {
+  Status EmitAdd(const NodeProto& node, const std::string& t, const Shape& want,
+                 uint32_t* id) {
     const Shape& out = *ShapeOf(t);
     fb::DType dtype;
     TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
@@ -1061,8 +1065,7 @@ class Importer {
     return Status::Ok();
   }
 
-  Status EmitMatMul(const NodeProto& node, const std::string& t,
-                    uint32_t* id) {
+  Status EmitMatMul(const NodeProto& node, const std::string& t, uint32_t* id) {
     const Shape* as = ShapeOf(node.input(0));
     const Shape* bs = ShapeOf(node.input(1));
     if (as == nullptr || bs == nullptr || as->size() < 2 || bs->size() != 2) {
@@ -1079,8 +1082,8 @@ class Importer {
     uint32_t a, b;
     TILEC_RETURN_IF_ERROR(Value(node.input(0), {rows, k}, &a));
     TILEC_RETURN_IF_ERROR(Value(node.input(1), {k, n}, &b));
-    *id = NewOp(fb::OpKind::MatMul, NodeName(node), {a, b}, t, {rows, n},
-                dtype);
+    *id =
+        NewOp(fb::OpKind::MatMul, NodeName(node), {a, b}, t, {rows, n}, dtype);
     return Status::Ok();
   }
 
@@ -1097,8 +1100,9 @@ class Importer {
     fb::DType dtype;
     TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
     if (ta) {
-      return Unsupported(node, "transA=1 on an activation: tilec has no "
-                               "transpose of a computed value");
+      return Unsupported(node,
+                         "transA=1 on an activation: tilec has no "
+                         "transpose of a computed value");
     }
     const std::string name = NodeName(node);
     uint32_t a, b;
@@ -1114,22 +1118,23 @@ class Importer {
       b = NewWeight(node.input(1), {k, n}, w, wtype);
       alpha_done = true;
     } else if (tb) {
-      return Unsupported(node, "transB=1 on an activation: tilec has no "
-                               "transpose of a computed value");
+      return Unsupported(node,
+                         "transB=1 on an activation: tilec has no "
+                         "transpose of a computed value");
     } else {
       TILEC_RETURN_IF_ERROR(Value(node.input(1), {k, n}, &b));
     }
-    const bool has_c = node.input_size() > 2 && !node.input(2).empty() &&
-                       beta != 0.0;
+    const bool has_c =
+        node.input_size() > 2 && !node.input(2).empty() && beta != 0.0;
     const std::string product = has_c || !alpha_done ? name + ".product" : t;
-    uint32_t y = NewOp(fb::OpKind::MatMul, name, {a, b}, product, {m, n},
-                       dtype);
+    uint32_t y =
+        NewOp(fb::OpKind::MatMul, name, {a, b}, product, {m, n}, dtype);
     if (!alpha_done) {
       if (!has_c) {
         return EmitScaleValue(name + ".alpha", y, t, alpha, dtype, id);
       }
-      TILEC_RETURN_IF_ERROR(
-          EmitScaleValue(name + ".alpha", y, name + ".scaled", alpha, dtype, &y));
+      TILEC_RETURN_IF_ERROR(EmitScaleValue(name + ".alpha", y, name + ".scaled",
+                                           alpha, dtype, &y));
     }
     if (!has_c) {
       *id = y;
@@ -1173,8 +1178,8 @@ class Importer {
       while (c2.size() < 2) c2.insert(c2.begin(), 1);
       for (int64_t i = 0; i < Elements(target); ++i) {
         const int64_t r = row ? 0 : i / n, col = i % n;
-        const int64_t src = (c2[0] == 1 ? 0 : r) * c2[1] +
-                            (c2[1] == 1 ? 0 : col);
+        const int64_t src =
+            (c2[0] == 1 ? 0 : r) * c2[1] + (c2[1] == 1 ? 0 : col);
         data[i] = static_cast<float>(cv->data[src] * beta);
       }
       fb::DType ctype;
@@ -1194,8 +1199,8 @@ class Importer {
     }
     TILEC_RETURN_IF_ERROR(Value(c_name, row ? Shape{n} : Shape{m, n}, &c));
     if (beta != 1.0) {
-      TILEC_RETURN_IF_ERROR(
-          EmitScaleValue(name + ".beta", c, name + ".c_scaled", beta, dtype, &c));
+      TILEC_RETURN_IF_ERROR(EmitScaleValue(
+          name + ".beta", c, name + ".c_scaled", beta, dtype, &c));
     }
     *id = NewOp(row ? fb::OpKind::BiasAdd : fb::OpKind::Add, name + ".bias",
                 {y, c}, t, {m, n}, dtype);
@@ -1332,16 +1337,17 @@ class Importer {
     if (perm == std::vector<int64_t>{0, 2, 1}) {
       const std::string flat = PeelCasts(node.input(0));
       const NodeProto* view = Node(flat);
-      if (view != nullptr && (view->op_type() == "Reshape" ||
-                              view->op_type() == "Flatten")) {
+      if (view != nullptr &&
+          (view->op_type() == "Reshape" || view->op_type() == "Flatten")) {
         if (const NodeProto* conv = NodeIs(view->input(0), "Conv")) {
           return EmitPatchEmbedding(node, *conv, t, id);
         }
       }
     }
-    return Unsupported(node, "a Transpose outside the attention and patch "
-                             "embedding patterns: tilec has no transpose "
-                             "of a computed value");
+    return Unsupported(node,
+                       "a Transpose outside the attention and patch "
+                       "embedding patterns: tilec has no transpose "
+                       "of a computed value");
   }
 
   // Transpose(MatMul(Softmax(scale * Q K^T), V), [0, 2, 1, 3]).
@@ -1374,15 +1380,17 @@ class Importer {
     }
     const NodeProto* qk = NodeIs(qk_tensor, "MatMul");
     if (qk == nullptr) {
-      return fail("the scores '" + scores_tensor + "' are not Q K^T (a mask "
+      return fail("the scores '" + scores_tensor +
+                  "' are not Q K^T (a mask "
                   "or bias added to them is not supported)");
     }
     HeadsMatch q, k, v;
     if (!MatchHeads(qk->input(0), {0, 2, 1, 3}, &q) ||
         !MatchHeads(qk->input(1), {0, 2, 3, 1}, &k) ||
         !MatchHeads(pv.input(1), {0, 2, 1, 3}, &v)) {
-      return fail("q, k and v are not [B, T, H, D] views (Reshape then "
-                  "Transpose) of [B*T, H*D] tensors");
+      return fail(
+          "q, k and v are not [B, T, H, D] views (Reshape then "
+          "Transpose) of [B*T, H*D] tensors");
     }
     if (q.batch != k.batch || q.batch != v.batch || q.tokens != k.tokens ||
         q.tokens != v.tokens || q.heads != k.heads || q.heads != v.heads ||
@@ -1392,16 +1400,19 @@ class Importer {
     scale *= q.factor * k.factor;
     LinearMatch lq, lk, lv;
     const bool linear = MatchLinear(q.source, &lq) &&
-                        MatchLinear(k.source, &lk) && MatchLinear(v.source, &lv);
+                        MatchLinear(k.source, &lk) &&
+                        MatchLinear(v.source, &lv);
     if (!linear || !Same(lq.x, lk.x) || !Same(lq.x, lv.x)) {
-      return fail("q, k and v are not projections (constant weights) of one "
-                  "tensor; tilec's attention reads one fused qkv value");
+      return fail(
+          "q, k and v are not projections (constant weights) of one "
+          "tensor; tilec's attention reads one fused qkv value");
     }
     if (!options_.fuse_qkv) {
-      return fail("--no-fuse-qkv: keeping q, k and v apart needs "
-                  "AttentionScores(q, k) and AttentionContext(probs, v) "
-                  "forms that tilec's op set does not have (its attention "
-                  "ops read one fused [rows, 3*H*D] qkv value)");
+      return fail(
+          "--no-fuse-qkv: keeping q, k and v apart needs "
+          "AttentionScores(q, k) and AttentionContext(probs, v) "
+          "forms that tilec's op set does not have (its attention "
+          "ops read one fused [rows, 3*H*D] qkv value)");
     }
     scale *= lq.factor * lk.factor;
     const int64_t hd = q.heads * q.head_dim, rows = q.batch * q.tokens;
@@ -1423,8 +1434,8 @@ class Importer {
     }
     fb::DType dtype;
     TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
-    const std::string prefix = CommonPrefix(
-        {lq.node_name, lk.node_name, lv.node_name});
+    const std::string prefix =
+        CommonPrefix({lq.node_name, lk.node_name, lv.node_name});
     uint32_t x;
     TILEC_RETURN_IF_ERROR(Value(lq.x, {rows, in}, &x));
     const uint32_t wv = NewWeight(prefix + "qkv.w", {in, 3 * hd}, w, dtype);
@@ -1442,9 +1453,8 @@ class Importer {
     op->heads = static_cast<int32_t>(q.heads);
     op->head_dim = static_cast<int32_t>(q.head_dim);
     op->scale = static_cast<float>(scale);
-    const uint32_t probs =
-        NewOp(fb::OpKind::Softmax, NodeName(*softmax), {scores}, probs_tensor,
-              scores_shape, dtype);
+    const uint32_t probs = NewOp(fb::OpKind::Softmax, NodeName(*softmax),
+                                 {scores}, probs_tensor, scores_shape, dtype);
     *id = NewOp(fb::OpKind::AttentionContext, NodeName(pv), {probs, qkv_b}, t,
                 {rows, hd}, dtype, &op);
     op->heads = static_cast<int32_t>(q.heads);
@@ -1480,21 +1490,24 @@ class Importer {
     std::vector<int64_t> pads = IntsAttribute(conv, "pads");
     std::vector<int64_t> dilations = IntsAttribute(conv, "dilations");
     if (xs == nullptr || ws == nullptr || xs->size() != 4 || ws->size() != 4) {
-      return Unsupported(conv, "a patch embedding needs a 4-D image and "
-                               "weight");
+      return Unsupported(conv,
+                         "a patch embedding needs a 4-D image and "
+                         "weight");
     }
     if (kernel.empty()) kernel = {(*ws)[2], (*ws)[3]};
     const int64_t p = kernel[0];
     const bool patch =
         kernel.size() == 2 && kernel[1] == p && strides == kernel &&
-        std::all_of(pads.begin(), pads.end(), [](int64_t v) { return v == 0; }) &&
+        std::all_of(pads.begin(), pads.end(),
+                    [](int64_t v) { return v == 0; }) &&
         std::all_of(dilations.begin(), dilations.end(),
                     [](int64_t v) { return v == 1; }) &&
         IntAttribute(conv, "group", 1) == 1 && (*xs)[2] >= p && (*xs)[3] >= p;
     if (!patch) {
-      return Unsupported(conv, "a convolution that is not a patch embedding "
-                               "(square kernel = stride, no padding, no "
-                               "dilation, one group)");
+      return Unsupported(conv,
+                         "a convolution that is not a patch embedding "
+                         "(square kernel = stride, no padding, no "
+                         "dilation, one group)");
     }
     if (!IsConstant(conv.input(1))) {
       return Unsupported(conv, "the patch embedding's weight is not constant");
@@ -1568,11 +1581,13 @@ Status ParseOnnxDTypePolicy(std::string_view text, OnnxDTypePolicy* policy) {
 Status ParseOnnxModel(std::string_view bytes, const std::string& name,
                       ::onnx::ModelProto* model) {
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    return Status::BadInput(name + ": larger than 2 GiB (protobuf's limit; "
+    return Status::BadInput(name +
+                            ": larger than 2 GiB (protobuf's limit; "
                             "export with external data)");
   }
   if (!model->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return Status::BadInput(name + ": not a valid ONNX model (malformed or "
+    return Status::BadInput(name +
+                            ": not a valid ONNX model (malformed or "
                             "truncated protobuf)");
   }
   if (!model->has_graph()) {
@@ -1585,8 +1600,8 @@ Status ImportOnnx(const ::onnx::ModelProto& model,
                   const OnnxImportOptions& options, fb::ModuleT* module,
                   std::string* sidecar) {
   std::unique_ptr<OnnxGraph> graph;
-  TILEC_RETURN_IF_ERROR(OnnxGraph::Build(model, options.model_name,
-                                         options.model_dir, &graph));
+  TILEC_RETURN_IF_ERROR(
+      OnnxGraph::Build(model, options.model_name, options.model_dir, &graph));
   fb::ModuleT result;
   std::string bytes;
   TILEC_RETURN_IF_ERROR(Importer(*graph, options).Run(&result, &bytes));

@@ -11,8 +11,8 @@
 namespace tilec::passes {
 namespace {
 
-using ::testing::HasSubstr;
 using ::onnx::TensorProto;
+using ::testing::HasSubstr;
 
 // Builds small models node by node.
 class ModelBuilder {
@@ -126,8 +126,9 @@ TEST(ImportOnnx, DecomposedLayerNormWithoutBeta) {
   }());
   b.Node("Sub", {"x", "mean"}, "d");
   b.Node("Pow", {"d", "two"}, "d2");
-  b.Node("ReduceMean", {"d2"}, "var")->add_attribute()->CopyFrom(
-      b.model().graph().node(0).attribute(0));
+  b.Node("ReduceMean", {"d2"}, "var")
+      ->add_attribute()
+      ->CopyFrom(b.model().graph().node(0).attribute(0));
   b.Node("Add", {"eps", "var"}, "ve");
   b.Node("Sqrt", {"ve"}, "std");
   b.Node("Div", {"d", "std"}, "n");

@@ -107,8 +107,8 @@ std::optional<double> Unary(const std::string& op, double x) {
 }
 
 bool IsBinary(const std::string& op) {
-  static const char* kOps[] = {"Add", "Sub",  "Mul",     "Div", "Pow",
-                               "Max", "Min",  "Mod",     "Equal", "Less",
+  static const char* kOps[] = {"Add",     "Sub", "Mul", "Div",   "Pow",
+                               "Max",     "Min", "Mod", "Equal", "Less",
                                "Greater", "And", "Or"};
   return std::any_of(std::begin(kOps), std::end(kOps),
                      [&](const char* k) { return op == k; });
@@ -122,9 +122,9 @@ bool IsComparison(const std::string& op) {
 // Ops whose output has the shape and type of input 0.
 bool IsShapePreserving(const std::string& op) {
   static const char* kOps[] = {
-      "Identity", "Neg",  "Sqrt",    "Reciprocal", "Exp",      "Erf",
-      "Tanh",     "Abs",  "Floor",   "Ceil",       "Sigmoid",  "Relu",
-      "Softmax",  "Not",  "Dropout", "LogSoftmax", "HardSigmoid"};
+      "Identity", "Neg", "Sqrt",    "Reciprocal", "Exp",        "Erf",
+      "Tanh",     "Abs", "Floor",   "Ceil",       "Sigmoid",    "Relu",
+      "Softmax",  "Not", "Dropout", "LogSoftmax", "HardSigmoid"};
   return std::any_of(std::begin(kOps), std::end(kOps),
                      [&](const char* k) { return op == k; });
 }
@@ -151,7 +151,7 @@ class NodeVisitor {
     outputs_ = outputs;
     for (const OnnxTensorInfo* in : Inputs()) {
       if (in != nullptr && in->shape_known) continue;
-      if (in == nullptr) continue;  // omitted optional input
+      if (in == nullptr) continue;    // omitted optional input
       if (op_ != "Constant") return;  // shape unknown downstream
     }
     Infer();
@@ -160,7 +160,8 @@ class NodeVisitor {
  private:
   std::vector<const OnnxTensorInfo*> Inputs() const {
     std::vector<const OnnxTensorInfo*> in;
-    for (const std::string& name : node_.input()) in.push_back(graph_.Find(name));
+    for (const std::string& name : node_.input())
+      in.push_back(graph_.Find(name));
     return in;
   }
   const OnnxTensorInfo* In(int i) const {
@@ -201,8 +202,8 @@ class NodeVisitor {
     if (op_ == "Size") {
       OnnxConstant c;
       c.elem_type = TensorProto::INT64;
-      c.data = {static_cast<double>(Product(In(0)->shape, 0,
-                                            In(0)->shape.size()))};
+      c.data = {
+          static_cast<double>(Product(In(0)->shape, 0, In(0)->shape.size()))};
       return SetValue(0, std::move(c));
     }
     if (op_ == "Cast") return InferCast();
@@ -432,7 +433,8 @@ class NodeVisitor {
     const Shape& s = In(0)->shape;
     std::vector<int64_t> perm = IntsAttribute(node_, "perm");
     if (perm.empty()) {
-      for (size_t i = s.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+      for (size_t i = s.size(); i-- > 0;)
+        perm.push_back(static_cast<int64_t>(i));
     }
     if (perm.size() != s.size()) return;
     Shape out;
@@ -550,8 +552,9 @@ class NodeVisitor {
       if (!NormalizeAxis(axes[k], rank, &a) || steps[k] == 0) return;
       const int64_t d = s[a];
       auto clamp = [&](double v, bool is_end) {
-        int64_t x = v >= 9.2e18 ? d : v <= -9.2e18 ? -d - 1
-                                                    : static_cast<int64_t>(v);
+        int64_t x = v >= 9.2e18    ? d
+                    : v <= -9.2e18 ? -d - 1
+                                   : static_cast<int64_t>(v);
         if (x < 0) x += d;
         if (steps[k] > 0) return std::clamp<int64_t>(x, 0, d);
         return std::clamp<int64_t>(x, -1, d - 1) + (is_end ? 0 : 0);
@@ -559,8 +562,9 @@ class NodeVisitor {
       const int64_t b = clamp(starts->data[k], false);
       const int64_t e = clamp(ends->data[k], true);
       const int64_t n =
-          steps[k] > 0 ? std::max<int64_t>(0, (e - b + steps[k] - 1) / steps[k])
-                       : std::max<int64_t>(0, (b - e - steps[k] - 1) / -steps[k]);
+          steps[k] > 0
+              ? std::max<int64_t>(0, (e - b + steps[k] - 1) / steps[k])
+              : std::max<int64_t>(0, (b - e - steps[k] - 1) / -steps[k]);
       begin[a] = b;
       step[a] = steps[k];
       out[a] = n;
@@ -613,7 +617,8 @@ class NodeVisitor {
         !delta->scalar() || delta->data[0] == 0) {
       return;
     }
-    const double n = std::ceil((limit->data[0] - start->data[0]) / delta->data[0]);
+    const double n =
+        std::ceil((limit->data[0] - start->data[0]) / delta->data[0]);
     OnnxConstant c;
     c.elem_type = start->elem_type;
     const int64_t count = std::max<int64_t>(0, static_cast<int64_t>(n));
@@ -829,7 +834,8 @@ Status OnnxGraph::Build(const ::onnx::ModelProto& model,
     info.elem_type = init.data_type();
     int64_t count = 0;
     TILEC_RETURN_IF_ERROR(OnnxElements(
-        info.shape, model_name + ": initializer '" + init.name() + "'", &count));
+        info.shape, model_name + ": initializer '" + init.name() + "'",
+        &count));
     if (count <= kMaxFoldedElements) {
       OnnxConstant value;
       TILEC_RETURN_IF_ERROR(DecodeOnnxTensor(
@@ -943,9 +949,9 @@ Status OnnxGraph::Constant(const std::string& name, ConstPtr* value) const {
   }
   if (info->initializer == nullptr) return Status::Ok();
   OnnxConstant decoded;
-  TILEC_RETURN_IF_ERROR(DecodeOnnxTensor(
-      *info->initializer, model_dir_,
-      model_name_ + ": initializer '" + name + "'", &decoded));
+  TILEC_RETURN_IF_ERROR(
+      DecodeOnnxTensor(*info->initializer, model_dir_,
+                       model_name_ + ": initializer '" + name + "'", &decoded));
   *value = std::make_shared<OnnxConstant>(std::move(decoded));
   return Status::Ok();
 }

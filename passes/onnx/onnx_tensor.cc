@@ -77,8 +77,8 @@ double DecodeRaw(int32_t type, const char* p) {
 
 // The typed repeated fields: ONNX stores FLOAT16/BFLOAT16/small integers as
 // their bit patterns in int32_data.
-Status DecodeTyped(const TensorProto& t, const std::string& what,
-                   int64_t count, std::vector<double>* data) {
+Status DecodeTyped(const TensorProto& t, const std::string& what, int64_t count,
+                   std::vector<double>* data) {
   auto size_error = [&](int64_t got) {
     return Status::BadInput(what + ": holds " + std::to_string(got) +
                             " elements, its dims need " +
@@ -153,9 +153,10 @@ Status ReadExternal(const TensorProto& t, const std::string& base_dir,
   if (offset < 0 || length < 0 || offset > size || length > size - offset) {
     return Status::BadInput(what + ": external data [" +
                             std::to_string(offset) + ", +" +
-                            std::to_string(length) + ") lies beyond the end "
-                            "of " + path + " (" + std::to_string(size) +
-                            " bytes)");
+                            std::to_string(length) +
+                            ") lies beyond the end "
+                            "of " +
+                            path + " (" + std::to_string(size) + " bytes)");
   }
   bytes->resize(static_cast<size_t>(length));
   in.seekg(offset);
@@ -175,10 +176,8 @@ std::string OnnxTypeName(int32_t elem_type) {
 }
 
 bool IsOnnxFloatType(int32_t elem_type) {
-  return elem_type == TensorProto::FLOAT ||
-         elem_type == TensorProto::FLOAT16 ||
-         elem_type == TensorProto::BFLOAT16 ||
-         elem_type == TensorProto::DOUBLE;
+  return elem_type == TensorProto::FLOAT || elem_type == TensorProto::FLOAT16 ||
+         elem_type == TensorProto::BFLOAT16 || elem_type == TensorProto::DOUBLE;
 }
 
 Status OnnxElements(const std::vector<int64_t>& dims, const std::string& what,
@@ -221,11 +220,10 @@ Status DecodeOnnxTensor(const TensorProto& t, const std::string& base_dir,
   }
   if (raw != nullptr) {
     if (static_cast<int64_t>(raw->size()) != count * width) {
-      return Status::BadInput(what + ": holds " + std::to_string(raw->size()) +
-                              " bytes, its dims need " +
-                              std::to_string(count * width) + " (" +
-                              std::to_string(count) + " x " +
-                              OnnxTypeName(t.data_type()) + ")");
+      return Status::BadInput(
+          what + ": holds " + std::to_string(raw->size()) +
+          " bytes, its dims need " + std::to_string(count * width) + " (" +
+          std::to_string(count) + " x " + OnnxTypeName(t.data_type()) + ")");
     }
     result.data.resize(static_cast<size_t>(count));
     const char* p = raw->data();

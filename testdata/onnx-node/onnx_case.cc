@@ -35,12 +35,14 @@ namespace {
 namespace fs = std::filesystem;
 
 // The dataset's files with `prefix` (input_ / output_), in index order.
-std::vector<fs::path> Files(const std::string& dataset, const std::string& prefix) {
+std::vector<fs::path> Files(const std::string& dataset,
+                            const std::string& prefix) {
   std::vector<std::pair<int, fs::path>> numbered;
   for (const auto& entry : fs::directory_iterator(dataset)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(prefix, 0) == 0 && entry.path().extension() == ".pb") {
-      numbered.emplace_back(std::stoi(name.substr(prefix.size())), entry.path());
+      numbered.emplace_back(std::stoi(name.substr(prefix.size())),
+                            entry.path());
     }
   }
   std::sort(numbered.begin(), numbered.end());
@@ -66,7 +68,8 @@ Status ReadTensor(const fs::path& path, passes::OnnxConstant* tensor,
   std::string bytes;
   TILEC_RETURN_IF_ERROR(ir::ReadFile(path.string(), &bytes));
   ::onnx::TensorProto proto;
-  TILEC_RETURN_IF_ERROR(passes::ParseOnnxTensorFile(bytes, path.string(), &proto));
+  TILEC_RETURN_IF_ERROR(
+      passes::ParseOnnxTensorFile(bytes, path.string(), &proto));
   *name = proto.name();
   return passes::DecodeOnnxTensor(proto, path.parent_path().string(),
                                   path.string(), tensor);
@@ -88,16 +91,18 @@ Status WriteInputs(const fb::ModuleT& module, const std::string& dataset,
     std::string name;
     TILEC_RETURN_IF_ERROR(ReadTensor(file, &tensor, &name));
     const fb::ValueT* v = FindValue(module, name, fb::ValueRole::Input);
-    if (v == nullptr) continue;  // only an output tilec does not import reads it
+    if (v == nullptr)
+      continue;  // only an output tilec does not import reads it
     DecodeBf16Bits(*v, &tensor);
     std::vector<float> data(tensor.data.begin(), tensor.data.end());
     size_t count = 1;
     for (int64_t d : v->shape) count *= static_cast<size_t>(d);
     if (count != data.size()) {
       return Status::BadInput(file.string() + ": " +
-                              std::to_string(data.size()) + " elements, the "
-                              "module's input '" + name + "' has " +
-                              std::to_string(count));
+                              std::to_string(data.size()) +
+                              " elements, the "
+                              "module's input '" +
+                              name + "' has " + std::to_string(count));
     }
     TILEC_RETURN_IF_ERROR(kernels::WriteNpyF32(
         out_dir + "/" + kernels::InputFileName(*v), v->shape, data));
@@ -122,7 +127,8 @@ Status Compare(const fb::ModuleT& module, const std::string& dataset,
     std::vector<int64_t> shape;
     std::vector<float> actual;
     TILEC_RETURN_IF_ERROR(kernels::ReadNpyF32(
-        result_dir + "/" + kernels::SafeFileName(name) + ".npy", &shape, &actual));
+        result_dir + "/" + kernels::SafeFileName(name) + ".npy", &shape,
+        &actual));
     if (actual.size() != expected.data.size()) {
       std::cout << "  output " << name << ": FAIL " << actual.size()
                 << " elements, expected " << expected.data.size() << "\n";

@@ -14,12 +14,14 @@
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: npy_compare EXPECTED ACTUAL MAX_ABS MIN_COSINE\n");
+    std::fprintf(stderr,
+                 "usage: npy_compare EXPECTED ACTUAL MAX_ABS MIN_COSINE\n");
     return 2;
   }
   std::vector<int64_t> shape;
   std::vector<float> expected, actual;
-  for (auto [path, data] : {std::pair{argv[1], &expected}, std::pair{argv[2], &actual}}) {
+  for (auto [path, data] :
+       {std::pair{argv[1], &expected}, std::pair{argv[2], &actual}}) {
     tilec::Status s = tilec::kernels::ReadNpyF32(path, &shape, data);
     if (!s.ok()) {
       std::fprintf(stderr, "npy_compare: %s\n", s.message().c_str());
@@ -36,10 +38,13 @@ int main(int argc, char** argv) {
   tol.atol = 1;  // the verdict below is on absolute error and cosine only
   tol.rtol = 0;
   tol.min_cosine = min_cosine;
-  const tilec::sim::Comparison c = tilec::sim::CompareTensors(actual, expected, tol);
-  const bool pass = c.nonfinite == 0 && c.max_abs_err <= max_abs && c.cosine >= min_cosine;
-  std::printf("max_abs_err %.3g (scale %.3g, limit %g) cosine %.9f (min %g): %s\n",
-              c.max_abs_err, c.scale, max_abs, c.cosine, min_cosine,
-              pass ? "PASS" : "FAIL");
+  const tilec::sim::Comparison c =
+      tilec::sim::CompareTensors(actual, expected, tol);
+  const bool pass =
+      c.nonfinite == 0 && c.max_abs_err <= max_abs && c.cosine >= min_cosine;
+  std::printf(
+      "max_abs_err %.3g (scale %.3g, limit %g) cosine %.9f (min %g): %s\n",
+      c.max_abs_err, c.scale, max_abs, c.cosine, min_cosine,
+      pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;
 }

@@ -9,9 +9,11 @@
 #include "passes/onnx/import_onnx.h"
 #include "tools/common/tool.h"
 
-DEFINE_string(sidecar, "",
-              "Where the weights go (little-endian F32, checksummed in the "
-              "IR). Default: <-o>.weights next to the IR; required with -o -.");
+DEFINE_string(
+    sidecar, "",
+    "Where the weights go (little-endian F32, checksummed in the "
+    "IR). Default: <-o>.weights next to the IR; required with -o - when the "
+    "model has weights.");
 DEFINE_string(dtype, "f16",
               "tilec dtype of every float tensor: f16 (tilec's convention), "
               "f32, or keep (FLOAT -> f32, FLOAT16 -> f16, BFLOAT16 -> bf16).");
@@ -25,8 +27,9 @@ DEFINE_string(outputs, "",
 DEFINE_uint64(input_seed, 2,
               "Seed of the graph inputs' generated contents (used when no "
               "--inputs directory is given to later tools).");
-DEFINE_string(target, "ipu21",
-              "Target the module is for: a preset (ipu21, tiny) or a JSON path.");
+DEFINE_string(
+    target, "ipu21",
+    "Target the module is for: a preset (ipu21, tiny) or a JSON path.");
 
 namespace tilec::tools {
 namespace {
@@ -42,14 +45,16 @@ std::vector<std::string> SplitCommas(const std::string& text) {
 
 std::string DirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
-  return path == "-" || slash == std::string::npos ? "." : path.substr(0, slash);
+  return path == "-" || slash == std::string::npos ? "."
+                                                   : path.substr(0, slash);
 }
 
 Status Run(const std::vector<std::string>& args) {
   std::string path;
   TILEC_RETURN_IF_ERROR(SingleInput(args, &path));
   passes::OnnxImportOptions options;
-  TILEC_RETURN_IF_ERROR(passes::ParseOnnxDTypePolicy(FLAGS_dtype, &options.dtype));
+  TILEC_RETURN_IF_ERROR(
+      passes::ParseOnnxDTypePolicy(FLAGS_dtype, &options.dtype));
   options.fuse_qkv = !FLAGS_no_fuse_qkv;
   options.outputs = SplitCommas(FLAGS_outputs);
   options.input_seed = FLAGS_input_seed;
@@ -57,13 +62,14 @@ Status Run(const std::vector<std::string>& args) {
   options.model_dir = DirectoryOf(path);
   passes::SidecarPaths sidecar;
   TILEC_RETURN_IF_ERROR(
-      passes::ResolveSidecarPaths(FLAGS_o, FLAGS_sidecar, "--sidecar", &sidecar));
+      passes::ResolveSidecarPaths(FLAGS_o, FLAGS_sidecar, &sidecar));
   options.sidecar_path = sidecar.recorded;
 
   std::string bytes;
   TILEC_RETURN_IF_ERROR(ir::ReadFile(path, &bytes));
   ::onnx::ModelProto model;
-  TILEC_RETURN_IF_ERROR(passes::ParseOnnxModel(bytes, options.model_name, &model));
+  TILEC_RETURN_IF_ERROR(
+      passes::ParseOnnxModel(bytes, options.model_name, &model));
   bytes = std::string();  // the parsed model holds the weights now
   fb::ModuleT module;
   module.target = std::make_unique<fb::TargetT>();
@@ -72,7 +78,7 @@ Status Run(const std::vector<std::string>& args) {
   TILEC_RETURN_IF_ERROR(passes::ImportOnnx(model, options, &module, &weights));
   // The IR names the sidecar, so the sidecar is complete before the IR
   // exists.
-  TILEC_RETURN_IF_ERROR(ir::WriteFileAtomically(sidecar.write, weights));
+  TILEC_RETURN_IF_ERROR(passes::WriteSidecar(sidecar, weights));
   return ir::WriteModule(module, "import-onnx", FLAGS_o);
 }
 
