@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 
 #include "formats/op_shapes.h"
 #include "passes/onnx/onnx_tensor.h"
@@ -205,6 +207,37 @@ TEST(OnnxTensor, RawAndTypedDataAndHalfFloats) {
   const Status s = DecodeOnnxTensor(t, ".", "t", &c);
   EXPECT_EQ(s.code(), StatusCode::kBadInput);
   EXPECT_THAT(s.message(), HasSubstr("t: holds 2 bytes, its dims need 4"));
+}
+
+TEST(OnnxTensor, ExternalDataIsReadFromItsFile) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  {
+    std::ofstream out(dir + "/weights.bin", std::ios::binary);
+    const float values[] = {9.0f, 1.5f, -2.0f};
+    out.write(reinterpret_cast<const char*>(values), sizeof values);
+  }
+  TensorProto t;
+  t.set_data_type(TensorProto::FLOAT);
+  t.add_dims(2);
+  t.set_data_location(TensorProto::EXTERNAL);
+  auto entry = [&](const char* key, const char* value) {
+    auto* e = t.add_external_data();
+    e->set_key(key);
+    e->set_value(value);
+  };
+  entry("location", "weights.bin");
+  entry("offset", "4");
+  entry("length", "8");
+  OnnxConstant c;
+  ASSERT_TRUE(DecodeOnnxTensor(t, dir, "w", &c).ok());
+  EXPECT_EQ(c.data, (std::vector<double>{1.5, -2.0}));
+  t.mutable_external_data(1)->set_value("8");  // 8 + 8 > 12 bytes
+  Status s = DecodeOnnxTensor(t, dir, "w", &c);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_THAT(s.message(), HasSubstr("lies beyond the end"));
+  t.mutable_external_data(1)->set_value("four");
+  s = DecodeOnnxTensor(t, dir, "w", &c);
+  EXPECT_THAT(s.message(), HasSubstr("offset 'four' is not a number"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "passes/onnx/onnx_tensor.h"
 
 #include <bit>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -132,10 +133,18 @@ Status ReadExternal(const TensorProto& t, const std::string& base_dir,
                     const std::string& what, std::string* bytes) {
   std::string location;
   int64_t offset = 0, length = -1;
+  auto number = [&](const std::string& text, int64_t* v) {
+    const char* end = text.data() + text.size();
+    auto [ptr, error] = std::from_chars(text.data(), end, *v);
+    return error == std::errc() && ptr == end;
+  };
   for (const auto& entry : t.external_data()) {
     if (entry.key() == "location") location = entry.value();
-    if (entry.key() == "offset") offset = std::stoll(entry.value());
-    if (entry.key() == "length") length = std::stoll(entry.value());
+    if ((entry.key() == "offset" && !number(entry.value(), &offset)) ||
+        (entry.key() == "length" && !number(entry.value(), &length))) {
+      return Status::BadInput(what + ": external data " + entry.key() + " '" +
+                              entry.value() + "' is not a number");
+    }
   }
   if (location.empty()) {
     return Status::BadInput(what + ": external data without a location");
