@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "formats/op_shapes.h"
@@ -148,6 +149,90 @@ TEST(ImportOnnx, DecomposedLayerNormWithoutBeta) {
   ASSERT_NE(beta.init, nullptr);
   EXPECT_EQ(beta.init->distribution, fb::Distribution::Constant);
   EXPECT_EQ(beta.init->mean, 0.0f);
+}
+
+// CLIP's form: q = q_proj(x) * scale with q_proj a Gemm (transB=1) on a 2-D
+// input, k and v as MatMul + Add, k transposed by permute(0, 2, 3, 1).
+TEST(ImportOnnx, AttentionWithScaledGemmQueryFusesQkv) {
+  constexpr int64_t kT = 4, kH = 2, kD = 4, kW = kH * kD;
+  ModelBuilder b;
+  b.Input("x", {kT, kW});
+  std::vector<float> wq(kW * kW), wk(kW * kW), wv(kW * kW), bias(kW);
+  for (int i = 0; i < kW * kW; ++i) {
+    wq[i] = 0.01f * i;  // [out, in] for the Gemm
+    wk[i] = -0.02f * i;
+    wv[i] = 0.03f * (i % 7);
+  }
+  for (int i = 0; i < kW; ++i) bias[i] = 0.1f * i;
+  b.Constant("wq", {kW, kW}, wq);
+  b.Constant("wk", {kW, kW}, wk);
+  b.Constant("wv", {kW, kW}, wv);
+  b.Constant("bq", {kW}, bias);
+  b.Constant("bv", {kW}, bias);
+  b.Constant("heads", {4}, {1, kT, kH, kD});
+  b.Constant("flat", {2}, {kT, kW});
+  b.Scalar("scale", 0.5f);
+  auto perm = [](::onnx::NodeProto* n, std::vector<int64_t> p) {
+    auto* a = n->add_attribute();
+    a->set_name("perm");
+    a->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t v : p) a->add_ints(v);
+  };
+  auto* gemm = b.Node("Gemm", {"x", "wq", "bq"}, "q0");
+  auto* trans_b = gemm->add_attribute();
+  trans_b->set_name("transB");
+  trans_b->set_type(::onnx::AttributeProto::INT);
+  trans_b->set_i(1);
+  b.Node("Mul", {"q0", "scale"}, "q1");
+  b.Node("MatMul", {"x", "wk"}, "k0");
+  b.Node("MatMul", {"x", "wv"}, "v0");
+  b.Node("Add", {"bv", "v0"}, "v1");
+  b.Node("Reshape", {"q1", "heads"}, "q2");
+  b.Node("Reshape", {"k0", "heads"}, "k2");
+  b.Node("Reshape", {"v1", "heads"}, "v2");
+  perm(b.Node("Transpose", {"q2"}, "q3"), {0, 2, 1, 3});
+  perm(b.Node("Transpose", {"k2"}, "k3"), {0, 2, 3, 1});
+  perm(b.Node("Transpose", {"v2"}, "v3"), {0, 2, 1, 3});
+  b.Node("MatMul", {"q3", "k3"}, "s");
+  b.Node("Softmax", {"s"}, "p");
+  b.Node("MatMul", {"p", "v3"}, "c");
+  perm(b.Node("Transpose", {"c"}, "c1"), {0, 2, 1, 3});
+  b.Node("Reshape", {"c1", "flat"}, "y");
+  b.Output("y", {kT, kW});
+  fb::ModuleT module;
+  std::string sidecar;
+  const Status s = Import(b.model(), &module, &sidecar);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(Kinds(module), (std::vector<fb::OpKind>{
+                               fb::OpKind::MatMul, fb::OpKind::BiasAdd,
+                               fb::OpKind::AttentionScores, fb::OpKind::Softmax,
+                               fb::OpKind::AttentionContext}));
+  EXPECT_FLOAT_EQ(module.ops[2]->scale, 0.5f);
+  EXPECT_EQ(module.ops[2]->heads, kH);
+  EXPECT_EQ(module.ops[2]->head_dim, kD);
+  for (const auto& op : module.ops) {
+    EXPECT_EQ(ir::CheckOpShapes(*op, module), "");
+  }
+  // The fused weight [in, 3*out]: q is the Gemm weight transposed, k and v
+  // the MatMul weights as they are; the fused bias has k's zeros.
+  const fb::ValueT& w = *module.values[module.ops[0]->operands[1]];
+  ASSERT_NE(w.sidecar, nullptr);
+  std::vector<float> fused(kW * 3 * kW);
+  std::memcpy(fused.data(), sidecar.data() + w.sidecar->offset,
+              fused.size() * sizeof(float));
+  for (int64_t i = 0; i < kW; ++i) {
+    for (int64_t o = 0; o < kW; ++o) {
+      EXPECT_EQ(fused[i * 3 * kW + o], wq[o * kW + i]);
+      EXPECT_EQ(fused[i * 3 * kW + kW + o], wk[i * kW + o]);
+      EXPECT_EQ(fused[i * 3 * kW + 2 * kW + o], wv[i * kW + o]);
+    }
+  }
+  const fb::ValueT& bqkv = *module.values[module.ops[1]->operands[1]];
+  std::vector<float> fused_bias(3 * kW);
+  std::memcpy(fused_bias.data(), sidecar.data() + bqkv.sidecar->offset,
+              fused_bias.size() * sizeof(float));
+  EXPECT_EQ(fused_bias[kW + 3], 0.0f);
+  EXPECT_EQ(fused_bias[2 * kW + 3], bias[3]);
 }
 
 TEST(ImportOnnx, UnsupportedNodeIsInfeasibleNamingIt) {
