@@ -225,6 +225,25 @@ std::string CheckAttentionContext(const Checker& c, const OpShapeQuery& op) {
                   "[rows of qkv, heads*head_dim]");
 }
 
+std::string CheckPatchify(const Checker& c, const OpShapeQuery& op) {
+  if (std::string e = c.Arity(1, 1); !e.empty()) return e;
+  const Shape& image = op.operands[0];
+  if (std::string e = c.Rank("operand", 0, image, 4); !e.empty()) return e;
+  const int64_t p = op.patch;
+  if (p <= 0 || image[2] < p || image[3] < p) {
+    return c.Fail("attribute patch=" + std::to_string(p) +
+                  " must be positive and at most the height and width of "
+                  "operand 0 " + ShapeToString(image));
+  }
+  int64_t rows = 0, columns = 0;
+  if (!CheckedMul(image[0], (image[2] / p) * (image[3] / p), &rows) ||
+      !CheckedMul(image[1], p * p, &columns)) {
+    return c.Fail("operand 0 " + ShapeToString(image) + " is too large");
+  }
+  return c.Expect("result", 0, op.results[0], {rows, columns},
+                  "[B*floor(H/p)*floor(W/p), C*p*p]");
+}
+
 std::vector<int64_t> ShapeOf(const fb::Value& value) {
   std::vector<int64_t> shape;
   if (value.shape() != nullptr) {
@@ -265,6 +284,8 @@ std::string CheckOpShapes(const OpShapeQuery& op) {
       return CheckAttentionScores(c, op);
     case fb::OpKind::AttentionContext:
       return CheckAttentionContext(c, op);
+    case fb::OpKind::Patchify:
+      return CheckPatchify(c, op);
     case fb::OpKind::Fused:
     case fb::OpKind::Moments:
     case fb::OpKind::Normalize:
@@ -282,6 +303,7 @@ std::string CheckOpShapes(const fb::OperationT& op, const fb::ModuleT& module) {
   query.name = op.name;
   query.heads = op.heads;
   query.head_dim = op.head_dim;
+  query.patch = op.patch;
   const auto& values = module.values;
   // Ids are normally dense (values[i]->id == i); fall back to a scan so that
   // a module with sparse ids is still checked rather than misread.
@@ -326,6 +348,7 @@ std::string CheckOpShapes(const fb::Operation& op, const fb::Module& module) {
   if (op.name() != nullptr) query.name = op.name()->str();
   query.heads = op.heads();
   query.head_dim = op.head_dim();
+  query.patch = op.patch();
   const auto* values = module.values();
   auto find = [values](uint32_t id) -> const fb::Value* {
     if (values == nullptr) return nullptr;

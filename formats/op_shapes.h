@@ -19,9 +19,12 @@
 //   Add               a, b (same shape)                  -> that shape
 //   AttentionScores   qkv [B*T, 3*H*D]                   -> [B, H, T, T]
 //   AttentionContext  probs [B, H, T, T], qkv [B*T, 3*H*D] -> [B*T, H*D]
+//   Patchify          image [B, C, H, W] -> [B*floor(H/p)*floor(W/p), C*p*p]
 //
 // For the attention kinds H and D are the op's `heads` and `head_dim`
-// attributes. Every dimension of every shape must be positive.
+// attributes; for Patchify p is the `patch` attribute, at most H and W
+// (trailing rows and columns that fill no patch are dropped, as a
+// stride = kernel convolution drops them). Every dimension of every shape must be positive.
 // Fused, Moments and Normalize have no fixed shape rule in the schema yet and
 // are accepted as they are.
 
@@ -44,6 +47,7 @@ struct OpShapeQuery {
   std::string name;  // only used in messages; may be empty
   int32_t heads = 0;
   int32_t head_dim = 0;
+  int32_t patch = 0;
   std::vector<std::vector<int64_t>> operands;
   std::vector<std::vector<int64_t>> results;
 };

@@ -56,6 +56,30 @@ TEST(OpShapes, LayerNorm) {
               HasSubstr("expected rank 2"));
 }
 
+TEST(OpShapes, Patchify) {
+  OpShapeQuery q = Query(fb::OpKind::Patchify, {{1, 3, 28, 42}}, {{6, 588}});
+  q.patch = 14;
+  EXPECT_EQ(CheckOpShapes(q), "");
+  q.results = {{6, 587}};
+  EXPECT_THAT(CheckOpShapes(q),
+              HasSubstr("result 0 has shape [6,587], expected [6,588] "
+                        "([B*floor(H/p)*floor(W/p), C*p*p])"));
+  // 384 / 14: SigLIP so400m's 27 x 27 patches drop the last 6 pixels.
+  q.operands = {{1, 3, 384, 384}};
+  q.results = {{729, 588}};
+  EXPECT_EQ(CheckOpShapes(q), "");
+  q.operands = {{1, 3, 28, 42}};
+  q.results = {{6, 588}};
+  q.patch = 29;
+  EXPECT_THAT(CheckOpShapes(q), HasSubstr("attribute patch=29 must be "
+                                          "positive and at most the height"));
+  q.patch = 0;
+  EXPECT_THAT(CheckOpShapes(q), HasSubstr("attribute patch=0"));
+  q.patch = 14;
+  q.operands = {{3, 28, 42}};
+  EXPECT_THAT(CheckOpShapes(q), HasSubstr("expected rank 4"));
+}
+
 TEST(OpShapes, MatMul) {
   const auto k = fb::OpKind::MatMul;
   EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304}},

@@ -368,6 +368,9 @@ std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
         out += " heads=" + std::to_string(op->heads) +
                " head_dim=" + std::to_string(op->head_dim);
         break;
+      case fb::OpKind::Patchify:
+        out += " patch=" + std::to_string(op->patch);
+        break;
       default:
         break;
     }

@@ -145,6 +145,7 @@ Status VerifyModule(const fb::ModuleT& module) {
     query.name = op->name;
     query.heads = op->heads;
     query.head_dim = op->head_dim;
+    query.patch = op->patch;
     for (const fb::ValueT* v : operands) query.operands.push_back(v->shape);
     for (const fb::ValueT* v : results) query.results.push_back(v->shape);
     std::string shape_error = CheckOpShapes(query);

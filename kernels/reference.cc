@@ -293,7 +293,8 @@ class Executor {
       case fb::OpKind::Softmax:
       case fb::OpKind::AttentionScores:
       case fb::OpKind::AttentionContext:
-      case fb::OpKind::Redistribute: {
+      case fb::OpKind::Redistribute:
+      case fb::OpKind::Patchify: {
         // The kinds with a shape rule: the verifier's checks, run again so
         // the reference never trusts its caller.
         const std::string error = ir::CheckOpShapes(op, module_);
@@ -333,6 +334,8 @@ class Executor {
         return RunMoments(op);
       case fb::OpKind::Normalize:
         return RunNormalize(op);
+      case fb::OpKind::Patchify:
+        return RunPatchify(op);
     }
     return Bad(op, "unknown op kind");  // unreachable: checked above
   }
@@ -534,6 +537,38 @@ class Executor {
     };
     TILEC_RETURN_IF_ERROR(Check(op, ParallelFor(batch * heads, threads, body)));
     Store(ctx, std::move(out));
+    return Status::Ok();
+  }
+
+  // Row b*T + py*(W/p) + px holds patch (py, px) of image b, its columns
+  // in (c, ky, kx) order: the flattening of a conv weight [out, C, p, p].
+  Status RunPatchify(const fb::OperationT& op) {
+    const ReferenceTensor* image;
+    ReferenceTensor* patches;
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &image));
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &patches));
+    const int64_t batch = image->shape[0], channels = image->shape[1],
+                  height = image->shape[2], width = image->shape[3],
+                  p = op.patch;
+    const int64_t grid_w = width / p, tokens = (height / p) * grid_w;  // floor
+    // Pixels past the last whole patch are dropped, as a stride = kernel
+    // convolution drops them.
+    std::vector<float> out(
+        static_cast<size_t>(batch * tokens * channels * p * p));
+    float* dst = out.data();
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t token = 0; token < tokens; ++token) {
+        const int64_t y0 = (token / grid_w) * p, x0 = (token % grid_w) * p;
+        for (int64_t c = 0; c < channels; ++c) {
+          const float* plane =
+              image->data.data() + (b * channels + c) * height * width;
+          for (int64_t ky = 0; ky < p; ++ky) {
+            dst = std::copy_n(plane + (y0 + ky) * width + x0, p, dst);
+          }
+        }
+      }
+    }
+    Store(patches, std::move(out));
     return Status::Ok();
   }
 

@@ -30,6 +30,9 @@
 //                     op.scale in F32, rounded once when stored.
 //   AttentionContext  per (batch, head): Gemm of probs [T,T] and the v
 //                     slice [T,D], into columns h*D.. of the result.
+//   Patchify          a gather: row b*T + py*(W/p) + px of the result is
+//                     patch (py, px) of image b, columns (c, ky, kx);
+//                     pixels past the last whole patch are dropped.
 //   Redistribute      identity, re-rounded to the result's dtype (an FP8
 //                     redistribution is visible).
 //   Moments           LnMoments: per row {count, mean, M2}, result F32

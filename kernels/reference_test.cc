@@ -580,6 +580,44 @@ TEST(ReferenceTest, BadBodiesAreBadInput) {
   }
 }
 
+// The patches of a [2, 2, 4, 6] image with p = 2: every element of the
+// result is checked against its (b, c, y, x) source by the formula that
+// ONNX's conv weight flattening implies.
+TEST(ReferenceTest, PatchifyGathersPatchesInChannelRowColumnOrder) {
+  // 5 x 7 pixels: the last row and column fill no patch and are dropped.
+  constexpr int64_t kB = 2, kC = 2, kH = 5, kW = 7, kP = 2;
+  constexpr int64_t kGridW = kW / kP, kTokens = (kH / kP) * kGridW;
+  Graph g;
+  const uint32_t image = g.Value("image", {kB, kC, kH, kW}, fb::DType::F32,
+                                 fb::ValueRole::Input);
+  const uint32_t patches =
+      g.Value("patches", {kB * kTokens, kC * kP * kP}, fb::DType::F32,
+              fb::ValueRole::Output);
+  g.Op(fb::OpKind::Patchify, "patchify", {image}, {patches})->patch = kP;
+  ReferenceOptions options;
+  std::vector<float> pixels(kB * kC * kH * kW);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i);
+  options.provided[image] = pixels;
+  const ReferenceResult result = RunOk(g.module(), options);
+  const std::vector<float>& out = Get(result, patches).data;
+  ASSERT_EQ(out.size(), static_cast<size_t>(kB * kTokens * kC * kP * kP));
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int64_t c = 0; c < kC; ++c) {
+        for (int64_t ky = 0; ky < kP; ++ky) {
+          for (int64_t kx = 0; kx < kP; ++kx) {
+            const int64_t y = (t / kGridW) * kP + ky, x = (t % kGridW) * kP + kx;
+            const int64_t row = b * kTokens + t, col = (c * kP + ky) * kP + kx;
+            EXPECT_EQ(out[row * kC * kP * kP + col],
+                      pixels[((b * kC + c) * kH + y) * kW + x])
+                << "row " << row << " column " << col;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ReferenceTest, UnknownKindIsBadInputNamingTheOp) {
   Graph g;
   const uint32_t x = g.Gaussian("x", {kRows, kWidth});

@@ -164,6 +164,30 @@ json.dump(m, sys.stdout)' > "$dir/fp8.json"
 
 # ---------------------------------------------------------------- driver
 
+# import-onnx on an ONNX model with SigLIP so400m/14's shapes (27 layers,
+# 729 tokens, width 1152, random weights; 1.66 GB): host seconds and peak
+# RSS. The model is $SO400M_ONNX (default out/so400m.onnx), made once by
+# testdata/onnx-vit/export_vit.py --so400m PATH (python3-torch; about 12
+# minutes and 11 GB).
+bench_import_onnx() {
+  local model=${SO400M_ONNX:-out/so400m.onnx}
+  if [ ! -f "$model" ]; then
+    echo "import_onnx: no $model (testdata/onnx-vit/export_vit.py --so400m $model makes it)"
+    return 0
+  fi
+  bazel build --noshow_progress --ui_event_filters=-info //tools/import-onnx //tools/dump-ir
+  local dir
+  dir=$(mktemp -d)
+  /usr/bin/time -f "%e %M" -o "$dir/time" \
+    bazel-bin/tools/import-onnx/import-onnx "$model" -o "$dir/so400m.tilec"
+  read -r seconds kbytes < "$dir/time"
+  local ops
+  ops=$(bazel-bin/tools/dump-ir/dump-ir "$dir/so400m.tilec" 2>/dev/null | grep -c '^  (' || true)
+  rm -rf "$dir"
+  awk -v s="$seconds" -v k="$kbytes" -v o="$ops" \
+    'BEGIN { printf "import_onnx: so400m-shaped model (1.66 GB) in %.1f s host, peak RSS %.2f GB, %d ops\n", s, k / 1048576, o }'
+}
+
 main() {
   local names=("$@")
   if [ ${#names[@]} -eq 0 ]; then

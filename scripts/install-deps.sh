@@ -13,6 +13,11 @@ packages=(
   libgmock-dev
   libgoogle-glog-dev
   libgtest-dev
+  libonnx-dev
+  libonnx-testdata
+  libprotobuf-dev
+  nlohmann-json3-dev
+  python3
 )
 
 missing=()

@@ -6,10 +6,13 @@
 
 #include "formats/ir.h"
 #include "passes/import/model_builder.h"
+#include "passes/import/safetensors.h"
+#include "passes/import/sidecar.h"
 #include "tools/common/tool.h"
 
-DEFINE_string(preset, "siglip-so400m-384",
-              "Model preset: siglip-so400m-384, vit-b16-224, clip-vit-l14-224.");
+DEFINE_string(
+    preset, "siglip-so400m-384",
+    "Model preset: siglip-so400m-384, vit-b16-224, clip-vit-l14-224.");
 DEFINE_string(part, "mlp-block", "What to build: mlp-block, layer or model.");
 DEFINE_int64(layers, 0, "Layers for --part=model (default: the preset's).");
 DEFINE_int64(batch, 1, "Batch size (rows = batch * tokens).");
@@ -21,8 +24,23 @@ DEFINE_double(eps, 0, "Override the preset's LayerNorm epsilon.");
 DEFINE_string(gelu, "", "Override the preset's GELU form: tanh, erf, quick.");
 DEFINE_uint64(weight_seed, 1, "Seed of the generated weights.");
 DEFINE_uint64(input_seed, 2, "Seed of the generated input.");
-DEFINE_string(target, "ipu21",
-              "Target the module is for: a preset (ipu21, tiny) or a JSON path.");
+DEFINE_string(
+    target, "ipu21",
+    "Target the module is for: a preset (ipu21, tiny) or a JSON path.");
+
+DEFINE_string(weights, "",
+              "Pretrained weights: a SigLIP/CLIP vision tower checkpoint in "
+              "the safetensors layout (F32, F16 or BF16), its tensors "
+              "written to the --sidecar file (passes/import/safetensors.h "
+              "names them). Empty: weights generated from --weight_seed.");
+DEFINE_int64(weights_first_layer, 0,
+             "The checkpoint layer that the graph's layer l0 reads (l1 reads "
+             "the next, ...), e.g. --part=layer --weights_first_layer=26 for "
+             "so400m's last layer.");
+DEFINE_string(sidecar, "",
+              "With --weights: where the weights go (little-endian F32, "
+              "checksummed in the IR). Default: <-o>.weights next to the IR; "
+              "required with -o -.");
 
 namespace tilec::tools {
 namespace {
@@ -60,6 +78,18 @@ Status Run(const std::vector<std::string>& args) {
   std::string error =
       passes::BuildModel(FLAGS_preset, FLAGS_part, overrides, &module);
   if (!error.empty()) return Status::BadInput(error);
+  if (!FLAGS_weights.empty()) {
+    passes::SidecarPaths paths;
+    TILEC_RETURN_IF_ERROR(
+        passes::ResolveSidecarPaths(FLAGS_o, FLAGS_sidecar, &paths));
+    passes::SafetensorsFile checkpoint;
+    TILEC_RETURN_IF_ERROR(
+        passes::SafetensorsFile::Open(FLAGS_weights, &checkpoint));
+    passes::SidecarBuilder sidecar(paths.recorded);
+    TILEC_RETURN_IF_ERROR(passes::LoadSafetensorsWeights(
+        checkpoint, FLAGS_weights_first_layer, &sidecar, &module));
+    TILEC_RETURN_IF_ERROR(passes::WriteSidecar(paths, sidecar.bytes()));
+  }
   return ir::WriteModule(module, "import-model", FLAGS_o);
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "formats/ir.h"
+#include "kernels/inputs.h"
 #include "kernels/reference.h"
 #include "tools/common/tool.h"
 
@@ -20,6 +21,11 @@ DEFINE_bool(all, false,
 DEFINE_string(sidecar_dir, "",
               "Directory that sidecar paths are relative to (default: the "
               "input file's directory, or . for stdin).");
+DEFINE_string(inputs, "",
+              "Directory with one .npy per graph input, named as "
+              "--out_dir names them (<name>.npy), float32 or the input's "
+              "own dtype (kernels/inputs.h). Empty: inputs from their "
+              "recorded seeds.");
 DEFINE_int32(threads, 2,
              "Threads for GEMMs and weight generation (results do not "
              "depend on it).");
@@ -47,6 +53,10 @@ Status Run(const std::vector<std::string>& args) {
   options.sidecar_dir =
       FLAGS_sidecar_dir.empty() ? DirectoryOf(path) : FLAGS_sidecar_dir;
   options.threads = FLAGS_threads;
+  if (!FLAGS_inputs.empty()) {
+    TILEC_RETURN_IF_ERROR(
+        kernels::LoadInputs(module, FLAGS_inputs, &options.provided));
+  }
   kernels::ReferenceResult result;
   TILEC_RETURN_IF_ERROR(kernels::RunReference(module, options, &result)
                             .WithContext(ir::DisplayName(path)));

@@ -38,6 +38,12 @@ DEFINE_int32(threads, 2,
              "Host threads for the simulator and the reference (results do "
              "not depend on it).");
 DEFINE_int32(top_tiles, 8, "How many of the busiest tiles the report lists.");
+DEFINE_string(inputs, "",
+              "Directory with one .npy per graph input, named as "
+              "--dump-tensors names them (<name>.npy), float32 or the "
+              "input's own dtype (kernels/inputs.h); the simulator and the "
+              "reference both run on them. Empty: inputs from their "
+              "recorded seeds.");
 DEFINE_string(sidecar_dir, "",
               "Directory that sidecar paths are relative to (default: the "
               "input file's directory, or . for stdin).");
@@ -73,5 +79,6 @@ int main(int argc, char** argv) {
   options.threads = FLAGS_threads;
   options.top_tiles = FLAGS_top_tiles;
   options.sidecar_dir = FLAGS_sidecar_dir;
+  options.inputs_dir = FLAGS_inputs;
   return tilec::tools::Finish(tilec::tools::SimulateDevice(options));
 }

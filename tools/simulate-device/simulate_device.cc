@@ -8,6 +8,7 @@
 
 #include "formats/ir.h"
 #include "formats/print.h"
+#include "kernels/inputs.h"
 #include "kernels/reference.h"
 #include "kernels/tensor_data.h"
 
@@ -407,10 +408,16 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   const std::string sidecar_dir = options.sidecar_dir.empty()
                                       ? DirectoryOf(options.input)
                                       : options.sidecar_dir;
+  std::map<uint32_t, std::vector<float>> given_inputs;
+  if (!options.inputs_dir.empty()) {
+    TILEC_RETURN_IF_ERROR(
+        kernels::LoadInputs(module, options.inputs_dir, &given_inputs));
+  }
   kernels::ReferenceResult reference;
   sim::HostTensors host;
   if (options.compare) {
     kernels::ReferenceOptions ref_options;
+    ref_options.provided = given_inputs;
     ref_options.sidecar_dir = sidecar_dir;
     ref_options.threads = options.threads;
     TILEC_RETURN_IF_ERROR(kernels::RunReference(module, ref_options, &reference)
@@ -422,6 +429,11 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
         options.compare ? reference.Find(binding->value) : nullptr;
     if (t != nullptr) {
       host[binding->value] = t->data;
+      continue;
+    }
+    if (auto given = given_inputs.find(binding->value);
+        given != given_inputs.end()) {
+      host[binding->value] = given->second;
       continue;
     }
     for (const auto& v : module.values) {

@@ -30,6 +30,7 @@ struct SimulateDeviceOptions {
   int threads = 2;
   int top_tiles = 8;
   std::string sidecar_dir;  // "" = the input's directory
+  std::string inputs_dir;   // graph inputs as .npy (kernels/inputs.h), "" = seeds
 };
 
 // One output's comparison with the reference.

@@ -1,0 +1,309 @@
+#include "passes/import/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "formats/op_shapes.h"
+#include "kernels/numerics.h"
+
+namespace tilec::passes {
+namespace {
+
+// The safetensors format caps its header at 100 MB.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+int DTypeBytes(const std::string& dtype) {
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") {
+    return 2;
+  }
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" ||
+      dtype == "F8_E5M2") {
+    return 1;
+  }
+  return 0;
+}
+
+std::string Shape(const std::vector<int64_t>& s) {
+  return ir::ShapeToString(s);
+}
+
+Status ParseEntry(const std::string& name, const nlohmann::json& j,
+                  uint64_t data_bytes, const std::string& where,
+                  SafetensorsEntry* e) {
+  const std::string what = where + ": tensor '" + name + "'";
+  if (!j.is_object() || !j.contains("dtype") || !j["dtype"].is_string() ||
+      !j.contains("shape") || !j["shape"].is_array() ||
+      !j.contains("data_offsets") || !j["data_offsets"].is_array() ||
+      j["data_offsets"].size() != 2) {
+    return Status::BadInput(what +
+                            ": header entry lacks dtype, shape or "
+                            "data_offsets [begin, end]");
+  }
+  e->dtype = j["dtype"].get<std::string>();
+  uint64_t elements = 1;
+  for (const auto& d : j["shape"]) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) {
+      return Status::BadInput(what +
+                              ": shape has a dimension that is not a "
+                              "small non-negative integer");
+    }
+    e->shape.push_back(d.get<int64_t>());
+    elements *= d.get<uint64_t>();
+    if (elements > (uint64_t{1} << 48)) {
+      return Status::BadInput(what + ": more than 2^48 elements");
+    }
+  }
+  const auto& offsets = j["data_offsets"];
+  if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+    return Status::BadInput(what + ": data_offsets are not byte offsets");
+  }
+  e->begin = offsets[0].get<uint64_t>();
+  e->end = offsets[1].get<uint64_t>();
+  if (e->begin > e->end || e->end > data_bytes) {
+    return Status::BadInput(
+        what + ": data_offsets [" + std::to_string(e->begin) + ", " +
+        std::to_string(e->end) + ") lie outside the data section (" +
+        std::to_string(data_bytes) + " bytes)");
+  }
+  const int width = DTypeBytes(e->dtype);
+  if (width > 0 && e->end - e->begin != elements * width) {
+    return Status::BadInput(what + ": data_offsets hold " +
+                            std::to_string(e->end - e->begin) + " bytes, " +
+                            e->dtype + Shape(e->shape) + " needs " +
+                            std::to_string(elements * width));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SafetensorsFile::Open(const std::string& path, SafetensorsFile* file) {
+  SafetensorsFile f;
+  f.path_ = path;
+  f.name_ = path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::BadInput(f.name_ + ": cannot open");
+  in.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  unsigned char prefix[8];
+  if (size < 8 || !in.read(reinterpret_cast<char*>(prefix), 8)) {
+    return Status::BadInput(f.name_ +
+                            ": truncated: no safetensors header "
+                            "length");
+  }
+  uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i) header_bytes = header_bytes << 8 | prefix[i];
+  if (header_bytes > kMaxHeaderBytes || header_bytes > size - 8) {
+    return Status::BadInput(f.name_ +
+                            ": truncated or not safetensors: the "
+                            "header length " +
+                            std::to_string(header_bytes) +
+                            " exceeds the file (" + std::to_string(size) +
+                            " bytes) or 100 MB");
+  }
+  std::string header(header_bytes, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(header_bytes))) {
+    return Status::BadInput(f.name_ + ": cannot read the header");
+  }
+  nlohmann::json j = nlohmann::json::parse(header, nullptr,
+                                           /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::BadInput(f.name_ +
+                            ": the safetensors header is not a "
+                            "JSON object");
+  }
+  f.data_begin_ = 8 + header_bytes;
+  const uint64_t data_bytes = size - f.data_begin_;
+  for (const auto& [name, value] : j.items()) {
+    if (name == "__metadata__") continue;
+    SafetensorsEntry e;
+    TILEC_RETURN_IF_ERROR(ParseEntry(name, value, data_bytes, f.name_, &e));
+    f.entries_.emplace(name, std::move(e));
+  }
+  // Ranges must not overlap: a header that reuses bytes lies about them.
+  std::vector<std::pair<const std::string*, const SafetensorsEntry*>> by_begin;
+  for (const auto& [name, e] : f.entries_) by_begin.emplace_back(&name, &e);
+  std::sort(by_begin.begin(), by_begin.end(), [](const auto& a, const auto& b) {
+    return a.second->begin < b.second->begin;
+  });
+  for (size_t i = 1; i < by_begin.size(); ++i) {
+    if (by_begin[i].second->begin < by_begin[i - 1].second->end) {
+      return Status::BadInput(f.name_ + ": tensor '" + *by_begin[i].first +
+                              "' overlaps tensor '" + *by_begin[i - 1].first +
+                              "' in the data section");
+    }
+  }
+  *file = std::move(f);
+  return Status::Ok();
+}
+
+Status SafetensorsFile::Read(const std::string& tensor,
+                             const std::vector<int64_t>& shape,
+                             std::vector<float>* data) const {
+  const std::string what = name_ + ": tensor '" + tensor + "'";
+  auto it = entries_.find(tensor);
+  if (it == entries_.end()) return Status::BadInput(what + " is missing");
+  const SafetensorsEntry& e = it->second;
+  if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16") {
+    return Status::BadInput(what + " is " + e.dtype +
+                            ", expected F32, F16 or BF16");
+  }
+  if (e.shape != shape) {
+    return Status::BadInput(what + " has shape " + Shape(e.shape) +
+                            ", the model needs " + Shape(shape));
+  }
+  std::string bytes(e.end - e.begin, '\0');
+  std::ifstream in(path_, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(data_begin_ + e.begin));
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+    return Status::BadInput(what + ": cannot read its data");
+  }
+  const int width = DTypeBytes(e.dtype);
+  data->resize(bytes.size() / width);
+  for (size_t i = 0; i < data->size(); ++i) {
+    const unsigned char* p =
+        reinterpret_cast<const unsigned char*>(bytes.data()) + i * width;
+    if (width == 4) {
+      std::memcpy(&(*data)[i], p, 4);  // little-endian hosts only
+    } else {
+      const uint16_t bits = static_cast<uint16_t>(p[0] | p[1] << 8);
+      (*data)[i] = e.dtype == "F16" ? kernels::F16Decode(bits)
+                                    : kernels::Bf16Decode(bits);
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// [rows, cols] -> [cols, rows].
+std::vector<float> Transposed(const std::vector<float>& m, int64_t rows,
+                              int64_t cols) {
+  std::vector<float> t(m.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = m[r * cols + c];
+  }
+  return t;
+}
+
+// The contents of the graph weight `rest` of layer `layer` (the name after
+// "l<i>.") from the checkpoint, in tilec's orientation.
+Status WeightContents(const SafetensorsFile& file, const std::string& prefix,
+                      const std::string& rest,
+                      const std::vector<int64_t>& shape,
+                      std::vector<float>* data) {
+  auto plain = [&](const std::string& name) {
+    return file.Read(prefix + name, shape, data);
+  };
+  // A PyTorch Linear weight [out, in] as tilec's [in, out].
+  auto linear = [&](const std::string& name, std::vector<float>* out) {
+    std::vector<float> w;
+    TILEC_RETURN_IF_ERROR(file.Read(prefix + name, {shape[1], shape[0]}, &w));
+    *out = Transposed(w, shape[1], shape[0]);
+    return Status::Ok();
+  };
+  if (rest == "ln1.gamma") return plain("layer_norm1.weight");
+  if (rest == "ln1.beta") return plain("layer_norm1.bias");
+  if (rest == "ln2.gamma") return plain("layer_norm2.weight");
+  if (rest == "ln2.beta") return plain("layer_norm2.bias");
+  if (rest == "attn.proj.w") return linear("self_attn.out_proj.weight", data);
+  if (rest == "attn.proj_bias.b") return plain("self_attn.out_proj.bias");
+  if (rest == "mlp.up.w") return linear("mlp.fc1.weight", data);
+  if (rest == "mlp.up_bias.b") return plain("mlp.fc1.bias");
+  if (rest == "mlp.down.w") return linear("mlp.fc2.weight", data);
+  if (rest == "mlp.down_bias.b") return plain("mlp.fc2.bias");
+  const char* parts[] = {"q_proj", "k_proj", "v_proj"};
+  if (rest == "attn.qkv.w") {
+    // [in, 3*out] with columns [q | k | v].
+    const int64_t in = shape[0], out = shape[1] / 3;
+    data->assign(static_cast<size_t>(in * 3 * out), 0.0f);
+    for (int p = 0; p < 3; ++p) {
+      std::vector<float> w;
+      TILEC_RETURN_IF_ERROR(file.Read(
+          prefix + "self_attn." + parts[p] + ".weight", {out, in}, &w));
+      for (int64_t o = 0; o < out; ++o) {
+        for (int64_t i = 0; i < in; ++i) {
+          (*data)[i * 3 * out + p * out + o] = w[o * in + i];
+        }
+      }
+    }
+    return Status::Ok();
+  }
+  if (rest == "attn.qkv_bias.b") {
+    const int64_t out = shape[0] / 3;
+    data->clear();
+    for (int p = 0; p < 3; ++p) {
+      std::vector<float> b;
+      TILEC_RETURN_IF_ERROR(
+          file.Read(prefix + "self_attn." + parts[p] + ".bias", {out}, &b));
+      data->insert(data->end(), b.begin(), b.end());
+    }
+    return Status::Ok();
+  }
+  return Status::Internal("no checkpoint tensor for the graph weight '" + rest +
+                          "'");
+}
+
+}  // namespace
+
+Status LoadSafetensorsWeights(const SafetensorsFile& file, int64_t first_layer,
+                              SidecarBuilder* sidecar, fb::ModuleT* module) {
+  static const std::string kAnchor = "encoder.layers.0.self_attn.q_proj.weight";
+  std::string prefix;
+  bool found = false;
+  for (const auto& [name, e] : file.entries()) {
+    if (name.size() >= kAnchor.size() &&
+        name.compare(name.size() - kAnchor.size(), kAnchor.size(), kAnchor) ==
+            0) {
+      prefix = name.substr(0, name.size() - kAnchor.size());
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    return Status::BadInput(
+        file.name() + ": " +
+        (file.entries().empty() ? std::string("the checkpoint holds no tensors")
+                                : "no tensor '[prefix]" + kAnchor +
+                                      "': not a SigLIP/CLIP vision tower "
+                                      "checkpoint"));
+  }
+  size_t weight_bytes = 0;
+  for (const auto& v : module->values) {
+    if (v->role != fb::ValueRole::Weight) continue;
+    size_t count = 1;
+    for (int64_t d : v->shape) count *= static_cast<size_t>(d);
+    weight_bytes += count * sizeof(float);
+  }
+  sidecar->Reserve(weight_bytes);
+  std::vector<std::pair<fb::ValueT*, std::unique_ptr<fb::SidecarT>>> loaded;
+  for (const auto& v : module->values) {
+    if (v->role != fb::ValueRole::Weight) continue;
+    // "l<i>.<rest>"
+    const size_t dot = v->name.find('.');
+    if (v->name.size() < 2 || v->name[0] != 'l' || dot == std::string::npos) {
+      return Status::Internal("weight '" + v->name +
+                              "' does not follow import-model's naming");
+    }
+    const int64_t layer = std::stoll(v->name.substr(1, dot - 1)) + first_layer;
+    const std::string layer_prefix =
+        prefix + "encoder.layers." + std::to_string(layer) + ".";
+    std::vector<float> data;
+    TILEC_RETURN_IF_ERROR(WeightContents(
+        file, layer_prefix, v->name.substr(dot + 1), v->shape, &data));
+    loaded.emplace_back(v.get(), sidecar->Append(data));
+  }
+  for (auto& [value, s] : loaded) {
+    value->sidecar = std::move(s);
+    value->init = nullptr;
+  }
+  return Status::Ok();
+}
+
+}  // namespace tilec::passes

@@ -1,0 +1,81 @@
+// Pretrained weights for import-model: a checkpoint in the safetensors
+// layout (an 8-byte little-endian header length, a JSON header naming each
+// tensor's dtype, shape and [begin, end) byte range of the data section,
+// then the data) with the tensor names of the SigLIP / CLIP vision towers
+// (Hugging Face's SiglipVisionModel, CLIPVisionModel):
+//
+//   <prefix>encoder.layers.N.layer_norm1.{weight,bias}   -> lN.ln1.{gamma,beta}
+//   <prefix>encoder.layers.N.self_attn.{q,k,v}_proj.weight [out, in]
+//        -> lN.attn.qkv.w [in, 3*out]: the three transposed, side by side
+//   <prefix>encoder.layers.N.self_attn.{q,k,v}_proj.bias  -> lN.attn.qkv_bias.b
+//   <prefix>encoder.layers.N.self_attn.out_proj.{weight,bias}
+//        -> lN.attn.proj.w (transposed), lN.attn.proj_bias.b
+//   <prefix>encoder.layers.N.layer_norm2.{weight,bias}   -> lN.ln2.{gamma,beta}
+//   <prefix>encoder.layers.N.mlp.fc1.{weight,bias}        -> lN.mlp.up.w,
+//   up_bias.b <prefix>encoder.layers.N.mlp.fc2.{weight,bias}        ->
+//   lN.mlp.down.w, down_bias.b
+//
+// <prefix> is whatever precedes "encoder.layers.0.self_attn.q_proj.weight"
+// in the checkpoint ("vision_model." for a saved SiglipVisionModel, "" for
+// a bare encoder). Layer lN of the graph reads layer N + first_layer. The
+// embeddings, post_layernorm and head of a tower are not part of the
+// graphs import-model builds (layers only) and are not read.
+//
+// Tensors may be F32, F16 or BF16; every element is decoded exactly to F32
+// and written to the sidecar (sidecar.h); the weight keeps its IR dtype
+// (F16) and is rounded to it when materialized. A missing tensor, a wrong
+// shape or dtype, a truncated file, a header that lies about its offsets
+// (a range outside the data section, a size that disagrees with dtype and
+// shape, overlapping ranges): BadInput naming the tensor and the file.
+
+#ifndef TILEC_PASSES_IMPORT_SAFETENSORS_H_
+#define TILEC_PASSES_IMPORT_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "passes/import/sidecar.h"
+
+namespace tilec::passes {
+
+// One tensor of the header.
+struct SafetensorsEntry {
+  std::string dtype;  // "F32", "F16", "BF16", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // relative to the data section
+};
+
+// An open checkpoint: its header parsed and checked, data read on demand.
+class SafetensorsFile {
+ public:
+  // Reads and validates the header of `path`; `name` is used in messages.
+  static Status Open(const std::string& path, SafetensorsFile* file);
+
+  const std::string& name() const { return name_; }
+  const std::map<std::string, SafetensorsEntry>& entries() const {
+    return entries_;
+  }
+  // The tensor `tensor` as F32, checked against `shape`.
+  Status Read(const std::string& tensor, const std::vector<int64_t>& shape,
+              std::vector<float>* data) const;
+
+ private:
+  std::string path_;
+  std::string name_;
+  uint64_t data_begin_ = 0;
+  std::map<std::string, SafetensorsEntry> entries_;
+};
+
+// Replaces the init of every Weight value of a graph import-model built
+// (model_builder.h naming) with a Sidecar holding the checkpoint's tensor,
+// transformed as the table above says. The module is not modified on error.
+Status LoadSafetensorsWeights(const SafetensorsFile& file, int64_t first_layer,
+                              SidecarBuilder* sidecar, fb::ModuleT* module);
+
+}  // namespace tilec::passes
+
+#endif  // TILEC_PASSES_IMPORT_SAFETENSORS_H_

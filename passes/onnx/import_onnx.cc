@@ -1,0 +1,1615 @@
+#include "passes/onnx/import_onnx.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include "formats/op_shapes.h"
+#include "passes/import/model_builder.h"
+#include "passes/import/sidecar.h"
+#include "passes/onnx/onnx_graph.h"
+
+namespace tilec::passes {
+namespace {
+
+using ::onnx::NodeProto;
+using ::onnx::TensorProto;
+using Shape = std::vector<int64_t>;
+using ConstPtr = std::shared_ptr<const OnnxConstant>;
+
+int64_t Elements(const Shape& s) { return Product(s, 0, s.size()); }
+
+// tilec's 2-D view of an ONNX activation: [product of the leading dims,
+// last dim]; a scalar is [1, 1].
+Shape View2D(const Shape& s) {
+  if (s.empty()) return {1, 1};
+  return {Product(s, 0, s.size() - 1), s.back()};
+}
+
+// Shape without leading 1s: how a broadcast operand is compared.
+Shape StripOnes(const Shape& s) {
+  size_t i = 0;
+  while (i < s.size() && s[i] == 1) ++i;
+  return Shape(s.begin() + i, s.end());
+}
+
+bool Near(double a, double b, double rel = 1e-4) {
+  return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b));
+}
+
+bool IsView(const std::string& op) {
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" ||
+         op == "Unsqueeze" || op == "Identity" || op == "Dropout";
+}
+
+// What a recognized LayerNorm reads.
+struct LayerNormMatch {
+  std::string x;  // the tensor normalized (as the reduction reads it)
+  int64_t width = 0;
+  double eps = 1e-5;
+  std::string gamma, beta;  // "" when absent
+};
+
+// A projection x @ W + b with constant W and b, scaled by `factor`.
+struct LinearMatch {
+  std::string x;
+  int64_t in = 0, out = 0;
+  std::vector<float> weight;  // [in, out]
+  std::vector<float> bias;    // [out], zeros when absent
+  double factor = 1.0;
+  std::string node_name;
+};
+
+// Where one of q, k, v comes from: a [rows, heads*head_dim] tensor viewed
+// as [B, T, H, D] and transposed.
+struct HeadsMatch {
+  std::string source;
+  int64_t batch = 0, tokens = 0, heads = 0, head_dim = 0;
+  double factor = 1.0;
+};
+
+// Polynomial in one tensor: degree -> coefficient.
+using Poly = std::map<int, double>;
+
+class Importer {
+ public:
+  Importer(const OnnxGraph& graph, const OnnxImportOptions& options)
+      : g_(graph), options_(options), sidecar_(options.sidecar_path) {}
+
+  Status Run(fb::ModuleT* module, std::string* sidecar) {
+    // Weights are the initializers, transformed but never larger (F32).
+    size_t initializer_bytes = 0;
+    for (const auto& init : g_.proto().initializer()) {
+      size_t count = 1;
+      for (int64_t d : init.dims())
+        count *= static_cast<size_t>(std::max<int64_t>(d, 0));
+      initializer_bytes += count * sizeof(float);
+    }
+    sidecar_.Reserve(initializer_bytes);
+    std::vector<std::string> outputs = options_.outputs;
+    if (outputs.empty()) {
+      for (const auto& o : g_.proto().output()) outputs.push_back(o.name());
+    }
+    std::set<std::string> declared;
+    for (const auto& o : g_.proto().output()) declared.insert(o.name());
+    std::set<uint32_t> output_values;
+    for (const std::string& name : outputs) {
+      if (!declared.count(name)) {
+        return Status::BadInput(g_.model_name() + ": --outputs names '" + name +
+                                "', which is not a graph output");
+      }
+      const OnnxTensorInfo* info = g_.Find(name);
+      if (info == nullptr || !info->shape_known) {
+        return Unknown(name, "graph output");
+      }
+      uint32_t id = 0;
+      // An output may keep whatever rows its producer has: the data is the
+      // same row-major tensor.
+      TILEC_RETURN_IF_ERROR(
+          Value(name, View2D(info->shape), &id, /*exact=*/false));
+      fb::ValueT& v = *values_[id];
+      if (v.role != fb::ValueRole::Activation &&
+          v.role != fb::ValueRole::Output) {
+        return Status::Infeasible(
+            g_.model_name() + ": graph output '" + name + "' is the " +
+            (v.role == fb::ValueRole::Input ? "graph input '" : "constant '") +
+            v.name +
+            "' without computation; tilec needs an op to compute "
+            "an output");
+      }
+      if (!output_values.insert(id).second) {
+        return Status::Infeasible(g_.model_name() + ": graph outputs '" +
+                                  v.name + "' and '" + name +
+                                  "' are the same tilec value");
+      }
+      v.role = fb::ValueRole::Output;
+      v.name = name;
+    }
+    module->values = std::move(values_);
+    module->ops = std::move(ops_);
+    auto model = std::make_unique<fb::ModelT>();
+    model->preset = "onnx";
+    model->part = "model";
+    model->layers = attention_layers_;
+    model->batch = static_cast<int32_t>(batch_);
+    model->tokens = static_cast<int32_t>(tokens_);
+    model->width = static_cast<int32_t>(width_);
+    model->heads = static_cast<int32_t>(heads_);
+    model->mlp_width = static_cast<int32_t>(mlp_width_);
+    model->input_seed = options_.input_seed;
+    module->model = std::move(model);
+    *sidecar = sidecar_.TakeBytes();
+    return Status::Ok();
+  }
+
+ private:
+  // ------------------------------------------------------------ errors
+
+  Status Unsupported(const NodeProto& node, const std::string& why) const {
+    return Status::Infeasible(g_.model_name() + ": " + Label(node) + ": " +
+                              why);
+  }
+  std::string Label(const NodeProto& node) const {
+    const OnnxTensorInfo* info =
+        node.output_size() > 0 ? g_.Find(node.output(0)) : nullptr;
+    if (info != nullptr && info->producer >= 0) {
+      return g_.NodeLabel(info->producer);
+    }
+    return "node '" + node.name() + "' (" + node.op_type() + ", opset " +
+           std::to_string(g_.opset()) + ")";
+  }
+  Status Unknown(const std::string& tensor, const std::string& what) const {
+    const NodeProto* node = g_.Producer(tensor);
+    if (node != nullptr) {
+      return Unsupported(*node, "the shape of its output '" + tensor +
+                                    "' is unknown (a shape computed from "
+                                    "graph inputs, or an op whose shape "
+                                    "import-onnx does not infer)");
+    }
+    return Status::Infeasible(g_.model_name() + ": " + what + " '" + tensor +
+                              "' has no known shape");
+  }
+
+  // ------------------------------------------------------------ dtypes
+
+  Status MapType(int32_t elem_type, const std::string& tensor,
+                 fb::DType* dtype) const {
+    if (!IsOnnxFloatType(elem_type)) {
+      return Status::Infeasible(g_.model_name() + ": tensor '" + tensor +
+                                "' is " + OnnxTypeName(elem_type) +
+                                "; tilec values are floating point");
+    }
+    switch (options_.dtype) {
+      case OnnxDTypePolicy::kF16:
+        *dtype = fb::DType::F16;
+        return Status::Ok();
+      case OnnxDTypePolicy::kF32:
+        *dtype = fb::DType::F32;
+        return Status::Ok();
+      case OnnxDTypePolicy::kKeep:
+        break;
+    }
+    switch (elem_type) {
+      case TensorProto::FLOAT:
+        *dtype = fb::DType::F32;
+        return Status::Ok();
+      case TensorProto::FLOAT16:
+        *dtype = fb::DType::F16;
+        return Status::Ok();
+      case TensorProto::BFLOAT16:
+        *dtype = fb::DType::BF16;
+        return Status::Ok();
+      default:
+        return Status::Infeasible(
+            g_.model_name() + ": tensor '" + tensor + "' is " +
+            OnnxTypeName(elem_type) +
+            "; tilec has no such dtype (--dtype=f32 or f16 converts it)");
+    }
+  }
+
+  Status TypeOf(const std::string& tensor, fb::DType* dtype) const {
+    const OnnxTensorInfo* info = g_.Find(tensor);
+    return MapType(info != nullptr ? info->elem_type : 0, tensor, dtype);
+  }
+
+  // ------------------------------------------------------------ building
+
+  uint32_t NewValue(const std::string& name, Shape shape, fb::DType dtype,
+                    fb::ValueRole role) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->id = static_cast<uint32_t>(values_.size());
+    v->name = name;
+    v->shape = std::move(shape);
+    v->dtype = dtype;
+    v->role = role;
+    values_.push_back(std::move(v));
+    return values_.back()->id;
+  }
+
+  uint32_t NewOp(fb::OpKind kind, const std::string& name,
+                 std::vector<uint32_t> operands, const std::string& result,
+                 Shape shape, fb::DType dtype,
+                 fb::OperationT** op_out = nullptr) {
+    const uint32_t id =
+        NewValue(result, std::move(shape), dtype, fb::ValueRole::Activation);
+    auto op = std::make_unique<fb::OperationT>();
+    op->id = static_cast<uint32_t>(ops_.size());
+    op->kind = kind;
+    op->name = name;
+    op->operands = std::move(operands);
+    op->results = {id};
+    if (op_out != nullptr) *op_out = op.get();
+    ops_.push_back(std::move(op));
+    return id;
+  }
+
+  // A weight from numbers: appended to the sidecar as little-endian F32.
+  uint32_t NewWeight(const std::string& name, Shape shape,
+                     const std::vector<float>& data, fb::DType dtype) {
+    const uint32_t id =
+        NewValue(name, std::move(shape), dtype, fb::ValueRole::Weight);
+    const bool uniform =
+        !data.empty() && std::all_of(data.begin(), data.end(), [&](float f) {
+          return std::memcmp(&f, &data[0], sizeof f) == 0;
+        });
+    if (uniform) {
+      auto init = std::make_unique<fb::WeightInitT>();
+      init->distribution = fb::Distribution::Constant;
+      init->mean = data[0];
+      values_[id]->init = std::move(init);
+      return id;
+    }
+    values_[id]->sidecar = sidecar_.Append(data);
+    return id;
+  }
+
+  Status ConstantData(const std::string& tensor, ConstPtr* c) const {
+    TILEC_RETURN_IF_ERROR(g_.Constant(tensor, c));
+    if (*c == nullptr) {
+      return Status::Internal("'" + tensor + "' is not a constant");
+    }
+    return Status::Ok();
+  }
+
+  static std::vector<float> ToFloats(const OnnxConstant& c) {
+    return std::vector<float>(c.data.begin(), c.data.end());
+  }
+
+  bool IsConstant(const std::string& tensor) const {
+    const OnnxTensorInfo* info = g_.Find(tensor);
+    return info != nullptr &&
+           (info->value != nullptr || info->initializer != nullptr);
+  }
+
+  // The weight of a constant tensor viewed as `shape` (same element count),
+  // memoized per tensor and shape.
+  Status ConstantWeight(const std::string& tensor, const Shape& shape,
+                        uint32_t* id) {
+    const std::string key = tensor + ir::ShapeToString(shape);
+    if (auto it = weights_.find(key); it != weights_.end()) {
+      *id = it->second;
+      return Status::Ok();
+    }
+    ConstPtr c;
+    TILEC_RETURN_IF_ERROR(ConstantData(tensor, &c));
+    if (c->elements() != Elements(shape)) {
+      return Status::Internal(
+          "constant '" + tensor + "' has " + std::to_string(c->elements()) +
+          " elements, viewed as " + ir::ShapeToString(shape));
+    }
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(MapType(c->elem_type, tensor, &dtype));
+    *id = NewWeight(tensor, shape, ToFloats(*c), dtype);
+    weights_[key] = *id;
+    return Status::Ok();
+  }
+
+  // ------------------------------------------------------------ graph walk
+
+  const NodeProto* Node(const std::string& tensor) const {
+    return g_.Producer(tensor);
+  }
+  const Shape* ShapeOf(const std::string& tensor) const {
+    const OnnxTensorInfo* info = g_.Find(tensor);
+    return info != nullptr && info->shape_known ? &info->shape : nullptr;
+  }
+
+  // A Cast between float types: precision changes inside a pattern (an
+  // exporter computing statistics in F32) do not change what it computes.
+  bool IsFloatCast(const NodeProto& n) const {
+    if (n.op_type() != "Cast" && n.op_type() != "CastLike") return false;
+    const OnnxTensorInfo* in = g_.Find(n.input(0));
+    const OnnxTensorInfo* out = g_.Find(n.output(0));
+    return in != nullptr && out != nullptr && IsOnnxFloatType(in->elem_type) &&
+           IsOnnxFloatType(out->elem_type);
+  }
+
+  std::string PeelCasts(std::string t) const {
+    for (const NodeProto* n = Node(t);
+         n != nullptr && (IsFloatCast(*n) || n->op_type() == "Identity");
+         n = Node(t)) {
+      t = n->input(0);
+    }
+    return t;
+  }
+
+  // Through casts and views: the tensor whose data `t` is.
+  std::string PeelViews(std::string t) const {
+    for (const NodeProto* n = Node(t);
+         n != nullptr && (IsFloatCast(*n) || IsView(n->op_type()));
+         n = Node(t)) {
+      t = n->input(0);
+    }
+    return t;
+  }
+
+  bool Same(const std::string& a, const std::string& b) const {
+    return PeelViews(a) == PeelViews(b);
+  }
+
+  // The producer of `t` (through casts) if it has op type `op`.
+  const NodeProto* NodeIs(const std::string& t, const char* op) const {
+    const NodeProto* n = Node(PeelCasts(t));
+    return n != nullptr && n->op_type() == op ? n : nullptr;
+  }
+
+  bool Scalar(const std::string& t, double* v) const {
+    return g_.ScalarConstant(PeelCasts(t), v);
+  }
+
+  // A constant or graph input of `width` elements that broadcasts along
+  // the last dims only (a LayerNorm gamma or beta, a bias).
+  bool IsRowParam(const std::string& t, const Shape& trailing) const {
+    const OnnxTensorInfo* info = g_.Find(PeelCasts(t));
+    if (info == nullptr || !info->shape_known) return false;
+    if (!info->graph_input && !IsConstant(PeelCasts(t))) {
+      // A view of a graph input or constant (Flatten(W) in the expanded
+      // LayerNorm function).
+      const std::string base = PeelViews(t);
+      const OnnxTensorInfo* b = g_.Find(base);
+      if (b == nullptr || !(b->graph_input || IsConstant(base))) return false;
+    }
+    return StripOnes(info->shape) == StripOnes(trailing);
+  }
+
+  // ------------------------------------------------------------ values
+
+  // The tilec value holding tensor `t` as `want` (a shape with t's element
+  // count): views pass through, graph inputs and constants take that shape,
+  // everything else is emitted once by the patterns below.
+  Status Value(const std::string& t, const Shape& want, uint32_t* id,
+               bool exact = true) {
+    const OnnxTensorInfo* info = g_.Find(t);
+    if (info == nullptr) {
+      return Status::BadInput(g_.model_name() + ": tensor '" + t +
+                              "' is not defined");
+    }
+    if (!info->shape_known) return Unknown(t, "tensor");
+    if (Elements(info->shape) != Elements(want)) {
+      return Status::Internal("'" + t + "' " + ir::ShapeToString(info->shape) +
+                              " viewed as " + ir::ShapeToString(want));
+    }
+    if (auto it = memo_.find(t); it != memo_.end()) {
+      *id = it->second;
+      return exact ? CheckView(t, *id, want) : Status::Ok();
+    }
+    if (info->graph_input) {
+      fb::DType dtype;
+      TILEC_RETURN_IF_ERROR(MapType(info->elem_type, t, &dtype));
+      *id = NewValue(t, want, dtype, fb::ValueRole::Input);
+      auto init = std::make_unique<fb::WeightInitT>();
+      init->distribution = fb::Distribution::Gaussian;
+      init->seed = DeriveSeed(options_.input_seed, *id);
+      init->mean = 0.0f;
+      init->stddev = 1.0f;
+      values_[*id]->init = std::move(init);
+      memo_[t] = *id;
+      return Status::Ok();
+    }
+    if (IsConstant(t)) return ConstantWeight(t, want, id);
+    const NodeProto& node = g_.node(info->producer);
+    if (node.domain() != "" && node.domain() != "ai.onnx") {
+      return Unsupported(node, "custom domains are not imported");
+    }
+    if (IsView(node.op_type()) && node.output(0) == t) {
+      return Value(node.input(0), want, id, exact);
+    }
+    if (IsFloatCast(node)) {
+      fb::DType from, to;
+      TILEC_RETURN_IF_ERROR(TypeOf(node.input(0), &from));
+      TILEC_RETURN_IF_ERROR(TypeOf(t, &to));
+      if (from == to) return Value(node.input(0), want, id, exact);
+    }
+    TILEC_RETURN_IF_ERROR(Emit(node, t, want, id));
+    memo_[t] = *id;
+    return exact ? CheckView(t, *id, want) : Status::Ok();
+  }
+
+  Status CheckView(const std::string& t, uint32_t id, const Shape& want) {
+    if (values_[id]->shape == want) return Status::Ok();
+    const NodeProto* node = Node(t);
+    const std::string why =
+        "tilec holds '" + t + "' as " + ir::ShapeToString(values_[id]->shape) +
+        " and a consumer needs it as " + ir::ShapeToString(want) +
+        ", a reshape that moves data between rows";
+    if (node != nullptr) return Unsupported(*node, why);
+    return Status::Infeasible(g_.model_name() + ": " + why);
+  }
+
+  // ------------------------------------------------------------ emission
+
+  Status Emit(const NodeProto& node, const std::string& t, const Shape& want,
+              uint32_t* id) {
+    const std::string& op = node.op_type();
+    if (node.output(0) != t) {
+      return Unsupported(node, "its output '" + t +
+                                   "' is not imported (only the first "
+                                   "output of this op maps onto tilec)");
+    }
+    if (op == "Add" || op == "Mul" || op == "Div" ||
+        op == "LayerNormalization") {
+      LayerNormMatch ln;
+      if (MatchLayerNorm(t, &ln)) return EmitLayerNorm(node, t, ln, id);
+    }
+    if (op == "Mul") {
+      fb::GeluForm form;
+      std::string x;
+      if (MatchGelu(t, &form, &x)) return EmitGelu(node, t, x, form, id);
+    }
+    if (op == "Div") {
+      std::string x;
+      if (MatchSoftmaxExpanded(node, &x)) return EmitSoftmaxOf(node, t, x, id);
+    }
+    if (op == "LayerNormalization") {
+      return Unsupported(node,
+                         "its scale or bias does not broadcast along "
+                         "the normalized axes");
+    }
+    if (op == "Add") return EmitAdd(node, t, want, id);
+    if (op == "MatMul") return EmitMatMul(node, t, id);
+    if (op == "Gemm") return EmitGemm(node, t, id);
+    if (op == "Softmax") return EmitSoftmax(node, t, id);
+    if (op == "Cast" || op == "CastLike") return EmitCast(node, t, want, id);
+    if (op == "Mul" || op == "Div") return EmitScale(node, t, want, id);
+    if (op == "Transpose") return EmitTranspose(node, t, id);
+    if (op == "Erf" || op == "Tanh" || op == "Sigmoid") {
+      return Unsupported(node,
+                         "a lone " + op +
+                             ": tilec has it only inside "
+                             "GELU (x * 0.5 * (1 + erf(x / sqrt(2))), the "
+                             "tanh form, x * sigmoid(1.702 x))");
+    }
+    if (op == "Conv") {
+      return Unsupported(node,
+                         "a convolution maps onto tilec only as a patch "
+                         "embedding: stride = kernel, no padding, "
+                         "followed by flatten(2).transpose(1, 2)");
+    }
+    return Unsupported(node, "no tilec op or recognized pattern computes it");
+  }
+
+  std::string NodeName(const NodeProto& node) const {
+    return node.name().empty() ? node.output(0) : node.name();
+  }
+
+  Status DTypeOf(const std::string& t, fb::DType* dtype) const {
+    return TypeOf(t, dtype);
+  }
+
+  // A [w] row parameter: a constant's weight, or a graph input's value.
+  Status RowParam(const std::string& t, int64_t width, uint32_t* id) {
+    return Value(t, {width}, id);
+  }
+
+  // -------------------------------------------------- LayerNorm
+
+  // var(x) over `axes` as exporters write it: mean((x - mean)^2) with Pow
+  // or Mul, or mean(x*x) - mean(x)^2 (ONNX's LayerNormalization function).
+  bool MatchVariance(const std::string& var, const std::string& x,
+                     const std::vector<int64_t>& axes) const {
+    auto is_square_of = [&](const std::string& t, auto&& base_ok) {
+      const NodeProto* n = Node(PeelCasts(t));
+      if (n == nullptr) return false;
+      double e = 0;
+      if (n->op_type() == "Pow") {
+        return Scalar(n->input(1), &e) && e == 2.0 && base_ok(n->input(0));
+      }
+      if (n->op_type() == "Mul") {
+        return Same(n->input(0), n->input(1)) && base_ok(n->input(0));
+      }
+      return false;
+    };
+    auto is_deviation = [&](const std::string& d) {
+      std::string dx;
+      std::vector<int64_t> daxes;
+      return MatchDeviation(d, &dx, &daxes) && Same(dx, x) && daxes == axes;
+    };
+    auto is_mean_of = [&](const std::string& t, auto&& inner_ok) {
+      const NodeProto* n = NodeIs(t, "ReduceMean");
+      return n != nullptr && ReduceAxes(*n) == axes && inner_ok(n->input(0));
+    };
+    if (is_mean_of(var, [&](const std::string& sq) {
+          return is_square_of(sq, is_deviation);
+        })) {
+      return true;
+    }
+    const NodeProto* sub = NodeIs(var, "Sub");
+    if (sub == nullptr) return false;
+    auto is_x = [&](const std::string& t) { return Same(t, x); };
+    return is_mean_of(
+               sub->input(0),
+               [&](const std::string& sq) { return is_square_of(sq, is_x); }) &&
+           is_square_of(sub->input(1), [&](const std::string& m) {
+             return is_mean_of(m, is_x);
+           });
+  }
+
+  // The reduced axes of a ReduceMean with keepdims, normalized, sorted;
+  // empty when they are not given as constants.
+  std::vector<int64_t> ReduceAxes(const NodeProto& n) const {
+    if (IntAttribute(n, "keepdims", 1) == 0) return {};
+    std::vector<int64_t> axes = IntsAttribute(n, "axes");
+    const Shape* s = ShapeOf(n.input(0));
+    if (s == nullptr || axes.empty()) return {};
+    for (int64_t& a : axes) {
+      if (!NormalizeAxis(a, static_cast<int64_t>(s->size()), &a)) return {};
+    }
+    std::sort(axes.begin(), axes.end());
+    return axes;
+  }
+
+  // d = x - ReduceMean(x) over trailing axes.
+  bool MatchDeviation(const std::string& d, std::string* x,
+                      std::vector<int64_t>* axes) const {
+    const NodeProto* sub = NodeIs(d, "Sub");
+    if (sub == nullptr) return false;
+    const NodeProto* mean = NodeIs(sub->input(1), "ReduceMean");
+    if (mean == nullptr || !Same(mean->input(0), sub->input(0))) return false;
+    *axes = ReduceAxes(*mean);
+    const Shape* s = ShapeOf(mean->input(0));
+    if (axes->empty() || s == nullptr) return false;
+    for (size_t i = 0; i < axes->size(); ++i) {
+      if ((*axes)[axes->size() - 1 - i] !=
+          static_cast<int64_t>(s->size() - 1 - i)) {
+        return false;  // not the trailing axes
+      }
+    }
+    *x = mean->input(0);
+    return true;
+  }
+
+  // (x - mean) / sqrt(var + eps), also as a product with 1/sqrt or
+  // Reciprocal(Sqrt(...)).
+  bool MatchNormalized(const std::string& t, LayerNormMatch* m) const {
+    const NodeProto* n = Node(PeelCasts(t));
+    if (n == nullptr) return false;
+    auto match_std = [&](const std::string& s, bool inverse, std::string* dev) {
+      std::string sq = s;
+      if (inverse) {
+        const NodeProto* r = NodeIs(s, "Reciprocal");
+        if (r == nullptr) return false;
+        sq = r->input(0);
+      }
+      const NodeProto* sqrt = NodeIs(sq, "Sqrt");
+      if (sqrt == nullptr) return false;
+      const NodeProto* add = NodeIs(sqrt->input(0), "Add");
+      if (add == nullptr) return false;
+      for (int side = 0; side < 2; ++side) {
+        double eps = 0;
+        if (!Scalar(add->input(side), &eps)) continue;
+        std::string x;
+        std::vector<int64_t> axes;
+        if (!MatchDeviation(*dev, &x, &axes)) return false;
+        if (!MatchVariance(add->input(1 - side), x, axes)) return false;
+        const Shape& xs = *ShapeOf(x);
+        m->x = x;
+        m->width = Product(xs, axes.front(), xs.size());
+        m->eps = eps;
+        return true;
+      }
+      return false;
+    };
+    if (n->op_type() == "Div") {
+      std::string dev = n->input(0);
+      return match_std(n->input(1), false, &dev);
+    }
+    if (n->op_type() == "Mul") {
+      for (int side = 0; side < 2; ++side) {
+        std::string dev = n->input(side);
+        if (match_std(n->input(1 - side), true, &dev)) return true;
+      }
+    }
+    return false;
+  }
+
+  Shape Trailing(const LayerNormMatch& m) const { return {m.width}; }
+
+  bool MatchScaled(const std::string& t, LayerNormMatch* m) const {
+    if (MatchNormalized(t, m)) return true;
+    const NodeProto* mul = NodeIs(t, "Mul");
+    if (mul == nullptr) return false;
+    for (int side = 0; side < 2; ++side) {
+      if (MatchNormalized(mul->input(1 - side), m) &&
+          IsRowParam(mul->input(side), TrailingDims(*m))) {
+        m->gamma = mul->input(side);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The normalized dims of x, for comparing gamma and beta shapes.
+  Shape TrailingDims(const LayerNormMatch& m) const {
+    const Shape& xs = *ShapeOf(m.x);
+    int64_t acc = 1;
+    size_t i = xs.size();
+    while (i > 0 && acc < m.width) acc *= xs[--i];
+    return Shape(xs.begin() + i, xs.end());
+  }
+
+  bool MatchLayerNorm(const std::string& t, LayerNormMatch* m) const {
+    const NodeProto* n = Node(PeelCasts(t));
+    if (n == nullptr) return false;
+    if (n->op_type() == "LayerNormalization") {
+      const Shape* xs = ShapeOf(n->input(0));
+      int64_t axis = 0;
+      if (xs == nullptr ||
+          !NormalizeAxis(IntAttribute(*n, "axis", -1),
+                         static_cast<int64_t>(xs->size()), &axis)) {
+        return false;
+      }
+      m->x = n->input(0);
+      m->width = Product(*xs, axis, xs->size());
+      m->eps = FloatAttribute(*n, "epsilon", 1e-5f);
+      const Shape trailing(xs->begin() + axis, xs->end());
+      if (!IsRowParam(n->input(1), trailing)) return false;
+      m->gamma = n->input(1);
+      if (n->input_size() > 2 && !n->input(2).empty()) {
+        if (!IsRowParam(n->input(2), trailing)) return false;
+        m->beta = n->input(2);
+      }
+      return true;
+    }
+    if (n->op_type() == "Add") {
+      for (int side = 0; side < 2; ++side) {
+        LayerNormMatch inner;
+        if (MatchScaled(n->input(1 - side), &inner) &&
+            IsRowParam(n->input(side), TrailingDims(inner))) {
+          *m = inner;
+          m->beta = n->input(side);
+          return true;
+        }
+      }
+      return false;
+    }
+    return MatchScaled(t, m);
+  }
+
+  Status EmitLayerNorm(const NodeProto& node, const std::string& t,
+                       const LayerNormMatch& m, uint32_t* id) {
+    const Shape& xs = *ShapeOf(m.x);
+    const int64_t rows = Elements(xs) / m.width;
+    uint32_t x, gamma, beta;
+    TILEC_RETURN_IF_ERROR(Value(m.x, {rows, m.width}, &x));
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    if (m.gamma.empty()) {
+      gamma = NewWeight(NodeName(node) + ".gamma", {m.width},
+                        std::vector<float>(m.width, 1.0f), dtype);
+    } else {
+      TILEC_RETURN_IF_ERROR(RowParam(m.gamma, m.width, &gamma));
+    }
+    if (m.beta.empty()) {
+      beta = NewWeight(NodeName(node) + ".beta", {m.width},
+                       std::vector<float>(m.width, 0.0f), dtype);
+    } else {
+      TILEC_RETURN_IF_ERROR(RowParam(m.beta, m.width, &beta));
+    }
+    fb::OperationT* op = nullptr;
+    *id = NewOp(fb::OpKind::LayerNorm, NodeName(node), {x, gamma, beta}, t,
+                {rows, m.width}, dtype, &op);
+    op->eps = static_cast<float>(m.eps);
+    return Status::Ok();
+  }
+
+  // -------------------------------------------------- GELU
+
+  // A polynomial in x of small degree built from Add, Sub, Mul, Div by a
+  // constant and Pow with a constant integer exponent.
+  bool MatchPoly(const std::string& t, const std::string& x, Poly* p,
+                 int depth = 0) const {
+    if (depth > 12) return false;
+    if (Same(t, x)) {
+      *p = {{1, 1.0}};
+      return true;
+    }
+    double c = 0;
+    if (Scalar(t, &c)) {
+      *p = {{0, c}};
+      return true;
+    }
+    const NodeProto* n = Node(PeelCasts(t));
+    if (n == nullptr || n->input_size() < 2) return false;
+    const std::string& op = n->op_type();
+    Poly a, b;
+    if (op == "Pow") {
+      double e = 0;
+      if (!Scalar(n->input(1), &e) || e != std::floor(e) || e < 1 || e > 4 ||
+          !MatchPoly(n->input(0), x, &a, depth + 1)) {
+        return false;
+      }
+      Poly r = {{0, 1.0}};
+      for (int i = 0; i < static_cast<int>(e); ++i) r = Multiply(r, a);
+      *p = r;
+      return true;
+    }
+    if (!MatchPoly(n->input(0), x, &a, depth + 1)) return false;
+    if (op == "Div") {
+      if (!Scalar(n->input(1), &c) || c == 0) return false;
+      for (auto& [deg, coef] : a) coef /= c;
+      *p = a;
+      return true;
+    }
+    if (!MatchPoly(n->input(1), x, &b, depth + 1)) return false;
+    if (op == "Mul") {
+      *p = Multiply(a, b);
+      return true;
+    }
+    if (op == "Add" || op == "Sub") {
+      for (const auto& [deg, coef] : b) a[deg] += op == "Add" ? coef : -coef;
+      *p = a;
+      return true;
+    }
+    return false;
+  }
+
+  static Poly Multiply(const Poly& a, const Poly& b) {
+    Poly r;
+    for (const auto& [da, ca] : a) {
+      for (const auto& [db, cb] : b) r[da + db] += ca * cb;
+    }
+    return r;
+  }
+
+  static bool PolyIs(const Poly& p, const Poly& expected) {
+    for (const auto& [deg, coef] : p) {
+      auto it = expected.find(deg);
+      if (it == expected.end() ? coef != 0 : !Near(coef, it->second)) {
+        return false;
+      }
+    }
+    for (const auto& [deg, coef] : expected) {
+      if (!p.count(deg)) return false;
+    }
+    return true;
+  }
+
+  // The factors of a product tree (Mul, Div by a constant): constants
+  // multiplied into *c, the rest listed.
+  void Factors(const std::string& t, double* c,
+               std::vector<std::string>* rest) const {
+    double v = 0;
+    if (Scalar(t, &v)) {
+      *c *= v;
+      return;
+    }
+    const NodeProto* n = Node(PeelCasts(t));
+    if (n != nullptr && n->op_type() == "Mul") {
+      Factors(n->input(0), c, rest);
+      Factors(n->input(1), c, rest);
+      return;
+    }
+    if (n != nullptr && n->op_type() == "Div" && Scalar(n->input(1), &v) &&
+        v != 0) {
+      *c /= v;
+      Factors(n->input(0), c, rest);
+      return;
+    }
+    rest->push_back(t);
+  }
+
+  // 0.5 * x * (1 + erf(x / sqrt(2))), 0.5 * x * (1 + tanh(sqrt(2/pi) *
+  // (x + 0.044715 x^3))), x * sigmoid(1.702 x); factors in any order.
+  bool MatchGelu(const std::string& t, fb::GeluForm* form,
+                 std::string* x) const {
+    double c = 1.0;
+    std::vector<std::string> f;
+    Factors(t, &c, &f);
+    if (f.size() != 2) return false;
+    for (int side = 0; side < 2; ++side) {
+      const std::string& cand = f[side];
+      const std::string& other = f[1 - side];
+      if (const NodeProto* sig = NodeIs(other, "Sigmoid")) {
+        Poly p;
+        if (Near(c, 1.0) && MatchPoly(sig->input(0), cand, &p) &&
+            PolyIs(p, {{1, 1.702}})) {
+          *form = fb::GeluForm::Quick;
+          *x = cand;
+          return true;
+        }
+        continue;
+      }
+      const NodeProto* add = NodeIs(other, "Add");
+      if (add == nullptr || !Near(c, 0.5)) continue;
+      for (int s = 0; s < 2; ++s) {
+        double one = 0;
+        if (!Scalar(add->input(s), &one) || one != 1.0) continue;
+        const std::string inner = add->input(1 - s);
+        Poly p;
+        if (const NodeProto* erf = NodeIs(inner, "Erf")) {
+          if (MatchPoly(erf->input(0), cand, &p) &&
+              PolyIs(p, {{1, 1.0 / std::sqrt(2.0)}})) {
+            *form = fb::GeluForm::Erf;
+            *x = cand;
+            return true;
+          }
+        } else if (const NodeProto* tanh = NodeIs(inner, "Tanh")) {
+          const double k = std::sqrt(2.0 / M_PI);
+          if (MatchPoly(tanh->input(0), cand, &p) &&
+              PolyIs(p, {{1, k}, {3, k * 0.044715}})) {
+            *form = fb::GeluForm::Tanh;
+            *x = cand;
+            return true;
+          }
+        }
+      }
+    }
+    return false;
+  }
+
+  Status EmitGelu(const NodeProto& node, const std::string& t,
+                  const std::string& x, fb::GeluForm form, uint32_t* id) {
+    const Shape view = View2D(*ShapeOf(t));
+    uint32_t in;
+    TILEC_RETURN_IF_ERROR(Value(x, view, &in));
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    fb::OperationT* op = nullptr;
+    *id = NewOp(fb::OpKind::Gelu, NodeName(node), {in}, t, view, dtype, &op);
+    op->gelu = form;
+    mlp_width_ = view[1];
+    return Status::Ok();
+  }
+
+  // -------------------------------------------------- Softmax
+
+  static bool IsLastAxis(const std::vector<int64_t>& axes, size_t rank) {
+    return axes.size() == 1 && axes[0] == static_cast<int64_t>(rank) - 1;
+  }
+
+  std::vector<int64_t> AxesOf(const NodeProto& n) const {
+    std::vector<int64_t> axes = IntsAttribute(n, "axes");
+    if (n.input_size() > 1 && !n.input(1).empty()) {
+      ConstPtr c;
+      if (!g_.Constant(n.input(1), &c).ok() || c == nullptr) return {};
+      axes.clear();
+      for (double d : c->data) axes.push_back(static_cast<int64_t>(d));
+    }
+    const Shape* s = ShapeOf(n.input(0));
+    if (s == nullptr) return {};
+    for (int64_t& a : axes) {
+      if (!NormalizeAxis(a, static_cast<int64_t>(s->size()), &a)) return {};
+    }
+    return axes;
+  }
+
+  // exp(x - max(x)) / sum(exp(x - max(x))) over the last axis (the max may
+  // be missing).
+  bool MatchSoftmaxExpanded(const NodeProto& div, std::string* x) const {
+    const NodeProto* exp = NodeIs(div.input(0), "Exp");
+    const NodeProto* sum = NodeIs(div.input(1), "ReduceSum");
+    if (exp == nullptr || sum == nullptr ||
+        !Same(sum->input(0), div.input(0)) ||
+        IntAttribute(*sum, "keepdims", 1) == 0) {
+      return false;
+    }
+    const Shape* s = ShapeOf(exp->input(0));
+    if (s == nullptr || !IsLastAxis(AxesOf(*sum), s->size())) return false;
+    *x = exp->input(0);
+    if (const NodeProto* sub = NodeIs(exp->input(0), "Sub")) {
+      const NodeProto* max = NodeIs(sub->input(1), "ReduceMax");
+      if (max != nullptr && Same(max->input(0), sub->input(0)) &&
+          IntAttribute(*max, "keepdims", 1) != 0 &&
+          IsLastAxis(AxesOf(*max), s->size())) {
+        *x = sub->input(0);
+      }
+    }
+    return true;
+  }
+
+  Status EmitSoftmaxOf(const NodeProto& node, const std::string& t,
+                       const std::string& x, uint32_t* id) {
+    const Shape view = View2D(*ShapeOf(t));
+    uint32_t in;
+    TILEC_RETURN_IF_ERROR(Value(x, view, &in));
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    *id = NewOp(fb::OpKind::Softmax, NodeName(node), {in}, t, view, dtype);
+    return Status::Ok();
+  }
+
+  Status EmitSoftmax(const NodeProto& node, const std::string& t,
+                     uint32_t* id) {
+    const Shape& s = *ShapeOf(t);
+    int64_t axis = 0;
+    if (!NormalizeAxis(IntAttribute(node, "axis", -1),
+                       static_cast<int64_t>(s.size()), &axis) ||
+        axis != static_cast<int64_t>(s.size()) - 1) {
+      return Unsupported(node,
+                         "softmax over axis " +
+                             std::to_string(IntAttribute(node, "axis", -1)) +
+                             " of a rank-" + std::to_string(s.size()) +
+                             " tensor: tilec's Softmax is over the last "
+                             "axis");
+    }
+    return EmitSoftmaxOf(node, t, node.input(0), id);
+  }
+
+  // -------------------------------------------------- elementwise
+
+  Status EmitAdd(const NodeProto& node, const std::string& t, const Shape& want,
+                 uint32_t* id) {
+    const Shape& out = *ShapeOf(t);
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    const Shape view = View2D(out);
+    const Shape last = {out.empty() ? 1 : out.back()};
+    for (int side = 0; side < 2; ++side) {
+      const std::string& bias = node.input(side);
+      const std::string& x = node.input(1 - side);
+      const Shape* bs = ShapeOf(bias);
+      const Shape* xs = ShapeOf(x);
+      if (bs == nullptr || xs == nullptr || Elements(*xs) != Elements(out)) {
+        continue;
+      }
+      const bool row = IsRowParam(bias, last) && Elements(*bs) == last[0] &&
+                       Elements(*bs) != Elements(out);
+      double scalar = 0;
+      const bool constant_scalar = Scalar(bias, &scalar) && Elements(out) > 1;
+      if (!row && !constant_scalar) continue;
+      uint32_t a, b;
+      TILEC_RETURN_IF_ERROR(Value(x, view, &a));
+      if (row) {
+        TILEC_RETURN_IF_ERROR(RowParam(bias, view[1], &b));
+      } else {
+        b = NewWeight(bias, {view[1]},
+                      std::vector<float>(view[1], static_cast<float>(scalar)),
+                      dtype);
+      }
+      *id = NewOp(fb::OpKind::BiasAdd, NodeName(node), {a, b}, t, view, dtype);
+      return Status::Ok();
+    }
+    const Shape* as = ShapeOf(node.input(0));
+    const Shape* bs = ShapeOf(node.input(1));
+    if (as == nullptr || bs == nullptr || Elements(*as) != Elements(out) ||
+        Elements(*bs) != Elements(out)) {
+      return Unsupported(node, "an Add that broadcasts " +
+                                   ir::ShapeToString(as ? *as : Shape{}) +
+                                   " and " +
+                                   ir::ShapeToString(bs ? *bs : Shape{}) +
+                                   " other than along the last axis");
+    }
+    uint32_t a, b;
+    TILEC_RETURN_IF_ERROR(Value(node.input(0), want, &a));
+    TILEC_RETURN_IF_ERROR(Value(node.input(1), want, &b));
+    *id = NewOp(fb::OpKind::Add, NodeName(node), {a, b}, t, want, dtype);
+    return Status::Ok();
+  }
+
+  // x * c or x / c for a scalar constant c: a Fused op of one Scale step.
+  Status EmitScale(const NodeProto& node, const std::string& t,
+                   const Shape& want, uint32_t* id) {
+    const bool div = node.op_type() == "Div";
+    for (int side = 0; side < (div ? 1 : 2); ++side) {
+      double c = 0;
+      if (!Scalar(node.input(1 - side), &c) || (div && c == 0)) continue;
+      return EmitScaleOf(NodeName(node), node.input(side), t, want,
+                         div ? 1.0 / c : c, id);
+    }
+    return Unsupported(node, "a " + node.op_type() +
+                                 " of two tensors that is not part of a "
+                                 "LayerNorm, GELU or last-axis softmax "
+                                 "pattern (tilec scales only by a constant "
+                                 "scalar)");
+  }
+
+  Status EmitScaleOf(const std::string& name, const std::string& x,
+                     const std::string& t, const Shape& want, double factor,
+                     uint32_t* id) {
+    uint32_t in;
+    TILEC_RETURN_IF_ERROR(Value(x, want, &in));
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    return EmitScaleValue(name, in, t, factor, dtype, id);
+  }
+
+  Status EmitCast(const NodeProto& node, const std::string& t,
+                  const Shape& want, uint32_t* id) {
+    if (!IsFloatCast(node)) {
+      return Unsupported(node, "a cast to or from a non-float type");
+    }
+    uint32_t in;
+    TILEC_RETURN_IF_ERROR(Value(node.input(0), want, &in));
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    *id = NewOp(fb::OpKind::Cast, NodeName(node), {in}, t, want, dtype);
+    return Status::Ok();
+  }
+
+  // -------------------------------------------------- GEMMs
+
+  // A constant matrix as [rows, cols] floats, transposed if asked.
+  Status Matrix(const std::string& t, bool transpose, std::vector<float>* m,
+                int64_t* rows, int64_t* cols) const {
+    ConstPtr c;
+    TILEC_RETURN_IF_ERROR(ConstantData(t, &c));
+    if (c->shape.size() != 2) {
+      return Status::Internal("'" + t + "' is not a matrix");
+    }
+    const int64_t r = c->shape[0], k = c->shape[1];
+    m->resize(static_cast<size_t>(r * k));
+    for (int64_t i = 0; i < r; ++i) {
+      for (int64_t j = 0; j < k; ++j) {
+        (*m)[transpose ? j * r + i : i * k + j] =
+            static_cast<float>(c->data[i * k + j]);
+      }
+    }
+    *rows = transpose ? k : r;
+    *cols = transpose ? r : k;
+    return Status::Ok();
+  }
+
+  Status EmitMatMul(const NodeProto& node, const std::string& t, uint32_t* id) {
+    const Shape* as = ShapeOf(node.input(0));
+    const Shape* bs = ShapeOf(node.input(1));
+    if (as == nullptr || bs == nullptr || as->size() < 2 || bs->size() != 2) {
+      return Unsupported(
+          node, "a MatMul of " + ir::ShapeToString(as ? *as : Shape{}) +
+                    " and " + ir::ShapeToString(bs ? *bs : Shape{}) +
+                    ": tilec multiplies [rows, K] by a [K, N] matrix (a "
+                    "batched product only inside the attention pattern)");
+    }
+    const int64_t k = bs->at(0), n = bs->at(1);
+    const int64_t rows = Elements(*as) / k;
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    uint32_t a, b;
+    TILEC_RETURN_IF_ERROR(Value(node.input(0), {rows, k}, &a));
+    TILEC_RETURN_IF_ERROR(Value(node.input(1), {k, n}, &b));
+    *id =
+        NewOp(fb::OpKind::MatMul, NodeName(node), {a, b}, t, {rows, n}, dtype);
+    return Status::Ok();
+  }
+
+  // alpha * A' B' + beta * C with A an activation.
+  Status EmitGemm(const NodeProto& node, const std::string& t, uint32_t* id) {
+    const bool ta = IntAttribute(node, "transA", 0) != 0;
+    const bool tb = IntAttribute(node, "transB", 0) != 0;
+    const double alpha = FloatAttribute(node, "alpha", 1.0f);
+    const double beta = FloatAttribute(node, "beta", 1.0f);
+    const Shape& out = *ShapeOf(t);
+    const int64_t m = out[0], n = out[1];
+    const Shape& as = *ShapeOf(node.input(0));
+    const int64_t k = ta ? as[0] : as[1];
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    if (ta) {
+      return Unsupported(node,
+                         "transA=1 on an activation: tilec has no "
+                         "transpose of a computed value");
+    }
+    const std::string name = NodeName(node);
+    uint32_t a, b;
+    TILEC_RETURN_IF_ERROR(Value(node.input(0), {m, k}, &a));
+    bool alpha_done = alpha == 1.0;
+    if (IsConstant(node.input(1))) {
+      std::vector<float> w;
+      int64_t rows = 0, cols = 0;
+      TILEC_RETURN_IF_ERROR(Matrix(node.input(1), tb, &w, &rows, &cols));
+      for (float& f : w) f = static_cast<float>(f * alpha);
+      fb::DType wtype;
+      TILEC_RETURN_IF_ERROR(DTypeOf(node.input(1), &wtype));
+      b = NewWeight(node.input(1), {k, n}, w, wtype);
+      alpha_done = true;
+    } else if (tb) {
+      return Unsupported(node,
+                         "transB=1 on an activation: tilec has no "
+                         "transpose of a computed value");
+    } else {
+      TILEC_RETURN_IF_ERROR(Value(node.input(1), {k, n}, &b));
+    }
+    const bool has_c =
+        node.input_size() > 2 && !node.input(2).empty() && beta != 0.0;
+    const std::string product = has_c || !alpha_done ? name + ".product" : t;
+    uint32_t y =
+        NewOp(fb::OpKind::MatMul, name, {a, b}, product, {m, n}, dtype);
+    if (!alpha_done) {
+      if (!has_c) {
+        return EmitScaleValue(name + ".alpha", y, t, alpha, dtype, id);
+      }
+      TILEC_RETURN_IF_ERROR(EmitScaleValue(name + ".alpha", y, name + ".scaled",
+                                           alpha, dtype, &y));
+    }
+    if (!has_c) {
+      *id = y;
+      return Status::Ok();
+    }
+    return EmitGemmBias(node, t, y, beta, m, n, dtype, id);
+  }
+
+  Status EmitScaleValue(const std::string& name, uint32_t x,
+                        const std::string& result, double factor,
+                        fb::DType dtype, uint32_t* id) {
+    fb::OperationT* op = nullptr;
+    *id = NewOp(fb::OpKind::Fused, name, {x}, result, values_[x]->shape, dtype,
+                &op);
+    auto step = std::make_unique<fb::FusedStepT>();
+    step->kind = fb::FusedStepKind::Scale;
+    step->scale = static_cast<float>(factor);
+    step->dtype = dtype;
+    op->body.push_back(std::move(step));
+    return Status::Ok();
+  }
+
+  // + beta * C, C broadcast to [m, n]: a bias row, a full matrix, or a
+  // constant of any broadcastable shape expanded at import.
+  Status EmitGemmBias(const NodeProto& node, const std::string& t, uint32_t y,
+                      double beta, int64_t m, int64_t n, fb::DType dtype,
+                      uint32_t* id) {
+    const std::string& c_name = node.input(2);
+    const Shape& cs = *ShapeOf(c_name);
+    const std::string name = NodeName(node);
+    const bool row = StripOnes(cs) == Shape{n} || (n == 1 && Elements(cs) == 1);
+    uint32_t c;
+    if (IsConstant(c_name)) {
+      ConstPtr cv;
+      TILEC_RETURN_IF_ERROR(ConstantData(c_name, &cv));
+      const Shape target = row ? Shape{n} : Shape{m, n};
+      const Shape full = {m, n};
+      std::vector<float> data(static_cast<size_t>(Elements(target)));
+      // Broadcast C (rank <= 2) to the target by its right-aligned dims.
+      Shape c2 = cs;
+      while (c2.size() < 2) c2.insert(c2.begin(), 1);
+      for (int64_t i = 0; i < Elements(target); ++i) {
+        const int64_t r = row ? 0 : i / n, col = i % n;
+        const int64_t src =
+            (c2[0] == 1 ? 0 : r) * c2[1] + (c2[1] == 1 ? 0 : col);
+        data[i] = static_cast<float>(cv->data[src] * beta);
+      }
+      fb::DType ctype;
+      TILEC_RETURN_IF_ERROR(DTypeOf(c_name, &ctype));
+      c = NewWeight(c_name, target, data, ctype);
+      *id = NewOp(row ? fb::OpKind::BiasAdd : fb::OpKind::Add, name + ".bias",
+                  {y, c}, t, full, dtype);
+      return Status::Ok();
+    }
+    if (!row && Elements(cs) != m * n) {
+      return Unsupported(node, "C of shape " + ir::ShapeToString(cs) +
+                                   " is a graph input broadcast to [" +
+                                   std::to_string(m) + "," + std::to_string(n) +
+                                   "]: tilec adds a computed value only as a "
+                                   "[n] row (BiasAdd) or the whole [m, n] "
+                                   "matrix (Add)");
+    }
+    TILEC_RETURN_IF_ERROR(Value(c_name, row ? Shape{n} : Shape{m, n}, &c));
+    if (beta != 1.0) {
+      TILEC_RETURN_IF_ERROR(EmitScaleValue(
+          name + ".beta", c, name + ".c_scaled", beta, dtype, &c));
+    }
+    *id = NewOp(row ? fb::OpKind::BiasAdd : fb::OpKind::Add, name + ".bias",
+                {y, c}, t, {m, n}, dtype);
+    return Status::Ok();
+  }
+
+  // -------------------------------------------------- attention
+
+  // If *t is x * c, c * x or x / c for a scalar constant c (through casts):
+  // *t becomes x and *factor is multiplied by c (or 1/c).
+  bool PeelScalarFactor(std::string* t, double* factor) const {
+    const NodeProto* n = Node(PeelCasts(*t));
+    if (n == nullptr || (n->op_type() != "Mul" && n->op_type() != "Div")) {
+      return false;
+    }
+    const bool div = n->op_type() == "Div";
+    for (int side = 0; side < (div ? 1 : 2); ++side) {
+      double c = 0;
+      if (Scalar(n->input(1 - side), &c) && c != 0) {
+        *factor *= div ? 1.0 / c : c;
+        *t = n->input(side);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // x @ W (+ b) with constant W [in, out] and b [out] (MatMul + Add, or a
+  // Gemm), through casts and scalar factors.
+  bool MatchLinear(std::string t, LinearMatch* m) const {
+    m->factor = 1.0;
+    while (PeelScalarFactor(&t, &m->factor)) {
+    }
+    const NodeProto* n = Node(PeelCasts(t));
+    if (n == nullptr) return false;
+    std::string matmul = t, bias;
+    if (n->op_type() == "Add") {
+      for (int side = 0; side < 2; ++side) {
+        if (IsConstant(PeelCasts(n->input(side))) &&
+            NodeIs(n->input(1 - side), "MatMul") != nullptr) {
+          bias = PeelCasts(n->input(side));
+          matmul = n->input(1 - side);
+        }
+      }
+      if (bias.empty()) return false;
+      n = NodeIs(matmul, "MatMul");
+    }
+    bool transpose = false;
+    std::string gemm_bias;
+    if (n->op_type() == "Gemm") {
+      if (IntAttribute(*n, "transA", 0) != 0 ||
+          FloatAttribute(*n, "alpha", 1.0f) != 1.0f ||
+          FloatAttribute(*n, "beta", 1.0f) != 1.0f) {
+        return false;
+      }
+      transpose = IntAttribute(*n, "transB", 0) != 0;
+      if (n->input_size() > 2) gemm_bias = n->input(2);
+      if (!bias.empty() || !gemm_bias.empty()) {
+        if (!bias.empty() && !gemm_bias.empty()) return false;
+        if (bias.empty()) bias = gemm_bias;
+      }
+    } else if (n->op_type() != "MatMul") {
+      return false;
+    }
+    if (!IsConstant(n->input(1))) return false;
+    const Shape* ws = ShapeOf(n->input(1));
+    if (ws == nullptr || ws->size() != 2) return false;
+    int64_t rows = 0, cols = 0;
+    if (!Matrix(n->input(1), transpose, &m->weight, &rows, &cols).ok()) {
+      return false;
+    }
+    m->in = rows;
+    m->out = cols;
+    m->bias.assign(cols, 0.0f);
+    if (!bias.empty()) {
+      ConstPtr b;
+      if (!g_.Constant(bias, &b).ok() || b == nullptr ||
+          StripOnes(b->shape) != Shape{cols}) {
+        return false;
+      }
+      m->bias = ToFloats(*b);
+    }
+    m->x = n->input(0);
+    m->node_name = NodeName(*n);
+    return true;
+  }
+
+  // q, k or v: Transpose(Reshape(src, [B, T, H, D])) with the composed
+  // permutation `expected`, through casts and scalar factors.
+  bool MatchHeads(std::string t, const std::vector<int64_t>& expected,
+                  HeadsMatch* h) const {
+    std::vector<int64_t> perm = {0, 1, 2, 3};
+    h->factor = 1.0;
+    for (int guard = 0; guard < 16; ++guard) {
+      const NodeProto* n = Node(PeelCasts(t));
+      if (n == nullptr) return false;
+      const std::string& op = n->op_type();
+      if (PeelScalarFactor(&t, &h->factor)) continue;
+      if (op == "Transpose") {
+        std::vector<int64_t> p = IntsAttribute(*n, "perm");
+        if (p.size() != 4) return false;
+        for (int64_t& q : perm) q = p[q];
+        t = n->input(0);
+        continue;
+      }
+      if (op == "Reshape") {
+        const Shape* out = ShapeOf(t);
+        const Shape* in = ShapeOf(n->input(0));
+        if (out == nullptr || in == nullptr || out->size() != 4 ||
+            in->empty() || in->back() != (*out)[2] * (*out)[3] ||
+            perm != expected) {
+          return false;
+        }
+        h->source = n->input(0);
+        h->batch = (*out)[0];
+        h->tokens = (*out)[1];
+        h->heads = (*out)[2];
+        h->head_dim = (*out)[3];
+        return true;
+      }
+      return false;
+    }
+    return false;
+  }
+
+  Status EmitTranspose(const NodeProto& node, const std::string& t,
+                       uint32_t* id) {
+    const std::vector<int64_t> perm = IntsAttribute(node, "perm");
+    if (perm == std::vector<int64_t>{0, 2, 1, 3}) {
+      if (const NodeProto* pv = NodeIs(node.input(0), "MatMul")) {
+        return EmitAttention(node, *pv, t, id);
+      }
+    }
+    if (perm == std::vector<int64_t>{0, 2, 1}) {
+      const std::string flat = PeelCasts(node.input(0));
+      const NodeProto* view = Node(flat);
+      if (view != nullptr &&
+          (view->op_type() == "Reshape" || view->op_type() == "Flatten")) {
+        if (const NodeProto* conv = NodeIs(view->input(0), "Conv")) {
+          return EmitPatchEmbedding(node, *conv, t, id);
+        }
+      }
+    }
+    return Unsupported(node,
+                       "a Transpose outside the attention and patch "
+                       "embedding patterns: tilec has no transpose "
+                       "of a computed value");
+  }
+
+  // Transpose(MatMul(Softmax(scale * Q K^T), V), [0, 2, 1, 3]).
+  Status EmitAttention(const NodeProto& transpose, const NodeProto& pv,
+                       const std::string& t, uint32_t* id) {
+    auto fail = [&](const std::string& why) {
+      return Unsupported(pv, "attention: " + why);
+    };
+    std::string probs_tensor = PeelCasts(pv.input(0));
+    const NodeProto* softmax = Node(probs_tensor);
+    std::string scores_tensor;
+    if (softmax != nullptr && softmax->op_type() == "Softmax") {
+      const Shape* s = ShapeOf(probs_tensor);
+      int64_t axis = 0;
+      if (s == nullptr ||
+          !NormalizeAxis(IntAttribute(*softmax, "axis", -1),
+                         static_cast<int64_t>(s->size()), &axis) ||
+          axis != static_cast<int64_t>(s->size()) - 1) {
+        return fail("the softmax is not over the last axis");
+      }
+      scores_tensor = softmax->input(0);
+    } else if (softmax == nullptr || softmax->op_type() != "Div" ||
+               !MatchSoftmaxExpanded(*softmax, &scores_tensor)) {
+      return fail("the probabilities '" + probs_tensor +
+                  "' are not a softmax of the scores");
+    }
+    double scale = 1.0;
+    std::string qk_tensor = scores_tensor;
+    while (PeelScalarFactor(&qk_tensor, &scale)) {
+    }
+    const NodeProto* qk = NodeIs(qk_tensor, "MatMul");
+    if (qk == nullptr) {
+      return fail("the scores '" + scores_tensor +
+                  "' are not Q K^T (a mask "
+                  "or bias added to them is not supported)");
+    }
+    HeadsMatch q, k, v;
+    if (!MatchHeads(qk->input(0), {0, 2, 1, 3}, &q) ||
+        !MatchHeads(qk->input(1), {0, 2, 3, 1}, &k) ||
+        !MatchHeads(pv.input(1), {0, 2, 1, 3}, &v)) {
+      return fail(
+          "q, k and v are not [B, T, H, D] views (Reshape then "
+          "Transpose) of [B*T, H*D] tensors");
+    }
+    if (q.batch != k.batch || q.batch != v.batch || q.tokens != k.tokens ||
+        q.tokens != v.tokens || q.heads != k.heads || q.heads != v.heads ||
+        q.head_dim != k.head_dim || q.head_dim != v.head_dim) {
+      return fail("q, k and v have different head shapes");
+    }
+    scale *= q.factor * k.factor;
+    LinearMatch lq, lk, lv;
+    const bool linear = MatchLinear(q.source, &lq) &&
+                        MatchLinear(k.source, &lk) &&
+                        MatchLinear(v.source, &lv);
+    if (!linear || !Same(lq.x, lk.x) || !Same(lq.x, lv.x)) {
+      return fail(
+          "q, k and v are not projections (constant weights) of one "
+          "tensor; tilec's attention reads one fused qkv value");
+    }
+    if (!options_.fuse_qkv) {
+      return fail(
+          "--no-fuse-qkv: keeping q, k and v apart needs "
+          "AttentionScores(q, k) and AttentionContext(probs, v) "
+          "forms that tilec's op set does not have (its attention "
+          "ops read one fused [rows, 3*H*D] qkv value)");
+    }
+    scale *= lq.factor * lk.factor;
+    const int64_t hd = q.heads * q.head_dim, rows = q.batch * q.tokens;
+    if (lq.out != hd || lk.out != hd || lv.out != hd || lq.in != lk.in ||
+        lq.in != lv.in) {
+      return fail("the q, k and v projections have different sizes");
+    }
+    const int64_t in = lq.in;
+    std::vector<float> w(static_cast<size_t>(in * 3 * hd)), b(3 * hd);
+    const LinearMatch* parts[] = {&lq, &lk, &lv};
+    for (int p = 0; p < 3; ++p) {
+      const float f = p == 2 ? static_cast<float>(lv.factor) : 1.0f;
+      for (int64_t r = 0; r < in; ++r) {
+        for (int64_t c = 0; c < hd; ++c) {
+          w[r * 3 * hd + p * hd + c] = parts[p]->weight[r * hd + c] * f;
+        }
+      }
+      for (int64_t c = 0; c < hd; ++c) b[p * hd + c] = parts[p]->bias[c] * f;
+    }
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    const std::string prefix =
+        CommonPrefix({lq.node_name, lk.node_name, lv.node_name});
+    uint32_t x;
+    TILEC_RETURN_IF_ERROR(Value(lq.x, {rows, in}, &x));
+    const uint32_t wv = NewWeight(prefix + "qkv.w", {in, 3 * hd}, w, dtype);
+    const uint32_t bv = NewWeight(prefix + "qkv.b", {3 * hd}, b, dtype);
+    const uint32_t qkv = NewOp(fb::OpKind::MatMul, prefix + "qkv", {x, wv},
+                               prefix + "qkv.out", {rows, 3 * hd}, dtype);
+    const uint32_t qkv_b =
+        NewOp(fb::OpKind::BiasAdd, prefix + "qkv_bias", {qkv, bv},
+              prefix + "qkv_bias.out", {rows, 3 * hd}, dtype);
+    const Shape scores_shape = {q.batch, q.heads, q.tokens, q.tokens};
+    fb::OperationT* op = nullptr;
+    const uint32_t scores =
+        NewOp(fb::OpKind::AttentionScores, NodeName(*qk), {qkv_b},
+              scores_tensor, scores_shape, dtype, &op);
+    op->heads = static_cast<int32_t>(q.heads);
+    op->head_dim = static_cast<int32_t>(q.head_dim);
+    op->scale = static_cast<float>(scale);
+    const uint32_t probs = NewOp(fb::OpKind::Softmax, NodeName(*softmax),
+                                 {scores}, probs_tensor, scores_shape, dtype);
+    *id = NewOp(fb::OpKind::AttentionContext, NodeName(pv), {probs, qkv_b}, t,
+                {rows, hd}, dtype, &op);
+    op->heads = static_cast<int32_t>(q.heads);
+    op->head_dim = static_cast<int32_t>(q.head_dim);
+    ++attention_layers_;
+    batch_ = q.batch;
+    tokens_ = q.tokens;
+    width_ = hd;
+    heads_ = q.heads;
+    (void)transpose;
+    return Status::Ok();
+  }
+
+  static std::string CommonPrefix(const std::vector<std::string>& names) {
+    std::string p = names[0];
+    for (const std::string& n : names) {
+      size_t i = 0;
+      while (i < p.size() && i < n.size() && p[i] == n[i]) ++i;
+      p.resize(i);
+    }
+    // Cut back to a separator so the prefix is a scope ("/l0/attn/").
+    const size_t cut = p.find_last_of("/.");
+    return cut == std::string::npos ? "" : p.substr(0, cut + 1);
+  }
+
+  // Transpose(Flatten(Conv(x, W, b), 2), [0, 2, 1]) with stride = kernel.
+  Status EmitPatchEmbedding(const NodeProto& transpose, const NodeProto& conv,
+                            const std::string& t, uint32_t* id) {
+    const Shape* xs = ShapeOf(conv.input(0));
+    const Shape* ws = ShapeOf(conv.input(1));
+    std::vector<int64_t> kernel = IntsAttribute(conv, "kernel_shape");
+    std::vector<int64_t> strides = IntsAttribute(conv, "strides");
+    std::vector<int64_t> pads = IntsAttribute(conv, "pads");
+    std::vector<int64_t> dilations = IntsAttribute(conv, "dilations");
+    if (xs == nullptr || ws == nullptr || xs->size() != 4 || ws->size() != 4) {
+      return Unsupported(conv,
+                         "a patch embedding needs a 4-D image and "
+                         "weight");
+    }
+    if (kernel.empty()) kernel = {(*ws)[2], (*ws)[3]};
+    const int64_t p = kernel[0];
+    const bool patch =
+        kernel.size() == 2 && kernel[1] == p && strides == kernel &&
+        std::all_of(pads.begin(), pads.end(),
+                    [](int64_t v) { return v == 0; }) &&
+        std::all_of(dilations.begin(), dilations.end(),
+                    [](int64_t v) { return v == 1; }) &&
+        IntAttribute(conv, "group", 1) == 1 && (*xs)[2] >= p && (*xs)[3] >= p;
+    if (!patch) {
+      return Unsupported(conv,
+                         "a convolution that is not a patch embedding "
+                         "(square kernel = stride, no padding, no "
+                         "dilation, one group)");
+    }
+    if (!IsConstant(conv.input(1))) {
+      return Unsupported(conv, "the patch embedding's weight is not constant");
+    }
+    const int64_t b = (*xs)[0], c = (*xs)[1], o = (*ws)[0];
+    const int64_t tokens = ((*xs)[2] / p) * ((*xs)[3] / p);
+    ConstPtr wc;
+    TILEC_RETURN_IF_ERROR(ConstantData(conv.input(1), &wc));
+    // [O, C*p*p] -> [C*p*p, O]: the columns of Patchify are (c, ky, kx).
+    const int64_t k = c * p * p;
+    std::vector<float> w(static_cast<size_t>(k * o));
+    for (int64_t r = 0; r < o; ++r) {
+      for (int64_t j = 0; j < k; ++j) {
+        w[j * o + r] = static_cast<float>(wc->data[r * k + j]);
+      }
+    }
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    const std::string name = NodeName(conv);
+    uint32_t image;
+    TILEC_RETURN_IF_ERROR(Value(conv.input(0), *xs, &image));
+    fb::OperationT* op = nullptr;
+    const uint32_t patches =
+        NewOp(fb::OpKind::Patchify, name + ".patchify", {image},
+              name + ".patches", {b * tokens, k}, dtype, &op);
+    op->patch = static_cast<int32_t>(p);
+    fb::DType wtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(conv.input(1), &wtype));
+    const uint32_t weight = NewWeight(conv.input(1), {k, o}, w, wtype);
+    const bool bias = conv.input_size() > 2 && !conv.input(2).empty();
+    uint32_t y = NewOp(fb::OpKind::MatMul, name, {patches, weight},
+                       bias ? name + ".product" : t, {b * tokens, o}, dtype);
+    if (bias) {
+      uint32_t bv;
+      TILEC_RETURN_IF_ERROR(RowParam(conv.input(2), o, &bv));
+      y = NewOp(fb::OpKind::BiasAdd, name + ".bias", {y, bv}, t,
+                {b * tokens, o}, dtype);
+    }
+    (void)transpose;
+    *id = y;
+    return Status::Ok();
+  }
+
+  const OnnxGraph& g_;
+  const OnnxImportOptions& options_;
+  std::vector<std::unique_ptr<fb::ValueT>> values_;
+  std::vector<std::unique_ptr<fb::OperationT>> ops_;
+  std::map<std::string, uint32_t> memo_;     // tensor -> value
+  std::map<std::string, uint32_t> weights_;  // tensor + shape -> weight
+  SidecarBuilder sidecar_;
+  int32_t attention_layers_ = 0;
+  int64_t batch_ = 0, tokens_ = 0, width_ = 0, heads_ = 0, mlp_width_ = 0;
+};
+
+}  // namespace
+
+Status ParseOnnxDTypePolicy(std::string_view text, OnnxDTypePolicy* policy) {
+  if (text == "f16") {
+    *policy = OnnxDTypePolicy::kF16;
+  } else if (text == "f32") {
+    *policy = OnnxDTypePolicy::kF32;
+  } else if (text == "keep") {
+    *policy = OnnxDTypePolicy::kKeep;
+  } else {
+    return Status::BadInput("--dtype=" + std::string(text) +
+                            ": expected f16, f32 or keep");
+  }
+  return Status::Ok();
+}
+
+Status ParseOnnxModel(std::string_view bytes, const std::string& name,
+                      ::onnx::ModelProto* model) {
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return Status::BadInput(name +
+                            ": larger than 2 GiB (protobuf's limit; "
+                            "export with external data)");
+  }
+  if (!model->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return Status::BadInput(name +
+                            ": not a valid ONNX model (malformed or "
+                            "truncated protobuf)");
+  }
+  if (!model->has_graph()) {
+    return Status::BadInput(name + ": not an ONNX model (no graph)");
+  }
+  return Status::Ok();
+}
+
+Status ImportOnnx(const ::onnx::ModelProto& model,
+                  const OnnxImportOptions& options, fb::ModuleT* module,
+                  std::string* sidecar) {
+  std::unique_ptr<OnnxGraph> graph;
+  TILEC_RETURN_IF_ERROR(
+      OnnxGraph::Build(model, options.model_name, options.model_dir, &graph));
+  fb::ModuleT result;
+  std::string bytes;
+  TILEC_RETURN_IF_ERROR(Importer(*graph, options).Run(&result, &bytes));
+  module->values = std::move(result.values);
+  module->ops = std::move(result.ops);
+  module->model = std::move(result.model);
+  *sidecar = std::move(bytes);
+  return Status::Ok();
+}
+
+}  // namespace tilec::passes

@@ -1,0 +1,329 @@
+#include "passes/onnx/import_onnx.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "formats/op_shapes.h"
+#include "passes/onnx/onnx_tensor.h"
+
+namespace tilec::passes {
+namespace {
+
+using ::onnx::TensorProto;
+using ::testing::HasSubstr;
+
+// Builds small models node by node.
+class ModelBuilder {
+ public:
+  ModelBuilder() {
+    model_.set_ir_version(8);
+    auto* opset = model_.add_opset_import();
+    opset->set_domain("");
+    opset->set_version(17);
+  }
+  void Input(const std::string& name, std::vector<int64_t> shape) {
+    Declare(model_.mutable_graph()->add_input(), name, shape);
+  }
+  void Output(const std::string& name, std::vector<int64_t> shape) {
+    Declare(model_.mutable_graph()->add_output(), name, shape);
+  }
+  void Constant(const std::string& name, std::vector<int64_t> shape,
+                std::vector<float> values) {
+    TensorProto* t = model_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(TensorProto::FLOAT);
+    for (int64_t d : shape) t->add_dims(d);
+    for (float v : values) t->add_float_data(v);
+  }
+  void Scalar(const std::string& name, float v) { Constant(name, {}, {v}); }
+  ::onnx::NodeProto* Node(const std::string& op, std::vector<std::string> in,
+                          const std::string& out) {
+    auto* n = model_.mutable_graph()->add_node();
+    n->set_op_type(op);
+    n->set_name(out + "_node");
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  }
+  ::onnx::ModelProto& model() { return model_; }
+
+ private:
+  static void Declare(::onnx::ValueInfoProto* v, const std::string& name,
+                      const std::vector<int64_t>& shape) {
+    v->set_name(name);
+    auto* tt = v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(TensorProto::FLOAT);
+    for (int64_t d : shape) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  ::onnx::ModelProto model_;
+};
+
+Status Import(const ::onnx::ModelProto& model, fb::ModuleT* module,
+              std::string* sidecar = nullptr) {
+  std::string ignored;
+  OnnxImportOptions options;
+  options.model_name = "m.onnx";
+  return ImportOnnx(model, options, module, sidecar ? sidecar : &ignored);
+}
+
+std::vector<fb::OpKind> Kinds(const fb::ModuleT& module) {
+  std::vector<fb::OpKind> kinds;
+  for (const auto& op : module.ops) kinds.push_back(op->kind);
+  return kinds;
+}
+
+// The tanh GELU with its factors shuffled and x^3 written as x*x*x, after a
+// Linear whose reshape target comes from Shape arithmetic.
+TEST(ImportOnnx, TanhGeluInAnyOrderAfterFoldedReshape) {
+  ModelBuilder b;
+  b.Input("x", {2, 3, 4});
+  b.Constant("w", {4, 4}, std::vector<float>(16, 0.5f));
+  b.Node("MatMul", {"x", "w"}, "h");
+  b.Node("Shape", {"h"}, "shape");
+  b.Node("Reshape", {"h", "shape"}, "hr");  // a no-op view, shape folded
+  b.Scalar("half", 0.5f);
+  b.Scalar("k", static_cast<float>(std::sqrt(2.0 / M_PI)));
+  b.Scalar("c", 0.044715f);
+  b.Scalar("one", 1.0f);
+  b.Node("Mul", {"hr", "hr"}, "x2");
+  b.Node("Mul", {"x2", "hr"}, "x3");
+  b.Node("Mul", {"c", "x3"}, "cx3");
+  b.Node("Add", {"hr", "cx3"}, "inner");
+  b.Node("Mul", {"inner", "k"}, "arg");
+  b.Node("Tanh", {"arg"}, "t");
+  b.Node("Add", {"one", "t"}, "onep");
+  b.Node("Mul", {"half", "onep"}, "halfp");
+  b.Node("Mul", {"halfp", "hr"}, "y");
+  b.Output("y", {2, 3, 4});
+  fb::ModuleT module;
+  ASSERT_TRUE(Import(b.model(), &module).ok());
+  EXPECT_EQ(Kinds(module),
+            (std::vector<fb::OpKind>{fb::OpKind::MatMul, fb::OpKind::Gelu}));
+  EXPECT_EQ(module.ops[1]->gelu, fb::GeluForm::Tanh);
+  EXPECT_EQ(module.values.back()->name, "y");
+  EXPECT_EQ(module.values.back()->shape, (std::vector<int64_t>{6, 4}));
+  for (const auto& op : module.ops) {
+    EXPECT_EQ(ir::CheckOpShapes(*op, module), "");
+  }
+}
+
+// A decomposed LayerNorm whose gamma is a scalar-free [w] constant and whose
+// epsilon is added on the left.
+TEST(ImportOnnx, DecomposedLayerNormWithoutBeta) {
+  ModelBuilder b;
+  b.Input("x", {5, 8});
+  b.Constant("gamma", {8}, std::vector<float>(8, 2.0f));
+  b.Scalar("eps", 1e-6f);
+  b.Scalar("two", 2.0f);
+  b.Node("ReduceMean", {"x"}, "mean")->add_attribute()->CopyFrom([] {
+    ::onnx::AttributeProto a;
+    a.set_name("axes");
+    a.set_type(::onnx::AttributeProto::INTS);
+    a.add_ints(-1);
+    return a;
+  }());
+  b.Node("Sub", {"x", "mean"}, "d");
+  b.Node("Pow", {"d", "two"}, "d2");
+  b.Node("ReduceMean", {"d2"}, "var")
+      ->add_attribute()
+      ->CopyFrom(b.model().graph().node(0).attribute(0));
+  b.Node("Add", {"eps", "var"}, "ve");
+  b.Node("Sqrt", {"ve"}, "std");
+  b.Node("Div", {"d", "std"}, "n");
+  b.Node("Mul", {"n", "gamma"}, "y");
+  b.Output("y", {5, 8});
+  fb::ModuleT module;
+  std::string sidecar;
+  const Status s = Import(b.model(), &module, &sidecar);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(Kinds(module), std::vector<fb::OpKind>{fb::OpKind::LayerNorm});
+  EXPECT_FLOAT_EQ(module.ops[0]->eps, 1e-6f);
+  // gamma is uniform, beta missing: both become Constant inits, no sidecar.
+  EXPECT_TRUE(sidecar.empty());
+  const fb::ValueT& beta = *module.values[module.ops[0]->operands[2]];
+  ASSERT_NE(beta.init, nullptr);
+  EXPECT_EQ(beta.init->distribution, fb::Distribution::Constant);
+  EXPECT_EQ(beta.init->mean, 0.0f);
+}
+
+// CLIP's form: q = q_proj(x) * scale with q_proj a Gemm (transB=1) on a 2-D
+// input, k and v as MatMul + Add, k transposed by permute(0, 2, 3, 1).
+TEST(ImportOnnx, AttentionWithScaledGemmQueryFusesQkv) {
+  constexpr int64_t kT = 4, kH = 2, kD = 4, kW = kH * kD;
+  ModelBuilder b;
+  b.Input("x", {kT, kW});
+  std::vector<float> wq(kW * kW), wk(kW * kW), wv(kW * kW), bias(kW);
+  for (int i = 0; i < kW * kW; ++i) {
+    wq[i] = 0.01f * i;  // [out, in] for the Gemm
+    wk[i] = -0.02f * i;
+    wv[i] = 0.03f * (i % 7);
+  }
+  for (int i = 0; i < kW; ++i) bias[i] = 0.1f * i;
+  b.Constant("wq", {kW, kW}, wq);
+  b.Constant("wk", {kW, kW}, wk);
+  b.Constant("wv", {kW, kW}, wv);
+  b.Constant("bq", {kW}, bias);
+  b.Constant("bv", {kW}, bias);
+  b.Constant("heads", {4}, {1, kT, kH, kD});
+  b.Constant("flat", {2}, {kT, kW});
+  b.Scalar("scale", 0.5f);
+  auto perm = [](::onnx::NodeProto* n, std::vector<int64_t> p) {
+    auto* a = n->add_attribute();
+    a->set_name("perm");
+    a->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t v : p) a->add_ints(v);
+  };
+  auto* gemm = b.Node("Gemm", {"x", "wq", "bq"}, "q0");
+  auto* trans_b = gemm->add_attribute();
+  trans_b->set_name("transB");
+  trans_b->set_type(::onnx::AttributeProto::INT);
+  trans_b->set_i(1);
+  b.Node("Mul", {"q0", "scale"}, "q1");
+  b.Node("MatMul", {"x", "wk"}, "k0");
+  b.Node("MatMul", {"x", "wv"}, "v0");
+  b.Node("Add", {"bv", "v0"}, "v1");
+  b.Node("Reshape", {"q1", "heads"}, "q2");
+  b.Node("Reshape", {"k0", "heads"}, "k2");
+  b.Node("Reshape", {"v1", "heads"}, "v2");
+  perm(b.Node("Transpose", {"q2"}, "q3"), {0, 2, 1, 3});
+  perm(b.Node("Transpose", {"k2"}, "k3"), {0, 2, 3, 1});
+  perm(b.Node("Transpose", {"v2"}, "v3"), {0, 2, 1, 3});
+  b.Node("MatMul", {"q3", "k3"}, "s");
+  b.Node("Softmax", {"s"}, "p");
+  b.Node("MatMul", {"p", "v3"}, "c");
+  perm(b.Node("Transpose", {"c"}, "c1"), {0, 2, 1, 3});
+  b.Node("Reshape", {"c1", "flat"}, "y");
+  b.Output("y", {kT, kW});
+  fb::ModuleT module;
+  std::string sidecar;
+  const Status s = Import(b.model(), &module, &sidecar);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(Kinds(module), (std::vector<fb::OpKind>{
+                               fb::OpKind::MatMul, fb::OpKind::BiasAdd,
+                               fb::OpKind::AttentionScores, fb::OpKind::Softmax,
+                               fb::OpKind::AttentionContext}));
+  EXPECT_FLOAT_EQ(module.ops[2]->scale, 0.5f);
+  EXPECT_EQ(module.ops[2]->heads, kH);
+  EXPECT_EQ(module.ops[2]->head_dim, kD);
+  for (const auto& op : module.ops) {
+    EXPECT_EQ(ir::CheckOpShapes(*op, module), "");
+  }
+  // The fused weight [in, 3*out]: q is the Gemm weight transposed, k and v
+  // the MatMul weights as they are; the fused bias has k's zeros.
+  const fb::ValueT& w = *module.values[module.ops[0]->operands[1]];
+  ASSERT_NE(w.sidecar, nullptr);
+  std::vector<float> fused(kW * 3 * kW);
+  std::memcpy(fused.data(), sidecar.data() + w.sidecar->offset,
+              fused.size() * sizeof(float));
+  for (int64_t i = 0; i < kW; ++i) {
+    for (int64_t o = 0; o < kW; ++o) {
+      EXPECT_EQ(fused[i * 3 * kW + o], wq[o * kW + i]);
+      EXPECT_EQ(fused[i * 3 * kW + kW + o], wk[i * kW + o]);
+      EXPECT_EQ(fused[i * 3 * kW + 2 * kW + o], wv[i * kW + o]);
+    }
+  }
+  const fb::ValueT& bqkv = *module.values[module.ops[1]->operands[1]];
+  std::vector<float> fused_bias(3 * kW);
+  std::memcpy(fused_bias.data(), sidecar.data() + bqkv.sidecar->offset,
+              fused_bias.size() * sizeof(float));
+  EXPECT_EQ(fused_bias[kW + 3], 0.0f);
+  EXPECT_EQ(fused_bias[2 * kW + 3], bias[3]);
+}
+
+TEST(ImportOnnx, UnsupportedNodeIsInfeasibleNamingIt) {
+  ModelBuilder b;
+  b.Input("x", {2, 2});
+  b.Node("Sin", {"x"}, "y");
+  b.Output("y", {2, 2});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+  EXPECT_THAT(s.message(), HasSubstr("m.onnx: node 'y_node' (Sin, opset 17)"));
+}
+
+TEST(ImportOnnx, OpsetOutsideTheRangeIsInfeasible) {
+  ModelBuilder b;
+  b.model().mutable_opset_import(0)->set_version(11);
+  b.Input("x", {2, 2});
+  b.Output("x", {2, 2});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+  EXPECT_THAT(s.message(), HasSubstr("opset 11"));
+}
+
+TEST(ImportOnnx, UndefinedTensorIsBadInput) {
+  ModelBuilder b;
+  b.Input("x", {2, 2});
+  b.Node("Add", {"x", "nowhere"}, "y");
+  b.Output("y", {2, 2});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_THAT(s.message(), HasSubstr("reads 'nowhere'"));
+}
+
+TEST(ImportOnnx, MalformedBytesAreBadInput) {
+  ::onnx::ModelProto model;
+  const Status s = ParseOnnxModel("\x0a\xff\xff\xff", "x.onnx", &model);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_THAT(s.message(), HasSubstr("x.onnx: not a valid ONNX model"));
+}
+
+TEST(OnnxTensor, RawAndTypedDataAndHalfFloats) {
+  TensorProto t;
+  t.set_data_type(TensorProto::FLOAT16);
+  t.add_dims(2);
+  t.add_int32_data(0x3c00);  // 1.0
+  t.add_int32_data(0xc000);  // -2.0
+  OnnxConstant c;
+  ASSERT_TRUE(DecodeOnnxTensor(t, ".", "t", &c).ok());
+  EXPECT_EQ(c.data, (std::vector<double>{1.0, -2.0}));
+  t.clear_int32_data();
+  t.set_raw_data(std::string("\x00\x3c\x00\xc0", 4));
+  ASSERT_TRUE(DecodeOnnxTensor(t, ".", "t", &c).ok());
+  EXPECT_EQ(c.data, (std::vector<double>{1.0, -2.0}));
+  t.set_raw_data(std::string("\x00\x3c", 2));
+  const Status s = DecodeOnnxTensor(t, ".", "t", &c);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_THAT(s.message(), HasSubstr("t: holds 2 bytes, its dims need 4"));
+}
+
+TEST(OnnxTensor, ExternalDataIsReadFromItsFile) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  {
+    std::ofstream out(dir + "/weights.bin", std::ios::binary);
+    const float values[] = {9.0f, 1.5f, -2.0f};
+    out.write(reinterpret_cast<const char*>(values), sizeof values);
+  }
+  TensorProto t;
+  t.set_data_type(TensorProto::FLOAT);
+  t.add_dims(2);
+  t.set_data_location(TensorProto::EXTERNAL);
+  auto entry = [&](const char* key, const char* value) {
+    auto* e = t.add_external_data();
+    e->set_key(key);
+    e->set_value(value);
+  };
+  entry("location", "weights.bin");
+  entry("offset", "4");
+  entry("length", "8");
+  OnnxConstant c;
+  ASSERT_TRUE(DecodeOnnxTensor(t, dir, "w", &c).ok());
+  EXPECT_EQ(c.data, (std::vector<double>{1.5, -2.0}));
+  t.mutable_external_data(1)->set_value("8");  // 8 + 8 > 12 bytes
+  Status s = DecodeOnnxTensor(t, dir, "w", &c);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_THAT(s.message(), HasSubstr("lies beyond the end"));
+  t.mutable_external_data(1)->set_value("four");
+  s = DecodeOnnxTensor(t, dir, "w", &c);
+  EXPECT_THAT(s.message(), HasSubstr("offset 'four' is not a number"));
+}
+
+}  // namespace
+}  // namespace tilec::passes

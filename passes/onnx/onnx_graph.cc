@@ -1,0 +1,968 @@
+#include "passes/onnx/onnx_graph.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <optional>
+
+#include "kernels/numerics.h"
+#include "passes/onnx/import_onnx.h"
+
+namespace tilec::passes {
+namespace {
+
+using ::onnx::NodeProto;
+using ::onnx::TensorProto;
+using Shape = std::vector<int64_t>;
+using ConstPtr = std::shared_ptr<const OnnxConstant>;
+
+// Rounds a folded number to what a tensor of `type` holds.
+double RoundTo(int32_t type, double v) {
+  switch (type) {
+    case TensorProto::FLOAT:
+      return static_cast<float>(v);
+    case TensorProto::FLOAT16:
+      return kernels::RoundToF16(static_cast<float>(v));
+    case TensorProto::BFLOAT16:
+      return kernels::RoundToBf16(static_cast<float>(v));
+    case TensorProto::DOUBLE:
+      return v;
+    case TensorProto::BOOL:
+      return v != 0 ? 1 : 0;
+    default:  // integers truncate toward zero, as numpy's astype
+      return std::isfinite(v) ? std::trunc(v) : 0;
+  }
+}
+
+std::optional<Shape> Broadcast(const std::vector<const Shape*>& shapes) {
+  size_t rank = 0;
+  for (const Shape* s : shapes) rank = std::max(rank, s->size());
+  Shape out(rank, 1);
+  for (const Shape* s : shapes) {
+    for (size_t i = 0; i < s->size(); ++i) {
+      const size_t o = rank - s->size() + i;
+      const int64_t d = (*s)[i];
+      if (d == out[o] || d == 1) continue;
+      if (out[o] != 1) return std::nullopt;
+      out[o] = d;
+    }
+  }
+  return out;
+}
+
+// Row-major index of `out_index` in a tensor of `shape` broadcast to `out`.
+int64_t BroadcastIndex(const Shape& shape, const Shape& out, int64_t flat) {
+  int64_t index = 0, stride = 1;
+  for (size_t i = out.size(); i-- > 0;) {
+    const int64_t coord = flat % out[i];
+    flat /= out[i];
+    const size_t rank = shape.size();
+    const size_t offset = out.size() - rank;
+    if (i >= offset) {
+      const int64_t d = shape[i - offset];
+      if (d != 1) index += coord * stride;
+      stride *= d;
+    }
+  }
+  return index;
+}
+
+std::optional<double> Binary(const std::string& op, double a, double b,
+                             int32_t type) {
+  const bool integer = !IsOnnxFloatType(type) && type != TensorProto::BOOL;
+  if (op == "Add") return a + b;
+  if (op == "Sub") return a - b;
+  if (op == "Mul") return a * b;
+  if (op == "Div") {
+    if (integer) return b == 0 ? std::optional<double>() : std::trunc(a / b);
+    return a / b;
+  }
+  if (op == "Pow") return std::pow(a, b);
+  if (op == "Max") return std::max(a, b);
+  if (op == "Min") return std::min(a, b);
+  if (op == "Mod") return b == 0 ? std::optional<double>() : std::fmod(a, b);
+  if (op == "Equal") return a == b ? 1.0 : 0.0;
+  if (op == "Less") return a < b ? 1.0 : 0.0;
+  if (op == "Greater") return a > b ? 1.0 : 0.0;
+  if (op == "And") return (a != 0 && b != 0) ? 1.0 : 0.0;
+  if (op == "Or") return (a != 0 || b != 0) ? 1.0 : 0.0;
+  return std::nullopt;
+}
+
+std::optional<double> Unary(const std::string& op, double x) {
+  if (op == "Identity") return x;
+  if (op == "Neg") return -x;
+  if (op == "Sqrt") return std::sqrt(x);
+  if (op == "Reciprocal") return 1.0 / x;
+  if (op == "Exp") return std::exp(x);
+  if (op == "Erf") return std::erf(x);
+  if (op == "Tanh") return std::tanh(x);
+  if (op == "Abs") return std::abs(x);
+  if (op == "Floor") return std::floor(x);
+  if (op == "Ceil") return std::ceil(x);
+  if (op == "Sigmoid") return 1.0 / (1.0 + std::exp(-x));
+  if (op == "Not") return x == 0 ? 1.0 : 0.0;
+  return std::nullopt;
+}
+
+bool IsBinary(const std::string& op) {
+  static const char* kOps[] = {"Add",     "Sub", "Mul", "Div",   "Pow",
+                               "Max",     "Min", "Mod", "Equal", "Less",
+                               "Greater", "And", "Or"};
+  return std::any_of(std::begin(kOps), std::end(kOps),
+                     [&](const char* k) { return op == k; });
+}
+
+bool IsComparison(const std::string& op) {
+  return op == "Equal" || op == "Less" || op == "Greater" || op == "And" ||
+         op == "Or" || op == "Not";
+}
+
+// Ops whose output has the shape and type of input 0.
+bool IsShapePreserving(const std::string& op) {
+  static const char* kOps[] = {
+      "Identity", "Neg", "Sqrt",    "Reciprocal", "Exp",        "Erf",
+      "Tanh",     "Abs", "Floor",   "Ceil",       "Sigmoid",    "Relu",
+      "Softmax",  "Not", "Dropout", "LogSoftmax", "HardSigmoid"};
+  return std::any_of(std::begin(kOps), std::end(kOps),
+                     [&](const char* k) { return op == k; });
+}
+
+std::vector<int64_t> AsInts(const OnnxConstant& c) {
+  std::vector<int64_t> out;
+  out.reserve(c.data.size());
+  for (double d : c.data) out.push_back(static_cast<int64_t>(d));
+  return out;
+}
+
+// One node's outputs: shapes, types and (when folded) values.
+struct NodeResult {
+  std::vector<OnnxTensorInfo> outputs;
+};
+
+class NodeVisitor {
+ public:
+  NodeVisitor(const OnnxGraph& graph, const NodeProto& node)
+      : graph_(graph), node_(node), op_(node.op_type()) {}
+
+  // Fills out the outputs' infos; unknown shapes stay unknown.
+  void Run(std::vector<OnnxTensorInfo>* outputs) {
+    outputs_ = outputs;
+    for (const OnnxTensorInfo* in : Inputs()) {
+      if (in != nullptr && in->shape_known) continue;
+      if (in == nullptr) continue;    // omitted optional input
+      if (op_ != "Constant") return;  // shape unknown downstream
+    }
+    Infer();
+  }
+
+ private:
+  std::vector<const OnnxTensorInfo*> Inputs() const {
+    std::vector<const OnnxTensorInfo*> in;
+    for (const std::string& name : node_.input())
+      in.push_back(graph_.Find(name));
+    return in;
+  }
+  const OnnxTensorInfo* In(int i) const {
+    return i < node_.input_size() ? graph_.Find(node_.input(i)) : nullptr;
+  }
+  ConstPtr ConstIn(int i) const {
+    if (i >= node_.input_size()) return nullptr;
+    ConstPtr value;
+    if (!graph_.Constant(node_.input(i), &value).ok()) return nullptr;
+    return value;
+  }
+  bool AllConstant() const {
+    for (int i = 0; i < node_.input_size(); ++i) {
+      if (node_.input(i).empty()) continue;
+      if (ConstIn(i) == nullptr) return false;
+    }
+    return true;
+  }
+
+  void SetShape(int i, Shape shape, int32_t type) {
+    if (i >= static_cast<int>(outputs_->size())) return;
+    (*outputs_)[i].shape_known = true;
+    (*outputs_)[i].shape = std::move(shape);
+    (*outputs_)[i].elem_type = type;
+  }
+  void SetValue(int i, OnnxConstant value) {
+    if (value.elements() > kMaxFoldedElements) {
+      SetShape(i, value.shape, value.elem_type);
+      return;
+    }
+    SetShape(i, value.shape, value.elem_type);
+    (*outputs_)[i].value = std::make_shared<OnnxConstant>(std::move(value));
+  }
+
+  void Infer() {
+    if (op_ == "Constant") return InferConstant();
+    if (op_ == "Shape") return InferShapeOp();
+    if (op_ == "Size") {
+      OnnxConstant c;
+      c.elem_type = TensorProto::INT64;
+      c.data = {
+          static_cast<double>(Product(In(0)->shape, 0, In(0)->shape.size()))};
+      return SetValue(0, std::move(c));
+    }
+    if (op_ == "Cast") return InferCast();
+    if (IsShapePreserving(op_)) return InferUnary();
+    if (IsBinary(op_)) return InferElementwise();
+    if (op_ == "Where") return InferElementwise();
+    if (op_ == "Reshape") return InferReshape();
+    if (op_ == "Flatten") return InferFlatten();
+    if (op_ == "Unsqueeze" || op_ == "Squeeze") return InferSqueeze();
+    if (op_ == "Transpose") return InferTranspose();
+    if (op_ == "Concat") return InferConcat();
+    if (op_ == "Gather") return InferGather();
+    if (op_ == "Slice") return InferSlice();
+    if (op_ == "ConstantOfShape") return InferConstantOfShape();
+    if (op_ == "Range") return InferRange();
+    if (op_ == "Expand") return InferExpand();
+    if (op_ == "MatMul") return InferMatMul();
+    if (op_ == "Gemm") return InferGemm();
+    if (op_ == "LayerNormalization") return InferLayerNorm();
+    if (op_ == "ReduceMean" || op_ == "ReduceMax" || op_ == "ReduceSum" ||
+        op_ == "ReduceMin" || op_ == "ReduceProd") {
+      return InferReduce();
+    }
+    if (op_ == "Conv") return InferConv();
+  }
+
+  void InferConstant() {
+    OnnxConstant c;
+    if (const auto* a = FindAttribute(node_, "value")) {
+      if (!DecodeOnnxTensor(a->t(), graph_.model_dir(), graph_.NodeLabel(0), &c)
+               .ok()) {
+        return;
+      }
+    } else if (const auto* a = FindAttribute(node_, "value_float")) {
+      c.elem_type = TensorProto::FLOAT;
+      c.data = {a->f()};
+    } else if (const auto* a = FindAttribute(node_, "value_floats")) {
+      c.elem_type = TensorProto::FLOAT;
+      c.shape = {a->floats_size()};
+      c.data.assign(a->floats().begin(), a->floats().end());
+    } else if (const auto* a = FindAttribute(node_, "value_int")) {
+      c.elem_type = TensorProto::INT64;
+      c.data = {static_cast<double>(a->i())};
+    } else if (const auto* a = FindAttribute(node_, "value_ints")) {
+      c.elem_type = TensorProto::INT64;
+      c.shape = {a->ints_size()};
+      for (int64_t v : a->ints()) c.data.push_back(static_cast<double>(v));
+    } else {
+      return;
+    }
+    SetValue(0, std::move(c));
+  }
+
+  void InferShapeOp() {
+    const Shape& s = In(0)->shape;
+    const int64_t rank = static_cast<int64_t>(s.size());
+    int64_t start = IntAttribute(node_, "start", 0);
+    int64_t end = IntAttribute(node_, "end", rank);
+    if (start < 0) start += rank;
+    if (end < 0) end += rank;
+    start = std::clamp<int64_t>(start, 0, rank);
+    end = std::clamp<int64_t>(end, start, rank);
+    OnnxConstant c;
+    c.elem_type = TensorProto::INT64;
+    c.shape = {end - start};
+    for (int64_t i = start; i < end; ++i) c.data.push_back(s[i]);
+    SetValue(0, std::move(c));
+  }
+
+  void InferCast() {
+    const int32_t to = static_cast<int32_t>(IntAttribute(node_, "to", 0));
+    if (ConstPtr c = ConstIn(0)) {
+      OnnxConstant out = *c;
+      out.elem_type = to;
+      for (double& v : out.data) v = RoundTo(to, v);
+      return SetValue(0, std::move(out));
+    }
+    SetShape(0, In(0)->shape, to);
+  }
+
+  void InferUnary() {
+    if (ConstPtr c = ConstIn(0); c != nullptr && op_ != "Softmax" &&
+                                 op_ != "Dropout" && op_ != "LogSoftmax") {
+      OnnxConstant out = *c;
+      for (double& v : out.data) {
+        std::optional<double> r = Unary(op_, v);
+        if (!r) return SetShape(0, c->shape, c->elem_type);
+        v = RoundTo(out.elem_type, *r);
+      }
+      return SetValue(0, std::move(out));
+    }
+    SetShape(0, In(0)->shape, In(0)->elem_type);
+  }
+
+  void InferElementwise() {
+    std::vector<const Shape*> shapes;
+    for (int i = 0; i < node_.input_size(); ++i) {
+      const OnnxTensorInfo* in = In(i);
+      if (in == nullptr) return;
+      shapes.push_back(&in->shape);
+    }
+    std::optional<Shape> out = Broadcast(shapes);
+    if (!out) return;
+    const bool where = op_ == "Where";
+    const int32_t type = IsComparison(op_) ? TensorProto::BOOL
+                         : where           ? In(1)->elem_type
+                                           : In(0)->elem_type;
+    if (!AllConstant()) return SetShape(0, *out, type);
+    int64_t count = Product(*out, 0, out->size());
+    if (count > kMaxFoldedElements) return SetShape(0, *out, type);
+    std::vector<ConstPtr> in;
+    for (int i = 0; i < node_.input_size(); ++i) in.push_back(ConstIn(i));
+    OnnxConstant c;
+    c.shape = *out;
+    c.elem_type = type;
+    c.data.resize(count);
+    for (int64_t i = 0; i < count; ++i) {
+      auto at = [&](int k) {
+        return in[k]->data[BroadcastIndex(in[k]->shape, *out, i)];
+      };
+      if (where) {
+        c.data[i] = at(0) != 0 ? at(1) : at(2);
+        continue;
+      }
+      std::optional<double> r = Binary(op_, at(0), at(1), In(0)->elem_type);
+      if (!r) return SetShape(0, *out, type);
+      c.data[i] = RoundTo(type, *r);
+    }
+    SetValue(0, std::move(c));
+  }
+
+  // The shape a Reshape produces: 0 copies the input's dimension (unless
+  // allowzero), one -1 is inferred.
+  std::optional<Shape> ReshapeTarget(const Shape& in, const Shape& spec) {
+    const bool allowzero = IntAttribute(node_, "allowzero", 0) != 0;
+    Shape out = spec;
+    int infer = -1;
+    int64_t known = 1;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i] == 0 && !allowzero) {
+        if (i >= in.size()) return std::nullopt;
+        out[i] = in[i];
+      }
+      if (out[i] == -1) {
+        if (infer >= 0) return std::nullopt;
+        infer = static_cast<int>(i);
+        continue;
+      }
+      if (out[i] < 0) return std::nullopt;
+      known *= out[i];
+    }
+    const int64_t total = Product(in, 0, in.size());
+    if (infer >= 0) {
+      if (known == 0 || total % known != 0) return std::nullopt;
+      out[infer] = total / known;
+    } else if (known != total) {
+      return std::nullopt;
+    }
+    return out;
+  }
+
+  void SetReshaped(const Shape& out) {
+    if (ConstPtr c = ConstIn(0)) {
+      OnnxConstant r = *c;
+      r.shape = out;
+      return SetValue(0, std::move(r));
+    }
+    SetShape(0, out, In(0)->elem_type);
+  }
+
+  void InferReshape() {
+    ConstPtr spec = ConstIn(1);
+    if (spec == nullptr) return;
+    std::optional<Shape> out = ReshapeTarget(In(0)->shape, AsInts(*spec));
+    if (out) SetReshaped(*out);
+  }
+
+  void InferFlatten() {
+    const Shape& s = In(0)->shape;
+    // Flatten's axis is in [-rank, rank], a negative one counted from rank.
+    const int64_t rank = static_cast<int64_t>(s.size());
+    int64_t axis = IntAttribute(node_, "axis", 1);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis > rank) return;
+    SetReshaped({Product(s, 0, axis), Product(s, axis, s.size())});
+  }
+
+  void InferSqueeze() {
+    const Shape& s = In(0)->shape;
+    std::vector<int64_t> axes;
+    if (node_.input_size() > 1 && !node_.input(1).empty()) {
+      ConstPtr a = ConstIn(1);
+      if (a == nullptr) return;
+      axes = AsInts(*a);
+    } else {
+      axes = IntsAttribute(node_, "axes");  // before opset 13
+    }
+    Shape out;
+    if (op_ == "Squeeze") {
+      const int64_t rank = static_cast<int64_t>(s.size());
+      std::vector<bool> drop(rank, axes.empty());
+      for (int64_t a : axes) {
+        int64_t n = 0;
+        if (!NormalizeAxis(a, rank, &n) || s[n] != 1) return;
+        drop[n] = true;
+      }
+      for (int64_t i = 0; i < rank; ++i) {
+        if (!(drop[i] && s[i] == 1)) out.push_back(s[i]);
+      }
+    } else {
+      const int64_t rank = static_cast<int64_t>(s.size() + axes.size());
+      std::vector<bool> inserted(rank, false);
+      for (int64_t a : axes) {
+        int64_t n = 0;
+        if (!NormalizeAxis(a, rank, &n) || inserted[n]) return;
+        inserted[n] = true;
+      }
+      size_t next = 0;
+      for (int64_t i = 0; i < rank; ++i) {
+        out.push_back(inserted[i] ? 1 : s[next++]);
+      }
+    }
+    SetReshaped(out);
+  }
+
+  void InferTranspose() {
+    const Shape& s = In(0)->shape;
+    std::vector<int64_t> perm = IntsAttribute(node_, "perm");
+    if (perm.empty()) {
+      for (size_t i = s.size(); i-- > 0;)
+        perm.push_back(static_cast<int64_t>(i));
+    }
+    if (perm.size() != s.size()) return;
+    Shape out;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= static_cast<int64_t>(s.size())) return;
+      out.push_back(s[p]);
+    }
+    ConstPtr c = ConstIn(0);
+    if (c == nullptr) return SetShape(0, out, In(0)->elem_type);
+    OnnxConstant t;
+    t.shape = out;
+    t.elem_type = c->elem_type;
+    t.data.resize(c->data.size());
+    const size_t rank = s.size();
+    std::vector<int64_t> in_strides(rank, 1);
+    for (size_t i = rank; i-- > 1;) in_strides[i - 1] = in_strides[i] * s[i];
+    for (int64_t flat = 0; flat < c->elements(); ++flat) {
+      int64_t rest = flat, src = 0;
+      for (size_t i = rank; i-- > 0;) {
+        src += (rest % out[i]) * in_strides[perm[i]];
+        rest /= out[i];
+      }
+      t.data[flat] = c->data[src];
+    }
+    SetValue(0, std::move(t));
+  }
+
+  void InferConcat() {
+    const OnnxTensorInfo* first = In(0);
+    const int64_t rank = static_cast<int64_t>(first->shape.size());
+    int64_t axis = 0;
+    if (!NormalizeAxis(IntAttribute(node_, "axis", 0), rank, &axis)) return;
+    Shape out = first->shape;
+    out[axis] = 0;
+    for (int i = 0; i < node_.input_size(); ++i) {
+      const Shape& s = In(i)->shape;
+      if (static_cast<int64_t>(s.size()) != rank) return;
+      out[axis] += s[axis];
+    }
+    if (!AllConstant()) return SetShape(0, out, first->elem_type);
+    // Row-major: the blocks below `axis` interleave.
+    const int64_t outer = Product(out, 0, axis);
+    OnnxConstant c;
+    c.shape = out;
+    c.elem_type = first->elem_type;
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int i = 0; i < node_.input_size(); ++i) {
+        ConstPtr in = ConstIn(i);
+        const int64_t block = Product(in->shape, axis, in->shape.size());
+        c.data.insert(c.data.end(), in->data.begin() + o * block,
+                      in->data.begin() + (o + 1) * block);
+      }
+    }
+    SetValue(0, std::move(c));
+  }
+
+  void InferGather() {
+    const Shape& data = In(0)->shape;
+    const OnnxTensorInfo* indices = In(1);
+    int64_t axis = 0;
+    if (!NormalizeAxis(IntAttribute(node_, "axis", 0),
+                       static_cast<int64_t>(data.size()), &axis)) {
+      return;
+    }
+    Shape out(data.begin(), data.begin() + axis);
+    out.insert(out.end(), indices->shape.begin(), indices->shape.end());
+    out.insert(out.end(), data.begin() + axis + 1, data.end());
+    ConstPtr d = ConstIn(0), idx = ConstIn(1);
+    if (d == nullptr || idx == nullptr) {
+      return SetShape(0, out, In(0)->elem_type);
+    }
+    const int64_t outer = Product(data, 0, axis);
+    const int64_t inner = Product(data, axis + 1, data.size());
+    OnnxConstant c;
+    c.shape = out;
+    c.elem_type = d->elem_type;
+    for (int64_t o = 0; o < outer; ++o) {
+      for (double i : idx->data) {
+        int64_t k = static_cast<int64_t>(i);
+        if (k < 0) k += data[axis];
+        if (k < 0 || k >= data[axis]) return SetShape(0, out, c.elem_type);
+        const int64_t base = (o * data[axis] + k) * inner;
+        c.data.insert(c.data.end(), d->data.begin() + base,
+                      d->data.begin() + base + inner);
+      }
+    }
+    SetValue(0, std::move(c));
+  }
+
+  void InferSlice() {
+    const Shape& s = In(0)->shape;
+    ConstPtr starts = ConstIn(1), ends = ConstIn(2);
+    if (starts == nullptr || ends == nullptr) return;
+    const int64_t rank = static_cast<int64_t>(s.size());
+    std::vector<int64_t> axes, steps;
+    if (ConstPtr a = ConstIn(3)) {
+      axes = AsInts(*a);
+    } else {
+      for (int64_t i = 0; i < starts->elements(); ++i) axes.push_back(i);
+    }
+    if (ConstPtr st = ConstIn(4)) {
+      steps = AsInts(*st);
+    } else {
+      steps.assign(axes.size(), 1);
+    }
+    if (axes.size() != static_cast<size_t>(starts->elements()) ||
+        axes.size() != static_cast<size_t>(ends->elements()) ||
+        steps.size() != axes.size()) {
+      return;
+    }
+    std::vector<int64_t> begin(rank, 0), step(rank, 1);
+    Shape out = s;
+    for (size_t k = 0; k < axes.size(); ++k) {
+      int64_t a = 0;
+      if (!NormalizeAxis(axes[k], rank, &a) || steps[k] == 0) return;
+      const int64_t d = s[a];
+      auto clamp = [&](double v, bool is_end) {
+        int64_t x = v >= 9.2e18    ? d
+                    : v <= -9.2e18 ? -d - 1
+                                   : static_cast<int64_t>(v);
+        if (x < 0) x += d;
+        if (steps[k] > 0) return std::clamp<int64_t>(x, 0, d);
+        return std::clamp<int64_t>(x, -1, d - 1) + (is_end ? 0 : 0);
+      };
+      const int64_t b = clamp(starts->data[k], false);
+      const int64_t e = clamp(ends->data[k], true);
+      const int64_t n =
+          steps[k] > 0
+              ? std::max<int64_t>(0, (e - b + steps[k] - 1) / steps[k])
+              : std::max<int64_t>(0, (b - e - steps[k] - 1) / -steps[k]);
+      begin[a] = b;
+      step[a] = steps[k];
+      out[a] = n;
+    }
+    ConstPtr c = ConstIn(0);
+    if (c == nullptr) return SetShape(0, out, In(0)->elem_type);
+    OnnxConstant r;
+    r.shape = out;
+    r.elem_type = c->elem_type;
+    const int64_t count = Product(out, 0, out.size());
+    for (int64_t flat = 0; flat < count; ++flat) {
+      int64_t rest = flat, src = 0, stride = 1;
+      for (int64_t i = rank; i-- > 0;) {
+        const int64_t coord = begin[i] + (rest % out[i]) * step[i];
+        rest /= out[i];
+        src += coord * stride;
+        stride *= s[i];
+      }
+      r.data.push_back(c->data[src]);
+    }
+    SetValue(0, std::move(r));
+  }
+
+  void InferConstantOfShape() {
+    ConstPtr shape = ConstIn(0);
+    if (shape == nullptr) return;
+    OnnxConstant c;
+    c.shape = AsInts(*shape);
+    c.elem_type = TensorProto::FLOAT;
+    double fill = 0;
+    if (const auto* a = FindAttribute(node_, "value")) {
+      OnnxConstant v;
+      if (!DecodeOnnxTensor(a->t(), graph_.model_dir(), "value", &v).ok() ||
+          v.elements() != 1) {
+        return;
+      }
+      c.elem_type = v.elem_type;
+      fill = v.data[0];
+    }
+    int64_t count = 0;
+    if (!OnnxElements(c.shape, "ConstantOfShape", &count).ok()) return;
+    if (count > kMaxFoldedElements) return SetShape(0, c.shape, c.elem_type);
+    c.data.assign(count, fill);
+    SetValue(0, std::move(c));
+  }
+
+  void InferRange() {
+    ConstPtr start = ConstIn(0), limit = ConstIn(1), delta = ConstIn(2);
+    if (!start || !limit || !delta || !start->scalar() || !limit->scalar() ||
+        !delta->scalar() || delta->data[0] == 0) {
+      return;
+    }
+    const double n =
+        std::ceil((limit->data[0] - start->data[0]) / delta->data[0]);
+    OnnxConstant c;
+    c.elem_type = start->elem_type;
+    const int64_t count = std::max<int64_t>(0, static_cast<int64_t>(n));
+    if (count > kMaxFoldedElements) return;
+    c.shape = {count};
+    for (int64_t i = 0; i < count; ++i) {
+      c.data.push_back(start->data[0] + i * delta->data[0]);
+    }
+    SetValue(0, std::move(c));
+  }
+
+  void InferExpand() {
+    ConstPtr shape = ConstIn(1);
+    if (shape == nullptr) return;
+    const Shape target = AsInts(*shape);
+    std::optional<Shape> out = Broadcast({&In(0)->shape, &target});
+    if (!out) return;
+    ConstPtr c = ConstIn(0);
+    const int64_t count = Product(*out, 0, out->size());
+    if (c == nullptr || count > kMaxFoldedElements) {
+      return SetShape(0, *out, In(0)->elem_type);
+    }
+    OnnxConstant r;
+    r.shape = *out;
+    r.elem_type = c->elem_type;
+    for (int64_t i = 0; i < count; ++i) {
+      r.data.push_back(c->data[BroadcastIndex(c->shape, *out, i)]);
+    }
+    SetValue(0, std::move(r));
+  }
+
+  void InferMatMul() {
+    Shape a = In(0)->shape, b = In(1)->shape;
+    if (a.empty() || b.empty()) return;
+    const bool a_vector = a.size() == 1, b_vector = b.size() == 1;
+    if (a_vector) a.insert(a.begin(), 1);
+    if (b_vector) b.push_back(1);
+    if (a.back() != b[b.size() - 2]) return;
+    Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
+    std::optional<Shape> batch = Broadcast({&a_batch, &b_batch});
+    if (!batch) return;
+    Shape out = *batch;
+    if (!a_vector) out.push_back(a[a.size() - 2]);
+    if (!b_vector) out.push_back(b.back());
+    SetShape(0, out, In(0)->elem_type);
+  }
+
+  void InferGemm() {
+    const Shape& a = In(0)->shape;
+    const Shape& b = In(1)->shape;
+    if (a.size() != 2 || b.size() != 2) return;
+    const bool ta = IntAttribute(node_, "transA", 0) != 0;
+    const bool tb = IntAttribute(node_, "transB", 0) != 0;
+    SetShape(0, {ta ? a[1] : a[0], tb ? b[0] : b[1]}, In(0)->elem_type);
+  }
+
+  void InferLayerNorm() {
+    const Shape& x = In(0)->shape;
+    int64_t axis = 0;
+    if (!NormalizeAxis(IntAttribute(node_, "axis", -1),
+                       static_cast<int64_t>(x.size()), &axis)) {
+      return;
+    }
+    SetShape(0, x, In(0)->elem_type);
+    Shape stats(x.begin(), x.begin() + axis);
+    stats.resize(x.size(), 1);
+    const int32_t stash = static_cast<int32_t>(
+        IntAttribute(node_, "stash_type", TensorProto::FLOAT));
+    SetShape(1, stats, stash);
+    SetShape(2, stats, stash);
+  }
+
+  void InferReduce() {
+    const Shape& x = In(0)->shape;
+    const int64_t rank = static_cast<int64_t>(x.size());
+    std::vector<int64_t> axes = IntsAttribute(node_, "axes");
+    if (node_.input_size() > 1 && !node_.input(1).empty()) {
+      ConstPtr a = ConstIn(1);
+      if (a == nullptr) return;
+      axes = AsInts(*a);
+    }
+    const bool keep = IntAttribute(node_, "keepdims", 1) != 0;
+    std::vector<bool> reduced(rank, axes.empty());
+    if (axes.empty() && IntAttribute(node_, "noop_with_empty_axes", 0) != 0) {
+      reduced.assign(rank, false);
+    }
+    for (int64_t a : axes) {
+      int64_t n = 0;
+      if (!NormalizeAxis(a, rank, &n)) return;
+      reduced[n] = true;
+    }
+    Shape out;
+    for (int64_t i = 0; i < rank; ++i) {
+      if (!reduced[i]) {
+        out.push_back(x[i]);
+      } else if (keep) {
+        out.push_back(1);
+      }
+    }
+    SetShape(0, out, In(0)->elem_type);
+  }
+
+  void InferConv() {
+    const Shape& x = In(0)->shape;
+    const Shape& w = In(1)->shape;
+    if (x.size() != 4 || w.size() != 4) return;
+    std::vector<int64_t> strides = IntsAttribute(node_, "strides");
+    std::vector<int64_t> pads = IntsAttribute(node_, "pads");
+    std::vector<int64_t> dilations = IntsAttribute(node_, "dilations");
+    strides.resize(2, 1);
+    pads.resize(4, 0);
+    dilations.resize(2, 1);
+    Shape out = {x[0], w[0]};
+    for (int i = 0; i < 2; ++i) {
+      const int64_t span = dilations[i] * (w[2 + i] - 1) + 1;
+      const int64_t padded = x[2 + i] + pads[i] + pads[i + 2];
+      if (strides[i] <= 0 || padded < span) return;
+      out.push_back((padded - span) / strides[i] + 1);
+    }
+    SetShape(0, out, In(0)->elem_type);
+  }
+
+  const OnnxGraph& graph_;
+  const NodeProto& node_;
+  const std::string& op_;
+  std::vector<OnnxTensorInfo>* outputs_ = nullptr;
+};
+
+// Declared types of graph inputs, outputs and value_info.
+void DeclaredType(const ::onnx::ValueInfoProto& vi, OnnxTensorInfo* info) {
+  if (!vi.type().has_tensor_type()) return;
+  const auto& tt = vi.type().tensor_type();
+  info->elem_type = tt.elem_type();
+  if (!tt.has_shape()) return;
+  Shape shape;
+  for (const auto& d : tt.shape().dim()) {
+    if (!d.has_dim_value() || d.dim_value() < 0) return;
+    shape.push_back(d.dim_value());
+  }
+  info->shape = std::move(shape);
+  info->shape_known = true;
+}
+
+}  // namespace
+
+const ::onnx::AttributeProto* FindAttribute(const NodeProto& node,
+                                            const std::string& name) {
+  for (const auto& a : node.attribute()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+
+int64_t IntAttribute(const NodeProto& node, const std::string& name,
+                     int64_t fallback) {
+  const auto* a = FindAttribute(node, name);
+  return a != nullptr ? a->i() : fallback;
+}
+
+float FloatAttribute(const NodeProto& node, const std::string& name,
+                     float fallback) {
+  const auto* a = FindAttribute(node, name);
+  return a != nullptr ? a->f() : fallback;
+}
+
+std::vector<int64_t> IntsAttribute(const NodeProto& node,
+                                   const std::string& name) {
+  const auto* a = FindAttribute(node, name);
+  if (a == nullptr) return {};
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+bool NormalizeAxis(int64_t axis, int64_t rank, int64_t* out) {
+  if (axis < -rank || axis >= rank) return false;
+  *out = axis < 0 ? axis + rank : axis;
+  return true;
+}
+
+int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end && i < dims.size(); ++i) p *= dims[i];
+  return p;
+}
+
+Status OnnxGraph::Build(const ::onnx::ModelProto& model,
+                        const std::string& model_name,
+                        const std::string& model_dir,
+                        std::unique_ptr<OnnxGraph>* graph) {
+  std::unique_ptr<OnnxGraph> g(new OnnxGraph(model, model_name, model_dir));
+  for (const auto& opset : model.opset_import()) {
+    if (opset.domain().empty() || opset.domain() == "ai.onnx") {
+      g->opset_ = opset.version();
+    }
+  }
+  if (g->opset_ == 0) {
+    return Status::BadInput(model_name +
+                            ": the model imports no default-domain opset");
+  }
+  if (g->opset_ < kMinOnnxOpset || g->opset_ > kMaxOnnxOpset) {
+    return Status::Infeasible(
+        model_name + ": opset " + std::to_string(g->opset_) +
+        " of the default domain; import-onnx reads opsets " +
+        std::to_string(kMinOnnxOpset) + " to " + std::to_string(kMaxOnnxOpset) +
+        " (re-export with opset_version in that range)");
+  }
+  const ::onnx::GraphProto& proto = model.graph();
+  for (const auto& init : proto.initializer()) {
+    OnnxTensorInfo info;
+    info.name = init.name();
+    info.initializer = &init;
+    info.shape.assign(init.dims().begin(), init.dims().end());
+    info.shape_known = true;
+    info.elem_type = init.data_type();
+    int64_t count = 0;
+    TILEC_RETURN_IF_ERROR(OnnxElements(
+        info.shape, model_name + ": initializer '" + init.name() + "'",
+        &count));
+    if (count <= kMaxFoldedElements) {
+      OnnxConstant value;
+      TILEC_RETURN_IF_ERROR(DecodeOnnxTensor(
+          init, model_dir, model_name + ": initializer '" + init.name() + "'",
+          &value));
+      info.value = std::make_shared<OnnxConstant>(std::move(value));
+    }
+    TILEC_RETURN_IF_ERROR(g->Define(std::move(info)));
+  }
+  for (const auto& input : proto.input()) {
+    // Before IR version 4 initializers were also listed as inputs.
+    if (g->tensors_.count(input.name())) continue;
+    OnnxTensorInfo info;
+    info.name = input.name();
+    info.graph_input = true;
+    DeclaredType(input, &info);
+    TILEC_RETURN_IF_ERROR(g->Define(std::move(info)));
+  }
+  for (int i = 0; i < proto.node_size(); ++i) {
+    TILEC_RETURN_IF_ERROR(g->VisitNode(i));
+  }
+  for (const auto& output : proto.output()) {
+    auto it = g->tensors_.find(output.name());
+    if (it == g->tensors_.end()) {
+      return Status::BadInput(model_name + ": graph output '" + output.name() +
+                              "' is defined by no node, input or initializer");
+    }
+    ++it->second.consumers;
+    if (!it->second.shape_known) DeclaredType(output, &it->second);
+  }
+  *graph = std::move(g);
+  return Status::Ok();
+}
+
+Status OnnxGraph::Define(OnnxTensorInfo info) {
+  if (tensors_.count(info.name)) {
+    return Status::BadInput(model_name_ + ": tensor '" + info.name +
+                            "' is defined twice");
+  }
+  std::string name = info.name;
+  tensors_.emplace(std::move(name), std::move(info));
+  return Status::Ok();
+}
+
+Status OnnxGraph::VisitNode(int index) {
+  const NodeProto& node = model_.graph().node(index);
+  for (const std::string& input : node.input()) {
+    if (input.empty()) continue;
+    auto it = tensors_.find(input);
+    if (it == tensors_.end()) {
+      return Status::BadInput(model_name_ + ": " + NodeLabel(index) +
+                              " reads '" + input +
+                              "', which no earlier node, input or "
+                              "initializer defines");
+    }
+    ++it->second.consumers;
+  }
+  std::vector<OnnxTensorInfo> outputs(node.output_size());
+  for (int i = 0; i < node.output_size(); ++i) {
+    outputs[i].name = node.output(i);
+    outputs[i].producer = index;
+  }
+  const bool default_domain =
+      node.domain().empty() || node.domain() == "ai.onnx";
+  if (default_domain) NodeVisitor(*this, node).Run(&outputs);
+  // value_info may declare what the visitor could not infer.
+  for (OnnxTensorInfo& out : outputs) {
+    if (out.shape_known) continue;
+    for (const auto& vi : model_.graph().value_info()) {
+      if (vi.name() == out.name) DeclaredType(vi, &out);
+    }
+  }
+  for (OnnxTensorInfo& out : outputs) {
+    if (out.name.empty()) continue;  // an omitted optional output
+    TILEC_RETURN_IF_ERROR(Define(std::move(out)));
+  }
+  return Status::Ok();
+}
+
+const OnnxTensorInfo* OnnxGraph::Find(const std::string& name) const {
+  if (name.empty()) return nullptr;
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+std::string OnnxGraph::NodeLabel(int index) const {
+  const NodeProto& node = model_.graph().node(index);
+  std::string name = node.name();
+  if (name.empty() && node.output_size() > 0) name = node.output(0);
+  std::string domain;
+  if (!node.domain().empty() && node.domain() != "ai.onnx") {
+    domain = node.domain() + ".";
+  }
+  return "node '" + name + "' (" + domain + node.op_type() + ", opset " +
+         std::to_string(opset_) + ")";
+}
+
+const NodeProto* OnnxGraph::Producer(const std::string& name) const {
+  const OnnxTensorInfo* info = Find(name);
+  if (info == nullptr || info->producer < 0) return nullptr;
+  return &model_.graph().node(info->producer);
+}
+
+Status OnnxGraph::Constant(const std::string& name, ConstPtr* value) const {
+  *value = nullptr;
+  const OnnxTensorInfo* info = Find(name);
+  if (info == nullptr) return Status::Ok();
+  if (info->value != nullptr) {
+    *value = info->value;
+    return Status::Ok();
+  }
+  if (info->initializer == nullptr) return Status::Ok();
+  OnnxConstant decoded;
+  TILEC_RETURN_IF_ERROR(
+      DecodeOnnxTensor(*info->initializer, model_dir_,
+                       model_name_ + ": initializer '" + name + "'", &decoded));
+  *value = std::make_shared<OnnxConstant>(std::move(decoded));
+  return Status::Ok();
+}
+
+bool OnnxGraph::ScalarConstant(const std::string& name, double* value) const {
+  ConstPtr c;
+  if (!Constant(name, &c).ok() || c == nullptr || c->elements() != 1) {
+    return false;
+  }
+  *value = c->data[0];
+  return true;
+}
+
+}  // namespace tilec::passes

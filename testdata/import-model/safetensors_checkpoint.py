@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Small checkpoints in exactly the safetensors layout, and their check.
+
+  safetensors_checkpoint.py write DIR WIDTH MLP LAYERS
+      DIR/ckpt-{F32,F16,BF16}.safetensors: a SigLIP vision tower's tensors
+      (Hugging Face names, "vision_model." prefix, PyTorch's [out, in]
+      Linear weights, embeddings, post_layernorm and head included) with
+      deterministic contents; and broken copies of the F32 one:
+      missing.safetensors (no layers.1.mlp.fc2.bias), shape.safetensors
+      (layers.0.mlp.fc1.weight [in, out]), dtype.safetensors
+      (layers.0.layer_norm1.weight as I64), truncated.safetensors (the last
+      byte cut), offsets.safetensors (layers.0.self_attn.k_proj.bias's range
+      past the end of the data), overlap.safetensors (two tensors sharing
+      bytes).
+  safetensors_checkpoint.py check CKPT DUMP_DIR WIDTH MLP LAYERS
+      DUMP_DIR holds run-reference --all --out_dir's .npy files of a graph
+      import-model built with --weights=CKPT: every weight must be the
+      checkpoint's tensor in tilec's orientation ([in, out], q|k|v side by
+      side), rounded to F16, exactly.
+
+Only the standard library: the safetensors header is JSON, the data little
+endian; F16 through struct's 'e' format, BF16 by rounding float32 bits.
+"""
+import json
+import os
+import struct
+import sys
+import zlib
+
+
+def values(name, count, dtype):
+    """Deterministic contents in [-0.25, 0.25) (LayerNorm weights around 1),
+    with at most 7 significant bits: exact in F32, F16 and BF16 alike."""
+    h = zlib.crc32(name.encode())
+    if name.endswith("layer_norm1.weight") or name.endswith("layer_norm2.weight"):
+        return [1.0 + ((h + 7919 * i) % 64 - 32) / 128.0 for i in range(count)]
+    return [((h + 7919 * i) % 256 - 128) / 512.0 for i in range(count)]
+
+
+def tower(width, mlp, layers):
+    """name -> shape of a SigLIP vision tower (patch 4, 16 tokens)."""
+    t = {
+        "vision_model.embeddings.patch_embedding.weight": [width, 3, 4, 4],
+        "vision_model.embeddings.patch_embedding.bias": [width],
+        "vision_model.embeddings.position_embedding.weight": [16, width],
+        "vision_model.post_layernorm.weight": [width],
+        "vision_model.post_layernorm.bias": [width],
+        "vision_model.head.probe": [1, 1, width],
+    }
+    for n in range(layers):
+        p = "vision_model.encoder.layers.%d." % n
+        for ln in ("layer_norm1", "layer_norm2"):
+            t[p + ln + ".weight"] = [width]
+            t[p + ln + ".bias"] = [width]
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            t[p + "self_attn.%s.weight" % proj] = [width, width]
+            t[p + "self_attn.%s.bias" % proj] = [width]
+        t[p + "mlp.fc1.weight"] = [mlp, width]
+        t[p + "mlp.fc1.bias"] = [mlp]
+        t[p + "mlp.fc2.weight"] = [width, mlp]
+        t[p + "mlp.fc2.bias"] = [width]
+    return t
+
+
+def encode(vals, dtype):
+    if dtype == "F32":
+        return struct.pack("<%df" % len(vals), *vals)
+    if dtype == "F16":
+        return struct.pack("<%de" % len(vals), *vals)
+    if dtype == "BF16":  # the values are exact in bfloat16
+        bits = struct.unpack("<%dI" % len(vals), struct.pack("<%df" % len(vals), *vals))
+        return struct.pack("<%dH" % len(vals), *[b >> 16 for b in bits])
+    if dtype == "I64":
+        return struct.pack("<%dq" % len(vals), *[int(v * 1000) for v in vals])
+    raise ValueError(dtype)
+
+
+def count(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def write(path, tensors, dtype, edit=None):
+    header, data = {"__metadata__": {"format": "pt"}}, b""
+    for name, shape in tensors.items():
+        d = dtype
+        if edit and edit.get("dtype", (None,))[0] == name:
+            d = edit["dtype"][1]
+        blob = encode(values(name, count(shape), d if d != "I64" else "F32"), d)
+        header[name] = {"dtype": d, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(blob)]}
+        data += blob
+    if edit and "offsets" in edit:
+        header[edit["offsets"]]["data_offsets"][1] = len(data) + 8
+        header[edit["offsets"]]["data_offsets"][0] += 8
+    if edit and "overlap" in edit:
+        a, b = edit["overlap"]
+        header[b]["data_offsets"] = list(header[a]["data_offsets"])
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)  # writers pad the header to 8 bytes
+    blob = struct.pack("<Q", len(text)) + text + data
+    if edit and "truncate" in edit:
+        blob = blob[:-1]
+    with open(path, "wb") as f:
+        f.write(blob)
+
+
+def main_write(out, width, mlp, layers):
+    t = tower(width, mlp, layers)
+    for dtype in ("F32", "F16", "BF16"):
+        write(os.path.join(out, "ckpt-%s.safetensors" % dtype), t, dtype)
+    missing = dict(t)
+    del missing["vision_model.encoder.layers.1.mlp.fc2.bias"]
+    write(os.path.join(out, "missing.safetensors"), missing, "F32")
+    shape = dict(t)
+    shape["vision_model.encoder.layers.0.mlp.fc1.weight"] = [width, mlp]
+    write(os.path.join(out, "shape.safetensors"), shape, "F32")
+    p = "vision_model.encoder.layers.0."
+    write(os.path.join(out, "dtype.safetensors"), t, "F32",
+          {"dtype": (p + "layer_norm1.weight", "I64")})
+    write(os.path.join(out, "truncated.safetensors"), t, "F32", {"truncate": True})
+    write(os.path.join(out, "offsets.safetensors"), t, "F32",
+          {"offsets": p + "self_attn.k_proj.bias"})
+    write(os.path.join(out, "overlap.safetensors"), t, "F32",
+          {"overlap": (p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias")})
+
+
+def read_npy(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    assert blob[:6] == b"\x93NUMPY", path
+    n = struct.unpack("<H", blob[8:10])[0]
+    header = blob[10:10 + n].decode()
+    assert "'<f4'" in header, header
+    data = blob[10 + n:]
+    return list(struct.unpack("<%df" % (len(data) // 4), data))
+
+
+def f16(v):
+    return struct.unpack("<e", struct.pack("<e", v))[0]
+
+
+def main_check(ckpt, dump, width, mlp, layers):
+    def src(name, shape):
+        return values(name, count(shape), "F32")
+
+    def transposed(name, out_dim, in_dim):
+        w = src(name, [out_dim, in_dim])
+        return [w[o * in_dim + i] for i in range(in_dim) for o in range(out_dim)]
+
+    checked = 0
+    for n in range(layers):
+        p = "vision_model.encoder.layers.%d." % n
+        qkv_w, qkv_b = [0.0] * (width * 3 * width), []
+        for k, proj in enumerate(("q_proj", "k_proj", "v_proj")):
+            w = src(p + "self_attn.%s.weight" % proj, [width, width])
+            for i in range(width):
+                for o in range(width):
+                    qkv_w[i * 3 * width + k * width + o] = w[o * width + i]
+            qkv_b += src(p + "self_attn.%s.bias" % proj, [width])
+        expected = {
+            "ln1.gamma": src(p + "layer_norm1.weight", [width]),
+            "ln1.beta": src(p + "layer_norm1.bias", [width]),
+            "attn.qkv.w": qkv_w,
+            "attn.qkv_bias.b": qkv_b,
+            "attn.proj.w": transposed(p + "self_attn.out_proj.weight", width, width),
+            "attn.proj_bias.b": src(p + "self_attn.out_proj.bias", [width]),
+            "ln2.gamma": src(p + "layer_norm2.weight", [width]),
+            "ln2.beta": src(p + "layer_norm2.bias", [width]),
+            "mlp.up.w": transposed(p + "mlp.fc1.weight", mlp, width),
+            "mlp.up_bias.b": src(p + "mlp.fc1.bias", [mlp]),
+            "mlp.down.w": transposed(p + "mlp.fc2.weight", width, mlp),
+            "mlp.down_bias.b": src(p + "mlp.fc2.bias", [width]),
+        }
+        for rest, want in expected.items():
+            name = "l%d.%s" % (n, rest)
+            got = read_npy(os.path.join(dump, name + ".npy"))
+            want = [f16(v) for v in want]
+            if got != want:
+                bad = next(i for i in range(len(want)) if i >= len(got) or got[i] != want[i])
+                sys.exit("%s (from %s): element %d is %s, expected %s" %
+                         (name, ckpt, bad, got[bad] if bad < len(got) else None, want[bad]))
+            checked += 1
+    print("%s: %d weights equal the checkpoint's tensors" % (ckpt, checked))
+
+
+if __name__ == "__main__":
+    cmd, a = sys.argv[1], sys.argv[2:]
+    if cmd == "write":
+        main_write(a[0], int(a[1]), int(a[2]), int(a[3]))
+    else:
+        main_check(a[0], a[1], int(a[2]), int(a[3]), int(a[4]))
