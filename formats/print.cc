@@ -254,6 +254,13 @@ std::string OwnershipText(const fb::OwnershipT& o) {
       if (i) out += "x";
       out += std::to_string(o.partitions[i]);
     }
+    if (!o.sub_partitions.empty()) {
+      out += ", sub=";
+      for (size_t i = 0; i < o.sub_partitions.size(); ++i) {
+        if (i) out += "x";
+        out += std::to_string(o.sub_partitions[i]);
+      }
+    }
     if (o.replicas != 1) out += ", rep=" + std::to_string(o.replicas);
     bool natural = true;
     for (size_t i = 0; i < o.axis_order.size(); ++i) {

@@ -29,8 +29,15 @@ Status CheckOwnership(const fb::OwnershipT& owner, const fb::ValueT& value,
                  std::to_string(value.shape.size()) + " value");
     }
     if (owner.replicas < 1) return bad("replicas must be >= 1");
+    if (!owner.sub_partitions.empty() &&
+        owner.sub_partitions.size() != owner.partitions.size()) {
+      return bad("one sub-partition count per axis");
+    }
+    const size_t grid_axes = owner.sub_partitions.empty()
+                                 ? owner.partitions.size() + 1
+                                 : 2 * owner.partitions.size() + 1;
     if (!owner.axis_order.empty()) {
-      std::vector<bool> seen(owner.partitions.size() + 1, false);
+      std::vector<bool> seen(grid_axes, false);
       bool permutation = owner.axis_order.size() == seen.size();
       for (int axis : owner.axis_order) {
         if (!permutation || axis < 0 || axis >= static_cast<int>(seen.size()) ||
@@ -42,14 +49,16 @@ Status CheckOwnership(const fb::OwnershipT& owner, const fb::ValueT& value,
       }
       if (!permutation) {
         return bad("axis_order must be a permutation of 0.." +
-                   std::to_string(owner.partitions.size()));
+                   std::to_string(grid_axes - 1));
       }
     }
     tiles_used = owner.replicas;
-    for (int p : owner.partitions) {
-      if (p < 1) return bad("partition counts must be >= 1");
-      tiles_used *= p;
-      if (tiles_used > (int64_t{1} << 31)) return bad("too many partitions");
+    for (const auto* counts : {&owner.partitions, &owner.sub_partitions}) {
+      for (int p : *counts) {
+        if (p < 1) return bad("partition counts must be >= 1");
+        tiles_used *= p;
+        if (tiles_used > (int64_t{1} << 31)) return bad("too many partitions");
+      }
     }
   } else {
     if (owner.grain < 1 || owner.tiles < 1) {

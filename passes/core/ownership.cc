@@ -17,32 +17,56 @@ namespace {
 
 using fb::OwnershipKind;
 
-// A balanced split of `extent` items into `parts` contiguous parts: the first
-// extent % parts parts have one item more. Closed forms make every lookup
+// A balanced split of `extent` items into `outer` contiguous blocks (the
+// first extent % outer blocks have one item more), each split again the
+// same way into `inner` parts; parts are numbered block by block. With
+// inner = 1 it is the plain balanced split. Closed forms make every lookup
 // O(1), which is what keeps the transfer computation cheap.
 struct Split {
-  int64_t parts = 1;
-  int64_t q = 0;  // extent / parts
-  int64_t r = 0;  // extent % parts
+  int64_t parts = 1;  // outer * inner
+  int64_t inner = 1;
+  int64_t q = 0;  // extent / outer
+  int64_t r = 0;  // extent % outer
 
   Split() = default;
-  Split(int64_t extent, int64_t p) : parts(p), q(extent / p), r(extent % p) {}
+  Split(int64_t extent, int64_t outer, int64_t sub = 1)
+      : parts(outer * sub), inner(sub), q(extent / outer), r(extent % outer) {}
 
-  int64_t Begin(int64_t k) const { return k * q + std::min(k, r); }
+  int64_t BlockBegin(int64_t o) const { return o * q + std::min(o, r); }
+  int64_t BlockSize(int64_t o) const { return q + (o < r ? 1 : 0); }
+  int64_t Begin(int64_t k) const {
+    if (inner == 1) return BlockBegin(k);
+    const int64_t o = k / inner, i = k % inner, size = BlockSize(o);
+    return BlockBegin(o) + i * (size / inner) + std::min(i, size % inner);
+  }
   int64_t End(int64_t k) const { return Begin(k + 1); }
   // The part that holds item x, for 0 <= x < extent. It is never one of the
-  // empty trailing parts (those exist only when q == 0, and then x < r).
+  // empty parts (those exist only where a block or the extent has fewer
+  // items than parts, and then come after the non-empty ones).
   int64_t PartOf(int64_t x) const {
+    const int64_t o = BalancedPart(x, q, r);
+    if (inner == 1) return o;
+    const int64_t size = BlockSize(o);
+    return o * inner +
+           BalancedPart(x - BlockBegin(o), size / inner, size % inner);
+  }
+  int64_t Largest() const {
+    const int64_t block = q + (r > 0 ? 1 : 0);
+    return block / inner + (block % inner > 0 ? 1 : 0);
+  }
+
+ private:
+  // The part of x in a balanced split with quotient q and remainder r.
+  static int64_t BalancedPart(int64_t x, int64_t q, int64_t r) {
     const int64_t big = r * (q + 1);
     return x < big ? x / (q + 1) : r + (x - big) / q;
   }
-  int64_t Largest() const { return q + (r > 0 ? 1 : 0); }
 };
 
 // An ownership resolved against a shape. A "piece" is what one grid cell
 // holds: a block (blocked, held by `holders` = replicas tiles) or a flat
-// block (held by one tile). Pieces are numbered row-major over the partition
-// grid whatever the axis order; the order only decides which tile a grid
+// block (held by one tile). Pieces are numbered row-major over each axis's
+// parts whatever the axis order; the order only decides which tile a grid
 // cell (piece, replica) lives on.
 struct Layout {
   bool flat = false;
@@ -53,11 +77,15 @@ struct Layout {
   // Blocked.
   std::array<Split, kMaxRank> axis{};
   std::array<int64_t, kMaxRank> radix{};  // piece index stride per axis
-  // Grid position weight of each grid axis (axis `rank` = replicas) along
-  // the tile index, from the axis order. `natural` is the default order
-  // (partitions row-major, replicas fastest), where the position is simply
-  // piece * holders + replica.
-  std::array<int64_t, kMaxRank + 1> weight{};
+  // Grid position weight of each grid axis along the tile index, from the
+  // axis order: the block axes 0..rank-1, with sub_partitions the part
+  // axes rank..2*rank-1, then the replicas (axis `replica_axis`). `natural`
+  // is the default order without sub_partitions (partitions row-major,
+  // replicas fastest), where the position is simply piece * holders +
+  // replica.
+  std::array<int64_t, 2 * kMaxRank + 1> weight{};
+  int replica_axis = 0;
+  bool nested = false;
   bool natural = true;
   // Flat.
   Split grains;
@@ -70,14 +98,24 @@ struct Layout {
 
   int64_t Position(int64_t piece, int64_t replica) const {
     if (natural) return piece * holders + replica;
-    int64_t position = replica * weight[rank];
+    int64_t position = replica * weight[replica_axis];
     for (int a = 0; a < rank; ++a) {
-      position += ((piece / radix[a]) % axis[a].parts) * weight[a];
+      const int64_t k = (piece / radix[a]) % axis[a].parts;
+      if (nested) {
+        position += (k / axis[a].inner) * weight[a] +
+                    (k % axis[a].inner) * weight[rank + a];
+      } else {
+        position += k * weight[a];
+      }
     }
     return position;
   }
   int Tile(int64_t piece, int64_t replica) const {
     return static_cast<int>(first + Position(piece, replica) * stride);
+  }
+  // The tile distance between consecutive replicas of a piece.
+  int64_t ReplicaStep() const {
+    return (natural ? 1 : weight[replica_axis]) * stride;
   }
   // One past the largest tile the ownership assigns: the last grid position
   // in any order.
@@ -94,7 +132,15 @@ struct Layout {
     if (natural) return cell / holders;
     int64_t piece = 0;
     for (int a = 0; a < rank; ++a) {
-      piece += ((cell / weight[a]) % axis[a].parts) * radix[a];
+      const Split& s = axis[a];
+      int64_t k = 0;
+      if (nested) {
+        k = ((cell / weight[a]) % (s.parts / s.inner)) * s.inner +
+            (cell / weight[rank + a]) % s.inner;
+      } else {
+        k = (cell / weight[a]) % s.parts;
+      }
+      piece += k * radix[a];
     }
     return piece;
   }
@@ -154,21 +200,32 @@ Layout Resolve(const fb::OwnershipT& o, std::span<const int64_t> shape) {
     l.pieces = o.tiles;
     l.holders = 1;
   } else {
+    l.nested = !o.sub_partitions.empty();
     l.pieces = 1;
     for (int a = l.rank - 1; a >= 0; --a) {
-      l.axis[a] = Split(shape[a], o.partitions[a]);
+      l.axis[a] = Split(shape[a], o.partitions[a],
+                        l.nested ? o.sub_partitions[a] : 1);
       l.radix[a] = l.pieces;
-      l.pieces *= o.partitions[a];
+      l.pieces *= l.axis[a].parts;
     }
     l.holders = o.replicas;
-    l.natural = NaturalOrder(o.axis_order);
+    l.replica_axis = l.nested ? 2 * l.rank : l.rank;
+    l.natural = !l.nested && NaturalOrder(o.axis_order);
     if (!l.natural) {
       // Fastest axis last: weights multiply up from the end of the order.
+      std::vector<int32_t> order = o.axis_order;
+      if (order.empty()) {
+        for (int g = 0; g <= l.replica_axis; ++g) order.push_back(g);
+      }
+      auto extent_of = [&](int g) -> int64_t {
+        if (g == l.replica_axis) return l.holders;
+        if (g < l.rank) return o.partitions[g];
+        return o.sub_partitions[g - l.rank];
+      };
       int64_t w = 1;
-      for (int j = static_cast<int>(o.axis_order.size()) - 1; j >= 0; --j) {
-        const int axis = o.axis_order[j];
-        l.weight[axis] = w;
-        w *= axis == l.rank ? l.holders : l.axis[axis].parts;
+      for (int j = static_cast<int>(order.size()) - 1; j >= 0; --j) {
+        l.weight[order[j]] = w;
+        w *= extent_of(order[j]);
       }
     }
   }
@@ -247,7 +304,8 @@ void ForEachBlockIn(const Layout& l, const Box& box, Fn&& fn) {
       part.begin[a] = std::max(box.begin[a], l.axis[a].Begin(k[a]));
       part.end[a] = std::min(box.end[a], l.axis[a].End(k[a]));
     }
-    fn(piece, part);
+    // Parts that are empty inside a nested split hold nothing.
+    if (!part.Empty()) fn(piece, part);
     int a = l.rank - 1;
     while (a >= 0 && k[a] == hi[a]) k[a] = lo[a], --a;
     if (a < 0) return;
@@ -408,10 +466,9 @@ void WalkTransfers(const Layout& src, const Layout& dst, int element_bytes,
     // hold the box already (no PieceOn per destination).
     const int only_holder = src.holders == 1 ? src.Tile(pa, 0) : -1;
     // Replicas of a piece are evenly spaced tiles: the position is linear in
-    // the replica index (weight[rank], 1 in the natural order).
+    // the replica index.
     const int first_holder = dst.Tile(pb, 0);
-    const int64_t holder_step =
-        (dst.natural ? 1 : dst.weight[dst.rank]) * dst.stride;
+    const int64_t holder_step = dst.ReplicaStep();
     for (int64_t k = 0; k < dst.holders; ++k) {
       const int tile = static_cast<int>(first_holder + k * holder_step);
       if (only_holder >= 0 ? tile == only_holder : src.PieceOn(tile) == pa) {
@@ -541,9 +598,9 @@ class OwnershipParser {
         // comma followed by a digit continues the list and one followed by
         // anything else ends it (and stands for the option separator).
         while (true) {
-          if (o.axis_order.size() > kMaxRank) {
+          if (o.axis_order.size() > 2 * kMaxRank) {
             return Fail("order lists more than " +
-                        std::to_string(kMaxRank + 1) + " axes");
+                        std::to_string(2 * kMaxRank + 1) + " axes");
           }
           int64_t axis;
           if (!Number(&axis)) return std::nullopt;
@@ -557,6 +614,23 @@ class OwnershipParser {
           pos_ = before;  // the separator of the next option
           break;
         }
+        continue;
+      }
+      if (key == "sub" && o.kind == OwnershipKind::Blocked) {
+        if (!o.sub_partitions.empty()) {
+          pos_ = key_at;
+          return Fail("option 'sub' given twice");
+        }
+        if (!Expect('=')) return std::nullopt;
+        do {
+          if (o.sub_partitions.size() == kMaxRank) {
+            return Fail("more than " + std::to_string(kMaxRank) + " axes");
+          }
+          int64_t parts;
+          if (!Number(&parts)) return std::nullopt;
+          if (parts < 1) return Fail("a sub-partition count must be at least 1");
+          o.sub_partitions.push_back(static_cast<int32_t>(parts));
+        } while (Accept('x'));
         continue;
       }
       int32_t* field = nullptr;
@@ -579,7 +653,7 @@ class OwnershipParser {
                     (o.kind == OwnershipKind::Blocked ? "blocked" : "flat") +
                     " (options: " +
                     (o.kind == OwnershipKind::Blocked
-                         ? "rep, order, first, stride"
+                         ? "sub, rep, order, first, stride"
                          : "grain, tiles, first, stride") +
                     ")");
       }
@@ -607,15 +681,22 @@ class OwnershipParser {
     if (Position() != text_.size()) {
       return Fail("unexpected text after the closing ')'");
     }
+    if (!o.sub_partitions.empty() &&
+        o.sub_partitions.size() != o.partitions.size()) {
+      return Fail("sub= needs one count per axis");
+    }
     if (!o.axis_order.empty()) {
+      const size_t replicas_axis = o.sub_partitions.empty()
+                                       ? o.partitions.size()
+                                       : 2 * o.partitions.size();
       std::vector<int32_t> sorted = o.axis_order;
       std::sort(sorted.begin(), sorted.end());
       for (size_t i = 0; i < sorted.size(); ++i) {
-        if (sorted.size() != o.partitions.size() + 1 ||
+        if (sorted.size() != replicas_axis + 1 ||
             sorted[i] != static_cast<int32_t>(i)) {
           return Fail("order must list each grid axis 0.." +
-                      std::to_string(o.partitions.size()) + " once (axis " +
-                      std::to_string(o.partitions.size()) + " = replicas)");
+                      std::to_string(replicas_axis) + " once (axis " +
+                      std::to_string(replicas_axis) + " = replicas)");
         }
       }
     }
@@ -726,6 +807,7 @@ bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b) {
       a.axis_order == b.axis_order ||
       (NaturalOrder(a.axis_order) && NaturalOrder(b.axis_order));
   return a.kind == b.kind && a.partitions == b.partitions &&
+         a.sub_partitions == b.sub_partitions &&
          a.replicas == b.replicas && a.first_tile == b.first_tile &&
          a.tile_stride == b.tile_stride && a.grain == b.grain &&
          a.tiles == b.tiles && same_order;
@@ -784,13 +866,35 @@ std::string ValidateOwnership(const fb::OwnershipT& o,
         }
         multiply(o.partitions[a]);
       }
+      if (!o.sub_partitions.empty()) {
+        if (o.sub_partitions.size() != shape.size()) {
+          return what() + " has " + str(o.sub_partitions.size()) +
+                 " sub-partition counts for a value of rank " +
+                 str(shape.size());
+        }
+        bool nested = false;
+        for (size_t a = 0; a < o.sub_partitions.size(); ++a) {
+          if (o.sub_partitions[a] < 1) {
+            return what() + " has " + str(o.sub_partitions[a]) +
+                   " sub-parts on axis " + str(a) + " (must be >= 1)";
+          }
+          nested = nested || o.sub_partitions[a] > 1;
+          multiply(o.sub_partitions[a]);
+        }
+        // One spelling per placement: no sub= when nothing is split twice.
+        if (!nested) {
+          return what() + " has sub-partitions that are all 1: leave them out";
+        }
+      }
       if (o.replicas < 1) {
         return what() + " has " + str(o.replicas) + " replicas (must be >= 1)";
       }
       multiply(o.replicas);
       if (!o.axis_order.empty()) {
-        // A permutation of the grid axes 0..rank (rank = the replicas).
-        std::vector<bool> seen(shape.size() + 1, false);
+        // A permutation of the grid axes (the last one is the replicas).
+        const size_t grid_axes =
+            o.sub_partitions.empty() ? shape.size() + 1 : 2 * shape.size() + 1;
+        std::vector<bool> seen(grid_axes, false);
         bool permutation = o.axis_order.size() == seen.size();
         for (int32_t axis : o.axis_order) {
           if (!permutation) break;
@@ -801,16 +905,17 @@ std::string ValidateOwnership(const fb::OwnershipT& o,
         if (!permutation) {
           return what() + " has axis order " + Join(o.axis_order, ",") +
                  ", which is not a permutation of the grid axes 0.." +
-                 str(shape.size()) + " (axis " + str(shape.size()) +
+                 str(grid_axes - 1) + " (axis " + str(grid_axes - 1) +
                  " = replicas)";
         }
       }
       break;
     case OwnershipKind::Flat:
-      if (!o.partitions.empty() || o.replicas != 1 || !o.axis_order.empty()) {
+      if (!o.partitions.empty() || !o.sub_partitions.empty() ||
+          o.replicas != 1 || !o.axis_order.empty()) {
         return what() +
-               ": a flat ownership must leave partitions, replicas and "
-               "axis order unset";
+               ": a flat ownership must leave partitions, sub-partitions, "
+               "replicas and axis order unset";
       }
       if (o.grain < 1) {
         return what() + " has grain " + str(o.grain) + " (must be >= 1)";

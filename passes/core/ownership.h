@@ -12,6 +12,11 @@
 //     position i lives on tile first_tile + i * tile_stride. Every replica
 //     holds the whole block. E.g. a GEMM's left operand
 //     blocked(9x6, rep=27, order=0,2,1) puts its 6 K parts fastest.
+//     With sub_partitions, each block of axis a is split again into
+//     sub_partitions[a] balanced parts and the grid has 2r+1 axes (blocks,
+//     parts within them, replicas): blocked(9x54, sub=3x1,
+//     order=0,2,1,3,4) is a K-split GEMM's result, each output block's
+//     rows shared out among the 3 tiles that reduce them.
 //   - Flat: the row-major element order is cut into `grain`-element grains
 //     (the last may be short); the grains are split over `tiles` tiles in
 //     balanced contiguous blocks; block j lives on tile

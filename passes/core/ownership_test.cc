@@ -83,25 +83,51 @@ Holds BruteHolds(const fb::OwnershipT& o, const Shape& shape) {
   const int64_t n = NumElements(shape);
   Holds holds(kTiles, std::vector<char>(n, 0));
   if (o.kind == fb::OwnershipKind::Blocked) {
-    std::vector<std::vector<int64_t>> owners;
-    for (size_t a = 0; a < shape.size(); ++a) {
-      owners.push_back(BalancedOwners(shape[a], o.partitions[a]));
-    }
-    // Grid axes: the partitions, then the replicas; linearized in the axis
-    // order, slowest first.
+    // Per axis and element: its block, and with sub-partitions its part
+    // within the block (a balanced split of the block's own extent).
     const int rank = static_cast<int>(shape.size());
+    const bool nested = !o.sub_partitions.empty();
+    std::vector<std::vector<int64_t>> owners, subs;
+    for (int a = 0; a < rank; ++a) {
+      owners.push_back(BalancedOwners(shape[a], o.partitions[a]));
+      std::vector<int64_t> sub(shape[a], 0);
+      if (nested) {
+        int64_t begin = 0;
+        for (int64_t block = 0; block < o.partitions[a]; ++block) {
+          int64_t size = 0;
+          while (begin + size < shape[a] && owners[a][begin + size] == block) {
+            ++size;
+          }
+          const std::vector<int64_t> parts =
+              BalancedOwners(size, o.sub_partitions[a]);
+          for (int64_t i = 0; i < size; ++i) sub[begin + i] = parts[i];
+          begin += size;
+        }
+      }
+      subs.push_back(sub);
+    }
+    // Grid axes: the blocks, the parts within them (nested only), then the
+    // replicas; linearized in the axis order, slowest first.
     std::vector<int64_t> counts(o.partitions.begin(), o.partitions.end());
+    if (nested) {
+      counts.insert(counts.end(), o.sub_partitions.begin(),
+                    o.sub_partitions.end());
+    }
     counts.push_back(o.replicas);
+    const int replica_axis = static_cast<int>(counts.size()) - 1;
     std::vector<int32_t> order = o.axis_order;
     if (order.empty()) {
-      for (int a = 0; a <= rank; ++a) order.push_back(a);
+      for (int a = 0; a <= replica_axis; ++a) order.push_back(a);
     }
     for (int64_t e = 0; e < n; ++e) {
       const std::vector<int64_t> c = Coordinates(shape, e);
-      std::vector<int64_t> cell(rank + 1);
-      for (int a = 0; a < rank; ++a) cell[a] = owners[a][c[a]];
+      std::vector<int64_t> cell(counts.size());
+      for (int a = 0; a < rank; ++a) {
+        cell[a] = owners[a][c[a]];
+        if (nested) cell[rank + a] = subs[a][c[a]];
+      }
       for (int k = 0; k < o.replicas; ++k) {
-        cell[rank] = k;
+        cell[replica_axis] = k;
         int64_t position = 0;
         for (int32_t axis : order)
           position = position * counts[axis] + cell[axis];
@@ -195,11 +221,18 @@ fb::OwnershipT RandomOwnership(std::mt19937& rng, const Shape& shape) {
       // One part more than the extent now and then: an empty block.
       for (int64_t e : shape) parts.push_back(pick(1, std::min<int>(e + 1, 5)));
       o = BlockedOwnership(parts, pick(0, 1) ? pick(1, 4) : 1, first, stride);
+      if (pick(0, 2) == 0) {
+        // Blocks split again (sometimes into more parts than they have).
+        for (int64_t e : shape) {
+          o.sub_partitions.push_back(pick(1, std::min<int>(e + 1, 4)));
+        }
+      }
       if (pick(0, 1) == 0) {
         // A random order of the grid axes (sometimes the identity).
-        for (int a = 0; a <= static_cast<int>(shape.size()); ++a) {
-          o.axis_order.push_back(a);
-        }
+        const int grid_axes = o.sub_partitions.empty()
+                                  ? static_cast<int>(shape.size()) + 1
+                                  : 2 * static_cast<int>(shape.size()) + 1;
+        for (int a = 0; a < grid_axes; ++a) o.axis_order.push_back(a);
         std::shuffle(o.axis_order.begin(), o.axis_order.end(), rng);
       }
     }
@@ -249,6 +282,11 @@ TEST(OwnershipTest, BlockedGridPutsReplicasFastest) {
 
 fb::OwnershipT Ordered(fb::OwnershipT o, std::vector<int32_t> order) {
   o.axis_order = std::move(order);
+  return o;
+}
+
+fb::OwnershipT Nested(fb::OwnershipT o, std::vector<int32_t> sub) {
+  o.sub_partitions = std::move(sub);
   return o;
 }
 
@@ -306,6 +344,31 @@ TEST(OwnershipTest, AxisOrderChangesPlacementButNotContents) {
   const TransferPlan plan = PlanTransfers(natural, columns_slowest, shape, 2);
   EXPECT_EQ(plan.local_copies.size(), 2u);
   EXPECT_EQ(plan.transfers.size(), 4u);
+}
+
+TEST(OwnershipTest, SubPartitionsSplitEachBlockAgain) {
+  // Rows: blocks [0,4) and [4,7), each split in two: [0,2) [2,4) [4,6)
+  // [6,7). Grid order rows' blocks, rows' parts, columns: what a K-split
+  // GEMM's result looks like (m = 2, k = 2, n = 2).
+  const fb::OwnershipT o =
+      Ordered(Nested(BlockedOwnership({2, 2}), {2, 1}), {0, 2, 1, 3, 4});
+  EXPECT_EQ(FormatOwnership(o), "blocked(2x2, sub=2x1, order=0,2,1,3,4)");
+  const Shape shape = {7, 4};
+  EXPECT_EQ(HeldBoxes(o, shape, 0), std::vector<Box>{MakeBox({{0, 2}, {0, 2}})});
+  EXPECT_EQ(HeldBoxes(o, shape, 1), std::vector<Box>{MakeBox({{0, 2}, {2, 4}})});
+  EXPECT_EQ(HeldBoxes(o, shape, 2), std::vector<Box>{MakeBox({{2, 4}, {0, 2}})});
+  EXPECT_EQ(HeldBoxes(o, shape, 5), std::vector<Box>{MakeBox({{4, 6}, {2, 4}})});
+  EXPECT_EQ(HeldBoxes(o, shape, 7), std::vector<Box>{MakeBox({{6, 7}, {2, 4}})});
+  EXPECT_EQ(MaxBytesPerTile(o, shape, 1), 4);
+  std::string error;
+  std::optional<fb::OwnershipT> parsed =
+      ParseOwnership("blocked(2x2, sub=2x1, order=0,2,1,3,4)", &error);
+  ASSERT_TRUE(parsed) << error;
+  EXPECT_TRUE(SameOwnership(*parsed, o));
+  // A block smaller than its sub count leaves empty parts behind its rows.
+  const fb::OwnershipT thin = Nested(BlockedOwnership({2, 1}), {3, 1});
+  EXPECT_EQ(HeldBoxes(thin, Shape{4, 1}, 2), std::vector<Box>{});
+  EXPECT_EQ(HeldBoxes(thin, Shape{4, 1}, 3), std::vector<Box>{MakeBox({{2, 3}, {0, 1}})});
 }
 
 TEST(OwnershipTest, StrideAndFirstTileMoveTheGrid) {
@@ -602,7 +665,9 @@ TEST(OwnershipTest, ParserRejectsGarbageWithAClearMessage) {
       {"flat(4, 4)", "expected an option name"},
       {"blocked(9x6, order=0,1)", "order must list each grid axis 0..2 once"},
       {"blocked(9x6, order=0,1,1)", "order must list each grid axis 0..2"},
-      {"blocked(9x6, order=0,1,2,3,4,5)", "order lists more than 5 axes"},
+      {"blocked(9x6, order=0,1,2,3,4,5,6,7,8,9)", "order lists more than 9 axes"},
+      {"blocked(9x6, sub=3)", "sub= needs one count per axis"},
+      {"blocked(9x6, sub=3x1, order=0,1,2)", "order must list each grid axis 0..4 once"},
       {"blocked(9x6, order=)", "expected a non-negative integer"},
       {"blocked(9x6, order=0,2,1, order=0,1,2)", "option 'order' given twice"},
       {"flat(grain=4, tiles=4, order=0)", "unknown option 'order' for flat"},
@@ -666,8 +731,21 @@ TEST(OwnershipTest, ValidationRejectsBadInputs) {
       {flat_with_replicas,
        {8},
        16,
-       "must leave partitions, replicas and axis order unset"},
+       "must leave partitions, sub-partitions, replicas and axis order unset"},
       {bad_kind, {8}, 16, "unknown ownership kind 7"},
+      {Nested(BlockedOwnership({2, 2}), {1, 1}),
+       {4, 4},
+       16,
+       "sub-partitions that are all 1: leave them out"},
+      {Nested(BlockedOwnership({2, 2}), {2}),
+       {4, 4},
+       16,
+       "1 sub-partition counts for a value of rank 2"},
+      {Nested(BlockedOwnership({2, 2}), {2, 0}), {4, 4}, 16, "0 sub-parts"},
+      {Nested(BlockedOwnership({2, 2}), {4, 2}),
+       {4, 4},
+       16,
+       "needs at least 32 tiles but the target has 16"},
       {BlockedOwnership({2}), {8}, 0, "the target has no tiles"},
       {Ordered(BlockedOwnership({2, 2}), {0, 1}),
        {4, 4},
@@ -680,7 +758,7 @@ TEST(OwnershipTest, ValidationRejectsBadInputs) {
       {Ordered(FlatOwnership(4, 2), {0}),
        {8},
        16,
-       "must leave partitions, replicas and axis order unset"},
+       "must leave partitions, sub-partitions, replicas and axis order unset"},
   };
   for (const Case& c : cases) {
     const std::string error = ValidateOwnership(c.ownership, c.shape, c.tiles);
