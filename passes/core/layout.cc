@@ -201,33 +201,6 @@ bool CountRuns(const Box& box, const Segments& src, const Segments& dst,
   return covered == box.Elements();
 }
 
-std::vector<Box> CutColumns(std::span<const Box> boxes, const Split& columns) {
-  std::vector<Box> out;
-  for (const Box& b : boxes) {
-    if (b.Empty()) continue;
-    const int last = b.rank - 1;
-    const int64_t p0 = columns.PartOf(b.begin[last]);
-    const int64_t p1 = columns.PartOf(b.end[last] - 1);
-    for (int64_t p = p0; p <= p1; ++p) {
-      Box piece = b;
-      piece.begin[last] = std::max(b.begin[last], columns.Begin(p));
-      piece.end[last] = std::min(b.end[last], columns.End(p));
-      out.push_back(piece);
-    }
-  }
-  return out;
-}
-
-Segments StoredSegments(std::span<const Box> held, const Split* columns,
-                        int element_bytes, int alignment) {
-  if (columns != nullptr) {
-    const std::vector<Box> pieces = CutColumns(held, *columns);
-    if (pieces.size() > held.size()) {
-      return AlignedPieces(pieces, element_bytes, alignment);
-    }
-  }
-  return Consecutive(held);
-}
 
 bool SameContiguousRange(const Segments& result,
                          std::span<const Segments> operands) {

@@ -6,9 +6,8 @@
 // A buffer holds one or more row-major boxes of a value ("segments"), one
 // after another: a blocked ownership gives one segment (the tile's block), a
 // flat ownership up to 2*rank-1 (its flat range cut into boxes, which are
-// then contiguous in flat order), and the lowering may choose several
-// column pieces for a GEMM weight or partial (see lowering.h). Everything
-// here counts elements, not bytes.
+// then contiguous in flat order), and a GEMM's staging buffer may be cut
+// into K pieces (tile_plan.h). Everything here counts elements, not bytes.
 
 #ifndef TILEC_PASSES_CORE_LAYOUT_H_
 #define TILEC_PASSES_CORE_LAYOUT_H_
@@ -104,21 +103,6 @@ struct RunGroup {
 // merge where contiguous on both sides, as in MoveRuns. Same return value.
 bool CountRuns(const Box& box, const Segments& src, const Segments& dst,
                std::vector<RunGroup>* groups);
-
-// `boxes` cut at the part boundaries of `columns` (a split of the last
-// axis): each box becomes one box per part it meets, in order.
-std::vector<Box> CutColumns(std::span<const Box> boxes, const Split& columns);
-
-// How a value's part on a tile is stored, given the boxes its ownership
-// gives the tile (`held`, HeldBoxes order): one after another
-// (Consecutive), or, when `columns` is given and cuts them into more
-// pieces, one aligned piece per cut box (AlignedPieces). The lowering stores
-// a K-split GEMM's output so where a result tile's box spans several GEMM
-// column blocks (each piece one output range, written by one reduction), and
-// values computed elementwise from it, or redistributed next to it, adopt
-// the same pieces.
-Segments StoredSegments(std::span<const Box> held, const Split* columns,
-                        int element_bytes, int alignment);
 
 // True when `result` holds its boxes back to back (one contiguous range of
 // elements) and every operand holds the same boxes at the same offsets

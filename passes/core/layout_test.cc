@@ -116,18 +116,6 @@ TEST(LayoutTest, CountRunsOfAStridedCopyIsOneRunPerRow) {
   EXPECT_FALSE(CountRuns(B2(0, 93, 100, 124), src, dst, &groups));
 }
 
-TEST(LayoutTest, StoredSegmentsCutOnlyBoxesThatSpanSeveralParts) {
-  const Split columns{96, 4};  // 0, 24, 48, 72, 96
-  const std::vector<Box> inside = {B2(0, 5, 24, 48)};
-  EXPECT_EQ(StoredSegments(inside, &columns, 2, 8), Consecutive(inside));
-  const std::vector<Box> spanning = {B2(0, 5, 20, 30)};
-  const Segments cut = StoredSegments(spanning, &columns, 2, 8);
-  ASSERT_EQ(cut.size(), 2u);
-  EXPECT_EQ(cut[0], (Segment{B2(0, 5, 20, 24), 0}));
-  EXPECT_EQ(cut[1], (Segment{B2(0, 5, 24, 30), 20}));  // 40 B, aligned
-  EXPECT_EQ(StoredSegments(spanning, nullptr, 2, 8), Consecutive(spanning));
-  EXPECT_EQ(CutColumns(spanning, Split{96, 1}), spanning);
-}
 
 TEST(LayoutTest, SameContiguousRangeNeedsBackToBackBoxesEverywhere) {
   // A flat range cut into row boxes, consecutive: one range.

@@ -813,6 +813,71 @@ bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b) {
          a.tiles == b.tiles && same_order;
 }
 
+int64_t GridCells(const fb::OwnershipT& o) {
+  if (o.kind == OwnershipKind::Flat) return o.tiles;
+  int64_t cells = o.replicas;
+  for (int32_t p : o.partitions) cells *= p;
+  for (int32_t p : o.sub_partitions) cells *= p;
+  return cells;
+}
+
+std::optional<fb::OwnershipT> ColumnVectorOwnership(const fb::OwnershipT& l) {
+  if (l.kind == OwnershipKind::Flat) {
+    return BlockedOwnership({1}, l.tiles, l.first_tile, l.tile_stride);
+  }
+  if (l.partitions.size() != 2) return std::nullopt;
+  const bool nested = !l.sub_partitions.empty();
+  // The layout's grid axes: rows, columns, (row parts, column parts,)
+  // replicas. Row-like axes become the vector's replicas.
+  const int replica_axis = nested ? 4 : 2;
+  auto extent = [&](int g) -> int64_t {
+    if (g == replica_axis) return l.replicas;
+    if (g < 2) return l.partitions[g];
+    return l.sub_partitions[g - 2];
+  };
+  auto row_like = [&](int g) { return g == 0 || g == 2 || g == replica_axis; };
+  const int column_parts = nested ? l.sub_partitions[1] : 1;
+  int64_t replicas = 1;
+  for (int g = 0; g <= replica_axis; ++g) {
+    if (row_like(g)) replicas *= extent(g);
+  }
+  fb::OwnershipT v = BlockedOwnership({l.partitions[1]}, static_cast<int>(replicas),
+                                      l.first_tile, l.tile_stride);
+  if (column_parts > 1) v.sub_partitions = {column_parts};
+  const int v_replicas = column_parts > 1 ? 2 : 1;
+  std::vector<int32_t> order = l.axis_order;
+  if (order.empty()) {
+    for (int g = 0; g <= replica_axis; ++g) order.push_back(g);
+  }
+  // The row-like axes that matter (extent > 1) must be one run of the order
+  // for their product to be a single replica axis.
+  bool in_run = false, run_done = false, placed = false;
+  for (int32_t g : order) {
+    if (extent(g) == 1) continue;
+    if (row_like(g)) {
+      if (run_done) return std::nullopt;
+      in_run = true;
+      if (!placed) v.axis_order.push_back(v_replicas);
+      placed = true;
+    } else {
+      if (in_run) run_done = true;
+      in_run = false;
+      v.axis_order.push_back(g == 1 ? 0 : 1);
+    }
+  }
+  // Axes of extent 1 go anywhere: after the others.
+  for (int32_t g : {0, 1}) {
+    if (std::find(v.axis_order.begin(), v.axis_order.end(), g) ==
+            v.axis_order.end() &&
+        g < v_replicas) {
+      v.axis_order.push_back(g);
+    }
+  }
+  if (!placed) v.axis_order.push_back(v_replicas);
+  if (NaturalOrder(v.axis_order)) v.axis_order.clear();
+  return v;
+}
+
 std::string ValidateOwnership(const fb::OwnershipT& o,
                               std::span<const int64_t> shape,
                               int target_tiles) {

@@ -79,6 +79,17 @@ fb::OwnershipT FlatOwnership(int grain, int tiles, int first_tile = 0,
 // explicit identity axis order equals the empty one.
 bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b);
 
+// Grid positions (tiles assigned, empty blocks included): the product of
+// the partitions, sub-partitions and replicas, or a flat layout's tiles.
+int64_t GridCells(const fb::OwnershipT& ownership);
+
+// The ownership of a [C] vector used along the rows of a rank-2 value in
+// `layout` (a bias): every tile holds its block's columns. Flat layouts
+// replicate the vector on every tile. Nullopt where the tiles of one
+// column block are not one run of the layout's grid order (the vector's
+// replicas could not be placed in a blocked ownership).
+std::optional<fb::OwnershipT> ColumnVectorOwnership(const fb::OwnershipT& layout);
+
 // Checks `ownership` against a value of `shape` on a target with
 // `target_tiles` tiles. Returns "" if valid, else one sentence saying what is
 // wrong. Rank 1..4, extents >= 0 (at most 2^56 elements); counts

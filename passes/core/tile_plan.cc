@@ -32,9 +32,39 @@ Box GemmGrid::CBox(int mi, int ni) const {
   return Box2(rows.Begin(mi), rows.End(mi), cols.Begin(ni), cols.End(ni));
 }
 
+Box GemmGrid::ResultBox(int mi, int ki, int ni) const {
+  if (k == 1) return CBox(mi, ni);
+  const Split part = ReduceRows(mi);
+  return Box2(rows.Begin(mi) + part.Begin(ki), rows.Begin(mi) + part.End(ki),
+              cols.Begin(ni), cols.End(ni));
+}
+
 fb::OwnershipT GemmGrid::ANeeded() const {
-  fb::OwnershipT o = BlockedOwnership({m, k}, n, first, stride);
-  o.axis_order = {0, 2, 1};
+  return BlockedOwnership({m, k}, n, first, stride);
+}
+
+fb::OwnershipT GemmGrid::BNeeded() const {
+  fb::OwnershipT o = BlockedOwnership({k, n}, m, first, stride);
+  o.axis_order = {2, 0, 1};
+  return o;
+}
+
+fb::OwnershipT GemmGrid::ResultOwnership() const {
+  if (k == 1) return BlockedOwnership({m, n}, 1, first, stride);
+  // Part ki of block mi is part mi*k + ki of a balanced split of all rows
+  // when every block's parts start where that split's do.
+  const Split whole{M, int64_t{m} * k};
+  bool same = true;
+  for (int mi = 0; mi < m && same; ++mi) {
+    const Split part = ReduceRows(mi);
+    for (int ki = 0; ki < k && same; ++ki) {
+      same = rows.Begin(mi) + part.Begin(ki) == whole.Begin(mi * k + ki);
+    }
+  }
+  if (same) return BlockedOwnership({m * k, n}, 1, first, stride);
+  fb::OwnershipT o = BlockedOwnership({m, n}, 1, first, stride);
+  o.sub_partitions = {k, 1};
+  o.axis_order = {0, 2, 1, 3, 4};
   return o;
 }
 
@@ -68,98 +98,10 @@ GemmGrid MakeGemmGrid(int64_t M, int64_t K, int64_t N, int m, int k, int n,
   return g;
 }
 
-std::vector<ReduceRange> GemmRanges(const GemmGrid& g,
-                                    const fb::OwnershipT& result,
-                                    std::span<const int64_t> result_shape) {
-  std::vector<ReduceRange> ranges;
-  ForEachHeldBoxes(result, result_shape,
-                   [&](int tile, std::span<const Box> boxes) {
-    for (const Box& rb : boxes) {
-      const int64_t mi0 = g.rows.PartOf(rb.begin[0]);
-      const int64_t mi1 = g.rows.PartOf(rb.end[0] - 1);
-      const int64_t ni0 = g.cols.PartOf(rb.begin[1]);
-      const int64_t ni1 = g.cols.PartOf(rb.end[1] - 1);
-      for (int64_t mi = mi0; mi <= mi1; ++mi) {
-        for (int64_t ni = ni0; ni <= ni1; ++ni) {
-          ReduceRange r;
-          r.tile = tile;
-          r.mi = static_cast<int>(mi);
-          r.ni = static_cast<int>(ni);
-          r.box = IntersectBoxes(rb, g.CBox(r.mi, r.ni));
-          if (r.box.Empty()) continue;
-          for (int ki = 0; ki < g.k; ++ki) {
-            if (g.Tile(r.mi, r.ni, ki) == tile) r.seed_ki = ki;
-          }
-          ranges.push_back(r);
-        }
-      }
-    }
-  });
-  return ranges;
-}
-
-bool StridedSeeds(const GemmGrid& g, std::span<const ReduceRange> ranges) {
-  for (const ReduceRange& r : ranges) {
-    if (r.seed_ki < 0) continue;
-    const Box block = g.CBox(r.mi, r.ni);
-    // A column sub-range of a block is contiguous only as one row or as the
-    // block's whole width.
-    if (BoxRows(r.box) > 1 && BoxWidth(r.box) != BoxWidth(block)) return true;
-  }
-  return false;
-}
-
-std::vector<std::pair<int64_t, int64_t>> SeedColumnPieces(
-    const GemmGrid& g, int ni, std::span<const Box> seeds) {
-  std::vector<std::pair<int64_t, int64_t>> pieces;
-  SeedColumnPieces(g, ni, seeds, &pieces);
-  return pieces;
-}
-
-void SeedColumnPieces(const GemmGrid& g, int ni, std::span<const Box> seeds,
-                      std::vector<std::pair<int64_t, int64_t>>* pieces) {
-  const int64_t c0 = g.cols.Begin(ni), c1 = g.cols.End(ni);
-  pieces->clear();
-  pieces->push_back({c0, c1});
-  // Split the piece holding each cut (a tile reduces one or two ranges).
-  for (const Box& b : seeds) {
-    for (int64_t cut : {b.begin[1], b.end[1]}) {
-      for (size_t i = 0; i < pieces->size(); ++i) {
-        auto [lo, hi] = (*pieces)[i];
-        if (cut <= lo || cut >= hi) continue;
-        (*pieces)[i].second = cut;
-        pieces->insert(pieces->begin() + i + 1, {cut, hi});
-        break;
-      }
-    }
-  }
-}
-
-std::vector<std::pair<int64_t, int64_t>> BlockColumns(const GemmGrid& g,
-                                                     int ni) {
-  return {{g.cols.Begin(ni), g.cols.End(ni)}};
-}
-
-Segments PartialSegments(const GemmGrid& g, int mi,
-                         std::span<const std::pair<int64_t, int64_t>> columns,
-                         int alignment) {
-  Segments segments;
-  PartialSegments(g, mi, columns, alignment, &segments);
-  return segments;
-}
-
-void PartialSegments(const GemmGrid& g, int mi,
-                     std::span<const std::pair<int64_t, int64_t>> columns,
-                     int alignment, Segments* segments) {
-  // AlignedPieces of the F32 column pieces, without a temporary.
-  segments->clear();
-  int64_t bytes = 0;
-  for (const auto& [c0, c1] : columns) {
-    bytes = (bytes + alignment - 1) / alignment * alignment;
-    const Box box = Box2(g.rows.Begin(mi), g.rows.End(mi), c0, c1);
-    segments->push_back({box, bytes / 4});
-    bytes += box.Elements() * 4;
-  }
+fb::DType PartialsDType(const GemmGrid& grid, fb::DType result,
+                        bool allow_16bit) {
+  const bool half = result == fb::DType::F16 || result == fb::DType::BF16;
+  return allow_16bit && half && !grid.staged ? result : fb::DType::F32;
 }
 
 // ---------------------------------------------------------------- one tile
@@ -188,17 +130,6 @@ StatusOr<int64_t> GemmTilePlanner::Gemm(int64_t m, int64_t k, int64_t n) {
   e.key = key;
   e.cycles = *c;
   return *c;
-}
-
-StatusOr<int64_t> GemmTilePlanner::PieceCycles(
-    int64_t m, int64_t k, std::span<const std::pair<int64_t, int64_t>> columns) {
-  int64_t cycles = 0;
-  for (const auto& [c0, c1] : columns) {
-    StatusOr<int64_t> c = Gemm(m, k, c1 - c0);
-    if (!c.ok()) return c.status();
-    cycles += *c;
-  }
-  return cycles;
 }
 
 StatusOr<int64_t> GemmTilePlanner::CopyCycles(const Box& box,
@@ -337,7 +268,7 @@ StatusOr<GemmTilePlan> GemmTilePlanner::Plan(const GemmTileGeometry& geo,
 
 Status GemmTilePlanner::Plan(const GemmTileGeometry& geo,
                              const GemmTileInput& in, GemmTilePlan* plan) {
-  const int64_t bm = grid_.rows.Size(in.mi);
+  const int64_t bm = grid_.rows.Size(in.mi), bn = grid_.cols.Size(in.ni);
   plan->aliased = geo.aliased;
   plan->chunks.resize(geo.chunks.size());
   // Both ways on this tile: one panel per chunk, or K pieces.
@@ -346,7 +277,7 @@ Status GemmTilePlanner::Plan(const GemmTileGeometry& geo,
     const GemmTileGeometry::Chunk& chunk = geo.chunks[c];
     GemmChunkPlan& out = plan->chunks[c];
     StatusOr<int64_t> whole =
-        PieceCycles(bm, chunk.cuts.back() - chunk.cuts.front(), in.columns);
+        Gemm(bm, chunk.cuts.back() - chunk.cuts.front(), bn);
     if (!whole.ok()) return whole.status();
     out.span = chunk.span;
     out.whole_gemm_cycles = *whole;
@@ -354,7 +285,7 @@ Status GemmTilePlanner::Plan(const GemmTileGeometry& geo,
     // For now the K-pieced figures; replaced below if the tile keeps one
     // panel per chunk.
     out.gemm_cycles = *whole;
-    out.calls = static_cast<int64_t>(in.columns.size());
+    out.calls = 1;
     out.copy_cycles = chunk.whole_copy_cycles;
     out.copy_runs = chunk.whole_copy_runs;
     cost_rows += *whole + chunk.whole_copy_cycles;
@@ -362,11 +293,10 @@ Status GemmTilePlanner::Plan(const GemmTileGeometry& geo,
       out.gemm_cycles = 0;
       out.calls = 0;
       for (size_t i = 0; i + 1 < chunk.cuts.size(); ++i) {
-        StatusOr<int64_t> p =
-            PieceCycles(bm, chunk.cuts[i + 1] - chunk.cuts[i], in.columns);
+        StatusOr<int64_t> p = Gemm(bm, chunk.cuts[i + 1] - chunk.cuts[i], bn);
         if (!p.ok()) return p.status();
         out.gemm_cycles += *p;
-        out.calls += static_cast<int64_t>(in.columns.size());
+        ++out.calls;
       }
       out.copy_cycles = chunk.piece_copy_cycles;
       out.copy_runs = chunk.piece_copy_runs;
@@ -383,7 +313,7 @@ Status GemmTilePlanner::Plan(const GemmTileGeometry& geo,
     }
     chunk.cuts.assign({g.cuts.front(), g.cuts.back()});
     chunk.gemm_cycles = chunk.whole_gemm_cycles;
-    chunk.calls = static_cast<int64_t>(in.columns.size());
+    chunk.calls = 1;
     chunk.copy_cycles = chunk.whole_copy_cycles;
     chunk.copy_runs = g.whole_copy_runs;
   }

@@ -1,8 +1,8 @@
 // What the lowering emits on each tile of a GEMM, as pure functions of the
-// recipe and of how the operands are stored: the grid and its blocks, the
-// output ranges of a K-split reduction, the column pieces of a partial, and
-// per grid tile the K pieces of its staged panel, its GEMM calls and its
-// local copies with their cycles. The lowering (passes/lower) builds buffers
+// recipe and of how the operands are stored: the grid, its blocks and the
+// rows each tile reduces, the partials' dtype, and per grid tile the K
+// pieces of its staged panel, its GEMM calls (one per K piece over the
+// whole block) and its local copies with their cycles. The lowering (passes/lower) builds buffers
 // and calls from these decisions; the planner (passes/plan) prices recipes
 // with the same functions, so that both follow one definition
 // (docs/lowering.md, docs/planner.md).
@@ -26,8 +26,11 @@
 namespace tilec::passes {
 
 // The tile grid of a GEMM recipe [M,K] x [K,N] over m x k x n
-// (docs/planning.md): grid position (mi, ni, ki) runs on tile
-// first + ((mi*n + ni)*k + ki) * stride.
+// (docs/planning.md): grid position (mi, ki, ni) runs on tile
+// first + ((mi*k + ki)*n + ni) * stride and computes rows mi, depth ki,
+// columns ni. With k > 1 the k tiles of one output block hold its partial
+// sums, and tile ki reduces the ki-th of k balanced parts of the block's
+// rows (a contiguous run of every partial).
 struct GemmGrid {
   int64_t M = 0, K = 0, N = 0;
   int m = 1, k = 1, n = 1;
@@ -37,15 +40,25 @@ struct GemmGrid {
   int64_t phase_k = 0;
   bool staged = false;  // Streamed or Batched
 
-  int Tile(int mi, int ni, int ki) const {
-    return first + ((mi * n + ni) * k + ki) * stride;
+  int Tile(int mi, int ki, int ni) const {
+    return first + ((mi * k + ki) * n + ni) * stride;
   }
   Box ABox(int mi, int ki) const;
   Box BBox(int ki, int ni) const;
   Box CBox(int mi, int ni) const;
-  // The ownership the left operand needs: blocked(m x k, rep=n,
-  // order=0,2,1) on the grid's tiles.
+  // The rows of block mi that tile ki reduces: part ki of k.
+  Split ReduceRows(int mi) const { return {rows.Size(mi), k}; }
+  // The result box tile (mi, ki, ni) owns: all of C's block with k = 1,
+  // its reduced rows with k > 1.
+  Box ResultBox(int mi, int ki, int ni) const;
+  // The ownership the left operand needs: blocked(m x k, rep=n).
   fb::OwnershipT ANeeded() const;
+  // The right operand's: blocked(k x n, rep=m, order=2,0,1).
+  fb::OwnershipT BNeeded() const;
+  // The result's: blocked(m x n) for k = 1; for k > 1 blocked(m x n,
+  // sub=k x 1, order=0,2,1,3,4), written as blocked(m*k x n) where that
+  // splits the rows the same way.
+  fb::OwnershipT ResultOwnership() const;
   // Staged exchange phases of a tile with depth part ki.
   int Chunks(int ki) const;
 };
@@ -56,47 +69,13 @@ GemmGrid MakeGemmGrid(int64_t M, int64_t K, int64_t N, int m, int k, int n,
                       int first, int stride, fb::Staging staging, int chunk_k,
                       int batch_chunks);
 
-// One output range of a K-split reduction: the part of a result tile's box
-// that lies in one GEMM output block.
-struct ReduceRange {
-  int tile = 0;  // the result tile that reduces it
-  Box box;       // inside the result tile's box and inside block (mi, ni)
-  int mi = 0, ni = 0;
-  int seed_ki = -1;  // ki of the partial already on `tile`, -1 if none
-};
-
-// Every output range of a GEMM with k > 1 whose result [M, N] is owned
-// `result` (result tiles ascending, boxes in row-major order).
-std::vector<ReduceRange> GemmRanges(const GemmGrid& grid,
-                                    const fb::OwnershipT& result,
-                                    std::span<const int64_t> result_shape);
-
-// True if some range's seed is a column sub-range (strided) of its block's
-// partial: reading it in place then needs split partials.
-bool StridedSeeds(const GemmGrid& grid, std::span<const ReduceRange> ranges);
-
-// Output column pieces [c0, c1) of grid tile (mi, ni, ki) in "split
-// partials" mode: block ni's columns cut where the ranges that the tile
-// reduces itself (its seeds, `seeds`) begin and end, so that each seed is one
-// piece of the partial.
-std::vector<std::pair<int64_t, int64_t>> SeedColumnPieces(
-    const GemmGrid& grid, int ni, std::span<const Box> seeds);
-// The same into *pieces (reusing its memory).
-void SeedColumnPieces(const GemmGrid& grid, int ni, std::span<const Box> seeds,
-                      std::vector<std::pair<int64_t, int64_t>>* pieces);
-// The whole block's columns: one piece.
-std::vector<std::pair<int64_t, int64_t>> BlockColumns(const GemmGrid& grid,
-                                                     int ni);
-
-// The F32 partial (or accumulator) of grid row block mi stored as one
-// aligned piece per column piece.
-Segments PartialSegments(const GemmGrid& grid, int mi,
-                         std::span<const std::pair<int64_t, int64_t>> columns,
-                         int alignment);
-// The same into *segments (reusing its memory).
-void PartialSegments(const GemmGrid& grid, int mi,
-                     std::span<const std::pair<int64_t, int64_t>> columns,
-                     int alignment, Segments* segments);
+// The dtype a K-split GEMM's partial sums are kept and exchanged in. The
+// result's own 16-bit dtype (half the exchange of F32) when every tile
+// writes its partial with one call (Complete staging, no K pieces: a
+// 16-bit partial is rounded once, like an output) and `allow_16bit`; else
+// F32, the accumulator of several calls.
+fb::DType PartialsDType(const GemmGrid& grid, fb::DType result,
+                        bool allow_16bit);
 
 // ---------------------------------------------------------------- copies
 
@@ -127,8 +106,6 @@ struct GemmTileInput {
   // The boxes of A the tile copies locally into its panel (PlanTransfers'
   // local copies for this tile, ForEachLocalCopy).
   std::span<const Box> local;
-  // The output column pieces (BlockColumns or SeedColumnPieces).
-  std::span<const std::pair<int64_t, int64_t>> columns;
   // Use A in place where the tile holds its whole panel contiguously.
   bool alias_in_place = true;
   // K pieces allowed (LoweringOptions::k_pieces, and the calls accumulate in
@@ -140,7 +117,7 @@ struct GemmTileInput {
 struct GemmChunkPlan {
   Box span;                   // rows x K columns of the chunk
   std::vector<int64_t> cuts;  // K boundaries of its pieces, front to back
-  int64_t gemm_cycles = 0;    // its GEMM calls (K pieces x column pieces)
+  int64_t gemm_cycles = 0;    // its GEMM calls (one per K piece)
   int64_t calls = 0;
   int64_t copy_cycles = 0;    // its local copies
   int64_t copy_runs = 0;
@@ -160,7 +137,8 @@ struct GemmTilePlan {
 // What a tile's panel looks like before its calls are chosen: whether it
 // uses A in place, and per chunk the K cuts where its local parts meet A's
 // stored segments and the cycles of its local copies both ways (into the
-// whole chunk, into the chunk cut into K pieces).
+// whole chunk, into the chunk cut into K pieces). The geometry does not
+// depend on in.k_pieces, so both variants can share it.
 struct GemmTileGeometry {
   bool aliased = false;
   bool local = false;  // some chunk has a local part
@@ -187,8 +165,8 @@ class GemmTilePlanner {
                   kernels::DType a_dtype, int a_element_bytes, int alignment);
 
   StatusOr<GemmTilePlan> Plan(const GemmTileInput& in);
-  // The same in two steps: the geometry does not depend on in.columns or
-  // in.k_pieces, so variants of those can share it.
+  // The same in two steps: the geometry does not depend on in.k_pieces, so
+  // both variants can share it.
   StatusOr<GemmTileGeometry> Geometry(const GemmTileInput& in);
   Status Geometry(const GemmTileInput& in, GemmTileGeometry* geometry);
   StatusOr<GemmTilePlan> Plan(const GemmTileGeometry& geometry,
@@ -197,12 +175,8 @@ class GemmTilePlanner {
   Status Plan(const GemmTileGeometry& geometry, const GemmTileInput& in,
               GemmTilePlan* plan);
 
-  // Cycles of one GEMM call [m, k] x [k, n] and of the calls of one K piece
-  // of width k over `columns`.
+  // Cycles of one GEMM call [m, k] x [k, n].
   StatusOr<int64_t> Gemm(int64_t m, int64_t k, int64_t n);
-  StatusOr<int64_t> PieceCycles(
-      int64_t m, int64_t k,
-      std::span<const std::pair<int64_t, int64_t>> columns);
   // Cycles of the copy calls that move `box` from `src` to `dst` (one per
   // run, MoveRuns), elements of `element_bytes`; runs in *runs if not null.
   StatusOr<int64_t> CopyCycles(const Box& box, const Segments& src,

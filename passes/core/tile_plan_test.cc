@@ -49,11 +49,9 @@ TEST(TilePlanTest, StridedLocalPartIsOneCopyPerRow) {
   // 24 * 2 = 48 B: 92 * (288 + 6) = 27,048.
   const Segments held = {{B2(0, 92, 100, 124), 0}};
   const std::vector<Box> local = {B2(0, 92, 100, 124)};
-  const std::vector<std::pair<int64_t, int64_t>> columns = BlockColumns(g, 0);
   GemmTileInput in;
   in.a_storage = &held;
   in.local = local;
-  in.columns = columns;
   StatusOr<GemmTilePlan> plan = planner.Plan(in);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   ASSERT_EQ(plan->chunks.size(), 1u);
@@ -91,11 +89,9 @@ TEST(TilePlanTest, KPiecesFollowTheStoredPieces) {
   const Segments held = AlignedPieces(
       std::vector<Box>{B2(0, 92, 100, 120), B2(0, 92, 120, 124)}, 2, 8);
   const std::vector<Box> local = {B2(0, 92, 100, 124)};
-  const std::vector<std::pair<int64_t, int64_t>> columns = BlockColumns(g, 0);
   GemmTileInput in;
   in.a_storage = &held;
   in.local = local;
-  in.columns = columns;
   in.k_pieces = true;
   StatusOr<GemmTilePlan> plan = planner.Plan(in);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
@@ -117,34 +113,63 @@ TEST(TilePlanTest, WholePanelHeldContiguouslyIsUsedInPlace) {
   GemmTilePlanner planner(g, *f.model, kernels::DType::kF16, 2, 8);
   const Segments held = {{B2(0, 146, 0, 269), 0}};
   const std::vector<Box> local = {B2(0, 146, 0, 269)};
-  const std::vector<std::pair<int64_t, int64_t>> columns = {{0, 16}, {16, 64}};
   GemmTileInput in;
   in.a_storage = &held;
   in.local = local;
-  in.columns = columns;  // split partials: a call per column piece
   StatusOr<GemmTilePlan> plan = planner.Plan(in);
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->aliased);
   EXPECT_EQ(plan->chunks[0].copy_cycles, 0);
-  // 294 + 17 * 1 * 744 and 294 + 17 * 3 * 744.
-  EXPECT_EQ(plan->chunks[0].gemm_cycles, (294 + 17 * 744) + (294 + 51 * 744));
+  // One call over the whole block.
+  EXPECT_EQ(plan->chunks[0].calls, 1);
+  EXPECT_EQ(plan->chunks[0].gemm_cycles, 50886);
 }
 
-TEST(TilePlanTest, SeedColumnPiecesCutTheBlockAtTheSeeds) {
+// m2 x k3 x n2 over [10, 48] x [48, 32]: tile (mi, ki, ni) is
+// ((mi*3 + ki)*2 + ni); block rows 5 each, reduced 2 + 2 + 1 by ki.
+TEST(TilePlanTest, GridPlacesOperandsAndTheReducedRows) {
   const GemmGrid g =
-      MakeGemmGrid(8, 64, 96, 1, 4, 1, 0, 1, fb::Staging::Complete, 0, 1);
-  EXPECT_EQ(SeedColumnPieces(g, 0, std::vector<Box>{B2(0, 8, 24, 48)}),
-            (std::vector<std::pair<int64_t, int64_t>>{{0, 24}, {24, 48},
-                                                      {48, 96}}));
-  EXPECT_EQ(SeedColumnPieces(g, 0, std::vector<Box>{B2(0, 8, 0, 24)}),
-            (std::vector<std::pair<int64_t, int64_t>>{{0, 24}, {24, 96}}));
-  EXPECT_EQ(SeedColumnPieces(g, 0, {}),
-            (std::vector<std::pair<int64_t, int64_t>>{{0, 96}}));
-  // Partials stored one aligned F32 piece per column piece.
-  const Segments p = PartialSegments(
-      g, 0, std::vector<std::pair<int64_t, int64_t>>{{0, 24}, {24, 96}}, 8);
-  ASSERT_EQ(p.size(), 2u);
-  EXPECT_EQ(p[1].offset, 8 * 24);
+      MakeGemmGrid(10, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Complete, 0, 1);
+  EXPECT_EQ(g.Tile(1, 2, 1), 11);
+  EXPECT_EQ(g.Tile(0, 1, 0), 2);
+  // Each grid tile holds A's block (mi, ki), B's block (ki, ni) and
+  // reduces its rows of C's block (mi, ni).
+  for (int mi = 0; mi < 2; ++mi) {
+    for (int ki = 0; ki < 3; ++ki) {
+      for (int ni = 0; ni < 2; ++ni) {
+        const int t = g.Tile(mi, ki, ni);
+        const std::vector<int64_t> a_shape = {10, 48}, b_shape = {48, 32},
+                                   c_shape = {10, 32};
+        EXPECT_EQ(HeldBoxes(g.ANeeded(), a_shape, t),
+                  std::vector<Box>{g.ABox(mi, ki)});
+        EXPECT_EQ(HeldBoxes(g.BNeeded(), b_shape, t),
+                  std::vector<Box>{g.BBox(ki, ni)});
+        const Box result = g.ResultBox(mi, ki, ni);
+        EXPECT_EQ(HeldBoxes(g.ResultOwnership(), c_shape, t),
+                  result.Empty() ? std::vector<Box>{} : std::vector<Box>{result});
+      }
+    }
+  }
+  EXPECT_EQ(g.ResultBox(0, 2, 0), B2(4, 5, 0, 16));
+  // 5 rows split 2, 2, 1 is not the balanced split of 10 into 6 (2, 2, 2,
+  // 2, 1, 1): the result needs sub-partitions.
+  EXPECT_EQ(FormatOwnership(g.ResultOwnership()),
+            "blocked(2x2, sub=3x1, order=0,2,1,3,4)");
+  // 12 rows over m2 x k3 do split as 12 over 6.
+  const GemmGrid even =
+      MakeGemmGrid(12, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Complete, 0, 1);
+  EXPECT_EQ(FormatOwnership(even.ResultOwnership()), "blocked(6x2)");
+}
+
+TEST(TilePlanTest, PartialsAre16BitOnlyWhereEveryTileMakesOneCall) {
+  const GemmGrid complete =
+      MakeGemmGrid(10, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Complete, 0, 1);
+  const GemmGrid streamed =
+      MakeGemmGrid(10, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Streamed, 16, 1);
+  EXPECT_EQ(PartialsDType(complete, fb::DType::F16, true), fb::DType::F16);
+  EXPECT_EQ(PartialsDType(complete, fb::DType::F16, false), fb::DType::F32);
+  EXPECT_EQ(PartialsDType(complete, fb::DType::F32, true), fb::DType::F32);
+  EXPECT_EQ(PartialsDType(streamed, fb::DType::F16, true), fb::DType::F32);
 }
 
 }  // namespace

@@ -670,13 +670,9 @@ void Emitter::Build(EmitSummary* summary) {
               Count(n.stage_phases, "exchange phase") + " (" +
               Thousands(n.stage_bytes_per_tile) + " B per tile)";
       if (n.ranges > 0) {
-        what += "; " + std::to_string(n.ranges) + " output ranges, seeds " +
-                std::to_string(n.seeds_in_place) + " in place / " +
-                std::to_string(n.seed_copies) + " copied, results " +
-                std::to_string(n.direct_writes) + " direct / " +
-                std::to_string(n.result_copies) + " copied, " +
-                Count(n.reduce_epochs, "reduction epoch") +
-                (n.split_partials ? ", split partials" : "");
+        what += "; " + Count(n.ranges, "tile") + " reduce their rows of " +
+                n.partials + " partials in " +
+                Count(n.reduce_epochs, "reduction epoch");
       }
       if (!n.converter.empty()) what += "; accumulator -> output by " + n.converter;
     } else if (n.aliased_tiles > 0) {

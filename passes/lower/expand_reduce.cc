@@ -41,6 +41,18 @@ Numbers Compare(const Priced& before, const Priced& after) {
   return {before.cost.cycles, after.cost.cycles, before.scratch, after.scratch};
 }
 
+std::unique_ptr<fb::ScratchBufferT> Scratch(fb::ScratchRole role,
+                                            fb::DType dtype, int64_t bytes,
+                                            bool elided, std::string reason) {
+  auto s = std::make_unique<fb::ScratchBufferT>();
+  s->role = role;
+  s->dtype = dtype;
+  s->bytes_per_tile = bytes;
+  s->elided = elided;
+  s->reason = std::move(reason);
+  return s;
+}
+
 class Reducer {
  public:
   Reducer(fb::ModuleT* module, const ExpandReduceOptions& options,
@@ -61,6 +73,22 @@ class Reducer {
   // resident), without the op's scratch.
   std::vector<int64_t> LiveBytes(size_t index) const;
   Status Gemm(size_t index);
+  Status LogStaging(const fb::OperationT& op, const GemmGrid& g,
+                    const Priced& as_planned);
+  Status RecordConversion(fb::OperationT* op, const GemmGrid& g,
+                          const Priced& as_planned);
+  StatusOr<Priced> ChoosePartials(const fb::OperationT& op, const GemmGrid& g,
+                                  ReductionChoice* choice);
+  Status ChooseEpochs(const fb::OperationT& op, const GemmGrid& g,
+                      size_t index, ReductionChoice* choice, Priced* current);
+  void RecordReduction(fb::OperationT* op, const GemmGrid& g,
+                       const ReductionChoice& choice, const Priced& current);
+  const fb::ValueT* Value(uint32_t id) const {
+    for (const auto& v : module_.values) {
+      if (v->id == id) return v.get();
+    }
+    return nullptr;
+  }
   // LayerNorm over split rows, Moments, fused moments over column slices.
   Status Statistics(size_t index);
 
@@ -93,9 +121,8 @@ StatusOr<Priced> Reducer::Price(const fb::OperationT& op,
   StatusOr<OpProgram> program = lowering.Lower(*target, choice);
   if (!program.ok()) return program.status();
   VLOG(1) << "priced op " << op.id << " " << op.name << " with "
-          << (choice.seed_in_place ? "seed in place" : "seed copied") << ", "
-          << (choice.direct_final_write ? "direct write" : "result copied")
-          << ", " << choice.partials_per_epoch << " partials per epoch"
+          << ir::DTypeText(choice.partials) << " partials, "
+          << choice.partials_per_epoch << " partials per epoch"
           << (recipe ? " (recipe variant)" : "");
   StatusOr<ProgramCost> cost =
       CostOfOp(model_, lowering.buffers(), *program, tiles_);
@@ -169,313 +196,245 @@ Status Reducer::Gemm(size_t index) {
   StatusOr<GemmGrid> grid = ReadGemmGrid(module_, op);
   if (!grid.ok()) return grid.status();
   const GemmGrid& g = *grid;
-  const fb::ValueT* C = nullptr;
-  for (const auto& v : module_.values) {
-    if (v->id == op.results[0]) C = v.get();
-  }
-  const std::vector<uint32_t> ops = {op.id};
-
-  // ---- operand staging as the recipe says, against the Complete panel
-  StatusOr<Priced> as_planned = Price(op, ReductionChoice{true, true, 0});
+  StatusOr<Priced> as_planned = Price(op, ReductionChoice{});
   if (!as_planned.ok()) return as_planned.status();
-  if (g.staged) {
-    fb::RecipeT complete = *op.recipe;
-    complete.layout = std::make_unique<fb::OwnershipT>(*op.recipe->layout);
-    complete.staging = fb::Staging::Complete;
-    StatusOr<Priced> panel = Price(op, ReductionChoice{true, true, 0}, &complete);
-    if (!panel.ok()) return panel.status();
-    const int chunks_per_tile =
-        static_cast<int>((g.depth.Largest() + g.phase_k - 1) / g.phase_k);
-    log_.Info(ops,
-              "lower staging " +
-                  std::string(fb::EnumNameStaging(op.recipe->staging)) +
-                  (op.recipe->staging == fb::Staging::Batched
-                       ? "(" + std::to_string(op.recipe->batch_chunks) + ")"
-                       : std::string()),
-              Count(chunks_per_tile, "phase") + " of up to " +
-                  std::to_string(g.phase_k) + " K columns (chunk_k " +
-                  std::to_string(op.recipe->chunk_k) + "), " +
-                  Count(as_planned->notes.stage_phases, "exchange phase") +
-                  ", " + Count(std::min(chunks_per_tile, 2), "buffer") +
-                  " of " +
-                  Thousands(as_planned->notes.stage_bytes_per_tile /
-                            std::min(chunks_per_tile, 2)) +
-                  " B per tile; Complete: 1 phase, one panel of " +
-                  Thousands(panel->notes.stage_bytes_per_tile) +
-                  " B (numbers: Complete -> as planned)",
-              {panel->cost.cycles, as_planned->cost.cycles,
-               panel->notes.stage_bytes_per_tile,
-               as_planned->notes.stage_bytes_per_tile});
-  } else {
+  TILEC_RETURN_IF_ERROR(LogStaging(op, g, *as_planned));
+  if (g.k == 1) return RecordConversion(&op, g, *as_planned);
+  ReductionChoice choice;
+  choice.partials_per_epoch = options_.partials_per_epoch;
+  StatusOr<Priced> current = ChoosePartials(op, g, &choice);
+  if (!current.ok()) return current.status();
+  TILEC_RETURN_IF_ERROR(ChooseEpochs(op, g, index, &choice, &*current));
+  RecordReduction(&op, g, choice, *current);
+  return Status::Ok();
+}
+
+// How the left operand's staging is lowered, against one Complete panel.
+Status Reducer::LogStaging(const fb::OperationT& op, const GemmGrid& g,
+                           const Priced& as_planned) {
+  const std::vector<uint32_t> ops = {op.id};
+  if (!g.staged) {
     log_.Info(ops, "lower staging Complete",
               "left operand panel in " +
-                  Count(as_planned->notes.stage_phases, "exchange phase") +
-                  ", " +
-                  Thousands(as_planned->notes.stage_bytes_per_tile) +
+                  Count(as_planned.notes.stage_phases, "exchange phase") +
+                  ", " + Thousands(as_planned.notes.stage_bytes_per_tile) +
                   " B per tile",
-              {0, as_planned->cost.cycles, 0,
-               as_planned->notes.stage_bytes_per_tile});
-  }
-
-  if (g.k == 1) {
-    op.reduction.reset();
-    if (!g.staged || C->dtype == fb::DType::F32) return Status::Ok();
-    // A one-partial reduction: the F32 accumulator into the output.
-    const int64_t bm = g.rows.Largest(), bn = g.cols.Largest();
-    std::vector<kernels::Operand> io = {
-        {nullptr, 0, kernels::DType::kF32, 0},
-        {nullptr, 0, *kernels::DTypeFromFb(C->dtype), C->fp8_scale_exp}};
-    const std::vector<int64_t> cast_params = {bm, bn}, reduce_params = {bm * bn};
-    StatusOr<int64_t> cast =
-        kernels::Cycles(model_, "cast", io, cast_params, {});
-    StatusOr<int64_t> reduce =
-        kernels::Cycles(model_, "reduce_partials", io, reduce_params, {});
-    if (!cast.ok()) return cast.status();
-    if (!reduce.ok()) return reduce.status();
-    log_.Info(ops, "convert the accumulator with " + as_planned->notes.converter,
-              "staged K chunks accumulate in F32; one " + std::to_string(bm) +
-                  "x" + std::to_string(bn) + " block: cast " +
-                  Thousands(*cast) + " cycles, reduce_partials with one "
-                  "partial " + Thousands(*reduce) + " (numbers: cast -> chosen)",
-              {*cast, std::min(*cast, *reduce), 0, 0});
-    auto r = std::make_unique<fb::ReductionT>();
-    r->partials = 1;
-    auto acc = std::make_unique<fb::ScratchBufferT>();
-    acc->role = fb::ScratchRole::Initial;
-    acc->dtype = fb::DType::F32;
-    acc->bytes_per_tile = as_planned->kind_bytes[BufferKind::kPartial];
-    acc->reason = "F32 accumulator of the staged K chunks";
-    r->scratch.push_back(std::move(acc));
-    auto res = std::make_unique<fb::ScratchBufferT>();
-    res->role = fb::ScratchRole::Result;
-    res->dtype = C->dtype;
-    res->elided = true;
-    res->reason = "converted straight into the output block";
-    r->scratch.push_back(std::move(res));
-    r->direct_seed_read = true;
-    r->direct_final_write = true;
-    op.reduction = std::move(r);
+              {0, as_planned.cost.cycles, 0,
+               as_planned.notes.stage_bytes_per_tile});
     return Status::Ok();
   }
+  fb::RecipeT complete = *op.recipe;
+  complete.layout = std::make_unique<fb::OwnershipT>(*op.recipe->layout);
+  complete.staging = fb::Staging::Complete;
+  StatusOr<Priced> panel = Price(op, ReductionChoice{}, &complete);
+  if (!panel.ok()) return panel.status();
+  const int chunks_per_tile =
+      static_cast<int>((g.depth.Largest() + g.phase_k - 1) / g.phase_k);
+  log_.Info(ops,
+            "lower staging " +
+                std::string(fb::EnumNameStaging(op.recipe->staging)) +
+                (op.recipe->staging == fb::Staging::Batched
+                     ? "(" + std::to_string(op.recipe->batch_chunks) + ")"
+                     : std::string()),
+            Count(chunks_per_tile, "phase") + " of up to " +
+                std::to_string(g.phase_k) + " K columns (chunk_k " +
+                std::to_string(op.recipe->chunk_k) + "), " +
+                Count(as_planned.notes.stage_phases, "exchange phase") + ", " +
+                Count(std::min(chunks_per_tile, 2), "buffer") + " of " +
+                Thousands(as_planned.notes.stage_bytes_per_tile /
+                          std::min(chunks_per_tile, 2)) +
+                " B per tile; Complete: 1 phase, one panel of " +
+                Thousands(panel->notes.stage_bytes_per_tile) +
+                " B (numbers: Complete -> as planned)",
+            {panel->cost.cycles, as_planned.cost.cycles,
+             panel->notes.stage_bytes_per_tile,
+             as_planned.notes.stage_bytes_per_tile});
+  return Status::Ok();
+}
 
-  // ---- K split: output ranges, then seed, final write and epochs
-  StatusOr<std::vector<ReduceRange>> ranges = GemmRanges(module_, op, g);
-  if (!ranges.ok()) return ranges.status();
-  int seeds = 0, strided = 0;
-  for (const ReduceRange& r : *ranges) {
-    if (r.seed_ki < 0) continue;
-    ++seeds;
-    const Segments whole = Consecutive(std::vector<Box>{g.CBox(r.mi, r.ni)});
-    strided += !ContiguousOffset(r.box, whole).has_value();
+// k = 1: no reduction, except a one-partial one where staged calls
+// accumulate in F32 and the accumulator is converted into the output.
+Status Reducer::RecordConversion(fb::OperationT* op, const GemmGrid& g,
+                                 const Priced& as_planned) {
+  op->reduction.reset();
+  const fb::ValueT* C = Value(op->results[0]);
+  if (!g.staged || C->dtype == fb::DType::F32) return Status::Ok();
+  const int64_t bm = g.rows.Largest(), bn = g.cols.Largest();
+  std::vector<kernels::Operand> io = {
+      {nullptr, 0, kernels::DType::kF32, 0},
+      {nullptr, 0, *kernels::DTypeFromFb(C->dtype), C->fp8_scale_exp}};
+  const std::vector<int64_t> cast_params = {bm, bn}, reduce_params = {bm * bn};
+  StatusOr<int64_t> cast = kernels::Cycles(model_, "cast", io, cast_params, {});
+  StatusOr<int64_t> reduce =
+      kernels::Cycles(model_, "reduce_partials", io, reduce_params, {});
+  if (!cast.ok()) return cast.status();
+  if (!reduce.ok()) return reduce.status();
+  log_.Info({op->id}, "convert the accumulator with " + as_planned.notes.converter,
+            "staged K chunks accumulate in F32; one " + std::to_string(bm) +
+                "x" + std::to_string(bn) + " block: cast " + Thousands(*cast) +
+                " cycles, reduce_partials with one partial " +
+                Thousands(*reduce) + " (numbers: cast -> chosen)",
+            {*cast, std::min(*cast, *reduce), 0, 0});
+  auto r = std::make_unique<fb::ReductionT>();
+  r->partials = 1;
+  r->direct_seed_read = true;
+  r->direct_final_write = true;
+  r->scratch.push_back(Scratch(fb::ScratchRole::Initial, fb::DType::F32,
+                               as_planned.kind_bytes.count(BufferKind::kPartial)
+                                   ? as_planned.kind_bytes.at(BufferKind::kPartial)
+                                   : 0,
+                               false, "F32 accumulator of the staged K chunks"));
+  r->scratch.push_back(Scratch(fb::ScratchRole::Result, C->dtype, 0, true,
+                               "converted straight into the output block"));
+  op->reduction = std::move(r);
+  return Status::Ok();
+}
+
+// K split: partials in the result's 16-bit dtype where every tile writes
+// its partial with one call and that is cheaper (half the exchange), else
+// F32.
+StatusOr<Priced> Reducer::ChoosePartials(const fb::OperationT& op,
+                                         const GemmGrid& g,
+                                         ReductionChoice* choice) {
+  const std::vector<uint32_t> ops = {op.id};
+  StatusOr<Priced> wide = Price(op, *choice);
+  if (!wide.ok()) return wide.status();
+  const fb::DType result = Value(op.results[0])->dtype;
+  const fb::DType narrow = passes::PartialsDType(g, result, true);
+  const std::string action =
+      "keep the " + Count(g.k, "partial") + " in " + ir::DTypeText(narrow);
+  if (narrow == fb::DType::F32) {
+    log_.Info(ops, "keep the " + Count(g.k, "partial") + " in f32",
+              g.staged ? "staged calls accumulate in F32"
+                       : "the result is " + ir::DTypeText(result),
+              wide->Of());
+    return wide;
   }
-  log_.Info(ops, "reduce K-split partials",
-            std::to_string(ranges->size()) + " output ranges, k=" +
-                std::to_string(g.k) + " partials each; " +
-                std::to_string(seeds) + " have their seed on the reducing "
-                "tile, " + std::to_string(strided) +
-                " of those are column sub-ranges (strided) of the GEMM's " +
-                std::to_string(g.rows.Largest()) + "x" +
-                std::to_string(g.cols.Largest()) + " partial block",
-            {0, 0, 0, 0});
+  ReductionChoice half = *choice;
+  half.partials = narrow;
+  StatusOr<Priced> p = Price(op, half);
+  if (!p.ok()) return p.status();
+  if (!options_.allow_16bit_partials) {
+    log_.Reject(ops, action, "disabled by --f16_partials=false",
+                Compare(*wide, *p));
+    return wide;
+  }
+  if (p->cost.cycles > wide->cost.cycles) {
+    log_.Reject(ops, action,
+                "rejected by cost: before " + Thousands(wide->cost.cycles) +
+                    ", after " + Thousands(p->cost.cycles),
+                Compare(*wide, *p));
+    return wide;
+  }
+  const std::string reason =
+      "one call per tile writes its " + std::to_string(g.rows.Largest()) +
+      "x" + std::to_string(g.cols.Largest()) +
+      " partial rounded once; half the partials' exchange of f32: before " +
+      Thousands(wide->cost.cycles) + ", after " + Thousands(p->cost.cycles);
+  if (!log_.Apply(ops, action, reason, Compare(*wide, *p))) return wide;
+  *choice = half;
+  return p;
+}
 
-  ReductionChoice choice{false, false, options_.partials_per_epoch};
-  StatusOr<Priced> current = Price(op, choice);
-  if (!current.ok()) return current.status();
-
-  // Seed.
-  {
-    ReductionChoice in_place = choice;
-    in_place.seed_in_place = true;
-    StatusOr<Priced> p = Price(op, in_place);
+// All remote partials in one exchange phase unless memory says otherwise.
+Status Reducer::ChooseEpochs(const fb::OperationT& op, const GemmGrid& g,
+                             size_t index, ReductionChoice* choice,
+                             Priced* current) {
+  const std::vector<uint32_t> ops = {op.id};
+  const std::vector<int64_t> live = LiveBytes(index);
+  auto peak = [&](const Priced& p) {
+    int64_t most = 0;
+    for (int t = 0; t < tiles_; ++t) {
+      most = std::max(most, live[t] + p.scratch_per_tile[t]);
+    }
+    return most;
+  };
+  const int64_t now = peak(*current);
+  if (options_.partials_per_epoch > 0) {
+    log_.Info(ops,
+              "receive at most " + std::to_string(options_.partials_per_epoch) +
+                  " remote partials per exchange phase",
+              "requested by --partials_per_epoch; " +
+                  std::to_string(current->notes.reduce_epochs) +
+                  " epochs; peak live bytes " + Thousands(now) + " of " +
+                  Thousands(capacity_),
+              current->Of());
+    return Status::Ok();
+  }
+  if (now <= capacity_) {
+    log_.Info(ops,
+              "receive all " + Count(g.k - 1, "remote partial") +
+                  " in one exchange phase",
+              "fits: peak live bytes on a tile " + Thousands(now) + " of " +
+                  Thousands(capacity_),
+              {0, current->cost.cycles, 0, now});
+    return Status::Ok();
+  }
+  for (int n = g.k - 2; n >= 1; --n) {
+    ReductionChoice staged = *choice;
+    staged.partials_per_epoch = n;
+    StatusOr<Priced> p = Price(op, staged);
     if (!p.ok()) return p.status();
-    const std::string action = "read seed partials in place";
-    if (p->notes.seeds_in_place == 0) {
-      log_.Reject(ops, action,
-                  seeds == 0 ? "no range has its seed on the reducing tile"
-                             : "seeds are strided in the partial block and the "
-                               "weight cannot be placed as column pieces "
-                               "(not a single-use host weight): copies kept",
-                  Compare(*current, *p));
-    } else if (!options_.seed_in_place) {
-      log_.Reject(ops, action, "disabled by --seed_in_place=false",
-                  Compare(*current, *p));
-    } else if (p->cost.cycles > current->cost.cycles ||
-               (p->cost.cycles == current->cost.cycles &&
-                p->scratch >= current->scratch)) {
-      log_.Reject(ops, action,
-                  std::string(p->notes.split_partials
-                                  ? "cutting the GEMM calls at the seed ranges "
-                                    "costs more than copying the seeds"
-                                  : "no saving") +
-                      ": rejected by cost, before " +
-                      Thousands(current->cost.cycles) + ", after " +
-                      Thousands(p->cost.cycles),
-                  Compare(*current, *p));
-    } else {
-      const std::string reason =
-          p->notes.split_partials
-              ? std::to_string(p->notes.seeds_in_place) +
-                    " seeds read in place: each tile's GEMM calls are cut at "
-                    "the columns of the range it reduces, so its seed is a "
-                    "contiguous piece (the weight is placed as matching "
-                    "column pieces); saves " +
-                    std::to_string(current->notes.seed_copies) +
-                    " seed copies of " +
-                    Thousands(current->notes.local_copy_runs) + " row copies"
-              : std::to_string(p->notes.seeds_in_place) +
-                    " seeds are contiguous in the partial block: read in "
-                    "place instead of copied";
-      if (log_.Apply(ops, action, reason, Compare(*current, *p))) {
-        choice = in_place;
-        current = std::move(p);
-      }
+    const int64_t then = peak(*p);
+    if (then > capacity_) continue;
+    if (log_.Apply(ops,
+                   "receive " + std::to_string(n) +
+                       " remote partials per exchange phase",
+                   "all at once needs " + Thousands(now) + " B on a tile, " +
+                       "more than " + Thousands(capacity_) + "; " +
+                       std::to_string(p->notes.reduce_epochs) +
+                       " epochs need " + Thousands(then),
+                   {current->cost.cycles, p->cost.cycles, now, then})) {
+      *choice = staged;
+      *current = std::move(*p);
     }
+    return Status::Ok();
   }
-  // Final write.
-  {
-    ReductionChoice direct = choice;
-    direct.direct_final_write = true;
-    StatusOr<Priced> p = Price(op, direct);
-    if (!p.ok()) return p.status();
-    const std::string action = "write results directly into the output";
-    if (p->notes.direct_writes == 0) {
-      log_.Reject(ops, action,
-                  "no output range is contiguous in its output block (ranges "
-                  "span several GEMM column blocks): result copies kept",
-                  Compare(*current, *p));
-    } else if (!options_.direct_final_write) {
-      log_.Reject(ops, action, "disabled by --direct_final_write=false",
-                  Compare(*current, *p));
-    } else if (p->cost.cycles > current->cost.cycles) {
-      log_.Reject(ops, action,
-                  "rejected by cost, before " + Thousands(current->cost.cycles) +
-                      ", after " + Thousands(p->cost.cycles),
-                  Compare(*current, *p));
-    } else {
-      const std::string reason =
-          std::to_string(p->notes.direct_writes) + " of " +
-          std::to_string(p->notes.ranges) +
-          " ranges are contiguous and element-aligned in the output buffer "
-          "on the same tile (reduce_partials has no memory-element rule)" +
-          (p->notes.result_copies > 0
-               ? "; " + std::to_string(p->notes.result_copies) +
-                     " are not and keep their copy"
-               : std::string());
-      if (log_.Apply(ops, action, reason, Compare(*current, *p))) {
-        choice = direct;
-        current = std::move(p);
-      }
-    }
-  }
-  // Epochs: all remote partials at once unless memory says otherwise.
-  {
-    const std::vector<int64_t> live = LiveBytes(index);
-    auto peak = [&](const Priced& p) {
-      int64_t most = 0;
-      for (int t = 0; t < tiles_; ++t) {
-        most = std::max(most, live[t] + p.scratch_per_tile[t]);
-      }
-      return most;
-    };
-    const int64_t now = peak(*current);
-    if (options_.partials_per_epoch > 0) {
-      log_.Info(ops, "receive at most " +
-                         std::to_string(options_.partials_per_epoch) +
-                         " remote partials per exchange phase",
-                "requested by --partials_per_epoch; " +
-                    std::to_string(current->notes.reduce_epochs) +
-                    " epochs; peak live bytes " + Thousands(now) + " of " +
-                    Thousands(capacity_),
-                current->Of());
-    } else if (now <= capacity_) {
-      log_.Info(ops, "receive all " + Count(g.k - 1, "remote partial") +
-                         " in one exchange phase",
-                "fits: peak live bytes on a tile " + Thousands(now) + " of " +
-                    Thousands(capacity_),
-                {0, current->cost.cycles, 0, now});
-    } else {
-      bool fixed = false;
-      for (int n = g.k - 2; n >= 1 && !fixed; --n) {
-        ReductionChoice staged = choice;
-        staged.partials_per_epoch = n;
-        StatusOr<Priced> p = Price(op, staged);
-        if (!p.ok()) return p.status();
-        const int64_t then = peak(*p);
-        if (then > capacity_) continue;
-        fixed = true;
-        if (log_.Apply(ops,
-                       "receive " + std::to_string(n) +
-                           " remote partials per exchange phase",
-                       "all at once needs " + Thousands(now) + " B on a tile, " +
-                           "more than " + Thousands(capacity_) + "; " +
-                           std::to_string(p->notes.reduce_epochs) +
-                           " epochs need " + Thousands(then),
-                       {current->cost.cycles, p->cost.cycles, now, then})) {
-          choice = staged;
-          current = std::move(p);
-        }
-      }
-      if (!fixed) {
-        log_.Reject(ops, "stage remote partials over several exchange phases",
-                    "even one partial per phase leaves a tile above " +
-                        Thousands(capacity_) + " B: emit-device will report it",
-                    {current->cost.cycles, current->cost.cycles, now, now});
-      }
-    }
-  }
+  log_.Reject(ops, "stage remote partials over several exchange phases",
+              "even one partial per phase leaves a tile above " +
+                  Thousands(capacity_) + " B: emit-device will report it",
+              {current->cost.cycles, current->cost.cycles, now, now});
+  return Status::Ok();
+}
 
-  // ---- the record
-  const OpNotes& n = current->notes;
+// Every tile reduces its rows of its block: its own partial read in place,
+// the result written straight into the output.
+void Reducer::RecordReduction(fb::OperationT* op, const GemmGrid& g,
+                              const ReductionChoice& choice,
+                              const Priced& current) {
+  const OpNotes& n = current.notes;
+  auto bytes = [&](BufferKind kind) {
+    return current.kind_bytes.count(kind) ? current.kind_bytes.at(kind) : 0;
+  };
   auto r = std::make_unique<fb::ReductionT>();
   r->partials = g.k;
-  r->direct_seed_read = choice.seed_in_place && n.seeds_in_place > 0;
-  r->direct_final_write = choice.direct_final_write && n.direct_writes > 0;
-  auto scratch = [&](fb::ScratchRole role, fb::DType dtype, BufferKind kind,
-                     bool elided, std::string reason) {
-    auto s = std::make_unique<fb::ScratchBufferT>();
-    s->role = role;
-    s->dtype = dtype;
-    s->bytes_per_tile = current->kind_bytes.count(kind) ? current->kind_bytes[kind] : 0;
-    s->elided = elided;
-    s->reason = std::move(reason);
-    r->scratch.push_back(std::move(s));
-  };
-  scratch(fb::ScratchRole::Initial, fb::DType::F32, BufferKind::kInitial,
-          n.seed_copies == 0,
-          std::to_string(n.seeds_in_place) + " seeds read in place, " +
-              std::to_string(n.seed_copies) + " copied" +
-              (n.split_partials ? " (split partials)" : "") +
-              (n.no_seed ? ", " + std::to_string(n.no_seed) + " ranges without a local seed"
-                         : std::string()));
-  {
-    auto s = std::make_unique<fb::ScratchBufferT>();
-    s->role = fb::ScratchRole::RemotePartials;
-    s->dtype = fb::DType::F32;
-    s->bytes_per_tile = current->kind_bytes.count(BufferKind::kRemote)
-                            ? current->kind_bytes[BufferKind::kRemote]
-                            : 0;
-    s->reason = Count(n.reduce_epochs, "epoch");
-    r->scratch.push_back(std::move(s));
-  }
-  scratch(fb::ScratchRole::Result, C->dtype, BufferKind::kResult,
-          n.result_copies == 0,
-          std::to_string(n.direct_writes) + " ranges written directly, " +
-              std::to_string(n.result_copies) + " through a result copy" +
-              (n.reduce_epochs > 1 ? "; includes an F32 accumulator per range"
-                                   : ""));
+  r->direct_seed_read = true;
+  r->direct_final_write = true;
+  r->scratch.push_back(Scratch(
+      fb::ScratchRole::Initial, choice.partials, 0, true,
+      "each tile's own rows of its partial, read in place (" +
+          Count(n.seeds_in_place, "tile") + ")"));
+  r->scratch.push_back(Scratch(fb::ScratchRole::RemotePartials, choice.partials,
+                               bytes(BufferKind::kRemote), false,
+                               Count(n.reduce_epochs, "epoch")));
+  r->scratch.push_back(Scratch(
+      fb::ScratchRole::Result, Value(op->results[0])->dtype,
+      bytes(BufferKind::kResult), n.reduce_epochs == 1,
+      "reduced straight into the output" +
+          std::string(n.reduce_epochs > 1 ? "; an F32 accumulator between epochs"
+                                          : "")));
   const int per = choice.partials_per_epoch > 0 ? choice.partials_per_epoch
                                                 : g.k - 1;
   int remaining = g.k - 1;
-  for (size_t e = 0; e < current->partial_stages.size(); ++e) {
+  for (size_t e = 0; e < current.partial_stages.size(); ++e) {
     auto st = std::make_unique<fb::ReductionStageT>();
     st->epoch = static_cast<int>(e);
     st->partials = std::min(per, remaining);
     remaining -= st->partials;
-    st->bytes_per_tile = current->partial_stages[e].bytes_per_tile;
+    st->bytes_per_tile = current.partial_stages[e].bytes_per_tile;
     r->stages.push_back(std::move(st));
   }
-  op.reduction = std::move(r);
-  return Status::Ok();
+  op->reduction = std::move(r);
 }
 
 Status Reducer::Statistics(size_t index) {
@@ -502,23 +461,20 @@ Status Reducer::Statistics(size_t index) {
   r->partials = per_range;
   r->direct_seed_read = true;
   r->direct_final_write = !layer_norm;
-  auto scratch = [&](fb::ScratchRole role, BufferKind kind, bool elided,
-                     std::string reason) {
-    auto s = std::make_unique<fb::ScratchBufferT>();
-    s->role = role;
-    s->dtype = fb::DType::F32;
-    s->bytes_per_tile = p->kind_bytes.count(kind) ? p->kind_bytes[kind] : 0;
-    s->elided = elided;
-    s->reason = std::move(reason);
-    r->scratch.push_back(std::move(s));
+  auto bytes = [&](BufferKind kind) {
+    return p->kind_bytes.count(kind) ? p->kind_bytes.at(kind) : 0;
   };
-  scratch(fb::ScratchRole::Initial, BufferKind::kPartial, true,
-          "each tile's own partial is read in place");
-  scratch(fb::ScratchRole::RemotePartials, BufferKind::kRemote, false,
-          "the other slices' partials of the same rows");
-  scratch(fb::ScratchRole::Result, BufferKind::kResult, !layer_norm,
-          layer_norm ? "whole-row statistics for normalize on each slice"
-                     : "combined straight into the moments value");
+  r->scratch.push_back(Scratch(fb::ScratchRole::Initial, fb::DType::F32,
+                               bytes(BufferKind::kPartial), true,
+                               "each tile's own partial is read in place"));
+  r->scratch.push_back(Scratch(fb::ScratchRole::RemotePartials, fb::DType::F32,
+                               bytes(BufferKind::kRemote), false,
+                               "the other slices' partials of the same rows"));
+  r->scratch.push_back(Scratch(
+      fb::ScratchRole::Result, fb::DType::F32, bytes(BufferKind::kResult),
+      !layer_norm,
+      layer_norm ? "whole-row statistics for normalize on each slice"
+                 : "combined straight into the moments value"));
   auto st = std::make_unique<fb::ReductionStageT>();
   st->epoch = 0;
   st->partials = std::max(per_range - 1, 0);

@@ -1,18 +1,14 @@
 // expand-reduce: makes every reduction of a planned module explicit
 // (docs/lowering.md).
 //
-// For a GEMM with k > 1 (docs/planning.md: partials reduced at the output's
-// owners) it records in Operation.reduction, per output range (the part of
-// a result tile's block that lies in one GEMM output block): the seed
-// partial already on the tile, the remote partials that must arrive, and
-// where the result goes; the scratch buffers (initial, remote partials,
-// result) with their bytes per tile; and the exchange epochs (stages). It
-// decides, each time on the lowered cycles and bytes of both variants:
-//   - seed in place: read the seed where the GEMM wrote it (when the range
-//     is a column sub-range of the block this means one GEMM call per range
-//     and the weight placed as matching column pieces), or copy it;
-//   - direct final write: reduce straight into the output buffer where the
-//     range is contiguous there, or into a result scratch and copy;
+// For a GEMM with k > 1 (docs/planning.md: tile ki of an output block
+// reduces the ki-th share of its rows) it records in Operation.reduction
+// the partials' dtype, the scratch buffers (the seed is each tile's own
+// partial, read in place; remote partials; the result, written directly)
+// with their bytes per tile, and the exchange epochs (stages). It decides,
+// each time on the lowered cycles and bytes of both variants:
+//   - 16-bit partials: the result's F16/BF16 where every tile writes its
+//     partial with one call (half the exchange of F32), or F32;
 //   - partials per epoch: all remote partials in one exchange phase, or
 //     fewer at a time (smaller receive buffer, more phases) when the op's
 //     live memory would not fit, or when asked.
@@ -38,8 +34,8 @@ struct ExpandReduceOptions {
   // Remote partials per exchange phase: 0 = decide (all at once unless
   // memory does not fit), N > 0 = at most N.
   int partials_per_epoch = 0;
-  bool seed_in_place = true;       // allow reading seeds in place
-  bool direct_final_write = true;  // allow reducing into the output
+  // Allow K-split partials in the result's 16-bit dtype.
+  bool allow_16bit_partials = true;
 };
 
 // Fills Operation.reduction of every reducing op and appends the

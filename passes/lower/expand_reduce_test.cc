@@ -56,21 +56,23 @@ TEST(ExpandReduceTest, RecordsEveryReductionWithItsNumbers) {
   EXPECT_EQ(r.scratch[0]->role, fb::ScratchRole::Initial);
   EXPECT_TRUE(r.scratch[0]->elided);
   EXPECT_EQ(r.scratch[1]->role, fb::ScratchRole::RemotePartials);
-  // 3 remote partials of a 6 x 4 range in F32.
-  EXPECT_EQ(r.scratch[1]->bytes_per_tile, 3 * 6 * 4 * 4);
+  // 3 remote partials of a tile's 2 rows (6 rows of a block over 4 tiles:
+  // 2, 2, 1, 1) x 16 columns in F16.
+  EXPECT_EQ(r.scratch[1]->bytes_per_tile, 3 * 2 * 16 * 2);
   ASSERT_EQ(r.stages.size(), 1u);
   EXPECT_EQ(r.stages[0]->partials, 3);
-  // Every transforming decision carries both sides' numbers.
-  const fb::DecisionT* seed = FindDecision(m, down->id, "read seed partials");
-  ASSERT_NE(seed, nullptr) << Decisions(m);
-  EXPECT_EQ(seed->outcome, fb::Outcome::Accepted);
-  EXPECT_LT(seed->cycles_after, seed->cycles_before);
-  EXPECT_GT(seed->cycles_before, 0);
+  // 16-bit partials halve the exchange; the decision carries both numbers.
+  EXPECT_EQ(r.scratch[1]->dtype, fb::DType::F16);
+  const fb::DecisionT* f16 = FindDecision(m, down->id, "keep the 4 partials in f16");
+  ASSERT_NE(f16, nullptr) << Decisions(m);
+  EXPECT_EQ(f16->outcome, fb::Outcome::Accepted);
+  EXPECT_LE(f16->cycles_after, f16->cycles_before);
+  EXPECT_GT(f16->cycles_before, 0);
   // Only K-split GEMMs get reductions.
   EXPECT_EQ(testing::FindOp(&m, "l0.mlp.up_bias")->reduction, nullptr);
 }
 
-TEST(ExpandReduceTest, FlagsAndTheDecisionLimitKeepCopies) {
+TEST(ExpandReduceTest, FlagAndDecisionLimitKeepF32Partials) {
   MlpPlan plan;
   plan.up = GemmShape{2, 2, 2};
   plan.down = GemmShape{2, 2, 4};
@@ -79,22 +81,24 @@ TEST(ExpandReduceTest, FlagsAndTheDecisionLimitKeepCopies) {
     ExpandReduceOptions o;
     passes::PassOptions common;
     if (variant == 0) {
-      o.seed_in_place = false;
-      o.direct_final_write = false;
+      o.allow_16bit_partials = false;
     } else {
       common.max_decisions = 0;
     }
     ASSERT_TRUE(ExpandReducePass(o, common).Run(&m).status().ok());
-    const fb::ReductionT& r = *testing::FindOp(&m, "l0.mlp.down")->reduction;
-    EXPECT_FALSE(r.direct_seed_read);
-    EXPECT_FALSE(r.direct_final_write);
-    EXPECT_FALSE(r.scratch[0]->elided);
-    EXPECT_GT(r.scratch[0]->bytes_per_tile, 0);
-    const fb::DecisionT* seed =
-        FindDecision(m, testing::FindOp(&m, "l0.mlp.down")->id, "read seed");
-    ASSERT_NE(seed, nullptr);
-    EXPECT_EQ(seed->outcome, fb::Outcome::Rejected);
-    EXPECT_FALSE(seed->reason.empty());
+    const fb::OperationT* down = testing::FindOp(&m, "l0.mlp.down");
+    EXPECT_EQ(down->reduction->scratch[1]->dtype, fb::DType::F32);
+    const fb::DecisionT* f16 = FindDecision(m, down->id, "keep the 4 partials in f16");
+    ASSERT_NE(f16, nullptr) << Decisions(m);
+    EXPECT_EQ(f16->outcome, fb::Outcome::Rejected);
+    EXPECT_FALSE(f16->reason.empty());
+    // Still computes the graph.
+    ASSERT_TRUE(EmitDevicePass().Run(&m).status().ok());
+    testing::SimCheck check;
+    ASSERT_TRUE(testing::SimulateAgainstReference(
+                    m, sim::Tolerance{2e-2, 1e-2, 0.9999}, &check)
+                    .ok());
+    EXPECT_TRUE(check.pass) << check.message;
   }
 }
 
@@ -126,15 +130,18 @@ TEST(ExpandReduceTest, StagedPartialsSimulateToTheSameOutput) {
 }
 
 TEST(ExpandReduceTest, MemoryPressureStagesRemotePartials) {
-  // Down GEMM [48 x 256] x [256 x 128] with K over all 16 tiles: each tile's
-  // 48 x 128 F32 partial (24 KiB) plus 15 remote partials of its 48 x 8
-  // range (23 KiB) do not fit 56 KiB with the rest; fewer per phase do.
+  // Down GEMM [48 x 256] x [256 x 128] with K over all 16 tiles in F32
+  // partials: each tile's 48 x 128 partial (24 KiB) plus 15 remote partials
+  // of its 3 x 128 rows (22.5 KiB) do not fit 56 KiB with the rest; fewer
+  // per phase do.
   MlpPlan plan;
   plan.ln_parts = 8;
   plan.up = GemmShape{2, 8, 1};
   plan.down = GemmShape{1, 1, 16};
   fb::ModuleT m = Planned(plan, 48, 128, 256);
-  ASSERT_TRUE(ExpandReducePass().Run(&m).status().ok());
+  ExpandReduceOptions f32;
+  f32.allow_16bit_partials = false;
+  ASSERT_TRUE(ExpandReducePass(f32).Run(&m).status().ok());
   const fb::OperationT* down = testing::FindOp(&m, "l0.mlp.down");
   const fb::DecisionT* epochs = FindDecision(m, down->id, "receive ");
   ASSERT_NE(epochs, nullptr) << Decisions(m);

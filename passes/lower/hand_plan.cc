@@ -8,6 +8,7 @@
 #include "kernels/reference.h"
 #include "kernels/tensor_data.h"
 #include "passes/core/ownership.h"
+#include "passes/core/tile_plan.h"
 #include "passes/import/model_builder.h"
 
 namespace tilec::lower::testing {
@@ -62,15 +63,7 @@ int OwnershipTiles(const fb::OwnershipT& o) {
 
 // The bias ownership planning.md prescribes for an elementwise layout.
 fb::OwnershipT BiasOwnership(const fb::OwnershipT& layout) {
-  if (layout.kind == fb::OwnershipKind::Flat) {
-    return BlockedOwnership({1}, layout.tiles, layout.first_tile,
-                            layout.tile_stride);
-  }
-  fb::OwnershipT o =
-      BlockedOwnership({layout.partitions.back()}, layout.partitions[0],
-                       layout.first_tile, layout.tile_stride);
-  o.axis_order = {1, 0};
-  return o;
+  return passes::ColumnVectorOwnership(layout).value();
 }
 
 }  // namespace
@@ -144,20 +137,14 @@ void PlanGemm(fb::ModuleT* module, fb::OperationT* op, const GemmShape& g) {
   r->staging = g.staging;
   r->chunk_k = g.chunk_k;
   r->batch_chunks = g.batch_chunks;
-  r->layout = Own(BlockedOwnership({g.m, g.n, g.k}, 1, g.first, g.stride));
+  r->layout = Own(BlockedOwnership({g.m, g.k, g.n}, 1, g.first, g.stride));
   op->recipe = std::move(r);
-  c->ownership = Own(g.k > 1 ? BlockedOwnership({g.m, g.n * g.k}, 1, g.first,
-                                                g.stride)
-                             : BlockedOwnership({g.m, g.n}, 1, g.first,
-                                                g.stride));
-  fb::OwnershipT w = BlockedOwnership({g.k, g.n}, g.m, g.first, g.stride);
-  w.axis_order = {2, 1, 0};
-  b->ownership = Own(w);
-  if (!a->ownership) {
-    fb::OwnershipT need = BlockedOwnership({g.m, g.k}, g.n, g.first, g.stride);
-    need.axis_order = {0, 2, 1};
-    a->ownership = Own(need);
-  }
+  const passes::GemmGrid grid = passes::MakeGemmGrid(
+      a->shape[0], a->shape[1], b->shape[1], g.m, g.k, g.n, g.first, g.stride,
+      g.staging, g.chunk_k, g.batch_chunks);
+  c->ownership = Own(grid.ResultOwnership());
+  b->ownership = Own(grid.BNeeded());
+  if (!a->ownership) a->ownership = Own(grid.ANeeded());
 }
 
 void PlanElementwise(fb::ModuleT* module, fb::OperationT* op,

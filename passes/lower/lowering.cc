@@ -21,8 +21,6 @@ std::string OpWhere(const fb::OperationT& op) {
          op.name + ")";
 }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 Box Box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   Box b;
   b.rank = 2;
@@ -74,30 +72,17 @@ std::vector<Phase> Normalize(PhaseList* list) {
   return out;
 }
 
-// `pieces` (another value's storage on a tile) re-laid for a value whose
-// natural storage is `natural`, if the pieces hold exactly its elements.
-std::optional<Segments> AdoptPieces(const Segments& pieces,
-                                    const Segments& natural, int element_bytes,
-                                    int alignment) {
-  if (TotalElements(pieces) != TotalElements(natural)) return std::nullopt;
-  std::vector<Box> boxes;
-  for (const Segment& p : pieces) {
-    bool inside = false;
-    for (const Segment& n : natural) inside = inside || ContainsBox(n.box, p.box);
-    if (!inside) return std::nullopt;
-    boxes.push_back(p.box);
-  }
-  return AlignedPieces(boxes, element_bytes, alignment);
-}
-
 }  // namespace
 
 
 ReductionChoice ChoiceFromReduction(const fb::ReductionT* r) {
   ReductionChoice c;
   if (r == nullptr) return c;
-  c.seed_in_place = r->direct_seed_read;
-  c.direct_final_write = r->direct_final_write;
+  for (const auto& scratch : r->scratch) {
+    if (scratch->role == fb::ScratchRole::RemotePartials) {
+      c.partials = scratch->dtype;
+    }
+  }
   c.partials_per_epoch = 0;
   if (r->stages.size() > 1) {
     for (const auto& s : r->stages) {
@@ -136,10 +121,10 @@ StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
   const fb::RecipeT& r = *op.recipe;
   const fb::OwnershipT& l = *r.layout;
   if (l.kind != fb::OwnershipKind::Blocked || l.partitions.size() != 3 ||
-      l.replicas != 1) {
+      l.replicas != 1 || !l.sub_partitions.empty()) {
     return Status::BadInput(where + ": recipe layout " +
                             ir::OwnershipText(l) +
-                            " is not a blocked [m, n, k] grid "
+                            " is not a blocked [m, k, n] grid "
                             "(docs/planning.md)");
   }
   GemmGrid g;
@@ -147,8 +132,8 @@ StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
   g.K = a->shape[1];
   g.N = b->shape[1];
   g.m = l.partitions[0];
-  g.n = l.partitions[1];
-  g.k = l.partitions[2];
+  g.k = l.partitions[1];
+  g.n = l.partitions[2];
   g.first = l.first_tile;
   g.stride = l.tile_stride;
   if (g.m != r.m_split || g.n != r.n_split || g.k != r.k_split) {
@@ -182,23 +167,6 @@ StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
                            r.staging, r.chunk_k, r.batch_chunks);
   return g;
 }
-
-StatusOr<std::vector<ReduceRange>> GemmRanges(const fb::ModuleT& module,
-                                              const fb::OperationT& op,
-                                              const GemmGrid& g) {
-  const fb::ValueT* c = nullptr;
-  for (const auto& v : module.values) {
-    if (v->id == op.results[0]) c = v.get();
-  }
-  if (!c || !c->ownership) {
-    return Status::BadInput(OpWhere(op) + ": result %" +
-                            std::to_string(op.results[0]) +
-                            " has no ownership (run plan-ownership first)");
-  }
-  return passes::GemmRanges(g, *c->ownership, c->shape);
-}
-
-// ---------------------------------------------------------------- Lowering
 
 Lowering::Lowering(const fb::ModuleT& module, const kernels::CostModel& model,
                    LoweringOptions options)
@@ -303,15 +271,9 @@ StatusOr<const Storage*> Lowering::Operand(uint32_t value, int tile,
                             ") has no ownership (run plan-ownership first)");
   }
   // The host places every tile of the value at once.
-  auto pieces = weight_pieces_.find(value);
   for (int t : TilesUsed(*v->ownership, v->shape)) {
     if (Find(value, t)) continue;
-    const Segments* segs = nullptr;
-    if (pieces != weight_pieces_.end()) {
-      auto it = pieces->second.find(t);
-      if (it != pieces->second.end()) segs = &it->second;
-    }
-    Storage* s = NewValueStorage(value, t, op, BufferKind::kValue, segs, false);
+    Storage* s = NewValueStorage(value, t, op, BufferKind::kValue, nullptr, false);
     VBuffer& b = buffers_[s->buffer];
     b.host_written = host;
     b.resident = v->role == fb::ValueRole::Weight;
@@ -511,187 +473,127 @@ StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
 
 // ---------------------------------------------------------------- GEMM
 
-namespace {
-
-// Scratch that grows per tile as output ranges claim slices of it.
-class Arena {
- public:
-  Arena(fb::DType dtype, BufferKind kind, std::string name)
-      : dtype_(dtype), kind_(kind), name_(std::move(name)) {}
-  // Element offset of a new slice of `elements` on `tile`; creates the
-  // tile's buffer on first use through `make`.
-  template <typename Make>
-  std::pair<int, int64_t> Take(int tile, int64_t elements, Make&& make) {
-    auto it = used_.find(tile);
-    if (it == used_.end()) {
-      it = used_.emplace(tile, std::make_pair(make(tile, dtype_, kind_, name_),
-                                              int64_t{0}))
-               .first;
-    }
-    const int64_t offset = it->second.second;
-    it->second.second += elements;
-    return {it->second.first, offset};
-  }
-  // Final sizes (elements) by buffer id.
-  const std::map<int, std::pair<int, int64_t>>& used() const { return used_; }
-
- private:
-  fb::DType dtype_;
-  BufferKind kind_;
-  std::string name_;
-  std::map<int, std::pair<int, int64_t>> used_;  // tile -> (buffer, elements)
-};
-
-}  // namespace
-
-Status Lowering::LowerGemm(const fb::OperationT& op,
-                           const ReductionChoice& choice, OpProgram* out) {
-  StatusOr<GemmGrid> grid = ReadGemmGrid(module_, op);
-  if (!grid.ok()) return grid.status();
-  const GemmGrid& g = *grid;
-  const std::string where = OpWhere(op);
-  const uint32_t a_id = op.operands[0], b_id = op.operands[1],
-                 c_id = op.results[0];
-  const fb::ValueT* A = value(a_id);
-  const fb::ValueT* B = value(b_id);
-  const fb::ValueT* C = value(c_id);
-  if (!A->ownership || !B->ownership) {
-    return Status::BadInput(where +
-                            ": operands have no ownership (run "
-                            "plan-ownership first)");
-  }
-  OpNotes& notes = notes_[op.id];
-  const int a_eb = ir::DTypeBytes(A->dtype);
-  const int c_eb = ir::DTypeBytes(C->dtype);
-
-  // ---- output ranges and the partials' layout
-  std::vector<ReduceRange> ranges;
-  // Column pieces of each tile's partial in split mode.
-  std::map<int, std::vector<std::pair<int64_t, int64_t>>> pieces;
-  bool split = false;
-  if (g.k > 1) {
-    StatusOr<std::vector<ReduceRange>> r = GemmRanges(module_, op, g);
-    if (!r.ok()) return r.status();
-    ranges = std::move(*r);
-    int consumers = 0;
-    for (const auto& o : module_.ops) {
-      for (uint32_t id : o->operands) consumers += id == b_id;
-    }
-    const bool pieceable = B->role == fb::ValueRole::Weight &&
-                           !storage_.count(b_id) && consumers == 1;
-    split = choice.seed_in_place && passes::StridedSeeds(g, ranges) &&
-            pieceable;
-    if (split) {
-      // Each tile's partial is cut at the column boundaries of the ranges it
-      // reduces itself, so its seed is a whole piece (contiguous); what it
-      // sends stays in the other pieces (strided rows are fine to send).
-      std::map<int, std::vector<Box>> seeds;
-      for (const ReduceRange& rr : ranges) {
-        if (rr.seed_ki >= 0) seeds[rr.tile].push_back(rr.box);
-      }
-      const int b_eb = ir::DTypeBytes(B->dtype);
-      const int align = module_.target ? module_.target->alignment : 8;
-      for (int mi = 0; mi < g.m; ++mi) {
-        for (int ni = 0; ni < g.n; ++ni) {
-          for (int ki = 0; ki < g.k; ++ki) {
-            const int t = g.Tile(mi, ni, ki);
-            auto& p = pieces[t];
-            p = passes::SeedColumnPieces(g, ni, seeds[t]);
-            std::vector<Box> boxes;
-            for (const auto& [c0, c1] : p) {
-              boxes.push_back(Box2(g.depth.Begin(ki), g.depth.End(ki), c0, c1));
-            }
-            weight_pieces_[b_id][t] = AlignedPieces(boxes, b_eb, align);
-          }
-        }
-      }
-    }
-  }
-  notes.split_partials = split;
-  notes.ranges = static_cast<int>(ranges.size());
-
-  // ---- phases: C0 X0 C1 X1 ... X(L-1) CL, then the reduction epochs
-  int chunks = 1;
-  for (int ki = 0; ki < g.k; ++ki) {
-    chunks = std::max<int>(chunks, CeilDiv(g.depth.Size(ki), g.phase_k));
-  }
+// One GEMM being lowered: its grid, operands, phases and per-tile state.
+struct Lowering::GemmState {
+  const fb::OperationT* op = nullptr;
+  ReductionChoice choice;
+  GemmGrid g;
+  std::string where;
+  uint32_t a_id = 0, b_id = 0, c_id = 0;
+  const fb::ValueT* A = nullptr;
+  const fb::ValueT* B = nullptr;
+  const fb::ValueT* C = nullptr;
+  // The calls write C directly: no K split, and no staged calls that would
+  // round an F16 output again.
+  bool to_value = false;
+  fb::DType partials = fb::DType::F32;  // the partial / accumulator dtype
+  // Phases: C0 X0 C1 X1 ... X(L-1) CL, then the reduction epochs.
   PhaseList list;
   std::vector<Phase*> cphase, xphase;
-  cphase.push_back(NewPhase(&list, Phase::Kind::kCompute, "stage"));
-  for (int c = 0; c < chunks; ++c) {
-    xphase.push_back(NewPhase(
-        &list, Phase::Kind::kExchange,
-        chunks == 1 ? std::string("stage A") : "stage A " + std::to_string(c)));
-    cphase.push_back(NewPhase(&list, Phase::Kind::kCompute, "gemm"));
-  }
-
   // The left operand's delivery plan (the whole panel; chunks clip it).
-  const passes::TransferPlan a_plan =
-      passes::PlanTransfers(*A->ownership, g.ANeeded(), A->shape, a_eb);
-  std::multimap<int, Box> local_boxes;  // tile -> boxes it copies locally
-  for (const passes::LocalCopy& lc : a_plan.local_copies) {
-    local_boxes.insert({lc.tile, lc.box});
-  }
-  StatusOr<kernels::DType> a_kdtype = kernels::DTypeFromFb(A->dtype);
-  if (!a_kdtype.ok()) return a_kdtype.status();
-  const int align = module_.target ? module_.target->alignment : 8;
-  // The tile decisions (in place, chunks, K pieces) and their cycles are
-  // the planner's too (passes/core/tile_plan.h).
-  passes::GemmTilePlanner planner(g, model_, *a_kdtype, a_eb, align);
-
-  // ---- per tile: operand storage, staging buffers, GEMM calls
-  const bool to_value = g.k == 1 && (!g.staged || C->dtype == fb::DType::F32);
-  struct TileState {
+  passes::TransferPlan a_plan;
+  struct Tile {
     bool aliased = false;
     std::vector<Storage> chunk;  // staged chunk c -> its buffer and box
     Storage partial;             // accumulator / partials (or C's storage)
   };
-  std::map<int, TileState> state;
-  // GEMM calls of tiles that use their left operand in place: they join the
-  // first GEMM phase of the staged tiles (or run alone if none is staged).
+  std::map<int, Tile> tiles;
+};
+
+Status Lowering::LowerGemm(const fb::OperationT& op,
+                           const ReductionChoice& choice, OpProgram* out) {
+  GemmState s;
+  TILEC_RETURN_IF_ERROR(StartGemm(op, choice, &s));
+  TILEC_RETURN_IF_ERROR(PlanGemmTiles(&s));
+  TILEC_RETURN_IF_ERROR(DeliverLeftOperand(&s));
+  if (s.g.k == 1) {
+    TILEC_RETURN_IF_ERROR(ConvertAccumulators(&s));
+  } else {
+    TILEC_RETURN_IF_ERROR(ReducePartials(&s));
+  }
+  out->phases = Normalize(&s.list);
+  return Status::Ok();
+}
+
+Status Lowering::StartGemm(const fb::OperationT& op,
+                           const ReductionChoice& choice, GemmState* s) {
+  StatusOr<GemmGrid> grid = ReadGemmGrid(module_, op);
+  if (!grid.ok()) return grid.status();
+  s->op = &op;
+  s->choice = choice;
+  s->g = *grid;
+  s->where = OpWhere(op);
+  s->a_id = op.operands[0];
+  s->b_id = op.operands[1];
+  s->c_id = op.results[0];
+  s->A = value(s->a_id);
+  s->B = value(s->b_id);
+  s->C = value(s->c_id);
+  if (!s->A->ownership || !s->B->ownership || !s->C->ownership) {
+    return Status::BadInput(s->where +
+                            ": operands have no ownership (run "
+                            "plan-ownership first)");
+  }
+  if (!passes::SameOwnership(*s->C->ownership, s->g.ResultOwnership())) {
+    return Status::BadInput(s->where + ": the result must be owned " +
+                            ir::OwnershipText(s->g.ResultOwnership()) +
+                            " as the grid reduces it (docs/planning.md), not " +
+                            ir::OwnershipText(*s->C->ownership));
+  }
+  const GemmGrid& g = s->g;
+  s->to_value = g.k == 1 && (!g.staged || s->C->dtype == fb::DType::F32);
+  s->partials = g.k > 1 ? choice.partials : fb::DType::F32;
+  int chunks = 1;
+  for (int ki = 0; ki < g.k; ++ki) chunks = std::max(chunks, g.Chunks(ki));
+  s->cphase.push_back(NewPhase(&s->list, Phase::Kind::kCompute, "stage"));
+  for (int c = 0; c < chunks; ++c) {
+    s->xphase.push_back(NewPhase(
+        &s->list, Phase::Kind::kExchange,
+        chunks == 1 ? std::string("stage A") : "stage A " + std::to_string(c)));
+    s->cphase.push_back(NewPhase(&s->list, Phase::Kind::kCompute, "gemm"));
+  }
+  s->a_plan = passes::PlanTransfers(*s->A->ownership, g.ANeeded(), s->A->shape,
+                                    ir::DTypeBytes(s->A->dtype));
+  return Status::Ok();
+}
+
+// Per tile: where its output goes, how it holds A and the parts of its
+// panel it copies (passes/core/tile_plan.h decides, as the planner prices),
+// its staging buffers and its GEMM calls, one per K piece of each chunk.
+Status Lowering::PlanGemmTiles(GemmState* s) {
+  const GemmGrid& g = s->g;
+  const uint32_t op_id = s->op->id;
+  OpNotes& notes = notes_[op_id];
+  std::multimap<int, Box> local_boxes;  // tile -> boxes it copies locally
+  for (const passes::LocalCopy& lc : s->a_plan.local_copies) {
+    local_boxes.insert({lc.tile, lc.box});
+  }
+  const int a_eb = ir::DTypeBytes(s->A->dtype);
+  const int b_eb = ir::DTypeBytes(s->B->dtype);
+  StatusOr<kernels::DType> a_kdtype = kernels::DTypeFromFb(s->A->dtype);
+  if (!a_kdtype.ok()) return a_kdtype.status();
+  const int align = module_.target ? module_.target->alignment : 8;
+  passes::GemmTilePlanner planner(g, model_, *a_kdtype, a_eb, align);
+  // Calls of tiles that use their left operand in place join the first
+  // GEMM phase of the staged tiles (or run alone if none is staged).
   Phase in_place;
   int64_t stage_bytes = 0;
   for (int mi = 0; mi < g.m; ++mi) {
-    for (int ni = 0; ni < g.n; ++ni) {
-      for (int ki = 0; ki < g.k; ++ki) {
-        const int t = g.Tile(mi, ni, ki);
-        TileState& ts = state[t];
+    for (int ki = 0; ki < g.k; ++ki) {
+      for (int ni = 0; ni < g.n; ++ni) {
+        const int t = g.Tile(mi, ki, ni);
+        GemmState::Tile& ts = s->tiles[t];
         const int64_t bm = g.rows.Size(mi), bn = g.cols.Size(ni);
-        const Box a_box = g.ABox(mi, ki);
         ++notes.tiles;
-        StatusOr<const Storage*> b_store = Operand(b_id, t, op.id);
+        StatusOr<const Storage*> b_store = Operand(s->b_id, t, op_id);
         if (!b_store.ok()) return b_store.status();
         const Storage& bs = **b_store;
-        const std::vector<std::pair<int64_t, int64_t>> columns =
-            split ? pieces[t] : passes::BlockColumns(g, ni);
-        // Output of the GEMM calls.
-        if (to_value) {
-          Storage* cs = NewValueStorage(c_id, t, op.id, BufferKind::kValue,
-                                        nullptr, /*interleaved=*/true);
-          if (TotalElements(cs->segments) != bm * bn ||
-              ContiguousOffset(g.CBox(mi, ni), cs->segments) !=
-                  std::optional<int64_t>(0)) {
-            return Status::BadInput(
-                where + ": with k=1 the result must be owned as the grid's "
-                        "blocks, blocked(" + std::to_string(g.m) + "x" +
-                std::to_string(g.n) + ") on the grid tiles, but it is " +
-                ir::OwnershipText(*C->ownership));
-          }
-          ts.partial = *cs;
-        } else {
-          ts.partial.segments = passes::PartialSegments(g, mi, columns, align);
-          ts.partial.buffer =
-              NewBuffer(t, Extent(ts.partial.segments), fb::DType::F32, 0, -1, op.id,
-                        BufferKind::kPartial,
-                        op.name + (g.k > 1 ? ".partials" : ".accumulator"),
-                        /*interleaved=*/true);
-        }
-        // How the tile holds A, and the parts of its panel it copies.
+        TILEC_RETURN_IF_ERROR(PlaceGemmOutput(s, mi, ki, ni, &ts.partial));
         const Storage* a_here = nullptr;
-        if (!HeldBoxes(*A->ownership, A->shape, t).empty()) {
-          StatusOr<const Storage*> s = Operand(a_id, t, op.id);
-          if (!s.ok()) return s.status();
-          a_here = *s;
+        if (!HeldBoxes(*s->A->ownership, s->A->shape, t).empty()) {
+          StatusOr<const Storage*> a_store = Operand(s->a_id, t, op_id);
+          if (!a_store.ok()) return a_store.status();
+          a_here = *a_store;
         }
         std::vector<Box> local;
         auto range = local_boxes.equal_range(t);
@@ -704,49 +606,39 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
         in.ki = ki;
         in.a_storage = a_here ? &a_here->segments : nullptr;
         in.local = local;
-        in.columns = columns;
         in.alias_in_place = options_.alias_in_place;
-        // Several K pieces accumulate: only into F32 partials, never into
-        // an F16 output that each call would round again.
-        in.k_pieces = options_.k_pieces && !to_value;
+        // Several K pieces accumulate: only into F32, never into an output
+        // or 16-bit partial that each call would round again.
+        in.k_pieces = options_.k_pieces && !s->to_value &&
+                      s->partials == fb::DType::F32;
         StatusOr<passes::GemmTilePlan> plan = planner.Plan(in);
         if (!plan.ok()) return plan.status();
-        // One GEMM call per K piece of the staged operand (pieces let a
-        // locally held part arrive with one copy instead of one per row) and
-        // per column piece of the partial (split mode).
+        // One GEMM call per K piece of the operand: [bm, w] x [w, bn].
         auto gemm_calls = [&](Phase* phase, const Storage& a_store,
                               bool accumulate) -> Status {
           for (const Segment& piece : a_store.segments) {
             const int64_t kc0 = piece.box.begin[1], kc1 = piece.box.end[1];
             const int64_t w = kc1 - kc0;
-            for (const auto& [c0, c1] : columns) {
-              const std::optional<int64_t> b_off =
-                  ContiguousOffset(Box2(kc0, kc1, c0, c1), bs.segments);
-              const std::optional<int64_t> c_off = ContiguousOffset(
-                  Box2(g.rows.Begin(mi), g.rows.End(mi), c0, c1),
-                  ts.partial.segments);
-              if (!b_off || !c_off) {
-                return Status::BadInput(
-                    where + ": right operand %" + std::to_string(b_id) +
-                    " on tile " + std::to_string(t) + " does not hold rows [" +
-                    std::to_string(kc0) + ", " + std::to_string(kc1) +
-                    ") x columns [" + std::to_string(c0) + ", " +
-                    std::to_string(c1) + ") contiguously (resident blocks "
-                    "must follow the grid, docs/planning.md)");
-              }
-              const int b_eb = ir::DTypeBytes(B->dtype);
-              const int p_eb = ir::DTypeBytes(buffers_[ts.partial.buffer].dtype);
-              VCall call;
-              call.tile = t;
-              call.kernel = "gemm";
-              call.args = {{a_store.buffer, piece.offset * a_eb, bm * w * a_eb},
-                           {bs.buffer, *b_off * b_eb, w * (c1 - c0) * b_eb},
-                           {ts.partial.buffer, *c_off * p_eb,
-                            bm * (c1 - c0) * p_eb}};
-              call.params = {bm, w, c1 - c0, accumulate ? 1 : 0};
-              call.op = op.id;
-              AddCall(phase, std::move(call));
+            const std::optional<int64_t> b_off = ContiguousOffset(
+                Box2(kc0, kc1, g.cols.Begin(ni), g.cols.End(ni)), bs.segments);
+            if (!b_off) {
+              return Status::BadInput(
+                  s->where + ": right operand %" + std::to_string(s->b_id) +
+                  " on tile " + std::to_string(t) + " does not hold rows [" +
+                  std::to_string(kc0) + ", " + std::to_string(kc1) +
+                  ") of its block contiguously (resident blocks must follow "
+                  "the grid, docs/planning.md)");
             }
+            const int p_eb = ir::DTypeBytes(buffers_[ts.partial.buffer].dtype);
+            VCall call;
+            call.tile = t;
+            call.kernel = "gemm";
+            call.args = {{a_store.buffer, piece.offset * a_eb, bm * w * a_eb},
+                         {bs.buffer, *b_off * b_eb, w * bn * b_eb},
+                         {ts.partial.buffer, 0, bm * bn * p_eb}};
+            call.params = {bm, w, bn, accumulate ? 1 : 0};
+            call.op = op_id;
+            AddCall(phase, std::move(call));
             accumulate = true;
           }
           return Status::Ok();
@@ -754,64 +646,103 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
         if (plan->aliased) {
           ts.aliased = true;
           ++notes.aliased_tiles;
-          const int64_t off = *ContiguousOffset(a_box, a_here->segments);
+          const Box a_box = g.ABox(mi, ki);
           Storage view;
           view.buffer = a_here->buffer;
-          view.segments = {Segment{a_box, off}};
+          view.segments = {
+              Segment{a_box, *ContiguousOffset(a_box, a_here->segments)}};
           TILEC_RETURN_IF_ERROR(gemm_calls(&in_place, view, false));
           continue;
         }
-        // Chunks of K, each one panel or cut into K pieces (the plan).
-        const int tile_chunks = static_cast<int>(plan->chunks.size());
         notes.k_pieced_tiles += plan->k_pieced;
-        std::vector<Segments> chunk_segments(tile_chunks);
-        int64_t extent[2] = {0, 0};
-        for (int c = 0; c < tile_chunks; ++c) {
-          const std::vector<int64_t>& cuts = plan->chunks[c].cuts;
-          std::vector<Box> boxes;
-          for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-            boxes.push_back(
-                Box2(g.rows.Begin(mi), g.rows.End(mi), cuts[i], cuts[i + 1]));
-          }
-          chunk_segments[c] = AlignedPieces(boxes, a_eb, align);
-          extent[c % 2] = std::max(extent[c % 2], Extent(chunk_segments[c]));
-        }
-        const int nbuf = std::min(tile_chunks, 2);
-        int buf[2] = {-1, -1};
-        int64_t tile_stage_bytes = 0;
-        for (int i = 0; i < nbuf; ++i) {
-          buf[i] = NewBuffer(t, extent[i], A->dtype, A->fp8_scale_exp, -1,
-                             op.id, BufferKind::kStage,
-                             op.name + ".stage" +
-                                 (nbuf > 1 ? std::to_string(i) : ""),
-                             false);
-          tile_stage_bytes += buffers_[buf[i]].bytes;
-        }
-        stage_bytes = std::max(stage_bytes, tile_stage_bytes);
+        StatusOr<int64_t> bytes = StageGemmChunks(s, t, mi, *plan);
+        if (!bytes.ok()) return bytes.status();
+        stage_bytes = std::max(stage_bytes, *bytes);
         ++notes.staged_tiles;
-        for (int c = 0; c < tile_chunks; ++c) {
-          Storage s;
-          s.buffer = buf[c % 2];
-          s.segments = chunk_segments[c];
-          ts.chunk.push_back(s);
-          TILEC_RETURN_IF_ERROR(gemm_calls(cphase[c + 1], s, c > 0));
+        for (size_t c = 0; c < ts.chunk.size(); ++c) {
+          TILEC_RETURN_IF_ERROR(gemm_calls(s->cphase[c + 1], ts.chunk[c], c > 0));
         }
       }
     }
   }
   notes.stage_bytes_per_tile = stage_bytes;
-  {
-    Phase* target = notes.staged_tiles > 0 ? cphase[1] : cphase[0];
-    for (VCall& c : in_place.calls) target->calls.push_back(std::move(c));
-  }
+  Phase* target = notes.staged_tiles > 0 ? s->cphase[1] : s->cphase[0];
+  for (VCall& c : in_place.calls) target->calls.push_back(std::move(c));
+  return Status::Ok();
+}
 
-  // ---- left-operand delivery: the panel plan, clipped to each chunk
+// Where tile (mi, ki, ni)'s calls write: C's block itself (to_value), or
+// an accumulator / partial buffer of the block in interleaved memory.
+Status Lowering::PlaceGemmOutput(GemmState* s, int mi, int ki, int ni,
+                                 Storage* out) {
+  const GemmGrid& g = s->g;
+  const int t = g.Tile(mi, ki, ni);
+  const Box block = g.CBox(mi, ni);
+  if (s->to_value) {
+    Storage* cs = NewValueStorage(s->c_id, t, s->op->id, BufferKind::kValue,
+                                  nullptr, /*interleaved=*/true);
+    if (cs->segments.size() != 1 || !(cs->segments[0].box == block)) {
+      return Status::Internal(s->where + ": tile " + std::to_string(t) +
+                              " does not hold its block of the result");
+    }
+    *out = *cs;
+    return Status::Ok();
+  }
+  out->segments = {Segment{block, 0}};
+  out->buffer = NewBuffer(t, block.Elements(), s->partials, 0, -1, s->op->id,
+                          BufferKind::kPartial,
+                          s->op->name + (g.k > 1 ? ".partials" : ".accumulator"),
+                          /*interleaved=*/true);
+  return Status::Ok();
+}
+
+// A staged tile's chunks of K, each one panel or cut into K pieces (the
+// plan), in two alternating buffers. Returns the tile's staging bytes.
+StatusOr<int64_t> Lowering::StageGemmChunks(GemmState* s, int t, int mi,
+                                            const passes::GemmTilePlan& plan) {
+  const GemmGrid& g = s->g;
+  const int a_eb = ir::DTypeBytes(s->A->dtype);
+  const int align = module_.target ? module_.target->alignment : 8;
+  const int chunks = static_cast<int>(plan.chunks.size());
+  std::vector<Segments> segments(chunks);
+  int64_t extent[2] = {0, 0};
+  for (int c = 0; c < chunks; ++c) {
+    const std::vector<int64_t>& cuts = plan.chunks[c].cuts;
+    std::vector<Box> boxes;
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      boxes.push_back(Box2(g.rows.Begin(mi), g.rows.End(mi), cuts[i], cuts[i + 1]));
+    }
+    segments[c] = AlignedPieces(boxes, a_eb, align);
+    extent[c % 2] = std::max(extent[c % 2], Extent(segments[c]));
+  }
+  const int nbuf = std::min(chunks, 2);
+  int buf[2] = {-1, -1};
+  int64_t bytes = 0;
+  for (int i = 0; i < nbuf; ++i) {
+    buf[i] = NewBuffer(t, extent[i], s->A->dtype, s->A->fp8_scale_exp, -1,
+                       s->op->id, BufferKind::kStage,
+                       s->op->name + ".stage" + (nbuf > 1 ? std::to_string(i) : ""),
+                       false);
+    bytes += buffers_[buf[i]].bytes;
+  }
+  GemmState::Tile& ts = s->tiles[t];
+  for (int c = 0; c < chunks; ++c) {
+    Storage chunk;
+    chunk.buffer = buf[c % 2];
+    chunk.segments = segments[c];
+    ts.chunk.push_back(chunk);
+  }
+  return bytes;
+}
+
+// The left operand's transfers and local copies, clipped to each chunk.
+Status Lowering::DeliverLeftOperand(GemmState* s) {
+  OpNotes& notes = notes_[s->op->id];
   if (notes.staged_tiles > 0) {
-    const passes::TransferPlan& plan = a_plan;
     auto deliver = [&](const Box& box, int src, int dst) -> Status {
-      auto it = state.find(dst);
-      if (it == state.end() || it->second.aliased) return Status::Ok();
-      StatusOr<const Storage*> from = Operand(a_id, src, op.id);
+      auto it = s->tiles.find(dst);
+      if (it == s->tiles.end() || it->second.aliased) return Status::Ok();
+      StatusOr<const Storage*> from = Operand(s->a_id, src, s->op->id);
       if (!from.ok()) return from.status();
       const std::vector<Storage>& chunk = it->second.chunk;
       for (size_t c = 0; c < chunk.size(); ++c) {
@@ -819,79 +750,83 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
         span.end[1] = chunk[c].segments.back().box.end[1];
         const Box part = IntersectBoxes(box, span);
         if (part.Empty()) continue;
-        TILEC_RETURN_IF_ERROR(Move(part, src, **from, dst, chunk[c], A->dtype,
-                                   op.id, cphase[c], xphase[c]));
+        TILEC_RETURN_IF_ERROR(Move(part, src, **from, dst, chunk[c],
+                                   s->A->dtype, s->op->id, s->cphase[c],
+                                   s->xphase[c]));
       }
       return Status::Ok();
     };
-    for (const passes::Transfer& tr : plan.transfers) {
+    for (const passes::Transfer& tr : s->a_plan.transfers) {
       for (int dst : tr.destination_tiles) {
         TILEC_RETURN_IF_ERROR(deliver(tr.box, tr.source_tile, dst));
       }
     }
-    for (const passes::LocalCopy& lc : plan.local_copies) {
+    for (const passes::LocalCopy& lc : s->a_plan.local_copies) {
       TILEC_RETURN_IF_ERROR(deliver(lc.box, lc.tile, lc.tile));
     }
   }
-  for (const Phase* x : xphase) notes.stage_phases += !x->transfers.empty();
+  for (const Phase* x : s->xphase) notes.stage_phases += !x->transfers.empty();
+  return Status::Ok();
+}
 
-  // ---- k = 1: the GEMM wrote C, or an accumulator to convert
-  if (g.k == 1) {
-    if (!to_value) {
-      Phase* last = cphase.back();
-      for (auto& [t, ts] : state) {
-        const Box cbox = ts.partial.segments[0].box;
-        Storage* cs = NewValueStorage(c_id, t, op.id, BufferKind::kValue,
-                                      nullptr, false);
-        const std::optional<int64_t> off =
-            ContiguousOffset(cbox, cs->segments);
-        if (!off || TotalElements(cs->segments) != cbox.Elements()) {
-          return Status::BadInput(
-              where + ": with k=1 the result must be owned as the grid's "
-                      "blocks, but it is " + ir::OwnershipText(*C->ownership));
-        }
-        const int64_t n = cbox.Elements();
-        VCall cast;
-        cast.tile = t;
-        cast.kernel = "cast";
-        cast.args = {{ts.partial.buffer, 0, n * 4}, {cs->buffer, 0, n * c_eb}};
-        cast.params = {BoxRows(cbox), BoxWidth(cbox)};
-        cast.op = op.id;
-        VCall reduce = cast;
-        reduce.kernel = "reduce_partials";
-        reduce.params = {n};
-        StatusOr<int64_t> cc = CallCycles(model_, buffers_, cast);
-        StatusOr<int64_t> rc = CallCycles(model_, buffers_, reduce);
-        if (!cc.ok()) return cc.status();
-        if (!rc.ok()) return rc.status();
-        const bool use_reduce = *rc < *cc;
-        notes.converter = use_reduce ? "reduce_partials" : "cast";
-        AddCall(last, use_reduce ? std::move(reduce) : std::move(cast));
-      }
-    }
-    out->phases = Normalize(&list);
-    return Status::Ok();
+// k = 1 with staged calls: each tile's F32 accumulator into C, with the
+// cheaper of a cast and a one-partial reduction.
+Status Lowering::ConvertAccumulators(GemmState* s) {
+  if (s->to_value) return Status::Ok();
+  const int c_eb = ir::DTypeBytes(s->C->dtype);
+  Phase* last = s->cphase.back();
+  for (auto& [t, ts] : s->tiles) {
+    const Box cbox = ts.partial.segments[0].box;
+    Storage* cs = NewValueStorage(s->c_id, t, s->op->id, BufferKind::kValue,
+                                  nullptr, false);
+    const int64_t n = cbox.Elements();
+    VCall cast;
+    cast.tile = t;
+    cast.kernel = "cast";
+    cast.args = {{ts.partial.buffer, 0, n * 4}, {cs->buffer, 0, n * c_eb}};
+    cast.params = {BoxRows(cbox), BoxWidth(cbox)};
+    cast.op = s->op->id;
+    VCall reduce = cast;
+    reduce.kernel = "reduce_partials";
+    reduce.params = {n};
+    StatusOr<int64_t> cc = CallCycles(model_, buffers_, cast);
+    StatusOr<int64_t> rc = CallCycles(model_, buffers_, reduce);
+    if (!cc.ok()) return cc.status();
+    if (!rc.ok()) return rc.status();
+    const bool use_reduce = *rc < *cc;
+    notes_[s->op->id].converter = use_reduce ? "reduce_partials" : "cast";
+    AddCall(last, use_reduce ? std::move(reduce) : std::move(cast));
   }
+  return Status::Ok();
+}
 
-  // ---- k > 1: reduce every output range
-  // Partials in ki order; groups of at most N remote partials per epoch.
-  const int per_epoch = choice.partials_per_epoch > 0 ? choice.partials_per_epoch
-                                                      : g.k;
-  auto groups_of = [&](const ReduceRange& r) {
-    std::vector<std::vector<int>> groups;  // ki lists
+// k > 1: tile (mi, ki, ni) reduces its share of block (mi, ni)'s rows: its
+// own partial's rows in place (the seed), the same rows of the k - 1 other
+// partials received one contiguous piece each, at most
+// choice.partials_per_epoch of them per exchange phase, summed in ki order
+// straight into C.
+Status Lowering::ReducePartials(GemmState* s) {
+  const GemmGrid& g = s->g;
+  const uint32_t op_id = s->op->id;
+  OpNotes& notes = notes_[op_id];
+  const int per_epoch =
+      s->choice.partials_per_epoch > 0 ? s->choice.partials_per_epoch : g.k;
+  // The ki of each epoch's partials (the seed joins the first epoch).
+  auto groups_of = [&](int seed_ki) {
+    std::vector<std::vector<int>> groups;
     std::vector<int> cur;
     int remote = 0;
     for (int ki = 0; ki < g.k; ++ki) {
       cur.push_back(ki);
-      if (ki != r.seed_ki && ++remote == per_epoch) {
+      if (ki != seed_ki && ++remote == per_epoch) {
         groups.push_back(cur);
         cur.clear();
         remote = 0;
       }
     }
     if (!cur.empty()) {
-      const bool has_remote =
-          std::any_of(cur.begin(), cur.end(), [&](int ki) { return ki != r.seed_ki; });
+      const bool has_remote = std::any_of(
+          cur.begin(), cur.end(), [&](int ki) { return ki != seed_ki; });
       if (!groups.empty() && !has_remote) {
         groups.back().insert(groups.back().end(), cur.begin(), cur.end());
       } else {
@@ -901,137 +836,81 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
     return groups;
   };
   int epochs = 1;
-  for (const ReduceRange& r : ranges) {
-    epochs = std::max<int>(epochs, groups_of(r).size());
+  for (int ki = 0; ki < g.k; ++ki) {
+    epochs = std::max<int>(epochs, groups_of(ki).size());
   }
   notes.reduce_epochs = epochs;
+  notes.partials = ir::DTypeText(s->partials);
   std::vector<Phase*> rx, rc;
   for (int e = 0; e < epochs; ++e) {
-    rx.push_back(NewPhase(&list, Phase::Kind::kExchange,
+    rx.push_back(NewPhase(&s->list, Phase::Kind::kExchange,
                           epochs == 1 ? std::string("partials")
                                       : "partials " + std::to_string(e)));
-    rc.push_back(NewPhase(&list, Phase::Kind::kCompute, "reduce"));
+    rc.push_back(NewPhase(&s->list, Phase::Kind::kCompute, "reduce"));
   }
-  auto make = [&](int tile, fb::DType dtype, BufferKind kind,
-                  const std::string& name) {
-    return NewBuffer(tile, 0, dtype, dtype == C->dtype ? C->fp8_scale_exp : 0,
-                     -1, op.id, kind, name, false);
-  };
-  Arena initial(fb::DType::F32, BufferKind::kInitial, op.name + ".initial");
-  Arena remote(fb::DType::F32, BufferKind::kRemote, op.name + ".remote");
-  Arena acc(fb::DType::F32, BufferKind::kResult, op.name + ".accumulator");
-  Arena result(C->dtype, BufferKind::kResult, op.name + ".result");
-  // Output storage per result tile: its natural box, or, when the box spans
-  // several GEMM blocks and results are written directly, one aligned piece
-  // per output range so that every range is contiguous.
-  std::map<int, std::vector<Box>> range_boxes;
-  for (const ReduceRange& r : ranges) range_boxes[r.tile].push_back(r.box);
-  std::map<int, Storage*> c_store;
-  for (const auto& [R, boxes] : range_boxes) {
-    const size_t held = HeldBoxes(*C->ownership, C->shape, R).size();
-    if (choice.direct_final_write && boxes.size() > held) {
-      const Segments segs = AlignedPieces(
-          boxes, c_eb, module_.target ? module_.target->alignment : 8);
-      c_store[R] = NewValueStorage(c_id, R, op.id, BufferKind::kValue, &segs,
-                                   false);
-      ++notes.piecewise_outputs;
-    } else {
-      c_store[R] = NewValueStorage(c_id, R, op.id, BufferKind::kValue, nullptr,
-                                   false);
-    }
-  }
-  for (const ReduceRange& r : ranges) {
-    const int R = r.tile;
-    const int64_t n = r.box.Elements();
-    auto slice_storage = [&](int buffer, int64_t offset) {
-      Storage s;
-      s.buffer = buffer;
-      s.segments = {Segment{r.box, offset}};
-      return s;
-    };
-    const Storage& cs = *c_store[R];
-    // The seed.
-    VSlice seed;
-    if (r.seed_ki >= 0) {
-      const Storage& p = state[R].partial;
-      const std::optional<int64_t> off = ContiguousOffset(r.box, p.segments);
-      if (choice.seed_in_place && off) {
-        seed = {p.buffer, *off * 4, n * 4};
+  const int pb = ir::DTypeBytes(s->partials);
+  const int c_eb = ir::DTypeBytes(s->C->dtype);
+  for (int mi = 0; mi < g.m; ++mi) {
+    for (int ki = 0; ki < g.k; ++ki) {
+      for (int ni = 0; ni < g.n; ++ni) {
+        const int R = g.Tile(mi, ki, ni);
+        const Box rows = g.ResultBox(mi, ki, ni);
+        if (rows.Empty()) continue;
+        const int64_t n = rows.Elements();
+        const int64_t seed_offset =
+            (rows.begin[0] - g.rows.Begin(mi)) * BoxWidth(rows);
+        ++notes.ranges;
         ++notes.seeds_in_place;
-      } else {
-        auto [buf, at] = initial.Take(R, n, make);
-        const Storage dst = slice_storage(buf, at);
-        TILEC_RETURN_IF_ERROR(Move(r.box, R, p, R, dst, fb::DType::F32, op.id,
-                                   cphase.back(), xphase.back()));
-        seed = {buf, at * 4, n * 4};
-        ++notes.seed_copies;
-      }
-    } else {
-      ++notes.no_seed;
-    }
-    // The final destination.
-    VSlice final_out;
-    const std::optional<int64_t> c_off = ContiguousOffset(r.box, cs.segments);
-    Storage result_store;
-    const bool direct = choice.direct_final_write && c_off.has_value();
-    if (direct) {
-      final_out = {cs.buffer, *c_off * c_eb, n * c_eb};
-      ++notes.direct_writes;
-    } else {
-      auto [buf, at] = result.Take(R, n, make);
-      result_store = slice_storage(buf, at);
-      final_out = {buf, at * c_eb, n * c_eb};
-      ++notes.result_copies;
-    }
-    const std::vector<std::vector<int>> groups = groups_of(r);
-    int slots = 0;
-    for (const auto& grp : groups) {
-      int rem = 0;
-      for (int ki : grp) rem += ki != r.seed_ki;
-      slots = std::max(slots, rem);
-    }
-    auto [rbuf, rbase] = remote.Take(R, int64_t{slots} * n, make);
-    VSlice accumulator;
-    if (groups.size() > 1) {
-      auto [abuf, aat] = acc.Take(R, n, make);
-      accumulator = {abuf, aat * 4, n * 4};
-    }
-    for (size_t e = 0; e < groups.size(); ++e) {
-      VCall call;
-      call.tile = R;
-      call.kernel = "reduce_partials";
-      call.op = op.id;
-      call.params = {n};
-      if (e > 0) call.args.push_back(accumulator);
-      int slot = 0;
-      for (int ki : groups[e]) {
-        if (ki == r.seed_ki) {
-          call.args.push_back(seed);
-          continue;
+        ++notes.direct_writes;
+        Storage* cs = NewValueStorage(s->c_id, R, op_id, BufferKind::kValue,
+                                      nullptr, false);
+        const VSlice seed = {s->tiles[R].partial.buffer, seed_offset * pb,
+                             n * pb};
+        const VSlice result = {cs->buffer, 0, n * c_eb};
+        const std::vector<std::vector<int>> groups = groups_of(ki);
+        int slots = 0;
+        for (const auto& group : groups) {
+          slots = std::max<int>(slots, group.size() -
+                                           std::count(group.begin(), group.end(), ki));
         }
-        const int T = g.Tile(r.mi, r.ni, ki);
-        const int64_t at = rbase + int64_t{slot++} * n;
-        TILEC_RETURN_IF_ERROR(Move(r.box, T, state[T].partial, R,
-                                   slice_storage(rbuf, at), fb::DType::F32,
-                                   op.id, rc[e], rx[e]));
-        call.args.push_back({rbuf, at * 4, n * 4});
-      }
-      const bool last = e + 1 == groups.size();
-      call.args.push_back(last ? final_out : accumulator);
-      AddCall(rc[e], std::move(call));
-      if (last && !direct) {
-        TILEC_RETURN_IF_ERROR(Move(r.box, R, result_store, R, cs, C->dtype,
-                                   op.id, rc[e], rx[e]));
+        const int remote = NewBuffer(R, int64_t{slots} * n, s->partials, 0, -1,
+                                     op_id, BufferKind::kRemote,
+                                     s->op->name + ".remote", false);
+        VSlice accumulator;
+        if (groups.size() > 1) {
+          const int acc = NewBuffer(R, n, fb::DType::F32, 0, -1, op_id,
+                                    BufferKind::kResult,
+                                    s->op->name + ".accumulator", false);
+          accumulator = {acc, 0, n * 4};
+        }
+        for (size_t e = 0; e < groups.size(); ++e) {
+          VCall call;
+          call.tile = R;
+          call.kernel = "reduce_partials";
+          call.op = op_id;
+          call.params = {n};
+          if (e > 0) call.args.push_back(accumulator);
+          int slot = 0;
+          for (int kj : groups[e]) {
+            if (kj == ki) {
+              call.args.push_back(seed);
+              continue;
+            }
+            Storage dst;
+            dst.buffer = remote;
+            dst.segments = {Segment{rows, int64_t{slot} * n}};
+            const int T = g.Tile(mi, kj, ni);
+            TILEC_RETURN_IF_ERROR(Move(rows, T, s->tiles[T].partial, R, dst,
+                                       s->partials, op_id, rc[e], rx[e]));
+            call.args.push_back({remote, int64_t{slot} * n * pb, n * pb});
+            ++slot;
+          }
+          call.args.push_back(e + 1 == groups.size() ? result : accumulator);
+          AddCall(rc[e], std::move(call));
+        }
       }
     }
   }
-  for (const Arena* a : {&initial, &remote, &acc, &result}) {
-    for (const auto& [tile, use] : a->used()) {
-      buffers_[use.first].bytes =
-          use.second * ir::DTypeBytes(buffers_[use.first].dtype);
-    }
-  }
-  out->phases = Normalize(&list);
   return Status::Ok();
 }
 
@@ -1207,22 +1086,8 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
   std::vector<MomentPartial> partials;
   for (int t : TilesUsed(*Y->ownership, Y->shape)) {
     ++notes_[op.id].tiles;
-    // The result is stored like an operand that holds the same elements in
-    // several pieces (a GEMM output written per range), so that every kernel
-    // call finds its operands contiguous.
-    Segments y_segments = Consecutive(HeldBoxes(*Y->ownership, Y->shape, t));
-    for (size_t i = 0; i < op.operands.size(); ++i) {
-      const fb::ValueT* x = value(op.operands[i]);
-      if (x->shape != Y->shape) continue;  // a bias
-      StatusOr<const Storage*> xs = Operand(op.operands[i], t, op.id);
-      if (!xs.ok()) return xs.status();
-      std::optional<Segments> adopted = AdoptPieces(
-          (*xs)->segments, y_segments, ir::DTypeBytes(Y->dtype),
-          module_.target ? module_.target->alignment : 8);
-      if (adopted && adopted->size() > y_segments.size()) {
-        y_segments = *adopted;
-      }
-    }
+    const Segments y_segments =
+        Consecutive(HeldBoxes(*Y->ownership, Y->shape, t));
     Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue,
                                   &y_segments, false);
     Storage* ms = nullptr;
@@ -1461,26 +1326,7 @@ Status Lowering::LowerRedistribute(const fb::OperationT& op, OpProgram* out) {
         continue;
       }
     }
-    // Where a consumer combines this value with another operand stored in
-    // pieces on this tile, arrive in the same pieces (every element moves
-    // anyway) so that the consumer's calls need no gathering.
-    Segments segments = natural;
-    for (const auto& consumer : module_.ops) {
-      if (std::find(consumer->operands.begin(), consumer->operands.end(),
-                    y_id) == consumer->operands.end()) {
-        continue;
-      }
-      for (uint32_t sibling : consumer->operands) {
-        if (sibling == y_id || value(sibling)->shape != Y->shape) continue;
-        const Storage* ss = Find(sibling, t);
-        if (ss == nullptr) continue;
-        std::optional<Segments> adopted = AdoptPieces(
-            ss->segments, natural, ir::DTypeBytes(Y->dtype),
-            module_.target ? module_.target->alignment : 8);
-        if (adopted && adopted->size() > segments.size()) segments = *adopted;
-      }
-    }
-    NewValueStorage(y_id, t, op.id, BufferKind::kValue, &segments, false);
+    NewValueStorage(y_id, t, op.id, BufferKind::kValue, nullptr, false);
   }
   const passes::TransferPlan plan = passes::PlanTransfers(
       *X->ownership, *Y->ownership, X->shape, ir::DTypeBytes(X->dtype));

@@ -56,36 +56,24 @@ struct Storage {
 // What expand-reduce decided for one reduction (stored in
 // Operation.reduction; see ChoiceFromReduction).
 struct ReductionChoice {
-  // Read the seed partial where the GEMM left it. For a GEMM whose output
-  // ranges are column sub-ranges of its block this means "split partials":
-  // one GEMM call per range, each writing a contiguous partial, with the
-  // weight placed by the host as matching column pieces.
-  bool seed_in_place = true;
-  // reduce_partials writes straight into the output value's buffer where
-  // the range is contiguous there; otherwise a result scratch and copies.
-  bool direct_final_write = true;
+  // The dtype a K-split GEMM's partials are written and exchanged in
+  // (passes::PartialsDType: F32, or the result's 16-bit dtype).
+  fb::DType partials = fb::DType::F32;
   // Remote partials per exchange phase; 0 = all in one phase.
   int partials_per_epoch = 0;
 };
 
 ReductionChoice ChoiceFromReduction(const fb::ReductionT* reduction);
 
-// The grid, its blocks and the output ranges of a K split are shared with
-// the planner (passes/core/tile_plan.h).
+// The grid and its blocks are shared with the planner
+// (passes/core/tile_plan.h).
 using passes::GemmGrid;
-using passes::ReduceRange;
 using passes::Split;
 
 // Reads the grid from op.recipe; a one-line error naming the op if the
 // recipe or the operand shapes do not fit docs/planning.md.
 StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
                                 const fb::OperationT& op);
-
-// Every output range of a GEMM with k > 1 (result tiles ascending, boxes in
-// row-major order). Errors if the result ownership is missing.
-StatusOr<std::vector<ReduceRange>> GemmRanges(const fb::ModuleT& module,
-                                              const fb::OperationT& op,
-                                              const GemmGrid& grid);
 
 struct LoweringOptions {
   // A tile that already holds exactly the data an op needs, contiguously,
@@ -111,15 +99,11 @@ struct OpNotes {
   int staged_tiles = 0;         // tiles that received a staged operand
   int stage_phases = 0;         // exchange phases of operand staging
   int64_t stage_bytes_per_tile = 0;  // staging buffers on the busiest tile
-  int ranges = 0;
+  int ranges = 0;          // tiles that reduce rows
   int seeds_in_place = 0;
-  int seed_copies = 0;
   int direct_writes = 0;
-  int result_copies = 0;
-  int no_seed = 0;              // ranges whose partials are all remote
-  bool split_partials = false;  // GEMM calls split at seed ranges
-  int piecewise_outputs = 0;    // result tiles storing one piece per range
   int reduce_epochs = 0;
+  std::string partials;    // K-split GEMM: the partials' dtype
   std::string converter;        // k=1 staged GEMM: accumulator -> output
   int64_t local_copy_runs = 0;
   int gathers = 0;  // operands gathered into a contiguous temporary
@@ -164,7 +148,6 @@ class Lowering {
   int64_t ScratchBytesPerTile(uint32_t op) const;
 
  private:
-  struct Ctx;  // per-op state
   StatusOr<const Storage*> Operand(uint32_t value, int tile, uint32_t op);
   Storage* NewValueStorage(uint32_t value, int tile, uint32_t op,
                            BufferKind kind, const Segments* segments,
@@ -173,8 +156,18 @@ class Lowering {
                 int64_t value, uint32_t op, BufferKind kind,
                 const std::string& name, bool interleaved);
 
+  struct GemmState;  // one GEMM being lowered
   Status LowerGemm(const fb::OperationT& op, const ReductionChoice& choice,
                    OpProgram* out);
+  Status StartGemm(const fb::OperationT& op, const ReductionChoice& choice,
+                   GemmState* s);
+  Status PlanGemmTiles(GemmState* s);
+  Status PlaceGemmOutput(GemmState* s, int mi, int ki, int ni, Storage* out);
+  StatusOr<int64_t> StageGemmChunks(GemmState* s, int tile, int mi,
+                                    const passes::GemmTilePlan& plan);
+  Status DeliverLeftOperand(GemmState* s);
+  Status ConvertAccumulators(GemmState* s);
+  Status ReducePartials(GemmState* s);
   Status LowerElementwise(const fb::OperationT& op, OpProgram* out);
   Status LowerRowWise(const fb::OperationT& op, OpProgram* out);
   Status LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out);
@@ -218,8 +211,6 @@ class Lowering {
   std::map<uint32_t, const fb::ValueT*> values_;
   std::map<uint32_t, const fb::OperationT*> producer_;  // by result value
   std::map<uint32_t, std::vector<Storage>> storage_;    // value -> per tile
-  // Weights that a GEMM wants as column pieces: value -> tile -> pieces.
-  std::map<uint32_t, std::map<int, Segments>> weight_pieces_;
   std::vector<VBuffer> buffers_;
   std::vector<ElementRule> rules_;
   std::map<uint32_t, OpNotes> notes_;

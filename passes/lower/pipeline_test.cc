@@ -54,7 +54,9 @@ TEST_P(PipelineTest, SimulatesLikeTheReference) {
       &check);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_TRUE(check.pass) << check.message;
-  if (!k_split) EXPECT_EQ(check.max_abs_err, 0);
+  if (!k_split) {
+    EXPECT_EQ(check.max_abs_err, 0);
+  }
   EXPECT_EQ(check.result.total_cycles, summary.predicted);
   std::printf("%s: simulated %lld cycles, planner %lld, max_abs_err %g%s\n",
               c.name, static_cast<long long>(check.result.total_cycles),

@@ -23,19 +23,10 @@
 #include "kernels/cost.h"
 #include "passes/core/layout.h"
 #include "passes/core/ownership.h"
+#include "passes/core/tile_plan.h"
 #include "passes/plan/graph.h"
 
 namespace tilec::plan {
-
-// How a value is stored beyond its ownership (docs/lowering.md): each tile's
-// boxes cut at the part boundaries of a split of the last axis, one aligned
-// piece each, or stored whole (nullopt). A K-split GEMM stores its output so
-// where a result tile's box spans several GEMM column blocks; elementwise
-// results and redistribution destinations adopt the pieces of an operand
-// they sit next to (passes::StoredSegments).
-using Cuts = std::optional<passes::Split>;
-// "" or " cut(4304/45)": the text in cache keys and details.
-std::string CutsText(const Cuts& cuts);
 
 struct PriceOptions {
   // Price every GEMM's inputs in this dtype (e.g. FP8E4M3) instead of the
@@ -88,8 +79,10 @@ class Coster {
   // a copy's source (those take the value as it is).
   std::optional<fb::OwnershipT> Required(const Graph& graph, int op,
                                          const Recipe& recipe, int slot) const;
-  // A GEMM's left operand on its grid: blocked(m x k, rep=n, order=0,2,1).
+  // A GEMM's left operand on its grid: blocked(m x k, rep=n).
   fb::OwnershipT StagedOwnership(const Recipe& recipe) const;
+  // The tile grid of GEMM `op` under `recipe` (passes/core/tile_plan.h).
+  passes::GemmGrid Grid(const Graph& graph, int op, const Recipe& recipe) const;
 
   // Element bytes a value occupies in memory under the pricing options
   // (weights read only as GEMM right operands are resident in gemm_dtype).
@@ -101,29 +94,19 @@ class Coster {
   fb::DType GemmDType(const Graph& graph, int op) const;
 
   // The op's price under `recipe` when its staged or source operand is
-  // owned `source` (ignored by ops without such an operand) and operand
-  // slot i is stored cut by `cuts[i]` (missing slots: whole). Memoized.
+  // owned `source` (ignored by ops without such an operand). Memoized.
   StatusOr<OpCost> PriceOp(const Graph& graph, int op, const Recipe& recipe,
-                           const fb::OwnershipT* source,
-                           std::span<const Cuts> cuts = {}) const;
-  // How the op's result is stored: a K-split GEMM's output cut at its
-  // column blocks where result boxes span several; an elementwise result
-  // adopts the cuts of its first cut full-size operand; otherwise whole.
-  Cuts ResultCuts(const Graph& graph, int op, const Recipe& recipe,
-                  std::span<const Cuts> cuts) const;
+                           const fb::OwnershipT* source) const;
 
   // A redistribution as the lowering emits it: the ownership algebra's
   // exchange phase, and per tile the local copies of PlanTransfers, one
-  // copy call per run between the source's storage (`from` cut by
-  // `from_cuts`) and the destination's (`to` cut by `to_cuts`), except on
-  // tiles whose source storage is already the destination's natural one
-  // (used in place). Memoized.
+  // copy call per run between the source's storage and the destination's,
+  // except on tiles whose source storage already is the destination's (used
+  // in place). Memoized.
   StatusOr<passes::TransferCost> Redistribution(std::span<const int64_t> shape,
-                                      int element_bytes,
-                                      const fb::OwnershipT& from,
-                                      const Cuts& from_cuts,
-                                      const fb::OwnershipT& to,
-                                      const Cuts& to_cuts) const;
+                                                int element_bytes,
+                                                const fb::OwnershipT& from,
+                                                const fb::OwnershipT& to) const;
 
   // Memoized ownership algebra.
   passes::TransferCost Transfer(std::span<const int64_t> shape,
@@ -140,21 +123,18 @@ class Coster {
 
  private:
   Coster() = default;
+  // passes/plan/gemm_cost.cc.
   StatusOr<OpCost> PriceGemm(const Graph& graph, int op, const Recipe& recipe,
-                             const fb::OwnershipT& source,
-                             const Cuts& source_cuts) const;
+                             const fb::OwnershipT& source) const;
   StatusOr<OpCost> PriceElementwise(const Graph& graph, int op,
-                                    const Recipe& recipe,
-                                    std::span<const Cuts> cuts) const;
+                                    const Recipe& recipe) const;
   StatusOr<OpCost> PriceRowWise(const Graph& graph, int op,
                                 const Recipe& recipe) const;
   StatusOr<OpCost> PriceCopy(const Graph& graph, int op, const Recipe& recipe,
-                             const fb::OwnershipT& source,
-                             const Cuts& source_cuts) const;
+                             const fb::OwnershipT& source) const;
   // Cycles of one elementwise step on a [rows, w] piece.
   StatusOr<int64_t> StepCycles(const ElementwiseStep& step, int64_t rows,
                                int64_t w) const;
-  TileBytes UniformScratch(int first_tile, int64_t count, int64_t bytes) const;
 
   std::optional<kernels::CostModel> model_;
   PriceOptions options_;
@@ -164,8 +144,6 @@ class Coster {
     std::unordered_map<std::string, bool> placements;
     std::unordered_map<std::string, TileBytes> bytes;
     std::unordered_map<std::string, OpCost> prices;
-    // (N, n, k) -> whether a K split's result boxes span column blocks.
-    std::map<std::tuple<int64_t, int, int>, bool> spans;
   };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
 };

@@ -430,7 +430,7 @@ fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op) {
         recipe.staging == fb::Staging::Batched ? recipe.batch_chunks : 1;
     out.chunk_k = recipe.staging == fb::Staging::Complete ? 0 : recipe.chunk_k;
     out.layout = std::make_unique<fb::OwnershipT>(passes::BlockedOwnership(
-        {recipe.m, recipe.n, recipe.k}, 1, recipe.first_tile));
+        {recipe.m, recipe.k, recipe.n}, 1, recipe.first_tile));
   } else {
     out.layout = std::make_unique<fb::OwnershipT>(recipe.layout);
   }

@@ -75,9 +75,7 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
     }
   }
 
-  // Redistributions for operands in the wrong ownership, and op prices
-  // with every operand as it is stored (cut into pieces or whole).
-  e.cuts.assign(graph.num_values(), std::nullopt);
+  // Redistributions for operands in the wrong ownership, and op prices.
   std::map<std::pair<int, std::string>, int> redistribution_index;
   for (int op = 0; op <= last; ++op) {
     const OpNode& node = graph.op(op);
@@ -86,47 +84,24 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
     if (node.op_class == OpClass::kGemm || node.op_class == OpClass::kCopy) {
       source = &e.owners[node.operands[0]];
     }
-    std::vector<std::optional<fb::OwnershipT>> needs(node.operands.size());
-    std::vector<bool> moved(node.operands.size(), false);
     for (size_t slot = 0; slot < node.operands.size(); ++slot) {
       const int v = node.operands[slot];
-      needs[slot] = coster.Required(graph, op, r, static_cast<int>(slot));
-      moved[slot] =
-          needs[slot] &&
-          !coster.SamePlacement(graph.value(v).shape, e.owners[v], *needs[slot]);
-    }
-    std::vector<Cuts> slot_cuts(node.operands.size());
-    for (size_t slot = 0; slot < node.operands.size(); ++slot) {
-      slot_cuts[slot] = e.cuts[node.operands[slot]];
-    }
-    for (size_t slot = 0; slot < node.operands.size(); ++slot) {
-      const int v = node.operands[slot];
-      if (!moved[slot]) continue;
+      const std::optional<fb::OwnershipT> need =
+          coster.Required(graph, op, r, static_cast<int>(slot));
+      if (!need ||
+          coster.SamePlacement(graph.value(v).shape, e.owners[v], *need)) {
+        continue;
+      }
       const ValueNode& value = graph.value(v);
-      const auto key = std::make_pair(v, passes::FormatOwnership(*needs[slot]));
+      const auto key = std::make_pair(v, passes::FormatOwnership(*need));
       auto it = redistribution_index.find(key);
       if (it == redistribution_index.end()) {
         Redistribution red;
         red.value = v;
-        red.to = *needs[slot];
+        red.to = *need;
         red.before_op = op;
-        red.from_cuts = e.cuts[v];
-        // The destination adopts the pieces of a same-shape operand of the
-        // op that is already stored on its tiles: one that stays where it
-        // is, or one redistributed just before.
-        for (size_t other = 0; other < node.operands.size(); ++other) {
-          const int w = node.operands[other];
-          if (other == slot || graph.value(w).shape != value.shape) continue;
-          if (moved[other] && other > slot) continue;
-          const Cuts c = slot_cuts[other];
-          if (c) {
-            red.to_cuts = c;
-            break;
-          }
-        }
         StatusOr<passes::TransferCost> moved = coster.Redistribution(
-            value.shape, coster.StoredBytes(graph, v), e.owners[v],
-            red.from_cuts, *needs[slot], red.to_cuts);
+            value.shape, coster.StoredBytes(graph, v), e.owners[v], *need);
         if (!moved.ok()) return moved.status();
         red.cost = *moved;
         e.total_cycles += red.Cycles();
@@ -137,13 +112,11 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
       }
       e.redistributions[it->second].uses.push_back(
           {op, static_cast<int>(slot)});
-      slot_cuts[slot] = e.redistributions[it->second].to_cuts;
     }
-    StatusOr<OpCost> cost = coster.PriceOp(graph, op, r, source, slot_cuts);
+    StatusOr<OpCost> cost = coster.PriceOp(graph, op, r, source);
     if (!cost.ok()) return cost.status();
     e.ops[op] = *cost;
     e.total_cycles += cost->Cycles();
-    e.cuts[node.result] = coster.ResultCuts(graph, op, r, slot_cuts);
   }
   if (mode == EvalMode::kCyclesOnly || upto >= 0) return e;
 

@@ -31,9 +31,6 @@ struct Redistribution {
   fb::OwnershipT to;
   int before_op = -1;
   std::vector<std::pair<int, int>> uses;  // (op, slot) it feeds
-  // How the source is stored, and the pieces the destination adopts from
-  // an operand it sits next to (docs/lowering.md).
-  Cuts from_cuts, to_cuts;
   passes::TransferCost cost;
   int64_t Cycles() const { return cost.TotalCycles(); }
 };
@@ -48,7 +45,6 @@ struct MemoryItem {
 struct Evaluation {
   std::vector<fb::OwnershipT> owners;  // by value index (empty if unused)
   std::vector<bool> owned;             // by value index
-  std::vector<Cuts> cuts;              // by value index: how it is stored
   std::vector<OpCost> ops;             // by op index
   std::vector<Redistribution> redistributions;
   int64_t total_cycles = 0;

@@ -3,12 +3,14 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <tuple>
 
 #include "formats/print.h"
 #include "kernels/kernels.h"
+#include "passes/plan/gemm_bound.h"
 
 namespace tilec::plan {
 namespace {
@@ -17,17 +19,6 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Part counts 1..min(extent, max_parts) that give distinct block sizes: for
 // each block size the smallest count (fewest tiles for the same work).
-std::vector<int> DistinctSplits(int64_t extent, int64_t max_parts) {
-  std::vector<int> parts;
-  int64_t previous = -1;
-  for (int64_t p = 1; p <= std::min(extent, max_parts); ++p) {
-    const int64_t block = CeilDiv(extent, p);
-    if (block != previous) parts.push_back(static_cast<int>(p));
-    previous = block;
-  }
-  return parts;
-}
-
 Recipe LayoutRecipe(fb::RecipeKind kind, fb::OwnershipT layout) {
   Recipe r;
   r.kind = kind;
@@ -67,61 +58,44 @@ void AddUnique(std::vector<Recipe>& list, std::set<std::string>& seen,
   if (seen.insert(r.Text()).second) list.push_back(r);
 }
 
+// The grids with the best bounds (passes/plan/gemm_bound.h: kernel,
+// delivery and reduction from the formulas alone), and the ones that need
+// the least memory.
 std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
                                    int op) {
   const OpNode& node = graph.op(op);
   const auto& a = graph.value(node.operands[0]).shape;
   const auto& b = graph.value(node.operands[1]).shape;
-  const int64_t M = a[0], K = a[1], N = b[1];
-  const int64_t T = coster.tiles();
-  const fb::DType dtype = coster.GemmDType(graph, op);
-  const int ab = DTypeBytes(dtype);
-  const int granule = coster.KGranule(dtype);
-  const fb::TargetT& t = coster.target();
-  StatusOr<kernels::DType> kdtype = kernels::DTypeFromFb(dtype);
-  if (!kdtype.ok()) return {};
-  std::vector<Scored> by_time, by_memory;
-  for (int m : DistinctSplits(M, T)) {
-    for (int n : DistinctSplits(N, T / m)) {
-      for (int k : DistinctSplits(K, T / (int64_t{m} * n))) {
-        if (int64_t{n} * k > N) break;
-        const int64_t bm = CeilDiv(M, m), bk = CeilDiv(K, k),
-                      bn = CeilDiv(N, n);
-        StatusOr<int64_t> gemm =
-            kernels::GemmCycles(coster.model(), *kdtype, bm, bk, bn);
-        if (!gemm.ok()) continue;
-        // A lower bound of the exchange: every tile receives its A block.
-        int64_t score = *gemm + t.sync_cycles +
-                        CeilDiv(bm * bk * ab, t.exchange_bytes_per_cycle);
-        const int64_t box = bm * CeilDiv(N, int64_t{n} * k);
-        int64_t memory = bk * bn * ab + bm * bk * ab + box * 2;
-        if (k > 1) {
-          StatusOr<int64_t> reduce =
-              kernels::ReducePartialsCycles(coster.model(), box, k);
-          score += t.sync_cycles +
-                   CeilDiv((k - 1) * box * 4, t.exchange_bytes_per_cycle) +
-                   (reduce.ok() ? *reduce : 0);
-          memory += bm * bn * 4 + k * box * 4;
-        }
-        Recipe r;
-        r.kind = fb::RecipeKind::Gemm;
-        r.m = m;
-        r.k = k;
-        r.n = n;
-        by_time.push_back({score, int64_t{m} * n * k, r});
-        by_memory.push_back({memory, score, r});
-      }
-    }
-  }
-  SortScored(by_time);
-  SortScored(by_memory);
+  GemmShapeDTypes gemm;
+  gemm.M = a[0];
+  gemm.K = a[1];
+  gemm.N = b[1];
+  gemm.inputs = coster.GemmDType(graph, op);
+  gemm.result = graph.value(node.result).dtype;
+  const int64_t K = gemm.K;
+  const int granule = coster.KGranule(gemm.inputs);
+  std::vector<GemmBound> by_time = GridBounds(
+      coster.model(), gemm, coster.tiles(), std::numeric_limits<int64_t>::max());
+  std::vector<GemmBound> by_memory = by_time;
+  std::stable_sort(by_memory.begin(), by_memory.end(),
+                   [](const GemmBound& x, const GemmBound& y) {
+                     return x.bytes < y.bytes;
+                   });
+  auto grid_recipe = [](const GemmBound& bound) {
+    Recipe r;
+    r.kind = fb::RecipeKind::Gemm;
+    r.m = bound.m;
+    r.k = bound.k;
+    r.n = bound.n;
+    return r;
+  };
   std::vector<Recipe> grids;
   std::set<std::string> seen;
   for (size_t i = 0; i < by_time.size() && i < 32; ++i) {
-    AddUnique(grids, seen, by_time[i].recipe);
+    AddUnique(grids, seen, grid_recipe(by_time[i]));
   }
   for (size_t i = 0; i < by_memory.size() && i < 6; ++i) {
-    AddUnique(grids, seen, by_memory[i].recipe);
+    AddUnique(grids, seen, grid_recipe(by_memory[i]));
   }
   // Every grid with every staging: Complete; Streamed with 1, 2 and 4
   // granules per chunk; Batched(2) and Batched(4) of one-granule chunks.

@@ -10,7 +10,7 @@ stages=testdata/pipelines/vit-ksplit
 planted=testdata/bisect/planted_check.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export PLAN_OWNERSHIP_FLAGS="--recipe=testdata/expand-reduce/forced.recipe"
+export PLAN_OWNERSHIP_FLAGS="--recipe=testdata/pipelines/vit-ksplit/ksplit.recipe"
 
 expect() {  # expect FILE TEXT: FILE has a line containing TEXT
   grep -qF -- "$2" "$1" || { echo "expected '$2' in:" >&2; cat "$1" >&2; exit 1; }
@@ -24,28 +24,28 @@ within_bound() {  # within_bound OUTPUT
     { echo "$checks check runs for $total decisions" >&2; exit 1; }
 }
 
-# One pass: expand-reduce's third decision reads op 4's seeds in place.
+# One pass: expand-reduce's second decision keeps op 4's partials in F16.
 scripts/bisect.sh --bin=tools --out="$work/one" expand-reduce "$stages/1-plan-ownership.tilec" \
-  -- "$planted" 4 "read seed partials in place" >"$work/one.txt"
+  -- "$planted" 4 "keep the 3 partials in f16" >"$work/one.txt"
 cat "$work/one.txt"
-expect "$work/one.txt" 'first bad decision: expand-reduce #3'
-expect "$work/one.txt" 'accepted #3 (4) "read seed partials in place"'
-expect "$work/one.txt" '(decisions: 4)'
+expect "$work/one.txt" 'first bad decision: expand-reduce #2'
+expect "$work/one.txt" 'accepted #2 (4) "keep the 3 partials in f16"'
+expect "$work/one.txt" '(decisions: 2)'
 within_bound "$work/one.txt"
-"$planted" 4 "read seed partials in place" "$work/one/last-good.tilec"
-! "$planted" 4 "read seed partials in place" "$work/one/first-bad.tilec"
+"$planted" 4 "keep the 3 partials in f16" "$work/one/last-good.tilec"
+! "$planted" 4 "keep the 3 partials in f16" "$work/one/first-bad.tilec"
 
-# The whole pipeline: emit-device's third decision, the seventh overall.
+# The whole pipeline: emit-device's third decision, the sixth overall.
 scripts/bisect.sh --bin=tools --out="$work/all" --pipeline "$stages/0-import.tilec" \
-  -- "$planted" 8 "share supersteps" >"$work/all.txt"
+  -- "$planted" 3 "share supersteps" >"$work/all.txt"
 cat "$work/all.txt"
-expect "$work/all.txt" 'first bad decision: emit-device #3 (#7 of 11 across plan-ownership expand-reduce emit-device)'
+expect "$work/all.txt" 'first bad decision: emit-device #3 (#6 of 9 across plan-ownership expand-reduce emit-device)'
 within_bound "$work/all.txt"
 
 # --fixed: the first decision after which the check passes.
 scripts/bisect.sh --bin=tools --out="$work/fix" --fixed expand-reduce "$stages/1-plan-ownership.tilec" \
-  -- sh -c '! "$0" "$@"' "$planted" 1 "write results directly" >"$work/fix.txt"
-expect "$work/fix.txt" 'first fix decision: expand-reduce #2'
+  -- sh -c '! "$0" "$@"' "$planted" 1 "keep the 2 partials in f16" >"$work/fix.txt"
+expect "$work/fix.txt" 'first fix decision: expand-reduce #1'
 [ -e "$work/fix/first-passing.tilec" ] && [ -e "$work/fix/last-failing.tilec" ]
 
 # Checks that cannot bisect are refused with exit 2 and a reason.
@@ -56,7 +56,7 @@ refused() {  # refused TEXT ARGS...
   [ "$status" -eq 2 ] || { echo "exit $status, expected 2" >&2; cat "$work/refused.txt" >&2; exit 1; }
   expect "$work/refused.txt" "$text"
 }
-refused 'the check is still passing with all 4 decisions applied' \
+refused 'the check is still passing with all 2 decisions applied' \
   expand-reduce "$stages/1-plan-ownership.tilec" -- true
 refused 'the check is already failing with no decision applied' \
   expand-reduce "$stages/1-plan-ownership.tilec" -- false

@@ -9,10 +9,10 @@
 DEFINE_int32(partials_per_epoch, 0,
              "Remote partials received per exchange phase: 0 decides (all at "
              "once unless a tile's memory does not fit), N caps it at N.");
-DEFINE_bool(seed_in_place, true,
-            "Allow reading seed partials where the GEMM wrote them.");
-DEFINE_bool(direct_final_write, true,
-            "Allow reducing straight into the output buffer.");
+DEFINE_bool(f16_partials, true,
+            "Allow K-split GEMM partials in the result's 16-bit dtype where "
+            "each tile writes its partial with one call (half the exchange "
+            "of F32; each partial rounded once). false: always F32.");
 
 int main(int argc, char** argv) {
   return tilec::tools::PassToolMain(
@@ -26,8 +26,7 @@ int main(int argc, char** argv) {
         }
         tilec::lower::ExpandReduceOptions options;
         options.partials_per_epoch = FLAGS_partials_per_epoch;
-        options.seed_in_place = FLAGS_seed_in_place;
-        options.direct_final_write = FLAGS_direct_final_write;
+        options.allow_16bit_partials = FLAGS_f16_partials;
         return std::unique_ptr<tilec::passes::Pass>(
             new tilec::lower::ExpandReducePass(options, std::move(common)));
       });

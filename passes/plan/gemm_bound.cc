@@ -1,0 +1,85 @@
+#include "passes/plan/gemm_bound.h"
+
+#include <algorithm>
+
+#include "formats/basics.h"
+#include "kernels/kernels.h"
+#include "kernels/fb_dtype.h"
+
+namespace tilec::plan {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool Is16Bit(fb::DType d) {
+  return d == fb::DType::F16 || d == fb::DType::BF16;
+}
+
+}  // namespace
+
+std::vector<int> DistinctSplits(int64_t extent, int64_t limit) {
+  std::vector<int> parts;
+  int64_t previous = -1;
+  for (int64_t p = 1; p <= std::min(extent, limit); ++p) {
+    const int64_t block = CeilDiv(extent, p);
+    if (block != previous) parts.push_back(static_cast<int>(p));
+    previous = block;
+  }
+  return parts;
+}
+
+StatusOr<GemmBound> BoundOfGrid(const kernels::CostModel& model,
+                                const GemmShapeDTypes& gemm, int m, int k,
+                                int n) {
+  StatusOr<kernels::DType> kdtype = kernels::DTypeFromFb(gemm.inputs);
+  if (!kdtype.ok()) return kdtype.status();
+  const int ab = ir::DTypeBytes(gemm.inputs);
+  const int pb = Is16Bit(gemm.result) ? 2 : 4;
+  const int64_t bm = CeilDiv(gemm.M, m), bk = CeilDiv(gemm.K, k),
+                bn = CeilDiv(gemm.N, n);
+  const int64_t share = CeilDiv(bm, k);
+  const fb::TargetT& t = model.target();
+  GemmBound b;
+  b.m = m;
+  b.k = k;
+  b.n = n;
+  StatusOr<int64_t> kernel = kernels::GemmCycles(model, *kdtype, bm, bk, bn);
+  if (!kernel.ok()) return kernel.status();
+  b.kernel = *kernel;
+  b.delivery = t.sync_cycles + CeilDiv(bm * bk * ab, t.exchange_bytes_per_cycle);
+  b.bytes = bk * bn * ab + bm * bk * ab;
+  if (k > 1) {
+    const int64_t received = (k - 1) * share * bn * pb;
+    const int64_t sent = (bm - share) * bn * pb;
+    b.partials = t.sync_cycles +
+                 CeilDiv(std::max(received, sent), t.exchange_bytes_per_cycle);
+    StatusOr<int64_t> reduce = kernels::ReducePartialsCycles(model, share * bn, k);
+    if (!reduce.ok()) return reduce.status();
+    b.reduce = *reduce;
+    b.bytes += bm * bn * pb + received;
+  }
+  return b;
+}
+
+std::vector<GemmBound> GridBounds(const kernels::CostModel& model,
+                                  const GemmShapeDTypes& gemm, int64_t tiles,
+                                  int64_t capacity) {
+  std::vector<GemmBound> bounds;
+  for (int m : DistinctSplits(gemm.M, tiles)) {
+    for (int n : DistinctSplits(gemm.N, tiles / m)) {
+      for (int k : DistinctSplits(gemm.K, tiles / (int64_t{m} * n))) {
+        if (int64_t{m} * k > gemm.M) break;
+        StatusOr<GemmBound> b = BoundOfGrid(model, gemm, m, k, n);
+        if (b.ok() && b->bytes <= capacity) bounds.push_back(*b);
+      }
+    }
+  }
+  std::stable_sort(bounds.begin(), bounds.end(),
+                   [](const GemmBound& x, const GemmBound& y) {
+                     if (x.Cycles() != y.Cycles()) return x.Cycles() < y.Cycles();
+                     return int64_t{x.m} * x.k * x.n < int64_t{y.m} * y.k * y.n;
+                   });
+  return bounds;
+}
+
+}  // namespace tilec::plan
