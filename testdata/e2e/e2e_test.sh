@@ -5,7 +5,8 @@
 # simulate-device against the reference with its default tolerances
 # (docs/device-program.md). Also checks that the emitted program's
 # predicted cycles (emit-device's "program" decision) are exactly what the
-# simulator counts, and that inspect-exchanges reads the program.
+# simulator counts, and that inspect-exchanges and inspect-program read
+# the program.
 set -euo pipefail
 tools=$1 recipe=$2
 shift 2
@@ -28,3 +29,7 @@ echo "predicted $predicted, simulated $simulated"
 [ -n "$predicted" ] && [ "$predicted" = "$simulated" ] || { echo "emit-device predicted $predicted cycles, simulator counted $simulated" >&2; exit 1; }
 run inspect-exchanges "$out/3.tilec" --transfers=none -o "$out/exchanges.txt"
 grep -q '^totals: ' "$out/exchanges.txt"
+# The report page accepts the simulator's report of the same program.
+run simulate-device "$out/3.tilec" --report=json -o "$out/report.json"
+run inspect-program "$out/3.tilec" --simulation="$out/report.json" -o "$out/page.html"
+grep -q '"simulation":{"file":' "$out/page.html"
