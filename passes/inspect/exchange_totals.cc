@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "passes/inspect/device_module.h"
+
 namespace tilec::inspect {
 namespace {
 
@@ -129,12 +131,7 @@ StepExchange StepTotals(const fb::SuperstepT& step, int s, int tiles,
 
 StatusOr<ExchangeTotals> ExchangesByStep(const fb::ModuleT& module,
                                          int largest) {
-  if (!module.program) {
-    return Status::BadInput(
-        "module has no device program (emit-device "
-        "writes one)");
-  }
-  if (!module.target) return Status::BadInput("module has no target");
+  TILEC_RETURN_IF_ERROR(RequireDeviceProgram(module));
   const int tiles = module.target->tiles;
   ExchangeTotals totals;
   totals.program = ZeroTraffic(tiles);

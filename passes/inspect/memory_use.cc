@@ -4,6 +4,8 @@
 #include <map>
 #include <tuple>
 
+#include "passes/inspect/device_module.h"
+
 namespace tilec::inspect {
 namespace {
 
@@ -187,12 +189,7 @@ std::vector<int64_t> TileLiveBytes(std::vector<const BufferLife*> buffers,
 }  // namespace
 
 StatusOr<MemoryUse> MemoryOverTime(const fb::ModuleT& module) {
-  if (!module.program) {
-    return Status::BadInput(
-        "module has no device program (emit-device "
-        "writes one)");
-  }
-  if (!module.target) return Status::BadInput("module has no target");
+  TILEC_RETURN_IF_ERROR(RequireDeviceProgram(module));
   const int tiles = module.target->tiles;
   MemoryUse use;
   use.supersteps = static_cast<int>(module.program->supersteps.size());

@@ -10,6 +10,7 @@
 #include "kernels/fb_dtype.h"
 #include "kernels/registry.h"
 #include "kernels/simulator.h"
+#include "passes/inspect/device_module.h"
 #include "passes/inspect/exchange_totals.h"
 #include "passes/inspect/memory_use.h"
 #include "passes/inspect/page_assets.h"
@@ -193,11 +194,7 @@ Status CountWork(const fb::ModuleT& module, Figures* f) {
 // The module's own figures; errors are the module's.
 Status ProgramFigures(const fb::ModuleT& module, const ReportOptions& options,
                       Figures* f) {
-  if (!module.program) {
-    return Status::BadInput(
-        "module has no device program (emit-device writes one)");
-  }
-  if (!module.target) return Status::BadInput("module has no target");
+  TILEC_RETURN_IF_ERROR(RequireDeviceProgram(module));
   sim::SimOptions timing;
   timing.execute = false;
   timing.threads = options.threads;
