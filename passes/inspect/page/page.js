@@ -79,9 +79,13 @@
   }
 
   var tooltip = document.getElementById('tooltip');
+  // `text`: a string, or a function of the element under the pointer that
+  // returns one (or null: no tooltip), so one listener serves a whole grid.
   function hover(target, text) {
     target.addEventListener('mousemove', function (e) {
-      tooltip.textContent = typeof text === 'function' ? text() : text;
+      var t = typeof text === 'function' ? text(e.target) : text;
+      if (t === null) { tooltip.hidden = true; return; }
+      tooltip.textContent = t;
       tooltip.hidden = false;
       var x = e.clientX + 14, y = e.clientY + 14;
       var w = tooltip.offsetWidth, h = tooltip.offsetHeight;
@@ -120,9 +124,15 @@
         width: cell - 1, height: cell - 1, class: cls,
         fill: values[t] > 0 ? heat(high > low ? Math.max(0.02, (values[t] - low) / (high - low)) : 1) : heat(0),
         'data-tile': t});
-      hover(r, options.label.bind(null, t));
-      if (options.onclick) r.addEventListener('click', options.onclick.bind(null, t));
       g.appendChild(r);
+    }
+    var tileOf = function (target) {
+      var t = target.getAttribute && target.getAttribute('data-tile');
+      return t === null || t === undefined ? -1 : Number(t);
+    };
+    hover(g, function (target) { var t = tileOf(target); return t < 0 ? null : options.label(t); });
+    if (options.onclick) {
+      g.addEventListener('click', function (e) { var t = tileOf(e.target); if (t >= 0) options.onclick(t); });
     }
     return g;
   }
@@ -325,10 +335,14 @@
     b.appendChild(el('div', {class: 'controls'}, el('label', {}, 'supersteps'), from, el('label', {}, 'to'), to,
         el('button', {onclick: function () { from.value = 0; to.value = n - 1; draw(); }}, 'whole program')));
     b.appendChild(holder);
-    var legend = el('div', {class: 'legend'});
-    ops.forEach(function (o) {
-      if (simCycles(o) > 0) legend.appendChild(el('span', {}, swatch(o[OC.id]), opName(o[OC.id])));
+    // The ops that take the most cycles, in program order.
+    var legend = el('div', {class: 'legend'}), shown = 40;
+    var busy = ops.filter(function (o) { return simCycles(o) > 0; });
+    var top = busy.slice().sort(function (p, q) { return simCycles(q) - simCycles(p); }).slice(0, shown);
+    busy.forEach(function (o) {
+      if (top.indexOf(o) >= 0) legend.appendChild(el('span', {}, swatch(o[OC.id]), opName(o[OC.id])));
     });
+    if (busy.length > shown) legend.appendChild(el('span', {class: 'note'}, '(' + (busy.length - shown) + ' more ops: see the op table)'));
     b.appendChild(legend);
     b.appendChild(el('h3', {}, 'Cycles by op'));
     b.appendChild(opBar());
@@ -959,13 +973,15 @@
   document.getElementById('title').textContent = 'tilec report: ' +
       (D.module.model ? D.module.model.split(' weight_seed')[0] : D.module.name) + ' on ' + T.name;
   document.title = 'tilec report: ' + D.module.name;
-  var started = performance.now();
-  renderSummary();
-  renderTimeline();
-  renderOps();
-  renderMemory();
-  renderExchange();
-  renderDecisions();
+  // How long each section took to draw, for whoever measures the page.
+  var started = performance.now(), times = [];
+  [['summary', renderSummary], ['timeline', renderTimeline], ['ops', renderOps], ['memory', renderMemory],
+    ['exchange', renderExchange], ['decisions', renderDecisions]].forEach(function (s) {
+    var t = performance.now();
+    s[1]();
+    times.push(s[0] + ' ' + Math.round(performance.now() - t));
+  });
   document.body.setAttribute('data-render-ms', Math.round(performance.now() - started));
+  document.body.setAttribute('data-section-ms', times.join(', '));
   document.body.setAttribute('data-status', 'ready');
 })();
