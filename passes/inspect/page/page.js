@@ -111,8 +111,19 @@
 
   // A tile grid: one cell per tile, coloured by where values[t] lies in
   // [low, high] (tiles at or below low that hold nothing stay grey).
+  // options.rank: colour by rank among the tiles that hold anything (equal
+  // values alike), to tell near-equal tiles apart.
   function tileGrid(values, low, high, options) {
     var tiles = values.length;
+    var share = function (v) { return high > low ? Math.max(0.02, (v - low) / (high - low)) : 1; };
+    if (options.rank) {
+      var sorted = values.filter(function (v) { return v > 0; }).sort(function (a, b) { return a - b; });
+      share = function (v) {
+        var lo = 0, hi = sorted.length;
+        while (lo < hi) { var mid = (lo + hi) >> 1; if (sorted[mid] < v) lo = mid + 1; else hi = mid; }
+        return sorted.length > 1 ? Math.max(0.02, lo / (sorted.length - 1)) : 1;
+      };
+    }
     var cols = Math.max(1, Math.round(Math.sqrt(tiles * 1.5)));
     var rows = Math.ceil(tiles / cols);
     var cell = Math.max(6, Math.min(22, Math.floor(760 / cols)));
@@ -122,7 +133,7 @@
           (options.selected === t ? ' selected' : '') + (options.onclick ? ' hot' : '');
       var r = svg('rect', {x: 1 + (t % cols) * cell, y: 1 + Math.floor(t / cols) * cell,
         width: cell - 1, height: cell - 1, class: cls,
-        fill: values[t] > 0 ? heat(high > low ? Math.max(0.02, (values[t] - low) / (high - low)) : 1) : heat(0),
+        fill: values[t] > 0 ? heat(share(values[t])) : heat(0),
         'data-tile': t});
       g.appendChild(r);
     }
@@ -149,7 +160,8 @@
   // holds anything (contrast between near-equal tiles).
   function scaleSelect(first) {
     return el('select', {}, el('option', {value: 'zero'}, first),
-        el('option', {value: 'range'}, 'least to most loaded tile'));
+        el('option', {value: 'range'}, 'least to most loaded tile'),
+        el('option', {value: 'rank'}, 'rank among tiles'));
   }
   function leastPositive(values) {
     var m = Infinity;
@@ -636,9 +648,10 @@
     function draw() {
       var values = state.metric === 'peak' ? peak : end;
       gridHolder.textContent = '';
-      var low = scale.value === 'range' ? leastPositive(values) : 0;
-      var high = scale.value === 'range' ? Math.max.apply(null, values) : T.tensor_bytes;
+      var low = scale.value === 'zero' ? 0 : leastPositive(values);
+      var high = scale.value === 'zero' ? T.tensor_bytes : Math.max.apply(null, values);
       gridHolder.appendChild(tileGrid(values, low, high, {
+        rank: scale.value === 'rank',
         detail: detailTiles, selected: state.tile, onclick: pick,
         label: function (t) {
           return 'tile ' + t + ': peak live ' + bytes(peak[t]) + ' (' + pct(peak[t], T.tensor_bytes) +
@@ -646,8 +659,8 @@
               (detailTiles[t] ? '' : '\n(buffers not in this page)');
         }
       }));
-      gridHolder.appendChild(el('div', {}, heatLegend(bytes(low), (scale.value === 'range' ? 'most ' : 'capacity ') +
-          bytes(high))));
+      gridHolder.appendChild(el('div', {}, heatLegend(bytes(low), (scale.value === 'zero' ? 'capacity ' : 'most ') +
+          bytes(high) + (scale.value === 'rank' ? ' (by rank)' : ''))));
       layoutHolder.textContent = '';
       message.textContent = '';
       if (state.tile >= 0 && detailTiles[state.tile]) {
@@ -807,10 +820,11 @@
       holder.appendChild(el('h3', {}, select.options[select.selectedIndex].text + ': ' + what + ' per tile'));
       holder.appendChild(el('p', {class: 'note'}, 'total ' + unit(total) + '; busiest tile ' + busiest + ' with ' +
           unit(max) + '; ' + values.filter(function (v) { return v > 0; }).length + ' of ' + T.tiles + ' tiles'));
-      var low = scale.value === 'range' ? leastPositive(values) : 0;
+      var low = scale.value === 'zero' ? 0 : leastPositive(values);
       holder.appendChild(el('div', {class: 'cols'}, el('div', {}, tileGrid(values, low, max, {
+        rank: scale.value === 'rank',
         label: function (t) { return 'tile ' + t + ': ' + unit(values[t]); }
-      }), el('div', {}, heatLegend(unit(low), 'most ' + unit(max)))),
+      }), el('div', {}, heatLegend(unit(low), 'most ' + unit(max) + (scale.value === 'rank' ? ' (by rank)' : '')))),
       el('div', {}, opExchangeTable(kind, id), largestTable(kind, id))));
     }
     draw();
