@@ -99,6 +99,10 @@ int main(int argc, char** argv) {
       "inspect-program [flags] [PROGRAM|-] [--simulation=REPORT.json] "
       "[-o PAGE.html]: the report page of a device program (emit-device's "
       "output): summary, timeline, per-op table, memory, exchanges and the "
-      "decisions of every pass, in one self-contained HTML file");
+      "decisions of every pass, in one self-contained HTML file "
+      "(docs/report.md).\nExit 0: page written; 2: bad usage, a module "
+      "without a device program, a malformed program, or a --simulation "
+      "file that is not simulate-device's JSON report of this program; 1: "
+      "internal error.");
   return tilec::tools::Finish(tilec::tools::Run(args));
 }
