@@ -269,7 +269,7 @@
     var worst = s.outputs.reduce(function (m, o) { return o.cosine !== null && o.cosine < m ? o.cosine : m; }, 1);
     return el('div', {class: 'card'}, el('div', {class: 'k'}, 'Accuracy against the reference'),
         el('div', {class: 'v ' + (s.pass ? 'pass' : 'fail')}, (s.pass ? 'PASS' : 'FAIL') +
-            ', cosine ' + worst.toFixed(6)),
+            ', cosine ' + worst.toFixed(9)),
         el('div', {class: 'd'}, lines, 'tolerance: atol ' + s.atol + ' x scale, rtol ' + s.rtol +
             ', min cosine ' + s.min_cosine + (s.fp8_defaults ? ' (FP8 defaults)' : '') + '; from ' + s.file));
   }
