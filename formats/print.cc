@@ -319,21 +319,22 @@ std::string DecisionText(const fb::DecisionT& d) {
   return out;
 }
 
+std::string ModelText(const fb::ModelT& md) {
+  return md.preset + " part=" + md.part +
+         " layers=" + std::to_string(md.layers) +
+         " batch=" + std::to_string(md.batch) +
+         " tokens=" + std::to_string(md.tokens) +
+         " width=" + std::to_string(md.width) +
+         " mlp=" + std::to_string(md.mlp_width) +
+         " heads=" + std::to_string(md.heads) +
+         " weight_seed=" + std::to_string(md.weight_seed) +
+         " input_seed=" + std::to_string(md.input_seed);
+}
+
 std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
   std::string out = "tilec ir: schema " + std::to_string(m.schema_version) +
                     ", producer " + Quoted(m.producer) + "\n";
-  if (m.model) {
-    const fb::ModelT& md = *m.model;
-    out += "model: " + md.preset + " part=" + md.part +
-           " layers=" + std::to_string(md.layers) +
-           " batch=" + std::to_string(md.batch) +
-           " tokens=" + std::to_string(md.tokens) +
-           " width=" + std::to_string(md.width) +
-           " mlp=" + std::to_string(md.mlp_width) +
-           " heads=" + std::to_string(md.heads) +
-           " weight_seed=" + std::to_string(md.weight_seed) +
-           " input_seed=" + std::to_string(md.input_seed) + "\n";
-  }
+  if (m.model) out += "model: " + ModelText(*m.model) + "\n";
   if (m.target) {
     const fb::TargetT& t = *m.target;
     out += "target: " + t.name + " tiles=" + std::to_string(t.tiles) +

@@ -27,6 +27,8 @@ std::string OwnershipText(const fb::OwnershipT& ownership);
 std::string RecipeText(const fb::RecipeT& recipe);
 std::string OpKindText(fb::OpKind kind);
 std::string DecisionText(const fb::DecisionT& decision);
+// "siglip-so400m-384 part=mlp-block layers=1 ...": the model line.
+std::string ModelText(const fb::ModelT& model);
 // Shortest text that reads back as the same float; stable across runs.
 std::string NumberText(double value);
 std::string NumberText(float value);

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   bazel-bootstrap
   bazel-rules-java
+  chromium
   flatbuffers-compiler
   g++
   libflatbuffers-dev

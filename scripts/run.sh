@@ -5,7 +5,8 @@
 # clock, the planner's estimate and the accuracy.
 #   scripts/run.sh [OUT_DIR] [import-model flags...]
 # Every stage's file stays in OUT_DIR (default out/siglip-mlp), with the
-# simulator's report in simulate.txt. Exit status: compile.sh's, or
+# simulator's report in simulate.txt (simulate.json) and the report page in
+# report.html. Exit status: compile.sh's, or
 # simulate-device's (3 when an output is outside tolerance).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,15 @@ status=0
 bazel-bin/tools/simulate-device/simulate-device "$last" -o "$out/simulate.txt" || status=$?
 simulated=$(date +%s.%N)
 [ -s "$out/simulate.txt" ] || { echo "run.sh: simulate-device wrote no report (exit $status)" >&2; exit "$status"; }
+compile_s=$(awk -v a="$start" -v b="$compiled" 'BEGIN { print b - a }')
+simulate_s=$(awk -v a="$compiled" -v b="$simulated" 'BEGIN { print b - a }')
+# The report page (docs/report.md) with the accuracy from simulate-device's
+# JSON report (a second run: the tool writes one format per run) and the
+# host times measured above.
+bazel-bin/tools/simulate-device/simulate-device "$last" --report=json -o "$out/simulate.json" || true
+bazel-bin/tools/inspect-program/inspect-program "$last" --simulation="$out/simulate.json" \
+  --compile-seconds="$compile_s" --simulate-seconds="$simulate_s" \
+  -o "$out/report.html"
 
 echo "== stages in $out"
 ls -1 "$out"
@@ -33,12 +43,12 @@ sed -n '/^ops (/,/^$/p' "$out/simulate.txt"
 sed -n '/^comparison/,$p' "$out/simulate.txt"
 awk -v sim="$(sed -n 's/^total: \([0-9]*\) cycles.*/\1/p' "$out/simulate.txt")" \
     -v est="$estimate" -v clock="$clock" \
-    -v tc="$(awk -v a="$start" -v b="$compiled" 'BEGIN { print b - a }')" \
-    -v ts="$(awk -v a="$compiled" -v b="$simulated" 'BEGIN { print b - a }')" 'BEGIN {
+    -v tc="$compile_s" -v ts="$simulate_s" 'BEGIN {
   printf "== summary\n"
   printf "simulated: %d cycles = %.3f us at %.3g GHz\n", sim, sim / clock * 1e6, clock / 1e9
   printf "planner estimate: %d cycles (simulated / estimated = %.3f)\n", est, (est > 0 ? sim / est : 0)
   printf "host time: compile %.1f s, simulate %.1f s\n", tc, ts
 }'
 grep -E '^result:' "$out/simulate.txt"
+echo "report page: $out/report.html"
 exit "$status"

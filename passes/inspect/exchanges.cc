@@ -9,6 +9,7 @@
 #include "formats/print.h"
 #include "kernels/cost.h"
 #include "passes/core/decisions.h"
+#include "passes/inspect/tile_list.h"
 #include "passes/lower/lowering.h"
 
 namespace tilec::inspect {
@@ -32,21 +33,6 @@ struct Step {
   int index = 0;
   std::string label;
 };
-
-// "3-5,9,12-13".
-std::string TileList(std::vector<int> tiles) {
-  std::sort(tiles.begin(), tiles.end());
-  std::string out;
-  for (size_t i = 0; i < tiles.size();) {
-    size_t j = i;
-    while (j + 1 < tiles.size() && tiles[j + 1] == tiles[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    out += std::to_string(tiles[i]);
-    if (j > i) out += "-" + std::to_string(tiles[j]);
-    i = j + 1;
-  }
-  return out;
-}
 
 Status FromProgram(const fb::ModuleT& m, std::vector<Step>* steps,
                    std::vector<Xfer>* xfers) {
@@ -335,7 +321,7 @@ Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
                 : Thousands(x->rows) + " pieces x " + Thousands(x->bytes) +
                       " B = " + Thousands(x->Bytes()) + " B ";
         body +=
-            "    tile " + std::to_string(x->src) + " -> " + TileList(x->dsts) +
+            "    tile " + std::to_string(x->src) + " -> " + TileListText(x->dsts) +
             ": " + size + ir::DTypeText(x->dtype) + ", " +
             Thousands(x->rows * (1 + static_cast<int64_t>(x->dsts.size()))) +
             " fragments\n";

@@ -5,7 +5,8 @@
 # simulate-device against the reference with its default tolerances
 # (docs/device-program.md). Also checks that the emitted program's
 # predicted cycles (emit-device's "program" decision) are exactly what the
-# simulator counts, and that inspect-exchanges reads the program.
+# simulator counts, and that inspect-exchanges and inspect-program read
+# the program.
 set -euo pipefail
 . scripts/lib/pipeline.sh
 tools=$1 recipe=$2
@@ -29,3 +30,7 @@ echo "predicted $predicted, simulated $simulated"
 [ -n "$predicted" ] && [ "$predicted" = "$simulated" ] || { echo "emit-device predicted $predicted cycles, simulator counted $simulated" >&2; exit 1; }
 tilec_tool "$tools" inspect-exchanges "$program" --transfers=none -o "$out/exchanges.txt"
 grep -q '^totals: ' "$out/exchanges.txt"
+# The report page accepts the simulator's report of the same program.
+tilec_tool "$tools" simulate-device "$program" --report=json -o "$out/report.json"
+tilec_tool "$tools" inspect-program "$program" --simulation="$out/report.json" -o "$out/page.html"
+grep -q '"simulation":{"file":' "$out/page.html"

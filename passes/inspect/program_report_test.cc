@@ -1,0 +1,175 @@
+#include "passes/inspect/program_report.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "passes/inspect/test_program.h"
+
+namespace tilec::inspect {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Two tiles, two supersteps, every number from MACHINE.md's formulas:
+//   superstep 0 "mm": tile 0 runs op 1's F16 GEMM M=4 K=16 N=32 into F32 C
+//     in interleaved memory: 294 + ceil(16/16) * ceil(32/16) * (4*4 + 160)
+//     = 646 cycles, 2,048 MACs; then sends C (512 B) to tile 1:
+//     600 + max(512/4, 512/4, 2 fragments x 2) = 728 cycles.
+//   superstep 1 "cast": tile 1 casts op 2's [4,32] F32 to F16:
+//     200 + 10 * ceil(128/4) = 520 cycles.
+// Total 646 + 728 + 520 = 1,894 cycles.
+TestProgram GemmThenCast() {
+  TestProgram p;
+  const uint32_t x =
+      p.AddValue("x", {4, 16}, fb::DType::F16, fb::ValueRole::Input);
+  const uint32_t w =
+      p.AddValue("w", {16, 32}, fb::DType::F16, fb::ValueRole::Weight);
+  const uint32_t y =
+      p.AddValue("y", {4, 32}, fb::DType::F16, fb::ValueRole::Output);
+  p.AddOp(1, fb::OpKind::MatMul, "mm");
+  p.AddOp(2, fb::OpKind::Cast, "cast");
+  p.module.ops[0]->estimate = std::make_unique<fb::EstimateT>();
+  p.module.ops[0]->estimate->cycles = 1300;
+  const uint32_t a = p.AddBuffer(0, 0, 128);
+  const uint32_t b = p.AddBuffer(0, 16384, 1024);
+  const uint32_t c = p.AddBuffer(0, 32768, 512, fb::DType::F32);
+  const uint32_t r = p.AddBuffer(1, 32768, 512, fb::DType::F32);
+  const uint32_t out = p.AddBuffer(1, 0, 256);
+  p.AddStep("mm");
+  p.AddStep("cast");
+  p.AddCompute(0, 0, "gemm", {a, b, c}, {4, 16, 32, 0}, 1);
+  p.AddTransfer(0, 0, c, 512, 1, {{1, r}}, 1);
+  p.AddCompute(1, 1, "cast", {r, out}, {4, 32}, 2);
+  p.BindInput(x, 0, a);
+  p.BindInput(w, 0, b);
+  p.BindOutput(y, 1, out);
+  return p;
+}
+
+std::string Data(const TestProgram& p, const ReportOptions& options = {}) {
+  std::string json;
+  const Status s = ReportData(p.module, options, &json);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return json;
+}
+
+TEST(ProgramReport, SummaryCyclesAndMemory) {
+  const std::string json = Data(GemmThenCast());
+  EXPECT_THAT(json, HasSubstr("\"summary\":{\"cycles\":1894,"
+                              "\"compute_cycles\":1166,"
+                              "\"exchange_cycles\":728,\"exchange_phases\":1,"
+                              "\"supersteps\":2,\"estimate_cycles\":1300,"));
+  // Tile 0 holds x, w and C in superstep 0 (1,664 B); tile 1 the received
+  // C and the output (768 B in superstep 1).
+  EXPECT_THAT(json, HasSubstr("\"peak_live_bytes\":1664,\"peak_live_tile\":0"));
+  EXPECT_THAT(json, HasSubstr("{\"tile\":0,\"live\":[1664,1024],"));
+  EXPECT_THAT(json, HasSubstr("{\"tile\":1,\"live\":[512,768],"));
+}
+
+TEST(ProgramReport, OpRowsCarryEstimateSimulatedAndGemmWork) {
+  const std::string json = Data(GemmThenCast());
+  // id, name, kind, owners, recipe, 5 estimate fields, compute, exchange,
+  // calls, compute tiles, transfers, pieces, bytes received, MACs, GEMM
+  // cycles, AMP MACs per cycle (F16: 64), slow calls, first and last step.
+  EXPECT_THAT(json, HasSubstr("[1,\"mm\",\"mat_mul\",\"\",\"\",1300,0,0,0,0,"
+                              "646,728,1,1,1,1,512,2048,646,64,0,0,0]"));
+  EXPECT_THAT(json, HasSubstr("[2,\"cast\",\"cast\",\"\",\"\",0,0,0,0,0,"
+                              "520,0,1,1,0,0,0,0,0,0,0,1,1]"));
+}
+
+TEST(ProgramReport, TimelineAndExchangeBySuperstep) {
+  const std::string json = Data(GemmThenCast());
+  // label, start, compute, exchange, slowest tile, exchange's slowest tile,
+  // calls, transfers, pieces, bytes received, fragments, spans, split, ops,
+  // received map, fragments map.
+  EXPECT_THAT(json, HasSubstr("[\"mm\",0,646,728,0,0,1,1,1,512,2,"
+                              "[[1,\"gemm\",646,1]],[[1,728]],[[1,1,1,512]],"));
+  EXPECT_THAT(json, HasSubstr("[\"cast\",1374,520,0,1,-1,1,0,0,0,0,"
+                              "[[2,\"cast\",520,1]],[],[[2,1,0,0]],-1,-1]"));
+  // The largest transfer: superstep 0, op 1, transfer 0, tile 0 buffer #2,
+  // 512 B in 1 piece to 1 destination.
+  EXPECT_THAT(json, HasSubstr("[0,1,0,0,2,512,1,1,\"f32\",\"1\"]"));
+}
+
+TEST(ProgramReport, TileMapsAreRunLengthEncodedAndShared) {
+  const std::string json = Data(GemmThenCast());
+  // Superstep 0's received bytes per tile (512 on tile 1) and op 1's over
+  // the program are the same array, stored once.
+  const std::string map = "[0,1,512,1,0,14]";
+  const size_t at = json.find("\"tile_maps\":");
+  ASSERT_NE(at, std::string::npos);
+  const std::string maps = json.substr(at);
+  EXPECT_THAT(maps, HasSubstr(map));
+  EXPECT_EQ(maps.find(map), maps.rfind(map));
+}
+
+TEST(ProgramReport, OptionsChooseTilesAndHostTimes) {
+  ReportOptions options;
+  options.busiest_tiles = 1;
+  options.tiles = {5};
+  options.compile_seconds = 1.5;
+  const std::string json = Data(GemmThenCast(), options);
+  EXPECT_THAT(json, HasSubstr("{\"tile\":0,"));
+  EXPECT_THAT(json, Not(HasSubstr("{\"tile\":1,")));
+  EXPECT_THAT(json, HasSubstr("{\"tile\":5,\"live\":[0,0],\"buffers\":[]}"));
+  EXPECT_THAT(json, HasSubstr("\"host\":{\"compile_seconds\":1.5,"
+                              "\"simulate_seconds\":null}"));
+  options.tiles = {16};
+  std::string ignored;
+  const Status s = ReportData(GemmThenCast().module, options, &ignored);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_THAT(s.message(), HasSubstr("--tiles: tile 16 is outside"));
+}
+
+TEST(ProgramReport, SimulationReportMustMatchTheProgram) {
+  SimulationReport sim;
+  sim.tiles = 16;
+  sim.supersteps = 2;
+  sim.total_cycles = 1894;
+  sim.compute_cycles = 1166;
+  sim.exchange_cycles = 728;
+  sim.ops = {{1, 646, 728}, {2, 520, 0}};
+  sim.compared = true;
+  sim.pass = true;
+  sim.outputs.push_back({});
+  sim.outputs[0].name = "y";
+  sim.outputs[0].cosine = 0.99995;
+  ReportOptions options;
+  options.simulation = &sim;
+  options.simulation_name = "sim.json";
+  EXPECT_THAT(Data(GemmThenCast(), options),
+              HasSubstr("\"simulation\":{\"file\":\"sim.json\",\"module\":\"\","
+                        "\"compared\":true,\"pass\":true,"));
+  sim.ops[1].compute_cycles = 521;
+  std::string ignored;
+  const Status s = ReportData(GemmThenCast().module, options, &ignored);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_THAT(s.message(), HasSubstr("sim.json: op 2's compute_cycles is 521"));
+}
+
+TEST(ProgramReport, MalformedProgramIsBadInput) {
+  TestProgram p = GemmThenCast();
+  // C moved into standard memory: the simulator's memory rule.
+  p.module.program->buffers[2]->offset = 4096;
+  std::string ignored;
+  const Status s = ReportData(p.module, {}, &ignored);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_THAT(s.message(), HasSubstr("not in interleaved memory"));
+}
+
+TEST(ProgramReport, PageEmbedsTheDataWhereNothingCanCloseTheScript) {
+  TestProgram p = GemmThenCast();
+  p.module.ops[1]->name = "</script><b>";
+  const std::string json = Data(p);
+  EXPECT_THAT(json, HasSubstr("\"\\u003c/script>\\u003cb>\""));
+  const std::string page = ReportPage(json);
+  EXPECT_THAT(page, HasSubstr("<script type=\"application/json\" "
+                              "id=\"tilec-data\">\n" +
+                              json + "</script>"));
+  EXPECT_THAT(page, Not(HasSubstr("<!--tilec:")));
+  EXPECT_EQ(page.rfind("</html>\n"), page.size() - 8);
+}
+
+}  // namespace
+}  // namespace tilec::inspect
