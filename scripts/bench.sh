@@ -95,11 +95,12 @@ bench_planner() {
 # (emit-device's own price of the op) / simulated (the simulator's
 # attribution), their ratio, bytes exchanged, peak memory per tile and the
 # comparison with the reference.
-bench_lowering() {
+# so400m_blocks DIR: DIR/f16.tilec, the so400m MLP block, and DIR/fp8.tilec,
+# the same with FP8 E4M3 GEMM inputs (see bench_lowering).
+so400m_blocks() {
+  local bin=bazel-bin/tools dir=$1
   bazel build --noshow_progress --ui_event_filters=-info //tools/... \
     //testdata/simulate-device:make_module
-  local bin=bazel-bin/tools dir
-  dir=$(mktemp -d)
   "$bin/import-model/import-model" -o "$dir/f16.tilec"
   "$bin/dump-ir/dump-ir" --json "$dir/f16.tilec" | python3 -c '
 import json, sys
@@ -111,6 +112,12 @@ for v in m["values"]:
         v["fp8_scale_exp"] = fp8[v["name"]]
 json.dump(m, sys.stdout)' > "$dir/fp8.json"
   bazel-bin/testdata/simulate-device/make_module "$dir/fp8.json" ipu21 "$dir/fp8.tilec"
+}
+
+bench_lowering() {
+  local bin=bazel-bin/tools dir
+  dir=$(mktemp -d)
+  so400m_blocks "$dir"
   local dtype plan
   for dtype in f16 fp8; do
     for plan in search trace; do
@@ -158,6 +165,23 @@ json.dump(m, sys.stdout)' > "$dir/fp8.json"
       sed -n 's/^  \(%[0-9]* .*\)/lowering: '"$name"': \1/p; s/^result: /lowering: '"$name"': result: /p' "$dir/$name.report"
       [ "$status" -eq 0 ] || { echo "lowering: $name: simulate-device exited $status" >&2; rm -rf "$dir"; return 1; }
     done
+  done
+  rm -rf "$dir"
+}
+
+# Every GEMM of the so400m MLP block (searched plans, F16 and FP8 inputs)
+# against the best its grid and any grid allow by the formulas alone
+# (inspect-gemms; passes/plan/gemm_bound.h): grid, calls per tile,
+# estimated and simulated cycles, % of AMP peak, simulated / bound.
+bench_gemm_bound() {
+  local bin=bazel-bin/tools dir dtype
+  dir=$(mktemp -d)
+  so400m_blocks "$dir"
+  for dtype in f16 fp8; do
+    "$bin/plan-ownership/plan-ownership" "$dir/$dtype.tilec" -o "$dir/$dtype-1.tilec" 2>/dev/null
+    "$bin/expand-reduce/expand-reduce" "$dir/$dtype-1.tilec" -o "$dir/$dtype-2.tilec"
+    "$bin/emit-device/emit-device" "$dir/$dtype-2.tilec" -o "$dir/$dtype-3.tilec"
+    "$bin/inspect-gemms/inspect-gemms" "$dir/$dtype-3.tilec" | sed "s/^/gemm_bound: $dtype: /"
   done
   rm -rf "$dir"
 }

@@ -10,6 +10,7 @@
 #include "kernels/fb_dtype.h"
 #include "kernels/registry.h"
 #include "kernels/simulator.h"
+#include "passes/inspect/amp.h"
 #include "passes/inspect/device_module.h"
 #include "passes/inspect/exchange_totals.h"
 #include "passes/inspect/memory_use.h"
@@ -118,19 +119,6 @@ struct StepOp {
   int64_t calls = 0;
 };
 
-int AmpMacsPerCycle(const fb::TargetT& target, fb::DType a) {
-  switch (a) {
-    case fb::DType::FP8E4M3:
-    case fb::DType::FP8E5M2:
-      return target.amp_macs_fp8;
-    case fb::DType::F16:
-    case fb::DType::BF16:
-      return target.amp_macs_f16;
-    case fb::DType::F32:
-      break;
-  }
-  return target.amp_macs_f32;
-}
 
 struct Figures {
   sim::SimResult timing;

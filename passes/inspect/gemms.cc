@@ -1,0 +1,171 @@
+#include "passes/inspect/gemms.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "formats/print.h"
+#include "kernels/cost.h"
+#include "kernels/simulator.h"
+#include "passes/core/decisions.h"
+#include "passes/inspect/amp.h"
+
+namespace tilec::inspect {
+namespace {
+
+using passes::Thousands;
+
+const fb::ValueT* FindValue(const fb::ModuleT& module, uint32_t id) {
+  for (const auto& v : module.values) {
+    if (v->id == id) return v.get();
+  }
+  return nullptr;
+}
+
+// The most GEMM calls any tile makes for each op.
+std::map<uint32_t, int64_t> CallsPerTile(const fb::DeviceProgramT& program) {
+  std::map<std::pair<uint32_t, uint32_t>, int64_t> calls;  // (op, tile)
+  for (const auto& step : program.supersteps) {
+    for (const auto& c : step->compute) {
+      if (c->kernel == "gemm") ++calls[{c->op, c->tile}];
+    }
+  }
+  std::map<uint32_t, int64_t> most;
+  for (const auto& [key, n] : calls) {
+    most[key.first] = std::max(most[key.first], n);
+  }
+  return most;
+}
+
+StatusOr<GemmReport> Describe(const fb::ModuleT& module,
+                              const fb::OperationT& op,
+                              const kernels::CostModel& model) {
+  const std::string where =
+      "op " + std::to_string(op.id) + " (" + op.name + ")";
+  const fb::ValueT* a = FindValue(module, op.operands[0]);
+  const fb::ValueT* b = FindValue(module, op.operands[1]);
+  const fb::ValueT* c = FindValue(module, op.results[0]);
+  if (!op.recipe || op.recipe->kind != fb::RecipeKind::Gemm || !a || !b || !c) {
+    return Status::BadInput(where + " has no gemm recipe: run plan-ownership first");
+  }
+  GemmReport g;
+  g.op = op.id;
+  g.name = op.name;
+  g.M = a->shape[0];
+  g.K = a->shape[1];
+  g.N = b->shape[1];
+  g.inputs = a->dtype;
+  g.result = c->dtype;
+  g.m = op.recipe->m_split;
+  g.k = op.recipe->k_split;
+  g.n = op.recipe->n_split;
+  g.recipe = ir::RecipeText(*op.recipe);
+  g.estimate = op.estimate ? op.estimate->cycles : 0;
+  const plan::GemmShapeDTypes shape{g.M, g.K, g.N, g.inputs, g.result};
+  StatusOr<plan::GemmBound> own = plan::BoundOfGrid(model, shape, g.m, g.k, g.n);
+  if (!own.ok()) return own.status().WithContext(where);
+  g.own_bound = *own;
+  const fb::TargetT& t = model.target();
+  const std::vector<plan::GemmBound> all = plan::GridBounds(
+      model, shape, t.tiles, int64_t{t.sram_bytes} - t.reserved_bytes);
+  g.best_bound = all.empty() ? *own : all.front();
+  return g;
+}
+
+void AddSimulation(const fb::ModuleT& module, const sim::SimResult& timing,
+                   GemmReport* g) {
+  for (const sim::OpReport& r : timing.ops) {
+    if (r.op != g->op) continue;
+    g->simulated_compute = r.compute_cycles;
+    g->simulated_exchange = r.exchange_cycles;
+    g->simulated = r.compute_cycles + r.exchange_cycles;
+  }
+  const int rate = AmpMacsPerCycle(*module.target, g->inputs);
+  if (g->simulated > 0 && rate > 0) {
+    g->amp_fraction = static_cast<double>(g->M * g->K * g->N) /
+                      (static_cast<double>(module.target->tiles) * rate *
+                       static_cast<double>(g->simulated));
+  }
+}
+
+std::string Ratio(int64_t a, int64_t b) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", b > 0 ? static_cast<double>(a) / b : 0.0);
+  return text;
+}
+
+std::string BoundText(const plan::GemmBound& b) {
+  return Thousands(b.Cycles()) + " with m" + std::to_string(b.m) + " k" +
+         std::to_string(b.k) + " n" + std::to_string(b.n) + " (kernel " +
+         Thousands(b.kernel) + ", delivery " + Thousands(b.delivery) +
+         ", partials " + Thousands(b.partials) + ", reduce " +
+         Thousands(b.reduce) + ")";
+}
+
+}  // namespace
+
+StatusOr<std::vector<GemmReport>> InspectGemms(const fb::ModuleT& module,
+                                               int threads) {
+  if (!module.target) return Status::BadInput("module has no target");
+  StatusOr<kernels::CostModel> model = kernels::CostModel::Create(*module.target);
+  if (!model.ok()) return model.status();
+  std::vector<GemmReport> gemms;
+  for (const auto& op : module.ops) {
+    if (op->kind != fb::OpKind::MatMul) continue;
+    StatusOr<GemmReport> g = Describe(module, *op, *model);
+    if (!g.ok()) return g.status();
+    gemms.push_back(std::move(*g));
+  }
+  if (!module.program || gemms.empty()) return gemms;
+  sim::SimOptions timing;
+  timing.execute = false;
+  timing.threads = threads;
+  sim::SimResult result;
+  TILEC_RETURN_IF_ERROR(sim::Simulate(module, {}, timing, &result));
+  const std::map<uint32_t, int64_t> calls = CallsPerTile(*module.program);
+  for (GemmReport& g : gemms) {
+    AddSimulation(module, result, &g);
+    auto it = calls.find(g.op);
+    g.calls_per_tile = it == calls.end() ? 0 : it->second;
+  }
+  return gemms;
+}
+
+std::string GemmReportText(const std::vector<GemmReport>& gemms) {
+  std::string out;
+  int64_t simulated = 0, bound = 0;
+  for (const GemmReport& g : gemms) {
+    out += "op " + std::to_string(g.op) + " " + g.name + ": [" +
+           std::to_string(g.M) + "," + std::to_string(g.K) + "] x [" +
+           std::to_string(g.K) + "," + std::to_string(g.N) + "] " +
+           ir::DTypeText(g.inputs) + " -> " + ir::DTypeText(g.result) + ", " +
+           Thousands(g.M * g.K * g.N) + " MACs\n";
+    out += "  plan: " + g.recipe;
+    if (g.calls_per_tile > 0) {
+      out += ", " + std::to_string(g.calls_per_tile) + " GEMM call" +
+             (g.calls_per_tile == 1 ? "" : "s") + " per tile at most";
+    }
+    out += "\n  cycles: estimate " + Thousands(g.estimate);
+    if (g.simulated >= 0) {
+      char peak[16];
+      std::snprintf(peak, sizeof peak, "%.1f", 100 * g.amp_fraction);
+      out += ", simulated " + Thousands(g.simulated) + " (compute " +
+             Thousands(g.simulated_compute) + ", exchange " +
+             Thousands(g.simulated_exchange) + "), " + peak +
+             "% of the AMP peak";
+    }
+    out += "\n  bound of this grid: " + BoundText(g.own_bound) + "\n";
+    out += "  best bound: " + BoundText(g.best_bound);
+    const int64_t measured = g.simulated >= 0 ? g.simulated : g.estimate;
+    out += "; " + std::string(g.simulated >= 0 ? "simulated" : "estimate") +
+           " / best bound " + Ratio(measured, g.best_bound.Cycles()) + "\n";
+    simulated += measured;
+    bound += g.best_bound.Cycles();
+  }
+  out += "total: " + Thousands(simulated) + " cycles in " +
+         std::to_string(gemms.size()) + " GEMMs, best bounds " +
+         Thousands(bound) + " (ratio " + Ratio(simulated, bound) + ")\n";
+  return out;
+}
+
+}  // namespace tilec::inspect

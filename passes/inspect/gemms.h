@@ -1,0 +1,47 @@
+// inspect-gemms: every GEMM of a planned module or device program beside
+// the best the target's formulas allow (passes/plan/gemm_bound.h): its
+// grid and staging, calls per tile, estimated and (for a program)
+// simulated cycles, % of the AMP peak, the bound of its own grid and the
+// best bound over all grids that fit memory, and simulated / bound.
+
+#ifndef TILEC_PASSES_INSPECT_GEMMS_H_
+#define TILEC_PASSES_INSPECT_GEMMS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "passes/plan/gemm_bound.h"
+
+namespace tilec::inspect {
+
+struct GemmReport {
+  uint32_t op = 0;
+  std::string name;
+  int64_t M = 0, K = 0, N = 0;
+  fb::DType inputs = fb::DType::F16, result = fb::DType::F16;
+  int m = 1, k = 1, n = 1;
+  std::string recipe;     // the recipe's text
+  int64_t calls_per_tile = 0;  // the most GEMM calls on one tile (program)
+  int64_t estimate = 0;        // plan-ownership's estimate
+  int64_t simulated = -1;      // compute + exchange attributed; -1: no program
+  int64_t simulated_compute = 0, simulated_exchange = 0;
+  plan::GemmBound own_bound;   // the bound of the chosen grid
+  plan::GemmBound best_bound;  // the best grid's
+  double amp_fraction = 0;     // MACs / (tiles * AMP rate * cycles)
+};
+
+// The GEMMs in program order. A module without a device program reports
+// estimates only. Errors: BadInput for a module without a target or a
+// planned GEMM.
+StatusOr<std::vector<GemmReport>> InspectGemms(const fb::ModuleT& module,
+                                               int threads = 2);
+
+// One block of lines per GEMM and a total, stable for goldens.
+std::string GemmReportText(const std::vector<GemmReport>& gemms);
+
+}  // namespace tilec::inspect
+
+#endif  // TILEC_PASSES_INSPECT_GEMMS_H_
