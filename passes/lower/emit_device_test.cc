@@ -75,6 +75,7 @@ TEST(EmitDeviceTest, KSplitBothGemms) {
   EmitAndSimulate(&m, kDefault);
 }
 
+
 TEST(EmitDeviceTest, NoKSplitIsExact) {
   MlpPlan plan;
   plan.up = GemmShape{2, 4, 1};
@@ -305,6 +306,29 @@ TEST(EmitDeviceTest, UnplannedModuleIsRefused) {
   Status s = EmitDevicePass().Run(&m).status();
   EXPECT_EQ(s.code(), StatusCode::kBadInput);
   EXPECT_NE(s.message().find("run plan-ownership first"), std::string::npos);
+}
+
+TEST(EmitDeviceTest, KSplitGemmsMakeOneCallPerTileAndOnePiecePerPartial) {
+  // up: [12,32] x [32,64] on m2 x k3 x n2 (the issue-16 shape in small:
+  // the k tiles of a block reduce a third of its rows each). Every grid
+  // tile makes one GEMM call over its whole 6 x 11 x 32 block, and every
+  // remote partial arrives as one contiguous piece.
+  MlpPlan plan;
+  plan.up = GemmShape{2, 2, 3};
+  plan.down = GemmShape{2, 2, 2};
+  fb::ModuleT m = PlannedMlp(plan);
+  EmitAndSimulate(&m, kDefault);
+  const std::map<uint32_t, int> calls = CallsPerTile(m, "l0.mlp.up", "gemm");
+  EXPECT_EQ(calls.size(), 12u);
+  for (const auto& [tile, n] : calls) EXPECT_EQ(n, 1) << "tile " << tile;
+  const uint32_t up = testing::FindOp(&m, "l0.mlp.up")->id;
+  for (const auto& step : m.program->supersteps) {
+    for (const auto& t : step->exchange) {
+      if (t->op == up && step->label.find("partials") != std::string::npos) {
+        EXPECT_EQ(t->rows, 1u);
+      }
+    }
+  }
 }
 
 }  // namespace
