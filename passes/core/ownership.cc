@@ -22,28 +22,38 @@ using fb::OwnershipKind;
 // same way into `inner` parts; parts are numbered block by block. With
 // inner = 1 it is the plain balanced split. Closed forms make every lookup
 // O(1), which is what keeps the transfer computation cheap.
+// Items are numbered from `origin`: an ownership of a view (a sub-box of a
+// value) splits the view's extent but names the value's indices.
 struct Split {
   int64_t parts = 1;  // outer * inner
   int64_t inner = 1;
   int64_t q = 0;  // extent / outer
   int64_t r = 0;  // extent % outer
+  int64_t origin = 0;
 
   Split() = default;
-  Split(int64_t extent, int64_t outer, int64_t sub = 1)
-      : parts(outer * sub), inner(sub), q(extent / outer), r(extent % outer) {}
+  Split(int64_t extent, int64_t outer, int64_t sub = 1, int64_t first = 0)
+      : parts(outer * sub),
+        inner(sub),
+        q(extent / outer),
+        r(extent % outer),
+        origin(first) {}
 
   int64_t BlockBegin(int64_t o) const { return o * q + std::min(o, r); }
   int64_t BlockSize(int64_t o) const { return q + (o < r ? 1 : 0); }
   int64_t Begin(int64_t k) const {
-    if (inner == 1) return BlockBegin(k);
+    if (inner == 1) return origin + BlockBegin(k);
     const int64_t o = k / inner, i = k % inner, size = BlockSize(o);
-    return BlockBegin(o) + i * (size / inner) + std::min(i, size % inner);
+    return origin + BlockBegin(o) + i * (size / inner) +
+           std::min(i, size % inner);
   }
   int64_t End(int64_t k) const { return Begin(k + 1); }
-  // The part that holds item x, for 0 <= x < extent. It is never one of the
-  // empty parts (those exist only where a block or the extent has fewer
-  // items than parts, and then come after the non-empty ones).
+  // The part that holds item x, for origin <= x < origin + extent. It is
+  // never one of the empty parts (those exist only where a block or the
+  // extent has fewer items than parts, and then come after the non-empty
+  // ones).
   int64_t PartOf(int64_t x) const {
+    x -= origin;
     const int64_t o = BalancedPart(x, q, r);
     if (inner == 1) return o;
     const int64_t size = BlockSize(o);
@@ -179,7 +189,20 @@ bool NaturalOrder(const std::vector<int32_t>& order) {
   return true;
 }
 
-Layout Resolve(const fb::OwnershipT& o, std::span<const int64_t> shape) {
+// `view`: the ownership covers this sub-box of the value (blocked only);
+// null: the whole value of `shape`.
+Layout Resolve(const fb::OwnershipT& o, std::span<const int64_t> shape,
+               const Box* view = nullptr) {
+  std::array<int64_t, kMaxRank> view_shape{};
+  if (view != nullptr) {
+    CHECK(o.kind == OwnershipKind::Blocked) << "a view of a flat ownership";
+    CHECK_EQ(view->rank, static_cast<int>(shape.size()));
+    for (int a = 0; a < view->rank; ++a) {
+      CHECK(view->begin[a] >= 0 && view->end[a] <= shape[a]) << FormatBox(*view);
+      view_shape[a] = view->end[a] - view->begin[a];
+    }
+    shape = std::span<const int64_t>(view_shape.data(), shape.size());
+  }
   const std::string error =
       ValidateOwnership(o, shape, std::numeric_limits<int>::max());
   CHECK(error.empty()) << error;
@@ -204,7 +227,8 @@ Layout Resolve(const fb::OwnershipT& o, std::span<const int64_t> shape) {
     l.pieces = 1;
     for (int a = l.rank - 1; a >= 0; --a) {
       l.axis[a] = Split(shape[a], o.partitions[a],
-                        l.nested ? o.sub_partitions[a] : 1);
+                        l.nested ? o.sub_partitions[a] : 1,
+                        view ? view->begin[a] : 0);
       l.radix[a] = l.pieces;
       l.pieces *= l.axis[a].parts;
     }
@@ -288,7 +312,14 @@ void ForEachRangeBox(const Layout& l, int64_t lo, int64_t hi, Fn&& fn) {
 // non-empty `box`: per axis the parts overlapping [begin, end) are the O(1)
 // range PartOf(begin)..PartOf(end-1).
 template <typename Fn>
-void ForEachBlockIn(const Layout& l, const Box& box, Fn&& fn) {
+void ForEachBlockIn(const Layout& l, const Box& whole_box, Fn&& fn) {
+  // Only the part of the box inside the layout's span (a view's).
+  Box box = whole_box;
+  for (int a = 0; a < l.rank; ++a) {
+    box.begin[a] = std::max(box.begin[a], l.axis[a].origin);
+    box.end[a] = std::min(box.end[a], l.axis[a].origin + l.extent[a]);
+    if (box.begin[a] >= box.end[a]) return;
+  }
   std::array<int64_t, kMaxRank> lo{}, hi{}, k{};
   for (int a = 0; a < l.rank; ++a) {
     lo[a] = l.axis[a].PartOf(box.begin[a]);
@@ -1031,8 +1062,9 @@ std::optional<fb::OwnershipT> ParseOwnership(std::string_view text,
 }
 
 std::vector<Box> HeldBoxes(const fb::OwnershipT& ownership,
-                           std::span<const int64_t> shape, int tile) {
-  const Layout l = Resolve(ownership, shape);
+                           std::span<const int64_t> shape, int tile,
+                           const Box* view) {
+  const Layout l = Resolve(ownership, shape, view);
   std::vector<Box> boxes;
   const int64_t piece = l.PieceOn(tile);
   if (piece < 0) return boxes;
@@ -1048,8 +1080,9 @@ std::vector<Box> HeldBoxes(const fb::OwnershipT& ownership,
 
 void ForEachHeldBoxes(
     const fb::OwnershipT& ownership, std::span<const int64_t> shape,
-    const std::function<void(int tile, std::span<const Box> boxes)>& fn) {
-  const Layout l = Resolve(ownership, shape);
+    const std::function<void(int tile, std::span<const Box> boxes)>& fn,
+    const Box* view) {
+  const Layout l = Resolve(ownership, shape, view);
   std::vector<Box> boxes;
   const int limit = l.TileLimit();
   for (int tile = static_cast<int>(l.first); tile < limit; ++tile) {
@@ -1170,9 +1203,10 @@ std::vector<Overlap> Intersect(const fb::OwnershipT& a, const fb::OwnershipT& b,
 
 TransferPlan PlanTransfers(const fb::OwnershipT& source,
                            const fb::OwnershipT& destination,
-                           std::span<const int64_t> shape, int element_bytes) {
+                           std::span<const int64_t> shape, int element_bytes,
+                           const Box* destination_view) {
   const Layout src = Resolve(source, shape);
-  const Layout dst = Resolve(destination, shape);
+  const Layout dst = Resolve(destination, shape, destination_view);
   Loads loads(TileLimit(src, dst));
   TransferPlan plan;
   WalkTransfers(
@@ -1201,9 +1235,10 @@ TransferPlan PlanTransfers(const fb::OwnershipT& source,
 void ForEachLocalCopy(const fb::OwnershipT& source,
                       const fb::OwnershipT& destination,
                       std::span<const int64_t> shape,
-                      const std::function<void(int tile, const Box& box)>& fn) {
+                      const std::function<void(int tile, const Box& box)>& fn,
+                      const Box* destination_view) {
   const Layout src = Resolve(source, shape);
-  const Layout dst = Resolve(destination, shape);
+  const Layout dst = Resolve(destination, shape, destination_view);
   if (src.elements == 0) return;
   std::vector<Box> boxes;
   const int limit = TileLimit(src, dst);
@@ -1272,10 +1307,10 @@ TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target) {
 TransferCost EstimateTransferCost(const fb::OwnershipT& source,
                                   const fb::OwnershipT& destination,
                                   std::span<const int64_t> shape,
-                                  int element_bytes,
-                                  const fb::TargetT& target) {
+                                  int element_bytes, const fb::TargetT& target,
+                                  const Box* destination_view) {
   const Layout src = Resolve(source, shape);
-  const Layout dst = Resolve(destination, shape);
+  const Layout dst = Resolve(destination, shape, destination_view);
   Loads loads(TileLimit(src, dst));
   WalkTransfers(
       src, dst, element_bytes, loads,

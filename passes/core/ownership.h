@@ -124,14 +124,18 @@ std::optional<fb::OwnershipT> ParseOwnership(std::string_view text,
 // The indices `tile` holds, in row-major order of their first element: one
 // box for blocked, a flat range cut into at most 2*rank-1 boxes for flat.
 // Empty if the tile holds nothing.
+// With `view` (a sub-box of the value), `ownership` covers only that box
+// and the boxes are the value's indices (see PlanTransfers).
 std::vector<Box> HeldBoxes(const fb::OwnershipT& ownership,
-                           std::span<const int64_t> shape, int tile);
+                           std::span<const int64_t> shape, int tile,
+                           const Box* view = nullptr);
 
 // HeldBoxes of every tile that holds something, in one pass (the ownership
 // is resolved once): fn(tile, boxes) with tiles ascending.
 void ForEachHeldBoxes(
     const fb::OwnershipT& ownership, std::span<const int64_t> shape,
-    const std::function<void(int tile, std::span<const Box> boxes)>& fn);
+    const std::function<void(int tile, std::span<const Box> boxes)>& fn,
+    const Box* view = nullptr);
 
 // Number of elements `tile` holds (0 for a tile outside the ownership).
 int64_t HeldElements(const fb::OwnershipT& ownership,
@@ -212,9 +216,15 @@ struct TransferPlan {
 // index). This is deterministic and spreads the sending over the replicas by
 // bytes, which is what the phase cost charges; receiving is not affected by
 // the choice (every destination receives the box in any case).
+//
+// With `destination_view`, `destination` owns only that sub-box of the
+// value (blocked, over the box's extent, its boxes naming the value's
+// indices): how an op gathers a slice of a value, e.g. one head's columns
+// of the fused qkv.
 TransferPlan PlanTransfers(const fb::OwnershipT& source,
                            const fb::OwnershipT& destination,
-                           std::span<const int64_t> shape, int element_bytes);
+                           std::span<const int64_t> shape, int element_bytes,
+                           const Box* destination_view = nullptr);
 
 // The local copies of PlanTransfers(source, destination, shape, ...) without
 // the transfers: fn(tile, box) for exactly the boxes of plan.local_copies,
@@ -223,7 +233,8 @@ TransferPlan PlanTransfers(const fb::OwnershipT& source,
 void ForEachLocalCopy(const fb::OwnershipT& source,
                       const fb::OwnershipT& destination,
                       std::span<const int64_t> shape,
-                      const std::function<void(int tile, const Box& box)>& fn);
+                      const std::function<void(int tile, const Box& box)>& fn,
+                      const Box* destination_view = nullptr);
 
 // ---------------------------------------------------------------- costs
 // Costs under the target's exchange model. With rate =
@@ -261,7 +272,8 @@ TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target);
 TransferCost EstimateTransferCost(const fb::OwnershipT& source,
                                   const fb::OwnershipT& destination,
                                   std::span<const int64_t> shape,
-                                  int element_bytes, const fb::TargetT& target);
+                                  int element_bytes, const fb::TargetT& target,
+                                  const Box* destination_view = nullptr);
 
 // True if every tile holds exactly the same elements under both ownerships
 // (e.g. blocked(4x1) and flat(grain=3, tiles=4) on shape [4, 3]): no

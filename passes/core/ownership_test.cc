@@ -997,6 +997,88 @@ TEST(OwnershipPropertyTest, TransfersDeliverEveryElementExactlyOnce) {
   EXPECT_GE(ordered, 20);
 }
 
+// Transfers into an ownership of a view (a sub-box of the value): every
+// element of the view reaches every tile that owns it there, exactly once,
+// from a tile that holds it, and nothing outside the view moves.
+TEST(OwnershipPropertyTest, TransfersIntoAViewDeliverExactlyTheView) {
+  std::mt19937 rng(77);
+  const fb::TargetT target = Ipu21Exchange();
+  int flat_sources = 0, with_local = 0;
+  for (int i = 0; i < kCases; ++i) {
+    const Shape shape = RandomShape(rng);
+    Box view;
+    view.rank = static_cast<int>(shape.size());
+    Shape view_shape(shape.size());
+    for (size_t a = 0; a < shape.size(); ++a) {
+      view.begin[a] = std::uniform_int_distribution<int64_t>(0, shape[a] - 1)(rng);
+      view.end[a] =
+          std::uniform_int_distribution<int64_t>(view.begin[a] + 1, shape[a])(rng);
+      view_shape[a] = view.end[a] - view.begin[a];
+    }
+    const fb::OwnershipT src = RandomOwnership(rng, shape);
+    fb::OwnershipT dst;
+    do {
+      dst = RandomOwnership(rng, view_shape);
+    } while (dst.kind == fb::OwnershipKind::Flat);
+    SCOPED_TRACE(FormatOwnership(src) + " -> " + FormatOwnership(dst) +
+                 " of " + FormatBox(view) + " case " + std::to_string(i));
+    const Holds hs = BruteHolds(src, shape);
+    const Holds hv = BruteHolds(dst, view_shape);
+    const int64_t n = NumElements(shape);
+    // What each tile must hold afterwards, in the value's element numbers.
+    Holds hd(kTiles, std::vector<char>(n, 0));
+    for (int64_t e = 0; e < NumElements(view_shape); ++e) {
+      std::vector<int64_t> c = Coordinates(view_shape, e);
+      int64_t flat = 0;
+      for (size_t a = 0; a < shape.size(); ++a) {
+        flat = flat * shape[a] + c[a] + view.begin[a];
+      }
+      for (int t = 0; t < kTiles; ++t) hd[t][flat] = hv[t][e];
+    }
+    for (int t = 0; t < kTiles; ++t) {
+      std::vector<char> held(n, 0);
+      for (const Box& b : HeldBoxes(dst, shape, t, &view)) {
+        for (int64_t e : BoxElements(b, shape)) held[e] = 1;
+      }
+      ASSERT_EQ(held, hd[t]) << "tile " << t;
+    }
+    const TransferPlan plan = PlanTransfers(src, dst, shape, 2, &view);
+    std::vector<std::vector<int>> arrivals(kTiles, std::vector<int>(n, 0));
+    for (const Transfer& t : plan.transfers) {
+      for (int64_t e : BoxElements(t.box, shape)) {
+        EXPECT_TRUE(hs[t.source_tile][e]);
+        for (int d : t.destination_tiles) ++arrivals[d][e];
+      }
+    }
+    for (const LocalCopy& c : plan.local_copies) {
+      for (int64_t e : BoxElements(c.box, shape)) {
+        EXPECT_TRUE(hs[c.tile][e]);
+        ++arrivals[c.tile][e];
+      }
+    }
+    for (int t = 0; t < kTiles; ++t) {
+      for (int64_t e = 0; e < n; ++e) {
+        ASSERT_EQ(arrivals[t][e], hd[t][e] ? 1 : 0)
+            << "tile " << t << " element " << e;
+      }
+    }
+    EXPECT_EQ(CostOfPlan(plan, target),
+              EstimateTransferCost(src, dst, shape, 2, target, &view));
+    std::vector<std::pair<int, Box>> local;
+    ForEachLocalCopy(src, dst, shape,
+                     [&](int t, const Box& b) { local.push_back({t, b}); }, &view);
+    ASSERT_EQ(local.size(), plan.local_copies.size());
+    for (size_t k = 0; k < local.size(); ++k) {
+      EXPECT_EQ(local[k].first, plan.local_copies[k].tile);
+      EXPECT_EQ(local[k].second, plan.local_copies[k].box);
+    }
+    flat_sources += src.kind == fb::OwnershipKind::Flat;
+    with_local += !plan.local_copies.empty();
+  }
+  EXPECT_GE(flat_sources, 30);
+  EXPECT_GE(with_local, 30);
+}
+
 TEST(OwnershipPropertyTest, SamePlacementMatchesBruteForce) {
   std::mt19937 rng(7);
   int same = 0, flat_equivalents = 0;
