@@ -13,12 +13,12 @@ namespace {
 constexpr std::array<std::string_view, 8> kVariables = {
     "M", "K", "N", "n", "rows", "w", "P", "B"};
 
-constexpr std::array<std::string_view, 18> kRequiredKernels = {
+constexpr std::array<std::string_view, 19> kRequiredKernels = {
     "gemm_fp8",      "gemm_f16",       "gemm_f32",   "reduce_partials",
     "add",           "gelu",           "bias_gelu",  "bias_gelu_fp8",
     "cast",          "layernorm",      "layernorm_fp8", "ln_moments",
     "residual_moments", "moments_combine", "normalize", "normalize_fp8",
-    "softmax",       "copy"};
+    "softmax",       "softmax_fp8",    "copy"};
 
 bool IsKnownVariable(std::string_view name) {
   return std::find(kVariables.begin(), kVariables.end(), name) !=

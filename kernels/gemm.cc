@@ -134,6 +134,47 @@ Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
   return Status::Ok();
 }
 
+Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
+              int64_t k, int64_t n, bool accumulate, float scale) {
+  constexpr std::string_view kName = "gemm_nt";
+  // B holds [N, K]: its transpose, in F32, is the [K, N] operand of Gemm.
+  StatusOr<size_t> b_elems = ElementCount(kName, {n, k});
+  if (!b_elems.ok()) return b_elems.status();
+  if (Status s = CheckOperand(kName, "B", b, *b_elems); !s.ok()) return s;
+  const std::vector<float> rows = LoadElements(b, *b_elems);
+  std::vector<float> transposed(rows.size());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) transposed[j * n + i] = rows[i * k + j];
+  }
+  StatusOr<size_t> c_elems = ElementCount(kName, {m, n});
+  if (!c_elems.ok()) return c_elems.status();
+  if (Status s = CheckOperand(kName, "C", c, *c_elems); !s.ok()) return s;
+  StatusOr<size_t> a_elems = ElementCount(kName, {m, k});
+  if (!a_elems.ok()) return a_elems.status();
+  if (Status s = CheckOperand(kName, "A", a, *a_elems); !s.ok()) return s;
+  if (StatusOr<std::string_view> name = GemmKernelName(a.dtype); !name.ok()) {
+    return name.status();
+  }
+  if (ClassOf(a.dtype) != ClassOf(b.dtype)) {
+    return Status::BadInput("gemm_nt: A is " + std::string(DTypeName(a.dtype)) +
+                            " but B is " + std::string(DTypeName(b.dtype)));
+  }
+  if (c.dtype != DType::kF32 && c.dtype != DType::kF16) {
+    return Status::BadInput("gemm_nt: output C is " +
+                            std::string(DTypeName(c.dtype)) + " (F32 or F16)");
+  }
+  // The product in F32, scaled, then added or stored: one rounding, as the
+  // reference scales attention scores.
+  const std::vector<float> af = LoadElements(a, *a_elems);
+  std::vector<float> product(*c_elems, 0.0f);
+  MultiplyF32(af.data(), transposed.data(), product.data(), m, k, n);
+  std::vector<float> cf =
+      accumulate ? LoadElements(c, *c_elems) : std::vector<float>(*c_elems);
+  for (size_t i = 0; i < cf.size(); ++i) cf[i] += product[i] * scale;
+  StoreElements(c, cf);
+  return Status::Ok();
+}
+
 StatusOr<int64_t> GemmCycles(const CostModel& model, DType a_dtype, int64_t m,
                              int64_t k, int64_t n) {
   StatusOr<std::string_view> name = GemmKernelName(a_dtype);

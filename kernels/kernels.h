@@ -104,6 +104,12 @@ void StoreElements(const Operand& op, std::span<const float> values);
 // partials); otherwise they are ignored.
 Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
             int64_t k, int64_t n, bool accumulate);
+// C[M,N] (+)= scale * A[M,K] * B[N,K]^T: B row-major as [N, K] (the keys
+// of attention scores, as delivered), the product summed in F32 in k order
+// like Gemm, scaled in F32, then stored once. Charged Gemm's formulas: the
+// AMP work is the same M*K*N (MACHINE.md: Q*K^T uses the GEMM formulas).
+Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
+              int64_t k, int64_t n, bool accumulate, float scale);
 // "gemm_fp8", "gemm_f16" or "gemm_f32" by A's dtype, or an error.
 StatusOr<std::string_view> GemmKernelName(DType a_dtype);
 StatusOr<int64_t> GemmCycles(const CostModel& model, DType a_dtype, int64_t m,
@@ -190,11 +196,31 @@ StatusOr<int64_t> NormalizeCycles(const CostModel& model, DType out_dtype,
                                   int64_t rows, int64_t w);
 
 // ---------------------------------------------------------------- softmax.cc
-// Per row: z = x * scale, out = exp(z - max z) / sum exp(z - max z).
+// Per row: z = x * scale, out = exp(z - max z) / sum exp(z - max z); out
+// F16 ("softmax") or FP8 ("softmax_fp8", MACHINE.md: x 1.11).
 Status Softmax(const Operand& x, const Operand& out, int64_t rows, int64_t w,
                float scale);
-StatusOr<int64_t> SoftmaxCycles(const CostModel& model, int64_t rows,
-                                int64_t w);
+StatusOr<int64_t> SoftmaxCycles(const CostModel& model, DType out_dtype,
+                                int64_t rows, int64_t w);
+// Softmax over split rows, in three kernels. State of a column slice
+// x [rows, w] (scaled by `scale`): state [rows] x {max, sum exp(z - max)},
+// F32 (MACHINE.md: modelled as LayerNorm partial moments, "ln_moments").
+Status SoftmaxState(const Operand& x, const Operand& state, int64_t rows,
+                    int64_t w, float scale);
+StatusOr<int64_t> SoftmaxStateCycles(const CostModel& model, int64_t rows,
+                                     int64_t w);
+// P states combined in partial order: max M = max m_p, sum = sum_p s_p *
+// exp(m_p - M) (modelled as Chan's combination, "moments_combine").
+Status CombineSoftmaxStates(std::span<const Operand> partials,
+                            const Operand& out, int64_t rows);
+StatusOr<int64_t> CombineSoftmaxStatesCycles(const CostModel& model,
+                                             int64_t rows, int64_t partials);
+// out = exp(x * scale - max) / sum from the whole rows' state; out F16 or
+// FP8. Modelled as the complete-row softmax on the slice ("softmax",
+// "softmax_fp8"): it recomputes exp and divides, the passes that dominate.
+Status SoftmaxNormalize(const Operand& x, const Operand& state,
+                        const Operand& out, int64_t rows, int64_t w,
+                        float scale);
 
 // ---------------------------------------------------------------- copy.cc
 // Copies `bytes` bytes from src to dst (overlap allowed); dtypes ignored.

@@ -609,6 +609,68 @@ TEST_F(KernelsTest, ScaledSoftmax) {
   EXPECT_EQ(p.Values(), (std::vector<float>{1.0f, 0.0f}));
 }
 
+TEST_F(KernelsTest, SoftmaxOverColumnSlicesEqualsCompleteRows) {
+  // Rows of 13 split 5 + 8: each slice's state, the two states combined in
+  // slice order, each slice normalized. The maximum is exact; only the
+  // order of the denominator's sum differs, well inside one F16 step.
+  const int64_t rows = 4, w = 13, w0 = 5, w1 = w - w0;
+  const float scale = 0.3f;
+  auto x = RandomBuffer(DType::kF16, rows * w, 1300, 8.0f);
+  const std::vector<float> xv = x->Values();
+  Buffer whole(DType::kF16, rows * w);
+  ASSERT_TRUE(Softmax(x->op, whole.op, rows, w, scale).ok());
+  Buffer a(DType::kF16, rows * w0), b(DType::kF16, rows * w1);
+  std::vector<float> av, bv;
+  for (int64_t r = 0; r < rows; ++r) {
+    av.insert(av.end(), xv.begin() + r * w, xv.begin() + r * w + w0);
+    bv.insert(bv.end(), xv.begin() + r * w + w0, xv.begin() + (r + 1) * w);
+  }
+  a.Set(av);
+  b.Set(bv);
+  Buffer sa(DType::kF32, rows * 2), sb(DType::kF32, rows * 2),
+      s(DType::kF32, rows * 2);
+  ASSERT_TRUE(SoftmaxState(a.op, sa.op, rows, w0, scale).ok());
+  ASSERT_TRUE(SoftmaxState(b.op, sb.op, rows, w1, scale).ok());
+  const std::vector<Operand> states = {sa.op, sb.op};
+  ASSERT_TRUE(CombineSoftmaxStates(states, s.op, rows).ok());
+  Buffer pa(DType::kF16, rows * w0), pb(DType::kF16, rows * w1);
+  ASSERT_TRUE(SoftmaxNormalize(a.op, s.op, pa.op, rows, w0, scale).ok());
+  ASSERT_TRUE(SoftmaxNormalize(b.op, s.op, pb.op, rows, w1, scale).ok());
+  const std::vector<float> wv = whole.Values(), pav = pa.Values(),
+                           pbv = pb.Values();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < w; ++c) {
+      const float got = c < w0 ? pav[r * w0 + c] : pbv[r * w1 + c - w0];
+      EXPECT_NEAR(got, wv[r * w + c], 1e-3f + 1e-3f * wv[r * w + c])
+          << r << "," << c;
+    }
+  }
+}
+
+TEST_F(KernelsTest, GemmNtIsTheScaledProductWithTheTranspose) {
+  // Bit for bit what the reference computes for attention scores: the F32
+  // product of A and B^T, times the scale in F32, rounded once.
+  const int64_t m = 5, k = 7, n = 6;
+  const float scale = 0.117851f;
+  auto a = RandomBuffer(DType::kF16, m * k, 1400);
+  auto b = RandomBuffer(DType::kF16, n * k, 1401);
+  const std::vector<float> bv = b->Values();
+  Buffer bt(DType::kF16, k * n);
+  std::vector<float> t(k * n);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) t[j * n + i] = bv[i * k + j];
+  }
+  bt.Set(t);
+  Buffer product(DType::kF32, m * n);
+  ASSERT_TRUE(Gemm(a->op, bt.op, product.op, m, k, n, false).ok());
+  std::vector<float> want = product.Values();
+  for (float& v : want) v *= scale;
+  Buffer expected(DType::kF16, m * n), got(DType::kF16, m * n);
+  expected.Set(want);
+  ASSERT_TRUE(GemmNt(a->op, b->op, got.op, m, k, n, false, scale).ok());
+  EXPECT_EQ(got.Values(), expected.Values());
+}
+
 // ---------------------------------------------------------------- copy
 
 TEST_F(KernelsTest, CopyBytesWithOverlap) {
@@ -694,9 +756,24 @@ TEST_F(KernelsTest, RegistryCyclesForKnownShapes) {
                            {D::kF16, D::kF32, D::kF16, D::kF16, D::kFp8E4M3},
                            {3, 192}, {1e-6f}),
             1921);
-  // Softmax 2x729: 300 + 2*(60 + 16*183).
+  // Softmax 2x729: 300 + ceil(2/6)*(100 + 34*365); FP8 out x 1.11.
   EXPECT_EQ(RegistryCycles("softmax", {D::kF16, D::kF16}, {2, 729}, {0.125f}),
-            6276);
+            12810);
+  EXPECT_EQ(
+      RegistryCycles("softmax", {D::kF16, D::kFp8E4M3}, {2, 729}, {0.125f}),
+      14220);
+  // The split-row kernels: the state as LayerNorm partial moments
+  // (150 + 2*(24 + 6*365)), the normalization as the softmax.
+  EXPECT_EQ(RegistryCycles("softmax_state", {D::kF16, D::kF32}, {2, 729},
+                           {0.125f}),
+            150 + 2 * (24 + 6 * 365));
+  EXPECT_EQ(RegistryCycles("softmax_normalize",
+                           {D::kF16, D::kF32, D::kF16}, {2, 729}, {0.125f}),
+            12810);
+  // gemm_nt is charged the GEMM formula of A's dtype.
+  EXPECT_EQ(RegistryCycles("gemm_nt", {D::kF16, D::kF16, D::kF16},
+                           {8, 72, 183, 0}, {0.125f}),
+            294 + 5 * 12 * (4 * 8 + 160));
   // copy 1000 B: 288 + 125.
   EXPECT_EQ(RegistryCycles("copy", {D::kF16, D::kF16}, {1000}), 413);
 }
@@ -836,6 +913,7 @@ TEST_F(KernelsTest, EveryKernelRejectsShortBuffers) {
   const DType h = DType::kF16, f = DType::kF32;
   const std::vector<Call> calls = {
       {"gemm", {{h, 6}, {h, 6}, {f, 4}}, {2, 3, 2, 0}, {}},
+      {"gemm_nt", {{h, 6}, {h, 6}, {f, 4}}, {2, 3, 2, 0}, {1.0f}},
       {"reduce_partials", {{f, 7}, {f, 7}, {f, 7}}, {7}, {}},
       {"add", {{h, e}, {h, e}, {h, e}}, {r, w}, {}},
       {"bias_add", {{h, e}, {h, w}, {h, e}}, {r, w}, {}},
@@ -849,6 +927,9 @@ TEST_F(KernelsTest, EveryKernelRejectsShortBuffers) {
        {1e-6f}},
       {"residual_moments", {{h, e}, {h, e}, {h, e}, {f, r * 3}}, {r, w}, {}},
       {"softmax", {{h, e}, {h, e}}, {r, w}, {1.0f}},
+      {"softmax_state", {{h, e}, {f, r * 2}}, {r, w}, {1.0f}},
+      {"softmax_combine", {{f, r * 2}, {f, r * 2}, {f, r * 2}}, {r}, {}},
+      {"softmax_normalize", {{h, e}, {f, r * 2}, {h, e}}, {r, w}, {1.0f}},
       {"copy", {{h, e}, {h, e}}, {int64_t(e * 2)}, {}},
   };
   EXPECT_EQ(calls.size(), RegisteredKernels().size());

@@ -31,6 +31,13 @@ Status RunGemm(std::span<Operand> a, std::span<const int64_t> p,
   return Gemm(a[0], a[1], a[2], p[0], p[1], p[2], *accumulate);
 }
 
+Status RunGemmNt(std::span<Operand> a, std::span<const int64_t> p,
+                 std::span<const float> f) {
+  StatusOr<bool> accumulate = Flag("gemm_nt", "accumulate", p[3]);
+  if (!accumulate.ok()) return accumulate.status();
+  return GemmNt(a[0], a[1], a[2], p[0], p[1], p[2], *accumulate, f[0]);
+}
+
 Status RunReducePartials(std::span<Operand> a, std::span<const int64_t> p,
                          std::span<const float>) {
   return ReducePartials(a.first(a.size() - 1), a.back(), p[0]);
@@ -95,6 +102,22 @@ Status RunSoftmax(std::span<Operand> a, std::span<const int64_t> p,
   return Softmax(a[0], a[1], p[0], p[1], f[0]);
 }
 
+Status RunSoftmaxState(std::span<Operand> a, std::span<const int64_t> p,
+                       std::span<const float> f) {
+  return SoftmaxState(a[0], a[1], p[0], p[1], f[0]);
+}
+
+Status RunCombineSoftmaxStates(std::span<Operand> a,
+                               std::span<const int64_t> p,
+                               std::span<const float>) {
+  return CombineSoftmaxStates(a.first(a.size() - 1), a.back(), p[0]);
+}
+
+Status RunSoftmaxNormalize(std::span<Operand> a, std::span<const int64_t> p,
+                           std::span<const float> f) {
+  return SoftmaxNormalize(a[0], a[1], a[2], p[0], p[1], f[0]);
+}
+
 Status RunCopy(std::span<Operand> a, std::span<const int64_t> p,
                std::span<const float>) {
   return Copy(a[0], a[1], p[0]);
@@ -147,9 +170,17 @@ StatusOr<int64_t> ResidualMomentsCost(const CostModel& m, Args, Params p,
                                       KernelPath) {
   return ResidualMomentsCycles(m, p[0], p[1]);
 }
-StatusOr<int64_t> SoftmaxCost(const CostModel& m, Args, Params p,
+StatusOr<int64_t> SoftmaxCost(const CostModel& m, Args a, Params p,
                               KernelPath) {
-  return SoftmaxCycles(m, p[0], p[1]);
+  return SoftmaxCycles(m, a.back().dtype, p[0], p[1]);
+}
+StatusOr<int64_t> SoftmaxStateCost(const CostModel& m, Args, Params p,
+                                   KernelPath) {
+  return SoftmaxStateCycles(m, p[0], p[1]);
+}
+StatusOr<int64_t> CombineStatesCost(const CostModel& m, Args a, Params p,
+                                    KernelPath) {
+  return CombineSoftmaxStatesCycles(m, p[0], Count(a) - 1);
 }
 StatusOr<int64_t> CopyCost(const CostModel& m, Args, Params p, KernelPath) {
   return CopyCycles(m, p[0]);
@@ -175,12 +206,16 @@ constexpr std::array<std::string_view, 2> kNormalizeFormulas = {
     "normalize", "normalize_fp8"};
 constexpr std::array<std::string_view, 1> kResidualMomentsFormulas = {
     "residual_moments"};
-constexpr std::array<std::string_view, 1> kSoftmaxFormulas = {"softmax"};
+constexpr std::array<std::string_view, 2> kSoftmaxFormulas = {"softmax",
+                                                              "softmax_fp8"};
 constexpr std::array<std::string_view, 1> kCopyFormulas = {"copy"};
 
-const std::array<KernelInfo, 14> kKernels = {{
+const std::array<KernelInfo, 18> kKernels = {{
     {"gemm", RunGemm, GemmCost, "A[M,K] B[K,N] C[M,N]", "M K N accumulate",
      "", 3, 3, 4, 0, kGemmFormulas, MemoryRule::kGemmAccumulator},
+    {"gemm_nt", RunGemmNt, GemmCost, "A[M,K] B[N,K] C[M,N]",
+     "M K N accumulate", "scale", 3, 3, 4, 1, kGemmFormulas,
+     MemoryRule::kGemmAccumulator},
     {"reduce_partials", RunReducePartials, ReduceCost, "partial[n]... out[n]",
      "n", "", 2, -1, 1, 0, kReduceFormulas},
     {"add", RunAdd, AddCost, "a[rows,w] b[rows,w] out[rows,w]", "rows w", "",
@@ -211,6 +246,15 @@ const std::array<KernelInfo, 14> kKernels = {{
      0, kResidualMomentsFormulas, MemoryRule::kBinaryInputs},
     {"softmax", RunSoftmax, SoftmaxCost, "x[rows,w] out[rows,w]", "rows w",
      "scale", 2, 2, 2, 1, kSoftmaxFormulas},
+    {"softmax_state", RunSoftmaxState, SoftmaxStateCost,
+     "x[rows,w] state[rows,2]", "rows w", "scale", 2, 2, 2, 1,
+     kLnMomentsFormulas},
+    {"softmax_combine", RunCombineSoftmaxStates, CombineStatesCost,
+     "state[rows,2]... out[rows,2]", "rows", "", 2, -1, 1, 0,
+     kCombineFormulas},
+    {"softmax_normalize", RunSoftmaxNormalize, SoftmaxCost,
+     "x[rows,w] state[rows,2] out[rows,w]", "rows w", "scale", 3, 3, 2, 1,
+     kSoftmaxFormulas},
     {"copy", RunCopy, CopyCost, "src[bytes] dst[bytes]", "bytes", "", 2, 2, 1,
      0, kCopyFormulas},
 }};

@@ -13,6 +13,7 @@
 // kernel            args                           params              fparams
 // ----------------  -----------------------------  ------------------  -------
 // gemm              A[M,K] B[K,N] C[M,N]           M K N accumulate    -
+// gemm_nt           A[M,K] B[N,K] C[M,N]           M K N accumulate    scale
 // reduce_partials   partial[n]... out[n]           n                   -
 // add               a[rows,w] b[rows,w] out        rows w              -
 // bias_add          x[rows,w] bias[w] out          rows w              -
@@ -39,7 +40,7 @@
 // Details of each kernel's math are in kernels.h.
 //
 // Cycle formulas (target kernel names) and their variables:
-//   gemm: gemm_fp8 / gemm_f16 / gemm_f32 by A's dtype, M K N.
+//   gemm, gemm_nt: gemm_fp8 / gemm_f16 / gemm_f32 by A's dtype, M K N.
 //   reduce_partials: n, P = number of partial args.
 //   add, bias_add: add, n = rows * roundup(w, vector_elements) (tail cost).
 //   gelu: gelu, n as add.  bias_gelu: bias_gelu, or bias_gelu_fp8 when out
@@ -47,7 +48,9 @@
 //   layernorm: layernorm, or layernorm_fp8 when out is FP8, rows w.
 //   ln_moments: ln_moments, rows w.  moments_combine: rows, P = number of
 //   partial args.  normalize: normalize or normalize_fp8 by out, rows w.
-//   residual_moments: rows w.  softmax: rows w.  copy: B = bytes.
+//   residual_moments: rows w.  softmax, softmax_normalize: softmax or
+//   softmax_fp8 by out, rows w.  softmax_state: ln_moments, rows w.
+//   softmax_combine: moments_combine, rows, P.  copy: B = bytes.
 // The path argument of Cycles selects a formula's slow path; only formulas
 // with a slow_path_term_multiplier (binary elementwise: add) change.
 

@@ -398,7 +398,7 @@ StatusOr<OpCost> Coster::PriceRowWise(const Graph& graph, int op,
   StatusOr<kernels::DType> kout = kernels::DTypeFromFb(out.dtype);
   if (!kout.ok()) return kout.status();
   StatusOr<int64_t> c = node.kind == fb::OpKind::Softmax
-                            ? kernels::SoftmaxCycles(model(), rows, w)
+                            ? kernels::SoftmaxCycles(model(), *kout, rows, w)
                             : kernels::LayerNormCycles(model(), *kout, rows, w);
   if (!c.ok()) return c.status();
   OpCost cost;
