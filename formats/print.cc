@@ -297,6 +297,10 @@ std::string RecipeText(const fb::RecipeT& r) {
       out += "(k" + std::to_string(r.chunk_k) + ")";
     }
     out += ")";
+  } else if (r.kind == fb::RecipeKind::Attention) {
+    out += "(m" + std::to_string(r.m_split) + " n" + std::to_string(r.n_split) +
+           " block " + std::to_string(r.block_m) + "x" +
+           std::to_string(r.block_k) + "x" + std::to_string(r.block_n) + ")";
   }
   if (r.layout) out += " " + OwnershipText(*r.layout);
   if (!r.note.empty()) out += " " + Quoted(r.note);

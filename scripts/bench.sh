@@ -95,17 +95,22 @@ bench_planner() {
 # (emit-device's own price of the op) / simulated (the simulator's
 # attribution), their ratio, bytes exchanged, peak memory per tile and the
 # comparison with the reference.
-# so400m_blocks DIR: DIR/f16.tilec, the so400m MLP block, and DIR/fp8.tilec,
-# the same with FP8 E4M3 GEMM inputs (see bench_lowering).
+# so400m_blocks DIR [PART]: DIR/f16.tilec, the so400m MLP block (or PART:
+# layer), and DIR/fp8.tilec, the same with FP8 E4M3 GEMM inputs (see
+# bench_lowering; in a layer also the QKV projection's inputs. Q.K^T, P.V
+# and the output projection stay F16: the attention context is a GEMM's
+# output, which the kernels write in F16 or F32 only, and the cast a real
+# quantize-fp8 would insert is not emulated).
 so400m_blocks() {
-  local bin=bazel-bin/tools dir=$1
+  local bin=bazel-bin/tools dir=$1 part=${2:-mlp-block}
   bazel build --noshow_progress --ui_event_filters=-info //tools/... \
     //testdata/simulate-device:make_module
-  "$bin/import-model/import-model" -o "$dir/f16.tilec"
+  "$bin/import-model/import-model" --part="$part" -o "$dir/f16.tilec"
   "$bin/dump-ir/dump-ir" --json "$dir/f16.tilec" | python3 -c '
 import json, sys
 m = json.load(sys.stdin)
-fp8 = {"l0.ln2.out": 4, "l0.mlp.gelu.out": 4, "l0.mlp.up.w": 10, "l0.mlp.down.w": 10}
+fp8 = {"l0.ln1.out": 4, "l0.attn.qkv.w": 10, "l0.ln2.out": 4,
+       "l0.mlp.gelu.out": 4, "l0.mlp.up.w": 10, "l0.mlp.down.w": 10}
 for v in m["values"]:
     if v["name"] in fp8:
         v["dtype"] = "FP8E4M3"
@@ -114,59 +119,83 @@ json.dump(m, sys.stdout)' > "$dir/fp8.json"
   bazel-bin/testdata/simulate-device/make_module "$dir/fp8.json" ipu21 "$dir/fp8.tilec"
 }
 
+# lower_and_report BENCH NAME DIR INPUT [plan-ownership flags...]: every
+# pass on INPUT, then simulate-device; prints "BENCH: NAME: ..." lines: host
+# seconds per stage, per-op estimate / emit-device alone / simulated, memory
+# and the comparison with the reference.
+lower_and_report() {
+  local bin=bazel-bin/tools bench=$1 name=$2 dir=$3 input=$4
+  shift 4
+  local t0 t1 t2 t3 t4 status=0
+  t0=$(date +%s.%N)
+  "$bin/plan-ownership/plan-ownership" "$@" "$input" -o "$dir/$name-1.tilec" 2>/dev/null
+  t1=$(date +%s.%N)
+  "$bin/expand-reduce/expand-reduce" "$dir/$name-1.tilec" -o "$dir/$name-2.tilec"
+  t2=$(date +%s.%N)
+  "$bin/emit-device/emit-device" "$dir/$name-2.tilec" -o "$dir/$name-3.tilec"
+  t3=$(date +%s.%N)
+  "$bin/simulate-device/simulate-device" "$dir/$name-3.tilec" \
+    -o "$dir/$name.report" || status=$?
+  t4=$(date +%s.%N)
+  "$bin/dump-ir/dump-ir" "$dir/$name-2.tilec" > "$dir/$name-plan.txt"
+  "$bin/dump-ir/dump-ir" "$dir/$name-3.tilec" > "$dir/$name-device.txt"
+  awk -v bench="$bench" -v n="$name" -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" -v e="$t4" \
+      -v mb="$(du -m "$dir/$name-3.tilec" | cut -f1)" 'BEGIN {
+    printf "%s: %s: host s: plan %.2f, expand-reduce %.2f, emit-device %.2f (program %d MB), simulate %.2f\n", bench, n, b - a, c - b, d - c, mb, e - d }'
+  # Per op: planner estimate, emit-device alone, simulated (attributed).
+  awk -v bench="$bench" -v n="$name" '
+    FNR == 1 { file++ }
+    file == 1 && /^  \([0-9]+\) .* est cycles=/ {
+      id = $1; gsub(/[()]/, "", id); name[id] = $3; sub(/:$/, "", name[id])
+      e = $0; sub(/.* est cycles=/, "", e); split(e, f, " "); est[id] = f[1]
+      order[++k] = id }
+    file == 2 && /"lowered \(/ {
+      id = $0; sub(/.*"lowered \(/, "", id); sub(/\).*/, "", id)
+      a = $0; sub(/.* cycles [0-9]+ -> /, "", a); sub(/ .*/, "", a); alone[id] = a }
+    file == 3 && /^ops \(/ { on = 1; next }
+    file == 3 && on && /^ *[0-9]+ / { sim[$1] = $4 }
+    file == 3 && on && /^$/ { on = 0 }
+    END {
+      printf "%s: %s: %4s %-40s %9s %9s %9s %6s\n", bench, n, "op", "name", "estimate", "alone", "simulated", "ratio"
+      for (i = 1; i <= k; i++) {
+        id = order[i]; te += est[id]; ts += sim[id]
+        printf "%s: %s: %4s %-40s %9d %9d %9d %6.2f\n", bench, n, id, name[id], est[id], alone[id], sim[id], (est[id] > 0 ? sim[id] / est[id] : 0)
+      }
+      printf "%s: %s: %4s %-40s %9d %9s %9d %6.3f\n", bench, n, "", "total", te, "", ts, (te > 0 ? ts / te : 0)
+    }' "$dir/$name-plan.txt" "$dir/$name-device.txt" "$dir/$name.report"
+  sed -n 's/^total: /'"$bench: $name"': simulated /p; s/^work: /'"$bench: $name"': /p; s/^memory: /'"$bench: $name"': memory: /p' "$dir/$name.report"
+  sed -n 's/^  \(%[0-9]* .*\)/'"$bench: $name"': \1/p; s/^result: /'"$bench: $name"': result: /p' "$dir/$name.report"
+  [ "$status" -eq 0 ] || { echo "$bench: $name: simulate-device exited $status" >&2; return 1; }
+}
+
 bench_lowering() {
-  local bin=bazel-bin/tools dir
+  local dir dtype plan status=0
   dir=$(mktemp -d)
   so400m_blocks "$dir"
-  local dtype plan
   for dtype in f16 fp8; do
     for plan in search trace; do
-      local name="$dtype-$plan" flags=()
+      local flags=()
       [ "$plan" = trace ] && flags=(--recipe=testdata/plan-ownership/siglip-trace.recipe)
-      local t0 t1 t2 t3 t4 status=0
-      t0=$(date +%s.%N)
-      "$bin/plan-ownership/plan-ownership" "${flags[@]}" "$dir/$dtype.tilec" \
-        -o "$dir/$name-1.tilec" 2>/dev/null
-      t1=$(date +%s.%N)
-      "$bin/expand-reduce/expand-reduce" "$dir/$name-1.tilec" -o "$dir/$name-2.tilec"
-      t2=$(date +%s.%N)
-      "$bin/emit-device/emit-device" "$dir/$name-2.tilec" -o "$dir/$name-3.tilec"
-      t3=$(date +%s.%N)
-      "$bin/simulate-device/simulate-device" "$dir/$name-3.tilec" \
-        -o "$dir/$name.report" || status=$?
-      t4=$(date +%s.%N)
-      "$bin/dump-ir/dump-ir" "$dir/$name-2.tilec" > "$dir/$name-plan.txt"
-      "$bin/dump-ir/dump-ir" "$dir/$name-3.tilec" > "$dir/$name-device.txt"
-      awk -v n="$name" -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" -v e="$t4" \
-          -v mb="$(du -m "$dir/$name-3.tilec" | cut -f1)" 'BEGIN {
-        printf "lowering: %s: host s: plan %.2f, expand-reduce %.2f, emit-device %.2f (program %d MB), simulate %.2f\n", n, b - a, c - b, d - c, mb, e - d }'
-      # Per op: planner estimate, emit-device alone, simulated (attributed).
-      awk -v n="$name" '
-        FNR == 1 { file++ }
-        file == 1 && /^  \([0-9]+\) .* est cycles=/ {
-          id = $1; gsub(/[()]/, "", id); name[id] = $3; sub(/:$/, "", name[id])
-          e = $0; sub(/.* est cycles=/, "", e); split(e, f, " "); est[id] = f[1]
-          order[++k] = id }
-        file == 2 && /"lowered \(/ {
-          id = $0; sub(/.*"lowered \(/, "", id); sub(/\).*/, "", id)
-          a = $0; sub(/.* cycles [0-9]+ -> /, "", a); sub(/ .*/, "", a); alone[id] = a }
-        file == 3 && /^ops \(/ { on = 1; next }
-        file == 3 && on && /^ *[0-9]+ / { sim[$1] = $4 }
-        file == 3 && on && /^$/ { on = 0 }
-        END {
-          printf "lowering: %s: %4s %-40s %9s %9s %9s %6s\n", n, "op", "name", "estimate", "alone", "simulated", "ratio"
-          for (i = 1; i <= k; i++) {
-            id = order[i]; te += est[id]; ts += sim[id]
-            printf "lowering: %s: %4s %-40s %9d %9d %9d %6.2f\n", n, id, name[id], est[id], alone[id], sim[id], (est[id] > 0 ? sim[id] / est[id] : 0)
-          }
-          printf "lowering: %s: %4s %-40s %9d %9s %9d %6.3f\n", n, "", "total", te, "", ts, (te > 0 ? ts / te : 0)
-        }' "$dir/$name-plan.txt" "$dir/$name-device.txt" "$dir/$name.report"
-      sed -n 's/^total: /lowering: '"$name"': simulated /p; s/^work: /lowering: '"$name"': /p; s/^memory: /lowering: '"$name"': memory: /p' "$dir/$name.report"
-      sed -n 's/^  \(%[0-9]* .*\)/lowering: '"$name"': \1/p; s/^result: /lowering: '"$name"': result: /p' "$dir/$name.report"
-      [ "$status" -eq 0 ] || { echo "lowering: $name: simulate-device exited $status" >&2; rm -rf "$dir"; return 1; }
+      lower_and_report lowering "$dtype-$plan" "$dir" "$dir/$dtype.tilec" "${flags[@]}" ||
+        { status=1; break 2; }
     done
   done
   rm -rf "$dir"
+  return $status
+}
+
+# A whole so400m encoder layer (batch 1, ipu21), F16 and with FP8 GEMM
+# inputs emulated as in bench_lowering: attention on per-head grids, the
+# per-op figures to set beside MACHINE.md's hardware layer.
+bench_layer() {
+  local dir dtype status=0
+  dir=$(mktemp -d)
+  so400m_blocks "$dir" layer
+  for dtype in f16 fp8; do
+    lower_and_report layer "$dtype" "$dir" "$dir/$dtype.tilec" || { status=1; break; }
+  done
+  rm -rf "$dir"
+  return $status
 }
 
 # Every GEMM of the so400m MLP block (searched plans, F16 and FP8 inputs)

@@ -1,5 +1,7 @@
 #include "passes/lower/lowering.h"
 
+#include "passes/core/attention_plan.h"
+
 #include <algorithm>
 #include <deque>
 #include <set>
@@ -287,6 +289,20 @@ StatusOr<const Storage*> Lowering::Operand(uint32_t value, int tile,
                           " puts nothing there");
 }
 
+// A GEMM's result must lie in interleaved memory, in another memory element
+// than its left operand: an operand that is itself in interleaved memory
+// (another GEMM's result) can be used in place only if that region has a
+// second element.
+bool Lowering::CanUseInPlace(const Storage& a) const {
+  if (!buffers_[a.buffer].interleaved || !module_.target) return true;
+  const fb::TargetT& t = *module_.target;
+  const int64_t interleaved =
+      int64_t{t.sram_bytes} - t.reserved_bytes -
+      int64_t{t.standard_elements} * t.element_bytes;
+  return t.interleaved_element_bytes > 0 &&
+         interleaved >= 2 * int64_t{t.interleaved_element_bytes};
+}
+
 void Lowering::AddCall(Phase* phase, VCall call) {
   const kernels::KernelInfo* info = kernels::FindKernel(call.kernel);
   if (info && info->memory_rule == kernels::MemoryRule::kGemmAccumulator &&
@@ -397,7 +413,8 @@ StatusOr<int> Lowering::AliasableTiles(const fb::OperationT& op) {
           if (HeldBoxes(*A->ownership, A->shape, t).empty()) continue;
           StatusOr<const Storage*> s = Operand(op.operands[0], t, op.id);
           if (!s.ok()) return s.status();
-          count += ContiguousOffset(g->ABox(mi, ki), (*s)->segments).has_value();
+          count += CanUseInPlace(**s) &&
+                   ContiguousOffset(g->ABox(mi, ki), (*s)->segments).has_value();
         }
       }
     }
@@ -460,6 +477,10 @@ StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
       break;
     case fb::OpKind::Redistribute:
       status = LowerRedistribute(op, &out);
+      break;
+    case fb::OpKind::AttentionScores:
+    case fb::OpKind::AttentionContext:
+      status = LowerAttention(op, &out);
       break;
     default:
       status = Status::BadInput(OpWhere(op) +
@@ -606,7 +627,8 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
         in.ki = ki;
         in.a_storage = a_here ? &a_here->segments : nullptr;
         in.local = local;
-        in.alias_in_place = options_.alias_in_place;
+        in.alias_in_place =
+            options_.alias_in_place && a_here && CanUseInPlace(*a_here);
         // Several K pieces accumulate: only into F32, never into an output
         // or 16-bit partial that each call would round again.
         in.k_pieces = options_.k_pieces && !s->to_value &&
@@ -1650,6 +1672,153 @@ Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out) {
     AddCall(norm, std::move(call));
   }
   out->phases = Normalize(&list);
+  return Status::Ok();
+}
+
+
+// ---------------------------------------------------------------- attention
+
+// passes/core/attention_plan.h decides; this builds it: per tile staging
+// buffers for its q/k (scores) or v (context) block, filled by local
+// copies and one exchange phase, then one kernel call writing the tile's
+// block of the result.
+Status Lowering::LowerAttention(const fb::OperationT& op, OpProgram* out) {
+  const bool scores = op.kind == fb::OpKind::AttentionScores;
+  const std::string where = OpWhere(op);
+  if (op.operands.size() != (scores ? 1u : 2u) || op.results.size() != 1) {
+    return Status::BadInput(where + ": wrong operand count for " +
+                            ir::OpKindText(op.kind));
+  }
+  const uint32_t qkv_id = op.operands[scores ? 0 : 1];
+  const uint32_t y_id = op.results[0];
+  const fb::ValueT* QKV = value(qkv_id);
+  const fb::ValueT* Y = value(y_id);
+  const fb::ValueT* P = scores ? nullptr : value(op.operands[0]);
+  if (!QKV || !Y || (!scores && !P)) {
+    return Status::BadInput(where + ": reads an undefined value");
+  }
+  if (!op.recipe || op.recipe->kind != fb::RecipeKind::Attention) {
+    return Status::BadInput(where + ": needs an attention recipe (run "
+                            "plan-ownership first)");
+  }
+  if (!QKV->ownership) {
+    return Status::BadInput(where + ": qkv %" + std::to_string(qkv_id) +
+                            " has no ownership");
+  }
+  const fb::RecipeT& r = *op.recipe;
+  StatusOr<passes::AttentionGrid> grid = passes::MakeAttentionGrid(
+      scores ? passes::AttentionPart::kScores
+             : passes::AttentionPart::kContext,
+      QKV->shape, scores ? Y->shape : P->shape, op.heads, op.head_dim,
+      r.m_split, r.n_split, r.layout ? r.layout->first_tile : 0);
+  if (!grid.ok()) return Status::BadInput(where + ": " + grid.status().message());
+  const passes::AttentionGrid& g = *grid;
+  if (g.first + g.Tiles() > tiles_) {
+    return Status::BadInput(where + ": its grid needs tiles up to " +
+                            std::to_string(g.first + g.Tiles() - 1) +
+                            " of " + std::to_string(tiles_));
+  }
+  if (!passes::SameOwnership(*Y->ownership, g.ResultOwnership())) {
+    return Status::BadInput(
+        where + ": result owned " + ir::OwnershipText(*Y->ownership) +
+        " but the recipe writes " + ir::OwnershipText(g.ResultOwnership()));
+  }
+  PhaseList list;
+  Phase* copies = NewPhase(&list, Phase::Kind::kCompute, "stage qkv");
+  Phase* exchange = NewPhase(&list, Phase::Kind::kExchange, "deliver qkv");
+  Phase* calls = NewPhase(&list, Phase::Kind::kCompute,
+                          scores ? "gemm_nt" : "gemm");
+  // Staging: one buffer per staged box of each tile.
+  static constexpr const char* kViewNames[] = {".q", ".k", ".v"};
+  const std::vector<int> views = g.StagedViews();
+  std::map<int, std::vector<Storage>> staged;
+  g.ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {
+    const std::vector<Box> boxes = g.StagedBoxes(b, h, mi, ni);
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      Storage st;
+      st.segments = {Segment{boxes[i], 0}};
+      st.buffer = NewBuffer(t, boxes[i].Elements(), QKV->dtype,
+                            QKV->fp8_scale_exp, -1, op.id, BufferKind::kStage,
+                            op.name + kViewNames[views[i]] + ".stage", false);
+      staged[t].push_back(st);
+    }
+  });
+  OpNotes& notes = notes_[op.id];
+  notes.staged_tiles = static_cast<int>(staged.size());
+  auto deliver = [&](const Box& box, int src, int dst) -> Status {
+    StatusOr<const Storage*> from = Operand(qkv_id, src, op.id);
+    if (!from.ok()) return from.status();
+    for (const Storage& st : staged[dst]) {
+      if (IntersectBoxes(st.segments[0].box, box).Empty()) continue;
+      return Move(box, src, **from, dst, st, QKV->dtype, op.id, copies,
+                  exchange);
+    }
+    return Status::Internal(where + ": tile " + std::to_string(dst) +
+                            " stages no box around " + passes::FormatBox(box));
+  };
+  const passes::TransferPlan plan = passes::AttentionDelivery(
+      g, *QKV->ownership, QKV->shape, ir::DTypeBytes(QKV->dtype));
+  for (const passes::Transfer& tr : plan.transfers) {
+    for (int dst : tr.destination_tiles) {
+      TILEC_RETURN_IF_ERROR(deliver(tr.box, tr.source_tile, dst));
+    }
+  }
+  for (const passes::LocalCopy& lc : plan.local_copies) {
+    TILEC_RETURN_IF_ERROR(deliver(lc.box, lc.tile, lc.tile));
+  }
+  notes.stage_phases = plan.transfers.empty() ? 0 : 1;
+  Status status;
+  g.ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {
+    if (!status.ok()) return;
+    status = AttentionCall(op, g, b, h, mi, ni, t, staged[t], calls);
+  });
+  TILEC_RETURN_IF_ERROR(status);
+  notes.tiles = static_cast<int>(g.Tiles());
+  out->phases = Normalize(&list);
+  return Status::Ok();
+}
+
+// Tile t's kernel call: scores = scale * q k^T (gemm_nt) or context = P v
+// (gemm), written straight into its block of the result.
+Status Lowering::AttentionCall(const fb::OperationT& op,
+                               const passes::AttentionGrid& g, int64_t b,
+                               int64_t h, int mi, int ni, int t,
+                               const std::vector<Storage>& staged,
+                               Phase* calls) {
+  const bool scores = op.kind == fb::OpKind::AttentionScores;
+  const uint32_t y_id = op.results[0];
+  const fb::ValueT* Y = value(y_id);
+  Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue, nullptr,
+                                /*interleaved=*/true);
+  const Box block = g.ResultBox(b, h, mi, ni);
+  if (ys->segments.size() != 1 || !(ys->segments[0].box == block)) {
+    return Status::Internal(OpWhere(op) + ": tile " + std::to_string(t) +
+                            " does not hold its block of the result");
+  }
+  const int64_t rows = g.rows.Size(mi), cols = g.cols.Size(ni);
+  const int64_t inner = g.Inner();
+  const int y_eb = ir::DTypeBytes(Y->dtype);
+  const int s_eb = ir::DTypeBytes(buffers_[staged[0].buffer].dtype);
+  auto whole = [&](const Storage& st) {
+    return VSlice{st.buffer, 0, st.segments[0].box.Elements() * s_eb};
+  };
+  VCall call;
+  call.tile = t;
+  call.op = op.id;
+  call.params = {rows, inner, cols, 0};
+  const VSlice result{ys->buffer, 0, rows * cols * y_eb};
+  if (scores) {
+    call.kernel = "gemm_nt";
+    call.args = {whole(staged[0]), whole(staged[1]), result};
+    call.fparams = {op.scale};
+  } else {
+    StatusOr<VSlice> probs = Contiguous(op.operands[0], t, g.ProbsBox(b, h, mi),
+                                        op, "probabilities", calls);
+    if (!probs.ok()) return probs.status();
+    call.kernel = "gemm";
+    call.args = {*probs, whole(staged[0]), result};
+  }
+  AddCall(calls, std::move(call));
   return Status::Ok();
 }
 

@@ -39,6 +39,7 @@
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "kernels/cost.h"
+#include "passes/core/attention_plan.h"
 #include "passes/core/tile_plan.h"
 #include "passes/lower/layout.h"
 #include "passes/lower/program.h"
@@ -175,6 +176,11 @@ class Lowering {
                       OpProgram* out);
   Status LowerNormalize(const fb::OperationT& op, OpProgram* out);
   Status LowerRedistribute(const fb::OperationT& op, OpProgram* out);
+  Status LowerAttention(const fb::OperationT& op, OpProgram* out);
+  bool CanUseInPlace(const Storage& a) const;
+  Status AttentionCall(const fb::OperationT& op, const passes::AttentionGrid& g,
+                       int64_t b, int64_t h, int mi, int ni, int t,
+                       const std::vector<Storage>& staged, Phase* calls);
   // Row statistics computed as partial moments on column slices: the
   // partial of each tile (rows box, F32 [rows, 3] storage) combined (Chan,
   // in column order) into `m_id`'s storage on its owners. `compute` holds

@@ -97,6 +97,8 @@ std::string Coster::CheckRecipe(const Graph& graph, int op,
         return "rowwise";
       case OpClass::kCopy:
         return "copy";
+      case OpClass::kAttention:
+        return "attention";
     }
     return "?";
   };
@@ -104,11 +106,13 @@ std::string Coster::CheckRecipe(const Graph& graph, int op,
       node.op_class == OpClass::kGemm          ? fb::RecipeKind::Gemm
       : node.op_class == OpClass::kElementwise ? fb::RecipeKind::Elementwise
       : node.op_class == OpClass::kRowWise     ? fb::RecipeKind::RowWise
+      : node.op_class == OpClass::kAttention   ? fb::RecipeKind::Attention
                                                : fb::RecipeKind::Copy;
   if (r.kind != expected) {
     const std::string kind = kind_name(node.op_class);
     return graph.OpLabel(op) + " is a " + ir::OpKindText(node.kind) +
-           " and needs " + (kind[0] == 'e' ? "an " : "a ") + kind + " recipe";
+           " and needs " + (kind[0] == 'e' || kind[0] == 'a' ? "an " : "a ") +
+           kind + " recipe";
   }
   if (r.kind == fb::RecipeKind::Gemm) {
     const auto& a = graph.value(node.operands[0]).shape;
@@ -138,6 +142,17 @@ std::string Coster::CheckRecipe(const Graph& graph, int op,
     }
     if (r.staging == fb::Staging::Batched && r.batch_chunks < 1) {
       return "batched(N) needs N >= 1";
+    }
+    return "";
+  }
+  if (r.kind == fb::RecipeKind::Attention) {
+    StatusOr<passes::AttentionGrid> grid = AttentionGridOf(graph, op, r);
+    if (!grid.ok()) return grid.status().message();
+    if (r.first_tile + grid->Tiles() > tiles) {
+      return "attention grid of " + std::to_string(grid->Tiles()) +
+             " tiles (batch x heads x m x n) from tile " +
+             std::to_string(r.first_tile) + " exceeds the target's " +
+             std::to_string(tiles) + " tiles";
     }
     return "";
   }
@@ -187,6 +202,9 @@ fb::OwnershipT Coster::ResultOwnership(const Graph& graph, int op,
   if (r.kind == fb::RecipeKind::Gemm) {
     return Grid(graph, op, r).ResultOwnership();
   }
+  if (r.kind == fb::RecipeKind::Attention) {
+    return AttentionGridOf(graph, op, r).value().ResultOwnership();
+  }
   return r.layout;
 }
 
@@ -199,6 +217,8 @@ std::optional<fb::OwnershipT> Coster::Required(const Graph& graph, int op,
       return std::nullopt;
     case SlotRole::kResident:
       return Grid(graph, op, r).BNeeded();
+    case SlotRole::kProbs:
+      return AttentionGridOf(graph, op, r).value().ProbsNeeded();
     case SlotRole::kLayout:
       return r.layout;
     case SlotRole::kVector:
@@ -257,8 +277,9 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
                                  const Recipe& recipe,
                                  const fb::OwnershipT* source) const {
   const OpNode& node = graph.op(op);
-  const bool needs_source =
-      node.op_class == OpClass::kGemm || node.op_class == OpClass::kCopy;
+  const bool needs_source = node.op_class == OpClass::kGemm ||
+                            node.op_class == OpClass::kCopy ||
+                            node.op_class == OpClass::kAttention;
   std::string key = std::to_string(op) + " " + recipe.Text();
   if (needs_source) {
     if (source == nullptr) {
@@ -285,6 +306,9 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
       break;
     case OpClass::kCopy:
       cost = PriceCopy(graph, op, recipe, *source);
+      break;
+    case OpClass::kAttention:
+      cost = PriceAttention(graph, op, recipe, *source);
       break;
   }
   if (!cost.ok()) {
@@ -407,6 +431,49 @@ StatusOr<OpCost> Coster::PriceRowWise(const Graph& graph, int op,
       std::string(node.kind == fb::OpKind::Softmax ? "softmax" : "layernorm") +
       " " + std::to_string(rows) + "x" + std::to_string(w) + " " +
       std::to_string(*c);
+  return cost;
+}
+
+// The attention op as the lowering emits it (passes/core/attention_plan.h):
+// each tile gathers its q/k or v block of qkv, then one kernel call.
+StatusOr<OpCost> Coster::PriceAttention(const Graph& graph, int op,
+                                        const Recipe& r,
+                                        const fb::OwnershipT& qkv_owner) const {
+  const OpNode& node = graph.op(op);
+  StatusOr<passes::AttentionGrid> grid = AttentionGridOf(graph, op, r);
+  if (!grid.ok()) return grid.status();
+  const ValueNode& qkv = graph.value(node.operands[node.staged]);
+  const fb::DType probs_dtype = node.kind == fb::OpKind::AttentionContext
+                                    ? graph.value(node.operands[0]).dtype
+                                    : qkv.dtype;
+  StatusOr<passes::AttentionCost> a =
+      passes::PriceAttention(*grid, qkv_owner, qkv.shape, qkv.dtype,
+                             probs_dtype, model(), target());
+  if (!a.ok()) return a.status();
+  OpCost cost;
+  cost.compute = a->compute;
+  cost.exchange = a->exchange.phase_cycles;
+  cost.phases = a->phases;
+  cost.exchange_bytes = a->exchange.bytes_received;
+  auto scratch = std::make_shared<std::vector<int64_t>>(tiles(), 0);
+  const int eb = DTypeBytes(qkv.dtype);
+  grid->ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {
+    for (const Box& box : grid->StagedBoxes(b, h, mi, ni)) {
+      (*scratch)[t] += box.Elements() * eb;
+    }
+  });
+  cost.scratch = scratch;
+  cost.max_scratch = a->stage_bytes;
+  cost.scratch_text = "qkv staging " + std::to_string(a->stage_bytes) + " B";
+  cost.detail = std::string(node.kind == fb::OpKind::AttentionScores
+                                ? "gemm_nt"
+                                : "gemm") +
+                " " + std::to_string(grid->Tiles()) + " tiles, slowest " +
+                std::to_string(a->kernel_cycles) + ", copies " +
+                std::to_string(a->copy_cycles) + ", delivery " +
+                std::to_string(a->exchange.phase_cycles) + " (" +
+                std::to_string(a->exchange.max_bytes_received) +
+                " B to the busiest tile)";
   return cost;
 }
 

@@ -128,6 +128,9 @@ class Coster {
                              const fb::OwnershipT& source) const;
   StatusOr<OpCost> PriceElementwise(const Graph& graph, int op,
                                     const Recipe& recipe) const;
+  StatusOr<OpCost> PriceAttention(const Graph& graph, int op,
+                                  const Recipe& recipe,
+                                  const fb::OwnershipT& qkv_owner) const;
   StatusOr<OpCost> PriceRowWise(const Graph& graph, int op,
                                 const Recipe& recipe) const;
   StatusOr<OpCost> PriceCopy(const Graph& graph, int op, const Recipe& recipe,

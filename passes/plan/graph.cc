@@ -1,9 +1,11 @@
 #include "passes/plan/graph.h"
 
 #include <charconv>
+#include <functional>
 #include <map>
 
 #include "formats/print.h"
+#include "passes/core/attention_plan.h"
 #include "passes/core/ownership.h"
 
 namespace tilec::plan {
@@ -182,12 +184,31 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
         node.slots = {SlotRole::kSource};
         break;
       case fb::OpKind::AttentionScores:
-      case fb::OpKind::AttentionContext:
-        return Unsupported(
-            op, ir::OpKindText(op.kind) +
-                    " has no recipe yet: per-(batch, head) blocks need q, k "
-                    "and v column slices of the fused qkv value, which one "
-                    "ownership of that value cannot express");
+      case fb::OpKind::AttentionContext: {
+        const bool scores = op.kind == fb::OpKind::AttentionScores;
+        node.op_class = OpClass::kAttention;
+        node.heads = op.heads;
+        node.head_dim = op.head_dim;
+        node.staged = scores ? 0 : 1;
+        node.slots = scores ? std::vector<SlotRole>{SlotRole::kStaged}
+                            : std::vector<SlotRole>{SlotRole::kProbs,
+                                                    SlotRole::kStaged};
+        if (arity != node.slots.size()) break;  // reported below
+        const auto& qkv = g.values_[node.operands[node.staged]].shape;
+        const auto& probs =
+            scores ? result.shape : g.values_[node.operands[0]].shape;
+        StatusOr<passes::AttentionGrid> grid = passes::MakeAttentionGrid(
+            scores ? passes::AttentionPart::kScores
+                   : passes::AttentionPart::kContext,
+            qkv, probs, op.heads, op.head_dim, 1, 1, 0);
+        if (!grid.ok()) return Unsupported(op, grid.status().message());
+        if (!scores && result.shape != std::vector<int64_t>{
+                                           qkv[0], int64_t{op.heads} *
+                                                       op.head_dim}) {
+          return Unsupported(op, "the context must be [B*T, H*D]");
+        }
+        break;
+      }
       default:
         return Unsupported(op, ir::OpKindText(op.kind) +
                                    " has no recipe in plan-ownership yet");
@@ -281,6 +302,12 @@ std::string Recipe::Text() const {
       if (first_tile != 0) s += " first=" + std::to_string(first_tile);
       return s;
     }
+    case fb::RecipeKind::Attention: {
+      std::string s =
+          "attention m=" + std::to_string(m) + " n=" + std::to_string(n);
+      if (first_tile != 0) s += " first=" + std::to_string(first_tile);
+      return s;
+    }
     case fb::RecipeKind::RowWise:
       return "rowwise " + passes::FormatOwnership(layout);
     case fb::RecipeKind::Copy:
@@ -294,106 +321,147 @@ bool operator==(const Recipe& a, const Recipe& b) {
   return a.Text() == b.Text();
 }
 
-StatusOr<Recipe> ParseRecipe(std::string_view text) {
-  auto trim = [](std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-      s.remove_prefix(1);
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// Calls fn(key, value) for each space-separated key=value token.
+Status ForEachOption(
+    std::string_view tokens,
+    const std::function<Status(std::string_view, std::string_view)>& fn) {
+  while (!tokens.empty()) {
+    const size_t end = tokens.find_first_of(" \t");
+    const std::string_view token = tokens.substr(0, end);
+    tokens = end == std::string_view::npos ? "" : Trim(tokens.substr(end));
+    const size_t eq = token.find('=');
+    if (eq == std::string_view::npos) {
+      return Status::BadInput("expected key=value, got '" +
+                              std::string(token) + "'");
     }
-    while (!s.empty() &&
-           (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
-      s.remove_suffix(1);
-    }
-    return s;
-  };
-  text = trim(text);
-  const size_t space = text.find_first_of(" \t");
-  const std::string_view word = text.substr(0, space);
-  const std::string_view rest =
-      space == std::string_view::npos ? "" : trim(text.substr(space));
+    TILEC_RETURN_IF_ERROR(fn(token.substr(0, eq), token.substr(eq + 1)));
+  }
+  return Status::Ok();
+}
+
+Status ParseCount(std::string_view key, std::string_view value, int minimum,
+                  int* out) {
+  int v = 0;
+  const auto [ptr, ec] =
+      std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr != value.data() + value.size() || v < minimum) {
+    return Status::BadInput(std::string(key) + "=" + std::string(value) +
+                            ": expected an integer >= " +
+                            std::to_string(minimum));
+  }
+  *out = v;
+  return Status::Ok();
+}
+
+StatusOr<Recipe> ParseGemmRecipe(std::string_view rest) {
   Recipe r;
-  if (word == "gemm") {
-    r.kind = fb::RecipeKind::Gemm;
-    bool seen_m = false, seen_k = false, seen_n = false, seen_staging = false,
-         seen_chunk = false;
-    std::string_view tokens = rest;
-    while (!tokens.empty()) {
-      const size_t end = tokens.find_first_of(" \t");
-      const std::string_view token = tokens.substr(0, end);
-      tokens = end == std::string_view::npos ? "" : trim(tokens.substr(end));
-      const size_t eq = token.find('=');
-      if (eq == std::string_view::npos) {
-        return Status::BadInput("expected key=value, got '" +
-                                std::string(token) + "'");
-      }
-      const std::string_view key = token.substr(0, eq);
-      const std::string_view value = token.substr(eq + 1);
-      auto number = [&](int minimum, int* out) -> Status {
-        int v = 0;
-        const auto [ptr, ec] =
-            std::from_chars(value.data(), value.data() + value.size(), v);
-        if (ec != std::errc() || ptr != value.data() + value.size() ||
-            v < minimum) {
-          return Status::BadInput(
-              std::string(key) + "=" + std::string(value) +
-              ": expected an integer >= " + std::to_string(minimum));
+  r.kind = fb::RecipeKind::Gemm;
+  bool seen_m = false, seen_k = false, seen_n = false, seen_staging = false,
+       seen_chunk = false;
+  TILEC_RETURN_IF_ERROR(ForEachOption(
+      rest, [&](std::string_view key, std::string_view value) -> Status {
+        if (key == "m" && !seen_m) {
+          seen_m = true;
+          return ParseCount(key, value, 1, &r.m);
         }
-        *out = v;
-        return Status::Ok();
-      };
-      if (key == "m" && !seen_m) {
-        seen_m = true;
-        TILEC_RETURN_IF_ERROR(number(1, &r.m));
-      } else if (key == "k" && !seen_k) {
-        seen_k = true;
-        TILEC_RETURN_IF_ERROR(number(1, &r.k));
-      } else if (key == "n" && !seen_n) {
-        seen_n = true;
-        TILEC_RETURN_IF_ERROR(number(1, &r.n));
-      } else if (key == "first") {
-        TILEC_RETURN_IF_ERROR(number(0, &r.first_tile));
-      } else if (key == "chunk_k" && !seen_chunk) {
-        seen_chunk = true;
-        TILEC_RETURN_IF_ERROR(number(1, &r.chunk_k));
-      } else if (key == "staging" && !seen_staging) {
-        seen_staging = true;
-        if (value == "complete") {
-          r.staging = fb::Staging::Complete;
-        } else if (value == "streamed") {
-          r.staging = fb::Staging::Streamed;
-        } else if (value.substr(0, 8) == "batched(" && value.back() == ')') {
-          r.staging = fb::Staging::Batched;
-          const std::string_view inner = value.substr(8, value.size() - 9);
-          int v = 0;
-          const auto [ptr, ec] =
-              std::from_chars(inner.data(), inner.data() + inner.size(), v);
-          if (ec != std::errc() || ptr != inner.data() + inner.size() ||
-              v < 1) {
-            return Status::BadInput("staging=" + std::string(value) +
-                                    ": expected batched(N) with N >= 1");
+        if (key == "k" && !seen_k) {
+          seen_k = true;
+          return ParseCount(key, value, 1, &r.k);
+        }
+        if (key == "n" && !seen_n) {
+          seen_n = true;
+          return ParseCount(key, value, 1, &r.n);
+        }
+        if (key == "first") return ParseCount(key, value, 0, &r.first_tile);
+        if (key == "chunk_k" && !seen_chunk) {
+          seen_chunk = true;
+          return ParseCount(key, value, 1, &r.chunk_k);
+        }
+        if (key == "staging" && !seen_staging) {
+          seen_staging = true;
+          if (value == "complete") {
+            r.staging = fb::Staging::Complete;
+          } else if (value == "streamed") {
+            r.staging = fb::Staging::Streamed;
+          } else if (value.substr(0, 8) == "batched(" && value.back() == ')') {
+            r.staging = fb::Staging::Batched;
+            const std::string_view inner = value.substr(8, value.size() - 9);
+            if (!ParseCount("batched", inner, 1, &r.batch_chunks).ok()) {
+              return Status::BadInput("staging=" + std::string(value) +
+                                      ": expected batched(N) with N >= 1");
+            }
+          } else {
+            return Status::BadInput(
+                "staging=" + std::string(value) +
+                ": expected complete, streamed or batched(N)");
           }
-          r.batch_chunks = v;
-        } else {
-          return Status::BadInput(
-              "staging=" + std::string(value) +
-              ": expected complete, streamed or batched(N)");
+          return Status::Ok();
         }
-      } else {
         return Status::BadInput(
             "unknown or repeated gemm option '" + std::string(key) +
             "' (options: m, k, n, staging, chunk_k, first)");
-      }
-    }
-    if (!seen_m || !seen_k || !seen_n) {
-      return Status::BadInput("gemm needs m=, k= and n=");
-    }
-    if (r.staging == fb::Staging::Complete && seen_chunk) {
-      return Status::BadInput("chunk_k is for streamed or batched staging");
-    }
-    if (r.staging != fb::Staging::Complete && !seen_chunk) {
-      return Status::BadInput("streamed and batched staging need chunk_k=");
-    }
-    return r;
+      }));
+  if (!seen_m || !seen_k || !seen_n) {
+    return Status::BadInput("gemm needs m=, k= and n=");
   }
+  if (r.staging == fb::Staging::Complete && seen_chunk) {
+    return Status::BadInput("chunk_k is for streamed or batched staging");
+  }
+  if (r.staging != fb::Staging::Complete && !seen_chunk) {
+    return Status::BadInput("streamed and batched staging need chunk_k=");
+  }
+  return r;
+}
+
+StatusOr<Recipe> ParseAttentionRecipe(std::string_view rest) {
+  Recipe r;
+  r.kind = fb::RecipeKind::Attention;
+  bool seen_m = false, seen_n = false, seen_first = false;
+  TILEC_RETURN_IF_ERROR(ForEachOption(
+      rest, [&](std::string_view key, std::string_view value) -> Status {
+        if (key == "m" && !seen_m) {
+          seen_m = true;
+          return ParseCount(key, value, 1, &r.m);
+        }
+        if (key == "n" && !seen_n) {
+          seen_n = true;
+          return ParseCount(key, value, 1, &r.n);
+        }
+        if (key == "first" && !seen_first) {
+          seen_first = true;
+          return ParseCount(key, value, 0, &r.first_tile);
+        }
+        return Status::BadInput("unknown or repeated attention option '" +
+                                std::string(key) + "' (options: m, n, first)");
+      }));
+  if (!seen_m || !seen_n) return Status::BadInput("attention needs m= and n=");
+  return r;
+}
+
+}  // namespace
+
+StatusOr<Recipe> ParseRecipe(std::string_view text) {
+  text = Trim(text);
+  const size_t space = text.find_first_of(" \t");
+  const std::string_view word = text.substr(0, space);
+  const std::string_view rest =
+      space == std::string_view::npos ? "" : Trim(text.substr(space));
+  Recipe r;
+  if (word == "gemm") return ParseGemmRecipe(rest);
+  if (word == "attention") return ParseAttentionRecipe(rest);
   if (word == "elementwise") {
     r.kind = fb::RecipeKind::Elementwise;
   } else if (word == "rowwise") {
@@ -401,8 +469,9 @@ StatusOr<Recipe> ParseRecipe(std::string_view text) {
   } else if (word == "copy") {
     r.kind = fb::RecipeKind::Copy;
   } else {
-    return Status::BadInput("unknown recipe kind '" + std::string(word) +
-                            "' (expected gemm, elementwise, rowwise or copy)");
+    return Status::BadInput(
+        "unknown recipe kind '" + std::string(word) +
+        "' (expected gemm, attention, elementwise, rowwise or copy)");
   }
   std::string error;
   std::optional<fb::OwnershipT> layout = passes::ParseOwnership(rest, &error);
@@ -411,9 +480,34 @@ StatusOr<Recipe> ParseRecipe(std::string_view text) {
   return r;
 }
 
+StatusOr<passes::AttentionGrid> AttentionGridOf(const Graph& graph, int op,
+                                                const Recipe& recipe) {
+  const OpNode& node = graph.op(op);
+  const bool scores = node.kind == fb::OpKind::AttentionScores;
+  const auto& qkv = graph.value(node.operands[node.staged]).shape;
+  const auto& probs = scores ? graph.value(node.result).shape
+                             : graph.value(node.operands[0]).shape;
+  return passes::MakeAttentionGrid(
+      scores ? passes::AttentionPart::kScores : passes::AttentionPart::kContext,
+      qkv, probs, node.heads, node.head_dim, recipe.m, recipe.n,
+      recipe.first_tile);
+}
+
 fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op) {
   fb::RecipeT out;
   out.kind = recipe.kind;
+  if (recipe.kind == fb::RecipeKind::Attention) {
+    // The planner checked the recipe (Coster::CheckRecipe).
+    const passes::AttentionGrid grid =
+        AttentionGridOf(graph, op, recipe).value();
+    out.m_split = recipe.m;
+    out.n_split = recipe.n;
+    out.block_m = static_cast<int32_t>(grid.rows.Largest());
+    out.block_k = static_cast<int32_t>(grid.Inner());
+    out.block_n = static_cast<int32_t>(grid.cols.Largest());
+    out.layout = std::make_unique<fb::OwnershipT>(grid.ResultOwnership());
+    return out;
+  }
   if (recipe.kind == fb::RecipeKind::Gemm) {
     const OpNode& node = graph.op(op);
     const auto& a = graph.value(node.operands[0]).shape;
@@ -452,6 +546,15 @@ StatusOr<Recipe> RecipeFromFb(const fb::RecipeT& in) {
         (r.staging != fb::Staging::Complete && r.chunk_k < 1) ||
         r.batch_chunks < 1) {
       return Status::BadInput("bad gemm recipe: " + ir::RecipeText(in));
+    }
+    return r;
+  }
+  if (in.kind == fb::RecipeKind::Attention) {
+    r.m = in.m_split;
+    r.n = in.n_split;
+    r.first_tile = in.layout ? in.layout->first_tile : 0;
+    if (r.m < 1 || r.n < 1 || in.k_split != 1) {
+      return Status::BadInput("bad attention recipe: " + ir::RecipeText(in));
     }
     return r;
   }

@@ -16,6 +16,7 @@
 #include "formats/basics.h"
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
+#include "passes/core/attention_plan.h"
 
 namespace tilec::plan {
 
@@ -27,9 +28,10 @@ enum class SlotRole {
   kVector,    // [C] broadcast along rows: bias of a bias add
   kRowParam,  // [w] per-row parameter of a row-wise op: gamma, beta
   kSource,    // the source of a Redistribute: taken as it is
+  kProbs,     // attention probabilities: the rows each context tile reads
 };
 
-enum class OpClass { kGemm, kElementwise, kRowWise, kCopy };
+enum class OpClass { kGemm, kElementwise, kRowWise, kCopy, kAttention };
 
 // One kernel call pattern of an elementwise op (docs/planning.md).
 struct ElementwiseStep {
@@ -62,6 +64,9 @@ struct OpNode {
   int result = -1;            // value index
   std::vector<SlotRole> slots;
   std::vector<ElementwiseStep> steps;  // elementwise only
+  // Attention: heads and head size; `staged` is the qkv operand's slot.
+  int heads = 0, head_dim = 0;
+  int staged = 0;
 };
 
 class Graph {
@@ -101,7 +106,8 @@ class Graph {
 // ---------------------------------------------------------------- recipes
 
 // How an op runs (docs/planning.md, "Recipes"). GEMM fields are used only
-// by kind Gemm, `layout` only by the others.
+// by kind Gemm (m and n also by Attention: the per-head grid),
+// `layout` only by the others.
 struct Recipe {
   fb::RecipeKind kind = fb::RecipeKind::Elementwise;
   int m = 1, k = 1, n = 1;
@@ -112,7 +118,8 @@ struct Recipe {
   fb::OwnershipT layout;
 
   // The recipe-file text, e.g. "gemm m=9 k=6 n=27 staging=batched(2)
-  // chunk_k=32" or "elementwise blocked(729x2)". Also the recipe's identity.
+  // chunk_k=32", "attention m=92 n=1" or "elementwise blocked(729x2)".
+  // Also the recipe's identity.
   std::string Text() const;
 };
 
@@ -120,6 +127,11 @@ bool operator==(const Recipe& a, const Recipe& b);
 
 // Parses Text()'s form. Errors are one line saying what is wrong.
 StatusOr<Recipe> ParseRecipe(std::string_view text);
+
+// The grid of an attention recipe on op `op` (an error if it does not fit
+// the op's shapes).
+StatusOr<passes::AttentionGrid> AttentionGridOf(const Graph& graph, int op,
+                                                const Recipe& recipe);
 
 // The IR form (block sizes from the op's shapes) and back.
 fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op);

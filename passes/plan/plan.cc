@@ -83,6 +83,8 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
     const fb::OwnershipT* source = nullptr;
     if (node.op_class == OpClass::kGemm || node.op_class == OpClass::kCopy) {
       source = &e.owners[node.operands[0]];
+    } else if (node.op_class == OpClass::kAttention) {
+      source = &e.owners[node.operands[node.staged]];
     }
     for (size_t slot = 0; slot < node.operands.size(); ++slot) {
       const int v = node.operands[slot];

@@ -366,13 +366,16 @@ TEST(PlanCandidatesTest, RecipeTextRoundTrips) {
         "gemm m=9 k=6 n=27 staging=streamed chunk_k=32",
         "gemm m=6 k=27 n=9 staging=batched(4) chunk_k=32 first=3",
         "elementwise blocked(729x2)", "elementwise flat(grain=4, tiles=1472)",
-        "rowwise blocked(729x1)", "copy blocked(9x6, rep=27, order=0,2,1)"}) {
+        "rowwise blocked(729x1)", "copy blocked(9x6, rep=27, order=0,2,1)",
+        "attention m=92 n=1", "attention m=4 n=23 first=8"}) {
     EXPECT_EQ(R(text).Text(), text);
   }
   for (const char* bad : {"gemm m=9 k=6", "gemm m=9 k=6 n=27 staging=fast",
                           "gemm m=9 k=6 n=27 staging=streamed",
                           "gemm m=0 k=6 n=27 staging=complete",
-                          "tiled blocked(2x2)", "elementwise blocked(2x)"}) {
+                          "tiled blocked(2x2)", "elementwise blocked(2x)",
+                          "attention m=2", "attention m=0 n=1",
+                          "attention m=2 n=1 k=2"}) {
     EXPECT_FALSE(ParseRecipe(bad).ok()) << bad;
   }
 }
@@ -708,19 +711,76 @@ TEST(PlannerTest, RecipeFilesPinOpsAndReportBadLines) {
   }
 }
 
-TEST(PlannerTest, AttentionHasNoRecipeYet) {
+// A whole layer plans: the attention ops get per-head grids whose result
+// ownership is the grid's, the context reads the probabilities as its grid
+// needs them, and every op of the plan is priced.
+TEST(PlannerTest, LayerPlansAttentionOnHeadGrids) {
   passes::ModelOverrides o;
   o.tokens = 10;
   o.width = 48;
   o.mlp_width = 96;
   o.heads = 3;
   fb::ModuleT m = Model("tiny", "vit-b16-224", o, "layer");
-  const Status s = Plan({}, &m);
-  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
-  EXPECT_NE(s.message().find("op 3 (l0.attn.scores): attention_scores has no "
-                             "recipe yet"),
-            std::string::npos)
-      << s.message();
+  PlannerOptions options;
+  options.attempts = 16;
+  const Status s = Plan(options, &m);
+  ASSERT_TRUE(s.ok()) << s.message();
+  int attention = 0;
+  for (const auto& op : m.ops) {
+    ASSERT_TRUE(op->recipe) << op->name;
+    ASSERT_TRUE(op->estimate) << op->name;
+    if (op->kind != fb::OpKind::AttentionScores &&
+        op->kind != fb::OpKind::AttentionContext) {
+      continue;
+    }
+    ++attention;
+    EXPECT_EQ(op->recipe->kind, fb::RecipeKind::Attention);
+    EXPECT_EQ(op->recipe->k_split, 1);
+    const fb::ValueT& result = *m.values[op->results[0]];
+    ASSERT_TRUE(result.ownership);
+    EXPECT_TRUE(passes::SameOwnership(*result.ownership, *op->recipe->layout))
+        << op->name;
+    EXPECT_GT(op->estimate->cycles, 0);
+  }
+  EXPECT_EQ(attention, 2);
+}
+
+TEST(PlanCostTest, AttentionRecipesAreCheckedAgainstTheGrid) {
+  passes::ModelOverrides o;
+  o.tokens = 10;
+  o.width = 48;
+  o.mlp_width = 96;
+  o.heads = 3;
+  Fixture f(Model("tiny", "vit-b16-224", o, "layer"));
+  const int scores = f.graph.OpIndex(3), context = f.graph.OpIndex(5);
+  ASSERT_EQ(f.graph.op(scores).kind, fb::OpKind::AttentionScores);
+  ASSERT_EQ(f.graph.op(context).kind, fb::OpKind::AttentionContext);
+  EXPECT_EQ(f.coster.CheckRecipe(f.graph, scores, R("attention m=2 n=2")), "");
+  // 3 heads x 3 x 2 = 18 tiles > 16.
+  EXPECT_NE(f.coster.CheckRecipe(f.graph, scores, R("attention m=3 n=2"))
+                .find("exceeds the target's 16 tiles"),
+            std::string::npos);
+  // The context splits D = 16 columns at most 16 ways.
+  EXPECT_NE(f.coster.CheckRecipe(f.graph, context, R("attention m=1 n=17")),
+            "");
+  EXPECT_NE(f.coster.CheckRecipe(f.graph, scores, R("rowwise blocked(1x3x4x1)"))
+                .find("needs an attention recipe"),
+            std::string::npos);
+  // Scores read no ownership of qkv: they gather their views; the context
+  // needs its probability rows replicated over its n column tiles.
+  EXPECT_FALSE(f.coster.Required(f.graph, scores, R("attention m=2 n=2"), 0));
+  const std::optional<fb::OwnershipT> probs =
+      f.coster.Required(f.graph, context, R("attention m=2 n=2"), 0);
+  ASSERT_TRUE(probs);
+  EXPECT_EQ(passes::FormatOwnership(*probs), "blocked(1x3x2x1, rep=2)");
+  // Priced from wherever qkv lies: one delivery phase when it is elsewhere.
+  const fb::OwnershipT on_tile_0 = passes::BlockedOwnership({1, 1});
+  StatusOr<OpCost> cost = f.coster.PriceOp(f.graph, scores,
+                                           R("attention m=2 n=2"), &on_tile_0);
+  ASSERT_TRUE(cost.ok()) << cost.status().message();
+  EXPECT_EQ(cost->phases, 1);
+  EXPECT_GT(cost->compute, 0);
+  EXPECT_GT(cost->max_scratch, 0);
 }
 
 TEST(PlannerTest, DeterministicAcrossRuns) {

@@ -28,6 +28,8 @@ Recipe LayoutRecipe(fb::RecipeKind kind, fb::OwnershipT layout) {
 
 fb::RecipeKind KindOf(OpClass c) {
   switch (c) {
+    case OpClass::kAttention:
+      return fb::RecipeKind::Attention;
     case OpClass::kGemm:
       return fb::RecipeKind::Gemm;
     case OpClass::kRowWise:
@@ -122,6 +124,73 @@ std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
   return out;
 }
 
+// Per-head grids ranked by what the formulas allow alone: one kernel call
+// on the largest block plus the staged blocks received at the exchange rate
+// (ignoring where qkv lies); the fastest and the ones needing the least
+// memory (staging, result block and, for context, the probabilities).
+std::vector<Recipe> AttentionCandidates(const Graph& graph,
+                                        const Coster& coster, int op) {
+  const OpNode& node = graph.op(op);
+  Recipe unit;
+  unit.kind = fb::RecipeKind::Attention;
+  StatusOr<passes::AttentionGrid> base = AttentionGridOf(graph, op, unit);
+  if (!base.ok()) return {};
+  const fb::DType dtype = graph.value(node.operands[node.staged]).dtype;
+  const fb::DType a_dtype = node.kind == fb::OpKind::AttentionContext
+                                ? graph.value(node.operands[0]).dtype
+                                : dtype;
+  const int eb = DTypeBytes(dtype);
+  const int64_t result_eb = DTypeBytes(graph.value(node.result).dtype);
+  const int64_t heads = base->B * base->H;
+  const fb::TargetT& target = coster.target();
+  struct Bounded {
+    int64_t cycles, bytes;
+    Recipe recipe;
+  };
+  std::vector<Bounded> all;
+  for (int m : DistinctSplits(base->T, coster.tiles() / heads)) {
+    for (int n : DistinctSplits(base->cols.extent, coster.tiles() / (heads * m))) {
+      Recipe r = unit;
+      r.m = m;
+      r.n = n;
+      if (!coster.CheckRecipe(graph, op, r).empty()) continue;
+      StatusOr<passes::AttentionGrid> g = AttentionGridOf(graph, op, r);
+      if (!g.ok()) continue;
+      StatusOr<int64_t> kernel = passes::AttentionKernelCycles(
+          *g, coster.model(), a_dtype, 0, 0);
+      if (!kernel.ok()) continue;
+      int64_t staged = 0;
+      for (const passes::Box& b : g->StagedBoxes(0, 0, 0, 0)) staged += b.Elements();
+      staged *= eb;
+      int64_t bytes = staged + g->ResultBox(0, 0, 0, 0).Elements() * result_eb;
+      if (node.kind == fb::OpKind::AttentionContext) {
+        bytes += g->ProbsBox(0, 0, 0).Elements() *
+                 DTypeBytes(graph.value(node.operands[0]).dtype);
+      }
+      if (bytes > coster.capacity()) continue;
+      const int64_t delivery =
+          target.sync_cycles +
+          CeilDiv(staged, std::max(1, target.exchange_bytes_per_cycle));
+      all.push_back({*kernel + delivery, bytes, r});
+    }
+  }
+  std::vector<Bounded> by_memory = all;
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return a.cycles < b.cycles;
+  });
+  std::stable_sort(by_memory.begin(), by_memory.end(),
+                   [](const auto& a, const auto& b) { return a.bytes < b.bytes; });
+  std::vector<Recipe> out;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < all.size() && i < 16; ++i) {
+    AddUnique(out, seen, all[i].recipe);
+  }
+  for (size_t i = 0; i < by_memory.size() && i < 4; ++i) {
+    AddUnique(out, seen, by_memory[i].recipe);
+  }
+  return out;
+}
+
 std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
                                      int op) {
   const OpNode& node = graph.op(op);
@@ -204,10 +273,14 @@ std::string StateText(const std::mt19937_64& rng) {
 
 std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
                                int op) {
-  if (graph.op(op).op_class == OpClass::kGemm) {
-    return GemmCandidates(graph, coster, op);
+  switch (graph.op(op).op_class) {
+    case OpClass::kGemm:
+      return GemmCandidates(graph, coster, op);
+    case OpClass::kAttention:
+      return AttentionCandidates(graph, coster, op);
+    default:
+      return LayoutCandidates(graph, coster, op);
   }
-  return LayoutCandidates(graph, coster, op);
 }
 
 std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
@@ -215,7 +288,9 @@ std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
                                      int op) {
   const OpNode& node = graph.op(op);
   std::vector<Recipe> out;
-  if (node.op_class == OpClass::kGemm) return out;
+  if (node.op_class == OpClass::kGemm || node.op_class == OpClass::kAttention) {
+    return out;
+  }
   const fb::RecipeKind kind = KindOf(node.op_class);
   std::set<std::string> seen;
   auto consider = [&](const fb::OwnershipT& layout) {
@@ -485,7 +560,9 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
         const fb::OwnershipT& owner = eval_.owners[graph_.op(from).result];
         for (const auto& [c, slot] :
              graph_.value(graph_.op(from).result).uses) {
-          if (graph_.op(c).op_class != OpClass::kElementwise ||
+          const OpClass follower = graph_.op(c).op_class;
+          if ((follower != OpClass::kElementwise &&
+               follower != OpClass::kRowWise) ||
               graph_.op(c).slots[slot] != SlotRole::kLayout ||
               options_.pinned.count(c) ||
               std::find(followers.begin(), followers.end(), c) !=
@@ -510,7 +587,7 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
       carry.kind = "carry";
       carry.changes = {{op, r}};
       for (int f : followers) {
-        Recipe fr = LayoutRecipe(fb::RecipeKind::Elementwise, moved);
+        Recipe fr = LayoutRecipe(KindOf(graph_.op(f).op_class), moved);
         if (!coster_.CheckRecipe(graph_, f, fr).empty()) {
           carry.changes.clear();
           break;
@@ -521,7 +598,8 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
     }
     // Joint: this op and one layout consumer take one layout, so that the
     // redistribution between them disappears.
-    if (graph_.op(op).op_class != OpClass::kGemm) {
+    if (graph_.op(op).op_class != OpClass::kGemm &&
+        graph_.op(op).op_class != OpClass::kAttention) {
       for (const auto& [c, slot] : graph_.value(graph_.op(op).result).uses) {
         const OpNode& consumer = graph_.op(c);
         if (consumer.slots[slot] != SlotRole::kLayout ||

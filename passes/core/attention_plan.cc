@@ -1,0 +1,261 @@
+#include "passes/core/attention_plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "formats/basics.h"
+#include "kernels/fb_dtype.h"
+#include "kernels/kernels.h"
+#include "passes/core/tile_plan.h"
+
+namespace tilec::passes {
+namespace {
+
+Box Box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  Box b;
+  b.rank = 2;
+  b.begin[0] = r0;
+  b.end[0] = r1;
+  b.begin[1] = c0;
+  b.end[1] = c1;
+  return b;
+}
+
+Box Box4(int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t c0,
+         int64_t c1) {
+  Box box;
+  box.rank = 4;
+  box.begin = {b, h, r0, c0};
+  box.end = {b + 1, h + 1, r1, c1};
+  return box;
+}
+
+// blocked(B x H) over a [B*T, H*D] view with each block cut again into
+// row_parts x col_parts, `replicas` copies, grid axes in `order`: the
+// sub-partitions are left out when they are all 1 (the canonical form).
+fb::OwnershipT HeadBlocks(const AttentionGrid& g, int row_parts,
+                          int col_parts, int replicas,
+                          std::vector<int32_t> order_with_sub,
+                          std::vector<int32_t> order_without_sub) {
+  fb::OwnershipT o = BlockedOwnership(
+      {static_cast<int32_t>(g.B), static_cast<int32_t>(g.H)}, replicas,
+      g.first);
+  if (row_parts > 1 || col_parts > 1) {
+    o.sub_partitions = {row_parts, col_parts};
+    o.axis_order = std::move(order_with_sub);
+  } else {
+    o.axis_order = std::move(order_without_sub);
+  }
+  // The identity order is written as none.
+  bool identity = true;
+  for (size_t i = 0; i < o.axis_order.size(); ++i) {
+    identity = identity && o.axis_order[i] == static_cast<int32_t>(i);
+  }
+  if (identity) o.axis_order.clear();
+  return o;
+}
+
+}  // namespace
+
+Box AttentionGrid::View(int which) const {
+  return Box2(0, B * T, which * H * D, (which + 1) * H * D);
+}
+
+std::vector<int> AttentionGrid::StagedViews() const {
+  if (part == AttentionPart::kScores) return {0, 1};
+  return {2};
+}
+
+std::vector<Box> AttentionGrid::StagedBoxes(int64_t b, int64_t h, int mi,
+                                            int ni) const {
+  const int64_t r0 = b * T;
+  if (part == AttentionPart::kScores) {
+    return {Box2(r0 + rows.Begin(mi), r0 + rows.End(mi), h * D, (h + 1) * D),
+            Box2(r0 + cols.Begin(ni), r0 + cols.End(ni), (H + h) * D,
+                 (H + h + 1) * D)};
+  }
+  const int64_t c0 = (2 * H + h) * D;
+  return {Box2(r0, r0 + T, c0 + cols.Begin(ni), c0 + cols.End(ni))};
+}
+
+fb::OwnershipT AttentionGrid::StagedNeeded(int which) const {
+  switch (which) {
+    case 0:  // q: rows mi of head h, every ni
+      return HeadBlocks(*this, m, 1, n, {}, {});
+    case 1:  // k: rows ni of head h, every mi
+      return HeadBlocks(*this, n, 1, m, {0, 1, 4, 2, 3}, {});
+    default:  // v: all rows, columns ni of head h, every mi
+      return HeadBlocks(*this, 1, n, m, {0, 1, 4, 2, 3}, {});
+  }
+}
+
+Box AttentionGrid::ProbsBox(int64_t b, int64_t h, int mi) const {
+  return Box4(b, h, rows.Begin(mi), rows.End(mi), 0, T);
+}
+
+fb::OwnershipT AttentionGrid::ProbsNeeded() const {
+  return BlockedOwnership({static_cast<int32_t>(B), static_cast<int32_t>(H),
+                           m, 1},
+                          n, first);
+}
+
+Box AttentionGrid::ResultBox(int64_t b, int64_t h, int mi, int ni) const {
+  if (part == AttentionPart::kScores) {
+    return Box4(b, h, rows.Begin(mi), rows.End(mi), cols.Begin(ni),
+                cols.End(ni));
+  }
+  return Box2(b * T + rows.Begin(mi), b * T + rows.End(mi),
+              h * D + cols.Begin(ni), h * D + cols.End(ni));
+}
+
+fb::OwnershipT AttentionGrid::ResultOwnership() const {
+  if (part == AttentionPart::kScores) {
+    return BlockedOwnership({static_cast<int32_t>(B), static_cast<int32_t>(H),
+                             m, n},
+                            1, first);
+  }
+  return HeadBlocks(*this, m, n, 1, {}, {});
+}
+
+void AttentionGrid::ForEachTile(
+    const std::function<void(int64_t, int64_t, int, int, int)>& fn) const {
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int mi = 0; mi < m; ++mi) {
+        for (int ni = 0; ni < n; ++ni) fn(b, h, mi, ni, Tile(b, h, mi, ni));
+      }
+    }
+  }
+}
+
+StatusOr<AttentionGrid> MakeAttentionGrid(AttentionPart part,
+                                          std::span<const int64_t> qkv_shape,
+                                          std::span<const int64_t> probs_shape,
+                                          int64_t heads, int64_t head_dim,
+                                          int m, int n, int first) {
+  auto shape_text = [](std::span<const int64_t> s) {
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i) {
+      t += (i ? "," : "") + std::to_string(s[i]);
+    }
+    return t + "]";
+  };
+  if (probs_shape.size() != 4 || qkv_shape.size() != 2 || heads < 1 ||
+      head_dim < 1 || probs_shape[1] != heads ||
+      probs_shape[2] != probs_shape[3] ||
+      qkv_shape[0] != probs_shape[0] * probs_shape[2] ||
+      qkv_shape[1] != 3 * heads * head_dim) {
+    return Status::BadInput(
+        "attention shapes disagree: qkv " + shape_text(qkv_shape) +
+        ", scores/probabilities " + shape_text(probs_shape) + ", " +
+        std::to_string(heads) + " heads of " + std::to_string(head_dim) +
+        " (expected qkv [B*T, 3*H*D] and [B, H, T, T])");
+  }
+  AttentionGrid g;
+  g.part = part;
+  g.B = probs_shape[0];
+  g.H = heads;
+  g.T = probs_shape[2];
+  g.D = head_dim;
+  g.m = m;
+  g.n = n;
+  g.first = first;
+  const int64_t col_extent = part == AttentionPart::kScores ? g.T : g.D;
+  if (m < 1 || n < 1 || m > g.T || n > col_extent || first < 0) {
+    return Status::BadInput(
+        "attention m=" + std::to_string(m) + " n=" + std::to_string(n) +
+        " does not fit " + std::to_string(g.T) + " query rows and " +
+        std::to_string(col_extent) +
+        (part == AttentionPart::kScores ? " keys" : " head columns") +
+        " (needs 1 <= m <= T and 1 <= n <= " +
+        (part == AttentionPart::kScores ? "T)" : "D)"));
+  }
+  g.rows = {g.T, m};
+  g.cols = {col_extent, n};
+  return g;
+}
+
+TransferPlan AttentionDelivery(const AttentionGrid& grid,
+                               const fb::OwnershipT& qkv_owner,
+                               std::span<const int64_t> qkv_shape,
+                               int element_bytes) {
+  TransferPlan merged;
+  for (int which : grid.StagedViews()) {
+    const Box view = grid.View(which);
+    TransferPlan plan = PlanTransfers(qkv_owner, grid.StagedNeeded(which),
+                                      qkv_shape, element_bytes, &view);
+    for (Transfer& t : plan.transfers) merged.transfers.push_back(std::move(t));
+    for (LocalCopy& c : plan.local_copies) merged.local_copies.push_back(c);
+  }
+  return merged;
+}
+
+StatusOr<int64_t> AttentionKernelCycles(const AttentionGrid& grid,
+                                        const kernels::CostModel& model,
+                                        fb::DType a_dtype, int mi, int ni) {
+  StatusOr<kernels::DType> dtype = kernels::DTypeFromFb(a_dtype);
+  if (!dtype.ok()) return dtype.status();
+  return kernels::GemmCycles(model, *dtype, grid.rows.Size(mi), grid.Inner(),
+                             grid.cols.Size(ni));
+}
+
+StatusOr<AttentionCost> PriceAttention(const AttentionGrid& grid,
+                                       const fb::OwnershipT& qkv_owner,
+                                       std::span<const int64_t> qkv_shape,
+                                       fb::DType qkv_dtype,
+                                       fb::DType probs_dtype,
+                                       const kernels::CostModel& model,
+                                       const fb::TargetT& target) {
+  const int eb = ir::DTypeBytes(qkv_dtype);
+  const TransferPlan plan = AttentionDelivery(grid, qkv_owner, qkv_shape, eb);
+  AttentionCost cost;
+  cost.exchange = CostOfPlan(plan, target);
+  cost.phases = plan.transfers.empty() ? 0 : 1;
+  // Local copies, per tile into the staging buffer of the box they fill.
+  std::vector<int64_t> copies(target.tiles, 0);
+  CopyPricer pricer(model);
+  for (const LocalCopy& lc : plan.local_copies) {
+    const Segments src = Consecutive(HeldBoxes(qkv_owner, qkv_shape, lc.tile));
+    // The destination box is the staged box that contains it.
+    Box staged;
+    const int pos = lc.tile - grid.first;
+    const int ni = pos % grid.n, mi = (pos / grid.n) % grid.m;
+    const int64_t bh = pos / (grid.n * grid.m);
+    for (const Box& s : grid.StagedBoxes(bh / grid.H, bh % grid.H, mi, ni)) {
+      if (!IntersectBoxes(s, lc.box).Empty()) staged = s;
+    }
+    const Segments dst = {Segment{staged, 0}};
+    StatusOr<int64_t> c = pricer.Cycles(lc.box, src, dst, eb);
+    if (!c.ok()) return c.status();
+    copies[lc.tile] += *c;
+  }
+  const fb::DType a_dtype =
+      grid.part == AttentionPart::kScores ? qkv_dtype : probs_dtype;
+  int64_t combined = 0;
+  Status status;
+  grid.ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {
+    if (!status.ok()) return;
+    StatusOr<int64_t> k = AttentionKernelCycles(grid, model, a_dtype, mi, ni);
+    if (!k.ok()) {
+      status = k.status();
+      return;
+    }
+    if (*k > cost.kernel_cycles) {
+      cost.kernel_cycles = *k;
+      cost.busiest_tile = t;
+    }
+    cost.copy_cycles = std::max(cost.copy_cycles, copies[t]);
+    combined = std::max(combined, copies[t] + *k);
+    int64_t staged = 0;
+    for (const Box& s : grid.StagedBoxes(b, h, mi, ni)) {
+      staged += s.Elements() * eb;
+    }
+    cost.stage_bytes = std::max(cost.stage_bytes, staged);
+  });
+  if (!status.ok()) return status;
+  cost.compute = cost.phases == 0 ? combined
+                                  : cost.copy_cycles + cost.kernel_cycles;
+  return cost;
+}
+
+}  // namespace tilec::passes

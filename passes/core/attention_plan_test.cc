@@ -1,0 +1,178 @@
+#include "passes/core/attention_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "formats/ir.h"
+
+namespace tilec::passes {
+namespace {
+
+struct Case {
+  AttentionPart part;
+  int64_t B, H, T, D;
+  int m, n, first;
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  for (AttentionPart part : {AttentionPart::kScores, AttentionPart::kContext}) {
+    for (int m : {1, 3, 17}) {
+      for (int n : {1, 2, 5}) {
+        cases.push_back({part, 1, 4, 17, 16, m, n, 0});
+        cases.push_back({part, 2, 3, 9, 8, std::min(m, 9), n, 7});
+      }
+    }
+  }
+  return cases;
+}
+
+AttentionGrid Grid(const Case& c) {
+  const std::vector<int64_t> qkv = {c.B * c.T, 3 * c.H * c.D};
+  const std::vector<int64_t> probs = {c.B, c.H, c.T, c.T};
+  StatusOr<AttentionGrid> g =
+      MakeAttentionGrid(c.part, qkv, probs, c.H, c.D, c.m, c.n, c.first);
+  EXPECT_TRUE(g.ok()) << g.status().message();
+  return *g;
+}
+
+std::string Label(const Case& c) {
+  return std::string(c.part == AttentionPart::kScores ? "scores" : "context") +
+         " B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " T" +
+         std::to_string(c.T) + " m" + std::to_string(c.m) + " n" +
+         std::to_string(c.n);
+}
+
+// Every result element is written by exactly one tile, and the result
+// ownership gives each tile exactly the block it computes.
+TEST(AttentionPlanTest, ResultBlocksCoverTheResultOnce) {
+  for (const Case& c : Cases()) {
+    const AttentionGrid g = Grid(c);
+    const std::vector<int64_t> shape =
+        c.part == AttentionPart::kScores
+            ? std::vector<int64_t>{c.B, c.H, c.T, c.T}
+            : std::vector<int64_t>{c.B * c.T, c.H * c.D};
+    const fb::OwnershipT own = g.ResultOwnership();
+    ASSERT_EQ(ValidateOwnership(own, shape, 10000), "") << Label(c);
+    int64_t covered = 0;
+    g.ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {
+      const Box box = g.ResultBox(b, h, mi, ni);
+      covered += box.Elements();
+      const std::vector<Box> held = HeldBoxes(own, shape, t);
+      if (box.Empty()) {
+        EXPECT_TRUE(held.empty()) << Label(c);
+      } else {
+        ASSERT_EQ(held.size(), 1u) << Label(c);
+        EXPECT_EQ(held[0], box) << Label(c) << " tile " << t;
+      }
+    });
+    int64_t all = 1;
+    for (int64_t e : shape) all *= e;
+    EXPECT_EQ(covered, all) << Label(c);
+  }
+}
+
+// The needs over the qkv views hold exactly the boxes each tile multiplies,
+// and the probabilities' need exactly its rows.
+TEST(AttentionPlanTest, NeedsHoldWhatEachTileMultiplies) {
+  for (const Case& c : Cases()) {
+    const AttentionGrid g = Grid(c);
+    const std::vector<int64_t> qkv = {c.B * c.T, 3 * c.H * c.D};
+    const std::vector<int64_t> probs = {c.B, c.H, c.T, c.T};
+    const std::vector<int> views = g.StagedViews();
+    g.ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {
+      const std::vector<Box> staged = g.StagedBoxes(b, h, mi, ni);
+      ASSERT_EQ(staged.size(), views.size());
+      for (size_t i = 0; i < views.size(); ++i) {
+        const Box view = g.View(views[i]);
+        const fb::OwnershipT need = g.StagedNeeded(views[i]);
+        const std::vector<int64_t> extent = {view.end[0] - view.begin[0],
+                                             view.end[1] - view.begin[1]};
+        ASSERT_EQ(ValidateOwnership(need, extent, 10000), "") << Label(c);
+        const std::vector<Box> held = HeldBoxes(need, qkv, t, &view);
+        ASSERT_EQ(held.size(), staged[i].Empty() ? 0u : 1u) << Label(c);
+        if (!held.empty()) EXPECT_EQ(held[0], staged[i]) << Label(c);
+      }
+      if (c.part == AttentionPart::kContext) {
+        const std::vector<Box> held = HeldBoxes(g.ProbsNeeded(), probs, t);
+        ASSERT_EQ(held.size(), 1u) << Label(c);
+        EXPECT_EQ(held[0], g.ProbsBox(b, h, mi)) << Label(c);
+      }
+    });
+  }
+}
+
+// The delivery brings every tile each staged element exactly once, from any
+// owner of qkv.
+TEST(AttentionPlanTest, DeliveryFillsEveryStagedBoxOnce) {
+  for (const Case& c : Cases()) {
+    const AttentionGrid g = Grid(c);
+    const std::vector<int64_t> qkv = {c.B * c.T, 3 * c.H * c.D};
+    for (const fb::OwnershipT& owner :
+         {BlockedOwnership({3, 2}), BlockedOwnership({1, 1}, 1, 5),
+          FlatOwnership(4, 11)}) {
+      const TransferPlan plan = AttentionDelivery(g, owner, qkv, 2);
+      std::map<int, int64_t> received;
+      for (const Transfer& tr : plan.transfers) {
+        for (int d : tr.destination_tiles) received[d] += tr.box.Elements();
+      }
+      for (const LocalCopy& lc : plan.local_copies) {
+        received[lc.tile] += lc.box.Elements();
+      }
+      g.ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {
+        int64_t want = 0;
+        for (const Box& s : g.StagedBoxes(b, h, mi, ni)) want += s.Elements();
+        EXPECT_EQ(received[t], want) << Label(c) << " tile " << t;
+      });
+    }
+  }
+}
+
+TEST(AttentionPlanTest, RefusesGridsThatDoNotFit) {
+  const std::vector<int64_t> qkv = {17, 3 * 4 * 16};
+  const std::vector<int64_t> probs = {1, 4, 17, 17};
+  EXPECT_FALSE(
+      MakeAttentionGrid(AttentionPart::kContext, qkv, probs, 4, 16, 1, 17, 0)
+          .ok());
+  EXPECT_TRUE(
+      MakeAttentionGrid(AttentionPart::kScores, qkv, probs, 4, 16, 1, 17, 0)
+          .ok());
+  EXPECT_FALSE(
+      MakeAttentionGrid(AttentionPart::kScores, qkv, probs, 4, 16, 18, 1, 0)
+          .ok());
+  EXPECT_FALSE(
+      MakeAttentionGrid(AttentionPart::kScores, qkv, probs, 3, 16, 1, 1, 0)
+          .ok());
+}
+
+TEST(AttentionPlanTest, PriceCountsOneKernelPerTileAndTheDelivery) {
+  const std::vector<int64_t> qkv = {17, 3 * 4 * 16};
+  const std::vector<int64_t> probs = {1, 4, 17, 17};
+  StatusOr<AttentionGrid> g =
+      MakeAttentionGrid(AttentionPart::kScores, qkv, probs, 4, 16, 2, 1, 0);
+  ASSERT_TRUE(g.ok());
+  auto target = std::make_unique<fb::TargetT>();
+  const Status loaded = ir::LoadTarget("tiny", target.get());
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  StatusOr<kernels::CostModel> model = kernels::CostModel::Create(*target);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  StatusOr<AttentionCost> cost =
+      PriceAttention(*g, BlockedOwnership({1, 1}), qkv, fb::DType::F16,
+                     fb::DType::F16, *model, *target);
+  ASSERT_TRUE(cost.ok()) << cost.status().message();
+  // 8 tiles need q and k blocks that tile 0 holds: one exchange phase.
+  EXPECT_EQ(cost->phases, 1);
+  EXPECT_GT(cost->exchange.phase_cycles, 0);
+  StatusOr<int64_t> kernel =
+      AttentionKernelCycles(*g, *model, fb::DType::F16, 0, 0);
+  ASSERT_TRUE(kernel.ok());
+  EXPECT_EQ(cost->kernel_cycles, *kernel);  // 9 rows x 16 x 17 keys
+  EXPECT_EQ(cost->stage_bytes, (9 * 16 + 17 * 16) * 2);
+  EXPECT_EQ(cost->Cycles(), cost->compute + cost->exchange.phase_cycles);
+}
+
+}  // namespace
+}  // namespace tilec::passes
