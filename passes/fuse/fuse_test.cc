@@ -212,6 +212,26 @@ TEST(FuseElementwiseTest, EachPlacementAcrossARedistribution) {
   }
 }
 
+// Tile memory shrunk below what any placement needs: the cheaper fused
+// plans are refused by memory, naming the tile and its buffers.
+TEST(FuseElementwiseTest, RefusesPlacementsThatDoNotFit) {
+  fb::ModuleT planned = Forced();
+  planned.target->reserved_bytes = planned.target->sram_bytes - 4096;
+  Fused f = RunFuse(std::move(planned));
+  EXPECT_FALSE(f.changed);
+  bool refused = false;
+  for (const auto& d : f.decisions) {
+    if (d.ops.size() < 2 || d.ops[0] != 2 || d.ops[1] != 3) continue;
+    EXPECT_EQ(d.outcome, fb::Outcome::Rejected);
+    EXPECT_NE(d.reason.find("refused by memory"), std::string::npos)
+        << d.reason;
+    EXPECT_NE(d.reason.find("tile "), std::string::npos) << d.reason;
+    EXPECT_LT(d.cycles_after, d.cycles_before);
+    refused = true;
+  }
+  EXPECT_TRUE(refused);
+}
+
 TEST(FuseElementwiseTest, MaxDecisionsKeepsTheModule) {
   const fb::ModuleT planned = Forced();
   passes::PassOptions common;
