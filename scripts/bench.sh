@@ -202,7 +202,7 @@ bench_fusion() {
         "$(sed -n 's/^total: \([0-9]*\) cycles.*/\1/p' "$dir/$name-$stage.report")"
     done
     "$bin/dump-ir/dump-ir" "$dir/$name-fused.tilec" | awk -v n="$name" '
-      /^pass fuse-/ { pass = $2; next }
+      /^pass fuse-/ { pass = $2; sub(/:$/, "", pass); next }
       /^pass / { pass = "" }
       pass != "" && /(accepted|rejected|info)/ { sub(/^ */, ""); printf "fusion: %s: %s: %s\n", n, pass, $0 }'
   done
