@@ -461,11 +461,10 @@ std::string BuildModel(std::string_view preset, std::string_view part,
   ModelPart model_part;
   if (std::string e = ParseModelPart(part, &model_part); !e.empty()) return e;
   ApplyOverrides(overrides, &config);
+  // One layer is one layer whatever --layers says (scripts pass one set of
+  // model flags with several parts).
   if (overrides.layers && model_part == ModelPart::kMlpBlock) {
     config.mlp_blocks = *overrides.layers;
-  } else if (overrides.layers && model_part == ModelPart::kLayer) {
-    return "--layers is for --part=model or --part=mlp-block (one layer is "
-           "--part=layer)";
   }
   return BuildModel(config, model_part, module);
 }
