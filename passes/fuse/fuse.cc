@@ -24,7 +24,6 @@ bool IsElementwise(const fb::OperationT& op) {
     case fb::OpKind::Gelu:
     case fb::OpKind::Add:
     case fb::OpKind::Cast:
-      return op.results.size() == 1;
     case fb::OpKind::Fused:
       return op.results.size() == 1;
     default:
@@ -379,6 +378,8 @@ class Fuser {
   StatusOr<Priced> Price(const PlannedGraph& pg, const plan::Graph& graph,
                          const plan::Evaluation& base, const Region& region,
                          const std::string& why) {
+    // `graph` is the plan before this region: the other ops' recipes are
+    // carried over by id.
     Priced out;
     out.region = region;
     if (!why.empty()) {
@@ -402,14 +403,8 @@ class Fuser {
     StatusOr<plan::Coster> coster_made = CosterFor(target_, pricing_);
     if (!coster_made.ok()) return coster_made.status();
     const plan::Coster& coster = *coster_made;
-    {
-      std::vector<std::string> kernels;
-      for (const plan::ElementwiseStep& s : g->op(out.fused).steps) {
-        kernels.push_back(s.call.kernel);
-      }
-      for (const std::string& k : kernels) {
-        out.kernels += (out.kernels.empty() ? "" : "+") + k;
-      }
+    for (const plan::ElementwiseStep& s : g->op(out.fused).steps) {
+      out.kernels += (out.kernels.empty() ? "" : "+") + s.call.kernel;
     }
     // The other ops keep their recipes (by id).
     std::map<uint32_t, int> old_index;
@@ -485,7 +480,6 @@ class Fuser {
     if (!out.best && placements.empty()) {
       out.refused = "no layout can run the fused body";
     }
-    (void)graph;
     return out;
   }
 
