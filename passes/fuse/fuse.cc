@@ -655,6 +655,15 @@ StatusOr<bool> FuseElementwisePass::Transform(fb::ModuleT* module,
     StatusOr<plan::Coster> coster = CosterFor(*module->target, *pricing);
     if (!coster.ok()) return coster.status();
     StatusOr<plan::Graph> graph = plan::Graph::Build(pg->module);
+    if (!graph.ok() && graph.status().code() == StatusCode::kInfeasible) {
+      // A later pass's ops (fuse-residual's two-result op and Normalize)
+      // have no planner price: the module passes through unchanged.
+      log->Info({}, "skip",
+                "the plan cannot be priced by the planner, nothing fused: " +
+                    graph.status().message(),
+                Numbers{});
+      return false;
+    }
     if (!graph.ok()) return graph.status();
     StatusOr<plan::Evaluation> eval =
         plan::Evaluate(*graph, *coster, pg->plan, plan::EvalMode::kFull);

@@ -413,6 +413,16 @@ TEST(FuseEndToEndTest, TwoMlpBlocks) {
   // On this shape the statistics fusion pays: the LayerNorm became a
   // Normalize of the sum.
   EXPECT_EQ(Count(fused.module, fb::OpKind::Normalize), 1);
+  // fuse-elementwise after fuse-residual passes the module through (the
+  // planner cannot price what fuse-residual made).
+  fb::ModuleT again = Planned(m);
+  ASSERT_TRUE(FuseElementwisePass().Run(&again).ok());
+  StatusOr<bool> residual = FuseResidualPass().Run(&again);
+  ASSERT_TRUE(residual.ok() && *residual);
+  StatusOr<bool> twice = FuseElementwisePass().Run(&again);
+  ASSERT_TRUE(twice.ok()) << twice.status().message();
+  EXPECT_FALSE(*twice);
+  EXPECT_EQ(again.log.back()->decisions.back()->action, "skip");
   ExpectFusedLikeUnfused(m, "", 1);
 }
 
