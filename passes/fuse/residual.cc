@@ -45,7 +45,10 @@ std::vector<Site> Sites(const fb::ModuleT& m) {
   std::vector<Site> sites;
   for (size_t i = 0; i < m.ops.size(); ++i) {
     const fb::OperationT& ln = *m.ops[i];
-    if (ln.kind != fb::OpKind::LayerNorm || ln.operands.size() != 3) continue;
+    if (ln.kind != fb::OpKind::LayerNorm || ln.operands.size() != 3 ||
+        !ln.recipe || !ln.recipe->layout) {
+      continue;
+    }
     Site site;
     site.layernorm = static_cast<int>(i);
     uint32_t v = ln.operands[0];
@@ -58,7 +61,9 @@ std::vector<Site> Sites(const fb::ModuleT& m) {
         v = p.operands[0];
         continue;
       }
-      if (EndsInResidualAdd(p)) site.add = it->second;
+      if (EndsInResidualAdd(p) && p.recipe && p.recipe->layout) {
+        site.add = it->second;
+      }
       break;
     }
     if (site.add >= 0) sites.push_back(site);
