@@ -198,6 +198,46 @@ bench_layer() {
   return $status
 }
 
+# fuse-elementwise and fuse-residual on the so400m MLP block (batch 1,
+# ipu21), F16 and FP8 GEMM inputs (the FP8 module of bench_lowering), the
+# searched and the trace-pinned plan, and two MLP blocks
+# (import-model --layers=2) for fuse-residual: plan cycles before and after
+# each pass (estimates), each region's decision, and the simulated cycles
+# with and without fusion (docs/fusion.md).
+bench_fusion() {
+  local bin=bazel-bin/tools dir
+  dir=$(mktemp -d)
+  so400m_blocks "$dir"
+  "$bin/import-model/import-model" --layers=2 -o "$dir/two.tilec"
+  local name
+  for name in f16-search f16-trace fp8-search fp8-trace two-search; do
+    local input=${name%-*} flags=()
+    [ "${name#*-}" = trace ] && flags=(--recipe=testdata/plan-ownership/siglip-trace.recipe)
+    "$bin/plan-ownership/plan-ownership" "${flags[@]}" "$dir/$input.tilec" \
+      -o "$dir/$name-plan.tilec" 2>/dev/null
+    "$bin/fuse-elementwise/fuse-elementwise" "$dir/$name-plan.tilec" -o "$dir/$name-fe.tilec"
+    "$bin/fuse-residual/fuse-residual" "$dir/$name-fe.tilec" -o "$dir/$name-fused.tilec"
+    local stage
+    for stage in plan fused; do
+      "$bin/expand-reduce/expand-reduce" "$dir/$name-$stage.tilec" -o "$dir/$name-$stage-2.tilec"
+      "$bin/emit-device/emit-device" "$dir/$name-$stage-2.tilec" -o "$dir/$name-$stage-3.tilec"
+      "$bin/simulate-device/simulate-device" "$dir/$name-$stage-3.tilec" \
+        -o "$dir/$name-$stage.report" || { echo "fusion: $name $stage: simulate-device failed" >&2; rm -rf "$dir"; return 1; }
+      local est
+      est=$("$bin/dump-ir/dump-ir" "$dir/$name-$stage.tilec" | awk '/^ops:/ { on = 1; next } /^pass / { on = 0 }
+        on && /est cycles=/ { e = $0; sub(/.* est cycles=/, "", e); split(e, f, " "); t += f[1] } END { print t }')
+      printf 'fusion: %s: %-5s estimate %d, simulated %s\n' "$name" \
+        "$([ $stage = plan ] && echo unfused || echo fused)" "$est" \
+        "$(sed -n 's/^total: \([0-9]*\) cycles.*/\1/p' "$dir/$name-$stage.report")"
+    done
+    "$bin/dump-ir/dump-ir" "$dir/$name-fused.tilec" | awk -v n="$name" '
+      /^pass fuse-/ { pass = $2; sub(/:$/, "", pass); next }
+      /^pass / { pass = "" }
+      pass != "" && /(accepted|rejected|info)/ { sub(/^ */, ""); printf "fusion: %s: %s: %s\n", n, pass, $0 }'
+  done
+  rm -rf "$dir"
+}
+
 # Every GEMM of the so400m MLP block (searched plans, F16 and FP8 inputs)
 # against the best its grid and any grid allow by the formulas alone
 # (inspect-gemms; passes/plan/gemm_bound.h): grid, calls per tile,

@@ -2,8 +2,9 @@
 # Chains the tilec stages, keeping every stage's file (and its dump-ir text)
 # in OUT_DIR so any stage can be re-run, diffed or bisected on its own:
 # 0-import.tilec from import-model, then <i>-<pass>.tilec for each pass of
-# passes/pipeline/PIPELINE in order (today 1-plan-ownership, 2-expand-reduce,
-# 3-emit-device: the device program).
+# passes/pipeline/PIPELINE in order (today 1-plan-ownership,
+# 2-fuse-elementwise, 3-fuse-residual, 4-expand-reduce,
+# 5-emit-device: the device program).
 #
 #   scripts/compile.sh OUT_DIR [import-model flags...]
 #

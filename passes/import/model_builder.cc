@@ -358,6 +358,10 @@ std::string ValidateModelConfig(const ModelConfig& c) {
   for (const auto& [flag, value] : sizes) {
     if (std::string e = CheckSize(flag, value); !e.empty()) return e;
   }
+  if (c.mlp_blocks < 1 || c.mlp_blocks > kMaxLayers) {
+    return Flag("layers", c.mlp_blocks) + ": MLP blocks must be 1 to " +
+           std::to_string(kMaxLayers);
+  }
   if (c.layers > kMaxLayers) {
     return Flag("layers", c.layers) + ": must be at most " +
            std::to_string(kMaxLayers);
@@ -415,7 +419,10 @@ std::string BuildModel(const ModelConfig& config, ModelPart part,
   int64_t layers = 1;
   switch (part) {
     case ModelPart::kMlpBlock:
-      BuildMlpBlock(g, config, "l0.", x);
+      layers = config.mlp_blocks;
+      for (int64_t i = 0; i < layers; ++i) {
+        x = BuildMlpBlock(g, config, "l" + std::to_string(i) + ".", x);
+      }
       break;
     case ModelPart::kLayer:
       BuildLayer(g, config, "l0.", x);
@@ -454,6 +461,11 @@ std::string BuildModel(std::string_view preset, std::string_view part,
   ModelPart model_part;
   if (std::string e = ParseModelPart(part, &model_part); !e.empty()) return e;
   ApplyOverrides(overrides, &config);
+  // One layer is one layer whatever --layers says (scripts pass one set of
+  // model flags with several parts).
+  if (overrides.layers && model_part == ModelPart::kMlpBlock) {
+    config.mlp_blocks = *overrides.layers;
+  }
   return BuildModel(config, model_part, module);
 }
 

@@ -66,7 +66,10 @@ struct ModelConfig {
   int64_t width = 0;
   int64_t mlp_width = 0;
   int64_t heads = 0;
-  int64_t layers = 0;
+  int64_t layers = 0;  // --part=model
+  // --part=mlp-block: consecutive MLP blocks l0, l1, ... (each residual
+  // feeding the next block's LayerNorm); --layers sets it for that part.
+  int64_t mlp_blocks = 1;
   float eps = 0.0f;
   fb::GeluForm gelu = fb::GeluForm::Tanh;
   uint64_t weight_seed = 1;

@@ -487,12 +487,15 @@ TEST(ModelBuilder, SizeOverrides) {
   for (const auto& op : m.ops) EXPECT_EQ(ir::CheckOpShapes(*op, m), "");
 }
 
-TEST(ModelBuilder, LayersOverrideIgnoredOutsideModel) {
+// --layers counts layers of a model and blocks of an MLP block; one layer
+// stays one layer.
+TEST(ModelBuilder, LayersOverrideOfEachPart) {
   ModelOverrides o;
   o.layers = 5;
-  EXPECT_EQ(Build("vit-b16-224", "layer", o).ops.size(), 16u);
-  EXPECT_EQ(Build("vit-b16-224", "mlp-block", o).ops.size(), 7u);
+  EXPECT_EQ(Build("vit-b16-224", "mlp-block", o).ops.size(), 35u);
   EXPECT_EQ(Build("vit-b16-224", "model", o).ops.size(), 80u);
+  EXPECT_EQ(Build("vit-b16-224", "layer", o).ops.size(), 16u);
+  EXPECT_EQ(Build("vit-b16-224", "mlp-block").ops.size(), 7u);
 }
 
 TEST(ModelBuilder, Batch2) {
@@ -597,6 +600,27 @@ TEST(ModelBuilder, InconsistentSizes) {
     EXPECT_THAT(BuildError("siglip-so400m-384", "model", over),
                 HasSubstr(b.message));
   }
+}
+
+// --layers=N with --part=mlp-block chains N blocks: each block's residual
+// is the next block's input (its LayerNorm and its residual add).
+TEST(ModelBuilder, ConsecutiveMlpBlocks) {
+  ModelOverrides o;
+  o.layers = 2;
+  const fb::ModuleT m = Build("siglip-so400m-384", "mlp-block", o);
+  EXPECT_EQ(m.model->layers, 2);
+  ASSERT_EQ(m.ops.size(), 14u);
+  const uint32_t residual0 = ValueNamed(m, "l0.mlp.residual.out").id;
+  int readers = 0;
+  for (const auto& op : m.ops) {
+    if (op->name != "l1.ln2" && op->name != "l1.mlp.residual") continue;
+    EXPECT_EQ(op->operands[0], residual0) << op->name;
+    ++readers;
+  }
+  EXPECT_EQ(readers, 2);
+  EXPECT_EQ(ValueNamed(m, "l1.mlp.residual.out").role, fb::ValueRole::Output);
+  EXPECT_EQ(ValueNamed(m, "l0.mlp.residual.out").role,
+            fb::ValueRole::Activation);
 }
 
 TEST(ModelBuilder, BadEps) {

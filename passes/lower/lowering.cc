@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "formats/print.h"
+#include "kernels/fused_body.h"
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
 #include "passes/core/ownership.h"
@@ -938,143 +939,21 @@ Status Lowering::ReducePartials(GemmState* s) {
 
 // ---------------------------------------------------------------- elementwise
 
-namespace {
-
-// One kernel of a compiled elementwise body.
-struct KernelStep {
-  std::string kernel;  // bias_add, bias_gelu, gelu, add, cast,
-                       // residual_moments, ln_moments
-  int operand = -1;    // the op operand it adds (bias or residual)
-  bool bias = false;   // `operand` is a [w] row broadcast down the rows
-  int form = 0;        // GELU form
-  fb::DType dtype = fb::DType::F32;  // output dtype (temporaries)
-  int scale_exp = 0;
-  bool moments = false;  // writes the op's second result
-};
-
-// The body of an elementwise op as a kernel sequence. Steps that the
-// reference does not round between (bias add then GELU, residual add then
-// moments) become one fused kernel.
-Status CompileBody(const fb::OperationT& op, const fb::ValueT& result,
-                   std::vector<KernelStep>* out) {
-  std::vector<fb::FusedStepT> steps;
-  auto step = [](fb::FusedStepKind kind, int operand) {
-    fb::FusedStepT s;
-    s.kind = kind;
-    s.operand = operand;
-    return s;
-  };
-  switch (op.kind) {
-    case fb::OpKind::BiasAdd:
-      steps.push_back(step(fb::FusedStepKind::BiasAdd, 1));
-      break;
-    case fb::OpKind::Gelu:
-      steps.push_back(step(fb::FusedStepKind::Gelu, -1));
-      steps.back().gelu = op.gelu;
-      break;
-    case fb::OpKind::Add:
-      steps.push_back(step(fb::FusedStepKind::ResidualAdd, 1));
-      break;
-    case fb::OpKind::Cast:
-      steps.push_back(step(fb::FusedStepKind::Cast, -1));
-      steps.back().dtype = result.dtype;
-      steps.back().fp8_scale_exp = result.fp8_scale_exp;
-      break;
-    default:
-      for (const auto& s : op.body) steps.push_back(*s);
-  }
-  const std::string where = OpWhere(op);
-  if (steps.empty()) return Status::BadInput(where + ": empty fused body");
-  for (size_t i = 0; i < steps.size();) {
-    const fb::FusedStepT& s = steps[i];
-    const bool has_next = i + 1 < steps.size();
-    KernelStep k;
-    switch (s.kind) {
-      case fb::FusedStepKind::BiasAdd:
-        k.operand = s.operand;
-        k.bias = true;
-        if (has_next && steps[i + 1].kind == fb::FusedStepKind::Gelu) {
-          k.kernel = "bias_gelu";
-          k.form = static_cast<int>(steps[i + 1].gelu);
-          i += 2;
-          // A cast right after is folded in: the kernel stores its F32
-          // result in the cast's dtype, rounding once as the cast would
-          // (bias_gelu_fp8's formula for an FP8 output).
-          if (i < steps.size() && steps[i].kind == fb::FusedStepKind::Cast) {
-            k.dtype = steps[i].dtype;
-            k.scale_exp = steps[i].fp8_scale_exp;
-            i += 1;
-          }
-        } else {
-          k.kernel = "bias_add";
-          i += 1;
-        }
-        break;
-      case fb::FusedStepKind::Gelu:
-        k.kernel = "gelu";
-        k.form = static_cast<int>(s.gelu);
-        i += 1;
-        break;
-      case fb::FusedStepKind::ResidualAdd:
-        k.operand = s.operand;
-        if (has_next && steps[i + 1].kind == fb::FusedStepKind::Moments) {
-          k.kernel = "residual_moments";
-          k.moments = true;
-          i += 2;
-        } else {
-          k.kernel = "add";
-          i += 1;
-        }
-        break;
-      case fb::FusedStepKind::Cast:
-        k.kernel = "cast";
-        k.dtype = s.dtype;
-        k.scale_exp = s.fp8_scale_exp;
-        i += 1;
-        break;
-      case fb::FusedStepKind::Moments:
-        k.kernel = "ln_moments";
-        k.moments = true;
-        i += 1;
-        break;
-      default:
-        return Status::BadInput(where + ": no tile kernel for fused step " +
-                                std::string(fb::EnumNameFusedStepKind(s.kind)));
-    }
-    if ((k.bias || k.kernel == "add" || k.kernel == "residual_moments") &&
-        (k.operand < 1 || k.operand >= static_cast<int>(op.operands.size()))) {
-      return Status::BadInput(where + ": step names operand " +
-                              std::to_string(k.operand) + " of " +
-                              std::to_string(op.operands.size()));
-    }
-    if (k.moments && i != steps.size()) {
-      return Status::BadInput(where +
-                              ": a Moments step must be the body's last");
-    }
-    out->push_back(k);
-  }
-  const bool wants_moments = out->back().moments;
-  if (wants_moments != (op.results.size() == 2)) {
-    return Status::BadInput(where + ": a body with Moments has two results "
-                                    "(value, moments), otherwise one");
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
 Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
   const std::string where = OpWhere(op);
   const uint32_t y_id = op.results[0];
   const fb::ValueT* Y = value(y_id);
-  std::vector<KernelStep> steps;
-  TILEC_RETURN_IF_ERROR(CompileBody(op, *Y, &steps));
+  // The calls are the one definition the planner prices too
+  // (kernels/fused_body.h).
+  StatusOr<std::vector<fb::FusedStepT>> body = kernels::BodySteps(op, *Y);
+  if (!body.ok()) return body.status();
+  StatusOr<std::vector<kernels::BodyKernel>> compiled = kernels::CompileBody(
+      *body, op.operands.size(), op.results.size(), where);
+  if (!compiled.ok()) return compiled.status();
+  const std::vector<kernels::BodyKernel>& steps = *compiled;
   // ln_moments reads the stored result; it is not a value-producing step.
   const bool trailing_moments = steps.back().kernel == "ln_moments";
   const size_t value_steps = steps.size() - (trailing_moments ? 1 : 0);
-  if (value_steps == 0) {
-    return Status::BadInput(where + ": a body of only Moments has no value");
-  }
   const fb::ValueT* M = op.results.size() == 2 ? value(op.results[1]) : nullptr;
   if (M && (Y->shape.size() != 2 || M->shape.size() != 2 ||
             M->shape[0] != Y->shape[0] || M->shape[1] != 3)) {
@@ -1186,7 +1065,7 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
       if (!running.ok()) return running.status();
       VSlice cur = *running;
       for (size_t i = 0; i < value_steps; ++i) {
-        const KernelStep& k = steps[i];
+        const kernels::BodyKernel& k = steps[i];
         VCall call;
         call.tile = t;
         call.kernel = k.kernel;
@@ -1216,10 +1095,7 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
         }
         call.args.push_back(result);
         if (k.moments) call.args.push_back(moments_slice(box));
-        call.params = {rows, w};
-        if (k.kernel == "gelu" || k.kernel == "bias_gelu") {
-          call.params.push_back(k.form);
-        }
+        call.params = kernels::BodyKernelParams(k, rows, w);
         AddCall(phase, std::move(call));
         cur = result;
       }

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "passes/fuse/fuse.h"
+#include "passes/fuse/residual.h"
 #include "passes/lower/emit_device.h"
 #include "passes/lower/expand_reduce.h"
 #include "passes/plan/planner.h"
@@ -31,6 +33,11 @@ StatusOr<std::unique_ptr<Pass>> MakePass(std::string_view name,
   if (name == "plan-ownership") {
     pass = std::make_unique<plan::PlanOwnershipPass>(plan::PlannerOptions{},
                                                      std::move(common));
+  } else if (name == "fuse-elementwise") {
+    pass = std::make_unique<fuse::FuseElementwisePass>(fuse::FuseOptions{},
+                                                       std::move(common));
+  } else if (name == "fuse-residual") {
+    pass = std::make_unique<fuse::FuseResidualPass>(std::move(common));
   } else if (name == "expand-reduce") {
     pass = std::make_unique<lower::ExpandReducePass>(
         lower::ExpandReduceOptions{}, std::move(common));

@@ -324,23 +324,8 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
 
 StatusOr<int64_t> Coster::StepCycles(const ElementwiseStep& step, int64_t rows,
                                      int64_t w) const {
-  StatusOr<kernels::DType> out = kernels::DTypeFromFb(step.out_dtype);
-  if (!out.ok()) return out.status();
-  if (step.kernel == "add") return kernels::AddCycles(model(), rows, w);
-  if (step.kernel == "gelu") return kernels::GeluCycles(model(), rows, w);
-  if (step.kernel == "cast") return kernels::CastCycles(model(), rows, w);
-  if (step.kernel == "bias_gelu") {
-    // The kernel's formula follows its output: an FP8 result is the
-    // bias_gelu_fp8 formula, as the simulator charges it.
-    return kernels::BiasGeluCycles(model(), *out, rows, w);
-  }
-  if (step.kernel == "bias_gelu_fp8") {
-    return kernels::BiasGeluCycles(model(), kernels::DType::kFp8E4M3, rows, w);
-  }
-  if (step.kernel == "ln_moments") {
-    return kernels::LnMomentsCycles(model(), rows, w);
-  }
-  return Status::Internal("no cycle function for kernel " + step.kernel);
+  return kernels::BodyKernelCycles(model(), step.call, step.out_dtype, rows,
+                                   w);
 }
 
 StatusOr<OpCost> Coster::PriceElementwise(const Graph& graph, int op,
@@ -351,7 +336,7 @@ StatusOr<OpCost> Coster::PriceElementwise(const Graph& graph, int op,
   // Steps that need row structure (a per-column operand, row moments).
   bool row_free = true;
   for (const ElementwiseStep& step : node.steps) {
-    row_free = row_free && !step.uses_vector && step.kernel != "ln_moments";
+    row_free = row_free && !step.call.bias && !step.call.moments;
   }
   // One tile holding `held`: one call per step and box, or, where the steps
   // need no rows, one call per step over the tile's whole range (its
@@ -403,7 +388,7 @@ StatusOr<OpCost> Coster::PriceElementwise(const Graph& graph, int op,
   }
   std::string kernels;
   for (const ElementwiseStep& step : node.steps) {
-    kernels += (kernels.empty() ? "" : "+") + step.kernel;
+    kernels += (kernels.empty() ? "" : "+") + step.call.kernel;
   }
   cost.detail = kernels + " " + std::to_string(cost.compute);
   return cost;

@@ -25,61 +25,21 @@ Status Unsupported(const fb::OperationT& op, const std::string& why) {
                             "): " + why);
 }
 
-// The kernel calls of a fused elementwise body (docs/planner.md): a bias
-// add directly followed by GELU is the fused bias_gelu kernel (its FP8
-// output variant when a cast to FP8 follows), every other step is its own
-// kernel.
-Status FusedSteps(const fb::OperationT& op, fb::DType out_dtype,
-                  std::vector<ElementwiseStep>* steps) {
-  const auto& body = op.body;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const fb::FusedStepT& step = *body[i];
-    ElementwiseStep s;
-    s.out_dtype = out_dtype;
-    switch (step.kind) {
-      case fb::FusedStepKind::BiasAdd:
-        if (i + 1 < body.size() &&
-            body[i + 1]->kind == fb::FusedStepKind::Gelu) {
-          // A cast right after is folded into the kernel, which stores in
-          // the cast's dtype (the lowering does the same).
-          const bool cast = i + 2 < body.size() &&
-                            body[i + 2]->kind == fb::FusedStepKind::Cast;
-          if (cast) s.out_dtype = body[i + 2]->dtype;
-          const bool fp8_out = s.out_dtype == fb::DType::FP8E4M3 ||
-                               s.out_dtype == fb::DType::FP8E5M2;
-          s.kernel = fp8_out ? "bias_gelu_fp8" : "bias_gelu";
-          s.uses_vector = true;
-          i += cast ? 2 : 1;
-        } else {
-          s.kernel = "add";
-          s.uses_vector = true;
-        }
-        break;
-      case fb::FusedStepKind::Gelu:
-        s.kernel = "gelu";
-        break;
-      case fb::FusedStepKind::Cast:
-        s.kernel = "cast";
-        break;
-      case fb::FusedStepKind::ResidualAdd:
-        s.kernel = "add";
-        s.binary = true;
-        break;
-      case fb::FusedStepKind::Scale:
-        // No formula of its own: one multiply per element, priced as the
-        // add kernel (the same vector rate).
-        s.kernel = "add";
-        break;
-      case fb::FusedStepKind::Moments:
-        s.kernel = "ln_moments";
-        break;
-      default:
-        return Unsupported(op, "unknown fused step kind " +
-                                   std::to_string(static_cast<int>(step.kind)));
-    }
-    steps->push_back(s);
+// The kernel calls of an elementwise op's body (kernels/fused_body.h, the
+// definition the lowering compiles the same body with), each with the
+// dtype it writes.
+Status BodyCalls(const fb::OperationT& op, const fb::ValueT& result,
+                 std::vector<ElementwiseStep>* steps) {
+  const std::string where = "op " + std::to_string(op.id) + " (" + op.name + ")";
+  StatusOr<std::vector<fb::FusedStepT>> body = kernels::BodySteps(op, result);
+  if (!body.ok()) return Status::Infeasible(body.status().message());
+  StatusOr<std::vector<kernels::BodyKernel>> calls = kernels::CompileBody(
+      *body, op.operands.size(), op.results.size(), where);
+  if (!calls.ok()) return Status::Infeasible(calls.status().message());
+  for (size_t i = 0; i < calls->size(); ++i) {
+    steps->push_back(
+        {(*calls)[i], kernels::BodyKernelOutput(*calls, i, result.dtype)});
   }
-  if (steps->empty()) return Unsupported(op, "a fused op with an empty body");
   return Status::Ok();
 }
 
@@ -137,25 +97,21 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
         TILEC_RETURN_IF_ERROR(need_rank2());
         node.op_class = OpClass::kElementwise;
         node.slots = {SlotRole::kLayout, SlotRole::kVector};
-        node.steps = {{"add", true, false, result.dtype}};
         break;
       case fb::OpKind::Gelu:
         TILEC_RETURN_IF_ERROR(need_rank2());
         node.op_class = OpClass::kElementwise;
         node.slots = {SlotRole::kLayout};
-        node.steps = {{"gelu", false, false, result.dtype}};
         break;
       case fb::OpKind::Add:
         TILEC_RETURN_IF_ERROR(need_rank2());
         node.op_class = OpClass::kElementwise;
         node.slots = {SlotRole::kLayout, SlotRole::kLayout};
-        node.steps = {{"add", false, true, result.dtype}};
         break;
       case fb::OpKind::Cast:
         TILEC_RETURN_IF_ERROR(need_rank2());
         node.op_class = OpClass::kElementwise;
         node.slots = {SlotRole::kLayout};
-        node.steps = {{"cast", false, false, result.dtype}};
         break;
       case fb::OpKind::Fused: {
         TILEC_RETURN_IF_ERROR(need_rank2());
@@ -166,7 +122,6 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
             node.slots[step->operand] = SlotRole::kVector;
           }
         }
-        TILEC_RETURN_IF_ERROR(FusedSteps(op, result.dtype, &node.steps));
         break;
       }
       case fb::OpKind::LayerNorm:
@@ -212,6 +167,10 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
       default:
         return Unsupported(op, ir::OpKindText(op.kind) +
                                    " has no recipe in plan-ownership yet");
+    }
+    if (node.op_class == OpClass::kElementwise && node.slots.size() == arity) {
+      TILEC_RETURN_IF_ERROR(
+          BodyCalls(op, *module.values[node.result], &node.steps));
     }
     if (node.slots.size() != arity) {
       return Unsupported(op, "expected " + std::to_string(node.slots.size()) +

@@ -16,6 +16,7 @@
 #include "formats/basics.h"
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
+#include "kernels/fused_body.h"
 #include "passes/core/attention_plan.h"
 
 namespace tilec::plan {
@@ -33,11 +34,11 @@ enum class SlotRole {
 
 enum class OpClass { kGemm, kElementwise, kRowWise, kCopy, kAttention };
 
-// One kernel call pattern of an elementwise op (docs/planning.md).
+// One kernel call of an elementwise op's body, as the lowering makes it
+// (kernels/fused_body.h: the one definition both use), and the dtype it
+// writes.
 struct ElementwiseStep {
-  std::string kernel;        // "add", "gelu", "bias_gelu", "cast", ...
-  bool uses_vector = false;  // needs a per-column operand (bias)
-  bool binary = false;       // two full-size inputs (add)
+  kernels::BodyKernel call;
   fb::DType out_dtype = fb::DType::F16;
 };
 

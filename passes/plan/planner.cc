@@ -17,6 +17,8 @@ namespace {
 
 constexpr char kPassName[] = "plan-ownership";
 
+}  // namespace
+
 StatusOr<std::optional<fb::DType>> ParseGemmDType(
     const std::optional<std::string>& text) {
   if (!text || text->empty() || *text == "native") {
@@ -30,6 +32,8 @@ StatusOr<std::optional<fb::DType>> ParseGemmDType(
   return Status::BadInput("--gemm_dtype=" + *text +
                           ": expected fp8, f16, f32 or native");
 }
+
+namespace {
 
 // The parameters that decide the plan, as recorded in the PassRun: the same
 // for a run and for any split of it into checkpoint + resume. Paths of

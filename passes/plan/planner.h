@@ -49,6 +49,11 @@ struct PlannerOptions {
   int64_t checkpoint_every = 16;
 };
 
+// --gemm_dtype's text ("fp8", "fp8e4m3", "f16", "f32", "native" or empty)
+// as the dtype GEMM inputs are priced in (none for native).
+StatusOr<std::optional<fb::DType>> ParseGemmDType(
+    const std::optional<std::string>& text);
+
 // Parses a --recipe file: lines "op ID: RECIPE" (Recipe::Text() syntax),
 // '#' comments and blank lines. Errors are "FILE:LINE: problem" (exit 2).
 // `name` is the file's display name.

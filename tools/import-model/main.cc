@@ -14,7 +14,10 @@ DEFINE_string(
     preset, "siglip-so400m-384",
     "Model preset: siglip-so400m-384, vit-b16-224, clip-vit-l14-224.");
 DEFINE_string(part, "mlp-block", "What to build: mlp-block, layer or model.");
-DEFINE_int64(layers, 0, "Layers for --part=model (default: the preset's).");
+DEFINE_int64(layers, 0,
+             "Layers for --part=model (default: the preset's); consecutive "
+             "MLP blocks for --part=mlp-block (default 1); --part=layer is "
+             "one layer.");
 DEFINE_int64(batch, 1, "Batch size (rows = batch * tokens).");
 DEFINE_int64(tokens, 0, "Override the preset's token count.");
 DEFINE_int64(width, 0, "Override the preset's model width.");

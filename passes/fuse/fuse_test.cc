@@ -1,0 +1,430 @@
+// fuse-elementwise and fuse-residual, rule by rule on the tiny target:
+// chain growth, a type-changing region, multi-consumer refusal, each
+// placement across a redistribution, the read-back of a plan, and end to
+// end: fused programs simulate like the reference and like the unfused
+// ones, with predicted cycles equal to simulated.
+
+#include "passes/fuse/fuse.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "formats/ir.h"
+#include "passes/fuse/residual.h"
+#include "passes/import/model_builder.h"
+#include "passes/lower/hand_plan.h"
+#include "passes/pipeline/pipeline.h"
+#include "passes/plan/planner.h"
+
+namespace tilec::fuse {
+namespace {
+
+// A graph built by hand: values and ops added in order.
+struct Builder {
+  fb::ModuleT m;
+  Builder() {
+    m.target = std::make_unique<fb::TargetT>();
+    EXPECT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
+  }
+  uint32_t Value(const std::string& name, std::vector<int64_t> shape,
+                 fb::ValueRole role, fb::DType dtype = fb::DType::F16,
+                 int scale_exp = 0) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->id = static_cast<uint32_t>(m.values.size());
+    v->name = name;
+    v->shape = std::move(shape);
+    v->dtype = dtype;
+    v->fp8_scale_exp = scale_exp;
+    v->role = role;
+    if (role != fb::ValueRole::Activation && role != fb::ValueRole::Output) {
+      v->init = std::make_unique<fb::WeightInitT>();
+      v->init->seed = v->id + 11;
+      v->init->stddev = 1.0f;
+    }
+    m.values.push_back(std::move(v));
+    return m.values.back()->id;
+  }
+  void Op(fb::OpKind kind, const std::string& name,
+          std::vector<uint32_t> operands, uint32_t result) {
+    auto op = std::make_unique<fb::OperationT>();
+    op->id = static_cast<uint32_t>(m.ops.size());
+    op->kind = kind;
+    op->name = name;
+    op->operands = std::move(operands);
+    op->results = {result};
+    m.ops.push_back(std::move(op));
+  }
+};
+
+fb::ModuleT Planned(fb::ModuleT m, const std::string& recipe = "") {
+  plan::PlannerOptions po;
+  po.attempts = 16;
+  po.recipe_text = recipe;
+  po.recipe_name = "test.recipe";
+  plan::PlanOwnershipPass planner(po);
+  StatusOr<bool> ran = planner.Run(&m);
+  EXPECT_TRUE(ran.ok()) << ran.status().message();
+  return m;
+}
+
+struct Fused {
+  fb::ModuleT module;
+  std::vector<fb::DecisionT> decisions;
+  bool changed = false;
+};
+
+Fused RunFuse(fb::ModuleT m, FuseOptions options = {},
+              passes::PassOptions common = {}) {
+  FuseElementwisePass pass(options, common);
+  StatusOr<bool> ran = pass.Run(&m);
+  EXPECT_TRUE(ran.ok()) << ran.status().message();
+  Fused out;
+  out.changed = ran.ok() && *ran;
+  for (const auto& d : m.log.back()->decisions) out.decisions.push_back(*d);
+  out.module = std::move(m);
+  return out;
+}
+
+const fb::OperationT* OpOfKind(const fb::ModuleT& m, fb::OpKind kind) {
+  for (const auto& op : m.ops) {
+    if (op->kind == kind) return op.get();
+  }
+  return nullptr;
+}
+
+int Count(const fb::ModuleT& m, fb::OpKind kind) {
+  int n = 0;
+  for (const auto& op : m.ops) n += op->kind == kind;
+  return n;
+}
+
+// bias add -> GELU -> cast to FP8: the region grows over both pairs, and
+// the body is one bias_gelu call writing FP8 (F16 in, FP8 out).
+TEST(FuseElementwiseTest, ChainGrowsAndChangesType) {
+  Builder b;
+  const uint32_t x = b.Value("x", {32, 64}, fb::ValueRole::Input);
+  const uint32_t bias = b.Value("bias", {64}, fb::ValueRole::Weight);
+  const uint32_t h = b.Value("h", {32, 64}, fb::ValueRole::Activation);
+  const uint32_t g = b.Value("g", {32, 64}, fb::ValueRole::Activation);
+  const uint32_t q = b.Value("q", {32, 64}, fb::ValueRole::Output,
+                             fb::DType::FP8E4M3, 4);
+  b.Op(fb::OpKind::BiasAdd, "bias", {x, bias}, h);
+  b.Op(fb::OpKind::Gelu, "gelu", {h}, g);
+  b.Op(fb::OpKind::Cast, "cast", {g}, q);
+  Fused f = RunFuse(Planned(std::move(b.m)));
+  ASSERT_TRUE(f.changed);
+  ASSERT_EQ(Count(f.module, fb::OpKind::Fused), 1);
+  EXPECT_EQ(f.module.ops.size(), 1u);
+  const fb::OperationT& op = *OpOfKind(f.module, fb::OpKind::Fused);
+  ASSERT_EQ(op.body.size(), 3u);
+  EXPECT_EQ(op.body[0]->kind, fb::FusedStepKind::BiasAdd);
+  EXPECT_EQ(op.body[1]->kind, fb::FusedStepKind::Gelu);
+  EXPECT_EQ(op.body[2]->kind, fb::FusedStepKind::Cast);
+  EXPECT_EQ(op.body[2]->dtype, fb::DType::FP8E4M3);
+  EXPECT_EQ(op.body[2]->fp8_scale_exp, 4);
+  EXPECT_EQ(op.origin, (std::vector<uint32_t>{0, 1, 2}));
+  int accepted = 0;
+  for (const auto& d : f.decisions) {
+    if (d.outcome != fb::Outcome::Accepted) continue;
+    ++accepted;
+    EXPECT_LT(d.cycles_after, d.cycles_before);
+  }
+  EXPECT_EQ(accepted, 2);
+  // The last region's reason names its kernels: the cast folded in.
+  bool folded = false;
+  for (const auto& d : f.decisions) {
+    folded |= d.reason.find("as bias_gelu:") != std::string::npos &&
+              d.reason.find("cast") != std::string::npos;
+  }
+  EXPECT_TRUE(folded);
+}
+
+// A producer with two consumers: fusing it into one of them keeps it for
+// the other and computes it twice; on small tiles that costs more.
+TEST(FuseElementwiseTest, RefusesDuplicatingAProducerThatDoesNotPay) {
+  Builder b;
+  const uint32_t x = b.Value("x", {16, 64}, fb::ValueRole::Input);
+  const uint32_t bias = b.Value("bias", {64}, fb::ValueRole::Weight);
+  const uint32_t h = b.Value("h", {16, 64}, fb::ValueRole::Activation);
+  const uint32_t g = b.Value("g", {16, 64}, fb::ValueRole::Output);
+  const uint32_t s = b.Value("s", {16, 64}, fb::ValueRole::Output);
+  b.Op(fb::OpKind::BiasAdd, "bias", {x, bias}, h);
+  b.Op(fb::OpKind::Gelu, "gelu", {h}, g);
+  b.Op(fb::OpKind::Add, "add", {h, x}, s);
+  Fused f = RunFuse(Planned(std::move(b.m)));
+  EXPECT_FALSE(f.changed);
+  int refused = 0;
+  for (const auto& d : f.decisions) {
+    if (d.outcome != fb::Outcome::Rejected) continue;
+    ++refused;
+    EXPECT_NE(d.reason.find("computed twice"), std::string::npos) << d.reason;
+    EXPECT_GT(d.cycles_after, d.cycles_before) << d.reason;
+  }
+  EXPECT_EQ(refused, 2);
+}
+
+// The ViT MLP block shrunk to [10, 48] x [48, 96] with the bias add on
+// blocked(10x1) and GELU on flat grains: a redistribution between them.
+fb::ModuleT Forced() {
+  return Planned(
+      lower::testing::Import("vit-b16-224", "mlp-block", "tiny", 10, 48, 96, 3),
+      "op 1: gemm m=2 k=3 n=2 staging=streamed chunk_k=16\n"
+      "op 2: elementwise blocked(10x1)\n"
+      "op 3: elementwise flat(grain=4, tiles=16)\n"
+      "op 4: gemm m=2 k=2 n=3 staging=batched(2) chunk_k=16\n");
+}
+
+const fb::DecisionT* AcceptedFusion(const Fused& f) {
+  for (const auto& d : f.decisions) {
+    if (d.outcome == fb::Outcome::Accepted && d.action.rfind("fuse", 0) == 0) {
+      return &d;
+    }
+  }
+  return nullptr;
+}
+
+TEST(FuseElementwiseTest, EachPlacementAcrossARedistribution) {
+  const fb::ModuleT planned = Forced();
+  ASSERT_EQ(Count(planned, fb::OpKind::Redistribute) >= 1, true);
+  struct Case {
+    FuseOptions options;
+    const char* label;
+  };
+  FuseOptions producer{true, false, false}, consumer{false, true, false};
+  for (const Case& c : {Case{producer, "fused on producer owners"},
+                        Case{consumer, "fused on consumer owners"}}) {
+    Fused f = RunFuse(planned, c.options);
+    const fb::DecisionT* d = AcceptedFusion(f);
+    ASSERT_NE(d, nullptr) << c.label;
+    EXPECT_NE(d->reason.find(c.label), std::string::npos) << d->reason;
+    EXPECT_NE(d->reason.find("different owners"), std::string::npos);
+  }
+  // All placements: the chosen one is the cheapest of them, so no
+  // restricted run beats it.
+  Fused all = RunFuse(planned);
+  const fb::DecisionT* best = AcceptedFusion(all);
+  ASSERT_NE(best, nullptr);
+  for (FuseOptions o : {producer, consumer}) {
+    const fb::DecisionT* d = AcceptedFusion(RunFuse(planned, o));
+    ASSERT_NE(d, nullptr);
+    EXPECT_LE(best->cycles_after, d->cycles_after);
+  }
+}
+
+// Tile memory shrunk below what any placement needs: the cheaper fused
+// plans are refused by memory, naming the tile and its buffers.
+TEST(FuseElementwiseTest, RefusesPlacementsThatDoNotFit) {
+  fb::ModuleT planned = Forced();
+  planned.target->reserved_bytes = planned.target->sram_bytes - 4096;
+  Fused f = RunFuse(std::move(planned));
+  EXPECT_FALSE(f.changed);
+  bool refused = false;
+  for (const auto& d : f.decisions) {
+    if (d.ops.size() < 2 || d.ops[0] != 2 || d.ops[1] != 3) continue;
+    EXPECT_EQ(d.outcome, fb::Outcome::Rejected);
+    EXPECT_NE(d.reason.find("refused by memory"), std::string::npos)
+        << d.reason;
+    EXPECT_NE(d.reason.find("tile "), std::string::npos) << d.reason;
+    EXPECT_LT(d.cycles_after, d.cycles_before);
+    refused = true;
+  }
+  EXPECT_TRUE(refused);
+}
+
+TEST(FuseElementwiseTest, MaxDecisionsKeepsTheModule) {
+  const fb::ModuleT planned = Forced();
+  passes::PassOptions common;
+  common.max_decisions = 0;
+  Fused f = RunFuse(planned, {}, common);
+  EXPECT_FALSE(f.changed);
+  EXPECT_EQ(f.module.ops.size(), planned.ops.size());
+  ASSERT_FALSE(f.decisions.empty());
+  EXPECT_NE(f.decisions[0].reason.find("--max-decisions"), std::string::npos);
+}
+
+// The plan read back prices as the planner wrote it.
+TEST(FuseElementwiseTest, UnplanKeepsThePlansPrice) {
+  const fb::ModuleT planned = Forced();
+  int64_t written = 0;
+  for (const auto& op : planned.ops) written += op->estimate->cycles;
+  StatusOr<PlannedGraph> pg = Unplan(planned);
+  ASSERT_TRUE(pg.ok()) << pg.status().message();
+  EXPECT_EQ(Count(pg->module, fb::OpKind::Redistribute), 0);
+  StatusOr<plan::Graph> graph = plan::Graph::Build(pg->module);
+  ASSERT_TRUE(graph.ok());
+  StatusOr<plan::Coster> coster =
+      plan::Coster::Create(*planned.target, plan::PriceOptions{});
+  ASSERT_TRUE(coster.ok());
+  StatusOr<plan::Evaluation> e =
+      plan::Evaluate(*graph, *coster, pg->plan, plan::EvalMode::kFull);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->total_cycles, written);
+}
+
+TEST(FuseElementwiseTest, ResidualOperandInSlotOneIsRemapped) {
+  Builder b;
+  const uint32_t x = b.Value("x", {16, 64}, fb::ValueRole::Input);
+  const uint32_t bias = b.Value("bias", {64}, fb::ValueRole::Weight);
+  const uint32_t h = b.Value("h", {16, 64}, fb::ValueRole::Activation);
+  const uint32_t s = b.Value("s", {16, 64}, fb::ValueRole::Output);
+  b.Op(fb::OpKind::BiasAdd, "l.bias", {x, bias}, h);
+  b.Op(fb::OpKind::Add, "l.residual", {x, h}, s);
+  Region r;
+  r.producer = 0;
+  r.consumer = 1;
+  r.slot = 1;
+  StatusOr<fb::ModuleT> m = FuseRegion(b.m, r, 9);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->ops.size(), 1u);
+  const fb::OperationT& op = *m->ops[0];
+  EXPECT_EQ(op.name, "l.bias+residual");
+  EXPECT_EQ(op.operands, (std::vector<uint32_t>{x, bias, x}));
+  ASSERT_EQ(op.body.size(), 2u);
+  EXPECT_EQ(op.body[1]->kind, fb::FusedStepKind::ResidualAdd);
+  EXPECT_EQ(op.body[1]->operand, 2);
+  EXPECT_EQ(m->values.size(), 3u);  // h is gone
+}
+
+TEST(FuseElementwiseTest, RefusesStagesOtherThanPlanned) {
+  fb::ModuleT unplanned =
+      lower::testing::Import("vit-b16-224", "mlp-block", "tiny", 10, 48, 96, 3);
+  FuseElementwisePass pass;
+  StatusOr<bool> ran = pass.Run(&unplanned);
+  ASSERT_FALSE(ran.ok());
+  EXPECT_EQ(ran.status().code(), StatusCode::kBadInput);
+  EXPECT_NE(ran.status().message().find("unplanned graph"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- end to end
+
+struct Compiled {
+  fb::ModuleT module;
+  lower::testing::SimCheck check;
+  int64_t predicted = 0;
+};
+
+// The default pipeline; with `fuse` false both fusion passes apply no
+// decision (--max-decisions=0), which leaves the module as it was.
+Compiled Compile(fb::ModuleT m, const std::string& recipe, bool fuse) {
+  plan::PlannerOptions po;
+  po.attempts = 16;
+  po.recipe_text = recipe;
+  po.recipe_name = "test.recipe";
+  Status s = passes::RunPipeline(
+      &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
+        if (name == "plan-ownership") {
+          return std::make_unique<plan::PlanOwnershipPass>(po);
+        }
+        passes::PassOptions off;
+        off.max_decisions = 0;
+        if (!fuse && name == "fuse-elementwise") {
+          return std::make_unique<FuseElementwisePass>(FuseOptions{}, off);
+        }
+        if (!fuse && name == "fuse-residual") {
+          return std::make_unique<FuseResidualPass>(off);
+        }
+        return nullptr;
+      });
+  EXPECT_TRUE(s.ok()) << s.message();
+  Compiled out;
+  out.predicted = lower::testing::ProgramFiguresOf(m).predicted;
+  s = lower::testing::SimulateAgainstReference(
+      m, sim::Tolerance{2e-2, 1e-2, 0.9999}, &out.check);
+  EXPECT_TRUE(s.ok()) << s.message();
+  out.module = std::move(m);
+  return out;
+}
+
+void ExpectFusedLikeUnfused(const fb::ModuleT& graph,
+                            const std::string& recipe, int min_fused) {
+  Compiled fused = Compile(graph, recipe, true);
+  Compiled unfused = Compile(graph, recipe, false);
+  EXPECT_GE(Count(fused.module, fb::OpKind::Fused), min_fused);
+  EXPECT_EQ(Count(unfused.module, fb::OpKind::Fused), 0);
+  EXPECT_TRUE(fused.check.pass) << fused.check.message;
+  EXPECT_TRUE(unfused.check.pass) << unfused.check.message;
+  EXPECT_EQ(fused.check.result.total_cycles, fused.predicted);
+  EXPECT_EQ(unfused.check.result.total_cycles, unfused.predicted);
+  // Every fused op's body is priced (by the planner, through
+  // kernels/fused_body.h) as the simulator charges the calls the lowering
+  // made of it: the check that would have caught residual_moments priced
+  // as add + ln_moments.
+  for (const auto& op : fused.module.ops) {
+    if (op->kind != fb::OpKind::Fused) continue;
+    ASSERT_NE(op->estimate, nullptr);
+    bool seen = false;
+    for (const sim::OpReport& r : fused.check.result.ops) {
+      if (r.op != op->id) continue;
+      seen = true;
+      EXPECT_EQ(r.compute_cycles, op->estimate->compute_cycles) << op->name;
+    }
+    EXPECT_TRUE(seen) << op->name;
+  }
+  // Never slower than without fusion.
+  EXPECT_LE(fused.check.result.total_cycles,
+            unfused.check.result.total_cycles);
+  std::printf("fused %lld cycles (max_abs_err %g), unfused %lld (%g)\n",
+              static_cast<long long>(fused.check.result.total_cycles),
+              fused.check.max_abs_err,
+              static_cast<long long>(unfused.check.result.total_cycles),
+              unfused.check.max_abs_err);
+}
+
+TEST(FuseEndToEndTest, ForcedPlanFusesAcrossItsRedistribution) {
+  ExpectFusedLikeUnfused(
+      lower::testing::Import("vit-b16-224", "mlp-block", "tiny", 10, 48, 96, 3),
+      "op 1: gemm m=2 k=3 n=2 staging=streamed chunk_k=16\n"
+      "op 2: elementwise blocked(10x1)\n"
+      "op 3: elementwise flat(grain=4, tiles=16)\n"
+      "op 4: gemm m=2 k=2 n=3 staging=batched(2) chunk_k=16\n",
+      1);
+}
+
+TEST(FuseEndToEndTest, SearchedPlan) {
+  ExpectFusedLikeUnfused(lower::testing::Import("vit-b16-224", "mlp-block",
+                                                "tiny", 64, 96, 384, 3),
+                         "", 1);
+}
+
+TEST(FuseEndToEndTest, TwoMlpBlocks) {
+  fb::ModuleT m;
+  m.target = std::make_unique<fb::TargetT>();
+  ASSERT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
+  passes::ModelOverrides o;
+  o.tokens = 64;
+  o.width = 64;
+  o.mlp_width = 128;
+  o.heads = 4;
+  o.layers = 2;
+  ASSERT_EQ(passes::BuildModel("vit-b16-224", "mlp-block", o, &m), "");
+  Compiled fused = Compile(m, "", true);
+  // fuse-residual decided the one residual -> LayerNorm site by cost and
+  // logged both numbers.
+  bool logged = false;
+  for (const auto& run : fused.module.log) {
+    if (run->pass != "fuse-residual") continue;
+    for (const auto& d : run->decisions) {
+      logged |= d->reason.find("before ") != std::string::npos &&
+                d->reason.find(", after ") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(logged);
+  // On this shape the statistics fusion pays: the LayerNorm became a
+  // Normalize of the sum.
+  EXPECT_EQ(Count(fused.module, fb::OpKind::Normalize), 1);
+  // fuse-elementwise after fuse-residual passes the module through (the
+  // planner cannot price what fuse-residual made).
+  fb::ModuleT again = Planned(m);
+  ASSERT_TRUE(FuseElementwisePass().Run(&again).ok());
+  StatusOr<bool> residual = FuseResidualPass().Run(&again);
+  ASSERT_TRUE(residual.ok() && *residual);
+  StatusOr<bool> twice = FuseElementwisePass().Run(&again);
+  ASSERT_TRUE(twice.ok()) << twice.status().message();
+  EXPECT_FALSE(*twice);
+  EXPECT_EQ(again.log.back()->decisions.back()->action, "skip");
+  ExpectFusedLikeUnfused(m, "", 1);
+}
+
+}  // namespace
+}  // namespace tilec::fuse

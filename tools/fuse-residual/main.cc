@@ -1,0 +1,19 @@
+// fuse-residual: a residual add computes the following LayerNorm's row
+// statistics where that is cheaper (passes/fuse/residual.h,
+// docs/fusion.md).
+
+#include "passes/fuse/residual.h"
+#include "tools/common/pass_tool.h"
+
+int main(int argc, char** argv) {
+  return tilec::tools::PassToolMain(
+      argc, argv,
+      "fuse-residual [flags] [INPUT|-] [-o OUT]: fuse a residual add with "
+      "the statistics of the LayerNorm it feeds (residual_moments, then "
+      "normalize) where the lowered cycles say it pays",
+      [](tilec::passes::PassOptions common)
+          -> tilec::StatusOr<std::unique_ptr<tilec::passes::Pass>> {
+        return std::unique_ptr<tilec::passes::Pass>(
+            new tilec::fuse::FuseResidualPass(std::move(common)));
+      });
+}
