@@ -246,6 +246,11 @@ class Quantizer {
     uint32_t output = 0;  // the FP8 value the GEMMs read
   };
 
+  // The current plan's figures on both sides: a refusal changes nothing.
+  Numbers Unchanged() const {
+    return {current_.cycles, current_.cycles, current_.peak, current_.peak};
+  }
+
   StatusOr<Priced> Price(const fb::ModuleT& m) {
     if (!options_.place_by_cost) return Priced{true, 0, 0, ""};
     return PriceByPlanning(m);
@@ -331,7 +336,8 @@ class Quantizer {
     const std::vector<uint32_t> ids = {id};
     const std::string action = "quantize " + OpLabel(*op) + " operands to FP8";
     if (policy_.excluded_ops.count(id)) {
-      log_->Reject(ids, action, "excluded by " + options_.policy_name, {});
+      log_->Reject(ids, action, "excluded by " + options_.policy_name,
+                   Unchanged());
       return false;
     }
     // Pointers into module_ stay valid until the swap below; the trial's
@@ -370,7 +376,7 @@ class Quantizer {
     if (!refusal.empty()) {
       log_->Reject(ids, action,
                    refusal + "; the GEMM kernel takes both operands FP8 or "
-                   "both in their own dtype", {});
+                   "both in their own dtype", Unchanged());
       return false;
     }
     // Price the quantized graph (cast as a Cast op, the conservative form;
@@ -478,7 +484,7 @@ class Quantizer {
       log_->Info(ids, subject + ": a Cast op",
                  ValueLabel(*in) + " is a graph input: no producer to fuse "
                  "into; the planner places the cast",
-                 {current_.cycles, current_.cycles, current_.peak, current_.peak});
+                 Unchanged());
       return Status::Ok();
     }
     const fb::OperationT& producer = *module_->ops[p];
@@ -502,7 +508,7 @@ class Quantizer {
         "moves FP8 bytes";
     if (!refusal.empty()) {
       log_->Reject(ids, action, refusal + kept,
-                   {current_.cycles, current_.cycles, current_.peak, current_.peak});
+                   Unchanged());
       return Status::Ok();
     }
     std::unique_ptr<fb::ModuleT> fused = CloneModule(*module_);
