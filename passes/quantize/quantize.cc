@@ -661,6 +661,38 @@ std::unique_ptr<fb::ModuleT> Unquantized(const fb::ModuleT& module) {
   return m;
 }
 
+OutputAccuracy CompareOutput(const fb::ModuleT& module, uint32_t value,
+                             std::span<const float> got,
+                             const kernels::ReferenceResult& unquantized) {
+  OutputAccuracy a;
+  a.value = value;
+  const kernels::ReferenceTensor* u = unquantized.Find(value);
+  if (u == nullptr || u->data.size() != got.size()) return a;
+  a.name = u->name;
+  a.full = Compare(got, u->data);
+  // The residual: an operand of the producing op that is a graph input.
+  const int p = ProducerIndex(module, value);
+  if (p < 0) return a;
+  for (uint32_t operand : module.ops[p]->operands) {
+    const fb::ValueT* r = FindValue(module, operand);
+    const kernels::ReferenceTensor* ru = unquantized.Find(operand);
+    if (r == nullptr || r->role != fb::ValueRole::Input || ru == nullptr ||
+        ru->data.size() != got.size()) {
+      continue;
+    }
+    std::vector<float> bq(got.size()), bu(got.size());
+    for (size_t i = 0; i < bq.size(); ++i) {
+      bq[i] = got[i] - ru->data[i];
+      bu[i] = u->data[i] - ru->data[i];
+    }
+    a.has_branch = true;
+    a.residual = operand;
+    a.branch = Compare(bq, bu);
+    break;
+  }
+  return a;
+}
+
 std::vector<OutputAccuracy> CompareOutputs(
     const fb::ModuleT& module, const kernels::ReferenceResult& quantized,
     const kernels::ReferenceResult& unquantized) {
@@ -668,39 +700,22 @@ std::vector<OutputAccuracy> CompareOutputs(
   for (const auto& v : module.values) {
     if (v->role != fb::ValueRole::Output) continue;
     const kernels::ReferenceTensor* q = quantized.Find(v->id);
-    const kernels::ReferenceTensor* u = unquantized.Find(v->id);
-    if (q == nullptr || u == nullptr || q->data.size() != u->data.size()) {
-      continue;
-    }
-    OutputAccuracy a;
-    a.value = v->id;
-    a.name = v->name;
-    a.full = Compare(q->data, u->data);
-    // The residual: an Add (or a fused residual add) reading a graph input.
-    const int p = ProducerIndex(module, v->id);
-    if (p >= 0) {
-      for (uint32_t operand : module.ops[p]->operands) {
-        const fb::ValueT* r = FindValue(module, operand);
-        const kernels::ReferenceTensor* rq = quantized.Find(operand);
-        const kernels::ReferenceTensor* ru = unquantized.Find(operand);
-        if (r == nullptr || r->role != fb::ValueRole::Input || rq == nullptr ||
-            ru == nullptr || rq->data.size() != q->data.size()) {
-          continue;
-        }
-        std::vector<float> bq(q->data.size()), bu(u->data.size());
-        for (size_t i = 0; i < bq.size(); ++i) {
-          bq[i] = q->data[i] - rq->data[i];
-          bu[i] = u->data[i] - ru->data[i];
-        }
-        a.has_branch = true;
-        a.residual = operand;
-        a.branch = Compare(bq, bu);
-        break;
-      }
-    }
-    out.push_back(std::move(a));
+    if (q == nullptr) continue;
+    out.push_back(CompareOutput(module, v->id, q->data, unquantized));
   }
   return out;
+}
+
+bool WithinUnquantizedTolerance(const OutputAccuracy& a) {
+  return a.full.cosine >= kMinOutputCosine &&
+         (!a.has_branch || a.branch.cosine >= kMinBranchCosine);
+}
+
+bool IsQuantized(const fb::ModuleT& module) {
+  for (const auto& v : module.values) {
+    if (v && v->fp8_quantized) return true;
+  }
+  return false;
 }
 
 std::string AccuracyText(const sim::Comparison& c) {

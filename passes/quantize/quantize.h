@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,20 @@ struct OutputAccuracy {
 std::vector<OutputAccuracy> CompareOutputs(
     const fb::ModuleT& module, const kernels::ReferenceResult& quantized,
     const kernels::ReferenceResult& unquantized);
+// One output `value` computed as `got` (e.g. simulated) against the
+// unquantized run; graph inputs (for the residual) are read from
+// `unquantized`, which holds the same inputs.
+OutputAccuracy CompareOutput(const fb::ModuleT& module, uint32_t value,
+                             std::span<const float> got,
+                             const kernels::ReferenceResult& unquantized);
+
+// The documented floors for a quantized program against the unquantized
+// graph (docs/quantize.md, "Tolerances against the unquantized graph").
+inline constexpr double kMinOutputCosine = 0.999;
+inline constexpr double kMinBranchCosine = 0.995;
+bool WithinUnquantizedTolerance(const OutputAccuracy& a);
+// True when some value of `module` was quantized by quantize-fp8.
+bool IsQuantized(const fb::ModuleT& module);
 
 // "cosine 0.999998 max_abs 0.0123 max_rel 0.0045" (fixed format).
 std::string AccuracyText(const sim::Comparison& c);
