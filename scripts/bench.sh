@@ -106,7 +106,7 @@ so400m_blocks() {
 # quantize_log NAME FILE: quantize-fp8's decisions in FILE's dump-ir text,
 # one line each, prefixed "NAME: ".
 quantize_log() {
-  awk -v n="$1" '/^pass / { on = ($2 == "quantize-fp8"); next } on && NF { sub(/^ +/, ""); print n ": quantize-fp8: " $0 }' "$2"
+  awk -v n="$1" '/^pass / { on = ($2 ~ /^quantize-fp8/); next } on && NF { sub(/^ +/, ""); print n ": quantize-fp8: " $0 }' "$2"
 }
 
 bench_lowering() {
