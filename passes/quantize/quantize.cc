@@ -670,10 +670,18 @@ OutputAccuracy CompareOutput(const fb::ModuleT& module, uint32_t value,
   if (u == nullptr || u->data.size() != got.size()) return a;
   a.name = u->name;
   a.full = Compare(got, u->data);
-  // The residual: an operand of the producing op that is a graph input.
+  // The residual: an operand of the producing op that is a graph input (or
+  // a copy of one).
   const int p = ProducerIndex(module, value);
   if (p < 0) return a;
   for (uint32_t operand : module.ops[p]->operands) {
+    // A planned graph may read the input through a Redistribute copy.
+    for (int q = ProducerIndex(module, operand);
+         q >= 0 && module.ops[q]->kind == fb::OpKind::Redistribute &&
+         !module.ops[q]->operands.empty();
+         q = ProducerIndex(module, operand)) {
+      operand = module.ops[q]->operands[0];
+    }
     const fb::ValueT* r = FindValue(module, operand);
     const kernels::ReferenceTensor* ru = unquantized.Find(operand);
     if (r == nullptr || r->role != fb::ValueRole::Input || ru == nullptr ||
