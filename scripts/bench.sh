@@ -185,6 +185,7 @@ bench_fp8() {
     sims+=("$sim")
     echo "fp8: $dtype: simulated $sim cycles, planner estimate $est"
     sed -n 's/^result: /fp8: '"$dtype"': against its own reference: /p' "$dir/$dtype.report"
+    sed -n '/^comparison with the unquantized/,/^result/{/^  %/s/^  /fp8: '"$dtype"': against the unquantized graph: /p}' "$dir/$dtype.report"
   done
   quantize_log fp8 "$dir/fp8/1-quantize-fp8.txt"
   awk -v a="${sims[0]}" -v b="${sims[1]}" 'BEGIN { printf "fp8: FP8 / F16 simulated cycles = %.3f\n", b / a }'
