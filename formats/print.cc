@@ -335,6 +335,15 @@ std::string ModelText(const fb::ModelT& md) {
          " input_seed=" + std::to_string(md.input_seed);
 }
 
+// What quantize-fp8 recorded: " quantized(from=f16 amax=3.25 saturated=0
+// flushed=0.0012)", fractions of all elements.
+static std::string Fp8Text(const fb::ValueT& v) {
+  return " quantized(from=" + DTypeText(v.unquantized_dtype) +
+         " amax=" + NumberText(v.fp8_amax) +
+         " saturated=" + NumberText(v.fp8_saturated) +
+         " flushed=" + NumberText(v.fp8_flushed) + ")";
+}
+
 std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
   std::string out = "tilec ir: schema " + std::to_string(m.schema_version) +
                     ", producer " + Quoted(m.producer) + "\n";
@@ -352,6 +361,7 @@ std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
     out += "  %" + std::to_string(v->id) + " " + v->name + ": " +
            KindOf(v->role) + " " + DTypeText(v->dtype, v->fp8_scale_exp) +
            ShapeText(v->shape) + InitText(*v);
+    if (v->fp8_quantized) out += Fp8Text(*v);
     if (v->ownership) out += " owners=" + OwnershipText(*v->ownership);
     out += "\n";
   }

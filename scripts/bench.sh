@@ -34,34 +34,33 @@ bench_reference() {
   awk -v s="$start" -v e="$end" 'BEGIN { printf "reference: so400m MLP block (7.22 G MACs) in %.2f s host\n", e - s }'
 }
 
-# plan-ownership on the so400m MLP block (batch 1, ipu21), F16 and with
-# GEMM inputs priced as FP8 (--gemm_dtype=fp8): the chosen GEMM splits and
+# plan-ownership on the so400m MLP block (batch 1, ipu21), F16 and after
+# quantize-fp8 (FP8 GEMM operands in the graph): the chosen GEMM splits and
 # staging, per-op estimated cycles, total and peak bytes per tile against
 # MACHINE.md's FP8 compute floor (38,366 cycles); host time for 0, 64 and
 # 1,000 attempts; and the trace's pinned plan
 # (testdata/plan-ownership/siglip-trace.recipe) against the searched one.
 bench_planner() {
   bazel build -c opt --noshow_progress --ui_event_filters=-info \
-    //tools/import-model //tools/plan-ownership //tools/dump-ir
+    //tools/import-model //tools/quantize-fp8 //tools/plan-ownership //tools/dump-ir
   local bin=bazel-bin/tools dir
   dir=$(mktemp -d)
-  "$bin/import-model/import-model" -o "$dir/mlp.tilec"
+  "$bin/import-model/import-model" -o "$dir/f16-mlp.tilec"
+  "$bin/quantize-fp8/quantize-fp8" "$dir/f16-mlp.tilec" -o "$dir/fp8-mlp.tilec"
   local dtype attempts start end
   for dtype in f16 fp8; do
-    local flag=""
-    [ "$dtype" = fp8 ] && flag=--gemm_dtype=fp8
     for attempts in 0 64 1000; do
       start=$(date +%s.%N)
-      "$bin/plan-ownership/plan-ownership" $flag --attempts=$attempts \
-        "$dir/mlp.tilec" -o "$dir/$dtype-$attempts.tilec" 2>"$dir/log"
+      "$bin/plan-ownership/plan-ownership" --attempts=$attempts \
+        "$dir/$dtype-mlp.tilec" -o "$dir/$dtype-$attempts.tilec" 2>"$dir/log"
       end=$(date +%s.%N)
       awk -v s="$start" -v e="$end" -v d="$dtype" -v a="$attempts" \
         -v line="$(tail -n 1 "$dir/log" | sed 's/^plan-ownership: //')" \
         'BEGIN { printf "planner: %s, --attempts=%d: %.2f s host; %s\n", d, a, e - s, line }'
     done
-    "$bin/plan-ownership/plan-ownership" $flag --attempts=1000 \
+    "$bin/plan-ownership/plan-ownership" --attempts=1000 \
       --recipe=testdata/plan-ownership/siglip-trace.recipe \
-      "$dir/mlp.tilec" -o "$dir/$dtype-trace.tilec" 2>/dev/null
+      "$dir/$dtype-mlp.tilec" -o "$dir/$dtype-trace.tilec" 2>/dev/null
     local plan
     for plan in 1000 trace; do
       "$bin/dump-ir/dump-ir" "$dir/$dtype-$plan.tilec" | awk -v d="$dtype" -v p="$plan" '
@@ -86,37 +85,29 @@ bench_planner() {
 
 # The lowering on the so400m MLP block (batch 1, ipu21): plan-ownership ->
 # expand-reduce -> emit-device -> simulate-device against the reference, for
-# the searched plan and the trace's pinned plan, in F16 and with FP8 GEMM
-# inputs. quantize-fp8 does not exist yet, so the FP8 variant is emulated
-# by giving the GEMMs' inputs FP8 E4M3 dtypes at their producers (LayerNorm
-# and GELU outputs written as FP8 with scale 2^4, weights with 2^10): what
-# quantize-fp8 would produce after fusing its casts into the producers.
-# Prints host seconds per stage, per-op planner estimate / lowered alone
-# (emit-device's own price of the op) / simulated (the simulator's
-# attribution), their ratio, bytes exchanged, peak memory per tile and the
-# comparison with the reference.
-# so400m_blocks DIR [PART]: DIR/f16.tilec, the so400m MLP block (or PART:
-# layer), and DIR/fp8.tilec, the same with FP8 E4M3 GEMM inputs (see
-# bench_lowering; in a layer also the QKV projection's inputs. Q.K^T, P.V
-# and the output projection stay F16: the attention context is a GEMM's
-# output, which the kernels write in F16 or F32 only, and the cast a real
-# quantize-fp8 would insert is not emulated).
+# the searched plan and the trace's pinned plan, in F16 and with FP8 GEMMs
+# from quantize-fp8 (calibrated scales, casts placed by cost;
+# docs/quantize.md). Prints host seconds per stage, per-op planner
+# estimate / lowered alone (emit-device's own price of the op) / simulated
+# (the simulator's attribution), their ratio, bytes exchanged, peak memory
+# per tile and the comparison with the (bit-faithful) reference; for FP8
+# also quantize-fp8's placements and its accuracy against the unquantized
+# graph.
+# so400m_blocks DIR [PART]: DIR/f16.tilec, the so400m MLP block (or PART,
+# e.g. layer), and DIR/fp8.tilec, the same through quantize-fp8 (its dump-ir
+# text in DIR/fp8.txt).
 so400m_blocks() {
   local bin=bazel-bin/tools dir=$1 part=${2:-mlp-block}
-  bazel build --noshow_progress --ui_event_filters=-info //tools/... \
-    //testdata/simulate-device:make_module
+  bazel build --noshow_progress --ui_event_filters=-info //tools/...
   "$bin/import-model/import-model" --part="$part" -o "$dir/f16.tilec"
-  "$bin/dump-ir/dump-ir" --json "$dir/f16.tilec" | python3 -c '
-import json, sys
-m = json.load(sys.stdin)
-fp8 = {"l0.ln1.out": 4, "l0.attn.qkv.w": 10, "l0.ln2.out": 4,
-       "l0.mlp.gelu.out": 4, "l0.mlp.up.w": 10, "l0.mlp.down.w": 10}
-for v in m["values"]:
-    if v["name"] in fp8:
-        v["dtype"] = "FP8E4M3"
-        v["fp8_scale_exp"] = fp8[v["name"]]
-json.dump(m, sys.stdout)' > "$dir/fp8.json"
-  bazel-bin/testdata/simulate-device/make_module "$dir/fp8.json" ipu21 "$dir/fp8.tilec"
+  "$bin/quantize-fp8/quantize-fp8" "$dir/f16.tilec" -o "$dir/fp8.tilec"
+  "$bin/dump-ir/dump-ir" "$dir/fp8.tilec" > "$dir/fp8.txt"
+}
+
+# quantize_log NAME FILE: quantize-fp8's decisions in FILE's dump-ir text,
+# one line each, prefixed "NAME: ".
+quantize_log() {
+  awk -v n="$1" '/^pass / { on = ($2 ~ /^quantize-fp8/); next } on && NF { sub(/^ +/, ""); print n ": quantize-fp8: " $0 }' "$2"
 }
 
 # lower_and_report BENCH NAME DIR INPUT [plan-ownership flags...]: every
@@ -172,6 +163,7 @@ bench_lowering() {
   local dir dtype plan status=0
   dir=$(mktemp -d)
   so400m_blocks "$dir"
+  quantize_log lowering "$dir/fp8.txt"
   for dtype in f16 fp8; do
     for plan in search trace; do
       local flags=()
@@ -184,13 +176,14 @@ bench_lowering() {
   return $status
 }
 
-# A whole so400m encoder layer (batch 1, ipu21), F16 and with FP8 GEMM
-# inputs emulated as in bench_lowering: attention on per-head grids, the
+# A whole so400m encoder layer (batch 1, ipu21), F16 and through
+# quantize-fp8 as in bench_lowering: attention on per-head grids, the
 # per-op figures to set beside MACHINE.md's hardware layer.
 bench_layer() {
   local dir dtype status=0
   dir=$(mktemp -d)
   so400m_blocks "$dir" layer
+  quantize_log layer "$dir/fp8.txt"
   for dtype in f16 fp8; do
     lower_and_report layer "$dtype" "$dir" "$dir/$dtype.tilec" || { status=1; break; }
   done
@@ -235,6 +228,33 @@ bench_fusion() {
       /^pass / { pass = "" }
       pass != "" && /(accepted|rejected|info)/ { sub(/^ */, ""); printf "fusion: %s: %s: %s\n", n, pass, $0 }'
   done
+  rm -rf "$dir"
+}
+
+# F16 against FP8 on the so400m MLP block (batch 1, ipu21) through the
+# default pipeline (scripts/compile.sh, searched plan; --f16 for F16):
+# simulated cycles and the planner's estimate of each, quantize-fp8's
+# placements and accuracy against the unquantized graph, and the
+# simulator's bit-faithful comparison of each program with its reference.
+bench_fp8() {
+  local bin=bazel-bin/tools dir dtype
+  dir=$(mktemp -d)
+  local sims=()
+  for dtype in f16 fp8; do
+    local flags=() last
+    [ "$dtype" = f16 ] && flags=(--f16)
+    last=$(scripts/compile.sh "$dir/$dtype" "${flags[@]}" | tail -n 1)
+    "$bin/simulate-device/simulate-device" "$last" -o "$dir/$dtype.report"
+    local sim est
+    sim=$(sed -n 's/^total: \([0-9]*\) cycles.*/\1/p' "$dir/$dtype.report")
+    est=$(sed -n 's/.*| est cycles=\([0-9]*\) .*/\1/p' "${last%.tilec}.txt" | awk '{ s += $1 } END { print s + 0 }')
+    sims+=("$sim")
+    echo "fp8: $dtype: simulated $sim cycles, planner estimate $est"
+    sed -n 's/^result: /fp8: '"$dtype"': against its own reference: /p' "$dir/$dtype.report"
+    sed -n '/^comparison with the unquantized/,/^result/{/^  %/s/^  /fp8: '"$dtype"': against the unquantized graph: /p}' "$dir/$dtype.report"
+  done
+  quantize_log fp8 "$dir/fp8/1-quantize-fp8.txt"
+  awk -v a="${sims[0]}" -v b="${sims[1]}" 'BEGIN { printf "fp8: FP8 / F16 simulated cycles = %.3f\n", b / a }'
   rm -rf "$dir"
 }
 

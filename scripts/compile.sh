@@ -2,11 +2,13 @@
 # Chains the tilec stages, keeping every stage's file (and its dump-ir text)
 # in OUT_DIR so any stage can be re-run, diffed or bisected on its own:
 # 0-import.tilec from import-model, then <i>-<pass>.tilec for each pass of
-# passes/pipeline/PIPELINE in order (today 1-plan-ownership,
-# 2-fuse-elementwise, 3-fuse-residual, 4-expand-reduce,
-# 5-emit-device: the device program).
+# passes/pipeline/PIPELINE in order (today 1-quantize-fp8, 2-plan-ownership,
+# 3-fuse-elementwise, 4-fuse-residual, 5-expand-reduce, 6-emit-device: the
+# device program).
 #
-#   scripts/compile.sh OUT_DIR [import-model flags...]
+#   scripts/compile.sh OUT_DIR [--f16] [import-model flags...]
+#
+# FP8 GEMMs by default; --f16 keeps every value in its dtype.
 #
 # Environment: TARGET (default ipu21); extra flags per pass in <PASS>_FLAGS
 # (e.g. PLAN_OWNERSHIP_FLAGS=--attempts=0, EMIT_DEVICE_FLAGS=--explain).
@@ -20,6 +22,18 @@ cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: scripts/compile.sh OUT_DIR [import-model flags...]" >&2; exit 2; }
 out=$1
 shift
+# --f16 (anywhere among the flags): the F16 pipeline, quantize-fp8
+# --fp8=false (docs/quantize.md); FP8 is the default.
+model_flags=()
+for flag in "$@"; do
+  if [ "$flag" = --f16 ]; then
+    QUANTIZE_FP8_FLAGS="--fp8=false ${QUANTIZE_FP8_FLAGS:-}"
+    export QUANTIZE_FP8_FLAGS
+  else
+    model_flags+=("$flag")
+  fi
+done
+set -- "${model_flags[@]+"${model_flags[@]}"}"
 mkdir -p "$out"
 bazel build --noshow_progress --ui_event_filters=-info //tools/... >&2
 bin=bazel-bin/tools

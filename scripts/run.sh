@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The main job: compile the default model (SigLIP so400m MLP block, batch 1,
-# ipu21) through every stage, run the device program in simulate-device
-# against the reference, and print simulated cycles, time at the target's
-# clock, the planner's estimate and the accuracy.
-#   scripts/run.sh [OUT_DIR] [import-model flags...]
+# ipu21) through every stage, FP8 GEMMs by default (quantize-fp8), run the
+# device program in simulate-device against the reference, and print
+# simulated cycles, time at the target's clock, the planner's estimate and
+# the accuracy against the quantized graph's reference and the unquantized
+# graph.
+#   scripts/run.sh [OUT_DIR] [--f16] [import-model flags...]
 # Every stage's file stays in OUT_DIR (default out/siglip-mlp), with the
 # simulator's report in simulate.txt (simulate.json) and the report page in
 # report.html. Exit status: compile.sh's, or
@@ -50,5 +52,14 @@ awk -v sim="$(sed -n 's/^total: \([0-9]*\) cycles.*/\1/p' "$out/simulate.txt")" 
   printf "host time: compile %.1f s, simulate %.1f s\n", tc, ts
 }'
 grep -E '^result:' "$out/simulate.txt"
+# The program matches its own graph's reference (above); quantize-fp8
+# measured that graph against the unquantized one (docs/quantize.md).
+accuracy=$(sed -n 's/^  info ([0-9, ]*) "accuracy of \(.*\)" reason="against the unquantized graph on the [a-z ]* inputs: \(.*\)" cycles.*/\1: \2/p' "${last%.tilec}.txt")
+if [ -n "$accuracy" ]; then
+  echo "accuracy against the unquantized graph (quantize-fp8):"
+  printf '  %s\n' "$accuracy"
+else
+  echo "accuracy against the unquantized graph: F16 pipeline, nothing quantized"
+fi
 echo "report page: $out/report.html"
 exit "$status"

@@ -7,6 +7,7 @@
 #include "passes/lower/emit_device.h"
 #include "passes/lower/expand_reduce.h"
 #include "passes/plan/planner.h"
+#include "passes/quantize/quantize.h"
 
 namespace tilec::passes {
 
@@ -30,7 +31,10 @@ const std::vector<std::string>& DefaultPipeline() {
 StatusOr<std::unique_ptr<Pass>> MakePass(std::string_view name,
                                          PassOptions common) {
   std::unique_ptr<Pass> pass;
-  if (name == "plan-ownership") {
+  if (name == "quantize-fp8") {
+    pass = std::make_unique<quantize::QuantizeFp8Pass>(
+        quantize::QuantizeOptions{}, std::move(common));
+  } else if (name == "plan-ownership") {
     pass = std::make_unique<plan::PlanOwnershipPass>(plan::PlannerOptions{},
                                                      std::move(common));
   } else if (name == "fuse-elementwise") {

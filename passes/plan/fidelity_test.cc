@@ -23,6 +23,7 @@
 #include <string>
 
 #include "formats/ir.h"
+#include "passes/quantize/quantize.h"
 #include "passes/import/model_builder.h"
 #include "passes/lower/hand_plan.h"
 #include "passes/pipeline/pipeline.h"
@@ -108,6 +109,13 @@ std::map<uint32_t, Lowered> Pipeline(const Case& c, int64_t attempts,
   if (*c.recipe) po.recipe_name = std::string(c.name) + ".recipe";
   Status s = passes::RunPipeline(
       &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
+        // Pinned recipes are written for the graph's own dtypes (chunk_k=16
+        // is F16's K granule): those cases measure the F16 pipeline.
+        if (name == "quantize-fp8" && *c.recipe) {
+          quantize::QuantizeOptions off;
+          off.enabled = false;
+          return std::make_unique<quantize::QuantizeFp8Pass>(off);
+        }
         if (name != "plan-ownership") return nullptr;
         return std::make_unique<PlanOwnershipPass>(po);
       });

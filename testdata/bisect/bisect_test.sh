@@ -11,6 +11,7 @@ planted=testdata/bisect/planted_check.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export PLAN_OWNERSHIP_FLAGS="--recipe=testdata/pipelines/vit-ksplit/ksplit.recipe"
+export QUANTIZE_FP8_FLAGS="--fp8=false"
 
 expect() {  # expect FILE TEXT: FILE has a line containing TEXT
   grep -qF -- "$2" "$1" || { echo "expected '$2' in:" >&2; cat "$1" >&2; exit 1; }
@@ -25,7 +26,7 @@ within_bound() {  # within_bound OUTPUT
 }
 
 # One pass: expand-reduce's second decision keeps op 4's partials in F16.
-scripts/bisect.sh --bin=tools --out="$work/one" expand-reduce "$stages/1-plan-ownership.tilec" \
+scripts/bisect.sh --bin=tools --out="$work/one" expand-reduce "$stages/2-plan-ownership.tilec" \
   -- "$planted" 4 "keep the 3 partials in f16" >"$work/one.txt"
 cat "$work/one.txt"
 expect "$work/one.txt" 'first bad decision: expand-reduce #2'
@@ -40,11 +41,11 @@ within_bound "$work/one.txt"
 scripts/bisect.sh --bin=tools --out="$work/all" --pipeline "$stages/0-import.tilec" \
   -- "$planted" 9 "share supersteps" >"$work/all.txt"
 cat "$work/all.txt"
-expect "$work/all.txt" 'first bad decision: emit-device #2 (#6 of 9 across plan-ownership fuse-elementwise fuse-residual expand-reduce emit-device)'
+expect "$work/all.txt" 'first bad decision: emit-device #2 (#6 of 9 across quantize-fp8 plan-ownership fuse-elementwise fuse-residual expand-reduce emit-device)'
 within_bound "$work/all.txt"
 
 # --fixed: the first decision after which the check passes.
-scripts/bisect.sh --bin=tools --out="$work/fix" --fixed expand-reduce "$stages/1-plan-ownership.tilec" \
+scripts/bisect.sh --bin=tools --out="$work/fix" --fixed expand-reduce "$stages/2-plan-ownership.tilec" \
   -- sh -c '! "$0" "$@"' "$planted" 1 "keep the 2 partials in f16" >"$work/fix.txt"
 expect "$work/fix.txt" 'first fix decision: expand-reduce #1'
 [ -e "$work/fix/first-passing.tilec" ] && [ -e "$work/fix/last-failing.tilec" ]
@@ -58,10 +59,10 @@ refused() {  # refused TEXT ARGS...
   expect "$work/refused.txt" "$text"
 }
 refused 'the check is still passing with all 2 decisions applied' \
-  expand-reduce "$stages/1-plan-ownership.tilec" -- true
+  expand-reduce "$stages/2-plan-ownership.tilec" -- true
 refused 'the check is already failing with no decision applied' \
-  expand-reduce "$stages/1-plan-ownership.tilec" -- false
+  expand-reduce "$stages/2-plan-ownership.tilec" -- false
 refused 'the check cannot decide on a candidate (exit 125' \
-  expand-reduce "$stages/1-plan-ownership.tilec" -- sh -c 'exit 125'
-refused 'usage: scripts/bisect.sh' expand-reduce "$stages/1-plan-ownership.tilec" true
+  expand-reduce "$stages/2-plan-ownership.tilec" -- sh -c 'exit 125'
+refused 'usage: scripts/bisect.sh' expand-reduce "$stages/2-plan-ownership.tilec" true
 echo ok

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e_test.sh TOOLS_DIR RECIPE|- [import-model flags...]
 # The whole pipeline through the tools, as scripts/compile.sh runs it
-# (import-model, then every pass of passes/pipeline/PIPELINE), then
+# (import-model, then every pass of passes/pipeline/PIPELINE: FP8 GEMMs
+# from quantize-fp8 unless --f16 comes first), then
 # simulate-device against the reference with its default tolerances
 # (docs/device-program.md). Also checks that the emitted program's
 # predicted cycles (emit-device's "program" decision) are exactly what the
@@ -11,6 +12,11 @@ set -euo pipefail
 . scripts/lib/pipeline.sh
 tools=$1 recipe=$2
 shift 2
+# --f16 first: the F16 pipeline (quantize-fp8 --fp8=false); FP8 otherwise.
+if [ "${1:-}" = --f16 ]; then
+  export QUANTIZE_FP8_FLAGS=--fp8=false
+  shift
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 tilec_tool "$tools" import-model --target=tiny "$@" -o "$out/0.tilec"
@@ -28,6 +34,20 @@ predicted=$(tilec_tool "$tools" dump-ir "$program" | sed -n 's/.*info () "progra
 simulated=$(sed -n 's/^total: \([0-9]*\) cycles.*/\1/p' "$out/report.txt")
 echo "predicted $predicted, simulated $simulated"
 [ -n "$predicted" ] && [ "$predicted" = "$simulated" ] || { echo "emit-device predicted $predicted cycles, simulator counted $simulated" >&2; exit 1; }
+# The quantized graph against the unquantized one (quantize-fp8's accuracy
+# decisions; docs/quantize.md, "Accuracy"): every output's cosine at least
+# 0.999 and its branch's (output minus residual) at least 0.995.
+tilec_tool "$tools" dump-ir "$program" > "$out/program.txt"
+awk '/"accuracy of / {
+    n++; line = $0
+    c = line; sub(/.*graph on the [a-z ]*inputs: cosine /, "", c); sub(/ .*/, "", c)
+    b = "1"; if (line ~ /branch/) { b = line; sub(/.*branch [^:]*: cosine /, "", b); sub(/ .*/, "", b) }
+    printf "unquantized comparison: output cosine %s, branch cosine %s\n", c, b
+    if (c + 0 < 0.999 || b + 0 < 0.995) bad = 1 }
+  END { if (bad) { print "FP8 outside the unquantized tolerance" > "/dev/stderr"; exit 1 } }' "$out/program.txt"
+if [ "${QUANTIZE_FP8_FLAGS:-}" != --fp8=false ]; then
+  grep -q '"accuracy of ' "$out/program.txt" || { echo "quantize-fp8 logged no accuracy" >&2; exit 1; }
+fi
 tilec_tool "$tools" inspect-exchanges "$program" --transfers=none -o "$out/exchanges.txt"
 grep -q '^totals: ' "$out/exchanges.txt"
 # The report page accepts the simulator's report of the same program.

@@ -22,7 +22,9 @@ DEFINE_int32(proposals_per_op, 4,
              "Alternatives offered per op for each incumbent plan.");
 DEFINE_string(gemm_dtype, "",
               "Price GEMM inputs in this dtype: fp8 (E4M3), f16, f32 or "
-              "native (the operands' own). Emulates quantize-fp8.");
+              "native (the operands' own). A what-if for unquantized graphs "
+              "that the default pipeline never uses: quantize-fp8 puts FP8 "
+              "in the graph, and the planner prices the graph's dtypes.");
 DEFINE_string(recipe, "",
               "File pinning recipes: lines 'op ID: RECIPE', e.g. "
               "'op 1: gemm m=9 k=6 n=27 staging=complete', "

@@ -191,6 +191,21 @@ std::string ReportText(const sim::SimResult& r,
       }
       out += "\n";
     }
+    if (!report.unquantized.empty()) {
+      out += "\ncomparison with the unquantized graph (min cosine " +
+             G(quantize::kMinOutputCosine) + ", branch " +
+             G(quantize::kMinBranchCosine) + "; docs/quantize.md):\n";
+      for (const quantize::OutputAccuracy& a : report.unquantized) {
+        out += "  %" + std::to_string(a.value) + " " + a.name + ": " +
+               (quantize::WithinUnquantizedTolerance(a) ? "PASS " : "FAIL ") +
+               quantize::AccuracyText(a.full);
+        if (a.has_branch) {
+          out += "; branch (minus residual %" + std::to_string(a.residual) +
+                 "): " + quantize::AccuracyText(a.branch);
+        }
+        out += "\n";
+      }
+    }
     out += std::string("result: ") + (report.pass ? "PASS" : "FAIL") + "\n";
   } else {
     out += "\nresult: not compared (--compare=false)\n";
@@ -488,6 +503,32 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
       }
       report.pass = report.pass && check.comparison.pass;
       report.checks.push_back(std::move(check));
+    }
+  }
+
+  if (options.compare && quantize::IsQuantized(module)) {
+    kernels::ReferenceOptions ref_options;
+    ref_options.provided = given_inputs;
+    ref_options.sidecar_dir = sidecar_dir;
+    ref_options.threads = options.threads;
+    kernels::ReferenceResult unquantized;
+    TILEC_RETURN_IF_ERROR(
+        kernels::RunReference(*quantize::Unquantized(module), ref_options,
+                              &unquantized)
+            .WithContext(name));
+    for (const auto& binding : module.program->outputs) {
+      quantize::OutputAccuracy a = quantize::CompareOutput(
+          module, binding->value, result.outputs[binding->value], unquantized);
+      if (!quantize::WithinUnquantizedTolerance(a) && first_failure.empty()) {
+        first_failure = "output %" + std::to_string(a.value) + " \"" + a.name +
+                        "\" is outside the unquantized tolerance: " +
+                        quantize::AccuracyText(a.full) +
+                        (a.has_branch ? "; branch " +
+                                            quantize::AccuracyText(a.branch)
+                                      : "");
+      }
+      report.pass = report.pass && quantize::WithinUnquantizedTolerance(a);
+      report.unquantized.push_back(std::move(a));
     }
   }
 

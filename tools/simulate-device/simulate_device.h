@@ -13,6 +13,7 @@
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "kernels/simulator.h"
+#include "passes/quantize/quantize.h"
 
 namespace tilec::tools {
 
@@ -48,6 +49,10 @@ struct SimulateDeviceReport {
   sim::Tolerance tolerance;
   bool fp8 = false;  // tolerance chosen for a graph with FP8 values
   std::vector<OutputCheck> checks;
+  // A quantized program (quantize-fp8) also against the unquantized graph's
+  // reference: each output and its branch, with the documented floors
+  // (docs/quantize.md), which count towards `pass`.
+  std::vector<quantize::OutputAccuracy> unquantized;
   bool pass = true;
 };
 

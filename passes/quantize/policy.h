@@ -1,0 +1,48 @@
+// The --policy file of quantize-fp8 (docs/quantize.md, "Policy"): which
+// values become FP8 and how, line by line like a --recipe file.
+//
+//   # comment; blank lines are ignored
+//   value NAME: f16               keep NAME (or %ID) in its own dtype
+//   value NAME: e4m3              this format (e5m2 too), calibrated scale
+//   value NAME: e5m2 exp=6        this format with this scale exponent
+//   op ID: exclude                MatMul ID keeps both operands as they are
+//
+// A value may be named by its name or as %ID. Errors are
+// "FILE:LINE: problem" (exit 2): an unknown keyword, value or op, an op
+// that is not a MatMul, a format other than f16/e4m3/e5m2, a bad exponent,
+// a value or op given twice.
+
+#ifndef TILEC_PASSES_QUANTIZE_POLICY_H_
+#define TILEC_PASSES_QUANTIZE_POLICY_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+
+namespace tilec::quantize {
+
+struct ValueRule {
+  bool keep = false;          // f16: not quantized
+  fb::DType dtype = fb::DType::FP8E4M3;
+  std::optional<int> scale_exp;  // fixed instead of calibrated
+  int line = 0;
+};
+
+struct Policy {
+  std::map<uint32_t, ValueRule> values;  // by value id
+  std::set<uint32_t> excluded_ops;       // by op id
+};
+
+// Parses `text` (the file's contents) against `module`; `name` is the file
+// name errors cite.
+StatusOr<Policy> ParsePolicy(const std::string& text, const std::string& name,
+                             const fb::ModuleT& module);
+
+}  // namespace tilec::quantize
+
+#endif  // TILEC_PASSES_QUANTIZE_POLICY_H_

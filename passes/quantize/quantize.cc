@@ -1,0 +1,747 @@
+#include "passes/quantize/quantize.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "flatbuffers/flatbuffers.h"
+#include "formats/print.h"
+#include "kernels/inputs.h"
+#include "kernels/tensor_data.h"
+#include "passes/plan/cost.h"
+#include "passes/plan/graph.h"
+#include "passes/plan/search.h"
+#include "passes/quantize/policy.h"
+#include "passes/quantize/scale.h"
+
+namespace tilec::quantize {
+
+using passes::Numbers;
+using passes::Thousands;
+
+std::unique_ptr<fb::ModuleT> CloneModule(const fb::ModuleT& module) {
+  flatbuffers::FlatBufferBuilder builder;
+  builder.Finish(fb::Module::Pack(builder, &module));
+  return std::unique_ptr<fb::ModuleT>(
+      fb::GetModule(builder.GetBufferPointer())->UnPack());
+}
+
+namespace {
+
+fb::ValueT* FindValue(fb::ModuleT& module, uint32_t id) {
+  for (auto& v : module.values) {
+    if (v->id == id) return v.get();
+  }
+  return nullptr;
+}
+const fb::ValueT* FindValue(const fb::ModuleT& module, uint32_t id) {
+  return FindValue(const_cast<fb::ModuleT&>(module), id);
+}
+
+// Index of the op producing value `id`, -1 for inputs and weights.
+int ProducerIndex(const fb::ModuleT& module, uint32_t id) {
+  for (size_t i = 0; i < module.ops.size(); ++i) {
+    const auto& r = module.ops[i]->results;
+    if (std::find(r.begin(), r.end(), id) != r.end()) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// (op index, operand slot) of every read of value `id`.
+std::vector<std::pair<int, int>> Uses(const fb::ModuleT& module, uint32_t id) {
+  std::vector<std::pair<int, int>> uses;
+  for (size_t i = 0; i < module.ops.size(); ++i) {
+    const auto& ops = module.ops[i]->operands;
+    for (size_t s = 0; s < ops.size(); ++s) {
+      if (ops[s] == id) uses.emplace_back(static_cast<int>(i), static_cast<int>(s));
+    }
+  }
+  return uses;
+}
+
+std::string ValueLabel(const fb::ValueT& v) {
+  return "%" + std::to_string(v.id) + " " + v.name;
+}
+
+std::string OpLabel(const fb::OperationT& op) {
+  return "op " + std::to_string(op.id) + " (" + op.name + ")";
+}
+
+std::string Fraction(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g%%", f * 100);
+  return buf;
+}
+
+std::string StatsText(const fb::ValueT& v) {
+  return ir::DTypeText(v.dtype, v.fp8_scale_exp) + " (amax " +
+         ir::NumberText(v.fp8_amax) + ", saturated " +
+         Fraction(v.fp8_saturated) + ", flushed " + Fraction(v.fp8_flushed) +
+         ")";
+}
+
+// The value's contents before any rounding to its dtype: weights from their
+// init or sidecar in F32.
+Status OriginalContents(const fb::ValueT& value, const std::string& sidecar_dir,
+                        std::vector<float>* data) {
+  fb::ValueT copy;
+  copy.id = value.id;
+  copy.name = value.name;
+  copy.shape = value.shape;
+  copy.dtype = fb::DType::F32;
+  copy.role = value.role;
+  if (value.init) copy.init = std::make_unique<fb::WeightInitT>(*value.init);
+  if (value.sidecar) copy.sidecar = std::make_unique<fb::SidecarT>(*value.sidecar);
+  return kernels::MaterializeValue(copy, sidecar_dir, data);
+}
+
+void MarkQuantized(fb::ValueT* v, fb::DType dtype, int scale_exp,
+                   std::span<const float> contents) {
+  const QuantStats stats = Measure(contents, FormatOf(dtype), scale_exp);
+  v->unquantized_dtype = v->dtype;
+  v->fp8_quantized = true;
+  v->dtype = dtype;
+  v->fp8_scale_exp = scale_exp;
+  v->fp8_amax = stats.amax;
+  v->fp8_saturated = static_cast<float>(stats.saturated);
+  v->fp8_flushed = static_cast<float>(stats.flushed);
+}
+
+// The FP8-output kernel the op would run if it stored its result in FP8,
+// or "" if it has none (MACHINE.md: LayerNorm, bias add + GELU and softmax
+// have FP8-output forms).
+std::string Fp8OutputKernel(const fb::OperationT& op) {
+  switch (op.kind) {
+    case fb::OpKind::LayerNorm:
+      return "layernorm_fp8";
+    case fb::OpKind::Normalize:
+      return "normalize_fp8";
+    case fb::OpKind::Softmax:
+      return "softmax_fp8";
+    case fb::OpKind::Fused: {
+      const auto& body = op.body;
+      const size_t n = body.size();
+      if (n >= 2 && body[n - 2]->kind == fb::FusedStepKind::BiasAdd &&
+          body[n - 1]->kind == fb::FusedStepKind::Gelu) {
+        return "bias_gelu_fp8";
+      }
+      return "";
+    }
+    default:
+      return "";
+  }
+}
+
+// The whole graph planned by plan-ownership's greedy initial plan (memory
+// repaired): what the placement of a cast is priced by.
+struct Priced {
+  bool feasible = false;
+  int64_t cycles = 0;
+  int64_t peak = 0;
+  std::string why;  // infeasible: the planner's diagnosis
+};
+
+StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module) {
+  StatusOr<plan::Graph> graph = plan::Graph::Build(module);
+  if (!graph.ok()) return graph.status();
+  StatusOr<plan::Coster> coster = plan::Coster::Create(*module.target, {});
+  if (!coster.ok()) return coster.status();
+  plan::Search search(*graph, *coster, plan::SearchOptions{});
+  Priced p;
+  Status s = search.Initialize();
+  if (s.code() == StatusCode::kInfeasible) {
+    p.why = s.message();
+    return p;
+  }
+  TILEC_RETURN_IF_ERROR(s);
+  p.feasible = true;
+  p.cycles = search.evaluation().total_cycles;
+  p.peak = search.evaluation().peak_bytes;
+  return p;
+}
+
+std::string PricedText(const Priced& p) {
+  if (!p.feasible) return "does not fit (" + p.why + ")";
+  return Thousands(p.cycles) + " cycles, peak " + Thousands(p.peak) +
+         " B per tile";
+}
+
+Status CheckCalibration(const fb::ModuleT& module, const std::string& dir,
+                        const std::map<uint32_t, std::vector<float>>& inputs) {
+  for (const auto& v : module.values) {
+    if (v->role != fb::ValueRole::Input) continue;
+    auto it = inputs.find(v->id);
+    if (it == inputs.end()) continue;
+    const std::string file = dir + "/" + kernels::InputFileName(*v);
+    const std::vector<float>& data = it->second;
+    bool nonzero = false;
+    for (size_t i = 0; i < data.size(); ++i) {
+      if (!std::isfinite(data[i])) {
+        return Status::BadInput(
+            file + ": element " + std::to_string(i) + " of " + ValueLabel(*v) +
+            " is " + (std::isnan(data[i]) ? "NaN" : "infinite") +
+            " (in its dtype): calibration needs finite inputs");
+      }
+      nonzero = nonzero || data[i] != 0;
+    }
+    if (!nonzero) {
+      return Status::BadInput(file + ": every element of " + ValueLabel(*v) +
+                              " is zero: an all-zero input calibrates no scale");
+    }
+  }
+  return Status::Ok();
+}
+
+class Quantizer {
+ public:
+  Quantizer(const QuantizeOptions& options, fb::ModuleT* module,
+            passes::DecisionLog* log)
+      : options_(options), module_(module), log_(log) {}
+
+  StatusOr<bool> Run() {
+    for (const auto& v : module_->values) {
+      if (v->fp8_quantized) {
+        return Status::BadInput(ValueLabel(*v) +
+                                " is quantized already: quantize-fp8 runs once "
+                                "on a graph");
+      }
+    }
+    if (!module_->target) return Status::BadInput("the module has no target");
+    if (!options_.policy_text.empty()) {
+      StatusOr<Policy> policy =
+          ParsePolicy(options_.policy_text, options_.policy_name, *module_);
+      if (!policy.ok()) return policy.status();
+      policy_ = std::move(*policy);
+    }
+    TILEC_RETURN_IF_ERROR(Calibrate());
+    StatusOr<Priced> base = Price(*module_);
+    if (!base.ok()) return base.status();
+    baseline_ = current_ = *base;
+    bool changed = false;
+    // Ids of the MatMuls first: the loop inserts Cast ops.
+    std::vector<uint32_t> gemms;
+    for (const auto& op : module_->ops) {
+      if (op->kind == fb::OpKind::MatMul) gemms.push_back(op->id);
+    }
+    for (uint32_t id : gemms) {
+      StatusOr<bool> q = QuantizeGemm(id);
+      if (!q.ok()) return q.status();
+      changed = changed || *q;
+    }
+    for (const Cast& cast : casts_) TILEC_RETURN_IF_ERROR(PlaceCast(cast));
+    if (changed) TILEC_RETURN_IF_ERROR(LogAccuracy());
+    LogSummary();
+    return changed;
+  }
+
+ private:
+  struct Cast {
+    uint32_t op = 0;      // the Cast op
+    uint32_t input = 0;   // the F16 value
+    uint32_t output = 0;  // the FP8 value the GEMMs read
+  };
+
+  // The current plan's figures on both sides: a refusal changes nothing.
+  Numbers Unchanged() const {
+    return {current_.cycles, current_.cycles, current_.peak, current_.peak};
+  }
+
+  StatusOr<Priced> Price(const fb::ModuleT& m) {
+    if (!options_.place_by_cost) return Priced{true, 0, 0, ""};
+    return PriceByPlanning(m);
+  }
+
+  Status Calibrate() {
+    reference_.sidecar_dir = options_.sidecar_dir;
+    reference_.threads = options_.threads;
+    if (!options_.calibration_dir.empty()) {
+      TILEC_RETURN_IF_ERROR(kernels::LoadInputs(
+          *module_, options_.calibration_dir, &reference_.provided));
+      TILEC_RETURN_IF_ERROR(CheckCalibration(
+          *module_, options_.calibration_dir, reference_.provided));
+    }
+    return kernels::RunReference(*module_, reference_, &unquantized_);
+  }
+
+  const ValueRule* Rule(uint32_t value) const {
+    auto it = policy_.values.find(value);
+    return it == policy_.values.end() ? nullptr : &it->second;
+  }
+  std::string RuleText(const ValueRule& r) const {
+    return options_.policy_name + ":" + std::to_string(r.line);
+  }
+
+  // Format and exponent for a value from the policy or the defaults, or a
+  // reason it stays as it is.
+  struct Choice {
+    fb::DType dtype = fb::DType::FP8E4M3;
+    int scale_exp = 0;
+    std::vector<float> contents;  // what the stats are measured on
+    std::string source;           // how the exponent was chosen
+    std::string refusal;
+  };
+
+  Choice Choose(const fb::ValueT& v, bool weight) {
+    Choice c;
+    c.dtype = weight ? options_.weight_format : options_.activation_format;
+    const ValueRule* rule = Rule(v.id);
+    if (rule != nullptr && rule->keep) {
+      c.refusal = ValueLabel(v) + " is kept in " + ir::DTypeText(v.dtype) +
+                  " by " + RuleText(*rule);
+      return c;
+    }
+    if (rule != nullptr) c.dtype = rule->dtype;
+    if (v.dtype != fb::DType::F16 && v.dtype != fb::DType::F32 &&
+        v.dtype != fb::DType::BF16) {
+      c.refusal = ValueLabel(v) + " is " + ir::DTypeText(v.dtype) +
+                  " already";
+      return c;
+    }
+    if (weight) {
+      Status s = OriginalContents(v, options_.sidecar_dir, &c.contents);
+      if (!s.ok()) {
+        c.refusal = s.message();
+        return c;
+      }
+    } else {
+      const kernels::ReferenceTensor* t = unquantized_.Find(v.id);
+      if (t != nullptr) c.contents = t->data;
+    }
+    const float amax = FiniteAmax(c.contents);
+    const int margin = weight ? options_.weight_margin : options_.activation_margin;
+    if (rule != nullptr && rule->scale_exp) {
+      c.scale_exp = *rule->scale_exp;
+      c.source = "exponent fixed by " + RuleText(*rule);
+    } else if (!(amax > 0)) {
+      c.refusal = ValueLabel(v) + (weight ? " is all zero" :
+                  " is all zero on the calibration input") +
+                  ": no scale to choose";
+      return c;
+    } else {
+      c.scale_exp = ChooseScaleExp(amax, FormatOf(c.dtype), margin);
+      c.source = "amax " + ir::NumberText(amax) + ", margin " +
+                 std::to_string(margin) + (weight ? "" : ", calibrated");
+    }
+    return c;
+  }
+
+  // Both operands of MatMul `id` to FP8, or a refusal with its reason.
+  StatusOr<bool> QuantizeGemm(uint32_t id) {
+    fb::OperationT* op = FindOp(id);
+    const std::vector<uint32_t> ids = {id};
+    const std::string action = "quantize " + OpLabel(*op) + " operands to FP8";
+    if (policy_.excluded_ops.count(id)) {
+      log_->Reject(ids, action, "excluded by " + options_.policy_name,
+                   Unchanged());
+      return false;
+    }
+    // Pointers into module_ stay valid until the swap below; the trial's
+    // copies are read for the reason.
+    const fb::ValueT* a = FindValue(*module_, op->operands[0]);
+    const fb::ValueT* w = FindValue(*module_, op->operands[1]);
+    if (a == nullptr || w == nullptr) {
+      return Status::BadInput(OpLabel(*op) + " names a missing operand");
+    }
+    const uint32_t a_id = a->id;
+    // The weight is quantized in place, so every reader must take it FP8.
+    std::string refusal;
+    if (w->role != fb::ValueRole::Weight || ProducerIndex(*module_, w->id) >= 0) {
+      refusal = ValueLabel(*w) + " is not a weight (an activation right "
+                "operand is not quantized)";
+    }
+    for (const auto& [i, slot] : Uses(*module_, w->id)) {
+      const fb::OperationT& user = *module_->ops[i];
+      if (refusal.empty() && (user.kind != fb::OpKind::MatMul || slot != 1 ||
+                              policy_.excluded_ops.count(user.id))) {
+        refusal = ValueLabel(*w) + " is also read by " + OpLabel(user) +
+                  ", which does not take it in FP8";
+      }
+    }
+    Choice wc, ac;
+    const bool weight_done = w->fp8_quantized;  // shared with an earlier GEMM
+    if (refusal.empty() && !weight_done) {
+      wc = Choose(*w, true);
+      refusal = wc.refusal;
+    }
+    auto existing = quantized_activation_.find(a->id);
+    if (refusal.empty() && existing == quantized_activation_.end()) {
+      ac = Choose(*a, false);
+      refusal = ac.refusal;
+    }
+    if (!refusal.empty()) {
+      log_->Reject(ids, action,
+                   refusal + "; the GEMM kernel takes both operands FP8 or "
+                   "both in their own dtype", Unchanged());
+      return false;
+    }
+    // Price the quantized graph (cast as a Cast op, the conservative form;
+    // placement is decided afterwards) against the current one.
+    std::unique_ptr<fb::ModuleT> trial = CloneModule(*module_);
+    Cast cast;
+    ApplyGemm(trial.get(), id, weight_done ? nullptr : &wc,
+              existing == quantized_activation_.end() ? &ac : nullptr, &cast);
+    StatusOr<Priced> after = Price(*trial);
+    if (!after.ok()) return after.status();
+    const fb::ValueT* wq = FindValue(*trial, w->id);
+    const fb::ValueT* aq = FindValue(*trial, cast.output);
+    std::string reason = "weight " + ValueLabel(*w) + " " + StatsText(*wq) +
+                         (weight_done ? " (quantized for an earlier GEMM)"
+                                      : ", " + wc.source) +
+                         "; activation " + ValueLabel(*a) + " -> " +
+                         ValueLabel(*aq) + " " + StatsText(*aq) +
+                         (existing != quantized_activation_.end()
+                              ? " (cast for an earlier GEMM)"
+                              : ", " + ac.source) +
+                         "; planned: F16 " + PricedText(current_) + ", FP8 " +
+                         PricedText(*after);
+    if (!after->feasible) {
+      log_->Reject(ids, action, reason, {current_.cycles, current_.cycles, 0, 0});
+      return false;
+    }
+    const Numbers numbers{current_.cycles, after->cycles, current_.peak,
+                          after->peak};
+    if (!log_->Apply(ids, action, reason, numbers)) return false;
+    module_->values.swap(trial->values);
+    module_->ops.swap(trial->ops);
+    current_ = *after;
+    if (existing == quantized_activation_.end()) {
+      quantized_activation_[a_id] = cast.output;
+      casts_.push_back(cast);
+    }
+    return true;
+  }
+
+  fb::OperationT* FindOp(uint32_t id) {
+    for (auto& op : module_->ops) {
+      if (op->id == id) return op.get();
+    }
+    return nullptr;
+  }
+
+  // In `m`: the weight quantized in place (if `wc`), the activation cast
+  // into a new FP8 value by a new Cast op just before the GEMM (if `ac`;
+  // otherwise the earlier cast's value is read), the GEMM rewired to it.
+  void ApplyGemm(fb::ModuleT* m, uint32_t gemm, const Choice* wc,
+                 const Choice* ac, Cast* cast) {
+    int at = 0;
+    while (m->ops[at]->id != gemm) ++at;
+    fb::OperationT* op = m->ops[at].get();
+    if (wc != nullptr) {
+      MarkQuantized(FindValue(*m, op->operands[1]), wc->dtype, wc->scale_exp,
+                    wc->contents);
+    }
+    const uint32_t a = op->operands[0];
+    if (ac == nullptr) {
+      op->operands[0] = quantized_activation_.at(a);
+      cast->output = op->operands[0];
+      return;
+    }
+    uint32_t value_id = 0, op_id = 0;
+    for (const auto& v : m->values) value_id = std::max(value_id, v->id + 1);
+    for (const auto& o : m->ops) op_id = std::max(op_id, o->id + 1);
+    const fb::ValueT* in = FindValue(*m, a);
+    auto out = std::make_unique<fb::ValueT>();
+    out->id = value_id;
+    out->name = in->name + ".fp8";
+    out->shape = in->shape;
+    out->dtype = in->dtype;
+    out->role = fb::ValueRole::Activation;
+    MarkQuantized(out.get(), ac->dtype, ac->scale_exp, ac->contents);
+    auto c = std::make_unique<fb::OperationT>();
+    c->id = op_id;
+    c->kind = fb::OpKind::Cast;
+    c->name = in->name + ".cast";
+    c->operands = {a};
+    c->results = {value_id};
+    op->operands[0] = value_id;
+    cast->op = op_id;
+    cast->input = a;
+    cast->output = value_id;
+    // Values are listed with the value they are cast from, for dump-ir.
+    auto pos = std::find_if(m->values.begin(), m->values.end(),
+                            [&](const auto& v) { return v->id == a; });
+    m->values.insert(pos + 1, std::move(out));
+    m->ops.insert(m->ops.begin() + at, std::move(c));
+  }
+
+  // Fused into the producer's FP8-output kernel, or a Cast op: by planning
+  // both.
+  Status PlaceCast(const Cast& cast) {
+    const fb::ValueT* in = FindValue(*module_, cast.input);
+    const fb::ValueT* out = FindValue(*module_, cast.output);
+    const int p = ProducerIndex(*module_, cast.input);
+    const std::vector<uint32_t> ids =
+        p >= 0 ? std::vector<uint32_t>{module_->ops[p]->id, cast.op}
+               : std::vector<uint32_t>{cast.op};
+    const std::string subject = "cast " + ValueLabel(*in) + " -> " +
+                                ir::DTypeText(out->dtype, out->fp8_scale_exp);
+    if (p < 0) {
+      log_->Info(ids, subject + ": a Cast op",
+                 ValueLabel(*in) + " is a graph input: no producer to fuse "
+                 "into; the planner places the cast",
+                 Unchanged());
+      return Status::Ok();
+    }
+    const fb::OperationT& producer = *module_->ops[p];
+    const std::string action =
+        subject + ": fuse into " + OpLabel(producer) + ", which stores FP8";
+    const std::string kernel = Fp8OutputKernel(producer);
+    std::string refusal;
+    if (kernel.empty()) {
+      refusal = OpLabel(producer) + " (" + ir::OpKindText(producer.kind) +
+                ") has no FP8-output kernel";
+    }
+    for (const auto& [i, slot] : Uses(*module_, cast.input)) {
+      if (refusal.empty() && module_->ops[i]->id != cast.op) {
+        refusal = ValueLabel(*in) + " is also read in " +
+                  ir::DTypeText(in->dtype) + " by " + OpLabel(*module_->ops[i]);
+      }
+    }
+    const std::string kept =
+        "; kept as a Cast op (cast kernel), which the planner places: at the "
+        "producer's owners when that is cheapest, so the copy to the GEMM "
+        "moves FP8 bytes";
+    if (!refusal.empty()) {
+      log_->Reject(ids, action, refusal + kept,
+                   Unchanged());
+      return Status::Ok();
+    }
+    std::unique_ptr<fb::ModuleT> fused = CloneModule(*module_);
+    Fuse(fused.get(), cast);
+    StatusOr<Priced> priced = Price(*fused);
+    if (!priced.ok()) return priced.status();
+    const std::string both = "Cast op: " + PricedText(current_) + "; fused (" +
+                             kernel + "): " + PricedText(*priced);
+    const Numbers numbers{current_.cycles, priced->cycles, current_.peak,
+                          priced->peak};
+    const bool cheaper =
+        priced->feasible &&
+        (!current_.feasible || priced->cycles < current_.cycles ||
+         (priced->cycles == current_.cycles && priced->peak <= current_.peak));
+    if (!cheaper) {
+      log_->Reject(ids, action, "by cost: " + both + kept, numbers);
+      return Status::Ok();
+    }
+    if (!log_->Apply(ids, action, "cheapest that fits: " + both, numbers)) {
+      return Status::Ok();
+    }
+    module_->values.swap(fused->values);
+    module_->ops.swap(fused->ops);
+    current_ = *priced;
+    return Status::Ok();
+  }
+
+  // In `m`: the producer stores the cast's FP8 value directly (the input
+  // value takes the FP8 dtype and statistics), the Cast op and its result
+  // removed and their readers rewired.
+  static void Fuse(fb::ModuleT* m, const Cast& cast) {
+    fb::ValueT* in = FindValue(*m, cast.input);
+    const fb::ValueT* out = FindValue(*m, cast.output);
+    in->unquantized_dtype = in->dtype;
+    in->fp8_quantized = true;
+    in->dtype = out->dtype;
+    in->fp8_scale_exp = out->fp8_scale_exp;
+    in->fp8_amax = out->fp8_amax;
+    in->fp8_saturated = out->fp8_saturated;
+    in->fp8_flushed = out->fp8_flushed;
+    for (auto& op : m->ops) {
+      for (uint32_t& id : op->operands) {
+        if (id == cast.output) id = cast.input;
+      }
+    }
+    std::erase_if(m->ops, [&](const auto& op) { return op->id == cast.op; });
+    std::erase_if(m->values,
+                  [&](const auto& v) { return v->id == cast.output; });
+  }
+
+  Status LogAccuracy() {
+    kernels::ReferenceResult quantized;
+    TILEC_RETURN_IF_ERROR(kernels::RunReference(*module_, reference_, &quantized));
+    for (const OutputAccuracy& a :
+         CompareOutputs(*module_, quantized, unquantized_)) {
+      std::string reason = "against the unquantized graph on the " +
+                           std::string(options_.calibration_dir.empty()
+                                           ? "seeded inputs"
+                                           : "calibration inputs") +
+                           ": " + AccuracyText(a.full);
+      if (a.has_branch) {
+        reason += "; branch (minus residual %" + std::to_string(a.residual) +
+                  "): " + AccuracyText(a.branch);
+      }
+      const int p = ProducerIndex(*module_, a.value);
+      std::vector<uint32_t> ids;
+      if (p >= 0) ids.push_back(module_->ops[p]->id);
+      log_->Info(ids, "accuracy of %" + std::to_string(a.value) + " " + a.name,
+                 reason, {});
+    }
+    return Status::Ok();
+  }
+
+  void LogSummary() {
+    int weights = 0, activations = 0;
+    int64_t before = 0, after = 0;
+    for (const auto& v : module_->values) {
+      if (!v->fp8_quantized) continue;
+      if (v->role == fb::ValueRole::Weight) {
+        ++weights;
+        int64_t n = 1;
+        for (int64_t d : v->shape) n *= d;
+        before += n * ir::DTypeBytes(v->unquantized_dtype);
+        after += n * ir::DTypeBytes(v->dtype);
+      } else {
+        ++activations;
+      }
+    }
+    log_->Info({}, "FP8: " + passes::Count(weights, "weight") + ", " +
+                       passes::Count(activations, "activation") + " quantized",
+               "weight bytes " + Thousands(before) + " -> " + Thousands(after) +
+                   "; planned (greedy initial plan): " + PricedText(baseline_) +
+                   " unquantized, " + PricedText(current_) + " quantized",
+               {baseline_.cycles, current_.cycles, baseline_.peak,
+                current_.peak});
+  }
+
+  const QuantizeOptions& options_;
+  fb::ModuleT* module_;
+  passes::DecisionLog* log_;
+  Policy policy_;
+  kernels::ReferenceOptions reference_;
+  kernels::ReferenceResult unquantized_;
+  Priced baseline_, current_;
+  std::map<uint32_t, uint32_t> quantized_activation_;  // F16 id -> FP8 id
+  std::vector<Cast> casts_;
+};
+
+sim::Comparison Compare(std::span<const float> got,
+                        std::span<const float> want) {
+  return sim::CompareTensors(got, want, sim::Tolerance{});
+}
+
+}  // namespace
+
+std::unique_ptr<fb::ModuleT> Unquantized(const fb::ModuleT& module) {
+  std::unique_ptr<fb::ModuleT> m = CloneModule(module);
+  m->program.reset();
+  std::map<uint32_t, fb::ValueT*> by_id;
+  for (auto& v : m->values) by_id[v->id] = v.get();
+  std::set<uint32_t> restored;
+  for (auto& v : m->values) {
+    if (!v->fp8_quantized) continue;
+    v->dtype = v->unquantized_dtype;
+    v->fp8_scale_exp = 0;
+    restored.insert(v->id);
+  }
+  // Copies of a quantized value (Redistribute ops from planning) and fused
+  // bodies that store one follow it.
+  for (auto& op : m->ops) {
+    if (op->results.empty()) continue;
+    fb::ValueT* r = by_id.count(op->results[0]) ? by_id[op->results[0]] : nullptr;
+    if (r == nullptr) continue;
+    if (op->kind == fb::OpKind::Redistribute && !op->operands.empty() &&
+        restored.count(op->operands[0]) && !r->fp8_quantized) {
+      const fb::ValueT* src = by_id[op->operands[0]];
+      r->dtype = src->dtype;
+      r->fp8_scale_exp = 0;
+      restored.insert(r->id);
+    }
+    if (op->kind == fb::OpKind::Fused && restored.count(r->id)) {
+      for (auto& step : op->body) {
+        if (step->kind == fb::FusedStepKind::Cast && IsFp8(step->dtype)) {
+          step->dtype = r->dtype;
+          step->fp8_scale_exp = 0;
+        }
+      }
+    }
+  }
+  return m;
+}
+
+OutputAccuracy CompareOutput(const fb::ModuleT& module, uint32_t value,
+                             std::span<const float> got,
+                             const kernels::ReferenceResult& unquantized) {
+  OutputAccuracy a;
+  a.value = value;
+  const kernels::ReferenceTensor* u = unquantized.Find(value);
+  if (u == nullptr || u->data.size() != got.size()) return a;
+  a.name = u->name;
+  a.full = Compare(got, u->data);
+  // The residual: an operand of the producing op that is a graph input (or
+  // a copy of one).
+  const int p = ProducerIndex(module, value);
+  if (p < 0) return a;
+  for (uint32_t operand : module.ops[p]->operands) {
+    // A planned graph may read the input through a Redistribute copy.
+    for (int q = ProducerIndex(module, operand);
+         q >= 0 && module.ops[q]->kind == fb::OpKind::Redistribute &&
+         !module.ops[q]->operands.empty();
+         q = ProducerIndex(module, operand)) {
+      operand = module.ops[q]->operands[0];
+    }
+    const fb::ValueT* r = FindValue(module, operand);
+    const kernels::ReferenceTensor* ru = unquantized.Find(operand);
+    if (r == nullptr || r->role != fb::ValueRole::Input || ru == nullptr ||
+        ru->data.size() != got.size()) {
+      continue;
+    }
+    std::vector<float> bq(got.size()), bu(got.size());
+    for (size_t i = 0; i < bq.size(); ++i) {
+      bq[i] = got[i] - ru->data[i];
+      bu[i] = u->data[i] - ru->data[i];
+    }
+    a.has_branch = true;
+    a.residual = operand;
+    a.branch = Compare(bq, bu);
+    break;
+  }
+  return a;
+}
+
+std::vector<OutputAccuracy> CompareOutputs(
+    const fb::ModuleT& module, const kernels::ReferenceResult& quantized,
+    const kernels::ReferenceResult& unquantized) {
+  std::vector<OutputAccuracy> out;
+  for (const auto& v : module.values) {
+    if (v->role != fb::ValueRole::Output) continue;
+    const kernels::ReferenceTensor* q = quantized.Find(v->id);
+    if (q == nullptr) continue;
+    out.push_back(CompareOutput(module, v->id, q->data, unquantized));
+  }
+  return out;
+}
+
+bool WithinUnquantizedTolerance(const OutputAccuracy& a) {
+  return a.full.cosine >= kMinOutputCosine &&
+         (!a.has_branch || a.branch.cosine >= kMinBranchCosine);
+}
+
+bool IsQuantized(const fb::ModuleT& module) {
+  for (const auto& v : module.values) {
+    if (v && v->fp8_quantized) return true;
+  }
+  return false;
+}
+
+std::string AccuracyText(const sim::Comparison& c) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "cosine %.6f max_abs %.4g max_rel %.4g",
+                c.cosine, c.max_abs_err, c.max_rel_err);
+  return buf;
+}
+
+StatusOr<bool> QuantizeFp8Pass::Transform(fb::ModuleT* module,
+                                          passes::DecisionLog* log) {
+  if (!options_.enabled) {
+    log->Info({}, "FP8 off (--fp8=false)",
+              "every value keeps its dtype: the F16 pipeline", {});
+    return false;
+  }
+  Quantizer quantizer(options_, module, log);
+  return quantizer.Run();
+}
+
+}  // namespace tilec::quantize

@@ -1,0 +1,133 @@
+// quantize-fp8 as a library (docs/quantize.md): what
+// tools/quantize-fp8/main.cc calls.
+//
+// On an unplanned graph it makes both operands of every MatMul FP8 (the
+// GEMM kernel takes both FP8 or both F16), unless the --policy file keeps a
+// value in its dtype, fixes its format or scale, or excludes the op:
+//   - weights (E4M3 unless the policy says otherwise) are quantized in
+//     place: their dtype becomes FP8 with a per-tensor power-of-two scale
+//     from the largest magnitude of their actual contents, less
+//     --weight_margin bits; every reader (reference, simulator,
+//     --dump-tensors) stores round(W * 2^exp) of the generated or sidecar
+//     contents with the numerics library's encoder;
+//   - activations (E4M3, or --activation_format=e5m2) get a scale from a
+//     calibration run of the reference executor on the model's seeded
+//     inputs or on --calibration=DIR, less --activation_margin bits, and a
+//     Cast op into a new FP8 value that the GEMM reads;
+//   - each such cast is then placed by cost: fused into its producer where
+//     the producer has an FP8-output kernel (layernorm_fp8, normalize_fp8,
+//     softmax_fp8, bias_gelu_fp8) and the value has no other reader, or
+//     kept as a Cast op, which the planner places (at the producer's owners
+//     when that is cheapest, so the copy to the GEMM moves FP8 bytes). Both
+//     are priced by planning the whole graph with plan-ownership's greedy
+//     initial plan (memory repaired), and the cheaper that fits is kept;
+//   - every quantized value records amax, exponent and the saturated and
+//     flushed fractions (Value.fp8_*), shown by dump-ir;
+//   - the accuracy of the quantized graph against the unquantized one (same
+//     inputs, reference executor) is logged per output: cosine, max abs and
+//     max rel error, and the branch's (output minus residual input) cosine.
+// Every choice is a Decision with the cycles and bytes of both sides.
+
+#ifndef TILEC_PASSES_QUANTIZE_QUANTIZE_H_
+#define TILEC_PASSES_QUANTIZE_QUANTIZE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "kernels/reference.h"
+#include "kernels/simulator.h"
+#include "passes/core/pass.h"
+
+namespace tilec::quantize {
+
+struct QuantizeOptions {
+  bool enabled = true;  // --fp8=false: every value keeps its dtype
+  fb::DType weight_format = fb::DType::FP8E4M3;
+  fb::DType activation_format = fb::DType::FP8E4M3;
+  // Bits of headroom below the exponent that just fits amax. Weights are
+  // known exactly, so none; activations are calibrated on one input, and
+  // one bit leaves room for inputs up to twice the calibrated range.
+  int weight_margin = 0;
+  int activation_margin = 1;
+  // --policy: the file's text and the name its errors cite ("" : none).
+  std::string policy_text;
+  std::string policy_name;
+  // --calibration=DIR (kernels/inputs.h layout); "" : the seeded inputs.
+  std::string calibration_dir;
+  std::string sidecar_dir = ".";
+  int threads = 2;
+  // Price cast placements by planning (false: keep every cast a Cast op;
+  // for tests of the rest of the pass).
+  bool place_by_cost = true;
+};
+
+class QuantizeFp8Pass : public passes::Pass {
+ public:
+  explicit QuantizeFp8Pass(QuantizeOptions options = {},
+                           passes::PassOptions common = {})
+      : Pass(std::move(common)), options_(std::move(options)) {}
+  std::string_view name() const override { return "quantize-fp8"; }
+  std::vector<passes::Stage> Accepts() const override {
+    return {passes::Stage::kGraph};
+  }
+
+ protected:
+  StatusOr<bool> Transform(fb::ModuleT* module,
+                           passes::DecisionLog* log) override;
+
+ private:
+  QuantizeOptions options_;
+};
+
+// A deep copy of `module`.
+std::unique_ptr<fb::ModuleT> CloneModule(const fb::ModuleT& module);
+
+// `module` with every value quantize-fp8 made FP8 back in its unquantized
+// dtype (its Cast ops become identity casts): the graph to measure a
+// quantized program's accuracy against. Works on any stage's module (the
+// device program, if any, is dropped).
+std::unique_ptr<fb::ModuleT> Unquantized(const fb::ModuleT& module);
+
+// One output of a quantized graph against the unquantized graph's.
+struct OutputAccuracy {
+  uint32_t value = 0;
+  std::string name;
+  sim::Comparison full;
+  // The output minus its residual input (an Add whose other operand is a
+  // graph input), where there is one: the part quantization changes.
+  bool has_branch = false;
+  uint32_t residual = 0;
+  sim::Comparison branch;
+};
+
+// Compares the outputs of two reference runs of the same graph (quantized
+// and not).
+std::vector<OutputAccuracy> CompareOutputs(
+    const fb::ModuleT& module, const kernels::ReferenceResult& quantized,
+    const kernels::ReferenceResult& unquantized);
+// One output `value` computed as `got` (e.g. simulated) against the
+// unquantized run; graph inputs (for the residual) are read from
+// `unquantized`, which holds the same inputs.
+OutputAccuracy CompareOutput(const fb::ModuleT& module, uint32_t value,
+                             std::span<const float> got,
+                             const kernels::ReferenceResult& unquantized);
+
+// The documented floors for a quantized program against the unquantized
+// graph (docs/quantize.md, "Tolerances against the unquantized graph").
+inline constexpr double kMinOutputCosine = 0.999;
+inline constexpr double kMinBranchCosine = 0.995;
+bool WithinUnquantizedTolerance(const OutputAccuracy& a);
+// True when some value of `module` was quantized by quantize-fp8.
+bool IsQuantized(const fb::ModuleT& module);
+
+// "cosine 0.999998 max_abs 0.0123 max_rel 0.0045" (fixed format).
+std::string AccuracyText(const sim::Comparison& c);
+
+}  // namespace tilec::quantize
+
+#endif  // TILEC_PASSES_QUANTIZE_QUANTIZE_H_

@@ -1,0 +1,348 @@
+#include "passes/quantize/quantize.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "formats/ir.h"
+#include "kernels/npy.h"
+#include "kernels/numerics.h"
+#include "kernels/reference.h"
+#include "kernels/tensor_data.h"
+#include "passes/import/model_builder.h"
+#include "passes/quantize/policy.h"
+#include "passes/quantize/scale.h"
+
+namespace tilec::quantize {
+namespace {
+
+using kernels::Fp8Format;
+
+TEST(ScaleTest, ExponentFitsAmaxIntoTheFormat) {
+  EXPECT_EQ(ChooseScaleExp(448.0f, Fp8Format::kE4M3, 0), 0);
+  EXPECT_EQ(ChooseScaleExp(1.0f, Fp8Format::kE4M3, 0), 8);
+  EXPECT_EQ(ChooseScaleExp(449.0f, Fp8Format::kE4M3, 0), -1);
+  EXPECT_EQ(ChooseScaleExp(57344.0f, Fp8Format::kE5M2, 0), 0);
+  // The margin gives up range for headroom.
+  EXPECT_EQ(ChooseScaleExp(1.0f, Fp8Format::kE4M3, 1), 7);
+}
+
+TEST(ScaleTest, NoRangeToFitGivesExponentZero) {
+  EXPECT_EQ(ChooseScaleExp(0.0f, Fp8Format::kE4M3, 1), 0);
+  EXPECT_EQ(ChooseScaleExp(std::numeric_limits<float>::quiet_NaN(),
+                           Fp8Format::kE4M3, 0),
+            0);
+  EXPECT_EQ(ChooseScaleExp(std::numeric_limits<float>::infinity(),
+                           Fp8Format::kE4M3, 0),
+            0);
+}
+
+TEST(ScaleTest, AmaxIgnoresNonFiniteElements) {
+  const std::vector<float> data = {1.5f, -3.0f,
+                                   std::numeric_limits<float>::infinity(),
+                                   std::numeric_limits<float>::quiet_NaN()};
+  EXPECT_EQ(FiniteAmax(data), 3.0f);
+  EXPECT_EQ(FiniteAmax({}), 0.0f);
+}
+
+TEST(ScaleTest, CountsSaturatedAndFlushedElements) {
+  // E4M3 at 2^0: 1000 clamps to 448, 2^-12 is below half the smallest
+  // subnormal (2^-9) and stores as 0, 0 itself is not "flushed".
+  const std::vector<float> data = {1000.0f, -500.0f, 1.0f,
+                                   std::ldexp(1.0f, -12), 0.0f};
+  QuantStats s = Measure(data, Fp8Format::kE4M3, 0);
+  EXPECT_EQ(s.amax, 1000.0f);
+  EXPECT_DOUBLE_EQ(s.saturated, 2.0 / 5);
+  EXPECT_DOUBLE_EQ(s.flushed, 1.0 / 5);
+  // Scaled down by 2^-2 nothing saturates; the small value flushes further.
+  s = Measure(data, Fp8Format::kE4M3, -2);
+  EXPECT_DOUBLE_EQ(s.saturated, 0);
+  EXPECT_DOUBLE_EQ(s.flushed, 1.0 / 5);
+  // 448 exactly fits.
+  s = Measure(std::vector<float>{448.0f}, Fp8Format::kE4M3, 0);
+  EXPECT_DOUBLE_EQ(s.saturated, 0);
+}
+
+// A small SigLIP MLP block on the tiny target.
+fb::ModuleT TinyBlock(int tokens = 8, int width = 32, int mlp = 64) {
+  fb::ModuleT module;
+  module.target = std::make_unique<fb::TargetT>();
+  EXPECT_TRUE(ir::LoadTarget("tiny", module.target.get()).ok());
+  passes::ModelOverrides o;
+  o.tokens = tokens;
+  o.width = width;
+  o.mlp_width = mlp;
+  o.heads = 1;
+  EXPECT_EQ(passes::BuildModel("siglip-so400m-384", "mlp-block", o, &module),
+            "");
+  return module;
+}
+
+const fb::ValueT* ByName(const fb::ModuleT& m, const std::string& name) {
+  for (const auto& v : m.values) {
+    if (v->name == name) return v.get();
+  }
+  return nullptr;
+}
+
+const fb::OperationT* OpByName(const fb::ModuleT& m, const std::string& name) {
+  for (const auto& op : m.ops) {
+    if (op->name == name) return op.get();
+  }
+  return nullptr;
+}
+
+std::vector<const fb::DecisionT*> Decisions(const fb::ModuleT& m) {
+  std::vector<const fb::DecisionT*> out;
+  for (const auto& d : m.log.back()->decisions) out.push_back(d.get());
+  return out;
+}
+
+TEST(QuantizeTest, BothGemmsGetFp8OperandsWithRecordedStatistics) {
+  fb::ModuleT m = TinyBlock();
+  QuantizeFp8Pass pass;
+  StatusOr<bool> ran = pass.Run(&m);
+  ASSERT_TRUE(ran.ok()) << ran.status().message();
+  EXPECT_TRUE(*ran);
+  for (const std::string& gemm : {"l0.mlp.up", "l0.mlp.down"}) {
+    const fb::OperationT* op = OpByName(m, gemm);
+    ASSERT_NE(op, nullptr);
+    for (uint32_t id : op->operands) {
+      const fb::ValueT* v = nullptr;
+      for (const auto& value : m.values) {
+        if (value->id == id) v = value.get();
+      }
+      ASSERT_NE(v, nullptr);
+      EXPECT_EQ(v->dtype, fb::DType::FP8E4M3) << v->name;
+      EXPECT_TRUE(v->fp8_quantized) << v->name;
+      EXPECT_EQ(v->unquantized_dtype, fb::DType::F16) << v->name;
+      EXPECT_GT(v->fp8_amax, 0) << v->name;
+      // The exponent is the one that fits amax (less the margin).
+      const int margin = v->role == fb::ValueRole::Weight ? 0 : 1;
+      EXPECT_EQ(v->fp8_scale_exp,
+                ChooseScaleExp(v->fp8_amax, Fp8Format::kE4M3, margin))
+          << v->name;
+    }
+  }
+  // The LayerNorm writes FP8 itself (layernorm_fp8); the GELU has no FP8
+  // output kernel, so its cast is a Cast op.
+  EXPECT_EQ(ByName(m, "l0.ln2.out")->dtype, fb::DType::FP8E4M3);
+  const fb::OperationT* cast = OpByName(m, "l0.mlp.gelu.out.cast");
+  ASSERT_NE(cast, nullptr);
+  EXPECT_EQ(cast->kind, fb::OpKind::Cast);
+  EXPECT_EQ(OpByName(m, "l0.ln2.out.cast"), nullptr);
+  bool fused = false, kept = false, accuracy = false;
+  for (const fb::DecisionT* d : Decisions(m)) {
+    if (d->action.find("fuse into op") != std::string::npos) {
+      if (d->outcome == fb::Outcome::Accepted) {
+        fused = true;
+        EXPECT_NE(d->reason.find("layernorm_fp8"), std::string::npos);
+        EXPECT_LT(d->cycles_after, d->cycles_before) << d->reason;
+      } else {
+        kept = true;
+        EXPECT_NE(d->reason.find("no FP8-output kernel"), std::string::npos)
+            << d->reason;
+      }
+    }
+    if (d->action.find("accuracy of") == 0) {
+      accuracy = true;
+      EXPECT_NE(d->reason.find("cosine 0.99"), std::string::npos) << d->reason;
+      EXPECT_NE(d->reason.find("branch"), std::string::npos) << d->reason;
+    }
+  }
+  EXPECT_TRUE(fused);
+  EXPECT_TRUE(kept);
+  EXPECT_TRUE(accuracy);
+}
+
+TEST(QuantizeTest, WeightsAreQuantizedCodeForCodeByTheNumericsLibrary) {
+  fb::ModuleT m = TinyBlock();
+  fb::ModuleT original = TinyBlock();
+  QuantizeFp8Pass pass;
+  ASSERT_TRUE(pass.Run(&m).ok());
+  kernels::ReferenceResult result;
+  ASSERT_TRUE(kernels::RunReference(m, &result).ok());
+  for (const std::string& name : {"l0.mlp.up.w", "l0.mlp.down.w"}) {
+    const fb::ValueT* q = ByName(m, name);
+    const fb::ValueT* o = ByName(original, name);
+    fb::ValueT f32;
+    f32.id = o->id;
+    f32.shape = o->shape;
+    f32.dtype = fb::DType::F32;
+    f32.init = std::make_unique<fb::WeightInitT>(*o->init);
+    std::vector<float> w;
+    ASSERT_TRUE(kernels::MaterializeValue(f32, &w).ok());
+    const kernels::ReferenceTensor* t = result.FindByName(name);
+    ASSERT_NE(t, nullptr);
+    ASSERT_EQ(t->data.size(), w.size());
+    const std::string bytes = t->StoredBytes();
+    ASSERT_EQ(bytes.size(), w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      ASSERT_EQ(static_cast<uint8_t>(bytes[i]),
+                kernels::Fp8Encode(w[i], Fp8Format::kE4M3, q->fp8_scale_exp))
+          << name << "[" << i << "]";
+      ASSERT_EQ(t->data[i],
+                kernels::RoundToFp8(w[i], Fp8Format::kE4M3, q->fp8_scale_exp));
+    }
+  }
+}
+
+TEST(QuantizeTest, UnquantizedRestoresEveryDtype) {
+  fb::ModuleT m = TinyBlock();
+  fb::ModuleT original = TinyBlock();
+  QuantizeFp8Pass pass;
+  ASSERT_TRUE(pass.Run(&m).ok());
+  std::unique_ptr<fb::ModuleT> u = Unquantized(m);
+  kernels::ReferenceResult a, b;
+  ASSERT_TRUE(kernels::RunReference(*u, &a).ok());
+  ASSERT_TRUE(kernels::RunReference(original, &b).ok());
+  for (const kernels::ReferenceTensor* out : b.Outputs()) {
+    const kernels::ReferenceTensor* got = a.Find(out->id);
+    ASSERT_NE(got, nullptr);
+    EXPECT_EQ(got->data, out->data);
+  }
+}
+
+TEST(QuantizeTest, RunsOnceAndOnlyOnAGraph) {
+  fb::ModuleT m = TinyBlock();
+  QuantizeFp8Pass pass;
+  ASSERT_TRUE(pass.Run(&m).ok());
+  Status again = pass.Run(&m).status();
+  EXPECT_EQ(again.code(), StatusCode::kBadInput);
+  EXPECT_NE(again.message().find("quantized already"), std::string::npos);
+}
+
+TEST(QuantizeTest, E5M2Activations) {
+  fb::ModuleT m = TinyBlock();
+  QuantizeOptions options;
+  options.activation_format = fb::DType::FP8E5M2;
+  QuantizeFp8Pass pass(options);
+  ASSERT_TRUE(pass.Run(&m).ok());
+  EXPECT_EQ(ByName(m, "l0.ln2.out")->dtype, fb::DType::FP8E5M2);
+  EXPECT_EQ(ByName(m, "l0.mlp.gelu.out.fp8")->dtype, fb::DType::FP8E5M2);
+  EXPECT_EQ(ByName(m, "l0.mlp.up.w")->dtype, fb::DType::FP8E4M3);
+}
+
+TEST(QuantizeTest, DisabledLeavesTheGraphAlone) {
+  fb::ModuleT m = TinyBlock();
+  QuantizeOptions options;
+  options.enabled = false;
+  QuantizeFp8Pass pass(options);
+  StatusOr<bool> ran = pass.Run(&m);
+  ASSERT_TRUE(ran.ok());
+  EXPECT_FALSE(*ran);
+  for (const auto& v : m.values) EXPECT_FALSE(v->fp8_quantized) << v->name;
+}
+
+TEST(PolicyTest, KeepFixAndExclude) {
+  fb::ModuleT m = TinyBlock();
+  const fb::OperationT* down = OpByName(m, "l0.mlp.down");
+  QuantizeOptions options;
+  options.policy_name = "p.policy";
+  options.policy_text =
+      "# pins\n"
+      "value l0.ln2.out: e4m3 exp=3\n"
+      "op " + std::to_string(down->id) + ": exclude\n";
+  QuantizeFp8Pass pass(options);
+  ASSERT_TRUE(pass.Run(&m).ok());
+  EXPECT_EQ(ByName(m, "l0.ln2.out")->fp8_scale_exp, 3);
+  EXPECT_EQ(ByName(m, "l0.mlp.down.w")->dtype, fb::DType::F16);
+  EXPECT_EQ(ByName(m, "l0.mlp.gelu.out")->dtype, fb::DType::F16);
+}
+
+TEST(PolicyTest, AValueKeptInF16KeepsItsGemmInF16) {
+  fb::ModuleT m = TinyBlock();
+  QuantizeOptions options;
+  options.policy_name = "p.policy";
+  options.policy_text = "value l0.mlp.up.w: f16\n";
+  QuantizeFp8Pass pass(options);
+  ASSERT_TRUE(pass.Run(&m).ok());
+  EXPECT_EQ(ByName(m, "l0.mlp.up.w")->dtype, fb::DType::F16);
+  EXPECT_EQ(ByName(m, "l0.ln2.out")->dtype, fb::DType::F16);
+  EXPECT_EQ(ByName(m, "l0.mlp.down.w")->dtype, fb::DType::FP8E4M3);
+  bool refused = false;
+  for (const fb::DecisionT* d : Decisions(m)) {
+    if (d->outcome == fb::Outcome::Rejected &&
+        d->reason.find("kept in f16 by p.policy:1") != std::string::npos) {
+      refused = true;
+    }
+  }
+  EXPECT_TRUE(refused);
+}
+
+TEST(PolicyTest, ErrorsNameFileAndLine) {
+  fb::ModuleT m = TinyBlock();
+  auto error = [&](const std::string& text) {
+    StatusOr<Policy> p = ParsePolicy(text, "p.policy", m);
+    EXPECT_FALSE(p.ok()) << text;
+    return p.ok() ? std::string() : p.status().message();
+  };
+  EXPECT_EQ(error("\nvalue nope: f16\n"),
+            "p.policy:2: no value 'nope' in the module");
+  EXPECT_EQ(error("value l0.ln2.out: e3m4\n"),
+            "p.policy:1: unknown format 'e3m4' (expected f16, e4m3 or e5m2)");
+  EXPECT_EQ(error("value l0.ln2.out: e4m3 exp=x\n"),
+            "p.policy:1: expected exp=N with -64 <= N <= 64, got 'exp=x'");
+  EXPECT_EQ(error("value l0.ln2.out: f16\nvalue l0.ln2.out: e4m3\n"),
+            "p.policy:2: value 'l0.ln2.out' is already given on line 1");
+  EXPECT_EQ(error("op 0: exclude\n"),
+            "p.policy:1: op 0 is not a MatMul (only MatMuls are quantized)");
+  EXPECT_EQ(error("gemm 1: exclude\n"),
+            "p.policy:1: unknown keyword 'gemm' (expected value or op)");
+  EXPECT_EQ(error("value l0.ln2.out\n"),
+            "p.policy:1: expected 'value NAME: RULE' or 'op ID: exclude'");
+}
+
+class CalibrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/calibration";
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  // `shape` empty: the input's own.
+  Status RunWith(const std::vector<float>& x,
+                 std::vector<int64_t> shape = {}) {
+    fb::ModuleT m = TinyBlock();
+    const fb::ValueT* in = nullptr;
+    for (const auto& v : m.values) {
+      if (v->role == fb::ValueRole::Input) in = v.get();
+    }
+    if (shape.empty()) shape = in->shape;
+    EXPECT_TRUE(
+        kernels::WriteNpyF32(dir_ + "/" + in->name + ".npy", shape, x).ok());
+    QuantizeOptions options;
+    options.calibration_dir = dir_;
+    QuantizeFp8Pass pass(options);
+    return pass.Run(&m).status();
+  }
+  std::string dir_;
+};
+
+TEST_F(CalibrationTest, CalibratesOnTheGivenInput) {
+  std::vector<float> x(8 * 32);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * i) * 3;
+  Status s = RunWith(x);
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+TEST_F(CalibrationTest, NonFiniteOrAllZeroInputIsBadInput) {
+  std::vector<float> x(8 * 32, 1.0f);
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  Status s = RunWith(x);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("x.npy: element 5 of %"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("is NaN"), std::string::npos) << s.message();
+  s = RunWith(std::vector<float>(8 * 32, 0.0f));
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("is zero"), std::string::npos) << s.message();
+  s = RunWith(std::vector<float>(3, 1.0f), {3});
+  EXPECT_EQ(s.code(), StatusCode::kBadInput) << s.message();
+  EXPECT_NE(s.message().find("x.npy"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace tilec::quantize
