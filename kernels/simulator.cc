@@ -1399,8 +1399,9 @@ Comparison CompareTensors(std::span<const float> sim,
   for (size_t i = 0; i < ref.size(); ++i) {
     const double s = sim[i], r = ref[i];
     if (!std::isfinite(s) || !std::isfinite(r)) {
-      // A mismatch that no tolerance excuses, even when both sides agree: a
-      // reference that overflowed proves nothing about the program.
+      // Identical non-finite values (the same infinity, or NaN for NaN)
+      // agree; anything else is a mismatch that no tolerance excuses.
+      if ((std::isnan(s) && std::isnan(r)) || s == r) continue;
       ++c.nonfinite;
       ++c.mismatches;
       if (!worst_nonfinite) {
