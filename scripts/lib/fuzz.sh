@@ -96,7 +96,8 @@ fuzz_seeds() {
 fuzz_run() {
   local bin=$1 corpus=$2 seeds=$3 crashes=$4 log=$5 budget=$6
   mkdir -p "$corpus" "$crashes"
-  local args=(-artifact_prefix="$crashes/" -max_len=1048576 -rss_limit_mb=2048
+  # -seed=1: the smoke run's inputs are the same every time.
+  local args=(-seed="${FUZZ_SEED:-1}" -artifact_prefix="$crashes/" -max_len=1048576 -rss_limit_mb=2048
               -timeout=30 -print_final_stats=1)
   case $budget in
     -runs=*) args+=("$budget") ;;
