@@ -225,6 +225,18 @@ Status ReadFile(const std::string& path, std::string* bytes, size_t max_bytes) {
   return status;
 }
 
+Status RequireRegularFile(const std::string& path) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) {
+    return Status::BadInput(path + ": cannot open: " + ErrnoText());
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return Status::BadInput(path + ": is " + FileKind(info.st_mode) +
+                            ", not a regular file");
+  }
+  return Status::Ok();
+}
+
 Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
   if (path == "-") return WriteStdout(bytes);
   if (path.empty()) return Status::BadInput("-o: empty output path");

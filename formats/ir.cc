@@ -14,6 +14,7 @@
 #include "flatbuffers/idl.h"
 #include "glog/logging.h"
 #include "formats/embedded.h"
+#include "formats/target.h"
 
 namespace tilec::ir {
 namespace {
@@ -134,6 +135,7 @@ Status SerializeModule(fb::ModuleT module, const std::string& producer,
   module.schema_version = kSchemaVersion;
   module.producer = producer;
   Status verified = VerifyModule(module);
+  if (verified.code() == StatusCode::kInfeasible) return verified;
   if (!verified.ok()) {
     // A tool built something invalid: that is our bug, not the user's.
     return Status::Internal("refusing to write invalid IR: " +
@@ -181,14 +183,8 @@ Status ParseTargetJson(const std::string& json, const std::string& name,
   TILEC_RETURN_IF_ERROR(ParseWithSchema("Target", json, name, &parser));
   flatbuffers::GetRoot<fb::Target>(parser.builder_.GetBufferPointer())
       ->UnPackTo(target);
-  if (target->tiles <= 0 || target->sram_bytes <= target->reserved_bytes ||
-      target->clock_hz <= 0 || target->exchange_bytes_per_cycle <= 0 ||
-      target->copy_bytes_per_cycle <= 0 || target->element_bytes <= 0 ||
-      target->alignment <= 0 || target->vector_elements <= 0) {
-    return Status::BadInput(
-        name + ": target needs positive tiles, clock_hz, element_bytes, "
-               "exchange and copy rates, alignment, vector_elements and "
-               "sram_bytes > reserved_bytes");
+  if (std::string error = ValidateTarget(*target); !error.empty()) {
+    return Status::BadInput(name + ": invalid target: " + error);
   }
   return Status::Ok();
 }

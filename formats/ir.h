@@ -30,6 +30,10 @@ inline constexpr size_t kMaxInputBytes = size_t{2} << 30;
 // further, so /dev/zero cannot exhaust memory).
 Status ReadFile(const std::string& path, std::string* bytes,
                 size_t max_bytes = kMaxInputBytes);
+// For readers that seek within a file instead of reading it whole
+// (sidecars, safetensors, ONNX external data): a regular file, or the same
+// one-line refusal ReadFile gives a directory, socket, device or FIFO.
+Status RequireRegularFile(const std::string& path);
 // A regular file or a new path: written to TempPathFor(path), then renamed
 // over it, so a failed or interrupted (SIGINT, SIGTERM) run never leaves a
 // truncated file. A symlink: its final target is replaced, the link stays.
@@ -72,8 +76,17 @@ Status ParseModule(const std::string& bytes, const std::string& name,
                    fb::ModuleT* module);
 Status ReadModule(const std::string& path, fb::ModuleT* module);
 
+// The most elements one value may have (2^31): far beyond any activation or
+// weight of the models tilec compiles (so400m's largest is 5M), and small
+// enough that a host tool can hold it.
+inline constexpr int64_t kMaxValueElements = int64_t{1} << 31;
+
 // Structural checks: unique ids, operands defined before use, results
-// defined once, shapes consistent with op kinds, ownerships well formed.
+// defined once, shapes consistent with op kinds, ownerships well formed,
+// every attribute in its domain (LayerNorm eps > 0, known enums, finite
+// scales), the module's target valid (ValidateTarget), every value at most
+// kMaxValueElements elements. kInfeasible (exit 3) for a well-formed value
+// larger than the target's whole tensor memory.
 Status VerifyModule(const fb::ModuleT& module);
 
 // Stamps the schema version and producer, verifies, serializes.

@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "formats/print.h"
+#include "formats/target.h"
 
 namespace tilec::ir {
 namespace {
@@ -192,7 +194,7 @@ TEST(IrTest, VerifierRejectsStructuralErrors) {
   {
     fb::ModuleT m = SmallModule();
     m.target = std::make_unique<fb::TargetT>();
-    m.target->tiles = 16;
+    ASSERT_TRUE(LoadTarget("tiny", m.target.get()).ok());  // 16 tiles
     m.values[2]->ownership = std::make_unique<fb::OwnershipT>();
     m.values[2]->ownership->partitions = {4, 5};
     Status s = VerifyModule(m);
@@ -264,6 +266,78 @@ TEST(IrTest, TargetErrorsNameTheInput) {
   EXPECT_NE(s.message().find("my.json"), std::string::npos);
   s = ParseTargetJson("{ tiles: 0 }", "zero.json", &t);
   EXPECT_NE(s.message().find("zero.json"), std::string::npos);
+}
+
+// Issue 8, items 3, 6 and 12: the verifier bounds sizes and attributes
+// before any tool allocates or computes with them.
+TEST(IrTest, VerifierBoundsValuesAndAttributes) {
+  fb::ModuleT m = SmallModule();
+  ASSERT_TRUE(VerifyModule(m).ok());
+  m.values[0]->shape = {int64_t{1} << 40, 8};
+  Status s = VerifyModule(m);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("more than 2147483648 elements"),
+            std::string::npos)
+      << s.message();
+  // Overflowing products are caught before they wrap.
+  m.values[0]->shape = {int64_t{1} << 32, int64_t{1} << 32};
+  EXPECT_EQ(VerifyModule(m).code(), StatusCode::kBadInput);
+
+  // Well formed but larger than every tile's memory together: exit 3.
+  m = SmallModule();
+  m.target = std::make_unique<fb::TargetT>();
+  ASSERT_TRUE(LoadTarget("tiny", m.target.get()).ok());
+  ASSERT_TRUE(VerifyModule(m).ok());
+  m.values[0]->shape = {1 << 20, 8};  // 16 MiB of F16 > 16 x 56 KiB
+  s = VerifyModule(m);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible) << s.message();
+  EXPECT_NE(s.message().find("target 'tiny'"), std::string::npos);
+  // The writer passes "does not fit" on as such, not as its own bug.
+  std::string bytes;
+  EXPECT_EQ(SerializeModule(m, "test", &bytes).code(),
+            StatusCode::kInfeasible);
+
+  // The module's own target is validated like a loaded one.
+  m = SmallModule();
+  m.target = std::make_unique<fb::TargetT>();
+  ASSERT_TRUE(LoadTarget("tiny", m.target.get()).ok());
+  m.target->workers = 0;
+  s = VerifyModule(m);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("workers"), std::string::npos) << s.message();
+
+  m = SmallModule();
+  m.ops[1]->kind = fb::OpKind::LayerNorm;  // shapes are wrong too: eps first
+  m.ops[1]->eps = -1;
+  s = VerifyModule(m);
+  EXPECT_NE(s.message().find("eps"), std::string::npos) << s.message();
+  m = SmallModule();
+  m.ops[1]->scale = NAN;
+  EXPECT_NE(VerifyModule(m).message().find("scale is not finite"),
+            std::string::npos);
+  m = SmallModule();
+  m.values[1]->init->stddev = -1;
+  EXPECT_NE(VerifyModule(m).message().find("stddev"), std::string::npos);
+  m = SmallModule();
+  m.values[0]->fp8_scale_exp = 3;  // on an F16 value
+  EXPECT_NE(VerifyModule(m).message().find("fp8_scale_exp"),
+            std::string::npos);
+}
+
+TEST(IrTest, TargetValidatorBoundsSizes) {
+  fb::TargetT t;
+  ASSERT_TRUE(LoadTarget("ipu21", &t).ok());
+  EXPECT_EQ(ValidateTarget(t), "");
+  fb::TargetT big = t;
+  big.tiles = 268435456;
+  EXPECT_NE(ValidateTarget(big).find("tiles = 268435456"), std::string::npos);
+  big = t;
+  big.standard_elements = 1 << 20;
+  EXPECT_NE(ValidateTarget(big).find("standard_elements"), std::string::npos);
+  big = t;
+  big.kernels.clear();
+  EXPECT_NE(ValidateTarget(big).find("lacks kernel formula"),
+            std::string::npos);
 }
 
 TEST(IrTest, PrintIsStable) {

@@ -1,6 +1,7 @@
 // Structural checks every reader and writer runs (ARCHITECTURE.md: "verify
 // on read and on write").
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
+#include "formats/target.h"
 
 namespace tilec::ir {
 namespace {
@@ -75,9 +77,139 @@ Status CheckOwnership(const fb::OwnershipT& owner, const fb::ValueT& value,
   return Status::Ok();
 }
 
+// Bytes of one element as stored (F32 4, F16/BF16 2, FP8 1).
+int64_t StoredBytes(fb::DType dtype) {
+  switch (dtype) {
+    case fb::DType::F32:
+      return 4;
+    case fb::DType::F16:
+    case fb::DType::BF16:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+// FP8 per-tensor scales are powers of two 2^exp; beyond this the scaled
+// values are not representable in F32 either.
+constexpr int kMaxScaleExp = 64;
+
+Status CheckScaleExp(const std::string& where, fb::DType dtype, int exp) {
+  const bool fp8 = dtype == fb::DType::FP8E4M3 || dtype == fb::DType::FP8E5M2;
+  if (!fp8 && exp != 0) {
+    return Status::BadInput(where + ": fp8_scale_exp " + std::to_string(exp) +
+                            " on a value that is not FP8");
+  }
+  if (exp < -kMaxScaleExp || exp > kMaxScaleExp) {
+    return Status::BadInput(where + ": fp8_scale_exp " + std::to_string(exp) +
+                            " is outside -" + std::to_string(kMaxScaleExp) +
+                            ".." + std::to_string(kMaxScaleExp));
+  }
+  return Status::Ok();
+}
+
+// Extents, element count and bytes of a value: bounded before any tool
+// allocates it, against the target's memory when the module has one.
+Status CheckValueSize(const fb::ValueT& value, const fb::TargetT* target) {
+  const std::string where = "value %" + std::to_string(value.id);
+  int64_t elements = 1;
+  for (int64_t extent : value.shape) {
+    if (extent < 1) {
+      return Status::BadInput(where + " has a non-positive extent");
+    }
+    if (extent > kMaxValueElements || elements > kMaxValueElements / extent) {
+      return Status::BadInput(where + " has more than " +
+                              std::to_string(kMaxValueElements) +
+                              " elements");
+    }
+    elements *= extent;
+  }
+  const int64_t bytes = elements * StoredBytes(value.dtype);
+  if (target != nullptr && bytes > TargetTensorBytes(*target)) {
+    return Status::Infeasible(
+        where + " \"" + value.name + "\" needs " + std::to_string(bytes) +
+        " bytes, more than the " + std::to_string(TargetTensorBytes(*target)) +
+        " bytes of tensor memory on all tiles of target '" + target->name +
+        "'");
+  }
+  return Status::Ok();
+}
+
+Status CheckWeightInit(const std::string& where, const fb::WeightInitT& init) {
+  if (init.distribution < fb::Distribution::MIN ||
+      init.distribution > fb::Distribution::MAX) {
+    return Status::BadInput(where + ": unknown weight distribution " +
+                            std::to_string(static_cast<int>(init.distribution)));
+  }
+  if (!std::isfinite(init.mean) || !std::isfinite(init.stddev) ||
+      init.stddev < 0) {
+    return Status::BadInput(where + ": weight init needs a finite mean and a "
+                            "finite stddev >= 0");
+  }
+  return Status::Ok();
+}
+
+bool IsGeluForm(fb::GeluForm form) {
+  return form >= fb::GeluForm::MIN && form <= fb::GeluForm::MAX;
+}
+
+// The domain of every attribute an op kind reads (the reference and the
+// kernels assume them: a LayerNorm eps <= 0 divides by zero on constant
+// rows).
+Status CheckAttributes(const fb::OperationT& op, const std::string& where) {
+  const bool normalizes = op.kind == fb::OpKind::LayerNorm ||
+                          op.kind == fb::OpKind::Normalize;
+  if (normalizes && !(std::isfinite(op.eps) && op.eps > 0)) {
+    return Status::BadInput(where + ": eps " + std::to_string(op.eps) +
+                            " must be finite and > 0");
+  }
+  if (!std::isfinite(op.eps)) {
+    return Status::BadInput(where + ": eps is not finite");
+  }
+  if (!std::isfinite(op.scale)) {
+    return Status::BadInput(where + ": scale is not finite");
+  }
+  if (!IsGeluForm(op.gelu)) {
+    return Status::BadInput(where + ": unknown gelu form " +
+                            std::to_string(static_cast<int>(op.gelu)));
+  }
+  for (size_t i = 0; i < op.body.size(); ++i) {
+    const fb::FusedStepT* step = op.body[i].get();
+    const std::string swhere = where + " body step " + std::to_string(i);
+    if (step == nullptr) return Status::BadInput(swhere + " is null");
+    if (step->kind < fb::FusedStepKind::MIN ||
+        step->kind > fb::FusedStepKind::MAX) {
+      return Status::BadInput(swhere + " has unknown kind " +
+                              std::to_string(static_cast<int>(step->kind)));
+    }
+    if (!IsGeluForm(step->gelu)) {
+      return Status::BadInput(swhere + ": unknown gelu form " +
+                              std::to_string(static_cast<int>(step->gelu)));
+    }
+    if (step->dtype < fb::DType::MIN || step->dtype > fb::DType::MAX) {
+      return Status::BadInput(swhere + ": unknown dtype " +
+                              std::to_string(static_cast<int>(step->dtype)));
+    }
+    TILEC_RETURN_IF_ERROR(
+        CheckScaleExp(swhere, step->dtype, step->fp8_scale_exp));
+    if (!std::isfinite(step->scale)) {
+      return Status::BadInput(swhere + ": scale is not finite");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status VerifyModule(const fb::ModuleT& module) {
+  if (module.target) {
+    // Modules of older builds lack formulas added since: not an error here.
+    if (std::string error = ValidateTarget(*module.target,
+                                           /*require_kernels=*/false);
+        !error.empty()) {
+      return Status::BadInput("invalid target: " + error);
+    }
+  }
   int target_tiles = module.target ? module.target->tiles : 0;
   std::map<uint32_t, const fb::ValueT*> values;
   std::set<uint32_t> defined;
@@ -92,16 +224,22 @@ Status VerifyModule(const fb::ModuleT& module) {
                               " has rank " + std::to_string(value->shape.size()) +
                               "; ranks 1 to 4 are supported");
     }
-    for (int64_t extent : value->shape) {
-      if (extent < 1) {
-        return Status::BadInput("value %" + std::to_string(value->id) +
-                                " has a non-positive extent");
-      }
-    }
     if (value->dtype < fb::DType::MIN || value->dtype > fb::DType::MAX) {
       return Status::BadInput("value %" + std::to_string(value->id) +
                               " has unknown dtype " +
                               std::to_string(static_cast<int>(value->dtype)));
+    }
+    if (value->role < fb::ValueRole::MIN || value->role > fb::ValueRole::MAX) {
+      return Status::BadInput("value %" + std::to_string(value->id) +
+                              " has unknown role " +
+                              std::to_string(static_cast<int>(value->role)));
+    }
+    TILEC_RETURN_IF_ERROR(CheckValueSize(*value, module.target.get()));
+    TILEC_RETURN_IF_ERROR(CheckScaleExp("value %" + std::to_string(value->id),
+                                        value->dtype, value->fp8_scale_exp));
+    if (value->init) {
+      TILEC_RETURN_IF_ERROR(CheckWeightInit(
+          "value %" + std::to_string(value->id), *value->init));
     }
     if (value->role == fb::ValueRole::Input ||
         value->role == fb::ValueRole::Weight) {
@@ -123,6 +261,7 @@ Status VerifyModule(const fb::ModuleT& module) {
       return Status::BadInput(where + " has unknown kind " +
                               std::to_string(static_cast<int>(op->kind)));
     }
+    TILEC_RETURN_IF_ERROR(CheckAttributes(*op, where));
     std::vector<const fb::ValueT*> operands, results;
     for (uint32_t id : op->operands) {
       auto it = values.find(id);

@@ -31,6 +31,7 @@
 #include <string>
 #include <string_view>
 
+#include "formats/target.h"
 #include "formats/tilec_generated.h"
 #include "kernels/status.h"
 
@@ -45,12 +46,12 @@ struct CostVar {
 // Which path of a kernel is charged (see slow_path_term_multiplier).
 enum class KernelPath { kFast, kSlow };
 
-// The variable names a formula may use: M, K, N, n, rows, w, P, B.
-std::span<const std::string_view> FormulaVariables();
-
-// Every kernel formula the compiler and the simulator use; a target must
-// define all of them (ValidateTarget).
-std::span<const std::string_view> RequiredKernels();
+// The formula variables, the required kernels and the target validator
+// live with the schema (formats/target.h), so that every target load runs
+// them; the kernels library uses the same definitions.
+using ir::FormulaVariables;
+using ir::RequiredKernels;
+using ir::ValidateTarget;
 
 // The formula's value for `vars`, before rounding. Errors name the kernel:
 // a variable the formula uses but `vars` lacks, or a negative variable
@@ -63,15 +64,6 @@ StatusOr<double> EvaluateFormula(const fb::KernelFormulaT& formula,
 
 // Rounds a formula's value up to whole cycles as described at the top.
 int64_t RoundUpCycles(double value);
-
-// Checks a target: every number that is a size, rate or count is positive,
-// overheads (base cycles, sync, fragment, copy call, reserved bytes) are not
-// negative, reserved_bytes < sram_bytes, alignment is a power of two, every
-// formula is well formed (known variables, positive divisors, non-negative
-// coefficients, positive multipliers, unique kernel names) and every kernel in
-// RequiredKernels() is present. Returns "" when the target is fine, otherwise
-// one message listing every problem found ("; "-separated).
-std::string ValidateTarget(const fb::TargetT& target);
 
 // Cycle costs on one target. Cheap to copy (the target is shared, immutable).
 class CostModel {

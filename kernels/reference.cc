@@ -105,13 +105,22 @@ class Executor {
     if (result_->values().size() != module_.values.size()) {
       return Status::BadInput("the module has duplicate value ids");
     }
-    TILEC_RETURN_IF_ERROR(MaterializeSources());
-    for (const auto& op : module_.ops) {
+    TILEC_RETURN_IF_ERROR(CheckProvided());
+    FindLastUses();
+    if (options_.keep != ReferenceOptions::Keep::kOutputs) {
+      TILEC_RETURN_IF_ERROR(MaterializeSources(AllSources()));
+    }
+    for (size_t i = 0; i < module_.ops.size(); ++i) {
+      const auto& op = module_.ops[i];
       if (op == nullptr) {
         return Status::BadInput("the module has an empty op");
       }
       const auto start = std::chrono::steady_clock::now();
+      if (options_.keep == ReferenceOptions::Keep::kOutputs) {
+        TILEC_RETURN_IF_ERROR(MaterializeSources(SourcesFirstUsedBy(*op)));
+      }
       TILEC_RETURN_IF_ERROR(RunOp(*op));
+      FreeDeadOperands(*op, i);
       VLOG(1) << Describe(*op) << ": "
               << std::chrono::duration<double>(
                      std::chrono::steady_clock::now() - start)
@@ -124,12 +133,71 @@ class Executor {
  private:
   // ------------------------------------------------------------ sources
 
-  // Values that no op produces get their contents before any op runs.
-  Status MaterializeSources() {
-    std::unordered_set<uint32_t> produced;
+  // Values that no op produces.
+  bool IsSource(uint32_t id) const { return produced_.count(id) == 0; }
+
+  std::vector<const fb::ValueT*> AllSources() const {
+    std::vector<const fb::ValueT*> sources;
+    for (const auto& value : module_.values) {
+      if (IsSource(value->id)) sources.push_back(value.get());
+    }
+    return sources;
+  }
+
+  // The sources `op` reads that nothing has made yet (each value once).
+  std::vector<const fb::ValueT*> SourcesFirstUsedBy(const fb::OperationT& op) {
+    std::vector<const fb::ValueT*> sources;
+    for (uint32_t id : op.operands) {
+      auto it = value_of_.find(id);
+      if (it == value_of_.end() || !IsSource(id) || defined_.count(id) ||
+          std::find(sources.begin(), sources.end(), it->second) !=
+              sources.end()) {
+        continue;
+      }
+      sources.push_back(it->second);
+    }
+    return sources;
+  }
+
+  // The index of the last op that reads each value.
+  void FindLastUses() {
+    for (const auto& value : module_.values) value_of_[value->id] = value.get();
+    for (size_t i = 0; i < module_.ops.size(); ++i) {
+      if (module_.ops[i] == nullptr) continue;
+      for (uint32_t id : module_.ops[i]->operands) last_use_[id] = i;
+    }
+  }
+
+  bool Kept(const ReferenceTensor& t) const {
+    switch (options_.keep) {
+      case ReferenceOptions::Keep::kAll:
+        return true;
+      case ReferenceOptions::Keep::kSourcesAndOutputs:
+        return t.role == fb::ValueRole::Output || IsSource(t.id);
+      case ReferenceOptions::Keep::kOutputs:
+        return t.role == fb::ValueRole::Output;
+    }
+    return true;
+  }
+
+  // Operands whose last reader is op `index` and that the result does not
+  // keep: their memory goes back before the next op runs.
+  void FreeDeadOperands(const fb::OperationT& op, size_t index) {
+    for (uint32_t id : op.operands) {
+      auto last = last_use_.find(id);
+      ReferenceTensor* t = result_->Mutable(id);
+      if (t == nullptr || last == last_use_.end() || last->second != index ||
+          Kept(*t)) {
+        continue;
+      }
+      std::vector<float>().swap(t->data);
+    }
+  }
+
+  Status CheckProvided() {
     for (const auto& op : module_.ops) {
       if (op == nullptr) continue;
-      produced.insert(op->results.begin(), op->results.end());
+      produced_.insert(op->results.begin(), op->results.end());
     }
     for (const auto& [id, data] : options_.provided) {
       const ReferenceTensor* t = result_->Find(id);
@@ -137,18 +205,19 @@ class Executor {
         return Status::BadInput("provided data for value " +
                                 std::to_string(id) + ", which does not exist");
       }
-      if (produced.count(id) > 0) {
+      if (produced_.count(id) > 0) {
         return Status::BadInput("provided data for value " +
                                 std::to_string(id) + " (" + t->name +
                                 "), which an op computes");
       }
     }
-    // Generation is independent per value, so values are spread over the
-    // threads; each value's contents do not depend on the split.
-    std::vector<const fb::ValueT*> sources;
-    for (const auto& value : module_.values) {
-      if (produced.count(value->id) == 0) sources.push_back(value.get());
-    }
+    return Status::Ok();
+  }
+
+  // Sources get their contents (init, sidecar or provided) before an op
+  // reads them. Generation is independent per value, so values are spread
+  // over the threads; each value's contents do not depend on the split.
+  Status MaterializeSources(const std::vector<const fb::ValueT*>& sources) {
     std::vector<Status> statuses(sources.size());
     auto materialize = [&](size_t i) {
       const fb::ValueT& value = *sources[i];
@@ -758,6 +827,9 @@ class Executor {
   const ReferenceOptions& options_;
   ReferenceResult* result_;
   std::unordered_set<uint32_t> defined_;
+  std::unordered_set<uint32_t> produced_;  // results of some op
+  std::unordered_map<uint32_t, const fb::ValueT*> value_of_;
+  std::unordered_map<uint32_t, size_t> last_use_;  // op index
 };
 
 std::string Format(double v) {

@@ -143,6 +143,8 @@ class Engine {
   Engine(const fb::ModuleT& module, const SimOptions& options)
       : module_(module), options_(options) {}
 
+  // Every check of the program against its target and graph; no data.
+  Status Check();
   Status Run(const HostTensors& inputs, SimResult* result);
 
  private:
@@ -486,6 +488,62 @@ bool TestAndSet(std::vector<uint64_t>& bits, int64_t begin, int64_t end) {
   return hit;
 }
 
+// One destination of one transfer: `rows` pieces from `addr` on `tile`.
+struct TransferWrite {
+  int tile;
+  int64_t addr;  // of piece 0
+  int transfer, destination;
+  uint32_t buffer;
+};
+
+// The message for two writes of the same tile bytes. writes[begin, ...) are
+// one tile's writes in program order, and piece `hit_piece` of
+// writes[hit_write] is the first piece that found a byte written before:
+// it is named with the earliest piece before it that it overlaps. Pieces are
+// walked, never collected, so a transfer of 2^31 rows costs no memory.
+Status OverlapError(int s, const fb::SuperstepT& step, const StepPlan& plan,
+                    const std::vector<TransferWrite>& writes, size_t begin,
+                    size_t hit_write, int64_t hit_piece) {
+  const TransferWrite& second = writes[hit_write];
+  const TransferPlan& second_plan = plan.transfers[second.transfer];
+  const int64_t b0 = second.addr + hit_piece * second_plan.dst_pitch;
+  const int64_t b1 = b0 + second_plan.bytes;
+  for (size_t w = begin; w <= hit_write; ++w) {
+    const TransferWrite& first = writes[w];
+    const TransferPlan& tp = plan.transfers[first.transfer];
+    const int64_t pieces = w == hit_write ? hit_piece : tp.rows;
+    for (int64_t i = 0; i < pieces; ++i) {
+      const int64_t a0 = first.addr + i * tp.dst_pitch;
+      const int64_t a1 = a0 + tp.bytes;
+      if (a1 <= b0 || b1 <= a0) continue;
+      const fb::TransferT& tr = *step.exchange[second.transfer];
+      const fb::TransferT& tr1 = *step.exchange[first.transfer];
+      std::string message =
+          StepWhere(s, second.tile, tr.op) + " transfer " +
+          std::to_string(second.transfer) + " destination " +
+          std::to_string(second.destination) +
+          (tr.rows > 1 ? " piece " + std::to_string(hit_piece) : "") + " " +
+          BufferText(second.buffer) + ": writes tile bytes [" +
+          std::to_string(std::max(a0, b0)) + ", " +
+          std::to_string(std::min(a1, b1)) + ") that ";
+      if (w == hit_write) {
+        message += "its piece " + std::to_string(i) +
+                   " also writes (dst_pitch " + std::to_string(tr.dst_pitch) +
+                   " is less than the " + std::to_string(tr.bytes) +
+                   " bytes of a piece)";
+      } else {
+        message += "transfer " + std::to_string(first.transfer) +
+                   (tr1.rows > 1 ? " piece " + std::to_string(i) : "") +
+                   " (op " + std::to_string(tr1.op) + ") also writes " +
+                   "through " + BufferText(first.buffer);
+      }
+      return Status::BadInput(message);
+    }
+  }
+  return Status::Internal("superstep " + std::to_string(s) +
+                          ": overlapping writes not found again");
+}
+
 }  // namespace
 
 Status Engine::CheckTransfers(int s) {
@@ -493,13 +551,7 @@ Status Engine::CheckTransfers(int s) {
   StepPlan& plan = steps_[s];
   // Every destination of every transfer (each `rows` pieces), to find two
   // writes of the same bytes.
-  struct Write {
-    int tile;
-    int64_t addr;  // of piece 0
-    int transfer, destination;
-    uint32_t buffer;
-  };
-  std::vector<Write> writes;
+  std::vector<TransferWrite> writes;
   for (size_t t = 0; t < step.exchange.size(); ++t) {
     const fb::TransferT* tr = step.exchange[t].get();
     if (tr == nullptr) {
@@ -633,13 +685,17 @@ Status Engine::CheckTransfers(int s) {
   // finds a byte marked is then sorted piece by piece to name the pair.
   std::stable_sort(
       writes.begin(), writes.end(),
-      [](const Write& a, const Write& b) { return a.tile < b.tile; });
+      [](const TransferWrite& a, const TransferWrite& b) {
+        return a.tile < b.tile;
+      });
   std::vector<uint64_t> bits(static_cast<size_t>((tensor_bytes_ + 63) / 64), 0);
   for (size_t begin = 0; begin < writes.size();) {
     size_t end = begin;
     while (end < writes.size() && writes[end].tile == writes[begin].tile) ++end;
     bool overlap = false;
     int64_t low = tensor_bytes_, high = 0;
+    size_t hit_write = 0;
+    int64_t hit_piece = 0;
     for (size_t w = begin; w < end && !overlap; ++w) {
       const TransferPlan& tp = plan.transfers[writes[w].transfer];
       for (int64_t i = 0; i < tp.rows && !overlap; ++i) {
@@ -647,6 +703,8 @@ Status Engine::CheckTransfers(int s) {
         overlap = TestAndSet(bits, a, a + tp.bytes);
         low = std::min(low, a);
         high = std::max(high, a + tp.bytes);
+        hit_write = w;
+        hit_piece = i;
       }
     }
     if (high > low) {
@@ -654,62 +712,7 @@ Status Engine::CheckTransfers(int s) {
                 0);
     }
     if (overlap) {
-      struct Piece {
-        int64_t begin, end;
-        int transfer, destination;
-        int64_t piece;
-        uint32_t buffer;
-      };
-      std::vector<Piece> pieces;
-      for (size_t w = begin; w < end; ++w) {
-        const TransferPlan& tp = plan.transfers[writes[w].transfer];
-        for (int64_t i = 0; i < tp.rows; ++i) {
-          const int64_t a = writes[w].addr + i * tp.dst_pitch;
-          pieces.push_back({a, a + tp.bytes, writes[w].transfer,
-                            writes[w].destination, i, writes[w].buffer});
-        }
-      }
-      std::sort(pieces.begin(), pieces.end(),
-                [](const Piece& a, const Piece& b) {
-                  return std::tie(a.begin, a.transfer, a.destination, a.piece) <
-                         std::tie(b.begin, b.transfer, b.destination, b.piece);
-                });
-      for (size_t i = 1; i < pieces.size(); ++i) {
-        const Piece& a = pieces[i - 1];
-        const Piece& b = pieces[i];
-        if (b.begin >= a.end) continue;
-        // Name the later write in program order, with the earlier one.
-        const bool a_first = std::tie(a.transfer, a.destination, a.piece) <
-                             std::tie(b.transfer, b.destination, b.piece);
-        const Piece& first = a_first ? a : b;
-        const Piece& second = a_first ? b : a;
-        const fb::TransferT& tr = *step.exchange[second.transfer];
-        const fb::TransferT& tr1 = *step.exchange[first.transfer];
-        std::string message =
-            StepWhere(s, writes[begin].tile, tr.op) + " transfer " +
-            std::to_string(second.transfer) + " destination " +
-            std::to_string(second.destination) +
-            (tr.rows > 1 ? " piece " + std::to_string(second.piece) : "") +
-            " " + BufferText(second.buffer) + ": writes tile bytes [" +
-            std::to_string(std::max(a.begin, b.begin)) + ", " +
-            std::to_string(std::min(a.end, b.end)) + ") that ";
-        if (first.transfer == second.transfer &&
-            first.destination == second.destination) {
-          message += "its piece " + std::to_string(first.piece) +
-                     " also writes (dst_pitch " + std::to_string(tr.dst_pitch) +
-                     " is less than the " + std::to_string(tr.bytes) +
-                     " bytes of a piece)";
-        } else {
-          message +=
-              "transfer " + std::to_string(first.transfer) +
-              (tr1.rows > 1 ? " piece " + std::to_string(first.piece) : "") +
-              " (op " + std::to_string(tr1.op) + ") also writes " + "through " +
-              BufferText(first.buffer);
-        }
-        return Status::BadInput(message);
-      }
-      return Status::Internal("superstep " + std::to_string(s) +
-                              ": overlapping writes not found again");
+      return OverlapError(s, step, plan, writes, begin, hit_write, hit_piece);
     }
     begin = end;
   }
@@ -952,7 +955,9 @@ Status Engine::AllocateAndWriteInputs(const HostTensors& inputs) {
   }
   std::vector<std::vector<uint8_t>> boxes(box_source.size());
   ParallelFor(boxes.size(), options_.threads, [&](size_t u) {
-    const auto [i, fi] = box_source[u];
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture
+    // one in the lambda below.
+    const size_t i = box_source[u].first, fi = box_source[u].second;
     const BindingPlan& b = input_plans_[i];
     const FragmentPlan& f = b.fragments[fi];
     const int eb = kernels::DTypeBytes(f.dtype);
@@ -1294,7 +1299,7 @@ void Engine::CountCycles(SimResult* r) {
   }
 }
 
-Status Engine::Run(const HostTensors& inputs, SimResult* result) {
+Status Engine::Check() {
   TILEC_RETURN_IF_ERROR(CheckTarget());
   TILEC_RETURN_IF_ERROR(CheckBuffers());
   TILEC_RETURN_IF_ERROR(CheckBindings(/*outputs=*/false));
@@ -1304,8 +1309,12 @@ Status Engine::Run(const HostTensors& inputs, SimResult* result) {
   compute_extra_.resize(steps);
   compute_macs_.resize(steps);
   for (int s = 0; s < steps; ++s) TILEC_RETURN_IF_ERROR(CheckSuperstep(s));
-  TILEC_RETURN_IF_ERROR(CheckBindings(/*outputs=*/true));
+  return CheckBindings(/*outputs=*/true);
+}
 
+Status Engine::Run(const HostTensors& inputs, SimResult* result) {
+  TILEC_RETURN_IF_ERROR(Check());
+  const int steps = static_cast<int>(program_->supersteps.size());
   SimResult r;
   r.target = target_->name;
   r.tiles = tiles_;
@@ -1330,6 +1339,13 @@ Status Simulate(const fb::ModuleT& module, const HostTensors& inputs,
                 const SimOptions& options, SimResult* result) {
   Engine engine(module, options);
   return engine.Run(inputs, result);
+}
+
+Status VerifyDeviceProgram(const fb::ModuleT& module) {
+  SimOptions options;
+  options.execute = false;
+  Engine engine(module, options);
+  return engine.Check();
 }
 
 // ---------------------------------------------------------------- checking
@@ -1413,7 +1429,9 @@ Comparison CompareTensors(std::span<const float> sim,
     c.max_abs_err = INFINITY;
     c.max_rel_err = INFINITY;
   }
-  if (ss == 0 && rr == 0) {
+  if (c.nonfinite == c.elements && c.elements > 0) {
+    c.cosine = 0;  // nothing finite on both sides agrees
+  } else if (ss == 0 && rr == 0) {
     c.cosine = 1;
   } else if (ss == 0 || rr == 0) {
     c.cosine = 0;

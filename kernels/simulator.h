@@ -160,6 +160,15 @@ struct SimResult {
 Status Simulate(const fb::ModuleT& module, const HostTensors& inputs,
                 const SimOptions& options, SimResult* result);
 
+// The device-program verifier: the checks Simulate runs before it touches
+// any data (the target, every buffer, binding, compute and transfer,
+// docs/device-program.md), alone. Every reader of a device program runs it
+// (simulate-device, inspect-exchanges, inspect-program, inspect-gemms), so
+// a program one accepts the others accept too. Bounded memory: nothing is
+// allocated per transfer row or per byte of a claimed size that the target
+// cannot hold.
+Status VerifyDeviceProgram(const fb::ModuleT& module);
+
 // ---------------------------------------------------------------- checking
 // Simulated outputs against the reference (docs/device-program.md,
 // "Comparing with the reference").
@@ -182,9 +191,11 @@ struct Comparison {
   double max_abs_err = 0;  // max |sim - ref|
   // max |sim - ref| / max(|ref|, kRelativeFloor * scale).
   double max_rel_err = 0;
-  double cosine = 1;       // 1 when both are all zero
+  // Over elements finite on both sides; 1 when both are all zero, 0 when
+  // none is finite on both.
+  double cosine = 1;
   int64_t mismatches = 0;  // elements with err > atol*scale + rtol*|ref|
-  int64_t nonfinite = 0;   // NaN/inf in sim where ref is finite, or v.v.
+  int64_t nonfinite = 0;   // NaN/inf in sim where ref differs, or v.v.
   int64_t worst_index = -1;  // element with the largest |sim - ref|
   float worst_sim = 0;
   float worst_ref = 0;

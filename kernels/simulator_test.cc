@@ -989,6 +989,15 @@ TEST(CompareTest, MetricsAndTolerances) {
   EXPECT_FALSE(nan.pass);
   EXPECT_EQ(nan.nonfinite, 1);
   EXPECT_TRUE(std::isinf(nan.max_abs_err));
+
+  // Issue 8: an output that is all infinities where the reference is
+  // finite fails with the count, and does not get cosine 1.
+  std::vector<float> inf(4, INFINITY);
+  Comparison all_inf = CompareTensors(inf, ref, tol);
+  EXPECT_FALSE(all_inf.pass);
+  EXPECT_EQ(all_inf.nonfinite, 4);
+  EXPECT_EQ(all_inf.mismatches, 4);
+  EXPECT_EQ(all_inf.cosine, 0);
 }
 
 TEST(CompareTest, DefaultsAreLooserWithFp8) {

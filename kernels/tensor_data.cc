@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 
+#include "formats/ir.h"
 #include "kernels/fb_dtype.h"
 
 namespace tilec::kernels {
@@ -254,6 +255,7 @@ Status ReadSidecar(const fb::ValueT& value, const std::string& sidecar_dir,
                             std::to_string(count * sizeof(float)) + " (" +
                             std::to_string(count) + " F32 elements)");
   }
+  TILEC_RETURN_IF_ERROR(ir::RequireRegularFile(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::BadInput(where + ": cannot open");
   in.seekg(0, std::ios::end);

@@ -3,13 +3,17 @@
 # they are all present; otherwise needs root (or sudo) and Debian's mirrors.
 set -euo pipefail
 
+# clang-14 and libclang-rt-14-dev (libFuzzer's runtime and the sanitizers,
+# what -fsanitize=fuzzer links) build the fuzz targets (scripts/fuzz.sh).
 packages=(
   bazel-bootstrap
   bazel-rules-java
   chromium
+  clang-14
   flatbuffers-compiler
   g++
   libflatbuffers-dev
+  libclang-rt-14-dev
   libgflags-dev
   libgmock-dev
   libgoogle-glog-dev

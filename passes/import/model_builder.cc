@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "formats/ir.h"
+
 namespace tilec::passes {
 namespace {
 
@@ -59,13 +61,15 @@ constexpr GeluName kGeluNames[] = {
 // the GEMM outputs.
 constexpr float kBiasStddev = 0.02f;
 
-// A tensor larger than this is certainly a typo in a flag, and staying far
-// below 2^63 keeps every later element or byte count free of overflow.
-constexpr int64_t kMaxElements = int64_t{1} << 48;
+// The verifier's bound on one value (formats/ir.h), checked here first so
+// that a typo in a flag is refused before the graph is built.
+constexpr int64_t kMaxElements = ir::kMaxValueElements;
 
-// Far beyond any real model; keeps the 32-bit value ids (28 per layer) and
-// the module's memory bounded.
-constexpr int64_t kMaxLayers = int64_t{1} << 16;
+// Far beyond any real model (so400m has 27 layers, the largest preset 24
+// to 27); keeps the graph (28 values per layer) and the time to build, write
+// and verify it small: 65,536 layers took gigabytes before anything was
+// refused.
+constexpr int64_t kMaxLayers = 1024;
 
 std::string Flag(std::string_view flag, int64_t value) {
   return "--" + std::string(flag) + "=" + std::to_string(value);
@@ -386,18 +390,18 @@ std::string ValidateModelConfig(const ModelConfig& c) {
     if (!ElementsFit({c.batch, c.tokens, columns})) {
       return Flag("batch", c.batch) + " " + Flag("tokens", c.tokens) +
              ": an activation of " + std::to_string(columns) +
-             " columns would have more than 2^48 elements";
+             " columns would have more than 2^31 elements";
     }
   }
   if (!ElementsFit({c.width, 3 * c.width}) ||
       !ElementsFit({c.width, c.mlp_width})) {
     return Flag("width", c.width) + " " + Flag("mlp_width", c.mlp_width) +
-           ": a weight would have more than 2^48 elements";
+           ": a weight would have more than 2^31 elements";
   }
   if (!ElementsFit({c.batch, c.heads, c.tokens, c.tokens})) {
     return Flag("batch", c.batch) + " " + Flag("heads", c.heads) + " " +
            Flag("tokens", c.tokens) +
-           ": the attention scores would have more than 2^48 elements";
+           ": the attention scores would have more than 2^31 elements";
   }
   return "";
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "formats/ir.h"
 #include "formats/op_shapes.h"
 #include "kernels/numerics.h"
 
@@ -86,6 +87,7 @@ Status SafetensorsFile::Open(const std::string& path, SafetensorsFile* file) {
   SafetensorsFile f;
   f.path_ = path;
   f.name_ = path;
+  TILEC_RETURN_IF_ERROR(ir::RequireRegularFile(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::BadInput(f.name_ + ": cannot open");
   in.seekg(0, std::ios::end);

@@ -9,6 +9,7 @@
 #include "formats/print.h"
 #include "kernels/cost.h"
 #include "passes/core/decisions.h"
+#include "kernels/simulator.h"
 #include "passes/inspect/tile_list.h"
 #include "passes/lower/lowering.h"
 
@@ -52,6 +53,38 @@ Status FromProgram(const fb::ModuleT& m, std::vector<Step>* steps,
       x.dtype = t->dtype;
       for (const auto& d : t->destinations) x.dsts.push_back(static_cast<int>(d->tile));
       xfers->push_back(std::move(x));
+    }
+  }
+  return Status::Ok();
+}
+
+// --op and --superstep must name something that exists: an empty report
+// for a typo would read as "no traffic".
+Status CheckSelection(const InspectOptions& options, bool program,
+                      const std::vector<Step>& steps,
+                      const std::vector<Xfer>& xfers,
+                      const std::map<uint32_t, std::string>& op_names) {
+  if (options.superstep >= static_cast<int64_t>(steps.size()) ||
+      options.superstep < -1) {
+    return Status::BadInput(
+        "--superstep=" + std::to_string(options.superstep) + ": the " +
+        (program ? "program has " + std::to_string(steps.size()) +
+                       " supersteps"
+                 : "planned graph has " + std::to_string(steps.size()) +
+                       " exchange phases") +
+        " (0 to " + std::to_string(static_cast<int64_t>(steps.size()) - 1) +
+        ")");
+  }
+  if (options.op < -1) {
+    return Status::BadInput("--op=" + std::to_string(options.op) +
+                            ": not an op id");
+  }
+  if (options.op >= 0 && !op_names.count(static_cast<uint32_t>(options.op))) {
+    bool moves = false;
+    for (const Xfer& x : xfers) moves = moves || x.op == options.op;
+    if (!moves) {
+      return Status::BadInput("--op=" + std::to_string(options.op) +
+                              ": no op of the module has this id");
     }
   }
   return Status::Ok();
@@ -186,10 +219,14 @@ Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
   std::vector<Step> steps;
   std::vector<Xfer> all;
   const bool program = m.program != nullptr;
+  // The simulator's checks, so that no total is made of a program it
+  // would refuse (tiles out of range, transfers outside their buffers).
+  if (program) TILEC_RETURN_IF_ERROR(sim::VerifyDeviceProgram(m));
   TILEC_RETURN_IF_ERROR(program ? FromProgram(m, &steps, &all)
                                 : FromPlan(m, *model, &steps, &all));
   std::map<uint32_t, std::string> op_names;
   for (const auto& op : m.ops) op_names[op->id] = op->name;
+  TILEC_RETURN_IF_ERROR(CheckSelection(options, program, steps, all, op_names));
   std::vector<const Xfer*> selected;
   for (const Xfer& x : all) {
     if (options.op >= 0 && x.op != options.op) continue;

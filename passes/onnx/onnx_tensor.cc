@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 
+#include "formats/ir.h"
 #include "kernels/numerics.h"
 
 namespace tilec::passes {
@@ -152,6 +153,7 @@ Status ReadExternal(const TensorProto& t, const std::string& base_dir,
   const std::string path = (location[0] == '/' || base_dir.empty())
                                ? location
                                : base_dir + "/" + location;
+  TILEC_RETURN_IF_ERROR(ir::RequireRegularFile(path).WithContext(what));
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return Status::BadInput(what + ": cannot open its external data " + path);

@@ -1,15 +1,19 @@
-// make_module JSON TARGET OUT: turns a readable module JSON (which may omit
-// its target) into a binary module, with the target preset or JSON file
-// TARGET filled in, so that test programs stay small and reviewable.
+// make_module JSON TARGET OUT [--unverified]: turns a readable module JSON
+// (which may omit its target) into a binary module, with the target preset
+// or JSON file TARGET filled in, so that test programs stay small and
+// reviewable. --unverified writes it without the verifier, for the bad
+// inputs of the verifier's own tests.
 
 #include <iostream>
+#include <string>
 
 #include "formats/ir.h"
 
 int main(int argc, char** argv) {
   using tilec::Status;
-  if (argc != 4) {
-    std::cerr << "usage: make_module JSON TARGET OUT\n";
+  const bool unverified = argc == 5 && std::string(argv[4]) == "--unverified";
+  if (argc != 4 && !unverified) {
+    std::cerr << "usage: make_module JSON TARGET OUT [--unverified]\n";
     return 2;
   }
   const std::string path = argv[1];
@@ -24,7 +28,17 @@ int main(int argc, char** argv) {
       s = tilec::ir::LoadTarget(argv[2], module.target.get());
     }
   }
-  if (s.ok()) s = tilec::ir::WriteModule(module, module.producer, argv[3]);
+  if (s.ok() && unverified) {
+    flatbuffers::FlatBufferBuilder builder;
+    builder.Finish(tilec::fb::Module::Pack(builder, &module),
+                   tilec::ir::kFileIdentifier);
+    s = tilec::ir::WriteFileAtomically(
+        argv[3], std::string(reinterpret_cast<const char*>(
+                                 builder.GetBufferPointer()),
+                             builder.GetSize()));
+  } else if (s.ok()) {
+    s = tilec::ir::WriteModule(module, module.producer, argv[3]);
+  }
   if (!s.ok()) {
     std::cerr << "make_module: " << s.message() << "\n";
     return s.exit_code();

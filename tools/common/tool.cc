@@ -2,10 +2,16 @@
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
 
 DEFINE_string(o, "-",
               "Output path (module, text or report), or - for stdout; "
@@ -24,37 +30,218 @@ std::vector<std::string>& MutableGivenFlags() {
   return *flags;
 }
 
-bool IsDefinedFlag(const std::string& name) {
-  gflags::CommandLineFlagInfo info;
-  if (gflags::GetCommandLineFlagInfo(name.c_str(), &info)) return true;
-  // --nofoo negates a boolean --foo.
-  return name.rfind("no", 0) == 0 &&
-         gflags::GetCommandLineFlagInfo(name.substr(2).c_str(), &info) &&
-         info.type == "bool";
+bool FindFlag(const std::string& name, gflags::CommandLineFlagInfo* info) {
+  return gflags::GetCommandLineFlagInfo(name.c_str(), info);
 }
 
-// Rewrites "--max-decisions=3" to "--max_decisions=3" for defined flags;
-// everything after "--" is left alone.
-void UnderscoreFlagNames(std::vector<std::string>* args) {
-  for (size_t i = 1; i < args->size(); ++i) {
-    std::string& arg = (*args)[i];
-    if (arg == "--") break;
-    const size_t dashes = arg.rfind("--", 0) == 0 ? 2 : arg.rfind('-', 0) == 0;
-    if (dashes == 0) continue;
-    const size_t end = std::min(arg.find('='), arg.size());
-    std::string name = arg.substr(dashes, end - dashes);
-    if (name.find('-') == std::string::npos) continue;
-    std::replace(name.begin(), name.end(), '-', '_');
-    if (IsDefinedFlag(name)) {
-      arg = arg.substr(0, dashes) + name + arg.substr(end);
+// --flagfile nests at most this deep (a file naming itself would not end).
+constexpr int kMaxFlagfileDepth = 8;
+
+// The shared flags gflags defines for itself that a tool does not take:
+// they would silently do nothing through SetCommandLineOption.
+bool IsUnsupportedGflagsFlag(const std::string& name) {
+  return name == "fromenv" || name == "tryfromenv" || name == "undefok" ||
+         name == "helpon" || name == "helpmatch" || name == "helppackage" ||
+         name == "helpxml";
+}
+
+class FlagParser {
+ public:
+  explicit FlagParser(ParsedArgs* parsed) : parsed_(parsed) {}
+
+  Status Parse(const std::vector<std::string>& args, size_t first,
+               int depth) {
+    bool flags_done = false;
+    for (size_t i = first; i < args.size(); ++i) {
+      const std::string& arg = args[i];
+      if (flags_done || arg == "-" || arg.empty() || arg[0] != '-') {
+        parsed_->positional.push_back(arg);
+        continue;
+      }
+      if (arg == "--") {
+        flags_done = true;
+        continue;
+      }
+      const size_t dashes = arg.rfind("--", 0) == 0 ? 2 : 1;
+      const size_t equals = arg.find('=');
+      std::string name = arg.substr(dashes, equals == std::string::npos
+                                                ? std::string::npos
+                                                : equals - dashes);
+      std::optional<std::string> value;
+      if (equals != std::string::npos) value = arg.substr(equals + 1);
+      // A value in the next argument: "-o out.tilec", "--target tiny".
+      auto next_value = [&]() -> bool {
+        if (value) return true;
+        if (i + 1 >= args.size()) return false;
+        value = args[++i];
+        return true;
+      };
+      TILEC_RETURN_IF_ERROR(One(arg, name, value, next_value, depth));
     }
+    return Status::Ok();
   }
+
+ private:
+  template <typename NextValue>
+  // `value` is the text after '='; next_value() fills it from the next
+  // argument when there was none.
+  Status One(const std::string& arg, std::string name,
+             std::optional<std::string>& value, NextValue& next_value,
+             int depth) {
+    if (name == "help" || name == "h" || name == "helpshort" ||
+        name == "helpfull" || name == "version") {
+      const ParsedArgs::Help help =
+          name == "helpfull"  ? ParsedArgs::Help::kFull
+          : name == "version" ? ParsedArgs::Help::kVersion
+                              : ParsedArgs::Help::kTool;
+      if (parsed_->help == ParsedArgs::Help::kNone) parsed_->help = help;
+      return Status::Ok();
+    }
+    if (name == "flagfile") {
+      if (!next_value()) return Status::BadInput("--flagfile needs a file");
+      return Flagfile(*value, depth);
+    }
+    if (IsUnsupportedGflagsFlag(name)) {
+      return Status::BadInput(arg + ": not supported by tilec tools");
+    }
+    gflags::CommandLineFlagInfo info;
+    bool found = FindFlag(name, &info);
+    if (!found && name.find('-') != std::string::npos) {
+      std::replace(name.begin(), name.end(), '-', '_');
+      found = FindFlag(name, &info);
+    }
+    if (!found && name.rfind("no", 0) == 0 && !value &&
+        FindFlag(name.substr(2), &info) && info.type == "bool") {
+      return Set(arg, name.substr(2), "false");
+    }
+    if (!found) {
+      return Status::BadInput("unknown flag " + arg.substr(0, arg.find('=')) +
+                              " (--help lists the flags)");
+    }
+    if (info.type == "bool") return Set(arg, name, value.value_or("true"));
+    if (!next_value()) {
+      return Status::BadInput(arg + " needs a value (" + info.type + ")");
+    }
+    return Set(arg, name, *value);
+  }
+
+  Status Set(const std::string& arg, const std::string& name,
+             const std::string& value) {
+    if (gflags::SetCommandLineOption(name.c_str(), value.c_str()).empty()) {
+      gflags::CommandLineFlagInfo info;
+      FindFlag(name, &info);
+      return Status::BadInput("--" + name + "=" + value + ": not a valid " +
+                              info.type + " value" +
+                              (arg.find('=') == std::string::npos
+                                   ? " (given as " + arg + " VALUE)"
+                                   : std::string()));
+    }
+    return Status::Ok();
+  }
+
+  Status Flagfile(const std::string& path, int depth) {
+    if (depth >= kMaxFlagfileDepth) {
+      return Status::BadInput("--flagfile=" + path + ": nested more than " +
+                              std::to_string(kMaxFlagfileDepth) + " deep");
+    }
+    std::string text;
+    TILEC_RETURN_IF_ERROR(ir::ReadFile(path, &text, size_t{1} << 20)
+                              .WithContext("--flagfile"));
+    std::vector<std::string> lines = {""};
+    size_t line_number = 0;
+    size_t start = 0;
+    while (start <= text.size()) {
+      size_t end = std::min(text.find('\n', start), text.size());
+      ++line_number;
+      std::string line = text.substr(start, end - start);
+      start = end + 1;
+      const size_t a = line.find_first_not_of(" \t\r");
+      if (a == std::string::npos || line[a] == '#') continue;
+      line = line.substr(a, line.find_last_not_of(" \t\r") - a + 1);
+      if (line[0] != '-') {
+        return Status::BadInput("--flagfile=" + path + ": line " +
+                                std::to_string(line_number) +
+                                ": expected a flag, got \"" + line + "\"");
+      }
+      lines.push_back(line);
+    }
+    ParsedArgs nested;
+    FlagParser parser(&nested);
+    TILEC_RETURN_IF_ERROR(
+        parser.Parse(lines, 1, depth + 1).WithContext("--flagfile=" + path));
+    if (!nested.positional.empty()) {
+      return Status::BadInput("--flagfile=" + path + ": \"" +
+                              nested.positional[0] + "\" is not a flag");
+    }
+    if (nested.help != ParsedArgs::Help::kNone &&
+        parsed_->help == ParsedArgs::Help::kNone) {
+      parsed_->help = nested.help;
+    }
+    return Status::Ok();
+  }
+
+  ParsedArgs* parsed_;
+};
+
+// A flag's line in --help: dashed spelling (as the docs write flags), type,
+// default and description.
+std::string FlagHelp(const gflags::CommandLineFlagInfo& info) {
+  std::string name = info.name;
+  std::replace(name.begin(), name.end(), '_', '-');
+  std::string text = "  --" + name + " (" + info.type;
+  if (info.type == "string") {
+    text += ", default \"" + info.default_value + "\"";
+  } else {
+    text += ", default " + info.default_value;
+  }
+  return text + ")\n      " + info.description + "\n";
 }
 
+bool DefinedIn(const gflags::CommandLineFlagInfo& info,
+               const std::string& directory) {
+  return info.filename.find(directory) != std::string::npos;
+}
 
 }  // namespace
 
 const std::string& ToolName() { return MutableToolName(); }
+
+Status ParseFlags(const std::vector<std::string>& args, ParsedArgs* parsed) {
+  *parsed = ParsedArgs();
+  FlagParser parser(parsed);
+  return parser.Parse(args, 1, 0);
+}
+
+std::string HelpText(const std::string& usage, bool full) {
+  std::vector<gflags::CommandLineFlagInfo> all;
+  gflags::GetAllFlags(&all);  // sorted by file, then name
+  std::string own, shared, library;
+  for (const auto& info : all) {
+    if (DefinedIn(info, "tools/common/")) {
+      shared += FlagHelp(info);
+    } else if (DefinedIn(info, "tools/")) {
+      own += FlagHelp(info);
+    } else {
+      library += FlagHelp(info);
+    }
+  }
+  std::string text = usage + "\n";
+  if (!own.empty()) text += "\nFlags:\n" + own;
+  text += "\nFlags of every tool:\n" + shared;
+  text +=
+      "  --flagfile=FILE\n      Read flags from FILE, one per line.\n"
+      "  --help, --helpfull, --version\n"
+      "      This text; every flag, the libraries' too; the schema version.\n";
+  if (full) {
+    text += "\nLibrary flags (gflags, glog):\n" + library;
+  } else {
+    text +=
+        "\nLogging: --vmodule=FILE=LEVEL turns on one source file's debug "
+        "log on stderr (README.md, \"Debug targets\"); --helpfull lists "
+        "every library flag.\n";
+  }
+  return text;
+}
 
 std::vector<std::string> InitTool(int argc, char** argv, const char* usage) {
   std::string name = argv[0];
@@ -63,14 +250,21 @@ std::vector<std::string> InitTool(int argc, char** argv, const char* usage) {
   MutableToolName() = name;
   gflags::SetUsageMessage(usage);
   gflags::SetVersionString("schema " + std::to_string(ir::kSchemaVersion));
-  // gflags keeps pointers into argv: the storage must outlive parsing.
-  static auto* storage = new std::vector<std::string>(argv, argv + argc);
-  UnderscoreFlagNames(storage);
-  static auto* rewritten = new std::vector<char*>();
-  for (std::string& arg : *storage) rewritten->push_back(arg.data());
-  rewritten->push_back(nullptr);
-  argv = rewritten->data();
-  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
+  ParsedArgs parsed;
+  Status status = ParseFlags(std::vector<std::string>(argv, argv + argc),
+                             &parsed);
+  switch (parsed.help) {
+    case ParsedArgs::Help::kNone:
+      break;
+    case ParsedArgs::Help::kVersion:
+      std::cout << name << " (tilec), schema " << ir::kSchemaVersion << "\n";
+      std::exit(0);
+    case ParsedArgs::Help::kTool:
+    case ParsedArgs::Help::kFull:
+      std::cout << HelpText(usage, parsed.help == ParsedArgs::Help::kFull);
+      std::exit(0);
+  }
+  if (!status.ok()) std::exit(Finish(status));
   // The tool's own flags that differ from their defaults, by name: what a
   // pass records in its log. Logging, the output path and --explain change
   // what is printed, not what is decided, so they are left out: the output
@@ -86,7 +280,12 @@ std::vector<std::string> InitTool(int argc, char** argv, const char* usage) {
   }
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-  return std::vector<std::string>(argv + 1, argv + argc);
+  return parsed.positional;
+}
+
+bool FlagGiven(const char* flag) {
+  gflags::CommandLineFlagInfo info;
+  return FindFlag(flag, &info) && !info.is_default;
 }
 
 Status SingleInput(const std::vector<std::string>& args, std::string* path) {
@@ -98,11 +297,49 @@ Status SingleInput(const std::vector<std::string>& args, std::string* path) {
   return Status::Ok();
 }
 
+Status CheckThreads(int threads) {
+  if (threads < 1 || threads > kMaxThreads) {
+    return Status::BadInput("--threads=" + std::to_string(threads) +
+                            ": expected 1 to " + std::to_string(kMaxThreads));
+  }
+  return Status::Ok();
+}
+
+Status CheckDirectoryFlag(const char* flag, const std::string& path) {
+  if (path.empty()) return Status::Ok();
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) {
+    return Status::BadInput("--" + std::string(flag) + "=" + path + ": " +
+                            std::strerror(errno));
+  }
+  if (!S_ISDIR(info.st_mode)) {
+    return Status::BadInput("--" + std::string(flag) + "=" + path +
+                            ": not a directory");
+  }
+  return Status::Ok();
+}
+
 const std::vector<std::string>& GivenFlags() { return MutableGivenFlags(); }
+
+std::string EscapeForMessage(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
 
 int Finish(const Status& status) {
   if (!status.ok()) {
-    std::cerr << ToolName() << ": " << status.message() << std::endl;
+    std::cerr << ToolName() << ": " << EscapeForMessage(status.message())
+              << std::endl;
   }
   return status.exit_code();
 }

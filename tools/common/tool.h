@@ -18,22 +18,61 @@ DECLARE_string(o);
 
 namespace tilec::tools {
 
-// Parses gflags (removing them from argv), sets glog to log to stderr and
-// returns the positional arguments. `usage` is the first line of --help.
-// Multiword flags may be spelled with dashes as the design does
-// (--max-decisions=3) or with gflags' underscores (--max_decisions=3).
+// Parses the flags, sets glog to log to stderr and returns the positional
+// arguments. `usage` is the first line of --help. Multiword flags may be
+// spelled with dashes as the design does (--max-decisions=3) or with
+// gflags' underscores (--max_decisions=3).
+//
+// Usage errors (an unknown flag, a value that does not parse, a flag
+// without its value, a bad --flagfile) print one line "TOOL: problem" and
+// exit 2; --help prints the usage, the tool's own flags and the shared tool
+// flags and exits 0 (--helpfull: every flag, the libraries' too).
 std::vector<std::string> InitTool(int argc, char** argv, const char* usage);
+
+// What ParseFlags found besides the flags it set.
+struct ParsedArgs {
+  std::vector<std::string> positional;
+  enum class Help { kNone, kTool, kFull, kVersion } help = Help::kNone;
+};
+
+// The parsing half of InitTool, without exiting: sets every flag in
+// `args` (args[0] is the program) through gflags and returns the
+// positional arguments, or a kBadInput Status naming the offending flag.
+// --flagfile=FILE is read through ir::ReadFile, one flag per line ('#'
+// starts a comment line).
+Status ParseFlags(const std::vector<std::string>& args, ParsedArgs* parsed);
+
+// The --help text: `usage`, then the flags defined in the tool's own
+// directory (tools/<tool>/) and in tools/common/, with their defaults.
+std::string HelpText(const std::string& usage, bool full);
 
 // The flags given on the command line (underscored spelling), without the
 // output path and logging flags: what a pass records in its log.
 const std::vector<std::string>& GivenFlags();
 
+// True when `flag` (underscored name) was set on the command line.
+bool FlagGiven(const char* flag);
+
 // The single input path: the one positional argument, or "-" for stdin.
 // Anything else is a usage error.
 Status SingleInput(const std::vector<std::string>& args, std::string* path);
 
-// Prints "<tool>: <message>" on stderr and returns the status's exit code.
+// Host threads (--threads of run-reference and simulate-device): 1 to
+// kMaxThreads, anything else is a usage error naming the flag.
+inline constexpr int kMaxThreads = 256;
+Status CheckThreads(int threads);
+
+// A directory a flag names (--sidecar_dir, --inputs): refused unless it
+// exists and is a directory; "" is accepted (the flag's default).
+Status CheckDirectoryFlag(const char* flag, const std::string& path);
+
+// Prints "<tool>: <message>" on stderr (one line: non-printable bytes are
+// escaped) and returns the status's exit code.
 int Finish(const Status& status);
+
+// `text` with every byte outside printable ASCII written as \xNN, so that a
+// message quoting corrupted input stays one line.
+std::string EscapeForMessage(const std::string& text);
 
 // The tool's name, for messages and the producer string.
 const std::string& ToolName();

@@ -67,8 +67,27 @@ Status ReadFlagFiles(plan::PlannerOptions* options) {
   return Status::Ok();
 }
 
+Status CheckFlags() {
+  if (FLAGS_attempts < 0) {
+    return Status::BadInput("--attempts=" + std::to_string(FLAGS_attempts) +
+                            ": must not be negative");
+  }
+  if (FLAGS_proposals_per_op < 1) {
+    return Status::BadInput("--proposals_per_op=" +
+                            std::to_string(FLAGS_proposals_per_op) +
+                            ": must be at least 1");
+  }
+  if (FLAGS_checkpoint_every < 1) {
+    return Status::BadInput("--checkpoint_every=" +
+                            std::to_string(FLAGS_checkpoint_every) +
+                            ": must be at least 1");
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<passes::Pass>> MakePlanner(
     passes::PassOptions common) {
+  TILEC_RETURN_IF_ERROR(CheckFlags());
   plan::PlannerOptions options;
   if (Given("seed")) options.seed = FLAGS_seed;
   if (Given("proposals_per_op")) {

@@ -26,6 +26,10 @@ DEFINE_string(inputs, "",
               "--out_dir names them (<name>.npy), float32 or the input's "
               "own dtype (kernels/inputs.h). Empty: inputs from their "
               "recorded seeds.");
+DEFINE_bool(allow_nonfinite, false,
+            "Exit 0 even when an output has NaN or infinite elements (for "
+            "tests whose expected outputs are non-finite, e.g. ONNX casts of "
+            "NaN); the summary counts them either way.");
 DEFINE_int32(threads, 2,
              "Threads for GEMMs and weight generation (results do not "
              "depend on it).");
@@ -39,13 +43,15 @@ std::string DirectoryOf(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
+Status NonFiniteOutputs(const std::string& path,
+                        const kernels::ReferenceResult& result);
+
 Status Run(const std::vector<std::string>& args) {
   std::string path;
   TILEC_RETURN_IF_ERROR(SingleInput(args, &path));
-  if (FLAGS_threads < 1) {
-    return Status::BadInput("--threads=" + std::to_string(FLAGS_threads) +
-                            ": must be at least 1");
-  }
+  TILEC_RETURN_IF_ERROR(CheckThreads(FLAGS_threads));
+  TILEC_RETURN_IF_ERROR(CheckDirectoryFlag("sidecar_dir", FLAGS_sidecar_dir));
+  TILEC_RETURN_IF_ERROR(CheckDirectoryFlag("inputs", FLAGS_inputs));
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ir::ReadModule(path, &module));
 
@@ -53,6 +59,8 @@ Status Run(const std::vector<std::string>& args) {
   options.sidecar_dir =
       FLAGS_sidecar_dir.empty() ? DirectoryOf(path) : FLAGS_sidecar_dir;
   options.threads = FLAGS_threads;
+  options.keep = FLAGS_all ? kernels::ReferenceOptions::Keep::kAll
+                           : kernels::ReferenceOptions::Keep::kOutputs;
   if (!FLAGS_inputs.empty()) {
     TILEC_RETURN_IF_ERROR(
         kernels::LoadInputs(module, FLAGS_inputs, &options.provided));
@@ -77,7 +85,26 @@ Status Run(const std::vector<std::string>& args) {
   for (const kernels::ReferenceTensor* t : tensors) {
     summary += kernels::SummaryLine(*t) + "\n";
   }
-  return ir::WriteFileAtomically(FLAGS_o, summary);
+  TILEC_RETURN_IF_ERROR(ir::WriteFileAtomically(FLAGS_o, summary));
+  if (FLAGS_allow_nonfinite) return Status::Ok();
+  return NonFiniteOutputs(path, result);
+}
+
+// A graph whose outputs overflow or divide by zero is valid input that
+// cannot be computed in its dtypes: exit 3, after the summary (which
+// counts the non-finite elements of every tensor) is written.
+Status NonFiniteOutputs(const std::string& path,
+                        const kernels::ReferenceResult& result) {
+  for (const kernels::ReferenceTensor* t : result.Outputs()) {
+    const kernels::TensorStats stats = kernels::ComputeStats(t->data);
+    if (stats.nonfinite > 0) {
+      return Status::Infeasible(
+          ir::DisplayName(path) + ": output %" + std::to_string(t->id) +
+          " \"" + t->name + "\" has " + std::to_string(stats.nonfinite) +
+          " non-finite elements of " + std::to_string(stats.count));
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -88,6 +115,7 @@ int main(int argc, char** argv) {
       argc, argv,
       "run-reference [FILE|-] [--out_dir=DIR] [--all] [-o SUMMARY]: run a "
       "module's graph on the reference executor and write its outputs as "
-      ".npy");
+      ".npy.\nExit 0: done; 2: bad module or flags; 3: an output has "
+      "non-finite elements (the summary, written first, counts them).");
   return tilec::tools::Finish(tilec::tools::Run(args));
 }

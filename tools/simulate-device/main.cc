@@ -48,6 +48,40 @@ DEFINE_string(sidecar_dir, "",
               "Directory that sidecar paths are relative to (default: the "
               "input file's directory, or . for stdin).");
 
+namespace {
+
+// Tolerances are fractions (cosine at most 1); a negative value, the
+// default, means the defaults of docs/device-program.md, so only an explicit
+// one is checked.
+tilec::Status CheckTolerance(const char* flag, double value, double most) {
+  if (!tilec::tools::FlagGiven(flag)) return tilec::Status::Ok();
+  if (!(value >= 0 && value <= most)) {
+    return tilec::Status::BadInput("--" + std::string(flag) + "=" +
+                                   gflags::GetCommandLineFlagInfoOrDie(flag)
+                                       .current_value +
+                                   ": expected a number from 0 to " +
+                                   (most == 1 ? "1" : "1e300"));
+  }
+  return tilec::Status::Ok();
+}
+
+tilec::Status CheckFlags() {
+  TILEC_RETURN_IF_ERROR(CheckTolerance("atol", FLAGS_atol, 1e300));
+  TILEC_RETURN_IF_ERROR(CheckTolerance("rtol", FLAGS_rtol, 1e300));
+  TILEC_RETURN_IF_ERROR(CheckTolerance("min_cosine", FLAGS_min_cosine, 1));
+  TILEC_RETURN_IF_ERROR(tilec::tools::CheckThreads(FLAGS_threads));
+  if (FLAGS_top_tiles < 0) {
+    return tilec::Status::BadInput("--top_tiles=" +
+                                   std::to_string(FLAGS_top_tiles) +
+                                   ": must not be negative");
+  }
+  TILEC_RETURN_IF_ERROR(
+      tilec::tools::CheckDirectoryFlag("sidecar_dir", FLAGS_sidecar_dir));
+  return tilec::tools::CheckDirectoryFlag("inputs", FLAGS_inputs);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   auto args = tilec::tools::InitTool(
       argc, argv,
@@ -67,6 +101,7 @@ int main(int argc, char** argv) {
     status = tilec::Status::BadInput("--report=" + FLAGS_report +
                                      ": expected text or json");
   }
+  if (status.ok()) status = CheckFlags();
   if (!status.ok()) return tilec::tools::Finish(status);
   options.output = FLAGS_o;
   options.json = FLAGS_report == "json";

@@ -417,6 +417,9 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
                             ": module has no device program (emit-device "
                             "writes one)");
   }
+  // The whole program is checked before the reference or the simulator
+  // allocates anything for it.
+  TILEC_RETURN_IF_ERROR(sim::VerifyDeviceProgram(module).WithContext(name));
 
   // Inputs and weights: the reference's own contents when comparing, so
   // both runs see exactly the same numbers.
@@ -435,6 +438,9 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
     ref_options.provided = given_inputs;
     ref_options.sidecar_dir = sidecar_dir;
     ref_options.threads = options.threads;
+    // The host writes the reference's inputs and weights; only those and
+    // the outputs are read back, so activations are freed as they die.
+    ref_options.keep = kernels::ReferenceOptions::Keep::kSourcesAndOutputs;
     TILEC_RETURN_IF_ERROR(kernels::RunReference(module, ref_options, &reference)
                               .WithContext(name));
   }
@@ -499,7 +505,10 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
                         "), cosine " + Format("%.9f", m.cosine) + " (min " +
                         G(report.tolerance.min_cosine) + "), " +
                         std::to_string(m.mismatches) + " of " +
-                        std::to_string(m.elements) + " elements mismatch";
+                        std::to_string(m.elements) + " elements mismatch" +
+                        (m.nonfinite ? " (" + std::to_string(m.nonfinite) +
+                                           " non-finite)"
+                                     : std::string());
       }
       report.pass = report.pass && check.comparison.pass;
       report.checks.push_back(std::move(check));

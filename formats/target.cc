@@ -1,0 +1,180 @@
+#include "formats/target.h"
+
+#include <algorithm>
+#include <array>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace tilec::ir {
+namespace {
+
+constexpr std::array<std::string_view, 8> kVariables = {
+    "M", "K", "N", "n", "rows", "w", "P", "B"};
+
+constexpr std::array<std::string_view, 19> kRequiredKernels = {
+    "gemm_fp8",      "gemm_f16",       "gemm_f32",   "reduce_partials",
+    "add",           "gelu",           "bias_gelu",  "bias_gelu_fp8",
+    "cast",          "layernorm",      "layernorm_fp8", "ln_moments",
+    "residual_moments", "moments_combine", "normalize", "normalize_fp8",
+    "softmax",       "softmax_fp8",    "copy"};
+
+bool IsKnownVariable(std::string_view name) {
+  return std::find(kVariables.begin(), kVariables.end(), name) !=
+         kVariables.end();
+}
+
+// Collects problems so that one validation run reports all of them.
+class Problems {
+ public:
+  template <typename... Args>
+  void Add(const Args&... parts) {
+    std::ostringstream os;
+    (os << ... << parts);
+    list_.push_back(os.str());
+  }
+  std::string Join() const {
+    std::string out;
+    for (const std::string& p : list_) {
+      if (!out.empty()) out += "; ";
+      out += p;
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+void ValidateFormula(const fb::KernelFormulaT& f, Problems& problems) {
+  const std::string where = "kernel '" + f.kernel + "'";
+  if (!(f.base >= 0)) problems.Add(where, ": base ", f.base, " is negative");
+  if (!(f.multiplier > 0)) {
+    problems.Add(where, ": multiplier ", f.multiplier, " is not positive");
+  }
+  if (!(f.slow_path_term_multiplier > 0)) {
+    problems.Add(where, ": slow_path_term_multiplier ",
+                 f.slow_path_term_multiplier, " is not positive");
+  }
+  for (size_t t = 0; t < f.terms.size(); ++t) {
+    const fb::CostTermT* term = f.terms[t].get();
+    if (term == nullptr) {
+      problems.Add(where, ": term ", t, " is null");
+      continue;
+    }
+    if (!(term->coefficient >= 0)) {
+      problems.Add(where, ": term ", t, " coefficient ", term->coefficient,
+                   " is negative");
+    }
+    for (size_t i = 0; i < term->factors.size(); ++i) {
+      const fb::CostFactorT* factor = term->factors[i].get();
+      if (factor == nullptr) {
+        problems.Add(where, ": term ", t, " factor ", i, " is null");
+        continue;
+      }
+      if (!IsKnownVariable(factor->variable)) {
+        problems.Add(where, ": term ", t, " uses unknown variable '",
+                     factor->variable, "' (known: M K N n rows w P B)");
+      }
+      if (factor->divisor <= 0) {
+        problems.Add(where, ": term ", t, " variable ", factor->variable,
+                     " has divisor ", factor->divisor, " (must be positive)");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::span<const std::string_view> FormulaVariables() { return kVariables; }
+
+std::span<const std::string_view> RequiredKernels() {
+  return kRequiredKernels;
+}
+
+std::string ValidateTarget(const fb::TargetT& t, bool require_kernels) {
+  Problems problems;
+  auto positive = [&](const char* name, double v) {
+    if (!(v > 0)) problems.Add("target '", t.name, "': ", name, " = ", v,
+                               " must be positive");
+  };
+  auto non_negative = [&](const char* name, double v) {
+    if (!(v >= 0)) problems.Add("target '", t.name, "': ", name, " = ", v,
+                                " must not be negative");
+  };
+  positive("tiles", t.tiles);
+  positive("clock_hz", t.clock_hz);
+  positive("sram_bytes", t.sram_bytes);
+  non_negative("reserved_bytes", t.reserved_bytes);
+  if (t.reserved_bytes >= t.sram_bytes && t.sram_bytes > 0) {
+    problems.Add("target '", t.name, "': reserved_bytes ", t.reserved_bytes,
+                 " leaves no room in sram_bytes ", t.sram_bytes);
+  }
+  positive("element_bytes", t.element_bytes);
+  non_negative("standard_elements", t.standard_elements);
+  positive("interleaved_element_bytes", t.interleaved_element_bytes);
+  positive("workers", t.workers);
+  positive("amp_macs_fp8", t.amp_macs_fp8);
+  positive("amp_macs_f16", t.amp_macs_f16);
+  positive("amp_macs_f32", t.amp_macs_f32);
+  positive("exchange_bytes_per_cycle", t.exchange_bytes_per_cycle);
+  non_negative("exchange_fragment_cycles", t.exchange_fragment_cycles);
+  non_negative("sync_cycles", t.sync_cycles);
+  non_negative("copy_call_cycles", t.copy_call_cycles);
+  positive("copy_bytes_per_cycle", t.copy_bytes_per_cycle);
+  positive("vector_elements", t.vector_elements);
+  if (t.tiles > kMaxTargetTiles) {
+    problems.Add("target '", t.name, "': tiles = ", t.tiles,
+                 " is more than the ", kMaxTargetTiles, " tilec supports");
+  }
+  if (t.sram_bytes > kMaxTileSramBytes) {
+    problems.Add("target '", t.name, "': sram_bytes = ", t.sram_bytes,
+                 " is more than the ", kMaxTileSramBytes,
+                 " bytes per tile tilec supports");
+  }
+  if (t.element_bytes > 0 && t.standard_elements > 0 &&
+      t.reserved_bytes < t.sram_bytes &&
+      int64_t{t.standard_elements} * t.element_bytes >
+          int64_t{t.sram_bytes} - std::max(t.reserved_bytes, 0)) {
+    problems.Add("target '", t.name, "': standard_elements ",
+                 t.standard_elements, " x element_bytes ", t.element_bytes,
+                 " is more than the tensor memory of ",
+                 int64_t{t.sram_bytes} - std::max(t.reserved_bytes, 0),
+                 " bytes");
+  }
+  if (t.alignment <= 0 || (t.alignment & (t.alignment - 1)) != 0) {
+    problems.Add("target '", t.name, "': alignment ", t.alignment,
+                 " must be a positive power of two");
+  }
+
+  std::set<std::string, std::less<>> names;
+  for (const auto& f : t.kernels) {
+    if (f == nullptr) {
+      problems.Add("target '", t.name, "': null kernel formula");
+      continue;
+    }
+    if (!names.insert(f->kernel).second) {
+      problems.Add("target '", t.name, "': kernel '", f->kernel,
+                   "' is defined twice");
+    }
+    ValidateFormula(*f, problems);
+  }
+  std::string missing;
+  for (std::string_view required : kRequiredKernels) {
+    if (names.find(required) == names.end()) {
+      missing += std::string(missing.empty() ? "" : ", ") + "'" +
+                 std::string(required) + "'";
+    }
+  }
+  if (require_kernels && !missing.empty()) {
+    problems.Add("target '", t.name, "' lacks kernel formula ", missing);
+  }
+  return problems.Join();
+}
+
+int64_t TargetTensorBytes(const fb::TargetT& target) {
+  return int64_t{target.tiles} *
+         (int64_t{target.sram_bytes} - target.reserved_bytes);
+}
+
+}  // namespace tilec::ir
