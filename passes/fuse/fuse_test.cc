@@ -16,6 +16,7 @@
 #include "passes/lower/hand_plan.h"
 #include "passes/pipeline/pipeline.h"
 #include "passes/plan/planner.h"
+#include "passes/quantize/quantize.h"
 
 namespace tilec::fuse {
 namespace {
@@ -217,6 +218,9 @@ TEST(FuseElementwiseTest, EachPlacementAcrossARedistribution) {
 TEST(FuseElementwiseTest, RefusesPlacementsThatDoNotFit) {
   fb::ModuleT planned = Forced();
   planned.target->reserved_bytes = planned.target->sram_bytes - 4096;
+  // Memory elements that still fit what is left (the target validator).
+  planned.target->element_bytes = 1024;
+  planned.target->interleaved_element_bytes = 1024;
   Fused f = RunFuse(std::move(planned));
   EXPECT_FALSE(f.changed);
   bool refused = false;
@@ -315,6 +319,13 @@ Compiled Compile(fb::ModuleT m, const std::string& recipe, bool fuse) {
       &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
         if (name == "plan-ownership") {
           return std::make_unique<plan::PlanOwnershipPass>(po);
+        }
+        // Pinned recipes are written for the graph's own dtypes (chunk_k=16
+        // is F16's K granule): those cases run the F16 pipeline.
+        if (name == "quantize-fp8" && !recipe.empty()) {
+          quantize::QuantizeOptions f16;
+          f16.enabled = false;
+          return std::make_unique<quantize::QuantizeFp8Pass>(f16);
         }
         passes::PassOptions off;
         off.max_decisions = 0;
