@@ -323,9 +323,7 @@ Compiled Compile(fb::ModuleT m, const std::string& recipe, bool fuse) {
         // Pinned recipes are written for the graph's own dtypes (chunk_k=16
         // is F16's K granule): those cases run the F16 pipeline.
         if (name == "quantize-fp8" && !recipe.empty()) {
-          quantize::QuantizeOptions f16;
-          f16.enabled = false;
-          return std::make_unique<quantize::QuantizeFp8Pass>(f16);
+          return quantize::KeepDTypesPass();
         }
         passes::PassOptions off;
         off.max_decisions = 0;

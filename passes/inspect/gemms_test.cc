@@ -82,9 +82,7 @@ TEST(InspectGemmsTest, SearchedPlansStayNearTheBound) {
     ASSERT_TRUE(passes::RunPipeline(
                     &m, [](std::string_view name) -> std::unique_ptr<passes::Pass> {
                       if (name != "quantize-fp8") return nullptr;
-                      quantize::QuantizeOptions off;
-                      off.enabled = false;
-                      return std::make_unique<quantize::QuantizeFp8Pass>(off);
+                      return quantize::KeepDTypesPass();
                     })
                     .ok());
     StatusOr<std::vector<GemmReport>> gemms = InspectGemms(m);

@@ -744,4 +744,10 @@ StatusOr<bool> QuantizeFp8Pass::Transform(fb::ModuleT* module,
   return quantizer.Run();
 }
 
+std::unique_ptr<passes::Pass> KeepDTypesPass() {
+  QuantizeOptions off;
+  off.enabled = false;
+  return std::make_unique<QuantizeFp8Pass>(off);
+}
+
 }  // namespace tilec::quantize

@@ -84,6 +84,11 @@ class QuantizeFp8Pass : public passes::Pass {
   QuantizeOptions options_;
 };
 
+// The pass with `enabled` false: every value keeps its dtype (the F16
+// pipeline, quantize-fp8 --fp8=false). Tests that pin recipes written for
+// F16 (chunk_k=16 is F16's K granule) run the pipeline with it.
+std::unique_ptr<passes::Pass> KeepDTypesPass();
+
 // A deep copy of `module`.
 std::unique_ptr<fb::ModuleT> CloneModule(const fb::ModuleT& module);
 
