@@ -11,16 +11,6 @@
 namespace tilec::passes {
 namespace {
 
-Box Box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  Box b;
-  b.rank = 2;
-  b.begin[0] = r0;
-  b.end[0] = r1;
-  b.begin[1] = c0;
-  b.end[1] = c1;
-  return b;
-}
-
 Box Box4(int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t c0,
          int64_t c1) {
   Box box;

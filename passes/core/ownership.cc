@@ -810,6 +810,15 @@ std::string FormatBox(const Box& box) {
   return s + "]";
 }
 
+Box Box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  Box b;
+  b.rank = 2;
+  b.begin = {r0, c0, 0, 0};
+  b.end = {r1, c1, 0, 0};
+  if (r1 <= r0 || c1 <= c0) b.begin = b.end = {0, 0, 0, 0};
+  return b;
+}
+
 fb::OwnershipT BlockedOwnership(std::vector<int32_t> partitions, int replicas,
                                 int first_tile, int tile_stride) {
   fb::OwnershipT o;

@@ -67,7 +67,9 @@ struct Box {
 // "[0:81, 718:1436]".
 std::string FormatBox(const Box& box);
 
-// Convenience constructors.
+// Convenience constructors. Box2: rows [r0, r1) x columns [c0, c1) of a
+// rank-2 value (the canonical empty box if either range is empty).
+Box Box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 fb::OwnershipT BlockedOwnership(std::vector<int32_t> partitions,
                                 int replicas = 1, int first_tile = 0,
                                 int tile_stride = 1);

@@ -9,15 +9,6 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-Box Box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  Box b;
-  b.rank = 2;
-  b.begin = {r0, c0, 0, 0};
-  b.end = {r1, c1, 0, 0};
-  if (r1 <= r0 || c1 <= c0) b.begin = b.end = {0, 0, 0, 0};
-  return b;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- grid

@@ -16,21 +16,13 @@
 namespace tilec::lower {
 namespace {
 
+using passes::Box2;
 using passes::HeldBoxes;
 using passes::TilesUsed;
 
 std::string OpWhere(const fb::OperationT& op) {
   return "op " + std::to_string(op.id) + " (" + ir::OpKindText(op.kind) + " " +
          op.name + ")";
-}
-
-Box Box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  Box b;
-  b.rank = 2;
-  b.begin = {r0, c0, 0, 0};
-  b.end = {r1, c1, 0, 0};
-  if (r1 <= r0 || c1 <= c0) b.begin = b.end = {0, 0, 0, 0};
-  return b;
 }
 
 // Binary elementwise kernels (MemoryRule::kBinaryInputs in the registry):
