@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "flatbuffers/idl.h"
+#include "flatbuffers/reflection.h"
 #include "glog/logging.h"
 #include "formats/embedded.h"
 #include "formats/target.h"
@@ -62,6 +63,73 @@ Status ParseWithSchema(const std::string& root, const std::string& json,
   return Status::Ok();
 }
 
+// The schema as FlatBuffers reflection data, parsed once from the embedded
+// text.
+const reflection::Schema& ReflectionSchema() {
+  static const std::string* const bfbs = [] {
+    flatbuffers::Parser parser;
+    CHECK(parser.Parse(SchemaText())) << parser.error_;
+    parser.Serialize();
+    return new std::string(
+        reinterpret_cast<const char*>(parser.builder_.GetBufferPointer()),
+        parser.builder_.GetSize());
+  }();
+  return *reflection::GetSchema(bfbs->data());
+}
+
+// "tilec.fb.Value" -> "Value", as the schema file spells it.
+std::string UnqualifiedName(const flatbuffers::String& name) {
+  const std::string full = name.str();
+  return full.substr(full.rfind('.') + 1);
+}
+
+bool HasEightByteElements(reflection::BaseType type) {
+  return type == reflection::Long || type == reflection::ULong ||
+         type == reflection::Double;
+}
+
+// FlatBuffers 2.0.8's verifier checks only the 4-byte length prefix of a
+// vector, so a [long] vector may start 4 bytes off its alignment and every
+// read of it is a misaligned load (the ir fuzzer's UBSan finding). The
+// schema says which vectors hold 8-byte elements: walk every table and check
+// them, before anything reads the buffer.
+Status CheckVectorAlignment(const reflection::Schema& schema,
+                            const reflection::Object& object,
+                            const flatbuffers::Table& table,
+                            const uint8_t* buffer, const std::string& name) {
+  for (const reflection::Field* field : *object.fields()) {
+    const reflection::Type& type = *field->type();
+    if (type.base_type() == reflection::Obj) {
+      const flatbuffers::Table* sub = flatbuffers::GetFieldT(table, *field);
+      if (sub == nullptr) continue;
+      TILEC_RETURN_IF_ERROR(CheckVectorAlignment(
+          schema, *schema.objects()->Get(type.index()), *sub, buffer, name));
+    }
+    if (type.base_type() != reflection::Vector) continue;
+    const flatbuffers::VectorOfAny* vector =
+        flatbuffers::GetFieldAnyV(table, *field);
+    if (vector == nullptr) continue;
+    if (HasEightByteElements(type.element()) &&
+        (vector->Data() - buffer) % 8 != 0) {
+      return Status::BadInput(
+          name + ": corrupt IR: " + UnqualifiedName(*object.name()) + "." +
+          field->name()->str() + " holds 8-byte elements at byte " +
+          std::to_string(vector->Data() - buffer) +
+          ", not 8-byte aligned");
+    }
+    if (type.element() != reflection::Obj) continue;
+    const reflection::Object& element = *schema.objects()->Get(type.index());
+    for (flatbuffers::uoffset_t i = 0; i < vector->size(); ++i) {
+      TILEC_RETURN_IF_ERROR(CheckVectorAlignment(
+          schema, element,
+          *flatbuffers::GetAnyVectorElemPointer<const flatbuffers::Table>(
+              vector, i),
+          buffer, name));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string DisplayName(const std::string& path) {
@@ -73,6 +141,11 @@ const char* SchemaText() { return FindEmbedded("tilec.fbs")->text; }
 Status ParseModule(const std::string& bytes, const std::string& name,
                    fb::ModuleT* module) {
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+    // Alignment inside a buffer is relative to its start: read a copy whose
+    // start is aligned as the heap aligns it.
+    return ParseModule(std::string(bytes.begin(), bytes.end()), name, module);
+  }
   if (bytes.empty()) return Status::BadInput(name + ": empty file, not tilec IR");
   if (bytes.size() < 8) {
     return Status::BadInput(name + ": truncated: " +
@@ -92,6 +165,10 @@ Status ParseModule(const std::string& bytes, const std::string& name,
         name + ": corrupt IR: FlatBuffers verification failed (" +
         std::to_string(bytes.size()) + " bytes; truncated or damaged)");
   }
+  const reflection::Schema& schema = ReflectionSchema();
+  TILEC_RETURN_IF_ERROR(CheckVectorAlignment(
+      schema, *schema.root_table(),
+      *flatbuffers::GetAnyRoot(data), data, name));
   const fb::Module* root = fb::GetModule(data);
   uint32_t version = root->schema_version();
   if (version == 0) {

@@ -128,6 +128,51 @@ TEST(IrTest, RejectsGarbageBytesWithoutCrashing) {
   }
 }
 
+// A module whose one value's shape ([long]) starts `pad` 4-byte words after
+// an 8-byte boundary, made by hand: FlatBufferBuilder itself always aligns.
+std::string ModuleWithShapeAt(int pad) {
+  flatbuffers::FlatBufferBuilder b;
+  // The buffer's size is then a multiple of 8, so positions counted from its
+  // end (as the builder places data) keep their alignment from its start.
+  b.TrackMinAlign(8);
+  auto name = b.CreateString("x");
+  // Two int64 elements as four 32-bit words, aligned only to 4 bytes.
+  b.StartVector(4 + pad, sizeof(uint32_t));
+  for (int i = 0; i < pad; ++i) b.PushElement<uint32_t>(0);
+  for (uint32_t word : {4u, 0u, 8u, 0u}) b.PushElement(word);
+  auto shape = flatbuffers::Offset<flatbuffers::Vector<int64_t>>(
+      b.EndVector(2));
+  fb::ValueBuilder value(b);
+  value.add_name(name);
+  value.add_shape(shape);
+  auto value_offset = value.Finish();
+  auto values = b.CreateVector(&value_offset, 1);
+  fb::ModuleBuilder module(b);
+  module.add_schema_version(kSchemaVersion);
+  module.add_values(values);
+  fb::FinishModuleBuffer(b, module.Finish());
+  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()),
+                     b.GetSize());
+}
+
+TEST(IrTest, RefusesMisalignedEightByteVectors) {
+  int refused = 0;
+  for (int pad : {0, 1}) {
+    std::string bytes = ModuleWithShapeAt(pad);
+    fb::ModuleT m;
+    Status s = ParseModule(bytes, "hand.tilec", &m);
+    // Exactly one of the two paddings puts the elements off 8 bytes.
+    if (s.message().find("not 8-byte aligned") != std::string::npos) {
+      ++refused;
+      EXPECT_EQ(s.code(), StatusCode::kBadInput);
+      EXPECT_NE(s.message().find("hand.tilec: corrupt IR: Value.shape"),
+                std::string::npos)
+          << s.message();
+    }
+  }
+  EXPECT_EQ(refused, 1);
+}
+
 TEST(IrTest, RefusesNewerVersionByName) {
   fb::ModuleT m = SmallModule();
   m.schema_version = kSchemaVersion + 1;

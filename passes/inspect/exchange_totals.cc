@@ -24,20 +24,6 @@ void AddTraffic(const TileTraffic& from, TileTraffic* to) {
   }
 }
 
-Status CheckTiles(const fb::TransferT& t, int step, int index, int tiles) {
-  auto outside = [&](uint32_t tile) {
-    return Status::BadInput("superstep " + std::to_string(step) + " transfer " +
-                            std::to_string(index) + " names tile " +
-                            std::to_string(tile) + ", outside the target's " +
-                            std::to_string(tiles) + " tiles");
-  };
-  if (t.src_tile >= static_cast<uint32_t>(tiles)) return outside(t.src_tile);
-  for (const auto& d : t.destinations) {
-    if (d->tile >= static_cast<uint32_t>(tiles)) return outside(d->tile);
-  }
-  return Status::Ok();
-}
-
 TransferInfo InfoOf(const fb::TransferT& t, int step, int index) {
   TransferInfo info;
   info.step = step;
@@ -138,10 +124,6 @@ StatusOr<ExchangeTotals> ExchangesByStep(const fb::ModuleT& module,
   const auto& steps = module.program->supersteps;
   for (size_t s = 0; s < steps.size(); ++s) {
     const fb::SuperstepT& step = *steps[s];
-    for (size_t i = 0; i < step.exchange.size(); ++i) {
-      TILEC_RETURN_IF_ERROR(CheckTiles(*step.exchange[i], static_cast<int>(s),
-                                       static_cast<int>(i), tiles));
-    }
     totals.steps.push_back(StepTotals(step, static_cast<int>(s), tiles, largest,
                                       &totals.received_by_op));
     AddTraffic(totals.steps.back().tiles, &totals.program);

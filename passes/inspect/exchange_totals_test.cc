@@ -115,8 +115,9 @@ TEST(ExchangeTotals, TileOutsideTheTargetIsBadInput) {
   ASSERT_FALSE(x.ok());
   EXPECT_EQ(x.status().code(), StatusCode::kBadInput);
   EXPECT_THAT(x.status().message(),
-              HasSubstr("superstep 0 transfer 2 names tile 16, outside the "
-                        "target's 16 tiles"));
+              HasSubstr("superstep 0 tile 1 op 2 transfer 2: destination 0 "
+                        "tile 16 buffer #6: tile out of range (target has 16 "
+                        "tiles)"));
 }
 
 }  // namespace

@@ -12,15 +12,9 @@ namespace {
 // Buffer id -> index into MemoryUse::buffers.
 using BufferIndex = std::map<uint32_t, size_t>;
 
-Status DeclareBuffers(const fb::DeviceProgramT& program, int tiles,
-                      MemoryUse* use, BufferIndex* index) {
+void DeclareBuffers(const fb::DeviceProgramT& program, MemoryUse* use,
+                    BufferIndex* index) {
   for (const auto& b : program.buffers) {
-    if (b->tile >= static_cast<uint32_t>(tiles)) {
-      return Status::BadInput("buffer #" + std::to_string(b->id) +
-                              " is on tile " + std::to_string(b->tile) +
-                              ", outside the target's " +
-                              std::to_string(tiles) + " tiles");
-    }
     BufferLife life;
     life.id = b->id;
     life.tile = static_cast<int>(b->tile);
@@ -34,7 +28,6 @@ Status DeclareBuffers(const fb::DeviceProgramT& program, int tiles,
     (*index)[b->id] = use->buffers.size();
     use->buffers.push_back(std::move(life));
   }
-  return Status::Ok();
 }
 
 // First and last superstep that names each buffer.
@@ -194,7 +187,7 @@ StatusOr<MemoryUse> MemoryOverTime(const fb::ModuleT& module) {
   MemoryUse use;
   use.supersteps = static_cast<int>(module.program->supersteps.size());
   BufferIndex index;
-  TILEC_RETURN_IF_ERROR(DeclareBuffers(*module.program, tiles, &use, &index));
+  DeclareBuffers(*module.program, &use, &index);
   TILEC_RETURN_IF_ERROR(TouchBuffers(*module.program, index, &use));
   TILEC_RETURN_IF_ERROR(ApplyBindings(module, index, &use));
 
