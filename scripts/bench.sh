@@ -261,9 +261,11 @@ bench_fp8() {
 # Every GEMM of the so400m MLP block (searched plans, F16 and FP8 inputs)
 # against the best its grid and any grid allow by the formulas alone
 # (inspect-gemms; passes/plan/gemm_bound.h): grid, calls per tile,
-# estimated and simulated cycles, % of AMP peak, simulated / bound.
+# estimated and simulated cycles, % of AMP peak, simulated / bound. Then
+# the so400m encoder layer through the default pipeline (FP8,
+# scripts/compile.sh): its MatMuls and the attention GEMMs Q·Kᵀ and P·V.
 bench_gemm_bound() {
-  local bin=bazel-bin/tools dir dtype
+  local bin=bazel-bin/tools dir dtype last
   dir=$(mktemp -d)
   so400m_blocks "$dir"
   for dtype in f16 fp8; do
@@ -272,6 +274,8 @@ bench_gemm_bound() {
     "$bin/emit-device/emit-device" "$dir/$dtype-2.tilec" -o "$dir/$dtype-3.tilec"
     "$bin/inspect-gemms/inspect-gemms" "$dir/$dtype-3.tilec" | sed "s/^/gemm_bound: $dtype: /"
   done
+  last=$(scripts/compile.sh "$dir/layer" --part=layer 2>/dev/null | tail -n 1)
+  "$bin/inspect-gemms/inspect-gemms" "$last" | sed "s/^/gemm_bound: layer fp8: /"
   rm -rf "$dir"
 }
 

@@ -147,21 +147,31 @@ StatusOr<AttentionGrid> MakeAttentionGrid(AttentionPart part,
   g.H = heads;
   g.T = probs_shape[2];
   g.D = head_dim;
-  g.m = m;
-  g.n = n;
   g.first = first;
-  const int64_t col_extent = part == AttentionPart::kScores ? g.T : g.D;
-  if (m < 1 || n < 1 || m > g.T || n > col_extent || first < 0) {
-    return Status::BadInput(
-        "attention m=" + std::to_string(m) + " n=" + std::to_string(n) +
-        " does not fit " + std::to_string(g.T) + " query rows and " +
-        std::to_string(col_extent) +
-        (part == AttentionPart::kScores ? " keys" : " head columns") +
-        " (needs 1 <= m <= T and 1 <= n <= " +
-        (part == AttentionPart::kScores ? "T)" : "D)"));
+  if (first < 0) {
+    return Status::BadInput("attention first=" + std::to_string(first) +
+                            " is not a tile");
   }
-  g.rows = {g.T, m};
-  g.cols = {col_extent, n};
+  return g.WithSplits(m, n);
+}
+
+StatusOr<AttentionGrid> AttentionGrid::WithSplits(int m_parts,
+                                                  int n_parts) const {
+  const bool scores = part == AttentionPart::kScores;
+  const int64_t col_extent = scores ? T : D;
+  if (m_parts < 1 || n_parts < 1 || m_parts > T || n_parts > col_extent) {
+    return Status::BadInput(
+        "attention m=" + std::to_string(m_parts) + " n=" +
+        std::to_string(n_parts) + " does not fit " + std::to_string(T) +
+        " query rows and " + std::to_string(col_extent) +
+        (scores ? " keys" : " head columns") +
+        " (needs 1 <= m <= T and 1 <= n <= " + (scores ? "T)" : "D)"));
+  }
+  AttentionGrid g = *this;
+  g.m = m_parts;
+  g.n = n_parts;
+  g.rows = {T, m_parts};
+  g.cols = {col_extent, n_parts};
   return g;
 }
 

@@ -72,6 +72,11 @@ struct AttentionGrid {
   // The kernel call of every tile: [rows, inner] x [inner, cols].
   int64_t Inner() const { return part == AttentionPart::kScores ? D : T; }
 
+  // The same op on an m x n grid (first tile kept); an error (one
+  // sentence) when m or n do not fit: 1 <= m <= T, and n <= T for scores,
+  // n <= D for context.
+  StatusOr<AttentionGrid> WithSplits(int m, int n) const;
+
   // Calls fn(b, h, mi, ni, tile) for every grid position in tile order.
   void ForEachTile(
       const std::function<void(int64_t, int64_t, int, int, int)>& fn) const;

@@ -27,7 +27,9 @@ std::map<uint32_t, int64_t> CallsPerTile(const fb::DeviceProgramT& program) {
   std::map<std::pair<uint32_t, uint32_t>, int64_t> calls;  // (op, tile)
   for (const auto& step : program.supersteps) {
     for (const auto& c : step->compute) {
-      if (c->kernel == "gemm") ++calls[{c->op, c->tile}];
+      if (c->kernel == "gemm" || c->kernel == "gemm_nt") {
+        ++calls[{c->op, c->tile}];
+      }
     }
   }
   std::map<uint32_t, int64_t> most;
@@ -37,9 +39,18 @@ std::map<uint32_t, int64_t> CallsPerTile(const fb::DeviceProgramT& program) {
   return most;
 }
 
-StatusOr<GemmReport> Describe(const fb::ModuleT& module,
-                              const fb::OperationT& op,
-                              const kernels::CostModel& model) {
+const fb::OperationT* Producer(const fb::ModuleT& module, uint32_t value) {
+  for (const auto& op : module.ops) {
+    for (uint32_t r : op->results) {
+      if (r == value) return op.get();
+    }
+  }
+  return nullptr;
+}
+
+StatusOr<GemmReport> DescribeMatMul(const fb::ModuleT& module,
+                                    const fb::OperationT& op,
+                                    const kernels::CostModel& model) {
   const std::string where =
       "op " + std::to_string(op.id) + " (" + op.name + ")";
   const fb::ValueT* a = FindValue(module, op.operands[0]);
@@ -72,17 +83,85 @@ StatusOr<GemmReport> Describe(const fb::ModuleT& module,
   return g;
 }
 
+// Q·Kᵀ reads qkv [B*T, 3*H*D]; P·V reads the probabilities [B,H,T,T] and
+// qkv (docs/planning.md, "Attention").
+StatusOr<GemmReport> DescribeAttention(const fb::ModuleT& module,
+                                       const fb::OperationT& op,
+                                       const kernels::CostModel& model) {
+  const std::string where =
+      "op " + std::to_string(op.id) + " (" + op.name + ")";
+  const bool scores = op.kind == fb::OpKind::AttentionScores;
+  if (op.operands.size() != (scores ? 1u : 2u) || op.results.empty()) {
+    return Status::BadInput(where + " has the wrong operand count");
+  }
+  const fb::ValueT* qkv = FindValue(module, op.operands[scores ? 0 : 1]);
+  const fb::ValueT* probs = scores ? nullptr : FindValue(module, op.operands[0]);
+  const fb::ValueT* c = FindValue(module, op.results[0]);
+  if (!op.recipe || op.recipe->kind != fb::RecipeKind::Attention || !qkv ||
+      !c || (!scores && !probs)) {
+    return Status::BadInput(where +
+                            " has no attention recipe: run plan-ownership first");
+  }
+  StatusOr<passes::AttentionGrid> grid = passes::MakeAttentionGrid(
+      scores ? passes::AttentionPart::kScores
+             : passes::AttentionPart::kContext,
+      qkv->shape, scores ? c->shape : probs->shape, op.heads, op.head_dim,
+      op.recipe->m_split, op.recipe->n_split,
+      op.recipe->layout ? op.recipe->layout->first_tile : 0);
+  if (!grid.ok()) return grid.status().WithContext(where);
+  GemmReport g;
+  g.op = op.id;
+  g.name = op.name;
+  g.kind = op.kind;
+  g.heads = grid->B * grid->H;
+  g.M = grid->T;
+  g.K = grid->Inner();
+  g.N = grid->cols.extent;
+  const plan::AttentionDTypes dtypes{qkv->dtype,
+                                     scores ? qkv->dtype : probs->dtype,
+                                     c->dtype};
+  g.inputs = scores ? qkv->dtype : probs->dtype;
+  g.result = c->dtype;
+  g.m = grid->m;
+  g.n = grid->n;
+  g.recipe = ir::RecipeText(*op.recipe);
+  g.estimate = op.estimate ? op.estimate->cycles : 0;
+  if (!scores) {
+    const fb::OperationT* p = Producer(module, probs->id);
+    if (p && p->kind == fb::OpKind::Redistribute) {
+      g.deliveries.push_back(p->id);
+      g.delivery_estimate = p->estimate ? p->estimate->cycles : 0;
+      g.estimate += g.delivery_estimate;
+    }
+  }
+  StatusOr<plan::GemmBound> own =
+      plan::AttentionBoundOfGrid(model, *grid, dtypes);
+  if (!own.ok()) return own.status().WithContext(where);
+  g.own_bound = *own;
+  const fb::TargetT& t = model.target();
+  const std::vector<plan::GemmBound> all = plan::AttentionGridBounds(
+      model, *grid, dtypes, t.tiles, int64_t{t.sram_bytes} - t.reserved_bytes);
+  g.best_bound = all.empty() ? *own : all.front();
+  return g;
+}
+
 void AddSimulation(const fb::ModuleT& module, const sim::SimResult& timing,
                    GemmReport* g) {
+  g->simulated = 0;
   for (const sim::OpReport& r : timing.ops) {
-    if (r.op != g->op) continue;
-    g->simulated_compute = r.compute_cycles;
-    g->simulated_exchange = r.exchange_cycles;
-    g->simulated = r.compute_cycles + r.exchange_cycles;
+    if (r.op == g->op) {
+      g->simulated_compute = r.compute_cycles;
+      g->simulated_exchange = r.exchange_cycles;
+      g->simulated += r.compute_cycles + r.exchange_cycles;
+    } else if (std::find(g->deliveries.begin(), g->deliveries.end(), r.op) !=
+               g->deliveries.end()) {
+      g->delivery_simulated += r.compute_cycles + r.exchange_cycles;
+      g->simulated += r.compute_cycles + r.exchange_cycles;
+    }
   }
   const int rate = AmpMacsPerCycle(*module.target, g->inputs);
   if (g->simulated > 0 && rate > 0) {
-    g->amp_fraction = static_cast<double>(g->M * g->K * g->N) /
+    g->amp_fraction = static_cast<double>(g->heads * g->M * g->K * g->N) /
                       (static_cast<double>(module.target->tiles) * rate *
                        static_cast<double>(g->simulated));
   }
@@ -94,9 +173,16 @@ std::string Ratio(int64_t a, int64_t b) {
   return text;
 }
 
-std::string BoundText(const plan::GemmBound& b) {
-  return Thousands(b.Cycles()) + " with m" + std::to_string(b.m) + " k" +
-         std::to_string(b.k) + " n" + std::to_string(b.n) + " (kernel " +
+std::string BoundText(const plan::GemmBound& b, bool attention) {
+  const std::string grid =
+      attention ? "m" + std::to_string(b.m) + " n" + std::to_string(b.n)
+                : "m" + std::to_string(b.m) + " k" + std::to_string(b.k) +
+                      " n" + std::to_string(b.n);
+  if (attention) {
+    return Thousands(b.Cycles()) + " with " + grid + " (kernel " +
+           Thousands(b.kernel) + ", delivery " + Thousands(b.delivery) + ")";
+  }
+  return Thousands(b.Cycles()) + " with " + grid + " (kernel " +
          Thousands(b.kernel) + ", delivery " + Thousands(b.delivery) +
          ", partials " + Thousands(b.partials) + ", reduce " +
          Thousands(b.reduce) + ")";
@@ -111,8 +197,11 @@ StatusOr<std::vector<GemmReport>> InspectGemms(const fb::ModuleT& module,
   if (!model.ok()) return model.status();
   std::vector<GemmReport> gemms;
   for (const auto& op : module.ops) {
-    if (op->kind != fb::OpKind::MatMul) continue;
-    StatusOr<GemmReport> g = Describe(module, *op, *model);
+    const bool attention = op->kind == fb::OpKind::AttentionScores ||
+                           op->kind == fb::OpKind::AttentionContext;
+    if (op->kind != fb::OpKind::MatMul && !attention) continue;
+    StatusOr<GemmReport> g = attention ? DescribeAttention(module, *op, *model)
+                                       : DescribeMatMul(module, *op, *model);
     if (!g.ok()) return g.status();
     gemms.push_back(std::move(*g));
   }
@@ -136,11 +225,18 @@ std::string GemmReportText(const std::vector<GemmReport>& gemms) {
   std::string out;
   int64_t simulated = 0, bound = 0;
   for (const GemmReport& g : gemms) {
-    out += "op " + std::to_string(g.op) + " " + g.name + ": [" +
-           std::to_string(g.M) + "," + std::to_string(g.K) + "] x [" +
+    out += "op " + std::to_string(g.op) + " " + g.name + ": ";
+    if (g.kind != fb::OpKind::MatMul) {
+      out += std::to_string(g.heads) + " x ";
+    }
+    out += "[" + std::to_string(g.M) + "," + std::to_string(g.K) + "] x [" +
            std::to_string(g.K) + "," + std::to_string(g.N) + "] " +
            ir::DTypeText(g.inputs) + " -> " + ir::DTypeText(g.result) + ", " +
-           Thousands(g.M * g.K * g.N) + " MACs\n";
+           Thousands(g.heads * g.M * g.K * g.N) + " MACs";
+    if (g.kind != fb::OpKind::MatMul) {
+      out += std::string(" (") + ir::OpKindText(g.kind) + ", per batch and head)";
+    }
+    out += "\n";
     out += "  plan: " + g.recipe;
     if (g.calls_per_tile > 0) {
       out += ", " + std::to_string(g.calls_per_tile) + " GEMM call" +
@@ -152,11 +248,21 @@ std::string GemmReportText(const std::vector<GemmReport>& gemms) {
       std::snprintf(peak, sizeof peak, "%.1f", 100 * g.amp_fraction);
       out += ", simulated " + Thousands(g.simulated) + " (compute " +
              Thousands(g.simulated_compute) + ", exchange " +
-             Thousands(g.simulated_exchange) + "), " + peak +
-             "% of the AMP peak";
+             Thousands(g.simulated_exchange) + ")";
+      if (!g.deliveries.empty()) {
+        out += " + " + Thousands(g.delivery_simulated) +
+               " delivering its probabilities (op";
+        for (uint32_t d : g.deliveries) out += " " + std::to_string(d);
+        out += ")";
+      }
+      out += ", " + std::string(peak) + "% of the AMP peak";
+    } else if (!g.deliveries.empty()) {
+      out += " (with " + Thousands(g.delivery_estimate) +
+             " delivering its probabilities)";
     }
-    out += "\n  bound of this grid: " + BoundText(g.own_bound) + "\n";
-    out += "  best bound: " + BoundText(g.best_bound);
+    const bool attention = g.kind != fb::OpKind::MatMul;
+    out += "\n  bound of this grid: " + BoundText(g.own_bound, attention) + "\n";
+    out += "  best bound: " + BoundText(g.best_bound, attention);
     const int64_t measured = g.simulated >= 0 ? g.simulated : g.estimate;
     out += "; " + std::string(g.simulated >= 0 ? "simulated" : "estimate") +
            " / best bound " + Ratio(measured, g.best_bound.Cycles()) + "\n";

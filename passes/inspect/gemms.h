@@ -3,6 +3,10 @@
 // grid and staging, calls per tile, estimated and (for a program)
 // simulated cycles, % of the AMP peak, the bound of its own grid and the
 // best bound over all grids that fit memory, and simulated / bound.
+// GEMMs are the MatMuls and the attention ops (Q·Kᵀ attention_scores, P·V
+// attention_context, per batch and head). The context's bound counts the
+// delivery of its probability rows, which the plan makes in a
+// Redistribute op of its own: its cycles are counted with the context's.
 
 #ifndef TILEC_PASSES_INSPECT_GEMMS_H_
 #define TILEC_PASSES_INSPECT_GEMMS_H_
@@ -20,6 +24,8 @@ namespace tilec::inspect {
 struct GemmReport {
   uint32_t op = 0;
   std::string name;
+  fb::OpKind kind = fb::OpKind::MatMul;
+  int64_t heads = 1;  // attention: batch x heads products of [M,K] x [K,N]
   int64_t M = 0, K = 0, N = 0;
   fb::DType inputs = fb::DType::F16, result = fb::DType::F16;
   int m = 1, k = 1, n = 1;
@@ -28,6 +34,11 @@ struct GemmReport {
   int64_t estimate = 0;        // plan-ownership's estimate
   int64_t simulated = -1;      // compute + exchange attributed; -1: no program
   int64_t simulated_compute = 0, simulated_exchange = 0;
+  // Redistribute ops that deliver an operand the bound counts (the
+  // context's probabilities): their ids, estimate and simulated cycles,
+  // included in `estimate` and `simulated`.
+  std::vector<uint32_t> deliveries;
+  int64_t delivery_estimate = 0, delivery_simulated = 0;
   plan::GemmBound own_bound;   // the bound of the chosen grid
   plan::GemmBound best_bound;  // the best grid's
   double amp_fraction = 0;     // MACs / (tiles * AMP rate * cycles)

@@ -98,5 +98,115 @@ TEST(InspectGemmsTest, SearchedPlansStayNearTheBound) {
   }
 }
 
+
+// The so400m layer's attention GEMMs on ipu21 by hand (16 heads of 72, 729
+// tokens, F16): Q·Kᵀ on m4 x n23 per head, blocks 183 query rows x 32 keys.
+TEST(GemmBoundTest, AttentionScoresByHand) {
+  StatusOr<passes::AttentionGrid> grid = passes::MakeAttentionGrid(
+      passes::AttentionPart::kScores, std::vector<int64_t>{729, 3456},
+      std::vector<int64_t>{1, 16, 729, 729}, 16, 72, 4, 23, 0);
+  ASSERT_TRUE(grid.ok()) << grid.status().message();
+  StatusOr<plan::GemmBound> b = plan::AttentionBoundOfGrid(
+      Ipu21(), *grid, {fb::DType::F16, fb::DType::F16, fb::DType::F16});
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  // gemm_nt charged the F16 formula: 294 + ceil(72/16) * ceil(32/16) *
+  // (4*183 + 160).
+  EXPECT_EQ(b->kernel, 294 + 5 * 2 * 892);
+  // 183 q rows and 32 k rows of 72 F16 columns, one phase.
+  EXPECT_EQ(b->delivery, 600 + (183 + 32) * 72 * 2 / 4);
+  EXPECT_EQ(b->partials, 0);
+  EXPECT_EQ(b->reduce, 0);
+  EXPECT_EQ(b->m, 4);
+  EXPECT_EQ(b->n, 23);
+  // The staged blocks and the 183 x 32 F16 result block.
+  EXPECT_EQ(b->bytes, (183 + 32) * 72 * 2 + 183 * 32 * 2);
+}
+
+// P·V on m18 x n5: 41 probability rows of 729 times 729 x 15 of v.
+TEST(GemmBoundTest, AttentionContextCountsItsProbabilities) {
+  StatusOr<passes::AttentionGrid> grid = passes::MakeAttentionGrid(
+      passes::AttentionPart::kContext, std::vector<int64_t>{729, 3456},
+      std::vector<int64_t>{1, 16, 729, 729}, 16, 72, 18, 5, 0);
+  ASSERT_TRUE(grid.ok()) << grid.status().message();
+  const plan::AttentionDTypes f16{fb::DType::F16, fb::DType::F16,
+                                  fb::DType::F16};
+  StatusOr<plan::GemmBound> b = plan::AttentionBoundOfGrid(Ipu21(), *grid, f16);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  // 294 + ceil(729/16) * ceil(15/16) * (4*41 + 160).
+  EXPECT_EQ(b->kernel, 294 + 46 * 1 * 324);
+  // The probability rows (41 x 729) and the v columns (729 x 15), F16.
+  EXPECT_EQ(b->delivery, 600 + (41 * 729 + 729 * 15) * 2 / 4);
+  EXPECT_EQ(b->bytes, (41 * 729 + 729 * 15) * 2 + 41 * 15 * 2);
+  // FP8 probabilities: the FP8 kernel and half the probability bytes.
+  StatusOr<plan::GemmBound> fp8 = plan::AttentionBoundOfGrid(
+      Ipu21(), *grid, {fb::DType::F16, fb::DType::FP8E4M3, fb::DType::F16});
+  ASSERT_TRUE(fp8.ok());
+  EXPECT_EQ(fp8->kernel, 294 + 23 * 1 * 324);
+  EXPECT_EQ(fp8->delivery, 600 + (41 * 729 + 729 * 15 * 2 + 3) / 4);
+
+  const std::vector<plan::GemmBound> all =
+      plan::AttentionGridBounds(Ipu21(), *grid, f16, 1472, 481152);
+  ASSERT_FALSE(all.empty());
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_LE(16 * all[i].m * all[i].n, 1472);
+    EXPECT_EQ(all[i].k, 1);
+    if (i > 0) {
+      EXPECT_LE(all[i - 1].Cycles(), all[i].Cycles());
+    }
+  }
+  // The grid above is the best one: the smaller row blocks of more rows
+  // per head cost more in the kernel than they save in delivery.
+  EXPECT_EQ(all.front().m, 18);
+  EXPECT_EQ(all.front().n, 5);
+  EXPECT_TRUE(plan::AttentionGridBounds(Ipu21(), *grid, f16, 1472, 0).empty());
+}
+
+// A tiny encoder layer: the attention GEMMs are reported beside the
+// MatMuls, one kernel call per tile, the context with the redistribution
+// that delivers its probabilities, and the planner's estimate is what the
+// program simulates to (up to a shared superstep).
+TEST(InspectGemmsTest, ReportsTheAttentionGemmsOfALayer) {
+  fb::ModuleT m;
+  m.target = std::make_unique<fb::TargetT>();
+  ASSERT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
+  passes::ModelOverrides o;
+  o.tokens = 17;
+  o.width = 64;
+  o.mlp_width = 128;
+  o.heads = 4;
+  ASSERT_TRUE(passes::BuildModel("siglip-so400m-384", "layer", o, &m).empty());
+  ASSERT_TRUE(passes::RunPipeline(&m).ok());
+  StatusOr<std::vector<GemmReport>> gemms = InspectGemms(m);
+  ASSERT_TRUE(gemms.ok()) << gemms.status().message();
+  int scores = 0, context = 0;
+  for (const GemmReport& g : *gemms) {
+    if (g.kind == fb::OpKind::MatMul) continue;
+    scores += g.kind == fb::OpKind::AttentionScores;
+    context += g.kind == fb::OpKind::AttentionContext;
+    EXPECT_EQ(g.heads, 4) << g.name;
+    EXPECT_EQ(g.M, 17) << g.name;
+    EXPECT_EQ(g.calls_per_tile, 1) << g.name;
+    // emit-device may merge a phase into a neighbour's superstep, which
+    // the per-op estimate does not credit.
+    EXPECT_LE(g.simulated, g.estimate) << GemmReportText(*gemms);
+    EXPECT_LE(g.best_bound.Cycles(), g.own_bound.Cycles()) << g.name;
+    EXPECT_EQ(g.simulated, g.simulated_compute + g.simulated_exchange +
+                               g.delivery_simulated)
+        << g.name;
+    if (g.kind == fb::OpKind::AttentionContext) {
+      EXPECT_EQ(g.K, 17) << g.name;
+      EXPECT_EQ(g.N, 16) << g.name;
+      EXPECT_EQ(g.deliveries.empty(), g.delivery_simulated == 0);
+    } else {
+      EXPECT_EQ(g.K, 16) << g.name;
+      EXPECT_EQ(g.N, 17) << g.name;
+      EXPECT_TRUE(g.deliveries.empty());
+    }
+  }
+  EXPECT_EQ(scores, 1);
+  EXPECT_EQ(context, 1);
+  EXPECT_EQ(gemms->size(), 6u);
+}
+
 }  // namespace
 }  // namespace tilec::inspect

@@ -15,6 +15,15 @@ bool Is16Bit(fb::DType d) {
   return d == fb::DType::F16 || d == fb::DType::BF16;
 }
 
+// Fastest first; ties: fewer tiles.
+void SortBounds(std::vector<GemmBound>& bounds) {
+  std::stable_sort(bounds.begin(), bounds.end(),
+                   [](const GemmBound& x, const GemmBound& y) {
+                     if (x.Cycles() != y.Cycles()) return x.Cycles() < y.Cycles();
+                     return int64_t{x.m} * x.k * x.n < int64_t{y.m} * y.k * y.n;
+                   });
+}
+
 }  // namespace
 
 std::vector<int> DistinctSplits(int64_t extent, int64_t limit) {
@@ -74,11 +83,52 @@ std::vector<GemmBound> GridBounds(const kernels::CostModel& model,
       }
     }
   }
-  std::stable_sort(bounds.begin(), bounds.end(),
-                   [](const GemmBound& x, const GemmBound& y) {
-                     if (x.Cycles() != y.Cycles()) return x.Cycles() < y.Cycles();
-                     return int64_t{x.m} * x.k * x.n < int64_t{y.m} * y.k * y.n;
-                   });
+  SortBounds(bounds);
+  return bounds;
+}
+
+StatusOr<GemmBound> AttentionBoundOfGrid(const kernels::CostModel& model,
+                                         const passes::AttentionGrid& grid,
+                                         const AttentionDTypes& dtypes) {
+  const bool scores = grid.part == passes::AttentionPart::kScores;
+  StatusOr<int64_t> kernel = passes::AttentionKernelCycles(
+      grid, model, scores ? dtypes.qkv : dtypes.probs, 0, 0);
+  if (!kernel.ok()) return kernel.status();
+  // Block 0 of a balanced split is the largest.
+  int64_t received = 0;
+  for (const passes::Box& b : grid.StagedBoxes(0, 0, 0, 0)) {
+    received += b.Elements() * ir::DTypeBytes(dtypes.qkv);
+  }
+  if (!scores) {
+    received += grid.ProbsBox(0, 0, 0).Elements() * ir::DTypeBytes(dtypes.probs);
+  }
+  const fb::TargetT& t = model.target();
+  GemmBound b;
+  b.m = grid.m;
+  b.n = grid.n;
+  b.kernel = *kernel;
+  b.delivery = t.sync_cycles + CeilDiv(received, t.exchange_bytes_per_cycle);
+  b.bytes = received +
+            grid.ResultBox(0, 0, 0, 0).Elements() * ir::DTypeBytes(dtypes.result);
+  return b;
+}
+
+std::vector<GemmBound> AttentionGridBounds(const kernels::CostModel& model,
+                                           const passes::AttentionGrid& grid,
+                                           const AttentionDTypes& dtypes,
+                                           int64_t tiles, int64_t capacity) {
+  std::vector<GemmBound> bounds;
+  const int64_t heads = grid.B * grid.H;
+  if (heads > tiles) return bounds;
+  for (int m : DistinctSplits(grid.T, tiles / heads)) {
+    for (int n : DistinctSplits(grid.cols.extent, tiles / (heads * m))) {
+      StatusOr<passes::AttentionGrid> g = grid.WithSplits(m, n);
+      if (!g.ok()) continue;
+      StatusOr<GemmBound> b = AttentionBoundOfGrid(model, *g, dtypes);
+      if (b.ok() && b->bytes <= capacity) bounds.push_back(*b);
+    }
+  }
+  SortBounds(bounds);
   return bounds;
 }
 

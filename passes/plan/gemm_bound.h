@@ -25,6 +25,7 @@
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "kernels/cost.h"
+#include "passes/core/attention_plan.h"
 
 namespace tilec::plan {
 
@@ -55,6 +56,36 @@ StatusOr<GemmBound> BoundOfGrid(const kernels::CostModel& model,
 std::vector<GemmBound> GridBounds(const kernels::CostModel& model,
                                   const GemmShapeDTypes& gemm, int64_t tiles,
                                   int64_t capacity);
+
+// Attention GEMMs (passes/core/attention_plan.h), the same way: per
+// (batch, head) an m x n grid with the inner dimension whole, so no
+// partials. On the largest block: one kernel call (gemm_nt for the scores,
+// charged gemm's formula, in qkv's dtype; for the context in the
+// probabilities' dtype); every operand block received in one exchange phase
+// at the exchange rate: q and k rows for the scores, the probability rows
+// and the v columns for the context (an activation, unlike a MatMul's
+// resident weight). Memory: those blocks and the result block. It ignores
+// what the MatMul bound ignores (where qkv and the probabilities already
+// lie, fragments, senders' limits), that the lowering delivers the
+// probabilities in a redistribution phase of their own, and the kernel's
+// smaller blocks.
+struct AttentionDTypes {
+  fb::DType qkv = fb::DType::F16;     // q, k and v
+  fb::DType probs = fb::DType::F16;   // the context's left operand
+  fb::DType result = fb::DType::F16;  // scores or context
+};
+
+// The bound of `grid`'s m x n (no memory check).
+StatusOr<GemmBound> AttentionBoundOfGrid(const kernels::CostModel& model,
+                                         const passes::AttentionGrid& grid,
+                                         const AttentionDTypes& dtypes);
+
+// Every m x n with distinct blocks on B*H*m*n <= tiles, with its bound;
+// those that fit `capacity`, fastest first (ties: fewer tiles).
+std::vector<GemmBound> AttentionGridBounds(const kernels::CostModel& model,
+                                           const passes::AttentionGrid& grid,
+                                           const AttentionDTypes& dtypes,
+                                           int64_t tiles, int64_t capacity);
 
 // Part counts p <= limit that give distinct largest block sizes of
 // `extent`, ascending.

@@ -124,70 +124,47 @@ std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
   return out;
 }
 
-// Per-head grids ranked by what the formulas allow alone: one kernel call
-// on the largest block plus the staged blocks received at the exchange rate
-// (ignoring where qkv lies); the fastest and the ones needing the least
-// memory (staging, result block and, for context, the probabilities).
+// The dtypes an attention op's bound is priced in.
+AttentionDTypes AttentionDTypesOf(const Graph& graph, int op) {
+  const OpNode& node = graph.op(op);
+  AttentionDTypes d;
+  d.qkv = graph.value(node.operands[node.staged]).dtype;
+  d.probs = node.kind == fb::OpKind::AttentionContext
+                ? graph.value(node.operands[0]).dtype
+                : d.qkv;
+  d.result = graph.value(node.result).dtype;
+  return d;
+}
+
+// Per-head grids ranked by their bound (passes/plan/gemm_bound.h: one
+// kernel call on the largest block plus its operand blocks received at the
+// exchange rate, ignoring where qkv and the probabilities lie); the
+// fastest and the ones needing the least memory.
 std::vector<Recipe> AttentionCandidates(const Graph& graph,
                                         const Coster& coster, int op) {
-  const OpNode& node = graph.op(op);
   Recipe unit;
   unit.kind = fb::RecipeKind::Attention;
   StatusOr<passes::AttentionGrid> base = AttentionGridOf(graph, op, unit);
   if (!base.ok()) return {};
-  const fb::DType dtype = graph.value(node.operands[node.staged]).dtype;
-  const fb::DType a_dtype = node.kind == fb::OpKind::AttentionContext
-                                ? graph.value(node.operands[0]).dtype
-                                : dtype;
-  const int eb = DTypeBytes(dtype);
-  const int64_t result_eb = DTypeBytes(graph.value(node.result).dtype);
-  const int64_t heads = base->B * base->H;
-  const fb::TargetT& target = coster.target();
-  struct Bounded {
-    int64_t cycles, bytes;
-    Recipe recipe;
-  };
-  std::vector<Bounded> all;
-  for (int m : DistinctSplits(base->T, coster.tiles() / heads)) {
-    for (int n : DistinctSplits(base->cols.extent, coster.tiles() / (heads * m))) {
-      Recipe r = unit;
-      r.m = m;
-      r.n = n;
-      if (!coster.CheckRecipe(graph, op, r).empty()) continue;
-      StatusOr<passes::AttentionGrid> g = AttentionGridOf(graph, op, r);
-      if (!g.ok()) continue;
-      StatusOr<int64_t> kernel = passes::AttentionKernelCycles(
-          *g, coster.model(), a_dtype, 0, 0);
-      if (!kernel.ok()) continue;
-      int64_t staged = 0;
-      for (const passes::Box& b : g->StagedBoxes(0, 0, 0, 0)) staged += b.Elements();
-      staged *= eb;
-      int64_t bytes = staged + g->ResultBox(0, 0, 0, 0).Elements() * result_eb;
-      if (node.kind == fb::OpKind::AttentionContext) {
-        bytes += g->ProbsBox(0, 0, 0).Elements() *
-                 DTypeBytes(graph.value(node.operands[0]).dtype);
-      }
-      if (bytes > coster.capacity()) continue;
-      const int64_t delivery =
-          target.sync_cycles +
-          CeilDiv(staged, std::max(1, target.exchange_bytes_per_cycle));
-      all.push_back({*kernel + delivery, bytes, r});
-    }
-  }
-  std::vector<Bounded> by_memory = all;
-  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
-    return a.cycles < b.cycles;
-  });
+  std::vector<GemmBound> by_time =
+      AttentionGridBounds(coster.model(), *base,
+                          AttentionDTypesOf(graph, op), coster.tiles(),
+                          coster.capacity());
+  std::vector<GemmBound> by_memory = by_time;
   std::stable_sort(by_memory.begin(), by_memory.end(),
-                   [](const auto& a, const auto& b) { return a.bytes < b.bytes; });
+                   [](const GemmBound& x, const GemmBound& y) {
+                     return x.bytes < y.bytes;
+                   });
   std::vector<Recipe> out;
   std::set<std::string> seen;
-  for (size_t i = 0; i < all.size() && i < 16; ++i) {
-    AddUnique(out, seen, all[i].recipe);
-  }
-  for (size_t i = 0; i < by_memory.size() && i < 4; ++i) {
-    AddUnique(out, seen, by_memory[i].recipe);
-  }
+  auto add = [&](const GemmBound& bound) {
+    Recipe r = unit;
+    r.m = bound.m;
+    r.n = bound.n;
+    if (coster.CheckRecipe(graph, op, r).empty()) AddUnique(out, seen, r);
+  };
+  for (size_t i = 0; i < by_time.size() && i < 16; ++i) add(by_time[i]);
+  for (size_t i = 0; i < by_memory.size() && i < 4; ++i) add(by_memory[i]);
   return out;
 }
 
@@ -536,7 +513,7 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
   for (int i = 0; i < graph_.num_ops(); ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), rng);
   const int k = std::max(1, options_.proposals_per_op);
-  std::vector<Proposal> offers;
+  std::vector<std::pair<int64_t, Proposal>> ranked_offers;
   for (int op : order) {
     if (options_.pinned.count(op)) continue;
     std::vector<Proposal> pool;
@@ -654,23 +631,35 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
       const size_t begin = static_cast<size_t>(k) * (depth + 1);
       const size_t end = begin + static_cast<size_t>(k);
       for (size_t i = begin; i < end && i < ranked.size(); ++i) {
-        offers.push_back(pool[ranked[i].second]);
+        ranked_offers.push_back({ranked[i].first, pool[ranked[i].second]});
       }
       continue;
     }
     if (ranked.size() > static_cast<size_t>(2 * k)) ranked.resize(2 * k);
     if (ranked.size() > static_cast<size_t>(k)) {
-      std::vector<size_t> pick(ranked.size());
-      for (size_t i = 0; i < pick.size(); ++i) pick[i] = i;
+      // The op's best proposal always, the other K - 1 drawn from the rest
+      // of its best 2K: a draw that left the best out would leave it to a
+      // later round, which a small budget may never reach.
+      std::vector<size_t> pick(ranked.size() - 1);
+      for (size_t i = 0; i < pick.size(); ++i) pick[i] = i + 1;
       std::shuffle(pick.begin(), pick.end(), rng);
-      pick.resize(k);
+      pick.resize(k - 1);
+      pick.push_back(0);
       std::sort(pick.begin(), pick.end());
       std::vector<std::pair<int64_t, size_t>> chosen;
       for (size_t i : pick) chosen.push_back(ranked[i]);
       ranked = std::move(chosen);
     }
-    for (const auto& [cycles, i] : ranked) offers.push_back(pool[i]);
+    for (const auto& [cycles, i] : ranked) {
+      ranked_offers.push_back({cycles, pool[i]});
+    }
   }
+  // The budget goes to the most promising proposals of every op first
+  // (their plans' cycles); ties keep the seeded op order.
+  std::stable_sort(ranked_offers.begin(), ranked_offers.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Proposal> offers;
+  for (auto& [cycles, p] : ranked_offers) offers.push_back(std::move(p));
   return offers;
 }
 

@@ -109,9 +109,11 @@ class Search {
 
   // The proposals offered for the incumbent when the offer RNG is seeded
   // with `offer_seed`: for each op (in a seeded order) K of its best 2K
-  // single, carry and joint proposals at depth 0; at depth d > 0, the next
-  // band of K proposals in rank order (ranks K*(d+1) .. K*(d+2)-1), offered
-  // once every offer of the shallower bands was rejected. Exposed for tests.
+  // single, carry and joint proposals at depth 0, its best one always
+  // among them; at depth d > 0, the next band of K proposals in rank order
+  // (ranks K*(d+1) .. K*(d+2)-1), offered once every offer of the
+  // shallower bands was rejected. The offers of all ops come cheapest plan
+  // first (ties in the seeded op order). Exposed for tests.
   StatusOr<std::vector<Proposal>> Offers(uint64_t offer_seed, int depth = 0) {
     return MakeOffers(offer_seed, depth);
   }
