@@ -168,5 +168,37 @@ TEST(PipelinePatchifyTest, TheHostWritesThePatches) {
   }
 }
 
+TEST(PipelinePatchifyTest, TheVerifierChecksPatchBindings) {
+  fb::ModuleT m = PatchEmbedding();
+  ASSERT_TRUE(passes::RunPipeline(&m, [](std::string_view name)
+                                           -> std::unique_ptr<passes::Pass> {
+                if (name == "quantize-fp8") return quantize::KeepDTypesPass();
+                return nullptr;
+              }).ok());
+  ASSERT_TRUE(sim::VerifyDeviceProgram(m).ok());
+  fb::HostBindingT* image = nullptr;
+  fb::HostBindingT* weight = nullptr;
+  for (auto& b : m.program->inputs) {
+    (b->value == 0 ? image : weight) = b.get();
+  }
+  ASSERT_TRUE(image && weight);
+  image->patch = 35;  // larger than the 34-pixel image
+  Status s = sim::VerifyDeviceProgram(m);
+  EXPECT_NE(s.message().find("patch=35 must be positive and at most the "
+                             "image's height and width [1,3,34,34]"),
+            std::string::npos)
+      << s.message();
+  image->patch = 8;
+  weight->patch = 8;
+  s = sim::VerifyDeviceProgram(m);
+  EXPECT_NE(s.message().find("patch=8 is for inputs of shape [B, C, H, W]"),
+            std::string::npos)
+      << s.message();
+  // Without the transform the image's boxes do not fit its fragments.
+  weight->patch = 0;
+  image->patch = 0;
+  EXPECT_FALSE(sim::VerifyDeviceProgram(m).ok());
+}
+
 }  // namespace
 }  // namespace tilec::lower
