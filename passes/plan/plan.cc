@@ -166,7 +166,11 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
     l.bytes = coster.BytesPerTile(value.shape, coster.StoredBytes(graph, v),
                                   e.owners[v]);
     l.what = ValueLabel(value);
-    l.begin = value.producer >= 0 ? op_step[value.producer] : 0;
+    // The host writes inputs and its own ops' results before step 0.
+    const bool from_host =
+        value.producer < 0 ||
+        graph.op(value.producer).op_class == OpClass::kHost;
+    l.begin = from_host ? 0 : op_step[value.producer];
     l.end = l.begin;
     for (const auto& use : value.uses) {
       auto it = served.find(use);
