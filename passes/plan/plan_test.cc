@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -793,11 +794,12 @@ TEST(PlannerTest, DeterministicAcrossRuns) {
 
 // ---------------------------------------------------------------- patchify
 
-// image [1,3,32,32] (input) -> Patchify p=8 -> [16,192] x w [192,64] -> y.
-fb::ModuleT PatchEmbedding() {
+// image [1,3,32,32] (input) -> Patchify p=8 -> [16,192] x w [192,64] -> y;
+// or so400m's: [1,3,384,384], p=14 -> [729,588] x [588,1152].
+fb::ModuleT PatchEmbedding(bool so400m = false) {
   fb::ModuleT m;
   m.target = std::make_unique<fb::TargetT>();
-  EXPECT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
+  EXPECT_TRUE(ir::LoadTarget(so400m ? "ipu21" : "tiny", m.target.get()).ok());
   auto value = [&](uint32_t id, const char* name, std::vector<int64_t> shape,
                    fb::ValueRole role) {
     auto v = std::make_unique<fb::ValueT>();
@@ -808,10 +810,12 @@ fb::ModuleT PatchEmbedding() {
     v->role = role;
     m.values.push_back(std::move(v));
   };
-  value(0, "image", {1, 3, 32, 32}, fb::ValueRole::Input);
-  value(1, "patches", {16, 192}, fb::ValueRole::Activation);
-  value(2, "w", {192, 64}, fb::ValueRole::Weight);
-  value(3, "y", {16, 64}, fb::ValueRole::Output);
+  const int64_t side = so400m ? 384 : 32, p = so400m ? 14 : 8,
+                patches = (side / p) * (side / p), out = so400m ? 1152 : 64;
+  value(0, "image", {1, 3, side, side}, fb::ValueRole::Input);
+  value(1, "patches", {patches, 3 * p * p}, fb::ValueRole::Activation);
+  value(2, "w", {3 * p * p, out}, fb::ValueRole::Weight);
+  value(3, "y", {patches, out}, fb::ValueRole::Output);
   auto op = [&](uint32_t id, fb::OpKind kind, std::vector<uint32_t> in,
                 uint32_t out) {
     auto o = std::make_unique<fb::OperationT>();
@@ -823,15 +827,17 @@ fb::ModuleT PatchEmbedding() {
     m.ops.push_back(std::move(o));
     return m.ops.back().get();
   };
-  op(0, fb::OpKind::Patchify, {0}, 1)->patch = 8;
+  op(0, fb::OpKind::Patchify, {0}, 1)->patch = static_cast<int>(p);
   op(1, fb::OpKind::MatMul, {1, 2}, 3);
   return m;
 }
 
-TEST(PlanPatchifyTest, TheHostWritesThePatchesAsTheGemmStagesThem) {
-  fb::ModuleT m = PatchEmbedding();
+class PlanPatchifyTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PlanPatchifyTest, TheHostWritesThePatchesAsTheGemmStagesThem) {
+  fb::ModuleT m = PatchEmbedding(GetParam());
   {
-    Fixture f(PatchEmbedding());
+    Fixture f(PatchEmbedding(GetParam()));
     StatusOr<OpCost> host = f.coster.PriceOp(f.graph, 0, R("host"), nullptr);
     ASSERT_TRUE(host.ok()) << host.status().message();
     EXPECT_EQ(host->Cycles(), 0);
@@ -860,9 +866,17 @@ TEST(PlanPatchifyTest, TheHostWritesThePatchesAsTheGemmStagesThem) {
       BlockedOwnership({gemm.recipe->m_split, gemm.recipe->k_split},
                        gemm.recipe->n_split, gemm.recipe->layout->first_tile)))
       << ir::OwnershipText(*m.values[1]->ownership);
+  std::printf("%s: %s, %lld cycles (exchange %lld)\n",
+              GetParam() ? "so400m on ipu21" : "tiny",
+              ir::RecipeText(*gemm.recipe).c_str(),
+              static_cast<long long>(gemm.estimate->cycles),
+              static_cast<long long>(gemm.estimate->exchange_cycles));
 }
 
-TEST(PlanPatchifyTest, OnlyGraphInputsArePatchifiedAndHostTakesNoOptions) {
+INSTANTIATE_TEST_SUITE_P(TinyAndSo400m, PlanPatchifyTest,
+                         ::testing::Bool());
+
+TEST(PlanPatchifyRefusalTest, OnlyGraphInputsArePatchifiedAndHostTakesNoOptions) {
   fb::ModuleT m = PatchEmbedding();
   m.values[0]->role = fb::ValueRole::Weight;
   StatusOr<Graph> g = Graph::Build(m);
