@@ -15,6 +15,7 @@
 #include "formats/op_shapes.h"
 #include "kernels/kernels.h"
 #include "kernels/npy.h"
+#include "kernels/patchify.h"
 #include "kernels/tensor_data.h"
 
 namespace tilec::kernels {
@@ -609,35 +610,13 @@ class Executor {
     return Status::Ok();
   }
 
-  // Row b*T + py*(W/p) + px holds patch (py, px) of image b, its columns
-  // in (c, ky, kx) order: the flattening of a conv weight [out, C, p, p].
+  // kernels/patchify.h: the gather the simulator's host also applies.
   Status RunPatchify(const fb::OperationT& op) {
     const ReferenceTensor* image;
     ReferenceTensor* patches;
     TILEC_RETURN_IF_ERROR(Input(op, 0, &image));
     TILEC_RETURN_IF_ERROR(Output(op, 0, &patches));
-    const int64_t batch = image->shape[0], channels = image->shape[1],
-                  height = image->shape[2], width = image->shape[3],
-                  p = op.patch;
-    const int64_t grid_w = width / p, tokens = (height / p) * grid_w;  // floor
-    // Pixels past the last whole patch are dropped, as a stride = kernel
-    // convolution drops them.
-    std::vector<float> out(
-        static_cast<size_t>(batch * tokens * channels * p * p));
-    float* dst = out.data();
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t token = 0; token < tokens; ++token) {
-        const int64_t y0 = (token / grid_w) * p, x0 = (token % grid_w) * p;
-        for (int64_t c = 0; c < channels; ++c) {
-          const float* plane =
-              image->data.data() + (b * channels + c) * height * width;
-          for (int64_t ky = 0; ky < p; ++ky) {
-            dst = std::copy_n(plane + (y0 + ky) * width + x0, p, dst);
-          }
-        }
-      }
-    }
-    Store(patches, std::move(out));
+    Store(patches, Patchify(image->data, image->shape, op.patch));
     return Status::Ok();
   }
 

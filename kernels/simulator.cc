@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -17,6 +18,7 @@
 #include "kernels/cost.h"
 #include "kernels/kernels.h"
 #include "kernels/numerics.h"
+#include "kernels/patchify.h"
 #include "kernels/registry.h"
 
 namespace tilec::sim {
@@ -133,8 +135,12 @@ struct FragmentPlan {
 
 struct BindingPlan {
   const fb::ValueT* value = nullptr;
-  std::vector<int64_t> shape;
-  int64_t elements = 1;
+  std::vector<int64_t> shape;  // what the fragments index
+  int64_t elements = 1;        // of `shape`
+  // HostBinding.patch > 0: the host writes Patchify(value) (shape the
+  // patches), from host data of value_elements elements.
+  int patch = 0;
+  int64_t value_elements = 1;
   std::vector<FragmentPlan> fragments;
 };
 
@@ -152,6 +158,9 @@ class Engine {
   Status CheckTarget();
   Status CheckBuffers();
   Status CheckBindings(bool outputs);
+  // A binding whose host writes the patches of an image input.
+  static Status PatchBinding(const std::string& where, bool outputs, int patch,
+                             BindingPlan* plan);
   Status CheckSuperstep(int s);
   Status CheckCompute(int s, int index, ComputePlan* plan);
   Status CheckTransfers(int s);
@@ -850,6 +859,24 @@ Status Engine::CheckOutputCoverage(const BindingPlan& binding,
       std::to_string(binding.elements) + " elements are not covered)");
 }
 
+Status Engine::PatchBinding(const std::string& where, bool outputs,
+                            int patch, BindingPlan* plan) {
+  const std::vector<int64_t>& image = plan->shape;
+  if (outputs || plan->value->role != fb::ValueRole::Input ||
+      image.size() != 4) {
+    return Status::BadInput(where + ": patch=" + std::to_string(patch) +
+                            " is for inputs of shape [B, C, H, W]");
+  }
+  if (patch < 0 || patch > image[2] || patch > image[3]) {
+    return Status::BadInput(where + ": patch=" + std::to_string(patch) +
+                            " must be positive and at most the image's height "
+                            "and width " + ir::ShapeText(image));
+  }
+  plan->patch = patch;
+  plan->shape = kernels::PatchifiedShape(image, patch);
+  return Status::Ok();
+}
+
 Status Engine::CheckBindings(bool outputs) {
   const auto& bindings = outputs ? program_->outputs : program_->inputs;
   std::vector<BindingPlan>& plans = outputs ? output_plans_ : input_plans_;
@@ -884,8 +911,13 @@ Status Engine::CheckBindings(bool outputs) {
     plan.shape = value.shape;
     for (int64_t d : value.shape) {
       if (d < 0) return Status::BadInput(where + ": negative extent in shape");
-      plan.elements *= d;
+      plan.value_elements *= d;
     }
+    if (hb->patch != 0) {
+      TILEC_RETURN_IF_ERROR(PatchBinding(where, outputs, hb->patch, &plan));
+    }
+    plan.elements = 1;
+    for (int64_t d : plan.shape) plan.elements *= d;
     for (size_t f = 0; f < hb->fragments.size(); ++f) {
       if (!hb->fragments[f]) {
         return Status::BadInput(where + ": fragment " + std::to_string(f) +
@@ -918,6 +950,7 @@ Status Engine::CheckBindings(bool outputs) {
 Status Engine::AllocateAndWriteInputs(const HostTensors& inputs) {
   // Host data first, so that a missing tensor is reported before any work.
   std::vector<const float*> data(input_plans_.size());
+  std::deque<std::vector<float>> patched;  // stable addresses
   for (size_t i = 0; i < input_plans_.size(); ++i) {
     const BindingPlan& b = input_plans_[i];
     auto it = inputs.find(b.value->id);
@@ -926,13 +959,19 @@ Status Engine::AllocateAndWriteInputs(const HostTensors& inputs) {
     if (it == inputs.end()) {
       return Status::BadInput(where + ": no host data");
     }
-    if (static_cast<int64_t>(it->second.size()) != b.elements) {
+    if (static_cast<int64_t>(it->second.size()) != b.value_elements) {
       return Status::BadInput(where + ": host data has " +
                               std::to_string(it->second.size()) +
                               " elements, the value " +
-                              std::to_string(b.elements));
+                              std::to_string(b.value_elements));
     }
     data[i] = it->second.data();
+    if (b.patch > 0) {
+      // The host's layout transform: it writes the image's patches.
+      patched.push_back(
+          kernels::Patchify(it->second, b.value->shape, b.patch));
+      data[i] = patched.back().data();
+    }
   }
   // Replicas write the same box many times (a weight on every tile of a
   // group): each distinct (box, dtype, scale) is encoded once.

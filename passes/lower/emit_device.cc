@@ -644,6 +644,16 @@ void Emitter::Build(EmitSummary* summary) {
       program->inputs.push_back(bind(*v));
     }
   }
+  // The host writes the patches of an image input (a host op's result) in
+  // their planned ownership: the input's binding carries the transform.
+  for (const auto& op : module_.ops) {
+    if (!IsHostOp(*op)) continue;
+    std::unique_ptr<fb::HostBindingT> hb =
+        bind(*lowering_.value(op->results[0]));
+    hb->value = op->operands[0];
+    hb->patch = op->patch;
+    program->inputs.push_back(std::move(hb));
+  }
   for (const auto& v : module_.values) {
     if (v->role == fb::ValueRole::Output) program->outputs.push_back(bind(*v));
   }
@@ -780,13 +790,7 @@ StatusOr<bool> EmitDevicePass::Transform(fb::ModuleT* module,
   if (!module->target) {
     return Status::BadInput("module has no target description");
   }
-  for (const auto& v : module->values) {
-    if (!v->ownership) {
-      return Status::BadInput("value %" + std::to_string(v->id) + " (" +
-                              v->name +
-                              ") has no ownership: run plan-ownership first");
-    }
-  }
+  TILEC_RETURN_IF_ERROR(CheckPlanned(*module));
   StatusOr<kernels::CostModel> model = kernels::CostModel::Create(*module->target);
   if (!model.ok()) {
     return Status::BadInput("target '" + module->target->name +

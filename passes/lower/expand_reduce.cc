@@ -503,13 +503,7 @@ Status Reducer::Run() {
 StatusOr<bool> ExpandReducePass::Transform(fb::ModuleT* module,
                                            passes::DecisionLog* log) {
   if (!module->target) return Status::BadInput("module has no target description");
-  for (const auto& v : module->values) {
-    if (!v->ownership) {
-      return Status::BadInput("value %" + std::to_string(v->id) + " (" +
-                              v->name +
-                              ") has no ownership: run plan-ownership first");
-    }
-  }
+  TILEC_RETURN_IF_ERROR(CheckPlanned(*module));
   StatusOr<kernels::CostModel> model =
       kernels::CostModel::Create(*module->target);
   if (!model.ok()) {

@@ -475,6 +475,9 @@ StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
     case fb::OpKind::AttentionContext:
       status = LowerAttention(op, &out);
       break;
+    case fb::OpKind::Patchify:
+      status = LowerHostOp(op);
+      break;
     default:
       status = Status::BadInput(OpWhere(op) +
                                 ": no lowering for this op kind yet");
@@ -483,6 +486,47 @@ StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
   transfers_.Clear();
   for (Phase& ph : out.phases) CompactTransfers(&ph.transfers);
   return out;
+}
+
+bool IsHostOp(const fb::OperationT& op) {
+  return op.recipe && op.recipe->kind == fb::RecipeKind::Host;
+}
+
+Status CheckPlanned(const fb::ModuleT& module) {
+  std::set<uint32_t> device_read;
+  for (const auto& op : module.ops) {
+    if (IsHostOp(*op)) continue;
+    device_read.insert(op->operands.begin(), op->operands.end());
+  }
+  for (const auto& v : module.values) {
+    const bool host_only =
+        v->role == fb::ValueRole::Input && !device_read.count(v->id);
+    if (!v->ownership && !host_only) {
+      return Status::BadInput("value %" + std::to_string(v->id) + " (" +
+                              v->name +
+                              ") has no ownership: run plan-ownership first");
+    }
+  }
+  return Status::Ok();
+}
+
+// No phases: the host writes the result's boxes on every tile of its
+// ownership before superstep 0, as it writes an input.
+Status Lowering::LowerHostOp(const fb::OperationT& op) {
+  const fb::ValueT* in =
+      op.operands.size() == 1 ? value(op.operands[0]) : nullptr;
+  if (!IsHostOp(op) || in == nullptr || in->role != fb::ValueRole::Input) {
+    return Status::BadInput(OpWhere(op) +
+                            ": patchify runs only on the host (recipe host) "
+                            "as it writes a graph input");
+  }
+  const fb::ValueT* v = value(op.results[0]);
+  for (int t : TilesUsed(*v->ownership, v->shape)) {
+    Storage* s = NewValueStorage(v->id, t, op.id, BufferKind::kValue, nullptr,
+                                 false);
+    buffers_[s->buffer].host_written = true;
+  }
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------- GEMM

@@ -76,6 +76,17 @@ using passes::Split;
 StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
                                 const fb::OperationT& op);
 
+// An op the host runs as it writes a graph input (recipe Host: Patchify of
+// an image, docs/import-onnx.md): it has no device work, its result's
+// buffers are written by the host, and emit-device binds the input to them
+// with the transform (HostBinding.patch).
+bool IsHostOp(const fb::OperationT& op);
+
+// BadInput naming the first value without an ownership ("run plan-ownership
+// first"), except graph inputs no device op reads (an image the host
+// patchifies as it writes it): those never reach the device.
+Status CheckPlanned(const fb::ModuleT& module);
+
 struct LoweringOptions {
   // A tile that already holds exactly the data an op needs, contiguously,
   // uses that buffer instead of a copy (left-operand staging,
@@ -177,6 +188,7 @@ class Lowering {
   Status LowerNormalize(const fb::OperationT& op, OpProgram* out);
   Status LowerRedistribute(const fb::OperationT& op, OpProgram* out);
   Status LowerAttention(const fb::OperationT& op, OpProgram* out);
+  Status LowerHostOp(const fb::OperationT& op);
   bool CanUseInPlace(const Storage& a) const;
   Status AttentionCall(const fb::OperationT& op, const passes::AttentionGrid& g,
                        int64_t b, int64_t h, int mi, int ni, int t,

@@ -95,5 +95,110 @@ INSTANTIATE_TEST_SUITE_P(
              "op 4: gemm m=4 k=1 n=2 staging=batched(2) chunk_k=16\n"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
+// A patch embedding: image [1,3,34,34] (input; the last 2 pixels of each
+// side are dropped) -> Patchify p=8 -> [16,192] x w [192,64] -> y. The
+// host writes the patches (recipe host, HostBinding.patch), in F16 and
+// with quantize-fp8's cast, and the simulator matches the reference.
+fb::ModuleT PatchEmbedding() {
+  fb::ModuleT m;
+  m.target = std::make_unique<fb::TargetT>();
+  EXPECT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
+  auto value = [&](uint32_t id, const char* name, std::vector<int64_t> shape,
+                   fb::ValueRole role) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->id = id;
+    v->name = name;
+    v->shape = shape;
+    v->dtype = fb::DType::F16;
+    v->role = role;
+    if (role == fb::ValueRole::Input || role == fb::ValueRole::Weight) {
+      v->init = std::make_unique<fb::WeightInitT>();
+      v->init->distribution = fb::Distribution::Gaussian;
+      v->init->seed = 7 + id;
+      v->init->stddev = role == fb::ValueRole::Weight ? 0.1f : 1.0f;
+    }
+    m.values.push_back(std::move(v));
+  };
+  value(0, "image", {1, 3, 34, 34}, fb::ValueRole::Input);
+  value(1, "patches", {16, 192}, fb::ValueRole::Activation);
+  value(2, "w", {192, 64}, fb::ValueRole::Weight);
+  value(3, "y", {16, 64}, fb::ValueRole::Output);
+  for (uint32_t id : {0u, 1u}) {
+    auto o = std::make_unique<fb::OperationT>();
+    o->id = id;
+    o->kind = id == 0 ? fb::OpKind::Patchify : fb::OpKind::MatMul;
+    o->name = id == 0 ? "patchify" : "embed";
+    o->operands = id == 0 ? std::vector<uint32_t>{0} : std::vector<uint32_t>{1, 2};
+    o->results = {id == 0 ? 1u : 3u};
+    o->patch = id == 0 ? 8 : 0;
+    m.ops.push_back(std::move(o));
+  }
+  return m;
+}
+
+TEST(PipelinePatchifyTest, TheHostWritesThePatches) {
+  for (bool fp8 : {false, true}) {
+    fb::ModuleT m = PatchEmbedding();
+    Status s = passes::RunPipeline(
+        &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
+          if (name == "quantize-fp8" && !fp8) return quantize::KeepDTypesPass();
+          return nullptr;
+        });
+    ASSERT_TRUE(s.ok()) << s.message();
+    // The image is bound with the transform; the patches get no other
+    // binding and no op computes them on a tile.
+    int patched = 0;
+    for (const auto& b : m.program->inputs) {
+      EXPECT_NE(b->value, 1u);
+      if (b->value == 0) {
+        EXPECT_EQ(b->patch, 8);
+        EXPECT_FALSE(b->fragments.empty());
+        ++patched;
+      }
+    }
+    EXPECT_EQ(patched, 1);
+    for (const auto& step : m.program->supersteps) {
+      for (const auto& c : step->compute) EXPECT_NE(c->op, 0u);
+    }
+    testing::SimCheck check;
+    s = testing::SimulateAgainstReference(m, sim::Tolerance{2e-2, 1e-2, 0.9999},
+                                          &check);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_TRUE(check.pass) << (fp8 ? "fp8: " : "f16: ") << check.message;
+  }
+}
+
+TEST(PipelinePatchifyTest, TheVerifierChecksPatchBindings) {
+  fb::ModuleT m = PatchEmbedding();
+  ASSERT_TRUE(passes::RunPipeline(&m, [](std::string_view name)
+                                           -> std::unique_ptr<passes::Pass> {
+                if (name == "quantize-fp8") return quantize::KeepDTypesPass();
+                return nullptr;
+              }).ok());
+  ASSERT_TRUE(sim::VerifyDeviceProgram(m).ok());
+  fb::HostBindingT* image = nullptr;
+  fb::HostBindingT* weight = nullptr;
+  for (auto& b : m.program->inputs) {
+    (b->value == 0 ? image : weight) = b.get();
+  }
+  ASSERT_TRUE(image && weight);
+  image->patch = 35;  // larger than the 34-pixel image
+  Status s = sim::VerifyDeviceProgram(m);
+  EXPECT_NE(s.message().find("patch=35 must be positive and at most the "
+                             "image's height and width [1,3,34,34]"),
+            std::string::npos)
+      << s.message();
+  image->patch = 8;
+  weight->patch = 8;
+  s = sim::VerifyDeviceProgram(m);
+  EXPECT_NE(s.message().find("patch=8 is for inputs of shape [B, C, H, W]"),
+            std::string::npos)
+      << s.message();
+  // Without the transform the image's boxes do not fit its fragments.
+  weight->patch = 0;
+  image->patch = 0;
+  EXPECT_FALSE(sim::VerifyDeviceProgram(m).ok());
+}
+
 }  // namespace
 }  // namespace tilec::lower

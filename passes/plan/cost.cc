@@ -99,6 +99,8 @@ std::string Coster::CheckRecipe(const Graph& graph, int op,
         return "copy";
       case OpClass::kAttention:
         return "attention";
+      case OpClass::kHost:
+        return "host";
     }
     return "?";
   };
@@ -107,6 +109,7 @@ std::string Coster::CheckRecipe(const Graph& graph, int op,
       : node.op_class == OpClass::kElementwise ? fb::RecipeKind::Elementwise
       : node.op_class == OpClass::kRowWise     ? fb::RecipeKind::RowWise
       : node.op_class == OpClass::kAttention   ? fb::RecipeKind::Attention
+      : node.op_class == OpClass::kHost        ? fb::RecipeKind::Host
                                                : fb::RecipeKind::Copy;
   if (r.kind != expected) {
     const std::string kind = kind_name(node.op_class);
@@ -144,6 +147,12 @@ std::string Coster::CheckRecipe(const Graph& graph, int op,
       return "batched(N) needs N >= 1";
     }
     return "";
+  }
+  if (r.kind == fb::RecipeKind::Host) {
+    // The result's ownership comes from its consumers (plan.cc).
+    return passes::SameOwnership(r.layout, fb::OwnershipT{})
+               ? ""
+               : "a host recipe has no layout";
   }
   if (r.kind == fb::RecipeKind::Attention) {
     StatusOr<passes::AttentionGrid> grid = AttentionGridOf(graph, op, r);
@@ -214,6 +223,7 @@ std::optional<fb::OwnershipT> Coster::Required(const Graph& graph, int op,
   switch (graph.op(op).slots[slot]) {
     case SlotRole::kStaged:
     case SlotRole::kSource:
+    case SlotRole::kHostImage:
       return std::nullopt;
     case SlotRole::kResident:
       return Grid(graph, op, r).BNeeded();
@@ -310,6 +320,14 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
     case OpClass::kAttention:
       cost = PriceAttention(graph, op, recipe, *source);
       break;
+    case OpClass::kHost: {
+      // The host's layout transform costs the device nothing: the patches
+      // arrive with the input write, which no plan pays for either.
+      OpCost host;
+      host.detail = "host: written with the graph input, no device work";
+      cost = host;
+      break;
+    }
   }
   if (!cost.ok()) {
     return cost.status().WithContext(graph.OpLabel(op) + " " + recipe.Text());

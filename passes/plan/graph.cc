@@ -138,6 +138,20 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
         node.op_class = OpClass::kCopy;
         node.slots = {SlotRole::kSource};
         break;
+      case fb::OpKind::Patchify:
+        // The host writes the patches of an image input (docs/import-
+        // onnx.md); a computed image would need a device-side gather.
+        if (arity == 1 &&
+            module.values[node.operands[0]]->role != fb::ValueRole::Input) {
+          return Unsupported(op,
+                             "patchify runs on the host as it writes a graph "
+                             "input; operand %" +
+                                 std::to_string(op.operands[0]) +
+                                 " is computed on the device");
+        }
+        node.op_class = OpClass::kHost;
+        node.slots = {SlotRole::kHostImage};
+        break;
       case fb::OpKind::AttentionScores:
       case fb::OpKind::AttentionContext: {
         const bool scores = op.kind == fb::OpKind::AttentionScores;
@@ -191,6 +205,15 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
     }
     g.lines_.push_back(line);
     g.ops_.push_back(std::move(node));
+  }
+  for (const OpNode& node : g.ops_) {
+    // A host op's result is owned as its consumers need (plan.cc).
+    if (node.op_class == OpClass::kHost && g.values_[node.result].uses.empty()) {
+      return Status::Infeasible(
+          "op " + std::to_string(node.id) + " (" + node.name +
+          "): the host writes its result for the device ops that read it; "
+          "nothing reads it");
+    }
   }
   if (module.target) {
     const fb::TargetT& t = *module.target;
@@ -271,6 +294,8 @@ std::string Recipe::Text() const {
       return "rowwise " + passes::FormatOwnership(layout);
     case fb::RecipeKind::Copy:
       return "copy " + passes::FormatOwnership(layout);
+    case fb::RecipeKind::Host:
+      return "host";
     default:
       return "elementwise " + passes::FormatOwnership(layout);
   }
@@ -421,6 +446,14 @@ StatusOr<Recipe> ParseRecipe(std::string_view text) {
   Recipe r;
   if (word == "gemm") return ParseGemmRecipe(rest);
   if (word == "attention") return ParseAttentionRecipe(rest);
+  if (word == "host") {
+    if (!rest.empty()) {
+      return Status::BadInput("a host recipe takes no options, got '" +
+                              std::string(rest) + "'");
+    }
+    r.kind = fb::RecipeKind::Host;
+    return r;
+  }
   if (word == "elementwise") {
     r.kind = fb::RecipeKind::Elementwise;
   } else if (word == "rowwise") {
@@ -430,7 +463,7 @@ StatusOr<Recipe> ParseRecipe(std::string_view text) {
   } else {
     return Status::BadInput(
         "unknown recipe kind '" + std::string(word) +
-        "' (expected gemm, attention, elementwise, rowwise or copy)");
+        "' (expected gemm, attention, elementwise, rowwise, copy or host)");
   }
   std::string error;
   std::optional<fb::OwnershipT> layout = passes::ParseOwnership(rest, &error);
@@ -484,7 +517,7 @@ fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op) {
     out.chunk_k = recipe.staging == fb::Staging::Complete ? 0 : recipe.chunk_k;
     out.layout = std::make_unique<fb::OwnershipT>(passes::BlockedOwnership(
         {recipe.m, recipe.k, recipe.n}, 1, recipe.first_tile));
-  } else {
+  } else if (recipe.kind != fb::RecipeKind::Host) {
     out.layout = std::make_unique<fb::OwnershipT>(recipe.layout);
   }
   return out;
@@ -517,6 +550,7 @@ StatusOr<Recipe> RecipeFromFb(const fb::RecipeT& in) {
     }
     return r;
   }
+  if (in.kind == fb::RecipeKind::Host) return r;
   if (!in.layout) {
     return Status::BadInput("recipe without a layout: " + ir::RecipeText(in));
   }

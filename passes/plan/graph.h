@@ -30,9 +30,13 @@ enum class SlotRole {
   kRowParam,  // [w] per-row parameter of a row-wise op: gamma, beta
   kSource,    // the source of a Redistribute: taken as it is
   kProbs,     // attention probabilities: the rows each context tile reads
+  kHostImage, // an image input the host transforms as it writes it: never
+              // on the device
 };
 
-enum class OpClass { kGemm, kElementwise, kRowWise, kCopy, kAttention };
+// kHost: done by the host as it writes a graph input (Patchify): no device
+// work; its result is owned as its first consumer needs, like an input.
+enum class OpClass { kGemm, kElementwise, kRowWise, kCopy, kAttention, kHost };
 
 // One kernel call of an elementwise op's body, as the lowering makes it
 // (kernels/fused_body.h: the one definition both use), and the dtype it
@@ -119,7 +123,8 @@ struct Recipe {
   fb::OwnershipT layout;
 
   // The recipe-file text, e.g. "gemm m=9 k=6 n=27 staging=batched(2)
-  // chunk_k=32", "attention m=92 n=1" or "elementwise blocked(729x2)".
+  // chunk_k=32", "attention m=92 n=1", "elementwise blocked(729x2)" or
+  // "host".
   // Also the recipe's identity.
   std::string Text() const;
 };

@@ -45,12 +45,16 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
   e.ops.resize(num_ops);
   e.capacity = coster.capacity();
 
-  // Ownerships: results as their producer's recipe says; inputs and weights
-  // as their first consumer needs.
+  // Ownerships: results as their producer's recipe says; inputs, weights and
+  // what the host computes as it writes an input as their first device
+  // consumer needs (the host writes them in that layout).
   for (int v = 0; v < graph.num_values(); ++v) {
     const ValueNode& value = graph.value(v);
-    if (value.producer >= 0) {
-      if (value.producer > last) continue;
+    const bool host_result =
+        value.producer >= 0 &&
+        graph.op(value.producer).op_class == OpClass::kHost;
+    if (value.producer >= 0 && value.producer > last) continue;
+    if (value.producer >= 0 && !host_result) {
       e.owners[v] = coster.ResultOwnership(graph, value.producer,
                                            plan.recipes[value.producer]);
       e.owned[v] = true;
@@ -59,6 +63,7 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
     for (const auto& [op, slot] : value.uses) {
       if (op > last) break;
       const Recipe& r = plan.recipes[op];
+      if (graph.op(op).slots[slot] == SlotRole::kHostImage) continue;
       switch (graph.op(op).slots[slot]) {
         case SlotRole::kStaged:
           e.owners[v] = coster.StagedOwnership(r);
@@ -161,7 +166,11 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
     l.bytes = coster.BytesPerTile(value.shape, coster.StoredBytes(graph, v),
                                   e.owners[v]);
     l.what = ValueLabel(value);
-    l.begin = value.producer >= 0 ? op_step[value.producer] : 0;
+    // The host writes inputs and its own ops' results before step 0.
+    const bool from_host =
+        value.producer < 0 ||
+        graph.op(value.producer).op_class == OpClass::kHost;
+    l.begin = from_host ? 0 : op_step[value.producer];
     l.end = l.begin;
     for (const auto& use : value.uses) {
       auto it = served.find(use);

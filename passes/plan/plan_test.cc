@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -826,6 +827,107 @@ TEST(PlannerTest, DeterministicAcrossRuns) {
   options.attempts = 30;
   options.seed = 5;
   EXPECT_EQ(PlanToBytes(options, Small()), PlanToBytes(options, Small()));
+}
+
+
+// ---------------------------------------------------------------- patchify
+
+// image [1,3,32,32] (input) -> Patchify p=8 -> [16,192] x w [192,64] -> y;
+// or so400m's: [1,3,384,384], p=14 -> [729,588] x [588,1152].
+fb::ModuleT PatchEmbedding(bool so400m = false) {
+  fb::ModuleT m;
+  m.target = std::make_unique<fb::TargetT>();
+  EXPECT_TRUE(ir::LoadTarget(so400m ? "ipu21" : "tiny", m.target.get()).ok());
+  auto value = [&](uint32_t id, const char* name, std::vector<int64_t> shape,
+                   fb::ValueRole role) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->id = id;
+    v->name = name;
+    v->shape = shape;
+    v->dtype = fb::DType::F16;
+    v->role = role;
+    m.values.push_back(std::move(v));
+  };
+  const int64_t side = so400m ? 384 : 32, p = so400m ? 14 : 8,
+                patches = (side / p) * (side / p), out = so400m ? 1152 : 64;
+  value(0, "image", {1, 3, side, side}, fb::ValueRole::Input);
+  value(1, "patches", {patches, 3 * p * p}, fb::ValueRole::Activation);
+  value(2, "w", {3 * p * p, out}, fb::ValueRole::Weight);
+  value(3, "y", {patches, out}, fb::ValueRole::Output);
+  auto op = [&](uint32_t id, fb::OpKind kind, std::vector<uint32_t> in,
+                uint32_t out) {
+    auto o = std::make_unique<fb::OperationT>();
+    o->id = id;
+    o->kind = kind;
+    o->name = ir::OpKindText(kind);
+    o->operands = std::move(in);
+    o->results = {out};
+    m.ops.push_back(std::move(o));
+    return m.ops.back().get();
+  };
+  op(0, fb::OpKind::Patchify, {0}, 1)->patch = static_cast<int>(p);
+  op(1, fb::OpKind::MatMul, {1, 2}, 3);
+  return m;
+}
+
+class PlanPatchifyTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PlanPatchifyTest, TheHostWritesThePatchesAsTheGemmStagesThem) {
+  fb::ModuleT m = PatchEmbedding(GetParam());
+  {
+    Fixture f(PatchEmbedding(GetParam()));
+    StatusOr<OpCost> host = f.coster.PriceOp(f.graph, 0, R("host"), nullptr);
+    ASSERT_TRUE(host.ok()) << host.status().message();
+    EXPECT_EQ(host->Cycles(), 0);
+    EXPECT_EQ(host->exchange_bytes, 0);
+    EXPECT_EQ(Candidates(f.graph, f.coster, 0).size(), 1u);
+    EXPECT_NE(f.coster.CheckRecipe(f.graph, 0, R("elementwise blocked(16x1)")),
+              "");
+  }
+  PlannerOptions options;
+  options.attempts = 8;
+  const Status s = Plan(options, &m);
+  ASSERT_TRUE(s.ok()) << s.message();
+  const fb::OperationT& patchify = *m.ops[0];
+  ASSERT_TRUE(patchify.recipe && patchify.estimate);
+  EXPECT_EQ(patchify.recipe->kind, fb::RecipeKind::Host);
+  EXPECT_EQ(patchify.estimate->cycles, 0);
+  // The image never reaches the device; the patches lie exactly where the
+  // GEMM stages its left operand from, so no Redistribute is inserted.
+  EXPECT_FALSE(m.values[0]->ownership);
+  ASSERT_TRUE(m.values[1]->ownership);
+  ASSERT_EQ(m.ops.size(), 2u);
+  const fb::OperationT& gemm = *m.ops[1];
+  ASSERT_EQ(gemm.recipe->kind, fb::RecipeKind::Gemm);
+  EXPECT_TRUE(passes::SameOwnership(
+      *m.values[1]->ownership,
+      BlockedOwnership({gemm.recipe->m_split, gemm.recipe->k_split},
+                       gemm.recipe->n_split, gemm.recipe->layout->first_tile)))
+      << ir::OwnershipText(*m.values[1]->ownership);
+  std::printf("%s: %s, %lld cycles (exchange %lld)\n",
+              GetParam() ? "so400m on ipu21" : "tiny",
+              ir::RecipeText(*gemm.recipe).c_str(),
+              static_cast<long long>(gemm.estimate->cycles),
+              static_cast<long long>(gemm.estimate->exchange_cycles));
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyAndSo400m, PlanPatchifyTest,
+                         ::testing::Bool());
+
+TEST(PlanPatchifyRefusalTest, OnlyGraphInputsArePatchifiedAndHostTakesNoOptions) {
+  fb::ModuleT m = PatchEmbedding();
+  m.values[0]->role = fb::ValueRole::Weight;
+  StatusOr<Graph> g = Graph::Build(m);
+  ASSERT_EQ(g.status().code(), StatusCode::kInfeasible);
+  EXPECT_NE(g.status().message().find(
+                "patchify runs on the host as it writes a graph input"),
+            std::string::npos)
+      << g.status().message();
+  StatusOr<Recipe> bad = ParseRecipe("host blocked(16x1)");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "a host recipe takes no options, got 'blocked(16x1)'");
+  EXPECT_EQ(R("host").Text(), "host");
 }
 
 }  // namespace

@@ -36,6 +36,8 @@ fb::RecipeKind KindOf(OpClass c) {
       return fb::RecipeKind::RowWise;
     case OpClass::kCopy:
       return fb::RecipeKind::Copy;
+    case OpClass::kHost:
+      return fb::RecipeKind::Host;
     default:
       return fb::RecipeKind::Elementwise;
   }
@@ -255,6 +257,11 @@ std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
       return GemmCandidates(graph, coster, op);
     case OpClass::kAttention:
       return AttentionCandidates(graph, coster, op);
+    case OpClass::kHost: {
+      Recipe host;
+      host.kind = fb::RecipeKind::Host;
+      return {host};
+    }
     default:
       return LayoutCandidates(graph, coster, op);
   }
@@ -265,7 +272,8 @@ std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
                                      int op) {
   const OpNode& node = graph.op(op);
   std::vector<Recipe> out;
-  if (node.op_class == OpClass::kGemm || node.op_class == OpClass::kAttention) {
+  if (node.op_class == OpClass::kGemm || node.op_class == OpClass::kAttention ||
+      node.op_class == OpClass::kHost) {
     return out;
   }
   const fb::RecipeKind kind = KindOf(node.op_class);

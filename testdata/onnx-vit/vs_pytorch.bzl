@@ -3,14 +3,17 @@
 _TOOLS = [
     "//tools/emit-device",
     "//tools/expand-reduce",
+    "//tools/fuse-elementwise",
+    "//tools/fuse-residual",
     "//tools/import-onnx",
     "//tools/plan-ownership",
+    "//tools/quantize-fp8",
     "//tools/run-reference",
     "//tools/simulate-device",
 ]
 
 def vs_pytorch_test(name, mode, tags = []):
-    """<name>-<mode>-vs-pytorch: MODE is reference or pipeline."""
+    """<name>-<mode>-vs-pytorch: MODE is reference, pipeline-f16 or pipeline-fp8."""
     native.sh_test(
         name = name + "-" + mode + "-vs-pytorch",
         size = "small",
@@ -24,6 +27,7 @@ def vs_pytorch_test(name, mode, tags = []):
             mode,
         ],
         data = _TOOLS + [
+            "//scripts:pipeline_lib",
             ":npy_compare",
             name + ".onnx",
             name + ".embeddings.npy",
