@@ -9,6 +9,7 @@
 
 #include "formats/print.h"
 #include "kernels/fused_body.h"
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
 #include "passes/core/ownership.h"
@@ -367,7 +368,7 @@ Status Lowering::Move(const Box& box, int src_tile, const Storage& src,
     if (src.buffer == dst.buffer && r.src == r.dst) continue;
     VCall c;
     c.tile = src_tile;
-    c.kernel = "copy";
+    c.kernel = kernels::names::kCopy;
     c.args = {from, VSlice{dst.buffer, r.dst * eb, r.count * eb}};
     c.params = {r.count * eb};
     c.op = op;
@@ -647,7 +648,7 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
             const int p_eb = ir::DTypeBytes(buffers_[ts.partial.buffer].dtype);
             VCall call;
             call.tile = t;
-            call.kernel = "gemm";
+            call.kernel = kernels::names::kGemm;
             call.args = {{a_store.buffer, piece.offset * a_eb, bm * w * a_eb},
                          {bs.buffer, *b_off * b_eb, w * bn * b_eb},
                          {ts.partial.buffer, 0, bm * bn * p_eb}};
@@ -797,19 +798,20 @@ Status Lowering::ConvertAccumulators(GemmState* s) {
     const int64_t n = cbox.Elements();
     VCall cast;
     cast.tile = t;
-    cast.kernel = "cast";
+    cast.kernel = kernels::names::kCast;
     cast.args = {{ts.partial.buffer, 0, n * 4}, {cs->buffer, 0, n * c_eb}};
     cast.params = {BoxRows(cbox), BoxWidth(cbox)};
     cast.op = s->op->id;
     VCall reduce = cast;
-    reduce.kernel = "reduce_partials";
+    reduce.kernel = kernels::names::kReducePartials;
     reduce.params = {n};
     StatusOr<int64_t> cc = CallCycles(model_, buffers_, cast);
     StatusOr<int64_t> rc = CallCycles(model_, buffers_, reduce);
     if (!cc.ok()) return cc.status();
     if (!rc.ok()) return rc.status();
     const bool use_reduce = *rc < *cc;
-    notes_[s->op->id].converter = use_reduce ? "reduce_partials" : "cast";
+    notes_[s->op->id].converter = std::string(
+        use_reduce ? kernels::names::kReducePartials : kernels::names::kCast);
     AddCall(last, use_reduce ? std::move(reduce) : std::move(cast));
   }
   return Status::Ok();
@@ -901,7 +903,7 @@ Status Lowering::ReducePartials(GemmState* s) {
         for (size_t e = 0; e < groups.size(); ++e) {
           VCall call;
           call.tile = R;
-          call.kernel = "reduce_partials";
+          call.kernel = kernels::names::kReducePartials;
           call.op = op_id;
           call.params = {n};
           if (e > 0) call.args.push_back(accumulator);
@@ -944,7 +946,8 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
   if (!compiled.ok()) return compiled.status();
   const std::vector<kernels::BodyKernel>& steps = *compiled;
   // ln_moments reads the stored result; it is not a value-producing step.
-  const bool trailing_moments = steps.back().kernel == "ln_moments";
+  const bool trailing_moments =
+      steps.back().kernel == kernels::names::kLnMoments;
   const size_t value_steps = steps.size() - (trailing_moments ? 1 : 0);
   const fb::ValueT* M = op.results.size() == 2 ? value(op.results[1]) : nullptr;
   if (M && (Y->shape.size() != 2 || M->shape.size() != 2 ||
@@ -1094,7 +1097,7 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
       if (trailing_moments) {
         VCall call;
         call.tile = t;
-        call.kernel = "ln_moments";
+        call.kernel = kernels::names::kLnMoments;
         call.op = op.id;
         call.args = {cur, moments_slice(box)};
         call.params = {rows, w};
@@ -1160,11 +1163,11 @@ Status Lowering::LowerRowWise(const fb::OperationT& op, OpProgram* out) {
         if (!gamma.ok()) return gamma.status();
         StatusOr<VSlice> beta = locate(op.operands[2], row);
         if (!beta.ok()) return beta.status();
-        call.kernel = "layernorm";
+        call.kernel = kernels::names::kLayerNorm;
         call.args = {*x, *gamma, *beta, y};
         call.fparams = {op.eps};
       } else {
-        call.kernel = "softmax";
+        call.kernel = kernels::names::kSoftmax;
         call.args = {*x, y};
         call.fparams = {op.scale};
       }
@@ -1283,7 +1286,7 @@ Status Lowering::CombineMoments(const fb::OperationT& op, uint32_t m_id,
         ++notes.ranges;
         VCall call;
         call.tile = R;
-        call.kernel = "moments_combine";
+        call.kernel = kernels::names::kMomentsCombine;
         call.op = op.id;
         call.params = {b - a};
         int remote_slots = 0;
@@ -1358,7 +1361,7 @@ Status Lowering::LowerMoments(const fb::OperationT& op, const ReductionChoice&,
                                    op.name + ".partial", false);
       VCall call;
       call.tile = t;
-      call.kernel = "ln_moments";
+      call.kernel = kernels::names::kLnMoments;
       call.op = op.id;
       call.args = {*x, {p.storage.buffer, 0, BoxRows(box) * 12}};
       call.params = {BoxRows(box), BoxWidth(box)};
@@ -1405,7 +1408,7 @@ Status Lowering::LowerNormalize(const fb::OperationT& op, OpProgram* out) {
       if (!beta.ok()) return beta.status();
       VCall call;
       call.tile = t;
-      call.kernel = "normalize";
+      call.kernel = kernels::names::kNormalize;
       call.op = op.id;
       call.args = {*x, *m, *gamma, *beta,
                    {y_buffer, seg.offset * y_eb, box.Elements() * y_eb}};
@@ -1453,7 +1456,7 @@ Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out) {
                                 op.name + ".partial", false);
       VCall call;
       call.tile = t;
-      call.kernel = "ln_moments";
+      call.kernel = kernels::names::kLnMoments;
       call.op = op.id;
       call.args = {*x, {buf, 0, BoxRows(box) * 12}};
       call.params = {BoxRows(box), BoxWidth(box)};
@@ -1493,7 +1496,7 @@ Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out) {
                                BufferKind::kResult, op.name + ".moments", false);
     VCall combine;
     combine.tile = s.tile;
-    combine.kernel = "moments_combine";
+    combine.kernel = kernels::names::kMomentsCombine;
     combine.op = op.id;
     combine.params = {rows};
     int slot = 0;
@@ -1531,7 +1534,7 @@ Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out) {
     const std::optional<int64_t> off = ContiguousOffset(s.box, ys->segments);
     VCall call;
     call.tile = s.tile;
-    call.kernel = "normalize";
+    call.kernel = kernels::names::kNormalize;
     call.op = op.id;
     call.args = {*x, {full, 0, n * 4}, *gamma, *beta,
                  {ys->buffer, *off * y_eb, s.box.Elements() * y_eb}};
@@ -1595,7 +1598,8 @@ Status Lowering::LowerAttention(const fb::OperationT& op, OpProgram* out) {
   Phase* copies = NewPhase(&list, Phase::Kind::kCompute, "stage qkv");
   Phase* exchange = NewPhase(&list, Phase::Kind::kExchange, "deliver qkv");
   Phase* calls = NewPhase(&list, Phase::Kind::kCompute,
-                          scores ? "gemm_nt" : "gemm");
+                          std::string(scores ? kernels::names::kGemmNt
+                                              : kernels::names::kGemm));
   // Staging: one buffer per staged box of each tile.
   static constexpr const char* kViewNames[] = {".q", ".k", ".v"};
   const std::vector<int> views = g.StagedViews();
@@ -1676,14 +1680,14 @@ Status Lowering::AttentionCall(const fb::OperationT& op,
   call.params = {rows, inner, cols, 0};
   const VSlice result{ys->buffer, 0, rows * cols * y_eb};
   if (scores) {
-    call.kernel = "gemm_nt";
+    call.kernel = kernels::names::kGemmNt;
     call.args = {whole(staged[0]), whole(staged[1]), result};
     call.fparams = {op.scale};
   } else {
     StatusOr<VSlice> probs = Contiguous(op.operands[0], t, g.ProbsBox(b, h, mi),
                                         op, "probabilities", calls);
     if (!probs.ok()) return probs.status();
-    call.kernel = "gemm";
+    call.kernel = kernels::names::kGemm;
     call.args = {*probs, whole(staged[0]), result};
   }
   AddCall(calls, std::move(call));

@@ -1,4 +1,4 @@
-#include "tools/simulate-device/simulate_device.h"
+#include "kernels/simulate_device.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "kernels/reference.h"
 #include "kernels/tensor_data.h"
 
-namespace tilec::tools {
+namespace tilec::sim {
 namespace {
 
 std::string Format(const char* format, ...) {
@@ -193,15 +193,15 @@ std::string ReportText(const sim::SimResult& r,
     }
     if (!report.unquantized.empty()) {
       out += "\ncomparison with the unquantized graph (min cosine " +
-             G(quantize::kMinOutputCosine) + ", branch " +
-             G(quantize::kMinBranchCosine) + "; docs/quantize.md):\n";
-      for (const quantize::OutputAccuracy& a : report.unquantized) {
+             G(kMinOutputCosine) + ", branch " +
+             G(kMinBranchCosine) + "; docs/quantize.md):\n";
+      for (const OutputAccuracy& a : report.unquantized) {
         out += "  %" + std::to_string(a.value) + " " + a.name + ": " +
-               (quantize::WithinUnquantizedTolerance(a) ? "PASS " : "FAIL ") +
-               quantize::AccuracyText(a.full);
+               (WithinUnquantizedTolerance(a) ? "PASS " : "FAIL ") +
+               AccuracyText(a.full);
         if (a.has_branch) {
           out += "; branch (minus residual %" + std::to_string(a.residual) +
-                 "): " + quantize::AccuracyText(a.branch);
+                 "): " + AccuracyText(a.branch);
         }
         out += "\n";
       }
@@ -515,28 +515,28 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
     }
   }
 
-  if (options.compare && quantize::IsQuantized(module)) {
+  if (options.compare && IsQuantized(module)) {
     kernels::ReferenceOptions ref_options;
     ref_options.provided = given_inputs;
     ref_options.sidecar_dir = sidecar_dir;
     ref_options.threads = options.threads;
     kernels::ReferenceResult unquantized;
     TILEC_RETURN_IF_ERROR(
-        kernels::RunReference(*quantize::Unquantized(module), ref_options,
+        kernels::RunReference(*Unquantized(module), ref_options,
                               &unquantized)
             .WithContext(name));
     for (const auto& binding : module.program->outputs) {
-      quantize::OutputAccuracy a = quantize::CompareOutput(
+      OutputAccuracy a = CompareOutput(
           module, binding->value, result.outputs[binding->value], unquantized);
-      if (!quantize::WithinUnquantizedTolerance(a) && first_failure.empty()) {
+      if (!WithinUnquantizedTolerance(a) && first_failure.empty()) {
         first_failure = "output %" + std::to_string(a.value) + " \"" + a.name +
                         "\" is outside the unquantized tolerance: " +
-                        quantize::AccuracyText(a.full) +
+                        AccuracyText(a.full) +
                         (a.has_branch ? "; branch " +
-                                            quantize::AccuracyText(a.branch)
+                                            AccuracyText(a.branch)
                                       : "");
       }
-      report.pass = report.pass && quantize::WithinUnquantizedTolerance(a);
+      report.pass = report.pass && WithinUnquantizedTolerance(a);
       report.unquantized.push_back(std::move(a));
     }
   }
@@ -597,4 +597,4 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   return Status::Ok();
 }
 
-}  // namespace tilec::tools
+}  // namespace tilec::sim
