@@ -207,6 +207,13 @@ Status ReadModule(const std::string& path, fb::ModuleT* module) {
   return ParseModule(bytes, DisplayName(path), module);
 }
 
+std::unique_ptr<fb::ModuleT> CloneModule(const fb::ModuleT& module) {
+  flatbuffers::FlatBufferBuilder builder;
+  builder.Finish(fb::Module::Pack(builder, &module));
+  return std::unique_ptr<fb::ModuleT>(
+      fb::GetModule(builder.GetBufferPointer())->UnPack());
+}
+
 Status SerializeModule(fb::ModuleT module, const std::string& producer,
                        std::string* bytes) {
   module.schema_version = kSchemaVersion;
@@ -260,9 +267,8 @@ Status ParseTargetJson(const std::string& json, const std::string& name,
   TILEC_RETURN_IF_ERROR(ParseWithSchema("Target", json, name, &parser));
   flatbuffers::GetRoot<fb::Target>(parser.builder_.GetBufferPointer())
       ->UnPackTo(target);
-  if (std::string error = ValidateTarget(*target); !error.empty()) {
-    return Status::BadInput(name + ": invalid target: " + error);
-  }
+  TILEC_RETURN_IF_ERROR(
+      ValidateTarget(*target).WithContext(name + ": invalid target"));
   return Status::Ok();
 }
 

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -88,6 +89,9 @@ inline constexpr int64_t kMaxValueElements = int64_t{1} << 31;
 // kMaxValueElements elements. kInfeasible (exit 3) for a well-formed value
 // larger than the target's whole tensor memory.
 Status VerifyModule(const fb::ModuleT& module);
+
+// A deep copy of `module`.
+std::unique_ptr<fb::ModuleT> CloneModule(const fb::ModuleT& module);
 
 // Stamps the schema version and producer, verifies, serializes.
 Status SerializeModule(fb::ModuleT module, const std::string& producer,

@@ -372,16 +372,18 @@ TEST(IrTest, VerifierBoundsValuesAndAttributes) {
 TEST(IrTest, TargetValidatorBoundsSizes) {
   fb::TargetT t;
   ASSERT_TRUE(LoadTarget("ipu21", &t).ok());
-  EXPECT_EQ(ValidateTarget(t), "");
+  EXPECT_TRUE(ValidateTarget(t).ok());
   fb::TargetT big = t;
   big.tiles = 268435456;
-  EXPECT_NE(ValidateTarget(big).find("tiles = 268435456"), std::string::npos);
+  EXPECT_NE(ValidateTarget(big).message().find("tiles = 268435456"),
+            std::string::npos);
   big = t;
   big.standard_elements = 1 << 20;
-  EXPECT_NE(ValidateTarget(big).find("standard_elements"), std::string::npos);
+  EXPECT_NE(ValidateTarget(big).message().find("standard_elements"),
+            std::string::npos);
   big = t;
   big.kernels.clear();
-  EXPECT_NE(ValidateTarget(big).find("lacks kernel formula"),
+  EXPECT_NE(ValidateTarget(big).message().find("lacks kernel formula"),
             std::string::npos);
 }
 

@@ -263,7 +263,9 @@ std::string ShapeToString(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-std::string CheckOpShapes(const OpShapeQuery& op) {
+namespace {
+
+std::string ShapeProblem(const OpShapeQuery& op) {
   const Checker c(op);
   if (std::string e = c.Positive(); !e.empty()) return e;
   switch (op.kind) {
@@ -296,7 +298,7 @@ std::string CheckOpShapes(const OpShapeQuery& op) {
                 std::to_string(static_cast<int>(op.kind)));
 }
 
-std::string CheckOpShapes(const fb::OperationT& op, const fb::ModuleT& module) {
+std::string ShapeProblem(const fb::OperationT& op, const fb::ModuleT& module) {
   OpShapeQuery query;
   query.id = op.id;
   query.kind = op.kind;
@@ -338,10 +340,10 @@ std::string CheckOpShapes(const fb::OperationT& op, const fb::ModuleT& module) {
       !e.empty()) {
     return e;
   }
-  return CheckOpShapes(query);
+  return ShapeProblem(query);
 }
 
-std::string CheckOpShapes(const fb::Operation& op, const fb::Module& module) {
+std::string ShapeProblem(const fb::Operation& op, const fb::Module& module) {
   OpShapeQuery query;
   query.id = op.id();
   query.kind = op.kind();
@@ -384,7 +386,25 @@ std::string CheckOpShapes(const fb::Operation& op, const fb::Module& module) {
       !e.empty()) {
     return e;
   }
-  return CheckOpShapes(query);
+  return ShapeProblem(query);
+}
+
+Status AsStatus(std::string problem) {
+  return problem.empty() ? Status::Ok() : Status::BadInput(std::move(problem));
+}
+
+}  // namespace
+
+Status CheckOpShapes(const OpShapeQuery& op) {
+  return AsStatus(ShapeProblem(op));
+}
+
+Status CheckOpShapes(const fb::OperationT& op, const fb::ModuleT& module) {
+  return AsStatus(ShapeProblem(op, module));
+}
+
+Status CheckOpShapes(const fb::Operation& op, const fb::Module& module) {
+  return AsStatus(ShapeProblem(op, module));
 }
 
 }  // namespace tilec::ir

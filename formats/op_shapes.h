@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/status.h"
 #include "formats/tilec_generated.h"
 
 namespace tilec::ir {
@@ -52,18 +53,19 @@ struct OpShapeQuery {
   std::vector<std::vector<int64_t>> results;
 };
 
-// Returns "" when the shapes agree with the kind, otherwise one line such as
+// Ok when the shapes agree with the kind, otherwise BadInput with one line
+// such as
 // "op 19 (BiasAdd l0.mlp.up_bias): operand 1 has shape [4303], expected
 // [4304] (the columns of operand 0 [729,4304])".
-std::string CheckOpShapes(const OpShapeQuery& op);
+Status CheckOpShapes(const OpShapeQuery& op);
 
 // The same for an op of an object-API module. Operand and result ids are
 // looked up among module.values by their `id` field; an id that names no
 // value is reported as an error.
-std::string CheckOpShapes(const fb::OperationT& op, const fb::ModuleT& module);
+Status CheckOpShapes(const fb::OperationT& op, const fb::ModuleT& module);
 
 // The same for a flat (already verified) buffer.
-std::string CheckOpShapes(const fb::Operation& op, const fb::Module& module);
+Status CheckOpShapes(const fb::Operation& op, const fb::Module& module);
 
 // "[729,1152]": the format used in the messages above.
 std::string ShapeToString(const std::vector<int64_t>& shape);

@@ -37,177 +37,206 @@ TEST(OpShapes, ShapeToString) {
 
 TEST(OpShapes, LayerNorm) {
   const auto k = fb::OpKind::LayerNorm;
-  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1152}, {1152}},
-                                {{729, 1152}})),
-            "");
-  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1151}, {1152}},
-                                {{729, 1152}})),
-            "op 19 (LayerNorm l0.test): operand 1 has shape [1151], expected "
-            "[1152] (the columns of operand 0 [729,1152])");
-  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {1152}, {1}},
-                                  {{729, 1152}})),
+  EXPECT_EQ(
+      CheckOpShapes(Query(k, {{729, 1152}, {1152}, {1152}}, {{729, 1152}}))
+          .message(),
+      "");
+  EXPECT_EQ(
+      CheckOpShapes(Query(k, {{729, 1152}, {1151}, {1152}}, {{729, 1152}}))
+          .message(),
+      "op 19 (LayerNorm l0.test): operand 1 has shape [1151], expected "
+      "[1152] (the columns of operand 0 [729,1152])");
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {1152}, {1}}, {{729, 1152}}))
+                  .message(),
               HasSubstr("operand 2 has shape [1]"));
-  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {1152}, {1152}},
-                                  {{728, 1152}})),
-              HasSubstr("result 0 has shape [728,1152]"));
-  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {1152}}, {{729, 1152}})),
-              HasSubstr("expected 3 operands and 1 result, got 2 operands"));
-  EXPECT_THAT(CheckOpShapes(Query(k, {{1152}, {1152}, {1152}}, {{1152}})),
-              HasSubstr("expected rank 2"));
+  EXPECT_THAT(
+      CheckOpShapes(Query(k, {{729, 1152}, {1152}, {1152}}, {{728, 1152}}))
+          .message(),
+      HasSubstr("result 0 has shape [728,1152]"));
+  EXPECT_THAT(
+      CheckOpShapes(Query(k, {{729, 1152}, {1152}}, {{729, 1152}})).message(),
+      HasSubstr("expected 3 operands and 1 result, got 2 operands"));
+  EXPECT_THAT(
+      CheckOpShapes(Query(k, {{1152}, {1152}, {1152}}, {{1152}})).message(),
+      HasSubstr("expected rank 2"));
 }
 
 TEST(OpShapes, Patchify) {
   OpShapeQuery q = Query(fb::OpKind::Patchify, {{1, 3, 28, 42}}, {{6, 588}});
   q.patch = 14;
-  EXPECT_EQ(CheckOpShapes(q), "");
+  EXPECT_EQ(CheckOpShapes(q).message(), "");
   q.results = {{6, 587}};
-  EXPECT_THAT(CheckOpShapes(q),
+  EXPECT_THAT(CheckOpShapes(q).message(),
               HasSubstr("result 0 has shape [6,587], expected [6,588] "
                         "([B*floor(H/p)*floor(W/p), C*p*p])"));
   // 384 / 14: SigLIP so400m's 27 x 27 patches drop the last 6 pixels.
   q.operands = {{1, 3, 384, 384}};
   q.results = {{729, 588}};
-  EXPECT_EQ(CheckOpShapes(q), "");
+  EXPECT_EQ(CheckOpShapes(q).message(), "");
   q.operands = {{1, 3, 28, 42}};
   q.results = {{6, 588}};
   q.patch = 29;
-  EXPECT_THAT(CheckOpShapes(q), HasSubstr("attribute patch=29 must be "
-                                          "positive and at most the height"));
+  EXPECT_THAT(CheckOpShapes(q).message(),
+              HasSubstr("attribute patch=29 must be "
+                        "positive and at most the height"));
   q.patch = 0;
-  EXPECT_THAT(CheckOpShapes(q), HasSubstr("attribute patch=0"));
+  EXPECT_THAT(CheckOpShapes(q).message(), HasSubstr("attribute patch=0"));
   q.patch = 14;
   q.operands = {{3, 28, 42}};
-  EXPECT_THAT(CheckOpShapes(q), HasSubstr("expected rank 4"));
+  EXPECT_THAT(CheckOpShapes(q).message(), HasSubstr("expected rank 4"));
 }
 
 TEST(OpShapes, MatMul) {
   const auto k = fb::OpKind::MatMul;
-  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304}},
-                                {{729, 4304}})),
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304}}, {{729, 4304}}))
+                .message(),
             "");
-  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1151, 4304}},
-                                {{729, 4304}})),
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1151, 4304}}, {{729, 4304}}))
+                .message(),
             "op 19 (MatMul l0.test): operand 0 [729,1152] and operand 1 "
             "[1151,4304] disagree on K (1152 vs 1151)");
-  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304}},
-                                  {{729, 1152}})),
-              HasSubstr("result 0 has shape [729,1152], expected [729,4304]"));
   EXPECT_THAT(
-      CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304, 1}}, {{729, 4304}})),
+      CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304}}, {{729, 1152}}))
+          .message(),
+      HasSubstr("result 0 has shape [729,1152], expected [729,4304]"));
+  EXPECT_THAT(
+      CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304, 1}}, {{729, 4304}}))
+          .message(),
       HasSubstr("operand 1 has shape [1152,4304,1], expected rank 2"));
 }
 
 TEST(OpShapes, BiasAdd) {
   const auto k = fb::OpKind::BiasAdd;
-  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 4304}, {4304}}, {{729, 4304}})), "");
-  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 4304}, {4303}}, {{729, 4304}})),
-            "op 19 (BiasAdd l0.test): operand 1 has shape [4303], expected "
-            "[4304] (the columns of operand 0 [729,4304])");
-  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 4304}, {4304}}, {{4304, 729}})),
-              HasSubstr("result 0"));
+  EXPECT_EQ(
+      CheckOpShapes(Query(k, {{729, 4304}, {4304}}, {{729, 4304}})).message(),
+      "");
+  EXPECT_EQ(
+      CheckOpShapes(Query(k, {{729, 4304}, {4303}}, {{729, 4304}})).message(),
+      "op 19 (BiasAdd l0.test): operand 1 has shape [4303], expected "
+      "[4304] (the columns of operand 0 [729,4304])");
+  EXPECT_THAT(
+      CheckOpShapes(Query(k, {{729, 4304}, {4304}}, {{4304, 729}})).message(),
+      HasSubstr("result 0"));
 }
 
 TEST(OpShapes, SameShapeKinds) {
   for (fb::OpKind k : {fb::OpKind::Gelu, fb::OpKind::Cast,
                        fb::OpKind::Softmax, fb::OpKind::Redistribute}) {
-    EXPECT_EQ(CheckOpShapes(Query(k, {{3, 4}}, {{3, 4}})), "");
-    EXPECT_EQ(CheckOpShapes(Query(k, {{1, 2, 3, 3}}, {{1, 2, 3, 3}})), "");
-    EXPECT_THAT(CheckOpShapes(Query(k, {{3, 4}}, {{4, 3}})),
+    EXPECT_EQ(CheckOpShapes(Query(k, {{3, 4}}, {{3, 4}})).message(), "");
+    EXPECT_EQ(CheckOpShapes(Query(k, {{1, 2, 3, 3}}, {{1, 2, 3, 3}})).message(),
+              "");
+    EXPECT_THAT(CheckOpShapes(Query(k, {{3, 4}}, {{4, 3}})).message(),
                 HasSubstr("result 0 has shape [4,3], expected [3,4]"));
-    EXPECT_THAT(CheckOpShapes(Query(k, {{3, 4}, {3, 4}}, {{3, 4}})),
+    EXPECT_THAT(CheckOpShapes(Query(k, {{3, 4}, {3, 4}}, {{3, 4}})).message(),
                 HasSubstr("expected 1 operand and 1 result"));
   }
 }
 
 TEST(OpShapes, Add) {
   const auto k = fb::OpKind::Add;
-  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {729, 1152}},
-                                {{729, 1152}})),
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {729, 1152}}, {{729, 1152}}))
+                .message(),
             "");
-  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {729, 1151}},
-                                  {{729, 1152}})),
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {729, 1151}}, {{729, 1152}}))
+                  .message(),
               HasSubstr("operand 1 has shape [729,1151], expected [729,1152]"));
   EXPECT_THAT(CheckOpShapes(Query(k, {{729, 1152}, {729, 1152}},
-                                  {{729, 1152}, {729, 1152}})),
+                                  {{729, 1152}, {729, 1152}}))
+                  .message(),
               HasSubstr("got 2 operands and 2 results"));
 }
 
 TEST(OpShapes, AttentionScores) {
   const auto k = fb::OpKind::AttentionScores;
-  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 3456}}, {{1, 16, 729, 729}}, 16, 72)),
+  EXPECT_EQ(CheckOpShapes(Query(k, {{729, 3456}}, {{1, 16, 729, 729}}, 16, 72))
+                .message(),
             "");
   // Batch 2: rows = 2 * 729.
-  EXPECT_EQ(
-      CheckOpShapes(Query(k, {{1458, 3456}}, {{2, 16, 729, 729}}, 16, 72)), "");
+  EXPECT_EQ(CheckOpShapes(Query(k, {{1458, 3456}}, {{2, 16, 729, 729}}, 16, 72))
+                .message(),
+            "");
   EXPECT_THAT(
-      CheckOpShapes(Query(k, {{729, 3455}}, {{1, 16, 729, 729}}, 16, 72)),
+      CheckOpShapes(Query(k, {{729, 3455}}, {{1, 16, 729, 729}}, 16, 72))
+          .message(),
       HasSubstr("operand 0 has shape [729,3455], expected 3*heads*head_dim"));
   EXPECT_THAT(
-      CheckOpShapes(Query(k, {{729, 3456}}, {{1, 8, 729, 729}}, 16, 72)),
+      CheckOpShapes(Query(k, {{729, 3456}}, {{1, 8, 729, 729}}, 16, 72))
+          .message(),
       HasSubstr("result 0 has shape [1,8,729,729], expected [batch, heads=16"));
   EXPECT_THAT(
-      CheckOpShapes(Query(k, {{729, 3456}}, {{1, 16, 729, 728}}, 16, 72)),
+      CheckOpShapes(Query(k, {{729, 3456}}, {{1, 16, 729, 728}}, 16, 72))
+          .message(),
       HasSubstr("result 0"));
   EXPECT_THAT(
-      CheckOpShapes(Query(k, {{1458, 3456}}, {{1, 16, 729, 729}}, 16, 72)),
+      CheckOpShapes(Query(k, {{1458, 3456}}, {{1, 16, 729, 729}}, 16, 72))
+          .message(),
       HasSubstr("batch*tokens = 1458"));
-  EXPECT_THAT(
-      CheckOpShapes(Query(k, {{729, 3456}}, {{1, 16, 729, 729}}, 0, 72)),
-      HasSubstr("heads=0 and head_dim=72 must be positive"));
-  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 3456}}, {{16, 729, 729}}, 16, 72)),
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 3456}}, {{1, 16, 729, 729}}, 0, 72))
+                  .message(),
+              HasSubstr("heads=0 and head_dim=72 must be positive"));
+  EXPECT_THAT(CheckOpShapes(Query(k, {{729, 3456}}, {{16, 729, 729}}, 16, 72))
+                  .message(),
               HasSubstr("expected rank 4"));
 }
 
 TEST(OpShapes, AttentionContext) {
   const auto k = fb::OpKind::AttentionContext;
   EXPECT_EQ(CheckOpShapes(Query(k, {{1, 16, 729, 729}, {729, 3456}},
-                                {{729, 1152}}, 16, 72)),
+                                {{729, 1152}}, 16, 72))
+                .message(),
             "");
   EXPECT_EQ(CheckOpShapes(Query(k, {{2, 16, 729, 729}, {1458, 3456}},
-                                {{1458, 1152}}, 16, 72)),
+                                {{1458, 1152}}, 16, 72))
+                .message(),
             "");
   EXPECT_THAT(CheckOpShapes(Query(k, {{1, 16, 729, 729}, {729, 3456}},
-                                  {{729, 3456}}, 16, 72)),
+                                  {{729, 3456}}, 16, 72))
+                  .message(),
               HasSubstr("result 0 has shape [729,3456], expected [729,1152]"));
   EXPECT_THAT(CheckOpShapes(Query(k, {{1, 16, 257, 257}, {729, 3456}},
-                                  {{729, 1152}}, 16, 72)),
+                                  {{729, 1152}}, 16, 72))
+                  .message(),
               HasSubstr("operand 0 has shape [1,16,257,257]"));
   EXPECT_THAT(CheckOpShapes(Query(k, {{1, 16, 729, 729}, {729, 3072}},
-                                  {{729, 1024}}, 16, 72)),
+                                  {{729, 1024}}, 16, 72))
+                  .message(),
               HasSubstr("operand 1 has shape [729,3072]"));
 }
 
 TEST(OpShapes, NonPositiveDims) {
-  EXPECT_EQ(CheckOpShapes(Query(fb::OpKind::Gelu, {{0, 4}}, {{0, 4}})),
-            "op 19 (Gelu l0.test): operand 0 has shape [0,4], every "
-            "dimension must be positive");
-  EXPECT_THAT(CheckOpShapes(Query(fb::OpKind::Gelu, {{3, 4}}, {{3, -4}})),
-              HasSubstr("result 0 has shape [3,-4]"));
+  EXPECT_EQ(
+      CheckOpShapes(Query(fb::OpKind::Gelu, {{0, 4}}, {{0, 4}})).message(),
+      "op 19 (Gelu l0.test): operand 0 has shape [0,4], every "
+      "dimension must be positive");
+  EXPECT_THAT(
+      CheckOpShapes(Query(fb::OpKind::Gelu, {{3, 4}}, {{3, -4}})).message(),
+      HasSubstr("result 0 has shape [3,-4]"));
 }
 
 TEST(OpShapes, OverflowDoesNotHideMismatch) {
   // 2^32 * 2^32 overflows int64; the product must be rejected, not wrapped.
   const int64_t big = int64_t{1} << 32;
   EXPECT_THAT(CheckOpShapes(Query(fb::OpKind::AttentionScores, {{729, 3456}},
-                                  {{big, 16, big, big}}, 16, 72)),
+                                  {{big, 16, big, big}}, 16, 72))
+                  .message(),
               HasSubstr("result 0"));
   EXPECT_THAT(CheckOpShapes(Query(fb::OpKind::AttentionScores, {{729, 6}},
-                                  {{1, 1 << 30, 729, 729}}, 1 << 30,
-                                  1 << 30)),
+                                  {{1, 1 << 30, 729, 729}}, 1 << 30, 1 << 30))
+                  .message(),
               HasSubstr("expected 3*heads*head_dim"));
 }
 
 TEST(OpShapes, UncheckedKindsAccepted) {
   for (fb::OpKind k :
        {fb::OpKind::Fused, fb::OpKind::Moments, fb::OpKind::Normalize}) {
-    EXPECT_EQ(CheckOpShapes(Query(k, {{3, 4}, {7}}, {{2}})), "");
+    EXPECT_EQ(CheckOpShapes(Query(k, {{3, 4}, {7}}, {{2}})).message(), "");
   }
 }
 
 TEST(OpShapes, UnnamedOp) {
   OpShapeQuery q = Query(fb::OpKind::Add, {{1, 2}, {1, 3}}, {{1, 2}});
   q.name.clear();
-  EXPECT_THAT(CheckOpShapes(q), HasSubstr("op 19 (Add): operand 1"));
+  EXPECT_THAT(CheckOpShapes(q).message(), HasSubstr("op 19 (Add): operand 1"));
 }
 
 // A two-op module: MatMul then BiasAdd, with one broken variant.
@@ -248,17 +277,17 @@ std::vector<uint8_t> Pack(const fb::ModuleT& m) {
 
 TEST(OpShapes, ObjectAndFlatModules) {
   fb::ModuleT m = SmallModule();
-  EXPECT_EQ(CheckOpShapes(*m.ops[0], m), "");
-  EXPECT_EQ(CheckOpShapes(*m.ops[1], m), "");
+  EXPECT_EQ(CheckOpShapes(*m.ops[0], m).message(), "");
+  EXPECT_EQ(CheckOpShapes(*m.ops[1], m).message(), "");
   m.values[3]->shape = {15};
   const std::string expected =
       "op 1 (BiasAdd op1): operand 1 has shape [15], expected [16] (the "
       "columns of operand 0 [4,16])";
-  EXPECT_EQ(CheckOpShapes(*m.ops[1], m), expected);
+  EXPECT_EQ(CheckOpShapes(*m.ops[1], m).message(), expected);
   const std::vector<uint8_t> bytes = Pack(m);
   const fb::Module* flat = fb::GetModule(bytes.data());
-  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(0), *flat), "");
-  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(1), *flat), expected);
+  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(0), *flat).message(), "");
+  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(1), *flat).message(), expected);
 }
 
 TEST(OpShapes, MissingValue) {
@@ -266,10 +295,10 @@ TEST(OpShapes, MissingValue) {
   m.ops[1]->operands[1] = 99;
   const std::string expected =
       "op 1 (BiasAdd op1): operand 1 refers to value 99, which does not exist";
-  EXPECT_EQ(CheckOpShapes(*m.ops[1], m), expected);
+  EXPECT_EQ(CheckOpShapes(*m.ops[1], m).message(), expected);
   const std::vector<uint8_t> bytes = Pack(m);
   const fb::Module* flat = fb::GetModule(bytes.data());
-  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(1), *flat), expected);
+  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(1), *flat).message(), expected);
 }
 
 TEST(OpShapes, SparseValueIds) {
@@ -281,11 +310,11 @@ TEST(OpShapes, SparseValueIds) {
     for (uint32_t& id : op->results) id += 100;
   }
   std::swap(m.values[0], m.values[4]);
-  EXPECT_EQ(CheckOpShapes(*m.ops[0], m), "");
-  EXPECT_EQ(CheckOpShapes(*m.ops[1], m), "");
+  EXPECT_EQ(CheckOpShapes(*m.ops[0], m).message(), "");
+  EXPECT_EQ(CheckOpShapes(*m.ops[1], m).message(), "");
   const std::vector<uint8_t> bytes = Pack(m);
   const fb::Module* flat = fb::GetModule(bytes.data());
-  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(1), *flat), "");
+  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(1), *flat).message(), "");
 }
 
 }  // namespace

@@ -13,11 +13,25 @@ constexpr std::array<std::string_view, 8> kVariables = {
     "M", "K", "N", "n", "rows", "w", "P", "B"};
 
 constexpr std::array<std::string_view, 19> kRequiredKernels = {
-    "gemm_fp8",      "gemm_f16",       "gemm_f32",   "reduce_partials",
-    "add",           "gelu",           "bias_gelu",  "bias_gelu_fp8",
-    "cast",          "layernorm",      "layernorm_fp8", "ln_moments",
-    "residual_moments", "moments_combine", "normalize", "normalize_fp8",
-    "softmax",       "softmax_fp8",    "copy"};
+    formula::kGemmFp8,
+    formula::kGemmF16,
+    formula::kGemmF32,
+    formula::kReducePartials,
+    formula::kAdd,
+    formula::kGelu,
+    formula::kBiasGelu,
+    formula::kBiasGeluFp8,
+    formula::kCast,
+    formula::kLayerNorm,
+    formula::kLayerNormFp8,
+    formula::kLnMoments,
+    formula::kResidualMoments,
+    formula::kMomentsCombine,
+    formula::kNormalize,
+    formula::kNormalizeFp8,
+    formula::kSoftmax,
+    formula::kSoftmaxFp8,
+    formula::kCopy};
 
 bool IsKnownVariable(std::string_view name) {
   return std::find(kVariables.begin(), kVariables.end(), name) !=
@@ -92,7 +106,7 @@ std::span<const std::string_view> RequiredKernels() {
   return kRequiredKernels;
 }
 
-std::string ValidateTarget(const fb::TargetT& t, bool require_kernels) {
+Status ValidateTarget(const fb::TargetT& t, bool require_kernels) {
   Problems problems;
   auto positive = [&](const char* name, double v) {
     if (!(v > 0)) problems.Add("target '", t.name, "': ", name, " = ", v,
@@ -169,7 +183,8 @@ std::string ValidateTarget(const fb::TargetT& t, bool require_kernels) {
   if (require_kernels && !missing.empty()) {
     problems.Add("target '", t.name, "' lacks kernel formula ", missing);
   }
-  return problems.Join();
+  const std::string message = problems.Join();
+  return message.empty() ? Status::Ok() : Status::BadInput(message);
 }
 
 int64_t TargetTensorBytes(const fb::TargetT& target) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "formats/status.h"
 #include "formats/tilec_generated.h"
 
 namespace tilec::ir {
@@ -25,8 +26,34 @@ inline constexpr int64_t kMaxTileSramBytes = int64_t{64} << 20;
 // The variable names a kernel formula may use: M, K, N, n, rows, w, P, B.
 std::span<const std::string_view> FormulaVariables();
 
-// Every kernel formula the compiler and the simulator use; a target must
-// define all of them.
+// The names of the kernel formulas (MACHINE.md), the keys of a target's
+// "kernels" table: defined here once, since the target data is formats'.
+// kernels/kernel_names.h names the device kernels that are charged with them
+// (kernels/registry.h: which kernel uses which formula).
+namespace formula {
+inline constexpr std::string_view kGemmFp8 = "gemm_fp8";
+inline constexpr std::string_view kGemmF16 = "gemm_f16";
+inline constexpr std::string_view kGemmF32 = "gemm_f32";
+inline constexpr std::string_view kReducePartials = "reduce_partials";
+inline constexpr std::string_view kAdd = "add";
+inline constexpr std::string_view kGelu = "gelu";
+inline constexpr std::string_view kBiasGelu = "bias_gelu";
+inline constexpr std::string_view kBiasGeluFp8 = "bias_gelu_fp8";
+inline constexpr std::string_view kCast = "cast";
+inline constexpr std::string_view kLayerNorm = "layernorm";
+inline constexpr std::string_view kLayerNormFp8 = "layernorm_fp8";
+inline constexpr std::string_view kLnMoments = "ln_moments";
+inline constexpr std::string_view kResidualMoments = "residual_moments";
+inline constexpr std::string_view kMomentsCombine = "moments_combine";
+inline constexpr std::string_view kNormalize = "normalize";
+inline constexpr std::string_view kNormalizeFp8 = "normalize_fp8";
+inline constexpr std::string_view kSoftmax = "softmax";
+inline constexpr std::string_view kSoftmaxFp8 = "softmax_fp8";
+inline constexpr std::string_view kCopy = "copy";
+}  // namespace formula
+
+// Every kernel formula above; a target must define all of them (the
+// registry charges each, kernels_test checks).
 std::span<const std::string_view> RequiredKernels();
 
 // Checks a target: every number that is a size, rate or count is positive,
@@ -36,13 +63,12 @@ std::span<const std::string_view> RequiredKernels();
 // alignment is a power of two, every formula is well formed (known
 // variables, positive divisors, non-negative coefficients, positive
 // multipliers, unique kernel names) and every kernel in RequiredKernels() is
-// present. Returns "" when the target is fine, otherwise one message listing
-// every problem found ("; "-separated).
+// present. Returns Ok when the target is fine, otherwise BadInput with one
+// message listing every problem found ("; "-separated).
 // `require_kernels` = false skips the last rule: a module written before a
 // kernel was added still reads (and prints); costing it fails later, naming
 // the missing formula.
-std::string ValidateTarget(const fb::TargetT& target,
-                           bool require_kernels = true);
+Status ValidateTarget(const fb::TargetT& target, bool require_kernels = true);
 
 // Tensor memory of all tiles: tiles * (sram_bytes - reserved_bytes), of a
 // validated target.

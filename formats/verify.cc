@@ -204,11 +204,9 @@ Status CheckAttributes(const fb::OperationT& op, const std::string& where) {
 Status VerifyModule(const fb::ModuleT& module) {
   if (module.target) {
     // Modules of older builds lack formulas added since: not an error here.
-    if (std::string error = ValidateTarget(*module.target,
-                                           /*require_kernels=*/false);
-        !error.empty()) {
-      return Status::BadInput("invalid target: " + error);
-    }
+    TILEC_RETURN_IF_ERROR(
+        ValidateTarget(*module.target, /*require_kernels=*/false)
+            .WithContext("invalid target"));
   }
   int target_tiles = module.target ? module.target->tiles : 0;
   std::map<uint32_t, const fb::ValueT*> values;
@@ -296,8 +294,7 @@ Status VerifyModule(const fb::ModuleT& module) {
     query.patch = op->patch;
     for (const fb::ValueT* v : operands) query.operands.push_back(v->shape);
     for (const fb::ValueT* v : results) query.results.push_back(v->shape);
-    std::string shape_error = CheckOpShapes(query);
-    if (!shape_error.empty()) return Status::BadInput(shape_error);
+    TILEC_RETURN_IF_ERROR(CheckOpShapes(query));
     for (const auto& step : op->body) {
       if (step && step->operand >= static_cast<int>(operands.size())) {
         return Status::BadInput(where + " body step names operand " +

@@ -1,5 +1,6 @@
 // Elementwise add (residual) and bias add.
 
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
@@ -31,21 +32,21 @@ Status AddImpl(std::string_view name, std::string_view y_role,
 
 Status Add(const Operand& a, const Operand& b, const Operand& out,
            int64_t rows, int64_t w) {
-  return AddImpl("add", "b", a, b, out, rows, w, /*broadcast=*/false);
+  return AddImpl(names::kAdd, "b", a, b, out, rows, w, /*broadcast=*/false);
 }
 
 Status BiasAdd(const Operand& x, const Operand& bias, const Operand& out,
                int64_t rows, int64_t w) {
-  return AddImpl("bias_add", "bias", x, bias, out, rows, w,
+  return AddImpl(names::kBiasAdd, "bias", x, bias, out, rows, w,
                  /*broadcast=*/true);
 }
 
 StatusOr<int64_t> AddCycles(const CostModel& model, int64_t rows, int64_t w,
                             KernelPath path) {
   StatusOr<size_t> n = ElementCount(
-      "add", {rows, RoundUpToGroup(w, model.vector_elements())});
+      formula::kAdd, {rows, RoundUpToGroup(w, model.vector_elements())});
   if (!n.ok()) return n.status();
-  return model.Cycles("add", {{"n", static_cast<int64_t>(*n)}}, path);
+  return model.Cycles(formula::kAdd, {{"n", static_cast<int64_t>(*n)}}, path);
 }
 
 }  // namespace tilec::kernels

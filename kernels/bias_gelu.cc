@@ -1,11 +1,12 @@
 // Bias add fused with GELU, F16 or scaled FP8 output (the MLP epilogue).
 
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
 Status BiasGelu(const Operand& x, const Operand& bias, const Operand& out,
                 int64_t rows, int64_t w, GeluForm form) {
-  constexpr std::string_view kName = "bias_gelu";
+  constexpr std::string_view kName = names::kBiasGelu;
   StatusOr<size_t> elems = ElementCount(kName, {rows, w});
   if (!elems.ok()) return elems.status();
   const size_t width = static_cast<size_t>(w);
@@ -25,10 +26,11 @@ Status BiasGelu(const Operand& x, const Operand& bias, const Operand& out,
 StatusOr<int64_t> BiasGeluCycles(const CostModel& model, DType out_dtype,
                                  int64_t rows, int64_t w) {
   StatusOr<size_t> n = ElementCount(
-      "bias_gelu", {rows, RoundUpToGroup(w, model.vector_elements())});
+      formula::kBiasGelu, {rows, RoundUpToGroup(w, model.vector_elements())});
   if (!n.ok()) return n.status();
-  return model.Cycles(IsFp8(out_dtype) ? "bias_gelu_fp8" : "bias_gelu",
-                      {{"n", static_cast<int64_t>(*n)}});
+  return model.Cycles(
+      IsFp8(out_dtype) ? formula::kBiasGeluFp8 : formula::kBiasGelu,
+      {{"n", static_cast<int64_t>(*n)}});
 }
 
 }  // namespace tilec::kernels

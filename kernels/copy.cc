@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
@@ -29,7 +30,7 @@ Status Copy(const Operand& src, const Operand& dst, int64_t bytes) {
 }
 
 StatusOr<int64_t> CopyCycles(const CostModel& model, int64_t bytes) {
-  return model.Cycles("copy", {{"B", bytes}});
+  return model.Cycles(formula::kCopy, {{"B", bytes}});
 }
 
 }  // namespace tilec::kernels

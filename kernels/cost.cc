@@ -67,9 +67,8 @@ int64_t RoundUpCycles(double value) {
 }
 
 StatusOr<CostModel> CostModel::Create(const fb::TargetT& target) {
-  if (std::string error = ir::ValidateTarget(target); !error.empty()) {
-    return Status::BadInput("invalid target: " + error);
-  }
+  TILEC_RETURN_IF_ERROR(
+      ir::ValidateTarget(target).WithContext("invalid target"));
   CostModel model;
   auto copy = std::make_shared<const fb::TargetT>(target);
   auto formulas = std::make_shared<

@@ -34,8 +34,8 @@ class CostModelTest : public ::testing::Test {
 };
 
 TEST_F(CostModelTest, PresetsAreValid) {
-  EXPECT_EQ(ValidateTarget(target_), "");
-  EXPECT_EQ(ValidateTarget(LoadTestTarget("tiny")), "");
+  EXPECT_TRUE(ValidateTarget(target_).ok());
+  EXPECT_TRUE(ValidateTarget(LoadTestTarget("tiny")).ok());
 }
 
 TEST_F(CostModelTest, GemmFormulas) {
@@ -198,7 +198,7 @@ TEST(ValidateTargetTest, ReportsEveryProblem) {
     if (k->kernel == "gelu") k->terms[0]->factors[0]->divisor = 0;
     if (k->kernel == "cast") k->terms[0]->factors[0]->variable = "q";
   }
-  const std::string error = ValidateTarget(t);
+  const std::string error = ValidateTarget(t).message();
   EXPECT_NE(error.find("tiles"), std::string::npos) << error;
   EXPECT_NE(error.find("alignment 6"), std::string::npos) << error;
   EXPECT_NE(error.find("lacks kernel formula 'softmax'"), std::string::npos)
@@ -217,7 +217,7 @@ TEST(ValidateTargetTest, DuplicateKernelAndBadMultiplier) {
   const std::string name = copy->kernel;
   t.kernels.push_back(std::move(copy));
   t.kernels[1]->multiplier = 0;
-  const std::string error = ValidateTarget(t);
+  const std::string error = ValidateTarget(t).message();
   EXPECT_NE(error.find("'" + name + "' is defined twice"), std::string::npos)
       << error;
   EXPECT_NE(error.find("multiplier 0 is not positive"), std::string::npos)

@@ -3,6 +3,7 @@
 #include <span>
 
 #include "kernels/fb_dtype.h"
+#include "kernels/kernel_names.h"
 #include "kernels/registry.h"
 
 namespace tilec::kernels {
@@ -16,7 +17,9 @@ fb::FusedStepT Step(fb::FusedStepKind kind, int operand) {
 }
 
 // A trailing ln_moments reads the stored result; it writes no value.
-bool WritesValue(const BodyKernel& call) { return call.kernel != "ln_moments"; }
+bool WritesValue(const BodyKernel& call) {
+  return call.kernel != names::kLnMoments;
+}
 
 }  // namespace
 
@@ -64,7 +67,7 @@ StatusOr<std::vector<BodyKernel>> CompileBody(
         k.operand = s.operand;
         k.bias = true;
         if (has_next && steps[i + 1].kind == fb::FusedStepKind::Gelu) {
-          k.kernel = "bias_gelu";
+          k.kernel = names::kBiasGelu;
           k.form = static_cast<int>(steps[i + 1].gelu);
           i += 2;
           // A cast right after is folded in: the kernel stores its F32
@@ -75,12 +78,12 @@ StatusOr<std::vector<BodyKernel>> CompileBody(
             i += 1;
           }
         } else {
-          k.kernel = "bias_add";
+          k.kernel = names::kBiasAdd;
           i += 1;
         }
         break;
       case fb::FusedStepKind::Gelu:
-        k.kernel = "gelu";
+        k.kernel = names::kGelu;
         k.form = static_cast<int>(s.gelu);
         i += 1;
         break;
@@ -88,22 +91,22 @@ StatusOr<std::vector<BodyKernel>> CompileBody(
         k.operand = s.operand;
         k.binary = true;
         if (has_next && steps[i + 1].kind == fb::FusedStepKind::Moments) {
-          k.kernel = "residual_moments";
+          k.kernel = names::kResidualMoments;
           k.moments = true;
           i += 2;
         } else {
-          k.kernel = "add";
+          k.kernel = names::kAdd;
           i += 1;
         }
         break;
       case fb::FusedStepKind::Cast:
-        k.kernel = "cast";
+        k.kernel = names::kCast;
         k.dtype = s.dtype;
         k.scale_exp = s.fp8_scale_exp;
         i += 1;
         break;
       case fb::FusedStepKind::Moments:
-        k.kernel = "ln_moments";
+        k.kernel = names::kLnMoments;
         k.moments = true;
         i += 1;
         break;
@@ -138,7 +141,7 @@ StatusOr<std::vector<BodyKernel>> CompileBody(
 std::vector<int64_t> BodyKernelParams(const BodyKernel& call, int64_t rows,
                                       int64_t w) {
   std::vector<int64_t> params = {rows, w};
-  if (call.kernel == "gelu" || call.kernel == "bias_gelu") {
+  if (call.kernel == names::kGelu || call.kernel == names::kBiasGelu) {
     params.push_back(call.form);
   }
   return params;

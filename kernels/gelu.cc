@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
@@ -25,7 +26,7 @@ float Gelu(float x, GeluForm form) {
 
 Status GeluKernel(const Operand& x, const Operand& out, int64_t rows,
                   int64_t w, GeluForm form) {
-  constexpr std::string_view kName = "gelu";
+  constexpr std::string_view kName = names::kGelu;
   StatusOr<size_t> elems = ElementCount(kName, {rows, w});
   if (!elems.ok()) return elems.status();
   if (Status s = CheckOperand(kName, "x", x, *elems); !s.ok()) return s;
@@ -38,9 +39,9 @@ Status GeluKernel(const Operand& x, const Operand& out, int64_t rows,
 
 StatusOr<int64_t> GeluCycles(const CostModel& model, int64_t rows, int64_t w) {
   StatusOr<size_t> n = ElementCount(
-      "gelu", {rows, RoundUpToGroup(w, model.vector_elements())});
+      formula::kGelu, {rows, RoundUpToGroup(w, model.vector_elements())});
   if (!n.ok()) return n.status();
-  return model.Cycles("gelu", {{"n", static_cast<int64_t>(*n)}});
+  return model.Cycles(formula::kGelu, {{"n", static_cast<int64_t>(*n)}});
 }
 
 }  // namespace tilec::kernels

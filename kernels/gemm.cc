@@ -10,12 +10,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
 namespace {
 
-constexpr std::string_view kName = "gemm";
+constexpr std::string_view kName = names::kGemm;
 
 enum class DTypeClass { kFp8, kF16, kF32, kOther };
 
@@ -88,11 +89,11 @@ void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
 StatusOr<std::string_view> GemmKernelName(DType a_dtype) {
   switch (ClassOf(a_dtype)) {
     case DTypeClass::kFp8:
-      return std::string_view("gemm_fp8");
+      return formula::kGemmFp8;
     case DTypeClass::kF16:
-      return std::string_view("gemm_f16");
+      return formula::kGemmF16;
     case DTypeClass::kF32:
-      return std::string_view("gemm_f32");
+      return formula::kGemmF32;
     case DTypeClass::kOther:
       break;
   }
@@ -136,7 +137,7 @@ Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
 
 Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
               int64_t k, int64_t n, bool accumulate, float scale) {
-  constexpr std::string_view kName = "gemm_nt";
+  constexpr std::string_view kName = names::kGemmNt;
   // B holds [N, K]: its transpose, in F32, is the [K, N] operand of Gemm.
   StatusOr<size_t> b_elems = ElementCount(kName, {n, k});
   if (!b_elems.ok()) return b_elems.status();

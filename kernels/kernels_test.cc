@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_names.h"
 #include "kernels/registry.h"
 #include "kernels/test_target.h"
 
@@ -972,6 +973,36 @@ TEST_F(KernelsTest, RegistryFormulasAreTheTargetsKernels) {
     EXPECT_TRUE(used.count(f)) << f << " is required but never charged";
   }
   EXPECT_EQ(FindKernel("nope"), nullptr);
+}
+
+TEST_F(KernelsTest, EveryKernelNameIsRegisteredOnce) {
+  // kernels/kernel_names.h and the registry table name the same kernels.
+  const std::string_view named[] = {names::kGemm,
+                                    names::kGemmNt,
+                                    names::kReducePartials,
+                                    names::kAdd,
+                                    names::kBiasAdd,
+                                    names::kGelu,
+                                    names::kBiasGelu,
+                                    names::kCast,
+                                    names::kLayerNorm,
+                                    names::kLnMoments,
+                                    names::kMomentsCombine,
+                                    names::kNormalize,
+                                    names::kResidualMoments,
+                                    names::kSoftmax,
+                                    names::kSoftmaxState,
+                                    names::kSoftmaxCombine,
+                                    names::kSoftmaxNormalize,
+                                    names::kCopy};
+  std::set<std::string_view> unique(std::begin(named), std::end(named));
+  EXPECT_EQ(unique.size(), std::size(named));
+  EXPECT_EQ(RegisteredKernels().size(), std::size(named));
+  for (std::string_view name : named) {
+    const KernelInfo* info = FindKernel(name);
+    ASSERT_NE(info, nullptr) << name;
+    EXPECT_EQ(info->name, name);
+  }
 }
 
 TEST_F(KernelsTest, ZeroSizedCallsAreFine) {

@@ -2,12 +2,13 @@
 
 #include <cmath>
 
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
 Status LayerNorm(const Operand& x, const Operand& gamma, const Operand& beta,
                  const Operand& out, int64_t rows, int64_t w, float eps) {
-  constexpr std::string_view kName = "layernorm";
+  constexpr std::string_view kName = names::kLayerNorm;
   StatusOr<size_t> elems = ElementCount(kName, {rows, w});
   if (!elems.ok()) return elems.status();
   const size_t width = static_cast<size_t>(w);
@@ -43,8 +44,9 @@ Status LayerNorm(const Operand& x, const Operand& gamma, const Operand& beta,
 
 StatusOr<int64_t> LayerNormCycles(const CostModel& model, DType out_dtype,
                                   int64_t rows, int64_t w) {
-  return model.Cycles(IsFp8(out_dtype) ? "layernorm_fp8" : "layernorm",
-                      {{"rows", rows}, {"w", w}});
+  return model.Cycles(
+      IsFp8(out_dtype) ? formula::kLayerNormFp8 : formula::kLayerNorm,
+      {{"rows", rows}, {"w", w}});
 }
 
 }  // namespace tilec::kernels

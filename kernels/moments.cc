@@ -2,6 +2,7 @@
 // Chan's combination of partial moments, and the residual add fused with the
 // partial moments of its result.
 
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
@@ -45,7 +46,7 @@ std::vector<float> RowMoments(const std::vector<float>& v, size_t rows,
 
 Status LnMoments(const Operand& x, const Operand& moments, int64_t rows,
                  int64_t w) {
-  constexpr std::string_view kName = "ln_moments";
+  constexpr std::string_view kName = names::kLnMoments;
   StatusOr<size_t> elems = ElementCount(kName, {rows, w});
   if (!elems.ok()) return elems.status();
   if (Status s = CheckOperand(kName, "x", x, *elems); !s.ok()) return s;
@@ -60,12 +61,12 @@ Status LnMoments(const Operand& x, const Operand& moments, int64_t rows,
 
 StatusOr<int64_t> LnMomentsCycles(const CostModel& model, int64_t rows,
                                   int64_t w) {
-  return model.Cycles("ln_moments", {{"rows", rows}, {"w", w}});
+  return model.Cycles(formula::kLnMoments, {{"rows", rows}, {"w", w}});
 }
 
 Status CombineMoments(std::span<const Operand> partials, const Operand& out,
                       int64_t rows) {
-  constexpr std::string_view kName = "moments_combine";
+  constexpr std::string_view kName = names::kMomentsCombine;
   if (partials.empty()) {
     return Status::BadInput("moments_combine: no partial moments to combine");
   }
@@ -105,12 +106,13 @@ Status CombineMoments(std::span<const Operand> partials, const Operand& out,
 
 StatusOr<int64_t> CombineMomentsCycles(const CostModel& model, int64_t rows,
                                        int64_t partials) {
-  return model.Cycles("moments_combine", {{"rows", rows}, {"P", partials}});
+  return model.Cycles(formula::kMomentsCombine,
+                      {{"rows", rows}, {"P", partials}});
 }
 
 Status ResidualMoments(const Operand& a, const Operand& b, const Operand& sum,
                        const Operand& moments, int64_t rows, int64_t w) {
-  constexpr std::string_view kName = "residual_moments";
+  constexpr std::string_view kName = names::kResidualMoments;
   StatusOr<size_t> elems = ElementCount(kName, {rows, w});
   if (!elems.ok()) return elems.status();
   if (Status s = CheckOperand(kName, "a", a, *elems); !s.ok()) return s;
@@ -133,7 +135,7 @@ Status ResidualMoments(const Operand& a, const Operand& b, const Operand& sum,
 
 StatusOr<int64_t> ResidualMomentsCycles(const CostModel& model, int64_t rows,
                                         int64_t w) {
-  return model.Cycles("residual_moments", {{"rows", rows}, {"w", w}});
+  return model.Cycles(formula::kResidualMoments, {{"rows", rows}, {"w", w}});
 }
 
 }  // namespace tilec::kernels

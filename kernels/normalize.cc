@@ -2,13 +2,14 @@
 
 #include <cmath>
 
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
 Status Normalize(const Operand& x, const Operand& moments,
                  const Operand& gamma, const Operand& beta, const Operand& out,
                  int64_t rows, int64_t w, float eps) {
-  constexpr std::string_view kName = "normalize";
+  constexpr std::string_view kName = names::kNormalize;
   StatusOr<size_t> elems = ElementCount(kName, {rows, w});
   if (!elems.ok()) return elems.status();
   StatusOr<size_t> moment_elems = ElementCount(kName, {rows, kMomentFloats});
@@ -53,8 +54,9 @@ Status Normalize(const Operand& x, const Operand& moments,
 
 StatusOr<int64_t> NormalizeCycles(const CostModel& model, DType out_dtype,
                                   int64_t rows, int64_t w) {
-  return model.Cycles(IsFp8(out_dtype) ? "normalize_fp8" : "normalize",
-                      {{"rows", rows}, {"w", w}});
+  return model.Cycles(
+      IsFp8(out_dtype) ? formula::kNormalizeFp8 : formula::kNormalize,
+      {{"rows", rows}, {"w", w}});
 }
 
 }  // namespace tilec::kernels

@@ -1,12 +1,13 @@
 // Reduction of K-split GEMM partials on their output owner.
 
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
 
 Status ReducePartials(std::span<const Operand> partials, const Operand& out,
                       int64_t n) {
-  constexpr std::string_view kName = "reduce_partials";
+  constexpr std::string_view kName = names::kReducePartials;
   StatusOr<size_t> elems = ElementCount(kName, {n});
   if (!elems.ok()) return elems.status();
   if (partials.empty()) {
@@ -32,7 +33,7 @@ Status ReducePartials(std::span<const Operand> partials, const Operand& out,
 
 StatusOr<int64_t> ReducePartialsCycles(const CostModel& model, int64_t n,
                                        int64_t partials) {
-  return model.Cycles("reduce_partials", {{"n", n}, {"P", partials}});
+  return model.Cycles(formula::kReducePartials, {{"n", n}, {"P", partials}});
 }
 
 }  // namespace tilec::kernels

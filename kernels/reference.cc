@@ -367,8 +367,7 @@ class Executor {
       case fb::OpKind::Patchify: {
         // The kinds with a shape rule: the verifier's checks, run again so
         // the reference never trusts its caller.
-        const std::string error = ir::CheckOpShapes(op, module_);
-        if (!error.empty()) return Status::BadInput(error);
+        TILEC_RETURN_IF_ERROR(ir::CheckOpShapes(op, module_));
         break;
       }
       case fb::OpKind::Fused:

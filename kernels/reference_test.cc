@@ -195,9 +195,8 @@ std::vector<double> ExpectedDouble(const fb::OperationT& op,
 fb::ModuleT Import(std::string_view preset, std::string_view part,
                    const passes::ModelOverrides& overrides) {
   fb::ModuleT module;
-  const std::string error =
-      passes::BuildModel(preset, part, overrides, &module);
-  EXPECT_EQ(error, "");
+  const Status built = passes::BuildModel(preset, part, overrides, &module);
+  EXPECT_TRUE(built.ok()) << built.message();
   return module;
 }
 

@@ -26,14 +26,14 @@ StatusOr<GeluForm> Form(std::string_view kernel, int64_t value) {
 
 Status RunGemm(std::span<Operand> a, std::span<const int64_t> p,
                std::span<const float>) {
-  StatusOr<bool> accumulate = Flag("gemm", "accumulate", p[3]);
+  StatusOr<bool> accumulate = Flag(names::kGemm, "accumulate", p[3]);
   if (!accumulate.ok()) return accumulate.status();
   return Gemm(a[0], a[1], a[2], p[0], p[1], p[2], *accumulate);
 }
 
 Status RunGemmNt(std::span<Operand> a, std::span<const int64_t> p,
                  std::span<const float> f) {
-  StatusOr<bool> accumulate = Flag("gemm_nt", "accumulate", p[3]);
+  StatusOr<bool> accumulate = Flag(names::kGemmNt, "accumulate", p[3]);
   if (!accumulate.ok()) return accumulate.status();
   return GemmNt(a[0], a[1], a[2], p[0], p[1], p[2], *accumulate, f[0]);
 }
@@ -55,14 +55,14 @@ Status RunBiasAdd(std::span<Operand> a, std::span<const int64_t> p,
 
 Status RunGelu(std::span<Operand> a, std::span<const int64_t> p,
                std::span<const float>) {
-  StatusOr<GeluForm> form = Form("gelu", p[2]);
+  StatusOr<GeluForm> form = Form(names::kGelu, p[2]);
   if (!form.ok()) return form.status();
   return GeluKernel(a[0], a[1], p[0], p[1], *form);
 }
 
 Status RunBiasGelu(std::span<Operand> a, std::span<const int64_t> p,
                    std::span<const float>) {
-  StatusOr<GeluForm> form = Form("bias_gelu", p[2]);
+  StatusOr<GeluForm> form = Form(names::kBiasGelu, p[2]);
   if (!form.ok()) return form.status();
   return BiasGelu(a[0], a[1], a[2], p[0], p[1], *form);
 }
@@ -189,74 +189,74 @@ StatusOr<int64_t> CopyCost(const CostModel& m, Args, Params p, KernelPath) {
 // ---------------------------------------------------------------- table
 
 constexpr std::array<std::string_view, 3> kGemmFormulas = {
-    "gemm_fp8", "gemm_f16", "gemm_f32"};
+    formula::kGemmFp8, formula::kGemmF16, formula::kGemmF32};
 constexpr std::array<std::string_view, 1> kReduceFormulas = {
-    "reduce_partials"};
-constexpr std::array<std::string_view, 1> kAddFormulas = {"add"};
-constexpr std::array<std::string_view, 1> kGeluFormulas = {"gelu"};
+    formula::kReducePartials};
+constexpr std::array<std::string_view, 1> kAddFormulas = {formula::kAdd};
+constexpr std::array<std::string_view, 1> kGeluFormulas = {formula::kGelu};
 constexpr std::array<std::string_view, 2> kBiasGeluFormulas = {
-    "bias_gelu", "bias_gelu_fp8"};
-constexpr std::array<std::string_view, 1> kCastFormulas = {"cast"};
+    formula::kBiasGelu, formula::kBiasGeluFp8};
+constexpr std::array<std::string_view, 1> kCastFormulas = {formula::kCast};
 constexpr std::array<std::string_view, 2> kLayerNormFormulas = {
-    "layernorm", "layernorm_fp8"};
-constexpr std::array<std::string_view, 1> kLnMomentsFormulas = {"ln_moments"};
+    formula::kLayerNorm, formula::kLayerNormFp8};
+constexpr std::array<std::string_view, 1> kLnMomentsFormulas = {
+    formula::kLnMoments};
 constexpr std::array<std::string_view, 1> kCombineFormulas = {
-    "moments_combine"};
+    formula::kMomentsCombine};
 constexpr std::array<std::string_view, 2> kNormalizeFormulas = {
-    "normalize", "normalize_fp8"};
+    formula::kNormalize, formula::kNormalizeFp8};
 constexpr std::array<std::string_view, 1> kResidualMomentsFormulas = {
-    "residual_moments"};
-constexpr std::array<std::string_view, 2> kSoftmaxFormulas = {"softmax",
-                                                              "softmax_fp8"};
-constexpr std::array<std::string_view, 1> kCopyFormulas = {"copy"};
+    formula::kResidualMoments};
+constexpr std::array<std::string_view, 2> kSoftmaxFormulas = {
+    formula::kSoftmax, formula::kSoftmaxFp8};
+constexpr std::array<std::string_view, 1> kCopyFormulas = {formula::kCopy};
 
 const std::array<KernelInfo, 18> kKernels = {{
-    {"gemm", RunGemm, GemmCost, "A[M,K] B[K,N] C[M,N]", "M K N accumulate",
-     "", 3, 3, 4, 0, kGemmFormulas, MemoryRule::kGemmAccumulator},
-    {"gemm_nt", RunGemmNt, GemmCost, "A[M,K] B[N,K] C[M,N]",
+    {names::kGemm, RunGemm, GemmCost, "A[M,K] B[K,N] C[M,N]",
+     "M K N accumulate", "", 3, 3, 4, 0, kGemmFormulas,
+     MemoryRule::kGemmAccumulator},
+    {names::kGemmNt, RunGemmNt, GemmCost, "A[M,K] B[N,K] C[M,N]",
      "M K N accumulate", "scale", 3, 3, 4, 1, kGemmFormulas,
      MemoryRule::kGemmAccumulator},
-    {"reduce_partials", RunReducePartials, ReduceCost, "partial[n]... out[n]",
-     "n", "", 2, -1, 1, 0, kReduceFormulas},
-    {"add", RunAdd, AddCost, "a[rows,w] b[rows,w] out[rows,w]", "rows w", "",
-     3, 3, 2, 0, kAddFormulas, MemoryRule::kBinaryInputs},
-    {"bias_add", RunBiasAdd, AddCost, "x[rows,w] bias[w] out[rows,w]",
+    {names::kReducePartials, RunReducePartials, ReduceCost,
+     "partial[n]... out[n]", "n", "", 2, -1, 1, 0, kReduceFormulas},
+    {names::kAdd, RunAdd, AddCost, "a[rows,w] b[rows,w] out[rows,w]", "rows w",
+     "", 3, 3, 2, 0, kAddFormulas, MemoryRule::kBinaryInputs},
+    {names::kBiasAdd, RunBiasAdd, AddCost, "x[rows,w] bias[w] out[rows,w]",
      "rows w", "", 3, 3, 2, 0, kAddFormulas, MemoryRule::kBinaryInputs},
-    {"gelu", RunGelu, GeluCost, "x[rows,w] out[rows,w]", "rows w form", "", 2,
-     2, 3, 0, kGeluFormulas},
-    {"bias_gelu", RunBiasGelu, BiasGeluCost, "x[rows,w] bias[w] out[rows,w]",
-     "rows w form", "", 3, 3, 3, 0, kBiasGeluFormulas,
-     MemoryRule::kBinaryInputs},
-    {"cast", RunCast, CastCost, "in[rows,w] out[rows,w]", "rows w", "", 2, 2,
-     2, 0, kCastFormulas},
-    {"layernorm", RunLayerNorm, LayerNormCost,
+    {names::kGelu, RunGelu, GeluCost, "x[rows,w] out[rows,w]", "rows w form",
+     "", 2, 2, 3, 0, kGeluFormulas},
+    {names::kBiasGelu, RunBiasGelu, BiasGeluCost,
+     "x[rows,w] bias[w] out[rows,w]", "rows w form", "", 3, 3, 3, 0,
+     kBiasGeluFormulas, MemoryRule::kBinaryInputs},
+    {names::kCast, RunCast, CastCost, "in[rows,w] out[rows,w]", "rows w", "", 2,
+     2, 2, 0, kCastFormulas},
+    {names::kLayerNorm, RunLayerNorm, LayerNormCost,
      "x[rows,w] gamma[w] beta[w] out[rows,w]", "rows w", "eps", 4, 4, 2, 1,
      kLayerNormFormulas},
-    {"ln_moments", RunLnMoments, LnMomentsCost,
-     "x[rows,w] moments[rows,3]", "rows w", "", 2, 2, 2, 0,
-     kLnMomentsFormulas},
-    {"moments_combine", RunCombineMoments, CombineCost,
+    {names::kLnMoments, RunLnMoments, LnMomentsCost,
+     "x[rows,w] moments[rows,3]", "rows w", "", 2, 2, 2, 0, kLnMomentsFormulas},
+    {names::kMomentsCombine, RunCombineMoments, CombineCost,
      "moments[rows,3]... out[rows,3]", "rows", "", 2, -1, 1, 0,
      kCombineFormulas},
-    {"normalize", RunNormalize, NormalizeCost,
+    {names::kNormalize, RunNormalize, NormalizeCost,
      "x[rows,w] moments[rows,3] gamma[w] beta[w] out[rows,w]", "rows w", "eps",
      5, 5, 2, 1, kNormalizeFormulas},
-    {"residual_moments", RunResidualMoments, ResidualMomentsCost,
+    {names::kResidualMoments, RunResidualMoments, ResidualMomentsCost,
      "a[rows,w] b[rows,w] sum[rows,w] moments[rows,3]", "rows w", "", 4, 4, 2,
      0, kResidualMomentsFormulas, MemoryRule::kBinaryInputs},
-    {"softmax", RunSoftmax, SoftmaxCost, "x[rows,w] out[rows,w]", "rows w",
-     "scale", 2, 2, 2, 1, kSoftmaxFormulas},
-    {"softmax_state", RunSoftmaxState, SoftmaxStateCost,
+    {names::kSoftmax, RunSoftmax, SoftmaxCost, "x[rows,w] out[rows,w]",
+     "rows w", "scale", 2, 2, 2, 1, kSoftmaxFormulas},
+    {names::kSoftmaxState, RunSoftmaxState, SoftmaxStateCost,
      "x[rows,w] state[rows,2]", "rows w", "scale", 2, 2, 2, 1,
      kLnMomentsFormulas},
-    {"softmax_combine", RunCombineSoftmaxStates, CombineStatesCost,
-     "state[rows,2]... out[rows,2]", "rows", "", 2, -1, 1, 0,
-     kCombineFormulas},
-    {"softmax_normalize", RunSoftmaxNormalize, SoftmaxCost,
+    {names::kSoftmaxCombine, RunCombineSoftmaxStates, CombineStatesCost,
+     "state[rows,2]... out[rows,2]", "rows", "", 2, -1, 1, 0, kCombineFormulas},
+    {names::kSoftmaxNormalize, RunSoftmaxNormalize, SoftmaxCost,
      "x[rows,w] state[rows,2] out[rows,w]", "rows w", "scale", 3, 3, 2, 1,
      kSoftmaxFormulas},
-    {"copy", RunCopy, CopyCost, "src[bytes] dst[bytes]", "bytes", "", 2, 2, 1,
-     0, kCopyFormulas},
+    {names::kCopy, RunCopy, CopyCost, "src[bytes] dst[bytes]", "bytes", "", 2,
+     2, 1, 0, kCopyFormulas},
 }};
 
 // Counts of args, params and fparams, and params that must not be negative
@@ -295,15 +295,15 @@ Status CheckCall(const KernelInfo& k, size_t args, std::span<const int64_t> p,
   return Status::Ok();
 }
 
-StatusOr<const KernelInfo*> Lookup(const std::string& kernel) {
+StatusOr<const KernelInfo*> Lookup(std::string_view kernel) {
   const KernelInfo* info = FindKernel(kernel);
   if (info == nullptr) {
     std::string known;
     for (const KernelInfo& k : kKernels) {
       known += (known.empty() ? "" : ", ") + std::string(k.name);
     }
-    return Status::BadInput("unknown kernel '" + kernel + "' (known: " + known +
-                         ")");
+    return Status::BadInput("unknown kernel '" + std::string(kernel) +
+                            "' (known: " + known + ")");
   }
   return info;
 }
@@ -319,7 +319,7 @@ const KernelInfo* FindKernel(std::string_view kernel) {
   return nullptr;
 }
 
-Status Run(const std::string& kernel, std::span<Operand> args,
+Status Run(std::string_view kernel, std::span<Operand> args,
            std::span<const int64_t> params, std::span<const float> fparams) {
   StatusOr<const KernelInfo*> info = Lookup(kernel);
   if (!info.ok()) return info.status();
@@ -330,7 +330,7 @@ Status Run(const std::string& kernel, std::span<Operand> args,
   return (*info)->run(args, params, fparams);
 }
 
-StatusOr<int64_t> Cycles(const CostModel& model, const std::string& kernel,
+StatusOr<int64_t> Cycles(const CostModel& model, std::string_view kernel,
                          std::span<const Operand> args,
                          std::span<const int64_t> params,
                          std::span<const float> fparams, KernelPath path) {

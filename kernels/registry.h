@@ -63,6 +63,7 @@
 #include <string_view>
 
 #include "kernels/cost.h"
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 #include "kernels/status.h"
 
@@ -114,13 +115,13 @@ std::span<const KernelInfo> RegisteredKernels();
 const KernelInfo* FindKernel(std::string_view kernel);
 
 // Runs `kernel` on tile-local operands after checking the call.
-Status Run(const std::string& kernel, std::span<Operand> args,
+Status Run(std::string_view kernel, std::span<Operand> args,
            std::span<const int64_t> params, std::span<const float> fparams);
 
 // Cycles of that call on one tile of `model`'s target (operands are needed
 // only for their dtypes and count, never read). Checks the same counts and
 // ranges as Run, but not operand sizes.
-StatusOr<int64_t> Cycles(const CostModel& model, const std::string& kernel,
+StatusOr<int64_t> Cycles(const CostModel& model, std::string_view kernel,
                          std::span<const Operand> args,
                          std::span<const int64_t> params,
                          std::span<const float> fparams,

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "formats/ir.h"
+#include "kernels/kernel_names.h"
 #include "kernels/numerics.h"
 #include "kernels/simulator.h"
 
@@ -126,7 +127,7 @@ Status BuildModule(fb::ModuleT* module) {
         b_in->fragments.push_back(Fragment(tile, b, {k0, n0}, {k0 + k, n0 + n}));
         auto c = std::make_unique<fb::ComputeT>();
         c->tile = tile;
-        c->kernel = "gemm";
+        c->kernel = kernels::names::kGemm;
         c->args.push_back(Slice(a, 0, m * k));
         c->args.push_back(Slice(b, 0, k * n));
         c->args.push_back(Slice(partial[ki], 0, m * n * 4));
@@ -149,7 +150,7 @@ Status BuildModule(fb::ModuleT* module) {
             AddBuffer(p, tile, out_offset, rows * n * 2, fb::DType::F16);
         auto reduce = std::make_unique<fb::ComputeT>();
         reduce->tile = tile;
-        reduce->kernel = "reduce_partials";
+        reduce->kernel = kernels::names::kReducePartials;
         reduce->args.push_back(Slice(partial[ki], r0 * n * 4, bytes));
         int slot = 0;
         for (int64_t peer = 0; peer < kKParts; ++peer) {

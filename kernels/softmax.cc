@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
@@ -24,14 +25,14 @@ void RowState(const float* x, size_t width, float scale, float* state) {
 }
 
 std::string_view SoftmaxFormula(DType out) {
-  return IsFp8(out) ? "softmax_fp8" : "softmax";
+  return IsFp8(out) ? formula::kSoftmaxFp8 : formula::kSoftmax;
 }
 
 }  // namespace
 
 Status Softmax(const Operand& x, const Operand& out, int64_t rows, int64_t w,
                float scale) {
-  constexpr std::string_view kName = "softmax";
+  constexpr std::string_view kName = names::kSoftmax;
   StatusOr<size_t> elems = ElementCount(kName, {rows, w});
   if (!elems.ok()) return elems.status();
   if (Status s = CheckOperand(kName, "x", x, *elems); !s.ok()) return s;
@@ -64,7 +65,7 @@ StatusOr<int64_t> SoftmaxCycles(const CostModel& model, DType out_dtype,
 
 Status SoftmaxState(const Operand& x, const Operand& state, int64_t rows,
                     int64_t w, float scale) {
-  constexpr std::string_view kName = "softmax_state";
+  constexpr std::string_view kName = names::kSoftmaxState;
   StatusOr<size_t> elems = ElementCount(kName, {rows, w});
   if (!elems.ok()) return elems.status();
   StatusOr<size_t> state_elems = ElementCount(kName, {rows, kStateWidth});
@@ -89,12 +90,12 @@ Status SoftmaxState(const Operand& x, const Operand& state, int64_t rows,
 
 StatusOr<int64_t> SoftmaxStateCycles(const CostModel& model, int64_t rows,
                                      int64_t w) {
-  return model.Cycles("ln_moments", {{"rows", rows}, {"w", w}});
+  return model.Cycles(formula::kLnMoments, {{"rows", rows}, {"w", w}});
 }
 
 Status CombineSoftmaxStates(std::span<const Operand> partials,
                             const Operand& out, int64_t rows) {
-  constexpr std::string_view kName = "softmax_combine";
+  constexpr std::string_view kName = names::kSoftmaxCombine;
   StatusOr<size_t> elems = ElementCount(kName, {rows, kStateWidth});
   if (!elems.ok()) return elems.status();
   if (partials.empty()) return Status::BadInput("softmax_combine: no states");
@@ -125,13 +126,14 @@ Status CombineSoftmaxStates(std::span<const Operand> partials,
 
 StatusOr<int64_t> CombineSoftmaxStatesCycles(const CostModel& model,
                                              int64_t rows, int64_t partials) {
-  return model.Cycles("moments_combine", {{"rows", rows}, {"P", partials}});
+  return model.Cycles(formula::kMomentsCombine,
+                      {{"rows", rows}, {"P", partials}});
 }
 
 Status SoftmaxNormalize(const Operand& x, const Operand& state,
                         const Operand& out, int64_t rows, int64_t w,
                         float scale) {
-  constexpr std::string_view kName = "softmax_normalize";
+  constexpr std::string_view kName = names::kSoftmaxNormalize;
   StatusOr<size_t> elems = ElementCount(kName, {rows, w});
   if (!elems.ok()) return elems.status();
   StatusOr<size_t> state_elems = ElementCount(kName, {rows, kStateWidth});

@@ -10,8 +10,9 @@
 # CHECK is any command; it is run with the candidate file appended as its
 # last argument: exit 0 means good, 125 that it cannot decide (bisection
 # stops), anything else bad (scripts/checks/ has ready-made ones:
-# simulates.sh, cycles-at-most.sh N, fits-memory.sh; each completes the
-# pipeline from whatever stage its file is at).
+# simulates.sh, cycles-at-most.sh N, peak-at-most.sh N, fits-memory.sh,
+# accuracy-at-least.sh C; each completes the pipeline from whatever stage
+# its file is at).
 #
 # With --pipeline, INPUT is an import-model output and the passes of
 # passes/pipeline/PIPELINE (or --passes=a,b,c) run in order; their applied

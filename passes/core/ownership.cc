@@ -918,138 +918,189 @@ std::optional<fb::OwnershipT> ColumnVectorOwnership(const fb::OwnershipT& l) {
   return v;
 }
 
-std::string ValidateOwnership(const fb::OwnershipT& o,
-                              std::span<const int64_t> shape,
-                              int target_tiles) {
-  // Formatted only on error: planners validate in hot loops.
-  auto what = [&] { return FormatOwnership(o); };
-  auto str = [](int64_t v) { return std::to_string(v); };
+namespace {
+
+// The checks of ValidateOwnership, each returning "" or the problem. The
+// ownership is formatted only on error: planners validate in hot loops.
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+std::string ShapeError(const fb::OwnershipT& o,
+                       std::span<const int64_t> shape) {
   if (shape.empty() || shape.size() > kMaxRank) {
-    return what() + ": a value of rank " + str(shape.size()) +
-           " cannot be owned (rank must be 1.." + str(kMaxRank) + ")";
+    return FormatOwnership(o) + ": a value of rank " + Str(shape.size()) +
+           " cannot be owned (rank must be 1.." + Str(kMaxRank) + ")";
   }
   int64_t elements = 1;
   for (size_t a = 0; a < shape.size(); ++a) {
     if (shape[a] < 0) {
-      return what() + ": the shape has a negative extent " + str(shape[a]) +
-             " on axis " + str(a);
+      return FormatOwnership(o) + ": the shape has a negative extent " +
+             Str(shape[a]) + " on axis " + Str(a);
     }
     // Bounded so that element and byte counts cannot overflow.
     if (__builtin_mul_overflow(elements, shape[a], &elements) ||
         elements > (int64_t{1} << 56)) {
-      return what() + ": the shape has more than 2^56 elements";
+      return FormatOwnership(o) + ": the shape has more than 2^56 elements";
     }
   }
-  if (target_tiles < 1) return what() + ": the target has no tiles";
-  // Grid positions, i.e. tiles assigned. The product stops once it exceeds
-  // the target (it could overflow otherwise); `exact` says if it is complete.
+  return "";
+}
+
+// Grid positions, i.e. tiles assigned. The product stops once it exceeds
+// the target (it could overflow otherwise); `exact` says if it is complete.
+struct CellCount {
   int64_t cells = 1;
   bool exact = true;
-  auto multiply = [&](int64_t factor) {
-    if (cells > target_tiles) {
+  int64_t limit = 0;
+  void Multiply(int64_t factor) {
+    if (cells > limit) {
       exact = false;
     } else {
       cells *= factor;
     }
-  };
-  switch (o.kind) {
-    case OwnershipKind::Blocked:
-      if (o.grain != 0 || o.tiles != 0) {
-        return what() +
-               ": a blocked ownership must leave grain and tiles "
-               "unset (grain=" +
-               str(o.grain) + ", tiles=" + str(o.tiles) + ")";
-      }
-      if (o.partitions.size() != shape.size()) {
-        return what() + " has " + str(o.partitions.size()) +
-               " partition counts for a value of rank " + str(shape.size());
-      }
-      for (size_t a = 0; a < o.partitions.size(); ++a) {
-        if (o.partitions[a] < 1) {
-          return what() + " has " + str(o.partitions[a]) + " parts on axis " +
-                 str(a) + " (must be >= 1)";
-        }
-        multiply(o.partitions[a]);
-      }
-      if (!o.sub_partitions.empty()) {
-        if (o.sub_partitions.size() != shape.size()) {
-          return what() + " has " + str(o.sub_partitions.size()) +
-                 " sub-partition counts for a value of rank " +
-                 str(shape.size());
-        }
-        bool nested = false;
-        for (size_t a = 0; a < o.sub_partitions.size(); ++a) {
-          if (o.sub_partitions[a] < 1) {
-            return what() + " has " + str(o.sub_partitions[a]) +
-                   " sub-parts on axis " + str(a) + " (must be >= 1)";
-          }
-          nested = nested || o.sub_partitions[a] > 1;
-          multiply(o.sub_partitions[a]);
-        }
-        // One spelling per placement: no sub= when nothing is split twice.
-        if (!nested) {
-          return what() + " has sub-partitions that are all 1: leave them out";
-        }
-      }
-      if (o.replicas < 1) {
-        return what() + " has " + str(o.replicas) + " replicas (must be >= 1)";
-      }
-      multiply(o.replicas);
-      if (!o.axis_order.empty()) {
-        // A permutation of the grid axes (the last one is the replicas).
-        const size_t grid_axes =
-            o.sub_partitions.empty() ? shape.size() + 1 : 2 * shape.size() + 1;
-        std::vector<bool> seen(grid_axes, false);
-        bool permutation = o.axis_order.size() == seen.size();
-        for (int32_t axis : o.axis_order) {
-          if (!permutation) break;
-          permutation = axis >= 0 && axis < static_cast<int32_t>(seen.size()) &&
-                        !seen[axis];
-          if (permutation) seen[axis] = true;
-        }
-        if (!permutation) {
-          return what() + " has axis order " + Join(o.axis_order, ",") +
-                 ", which is not a permutation of the grid axes 0.." +
-                 str(grid_axes - 1) + " (axis " + str(grid_axes - 1) +
-                 " = replicas)";
-        }
-      }
-      break;
-    case OwnershipKind::Flat:
-      if (!o.partitions.empty() || !o.sub_partitions.empty() ||
-          o.replicas != 1 || !o.axis_order.empty()) {
-        return what() +
-               ": a flat ownership must leave partitions, sub-partitions, "
-               "replicas and axis order unset";
-      }
-      if (o.grain < 1) {
-        return what() + " has grain " + str(o.grain) + " (must be >= 1)";
-      }
-      if (o.tiles < 1) {
-        return what() + " has " + str(o.tiles) + " tiles (must be >= 1)";
-      }
-      cells = o.tiles;
-      break;
-    default:
-      return "unknown ownership kind " + str(static_cast<int>(o.kind));
   }
-  if (o.first_tile < 0) {
-    return what() + " starts at tile " + str(o.first_tile) + " (must be >= 0)";
-  }
-  if (o.tile_stride < 1) {
-    return what() + " has tile stride " + str(o.tile_stride) +
-           " (must be >= 1)";
-  }
-  if (cells > target_tiles) {
-    return what() + " needs " + (exact ? "" : "at least ") + str(cells) +
-           " tiles but the target has " + str(target_tiles);
-  }
-  const int64_t last = o.first_tile + (cells - 1) * int64_t{o.tile_stride};
-  if (last >= target_tiles) {
-    return what() + " uses tiles up to " + str(last) + " but the target has " +
-           str(target_tiles) + " tiles";
+};
+
+// Per-axis counts (partitions or sub-partitions, `what_axis` "parts" or
+// "sub-parts"), each at least 1, multiplied into `count`.
+std::string AxisCountsError(const fb::OwnershipT& o,
+                            const std::vector<int32_t>& counts,
+                            const char* what_axis, CellCount* count) {
+  for (size_t a = 0; a < counts.size(); ++a) {
+    if (counts[a] < 1) {
+      return FormatOwnership(o) + " has " + Str(counts[a]) + " " + what_axis +
+             " on axis " + Str(a) + " (must be >= 1)";
+    }
+    count->Multiply(counts[a]);
   }
   return "";
+}
+
+// A permutation of the grid axes (the last one is the replicas).
+std::string AxisOrderError(const fb::OwnershipT& o, size_t rank) {
+  if (o.axis_order.empty()) return "";
+  const size_t grid_axes = o.sub_partitions.empty() ? rank + 1 : 2 * rank + 1;
+  std::vector<bool> seen(grid_axes, false);
+  bool permutation = o.axis_order.size() == seen.size();
+  for (int32_t axis : o.axis_order) {
+    if (!permutation) break;
+    permutation =
+        axis >= 0 && axis < static_cast<int32_t>(seen.size()) && !seen[axis];
+    if (permutation) seen[axis] = true;
+  }
+  if (permutation) return "";
+  return FormatOwnership(o) + " has axis order " + Join(o.axis_order, ",") +
+         ", which is not a permutation of the grid axes 0.." +
+         Str(grid_axes - 1) + " (axis " + Str(grid_axes - 1) + " = replicas)";
+}
+
+std::string BlockedError(const fb::OwnershipT& o, size_t rank,
+                         CellCount* count) {
+  if (o.grain != 0 || o.tiles != 0) {
+    return FormatOwnership(o) +
+           ": a blocked ownership must leave grain and tiles "
+           "unset (grain=" +
+           Str(o.grain) + ", tiles=" + Str(o.tiles) + ")";
+  }
+  if (o.partitions.size() != rank) {
+    return FormatOwnership(o) + " has " + Str(o.partitions.size()) +
+           " partition counts for a value of rank " + Str(rank);
+  }
+  if (std::string e = AxisCountsError(o, o.partitions, "parts", count);
+      !e.empty()) {
+    return e;
+  }
+  if (!o.sub_partitions.empty()) {
+    if (o.sub_partitions.size() != rank) {
+      return FormatOwnership(o) + " has " + Str(o.sub_partitions.size()) +
+             " sub-partition counts for a value of rank " + Str(rank);
+    }
+    if (std::string e =
+            AxisCountsError(o, o.sub_partitions, "sub-parts", count);
+        !e.empty()) {
+      return e;
+    }
+    // One spelling per placement: no sub= when nothing is split twice.
+    if (std::all_of(o.sub_partitions.begin(), o.sub_partitions.end(),
+                    [](int32_t p) { return p == 1; })) {
+      return FormatOwnership(o) +
+             " has sub-partitions that are all 1: leave them out";
+    }
+  }
+  if (o.replicas < 1) {
+    return FormatOwnership(o) + " has " + Str(o.replicas) +
+           " replicas (must be >= 1)";
+  }
+  count->Multiply(o.replicas);
+  return AxisOrderError(o, rank);
+}
+
+std::string FlatError(const fb::OwnershipT& o, CellCount* count) {
+  if (!o.partitions.empty() || !o.sub_partitions.empty() || o.replicas != 1 ||
+      !o.axis_order.empty()) {
+    return FormatOwnership(o) +
+           ": a flat ownership must leave partitions, sub-partitions, "
+           "replicas and axis order unset";
+  }
+  if (o.grain < 1) {
+    return FormatOwnership(o) + " has grain " + Str(o.grain) +
+           " (must be >= 1)";
+  }
+  if (o.tiles < 1) {
+    return FormatOwnership(o) + " has " + Str(o.tiles) +
+           " tiles (must be >= 1)";
+  }
+  count->cells = o.tiles;
+  return "";
+}
+
+// The tiles the grid's cells land on: from first_tile by tile_stride, all
+// on the target.
+std::string PlacementError(const fb::OwnershipT& o, const CellCount& count,
+                           int target_tiles) {
+  if (o.first_tile < 0) {
+    return FormatOwnership(o) + " starts at tile " + Str(o.first_tile) +
+           " (must be >= 0)";
+  }
+  if (o.tile_stride < 1) {
+    return FormatOwnership(o) + " has tile stride " + Str(o.tile_stride) +
+           " (must be >= 1)";
+  }
+  if (count.cells > target_tiles) {
+    return FormatOwnership(o) + " needs " + (count.exact ? "" : "at least ") +
+           Str(count.cells) + " tiles but the target has " + Str(target_tiles);
+  }
+  const int64_t last =
+      o.first_tile + (count.cells - 1) * int64_t{o.tile_stride};
+  if (last >= target_tiles) {
+    return FormatOwnership(o) + " uses tiles up to " + Str(last) +
+           " but the target has " + Str(target_tiles) + " tiles";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string ValidateOwnership(const fb::OwnershipT& o,
+                              std::span<const int64_t> shape,
+                              int target_tiles) {
+  if (std::string e = ShapeError(o, shape); !e.empty()) return e;
+  if (target_tiles < 1) return FormatOwnership(o) + ": the target has no tiles";
+  CellCount count;
+  count.limit = target_tiles;
+  std::string error;
+  switch (o.kind) {
+    case OwnershipKind::Blocked:
+      error = BlockedError(o, shape.size(), &count);
+      break;
+    case OwnershipKind::Flat:
+      error = FlatError(o, &count);
+      break;
+    default:
+      return "unknown ownership kind " + Str(static_cast<int>(o.kind));
+  }
+  if (!error.empty()) return error;
+  return PlacementError(o, count, target_tiles);
 }
 
 std::string FormatOwnership(const fb::OwnershipT& o) {

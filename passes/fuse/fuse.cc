@@ -423,7 +423,7 @@ class Fuser {
       for (const Placement& q : placements) {
         if (q.recipe == r) return;
       }
-      if (!coster.CheckRecipe(*g, out.fused, r).empty()) return;
+      if (!coster.CheckRecipe(*g, out.fused, r).ok()) return;
       placements.push_back({label, r, {}});
     };
     if (options_.producer_owners) {

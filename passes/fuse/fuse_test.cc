@@ -406,7 +406,7 @@ TEST(FuseEndToEndTest, TwoMlpBlocks) {
   o.mlp_width = 128;
   o.heads = 4;
   o.layers = 2;
-  ASSERT_EQ(passes::BuildModel("vit-b16-224", "mlp-block", o, &m), "");
+  ASSERT_TRUE(passes::BuildModel("vit-b16-224", "mlp-block", o, &m).ok());
   Compiled fused = Compile(m, "", true);
   // fuse-residual decided the one residual -> LayerNorm site by cost and
   // logged both numbers.

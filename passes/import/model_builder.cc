@@ -75,13 +75,15 @@ std::string Flag(std::string_view flag, int64_t value) {
   return "--" + std::string(flag) + "=" + std::to_string(value);
 }
 
-std::string CheckSize(std::string_view flag, int64_t value) {
-  if (value <= 0) return Flag(flag, value) + ": must be positive";
+Status CheckSize(std::string_view flag, int64_t value) {
+  if (value <= 0)
+    return Status::BadInput(Flag(flag, value) + ": must be positive");
   if (value > std::numeric_limits<int32_t>::max()) {
-    return Flag(flag, value) + ": must be at most 2147483647 (the IR stores " +
-           "it as a 32-bit integer)";
+    return Status::BadInput(Flag(flag, value) +
+                            ": must be at most 2147483647 (the IR stores " +
+                            "it as a 32-bit integer)");
   }
-  return "";
+  return Status::Ok();
 }
 
 // The product of `factors` (already known to be positive int32 values),
@@ -281,7 +283,7 @@ std::vector<std::string> PresetNames() {
   return names;
 }
 
-std::string PresetConfig(std::string_view preset, ModelConfig* config) {
+Status PresetConfig(std::string_view preset, ModelConfig* config) {
   for (const Preset& p : kPresets) {
     if (preset != p.name) continue;
     ModelConfig c;
@@ -294,26 +296,26 @@ std::string PresetConfig(std::string_view preset, ModelConfig* config) {
     c.eps = p.eps;
     c.gelu = p.gelu;
     *config = std::move(c);
-    return "";
+    return Status::Ok();
   }
   std::string known;
   for (const Preset& p : kPresets) {
     known += known.empty() ? "" : ", ";
     known += p.name;
   }
-  return "--preset=" + std::string(preset) + ": unknown preset (known: " +
-         known + ")";
+  return Status::BadInput("--preset=" + std::string(preset) +
+                          ": unknown preset (known: " + known + ")");
 }
 
-std::string ParseModelPart(std::string_view text, ModelPart* part) {
+Status ParseModelPart(std::string_view text, ModelPart* part) {
   for (const PartName& p : kParts) {
     if (text == p.name) {
       *part = p.part;
-      return "";
+      return Status::Ok();
     }
   }
-  return "--part=" + std::string(text) +
-         ": unknown part (known: mlp-block, layer, model)";
+  return Status::BadInput("--part=" + std::string(text) +
+                          ": unknown part (known: mlp-block, layer, model)");
 }
 
 std::string_view ModelPartName(ModelPart part) {
@@ -323,15 +325,15 @@ std::string_view ModelPartName(ModelPart part) {
   return "unknown";
 }
 
-std::string ParseGeluForm(std::string_view text, fb::GeluForm* form) {
+Status ParseGeluForm(std::string_view text, fb::GeluForm* form) {
   for (const GeluName& g : kGeluNames) {
     if (text == g.name) {
       *form = g.form;
-      return "";
+      return Status::Ok();
     }
   }
-  return "--gelu=" + std::string(text) +
-         ": unknown GELU form (known: tanh, erf, quick)";
+  return Status::BadInput("--gelu=" + std::string(text) +
+                          ": unknown GELU form (known: tanh, erf, quick)");
 }
 
 std::string_view GeluFormName(fb::GeluForm form) {
@@ -354,56 +356,62 @@ void ApplyOverrides(const ModelOverrides& o, ModelConfig* config) {
   if (o.input_seed) config->input_seed = *o.input_seed;
 }
 
-std::string ValidateModelConfig(const ModelConfig& c) {
+Status ValidateModelConfig(const ModelConfig& c) {
   const std::pair<const char*, int64_t> sizes[] = {
       {"batch", c.batch},         {"tokens", c.tokens}, {"width", c.width},
       {"mlp_width", c.mlp_width}, {"heads", c.heads},   {"layers", c.layers},
   };
   for (const auto& [flag, value] : sizes) {
-    if (std::string e = CheckSize(flag, value); !e.empty()) return e;
+    TILEC_RETURN_IF_ERROR(CheckSize(flag, value));
   }
   if (c.mlp_blocks < 1 || c.mlp_blocks > kMaxLayers) {
-    return Flag("layers", c.mlp_blocks) + ": MLP blocks must be 1 to " +
-           std::to_string(kMaxLayers);
+    return Status::BadInput(Flag("layers", c.mlp_blocks) +
+                            ": MLP blocks must be 1 to " +
+                            std::to_string(kMaxLayers));
   }
   if (c.layers > kMaxLayers) {
-    return Flag("layers", c.layers) + ": must be at most " +
-           std::to_string(kMaxLayers);
+    return Status::BadInput(Flag("layers", c.layers) + ": must be at most " +
+                            std::to_string(kMaxLayers));
   }
   if (c.width % c.heads != 0) {
-    return Flag("width", c.width) + ": not divisible by " +
-           Flag("heads", c.heads);
+    return Status::BadInput(Flag("width", c.width) + ": not divisible by " +
+                            Flag("heads", c.heads));
   }
   if (!(c.eps > 0.0f) || !std::isfinite(c.eps)) {
     char text[32];
     std::snprintf(text, sizeof(text), "%g", static_cast<double>(c.eps));
-    return "--eps=" + std::string(text) + ": must be positive and finite";
+    return Status::BadInput("--eps=" + std::string(text) +
+                            ": must be positive and finite");
   }
   if (GeluFormName(c.gelu) == "unknown") {
-    return "--gelu=" + std::to_string(static_cast<int>(c.gelu)) +
-           ": unknown GELU form";
+    return Status::BadInput(
+        "--gelu=" + std::to_string(static_cast<int>(c.gelu)) +
+        ": unknown GELU form");
   }
   // The largest tensors of a layer: QKV, the MLP hidden activation and its
   // weights, and the attention scores.
   const int64_t rows_elems[] = {3 * c.width, c.mlp_width};
   for (int64_t columns : rows_elems) {
     if (!ElementsFit({c.batch, c.tokens, columns})) {
-      return Flag("batch", c.batch) + " " + Flag("tokens", c.tokens) +
-             ": an activation of " + std::to_string(columns) +
-             " columns would have more than 2^31 elements";
+      return Status::BadInput(Flag("batch", c.batch) + " " +
+                              Flag("tokens", c.tokens) + ": an activation of " +
+                              std::to_string(columns) +
+                              " columns would have more than 2^31 elements");
     }
   }
   if (!ElementsFit({c.width, 3 * c.width}) ||
       !ElementsFit({c.width, c.mlp_width})) {
-    return Flag("width", c.width) + " " + Flag("mlp_width", c.mlp_width) +
-           ": a weight would have more than 2^31 elements";
+    return Status::BadInput(Flag("width", c.width) + " " +
+                            Flag("mlp_width", c.mlp_width) +
+                            ": a weight would have more than 2^31 elements");
   }
   if (!ElementsFit({c.batch, c.heads, c.tokens, c.tokens})) {
-    return Flag("batch", c.batch) + " " + Flag("heads", c.heads) + " " +
-           Flag("tokens", c.tokens) +
-           ": the attention scores would have more than 2^31 elements";
+    return Status::BadInput(
+        Flag("batch", c.batch) + " " + Flag("heads", c.heads) + " " +
+        Flag("tokens", c.tokens) +
+        ": the attention scores would have more than 2^31 elements");
   }
-  return "";
+  return Status::Ok();
 }
 
 uint64_t DeriveSeed(uint64_t base, uint32_t value_id) {
@@ -414,9 +422,9 @@ uint64_t DeriveSeed(uint64_t base, uint32_t value_id) {
   return z ^ (z >> 31);
 }
 
-std::string BuildModel(const ModelConfig& config, ModelPart part,
-                       fb::ModuleT* module) {
-  if (std::string e = ValidateModelConfig(config); !e.empty()) return e;
+Status BuildModel(const ModelConfig& config, ModelPart part,
+                  fb::ModuleT* module) {
+  TILEC_RETURN_IF_ERROR(ValidateModelConfig(config));
 
   GraphBuilder g(config);
   uint32_t x = g.Input("x", {config.rows(), config.width});
@@ -455,15 +463,15 @@ std::string BuildModel(const ModelConfig& config, ModelPart part,
 
   g.MoveInto(module);
   module->model = std::move(model);
-  return "";
+  return Status::Ok();
 }
 
-std::string BuildModel(std::string_view preset, std::string_view part,
-                       const ModelOverrides& overrides, fb::ModuleT* module) {
+Status BuildModel(std::string_view preset, std::string_view part,
+                  const ModelOverrides& overrides, fb::ModuleT* module) {
   ModelConfig config;
-  if (std::string e = PresetConfig(preset, &config); !e.empty()) return e;
+  TILEC_RETURN_IF_ERROR(PresetConfig(preset, &config));
   ModelPart model_part;
-  if (std::string e = ParseModelPart(part, &model_part); !e.empty()) return e;
+  TILEC_RETURN_IF_ERROR(ParseModelPart(part, &model_part));
   ApplyOverrides(overrides, &config);
   // One layer is one layer whatever --layers says (scripts pass one set of
   // model flags with several parts).

@@ -53,6 +53,7 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/status.h"
 #include "formats/tilec_generated.h"
 
 namespace tilec::passes {
@@ -103,14 +104,14 @@ enum class ModelPart { kMlpBlock, kLayer, kModel };
 
 // "siglip-so400m-384", "vit-b16-224", "clip-vit-l14-224".
 std::vector<std::string> PresetNames();
-std::string PresetConfig(std::string_view preset, ModelConfig* config);
+Status PresetConfig(std::string_view preset, ModelConfig* config);
 
 // "mlp-block", "layer", "model".
-std::string ParseModelPart(std::string_view text, ModelPart* part);
+Status ParseModelPart(std::string_view text, ModelPart* part);
 std::string_view ModelPartName(ModelPart part);
 
 // "tanh", "erf", "quick" (the spelling of --gelu).
-std::string ParseGeluForm(std::string_view text, fb::GeluForm* form);
+Status ParseGeluForm(std::string_view text, fb::GeluForm* form);
 std::string_view GeluFormName(fb::GeluForm form);
 
 void ApplyOverrides(const ModelOverrides& overrides, ModelConfig* config);
@@ -119,7 +120,7 @@ void ApplyOverrides(const ModelOverrides& overrides, ModelConfig* config);
 // eps positive and finite, at most 65536 layers and no tensor above 2^48
 // elements. `layers` is checked for every part, although only "model" uses
 // it.
-std::string ValidateModelConfig(const ModelConfig& config);
+Status ValidateModelConfig(const ModelConfig& config);
 
 // The per-value seed: splitmix64(base ^ value_id). Decorrelates the weights
 // of one model while keeping every tensor reproducible from the IR alone.
@@ -131,12 +132,12 @@ uint64_t DeriveSeed(uint64_t base, uint32_t value_id);
 // not modified. module->model records the preset name, the part name, the
 // sizes, the seeds and `layers` = the number of l<i> prefixes in the graph
 // (N for "model", 1 for "layer" and "mlp-block").
-std::string BuildModel(const ModelConfig& config, ModelPart part,
-                       fb::ModuleT* module);
+Status BuildModel(const ModelConfig& config, ModelPart part,
+                  fb::ModuleT* module);
 
 // Preset name + part name + overrides, as `import-model` receives them.
-std::string BuildModel(std::string_view preset, std::string_view part,
-                       const ModelOverrides& overrides, fb::ModuleT* module);
+Status BuildModel(std::string_view preset, std::string_view part,
+                  const ModelOverrides& overrides, fb::ModuleT* module);
 
 }  // namespace tilec::passes
 

@@ -205,6 +205,218 @@ std::string Svg(const std::vector<Load>& load, HeatMetric metric,
   return out + "</svg>\n";
 }
 
+// The transfers that --op and --superstep select; every tile in range.
+StatusOr<std::vector<const Xfer*>> Select(const std::vector<Xfer>& all,
+                                          const InspectOptions& options,
+                                          int tiles) {
+  std::vector<const Xfer*> selected;
+  for (const Xfer& x : all) {
+    if (options.op >= 0 && x.op != options.op) continue;
+    if (options.superstep >= 0 && x.step != options.superstep) continue;
+    if (x.src < 0 || x.src >= tiles) {
+      return Status::BadInput("transfer from tile " + std::to_string(x.src) +
+                              " outside the target's " + std::to_string(tiles));
+    }
+    for (int d : x.dsts) {
+      if (d < 0 || d >= tiles) {
+        return Status::BadInput("transfer to tile " + std::to_string(d) +
+                                " outside the target's " +
+                                std::to_string(tiles));
+      }
+    }
+    selected.push_back(&x);
+  }
+  return selected;
+}
+
+std::string HeaderText(const fb::ModuleT& m, const InspectOptions& options,
+                       bool program) {
+  std::string out =
+      "inspect-exchanges: " +
+      std::string(program ? "device program"
+                          : "planned graph (no device program: the exchange "
+                            "phases of each op's lowering, as emit-device "
+                            "would build them, before supersteps are shared)") +
+      " on target " + m.target->name + " (" + std::to_string(m.target->tiles) +
+      " tiles)\n";
+  if (options.op >= 0 || options.superstep >= 0) {
+    out += "selection:";
+    if (options.op >= 0) out += " op " + std::to_string(options.op);
+    if (options.superstep >= 0) {
+      out += std::string(program ? " superstep " : " exchange phase ") +
+             std::to_string(options.superstep);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+// Sums over the selected phases, and each tile's over all of them.
+struct Totals {
+  explicit Totals(int tiles) : per_tile(tiles) {}
+  std::vector<Load> per_tile;
+  int64_t phases = 0, transfers = 0, pieces = 0, fragments = 0, sent = 0,
+          received = 0, cycles = 0;
+};
+
+// One op's transfers in one phase: the summary line and, with `list`, one
+// line per transfer.
+std::string OpText(uint32_t op, const std::string& name,
+                   const std::vector<const Xfer*>& xs, bool list) {
+  std::set<int> srcs, dsts;
+  std::set<std::string> dtypes;
+  int64_t b_sent = 0, b_received = 0, op_pieces = 0, frags = 0;
+  for (const Xfer* x : xs) {
+    srcs.insert(x->src);
+    dsts.insert(x->dsts.begin(), x->dsts.end());
+    dtypes.insert(ir::DTypeText(x->dtype));
+    b_sent += x->Bytes();
+    b_received += x->Bytes() * static_cast<int64_t>(x->dsts.size());
+    op_pieces += x->rows;
+    frags += x->rows * (1 + static_cast<int64_t>(x->dsts.size()));
+  }
+  std::string dtype_text;
+  for (const std::string& d : dtypes) {
+    dtype_text += (dtype_text.empty() ? "" : ",") + d;
+  }
+  std::string body = "  op " + std::to_string(op) + " " + name + ": " +
+                     Thousands(static_cast<int64_t>(xs.size())) +
+                     " transfers, " + Thousands(op_pieces) + " pieces, " +
+                     Thousands(frags) + " fragments, " + Thousands(b_sent) +
+                     " B sent, " + Thousands(b_received) + " B received, " +
+                     dtype_text + ", " + std::to_string(srcs.size()) +
+                     " source tiles -> " + std::to_string(dsts.size()) +
+                     " destination tiles\n";
+  if (!list) return body;
+  for (const Xfer* x : xs) {
+    // A strided transfer: its pieces, each a fragment at every end.
+    const std::string size =
+        x->rows == 1 ? Thousands(x->bytes) + " B "
+                     : Thousands(x->rows) + " pieces x " + Thousands(x->bytes) +
+                           " B = " + Thousands(x->Bytes()) + " B ";
+    body += "    tile " + std::to_string(x->src) + " -> " +
+            TileListText(x->dsts) + ": " + size + ir::DTypeText(x->dtype) +
+            ", " +
+            Thousands(x->rows * (1 + static_cast<int64_t>(x->dsts.size()))) +
+            " fragments\n";
+  }
+  return body;
+}
+
+// One phase's transfers `here`: its line, its ops' lines; adds it to
+// `totals`. A phase costs sync plus its busiest tile.
+std::string PhaseText(const Step& step, const std::vector<const Xfer*>& here,
+                      const kernels::CostModel& model, bool program, bool list,
+                      const std::map<uint32_t, std::string>& op_names,
+                      Totals* totals) {
+  const int tiles = static_cast<int>(totals->per_tile.size());
+  std::vector<Load> load(tiles);
+  std::map<uint32_t, std::vector<const Xfer*>> by_op;
+  for (const Xfer* x : here) {
+    by_op[x->op].push_back(x);
+    load[x->src].sent += x->Bytes();
+    load[x->src].fragments += x->rows;
+    ++load[x->src].transfers;
+    for (int d : x->dsts) {
+      load[d].received += x->Bytes();
+      load[d].fragments += x->rows;
+    }
+  }
+  int64_t step_sent = 0, step_received = 0, step_fragments = 0, busiest = 0;
+  int busiest_tile = -1;
+  for (int t = 0; t < tiles; ++t) {
+    step_sent += load[t].sent;
+    step_received += load[t].received;
+    step_fragments += load[t].fragments;
+    Load& total = totals->per_tile[t];
+    total.sent += load[t].sent;
+    total.received += load[t].received;
+    total.fragments += load[t].fragments;
+    total.transfers += load[t].transfers;
+    if (load[t].fragments == 0) continue;
+    const int64_t c = model.TileExchangeCycles(load[t].sent, load[t].received,
+                                               load[t].fragments);
+    if (c > busiest || busiest_tile < 0) {
+      busiest = c;
+      busiest_tile = t;
+    }
+  }
+  const int64_t step_cycles = model.sync_cycles() + busiest;
+  int64_t step_pieces = 0;
+  for (const Xfer* x : here) step_pieces += x->rows;
+  ++totals->phases;
+  totals->transfers += static_cast<int64_t>(here.size());
+  totals->pieces += step_pieces;
+  totals->fragments += step_fragments;
+  totals->sent += step_sent;
+  totals->received += step_received;
+  totals->cycles += step_cycles;
+  std::string body =
+      std::string(program ? "superstep " : "exchange phase ") +
+      std::to_string(step.index) + " \"" + step.label +
+      "\": " + Thousands(static_cast<int64_t>(here.size())) + " transfers, " +
+      Thousands(step_pieces) + " pieces, " + Thousands(step_fragments) +
+      " fragments, " + Thousands(step_sent) + " B sent, " +
+      Thousands(step_received) + " B received, " + Thousands(step_cycles) +
+      " cycles (busiest tile " + std::to_string(busiest_tile) + ": sent " +
+      Thousands(load[busiest_tile].sent) + " B, received " +
+      Thousands(load[busiest_tile].received) + " B, " +
+      std::to_string(load[busiest_tile].fragments) + " fragments)\n";
+  for (const auto& [op, xs] : by_op) {
+    auto name = op_names.find(op);
+    body += OpText(op, name == op_names.end() ? "" : name->second, xs, list);
+  }
+  return body;
+}
+
+std::string TotalsText(const Totals& t) {
+  return "totals: " + passes::Count(t.phases, "exchange phase") + ", " +
+         passes::Count(t.transfers, "transfer") + ", " +
+         passes::Count(t.pieces, "piece") + ", " +
+         passes::Count(t.fragments, "fragment") + ", " + Thousands(t.sent) +
+         " B sent, " + Thousands(t.received) + " B received, " +
+         Thousands(t.cycles) +
+         " cycles (each phase: sync + busiest tile's max of sent/rate, "
+         "received/rate, fragment cycles)\n";
+}
+
+// " tile 3 1,024 B; tile 7 512 B" for the `top` tiles sending (or
+// receiving) the most, " none" when none does.
+std::string BusiestText(const std::vector<Load>& total, bool by_sent, int top) {
+  const int tiles = static_cast<int>(total.size());
+  std::vector<int> order;
+  for (int t = 0; t < tiles; ++t) {
+    if ((by_sent ? total[t].sent : total[t].received) > 0) order.push_back(t);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return by_sent ? total[a].sent > total[b].sent
+                   : total[a].received > total[b].received;
+  });
+  std::string line;
+  for (int i = 0; i < std::min<int>(top, order.size()); ++i) {
+    const int t = order[i];
+    line += (line.empty() ? " " : "; ") + std::string("tile ") +
+            std::to_string(t) + " " +
+            Thousands(by_sent ? total[t].sent : total[t].received) + " B";
+  }
+  return line.empty() ? std::string(" none") : line;
+}
+
+std::string SvgTitle(const fb::ModuleT& m, const InspectOptions& options,
+                     bool program) {
+  std::string title =
+      std::string(program ? "device program" : "planned graph") + " on " +
+      m.target->name;
+  if (options.superstep >= 0) {
+    title += std::string(program ? ", superstep " : ", exchange phase ") +
+             std::to_string(options.superstep);
+  } else {
+    title += ", whole program";
+  }
+  if (options.op >= 0) title += ", op " + std::to_string(options.op);
+  return title;
+}
+
 }  // namespace
 
 Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
@@ -227,190 +439,37 @@ Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
   std::map<uint32_t, std::string> op_names;
   for (const auto& op : m.ops) op_names[op->id] = op->name;
   TILEC_RETURN_IF_ERROR(CheckSelection(options, program, steps, all, op_names));
-  std::vector<const Xfer*> selected;
-  for (const Xfer& x : all) {
-    if (options.op >= 0 && x.op != options.op) continue;
-    if (options.superstep >= 0 && x.step != options.superstep) continue;
-    if (x.src < 0 || x.src >= tiles) {
-      return Status::BadInput("transfer from tile " + std::to_string(x.src) +
-                              " outside the target's " + std::to_string(tiles));
-    }
-    for (int d : x.dsts) {
-      if (d < 0 || d >= tiles) {
-        return Status::BadInput("transfer to tile " + std::to_string(d) +
-                                " outside the target's " + std::to_string(tiles));
-      }
-    }
-    selected.push_back(&x);
-  }
-  const bool list = options.listing == TransferListing::kAll ||
-                    (options.listing == TransferListing::kAuto &&
-                     static_cast<int64_t>(selected.size()) <= options.auto_limit);
+  StatusOr<std::vector<const Xfer*>> selected = Select(all, options, tiles);
+  if (!selected.ok()) return selected.status();
+  const bool list =
+      options.listing == TransferListing::kAll ||
+      (options.listing == TransferListing::kAuto &&
+       static_cast<int64_t>(selected->size()) <= options.auto_limit);
 
-  std::string out;
-  out += "inspect-exchanges: " +
-         std::string(program ? "device program"
-                             : "planned graph (no device program: the exchange "
-                               "phases of each op's lowering, as emit-device "
-                               "would build them, before supersteps are shared)") +
-         " on target " + m.target->name + " (" + std::to_string(tiles) +
-         " tiles)\n";
-  if (options.op >= 0 || options.superstep >= 0) {
-    out += "selection:";
-    if (options.op >= 0) out += " op " + std::to_string(options.op);
-    if (options.superstep >= 0) {
-      out += std::string(program ? " superstep " : " exchange phase ") +
-             std::to_string(options.superstep);
-    }
-    out += "\n";
-  }
-  std::vector<Load> total(tiles);
-  int64_t phases = 0, transfers = 0, pieces = 0, fragments = 0, sent = 0,
-          received = 0, cycles = 0;
+  Totals totals(tiles);
   std::string body;
   for (const Step& step : steps) {
     std::vector<const Xfer*> here;
-    for (const Xfer* x : selected) {
+    for (const Xfer* x : *selected) {
       if (x->step == step.index) here.push_back(x);
     }
     if (here.empty()) continue;
-    ++phases;
-    std::vector<Load> load(tiles);
-    std::map<uint32_t, std::vector<const Xfer*>> by_op;
-    for (const Xfer* x : here) {
-      by_op[x->op].push_back(x);
-      load[x->src].sent += x->Bytes();
-      load[x->src].fragments += x->rows;
-      ++load[x->src].transfers;
-      for (int d : x->dsts) {
-        load[d].received += x->Bytes();
-        load[d].fragments += x->rows;
-      }
-    }
-    int64_t step_sent = 0, step_received = 0, step_fragments = 0, busiest = 0;
-    int busiest_tile = -1;
-    for (int t = 0; t < tiles; ++t) {
-      step_sent += load[t].sent;
-      step_received += load[t].received;
-      step_fragments += load[t].fragments;
-      total[t].sent += load[t].sent;
-      total[t].received += load[t].received;
-      total[t].fragments += load[t].fragments;
-      total[t].transfers += load[t].transfers;
-      if (load[t].fragments == 0) continue;
-      const int64_t c = model->TileExchangeCycles(load[t].sent, load[t].received,
-                                                  load[t].fragments);
-      if (c > busiest || busiest_tile < 0) {
-        busiest = c;
-        busiest_tile = t;
-      }
-    }
-    const int64_t step_cycles = model->sync_cycles() + busiest;
-    int64_t step_pieces = 0;
-    for (const Xfer* x : here) step_pieces += x->rows;
-    transfers += static_cast<int64_t>(here.size());
-    pieces += step_pieces;
-    fragments += step_fragments;
-    sent += step_sent;
-    received += step_received;
-    cycles += step_cycles;
-    body += std::string(program ? "superstep " : "exchange phase ") +
-            std::to_string(step.index) + " \"" + step.label +
-            "\": " + Thousands(static_cast<int64_t>(here.size())) +
-            " transfers, " + Thousands(step_pieces) + " pieces, " +
-            Thousands(step_fragments) + " fragments, " + Thousands(step_sent) +
-            " B sent, " + Thousands(step_received) + " B received, " +
-            Thousands(step_cycles) + " cycles (busiest tile " +
-            std::to_string(busiest_tile) + ": sent " +
-            Thousands(load[busiest_tile].sent) + " B, received " +
-            Thousands(load[busiest_tile].received) + " B, " +
-            std::to_string(load[busiest_tile].fragments) + " fragments)\n";
-    for (const auto& [op, xs] : by_op) {
-      std::set<int> srcs, dsts;
-      std::set<std::string> dtypes;
-      int64_t b_sent = 0, b_received = 0, op_pieces = 0, frags = 0;
-      for (const Xfer* x : xs) {
-        srcs.insert(x->src);
-        dsts.insert(x->dsts.begin(), x->dsts.end());
-        dtypes.insert(ir::DTypeText(x->dtype));
-        b_sent += x->Bytes();
-        b_received += x->Bytes() * static_cast<int64_t>(x->dsts.size());
-        op_pieces += x->rows;
-        frags += x->rows * (1 + static_cast<int64_t>(x->dsts.size()));
-      }
-      std::string dtype_text;
-      for (const std::string& d : dtypes) {
-        dtype_text += (dtype_text.empty() ? "" : ",") + d;
-      }
-      body += "  op " + std::to_string(op) + " " + op_names[op] + ": " +
-              Thousands(static_cast<int64_t>(xs.size())) + " transfers, " +
-              Thousands(op_pieces) + " pieces, " + Thousands(frags) +
-              " fragments, " + Thousands(b_sent) + " B sent, " +
-              Thousands(b_received) + " B received, " + dtype_text + ", " +
-              std::to_string(srcs.size()) + " source tiles -> " +
-              std::to_string(dsts.size()) + " destination tiles\n";
-      if (!list) continue;
-      for (const Xfer* x : xs) {
-        // A strided transfer: its pieces, each a fragment at every end.
-        const std::string size =
-            x->rows == 1
-                ? Thousands(x->bytes) + " B "
-                : Thousands(x->rows) + " pieces x " + Thousands(x->bytes) +
-                      " B = " + Thousands(x->Bytes()) + " B ";
-        body +=
-            "    tile " + std::to_string(x->src) + " -> " + TileListText(x->dsts) +
-            ": " + size + ir::DTypeText(x->dtype) + ", " +
-            Thousands(x->rows * (1 + static_cast<int64_t>(x->dsts.size()))) +
-            " fragments\n";
-      }
-    }
+    body += PhaseText(step, here, *model, program, list, op_names, &totals);
   }
-  out += "totals: " + passes::Count(phases, "exchange phase") + ", " +
-         passes::Count(transfers, "transfer") + ", " +
-         passes::Count(pieces, "piece") + ", " +
-         passes::Count(fragments, "fragment") + ", " + Thousands(sent) +
-         " B sent, " + Thousands(received) + " B received, " +
-         Thousands(cycles) +
-         " cycles (each phase: sync + busiest tile's max of sent/rate, "
-         "received/rate, fragment cycles)\n";
-  if (!list && !selected.empty()) {
-    out += "(" + Thousands(static_cast<int64_t>(selected.size())) +
+  std::string out = HeaderText(m, options, program) + TotalsText(totals);
+  if (!list && !selected->empty()) {
+    out += "(" + Thousands(static_cast<int64_t>(selected->size())) +
            " transfers: per-transfer lines omitted above " +
            Thousands(options.auto_limit) + "; --transfers=all lists them)\n";
   }
   out += "\n" + body;
-  auto busiest = [&](bool by_sent) {
-    std::vector<int> order;
-    for (int t = 0; t < tiles; ++t) {
-      if ((by_sent ? total[t].sent : total[t].received) > 0) order.push_back(t);
-    }
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return by_sent ? total[a].sent > total[b].sent
-                     : total[a].received > total[b].received;
-    });
-    std::string line;
-    for (int i = 0; i < std::min<int>(options.top, order.size()); ++i) {
-      const int t = order[i];
-      line += (line.empty() ? " " : "; ") + std::string("tile ") +
-              std::to_string(t) + " " +
-              Thousands(by_sent ? total[t].sent : total[t].received) + " B";
-    }
-    return line.empty() ? std::string(" none") : line;
-  };
-  out += "\nbusiest senders:" + busiest(true) + "\n";
-  out += "busiest receivers:" + busiest(false) + "\n";
+  out += "\nbusiest senders:" +
+         BusiestText(totals.per_tile, /*by_sent=*/true, options.top) + "\n";
+  out += "busiest receivers:" +
+         BusiestText(totals.per_tile, /*by_sent=*/false, options.top) + "\n";
   *report = out;
   if (svg != nullptr) {
-    std::string title = std::string(program ? "device program" : "planned graph") +
-                        " on " + m.target->name;
-    if (options.superstep >= 0) {
-      title += std::string(program ? ", superstep " : ", exchange phase ") +
-               std::to_string(options.superstep);
-    } else {
-      title += ", whole program";
-    }
-    if (options.op >= 0) title += ", op " + std::to_string(options.op);
-    *svg = Svg(total, options.metric, title);
+    *svg = Svg(totals.per_tile, options.metric, SvgTitle(m, options, program));
   }
   return Status::Ok();
 }

@@ -6,6 +6,7 @@
 
 #include "formats/print.h"
 #include "kernels/cost.h"
+#include "kernels/kernel_names.h"
 #include "kernels/simulator.h"
 #include "passes/core/decisions.h"
 #include "passes/inspect/amp.h"
@@ -27,7 +28,8 @@ std::map<uint32_t, int64_t> CallsPerTile(const fb::DeviceProgramT& program) {
   std::map<std::pair<uint32_t, uint32_t>, int64_t> calls;  // (op, tile)
   for (const auto& step : program.supersteps) {
     for (const auto& c : step->compute) {
-      if (c->kernel == "gemm" || c->kernel == "gemm_nt") {
+      if (c->kernel == kernels::names::kGemm ||
+          c->kernel == kernels::names::kGemmNt) {
         ++calls[{c->op, c->tile}];
       }
     }

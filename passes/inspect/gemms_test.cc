@@ -75,7 +75,7 @@ TEST(InspectGemmsTest, SearchedPlansStayNearTheBound) {
     o.width = s.width;
     o.mlp_width = s.mlp;
     o.heads = s.heads;
-    ASSERT_TRUE(passes::BuildModel(s.preset, "mlp-block", o, &m).empty());
+    ASSERT_TRUE(passes::BuildModel(s.preset, "mlp-block", o, &m).ok());
     // F16: the bound below holds for the F16 search; with FP8 operands the
     // searched down GEMM of the [13,40] block lands at 1.5x its bound
     // (docs/quantize.md, "Known gaps").
@@ -174,7 +174,7 @@ TEST(InspectGemmsTest, ReportsTheAttentionGemmsOfALayer) {
   o.width = 64;
   o.mlp_width = 128;
   o.heads = 4;
-  ASSERT_TRUE(passes::BuildModel("siglip-so400m-384", "layer", o, &m).empty());
+  ASSERT_TRUE(passes::BuildModel("siglip-so400m-384", "layer", o, &m).ok());
   ASSERT_TRUE(passes::RunPipeline(&m).ok());
   StatusOr<std::vector<GemmReport>> gemms = InspectGemms(m);
   ASSERT_TRUE(gemms.ok()) << gemms.status().message();

@@ -8,6 +8,7 @@
 #include "formats/print.h"
 #include "kernels/cost.h"
 #include "kernels/fb_dtype.h"
+#include "kernels/kernel_names.h"
 #include "kernels/registry.h"
 #include "kernels/simulator.h"
 #include "passes/inspect/amp.h"
@@ -151,7 +152,7 @@ Status CountWork(const fb::ModuleT& module, Figures* f) {
       w.tiles.insert(static_cast<int>(c->tile));
       Touch(&w, step);
       ++f->step_ops[s][c->op].calls;
-      if (c->kernel != "gemm") continue;
+      if (c->kernel != kernels::names::kGemm) continue;
       std::vector<kernels::Operand> operands;
       for (const auto& a : c->args) {
         auto it = buffers.find(a->buffer);

@@ -8,10 +8,11 @@
 
 #include "formats/print.h"
 #include "kernels/cost.h"
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
-#include "passes/core/ownership.h"
 #include "passes/core/decisions.h"
+#include "passes/core/ownership.h"
 #include "passes/lower/lowering.h"
 #include "passes/lower/program.h"
 
@@ -264,9 +265,10 @@ Status Reducer::RecordConversion(fb::OperationT* op, const GemmGrid& g,
       {nullptr, 0, kernels::DType::kF32, 0},
       {nullptr, 0, *kernels::DTypeFromFb(C->dtype), C->fp8_scale_exp}};
   const std::vector<int64_t> cast_params = {bm, bn}, reduce_params = {bm * bn};
-  StatusOr<int64_t> cast = kernels::Cycles(model_, "cast", io, cast_params, {});
-  StatusOr<int64_t> reduce =
-      kernels::Cycles(model_, "reduce_partials", io, reduce_params, {});
+  StatusOr<int64_t> cast =
+      kernels::Cycles(model_, kernels::names::kCast, io, cast_params, {});
+  StatusOr<int64_t> reduce = kernels::Cycles(
+      model_, kernels::names::kReducePartials, io, reduce_params, {});
   if (!cast.ok()) return cast.status();
   if (!reduce.ok()) return reduce.status();
   log_.Info({op->id}, "convert the accumulator with " + as_planned.notes.converter,

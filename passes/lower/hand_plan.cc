@@ -27,8 +27,8 @@ fb::ModuleT Import(const std::string& preset, const std::string& part,
   o.width = width;
   o.mlp_width = mlp_width;
   if (heads > 0) o.heads = heads;
-  const std::string error = passes::BuildModel(preset, part, o, &module);
-  CHECK(error.empty()) << error;
+  const Status built = passes::BuildModel(preset, part, o, &module);
+  CHECK(built.ok()) << built.message();
   module.schema_version = ir::kSchemaVersion;
   module.producer = "hand_plan";
   return module;

@@ -9,6 +9,7 @@
 
 #include "formats/print.h"
 #include "kernels/fused_body.h"
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
 #include "passes/core/ownership.h"
@@ -367,7 +368,7 @@ Status Lowering::Move(const Box& box, int src_tile, const Storage& src,
     if (src.buffer == dst.buffer && r.src == r.dst) continue;
     VCall c;
     c.tile = src_tile;
-    c.kernel = "copy";
+    c.kernel = kernels::names::kCopy;
     c.args = {from, VSlice{dst.buffer, r.dst * eb, r.count * eb}};
     c.params = {r.count * eb};
     c.op = op;
@@ -691,7 +692,7 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
             const int p_eb = ir::DTypeBytes(buffers_[ts.partial.buffer].dtype);
             VCall call;
             call.tile = t;
-            call.kernel = "gemm";
+            call.kernel = kernels::names::kGemm;
             call.args = {{a_store.buffer, piece.offset * a_eb, bm * w * a_eb},
                          {bs.buffer, *b_off * b_eb, w * bn * b_eb},
                          {ts.partial.buffer, 0, bm * bn * p_eb}};
@@ -841,19 +842,20 @@ Status Lowering::ConvertAccumulators(GemmState* s) {
     const int64_t n = cbox.Elements();
     VCall cast;
     cast.tile = t;
-    cast.kernel = "cast";
+    cast.kernel = kernels::names::kCast;
     cast.args = {{ts.partial.buffer, 0, n * 4}, {cs->buffer, 0, n * c_eb}};
     cast.params = {BoxRows(cbox), BoxWidth(cbox)};
     cast.op = s->op->id;
     VCall reduce = cast;
-    reduce.kernel = "reduce_partials";
+    reduce.kernel = kernels::names::kReducePartials;
     reduce.params = {n};
     StatusOr<int64_t> cc = CallCycles(model_, buffers_, cast);
     StatusOr<int64_t> rc = CallCycles(model_, buffers_, reduce);
     if (!cc.ok()) return cc.status();
     if (!rc.ok()) return rc.status();
     const bool use_reduce = *rc < *cc;
-    notes_[s->op->id].converter = use_reduce ? "reduce_partials" : "cast";
+    notes_[s->op->id].converter = std::string(
+        use_reduce ? kernels::names::kReducePartials : kernels::names::kCast);
     AddCall(last, use_reduce ? std::move(reduce) : std::move(cast));
   }
   return Status::Ok();
@@ -945,7 +947,7 @@ Status Lowering::ReducePartials(GemmState* s) {
         for (size_t e = 0; e < groups.size(); ++e) {
           VCall call;
           call.tile = R;
-          call.kernel = "reduce_partials";
+          call.kernel = kernels::names::kReducePartials;
           call.op = op_id;
           call.params = {n};
           if (e > 0) call.args.push_back(accumulator);
@@ -975,21 +977,64 @@ Status Lowering::ReducePartials(GemmState* s) {
 
 // ---------------------------------------------------------------- elementwise
 
-Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
+namespace {
+
+// Moments go straight into the moments value `M` when every tile holds whole
+// rows of `Y` and the moments of exactly those rows; otherwise each tile
+// writes partial moments of its slice and they are combined on the moments'
+// owners.
+bool DirectMoments(const fb::ValueT& Y, const fb::ValueT& M) {
+  bool direct =
+      TilesUsed(*Y.ownership, Y.shape) == TilesUsed(*M.ownership, M.shape);
+  for (int t : TilesUsed(*Y.ownership, Y.shape)) {
+    const std::vector<Box> yb = HeldBoxes(*Y.ownership, Y.shape, t);
+    const std::vector<Box> mb = HeldBoxes(*M.ownership, M.shape, t);
+    direct = direct && yb.size() == 1 && mb.size() == 1 &&
+             BoxWidth(yb[0]) == Y.shape[1] &&
+             mb[0].begin[0] == yb[0].begin[0] && mb[0].end[0] == yb[0].end[0];
+  }
+  return direct;
+}
+
+}  // namespace
+
+// One elementwise (or fused) op being lowered, and the tile at hand.
+struct Lowering::ElementwiseState {
+  const fb::OperationT* op = nullptr;
+  const fb::ValueT* Y = nullptr;
+  const fb::ValueT* M = nullptr;  // the moments result, if any
+  std::vector<kernels::BodyKernel> steps;
+  bool trailing_moments = false;  // last step ln_moments reads the result
+  size_t value_steps = 0;         // the steps that produce values
+  bool direct_moments = false;
+  PhaseList list;
+  Phase* phase = nullptr;
+  std::vector<MomentPartial> partials;
+  // The tile being lowered: its result and moments storage, and each
+  // operand's whole range when the body runs once over it.
+  int tile = 0;
+  Storage* ys = nullptr;
+  Storage* ms = nullptr;
+  std::map<uint32_t, VSlice> whole;
+};
+
+Status Lowering::StartElementwise(const fb::OperationT& op,
+                                  ElementwiseState* s) {
   const std::string where = OpWhere(op);
-  const uint32_t y_id = op.results[0];
-  const fb::ValueT* Y = value(y_id);
+  s->op = &op;
+  s->Y = value(op.results[0]);
   // The calls are the one definition the planner prices too
   // (kernels/fused_body.h).
-  StatusOr<std::vector<fb::FusedStepT>> body = kernels::BodySteps(op, *Y);
+  StatusOr<std::vector<fb::FusedStepT>> body = kernels::BodySteps(op, *s->Y);
   if (!body.ok()) return body.status();
   StatusOr<std::vector<kernels::BodyKernel>> compiled = kernels::CompileBody(
       *body, op.operands.size(), op.results.size(), where);
   if (!compiled.ok()) return compiled.status();
-  const std::vector<kernels::BodyKernel>& steps = *compiled;
+  s->steps = *std::move(compiled);
   // ln_moments reads the stored result; it is not a value-producing step.
-  const bool trailing_moments = steps.back().kernel == "ln_moments";
-  const size_t value_steps = steps.size() - (trailing_moments ? 1 : 0);
+  s->trailing_moments = s->steps.back().kernel == kernels::names::kLnMoments;
+  s->value_steps = s->steps.size() - (s->trailing_moments ? 1 : 0);
+  const fb::ValueT* Y = s->Y;
   const fb::ValueT* M = op.results.size() == 2 ? value(op.results[1]) : nullptr;
   if (M && (Y->shape.size() != 2 || M->shape.size() != 2 ||
             M->shape[0] != Y->shape[0] || M->shape[1] != 3)) {
@@ -999,157 +1044,169 @@ Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
   if (M && M->dtype != fb::DType::F32) {
     return Status::BadInput(where + ": moments result must be F32");
   }
-  PhaseList list;
-  Phase* phase = NewPhase(&list, Phase::Kind::kCompute,
-                          ir::OpKindText(op.kind));
-  const int y_eb = ir::DTypeBytes(Y->dtype);
-  // Moments go straight into the moments value when every tile holds whole
-  // rows and the moments of exactly those rows; otherwise each tile writes
-  // partial moments of its slice and they are combined on the moments'
-  // owners.
-  bool direct_moments = M != nullptr;
-  if (M) {
-    direct_moments = TilesUsed(*Y->ownership, Y->shape) ==
-                     TilesUsed(*M->ownership, M->shape);
-    for (int t : TilesUsed(*Y->ownership, Y->shape)) {
-      const std::vector<Box> yb = HeldBoxes(*Y->ownership, Y->shape, t);
-      const std::vector<Box> mb = HeldBoxes(*M->ownership, M->shape, t);
-      direct_moments = direct_moments && yb.size() == 1 && mb.size() == 1 &&
-                       BoxWidth(yb[0]) == Y->shape[1] &&
-                       mb[0].begin[0] == yb[0].begin[0] &&
-                       mb[0].end[0] == yb[0].end[0];
-    }
+  s->M = M;
+  s->phase = NewPhase(&s->list, Phase::Kind::kCompute, ir::OpKindText(op.kind));
+  s->direct_moments = M != nullptr && DirectMoments(*Y, *M);
+  return Status::Ok();
+}
+
+// A body whose steps need no rows (no per-column operand, no moments) runs
+// once over a tile's whole range where the result and every full-size
+// operand hold it contiguously in the same boxes (a flat range cut into row
+// boxes): one call per step as [1, n]. Each such operand's whole range, or
+// none.
+StatusOr<std::map<uint32_t, VSlice>> Lowering::WholeRanges(
+    const ElementwiseState& s) {
+  std::map<uint32_t, VSlice> whole;
+  bool row_free = !s.trailing_moments;
+  for (size_t i = 0; i < s.value_steps; ++i) {
+    row_free = row_free && !s.steps[i].bias && !s.steps[i].moments;
   }
-  std::vector<MomentPartial> partials;
-  for (int t : TilesUsed(*Y->ownership, Y->shape)) {
-    ++notes_[op.id].tiles;
-    const Segments y_segments =
-        Consecutive(HeldBoxes(*Y->ownership, Y->shape, t));
-    Storage* ys = NewValueStorage(y_id, t, op.id, BufferKind::kValue,
-                                  &y_segments, false);
-    Storage* ms = nullptr;
-    if (M && direct_moments) {
-      ms = NewValueStorage(op.results[1], t, op.id, BufferKind::kValue,
-                           nullptr, false);
-    }
-    const Storage* ys_const = ys;
-    // A body whose steps need no rows (no per-column operand, no moments)
-    // runs once over a tile's whole range where the result and every
-    // full-size operand hold it contiguously in the same boxes (a flat
-    // range cut into row boxes): one call per step as [1, n].
-    bool row_free = !trailing_moments;
-    for (size_t i = 0; i < value_steps; ++i) {
-      row_free = row_free && !steps[i].bias && !steps[i].moments;
-    }
-    std::map<uint32_t, VSlice> whole;  // operand -> its whole range
-    const Segments& y_segs = ys_const->segments;
-    if (row_free && y_segs.size() > 1) {
-      std::vector<uint32_t> ids;
-      std::vector<Segments> operands;
-      for (uint32_t id : op.operands) {
-        if (value(id)->shape != Y->shape) continue;
-        StatusOr<const Storage*> xs = Operand(id, t, op.id);
-        if (!xs.ok()) return xs.status();
-        ids.push_back(id);
-        operands.push_back((*xs)->segments);
+  const Segments& y_segs = s.ys->segments;
+  if (!row_free || y_segs.size() <= 1) return whole;
+  std::vector<uint32_t> ids;
+  std::vector<Segments> operands;
+  for (uint32_t id : s.op->operands) {
+    if (value(id)->shape != s.Y->shape) continue;
+    StatusOr<const Storage*> xs = Operand(id, s.tile, s.op->id);
+    if (!xs.ok()) return xs.status();
+    ids.push_back(id);
+    operands.push_back((*xs)->segments);
+  }
+  if (!passes::SameContiguousRange(y_segs, operands)) return whole;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int eb = ir::DTypeBytes(value(ids[i])->dtype);
+    whole[ids[i]] = {Find(ids[i], s.tile)->buffer, operands[i][0].offset * eb,
+                     TotalElements(y_segs) * eb};
+  }
+  return whole;
+}
+
+// Where the row moments of box `b` go: the moments value's rows, or a new
+// partial of this slice.
+VSlice Lowering::MomentsSlice(ElementwiseState* s, const Box& b) {
+  if (s->ms != nullptr) {
+    const int64_t off =
+        *ContiguousOffset(Box2(b.begin[0], b.end[0], 0, 3), s->ms->segments);
+    return {s->ms->buffer, off * 4, BoxRows(b) * 12};
+  }
+  MomentPartial p;
+  p.tile = s->tile;
+  p.rows = b;
+  p.storage.segments = {Segment{Box2(b.begin[0], b.end[0], 0, 3), 0}};
+  p.storage.buffer =
+      NewBuffer(s->tile, BoxRows(b) * 3, fb::DType::F32, 0, -1, s->op->id,
+                BufferKind::kPartial, s->op->name + ".moments_partial", false);
+  s->partials.push_back(p);
+  return {p.storage.buffer, 0, BoxRows(b) * 12};
+}
+
+// The body's calls on one unit of the tile (a segment of the result, or
+// its whole range as [1, n]): each step reads the running value, writes a
+// temporary or, last, the result.
+Status Lowering::ElementwiseCalls(ElementwiseState* s, const Segment& seg) {
+  const fb::OperationT& op = *s->op;
+  const int t = s->tile;
+  const Box& box = seg.box;
+  const int64_t rows = BoxRows(box), w = BoxWidth(box), n = box.Elements();
+  const int y_eb = ir::DTypeBytes(s->Y->dtype);
+  auto locate = [&](uint32_t id, const Box& b,
+                    std::string_view role) -> StatusOr<VSlice> {
+    if (!s->whole.empty()) return s->whole.at(id);
+    return Contiguous(id, t, b, op, role, s->phase);
+  };
+  StatusOr<VSlice> running = locate(op.operands[0], box, "operand");
+  if (!running.ok()) return running.status();
+  VSlice cur = *running;
+  for (size_t i = 0; i < s->value_steps; ++i) {
+    const kernels::BodyKernel& k = s->steps[i];
+    VCall call;
+    call.tile = t;
+    call.kernel = k.kernel;
+    call.op = op.id;
+    call.args.push_back(cur);
+    if (k.operand >= 0) {
+      Box b = box;
+      if (k.bias) {
+        b.rank = 1;
+        b.begin = {box.begin[box.rank - 1], 0, 0, 0};
+        b.end = {box.end[box.rank - 1], 0, 0, 0};
       }
-      if (passes::SameContiguousRange(y_segs, operands)) {
-        for (size_t i = 0; i < ids.size(); ++i) {
-          const int eb = ir::DTypeBytes(value(ids[i])->dtype);
-          whole[ids[i]] = {Find(ids[i], t)->buffer, operands[i][0].offset * eb,
-                           TotalElements(y_segs) * eb};
-        }
-      }
+      StatusOr<VSlice> extra =
+          locate(op.operands[k.operand], b, k.bias ? "bias" : "operand");
+      if (!extra.ok()) return extra.status();
+      call.args.push_back(*extra);
     }
-    std::vector<Segment> units;
-    if (!whole.empty()) {
-      Box flat;  // the whole range as [1, n]
-      flat.rank = 2;
-      flat.end = {1, TotalElements(y_segs), 0, 0};
-      units.push_back({flat, 0});
-      ++notes_[op.id].whole_range_tiles;
+    VSlice result;
+    if (i + 1 == s->value_steps) {
+      result = {s->ys->buffer, seg.offset * y_eb, n * y_eb};
     } else {
-      units = y_segs;
+      const int buf =
+          NewBuffer(t, n, k.dtype, k.scale_exp, -1, op.id, BufferKind::kTemp,
+                    op.name + ".step" + std::to_string(i), false);
+      result = {buf, 0, n * ir::DTypeBytes(k.dtype)};
     }
-    for (const Segment& seg : units) {
-      const Box& box = seg.box;
-      const int64_t rows = BoxRows(box), w = BoxWidth(box), n = box.Elements();
-      auto locate = [&](uint32_t id, const Box& b,
-                        std::string_view role) -> StatusOr<VSlice> {
-        if (!whole.empty()) return whole.at(id);
-        return Contiguous(id, t, b, op, role, phase);
-      };
-      // Where this box's row moments go: the moments value's rows, or a
-      // partial of this slice.
-      auto moments_slice = [&](const Box& b) -> VSlice {
-        if (ms != nullptr) {
-          const int64_t off =
-              *ContiguousOffset(Box2(b.begin[0], b.end[0], 0, 3), ms->segments);
-          return {ms->buffer, off * 4, BoxRows(b) * 12};
-        }
-        MomentPartial p;
-        p.tile = t;
-        p.rows = b;
-        p.storage.segments = {Segment{Box2(b.begin[0], b.end[0], 0, 3), 0}};
-        p.storage.buffer = NewBuffer(t, BoxRows(b) * 3, fb::DType::F32, 0, -1,
-                                     op.id, BufferKind::kPartial,
-                                     op.name + ".moments_partial", false);
-        partials.push_back(p);
-        return {p.storage.buffer, 0, BoxRows(b) * 12};
-      };
-      StatusOr<VSlice> running = locate(op.operands[0], box, "operand");
-      if (!running.ok()) return running.status();
-      VSlice cur = *running;
-      for (size_t i = 0; i < value_steps; ++i) {
-        const kernels::BodyKernel& k = steps[i];
-        VCall call;
-        call.tile = t;
-        call.kernel = k.kernel;
-        call.op = op.id;
-        call.args.push_back(cur);
-        if (k.operand >= 0) {
-          Box b = box;
-          if (k.bias) {
-            b.rank = 1;
-            b.begin = {box.begin[box.rank - 1], 0, 0, 0};
-            b.end = {box.end[box.rank - 1], 0, 0, 0};
-          }
-          StatusOr<VSlice> extra =
-              locate(op.operands[k.operand], b, k.bias ? "bias" : "operand");
-          if (!extra.ok()) return extra.status();
-          call.args.push_back(*extra);
-        }
-        VSlice result;
-        if (i + 1 == value_steps) {
-          result = {ys->buffer, seg.offset * y_eb, n * y_eb};
-        } else {
-          const int buf = NewBuffer(t, n, k.dtype, k.scale_exp, -1, op.id,
-                                    BufferKind::kTemp,
-                                    op.name + ".step" + std::to_string(i),
-                                    false);
-          result = {buf, 0, n * ir::DTypeBytes(k.dtype)};
-        }
-        call.args.push_back(result);
-        if (k.moments) call.args.push_back(moments_slice(box));
-        call.params = kernels::BodyKernelParams(k, rows, w);
-        AddCall(phase, std::move(call));
-        cur = result;
-      }
-      if (trailing_moments) {
-        VCall call;
-        call.tile = t;
-        call.kernel = "ln_moments";
-        call.op = op.id;
-        call.args = {cur, moments_slice(box)};
-        call.params = {rows, w};
-        AddCall(phase, std::move(call));
-      }
-    }
+    call.args.push_back(result);
+    if (k.moments) call.args.push_back(MomentsSlice(s, box));
+    call.params = kernels::BodyKernelParams(k, rows, w);
+    AddCall(s->phase, std::move(call));
+    cur = result;
   }
-  if (M && !direct_moments) {
-    TILEC_RETURN_IF_ERROR(CombineMoments(op, op.results[1], partials, &list));
+  if (s->trailing_moments) {
+    VCall call;
+    call.tile = t;
+    call.kernel = kernels::names::kLnMoments;
+    call.op = op.id;
+    call.args = {cur, MomentsSlice(s, box)};
+    call.params = {rows, w};
+    AddCall(s->phase, std::move(call));
   }
-  out->phases = Normalize(&list);
+  return Status::Ok();
+}
+
+Status Lowering::LowerElementwiseTile(ElementwiseState* s, int t) {
+  const fb::OperationT& op = *s->op;
+  ++notes_[op.id].tiles;
+  s->tile = t;
+  const Segments y_segments =
+      Consecutive(HeldBoxes(*s->Y->ownership, s->Y->shape, t));
+  s->ys = NewValueStorage(op.results[0], t, op.id, BufferKind::kValue,
+                          &y_segments, false);
+  s->ms = nullptr;
+  if (s->M && s->direct_moments) {
+    s->ms = NewValueStorage(op.results[1], t, op.id, BufferKind::kValue,
+                            nullptr, false);
+  }
+  StatusOr<std::map<uint32_t, VSlice>> whole = WholeRanges(*s);
+  if (!whole.ok()) return whole.status();
+  s->whole = *std::move(whole);
+  std::vector<Segment> units;
+  if (!s->whole.empty()) {
+    Box flat;  // the whole range as [1, n]
+    flat.rank = 2;
+    flat.end = {1, TotalElements(s->ys->segments), 0, 0};
+    units.push_back({flat, 0});
+    ++notes_[op.id].whole_range_tiles;
+  } else {
+    units = s->ys->segments;
+  }
+  for (const Segment& seg : units) {
+    TILEC_RETURN_IF_ERROR(ElementwiseCalls(s, seg));
+  }
+  return Status::Ok();
+}
+
+Status Lowering::LowerElementwise(const fb::OperationT& op, OpProgram* out) {
+  ElementwiseState s;
+  TILEC_RETURN_IF_ERROR(StartElementwise(op, &s));
+  for (int t : TilesUsed(*s.Y->ownership, s.Y->shape)) {
+    TILEC_RETURN_IF_ERROR(LowerElementwiseTile(&s, t));
+  }
+  if (s.M && !s.direct_moments) {
+    TILEC_RETURN_IF_ERROR(
+        CombineMoments(op, op.results[1], s.partials, &s.list));
+  }
+  out->phases = Normalize(&s.list);
   return Status::Ok();
 }
 
@@ -1204,11 +1261,11 @@ Status Lowering::LowerRowWise(const fb::OperationT& op, OpProgram* out) {
         if (!gamma.ok()) return gamma.status();
         StatusOr<VSlice> beta = locate(op.operands[2], row);
         if (!beta.ok()) return beta.status();
-        call.kernel = "layernorm";
+        call.kernel = kernels::names::kLayerNorm;
         call.args = {*x, *gamma, *beta, y};
         call.fparams = {op.eps};
       } else {
-        call.kernel = "softmax";
+        call.kernel = kernels::names::kSoftmax;
         call.args = {*x, y};
         call.fparams = {op.scale};
       }
@@ -1327,7 +1384,7 @@ Status Lowering::CombineMoments(const fb::OperationT& op, uint32_t m_id,
         ++notes.ranges;
         VCall call;
         call.tile = R;
-        call.kernel = "moments_combine";
+        call.kernel = kernels::names::kMomentsCombine;
         call.op = op.id;
         call.params = {b - a};
         int remote_slots = 0;
@@ -1402,7 +1459,7 @@ Status Lowering::LowerMoments(const fb::OperationT& op, const ReductionChoice&,
                                    op.name + ".partial", false);
       VCall call;
       call.tile = t;
-      call.kernel = "ln_moments";
+      call.kernel = kernels::names::kLnMoments;
       call.op = op.id;
       call.args = {*x, {p.storage.buffer, 0, BoxRows(box) * 12}};
       call.params = {BoxRows(box), BoxWidth(box)};
@@ -1449,7 +1506,7 @@ Status Lowering::LowerNormalize(const fb::OperationT& op, OpProgram* out) {
       if (!beta.ok()) return beta.status();
       VCall call;
       call.tile = t;
-      call.kernel = "normalize";
+      call.kernel = kernels::names::kNormalize;
       call.op = op.id;
       call.args = {*x, *m, *gamma, *beta,
                    {y_buffer, seg.offset * y_eb, box.Elements() * y_eb}};
@@ -1459,6 +1516,143 @@ Status Lowering::LowerNormalize(const fb::OperationT& op, OpProgram* out) {
     }
   }
   out->phases = Normalize(&list);
+  return Status::Ok();
+}
+
+// Partial moments of every column slice of `Y` (the op's result), in
+// `stats`.
+Status Lowering::SplitMomentPartials(const fb::OperationT& op,
+                                     const fb::ValueT& Y, Phase* stats,
+                                     std::vector<LayerNormSlice>* slices) {
+  for (int t : TilesUsed(*Y.ownership, Y.shape)) {
+    for (const Box& box : HeldBoxes(*Y.ownership, Y.shape, t)) {
+      StatusOr<VSlice> x = Contiguous(op.operands[0], t, box, op, "x", stats);
+      if (!x.ok()) return x.status();
+      const int buf =
+          NewBuffer(t, BoxRows(box) * 3, fb::DType::F32, 0, -1, op.id,
+                    BufferKind::kPartial, op.name + ".partial", false);
+      VCall call;
+      call.tile = t;
+      call.kernel = kernels::names::kLnMoments;
+      call.op = op.id;
+      call.args = {*x, {buf, 0, BoxRows(box) * 12}};
+      call.params = {BoxRows(box), BoxWidth(box)};
+      AddCall(stats, std::move(call));
+      slices->push_back({t, box, buf});
+    }
+  }
+  return Status::Ok();
+}
+
+// The row group of slice `s`: one slice per column block over the same
+// rows, by first column (`s` itself for its own block, else the first
+// slice found, preferring one on `s`'s tile).
+StatusOr<std::map<int64_t, const Lowering::LayerNormSlice*>> Lowering::RowGroup(
+    const std::vector<LayerNormSlice>& slices, const LayerNormSlice& s,
+    const std::string& where) {
+  std::map<int64_t, const LayerNormSlice*> group;
+  for (const LayerNormSlice& o : slices) {
+    if (o.box.begin[0] != s.box.begin[0] || o.box.end[0] != s.box.end[0]) {
+      if (o.box.begin[0] < s.box.end[0] && s.box.begin[0] < o.box.end[0]) {
+        return Status::BadInput(where +
+                                ": column slices of different row "
+                                "blocks overlap; LayerNorm over split "
+                                "rows needs aligned row blocks");
+      }
+      continue;
+    }
+    if (o.tile == s.tile) {
+      group[o.box.begin[1]] = &o;
+    } else if (!group.count(o.box.begin[1])) {
+      group[o.box.begin[1]] = &o;
+    }
+  }
+  group[s.box.begin[1]] = &s;
+  return group;
+}
+
+// The group's partials gathered on `s`'s tile (exchange into a remote
+// buffer) and combined in column order into the rows' moments; returns that
+// buffer.
+StatusOr<int> Lowering::CombineRowGroup(
+    const fb::OperationT& op, const LayerNormSlice& s,
+    const std::map<int64_t, const LayerNormSlice*>& group, Phase* exchange,
+    Phase* norm) {
+  OpNotes& notes = notes_[op.id];
+  const int64_t rows = BoxRows(s.box), n = rows * 3;
+  const Box mrows = MomentRows(s.box.begin[0], s.box.end[0]);
+  const int remote = static_cast<int>(group.size()) - 1;
+  const int rbuf =
+      remote > 0 ? NewBuffer(s.tile, remote * n, fb::DType::F32, 0, -1, op.id,
+                             BufferKind::kRemote, op.name + ".remote", false)
+                 : -1;
+  const int full = NewBuffer(s.tile, n, fb::DType::F32, 0, -1, op.id,
+                             BufferKind::kResult, op.name + ".moments", false);
+  VCall combine;
+  combine.tile = s.tile;
+  combine.kernel = kernels::names::kMomentsCombine;
+  combine.op = op.id;
+  combine.params = {rows};
+  int slot = 0;
+  for (const auto& [c0, o] : group) {
+    if (o == &s) {
+      combine.args.push_back({s.partial, 0, n * 4});
+      ++notes.seeds_in_place;
+      continue;
+    }
+    Storage src{o->partial, {Segment{mrows, 0}}};
+    Storage dst{rbuf, {Segment{mrows, int64_t{slot} * n}}};
+    TILEC_RETURN_IF_ERROR(Move(mrows, o->tile, src, s.tile, dst, fb::DType::F32,
+                               op.id, norm, exchange));
+    combine.args.push_back({rbuf, int64_t{slot} * n * 4, n * 4});
+    ++slot;
+  }
+  combine.args.push_back({full, 0, n * 4});
+  ++notes.ranges;
+  notes.moment_partials += static_cast<int>(group.size());
+  AddCall(norm, std::move(combine));
+  return full;
+}
+
+// Slice `s` normalized with its rows' moments (buffer `full`) into the
+// result.
+Status Lowering::NormalizeSlice(const fb::OperationT& op,
+                                const LayerNormSlice& s, int full,
+                                Phase* norm) {
+  const uint32_t y_id = op.results[0];
+  const int y_eb = ir::DTypeBytes(value(y_id)->dtype);
+  const int64_t rows = BoxRows(s.box), n = rows * 3;
+  Box cols;
+  cols.rank = 1;
+  cols.begin[0] = s.box.begin[1];
+  cols.end[0] = s.box.end[1];
+  StatusOr<VSlice> x = Contiguous(op.operands[0], s.tile, s.box, op, "x", norm);
+  if (!x.ok()) return x.status();
+  StatusOr<VSlice> gamma =
+      Contiguous(op.operands[1], s.tile, cols, op, "gamma", norm);
+  if (!gamma.ok()) return gamma.status();
+  StatusOr<VSlice> beta =
+      Contiguous(op.operands[2], s.tile, cols, op, "beta", norm);
+  if (!beta.ok()) return beta.status();
+  Storage* ys =
+      storage_.count(y_id) ? const_cast<Storage*>(Find(y_id, s.tile)) : nullptr;
+  if (ys == nullptr) {
+    ys = NewValueStorage(y_id, s.tile, op.id, BufferKind::kValue, nullptr,
+                         false);
+  }
+  const std::optional<int64_t> off = ContiguousOffset(s.box, ys->segments);
+  VCall call;
+  call.tile = s.tile;
+  call.kernel = kernels::names::kNormalize;
+  call.op = op.id;
+  call.args = {*x,
+               {full, 0, n * 4},
+               *gamma,
+               *beta,
+               {ys->buffer, *off * y_eb, s.box.Elements() * y_eb}};
+  call.params = {rows, BoxWidth(s.box)};
+  call.fparams = {op.eps};
+  AddCall(norm, std::move(call));
   return Status::Ok();
 }
 
@@ -1472,8 +1666,7 @@ Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out) {
   if (op.operands.size() != 3) {
     return Status::BadInput(where + ": needs x, gamma and beta");
   }
-  const uint32_t y_id = op.results[0];
-  const fb::ValueT* Y = value(y_id);
+  const fb::ValueT* Y = value(op.results[0]);
   if (Y->shape.size() != 2) {
     return Status::BadInput(where + ": split rows need a [rows, w] value");
   }
@@ -1482,106 +1675,16 @@ Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out) {
   Phase* stats = NewPhase(&list, Phase::Kind::kCompute, "moments");
   Phase* exchange = NewPhase(&list, Phase::Kind::kExchange, "moments");
   Phase* norm = NewPhase(&list, Phase::Kind::kCompute, "normalize");
-  struct Slice {
-    int tile;
-    Box box;
-    int partial;  // buffer
-  };
-  std::vector<Slice> slices;
-  for (int t : TilesUsed(*Y->ownership, Y->shape)) {
-    for (const Box& box : HeldBoxes(*Y->ownership, Y->shape, t)) {
-      StatusOr<VSlice> x = Contiguous(op.operands[0], t, box, op, "x", stats);
-      if (!x.ok()) return x.status();
-      const int buf = NewBuffer(t, BoxRows(box) * 3, fb::DType::F32, 0, -1,
-                                op.id, BufferKind::kPartial,
-                                op.name + ".partial", false);
-      VCall call;
-      call.tile = t;
-      call.kernel = "ln_moments";
-      call.op = op.id;
-      call.args = {*x, {buf, 0, BoxRows(box) * 12}};
-      call.params = {BoxRows(box), BoxWidth(box)};
-      AddCall(stats, std::move(call));
-      slices.push_back({t, box, buf});
-    }
-  }
-  const int y_eb = ir::DTypeBytes(Y->dtype);
-  for (const Slice& s : slices) {
+  std::vector<LayerNormSlice> slices;
+  TILEC_RETURN_IF_ERROR(SplitMomentPartials(op, *Y, stats, &slices));
+  for (const LayerNormSlice& s : slices) {
     ++notes.tiles;
-    // The row group: one slice per column block over the same rows.
-    std::map<int64_t, const Slice*> group;
-    for (const Slice& o : slices) {
-      if (o.box.begin[0] != s.box.begin[0] || o.box.end[0] != s.box.end[0]) {
-        if (o.box.begin[0] < s.box.end[0] && s.box.begin[0] < o.box.end[0]) {
-          return Status::BadInput(where + ": column slices of different row "
-                                          "blocks overlap; LayerNorm over split "
-                                          "rows needs aligned row blocks");
-        }
-        continue;
-      }
-      if (o.tile == s.tile) {
-        group[o.box.begin[1]] = &o;
-      } else if (!group.count(o.box.begin[1])) {
-        group[o.box.begin[1]] = &o;
-      }
-    }
-    group[s.box.begin[1]] = &s;
-    const int64_t rows = BoxRows(s.box), n = rows * 3;
-    const Box mrows = MomentRows(s.box.begin[0], s.box.end[0]);
-    const int remote = static_cast<int>(group.size()) - 1;
-    const int rbuf = remote > 0 ? NewBuffer(s.tile, remote * n, fb::DType::F32,
-                                            0, -1, op.id, BufferKind::kRemote,
-                                            op.name + ".remote", false)
-                                : -1;
-    const int full = NewBuffer(s.tile, n, fb::DType::F32, 0, -1, op.id,
-                               BufferKind::kResult, op.name + ".moments", false);
-    VCall combine;
-    combine.tile = s.tile;
-    combine.kernel = "moments_combine";
-    combine.op = op.id;
-    combine.params = {rows};
-    int slot = 0;
-    for (const auto& [c0, o] : group) {
-      if (o == &s) {
-        combine.args.push_back({s.partial, 0, n * 4});
-        ++notes.seeds_in_place;
-        continue;
-      }
-      Storage src{o->partial, {Segment{mrows, 0}}};
-      Storage dst{rbuf, {Segment{mrows, int64_t{slot} * n}}};
-      TILEC_RETURN_IF_ERROR(Move(mrows, o->tile, src, s.tile, dst,
-                                 fb::DType::F32, op.id, norm, exchange));
-      combine.args.push_back({rbuf, int64_t{slot} * n * 4, n * 4});
-      ++slot;
-    }
-    combine.args.push_back({full, 0, n * 4});
-    ++notes.ranges;
-    notes.moment_partials += static_cast<int>(group.size());
-    AddCall(norm, std::move(combine));
-    Box cols;
-    cols.rank = 1;
-    cols.begin[0] = s.box.begin[1];
-    cols.end[0] = s.box.end[1];
-    StatusOr<VSlice> x = Contiguous(op.operands[0], s.tile, s.box, op, "x", norm);
-    if (!x.ok()) return x.status();
-    StatusOr<VSlice> gamma = Contiguous(op.operands[1], s.tile, cols, op, "gamma", norm);
-    if (!gamma.ok()) return gamma.status();
-    StatusOr<VSlice> beta = Contiguous(op.operands[2], s.tile, cols, op, "beta", norm);
-    if (!beta.ok()) return beta.status();
-    Storage* ys = storage_.count(y_id) ? const_cast<Storage*>(Find(y_id, s.tile)) : nullptr;
-    if (ys == nullptr) {
-      ys = NewValueStorage(y_id, s.tile, op.id, BufferKind::kValue, nullptr, false);
-    }
-    const std::optional<int64_t> off = ContiguousOffset(s.box, ys->segments);
-    VCall call;
-    call.tile = s.tile;
-    call.kernel = "normalize";
-    call.op = op.id;
-    call.args = {*x, {full, 0, n * 4}, *gamma, *beta,
-                 {ys->buffer, *off * y_eb, s.box.Elements() * y_eb}};
-    call.params = {rows, BoxWidth(s.box)};
-    call.fparams = {op.eps};
-    AddCall(norm, std::move(call));
+    StatusOr<std::map<int64_t, const LayerNormSlice*>> group =
+        RowGroup(slices, s, where);
+    if (!group.ok()) return group.status();
+    StatusOr<int> full = CombineRowGroup(op, s, *group, exchange, norm);
+    if (!full.ok()) return full.status();
+    TILEC_RETURN_IF_ERROR(NormalizeSlice(op, s, *full, norm));
   }
   out->phases = Normalize(&list);
   return Status::Ok();
@@ -1638,8 +1741,9 @@ Status Lowering::LowerAttention(const fb::OperationT& op, OpProgram* out) {
   PhaseList list;
   Phase* copies = NewPhase(&list, Phase::Kind::kCompute, "stage qkv");
   Phase* exchange = NewPhase(&list, Phase::Kind::kExchange, "deliver qkv");
-  Phase* calls = NewPhase(&list, Phase::Kind::kCompute,
-                          scores ? "gemm_nt" : "gemm");
+  Phase* calls = NewPhase(
+      &list, Phase::Kind::kCompute,
+      std::string(scores ? kernels::names::kGemmNt : kernels::names::kGemm));
   // Staging: one buffer per staged box of each tile.
   static constexpr const char* kViewNames[] = {".q", ".k", ".v"};
   const std::vector<int> views = g.StagedViews();
@@ -1720,14 +1824,14 @@ Status Lowering::AttentionCall(const fb::OperationT& op,
   call.params = {rows, inner, cols, 0};
   const VSlice result{ys->buffer, 0, rows * cols * y_eb};
   if (scores) {
-    call.kernel = "gemm_nt";
+    call.kernel = kernels::names::kGemmNt;
     call.args = {whole(staged[0]), whole(staged[1]), result};
     call.fparams = {op.scale};
   } else {
     StatusOr<VSlice> probs = Contiguous(op.operands[0], t, g.ProbsBox(b, h, mi),
                                         op, "probabilities", calls);
     if (!probs.ok()) return probs.status();
-    call.kernel = "gemm";
+    call.kernel = kernels::names::kGemm;
     call.args = {*probs, whole(staged[0]), result};
   }
   AddCall(calls, std::move(call));

@@ -181,8 +181,30 @@ class Lowering {
   Status ConvertAccumulators(GemmState* s);
   Status ReducePartials(GemmState* s);
   Status LowerElementwise(const fb::OperationT& op, OpProgram* out);
+  struct ElementwiseState;  // one elementwise op being lowered
+  Status StartElementwise(const fb::OperationT& op, ElementwiseState* s);
+  Status LowerElementwiseTile(ElementwiseState* s, int tile);
+  StatusOr<std::map<uint32_t, VSlice>> WholeRanges(const ElementwiseState& s);
+  VSlice MomentsSlice(ElementwiseState* s, const Box& rows);
+  Status ElementwiseCalls(ElementwiseState* s, const Segment& unit);
   Status LowerRowWise(const fb::OperationT& op, OpProgram* out);
   Status LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out);
+  struct LayerNormSlice {  // a tile's column slice of a split LayerNorm
+    int tile;
+    Box box;
+    int partial;  // buffer of its partial moments
+  };
+  Status SplitMomentPartials(const fb::OperationT& op, const fb::ValueT& Y,
+                             Phase* stats, std::vector<LayerNormSlice>* slices);
+  static StatusOr<std::map<int64_t, const LayerNormSlice*>> RowGroup(
+      const std::vector<LayerNormSlice>& slices, const LayerNormSlice& s,
+      const std::string& where);
+  StatusOr<int> CombineRowGroup(
+      const fb::OperationT& op, const LayerNormSlice& s,
+      const std::map<int64_t, const LayerNormSlice*>& group, Phase* exchange,
+      Phase* norm);
+  Status NormalizeSlice(const fb::OperationT& op, const LayerNormSlice& s,
+                        int full, Phase* norm);
   Status LowerMoments(const fb::OperationT& op, const ReductionChoice& choice,
                       OpProgram* out);
   Status LowerNormalize(const fb::OperationT& op, OpProgram* out);

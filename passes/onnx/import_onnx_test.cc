@@ -108,7 +108,7 @@ TEST(ImportOnnx, TanhGeluInAnyOrderAfterFoldedReshape) {
   EXPECT_EQ(module.values.back()->name, "y");
   EXPECT_EQ(module.values.back()->shape, (std::vector<int64_t>{6, 4}));
   for (const auto& op : module.ops) {
-    EXPECT_EQ(ir::CheckOpShapes(*op, module), "");
+    EXPECT_EQ(ir::CheckOpShapes(*op, module).message(), "");
   }
 }
 
@@ -211,7 +211,7 @@ TEST(ImportOnnx, AttentionWithScaledGemmQueryFusesQkv) {
   EXPECT_EQ(module.ops[2]->heads, kH);
   EXPECT_EQ(module.ops[2]->head_dim, kD);
   for (const auto& op : module.ops) {
-    EXPECT_EQ(ir::CheckOpShapes(*op, module), "");
+    EXPECT_EQ(ir::CheckOpShapes(*op, module).message(), "");
   }
   // The fused weight [in, 3*out]: q is the Gemm weight transposed, k and v
   // the MatMul weights as they are; the fused bias has k's zeros.

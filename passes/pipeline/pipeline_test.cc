@@ -27,7 +27,7 @@ TEST(PipelineTest, RunsEveryPassInOrderAndLogsEach) {
   o.width = 16;
   o.mlp_width = 32;
   o.heads = 1;
-  ASSERT_TRUE(BuildModel("siglip-so400m-384", "mlp-block", o, &module).empty());
+  ASSERT_TRUE(BuildModel("siglip-so400m-384", "mlp-block", o, &module).ok());
   ASSERT_TRUE(RunPipeline(&module).ok());
   ASSERT_EQ(module.log.size(), DefaultPipeline().size());
   for (size_t i = 0; i < module.log.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "formats/print.h"
+#include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 #include "passes/core/tile_plan.h"
 
@@ -45,12 +46,11 @@ StatusOr<Coster> Coster::Create(const fb::TargetT& target,
 }
 
 int Coster::KGranule(fb::DType dtype) const {
-  const char* kernel =
-      dtype == fb::DType::F32 ? "gemm_f32"
-      : (dtype == fb::DType::FP8E4M3 || dtype == fb::DType::FP8E5M2)
-          ? "gemm_fp8"
-          : "gemm_f16";
-  StatusOr<const fb::KernelFormulaT*> f = model().Formula(kernel);
+  StatusOr<kernels::DType> d = kernels::DTypeFromFb(dtype);
+  StatusOr<std::string_view> kernel =
+      d.ok() ? kernels::GemmKernelName(*d) : d.status();
+  StatusOr<const fb::KernelFormulaT*> f =
+      kernel.ok() ? model().Formula(*kernel) : kernel.status();
   int granule = 1;
   if (f.ok()) {
     for (const auto& term : (*f)->terms) {
@@ -82,8 +82,7 @@ int Coster::StoredBytes(const Graph& graph, int value) const {
   return DTypeBytes(v.dtype);
 }
 
-std::string Coster::CheckRecipe(const Graph& graph, int op,
-                                const Recipe& r) const {
+Status Coster::CheckRecipe(const Graph& graph, int op, const Recipe& r) const {
   const OpNode& node = graph.op(op);
   const ValueNode& result = graph.value(node.result);
   const int tiles = target().tiles;
@@ -113,84 +112,91 @@ std::string Coster::CheckRecipe(const Graph& graph, int op,
                                                : fb::RecipeKind::Copy;
   if (r.kind != expected) {
     const std::string kind = kind_name(node.op_class);
-    return graph.OpLabel(op) + " is a " + ir::OpKindText(node.kind) +
-           " and needs " + (kind[0] == 'e' || kind[0] == 'a' ? "an " : "a ") +
-           kind + " recipe";
+    return Status::BadInput(graph.OpLabel(op) + " is a " +
+                            ir::OpKindText(node.kind) + " and needs " +
+                            (kind[0] == 'e' || kind[0] == 'a' ? "an " : "a ") +
+                            kind + " recipe");
   }
   if (r.kind == fb::RecipeKind::Gemm) {
     const auto& a = graph.value(node.operands[0]).shape;
     const auto& b = graph.value(node.operands[1]).shape;
     const int64_t M = a[0], K = a[1], N = b[1];
     if (r.m > M || r.k > K || r.n > N || int64_t{r.m} * r.k > M) {
-      return "gemm m=" + std::to_string(r.m) + " k=" + std::to_string(r.k) +
-             " n=" + std::to_string(r.n) + " does not fit [" +
-             std::to_string(M) + "," + std::to_string(K) + "] x [" +
-             std::to_string(K) + "," + std::to_string(N) +
-             "] (needs n <= N, k <= K and m*k <= M: the k tiles of a block "
-             "reduce a share of its rows each)";
+      return Status::BadInput(
+          "gemm m=" + std::to_string(r.m) + " k=" + std::to_string(r.k) +
+          " n=" + std::to_string(r.n) + " does not fit [" + std::to_string(M) +
+          "," + std::to_string(K) + "] x [" + std::to_string(K) + "," +
+          std::to_string(N) +
+          "] (needs n <= N, k <= K and m*k <= M: the k tiles of a block "
+          "reduce a share of its rows each)");
     }
     const int64_t used = int64_t{r.m} * r.n * r.k;
     if (r.first_tile < 0 || r.first_tile + used > tiles) {
-      return "gemm grid of " + std::to_string(used) + " tiles from tile " +
-             std::to_string(r.first_tile) + " exceeds the target's " +
-             std::to_string(tiles) + " tiles";
+      return Status::BadInput(
+          "gemm grid of " + std::to_string(used) + " tiles from tile " +
+          std::to_string(r.first_tile) + " exceeds the target's " +
+          std::to_string(tiles) + " tiles");
     }
     if (r.staging != fb::Staging::Complete) {
       const int granule = KGranule(GemmDType(graph, op));
       if (r.chunk_k < 1 || r.chunk_k % granule != 0) {
-        return "chunk_k=" + std::to_string(r.chunk_k) +
-               " must be a positive multiple of the kernel's K granule " +
-               std::to_string(granule);
+        return Status::BadInput(
+            "chunk_k=" + std::to_string(r.chunk_k) +
+            " must be a positive multiple of the kernel's K granule " +
+            std::to_string(granule));
       }
     }
     if (r.staging == fb::Staging::Batched && r.batch_chunks < 1) {
-      return "batched(N) needs N >= 1";
+      return Status::BadInput("batched(N) needs N >= 1");
     }
-    return "";
+    return Status::Ok();
   }
   if (r.kind == fb::RecipeKind::Host) {
     // The result's ownership comes from its consumers (plan.cc).
     return passes::SameOwnership(r.layout, fb::OwnershipT{})
-               ? ""
-               : "a host recipe has no layout";
+               ? Status::Ok()
+               : Status::BadInput("a host recipe has no layout");
   }
   if (r.kind == fb::RecipeKind::Attention) {
     StatusOr<passes::AttentionGrid> grid = AttentionGridOf(graph, op, r);
-    if (!grid.ok()) return grid.status().message();
+    if (!grid.ok()) return Status::BadInput(grid.status().message());
     if (r.first_tile + grid->Tiles() > tiles) {
-      return "attention grid of " + std::to_string(grid->Tiles()) +
-             " tiles (batch x heads x m x n) from tile " +
-             std::to_string(r.first_tile) + " exceeds the target's " +
-             std::to_string(tiles) + " tiles";
+      return Status::BadInput(
+          "attention grid of " + std::to_string(grid->Tiles()) +
+          " tiles (batch x heads x m x n) from tile " +
+          std::to_string(r.first_tile) + " exceeds the target's " +
+          std::to_string(tiles) + " tiles");
     }
-    return "";
+    return Status::Ok();
   }
   const std::string invalid =
       passes::ValidateOwnership(r.layout, result.shape, tiles);
-  if (!invalid.empty()) return invalid;
+  if (!invalid.empty()) return Status::BadInput(invalid);
   if (r.kind == fb::RecipeKind::Elementwise) {
     if (r.layout.kind == fb::OwnershipKind::Blocked && r.layout.replicas != 1) {
-      return "an elementwise layout is blocked(rows x channels) without "
-             "replicas or flat, not " +
-             FormatOwnership(r.layout);
+      return Status::BadInput(
+          "an elementwise layout is blocked(rows x channels) without "
+          "replicas or flat, not " +
+          FormatOwnership(r.layout));
     }
     for (SlotRole role : node.slots) {
       if (role == SlotRole::kVector &&
           !passes::ColumnVectorOwnership(r.layout)) {
-        return "a per-column operand cannot follow " +
-               FormatOwnership(r.layout) +
-               ": the tiles of one column block are not one run of its grid";
+        return Status::BadInput(
+            "a per-column operand cannot follow " + FormatOwnership(r.layout) +
+            ": the tiles of one column block are not one run of its grid");
       }
     }
   } else if (r.kind == fb::RecipeKind::RowWise) {
     if (r.layout.kind != fb::OwnershipKind::Blocked || r.layout.replicas != 1 ||
         r.layout.partitions.back() != 1 || !r.layout.sub_partitions.empty()) {
-      return "a row-wise op needs complete rows: blocked(p x 1) without "
-             "replicas, not " +
-             FormatOwnership(r.layout);
+      return Status::BadInput(
+          "a row-wise op needs complete rows: blocked(p x 1) without "
+          "replicas, not " +
+          FormatOwnership(r.layout));
     }
   }
-  return "";
+  return Status::Ok();
 }
 
 passes::GemmGrid Coster::Grid(const Graph& graph, int op,
@@ -299,9 +305,8 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
   }
   auto it = cache_->prices.find(key);
   if (it != cache_->prices.end()) return it->second;
-  const std::string invalid = CheckRecipe(graph, op, recipe);
-  if (!invalid.empty()) {
-    return Status::Internal(graph.OpLabel(op) + ": " + invalid);
+  if (Status invalid = CheckRecipe(graph, op, recipe); !invalid.ok()) {
+    return Status::Internal(graph.OpLabel(op) + ": " + invalid.message());
   }
   StatusOr<OpCost> cost = Status::Internal("unpriced");
   switch (node.op_class) {
@@ -430,10 +435,11 @@ StatusOr<OpCost> Coster::PriceRowWise(const Graph& graph, int op,
   if (!c.ok()) return c.status();
   OpCost cost;
   cost.compute = *c;
-  cost.detail =
-      std::string(node.kind == fb::OpKind::Softmax ? "softmax" : "layernorm") +
-      " " + std::to_string(rows) + "x" + std::to_string(w) + " " +
-      std::to_string(*c);
+  cost.detail = std::string(node.kind == fb::OpKind::Softmax
+                                ? kernels::names::kSoftmax
+                                : kernels::names::kLayerNorm) +
+                " " + std::to_string(rows) + "x" + std::to_string(w) + " " +
+                std::to_string(*c);
   return cost;
 }
 
@@ -469,8 +475,8 @@ StatusOr<OpCost> Coster::PriceAttention(const Graph& graph, int op,
   cost.max_scratch = a->stage_bytes;
   cost.scratch_text = "qkv staging " + std::to_string(a->stage_bytes) + " B";
   cost.detail = std::string(node.kind == fb::OpKind::AttentionScores
-                                ? "gemm_nt"
-                                : "gemm") +
+                                ? kernels::names::kGemmNt
+                                : kernels::names::kGemm) +
                 " " + std::to_string(grid->Tiles()) + " tiles, slowest " +
                 std::to_string(a->kernel_cycles) + ", copies " +
                 std::to_string(a->copy_cycles) + ", delivery " +

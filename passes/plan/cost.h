@@ -68,9 +68,9 @@ class Coster {
     return int64_t{target().sram_bytes} - target().reserved_bytes;
   }
 
-  // "" if `recipe` can run `op` on this target, else why not.
-  std::string CheckRecipe(const Graph& graph, int op,
-                          const Recipe& recipe) const;
+  // Ok if `recipe` can run `op` on this target, else BadInput saying why
+  // not.
+  Status CheckRecipe(const Graph& graph, int op, const Recipe& recipe) const;
 
   // The ownership the op's result gets under the recipe.
   fb::OwnershipT ResultOwnership(const Graph& graph, int op,

@@ -87,7 +87,7 @@ fb::ModuleT Import(const Case& c) {
   o.width = c.width;
   o.mlp_width = c.mlp;
   o.heads = 2;
-  EXPECT_EQ(passes::BuildModel(c.preset, "mlp-block", o, &m), "");
+  EXPECT_TRUE(passes::BuildModel(c.preset, "mlp-block", o, &m).ok());
   if (c.transform) c.transform(&m);
   return m;
 }

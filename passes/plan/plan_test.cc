@@ -33,7 +33,7 @@ fb::ModuleT Model(const std::string& target, const std::string& preset,
   fb::ModuleT m;
   m.target = std::make_unique<fb::TargetT>();
   EXPECT_TRUE(ir::LoadTarget(target, m.target.get()).ok());
-  EXPECT_EQ(passes::BuildModel(preset, part, overrides, &m), "");
+  EXPECT_TRUE(passes::BuildModel(preset, part, overrides, &m).ok());
   return m;
 }
 
@@ -343,7 +343,7 @@ TEST(PlanCandidatesTest, EveryGemmGetsAllThreeStagings) {
       const int granule = *dtype ? 32 : 16;
       for (const Recipe& r : list) {
         stagings.insert(r.staging);
-        EXPECT_EQ(f.coster.CheckRecipe(f.graph, op, r), "") << r.Text();
+        EXPECT_TRUE(f.coster.CheckRecipe(f.graph, op, r).ok()) << r.Text();
         if (r.staging != fb::Staging::Complete) {
           EXPECT_EQ(r.chunk_k % granule, 0) << r.Text();
         }
@@ -794,15 +794,18 @@ TEST(PlanCostTest, AttentionRecipesAreCheckedAgainstTheGrid) {
   const int scores = f.graph.OpIndex(3), context = f.graph.OpIndex(5);
   ASSERT_EQ(f.graph.op(scores).kind, fb::OpKind::AttentionScores);
   ASSERT_EQ(f.graph.op(context).kind, fb::OpKind::AttentionContext);
-  EXPECT_EQ(f.coster.CheckRecipe(f.graph, scores, R("attention m=2 n=2")), "");
+  EXPECT_TRUE(
+      f.coster.CheckRecipe(f.graph, scores, R("attention m=2 n=2")).ok());
   // 3 heads x 3 x 2 = 18 tiles > 16.
   EXPECT_NE(f.coster.CheckRecipe(f.graph, scores, R("attention m=3 n=2"))
+                .message()
                 .find("exceeds the target's 16 tiles"),
             std::string::npos);
   // The context splits D = 16 columns at most 16 ways.
-  EXPECT_NE(f.coster.CheckRecipe(f.graph, context, R("attention m=1 n=17")),
-            "");
+  EXPECT_FALSE(
+      f.coster.CheckRecipe(f.graph, context, R("attention m=1 n=17")).ok());
   EXPECT_NE(f.coster.CheckRecipe(f.graph, scores, R("rowwise blocked(1x3x4x1)"))
+                .message()
                 .find("needs an attention recipe"),
             std::string::npos);
   // Scores read no ownership of qkv: they gather their views; the context
@@ -881,8 +884,8 @@ TEST_P(PlanPatchifyTest, TheHostWritesThePatchesAsTheGemmStagesThem) {
     EXPECT_EQ(host->Cycles(), 0);
     EXPECT_EQ(host->exchange_bytes, 0);
     EXPECT_EQ(Candidates(f.graph, f.coster, 0).size(), 1u);
-    EXPECT_NE(f.coster.CheckRecipe(f.graph, 0, R("elementwise blocked(16x1)")),
-              "");
+    EXPECT_FALSE(
+        f.coster.CheckRecipe(f.graph, 0, R("elementwise blocked(16x1)")).ok());
   }
   PlannerOptions options;
   options.attempts = 8;

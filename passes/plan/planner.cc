@@ -113,8 +113,8 @@ StatusOr<std::map<int, Recipe>> ParseRecipeFile(const std::string& text,
     }
     StatusOr<Recipe> recipe = ParseRecipe(rest.substr(colon + 1));
     if (!recipe.ok()) return fail(recipe.status().message());
-    const std::string invalid = coster.CheckRecipe(graph, op, *recipe);
-    if (!invalid.empty()) return fail(invalid);
+    const Status invalid = coster.CheckRecipe(graph, op, *recipe);
+    if (!invalid.ok()) return fail(invalid.message());
     pinned[op] = *recipe;
   }
   return pinned;

@@ -163,7 +163,7 @@ std::vector<Recipe> AttentionCandidates(const Graph& graph,
     Recipe r = unit;
     r.m = bound.m;
     r.n = bound.n;
-    if (coster.CheckRecipe(graph, op, r).empty()) AddUnique(out, seen, r);
+    if (coster.CheckRecipe(graph, op, r).ok()) AddUnique(out, seen, r);
   };
   for (size_t i = 0; i < by_time.size() && i < 16; ++i) add(by_time[i]);
   for (size_t i = 0; i < by_memory.size() && i < 4; ++i) add(by_memory[i]);
@@ -178,7 +178,7 @@ std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
   const fb::RecipeKind kind = KindOf(node.op_class);
   std::vector<Scored> scored;
   auto score = [&](const Recipe& r) -> int64_t {
-    if (!coster.CheckRecipe(graph, op, r).empty()) return -1;
+    if (!coster.CheckRecipe(graph, op, r).ok()) return -1;
     if (node.op_class == OpClass::kCopy) return 0;
     StatusOr<OpCost> c = coster.PriceOp(graph, op, r, nullptr);
     return c.ok() ? c->Cycles() : -1;
@@ -229,15 +229,14 @@ std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
   const int rows = static_cast<int>(std::min<int64_t>(shape[0], T));
   const Recipe rows_only =
       LayoutRecipe(kind, passes::BlockedOwnership({rows, 1}));
-  if (coster.CheckRecipe(graph, op, rows_only).empty()) {
+  if (coster.CheckRecipe(graph, op, rows_only).ok()) {
     AddUnique(list, seen, rows_only);
   }
   const int vector = std::max(1, coster.target().vector_elements);
   for (int grain : {vector, 2 * vector, 4 * vector, 16 * vector}) {
     const Recipe flat =
         LayoutRecipe(kind, passes::FlatOwnership(grain, static_cast<int>(T)));
-    if (coster.CheckRecipe(graph, op, flat).empty())
-      AddUnique(list, seen, flat);
+    if (coster.CheckRecipe(graph, op, flat).ok()) AddUnique(list, seen, flat);
   }
   return list;
 }
@@ -280,7 +279,7 @@ std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
   std::set<std::string> seen;
   auto consider = [&](const fb::OwnershipT& layout) {
     const Recipe r = LayoutRecipe(kind, layout);
-    if (coster.CheckRecipe(graph, op, r).empty()) AddUnique(out, seen, r);
+    if (coster.CheckRecipe(graph, op, r).ok()) AddUnique(out, seen, r);
   };
   for (size_t slot = 0; slot < node.operands.size(); ++slot) {
     const SlotRole role = node.slots[slot];
@@ -573,7 +572,7 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
       carry.changes = {{op, r}};
       for (int f : followers) {
         Recipe fr = LayoutRecipe(KindOf(graph_.op(f).op_class), moved);
-        if (!coster_.CheckRecipe(graph_, f, fr).empty()) {
+        if (!coster_.CheckRecipe(graph_, f, fr).ok()) {
           carry.changes.clear();
           break;
         }
@@ -605,8 +604,8 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
               LayoutRecipe(KindOf(graph_.op(op).op_class), l.layout);
           const Recipe theirs =
               LayoutRecipe(KindOf(consumer.op_class), l.layout);
-          if (!coster_.CheckRecipe(graph_, op, mine).empty() ||
-              !coster_.CheckRecipe(graph_, c, theirs).empty()) {
+          if (!coster_.CheckRecipe(graph_, op, mine).ok() ||
+              !coster_.CheckRecipe(graph_, c, theirs).ok()) {
             continue;
           }
           Proposal joint;
@@ -843,10 +842,9 @@ Status Search::Restore(const fb::SearchCheckpointT& c,
     StatusOr<Recipe> r = RecipeFromFb(*p->recipe);
     if (!r.ok())
       return r.status().WithContext("checkpoint op " + std::to_string(p->op));
-    const std::string invalid = coster_.CheckRecipe(graph_, op, *r);
-    if (!invalid.empty()) {
-      return Status::BadInput("checkpoint op " + std::to_string(p->op) + ": " +
-                              invalid);
+    const Status invalid = coster_.CheckRecipe(graph_, op, *r);
+    if (!invalid.ok()) {
+      return invalid.WithContext("checkpoint op " + std::to_string(p->op));
     }
     auto pin = options_.pinned.find(op);
     if (pin != options_.pinned.end() && !(pin->second == *r)) {

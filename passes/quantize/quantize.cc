@@ -10,8 +10,11 @@
 #include <set>
 
 #include "flatbuffers/flatbuffers.h"
+#include "formats/ir.h"
 #include "formats/print.h"
+#include "kernels/accuracy.h"
 #include "kernels/inputs.h"
+#include "kernels/kernel_names.h"
 #include "kernels/tensor_data.h"
 #include "passes/plan/cost.h"
 #include "passes/plan/graph.h"
@@ -24,12 +27,10 @@ namespace tilec::quantize {
 using passes::Numbers;
 using passes::Thousands;
 
-std::unique_ptr<fb::ModuleT> CloneModule(const fb::ModuleT& module) {
-  flatbuffers::FlatBufferBuilder builder;
-  builder.Finish(fb::Module::Pack(builder, &module));
-  return std::unique_ptr<fb::ModuleT>(
-      fb::GetModule(builder.GetBufferPointer())->UnPack());
-}
+using ir::CloneModule;
+using sim::AccuracyText;
+using sim::CompareOutputs;
+using sim::OutputAccuracy;
 
 namespace {
 
@@ -38,9 +39,6 @@ fb::ValueT* FindValue(fb::ModuleT& module, uint32_t id) {
     if (v->id == id) return v.get();
   }
   return nullptr;
-}
-const fb::ValueT* FindValue(const fb::ModuleT& module, uint32_t id) {
-  return FindValue(const_cast<fb::ModuleT&>(module), id);
 }
 
 // Index of the op producing value `id`, -1 for inputs and weights.
@@ -118,17 +116,17 @@ void MarkQuantized(fb::ValueT* v, fb::DType dtype, int scale_exp,
 std::string Fp8OutputKernel(const fb::OperationT& op) {
   switch (op.kind) {
     case fb::OpKind::LayerNorm:
-      return "layernorm_fp8";
+      return std::string(kernels::formula::kLayerNormFp8);
     case fb::OpKind::Normalize:
-      return "normalize_fp8";
+      return std::string(kernels::formula::kNormalizeFp8);
     case fb::OpKind::Softmax:
-      return "softmax_fp8";
+      return std::string(kernels::formula::kSoftmaxFp8);
     case fb::OpKind::Fused: {
       const auto& body = op.body;
       const size_t n = body.size();
       if (n >= 2 && body[n - 2]->kind == fb::FusedStepKind::BiasAdd &&
           body[n - 1]->kind == fb::FusedStepKind::Gelu) {
-        return "bias_gelu_fp8";
+        return std::string(kernels::formula::kBiasGeluFp8);
       }
       return "";
     }
@@ -617,121 +615,7 @@ class Quantizer {
   std::vector<Cast> casts_;
 };
 
-sim::Comparison Compare(std::span<const float> got,
-                        std::span<const float> want) {
-  return sim::CompareTensors(got, want, sim::Tolerance{});
-}
-
 }  // namespace
-
-std::unique_ptr<fb::ModuleT> Unquantized(const fb::ModuleT& module) {
-  std::unique_ptr<fb::ModuleT> m = CloneModule(module);
-  m->program.reset();
-  std::map<uint32_t, fb::ValueT*> by_id;
-  for (auto& v : m->values) by_id[v->id] = v.get();
-  std::set<uint32_t> restored;
-  for (auto& v : m->values) {
-    if (!v->fp8_quantized) continue;
-    v->dtype = v->unquantized_dtype;
-    v->fp8_scale_exp = 0;
-    restored.insert(v->id);
-  }
-  // Copies of a quantized value (Redistribute ops from planning) and fused
-  // bodies that store one follow it.
-  for (auto& op : m->ops) {
-    if (op->results.empty()) continue;
-    fb::ValueT* r = by_id.count(op->results[0]) ? by_id[op->results[0]] : nullptr;
-    if (r == nullptr) continue;
-    if (op->kind == fb::OpKind::Redistribute && !op->operands.empty() &&
-        restored.count(op->operands[0]) && !r->fp8_quantized) {
-      const fb::ValueT* src = by_id[op->operands[0]];
-      r->dtype = src->dtype;
-      r->fp8_scale_exp = 0;
-      restored.insert(r->id);
-    }
-    if (op->kind == fb::OpKind::Fused && restored.count(r->id)) {
-      for (auto& step : op->body) {
-        if (step->kind == fb::FusedStepKind::Cast && IsFp8(step->dtype)) {
-          step->dtype = r->dtype;
-          step->fp8_scale_exp = 0;
-        }
-      }
-    }
-  }
-  return m;
-}
-
-OutputAccuracy CompareOutput(const fb::ModuleT& module, uint32_t value,
-                             std::span<const float> got,
-                             const kernels::ReferenceResult& unquantized) {
-  OutputAccuracy a;
-  a.value = value;
-  const kernels::ReferenceTensor* u = unquantized.Find(value);
-  if (u == nullptr || u->data.size() != got.size()) return a;
-  a.name = u->name;
-  a.full = Compare(got, u->data);
-  // The residual: an operand of the producing op that is a graph input (or
-  // a copy of one).
-  const int p = ProducerIndex(module, value);
-  if (p < 0) return a;
-  for (uint32_t operand : module.ops[p]->operands) {
-    // A planned graph may read the input through a Redistribute copy.
-    for (int q = ProducerIndex(module, operand);
-         q >= 0 && module.ops[q]->kind == fb::OpKind::Redistribute &&
-         !module.ops[q]->operands.empty();
-         q = ProducerIndex(module, operand)) {
-      operand = module.ops[q]->operands[0];
-    }
-    const fb::ValueT* r = FindValue(module, operand);
-    const kernels::ReferenceTensor* ru = unquantized.Find(operand);
-    if (r == nullptr || r->role != fb::ValueRole::Input || ru == nullptr ||
-        ru->data.size() != got.size()) {
-      continue;
-    }
-    std::vector<float> bq(got.size()), bu(got.size());
-    for (size_t i = 0; i < bq.size(); ++i) {
-      bq[i] = got[i] - ru->data[i];
-      bu[i] = u->data[i] - ru->data[i];
-    }
-    a.has_branch = true;
-    a.residual = operand;
-    a.branch = Compare(bq, bu);
-    break;
-  }
-  return a;
-}
-
-std::vector<OutputAccuracy> CompareOutputs(
-    const fb::ModuleT& module, const kernels::ReferenceResult& quantized,
-    const kernels::ReferenceResult& unquantized) {
-  std::vector<OutputAccuracy> out;
-  for (const auto& v : module.values) {
-    if (v->role != fb::ValueRole::Output) continue;
-    const kernels::ReferenceTensor* q = quantized.Find(v->id);
-    if (q == nullptr) continue;
-    out.push_back(CompareOutput(module, v->id, q->data, unquantized));
-  }
-  return out;
-}
-
-bool WithinUnquantizedTolerance(const OutputAccuracy& a) {
-  return a.full.cosine >= kMinOutputCosine &&
-         (!a.has_branch || a.branch.cosine >= kMinBranchCosine);
-}
-
-bool IsQuantized(const fb::ModuleT& module) {
-  for (const auto& v : module.values) {
-    if (v && v->fp8_quantized) return true;
-  }
-  return false;
-}
-
-std::string AccuracyText(const sim::Comparison& c) {
-  char buf[128];
-  std::snprintf(buf, sizeof buf, "cosine %.6f max_abs %.4g max_rel %.4g",
-                c.cosine, c.max_abs_err, c.max_rel_err);
-  return buf;
-}
 
 StatusOr<bool> QuantizeFp8Pass::Transform(fb::ModuleT* module,
                                           passes::DecisionLog* log) {

@@ -40,7 +40,6 @@
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "kernels/reference.h"
-#include "kernels/simulator.h"
 #include "passes/core/pass.h"
 
 namespace tilec::quantize {
@@ -88,50 +87,6 @@ class QuantizeFp8Pass : public passes::Pass {
 // pipeline, quantize-fp8 --fp8=false). Tests that pin recipes written for
 // F16 (chunk_k=16 is F16's K granule) run the pipeline with it.
 std::unique_ptr<passes::Pass> KeepDTypesPass();
-
-// A deep copy of `module`.
-std::unique_ptr<fb::ModuleT> CloneModule(const fb::ModuleT& module);
-
-// `module` with every value quantize-fp8 made FP8 back in its unquantized
-// dtype (its Cast ops become identity casts): the graph to measure a
-// quantized program's accuracy against. Works on any stage's module (the
-// device program, if any, is dropped).
-std::unique_ptr<fb::ModuleT> Unquantized(const fb::ModuleT& module);
-
-// One output of a quantized graph against the unquantized graph's.
-struct OutputAccuracy {
-  uint32_t value = 0;
-  std::string name;
-  sim::Comparison full;
-  // The output minus its residual input (an Add whose other operand is a
-  // graph input), where there is one: the part quantization changes.
-  bool has_branch = false;
-  uint32_t residual = 0;
-  sim::Comparison branch;
-};
-
-// Compares the outputs of two reference runs of the same graph (quantized
-// and not).
-std::vector<OutputAccuracy> CompareOutputs(
-    const fb::ModuleT& module, const kernels::ReferenceResult& quantized,
-    const kernels::ReferenceResult& unquantized);
-// One output `value` computed as `got` (e.g. simulated) against the
-// unquantized run; graph inputs (for the residual) are read from
-// `unquantized`, which holds the same inputs.
-OutputAccuracy CompareOutput(const fb::ModuleT& module, uint32_t value,
-                             std::span<const float> got,
-                             const kernels::ReferenceResult& unquantized);
-
-// The documented floors for a quantized program against the unquantized
-// graph (docs/quantize.md, "Tolerances against the unquantized graph").
-inline constexpr double kMinOutputCosine = 0.999;
-inline constexpr double kMinBranchCosine = 0.995;
-bool WithinUnquantizedTolerance(const OutputAccuracy& a);
-// True when some value of `module` was quantized by quantize-fp8.
-bool IsQuantized(const fb::ModuleT& module);
-
-// "cosine 0.999998 max_abs 0.0123 max_rel 0.0045" (fixed format).
-std::string AccuracyText(const sim::Comparison& c);
 
 }  // namespace tilec::quantize
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "formats/ir.h"
+#include "kernels/accuracy.h"
 #include "kernels/npy.h"
 #include "kernels/numerics.h"
 #include "kernels/reference.h"
@@ -75,8 +76,8 @@ fb::ModuleT TinyBlock(int tokens = 8, int width = 32, int mlp = 64) {
   o.width = width;
   o.mlp_width = mlp;
   o.heads = 1;
-  EXPECT_EQ(passes::BuildModel("siglip-so400m-384", "mlp-block", o, &module),
-            "");
+  EXPECT_TRUE(
+      passes::BuildModel("siglip-so400m-384", "mlp-block", o, &module).ok());
   return module;
 }
 
@@ -194,7 +195,7 @@ TEST(QuantizeTest, UnquantizedRestoresEveryDtype) {
   fb::ModuleT original = TinyBlock();
   QuantizeFp8Pass pass;
   ASSERT_TRUE(pass.Run(&m).ok());
-  std::unique_ptr<fb::ModuleT> u = Unquantized(m);
+  std::unique_ptr<fb::ModuleT> u = sim::Unquantized(m);
   kernels::ReferenceResult a, b;
   ASSERT_TRUE(kernels::RunReference(*u, &a).ok());
   ASSERT_TRUE(kernels::RunReference(original, &b).ok());

@@ -71,16 +71,14 @@ Status Run(const std::vector<std::string>& args) {
   overrides.input_seed = IfSet<uint64_t>("input_seed", FLAGS_input_seed);
   if (!FLAGS_gelu.empty()) {
     fb::GeluForm form;
-    std::string error = passes::ParseGeluForm(FLAGS_gelu, &form);
-    if (!error.empty()) return Status::BadInput(error);
+    TILEC_RETURN_IF_ERROR(passes::ParseGeluForm(FLAGS_gelu, &form));
     overrides.gelu = form;
   }
   fb::ModuleT module;
   module.target = std::make_unique<fb::TargetT>();
   TILEC_RETURN_IF_ERROR(ir::LoadTarget(FLAGS_target, module.target.get()));
-  std::string error =
-      passes::BuildModel(FLAGS_preset, FLAGS_part, overrides, &module);
-  if (!error.empty()) return Status::BadInput(error);
+  TILEC_RETURN_IF_ERROR(
+      passes::BuildModel(FLAGS_preset, FLAGS_part, overrides, &module));
   if (!FLAGS_weights.empty()) {
     passes::SidecarPaths paths;
     TILEC_RETURN_IF_ERROR(

@@ -3,8 +3,8 @@
 
 #include <gflags/gflags.h>
 
+#include "kernels/simulate_device.h"
 #include "tools/common/tool.h"
-#include "tools/simulate-device/simulate_device.h"
 
 DEFINE_string(report, "text", "Report format: text or json.");
 DEFINE_string(trace, "",
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
       "not compute the graph: the module could not be compiled correctly; "
       "the report is still written); 1: internal error. "
       "docs/device-program.md has the semantics.");
-  tilec::tools::SimulateDeviceOptions options;
+  tilec::sim::SimulateDeviceOptions options;
   tilec::Status status = tilec::tools::SingleInput(args, &options.input);
   if (status.ok() && FLAGS_report != "text" && FLAGS_report != "json") {
     status = tilec::Status::BadInput("--report=" + FLAGS_report +
@@ -115,5 +115,5 @@ int main(int argc, char** argv) {
   options.top_tiles = FLAGS_top_tiles;
   options.sidecar_dir = FLAGS_sidecar_dir;
   options.inputs_dir = FLAGS_inputs;
-  return tilec::tools::Finish(tilec::tools::SimulateDevice(options));
+  return tilec::tools::Finish(tilec::sim::SimulateDevice(options));
 }

@@ -1,9 +1,9 @@
-#include "tools/simulate-device/simulate_device.h"
+#include "kernels/simulate_device.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace tilec::tools {
+namespace tilec::sim {
 namespace {
 
 using ::testing::HasSubstr;
@@ -99,4 +99,4 @@ TEST(TraceTest, PhasesOpsAndTilesInMicroseconds) {
 }
 
 }  // namespace
-}  // namespace tilec::tools
+}  // namespace tilec::sim

@@ -1,4 +1,4 @@
-#include "tools/simulate-device/simulate_device.h"
+#include "kernels/simulate_device.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "kernels/reference.h"
 #include "kernels/tensor_data.h"
 
-namespace tilec::tools {
+namespace tilec::sim {
 namespace {
 
 std::string Format(const char* format, ...) {
@@ -62,7 +62,8 @@ std::string Micros(int64_t cycles, double clock_hz) {
   return Format("%.3f", clock_hz > 0 ? cycles / clock_hz * 1e6 : 0.0);
 }
 
-std::string OpLabel(uint32_t op, const std::map<uint32_t, const sim::OpReport*>& ops) {
+std::string OpLabel(uint32_t op,
+                    const std::map<uint32_t, const sim::OpReport*>& ops) {
   auto it = ops.find(op);
   std::string label = "op " + std::to_string(op);
   if (it != ops.end() && !it->second->name.empty()) {
@@ -81,15 +82,18 @@ std::string DirectoryOf(const std::string& path) {
 
 // ---------------------------------------------------------------- text
 
-std::string ReportText(const sim::SimResult& r,
-                       const SimulateDeviceReport& report) {
+namespace {
+
+// The header: target, totals, work, memory and slow paths.
+std::string SummaryText(const sim::SimResult& r,
+                        const SimulateDeviceReport& report) {
   std::string out;
   out += "simulate-device: " + report.module_name + " on target " + r.target +
-         " (" + std::to_string(r.tiles) + " tiles, " +
-         G(r.clock_hz / 1e9) + " GHz, " + std::to_string(r.tensor_bytes) +
+         " (" + std::to_string(r.tiles) + " tiles, " + G(r.clock_hz / 1e9) +
+         " GHz, " + std::to_string(r.tensor_bytes) +
          " B tensor memory per tile)\n";
-  out += "total: " + std::to_string(r.total_cycles) + " cycles = " +
-         Micros(r.total_cycles, r.clock_hz) + " us (compute " +
+  out += "total: " + std::to_string(r.total_cycles) +
+         " cycles = " + Micros(r.total_cycles, r.clock_hz) + " us (compute " +
          std::to_string(r.compute_cycles) + ", exchange " +
          std::to_string(r.exchange_cycles) + " in " +
          std::to_string(r.exchange_phases) +
@@ -114,50 +118,65 @@ std::string ReportText(const sim::SimResult& r,
     }
     out.back() = '\n';
   }
+  return out;
+}
 
+std::string SuperstepsText(const sim::SimResult& r) {
+  std::string out;
   out += "\nsupersteps:\n";
   out += Format("  %5s %10s %10s %8s %8s %6s %9s %9s %10s  %s\n", "step",
                 "compute", "exchange", "slowest", "xslowest", "calls",
                 "transfers", "pieces", "bytes_recv", "label");
   for (const sim::SuperstepReport& s : r.supersteps) {
-    out += Format("  %5d %10lld %10lld %8d %8d %6lld %9lld %9lld %10lld  ",
-                  s.index, static_cast<long long>(s.compute_cycles),
-                  static_cast<long long>(s.exchange_cycles), s.slowest_tile,
-                  s.exchange_slowest_tile,
-                  static_cast<long long>(s.kernel_calls),
-                  static_cast<long long>(s.transfers),
-                  static_cast<long long>(s.pieces),
-                  static_cast<long long>(s.bytes_received)) +
-           s.label + "\n";
+    out +=
+        Format("  %5d %10lld %10lld %8d %8d %6lld %9lld %9lld %10lld  ",
+               s.index, static_cast<long long>(s.compute_cycles),
+               static_cast<long long>(s.exchange_cycles), s.slowest_tile,
+               s.exchange_slowest_tile, static_cast<long long>(s.kernel_calls),
+               static_cast<long long>(s.transfers),
+               static_cast<long long>(s.pieces),
+               static_cast<long long>(s.bytes_received)) +
+        s.label + "\n";
   }
+  return out;
+}
 
-  out += "\nops (cycles attributed: compute of the slowest tile, exchange by "
-         "bytes received):\n";
-  out += Format("  %5s %10s %10s %10s %6s %6s %9s %9s %10s %12s %5s  %s\n",
-                "op", "compute", "exchange", "total", "share", "calls",
-                "transfers", "pieces", "bytes_recv", "macs", "slow",
-                "kind name");
+std::string OpsText(const sim::SimResult& r) {
+  std::string out;
+  out +=
+      "\nops (cycles attributed: compute of the slowest tile, exchange by "
+      "bytes received):\n";
+  out +=
+      Format("  %5s %10s %10s %10s %6s %6s %9s %9s %10s %12s %5s  %s\n", "op",
+             "compute", "exchange", "total", "share", "calls", "transfers",
+             "pieces", "bytes_recv", "macs", "slow", "kind name");
   for (const sim::OpReport& o : r.ops) {
     const int64_t total = o.compute_cycles + o.exchange_cycles;
     const double share =
         r.total_cycles > 0 ? 100.0 * total / r.total_cycles : 0.0;
-    out += Format("  %5u %10lld %10lld %10lld %5.1f%% %6lld %9lld %9lld "
-                  "%10lld %12lld %5lld  ",
-                  o.op, static_cast<long long>(o.compute_cycles),
-                  static_cast<long long>(o.exchange_cycles),
-                  static_cast<long long>(total), share,
-                  static_cast<long long>(o.kernel_calls),
-                  static_cast<long long>(o.transfers),
-                  static_cast<long long>(o.pieces),
-                  static_cast<long long>(o.bytes_received),
-                  static_cast<long long>(o.macs),
-                  static_cast<long long>(o.slow_path_calls)) +
+    out += Format(
+               "  %5u %10lld %10lld %10lld %5.1f%% %6lld %9lld %9lld "
+               "%10lld %12lld %5lld  ",
+               o.op, static_cast<long long>(o.compute_cycles),
+               static_cast<long long>(o.exchange_cycles),
+               static_cast<long long>(total), share,
+               static_cast<long long>(o.kernel_calls),
+               static_cast<long long>(o.transfers),
+               static_cast<long long>(o.pieces),
+               static_cast<long long>(o.bytes_received),
+               static_cast<long long>(o.macs),
+               static_cast<long long>(o.slow_path_calls)) +
            (o.kind.empty() ? "-" : o.kind) + " " +
            (o.name.empty() ? "-" : o.name) + "\n";
   }
+  return out;
+}
 
-  out += "\nslowest tiles (by busy cycles = own kernel + own exchange "
-         "cycles):\n";
+std::string SlowestTilesText(const sim::SimResult& r) {
+  std::string out;
+  out +=
+      "\nslowest tiles (by busy cycles = own kernel + own exchange "
+      "cycles):\n";
   out += Format("  %5s %10s %10s %10s %6s %6s %10s\n", "tile", "busy",
                 "compute", "exchange", "busy%", "calls", "memory");
   for (const sim::TileReport& t : r.slowest_tiles) {
@@ -170,7 +189,13 @@ std::string ReportText(const sim::SimResult& r,
                   static_cast<long long>(t.kernel_calls),
                   static_cast<long long>(t.memory_bytes));
   }
+  return out;
+}
 
+// Each output against the reference (and, quantized, against the
+// unquantized graph), and the verdict.
+std::string ComparisonText(const SimulateDeviceReport& report) {
+  std::string out;
   if (report.compared) {
     const sim::Tolerance& tol = report.tolerance;
     out += "\ncomparison with the reference (atol " + G(tol.atol) +
@@ -193,15 +218,15 @@ std::string ReportText(const sim::SimResult& r,
     }
     if (!report.unquantized.empty()) {
       out += "\ncomparison with the unquantized graph (min cosine " +
-             G(quantize::kMinOutputCosine) + ", branch " +
-             G(quantize::kMinBranchCosine) + "; docs/quantize.md):\n";
-      for (const quantize::OutputAccuracy& a : report.unquantized) {
+             G(kMinOutputCosine) + ", branch " + G(kMinBranchCosine) +
+             "; docs/quantize.md):\n";
+      for (const OutputAccuracy& a : report.unquantized) {
         out += "  %" + std::to_string(a.value) + " " + a.name + ": " +
-               (quantize::WithinUnquantizedTolerance(a) ? "PASS " : "FAIL ") +
-               quantize::AccuracyText(a.full);
+               (WithinUnquantizedTolerance(a) ? "PASS " : "FAIL ") +
+               AccuracyText(a.full);
         if (a.has_branch) {
           out += "; branch (minus residual %" + std::to_string(a.residual) +
-                 "): " + quantize::AccuracyText(a.branch);
+                 "): " + AccuracyText(a.branch);
         }
         out += "\n";
       }
@@ -211,6 +236,14 @@ std::string ReportText(const sim::SimResult& r,
     out += "\nresult: not compared (--compare=false)\n";
   }
   return out;
+}
+
+}  // namespace
+
+std::string ReportText(const sim::SimResult& r,
+                       const SimulateDeviceReport& report) {
+  return SummaryText(r, report) + SuperstepsText(r) + OpsText(r) +
+         SlowestTilesText(r) + ComparisonText(report);
 }
 
 // ---------------------------------------------------------------- JSON
@@ -334,26 +367,26 @@ std::string TraceJson(const sim::SimResult& r) {
   for (const sim::OpReport& o : r.ops) ops[o.op] = &o;
   std::vector<std::string> events;
   auto meta = [&](int tid, const std::string& name, int sort) {
-    events.push_back("{\"ph\": \"M\", \"pid\": 1, \"tid\": " +
-                     std::to_string(tid) +
-                     ", \"name\": \"thread_name\", \"args\": {\"name\": " +
-                     JsonString(name) + "}}");
-    events.push_back("{\"ph\": \"M\", \"pid\": 1, \"tid\": " +
-                     std::to_string(tid) +
-                     ", \"name\": \"thread_sort_index\", \"args\": "
-                     "{\"sort_index\": " +
-                     std::to_string(sort) + "}}");
+    events.push_back(
+        "{\"ph\": \"M\", \"pid\": 1, \"tid\": " + std::to_string(tid) +
+        ", \"name\": \"thread_name\", \"args\": {\"name\": " +
+        JsonString(name) + "}}");
+    events.push_back(
+        "{\"ph\": \"M\", \"pid\": 1, \"tid\": " + std::to_string(tid) +
+        ", \"name\": \"thread_sort_index\", \"args\": "
+        "{\"sort_index\": " +
+        std::to_string(sort) + "}}");
   };
   auto span = [&](int tid, const std::string& name, const std::string& cat,
                   int64_t start, int64_t cycles, const std::string& args) {
     if (cycles <= 0) return;
-    events.push_back("{\"ph\": \"X\", \"pid\": 1, \"tid\": " +
-                     std::to_string(tid) + ", \"name\": " + JsonString(name) +
-                     ", \"cat\": " + JsonString(cat) +
-                     ", \"ts\": " + Format("%.6f", start * us_per_cycle) +
-                     ", \"dur\": " + Format("%.6f", cycles * us_per_cycle) +
-                     ", \"args\": {\"cycles\": " + std::to_string(cycles) +
-                     (args.empty() ? "" : ", " + args) + "}}");
+    events.push_back(
+        "{\"ph\": \"X\", \"pid\": 1, \"tid\": " + std::to_string(tid) +
+        ", \"name\": " + JsonString(name) + ", \"cat\": " + JsonString(cat) +
+        ", \"ts\": " + Format("%.6f", start * us_per_cycle) +
+        ", \"dur\": " + Format("%.6f", cycles * us_per_cycle) +
+        ", \"args\": {\"cycles\": " + std::to_string(cycles) +
+        (args.empty() ? "" : ", " + args) + "}}");
   };
   events.push_back(
       "{\"ph\": \"M\", \"pid\": 1, \"name\": \"process_name\", \"args\": "
@@ -404,6 +437,184 @@ std::string TraceJson(const sim::SimResult& r) {
 
 // ---------------------------------------------------------------- tool
 
+namespace {
+
+// The module's device program, read and verified before the reference or
+// the simulator allocates anything for it.
+Status ReadProgram(const SimulateDeviceOptions& options,
+                   const std::string& name, fb::ModuleT* module) {
+  TILEC_RETURN_IF_ERROR(ir::ReadModule(options.input, module));
+  if (!module->program) {
+    return Status::BadInput(name +
+                            ": module has no device program (emit-device "
+                            "writes one)");
+  }
+  return VerifyDeviceProgram(*module).WithContext(name);
+}
+
+// A simulated output (empty if the simulator produced none).
+const std::vector<float>& OutputOf(const SimResult& result, uint32_t value) {
+  static const std::vector<float> kNone;
+  auto it = result.outputs.find(value);
+  return it == result.outputs.end() ? kNone : it->second;
+}
+
+kernels::ReferenceOptions ReferenceRunOptions(
+    const SimulateDeviceOptions& options,
+    const std::map<uint32_t, std::vector<float>>& given_inputs,
+    const std::string& sidecar_dir) {
+  kernels::ReferenceOptions ref_options;
+  ref_options.provided = given_inputs;
+  ref_options.sidecar_dir = sidecar_dir;
+  ref_options.threads = options.threads;
+  return ref_options;
+}
+
+// What the host writes for each bound input and weight: the reference's
+// own contents when it ran (so both runs see exactly the same numbers),
+// else the --inputs given, else the value's seeded or sidecar contents.
+Status HostInputs(const fb::ModuleT& module, const std::string& name,
+                  const kernels::ReferenceResult* reference,
+                  const std::map<uint32_t, std::vector<float>>& given_inputs,
+                  const std::string& sidecar_dir, HostTensors* host) {
+  for (const auto& binding : module.program->inputs) {
+    if (!binding) continue;
+    const kernels::ReferenceTensor* t =
+        reference != nullptr ? reference->Find(binding->value) : nullptr;
+    if (t != nullptr) {
+      (*host)[binding->value] = t->data;
+      continue;
+    }
+    if (auto given = given_inputs.find(binding->value);
+        given != given_inputs.end()) {
+      (*host)[binding->value] = given->second;
+      continue;
+    }
+    for (const auto& v : module.values) {
+      if (v && v->id == binding->value) {
+        TILEC_RETURN_IF_ERROR(
+            kernels::MaterializeValue(*v, sidecar_dir, &(*host)[v->id])
+                .WithContext(name));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+std::string ToleranceFailure(const OutputCheck& check, const Tolerance& tol) {
+  const Comparison& m = check.comparison;
+  return "output %" + std::to_string(check.value) + " \"" + check.name +
+         "\" is outside tolerance: max_abs_err " + G(m.max_abs_err) +
+         " (atol " + G(tol.atol) + " x scale " + G(m.scale) + "), cosine " +
+         Format("%.9f", m.cosine) + " (min " + G(tol.min_cosine) + "), " +
+         std::to_string(m.mismatches) + " of " + std::to_string(m.elements) +
+         " elements mismatch" +
+         (m.nonfinite ? " (" + std::to_string(m.nonfinite) + " non-finite)"
+                      : std::string());
+}
+
+// Every output against the reference; the first failure's text in
+// `first_failure` if it is still empty.
+Status CheckOutputs(const fb::ModuleT& module, const std::string& name,
+                    const SimResult& result,
+                    const kernels::ReferenceResult& reference,
+                    SimulateDeviceReport* report, std::string* first_failure) {
+  for (const auto& binding : module.program->outputs) {
+    const kernels::ReferenceTensor* ref = reference.Find(binding->value);
+    if (ref == nullptr) {
+      return Status::Internal(name + ": the reference has no value %" +
+                              std::to_string(binding->value));
+    }
+    OutputCheck check;
+    check.value = binding->value;
+    check.name = ref->name;
+    check.type = ir::DTypeText(ref->dtype, ref->fp8_scale_exp) +
+                 ir::ShapeText(ref->shape);
+    check.comparison = CompareTensors(OutputOf(result, binding->value),
+                                      ref->data, report->tolerance);
+    if (!check.comparison.pass && first_failure->empty()) {
+      *first_failure = ToleranceFailure(check, report->tolerance);
+    }
+    report->pass = report->pass && check.comparison.pass;
+    report->checks.push_back(std::move(check));
+  }
+  return Status::Ok();
+}
+
+// A quantized program's outputs against the unquantized graph's reference
+// (docs/quantize.md's floors).
+Status CheckUnquantized(const fb::ModuleT& module, const std::string& name,
+                        const SimResult& result,
+                        const kernels::ReferenceOptions& ref_options,
+                        SimulateDeviceReport* report,
+                        std::string* first_failure) {
+  kernels::ReferenceResult unquantized;
+  TILEC_RETURN_IF_ERROR(
+      kernels::RunReference(*Unquantized(module), ref_options, &unquantized)
+          .WithContext(name));
+  for (const auto& binding : module.program->outputs) {
+    OutputAccuracy a = CompareOutput(
+        module, binding->value, OutputOf(result, binding->value), unquantized);
+    if (!WithinUnquantizedTolerance(a) && first_failure->empty()) {
+      *first_failure =
+          "output %" + std::to_string(a.value) + " \"" + a.name +
+          "\" is outside the unquantized tolerance: " + AccuracyText(a.full) +
+          (a.has_branch ? "; branch " + AccuracyText(a.branch) : "");
+    }
+    report->pass = report->pass && WithinUnquantizedTolerance(a);
+    report->unquantized.push_back(std::move(a));
+  }
+  return Status::Ok();
+}
+
+// --dump-tensors: inputs and weights as the host wrote them, simulated
+// outputs under the value's name, the reference's under "<name>.reference".
+Status DumpTensors(const fb::ModuleT& module, const std::string& dump_dir,
+                   const HostTensors& host, const SimResult& result,
+                   const kernels::ReferenceResult* reference) {
+  std::vector<kernels::ReferenceTensor> tensors;
+  auto find_ref = [&](uint32_t id) {
+    return reference != nullptr ? reference->Find(id) : nullptr;
+  };
+  for (const auto& v : module.values) {
+    if (!v) continue;
+    const bool is_input =
+        v->role == fb::ValueRole::Input || v->role == fb::ValueRole::Weight;
+    auto add = [&](const std::string& tensor_name,
+                   const std::vector<float>& data) {
+      kernels::ReferenceTensor t;
+      t.id = v->id;
+      t.name = tensor_name;
+      t.shape = v->shape;
+      t.dtype = v->dtype;
+      t.fp8_scale_exp = v->fp8_scale_exp;
+      t.role = v->role;
+      t.data = data;
+      tensors.push_back(std::move(t));
+    };
+    if (is_input) {
+      // Unbound inputs (the program does not use them) come from the
+      // reference, which materializes every one.
+      const kernels::ReferenceTensor* ref = find_ref(v->id);
+      if (auto h = host.find(v->id); h != host.end()) {
+        add(v->name, h->second);
+      } else if (ref != nullptr) {
+        add(v->name, ref->data);
+      }
+    }
+    if (auto out = result.outputs.find(v->id); out != result.outputs.end()) {
+      add(v->name, out->second);
+      const kernels::ReferenceTensor* ref = find_ref(v->id);
+      if (ref != nullptr) add(v->name + ".reference", ref->data);
+    }
+  }
+  std::vector<const kernels::ReferenceTensor*> pointers;
+  for (const kernels::ReferenceTensor& t : tensors) pointers.push_back(&t);
+  return kernels::WriteTensorFiles(pointers, dump_dir, nullptr);
+}
+
+}  // namespace
+
 Status SimulateDevice(const SimulateDeviceOptions& options) {
   if (options.threads < 1) {
     return Status::BadInput("--threads=" + std::to_string(options.threads) +
@@ -411,18 +622,8 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   }
   const std::string name = ir::DisplayName(options.input);
   fb::ModuleT module;
-  TILEC_RETURN_IF_ERROR(ir::ReadModule(options.input, &module));
-  if (!module.program) {
-    return Status::BadInput(name +
-                            ": module has no device program (emit-device "
-                            "writes one)");
-  }
-  // The whole program is checked before the reference or the simulator
-  // allocates anything for it.
-  TILEC_RETURN_IF_ERROR(sim::VerifyDeviceProgram(module).WithContext(name));
+  TILEC_RETURN_IF_ERROR(ReadProgram(options, name, &module));
 
-  // Inputs and weights: the reference's own contents when comparing, so
-  // both runs see exactly the same numbers.
   const std::string sidecar_dir = options.sidecar_dir.empty()
                                       ? DirectoryOf(options.input)
                                       : options.sidecar_dir;
@@ -431,170 +632,62 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
     TILEC_RETURN_IF_ERROR(
         kernels::LoadInputs(module, options.inputs_dir, &given_inputs));
   }
+  const kernels::ReferenceOptions ref_options =
+      ReferenceRunOptions(options, given_inputs, sidecar_dir);
   kernels::ReferenceResult reference;
-  sim::HostTensors host;
   if (options.compare) {
-    kernels::ReferenceOptions ref_options;
-    ref_options.provided = given_inputs;
-    ref_options.sidecar_dir = sidecar_dir;
-    ref_options.threads = options.threads;
+    kernels::ReferenceOptions keep_sources = ref_options;
     // The host writes the reference's inputs and weights; only those and
     // the outputs are read back, so activations are freed as they die.
-    ref_options.keep = kernels::ReferenceOptions::Keep::kSourcesAndOutputs;
-    TILEC_RETURN_IF_ERROR(kernels::RunReference(module, ref_options, &reference)
-                              .WithContext(name));
+    keep_sources.keep = kernels::ReferenceOptions::Keep::kSourcesAndOutputs;
+    TILEC_RETURN_IF_ERROR(
+        kernels::RunReference(module, keep_sources, &reference)
+            .WithContext(name));
   }
-  for (const auto& binding : module.program->inputs) {
-    if (!binding) continue;
-    const kernels::ReferenceTensor* t =
-        options.compare ? reference.Find(binding->value) : nullptr;
-    if (t != nullptr) {
-      host[binding->value] = t->data;
-      continue;
-    }
-    if (auto given = given_inputs.find(binding->value);
-        given != given_inputs.end()) {
-      host[binding->value] = given->second;
-      continue;
-    }
-    for (const auto& v : module.values) {
-      if (v && v->id == binding->value) {
-        TILEC_RETURN_IF_ERROR(
-            kernels::MaterializeValue(*v, sidecar_dir, &host[v->id])
-                .WithContext(name));
-      }
-    }
-  }
+  const kernels::ReferenceResult* ran = options.compare ? &reference : nullptr;
+  HostTensors host;
+  TILEC_RETURN_IF_ERROR(
+      HostInputs(module, name, ran, given_inputs, sidecar_dir, &host));
 
-  sim::SimOptions sim_options;
+  SimOptions sim_options;
   sim_options.threads = options.threads;
   sim_options.top_tiles = options.top_tiles;
-  sim::SimResult result;
+  SimResult result;
   TILEC_RETURN_IF_ERROR(
-      sim::Simulate(module, host, sim_options, &result).WithContext(name));
+      Simulate(module, host, sim_options, &result).WithContext(name));
 
   SimulateDeviceReport report;
   report.module_name = name;
   report.compared = options.compare;
-  report.fp8 = sim::ModuleHasFp8(module);
-  report.tolerance = sim::DefaultTolerance(report.fp8);
+  report.fp8 = ModuleHasFp8(module);
+  report.tolerance = DefaultTolerance(report.fp8);
   if (options.atol >= 0) report.tolerance.atol = options.atol;
   if (options.rtol >= 0) report.tolerance.rtol = options.rtol;
   if (options.min_cosine >= 0) report.tolerance.min_cosine = options.min_cosine;
   std::string first_failure;
   if (options.compare) {
-    for (const auto& binding : module.program->outputs) {
-      const kernels::ReferenceTensor* ref = reference.Find(binding->value);
-      if (ref == nullptr) {
-        return Status::Internal(name + ": the reference has no value %" +
-                                std::to_string(binding->value));
-      }
-      OutputCheck check;
-      check.value = binding->value;
-      check.name = ref->name;
-      check.type = ir::DTypeText(ref->dtype, ref->fp8_scale_exp) +
-                   ir::ShapeText(ref->shape);
-      check.comparison = sim::CompareTensors(result.outputs[binding->value],
-                                             ref->data, report.tolerance);
-      if (!check.comparison.pass && first_failure.empty()) {
-        const sim::Comparison& m = check.comparison;
-        first_failure = "output %" + std::to_string(check.value) + " \"" +
-                        check.name + "\" is outside tolerance: max_abs_err " +
-                        G(m.max_abs_err) + " (atol " +
-                        G(report.tolerance.atol) + " x scale " + G(m.scale) +
-                        "), cosine " + Format("%.9f", m.cosine) + " (min " +
-                        G(report.tolerance.min_cosine) + "), " +
-                        std::to_string(m.mismatches) + " of " +
-                        std::to_string(m.elements) + " elements mismatch" +
-                        (m.nonfinite ? " (" + std::to_string(m.nonfinite) +
-                                           " non-finite)"
-                                     : std::string());
-      }
-      report.pass = report.pass && check.comparison.pass;
-      report.checks.push_back(std::move(check));
-    }
-  }
-
-  if (options.compare && quantize::IsQuantized(module)) {
-    kernels::ReferenceOptions ref_options;
-    ref_options.provided = given_inputs;
-    ref_options.sidecar_dir = sidecar_dir;
-    ref_options.threads = options.threads;
-    kernels::ReferenceResult unquantized;
     TILEC_RETURN_IF_ERROR(
-        kernels::RunReference(*quantize::Unquantized(module), ref_options,
-                              &unquantized)
-            .WithContext(name));
-    for (const auto& binding : module.program->outputs) {
-      quantize::OutputAccuracy a = quantize::CompareOutput(
-          module, binding->value, result.outputs[binding->value], unquantized);
-      if (!quantize::WithinUnquantizedTolerance(a) && first_failure.empty()) {
-        first_failure = "output %" + std::to_string(a.value) + " \"" + a.name +
-                        "\" is outside the unquantized tolerance: " +
-                        quantize::AccuracyText(a.full) +
-                        (a.has_branch ? "; branch " +
-                                            quantize::AccuracyText(a.branch)
-                                      : "");
-      }
-      report.pass = report.pass && quantize::WithinUnquantizedTolerance(a);
-      report.unquantized.push_back(std::move(a));
+        CheckOutputs(module, name, result, reference, &report, &first_failure));
+    if (IsQuantized(module)) {
+      TILEC_RETURN_IF_ERROR(CheckUnquantized(module, name, result, ref_options,
+                                             &report, &first_failure));
     }
   }
-
   if (!options.dump_dir.empty()) {
-    // Inputs and weights as the host wrote them, simulated outputs under
-    // the value's name, the reference's under "<name>.reference".
-    std::vector<kernels::ReferenceTensor> tensors;
-    for (const auto& v : module.values) {
-      if (!v) continue;
-      const bool is_input = v->role == fb::ValueRole::Input ||
-                            v->role == fb::ValueRole::Weight;
-      auto add = [&](const std::string& tensor_name,
-                     const std::vector<float>& data) {
-        kernels::ReferenceTensor t;
-        t.id = v->id;
-        t.name = tensor_name;
-        t.shape = v->shape;
-        t.dtype = v->dtype;
-        t.fp8_scale_exp = v->fp8_scale_exp;
-        t.role = v->role;
-        t.data = data;
-        tensors.push_back(std::move(t));
-      };
-      if (is_input) {
-        // Unbound inputs (the program does not use them) come from the
-        // reference, which materializes every one.
-        const kernels::ReferenceTensor* ref =
-            options.compare ? reference.Find(v->id) : nullptr;
-        if (host.count(v->id)) {
-          add(v->name, host[v->id]);
-        } else if (ref != nullptr) {
-          add(v->name, ref->data);
-        }
-      }
-      if (result.outputs.count(v->id)) {
-        add(v->name, result.outputs[v->id]);
-        const kernels::ReferenceTensor* ref =
-            options.compare ? reference.Find(v->id) : nullptr;
-        if (ref != nullptr) add(v->name + ".reference", ref->data);
-      }
-    }
-    std::vector<const kernels::ReferenceTensor*> pointers;
-    for (const kernels::ReferenceTensor& t : tensors) pointers.push_back(&t);
     TILEC_RETURN_IF_ERROR(
-        kernels::WriteTensorFiles(pointers, options.dump_dir, nullptr));
+        DumpTensors(module, options.dump_dir, host, result, ran));
   }
   if (!options.trace.empty()) {
     TILEC_RETURN_IF_ERROR(
         ir::WriteFileAtomically(options.trace, TraceJson(result)));
   }
   TILEC_RETURN_IF_ERROR(ir::WriteFileAtomically(
-      options.output, options.json ? ReportJson(result, report)
-                                   : ReportText(result, report)));
+      options.output,
+      options.json ? ReportJson(result, report) : ReportText(result, report)));
   if (!first_failure.empty()) {
     return Status::Infeasible(name + ": " + first_failure);
   }
   return Status::Ok();
 }
 
-}  // namespace tilec::tools
+}  // namespace tilec::sim

@@ -1,7 +1,8 @@
-#ifndef TILEC_TOOLS_SIMULATE_DEVICE_SIMULATE_DEVICE_H_
-#define TILEC_TOOLS_SIMULATE_DEVICE_SIMULATE_DEVICE_H_
+#ifndef TILEC_KERNELS_SIMULATE_DEVICE_H_
+#define TILEC_KERNELS_SIMULATE_DEVICE_H_
 
-// simulate-device's library: runs a module's device program on the
+// simulate-device's library (tools/simulate-device/main.cc parses the
+// flags and calls SimulateDevice): runs a module's device program on the
 // simulator (kernels/simulator.h), runs the reference on its graph, compares
 // every output and writes the report, a Chrome trace and tensor dumps.
 // docs/device-program.md describes the semantics, the report and the
@@ -12,10 +13,10 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
+#include "kernels/accuracy.h"
 #include "kernels/simulator.h"
-#include "passes/quantize/quantize.h"
 
-namespace tilec::tools {
+namespace tilec::sim {
 
 struct SimulateDeviceOptions {
   std::string input = "-";   // module path or "-"
@@ -31,7 +32,8 @@ struct SimulateDeviceOptions {
   int threads = 2;
   int top_tiles = 8;
   std::string sidecar_dir;  // "" = the input's directory
-  std::string inputs_dir;   // graph inputs as .npy (kernels/inputs.h), "" = seeds
+  std::string
+      inputs_dir;  // graph inputs as .npy (kernels/inputs.h), "" = seeds
 };
 
 // One output's comparison with the reference.
@@ -52,7 +54,7 @@ struct SimulateDeviceReport {
   // A quantized program (quantize-fp8) also against the unquantized graph's
   // reference: each output and its branch, with the documented floors
   // (docs/quantize.md), which count towards `pass`.
-  std::vector<quantize::OutputAccuracy> unquantized;
+  std::vector<OutputAccuracy> unquantized;
   bool pass = true;
 };
 
@@ -68,6 +70,6 @@ std::string ReportJson(const sim::SimResult& result,
                        const SimulateDeviceReport& report);
 std::string TraceJson(const sim::SimResult& result);
 
-}  // namespace tilec::tools
+}  // namespace tilec::sim
 
-#endif  // TILEC_TOOLS_SIMULATE_DEVICE_SIMULATE_DEVICE_H_
+#endif  // TILEC_KERNELS_SIMULATE_DEVICE_H_
