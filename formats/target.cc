@@ -1,5 +1,7 @@
 #include "formats/target.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <array>
 #include <set>
@@ -70,6 +72,9 @@ void ValidateFormula(const fb::KernelFormulaT& f, Problems& problems) {
     problems.Add(where, ": slow_path_term_multiplier ",
                  f.slow_path_term_multiplier, " is not positive");
   }
+  for (double number : {f.base, f.multiplier, f.slow_path_term_multiplier}) {
+    if (std::isinf(number)) problems.Add(where, ": a number is infinite");
+  }
   for (size_t t = 0; t < f.terms.size(); ++t) {
     const fb::CostTermT* term = f.terms[t].get();
     if (term == nullptr) {
@@ -79,6 +84,9 @@ void ValidateFormula(const fb::KernelFormulaT& f, Problems& problems) {
     if (!(term->coefficient >= 0)) {
       problems.Add(where, ": term ", t, " coefficient ", term->coefficient,
                    " is negative");
+    }
+    if (std::isinf(term->coefficient)) {
+      problems.Add(where, ": term ", t, " coefficient is infinite");
     }
     for (size_t i = 0; i < term->factors.size(); ++i) {
       const fb::CostFactorT* factor = term->factors[i].get();

@@ -101,6 +101,11 @@ StatusOr<int64_t> CostModel::Cycles(std::string_view kernel,
   if (!formula.ok()) return formula.status();
   StatusOr<double> value = EvaluateFormula(**formula, vars, path);
   if (!value.ok()) return value.status();
+  if (!(*value <= kMaxCallCycles)) {
+    return Status::BadInput("kernel '" + std::string(kernel) +
+                            "': its formula gives " + std::to_string(*value) +
+                            " cycles for one call, more than 2^40");
+  }
   return RoundUpCycles(*value);
 }
 

@@ -65,6 +65,12 @@ StatusOr<double> EvaluateFormula(const fb::KernelFormulaT& formula,
 // Rounds a formula's value up to whole cycles as described at the top.
 int64_t RoundUpCycles(double value);
 
+// The most cycles one kernel call may cost: 2^40 is 12 minutes of one tile
+// at 1.5 GHz, far beyond any real kernel (the largest today are ~10^5), so a
+// formula that gets there describes no machine (a damaged or hand-made
+// target). Refusing it keeps every program total far from int64's range.
+inline constexpr double kMaxCallCycles = 1099511627776.0;
+
 // Cycle costs on one target. Cheap to copy (the target is shared, immutable).
 class CostModel {
  public:

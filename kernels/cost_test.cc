@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -222,6 +223,32 @@ TEST(ValidateTargetTest, DuplicateKernelAndBadMultiplier) {
       << error;
   EXPECT_NE(error.find("multiplier 0 is not positive"), std::string::npos)
       << error;
+}
+
+TEST(ValidateTargetTest, InfiniteNumbers) {
+  fb::TargetT t = LoadTestTarget("ipu21");
+  t.kernels[0]->base = std::numeric_limits<double>::infinity();
+  t.kernels[1]->terms[0]->coefficient = std::numeric_limits<double>::infinity();
+  const std::string error = ValidateTarget(t).message();
+  EXPECT_NE(error.find("a number is infinite"), std::string::npos) << error;
+  EXPECT_NE(error.find("term 0 coefficient is infinite"), std::string::npos)
+      << error;
+}
+
+// A finite but absurd coefficient (the device_program fuzzer's 3.7e39 on
+// layernorm) must be refused, not cast to int64.
+TEST(CostModelLimitTest, RefusesCallsBeyondTheCycleLimit) {
+  fb::TargetT t = LoadTestTarget("ipu21");
+  for (auto& k : t.kernels) {
+    if (k->kernel == "layernorm") k->terms[0]->coefficient = 3.7e39;
+  }
+  StatusOr<CostModel> model = CostModel::Create(t);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  StatusOr<int64_t> c = model->Cycles("layernorm", {{"rows", 1}, {"w", 1152}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kBadInput);
+  EXPECT_NE(c.status().message().find("more than 2^40"), std::string::npos)
+      << c.status().message();
 }
 
 TEST(RequiredKernelsTest, MatchesMachineTable) {
