@@ -141,9 +141,10 @@ std::vector<OutputAccuracy> CompareOutputs(
   return out;
 }
 
-bool WithinUnquantizedTolerance(const OutputAccuracy& a) {
-  return a.full.cosine >= kMinOutputCosine &&
-         (!a.has_branch || a.branch.cosine >= kMinBranchCosine);
+bool WithinUnquantizedTolerance(const OutputAccuracy& a,
+                                const UnquantizedFloors& floors) {
+  return a.full.cosine >= floors.output &&
+         (!a.has_branch || a.branch.cosine >= floors.branch);
 }
 
 bool IsQuantized(const fb::ModuleT& module) {

@@ -218,11 +218,12 @@ std::string ComparisonText(const SimulateDeviceReport& report) {
     }
     if (!report.unquantized.empty()) {
       out += "\ncomparison with the unquantized graph (min cosine " +
-             G(kMinOutputCosine) + ", branch " + G(kMinBranchCosine) +
+             G(report.floors.output) + ", branch " + G(report.floors.branch) +
              "; docs/quantize.md):\n";
       for (const OutputAccuracy& a : report.unquantized) {
         out += "  %" + std::to_string(a.value) + " " + a.name + ": " +
-               (WithinUnquantizedTolerance(a) ? "PASS " : "FAIL ") +
+               (WithinUnquantizedTolerance(a, report.floors) ? "PASS "
+                                                              : "FAIL ") +
                AccuracyText(a.full);
         if (a.has_branch) {
           out += "; branch (minus residual %" + std::to_string(a.residual) +
@@ -555,13 +556,14 @@ Status CheckUnquantized(const fb::ModuleT& module, const std::string& name,
   for (const auto& binding : module.program->outputs) {
     OutputAccuracy a = CompareOutput(
         module, binding->value, OutputOf(result, binding->value), unquantized);
-    if (!WithinUnquantizedTolerance(a) && first_failure->empty()) {
+    const bool within = WithinUnquantizedTolerance(a, report->floors);
+    if (!within && first_failure->empty()) {
       *first_failure =
           "output %" + std::to_string(a.value) + " \"" + a.name +
           "\" is outside the unquantized tolerance: " + AccuracyText(a.full) +
           (a.has_branch ? "; branch " + AccuracyText(a.branch) : "");
     }
-    report->pass = report->pass && WithinUnquantizedTolerance(a);
+    report->pass = report->pass && within;
     report->unquantized.push_back(std::move(a));
   }
   return Status::Ok();
@@ -664,6 +666,12 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   if (options.atol >= 0) report.tolerance.atol = options.atol;
   if (options.rtol >= 0) report.tolerance.rtol = options.rtol;
   if (options.min_cosine >= 0) report.tolerance.min_cosine = options.min_cosine;
+  if (options.min_unquantized_cosine >= 0) {
+    report.floors.output = options.min_unquantized_cosine;
+  }
+  if (options.min_branch_cosine >= 0) {
+    report.floors.branch = options.min_branch_cosine;
+  }
   std::string first_failure;
   if (options.compare) {
     TILEC_RETURN_IF_ERROR(

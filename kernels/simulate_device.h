@@ -29,6 +29,9 @@ struct SimulateDeviceOptions {
   double atol = -1;
   double rtol = -1;
   double min_cosine = -1;
+  // Floors against the unquantized graph; negative: UnquantizedFloors'.
+  double min_unquantized_cosine = -1;
+  double min_branch_cosine = -1;
   int threads = 2;
   int top_tiles = 8;
   std::string sidecar_dir;  // "" = the input's directory
@@ -55,6 +58,7 @@ struct SimulateDeviceReport {
   // reference: each output and its branch, with the documented floors
   // (docs/quantize.md), which count towards `pass`.
   std::vector<OutputAccuracy> unquantized;
+  UnquantizedFloors floors;
   bool pass = true;
 };
 

@@ -13,12 +13,12 @@
 #                   against the graph's own reference at its default
 #                   tolerances, and the simulated output against PyTorch's:
 #                   f16 at the reference's f16 limits, fp8 to 3e-2 (cosine
-#                   0.995). simulate-device's floor against the unquantized
-#                   graph (cosine 0.999, meant for one block whose residual
-#                   hides the GEMMs' error) is reported but not required:
-#                   ten FP8 GEMMs in series ending in an unresidualized head
-#                   measure 0.998-0.999; PyTorch is the check that counts
-#                   here (docs/import-onnx.md).
+#                   0.995). Against the unquantized graph simulate-device
+#                   is given this model's floor, cosine 0.995 like PyTorch's
+#                   (its default 0.999 is meant for one block whose residual
+#                   hides the GEMMs' error; ten FP8 GEMMs in series ending in
+#                   an unresidualized head measure 0.998-0.999;
+#                   docs/import-onnx.md).
 set -euo pipefail
 tools=$1 compare=$2 model=$3 pixels=$4 expected=$5 mode=$6
 out=$(mktemp -d)
@@ -50,15 +50,9 @@ else
   limits=(2e-3 0.9999)
   status=0
   run simulate-device "$program" --inputs="$out/in" --dump-tensors="$out/sim" \
-    -o "$out/report.txt" 2>"$out/simulate.err" || status=$?
+    --min_unquantized_cosine=0.995 -o "$out/report.txt" || status=$?
   sed -n '/^total:/p;/^comparison/,$p' "$out/report.txt"
-  if [ "$status" -ne 0 ]; then
-    cat "$out/simulate.err" >&2
-    # Exit 3 for the unquantized floor alone: the reference comparisons
-    # come first, so any of those failing names itself instead.
-    [ "$mode" = pipeline-fp8 ] && [ "$status" -eq 3 ] &&
-      grep -q 'is outside the unquantized tolerance' "$out/simulate.err" || exit 1
-  fi
+  [ "$status" -eq 0 ] || exit 1
   [ "$mode" = pipeline-fp8 ] && limits=(3e-2 0.995)
   echo -n "simulated ${mode#pipeline-} vs PyTorch: "
   "$compare" "$expected" "$out/sim/embeddings.npy" "${limits[@]}"

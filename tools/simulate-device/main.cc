@@ -34,6 +34,14 @@ DEFINE_double(min_cosine, -1,
               "Smallest cosine similarity of each output with the "
               "reference. Default: 0.9999, or 0.99 when the graph has an "
               "FP8 value.");
+DEFINE_double(min_unquantized_cosine, -1,
+              "For a quantized program: smallest cosine of each output with "
+              "the unquantized graph's reference. Default: 0.999 "
+              "(docs/quantize.md).");
+DEFINE_double(min_branch_cosine, -1,
+              "For a quantized program: smallest cosine of each output's "
+              "branch (output minus its residual input) with the unquantized "
+              "graph's. Default: 0.995 (docs/quantize.md).");
 DEFINE_int32(threads, 2,
              "Host threads for the simulator and the reference (results do "
              "not depend on it).");
@@ -69,6 +77,10 @@ tilec::Status CheckFlags() {
   TILEC_RETURN_IF_ERROR(CheckTolerance("atol", FLAGS_atol, 1e300));
   TILEC_RETURN_IF_ERROR(CheckTolerance("rtol", FLAGS_rtol, 1e300));
   TILEC_RETURN_IF_ERROR(CheckTolerance("min_cosine", FLAGS_min_cosine, 1));
+  TILEC_RETURN_IF_ERROR(CheckTolerance("min_unquantized_cosine",
+                                       FLAGS_min_unquantized_cosine, 1));
+  TILEC_RETURN_IF_ERROR(
+      CheckTolerance("min_branch_cosine", FLAGS_min_branch_cosine, 1));
   TILEC_RETURN_IF_ERROR(tilec::tools::CheckThreads(FLAGS_threads));
   if (FLAGS_top_tiles < 0) {
     return tilec::Status::BadInput("--top_tiles=" +
@@ -111,6 +123,8 @@ int main(int argc, char** argv) {
   options.atol = FLAGS_atol;
   options.rtol = FLAGS_rtol;
   options.min_cosine = FLAGS_min_cosine;
+  options.min_unquantized_cosine = FLAGS_min_unquantized_cosine;
+  options.min_branch_cosine = FLAGS_min_branch_cosine;
   options.threads = FLAGS_threads;
   options.top_tiles = FLAGS_top_tiles;
   options.sidecar_dir = FLAGS_sidecar_dir;
