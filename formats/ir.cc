@@ -136,6 +136,12 @@ std::string DisplayName(const std::string& path) {
   return path == "-" ? "<stdin>" : path;
 }
 
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (path == "-" || slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
 const char* SchemaText() { return FindEmbedded("tilec.fbs")->text; }
 
 Status ParseModule(const std::string& bytes, const std::string& name,

@@ -117,6 +117,9 @@ const char* SchemaText();
 Status MigrateModule(uint32_t from_version, fb::ModuleT* module);
 
 std::string DisplayName(const std::string& path);
+// The directory files named relative to `path` live in (sidecars): "." for
+// stdin ("-") or a bare file name.
+std::string DirectoryOf(const std::string& path);
 
 }  // namespace tilec::ir
 

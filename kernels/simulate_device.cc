@@ -72,12 +72,6 @@ std::string OpLabel(uint32_t op,
   return label;
 }
 
-std::string DirectoryOf(const std::string& path) {
-  if (path == "-") return ".";
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- text
@@ -627,7 +621,7 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   TILEC_RETURN_IF_ERROR(ReadProgram(options, name, &module));
 
   const std::string sidecar_dir = options.sidecar_dir.empty()
-                                      ? DirectoryOf(options.input)
+                                      ? ir::DirectoryOf(options.input)
                                       : options.sidecar_dir;
   std::map<uint32_t, std::vector<float>> given_inputs;
   if (!options.inputs_dir.empty()) {

@@ -45,6 +45,9 @@ struct PassOptions {
   std::ostream* messages = nullptr;
   // The flags that decided the output, recorded in the pass run.
   std::vector<std::string> flags;
+  // The file the module was read from ("-": stdin); a pass that reads files
+  // named relative to it (sidecars) resolves them from its directory.
+  std::string input = "-";
 };
 
 class Pass {

@@ -42,8 +42,7 @@ else
   if [ "$mode" = pipeline-f16 ]; then
     export QUANTIZE_FP8_FLAGS=--fp8=false
   else
-    # quantize-fp8 reads sidecars relative to --sidecar_dir (default ".").
-    export QUANTIZE_FP8_FLAGS="--calibration=$out/in --sidecar_dir=$out"
+    export QUANTIZE_FP8_FLAGS="--calibration=$out/in"
   fi
   # shellcheck disable=SC2046
   program=$(tilec_run_passes "$tools" "$out" "$out/0.tilec" 1 $(tilec_passes))

@@ -52,6 +52,7 @@ Status RunPass(const std::vector<std::string>& args, const PassMaker& make) {
   TILEC_RETURN_IF_ERROR(SingleInput(args, &input));
   StatusOr<passes::PassOptions> common = CommonOptions();
   if (!common.ok()) return common.status();
+  common->input = input;
   StatusOr<std::unique_ptr<passes::Pass>> pass = make(std::move(*common));
   if (!pass.ok()) return pass.status();
   fb::ModuleT module;

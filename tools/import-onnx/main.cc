@@ -43,12 +43,6 @@ std::vector<std::string> SplitCommas(const std::string& text) {
   return parts;
 }
 
-std::string DirectoryOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return path == "-" || slash == std::string::npos ? "."
-                                                   : path.substr(0, slash);
-}
-
 Status Run(const std::vector<std::string>& args) {
   std::string path;
   TILEC_RETURN_IF_ERROR(SingleInput(args, &path));
@@ -59,7 +53,7 @@ Status Run(const std::vector<std::string>& args) {
   options.outputs = SplitCommas(FLAGS_outputs);
   options.input_seed = FLAGS_input_seed;
   options.model_name = ir::DisplayName(path);
-  options.model_dir = DirectoryOf(path);
+  options.model_dir = ir::DirectoryOf(path);
   passes::SidecarPaths sidecar;
   TILEC_RETURN_IF_ERROR(
       passes::ResolveSidecarPaths(FLAGS_o, FLAGS_sidecar, &sidecar));

@@ -28,8 +28,9 @@ DEFINE_int32(activation_margin, 1,
              "Bits of headroom below the exponent that just fits an "
              "activation's calibrated amax (1: inputs up to twice the "
              "calibrated range do not saturate).");
-DEFINE_string(sidecar_dir, ".",
-              "Directory that weight sidecar paths are relative to.");
+DEFINE_string(sidecar_dir, "",
+              "Directory that weight sidecar paths are relative to (default: "
+              "the input file's directory, or . for stdin).");
 DEFINE_int32(threads, 2, "Threads of the calibration reference runs.");
 
 namespace {
@@ -58,7 +59,9 @@ tilec::StatusOr<std::unique_ptr<tilec::passes::Pass>> MakePass(
   options.weight_margin = FLAGS_weight_margin;
   options.activation_margin = FLAGS_activation_margin;
   options.calibration_dir = FLAGS_calibration;
-  options.sidecar_dir = FLAGS_sidecar_dir;
+  options.sidecar_dir = FLAGS_sidecar_dir.empty()
+                            ? tilec::ir::DirectoryOf(common.input)
+                            : FLAGS_sidecar_dir;
   options.threads = FLAGS_threads;
   if (!FLAGS_policy.empty()) {
     options.policy_name = tilec::ir::DisplayName(FLAGS_policy);

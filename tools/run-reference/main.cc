@@ -37,12 +37,6 @@ DEFINE_int32(threads, 2,
 namespace tilec::tools {
 namespace {
 
-std::string DirectoryOf(const std::string& path) {
-  if (path == "-") return ".";
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 Status NonFiniteOutputs(const std::string& path,
                         const kernels::ReferenceResult& result);
 
@@ -57,7 +51,7 @@ Status Run(const std::vector<std::string>& args) {
 
   kernels::ReferenceOptions options;
   options.sidecar_dir =
-      FLAGS_sidecar_dir.empty() ? DirectoryOf(path) : FLAGS_sidecar_dir;
+      FLAGS_sidecar_dir.empty() ? ir::DirectoryOf(path) : FLAGS_sidecar_dir;
   options.threads = FLAGS_threads;
   options.keep = FLAGS_all ? kernels::ReferenceOptions::Keep::kAll
                            : kernels::ReferenceOptions::Keep::kOutputs;
