@@ -45,10 +45,15 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
   e.ops.resize(num_ops);
   e.capacity = coster.capacity();
 
-  // Ownerships: results as their producer's recipe says; inputs and weights
-  // as their first consumer needs.
+  // Ownerships: results as their producer's recipe says; weights in a home
+  // there; inputs and other weights as their first consumer needs.
   for (int v = 0; v < graph.num_values(); ++v) {
     const ValueNode& value = graph.value(v);
+    if (const fb::OwnershipT* home = plan.Home(v)) {
+      e.owners[v] = *home;
+      e.owned[v] = true;
+      continue;
+    }
     if (value.producer >= 0) {
       if (value.producer > last) continue;
       e.owners[v] = coster.ResultOwnership(graph, value.producer,
@@ -172,7 +177,7 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
     if (value.role == fb::ValueRole::Weight) {
       l.begin = 0;
       l.end = steps - 1;
-      l.what += " (resident)";
+      l.what += plan.Home(v) ? " (home)" : " (resident)";
     } else if (value.role == fb::ValueRole::Output) {
       l.end = steps - 1;
     }

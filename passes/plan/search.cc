@@ -11,6 +11,7 @@
 #include "formats/print.h"
 #include "kernels/kernels.h"
 #include "passes/plan/gemm_bound.h"
+#include "passes/plan/weight_homes.h"
 
 namespace tilec::plan {
 namespace {
@@ -366,8 +367,87 @@ Status Search::Initialize() {
   for (int op = 0; op < graph_.num_ops(); ++op) {
     incumbent_.recipes.push_back(candidates_[op][0]);
   }
-  // Greedy: each op in program order takes its cheapest recipe given the
-  // ops before it (their ownerships and the redistributions it would need).
+  TILEC_RETURN_IF_ERROR(Greedy());
+  StatusOr<Evaluation> e =
+      Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
+  if (!e.ok()) return e.status();
+  eval_ = std::move(*e);
+  if (!eval_.feasible()) TILEC_RETURN_IF_ERROR(MoveWeightsHome());
+  if (!eval_.feasible()) {
+    // A lower bound that no recipe can beat: the weights alone.
+    int64_t weights = 0;
+    for (int v = 0; v < graph_.num_values(); ++v) {
+      const ValueNode& value = graph_.value(v);
+      if (value.role != fb::ValueRole::Weight) continue;
+      int64_t n = 1;
+      for (int64_t e : value.shape) n *= e;
+      weights += n * coster_.StoredBytes(graph_, v);
+    }
+    const int64_t floor = CeilDiv(weights, coster_.tiles());
+    std::string bound;
+    if (floor > coster_.capacity()) {
+      bound = " (the weights alone need at least " + std::to_string(floor) +
+              " B per tile)";
+    }
+    // Past that bound no repair can succeed: refuse at once.
+    StatusOr<bool> repaired = false;
+    if (bound.empty()) repaired = Repair();
+    if (!repaired.ok()) return repaired.status();
+    if (!*repaired) {
+      return Status::Infeasible("no plan fits tile memory" + bound +
+                                "; the closest found: " + eval_.Diagnosis());
+    }
+  }
+  if (CountHomes(graph_, incumbent_) > 0) {
+    TILEC_RETURN_IF_ERROR(PromoteWeights(
+        graph_, coster_, &incumbent_, &eval_,
+        [this](fb::DecisionT d) { Record(std::move(d)); }));
+  }
+  fb::DecisionT d;
+  d.action = "initial plan";
+  d.outcome = fb::Outcome::Info;
+  d.reason = "total " + std::to_string(eval_.total_cycles) + " cycles, peak " +
+             std::to_string(eval_.peak_bytes) + " B per tile of " +
+             std::to_string(eval_.capacity);
+  const int homes = CountHomes(graph_, incumbent_);
+  if (homes > 0) {
+    d.reason += "; " + std::to_string(homes) + " weights in homes";
+  }
+  d.cycles_before = d.cycles_after = eval_.total_cycles;
+  d.bytes_before = d.bytes_after = eval_.peak_bytes;
+  Record(std::move(d));
+  return Status::Ok();
+}
+
+// The resident plan does not fit: every weight to its home, and the greedy
+// plan again with the redistributions from the homes priced in.
+Status Search::MoveWeightsHome() {
+  const Evaluation resident = eval_;
+  incumbent_ = WithAllHomes(graph_, coster_, incumbent_);
+  TILEC_RETURN_IF_ERROR(Greedy());
+  StatusOr<Evaluation> e =
+      Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
+  if (!e.ok()) return e.status();
+  eval_ = std::move(*e);
+  fb::DecisionT d;
+  d.action = "every weight to a home (" +
+             std::to_string(CountHomes(graph_, incumbent_)) +
+             " weights, each element once over the tiles), redistributed to "
+             "its compute layout before each use";
+  d.outcome = fb::Outcome::Accepted;
+  d.reason = "the plan with every weight resident in compute layout does not "
+             "fit (" + resident.Diagnosis() + ")";
+  d.cycles_before = resident.total_cycles;
+  d.cycles_after = eval_.total_cycles;
+  d.bytes_before = resident.peak_bytes;
+  d.bytes_after = eval_.peak_bytes;
+  Record(std::move(d));
+  return Status::Ok();
+}
+
+// Greedy: each op in program order takes its cheapest recipe given the ops
+// before it (their ownerships and the redistributions it would need).
+Status Search::Greedy() {
   int64_t before = 0;
   for (int op = 0; op < graph_.num_ops(); ++op) {
     StatusOr<Evaluation> prefix =
@@ -407,42 +487,6 @@ Status Search::Initialize() {
     Record(std::move(d));
     before = best;
   }
-  StatusOr<Evaluation> e =
-      Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
-  if (!e.ok()) return e.status();
-  eval_ = std::move(*e);
-  if (!eval_.feasible()) {
-    StatusOr<bool> repaired = Repair();
-    if (!repaired.ok()) return repaired.status();
-    if (!*repaired) {
-      // A lower bound that no recipe can beat: the weights alone.
-      int64_t weights = 0;
-      for (int v = 0; v < graph_.num_values(); ++v) {
-        const ValueNode& value = graph_.value(v);
-        if (value.role != fb::ValueRole::Weight) continue;
-        int64_t n = 1;
-        for (int64_t e : value.shape) n *= e;
-        weights += n * coster_.StoredBytes(graph_, v);
-      }
-      const int64_t floor = CeilDiv(weights, coster_.tiles());
-      std::string bound;
-      if (floor > coster_.capacity()) {
-        bound = " (the weights alone need at least " + std::to_string(floor) +
-                " B per tile)";
-      }
-      return Status::Infeasible("no plan fits tile memory" + bound +
-                                "; the closest found: " + eval_.Diagnosis());
-    }
-  }
-  fb::DecisionT d;
-  d.action = "initial plan";
-  d.outcome = fb::Outcome::Info;
-  d.reason = "total " + std::to_string(eval_.total_cycles) + " cycles, peak " +
-             std::to_string(eval_.peak_bytes) + " B per tile of " +
-             std::to_string(eval_.capacity);
-  d.cycles_before = d.cycles_after = eval_.total_cycles;
-  d.bytes_before = d.bytes_after = eval_.peak_bytes;
-  Record(std::move(d));
   return Status::Ok();
 }
 
@@ -782,6 +826,31 @@ Status Search::Run() {
   return save();
 }
 
+// A weight whose saved ownership is not what its first consumer's recipe
+// needs was in a home (the checkpoint records ownerships, not choices).
+Status Search::RestoreHomes(const fb::SearchCheckpointT& c, Plan* plan) const {
+  StatusOr<Evaluation> resident =
+      Evaluate(graph_, coster_, *plan, EvalMode::kCyclesOnly);
+  if (!resident.ok()) return resident.status();
+  for (const auto& vp : c.values) {
+    const int v = graph_.ValueIndex(vp->value);
+    if (v < 0 || !vp->ownership || !resident->owned[v] ||
+        graph_.value(v).role != fb::ValueRole::Weight ||
+        passes::SameOwnership(*vp->ownership, resident->owners[v])) {
+      continue;
+    }
+    const std::string invalid = passes::ValidateOwnership(
+        *vp->ownership, graph_.value(v).shape, coster_.tiles());
+    if (!invalid.empty()) {
+      return Status::BadInput("the checkpoint's home of value %" +
+                              std::to_string(vp->value) + ": " + invalid);
+    }
+    plan->homes.resize(graph_.num_values());
+    plan->homes[v] = *vp->ownership;
+  }
+  return Status::Ok();
+}
+
 fb::SearchCheckpointT Search::Checkpoint() const {
   fb::SearchCheckpointT c;
   c.schema_version = kCheckpointVersion;
@@ -859,6 +928,7 @@ Status Search::Restore(const fb::SearchCheckpointT& c,
     }
     plan.recipes[op] = *r;
   }
+  TILEC_RETURN_IF_ERROR(RestoreHomes(c, &plan));
   StatusOr<Evaluation> e = Evaluate(graph_, coster_, plan, EvalMode::kFull);
   if (!e.ok()) return e.status();
   if (e->total_cycles != c.best_cycles) {

@@ -122,6 +122,10 @@ class Search {
   void Record(const fb::DecisionT& decision);
   std::string Describe(const Proposal& proposal) const;
   StatusOr<bool> Repair();
+  Status Greedy();
+  Status MoveWeightsHome();
+  Status RestoreHomes(const fb::SearchCheckpointT& checkpoint,
+                      Plan* plan) const;
   std::vector<Recipe> AllRecipes(int op, const Plan& plan,
                                  const Evaluation& eval) const;
 
