@@ -356,6 +356,22 @@ std::vector<Recipe> Search::AllRecipes(int op, const Plan& plan,
   return list;
 }
 
+namespace {
+
+// How far a plan is from fitting: the bytes over capacity summed over the
+// steps (ops and redistributions) that do not fit. Zero iff it fits.
+int64_t Excess(const Evaluation& e) {
+  int64_t excess = 0;
+  for (int64_t peak : e.op_peak)
+    excess += std::max<int64_t>(0, peak - e.capacity);
+  for (int64_t peak : e.redistribution_peak) {
+    excess += std::max<int64_t>(0, peak - e.capacity);
+  }
+  return excess;
+}
+
+}  // namespace
+
 Status Search::Initialize() {
   for (int op = 0; op < graph_.num_ops(); ++op) {
     if (candidates_[op].empty()) {
@@ -367,12 +383,17 @@ Status Search::Initialize() {
   for (int op = 0; op < graph_.num_ops(); ++op) {
     incumbent_.recipes.push_back(candidates_[op][0]);
   }
-  TILEC_RETURN_IF_ERROR(Greedy());
+  {
+    std::vector<fb::DecisionT> greedy;
+    TILEC_RETURN_IF_ERROR(Greedy(&greedy));
+    for (fb::DecisionT& d : greedy) Record(std::move(d));
+  }
   StatusOr<Evaluation> e =
       Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
   if (!e.ok()) return e.status();
   eval_ = std::move(*e);
-  if (!eval_.feasible()) TILEC_RETURN_IF_ERROR(MoveWeightsHome());
+  std::optional<Evaluation> homes_closest;
+  if (!eval_.feasible()) TILEC_RETURN_IF_ERROR(MoveWeightsHome(&homes_closest));
   if (!eval_.feasible()) {
     // A lower bound that no recipe can beat: the weights alone.
     int64_t weights = 0;
@@ -394,8 +415,12 @@ Status Search::Initialize() {
     if (bound.empty()) repaired = Repair();
     if (!repaired.ok()) return repaired.status();
     if (!*repaired) {
+      const Evaluation& closest =
+          homes_closest && Excess(*homes_closest) < Excess(eval_)
+              ? *homes_closest
+              : eval_;
       return Status::Infeasible("no plan fits tile memory" + bound +
-                                "; the closest found: " + eval_.Diagnosis());
+                                "; the closest found: " + closest.Diagnosis());
     }
   }
   if (CountHomes(graph_, incumbent_) > 0) {
@@ -419,35 +444,50 @@ Status Search::Initialize() {
   return Status::Ok();
 }
 
-// The resident plan does not fit: every weight to its home, and the greedy
-// plan again with the redistributions from the homes priced in.
-Status Search::MoveWeightsHome() {
+// The resident plan does not fit: every weight to its home and the greedy
+// plan again, the redistributions from the homes priced in. Taken if it
+// fits; else the resident plan stays (memory repair works from it) and
+// `closest` keeps the homes plan for the diagnosis.
+Status Search::MoveWeightsHome(std::optional<Evaluation>* closest) {
+  const Plan resident_plan = incumbent_;
   const Evaluation resident = eval_;
   incumbent_ = WithAllHomes(graph_, coster_, incumbent_);
-  TILEC_RETURN_IF_ERROR(Greedy());
+  std::vector<fb::DecisionT> greedy;
+  TILEC_RETURN_IF_ERROR(Greedy(&greedy));
   StatusOr<Evaluation> e =
       Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
   if (!e.ok()) return e.status();
-  eval_ = std::move(*e);
   fb::DecisionT d;
   d.action = "every weight to a home (" +
              std::to_string(CountHomes(graph_, incumbent_)) +
              " weights, each element once over the tiles), redistributed to "
              "its compute layout before each use";
+  d.cycles_before = resident.total_cycles;
+  d.cycles_after = e->total_cycles;
+  d.bytes_before = resident.peak_bytes;
+  d.bytes_after = e->peak_bytes;
+  if (!e->feasible()) {
+    d.outcome = fb::Outcome::Rejected;
+    d.reason = "rejected by memory: the greedy plan with homes does not fit "
+               "either (" + e->Diagnosis() + "); memory repair starts from "
+               "the resident plan";
+    Record(std::move(d));
+    *closest = std::move(*e);
+    incumbent_ = resident_plan;
+    return Status::Ok();
+  }
   d.outcome = fb::Outcome::Accepted;
   d.reason = "the plan with every weight resident in compute layout does not "
              "fit (" + resident.Diagnosis() + ")";
-  d.cycles_before = resident.total_cycles;
-  d.cycles_after = eval_.total_cycles;
-  d.bytes_before = resident.peak_bytes;
-  d.bytes_after = eval_.peak_bytes;
   Record(std::move(d));
+  for (fb::DecisionT& g : greedy) Record(std::move(g));
+  eval_ = std::move(*e);
   return Status::Ok();
 }
 
 // Greedy: each op in program order takes its cheapest recipe given the ops
 // before it (their ownerships and the redistributions it would need).
-Status Search::Greedy() {
+Status Search::Greedy(std::vector<fb::DecisionT>* decisions) {
   int64_t before = 0;
   for (int op = 0; op < graph_.num_ops(); ++op) {
     StatusOr<Evaluation> prefix =
@@ -484,27 +524,12 @@ Status Search::Greedy() {
                          " recipes given the ops before it";
     d.cycles_before = before;
     d.cycles_after = best;
-    Record(std::move(d));
+    decisions->push_back(std::move(d));
     before = best;
   }
   return Status::Ok();
 }
 
-namespace {
-
-// How far a plan is from fitting: the bytes over capacity summed over the
-// steps (ops and redistributions) that do not fit. Zero iff it fits.
-int64_t Excess(const Evaluation& e) {
-  int64_t excess = 0;
-  for (int64_t peak : e.op_peak)
-    excess += std::max<int64_t>(0, peak - e.capacity);
-  for (int64_t peak : e.redistribution_peak) {
-    excess += std::max<int64_t>(0, peak - e.capacity);
-  }
-  return excess;
-}
-
-}  // namespace
 
 StatusOr<bool> Search::Repair() {
   // Until the plan fits: the single-op change that brings it closest to

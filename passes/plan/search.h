@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <random>
 #include <string>
@@ -122,8 +123,8 @@ class Search {
   void Record(const fb::DecisionT& decision);
   std::string Describe(const Proposal& proposal) const;
   StatusOr<bool> Repair();
-  Status Greedy();
-  Status MoveWeightsHome();
+  Status Greedy(std::vector<fb::DecisionT>* decisions);
+  Status MoveWeightsHome(std::optional<Evaluation>* closest);
   Status RestoreHomes(const fb::SearchCheckpointT& checkpoint,
                       Plan* plan) const;
   std::vector<Recipe> AllRecipes(int op, const Plan& plan,
