@@ -841,6 +841,18 @@ fb::OwnershipT FlatOwnership(int grain, int tiles, int first_tile,
   return o;
 }
 
+fb::OwnershipT HomeOwnership(std::span<const int64_t> shape, int element_bytes,
+                             int target_tiles, int first_tile_hint) {
+  int64_t elements = 1;
+  for (int64_t e : shape) elements *= e;
+  const int grain = std::max(1, 8 / std::max(1, element_bytes));
+  const int64_t grains = std::max<int64_t>(1, (elements + grain - 1) / grain);
+  const int tiles =
+      static_cast<int>(std::min<int64_t>(grains, std::max(target_tiles, 1)));
+  const int first = std::clamp(first_tile_hint, 0, target_tiles - tiles);
+  return FlatOwnership(grain, tiles, first);
+}
+
 bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b) {
   // An explicit identity order means the same as an empty one.
   const bool same_order =

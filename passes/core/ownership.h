@@ -81,6 +81,15 @@ fb::OwnershipT FlatOwnership(int grain, int tiles, int first_tile = 0,
 // explicit identity axis order equals the empty one.
 bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b);
 
+// A weight's home (docs/planning.md, "Weight homes"): every element once,
+// balanced over as many of `target_tiles` tiles as there are 8-byte grains
+// (flat, grains of 8 / element_bytes elements, so each tile's part is whole
+// 8-byte words), on tiles starting at `first_tile_hint` where the home fits
+// before the last tile, else ending at the last tile (a hint spreads small
+// weights over the chip instead of stacking them on tile 0).
+fb::OwnershipT HomeOwnership(std::span<const int64_t> shape, int element_bytes,
+                             int target_tiles, int first_tile_hint = 0);
+
 // Grid positions (tiles assigned, empty blocks included): the product of
 // the partitions, sub-partitions and replicas, or a flat layout's tiles.
 int64_t GridCells(const fb::OwnershipT& ownership);

@@ -1165,5 +1165,48 @@ TEST(OwnershipPropertyTest, TextFormRoundTrips) {
   }
 }
 
+// Weight homes: every element on exactly one tile, the tiles' parts within
+// one grain of each other, as many tiles as there are grains (up to the
+// target), placed at the hint when the home fits there.
+TEST(OwnershipPropertyTest, HomesHoldEveryElementOnceBalanced) {
+  std::mt19937 rng(4321);
+  for (int i = 0; i < kCases; ++i) {
+    const Shape shape = RandomShape(rng);
+    const int element_bytes = 1 << std::uniform_int_distribution<int>(0, 2)(rng);
+    const int target_tiles = std::uniform_int_distribution<int>(1, kTiles)(rng);
+    const int hint = std::uniform_int_distribution<int>(0, kTiles)(rng);
+    const fb::OwnershipT home =
+        HomeOwnership(shape, element_bytes, target_tiles, hint);
+    SCOPED_TRACE(FormatOwnership(home) + " case " + std::to_string(i));
+    ASSERT_EQ(ValidateOwnership(home, shape, target_tiles), "");
+    const int64_t n = NumElements(shape);
+    std::vector<int> holders(n, 0);
+    int64_t most = 0, least = n + 1;
+    for (int tile = 0; tile < target_tiles; ++tile) {
+      int64_t held = 0;
+      for (const Box& box : HeldBoxes(home, shape, tile)) {
+        for (int64_t e : BoxElements(box, shape)) ++holders[e];
+        held += box.Elements();
+      }
+      if (held == 0) continue;
+      most = std::max(most, held);
+      least = std::min(least, held);
+    }
+    EXPECT_EQ(std::count(holders.begin(), holders.end(), 1), n)
+        << "an element held by no tile or by two";
+    const int64_t grain = std::max(1, 8 / element_bytes);
+    EXPECT_EQ(home.grain, grain);
+    const int64_t grains = std::max<int64_t>(1, (n + grain - 1) / grain);
+    EXPECT_EQ(home.tiles, std::min<int64_t>(grains, target_tiles));
+    if (n > 0) EXPECT_LE(most - least, 2 * grain - 1);
+    EXPECT_EQ(home.first_tile, std::min(hint, target_tiles - home.tiles));
+  }
+  // The so400m up projection in FP8 on ipu21: 3,368 or 3,376 B a tile.
+  const Shape up = {1152, 4304};
+  const fb::OwnershipT home = HomeOwnership(up, 1, 1472);
+  EXPECT_EQ(FormatOwnership(home), "flat(grain=8, tiles=1472)");
+  EXPECT_EQ(MaxBytesPerTile(home, up, 1), 3376);
+}
+
 }  // namespace
 }  // namespace tilec::passes

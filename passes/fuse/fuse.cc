@@ -81,6 +81,20 @@ StatusOr<plan::PriceOptions> PlannedPricing(const fb::ModuleT& module) {
   return options;
 }
 
+namespace {
+
+bool IsRedistributed(const fb::ModuleT& planned, uint32_t value) {
+  for (const auto& op : planned.ops) {
+    if (op->kind == fb::OpKind::Redistribute && op->operands.size() == 1 &&
+        op->operands[0] == value) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 StatusOr<PlannedGraph> Unplan(const fb::ModuleT& planned) {
   PlannedGraph out;
   out.module = planned;
@@ -119,12 +133,26 @@ StatusOr<PlannedGraph> Unplan(const fb::ModuleT& planned) {
     ops.push_back(std::move(op));
   }
   m.ops = std::move(ops);
+  // A weight that only redistributions read is in a home (docs/planning.md,
+  // "Weight homes"): the plan keeps it there.
+  std::set<uint32_t> read_directly;
+  for (const auto& op : planned.ops) {
+    if (op->kind == fb::OpKind::Redistribute) continue;
+    read_directly.insert(op->operands.begin(), op->operands.end());
+  }
   std::vector<std::unique_ptr<fb::ValueT>> values;
   for (auto& v : m.values) {
     if (copy_results.count(v->id)) continue;
+    if (v->role == fb::ValueRole::Weight && v->ownership &&
+        !read_directly.count(v->id) &&
+        IsRedistributed(planned, v->id)) {
+      out.plan.homes.resize(m.values.size());
+      out.plan.homes[values.size()] = *v->ownership;
+    }
     v->ownership.reset();
     values.push_back(std::move(v));
   }
+  if (!out.plan.homes.empty()) out.plan.homes.resize(values.size());
   m.values = std::move(values);
   return out;
 }
@@ -411,6 +439,13 @@ class Fuser {
     for (int i = 0; i < graph.num_ops(); ++i) old_index[graph.op(i).id] = i;
     out.plan.recipes.resize(g->num_ops());
     out.gemm_notes.resize(g->num_ops());
+    for (int v = 0; v < g->num_values(); ++v) {
+      const int was = graph.ValueIndex(g->value(v).id);
+      const fb::OwnershipT* home = was < 0 ? nullptr : pg.plan.Home(was);
+      if (!home) continue;
+      out.plan.homes.resize(g->num_values());
+      out.plan.homes[v] = *home;
+    }
     for (int i = 0; i < g->num_ops(); ++i) {
       if (i == out.fused) continue;
       const int j = old_index.at(g->op(i).id);

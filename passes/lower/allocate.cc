@@ -31,7 +31,7 @@ int64_t MemoryMap::ElementStart(int64_t element) const {
 
 bool AllocateTile(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
                   const std::vector<AllocRule>& rules, AllocResult* result,
-                  AllocFailure* failure) {
+                  AllocFailure* failure, int64_t floor) {
   const size_t n = buffers.size();
   result->offsets.assign(n, 0);
   result->soft_dropped.clear();
@@ -72,22 +72,44 @@ bool AllocateTile(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
       const int64_t b1 = map.ElementOf(result->offsets[j] + buffers[j].bytes - 1);
       return a0 <= b1 && b0 <= a1;
     };
-    auto try_place = [&](bool soft) -> std::optional<int64_t> {
-      std::vector<int64_t> candidates = {lo};
-      for (size_t j : active) {
-        candidates.push_back(map.AlignUp(result->offsets[j] + size[j]));
-      }
-      for (const auto& [j, r] : partners[i]) {
-        if (!placed[j] || (!rules[r].hard && !soft)) continue;
-        const int64_t last = map.ElementOf(result->offsets[j] + std::max<int64_t>(buffers[j].bytes, 1) - 1);
-        candidates.push_back(map.AlignUp(map.ElementStart(last + 1)));
+    // With a floor, data from before the program is packed downwards from
+    // the end of standard memory, no lower than the floor, then upwards
+    // from the start of interleaved memory: the bottom of standard memory
+    // stays free for buffers that must not share the interleaved element
+    // of a GEMM's output (its staged left operand).
+    const bool around_boundary = floor >= 0 && buf.start < 0 && !buf.interleaved;
+    auto try_place = [&](bool soft, int pass) -> std::optional<int64_t> {
+      std::vector<int64_t> candidates;
+      int64_t min_at = lo, max_end = map.capacity;
+      if (pass == 0) {
+        candidates.push_back(map.AlignDown(map.standard_end - size[i]));
+        for (size_t j : active) {
+          candidates.push_back(map.AlignDown(result->offsets[j] - size[i]));
+        }
+        min_at = floor;
+        max_end = map.standard_end;
+      } else {
+        if (pass == 1) min_at = map.AlignUp(map.standard_end);
+        candidates.push_back(min_at);
+        for (size_t j : active) {
+          candidates.push_back(map.AlignUp(result->offsets[j] + size[j]));
+        }
+        for (const auto& [j, r] : partners[i]) {
+          if (!placed[j] || (!rules[r].hard && !soft)) continue;
+          const int64_t last = map.ElementOf(result->offsets[j] + std::max<int64_t>(buffers[j].bytes, 1) - 1);
+          candidates.push_back(map.AlignUp(map.ElementStart(last + 1)));
+        }
       }
       std::sort(candidates.begin(), candidates.end());
       candidates.erase(std::unique(candidates.begin(), candidates.end()),
                        candidates.end());
+      if (pass == 0) std::reverse(candidates.begin(), candidates.end());
       for (int64_t at : candidates) {
-        if (at < lo) continue;
-        if (at + size[i] > map.capacity) break;
+        if (at < min_at) continue;
+        if (at + size[i] > max_end) {
+          if (pass == 0) continue;
+          break;
+        }
         bool ok = true;
         for (size_t j : active) {
           if (size[i] > 0 && size[j] > 0 && at < result->offsets[j] + size[j] &&
@@ -105,9 +127,15 @@ bool AllocateTile(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
       }
       return std::nullopt;
     };
-    std::optional<int64_t> at = try_place(true);
+    auto place = [&](bool soft) -> std::optional<int64_t> {
+      for (int pass = around_boundary ? 0 : 2; pass <= 2; ++pass) {
+        if (std::optional<int64_t> at = try_place(soft, pass)) return at;
+      }
+      return std::nullopt;
+    };
+    std::optional<int64_t> at = place(true);
     if (!at) {
-      at = try_place(false);
+      at = place(false);
       if (at) {
         for (const auto& [j, r] : partners[i]) {
           if (placed[j] && !rules[r].hard && !dropped[r] && element_clash(*at, j)) {

@@ -39,6 +39,9 @@ struct MemoryMap {
   int64_t AlignUp(int64_t bytes) const {
     return (bytes + alignment - 1) / alignment * alignment;
   }
+  int64_t AlignDown(int64_t bytes) const {
+    return bytes < 0 ? -1 : bytes / alignment * alignment;
+  }
 };
 
 struct AllocBuffer {
@@ -74,9 +77,18 @@ struct AllocFailure {
 
 // Allocates one tile. `rules` may name ids not in `buffers` (ignored).
 // Returns false and fills `failure` when some buffer does not fit.
+// `floor` >= 0: buffers live from before the program (weights, weight
+// homes, inputs) are packed around the boundary of standard and
+// interleaved memory instead of at the bottom: downwards from the end of
+// standard memory to `floor`, then upwards in interleaved memory. That
+// keeps [0, floor) for buffers the program allocates as it runs, e.g. a
+// GEMM's staged left operand, which must not share the interleaved element
+// of the GEMM's output (on a target with one interleaved element: standard
+// memory). emit-device tries floors only for a tile where the default
+// fails.
 bool AllocateTile(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
                   const std::vector<AllocRule>& rules, AllocResult* result,
-                  AllocFailure* failure);
+                  AllocFailure* failure, int64_t floor = -1);
 
 }  // namespace tilec::lower
 

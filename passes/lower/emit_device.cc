@@ -81,6 +81,9 @@ class Emitter {
   };
   void Schedule(bool share, int64_t remaining, std::vector<ShareEvent>* events);
   Status Allocate(std::string* failure_message, bool* fits);
+  bool AllocateAroundBoundary(const std::vector<AllocBuffer>& buffers,
+                              const std::vector<AllocRule>& rules,
+                              AllocResult* result);
   void Build(EmitSummary* summary);
 
   int64_t ComputeMax(const std::vector<int64_t>& per_tile) const {
@@ -104,6 +107,9 @@ class Emitter {
   std::vector<int64_t> first_, last_;  // lifetimes in slots
   std::set<std::pair<int, int>> slow_pairs_;  // soft rules not honoured
   std::vector<int64_t> tile_peak_;
+  // Tiles whose data from before the program went around the boundary of
+  // standard and interleaved memory (allocate.h).
+  int boundary_tiles_ = 0;
 };
 
 int64_t Emitter::ExchangeCost(const StepLoad& l) const {
@@ -384,6 +390,23 @@ void Emitter::Schedule(bool share, int64_t remaining,
   steps_ = last_used + 1;
 }
 
+// A tile where first fit from the bottom fails: the data from before the
+// program packed around the interleaved boundary, the lowest floor (of
+// eight steps over standard memory) that fits.
+bool Emitter::AllocateAroundBoundary(const std::vector<AllocBuffer>& buffers,
+                                     const std::vector<AllocRule>& rules,
+                                     AllocResult* result) {
+  for (int step = 0; step <= 8; ++step) {
+    AllocFailure ignored;
+    const int64_t floor = map_.AlignDown(map_.standard_end * step / 8);
+    if (AllocateTile(map_, buffers, rules, result, &ignored, floor)) {
+      ++boundary_tiles_;
+      return true;
+    }
+  }
+  return false;
+}
+
 Status Emitter::Allocate(std::string* failure_message, bool* fits) {
   const std::vector<VBuffer>& buffers = lowering_.buffers();
   const int64_t nops = static_cast<int64_t>(work_.size());
@@ -443,12 +466,14 @@ Status Emitter::Allocate(std::string* failure_message, bool* fits) {
   }
   offset_.assign(buffers.size(), -1);
   tile_peak_.assign(tiles_, 0);
+  boundary_tiles_ = 0;
   slow_pairs_.clear();
   for (int t = 0; t < tiles_; ++t) {
     if (per_tile[t].empty()) continue;
     AllocResult result;
     AllocFailure failure;
-    if (!AllocateTile(map_, per_tile[t], rules[t], &result, &failure)) {
+    if (!AllocateTile(map_, per_tile[t], rules[t], &result, &failure) &&
+        !AllocateAroundBoundary(per_tile[t], rules[t], &result)) {
       *fits = false;
       auto where = [&](int64_t slot) -> std::string {
         if (slot < 0) return "the program start (host data)";
@@ -739,6 +764,14 @@ void Emitter::Build(EmitSummary* summary) {
                   "bytes live at once; highest buffer end " +
                   Thousands(tile_peak_[busiest]) + " B",
               {0, 0, total[busiest], most});
+  }
+  if (boundary_tiles_ > 0) {
+    log_.Info({}, "data placed before the program around the interleaved "
+                  "boundary",
+              Count(boundary_tiles_, "tile") +
+                  ": first fit from the bottom left no room for a buffer "
+                  "that must not share an interleaved element (allocate.h)",
+              {0, 0, 0, 0});
   }
   log_.Info({}, "program",
             Count(sum.supersteps, "superstep") + ", " +

@@ -45,11 +45,17 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
   e.ops.resize(num_ops);
   e.capacity = coster.capacity();
 
-  // Ownerships: results as their producer's recipe says; inputs, weights and
-  // what the host computes as it writes an input as their first device
-  // consumer needs (the host writes them in that layout).
+  // Ownerships: results as their producer's recipe says; weights in a home
+  // there; inputs, other weights and what the host computes as it writes an
+  // input as their first device consumer needs (the host writes them in that
+  // layout).
   for (int v = 0; v < graph.num_values(); ++v) {
     const ValueNode& value = graph.value(v);
+    if (const fb::OwnershipT* home = plan.Home(v)) {
+      e.owners[v] = *home;
+      e.owned[v] = true;
+      continue;
+    }
     const bool host_result =
         value.producer >= 0 &&
         graph.op(value.producer).op_class == OpClass::kHost;
@@ -181,7 +187,7 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
     if (value.role == fb::ValueRole::Weight) {
       l.begin = 0;
       l.end = steps - 1;
-      l.what += " (resident)";
+      l.what += plan.Home(v) ? " (home)" : " (resident)";
     } else if (value.role == fb::ValueRole::Output) {
       l.end = steps - 1;
     }

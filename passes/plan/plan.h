@@ -6,6 +6,7 @@
 #define TILEC_PASSES_PLAN_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,17 @@ namespace tilec::plan {
 
 struct Plan {
   std::vector<Recipe> recipes;  // by op index
+  // By value index: a weight held in this home ownership for the whole
+  // program and redistributed to each use (docs/planning.md, "Weight
+  // homes"). Empty, or nullopt for a weight: resident in the ownership its
+  // first consumer needs.
+  std::vector<std::optional<fb::OwnershipT>> homes;
+
+  const fb::OwnershipT* Home(int value) const {
+    return value < static_cast<int>(homes.size()) && homes[value]
+               ? &*homes[value]
+               : nullptr;
+  }
 
   // FNV-1a of the recipe texts: the identity of an incumbent.
   uint64_t Hash() const;

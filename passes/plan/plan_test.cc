@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -20,6 +21,7 @@
 #include "passes/plan/graph.h"
 #include "passes/plan/planner.h"
 #include "passes/plan/search.h"
+#include "passes/plan/weight_homes.h"
 
 namespace tilec::plan {
 namespace {
@@ -291,7 +293,165 @@ TEST(PlanMemoryTest, SiglipDoesNotFitTheTinyTarget) {
             std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("B vs capacity 57344 B"), std::string::npos);
-  EXPECT_NE(s.message().find("(resident)"), std::string::npos);
+  // The closest plan found has its weights in homes.
+  EXPECT_NE(s.message().find("(home)"), std::string::npos);
+}
+
+// A weight in a home: owned there for the whole program, redistributed to
+// its GEMM's layout just before the GEMM, the copy live only around it.
+TEST(PlanMemoryTest, HomeIsRedistributedBeforeItsUse) {
+  Fixture f(OneGemm());
+  Plan plan;
+  plan.recipes = {R("gemm m=2 k=2 n=2 staging=complete")};
+  plan.homes.resize(f.graph.num_values());
+  plan.homes[1] = passes::HomeOwnership(std::vector<int64_t>{64, 64}, 2, 16);
+  StatusOr<Evaluation> e = Evaluate(f.graph, f.coster, plan, EvalMode::kFull);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(passes::FormatOwnership(e->owners[1]), "flat(grain=4, tiles=16)");
+  ASSERT_EQ(e->redistributions.size(), 1u);
+  const Redistribution& red = e->redistributions[0];
+  EXPECT_EQ(red.value, 1);
+  EXPECT_EQ(red.before_op, 0);
+  EXPECT_EQ(passes::FormatOwnership(red.to), "blocked(2x2, rep=2, order=2,0,1)");
+  // Every tile receives its 32 x 32 F16 block less what its home holds.
+  EXPECT_GT(red.cost.phase_cycles, 600);
+  Plan resident = plan;
+  resident.homes.clear();
+  StatusOr<Evaluation> r =
+      Evaluate(f.graph, f.coster, resident, EvalMode::kFull);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(e->total_cycles, r->total_cycles + red.Cycles());
+  // Tile 0 at the GEMM: the home's 4096 x 2 B / 16 = 512 B, the compute
+  // copy 2048 B, x 256 B, y 128 B, scratch 384 B (as resident, plus home).
+  EXPECT_EQ(e->op_peak[0], 512 + 2048 + 256 + 128 + 384);
+  EXPECT_EQ(e->redistribution_peak[0], 512 + 2048 + 256);
+  bool home = false, copy = false;
+  for (const MemoryItem& item : e->peak_items) {
+    home |= item.what == "%1 w (home)" && item.bytes == 512;
+    copy |= item.what == "%1 w as blocked(2x2, rep=2, order=2,0,1)" &&
+            item.bytes == 2048;
+  }
+  EXPECT_TRUE(home && copy);
+  // Written out: the weight keeps its home, a Redistribute feeds the GEMM.
+  fb::ModuleT out = f.module;
+  StatusOr<std::vector<uint32_t>> inserted =
+      WritePlan(f.graph, f.coster, plan, *e, "", &out);
+  ASSERT_TRUE(inserted.ok());
+  ASSERT_EQ(out.ops.size(), 2u);
+  EXPECT_EQ(out.ops[0]->kind, fb::OpKind::Redistribute);
+  EXPECT_EQ(out.ops[0]->operands[0], 1u);
+  EXPECT_EQ(out.ops[1]->operands[1], out.ops[0]->results[0]);
+  EXPECT_EQ(ir::OwnershipText(*out.values[1]->ownership),
+            "flat(grain=4, tiles=16)");
+  EXPECT_TRUE(ir::VerifyModule(out).ok());
+}
+
+// Memory over the whole program: every block's weights (homes) for the
+// whole program, each compute copy only from its redistribution to its
+// GEMM.
+fb::ModuleT Blocks(int layers) {
+  passes::ModelOverrides o;
+  o.tokens = 64;
+  o.width = 64;
+  o.mlp_width = 256;
+  o.layers = layers;
+  fb::ModuleT m = Model("tiny", "siglip-so400m-384", o);
+  return m;
+}
+
+TEST(PlanMemoryTest, WholeProgramCountsEveryHomeAndOnlyLiveCopies) {
+  Fixture f(Blocks(3));
+  Search search(f.graph, f.coster, {});
+  ASSERT_TRUE(search.Initialize().ok());
+  const Plan homes = WithAllHomes(f.graph, f.coster, search.incumbent());
+  StatusOr<Evaluation> e = Evaluate(f.graph, f.coster, homes, EvalMode::kFull);
+  ASSERT_TRUE(e.ok());
+  // Every home's bytes on a tile, summed: present at every op.
+  std::vector<int64_t> home_bytes(f.coster.tiles(), 0);
+  int weights = 0;
+  for (int v = 0; v < f.graph.num_values(); ++v) {
+    if (f.graph.value(v).role != fb::ValueRole::Weight) continue;
+    ++weights;
+    ASSERT_NE(homes.Home(v), nullptr);
+    const std::vector<int64_t> b = passes::BytesPerTile(
+        *homes.Home(v), f.graph.value(v).shape, f.coster.StoredBytes(f.graph, v),
+        f.coster.tiles());
+    for (int t = 0; t < f.coster.tiles(); ++t) home_bytes[t] += b[t];
+  }
+  EXPECT_EQ(CountHomes(f.graph, homes), weights);
+  const int64_t most = *std::max_element(home_bytes.begin(), home_bytes.end());
+  for (int op = 0; op < f.graph.num_ops(); ++op) {
+    EXPECT_GE(e->op_peak[op], most) << f.graph.OpLabel(op);
+  }
+  // One redistribution per weight, each just before its one consumer.
+  EXPECT_EQ(static_cast<int>(e->redistributions.size()) -
+                static_cast<int>(std::count_if(
+                    e->redistributions.begin(), e->redistributions.end(),
+                    [&](const Redistribution& r) {
+                      return f.graph.value(r.value).role !=
+                             fb::ValueRole::Weight;
+                    })),
+            weights);
+  // Homes use less memory than the resident plan, which takes the
+  // replicated compute layouts for the whole program.
+  EXPECT_LT(e->peak_bytes, search.evaluation().peak_bytes);
+}
+
+// Eight blocks do not fit with every weight resident in compute layout;
+// the search moves every weight home, then promotes while the whole
+// program fits, each choice a decision with its numbers.
+TEST(PlanSearchTest, WeightsGoHomeOnlyWhenTheResidentPlanDoesNotFit) {
+  {
+    Fixture f(Small());
+    Search search(f.graph, f.coster, {});
+    ASSERT_TRUE(search.Initialize().ok());
+    EXPECT_EQ(CountHomes(f.graph, search.incumbent()), 0);
+  }
+  Fixture f(Blocks(8));
+  Search search(f.graph, f.coster, {});
+  ASSERT_TRUE(search.Initialize().ok());
+  const Evaluation& e = search.evaluation();
+  EXPECT_TRUE(e.feasible());
+  const int homes = CountHomes(f.graph, search.incumbent());
+  EXPECT_GT(homes, 0);
+  int moved = 0, kept = 0, refused = 0;
+  for (const auto& d : search.decisions()) {
+    if (d->action.rfind("every weight to a home", 0) == 0) {
+      ++moved;
+      EXPECT_EQ(d->outcome, fb::Outcome::Accepted);
+      EXPECT_GT(d->bytes_before, e.capacity);
+      EXPECT_NE(d->reason.find("does not fit"), std::string::npos);
+    }
+    if (d->action.find("kept resident in compute layout") == std::string::npos) {
+      continue;
+    }
+    if (d->outcome == fb::Outcome::Accepted) {
+      ++kept;
+      EXPECT_LT(d->cycles_after, d->cycles_before);
+      EXPECT_LE(d->bytes_after, e.capacity);
+    } else if (d->reason.rfind("rejected by memory", 0) == 0) {
+      ++refused;
+      EXPECT_GT(d->bytes_after, e.capacity);
+    } else {
+      ++refused;
+      EXPECT_EQ(d->reason.rfind("rejected by cost", 0), 0u) << d->reason;
+      EXPECT_GE(d->cycles_after, d->cycles_before);
+    }
+  }
+  EXPECT_EQ(moved, 1);
+  int in_place = 0;
+  for (const auto& d : search.decisions()) {
+    in_place += d->action.find("stays in its home") != std::string::npos;
+  }
+  EXPECT_EQ(refused + in_place, homes);
+  EXPECT_GT(kept, 0);
+  // The checkpoint records ownerships; restoring finds the homes again.
+  fb::ModuleT saved = f.module;
+  saved.checkpoint = std::make_unique<fb::SearchCheckpointT>(search.Checkpoint());
+  Search restored(f.graph, f.coster, {});
+  ASSERT_TRUE(restored.Restore(*saved.checkpoint, search.decisions()).ok());
+  EXPECT_EQ(restored.incumbent().Hash(), search.incumbent().Hash());
+  EXPECT_EQ(CountHomes(f.graph, restored.incumbent()), homes);
 }
 
 TEST(PlanMemoryTest, RedistributionsAreExplicitAndPriced) {

@@ -11,6 +11,7 @@
 #include "formats/print.h"
 #include "kernels/kernels.h"
 #include "passes/plan/gemm_bound.h"
+#include "passes/plan/weight_homes.h"
 
 namespace tilec::plan {
 namespace {
@@ -339,6 +340,22 @@ std::vector<Recipe> Search::AllRecipes(int op, const Plan& plan,
   return list;
 }
 
+namespace {
+
+// How far a plan is from fitting: the bytes over capacity summed over the
+// steps (ops and redistributions) that do not fit. Zero iff it fits.
+int64_t Excess(const Evaluation& e) {
+  int64_t excess = 0;
+  for (int64_t peak : e.op_peak)
+    excess += std::max<int64_t>(0, peak - e.capacity);
+  for (int64_t peak : e.redistribution_peak) {
+    excess += std::max<int64_t>(0, peak - e.capacity);
+  }
+  return excess;
+}
+
+}  // namespace
+
 Status Search::Initialize() {
   for (int op = 0; op < graph_.num_ops(); ++op) {
     if (candidates_[op].empty()) {
@@ -350,8 +367,111 @@ Status Search::Initialize() {
   for (int op = 0; op < graph_.num_ops(); ++op) {
     incumbent_.recipes.push_back(candidates_[op][0]);
   }
-  // Greedy: each op in program order takes its cheapest recipe given the
-  // ops before it (their ownerships and the redistributions it would need).
+  {
+    std::vector<fb::DecisionT> greedy;
+    TILEC_RETURN_IF_ERROR(Greedy(&greedy));
+    for (fb::DecisionT& d : greedy) Record(std::move(d));
+  }
+  StatusOr<Evaluation> e =
+      Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
+  if (!e.ok()) return e.status();
+  eval_ = std::move(*e);
+  std::optional<Evaluation> homes_closest;
+  if (!eval_.feasible()) TILEC_RETURN_IF_ERROR(MoveWeightsHome(&homes_closest));
+  if (!eval_.feasible()) {
+    // A lower bound that no recipe can beat: the weights alone.
+    int64_t weights = 0;
+    for (int v = 0; v < graph_.num_values(); ++v) {
+      const ValueNode& value = graph_.value(v);
+      if (value.role != fb::ValueRole::Weight) continue;
+      int64_t n = 1;
+      for (int64_t e : value.shape) n *= e;
+      weights += n * coster_.StoredBytes(graph_, v);
+    }
+    const int64_t floor = CeilDiv(weights, coster_.tiles());
+    std::string bound;
+    if (floor > coster_.capacity()) {
+      bound = " (the weights alone need at least " + std::to_string(floor) +
+              " B per tile)";
+    }
+    // Past that bound no repair can succeed: refuse at once.
+    StatusOr<bool> repaired = false;
+    if (bound.empty()) repaired = Repair();
+    if (!repaired.ok()) return repaired.status();
+    if (!*repaired) {
+      const Evaluation& closest =
+          homes_closest && Excess(*homes_closest) < Excess(eval_)
+              ? *homes_closest
+              : eval_;
+      return Status::Infeasible("no plan fits tile memory" + bound +
+                                "; the closest found: " + closest.Diagnosis());
+    }
+  }
+  if (CountHomes(graph_, incumbent_) > 0) {
+    TILEC_RETURN_IF_ERROR(PromoteWeights(
+        graph_, coster_, &incumbent_, &eval_,
+        [this](fb::DecisionT d) { Record(std::move(d)); }));
+  }
+  fb::DecisionT d;
+  d.action = "initial plan";
+  d.outcome = fb::Outcome::Info;
+  d.reason = "total " + std::to_string(eval_.total_cycles) + " cycles, peak " +
+             std::to_string(eval_.peak_bytes) + " B per tile of " +
+             std::to_string(eval_.capacity);
+  const int homes = CountHomes(graph_, incumbent_);
+  if (homes > 0) {
+    d.reason += "; " + std::to_string(homes) + " weights in homes";
+  }
+  d.cycles_before = d.cycles_after = eval_.total_cycles;
+  d.bytes_before = d.bytes_after = eval_.peak_bytes;
+  Record(std::move(d));
+  return Status::Ok();
+}
+
+// The resident plan does not fit: every weight to its home and the greedy
+// plan again, the redistributions from the homes priced in. Taken if it
+// fits; else the resident plan stays (memory repair works from it) and
+// `closest` keeps the homes plan for the diagnosis.
+Status Search::MoveWeightsHome(std::optional<Evaluation>* closest) {
+  const Plan resident_plan = incumbent_;
+  const Evaluation resident = eval_;
+  incumbent_ = WithAllHomes(graph_, coster_, incumbent_);
+  std::vector<fb::DecisionT> greedy;
+  TILEC_RETURN_IF_ERROR(Greedy(&greedy));
+  StatusOr<Evaluation> e =
+      Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
+  if (!e.ok()) return e.status();
+  fb::DecisionT d;
+  d.action = "every weight to a home (" +
+             std::to_string(CountHomes(graph_, incumbent_)) +
+             " weights, each element once over the tiles), redistributed to "
+             "its compute layout before each use";
+  d.cycles_before = resident.total_cycles;
+  d.cycles_after = e->total_cycles;
+  d.bytes_before = resident.peak_bytes;
+  d.bytes_after = e->peak_bytes;
+  if (!e->feasible()) {
+    d.outcome = fb::Outcome::Rejected;
+    d.reason = "rejected by memory: the greedy plan with homes does not fit "
+               "either (" + e->Diagnosis() + "); memory repair starts from "
+               "the resident plan";
+    Record(std::move(d));
+    *closest = std::move(*e);
+    incumbent_ = resident_plan;
+    return Status::Ok();
+  }
+  d.outcome = fb::Outcome::Accepted;
+  d.reason = "the plan with every weight resident in compute layout does not "
+             "fit (" + resident.Diagnosis() + ")";
+  Record(std::move(d));
+  for (fb::DecisionT& g : greedy) Record(std::move(g));
+  eval_ = std::move(*e);
+  return Status::Ok();
+}
+
+// Greedy: each op in program order takes its cheapest recipe given the ops
+// before it (their ownerships and the redistributions it would need).
+Status Search::Greedy(std::vector<fb::DecisionT>* decisions) {
   int64_t before = 0;
   for (int op = 0; op < graph_.num_ops(); ++op) {
     StatusOr<Evaluation> prefix =
@@ -388,63 +508,12 @@ Status Search::Initialize() {
                          " recipes given the ops before it";
     d.cycles_before = before;
     d.cycles_after = best;
-    Record(std::move(d));
+    decisions->push_back(std::move(d));
     before = best;
   }
-  StatusOr<Evaluation> e =
-      Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
-  if (!e.ok()) return e.status();
-  eval_ = std::move(*e);
-  if (!eval_.feasible()) {
-    StatusOr<bool> repaired = Repair();
-    if (!repaired.ok()) return repaired.status();
-    if (!*repaired) {
-      // A lower bound that no recipe can beat: the weights alone.
-      int64_t weights = 0;
-      for (int v = 0; v < graph_.num_values(); ++v) {
-        const ValueNode& value = graph_.value(v);
-        if (value.role != fb::ValueRole::Weight) continue;
-        int64_t n = 1;
-        for (int64_t e : value.shape) n *= e;
-        weights += n * coster_.StoredBytes(graph_, v);
-      }
-      const int64_t floor = CeilDiv(weights, coster_.tiles());
-      std::string bound;
-      if (floor > coster_.capacity()) {
-        bound = " (the weights alone need at least " + std::to_string(floor) +
-                " B per tile)";
-      }
-      return Status::Infeasible("no plan fits tile memory" + bound +
-                                "; the closest found: " + eval_.Diagnosis());
-    }
-  }
-  fb::DecisionT d;
-  d.action = "initial plan";
-  d.outcome = fb::Outcome::Info;
-  d.reason = "total " + std::to_string(eval_.total_cycles) + " cycles, peak " +
-             std::to_string(eval_.peak_bytes) + " B per tile of " +
-             std::to_string(eval_.capacity);
-  d.cycles_before = d.cycles_after = eval_.total_cycles;
-  d.bytes_before = d.bytes_after = eval_.peak_bytes;
-  Record(std::move(d));
   return Status::Ok();
 }
 
-namespace {
-
-// How far a plan is from fitting: the bytes over capacity summed over the
-// steps (ops and redistributions) that do not fit. Zero iff it fits.
-int64_t Excess(const Evaluation& e) {
-  int64_t excess = 0;
-  for (int64_t peak : e.op_peak)
-    excess += std::max<int64_t>(0, peak - e.capacity);
-  for (int64_t peak : e.redistribution_peak) {
-    excess += std::max<int64_t>(0, peak - e.capacity);
-  }
-  return excess;
-}
-
-}  // namespace
 
 StatusOr<bool> Search::Repair() {
   // Until the plan fits: the single-op change that brings it closest to
@@ -778,6 +847,31 @@ Status Search::Run() {
   return save();
 }
 
+// A weight whose saved ownership is not what its first consumer's recipe
+// needs was in a home (the checkpoint records ownerships, not choices).
+Status Search::RestoreHomes(const fb::SearchCheckpointT& c, Plan* plan) const {
+  StatusOr<Evaluation> resident =
+      Evaluate(graph_, coster_, *plan, EvalMode::kCyclesOnly);
+  if (!resident.ok()) return resident.status();
+  for (const auto& vp : c.values) {
+    const int v = graph_.ValueIndex(vp->value);
+    if (v < 0 || !vp->ownership || !resident->owned[v] ||
+        graph_.value(v).role != fb::ValueRole::Weight ||
+        passes::SameOwnership(*vp->ownership, resident->owners[v])) {
+      continue;
+    }
+    const std::string invalid = passes::ValidateOwnership(
+        *vp->ownership, graph_.value(v).shape, coster_.tiles());
+    if (!invalid.empty()) {
+      return Status::BadInput("the checkpoint's home of value %" +
+                              std::to_string(vp->value) + ": " + invalid);
+    }
+    plan->homes.resize(graph_.num_values());
+    plan->homes[v] = *vp->ownership;
+  }
+  return Status::Ok();
+}
+
 fb::SearchCheckpointT Search::Checkpoint() const {
   fb::SearchCheckpointT c;
   c.schema_version = kCheckpointVersion;
@@ -854,6 +948,7 @@ Status Search::Restore(const fb::SearchCheckpointT& c,
     }
     plan.recipes[op] = *r;
   }
+  TILEC_RETURN_IF_ERROR(RestoreHomes(c, &plan));
   StatusOr<Evaluation> e = Evaluate(graph_, coster_, plan, EvalMode::kFull);
   if (!e.ok()) return e.status();
   if (e->total_cycles != c.best_cycles) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <random>
 #include <string>
@@ -124,6 +125,10 @@ class Search {
   void Record(const fb::DecisionT& decision);
   std::string Describe(const Proposal& proposal) const;
   StatusOr<bool> Repair();
+  Status Greedy(std::vector<fb::DecisionT>* decisions);
+  Status MoveWeightsHome(std::optional<Evaluation>* closest);
+  Status RestoreHomes(const fb::SearchCheckpointT& checkpoint,
+                      Plan* plan) const;
   std::vector<Recipe> AllRecipes(int op, const Plan& plan,
                                  const Evaluation& eval) const;
 

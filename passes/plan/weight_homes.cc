@@ -1,0 +1,123 @@
+#include "passes/plan/weight_homes.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "passes/core/ownership.h"
+
+namespace tilec::plan {
+
+Plan WithAllHomes(const Graph& graph, const Coster& coster, Plan plan) {
+  plan.homes.resize(graph.num_values());
+  int next = 0;
+  for (int v = 0; v < graph.num_values(); ++v) {
+    const ValueNode& value = graph.value(v);
+    if (value.role != fb::ValueRole::Weight || value.uses.empty()) continue;
+    fb::OwnershipT home = passes::HomeOwnership(
+        value.shape, coster.StoredBytes(graph, v), coster.tiles(), next);
+    next = (home.first_tile + home.tiles) % coster.tiles();
+    plan.homes[v] = std::move(home);
+  }
+  return plan;
+}
+
+int CountHomes(const Graph& graph, const Plan& plan) {
+  int n = 0;
+  for (int v = 0; v < graph.num_values(); ++v) n += plan.Home(v) != nullptr;
+  return n;
+}
+
+namespace {
+
+struct Candidate {
+  int value = -1;
+  int64_t saved = 0;  // cycles, with everything else as it is
+  int64_t bytes = 0;  // compute-layout bytes on its busiest tile
+};
+
+std::string Label(const ValueNode& v) {
+  return "%" + std::to_string(v.id) + " " + v.name;
+}
+
+}  // namespace
+
+Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
+                      Evaluation* eval,
+                      const std::function<void(fb::DecisionT)>& record) {
+  // Rank by the cycles each promotion alone saves (its redistribution; the
+  // cycles-only evaluation is cheap) per byte of compute layout it keeps.
+  std::vector<Candidate> ranked;
+  for (int v = 0; v < graph.num_values(); ++v) {
+    if (!plan->Home(v)) continue;
+    if (std::none_of(eval->redistributions.begin(),
+                     eval->redistributions.end(),
+                     [v](const Redistribution& r) { return r.value == v; })) {
+      fb::DecisionT d;
+      d.action = "weight " + Label(graph.value(v)) + ": stays in its home " +
+                 passes::FormatOwnership(*plan->Home(v));
+      d.outcome = fb::Outcome::Info;
+      d.reason = "the home already holds every element where its consumers "
+                 "need it: nothing is redistributed";
+      d.cycles_before = d.cycles_after = eval->total_cycles;
+      d.bytes_before = d.bytes_after = eval->peak_bytes;
+      record(std::move(d));
+      continue;
+    }
+    Plan trial = *plan;
+    trial.homes[v].reset();
+    StatusOr<Evaluation> e =
+        Evaluate(graph, coster, trial, EvalMode::kCyclesOnly);
+    if (!e.ok()) return e.status();
+    Candidate c;
+    c.value = v;
+    c.saved = eval->total_cycles - e->total_cycles;
+    c.bytes = passes::MaxBytesPerTile(e->owners[v], graph.value(v).shape,
+                                      coster.StoredBytes(graph, v));
+    ranked.push_back(c);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     // a.saved / a.bytes > b.saved / b.bytes, exactly.
+                     return static_cast<__int128>(a.saved) * b.bytes >
+                            static_cast<__int128>(b.saved) * a.bytes;
+                   });
+  for (const Candidate& c : ranked) {
+    const ValueNode& value = graph.value(c.value);
+    Plan trial = *plan;
+    const fb::OwnershipT home = *trial.homes[c.value];
+    trial.homes[c.value].reset();
+    StatusOr<Evaluation> e = Evaluate(graph, coster, trial, EvalMode::kFull);
+    if (!e.ok()) return e.status();
+    fb::DecisionT d;
+    for (const auto& [op, slot] : value.uses) d.ops.push_back(graph.op(op).id);
+    d.ops.erase(std::unique(d.ops.begin(), d.ops.end()), d.ops.end());
+    d.action = "weight " + Label(value) + ": kept resident in compute layout " +
+               passes::FormatOwnership(e->owners[c.value]) + " instead of home " +
+               passes::FormatOwnership(home) + " (" + std::to_string(c.bytes) +
+               " B on its busiest tile)";
+    d.cycles_before = eval->total_cycles;
+    d.cycles_after = e->total_cycles;
+    d.bytes_before = eval->peak_bytes;
+    d.bytes_after = e->peak_bytes;
+    if (!e->feasible()) {
+      d.outcome = fb::Outcome::Rejected;
+      d.reason = "rejected by memory: " + e->Diagnosis();
+    } else if (e->total_cycles >= eval->total_cycles) {
+      d.outcome = fb::Outcome::Rejected;
+      d.reason = "rejected by cost: the redistribution from its home saves "
+                 "nothing";
+    } else {
+      d.outcome = fb::Outcome::Accepted;
+      d.reason = "the whole program still fits; saves " +
+                 std::to_string(eval->total_cycles - e->total_cycles) +
+                 " cycles of redistribution from its home";
+      *plan = std::move(trial);
+      *eval = std::move(*e);
+    }
+    record(std::move(d));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tilec::plan

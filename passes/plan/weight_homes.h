@@ -1,0 +1,42 @@
+// Weight homes (docs/planning.md, "Weight homes"; docs/planner.md,
+// "Weight homes"): when the plan with every weight resident in its
+// consumer's layout does not fit, every weight gets a compact home
+// (passes::HomeOwnership: each element once, balanced over the tiles) and
+// is redistributed to its compute layout just before its use, through the
+// ordinary Redistribute machinery; then weights are promoted back to
+// resident compute layout, most cycles saved per byte first, while the
+// whole program still fits.
+
+#ifndef TILEC_PASSES_PLAN_WEIGHT_HOMES_H_
+#define TILEC_PASSES_PLAN_WEIGHT_HOMES_H_
+
+#include <functional>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "passes/plan/cost.h"
+#include "passes/plan/graph.h"
+#include "passes/plan/plan.h"
+
+namespace tilec::plan {
+
+// `plan` with every weight of the graph in its home. Homes of successive
+// weights start where the previous one ended (mod the tile count), so small
+// weights spread over the chip instead of piling onto tile 0.
+Plan WithAllHomes(const Graph& graph, const Coster& coster, Plan plan);
+
+// Number of weights in a home in `plan`.
+int CountHomes(const Graph& graph, const Plan& plan);
+
+// Promotes weights of `*plan` (evaluated as `*eval`, in full) from their
+// home to resident compute layout: ranked by cycles saved per byte added on
+// the busiest tile, each accepted if the whole program still fits and the
+// plan gets faster. Every weight's choice is recorded as a decision with
+// cycles and peak bytes before and after.
+Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
+                      Evaluation* eval,
+                      const std::function<void(fb::DecisionT)>& record);
+
+}  // namespace tilec::plan
+
+#endif  // TILEC_PASSES_PLAN_WEIGHT_HOMES_H_
