@@ -57,6 +57,70 @@ struct StepLoad {
   bool has_exchange = false;
 };
 
+// Schedule's state as it walks the ops in order: when each value is ready,
+// what each superstep holds, how many sharing decisions were taken.
+struct ScheduleState {
+  explicit ScheduleState(int tiles) : tiles(tiles) {}
+  // The load of superstep `s`, created empty on first use.
+  StepLoad& Load(int s) {
+    while (static_cast<int>(loads.size()) <= s) {
+      StepLoad l;
+      l.compute.assign(tiles, 0);
+      l.sent.assign(tiles, 0);
+      l.received.assign(tiles, 0);
+      l.fragments.assign(tiles, 0);
+      loads.push_back(std::move(l));
+    }
+    return loads[s];
+  }
+  int tiles;
+  std::map<uint32_t, int> ready_c, ready_x;  // missing: ready at 0
+  std::vector<StepLoad> loads;
+  int last_used = -1;
+  int64_t budget_used = 0;
+};
+
+int ReadyAt(const std::map<uint32_t, int>& ready, uint32_t value) {
+  auto it = ready.find(value);
+  return it == ready.end() ? 0 : it->second;
+}
+
+// Superstep offsets of the phases relative to the first: an exchange right
+// after a compute shares its superstep.
+std::vector<int> PhaseOffsets(const std::vector<Phase>& phases) {
+  std::vector<int> offset(phases.size(), 0);
+  for (size_t i = 1; i < phases.size(); ++i) {
+    const bool prev_compute = phases[i - 1].kind == Phase::Kind::kCompute;
+    const bool cur_exchange = phases[i].kind == Phase::Kind::kExchange;
+    offset[i] = offset[i - 1] + (prev_compute && cur_exchange ? 0 : 1);
+  }
+  return offset;
+}
+
+// Adds the bytes and fragments of `transfers` to a superstep's exchange load.
+void AddTransfers(const std::vector<VTransfer>& transfers, StepLoad* load) {
+  for (const VTransfer& t : transfers) {
+    load->sent[t.src_tile] += t.Bytes();
+    load->fragments[t.src_tile] += t.rows;
+    for (const VDestination& d : t.destinations) {
+      load->received[d.tile] += t.Bytes();
+      load->fragments[d.tile] += t.rows;
+    }
+  }
+}
+
+// Binary kernel calls sent to the slow path, per op: calls, extra cycles.
+using SlowCalls = std::map<uint32_t, std::pair<int64_t, int64_t>>;
+
+std::unique_ptr<fb::BufferSliceT> EmitSlice(const VSlice& s,
+                                            const std::vector<int64_t>& id_of) {
+  auto out = std::make_unique<fb::BufferSliceT>();
+  out->buffer = static_cast<uint32_t>(id_of[s.buffer]);
+  out->offset = static_cast<uint32_t>(s.offset);
+  out->bytes = static_cast<uint32_t>(s.bytes);
+  return out;
+}
+
 class Emitter {
  public:
   Emitter(fb::ModuleT* module, const EmitOptions& options,
@@ -80,11 +144,47 @@ class Emitter {
     Numbers numbers;
   };
   void Schedule(bool share, int64_t remaining, std::vector<ShareEvent>* events);
+  // Schedule's phases, per op in order.
+  void PassReadinessThrough(const OpWork& w, ScheduleState* st) const;
+  int EarliestStep(const OpWork& w, const ScheduleState& st) const;
+  int ChooseSharedStart(const OpWork& w, const std::vector<int>& offset,
+                        int earliest, int fresh, int64_t limit,
+                        ScheduleState* st, std::vector<ShareEvent>* events);
+  Numbers PriceMerge(const OpWork& w, const std::vector<int>& offset,
+                     int earliest, ScheduleState* st,
+                     std::vector<int>* shared_steps) const;
+  std::set<uint32_t> OpsInSteps(const OpWork& w,
+                                const std::vector<int>& steps) const;
+  void PlacePhases(int start, const std::vector<int>& offset, OpWork* w,
+                   ScheduleState* st) const;
+  void MarkResultsReady(const OpWork& w, ScheduleState* st) const;
   Status Allocate(std::string* failure_message, bool* fits);
   bool AllocateAroundBoundary(const std::vector<AllocBuffer>& buffers,
                               const std::vector<AllocRule>& rules,
                               AllocResult* result);
   void Build(EmitSummary* summary);
+  // Build's phases: the program in order, then the decisions about it.
+  std::vector<int64_t> EmitBuffers(fb::DeviceProgramT* program) const;
+  std::unique_ptr<fb::SuperstepT> EmitSuperstep(
+      int s, const std::vector<int64_t>& id_of, SlowCalls* slow_calls,
+      EmitSummary* sum) const;
+  bool SharesElement(const VSlice& a, const VSlice& b) const;
+  int64_t PlacedCallCycles(const VCall& call, int64_t cycles,
+                           SlowCalls* slow_calls) const;
+  std::unique_ptr<fb::ComputeT> EmitCompute(
+      const VCall& call, const std::vector<int64_t>& id_of) const;
+  std::unique_ptr<fb::TransferT> EmitTransfer(
+      const VTransfer& t, const std::vector<int64_t>& id_of, StepLoad* x,
+      EmitSummary* sum) const;
+  std::unique_ptr<fb::HostBindingT> Bind(
+      const fb::ValueT& v, const std::vector<int64_t>& id_of) const;
+  void EmitHostBindings(const std::vector<int64_t>& id_of,
+                        fb::DeviceProgramT* program) const;
+  void SummarizePeakAndPlan(EmitSummary* sum) const;
+  void LogLoweredOps();
+  std::string DescribeLowering(const OpWork& w);
+  void LogSlowCalls(const SlowCalls& slow_calls);
+  void LogMemoryReuse();
 
   int64_t ComputeMax(const std::vector<int64_t>& per_tile) const {
     int64_t m = 0;
@@ -235,159 +335,170 @@ Status Emitter::LowerAll() {
 
 void Emitter::Schedule(bool share, int64_t remaining,
                        std::vector<ShareEvent>* events) {
-  std::map<uint32_t, int> ready_c, ready_x;  // missing: ready at 0
-  std::vector<StepLoad> loads;
-  auto load = [&](int s) -> StepLoad& {
-    while (static_cast<int>(loads.size()) <= s) {
-      StepLoad l;
-      l.compute.assign(tiles_, 0);
-      l.sent.assign(tiles_, 0);
-      l.received.assign(tiles_, 0);
-      l.fragments.assign(tiles_, 0);
-      loads.push_back(std::move(l));
-    }
-    return loads[s];
-  };
-  int last_used = -1;
-  int64_t budget_used = 0;
-  const int64_t limit = remaining;
+  ScheduleState st(tiles_);
   for (OpWork& w : work_) {
     const std::vector<Phase>& phases = w.program.phases;
     w.step.assign(phases.size(), 0);
-    auto get = [](const std::map<uint32_t, int>& m, uint32_t v) {
-      auto it = m.find(v);
-      return it == m.end() ? 0 : it->second;
-    };
     if (phases.empty()) {
-      // Fully in place: results are ready when the operands are.
-      int rc = 0, rx = 0;
-      for (uint32_t v : w.program.reads) {
-        rc = std::max(rc, get(ready_c, v));
-        rx = std::max(rx, get(ready_x, v));
-      }
-      for (uint32_t v : w.program.writes) {
-        ready_c[v] = rc;
-        ready_x[v] = rx;
-      }
+      PassReadinessThrough(w, &st);
       continue;
     }
-    // Superstep offsets of the phases relative to the first.
-    std::vector<int> offset(phases.size(), 0);
-    for (size_t i = 1; i < phases.size(); ++i) {
-      const bool prev_compute = phases[i - 1].kind == Phase::Kind::kCompute;
-      const bool cur_exchange = phases[i].kind == Phase::Kind::kExchange;
-      offset[i] = offset[i - 1] + (prev_compute && cur_exchange ? 0 : 1);
-    }
-    const bool first_compute = phases[0].kind == Phase::Kind::kCompute;
-    int earliest = 0;
-    for (uint32_t v : w.program.reads) {
-      earliest = std::max(earliest, first_compute ? get(ready_c, v)
-                                                  : get(ready_x, v));
-    }
-    const int fresh = std::max(earliest, last_used + 1);
+    const std::vector<int> offset = PhaseOffsets(phases);
+    const int earliest = EarliestStep(w, st);
+    const int fresh = std::max(earliest, st.last_used + 1);
     int start = fresh;
     if (share && earliest < fresh) {
-      // Price the merge of every phase that lands in a used superstep.
-      Numbers numbers;
-      std::set<uint32_t> with;
-      std::vector<int> shared_steps;
-      for (size_t i = 0; i < phases.size(); ++i) {
-        const int s = earliest + offset[i];
-        if (s > last_used) continue;
-        StepLoad& l = load(s);
-        const Phase& ph = phases[i];
-        if (ph.kind == Phase::Kind::kCompute) {
-          if (!l.has_compute) continue;
-          std::vector<int64_t> merged = l.compute;
-          for (size_t c = 0; c < ph.calls.size(); ++c) {
-            merged[ph.calls[c].tile] += w.call_cycles[i][c];
-          }
-          numbers.cycles_before += ComputeMax(l.compute) + w.alone[i];
-          numbers.cycles_after += ComputeMax(merged);
-        } else {
-          if (!l.has_exchange) continue;
-          StepLoad merged = l;
-          for (const VTransfer& t : ph.transfers) {
-            merged.sent[t.src_tile] += t.Bytes();
-            merged.fragments[t.src_tile] += t.rows;
-            for (const VDestination& d : t.destinations) {
-              merged.received[d.tile] += t.Bytes();
-              merged.fragments[d.tile] += t.rows;
-            }
-          }
-          numbers.cycles_before += ExchangeCost(l) + w.alone[i];
-          numbers.cycles_after += ExchangeCost(merged);
-        }
-        if (shared_steps.empty() || shared_steps.back() != s) {
-          shared_steps.push_back(s);
-        }
-      }
-      for (const OpWork& other : work_) {
-        if (&other == &w) break;
-        for (size_t i = 0; i < other.step.size(); ++i) {
-          if (std::find(shared_steps.begin(), shared_steps.end(),
-                        other.step[i]) != shared_steps.end()) {
-            with.insert(other.op->id);
-          }
-        }
-      }
-      std::string steps_text, with_text;
-      for (int s : shared_steps) {
-        steps_text += (steps_text.empty() ? "" : ",") + std::to_string(s);
-      }
-      for (uint32_t id : with) {
-        with_text += (with_text.empty() ? "" : ",") + std::to_string(id);
-      }
-      ShareEvent e;
-      e.op = w.op->id;
-      e.action = "share supersteps " + steps_text + " with ops (" + with_text + ")";
-      e.reason = "operands ready in superstep " + std::to_string(earliest) +
-                 ", " + std::to_string(fresh - earliest) +
-                 " supersteps before the program's end; merged phases cost "
-                 "their slowest tile, never more than apart";
-      e.numbers = numbers;
-      if (!shared_steps.empty()) {
-        const bool allowed = limit < 0 || budget_used < limit;
-        if (allowed) {
-          ++budget_used;
-          start = earliest;
-        }
-        events->push_back(e);
-      } else {
-        start = earliest;  // lands only in empty slots of used supersteps
-      }
+      start = ChooseSharedStart(w, offset, earliest, fresh, remaining, &st,
+                                events);
     }
-    for (size_t i = 0; i < phases.size(); ++i) {
-      const int s = start + offset[i];
-      w.step[i] = s;
-      StepLoad& l = load(s);
-      const Phase& ph = phases[i];
-      if (ph.kind == Phase::Kind::kCompute) {
-        l.has_compute = true;
-        for (size_t c = 0; c < ph.calls.size(); ++c) {
-          l.compute[ph.calls[c].tile] += w.call_cycles[i][c];
-        }
-      } else {
-        l.has_exchange = l.has_exchange || !ph.transfers.empty();
-        for (const VTransfer& t : ph.transfers) {
-          l.sent[t.src_tile] += t.Bytes();
-          l.fragments[t.src_tile] += t.rows;
-          for (const VDestination& d : t.destinations) {
-            l.received[d.tile] += t.Bytes();
-            l.fragments[d.tile] += t.rows;
-          }
-        }
+    PlacePhases(start, offset, &w, &st);
+    MarkResultsReady(w, &st);
+  }
+  steps_ = st.last_used + 1;
+}
+
+// Fully in place: results are ready when the operands are.
+void Emitter::PassReadinessThrough(const OpWork& w, ScheduleState* st) const {
+  int rc = 0, rx = 0;
+  for (uint32_t v : w.program.reads) {
+    rc = std::max(rc, ReadyAt(st->ready_c, v));
+    rx = std::max(rx, ReadyAt(st->ready_x, v));
+  }
+  for (uint32_t v : w.program.writes) {
+    st->ready_c[v] = rc;
+    st->ready_x[v] = rx;
+  }
+}
+
+// The first superstep where all operands are ready for the op's first phase.
+int Emitter::EarliestStep(const OpWork& w, const ScheduleState& st) const {
+  const bool first_compute =
+      w.program.phases[0].kind == Phase::Kind::kCompute;
+  int earliest = 0;
+  for (uint32_t v : w.program.reads) {
+    earliest = std::max(earliest, first_compute ? ReadyAt(st.ready_c, v)
+                                                : ReadyAt(st.ready_x, v));
+  }
+  return earliest;
+}
+
+// Starts the op at `earliest` (sharing used supersteps) if the decision
+// budget allows it, else at `fresh`; a proposed share becomes an event.
+int Emitter::ChooseSharedStart(const OpWork& w, const std::vector<int>& offset,
+                               int earliest, int fresh, int64_t limit,
+                               ScheduleState* st,
+                               std::vector<ShareEvent>* events) {
+  std::vector<int> shared_steps;
+  const Numbers numbers =
+      PriceMerge(w, offset, earliest, st, &shared_steps);
+  const std::set<uint32_t> with = OpsInSteps(w, shared_steps);
+  std::string steps_text, with_text;
+  for (int s : shared_steps) {
+    steps_text += (steps_text.empty() ? "" : ",") + std::to_string(s);
+  }
+  for (uint32_t id : with) {
+    with_text += (with_text.empty() ? "" : ",") + std::to_string(id);
+  }
+  ShareEvent e;
+  e.op = w.op->id;
+  e.action = "share supersteps " + steps_text + " with ops (" + with_text + ")";
+  e.reason = "operands ready in superstep " + std::to_string(earliest) +
+             ", " + std::to_string(fresh - earliest) +
+             " supersteps before the program's end; merged phases cost "
+             "their slowest tile, never more than apart";
+  e.numbers = numbers;
+  if (shared_steps.empty()) return earliest;  // only empty slots of used steps
+  int start = fresh;
+  const bool allowed = limit < 0 || st->budget_used < limit;
+  if (allowed) {
+    ++st->budget_used;
+    start = earliest;
+  }
+  events->push_back(e);
+  return start;
+}
+
+// Prices the merge of every phase that lands in a used superstep when the
+// op starts at `earliest`; the used supersteps go to `shared_steps`.
+Numbers Emitter::PriceMerge(const OpWork& w, const std::vector<int>& offset,
+                            int earliest, ScheduleState* st,
+                            std::vector<int>* shared_steps) const {
+  const std::vector<Phase>& phases = w.program.phases;
+  Numbers numbers;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const int s = earliest + offset[i];
+    if (s > st->last_used) continue;
+    StepLoad& l = st->Load(s);
+    const Phase& ph = phases[i];
+    if (ph.kind == Phase::Kind::kCompute) {
+      if (!l.has_compute) continue;
+      std::vector<int64_t> merged = l.compute;
+      for (size_t c = 0; c < ph.calls.size(); ++c) {
+        merged[ph.calls[c].tile] += w.call_cycles[i][c];
       }
-      last_used = std::max(last_used, s);
+      numbers.cycles_before += ComputeMax(l.compute) + w.alone[i];
+      numbers.cycles_after += ComputeMax(merged);
+    } else {
+      if (!l.has_exchange) continue;
+      StepLoad merged = l;
+      AddTransfers(ph.transfers, &merged);
+      numbers.cycles_before += ExchangeCost(l) + w.alone[i];
+      numbers.cycles_after += ExchangeCost(merged);
     }
-    const int end = w.step.back();
-    const bool last_compute = phases.back().kind == Phase::Kind::kCompute;
-    for (uint32_t v : w.program.writes) {
-      ready_c[v] = last_compute ? end : end + 1;
-      ready_x[v] = last_compute ? end : end + 1;
+    if (shared_steps->empty() || shared_steps->back() != s) {
+      shared_steps->push_back(s);
     }
   }
-  steps_ = last_used + 1;
+  return numbers;
+}
+
+// The ids of the ops scheduled before `w` with a phase in one of `steps`.
+std::set<uint32_t> Emitter::OpsInSteps(const OpWork& w,
+                                       const std::vector<int>& steps) const {
+  std::set<uint32_t> with;
+  for (const OpWork& other : work_) {
+    if (&other == &w) break;
+    for (size_t i = 0; i < other.step.size(); ++i) {
+      if (std::find(steps.begin(), steps.end(), other.step[i]) != steps.end()) {
+        with.insert(other.op->id);
+      }
+    }
+  }
+  return with;
+}
+
+// Puts the op's phases from superstep `start` on and adds their load.
+void Emitter::PlacePhases(int start, const std::vector<int>& offset,
+                          OpWork* w, ScheduleState* st) const {
+  const std::vector<Phase>& phases = w->program.phases;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const int s = start + offset[i];
+    w->step[i] = s;
+    StepLoad& l = st->Load(s);
+    const Phase& ph = phases[i];
+    if (ph.kind == Phase::Kind::kCompute) {
+      l.has_compute = true;
+      for (size_t c = 0; c < ph.calls.size(); ++c) {
+        l.compute[ph.calls[c].tile] += w->call_cycles[i][c];
+      }
+    } else {
+      l.has_exchange = l.has_exchange || !ph.transfers.empty();
+      AddTransfers(ph.transfers, &l);
+    }
+    st->last_used = std::max(st->last_used, s);
+  }
+}
+
+// Records the superstep from which the op's results count as ready: its
+// last superstep after a final compute, the next one after an exchange.
+void Emitter::MarkResultsReady(const OpWork& w, ScheduleState* st) const {
+  const int end = w.step.back();
+  const bool last_compute =
+      w.program.phases.back().kind == Phase::Kind::kCompute;
+  for (uint32_t v : w.program.writes) {
+    st->ready_c[v] = last_compute ? end : end + 1;
+    st->ready_x[v] = last_compute ? end : end + 1;
+  }
 }
 
 // A tile where first fit from the bottom fails: the data from before the
@@ -526,245 +637,20 @@ Status Emitter::Allocate(std::string* failure_message, bool* fits) {
 }
 
 void Emitter::Build(EmitSummary* summary) {
-  const std::vector<VBuffer>& buffers = lowering_.buffers();
   auto program = std::make_unique<fb::DeviceProgramT>();
-  std::vector<int64_t> id_of(buffers.size(), -1);
-  for (const VBuffer& b : buffers) {
-    if (offset_[b.id] < 0) continue;
-    id_of[b.id] = static_cast<int64_t>(program->buffers.size());
-    auto out = std::make_unique<fb::BufferT>();
-    out->id = static_cast<uint32_t>(id_of[b.id]);
-    out->tile = static_cast<uint32_t>(b.tile);
-    out->offset = static_cast<uint32_t>(offset_[b.id]);
-    out->bytes = static_cast<uint32_t>(b.bytes);
-    out->dtype = b.dtype;
-    out->fp8_scale_exp = b.scale_exp;
-    out->value = b.value;
-    out->op = b.op;
-    out->name = b.name;
-    program->buffers.push_back(std::move(out));
-  }
-  auto slice = [&](const VSlice& s) {
-    auto out = std::make_unique<fb::BufferSliceT>();
-    out->buffer = static_cast<uint32_t>(id_of[s.buffer]);
-    out->offset = static_cast<uint32_t>(s.offset);
-    out->bytes = static_cast<uint32_t>(s.bytes);
-    return out;
-  };
-  auto shares_element = [&](const VSlice& a, const VSlice& b) {
-    if (a.bytes == 0 || b.bytes == 0) return false;
-    const int64_t a0 = offset_[a.buffer] + a.offset, b0 = offset_[b.buffer] + b.offset;
-    return map_.ElementOf(a0) <= map_.ElementOf(b0 + b.bytes - 1) &&
-           map_.ElementOf(b0) <= map_.ElementOf(a0 + a.bytes - 1);
-  };
-  std::map<uint32_t, std::pair<int64_t, int64_t>> slow_calls;  // op -> calls, extra
+  const std::vector<int64_t> id_of = EmitBuffers(program.get());
+  SlowCalls slow_calls;
   EmitSummary sum;
   for (int s = 0; s < steps_; ++s) {
-    auto step = std::make_unique<fb::SuperstepT>();
-    std::vector<int64_t> compute(tiles_, 0);
-    StepLoad x;
-    x.sent.assign(tiles_, 0);
-    x.received.assign(tiles_, 0);
-    x.fragments.assign(tiles_, 0);
-    std::string label;
-    for (const OpWork& w : work_) {
-      for (size_t i = 0; i < w.program.phases.size(); ++i) {
-        if (w.step[i] != s) continue;
-        const Phase& ph = w.program.phases[i];
-        label += (label.empty() ? "" : " ") + std::to_string(w.op->id) + ":" +
-                 ph.label;
-        for (size_t c = 0; c < ph.calls.size(); ++c) {
-          const VCall& call = ph.calls[c];
-          int64_t cycles = w.call_cycles[i][c];
-          if (IsBinaryKernel(call.kernel) &&
-              shares_element(call.args[0], call.args[1])) {
-            std::vector<kernels::Operand> operands;
-            for (const VSlice& a : call.args) {
-              operands.push_back(kernels::Operand{
-                  nullptr, static_cast<size_t>(a.bytes),
-                  *kernels::DTypeFromFb(buffers[a.buffer].dtype),
-                  buffers[a.buffer].scale_exp});
-            }
-            StatusOr<int64_t> slow =
-                kernels::Cycles(model_, call.kernel, operands, call.params,
-                                call.fparams, kernels::KernelPath::kSlow);
-            if (slow.ok()) {
-              auto& sc = slow_calls[call.op];
-              ++sc.first;
-              sc.second += *slow - cycles;
-              cycles = *slow;
-            }
-          }
-          compute[call.tile] += cycles;
-          auto out = std::make_unique<fb::ComputeT>();
-          out->tile = static_cast<uint32_t>(call.tile);
-          out->kernel = call.kernel;
-          for (const VSlice& a : call.args) out->args.push_back(slice(a));
-          out->params = call.params;
-          out->fparams = call.fparams;
-          out->op = call.op;
-          step->compute.push_back(std::move(out));
-        }
-        for (const VTransfer& t : ph.transfers) {
-          auto out = std::make_unique<fb::TransferT>();
-          out->src_tile = static_cast<uint32_t>(t.src_tile);
-          out->src_buffer = static_cast<uint32_t>(id_of[t.src.buffer]);
-          out->src_offset = static_cast<uint32_t>(t.src.offset);
-          out->bytes = static_cast<uint32_t>(t.src.bytes);
-          out->dtype = t.dtype;
-          out->op = t.op;
-          out->rows = static_cast<uint32_t>(t.rows);
-          out->src_pitch = static_cast<uint32_t>(t.src_pitch);
-          out->dst_pitch = static_cast<uint32_t>(t.dst_pitch);
-          x.has_exchange = true;
-          x.sent[t.src_tile] += t.Bytes();
-          x.fragments[t.src_tile] += t.rows;
-          for (const VDestination& d : t.destinations) {
-            auto dst = std::make_unique<fb::DestinationT>();
-            dst->tile = static_cast<uint32_t>(d.tile);
-            dst->buffer = static_cast<uint32_t>(id_of[d.buffer]);
-            dst->offset = static_cast<uint32_t>(d.offset);
-            out->destinations.push_back(std::move(dst));
-            x.received[d.tile] += t.Bytes();
-            x.fragments[d.tile] += t.rows;
-            sum.bytes_received += t.Bytes();
-          }
-          step->exchange.push_back(std::move(out));
-        }
-      }
-    }
-    step->label = label;
-    const int64_t c = ComputeMax(compute);
-    const int64_t e = ExchangeCost(x);
-    sum.compute_cycles += c;
-    sum.exchange_cycles += e;
-    sum.exchange_phases += x.has_exchange;
-    program->supersteps.push_back(std::move(step));
+    program->supersteps.push_back(EmitSuperstep(s, id_of, &slow_calls, &sum));
   }
   sum.predicted_cycles = sum.compute_cycles + sum.exchange_cycles;
   sum.supersteps = steps_;
-  // Host bindings.
-  auto bind = [&](const fb::ValueT& v) {
-    auto hb = std::make_unique<fb::HostBindingT>();
-    hb->value = v.id;
-    const int eb = ir::DTypeBytes(v.dtype);
-    for (int t : lowering_.TilesOf(v.id)) {
-      const Storage* s = lowering_.Find(v.id, t);
-      if (offset_[s->buffer] < 0) continue;
-      for (const Segment& seg : s->segments) {
-        auto f = std::make_unique<fb::FragmentT>();
-        f->tile = static_cast<uint32_t>(t);
-        f->buffer = static_cast<uint32_t>(id_of[s->buffer]);
-        f->offset = static_cast<uint32_t>(seg.offset * eb);
-        f->begin.assign(seg.box.begin.begin(), seg.box.begin.begin() + seg.box.rank);
-        f->end.assign(seg.box.end.begin(), seg.box.end.begin() + seg.box.rank);
-        hb->fragments.push_back(std::move(f));
-      }
-    }
-    return hb;
-  };
-  for (const auto& v : module_.values) {
-    if ((v->role == fb::ValueRole::Input || v->role == fb::ValueRole::Weight) &&
-        !lowering_.TilesOf(v->id).empty()) {
-      program->inputs.push_back(bind(*v));
-    }
-  }
-  // The host writes the patches of an image input (a host op's result) in
-  // their planned ownership: the input's binding carries the transform.
-  for (const auto& op : module_.ops) {
-    if (!IsHostOp(*op)) continue;
-    std::unique_ptr<fb::HostBindingT> hb =
-        bind(*lowering_.value(op->results[0]));
-    hb->value = op->operands[0];
-    hb->patch = op->patch;
-    program->inputs.push_back(std::move(hb));
-  }
-  for (const auto& v : module_.values) {
-    if (v->role == fb::ValueRole::Output) program->outputs.push_back(bind(*v));
-  }
-  for (int t = 0; t < tiles_; ++t) {
-    if (tile_peak_[t] > sum.peak_bytes) {
-      sum.peak_bytes = tile_peak_[t];
-      sum.peak_tile = t;
-    }
-  }
-  for (const auto& op : module_.ops) {
-    if (op->estimate) sum.planner_cycles += op->estimate->cycles;
-  }
-
-  // ---- decisions about the emitted program
-  for (const OpWork& w : work_) {
-    const OpNotes& n = lowering_.notes(w.op->id);
-    StatusOr<ProgramCost> alone =
-        CostOfOp(model_, lowering_.buffers(), w.program, tiles_);
-    std::string what = Count(n.tiles, "tile") + ", " +
-                       Count(static_cast<int64_t>(w.program.phases.size()), "phase");
-    if (w.op->kind == fb::OpKind::MatMul) {
-      what += "; left operand in place on " + std::to_string(n.aliased_tiles) +
-              " tiles, staged on " + std::to_string(n.staged_tiles) + " in " +
-              Count(n.stage_phases, "exchange phase") + " (" +
-              Thousands(n.stage_bytes_per_tile) + " B per tile)";
-      if (n.ranges > 0) {
-        what += "; " + Count(n.ranges, "tile") + " reduce their rows of " +
-                n.partials + " partials in " +
-                Count(n.reduce_epochs, "reduction epoch");
-      }
-      if (!n.converter.empty()) what += "; accumulator -> output by " + n.converter;
-    } else if (n.aliased_tiles > 0) {
-      what += ", in place on " + std::to_string(n.aliased_tiles) + " tiles";
-    }
-    if (n.local_copy_runs > 0) {
-      what += ", " + std::to_string(n.local_copy_runs) + " local copies";
-    }
-    const int64_t first = w.step.empty() ? -1 : w.step.front();
-    const int64_t last = w.step.empty() ? -1 : w.step.back();
-    const int64_t cycles = alone.ok() ? alone->cycles : 0;
-    log_.Info({w.op->id}, "lowered " + OpText(*w.op),
-              what + "; supersteps " + std::to_string(first) + ".." +
-                  std::to_string(last) + (w.op->estimate
-                      ? "; planner estimate " + Thousands(w.op->estimate->cycles)
-                      : std::string()),
-              {w.op->estimate ? w.op->estimate->cycles : 0, cycles,
-               w.op->estimate ? w.op->estimate->peak_bytes : 0,
-               lowering_.ScratchBytesPerTile(w.op->id)});
-  }
-  for (const auto& [op, sc] : slow_calls) {
-    log_.Reject({op}, "binary kernel inputs in different memory elements",
-                std::to_string(sc.first) +
-                    " calls have both inputs in one element: no placement "
-                    "left them apart (slow path)",
-                {0, sc.second, 0, 0});
-  }
-  {
-    // Memory reuse on the tile with the most buffer bytes: their sum (every
-    // buffer kept for the whole program) against the most bytes live at
-    // once (what lifetime-based placement needs).
-    std::vector<int64_t> total(tiles_, 0);
-    for (const VBuffer& b : buffers) {
-      if (offset_[b.id] >= 0) total[b.tile] += map_.AlignUp(b.bytes);
-    }
-    const int busiest = static_cast<int>(
-        std::max_element(total.begin(), total.end()) - total.begin());
-    std::vector<std::pair<int64_t, int64_t>> events;  // slot, +/- bytes
-    for (const VBuffer& b : buffers) {
-      if (b.tile != busiest || offset_[b.id] < 0) continue;
-      events.push_back({first_[b.id], map_.AlignUp(b.bytes)});
-      events.push_back({last_[b.id] == kForever ? kForever : last_[b.id] + 1,
-                        -map_.AlignUp(b.bytes)});
-    }
-    std::sort(events.begin(), events.end());
-    int64_t live = 0, most = 0;
-    for (const auto& [slot, delta] : events) {
-      live += delta;
-      most = std::max(most, live);
-    }
-    log_.Info({}, "reuse dead buffers' memory",
-              "tile " + std::to_string(busiest) +
-                  " (most buffer bytes): bytes of all its buffers -> most "
-                  "bytes live at once; highest buffer end " +
-                  Thousands(tile_peak_[busiest]) + " B",
-              {0, 0, total[busiest], most});
-  }
+  EmitHostBindings(id_of, program.get());
+  SummarizePeakAndPlan(&sum);
+  LogLoweredOps();
+  LogSlowCalls(slow_calls);
+  LogMemoryReuse();
   if (boundary_tiles_ > 0) {
     log_.Info({}, "data placed before the program around the interleaved "
                   "boundary",
@@ -782,6 +668,289 @@ void Emitter::Build(EmitSummary* summary) {
             {sum.planner_cycles, sum.predicted_cycles, 0, sum.peak_bytes});
   module_.program = std::move(program);
   if (summary) *summary = sum;
+}
+
+// Emits every used virtual buffer in order; returns each one's program
+// buffer id (-1 if unused).
+std::vector<int64_t> Emitter::EmitBuffers(fb::DeviceProgramT* program) const {
+  const std::vector<VBuffer>& buffers = lowering_.buffers();
+  std::vector<int64_t> id_of(buffers.size(), -1);
+  for (const VBuffer& b : buffers) {
+    if (offset_[b.id] < 0) continue;
+    id_of[b.id] = static_cast<int64_t>(program->buffers.size());
+    auto out = std::make_unique<fb::BufferT>();
+    out->id = static_cast<uint32_t>(id_of[b.id]);
+    out->tile = static_cast<uint32_t>(b.tile);
+    out->offset = static_cast<uint32_t>(offset_[b.id]);
+    out->bytes = static_cast<uint32_t>(b.bytes);
+    out->dtype = b.dtype;
+    out->fp8_scale_exp = b.scale_exp;
+    out->value = b.value;
+    out->op = b.op;
+    out->name = b.name;
+    program->buffers.push_back(std::move(out));
+  }
+  return id_of;
+}
+
+// Emits the phases placed in superstep `s`, in op order, and adds the
+// superstep's cycles to `sum`.
+std::unique_ptr<fb::SuperstepT> Emitter::EmitSuperstep(
+    int s, const std::vector<int64_t>& id_of, SlowCalls* slow_calls,
+    EmitSummary* sum) const {
+  auto step = std::make_unique<fb::SuperstepT>();
+  std::vector<int64_t> compute(tiles_, 0);
+  StepLoad x;
+  x.sent.assign(tiles_, 0);
+  x.received.assign(tiles_, 0);
+  x.fragments.assign(tiles_, 0);
+  std::string label;
+  for (const OpWork& w : work_) {
+    for (size_t i = 0; i < w.program.phases.size(); ++i) {
+      if (w.step[i] != s) continue;
+      const Phase& ph = w.program.phases[i];
+      label += (label.empty() ? "" : " ") + std::to_string(w.op->id) + ":" +
+               ph.label;
+      for (size_t c = 0; c < ph.calls.size(); ++c) {
+        const VCall& call = ph.calls[c];
+        compute[call.tile] +=
+            PlacedCallCycles(call, w.call_cycles[i][c], slow_calls);
+        step->compute.push_back(EmitCompute(call, id_of));
+      }
+      for (const VTransfer& t : ph.transfers) {
+        step->exchange.push_back(EmitTransfer(t, id_of, &x, sum));
+      }
+    }
+  }
+  step->label = label;
+  const int64_t c = ComputeMax(compute);
+  const int64_t e = ExchangeCost(x);
+  sum->compute_cycles += c;
+  sum->exchange_cycles += e;
+  sum->exchange_phases += x.has_exchange;
+  return step;
+}
+
+// Whether two slices touch a common memory element.
+bool Emitter::SharesElement(const VSlice& a, const VSlice& b) const {
+  if (a.bytes == 0 || b.bytes == 0) return false;
+  const int64_t a0 = offset_[a.buffer] + a.offset, b0 = offset_[b.buffer] + b.offset;
+  return map_.ElementOf(a0) <= map_.ElementOf(b0 + b.bytes - 1) &&
+         map_.ElementOf(b0) <= map_.ElementOf(a0 + a.bytes - 1);
+}
+
+// A call's cycles as placed: a binary kernel whose inputs ended up in one
+// memory element runs the slow path, counted in `slow_calls`.
+int64_t Emitter::PlacedCallCycles(const VCall& call, int64_t cycles,
+                                  SlowCalls* slow_calls) const {
+  if (!IsBinaryKernel(call.kernel) ||
+      !SharesElement(call.args[0], call.args[1])) {
+    return cycles;
+  }
+  const std::vector<VBuffer>& buffers = lowering_.buffers();
+  std::vector<kernels::Operand> operands;
+  for (const VSlice& a : call.args) {
+    operands.push_back(kernels::Operand{
+        nullptr, static_cast<size_t>(a.bytes),
+        *kernels::DTypeFromFb(buffers[a.buffer].dtype),
+        buffers[a.buffer].scale_exp});
+  }
+  StatusOr<int64_t> slow =
+      kernels::Cycles(model_, call.kernel, operands, call.params,
+                      call.fparams, kernels::KernelPath::kSlow);
+  if (!slow.ok()) return cycles;
+  auto& sc = (*slow_calls)[call.op];
+  ++sc.first;
+  sc.second += *slow - cycles;
+  return *slow;
+}
+
+std::unique_ptr<fb::ComputeT> Emitter::EmitCompute(
+    const VCall& call, const std::vector<int64_t>& id_of) const {
+  auto out = std::make_unique<fb::ComputeT>();
+  out->tile = static_cast<uint32_t>(call.tile);
+  out->kernel = call.kernel;
+  for (const VSlice& a : call.args) out->args.push_back(EmitSlice(a, id_of));
+  out->params = call.params;
+  out->fparams = call.fparams;
+  out->op = call.op;
+  return out;
+}
+
+// Emits one transfer and adds it to the superstep's exchange load `x`.
+std::unique_ptr<fb::TransferT> Emitter::EmitTransfer(
+    const VTransfer& t, const std::vector<int64_t>& id_of, StepLoad* x,
+    EmitSummary* sum) const {
+  auto out = std::make_unique<fb::TransferT>();
+  out->src_tile = static_cast<uint32_t>(t.src_tile);
+  out->src_buffer = static_cast<uint32_t>(id_of[t.src.buffer]);
+  out->src_offset = static_cast<uint32_t>(t.src.offset);
+  out->bytes = static_cast<uint32_t>(t.src.bytes);
+  out->dtype = t.dtype;
+  out->op = t.op;
+  out->rows = static_cast<uint32_t>(t.rows);
+  out->src_pitch = static_cast<uint32_t>(t.src_pitch);
+  out->dst_pitch = static_cast<uint32_t>(t.dst_pitch);
+  x->has_exchange = true;
+  x->sent[t.src_tile] += t.Bytes();
+  x->fragments[t.src_tile] += t.rows;
+  for (const VDestination& d : t.destinations) {
+    auto dst = std::make_unique<fb::DestinationT>();
+    dst->tile = static_cast<uint32_t>(d.tile);
+    dst->buffer = static_cast<uint32_t>(id_of[d.buffer]);
+    dst->offset = static_cast<uint32_t>(d.offset);
+    out->destinations.push_back(std::move(dst));
+    x->received[d.tile] += t.Bytes();
+    x->fragments[d.tile] += t.rows;
+    sum->bytes_received += t.Bytes();
+  }
+  return out;
+}
+
+// Where the host finds value `v` on the device: one fragment per segment.
+std::unique_ptr<fb::HostBindingT> Emitter::Bind(
+    const fb::ValueT& v, const std::vector<int64_t>& id_of) const {
+  auto hb = std::make_unique<fb::HostBindingT>();
+  hb->value = v.id;
+  const int eb = ir::DTypeBytes(v.dtype);
+  for (int t : lowering_.TilesOf(v.id)) {
+    const Storage* s = lowering_.Find(v.id, t);
+    if (offset_[s->buffer] < 0) continue;
+    for (const Segment& seg : s->segments) {
+      auto f = std::make_unique<fb::FragmentT>();
+      f->tile = static_cast<uint32_t>(t);
+      f->buffer = static_cast<uint32_t>(id_of[s->buffer]);
+      f->offset = static_cast<uint32_t>(seg.offset * eb);
+      f->begin.assign(seg.box.begin.begin(), seg.box.begin.begin() + seg.box.rank);
+      f->end.assign(seg.box.end.begin(), seg.box.end.begin() + seg.box.rank);
+      hb->fragments.push_back(std::move(f));
+    }
+  }
+  return hb;
+}
+
+void Emitter::EmitHostBindings(const std::vector<int64_t>& id_of,
+                               fb::DeviceProgramT* program) const {
+  for (const auto& v : module_.values) {
+    if ((v->role == fb::ValueRole::Input || v->role == fb::ValueRole::Weight) &&
+        !lowering_.TilesOf(v->id).empty()) {
+      program->inputs.push_back(Bind(*v, id_of));
+    }
+  }
+  // The host writes the patches of an image input (a host op's result) in
+  // their planned ownership: the input's binding carries the transform.
+  for (const auto& op : module_.ops) {
+    if (!IsHostOp(*op)) continue;
+    std::unique_ptr<fb::HostBindingT> hb =
+        Bind(*lowering_.value(op->results[0]), id_of);
+    hb->value = op->operands[0];
+    hb->patch = op->patch;
+    program->inputs.push_back(std::move(hb));
+  }
+  for (const auto& v : module_.values) {
+    if (v->role == fb::ValueRole::Output) {
+      program->outputs.push_back(Bind(*v, id_of));
+    }
+  }
+}
+
+// The tile with the highest buffer end, and the planner's total estimate.
+void Emitter::SummarizePeakAndPlan(EmitSummary* sum) const {
+  for (int t = 0; t < tiles_; ++t) {
+    if (tile_peak_[t] > sum->peak_bytes) {
+      sum->peak_bytes = tile_peak_[t];
+      sum->peak_tile = t;
+    }
+  }
+  for (const auto& op : module_.ops) {
+    if (op->estimate) sum->planner_cycles += op->estimate->cycles;
+  }
+}
+
+// One decision per op: how it was lowered and where it landed.
+void Emitter::LogLoweredOps() {
+  for (const OpWork& w : work_) {
+    StatusOr<ProgramCost> alone =
+        CostOfOp(model_, lowering_.buffers(), w.program, tiles_);
+    const int64_t first = w.step.empty() ? -1 : w.step.front();
+    const int64_t last = w.step.empty() ? -1 : w.step.back();
+    const int64_t cycles = alone.ok() ? alone->cycles : 0;
+    log_.Info({w.op->id}, "lowered " + OpText(*w.op),
+              DescribeLowering(w) + "; supersteps " + std::to_string(first) +
+                  ".." + std::to_string(last) + (w.op->estimate
+                      ? "; planner estimate " + Thousands(w.op->estimate->cycles)
+                      : std::string()),
+              {w.op->estimate ? w.op->estimate->cycles : 0, cycles,
+               w.op->estimate ? w.op->estimate->peak_bytes : 0,
+               lowering_.ScratchBytesPerTile(w.op->id)});
+  }
+}
+
+// The lowering's notes for one op, as the decision's reason text.
+std::string Emitter::DescribeLowering(const OpWork& w) {
+  const OpNotes& n = lowering_.notes(w.op->id);
+  std::string what = Count(n.tiles, "tile") + ", " +
+                     Count(static_cast<int64_t>(w.program.phases.size()), "phase");
+  if (w.op->kind == fb::OpKind::MatMul) {
+    what += "; left operand in place on " + std::to_string(n.aliased_tiles) +
+            " tiles, staged on " + std::to_string(n.staged_tiles) + " in " +
+            Count(n.stage_phases, "exchange phase") + " (" +
+            Thousands(n.stage_bytes_per_tile) + " B per tile)";
+    if (n.ranges > 0) {
+      what += "; " + Count(n.ranges, "tile") + " reduce their rows of " +
+              n.partials + " partials in " +
+              Count(n.reduce_epochs, "reduction epoch");
+    }
+    if (!n.converter.empty()) what += "; accumulator -> output by " + n.converter;
+  } else if (n.aliased_tiles > 0) {
+    what += ", in place on " + std::to_string(n.aliased_tiles) + " tiles";
+  }
+  if (n.local_copy_runs > 0) {
+    what += ", " + std::to_string(n.local_copy_runs) + " local copies";
+  }
+  return what;
+}
+
+void Emitter::LogSlowCalls(const SlowCalls& slow_calls) {
+  for (const auto& [op, sc] : slow_calls) {
+    log_.Reject({op}, "binary kernel inputs in different memory elements",
+                std::to_string(sc.first) +
+                    " calls have both inputs in one element: no placement "
+                    "left them apart (slow path)",
+                {0, sc.second, 0, 0});
+  }
+}
+
+// Memory reuse on the tile with the most buffer bytes: their sum (every
+// buffer kept for the whole program) against the most bytes live at once
+// (what lifetime-based placement needs).
+void Emitter::LogMemoryReuse() {
+  const std::vector<VBuffer>& buffers = lowering_.buffers();
+  std::vector<int64_t> total(tiles_, 0);
+  for (const VBuffer& b : buffers) {
+    if (offset_[b.id] >= 0) total[b.tile] += map_.AlignUp(b.bytes);
+  }
+  const int busiest = static_cast<int>(
+      std::max_element(total.begin(), total.end()) - total.begin());
+  std::vector<std::pair<int64_t, int64_t>> events;  // slot, +/- bytes
+  for (const VBuffer& b : buffers) {
+    if (b.tile != busiest || offset_[b.id] < 0) continue;
+    events.push_back({first_[b.id], map_.AlignUp(b.bytes)});
+    events.push_back({last_[b.id] == kForever ? kForever : last_[b.id] + 1,
+                      -map_.AlignUp(b.bytes)});
+  }
+  std::sort(events.begin(), events.end());
+  int64_t live = 0, most = 0;
+  for (const auto& [slot, delta] : events) {
+    live += delta;
+    most = std::max(most, live);
+  }
+  log_.Info({}, "reuse dead buffers' memory",
+            "tile " + std::to_string(busiest) +
+                " (most buffer bytes): bytes of all its buffers -> most "
+                "bytes live at once; highest buffer end " +
+                Thousands(tile_peak_[busiest]) + " B",
+            {0, 0, total[busiest], most});
 }
 
 Status Emitter::Run(EmitSummary* summary) {
