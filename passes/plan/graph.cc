@@ -43,11 +43,10 @@ Status BodyCalls(const fb::OperationT& op, const fb::ValueT& result,
   return Status::Ok();
 }
 
-}  // namespace
-
-StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
-  Graph g;
-  std::map<uint32_t, int> value_index;
+// The values, in module order, and their index by id.
+void AddValues(const fb::ModuleT& module, std::vector<ValueNode>* values,
+               std::vector<std::string>* lines,
+               std::map<uint32_t, int>* value_index) {
   for (const auto& v : module.values) {
     ValueNode node;
     node.id = v->id;
@@ -56,12 +55,175 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
     node.dtype = v->dtype;
     node.role = v->role;
     if (v->ownership) node.given = *v->ownership;
-    value_index[v->id] = static_cast<int>(g.values_.size());
-    g.values_.push_back(std::move(node));
-    g.lines_.push_back("value %" + std::to_string(v->id) + " " + v->name + " " +
-                       ir::DTypeText(v->dtype) + "[" + Join(v->shape) +
-                       "] role " + std::to_string(static_cast<int>(v->role)));
+    (*value_index)[v->id] = static_cast<int>(values->size());
+    values->push_back(std::move(node));
+    lines->push_back("value %" + std::to_string(v->id) + " " + v->name + " " +
+                     ir::DTypeText(v->dtype) + "[" + Join(v->shape) +
+                     "] role " + std::to_string(static_cast<int>(v->role)));
   }
+}
+
+// Attention ops: the slots of scores or context, and a grid their shapes
+// and heads admit.
+Status ClassifyAttention(const fb::OperationT& op,
+                         const std::vector<ValueNode>& values,
+                         OpNode* node_ptr) {
+  OpNode& node = *node_ptr;
+  const ValueNode& result = values[node.result];
+  const size_t arity = node.operands.size();
+  const bool scores = op.kind == fb::OpKind::AttentionScores;
+  node.op_class = OpClass::kAttention;
+  node.heads = op.heads;
+  node.head_dim = op.head_dim;
+  node.staged = scores ? 0 : 1;
+  node.slots = scores
+                   ? std::vector<SlotRole>{SlotRole::kStaged}
+                   : std::vector<SlotRole>{SlotRole::kProbs, SlotRole::kStaged};
+  if (arity != node.slots.size()) return Status::Ok();  // Build reports it
+  const auto& qkv = values[node.operands[node.staged]].shape;
+  const auto& probs = scores ? result.shape : values[node.operands[0]].shape;
+  StatusOr<passes::AttentionGrid> grid = passes::MakeAttentionGrid(
+      scores ? passes::AttentionPart::kScores : passes::AttentionPart::kContext,
+      qkv, probs, op.heads, op.head_dim, 1, 1, 0);
+  if (!grid.ok()) return Unsupported(op, grid.status().message());
+  if (!scores && result.shape != std::vector<int64_t>{
+                                     qkv[0], int64_t{op.heads} * op.head_dim}) {
+    return Unsupported(op, "the context must be [B*T, H*D]");
+  }
+  return Status::Ok();
+}
+
+// The op's class and the role of each operand slot, or why the planner
+// has no recipe for it.
+Status ClassifyOp(const fb::ModuleT& module, const fb::OperationT& op,
+                  const std::vector<ValueNode>& values, OpNode* node_ptr) {
+  OpNode& node = *node_ptr;
+  const ValueNode& result = values[node.result];
+  const size_t arity = node.operands.size();
+  auto need_rank2 = [&]() -> Status {
+    if (result.shape.size() != 2) {
+      return Unsupported(op,
+                         "elementwise and GEMM recipes need [rows, "
+                         "width] values, the result is rank " +
+                             std::to_string(result.shape.size()));
+    }
+    return Status::Ok();
+  };
+  switch (op.kind) {
+    case fb::OpKind::MatMul:
+      TILEC_RETURN_IF_ERROR(need_rank2());
+      node.op_class = OpClass::kGemm;
+      node.slots = {SlotRole::kStaged, SlotRole::kResident};
+      break;
+    case fb::OpKind::BiasAdd:
+      TILEC_RETURN_IF_ERROR(need_rank2());
+      node.op_class = OpClass::kElementwise;
+      node.slots = {SlotRole::kLayout, SlotRole::kVector};
+      break;
+    case fb::OpKind::Gelu:
+      TILEC_RETURN_IF_ERROR(need_rank2());
+      node.op_class = OpClass::kElementwise;
+      node.slots = {SlotRole::kLayout};
+      break;
+    case fb::OpKind::Add:
+      TILEC_RETURN_IF_ERROR(need_rank2());
+      node.op_class = OpClass::kElementwise;
+      node.slots = {SlotRole::kLayout, SlotRole::kLayout};
+      break;
+    case fb::OpKind::Cast:
+      TILEC_RETURN_IF_ERROR(need_rank2());
+      node.op_class = OpClass::kElementwise;
+      node.slots = {SlotRole::kLayout};
+      break;
+    case fb::OpKind::Fused: {
+      TILEC_RETURN_IF_ERROR(need_rank2());
+      node.op_class = OpClass::kElementwise;
+      node.slots.assign(arity, SlotRole::kLayout);
+      for (const auto& step : op.body) {
+        if (step->operand > 0 && step->kind == fb::FusedStepKind::BiasAdd) {
+          node.slots[step->operand] = SlotRole::kVector;
+        }
+      }
+      break;
+    }
+    case fb::OpKind::LayerNorm:
+      TILEC_RETURN_IF_ERROR(need_rank2());
+      node.op_class = OpClass::kRowWise;
+      node.slots = {SlotRole::kLayout, SlotRole::kRowParam,
+                    SlotRole::kRowParam};
+      break;
+    case fb::OpKind::Softmax:
+      node.op_class = OpClass::kRowWise;
+      node.slots = {SlotRole::kLayout};
+      break;
+    case fb::OpKind::Redistribute:
+      node.op_class = OpClass::kCopy;
+      node.slots = {SlotRole::kSource};
+      break;
+    case fb::OpKind::Patchify:
+      // The host writes the patches of an image input (docs/import-
+      // onnx.md); a computed image would need a device-side gather.
+      if (arity == 1 &&
+          module.values[node.operands[0]]->role != fb::ValueRole::Input) {
+        return Unsupported(op,
+                           "patchify runs on the host as it writes a graph "
+                           "input; operand %" +
+                               std::to_string(op.operands[0]) +
+                               " is computed on the device");
+      }
+      node.op_class = OpClass::kHost;
+      node.slots = {SlotRole::kHostImage};
+      break;
+    case fb::OpKind::AttentionScores:
+    case fb::OpKind::AttentionContext:
+      TILEC_RETURN_IF_ERROR(ClassifyAttention(op, values, &node));
+      break;
+    default:
+      return Unsupported(
+          op, ir::OpKindText(op.kind) + " has no recipe in plan-ownership yet");
+  }
+  return Status::Ok();
+}
+
+// The op's line for the fingerprint and Difference.
+std::string OpLine(const fb::OperationT& op) {
+  std::string line = "op " + std::to_string(op.id) + " " +
+                     ir::OpKindText(op.kind) + " " + op.name + " (";
+  for (uint32_t id : op.operands) line += " %" + std::to_string(id);
+  line += " ) -> %" + std::to_string(op.results[0]);
+  for (const auto& step : op.body) {
+    line += " " + std::to_string(static_cast<int>(step->kind)) + ":" +
+            std::to_string(step->operand);
+  }
+  return line;
+}
+
+// A host op's result is owned as its consumers need (plan.cc).
+Status CheckHostResultsRead(const std::vector<OpNode>& ops,
+                            const std::vector<ValueNode>& values) {
+  for (const OpNode& node : ops) {
+    if (node.op_class == OpClass::kHost && values[node.result].uses.empty()) {
+      return Status::Infeasible(
+          "op " + std::to_string(node.id) + " (" + node.name +
+          "): the host writes its result for the device ops that read it; "
+          "nothing reads it");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string TargetLine(const fb::TargetT& t) {
+  return "target " + t.name + " tiles " + std::to_string(t.tiles) + " sram " +
+         std::to_string(t.sram_bytes) + " reserved " +
+         std::to_string(t.reserved_bytes);
+}
+
+}  // namespace
+
+StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
+  Graph g;
+  std::map<uint32_t, int> value_index;
+  AddValues(module, &g.values_, &g.lines_, &value_index);
   for (const auto& op_ptr : module.ops) {
     const fb::OperationT& op = *op_ptr;
     OpNode node;
@@ -76,112 +238,8 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
                              std::to_string(op.results.size()));
     }
     node.result = value_index.at(op.results[0]);
-    const ValueNode& result = g.values_[node.result];
+    TILEC_RETURN_IF_ERROR(ClassifyOp(module, op, g.values_, &node));
     const size_t arity = node.operands.size();
-    auto need_rank2 = [&]() -> Status {
-      if (result.shape.size() != 2) {
-        return Unsupported(op,
-                           "elementwise and GEMM recipes need [rows, "
-                           "width] values, the result is rank " +
-                               std::to_string(result.shape.size()));
-      }
-      return Status::Ok();
-    };
-    switch (op.kind) {
-      case fb::OpKind::MatMul:
-        TILEC_RETURN_IF_ERROR(need_rank2());
-        node.op_class = OpClass::kGemm;
-        node.slots = {SlotRole::kStaged, SlotRole::kResident};
-        break;
-      case fb::OpKind::BiasAdd:
-        TILEC_RETURN_IF_ERROR(need_rank2());
-        node.op_class = OpClass::kElementwise;
-        node.slots = {SlotRole::kLayout, SlotRole::kVector};
-        break;
-      case fb::OpKind::Gelu:
-        TILEC_RETURN_IF_ERROR(need_rank2());
-        node.op_class = OpClass::kElementwise;
-        node.slots = {SlotRole::kLayout};
-        break;
-      case fb::OpKind::Add:
-        TILEC_RETURN_IF_ERROR(need_rank2());
-        node.op_class = OpClass::kElementwise;
-        node.slots = {SlotRole::kLayout, SlotRole::kLayout};
-        break;
-      case fb::OpKind::Cast:
-        TILEC_RETURN_IF_ERROR(need_rank2());
-        node.op_class = OpClass::kElementwise;
-        node.slots = {SlotRole::kLayout};
-        break;
-      case fb::OpKind::Fused: {
-        TILEC_RETURN_IF_ERROR(need_rank2());
-        node.op_class = OpClass::kElementwise;
-        node.slots.assign(arity, SlotRole::kLayout);
-        for (const auto& step : op.body) {
-          if (step->operand > 0 && step->kind == fb::FusedStepKind::BiasAdd) {
-            node.slots[step->operand] = SlotRole::kVector;
-          }
-        }
-        break;
-      }
-      case fb::OpKind::LayerNorm:
-        TILEC_RETURN_IF_ERROR(need_rank2());
-        node.op_class = OpClass::kRowWise;
-        node.slots = {SlotRole::kLayout, SlotRole::kRowParam,
-                      SlotRole::kRowParam};
-        break;
-      case fb::OpKind::Softmax:
-        node.op_class = OpClass::kRowWise;
-        node.slots = {SlotRole::kLayout};
-        break;
-      case fb::OpKind::Redistribute:
-        node.op_class = OpClass::kCopy;
-        node.slots = {SlotRole::kSource};
-        break;
-      case fb::OpKind::Patchify:
-        // The host writes the patches of an image input (docs/import-
-        // onnx.md); a computed image would need a device-side gather.
-        if (arity == 1 &&
-            module.values[node.operands[0]]->role != fb::ValueRole::Input) {
-          return Unsupported(op,
-                             "patchify runs on the host as it writes a graph "
-                             "input; operand %" +
-                                 std::to_string(op.operands[0]) +
-                                 " is computed on the device");
-        }
-        node.op_class = OpClass::kHost;
-        node.slots = {SlotRole::kHostImage};
-        break;
-      case fb::OpKind::AttentionScores:
-      case fb::OpKind::AttentionContext: {
-        const bool scores = op.kind == fb::OpKind::AttentionScores;
-        node.op_class = OpClass::kAttention;
-        node.heads = op.heads;
-        node.head_dim = op.head_dim;
-        node.staged = scores ? 0 : 1;
-        node.slots = scores ? std::vector<SlotRole>{SlotRole::kStaged}
-                            : std::vector<SlotRole>{SlotRole::kProbs,
-                                                    SlotRole::kStaged};
-        if (arity != node.slots.size()) break;  // reported below
-        const auto& qkv = g.values_[node.operands[node.staged]].shape;
-        const auto& probs =
-            scores ? result.shape : g.values_[node.operands[0]].shape;
-        StatusOr<passes::AttentionGrid> grid = passes::MakeAttentionGrid(
-            scores ? passes::AttentionPart::kScores
-                   : passes::AttentionPart::kContext,
-            qkv, probs, op.heads, op.head_dim, 1, 1, 0);
-        if (!grid.ok()) return Unsupported(op, grid.status().message());
-        if (!scores && result.shape != std::vector<int64_t>{
-                                           qkv[0], int64_t{op.heads} *
-                                                       op.head_dim}) {
-          return Unsupported(op, "the context must be [B*T, H*D]");
-        }
-        break;
-      }
-      default:
-        return Unsupported(op, ir::OpKindText(op.kind) +
-                                   " has no recipe in plan-ownership yet");
-    }
     if (node.op_class == OpClass::kElementwise && node.slots.size() == arity) {
       TILEC_RETURN_IF_ERROR(
           BodyCalls(op, *module.values[node.result], &node.steps));
@@ -195,33 +253,11 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
       g.values_[node.operands[s]].uses.push_back({index, static_cast<int>(s)});
     }
     g.values_[node.result].producer = index;
-    std::string line = "op " + std::to_string(op.id) + " " +
-                       ir::OpKindText(op.kind) + " " + op.name + " (";
-    for (uint32_t id : op.operands) line += " %" + std::to_string(id);
-    line += " ) -> %" + std::to_string(op.results[0]);
-    for (const auto& step : op.body) {
-      line += " " + std::to_string(static_cast<int>(step->kind)) + ":" +
-              std::to_string(step->operand);
-    }
-    g.lines_.push_back(line);
+    g.lines_.push_back(OpLine(op));
     g.ops_.push_back(std::move(node));
   }
-  for (const OpNode& node : g.ops_) {
-    // A host op's result is owned as its consumers need (plan.cc).
-    if (node.op_class == OpClass::kHost && g.values_[node.result].uses.empty()) {
-      return Status::Infeasible(
-          "op " + std::to_string(node.id) + " (" + node.name +
-          "): the host writes its result for the device ops that read it; "
-          "nothing reads it");
-    }
-  }
-  if (module.target) {
-    const fb::TargetT& t = *module.target;
-    g.lines_.push_back("target " + t.name + " tiles " +
-                       std::to_string(t.tiles) + " sram " +
-                       std::to_string(t.sram_bytes) + " reserved " +
-                       std::to_string(t.reserved_bytes));
-  }
+  TILEC_RETURN_IF_ERROR(CheckHostResultsRead(g.ops_, g.values_));
+  if (module.target) g.lines_.push_back(TargetLine(*module.target));
   uint64_t hash = Fnv1a64("tilec plan graph");
   for (const std::string& line : g.lines_) hash = Fnv1a64(line + "\n", hash);
   g.fingerprint_ = hash;

@@ -582,6 +582,181 @@ StatusOr<Plan> Search::Apply(const Proposal& proposal) const {
   return plan;
 }
 
+namespace {
+
+// An op's proposals, each once. Every op a proposal names changes (a joint
+// proposal that would leave one op as it is, is that other op's single
+// proposal).
+struct OfferPool {
+  const Plan& incumbent;
+  std::vector<Proposal> proposals;
+  std::set<std::string> keys;
+
+  void Add(Proposal p) {
+    for (const auto& [o, r] : p.changes) {
+      if (r == incumbent.recipes[o]) return;
+    }
+    if (keys.insert(p.Key()).second) proposals.push_back(std::move(p));
+  }
+};
+
+// Followers: elementwise consumers (transitively) that share this op's
+// result ownership; "carry" proposals move them along with it. Sorted.
+std::vector<int> FollowersOf(const Graph& graph,
+                             const std::map<int, Recipe>& pinned,
+                             const Plan& incumbent, const Evaluation& eval,
+                             int op) {
+  std::vector<int> followers;
+  std::vector<int> frontier = {op};
+  while (!frontier.empty()) {
+    const int from = frontier.back();
+    frontier.pop_back();
+    const fb::OwnershipT& owner = eval.owners[graph.op(from).result];
+    for (const auto& [c, slot] : graph.value(graph.op(from).result).uses) {
+      const OpClass follower = graph.op(c).op_class;
+      if ((follower != OpClass::kElementwise &&
+           follower != OpClass::kRowWise) ||
+          graph.op(c).slots[slot] != SlotRole::kLayout || pinned.count(c) ||
+          std::find(followers.begin(), followers.end(), c) != followers.end() ||
+          !passes::SameOwnership(incumbent.recipes[c].layout, owner)) {
+        continue;
+      }
+      followers.push_back(c);
+      frontier.push_back(c);
+    }
+  }
+  std::sort(followers.begin(), followers.end());
+  return followers;
+}
+
+// For each recipe of the op: the op alone ("single"), and the op with its
+// followers in the layout of its new result ("carry"), if they all accept it.
+void AddSingleAndCarry(const Graph& graph, const Coster& coster, int op,
+                       const std::vector<Recipe>& recipes,
+                       const std::vector<int>& followers, OfferPool* pool) {
+  for (const Recipe& r : recipes) {
+    Proposal single;
+    single.kind = "single";
+    single.changes = {{op, r}};
+    pool->Add(single);
+    if (followers.empty()) continue;
+    const fb::OwnershipT moved = coster.ResultOwnership(graph, op, r);
+    Proposal carry;
+    carry.kind = "carry";
+    carry.changes = {{op, r}};
+    for (int f : followers) {
+      Recipe fr = LayoutRecipe(KindOf(graph.op(f).op_class), moved);
+      if (!coster.CheckRecipe(graph, f, fr).ok()) {
+        carry.changes.clear();
+        break;
+      }
+      carry.changes.push_back({f, fr});
+    }
+    if (!carry.changes.empty()) pool->Add(carry);
+  }
+}
+
+// Joint: this op and one layout consumer take one layout, so that the
+// redistribution between them disappears.
+void AddJoint(const Graph& graph, const Coster& coster,
+              const std::map<int, Recipe>& pinned,
+              const std::vector<std::vector<Recipe>>& candidates,
+              const Plan& incumbent, int op, OfferPool* pool) {
+  if (graph.op(op).op_class == OpClass::kGemm ||
+      graph.op(op).op_class == OpClass::kAttention) {
+    return;
+  }
+  for (const auto& [c, slot] : graph.value(graph.op(op).result).uses) {
+    const OpNode& consumer = graph.op(c);
+    if (consumer.slots[slot] != SlotRole::kLayout || pinned.count(c) ||
+        consumer.op_class == OpClass::kGemm) {
+      continue;
+    }
+    std::vector<Recipe> layouts;
+    for (size_t i = 0; i < candidates[op].size() && i < 8; ++i) {
+      layouts.push_back(candidates[op][i]);
+    }
+    for (size_t i = 0; i < candidates[c].size() && i < 8; ++i) {
+      layouts.push_back(candidates[c][i]);
+    }
+    layouts.push_back(incumbent.recipes[op]);
+    layouts.push_back(incumbent.recipes[c]);
+    for (const Recipe& l : layouts) {
+      const Recipe mine = LayoutRecipe(KindOf(graph.op(op).op_class), l.layout);
+      const Recipe theirs = LayoutRecipe(KindOf(consumer.op_class), l.layout);
+      if (!coster.CheckRecipe(graph, op, mine).ok() ||
+          !coster.CheckRecipe(graph, c, theirs).ok()) {
+        continue;
+      }
+      Proposal joint;
+      joint.kind = "joint";
+      joint.changes = {{std::min(op, c), op < c ? mine : theirs},
+                       {std::max(op, c), op < c ? theirs : mine}};
+      pool->Add(joint);
+    }
+  }
+}
+
+// The ranked (cycles, pool index) an op offers: at depth 0, K of its best
+// 2K, its best always among them and the rest drawn with `rng`; deeper,
+// the next band of K in rank order.
+std::vector<std::pair<int64_t, size_t>> ChooseBand(
+    std::vector<std::pair<int64_t, size_t>> ranked, int k, int depth,
+    std::mt19937_64& rng) {
+  if (depth > 0) {
+    // Deeper bands, in rank order: the budget goes to the next-best
+    // proposals once the best ones were all rejected.
+    const size_t begin = static_cast<size_t>(k) * (depth + 1);
+    const size_t end = begin + static_cast<size_t>(k);
+    std::vector<std::pair<int64_t, size_t>> band;
+    for (size_t i = begin; i < end && i < ranked.size(); ++i) {
+      band.push_back(ranked[i]);
+    }
+    return band;
+  }
+  if (ranked.size() > static_cast<size_t>(2 * k)) ranked.resize(2 * k);
+  if (ranked.size() > static_cast<size_t>(k)) {
+    // The op's best proposal always, the other K - 1 drawn from the rest
+    // of its best 2K: a draw that left the best out would leave it to a
+    // later round, which a small budget may never reach.
+    std::vector<size_t> pick(ranked.size() - 1);
+    for (size_t i = 0; i < pick.size(); ++i) pick[i] = i + 1;
+    std::shuffle(pick.begin(), pick.end(), rng);
+    pick.resize(k - 1);
+    pick.push_back(0);
+    std::sort(pick.begin(), pick.end());
+    std::vector<std::pair<int64_t, size_t>> chosen;
+    for (size_t i : pick) chosen.push_back(ranked[i]);
+    ranked = std::move(chosen);
+  }
+  return ranked;
+}
+
+// Ranks the pool by the plan's cycles with each change (cheap: prices are
+// cached); ties by key. `apply` is Search::Apply.
+template <typename ApplyFn>
+StatusOr<std::vector<std::pair<int64_t, size_t>>> RankByCycles(
+    const Graph& graph, const Coster& coster, const std::vector<Proposal>& pool,
+    const ApplyFn& apply) {
+  std::vector<std::pair<int64_t, size_t>> ranked;
+  for (size_t i = 0; i < pool.size(); ++i) {
+    StatusOr<Plan> plan = apply(pool[i]);
+    if (!plan.ok()) return plan.status();
+    StatusOr<Evaluation> e =
+        Evaluate(graph, coster, *plan, EvalMode::kCyclesOnly);
+    if (!e.ok()) return e.status();
+    ranked.push_back({e->total_cycles, i});
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [&](const auto& a, const auto& b) {
+                     if (a.first != b.first) return a.first < b.first;
+                     return pool[a.second].Key() < pool[b.second].Key();
+                   });
+  return ranked;
+}
+
+}  // namespace
+
 StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
                                                    int depth) {
   std::mt19937_64 rng(offer_seed);
@@ -592,142 +767,20 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
   std::vector<std::pair<int64_t, Proposal>> ranked_offers;
   for (int op : order) {
     if (options_.pinned.count(op)) continue;
-    std::vector<Proposal> pool;
-    std::set<std::string> keys;
-    // Every op a proposal names changes (a joint proposal that would leave
-    // one op as it is, is that other op's single proposal).
-    auto add = [&](Proposal p) {
-      for (const auto& [o, r] : p.changes) {
-        if (r == incumbent_.recipes[o]) return;
-      }
-      if (keys.insert(p.Key()).second) pool.push_back(std::move(p));
-    };
-    // Followers: elementwise consumers (transitively) that share this op's
-    // result ownership; "carry" proposals move them along with it.
-    std::vector<int> followers;
-    {
-      std::vector<int> frontier = {op};
-      while (!frontier.empty()) {
-        const int from = frontier.back();
-        frontier.pop_back();
-        const fb::OwnershipT& owner = eval_.owners[graph_.op(from).result];
-        for (const auto& [c, slot] :
-             graph_.value(graph_.op(from).result).uses) {
-          const OpClass follower = graph_.op(c).op_class;
-          if ((follower != OpClass::kElementwise &&
-               follower != OpClass::kRowWise) ||
-              graph_.op(c).slots[slot] != SlotRole::kLayout ||
-              options_.pinned.count(c) ||
-              std::find(followers.begin(), followers.end(), c) !=
-                  followers.end() ||
-              !passes::SameOwnership(incumbent_.recipes[c].layout, owner)) {
-            continue;
-          }
-          followers.push_back(c);
-          frontier.push_back(c);
-        }
-      }
-      std::sort(followers.begin(), followers.end());
-    }
-    for (const Recipe& r : AllRecipes(op, incumbent_, eval_)) {
-      Proposal single;
-      single.kind = "single";
-      single.changes = {{op, r}};
-      add(single);
-      if (followers.empty()) continue;
-      const fb::OwnershipT moved = coster_.ResultOwnership(graph_, op, r);
-      Proposal carry;
-      carry.kind = "carry";
-      carry.changes = {{op, r}};
-      for (int f : followers) {
-        Recipe fr = LayoutRecipe(KindOf(graph_.op(f).op_class), moved);
-        if (!coster_.CheckRecipe(graph_, f, fr).ok()) {
-          carry.changes.clear();
-          break;
-        }
-        carry.changes.push_back({f, fr});
-      }
-      if (!carry.changes.empty()) add(carry);
-    }
-    // Joint: this op and one layout consumer take one layout, so that the
-    // redistribution between them disappears.
-    if (graph_.op(op).op_class != OpClass::kGemm &&
-        graph_.op(op).op_class != OpClass::kAttention) {
-      for (const auto& [c, slot] : graph_.value(graph_.op(op).result).uses) {
-        const OpNode& consumer = graph_.op(c);
-        if (consumer.slots[slot] != SlotRole::kLayout ||
-            options_.pinned.count(c) || consumer.op_class == OpClass::kGemm) {
-          continue;
-        }
-        std::vector<Recipe> layouts;
-        for (size_t i = 0; i < candidates_[op].size() && i < 8; ++i) {
-          layouts.push_back(candidates_[op][i]);
-        }
-        for (size_t i = 0; i < candidates_[c].size() && i < 8; ++i) {
-          layouts.push_back(candidates_[c][i]);
-        }
-        layouts.push_back(incumbent_.recipes[op]);
-        layouts.push_back(incumbent_.recipes[c]);
-        for (const Recipe& l : layouts) {
-          const Recipe mine =
-              LayoutRecipe(KindOf(graph_.op(op).op_class), l.layout);
-          const Recipe theirs =
-              LayoutRecipe(KindOf(consumer.op_class), l.layout);
-          if (!coster_.CheckRecipe(graph_, op, mine).ok() ||
-              !coster_.CheckRecipe(graph_, c, theirs).ok()) {
-            continue;
-          }
-          Proposal joint;
-          joint.kind = "joint";
-          joint.changes = {{std::min(op, c), op < c ? mine : theirs},
-                           {std::max(op, c), op < c ? theirs : mine}};
-          add(joint);
-        }
-      }
-    }
-    // Rank by the plan's cycles with the change (cheap: prices are cached),
-    // keep the best 2K and offer K of them, chosen with the seeded RNG.
-    std::vector<std::pair<int64_t, size_t>> ranked;
-    for (size_t i = 0; i < pool.size(); ++i) {
-      StatusOr<Plan> plan = Apply(pool[i]);
-      if (!plan.ok()) return plan.status();
-      StatusOr<Evaluation> e =
-          Evaluate(graph_, coster_, *plan, EvalMode::kCyclesOnly);
-      if (!e.ok()) return e.status();
-      ranked.push_back({e->total_cycles, i});
-    }
-    std::stable_sort(ranked.begin(), ranked.end(),
-                     [&](const auto& a, const auto& b) {
-                       if (a.first != b.first) return a.first < b.first;
-                       return pool[a.second].Key() < pool[b.second].Key();
-                     });
-    if (depth > 0) {
-      // Deeper bands, in rank order: the budget goes to the next-best
-      // proposals once the best ones were all rejected.
-      const size_t begin = static_cast<size_t>(k) * (depth + 1);
-      const size_t end = begin + static_cast<size_t>(k);
-      for (size_t i = begin; i < end && i < ranked.size(); ++i) {
-        ranked_offers.push_back({ranked[i].first, pool[ranked[i].second]});
-      }
-      continue;
-    }
-    if (ranked.size() > static_cast<size_t>(2 * k)) ranked.resize(2 * k);
-    if (ranked.size() > static_cast<size_t>(k)) {
-      // The op's best proposal always, the other K - 1 drawn from the rest
-      // of its best 2K: a draw that left the best out would leave it to a
-      // later round, which a small budget may never reach.
-      std::vector<size_t> pick(ranked.size() - 1);
-      for (size_t i = 0; i < pick.size(); ++i) pick[i] = i + 1;
-      std::shuffle(pick.begin(), pick.end(), rng);
-      pick.resize(k - 1);
-      pick.push_back(0);
-      std::sort(pick.begin(), pick.end());
-      std::vector<std::pair<int64_t, size_t>> chosen;
-      for (size_t i : pick) chosen.push_back(ranked[i]);
-      ranked = std::move(chosen);
-    }
-    for (const auto& [cycles, i] : ranked) {
-      ranked_offers.push_back({cycles, pool[i]});
+    OfferPool pool{incumbent_};
+    const std::vector<int> followers =
+        FollowersOf(graph_, options_.pinned, incumbent_, eval_, op);
+    AddSingleAndCarry(graph_, coster_, op, AllRecipes(op, incumbent_, eval_),
+                      followers, &pool);
+    AddJoint(graph_, coster_, options_.pinned, candidates_, incumbent_, op,
+             &pool);
+    StatusOr<std::vector<std::pair<int64_t, size_t>>> ranked =
+        RankByCycles(graph_, coster_, pool.proposals,
+                     [this](const Proposal& p) { return Apply(p); });
+    if (!ranked.ok()) return ranked.status();
+    for (const auto& [cycles, i] :
+         ChooseBand(std::move(*ranked), k, depth, rng)) {
+      ranked_offers.push_back({cycles, pool.proposals[i]});
     }
   }
   // The budget goes to the most promising proposals of every op first
