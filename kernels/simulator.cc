@@ -144,6 +144,30 @@ struct BindingPlan {
   std::vector<FragmentPlan> fragments;
 };
 
+// What CountCycles gathers across supersteps for the per-op, slow-path
+// and busiest-tile reports.
+struct CycleTally {
+  CycleTally(int tiles, int steps)
+      : tile_compute(tiles, 0),
+        tile_exchange(tiles, 0),
+        tile_calls(tiles, 0),
+        step_compute(steps, std::vector<int64_t>(tiles, 0)),
+        step_exchange(steps, std::vector<int64_t>(tiles, 0)) {}
+
+  // The op's report, made on first use.
+  OpReport& Op(uint32_t id) {
+    OpReport& o = ops[id];
+    o.op = id;
+    return o;
+  }
+
+  std::vector<int64_t> tile_compute, tile_exchange, tile_calls;
+  // Per superstep and tile, for the busiest tiles' trace tracks.
+  std::vector<std::vector<int64_t>> step_compute, step_exchange;
+  std::map<uint32_t, OpReport> ops;
+  std::map<std::string, SlowPathReport> slow;
+};
+
 class Engine {
  public:
   Engine(const fb::ModuleT& module, const SimOptions& options)
@@ -164,6 +188,15 @@ class Engine {
   Status CheckSuperstep(int s);
   Status CheckCompute(int s, int index, ComputePlan* plan);
   Status CheckTransfers(int s);
+  // One transfer's source, pieces and destinations, planned into *tp.
+  Status CheckTransfer(int s, int t, TransferPlan* tp);
+  Status CheckTransferSource(const std::string& where, const fb::TransferT& tr,
+                             const BufferInfo** src);
+  Status PlanTransferPieces(const std::string& where, const fb::TransferT& tr,
+                            const BufferInfo& src, TransferPlan* tp);
+  Status CheckTransferDestination(const std::string& where,
+                                  const fb::TransferT& tr, int d,
+                                  const BufferInfo& src, TransferPlan* tp);
   Status CheckBindingFragment(const std::string& where,
                               const BindingPlan& binding,
                               const fb::FragmentT& fragment,
@@ -184,6 +217,15 @@ class Engine {
 
   // ---- costs
   void CountCycles(SimResult* result);
+  void CountComputePhase(int s, CycleTally* tally, SuperstepReport* sr,
+                         SimResult* r);
+  void AttributeSlowestTile(int s, CycleTally* tally,
+                            SuperstepReport* sr) const;
+  void CountExchangePhase(int s, CycleTally* tally, SuperstepReport* sr,
+                          SimResult* r) const;
+  void ReportOps(CycleTally* tally, SimResult* r) const;
+  void ReportSlowestTiles(const CycleTally& tally, SimResult* r) const;
+  void ReportPeakMemory(SimResult* r) const;
 
   const fb::ModuleT& module_;
   const SimOptions options_;
@@ -553,6 +595,73 @@ Status OverlapError(int s, const fb::SuperstepT& step, const StepPlan& plan,
                           ": overlapping writes not found again");
 }
 
+// The writes of one checked transfer, one per destination, in destination
+// order.
+void AppendWrites(int t, const TransferPlan& tp,
+                  std::vector<TransferWrite>* writes) {
+  for (size_t d = 0; d < tp.destinations.size(); ++d) {
+    const TransferPlan::Destination& dst = tp.destinations[d];
+    writes->push_back({dst.tile, dst.addr, t, static_cast<int>(d),
+                       tp.transfer->destinations[d]->buffer});
+  }
+}
+
+// Marks the bytes of writes[begin, end) (one tile's writes) in `bits`,
+// stopping at the first piece that finds a byte marked already; true if one
+// did, with that piece in *hit_write and *hit_piece. Leaves `bits` clear
+// for the next tile.
+bool MarkTileWrites(const StepPlan& plan,
+                    const std::vector<TransferWrite>& writes, size_t begin,
+                    size_t end, int64_t tensor_bytes,
+                    std::vector<uint64_t>& bits, size_t* hit_write,
+                    int64_t* hit_piece) {
+  bool overlap = false;
+  int64_t low = tensor_bytes, high = 0;
+  for (size_t w = begin; w < end && !overlap; ++w) {
+    const TransferPlan& tp = plan.transfers[writes[w].transfer];
+    for (int64_t i = 0; i < tp.rows && !overlap; ++i) {
+      const int64_t a = writes[w].addr + i * tp.dst_pitch;
+      overlap = TestAndSet(bits, a, a + tp.bytes);
+      low = std::min(low, a);
+      high = std::max(high, a + tp.bytes);
+      *hit_write = w;
+      *hit_piece = i;
+    }
+  }
+  if (high > low) {
+    std::fill(bits.begin() + (low >> 6), bits.begin() + ((high + 63) >> 6), 0);
+  }
+  return overlap;
+}
+
+// Two writes of the same tile bytes (two transfers, two destinations of a
+// multicast, or two pieces of one destination, through any buffers, which
+// may alias) would make the result depend on transfer order. Tile by tile,
+// every piece marks its bytes in a bitmap; a tile where a piece finds a
+// byte marked is then searched piece by piece to name the pair.
+Status CheckOverlappingWrites(int s, const fb::SuperstepT& step,
+                              const StepPlan& plan, int64_t tensor_bytes,
+                              std::vector<TransferWrite> writes) {
+  std::stable_sort(
+      writes.begin(), writes.end(),
+      [](const TransferWrite& a, const TransferWrite& b) {
+        return a.tile < b.tile;
+      });
+  std::vector<uint64_t> bits(static_cast<size_t>((tensor_bytes + 63) / 64), 0);
+  for (size_t begin = 0; begin < writes.size();) {
+    size_t end = begin;
+    while (end < writes.size() && writes[end].tile == writes[begin].tile) ++end;
+    size_t hit_write = 0;
+    int64_t hit_piece = 0;
+    if (MarkTileWrites(plan, writes, begin, end, tensor_bytes, bits,
+                       &hit_write, &hit_piece)) {
+      return OverlapError(s, step, plan, writes, begin, hit_write, hit_piece);
+    }
+    begin = end;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Engine::CheckTransfers(int s) {
@@ -562,169 +671,163 @@ Status Engine::CheckTransfers(int s) {
   // writes of the same bytes.
   std::vector<TransferWrite> writes;
   for (size_t t = 0; t < step.exchange.size(); ++t) {
-    const fb::TransferT* tr = step.exchange[t].get();
-    if (tr == nullptr) {
-      return Status::BadInput("superstep " + std::to_string(s) + " transfer " +
-                              std::to_string(t) + " is null");
-    }
-    const std::string where = StepWhere(s, static_cast<int>(tr->src_tile), tr->op) +
-                              " transfer " + std::to_string(t);
-    if (tr->src_tile >= static_cast<uint32_t>(tiles_)) {
-      return Status::BadInput(where + ": source tile out of range (target has " +
-                              std::to_string(tiles_) + " tiles)");
-    }
-    const BufferInfo* src = FindBuffer(tr->src_buffer);
-    const std::string src_text = "source " + BufferText(tr->src_buffer);
-    if (src == nullptr) {
-      return Status::BadInput(where + ": " + src_text + " does not exist");
-    }
-    if (src->buffer->tile != tr->src_tile) {
-      return Status::BadInput(where + ": " + src_text + " lives on tile " +
-                              std::to_string(src->buffer->tile));
-    }
-    if (tr->bytes == 0) {
-      return Status::BadInput(where + ": " + src_text + ": transfer of 0 bytes");
-    }
-    if (tr->rows == 0) {
-      return Status::BadInput(where + ": " + src_text + ": transfer of 0 rows");
-    }
-    const int64_t rows = tr->rows;
-    const int64_t bytes = tr->bytes;
-    // With one piece the pitches mean nothing.
-    const int64_t src_pitch = rows > 1 ? tr->src_pitch : 0;
-    const int64_t dst_pitch = rows > 1 ? tr->dst_pitch : 0;
-    const int64_t src_out = FirstPieceOutside(tr->src_offset, src_pitch, rows,
-                                              bytes, src->buffer->bytes);
-    if (src_out >= 0) {
-      return Status::BadInput(where + ": " + src_text + ": " +
-                              PieceText(rows, src_out,
-                                        tr->src_offset + src_out * src_pitch,
-                                        bytes) +
-                              " outside the buffer's " +
-                              std::to_string(src->buffer->bytes) + " bytes");
-    }
-    kernels::StatusOr<DType> dtype = kernels::DTypeFromFb(tr->dtype);
-    if (!dtype.ok() || *dtype != src->dtype) {
-      return Status::BadInput(
-          where + ": " + src_text + ": transfer dtype " +
-          ir::DTypeText(tr->dtype) + " differs from the buffer's " +
-          ir::DTypeText(src->buffer->dtype, src->buffer->fp8_scale_exp));
-    }
-    if (tr->src_offset % src->element_bytes != 0 ||
-        tr->bytes % src->element_bytes != 0) {
-      return Status::BadInput(where + ": " + src_text + ": offset " +
-                              std::to_string(tr->src_offset) + " or bytes " +
-                              std::to_string(tr->bytes) +
-                              " is not a whole number of elements");
-    }
-    // Destinations have the source's dtype (checked below), so one element
-    // size serves both pitches.
-    if (src_pitch % src->element_bytes != 0 ||
-        dst_pitch % src->element_bytes != 0) {
-      return Status::BadInput(where + ": " + src_text + ": src_pitch " +
-                              std::to_string(src_pitch) + " or dst_pitch " +
-                              std::to_string(dst_pitch) +
-                              " is not a whole number of elements");
-    }
-    if (tr->destinations.empty()) {
-      return Status::BadInput(where + ": " + src_text + ": no destinations");
-    }
     TransferPlan tp;
-    tp.transfer = tr;
-    tp.src_addr = int64_t{src->buffer->offset} + tr->src_offset;
-    tp.bytes = bytes;
-    tp.rows = rows;
-    tp.src_pitch = src_pitch;
-    tp.dst_pitch = dst_pitch;
-    for (size_t d = 0; d < tr->destinations.size(); ++d) {
-      const fb::DestinationT* dst = tr->destinations[d].get();
-      if (dst == nullptr) {
-        return Status::BadInput(where + ": destination " + std::to_string(d) +
-                                " is null");
-      }
-      const std::string dwhere = where + ": destination " + std::to_string(d) +
-                                 " tile " + std::to_string(dst->tile) + " " +
-                                 BufferText(dst->buffer);
-      if (dst->tile >= static_cast<uint32_t>(tiles_)) {
-        return Status::BadInput(dwhere + ": tile out of range (target has " +
-                                std::to_string(tiles_) + " tiles)");
-      }
-      if (dst->tile == tr->src_tile) {
-        return Status::BadInput(
-            dwhere + ": a transfer to its own source tile (use the copy kernel)");
-      }
-      const BufferInfo* db = FindBuffer(dst->buffer);
-      if (db == nullptr) return Status::BadInput(dwhere + " does not exist");
-      if (db->buffer->tile != dst->tile) {
-        return Status::BadInput(dwhere + " lives on tile " +
-                                std::to_string(db->buffer->tile));
-      }
-      const int64_t dst_out = FirstPieceOutside(dst->offset, dst_pitch, rows,
-                                                bytes, db->buffer->bytes);
-      if (dst_out >= 0) {
-        return Status::BadInput(
-            dwhere + ": " +
-            PieceText(rows, dst_out, dst->offset + dst_out * dst_pitch, bytes) +
-            " outside the buffer's " + std::to_string(db->buffer->bytes) +
-            " bytes");
-      }
-      if (db->dtype != src->dtype || db->scale_exp != src->scale_exp) {
-        return Status::BadInput(
-            dwhere + ": buffer is " +
-            ir::DTypeText(db->buffer->dtype, db->buffer->fp8_scale_exp) +
-            " but source " + BufferText(tr->src_buffer) + " is " +
-            ir::DTypeText(src->buffer->dtype, src->buffer->fp8_scale_exp));
-      }
-      if (dst->offset % db->element_bytes != 0) {
-        return Status::BadInput(dwhere + ": offset " +
-                                std::to_string(dst->offset) +
-                                " is not a whole number of elements");
-      }
-      const int64_t addr = int64_t{db->buffer->offset} + dst->offset;
-      tp.destinations.push_back({static_cast<int>(dst->tile), addr});
-      writes.push_back({static_cast<int>(dst->tile), addr, static_cast<int>(t),
-                        static_cast<int>(d), dst->buffer});
-    }
+    TILEC_RETURN_IF_ERROR(CheckTransfer(s, static_cast<int>(t), &tp));
+    AppendWrites(static_cast<int>(t), tp, &writes);
     plan.transfers.push_back(std::move(tp));
   }
-  // Two writes of the same tile bytes (two transfers, two destinations of a
-  // multicast, or two pieces of one destination, through any buffers, which
-  // may alias) would make the result depend on transfer order. Tile by
-  // tile, every piece marks its bytes in a bitmap; a tile where a piece
-  // finds a byte marked is then sorted piece by piece to name the pair.
-  std::stable_sort(
-      writes.begin(), writes.end(),
-      [](const TransferWrite& a, const TransferWrite& b) {
-        return a.tile < b.tile;
-      });
-  std::vector<uint64_t> bits(static_cast<size_t>((tensor_bytes_ + 63) / 64), 0);
-  for (size_t begin = 0; begin < writes.size();) {
-    size_t end = begin;
-    while (end < writes.size() && writes[end].tile == writes[begin].tile) ++end;
-    bool overlap = false;
-    int64_t low = tensor_bytes_, high = 0;
-    size_t hit_write = 0;
-    int64_t hit_piece = 0;
-    for (size_t w = begin; w < end && !overlap; ++w) {
-      const TransferPlan& tp = plan.transfers[writes[w].transfer];
-      for (int64_t i = 0; i < tp.rows && !overlap; ++i) {
-        const int64_t a = writes[w].addr + i * tp.dst_pitch;
-        overlap = TestAndSet(bits, a, a + tp.bytes);
-        low = std::min(low, a);
-        high = std::max(high, a + tp.bytes);
-        hit_write = w;
-        hit_piece = i;
-      }
-    }
-    if (high > low) {
-      std::fill(bits.begin() + (low >> 6), bits.begin() + ((high + 63) >> 6),
-                0);
-    }
-    if (overlap) {
-      return OverlapError(s, step, plan, writes, begin, hit_write, hit_piece);
-    }
-    begin = end;
+  return CheckOverlappingWrites(s, step, plan, tensor_bytes_,
+                                std::move(writes));
+}
+
+Status Engine::CheckTransfer(int s, int t, TransferPlan* tp) {
+  const fb::TransferT* tr = program_->supersteps[s]->exchange[t].get();
+  if (tr == nullptr) {
+    return Status::BadInput("superstep " + std::to_string(s) + " transfer " +
+                            std::to_string(t) + " is null");
   }
+  const std::string where = StepWhere(s, static_cast<int>(tr->src_tile), tr->op) +
+                            " transfer " + std::to_string(t);
+  const BufferInfo* src = nullptr;
+  TILEC_RETURN_IF_ERROR(CheckTransferSource(where, *tr, &src));
+  TILEC_RETURN_IF_ERROR(PlanTransferPieces(where, *tr, *src, tp));
+  for (size_t d = 0; d < tr->destinations.size(); ++d) {
+    TILEC_RETURN_IF_ERROR(
+        CheckTransferDestination(where, *tr, static_cast<int>(d), *src, tp));
+  }
+  return Status::Ok();
+}
+
+Status Engine::CheckTransferSource(const std::string& where,
+                                   const fb::TransferT& tr,
+                                   const BufferInfo** src) {
+  if (tr.src_tile >= static_cast<uint32_t>(tiles_)) {
+    return Status::BadInput(where + ": source tile out of range (target has " +
+                            std::to_string(tiles_) + " tiles)");
+  }
+  *src = FindBuffer(tr.src_buffer);
+  const std::string src_text = "source " + BufferText(tr.src_buffer);
+  if (*src == nullptr) {
+    return Status::BadInput(where + ": " + src_text + " does not exist");
+  }
+  if ((*src)->buffer->tile != tr.src_tile) {
+    return Status::BadInput(where + ": " + src_text + " lives on tile " +
+                            std::to_string((*src)->buffer->tile));
+  }
+  return Status::Ok();
+}
+
+Status Engine::PlanTransferPieces(const std::string& where,
+                                  const fb::TransferT& tr,
+                                  const BufferInfo& src, TransferPlan* tp) {
+  const std::string src_text = "source " + BufferText(tr.src_buffer);
+  if (tr.bytes == 0) {
+    return Status::BadInput(where + ": " + src_text + ": transfer of 0 bytes");
+  }
+  if (tr.rows == 0) {
+    return Status::BadInput(where + ": " + src_text + ": transfer of 0 rows");
+  }
+  const int64_t rows = tr.rows;
+  const int64_t bytes = tr.bytes;
+  // With one piece the pitches mean nothing.
+  const int64_t src_pitch = rows > 1 ? tr.src_pitch : 0;
+  const int64_t dst_pitch = rows > 1 ? tr.dst_pitch : 0;
+  const int64_t src_out = FirstPieceOutside(tr.src_offset, src_pitch, rows,
+                                            bytes, src.buffer->bytes);
+  if (src_out >= 0) {
+    return Status::BadInput(where + ": " + src_text + ": " +
+                            PieceText(rows, src_out,
+                                      tr.src_offset + src_out * src_pitch,
+                                      bytes) +
+                            " outside the buffer's " +
+                            std::to_string(src.buffer->bytes) + " bytes");
+  }
+  kernels::StatusOr<DType> dtype = kernels::DTypeFromFb(tr.dtype);
+  if (!dtype.ok() || *dtype != src.dtype) {
+    return Status::BadInput(
+        where + ": " + src_text + ": transfer dtype " +
+        ir::DTypeText(tr.dtype) + " differs from the buffer's " +
+        ir::DTypeText(src.buffer->dtype, src.buffer->fp8_scale_exp));
+  }
+  if (tr.src_offset % src.element_bytes != 0 ||
+      tr.bytes % src.element_bytes != 0) {
+    return Status::BadInput(where + ": " + src_text + ": offset " +
+                            std::to_string(tr.src_offset) + " or bytes " +
+                            std::to_string(tr.bytes) +
+                            " is not a whole number of elements");
+  }
+  // Destinations have the source's dtype (checked with each destination),
+  // so one element size serves both pitches.
+  if (src_pitch % src.element_bytes != 0 ||
+      dst_pitch % src.element_bytes != 0) {
+    return Status::BadInput(where + ": " + src_text + ": src_pitch " +
+                            std::to_string(src_pitch) + " or dst_pitch " +
+                            std::to_string(dst_pitch) +
+                            " is not a whole number of elements");
+  }
+  if (tr.destinations.empty()) {
+    return Status::BadInput(where + ": " + src_text + ": no destinations");
+  }
+  tp->transfer = &tr;
+  tp->src_addr = int64_t{src.buffer->offset} + tr.src_offset;
+  tp->bytes = bytes;
+  tp->rows = rows;
+  tp->src_pitch = src_pitch;
+  tp->dst_pitch = dst_pitch;
+  return Status::Ok();
+}
+
+Status Engine::CheckTransferDestination(const std::string& where,
+                                        const fb::TransferT& tr, int d,
+                                        const BufferInfo& src,
+                                        TransferPlan* tp) {
+  const fb::DestinationT* dst = tr.destinations[d].get();
+  if (dst == nullptr) {
+    return Status::BadInput(where + ": destination " + std::to_string(d) +
+                            " is null");
+  }
+  const std::string dwhere = where + ": destination " + std::to_string(d) +
+                             " tile " + std::to_string(dst->tile) + " " +
+                             BufferText(dst->buffer);
+  if (dst->tile >= static_cast<uint32_t>(tiles_)) {
+    return Status::BadInput(dwhere + ": tile out of range (target has " +
+                            std::to_string(tiles_) + " tiles)");
+  }
+  if (dst->tile == tr.src_tile) {
+    return Status::BadInput(
+        dwhere + ": a transfer to its own source tile (use the copy kernel)");
+  }
+  const BufferInfo* db = FindBuffer(dst->buffer);
+  if (db == nullptr) return Status::BadInput(dwhere + " does not exist");
+  if (db->buffer->tile != dst->tile) {
+    return Status::BadInput(dwhere + " lives on tile " +
+                            std::to_string(db->buffer->tile));
+  }
+  const int64_t dst_out = FirstPieceOutside(dst->offset, tp->dst_pitch,
+                                            tp->rows, tp->bytes,
+                                            db->buffer->bytes);
+  if (dst_out >= 0) {
+    return Status::BadInput(
+        dwhere + ": " +
+        PieceText(tp->rows, dst_out, dst->offset + dst_out * tp->dst_pitch,
+                  tp->bytes) +
+        " outside the buffer's " + std::to_string(db->buffer->bytes) +
+        " bytes");
+  }
+  if (db->dtype != src.dtype || db->scale_exp != src.scale_exp) {
+    return Status::BadInput(
+        dwhere + ": buffer is " +
+        ir::DTypeText(db->buffer->dtype, db->buffer->fp8_scale_exp) +
+        " but source " + BufferText(tr.src_buffer) + " is " +
+        ir::DTypeText(src.buffer->dtype, src.buffer->fp8_scale_exp));
+  }
+  if (dst->offset % db->element_bytes != 0) {
+    return Status::BadInput(dwhere + ": offset " +
+                            std::to_string(dst->offset) +
+                            " is not a whole number of elements");
+  }
+  tp->destinations.push_back(
+      {static_cast<int>(dst->tile), int64_t{db->buffer->offset} + dst->offset});
   return Status::Ok();
 }
 
@@ -1152,151 +1255,168 @@ Status Engine::ReadOutputs(SimResult* result) {
 
 // ---------------------------------------------------------------- costs
 
+// The exchange phase's cycles go to the transfers' ops by the bytes they
+// deliver.
+void SplitExchangeByOp(const std::map<uint32_t, int64_t>& op_bytes,
+                       CycleTally* tally, SuperstepReport* sr) {
+  std::vector<uint32_t> ids;
+  std::vector<int64_t> weights;
+  for (const auto& [op, bytes] : op_bytes) {
+    ids.push_back(op);
+    weights.push_back(bytes);
+  }
+  const std::vector<int64_t> shares = Apportion(sr->exchange_cycles, weights);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    tally->Op(ids[i]).exchange_cycles += shares[i];
+    sr->exchange_split.push_back({ids[i], shares[i]});
+  }
+}
+
+// Adds one superstep's report to the program's totals.
+void AddSuperstep(SuperstepReport sr, SimResult* r) {
+  r->compute_cycles += sr.compute_cycles;
+  r->exchange_cycles += sr.exchange_cycles;
+  r->kernel_calls += sr.kernel_calls;
+  r->transfers += sr.transfers;
+  r->pieces += sr.pieces;
+  r->bytes_sent += sr.bytes_sent;
+  r->bytes_received += sr.bytes_received;
+  VLOG(1) << "superstep " << sr.index << " \"" << sr.label << "\": compute "
+          << sr.compute_cycles << " (tile " << sr.slowest_tile
+          << "), exchange " << sr.exchange_cycles << " (tile "
+          << sr.exchange_slowest_tile << ")";
+  r->supersteps.push_back(std::move(sr));
+}
+
 void Engine::CountCycles(SimResult* r) {
   const int steps = static_cast<int>(steps_.size());
-  std::vector<int64_t> tile_compute(tiles_, 0), tile_exchange(tiles_, 0),
-      tile_calls(tiles_, 0);
-  // Per superstep and tile, for the busiest tiles' trace tracks.
-  std::vector<std::vector<int64_t>> step_compute(steps), step_exchange(steps);
-  std::map<uint32_t, OpReport> ops;
-  std::map<std::string, SlowPathReport> slow;
-  auto op_report = [&](uint32_t id) -> OpReport& {
-    OpReport& o = ops[id];
-    o.op = id;
-    return o;
-  };
+  CycleTally tally(tiles_, steps);
   int64_t clock = 0;
   for (int s = 0; s < steps; ++s) {
-    const fb::SuperstepT& step = *program_->supersteps[s];
-    const StepPlan& plan = steps_[s];
     SuperstepReport sr;
     sr.index = s;
-    sr.label = step.label;
+    sr.label = program_->supersteps[s]->label;
     sr.start_cycle = clock;
-    step_compute[s].assign(tiles_, 0);
-    step_exchange[s].assign(tiles_, 0);
-    // Compute phase: each tile's kernels in order; the slowest tile (the
-    // lowest-numbered one on a tie) sets the phase's length.
-    for (size_t i = 0; i < plan.tiles.size(); ++i) {
-      const int tile = plan.tiles[i];
-      int64_t sum = 0;
-      for (const ComputePlan& cp : plan.computes[i]) {
-        const int64_t cycles = compute_cycles_[s][cp.index];
-        const int64_t extra = compute_extra_[s][cp.index];
-        sum += cycles;
-        OpReport& o = op_report(cp.compute->op);
-        ++o.kernel_calls;
-        o.macs += compute_macs_[s][cp.index];
-        r->gemm_macs += compute_macs_[s][cp.index];
-        if (extra != 0) {
-          ++o.slow_path_calls;
-          ++r->slow_path_calls;
-          SlowPathReport& sp = slow[cp.compute->kernel];
-          sp.kernel = cp.compute->kernel;
-          ++sp.calls;
-          sp.extra_cycles += std::max<int64_t>(extra, 0);
-        }
-      }
-      step_compute[s][tile] = sum;
-      tile_compute[tile] += sum;
-      tile_calls[tile] += static_cast<int64_t>(plan.computes[i].size());
-      sr.kernel_calls += static_cast<int64_t>(plan.computes[i].size());
-      if (sum > sr.compute_cycles || sr.slowest_tile < 0) {
-        sr.compute_cycles = sum;
-        sr.slowest_tile = tile;
-      }
-    }
-    // The slowest tile's per-op cycles sum to the phase exactly.
-    for (size_t i = 0; i < plan.tiles.size(); ++i) {
-      if (plan.tiles[i] != sr.slowest_tile) continue;
-      for (const ComputePlan& cp : plan.computes[i]) {
-        const int64_t cycles = compute_cycles_[s][cp.index];
-        op_report(cp.compute->op).compute_cycles += cycles;
-        if (!sr.compute_spans.empty() &&
-            sr.compute_spans.back().op == cp.compute->op &&
-            sr.compute_spans.back().kernel == cp.compute->kernel) {
-          sr.compute_spans.back().cycles += cycles;
-          ++sr.compute_spans.back().calls;
-        } else {
-          sr.compute_spans.push_back(
-              {cp.compute->op, cp.compute->kernel, cycles, 1});
-        }
-      }
-    }
-    // Exchange phase.
-    if (!plan.transfers.empty()) {
-      std::vector<int64_t> sent(tiles_, 0), received(tiles_, 0),
-          fragments(tiles_, 0);
-      std::map<uint32_t, int64_t> op_bytes;
-      for (const TransferPlan& tp : plan.transfers) {
-        const fb::TransferT& t = *tp.transfer;
-        const int64_t dests = static_cast<int64_t>(tp.destinations.size());
-        // A multicast costs its sender once and each receiver once; each
-        // piece of a strided transfer is a fragment at both ends, exactly
-        // as `rows` separate transfers.
-        const int64_t bytes = tp.rows * tp.bytes;
-        sent[t.src_tile] += bytes;
-        fragments[t.src_tile] += tp.rows;
-        for (const TransferPlan::Destination& d : tp.destinations) {
-          received[d.tile] += bytes;
-          fragments[d.tile] += tp.rows;
-        }
-        OpReport& o = op_report(t.op);
-        ++o.transfers;
-        o.pieces += tp.rows;
-        o.bytes_sent += bytes;
-        o.bytes_received += bytes * dests;
-        op_bytes[t.op] += bytes * dests;
-        sr.bytes_sent += bytes;
-        sr.bytes_received += bytes * dests;
-        ++sr.transfers;
-        sr.pieces += tp.rows;
-      }
-      int64_t slowest = 0;
-      for (int t = 0; t < tiles_; ++t) {
-        if (fragments[t] == 0) continue;
-        const int64_t c =
-            model_->TileExchangeCycles(sent[t], received[t], fragments[t]);
-        step_exchange[s][t] = c;
-        tile_exchange[t] += c;
-        if (c > slowest || sr.exchange_slowest_tile < 0) {
-          slowest = c;
-          sr.exchange_slowest_tile = t;
-        }
-      }
-      sr.exchange_cycles = model_->sync_cycles() + slowest;
-      ++r->exchange_phases;
-      // Attributed to the transfers' ops by the bytes they deliver.
-      std::vector<uint32_t> ids;
-      std::vector<int64_t> weights;
-      for (const auto& [op, bytes] : op_bytes) {
-        ids.push_back(op);
-        weights.push_back(bytes);
-      }
-      const std::vector<int64_t> shares = Apportion(sr.exchange_cycles, weights);
-      for (size_t i = 0; i < ids.size(); ++i) {
-        op_report(ids[i]).exchange_cycles += shares[i];
-        sr.exchange_split.push_back({ids[i], shares[i]});
-      }
-    }
-    r->compute_cycles += sr.compute_cycles;
-    r->exchange_cycles += sr.exchange_cycles;
-    r->kernel_calls += sr.kernel_calls;
-    r->transfers += sr.transfers;
-    r->pieces += sr.pieces;
-    r->bytes_sent += sr.bytes_sent;
-    r->bytes_received += sr.bytes_received;
+    CountComputePhase(s, &tally, &sr, r);
+    AttributeSlowestTile(s, &tally, &sr);
+    if (!steps_[s].transfers.empty()) CountExchangePhase(s, &tally, &sr, r);
     clock += sr.compute_cycles + sr.exchange_cycles;
-    VLOG(1) << "superstep " << sr.index << " \"" << sr.label
-            << "\": compute " << sr.compute_cycles << " (tile "
-            << sr.slowest_tile << "), exchange " << sr.exchange_cycles
-            << " (tile " << sr.exchange_slowest_tile << ")";
-    r->supersteps.push_back(std::move(sr));
+    AddSuperstep(std::move(sr), r);
   }
   r->total_cycles = clock;
   r->seconds = r->clock_hz > 0 ? static_cast<double>(clock) / r->clock_hz : 0;
+  ReportOps(&tally, r);
+  ReportSlowestTiles(tally, r);
+  ReportPeakMemory(r);
+}
 
-  for (auto& [id, o] : ops) {
+// Each tile's kernels run in order; the slowest tile (the lowest-numbered
+// one on a tie) sets the phase's length.
+void Engine::CountComputePhase(int s, CycleTally* tally, SuperstepReport* sr,
+                               SimResult* r) {
+  const StepPlan& plan = steps_[s];
+  for (size_t i = 0; i < plan.tiles.size(); ++i) {
+    const int tile = plan.tiles[i];
+    int64_t sum = 0;
+    for (const ComputePlan& cp : plan.computes[i]) {
+      const int64_t cycles = compute_cycles_[s][cp.index];
+      const int64_t extra = compute_extra_[s][cp.index];
+      sum += cycles;
+      OpReport& o = tally->Op(cp.compute->op);
+      ++o.kernel_calls;
+      o.macs += compute_macs_[s][cp.index];
+      r->gemm_macs += compute_macs_[s][cp.index];
+      if (extra != 0) {
+        ++o.slow_path_calls;
+        ++r->slow_path_calls;
+        SlowPathReport& sp = tally->slow[cp.compute->kernel];
+        sp.kernel = cp.compute->kernel;
+        ++sp.calls;
+        sp.extra_cycles += std::max<int64_t>(extra, 0);
+      }
+    }
+    tally->step_compute[s][tile] = sum;
+    tally->tile_compute[tile] += sum;
+    tally->tile_calls[tile] += static_cast<int64_t>(plan.computes[i].size());
+    sr->kernel_calls += static_cast<int64_t>(plan.computes[i].size());
+    if (sum > sr->compute_cycles || sr->slowest_tile < 0) {
+      sr->compute_cycles = sum;
+      sr->slowest_tile = tile;
+    }
+  }
+}
+
+// Only the slowest tile's cycles are charged to ops and spans, so that the
+// per-op cycles sum to the phase exactly.
+void Engine::AttributeSlowestTile(int s, CycleTally* tally,
+                                  SuperstepReport* sr) const {
+  const StepPlan& plan = steps_[s];
+  for (size_t i = 0; i < plan.tiles.size(); ++i) {
+    if (plan.tiles[i] != sr->slowest_tile) continue;
+    for (const ComputePlan& cp : plan.computes[i]) {
+      const int64_t cycles = compute_cycles_[s][cp.index];
+      tally->Op(cp.compute->op).compute_cycles += cycles;
+      if (!sr->compute_spans.empty() &&
+          sr->compute_spans.back().op == cp.compute->op &&
+          sr->compute_spans.back().kernel == cp.compute->kernel) {
+        sr->compute_spans.back().cycles += cycles;
+        ++sr->compute_spans.back().calls;
+      } else {
+        sr->compute_spans.push_back(
+            {cp.compute->op, cp.compute->kernel, cycles, 1});
+      }
+    }
+  }
+}
+
+void Engine::CountExchangePhase(int s, CycleTally* tally, SuperstepReport* sr,
+                                SimResult* r) const {
+  std::vector<int64_t> sent(tiles_, 0), received(tiles_, 0),
+      fragments(tiles_, 0);
+  std::map<uint32_t, int64_t> op_bytes;
+  for (const TransferPlan& tp : steps_[s].transfers) {
+    const fb::TransferT& t = *tp.transfer;
+    const int64_t dests = static_cast<int64_t>(tp.destinations.size());
+    // A multicast costs its sender once and each receiver once; each
+    // piece of a strided transfer is a fragment at both ends, exactly
+    // as `rows` separate transfers.
+    const int64_t bytes = tp.rows * tp.bytes;
+    sent[t.src_tile] += bytes;
+    fragments[t.src_tile] += tp.rows;
+    for (const TransferPlan::Destination& d : tp.destinations) {
+      received[d.tile] += bytes;
+      fragments[d.tile] += tp.rows;
+    }
+    OpReport& o = tally->Op(t.op);
+    ++o.transfers;
+    o.pieces += tp.rows;
+    o.bytes_sent += bytes;
+    o.bytes_received += bytes * dests;
+    op_bytes[t.op] += bytes * dests;
+    sr->bytes_sent += bytes;
+    sr->bytes_received += bytes * dests;
+    ++sr->transfers;
+    sr->pieces += tp.rows;
+  }
+  int64_t slowest = 0;
+  for (int t = 0; t < tiles_; ++t) {
+    if (fragments[t] == 0) continue;
+    const int64_t c =
+        model_->TileExchangeCycles(sent[t], received[t], fragments[t]);
+    tally->step_exchange[s][t] = c;
+    tally->tile_exchange[t] += c;
+    if (c > slowest || sr->exchange_slowest_tile < 0) {
+      slowest = c;
+      sr->exchange_slowest_tile = t;
+    }
+  }
+  sr->exchange_cycles = model_->sync_cycles() + slowest;
+  ++r->exchange_phases;
+  SplitExchangeByOp(op_bytes, tally, sr);
+}
+
+void Engine::ReportOps(CycleTally* tally, SimResult* r) const {
+  for (auto& [id, o] : tally->ops) {
     auto it = ops_.find(id);
     if (it != ops_.end()) {
       o.name = it->second->name;
@@ -1304,32 +1424,39 @@ void Engine::CountCycles(SimResult* r) {
     }
     r->ops.push_back(std::move(o));
   }
-  for (auto& [kernel, sp] : slow) r->slow_paths.push_back(sp);
+  for (auto& [kernel, sp] : tally->slow) r->slow_paths.push_back(sp);
+}
 
+// The options_.top_tiles busiest tiles, with their per-superstep tracks.
+void Engine::ReportSlowestTiles(const CycleTally& tally, SimResult* r) const {
+  const int steps = static_cast<int>(tally.step_compute.size());
   std::vector<int> order(tiles_);
   for (int t = 0; t < tiles_; ++t) order[t] = t;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return tile_compute[a] + tile_exchange[a] >
-           tile_compute[b] + tile_exchange[b];
+    return tally.tile_compute[a] + tally.tile_exchange[a] >
+           tally.tile_compute[b] + tally.tile_exchange[b];
   });
   const int top = std::clamp(options_.top_tiles, 0, tiles_);
   for (int i = 0; i < top; ++i) {
     const int t = order[i];
     // Idle tiles say nothing about where the time goes.
-    if (tile_compute[t] + tile_exchange[t] == 0) break;
+    if (tally.tile_compute[t] + tally.tile_exchange[t] == 0) break;
     TileReport tr;
     tr.tile = t;
-    tr.compute_cycles = tile_compute[t];
-    tr.exchange_cycles = tile_exchange[t];
-    tr.busy_cycles = tile_compute[t] + tile_exchange[t];
-    tr.kernel_calls = tile_calls[t];
+    tr.compute_cycles = tally.tile_compute[t];
+    tr.exchange_cycles = tally.tile_exchange[t];
+    tr.busy_cycles = tally.tile_compute[t] + tally.tile_exchange[t];
+    tr.kernel_calls = tally.tile_calls[t];
     tr.memory_bytes = tile_extent_[t];
     for (int s = 0; s < steps; ++s) {
-      tr.step_compute_cycles.push_back(step_compute[s][t]);
-      tr.step_exchange_cycles.push_back(step_exchange[s][t]);
+      tr.step_compute_cycles.push_back(tally.step_compute[s][t]);
+      tr.step_exchange_cycles.push_back(tally.step_exchange[s][t]);
     }
     r->slowest_tiles.push_back(std::move(tr));
   }
+}
+
+void Engine::ReportPeakMemory(SimResult* r) const {
   for (int t = 0; t < tiles_; ++t) {
     if (tile_extent_[t] > r->peak_memory_bytes) {
       r->peak_memory_bytes = tile_extent_[t];
