@@ -763,6 +763,31 @@ std::string PlanToBytes(PlannerOptions options, const fb::ModuleT& input) {
   return bytes;
 }
 
+// A damaged checkpoint's recorded flags are refused with exit 2, never
+// thrown (the checkpoint fuzzer's std::stoi abort).
+TEST(PlannerTest, DamagedRecordedFlagsAreBadInput) {
+  const fb::ModuleT input = Small();
+  CheckpointFile ck;
+  PlannerOptions first;
+  first.attempts = 4;
+  (void)PlanToBytes(ck.SavingInto(first), input);
+  for (const char* bad : {"proposals-per-op=<", "proposals-per-op=0",
+                          "seed=-1", "seed=99999999999999999999"}) {
+    PlannerOptions resume = ck.ResumingFrom({});
+    std::vector<std::string>& flags = resume.resume->log.back()->flags;
+    const std::string name = std::string(bad).substr(0, std::string(bad).find('='));
+    for (std::string& f : flags) {
+      if (f.find(name + "=") != std::string::npos) f = "--" + std::string(bad);
+    }
+    fb::ModuleT m = input;
+    const Status s = Plan(resume, &m);
+    EXPECT_EQ(s.code(), StatusCode::kBadInput) << bad << ": " << s.message();
+    EXPECT_NE(s.message().find("checkpoint ck.tilec: recorded --" + name),
+              std::string::npos)
+        << s.message();
+  }
+}
+
 TEST(PlannerTest, ResumeEqualsOneRun) {
   const fb::ModuleT input = Small();
   PlannerOptions whole;

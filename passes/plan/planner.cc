@@ -245,6 +245,20 @@ class Planning {
     return fallback;
   }
 
+  // A number from a flag or, when resuming, from the checkpoint's recorded
+  // flags, which a damaged file can make anything: refused, never thrown.
+  template <typename T>
+  Status ParseRecorded(const char* name, const std::string& text, T least,
+                       T* out) const {
+    const char* end = text.data() + text.size();
+    auto [ptr, error] = std::from_chars(text.data(), end, *out);
+    if (error == std::errc() && ptr == end && *out >= least) {
+      return Status::Ok();
+    }
+    return Refuse("recorded --" + std::string(name) + "=" + text +
+                  " is not a whole number from " + std::to_string(least));
+  }
+
   Status ResolveParameters() {
     StatusOr<std::string> seed = Pick(
         "seed", IfSet(options_.seed.has_value(),
@@ -265,10 +279,17 @@ class Planning {
                    std::to_string(common_.max_decisions)),
              "");
     if (!max.ok()) return max.status();
-    params_.seed = std::stoull(*seed);
-    params_.proposals_per_op = std::stoi(*k);
+    TILEC_RETURN_IF_ERROR(
+        ParseRecorded("seed", *seed, uint64_t{0}, &params_.seed));
+    TILEC_RETURN_IF_ERROR(ParseRecorded("proposals-per-op", *k, 1,
+                                        &params_.proposals_per_op));
     params_.gemm_dtype_text = *dtype;
-    if (!max->empty()) params_.max_decisions = std::stoll(*max);
+    if (!max->empty()) {
+      int64_t limit = 0;
+      TILEC_RETURN_IF_ERROR(
+          ParseRecorded("max-decisions", *max, int64_t{0}, &limit));
+      params_.max_decisions = limit;
+    }
     StatusOr<std::optional<fb::DType>> gemm_dtype =
         ParseGemmDType(std::optional<std::string>(*dtype));
     if (!gemm_dtype.ok()) return gemm_dtype.status();
