@@ -16,6 +16,7 @@
 #include "passes/lower/hand_plan.h"
 #include "passes/pipeline/pipeline.h"
 #include "passes/plan/planner.h"
+#include "passes/plan/test_modules.h"
 
 namespace tilec::lower {
 namespace {
@@ -100,40 +101,7 @@ INSTANTIATE_TEST_SUITE_P(
 // host writes the patches (recipe host, HostBinding.patch), in F16 and
 // with quantize-fp8's cast, and the simulator matches the reference.
 fb::ModuleT PatchEmbedding() {
-  fb::ModuleT m;
-  m.target = std::make_unique<fb::TargetT>();
-  EXPECT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
-  auto value = [&](uint32_t id, const char* name, std::vector<int64_t> shape,
-                   fb::ValueRole role) {
-    auto v = std::make_unique<fb::ValueT>();
-    v->id = id;
-    v->name = name;
-    v->shape = shape;
-    v->dtype = fb::DType::F16;
-    v->role = role;
-    if (role == fb::ValueRole::Input || role == fb::ValueRole::Weight) {
-      v->init = std::make_unique<fb::WeightInitT>();
-      v->init->distribution = fb::Distribution::Gaussian;
-      v->init->seed = 7 + id;
-      v->init->stddev = role == fb::ValueRole::Weight ? 0.1f : 1.0f;
-    }
-    m.values.push_back(std::move(v));
-  };
-  value(0, "image", {1, 3, 34, 34}, fb::ValueRole::Input);
-  value(1, "patches", {16, 192}, fb::ValueRole::Activation);
-  value(2, "w", {192, 64}, fb::ValueRole::Weight);
-  value(3, "y", {16, 64}, fb::ValueRole::Output);
-  for (uint32_t id : {0u, 1u}) {
-    auto o = std::make_unique<fb::OperationT>();
-    o->id = id;
-    o->kind = id == 0 ? fb::OpKind::Patchify : fb::OpKind::MatMul;
-    o->name = id == 0 ? "patchify" : "embed";
-    o->operands = id == 0 ? std::vector<uint32_t>{0} : std::vector<uint32_t>{1, 2};
-    o->results = {id == 0 ? 1u : 3u};
-    o->patch = id == 0 ? 8 : 0;
-    m.ops.push_back(std::move(o));
-  }
-  return m;
+  return plan::PatchEmbeddingModule("tiny", 34, 8, 64);
 }
 
 TEST(PipelinePatchifyTest, TheHostWritesThePatches) {

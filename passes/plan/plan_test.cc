@@ -20,6 +20,7 @@
 #include "passes/plan/cost.h"
 #include "passes/plan/graph.h"
 #include "passes/plan/planner.h"
+#include "passes/plan/test_modules.h"
 #include "passes/plan/search.h"
 #include "passes/plan/weight_homes.h"
 
@@ -1020,42 +1021,11 @@ TEST(PlannerTest, DeterministicAcrossRuns) {
 
 // ---------------------------------------------------------------- patchify
 
-// image [1,3,32,32] (input) -> Patchify p=8 -> [16,192] x w [192,64] -> y;
-// or so400m's: [1,3,384,384], p=14 -> [729,588] x [588,1152].
+// A patch embedding on tiny (32-pixel image, p=8: [16,192] x [192,64]), or
+// so400m's on ipu21 (384 pixels, p=14: [729,588] x [588,1152]).
 fb::ModuleT PatchEmbedding(bool so400m = false) {
-  fb::ModuleT m;
-  m.target = std::make_unique<fb::TargetT>();
-  EXPECT_TRUE(ir::LoadTarget(so400m ? "ipu21" : "tiny", m.target.get()).ok());
-  auto value = [&](uint32_t id, const char* name, std::vector<int64_t> shape,
-                   fb::ValueRole role) {
-    auto v = std::make_unique<fb::ValueT>();
-    v->id = id;
-    v->name = name;
-    v->shape = shape;
-    v->dtype = fb::DType::F16;
-    v->role = role;
-    m.values.push_back(std::move(v));
-  };
-  const int64_t side = so400m ? 384 : 32, p = so400m ? 14 : 8,
-                patches = (side / p) * (side / p), out = so400m ? 1152 : 64;
-  value(0, "image", {1, 3, side, side}, fb::ValueRole::Input);
-  value(1, "patches", {patches, 3 * p * p}, fb::ValueRole::Activation);
-  value(2, "w", {3 * p * p, out}, fb::ValueRole::Weight);
-  value(3, "y", {patches, out}, fb::ValueRole::Output);
-  auto op = [&](uint32_t id, fb::OpKind kind, std::vector<uint32_t> in,
-                uint32_t out) {
-    auto o = std::make_unique<fb::OperationT>();
-    o->id = id;
-    o->kind = kind;
-    o->name = ir::OpKindText(kind);
-    o->operands = std::move(in);
-    o->results = {out};
-    m.ops.push_back(std::move(o));
-    return m.ops.back().get();
-  };
-  op(0, fb::OpKind::Patchify, {0}, 1)->patch = static_cast<int>(p);
-  op(1, fb::OpKind::MatMul, {1, 2}, 3);
-  return m;
+  return so400m ? PatchEmbeddingModule("ipu21", 384, 14, 1152)
+                : PatchEmbeddingModule("tiny", 32, 8, 64);
 }
 
 class PlanPatchifyTest : public ::testing::TestWithParam<bool> {};
