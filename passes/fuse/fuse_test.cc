@@ -17,6 +17,7 @@
 #include "passes/pipeline/pipeline.h"
 #include "passes/plan/planner.h"
 #include "passes/quantize/quantize.h"
+#include "passes/plan/test_modules.h"
 
 namespace tilec::fuse {
 namespace {
@@ -397,16 +398,13 @@ TEST(FuseEndToEndTest, SearchedPlan) {
 }
 
 TEST(FuseEndToEndTest, TwoMlpBlocks) {
-  fb::ModuleT m;
-  m.target = std::make_unique<fb::TargetT>();
-  ASSERT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
   passes::ModelOverrides o;
   o.tokens = 64;
   o.width = 64;
   o.mlp_width = 128;
   o.heads = 4;
   o.layers = 2;
-  ASSERT_TRUE(passes::BuildModel("vit-b16-224", "mlp-block", o, &m).ok());
+  fb::ModuleT m = plan::Model("tiny", "vit-b16-224", o);
   Compiled fused = Compile(m, "", true);
   // fuse-residual decided the one residual -> LayerNorm site by cost and
   // logged both numbers.

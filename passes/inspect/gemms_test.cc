@@ -6,6 +6,7 @@
 #include "formats/ir.h"
 #include "passes/import/model_builder.h"
 #include "passes/pipeline/pipeline.h"
+#include "passes/plan/test_modules.h"
 
 namespace tilec::inspect {
 namespace {
@@ -67,15 +68,12 @@ TEST(InspectGemmsTest, SearchedPlansStayNearTheBound) {
   for (const Shape& s : {Shape{"siglip-so400m-384", 12, 32, 64, 4},
                          Shape{"vit-b16-224", 64, 96, 384, 3},
                          Shape{"siglip-so400m-384", 13, 36, 100, 4}}) {
-    fb::ModuleT m;
-    m.target = std::make_unique<fb::TargetT>();
-    ASSERT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
     passes::ModelOverrides o;
     o.tokens = s.tokens;
     o.width = s.width;
     o.mlp_width = s.mlp;
     o.heads = s.heads;
-    ASSERT_TRUE(passes::BuildModel(s.preset, "mlp-block", o, &m).ok());
+    fb::ModuleT m = plan::Model("tiny", s.preset, o);
     // F16: the bound below holds for the F16 search; with FP8 operands the
     // searched down GEMM of the [13,40] block lands at 1.5x its bound
     // (docs/quantize.md, "Known gaps").
@@ -166,15 +164,12 @@ TEST(GemmBoundTest, AttentionContextCountsItsProbabilities) {
 // that delivers its probabilities, and the planner's estimate is what the
 // program simulates to (up to a shared superstep).
 TEST(InspectGemmsTest, ReportsTheAttentionGemmsOfALayer) {
-  fb::ModuleT m;
-  m.target = std::make_unique<fb::TargetT>();
-  ASSERT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
   passes::ModelOverrides o;
   o.tokens = 17;
   o.width = 64;
   o.mlp_width = 128;
   o.heads = 4;
-  ASSERT_TRUE(passes::BuildModel("siglip-so400m-384", "layer", o, &m).ok());
+  fb::ModuleT m = plan::Model("tiny", "siglip-so400m-384", o, "layer");
   ASSERT_TRUE(passes::RunPipeline(&m).ok());
   StatusOr<std::vector<GemmReport>> gemms = InspectGemms(m);
   ASSERT_TRUE(gemms.ok()) << gemms.status().message();

@@ -30,16 +30,6 @@ namespace {
 using passes::BlockedOwnership;
 using passes::FlatOwnership;
 
-fb::ModuleT Model(const std::string& target, const std::string& preset,
-                  passes::ModelOverrides overrides = {},
-                  const std::string& part = "mlp-block") {
-  fb::ModuleT m;
-  m.target = std::make_unique<fb::TargetT>();
-  EXPECT_TRUE(ir::LoadTarget(target, m.target.get()).ok());
-  EXPECT_TRUE(passes::BuildModel(preset, part, overrides, &m).ok());
-  return m;
-}
-
 // vit-b16 shrunk to [10, 48] x [48, 96] on the 16-tile target.
 fb::ModuleT Small() {
   passes::ModelOverrides o;

@@ -9,6 +9,16 @@
 
 namespace tilec::plan {
 
+fb::ModuleT Model(const std::string& target, const std::string& preset,
+                  passes::ModelOverrides overrides, const std::string& part) {
+  fb::ModuleT m;
+  m.target = std::make_unique<fb::TargetT>();
+  EXPECT_TRUE(ir::LoadTarget(target, m.target.get()).ok());
+  const Status built = passes::BuildModel(preset, part, overrides, &m);
+  EXPECT_TRUE(built.ok()) << built.message();
+  return m;
+}
+
 fb::ModuleT PatchEmbeddingModule(const std::string& target, int64_t side,
                                  int64_t patch, int64_t width) {
   fb::ModuleT m;

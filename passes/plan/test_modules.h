@@ -1,5 +1,5 @@
-// Small hand-made graphs for the planner's and the pipeline's tests, where
-// import-model has no part that builds them.
+// Graphs for the passes' tests: import-model's on a chosen target, and
+// small hand-made ones where import-model has no part that builds them.
 
 #ifndef TILEC_PASSES_PLAN_TEST_MODULES_H_
 #define TILEC_PASSES_PLAN_TEST_MODULES_H_
@@ -8,8 +8,15 @@
 #include <string>
 
 #include "formats/tilec_generated.h"
+#include "passes/import/model_builder.h"
 
 namespace tilec::plan {
+
+// import-model's graph of `preset` and `part` for `target` (a preset name),
+// as the tool builds it.
+fb::ModuleT Model(const std::string& target, const std::string& preset,
+                  passes::ModelOverrides overrides = {},
+                  const std::string& part = "mlp-block");
 
 // A patch embedding on `target`: image [1,3,side,side] (input; pixels past
 // the last whole patch are dropped) -> Patchify(patch) -> [patches,
