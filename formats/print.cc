@@ -7,6 +7,8 @@
 #include <map>
 #include <string>
 
+#include "formats/repeat.h"
+
 namespace tilec::ir {
 namespace {
 
@@ -127,6 +129,46 @@ const char* KindOf(fb::ValueRole role) {
   return "?";
 }
 
+// "repeat 0: ops 3..30 x27 carried %2 -> %29, weights %4 %5 ..., 416 iteration weights"
+void PrintRepeats(const fb::ModuleT& m, std::string* out) {
+  StatusOr<std::vector<RepeatBody>> bodies = RepeatBodies(m);
+  if (!bodies.ok()) return;  // only verified modules are printed
+  for (size_t k = 0; k < bodies->size(); ++k) {
+    const RepeatBody& b = (*bodies)[k];
+    const fb::RepeatT& r = *b.repeat;
+    *out += "repeat " + std::to_string(k) + ": ops " +
+            std::to_string(m.ops[b.begin]->id) + ".." +
+            std::to_string(m.ops[b.end - 1]->id) + " x" +
+            std::to_string(r.count) + " carried %" +
+            std::to_string(r.carried_in) + " -> %" +
+            std::to_string(r.carried_out) + ", weights " +
+            IdList(r.weights, "%") + ", " +
+            std::to_string(r.iteration_weights.size()) +
+            " iteration weights\n";
+  }
+}
+
+// "  repeat supersteps 4..70 x27: 23552 renames per iteration after the first"
+void PrintSuperstepRepeats(const fb::DeviceProgramT& program,
+                           const PrintOptions& opts, std::string* out) {
+  for (const auto& r : program.repeats) {
+    size_t renames = 0;
+    for (const auto& it : r->iterations) renames += it->renames.size();
+    *out += "  repeat supersteps " + std::to_string(r->first) + ".." +
+            std::to_string(r->first + r->count - 1) + " x" +
+            std::to_string(r->iterations.size()) + ": " +
+            std::to_string(renames) + " renames\n";
+    if (!opts.program_detail) continue;
+    for (size_t i = 0; i < r->iterations.size(); ++i) {
+      std::string pairs;
+      for (const auto& p : r->iterations[i]->renames) {
+        pairs += " #" + std::to_string(p.from()) + "->#" + std::to_string(p.to());
+      }
+      *out += "    iteration " + std::to_string(i) + ":" + pairs + "\n";
+    }
+  }
+}
+
 void PrintProgram(const fb::DeviceProgramT& program, const PrintOptions& opts,
                   std::string* out) {
   int64_t buffer_bytes = 0;
@@ -136,6 +178,7 @@ void PrintProgram(const fb::DeviceProgramT& program, const PrintOptions& opts,
           " supersteps=" + std::to_string(program.supersteps.size()) +
           " inputs=" + std::to_string(program.inputs.size()) +
           " outputs=" + std::to_string(program.outputs.size()) + "\n";
+  PrintSuperstepRepeats(program, opts, out);
   if (opts.program_detail) {
     for (const auto& b : program.buffers) {
       *out += "  buffer #" + std::to_string(b->id) + " tile " +
@@ -417,6 +460,7 @@ std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
     if (op->estimate) out += " | " + EstimateText(*op->estimate);
     out += "\n";
   }
+  PrintRepeats(m, &out);
   for (const auto& run : m.log) {
     out += "pass " + run->pass;
     for (const auto& flag : run->flags) out += " " + flag;

@@ -9,6 +9,7 @@
 
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
+#include "formats/repeat.h"
 #include "formats/target.h"
 
 namespace tilec::ir {
@@ -309,14 +310,21 @@ Status VerifyModule(const fb::ModuleT& module) {
                               " is never defined by an op");
     }
   }
-  return Status::Ok();
+  return VerifyRepeats(module);
 }
 
 Status MigrateModule(uint32_t from_version, fb::ModuleT* module) {
-  // Version 1 is the first schema; later versions add their steps here, one
-  // per version, applied in order.
+  // One step per version, applied in order.
   (void)module;
-  if (from_version == kSchemaVersion) return Status::Ok();
+  uint32_t version = from_version;
+  if (version == 1) {
+    // Version 2 added repeats (Module.repeats, DeviceProgram.repeats). A
+    // version-1 file has none and means the same; the bump keeps a build
+    // that would ignore repeats from running a rolled program as if it were
+    // written out.
+    version = 2;
+  }
+  if (version == kSchemaVersion) return Status::Ok();
   return Status::Internal("no migration from schema version " +
                           std::to_string(from_version));
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "formats/ir.h"
+#include "passes/import/roll.h"
 
 namespace tilec::passes {
 namespace {
@@ -178,6 +179,8 @@ class GraphBuilder {
     SetAttention(op);
     return op->results[0];
   }
+
+  size_t OpCount() const { return ops_.size(); }
 
   // The last value created is the graph's result.
   void MarkLastAsOutput() { values_.back()->role = fb::ValueRole::Output; }
@@ -354,6 +357,7 @@ void ApplyOverrides(const ModelOverrides& o, ModelConfig* config) {
   if (o.gelu) config->gelu = *o.gelu;
   if (o.weight_seed) config->weight_seed = *o.weight_seed;
   if (o.input_seed) config->input_seed = *o.input_seed;
+  if (o.repeat) config->repeat = *o.repeat;
 }
 
 Status ValidateModelConfig(const ModelConfig& c) {
@@ -429,21 +433,26 @@ Status BuildModel(const ModelConfig& config, ModelPart part,
   GraphBuilder g(config);
   uint32_t x = g.Input("x", {config.rows(), config.width});
   int64_t layers = 1;
+  // Op ranges of the identical layers, rolled into a repeat below.
+  std::vector<std::pair<size_t, size_t>> layer_ops;
+  auto build_layers = [&](auto build_one) {
+    for (int64_t i = 0; i < layers; ++i) {
+      const size_t begin = g.OpCount();
+      x = build_one(g, config, "l" + std::to_string(i) + ".", x);
+      layer_ops.emplace_back(begin, g.OpCount());
+    }
+  };
   switch (part) {
     case ModelPart::kMlpBlock:
       layers = config.mlp_blocks;
-      for (int64_t i = 0; i < layers; ++i) {
-        x = BuildMlpBlock(g, config, "l" + std::to_string(i) + ".", x);
-      }
+      build_layers(BuildMlpBlock);
       break;
     case ModelPart::kLayer:
       BuildLayer(g, config, "l0.", x);
       break;
     case ModelPart::kModel:
       layers = config.layers;
-      for (int64_t i = 0; i < layers; ++i) {
-        x = BuildLayer(g, config, "l" + std::to_string(i) + ".", x);
-      }
+      build_layers(BuildLayer);
       break;
   }
   g.MarkLastAsOutput();
@@ -463,7 +472,8 @@ Status BuildModel(const ModelConfig& config, ModelPart part,
 
   g.MoveInto(module);
   module->model = std::move(model);
-  return Status::Ok();
+  if (!config.repeat) return Status::Ok();
+  return RollLayers(layer_ops, module);
 }
 
 Status BuildModel(std::string_view preset, std::string_view part,

@@ -75,6 +75,9 @@ struct ModelConfig {
   fb::GeluForm gelu = fb::GeluForm::Tanh;
   uint64_t weight_seed = 1;
   uint64_t input_seed = 2;
+  // Identical layers (--part=model, or several MLP blocks) are written once
+  // as a repeat (formats/repeat.h); false writes every layer out.
+  bool repeat = false;
 
   // Valid only after ValidateModelConfig succeeded.
   int64_t head_dim() const { return width / heads; }
@@ -94,6 +97,7 @@ struct ModelOverrides {
   std::optional<fb::GeluForm> gelu;    // --gelu
   std::optional<uint64_t> weight_seed; // --weight_seed
   std::optional<uint64_t> input_seed;  // --input_seed
+  std::optional<bool> repeat;          // --repeat
 };
 
 enum class ModelPart { kMlpBlock, kLayer, kModel };

@@ -27,6 +27,10 @@ DEFINE_double(eps, 0, "Override the preset's LayerNorm epsilon.");
 DEFINE_string(gelu, "", "Override the preset's GELU form: tanh, erf, quick.");
 DEFINE_uint64(weight_seed, 1, "Seed of the generated weights.");
 DEFINE_uint64(input_seed, 2, "Seed of the generated input.");
+DEFINE_bool(repeat, false,
+            "Write identical layers once, as a repeat the later stages plan, "
+            "emit and run once per layer (docs/repeat.md); false writes "
+            "every layer out.");
 DEFINE_string(
     target, "ipu21",
     "Target the module is for: a preset (ipu21, tiny) or a JSON path.");
@@ -69,6 +73,7 @@ Status Run(const std::vector<std::string>& args) {
   overrides.eps = IfSet<float>("eps", static_cast<float>(FLAGS_eps));
   overrides.weight_seed = IfSet<uint64_t>("weight_seed", FLAGS_weight_seed);
   overrides.input_seed = IfSet<uint64_t>("input_seed", FLAGS_input_seed);
+  overrides.repeat = FLAGS_repeat;
   if (!FLAGS_gelu.empty()) {
     fb::GeluForm form;
     TILEC_RETURN_IF_ERROR(passes::ParseGeluForm(FLAGS_gelu, &form));
