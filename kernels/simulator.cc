@@ -12,6 +12,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "formats/print.h"
@@ -208,6 +209,22 @@ class Engine {
   int64_t ElementOf(int64_t addr) const;
   bool ShareElement(const ArgPlan& a, const ArgPlan& b) const;
 
+  // ---- repeats (docs/repeat.md)
+  // One superstep as run: outside repeats (repeat -1) or in an iteration.
+  struct RunStep {
+    int superstep = 0;
+    int repeat = -1;
+    int iteration = -1;
+  };
+  using Renames = std::vector<std::pair<uint32_t, uint32_t>>;
+  // Checks DeviceProgram.repeats and lays out schedule_.
+  Status CheckRepeats();
+  Status CheckRenames(const std::string& where,
+                      const fb::RepeatIterationT& iteration, Renames* renames);
+  // Plans (and checks) superstep rs.superstep with rs's renames, unless its
+  // plan is already right for them.
+  Status PlanStep(const RunStep& rs);
+
   // ---- execution
   // Allocates every tile's memory and writes the host's inputs into it.
   Status AllocateAndWriteInputs(const HostTensors& inputs);
@@ -216,13 +233,15 @@ class Engine {
   Status ReadOutputs(SimResult* result);
 
   // ---- costs
-  void CountCycles(SimResult* result);
-  void CountComputePhase(int s, CycleTally* tally, SuperstepReport* sr,
-                         SimResult* r);
+  // Counts run step k (schedule_[k]) into the tally and the report.
+  void CountStep(size_t k, CycleTally* tally, int64_t* clock, SimResult* r);
+  void FinishCounts(CycleTally* tally, int64_t clock, SimResult* r);
+  void CountComputePhase(size_t k, int s, CycleTally* tally,
+                         SuperstepReport* sr, SimResult* r);
   void AttributeSlowestTile(int s, CycleTally* tally,
                             SuperstepReport* sr) const;
-  void CountExchangePhase(int s, CycleTally* tally, SuperstepReport* sr,
-                          SimResult* r) const;
+  void CountExchangePhase(size_t k, int s, CycleTally* tally,
+                          SuperstepReport* sr, SimResult* r) const;
   void ReportOps(CycleTally* tally, SimResult* r) const;
   void ReportSlowestTiles(const CycleTally& tally, SimResult* r) const;
   void ReportPeakMemory(SimResult* r) const;
@@ -241,6 +260,14 @@ class Engine {
   std::unordered_map<uint32_t, const fb::OperationT*> ops_;
   std::vector<int64_t> tile_extent_;  // highest buffer end per tile
   std::vector<StepPlan> steps_;
+  // The supersteps in the order they run, repeats unrolled.
+  std::vector<RunStep> schedule_;
+  std::vector<std::vector<Renames>> renames_;  // [repeat][iteration]
+  std::unordered_set<uint32_t> renamed_ids_;   // every rename's `from`
+  const Renames* active_renames_ = nullptr;    // while planning a step
+  mutable bool touched_renamed_ = false;       // FindBuffer saw a `from`
+  std::vector<char> step_renamed_;  // superstep names a renamed buffer
+  std::vector<int> planned_for_;    // iteration its plan is for
   std::vector<BindingPlan> input_plans_;
   std::vector<BindingPlan> output_plans_;
 
@@ -362,6 +389,15 @@ Status Engine::CheckBuffers() {
 }
 
 const BufferInfo* Engine::FindBuffer(uint32_t id) const {
+  if (!renamed_ids_.empty() && renamed_ids_.count(id)) {
+    touched_renamed_ = true;
+    if (active_renames_ != nullptr) {
+      auto r = std::lower_bound(active_renames_->begin(),
+                                active_renames_->end(),
+                                std::make_pair(id, uint32_t{0}));
+      if (r != active_renames_->end() && r->first == id) id = r->second;
+    }
+  }
   auto it = buffers_.find(id);
   return it == buffers_.end() ? nullptr : &it->second;
 }
@@ -836,6 +872,7 @@ Status Engine::CheckSuperstep(int s) {
   if (step == nullptr) {
     return Status::BadInput("superstep " + std::to_string(s) + " is null");
   }
+  steps_[s] = StepPlan{};
   compute_cycles_[s].assign(step->compute.size(), 0);
   compute_extra_[s].assign(step->compute.size(), 0);
   compute_macs_[s].assign(step->compute.size(), 0);
@@ -1288,32 +1325,38 @@ void AddSuperstep(SuperstepReport sr, SimResult* r) {
   r->supersteps.push_back(std::move(sr));
 }
 
-void Engine::CountCycles(SimResult* r) {
-  const int steps = static_cast<int>(steps_.size());
-  CycleTally tally(tiles_, steps);
-  int64_t clock = 0;
-  for (int s = 0; s < steps; ++s) {
-    SuperstepReport sr;
-    sr.index = s;
-    sr.label = program_->supersteps[s]->label;
-    sr.start_cycle = clock;
-    CountComputePhase(s, &tally, &sr, r);
-    AttributeSlowestTile(s, &tally, &sr);
-    if (!steps_[s].transfers.empty()) CountExchangePhase(s, &tally, &sr, r);
-    clock += sr.compute_cycles + sr.exchange_cycles;
-    AddSuperstep(std::move(sr), r);
+void Engine::CountStep(size_t k, CycleTally* tally, int64_t* clock,
+                       SimResult* r) {
+  const RunStep& rs = schedule_[k];
+  const int s = rs.superstep;
+  SuperstepReport sr;
+  sr.index = s;
+  sr.iteration = rs.iteration;
+  sr.label = program_->supersteps[s]->label;
+  sr.start_cycle = *clock;
+  CountComputePhase(k, s, tally, &sr, r);
+  AttributeSlowestTile(s, tally, &sr);
+  if (!steps_[s].transfers.empty()) CountExchangePhase(k, s, tally, &sr, r);
+  const int64_t cycles = sr.compute_cycles + sr.exchange_cycles;
+  *clock += cycles;
+  if (rs.repeat >= 0) {
+    r->repeats[rs.repeat].iteration_cycles[rs.iteration] += cycles;
   }
+  AddSuperstep(std::move(sr), r);
+}
+
+void Engine::FinishCounts(CycleTally* tally, int64_t clock, SimResult* r) {
   r->total_cycles = clock;
   r->seconds = r->clock_hz > 0 ? static_cast<double>(clock) / r->clock_hz : 0;
-  ReportOps(&tally, r);
-  ReportSlowestTiles(tally, r);
+  ReportOps(tally, r);
+  ReportSlowestTiles(*tally, r);
   ReportPeakMemory(r);
 }
 
 // Each tile's kernels run in order; the slowest tile (the lowest-numbered
 // one on a tie) sets the phase's length.
-void Engine::CountComputePhase(int s, CycleTally* tally, SuperstepReport* sr,
-                               SimResult* r) {
+void Engine::CountComputePhase(size_t k, int s, CycleTally* tally,
+                               SuperstepReport* sr, SimResult* r) {
   const StepPlan& plan = steps_[s];
   for (size_t i = 0; i < plan.tiles.size(); ++i) {
     const int tile = plan.tiles[i];
@@ -1335,7 +1378,7 @@ void Engine::CountComputePhase(int s, CycleTally* tally, SuperstepReport* sr,
         sp.extra_cycles += std::max<int64_t>(extra, 0);
       }
     }
-    tally->step_compute[s][tile] = sum;
+    tally->step_compute[k][tile] = sum;
     tally->tile_compute[tile] += sum;
     tally->tile_calls[tile] += static_cast<int64_t>(plan.computes[i].size());
     sr->kernel_calls += static_cast<int64_t>(plan.computes[i].size());
@@ -1369,8 +1412,8 @@ void Engine::AttributeSlowestTile(int s, CycleTally* tally,
   }
 }
 
-void Engine::CountExchangePhase(int s, CycleTally* tally, SuperstepReport* sr,
-                                SimResult* r) const {
+void Engine::CountExchangePhase(size_t k, int s, CycleTally* tally,
+                                SuperstepReport* sr, SimResult* r) const {
   std::vector<int64_t> sent(tiles_, 0), received(tiles_, 0),
       fragments(tiles_, 0);
   std::map<uint32_t, int64_t> op_bytes;
@@ -1403,7 +1446,7 @@ void Engine::CountExchangePhase(int s, CycleTally* tally, SuperstepReport* sr,
     if (fragments[t] == 0) continue;
     const int64_t c =
         model_->TileExchangeCycles(sent[t], received[t], fragments[t]);
-    tally->step_exchange[s][t] = c;
+    tally->step_exchange[k][t] = c;
     tally->tile_exchange[t] += c;
     if (c > slowest || sr->exchange_slowest_tile < 0) {
       slowest = c;
@@ -1465,36 +1508,145 @@ void Engine::ReportPeakMemory(SimResult* r) const {
   }
 }
 
+Status Engine::CheckRenames(const std::string& where,
+                            const fb::RepeatIterationT& iteration,
+                            Renames* renames) {
+  for (size_t i = 0; i < iteration.renames.size(); ++i) {
+    const fb::BufferRename& r = iteration.renames[i];
+    const std::string rwhere = where + " rename " + std::to_string(i) + " (" +
+                               BufferText(r.from()) + " -> " +
+                               BufferText(r.to()) + ")";
+    auto from = buffers_.find(r.from());
+    auto to = buffers_.find(r.to());
+    if (from == buffers_.end() || to == buffers_.end()) {
+      return Status::BadInput(rwhere + ": names a buffer that does not exist");
+    }
+    const fb::BufferT& a = *from->second.buffer;
+    const fb::BufferT& b = *to->second.buffer;
+    if (a.tile != b.tile || a.bytes != b.bytes || a.dtype != b.dtype) {
+      return Status::BadInput(rwhere + ": the buffers differ in tile, bytes or "
+                              "dtype (tile " + std::to_string(a.tile) + "/" +
+                              std::to_string(b.tile) + ", " +
+                              std::to_string(a.bytes) + "/" +
+                              std::to_string(b.bytes) + " bytes)");
+    }
+    if (!renames->empty() && renames->back().first >= r.from()) {
+      return Status::BadInput(rwhere + ": renames must be sorted by `from`, "
+                              "each buffer once");
+    }
+    renames->emplace_back(r.from(), r.to());
+    renamed_ids_.insert(r.from());
+  }
+  return Status::Ok();
+}
+
+Status Engine::CheckRepeats() {
+  const int steps = static_cast<int>(program_->supersteps.size());
+  int next = 0;  // the first superstep not yet in the schedule
+  auto run_plain_until = [&](int end) {
+    for (; next < end; ++next) schedule_.push_back({next, -1, -1});
+  };
+  for (size_t k = 0; k < program_->repeats.size(); ++k) {
+    const fb::SuperstepRepeatT* r = program_->repeats[k].get();
+    const std::string where = "repeat " + std::to_string(k);
+    if (r == nullptr) return Status::BadInput(where + " is null");
+    const int64_t first = r->first, end = first + int64_t{r->count};
+    if (r->count == 0 || first < next || end > steps) {
+      return Status::BadInput(
+          where + ": supersteps [" + std::to_string(first) + ", " +
+          std::to_string(end) + ") are empty, outside the program's " +
+          std::to_string(steps) + " or not after the repeat before it");
+    }
+    if (r->iterations.empty()) {
+      return Status::BadInput(where + " has no iterations");
+    }
+    run_plain_until(static_cast<int>(first));
+    std::vector<Renames> renames(r->iterations.size());
+    for (size_t i = 0; i < r->iterations.size(); ++i) {
+      const std::string iwhere = where + " iteration " + std::to_string(i);
+      if (!r->iterations[i]) return Status::BadInput(iwhere + " is null");
+      TILEC_RETURN_IF_ERROR(
+          CheckRenames(iwhere, *r->iterations[i], &renames[i]));
+      for (int s = static_cast<int>(first); s < end; ++s) {
+        schedule_.push_back({s, static_cast<int>(k), static_cast<int>(i)});
+      }
+    }
+    renames_.push_back(std::move(renames));
+    next = static_cast<int>(end);
+  }
+  run_plain_until(steps);
+  return Status::Ok();
+}
+
+Status Engine::PlanStep(const RunStep& rs) {
+  constexpr int kUnplanned = -2;
+  const int s = rs.superstep;
+  if (planned_for_[s] != kUnplanned &&
+      (!step_renamed_[s] || planned_for_[s] == rs.iteration)) {
+    return Status::Ok();
+  }
+  active_renames_ = rs.repeat < 0 ? nullptr
+                                  : &renames_[rs.repeat][rs.iteration];
+  touched_renamed_ = false;
+  Status st = CheckSuperstep(s);
+  active_renames_ = nullptr;
+  if (!st.ok()) {
+    if (rs.repeat < 0) return st;
+    return st.WithContext("repeat " + std::to_string(rs.repeat) +
+                          " iteration " + std::to_string(rs.iteration));
+  }
+  step_renamed_[s] = step_renamed_[s] || touched_renamed_;
+  planned_for_[s] = rs.iteration;
+  return Status::Ok();
+}
+
 Status Engine::Check() {
   TILEC_RETURN_IF_ERROR(CheckTarget());
   TILEC_RETURN_IF_ERROR(CheckBuffers());
+  TILEC_RETURN_IF_ERROR(CheckRepeats());
   TILEC_RETURN_IF_ERROR(CheckBindings(/*outputs=*/false));
   const int steps = static_cast<int>(program_->supersteps.size());
   steps_.resize(steps);
   compute_cycles_.resize(steps);
   compute_extra_.resize(steps);
   compute_macs_.resize(steps);
-  for (int s = 0; s < steps; ++s) TILEC_RETURN_IF_ERROR(CheckSuperstep(s));
+  step_renamed_.assign(steps, 0);
+  planned_for_.assign(steps, -2);
+  for (const RunStep& rs : schedule_) TILEC_RETURN_IF_ERROR(PlanStep(rs));
   return CheckBindings(/*outputs=*/true);
 }
 
 Status Engine::Run(const HostTensors& inputs, SimResult* result) {
   TILEC_RETURN_IF_ERROR(Check());
-  const int steps = static_cast<int>(program_->supersteps.size());
   SimResult r;
   r.target = target_->name;
   r.tiles = tiles_;
   r.clock_hz = target_->clock_hz;
   r.tensor_bytes = tensor_bytes_;
-  if (options_.execute) {
-    TILEC_RETURN_IF_ERROR(AllocateAndWriteInputs(inputs));
-    for (int s = 0; s < steps; ++s) {
-      TILEC_RETURN_IF_ERROR(RunComputePhase(s));
-      RunExchangePhase(s);
-    }
-    TILEC_RETURN_IF_ERROR(ReadOutputs(&r));
+  for (const auto& rep : program_->repeats) {
+    r.repeats.push_back({static_cast<int>(rep->first),
+                         static_cast<int>(rep->count),
+                         std::vector<int64_t>(rep->iterations.size(), 0)});
   }
-  CountCycles(&r);
+  if (options_.execute) TILEC_RETURN_IF_ERROR(AllocateAndWriteInputs(inputs));
+  CycleTally tally(tiles_, static_cast<int>(schedule_.size()));
+  int64_t clock = 0;
+  for (size_t k = 0; k < schedule_.size(); ++k) {
+    const RunStep& rs = schedule_[k];
+    TILEC_RETURN_IF_ERROR(PlanStep(rs));
+    if (options_.execute) {
+      Status st = RunComputePhase(rs.superstep);
+      if (!st.ok() && rs.repeat >= 0) {
+        st = st.WithContext("repeat " + std::to_string(rs.repeat) +
+                            " iteration " + std::to_string(rs.iteration));
+      }
+      TILEC_RETURN_IF_ERROR(st);
+      RunExchangePhase(rs.superstep);
+    }
+    CountStep(k, &tally, &clock, &r);
+  }
+  if (options_.execute) TILEC_RETURN_IF_ERROR(ReadOutputs(&r));
+  FinishCounts(&tally, clock, &r);
   *result = std::move(r);
   return Status::Ok();
 }

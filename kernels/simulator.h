@@ -59,7 +59,8 @@ using HostTensors = std::map<uint32_t, std::vector<float>>;
 
 // One superstep's costs.
 struct SuperstepReport {
-  int index = 0;
+  int index = 0;      // the program's superstep
+  int iteration = -1;  // of the repeat it runs in; -1 outside repeats
   std::string label;
   int64_t compute_cycles = 0;   // slowest tile's kernel cycles
   int64_t exchange_cycles = 0;  // 0 when the superstep has no transfers
@@ -151,6 +152,13 @@ struct SimResult {
   std::vector<SlowPathReport> slow_paths;     // by kernel name
   // Every output binding's value, row-major F32 (decoded from its buffers).
   std::map<uint32_t, std::vector<float>> outputs;
+  // Per DeviceProgram.repeats entry: the cycles of each iteration.
+  struct RepeatReport {
+    int first = 0;  // supersteps [first, first + count)
+    int count = 0;
+    std::vector<int64_t> iteration_cycles;
+  };
+  std::vector<RepeatReport> repeats;
 };
 
 // Runs module.program on module.target. `inputs` must hold every value that

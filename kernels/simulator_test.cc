@@ -1006,5 +1006,143 @@ TEST(CompareTest, DefaultsAreLooserWithFp8) {
             DefaultTolerance(true).min_cosine);
 }
 
+// ---------------------------------------------------------------- repeats
+
+// acc (tile 0) += w_i for i = 0..2, each w_i sent from tile 1: rolled as one
+// body of two supersteps run three times with w0's buffer renamed to w1's and
+// w2's, or written out as six supersteps. Both give the same outputs and
+// cycles (docs/repeat.md).
+struct AddChain {
+  Builder b;
+  uint32_t x, w[3], y;
+  uint32_t acc, staged, wbuf[3];
+  HostTensors inputs;
+
+  explicit AddChain(bool rolled) {
+    x = b.Value("x", {4}, fb::DType::F32, fb::ValueRole::Input);
+    for (int i = 0; i < 3; ++i) {
+      w[i] = b.Value("w" + std::to_string(i), {4}, fb::DType::F32,
+                     fb::ValueRole::Weight);
+    }
+    y = b.Value("y", {4}, fb::DType::F32, fb::ValueRole::Output);
+    acc = b.Buffer(0, 0, 16, fb::DType::F32, "acc");
+    staged = b.Buffer(0, 16384, 16, fb::DType::F32, "staged");
+    for (int i = 0; i < 3; ++i) {
+      wbuf[i] = b.Buffer(1, 64 * i, 16, fb::DType::F32, "w");
+    }
+    for (int i = 0; i < (rolled ? 1 : 3); ++i) {
+      fb::SuperstepT& send = b.Step("send");
+      Builder::Transfer(send, 1, wbuf[i], 0, 16, fb::DType::F32,
+                        {{0, staged, 0}}, 1);
+      fb::SuperstepT& add = b.Step("add");
+      Builder::Compute(add, 0, "add",
+                       {{acc, 0, 16}, {staged, 0, 16}, {acc, 0, 16}}, {1, 4},
+                       2);
+    }
+    if (rolled) {
+      auto r = std::make_unique<fb::SuperstepRepeatT>();
+      r->first = 0;
+      r->count = 2;
+      for (int i = 0; i < 3; ++i) {
+        auto it = std::make_unique<fb::RepeatIterationT>();
+        if (i > 0) it->renames.emplace_back(wbuf[0], wbuf[i]);
+        r->iterations.push_back(std::move(it));
+      }
+      b.module.program->repeats.push_back(std::move(r));
+    }
+    b.Bind(false, x, {{0, acc, 0, {0}, {4}}});
+    for (int i = 0; i < 3; ++i) b.Bind(false, w[i], {{1, wbuf[i], 0, {0}, {4}}});
+    b.Bind(true, y, {{0, acc, 0, {0}, {4}}});
+    inputs[x] = {1, 2, 3, 4};
+    inputs[w[0]] = {10, 20, 30, 40};
+    inputs[w[1]] = {100, 200, 300, 400};
+    inputs[w[2]] = {1000, 2000, 3000, 4000};
+  }
+};
+
+TEST(SimulatorRepeatTest, RunsLikeTheWrittenOutProgram) {
+  AddChain rolled(true), written(false);
+  SimResult r, w;
+  Status st = RunSim(rolled.b.module, rolled.inputs, &r);
+  ASSERT_TRUE(st.ok()) << st.message();
+  st = RunSim(written.b.module, written.inputs, &w);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(r.outputs[rolled.y], (std::vector<float>{1111, 2222, 3333, 4444}));
+  EXPECT_EQ(r.outputs[rolled.y], w.outputs[written.y]);
+  EXPECT_EQ(r.total_cycles, w.total_cycles);
+  EXPECT_EQ(r.exchange_phases, 3);
+  ASSERT_EQ(r.supersteps.size(), 6u);
+  EXPECT_EQ(r.supersteps[4].index, 0);
+  EXPECT_EQ(r.supersteps[4].iteration, 2);
+  ASSERT_EQ(r.repeats.size(), 1u);
+  ASSERT_EQ(r.repeats[0].iteration_cycles.size(), 3u);
+  EXPECT_EQ(r.repeats[0].iteration_cycles[0] * 3, r.total_cycles);
+  ASSERT_EQ(r.ops.size(), 2u);
+  ASSERT_EQ(w.ops.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(r.ops[i].compute_cycles, w.ops[i].compute_cycles);
+    EXPECT_EQ(r.ops[i].exchange_cycles, w.ops[i].exchange_cycles);
+    EXPECT_EQ(r.ops[i].bytes_received, w.ops[i].bytes_received);
+  }
+  EXPECT_EQ(r.ops[1].kernel_calls, 3);
+}
+
+TEST(SimulatorRepeatTest, CyclesOnlyRunCountsEveryIteration) {
+  AddChain rolled(true), written(false);
+  SimOptions options;
+  options.execute = false;
+  SimResult r, w;
+  ASSERT_TRUE(RunSim(rolled.b.module, {}, &r, options).ok());
+  ASSERT_TRUE(RunSim(written.b.module, {}, &w, options).ok());
+  EXPECT_EQ(r.total_cycles, w.total_cycles);
+}
+
+TEST(SimulatorRepeatTest, RefusesRenamesBetweenUnlikeBuffers) {
+  AddChain rolled(true);
+  rolled.b.BufferRef(rolled.wbuf[2]).bytes = 32;
+  Status st = VerifyDeviceProgram(rolled.b.module);
+  EXPECT_EQ(st.code(), StatusCode::kBadInput);
+  EXPECT_THAT(st.message(),
+              HasSubstr("repeat 0 iteration 2 rename 0 (buffer #2 -> buffer "
+                        "#4): the buffers differ in tile, bytes or dtype"));
+}
+
+TEST(SimulatorRepeatTest, RefusesUnsortedRenamesAndBadRanges) {
+  AddChain rolled(true);
+  auto& renames = rolled.b.module.program->repeats[0]->iterations[1]->renames;
+  renames.emplace_back(rolled.wbuf[0], rolled.wbuf[2]);
+  EXPECT_THAT(VerifyDeviceProgram(rolled.b.module).message(),
+              HasSubstr("renames must be sorted by `from`, each buffer once"));
+  AddChain range(true);
+  range.b.module.program->repeats[0]->count = 3;
+  EXPECT_THAT(VerifyDeviceProgram(range.b.module).message(),
+              HasSubstr("repeat 0: supersteps [0, 3) are empty, outside the "
+                        "program's 2"));
+}
+
+// Each iteration is checked and costed at its own addresses: staged
+// renamed, in iteration 2 only, to a buffer in acc's memory element takes
+// the add's slow path once.
+TEST(SimulatorRepeatTest, CostsEveryIterationAtItsOwnAddresses) {
+  AddChain rolled(true);
+  const uint32_t near = rolled.b.Buffer(0, 64, 16, fb::DType::F32, "near");
+  rolled.b.module.program->repeats[0]->iterations[2]->renames = {
+      {rolled.staged, near}, {rolled.wbuf[0], rolled.wbuf[2]}};
+  std::sort(rolled.b.module.program->repeats[0]->iterations[2]->renames.begin(),
+            rolled.b.module.program->repeats[0]->iterations[2]->renames.end(),
+            [](const fb::BufferRename& a, const fb::BufferRename& b) {
+              return a.from() < b.from();
+            });
+  AddChain plain(true);
+  SimResult r, p;
+  Status st = RunSim(rolled.b.module, rolled.inputs, &r);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_TRUE(RunSim(plain.b.module, plain.inputs, &p).ok());
+  EXPECT_EQ(r.outputs[rolled.y], p.outputs[plain.y]);
+  EXPECT_EQ(r.slow_path_calls, 1);
+  EXPECT_GT(r.repeats[0].iteration_cycles[2], r.repeats[0].iteration_cycles[1]);
+  EXPECT_EQ(r.repeats[0].iteration_cycles[0], r.repeats[0].iteration_cycles[1]);
+}
+
 }  // namespace
 }  // namespace tilec::sim
