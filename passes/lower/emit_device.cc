@@ -17,6 +17,7 @@
 #include "passes/core/decisions.h"
 #include "passes/lower/lowering.h"
 #include "passes/lower/program.h"
+#include "passes/lower/repeat_lowering.h"
 
 namespace tilec::lower {
 namespace {
@@ -121,6 +122,16 @@ std::unique_ptr<fb::BufferSliceT> EmitSlice(const VSlice& s,
   return out;
 }
 
+// `call` with its arguments in the buffers an iteration's renames give.
+VCall Renamed(const VCall& call, const std::map<int, int>& renames) {
+  VCall out = call;
+  for (VSlice& a : out.args) {
+    auto it = renames.find(a.buffer);
+    if (it != renames.end()) a.buffer = it->second;
+  }
+  return out;
+}
+
 class Emitter {
  public:
   Emitter(fb::ModuleT* module, const EmitOptions& options,
@@ -192,6 +203,16 @@ class Emitter {
     return m;
   }
   int64_t ExchangeCost(const StepLoad& load) const;
+
+  // Repeats (docs/repeat.md): each body's lowering, and per op (in work_
+  // order) the body it is in, -1 outside bodies.
+  Status FindBodies();
+  Status LowerRepeats();
+  int RunsOf(int superstep) const;
+  const std::map<int, int>* IterationRenames(int superstep, int i) const;
+  void LogRepeats();
+  std::vector<BodyLowering> bodies_;
+  std::vector<int> body_of_;
 
   fb::ModuleT& module_;
   const EmitOptions& options_;
@@ -336,7 +357,17 @@ Status Emitter::LowerAll() {
 void Emitter::Schedule(bool share, int64_t remaining,
                        std::vector<ShareEvent>* events) {
   ScheduleState st(tiles_);
-  for (OpWork& w : work_) {
+  // Nothing shares a superstep across a body's edges: the body's
+  // supersteps run once per iteration.
+  int region = -1, floor = 0;
+  for (size_t r = 0; r < work_.size(); ++r) {
+    OpWork& w = work_[r];
+    if (body_of_[r] != region) {
+      floor = st.last_used + 1;
+      if (region >= 0) bodies_[region].last_step = st.last_used;
+      region = body_of_[r];
+      if (region >= 0) bodies_[region].first_step = floor;
+    }
     const std::vector<Phase>& phases = w.program.phases;
     w.step.assign(phases.size(), 0);
     if (phases.empty()) {
@@ -344,7 +375,7 @@ void Emitter::Schedule(bool share, int64_t remaining,
       continue;
     }
     const std::vector<int> offset = PhaseOffsets(phases);
-    const int earliest = EarliestStep(w, st);
+    const int earliest = std::max(EarliestStep(w, st), floor);
     const int fresh = std::max(earliest, st.last_used + 1);
     int start = fresh;
     if (share && earliest < fresh) {
@@ -354,6 +385,7 @@ void Emitter::Schedule(bool share, int64_t remaining,
     PlacePhases(start, offset, &w, &st);
     MarkResultsReady(w, &st);
   }
+  if (region >= 0) bodies_[region].last_step = st.last_used;
   steps_ = st.last_used + 1;
 }
 
@@ -559,6 +591,10 @@ Status Emitter::Allocate(std::string* failure_message, bool* fits) {
     if (b.resident || host_read.count(b.id)) last_[b.id] = kForever;
     if (first_[b.id] == kForever && last_[b.id] != -kForever) first_[b.id] = -1;
   }
+  for (const BodyLowering& b : bodies_) {
+    KeepBodyDataLive(b, b.first_step * per_step,
+                     (b.last_step + 1) * per_step - 1, &first_, &last_);
+  }
   std::vector<std::vector<AllocBuffer>> per_tile(tiles_);
   for (const VBuffer& b : buffers) {
     if (first_[b.id] > last_[b.id]) continue;  // never used
@@ -575,6 +611,7 @@ Status Emitter::Allocate(std::string* failure_message, bool* fits) {
   for (const ElementRule& r : element_rules) {
     rules[buffers[r.a].tile].push_back({r.a, r.b, r.hard});
   }
+  for (const BodyLowering& b : bodies_) AddRenamedRules(b, buffers, &rules);
   offset_.assign(buffers.size(), -1);
   tile_peak_.assign(tiles_, 0);
   boundary_tiles_ = 0;
@@ -644,11 +681,15 @@ void Emitter::Build(EmitSummary* summary) {
   for (int s = 0; s < steps_; ++s) {
     program->supersteps.push_back(EmitSuperstep(s, id_of, &slow_calls, &sum));
   }
+  for (const BodyLowering& b : bodies_) {
+    program->repeats.push_back(EmitRepeat(b, id_of));
+  }
   sum.predicted_cycles = sum.compute_cycles + sum.exchange_cycles;
   sum.supersteps = steps_;
   EmitHostBindings(id_of, program.get());
   SummarizePeakAndPlan(&sum);
   LogLoweredOps();
+  LogRepeats();
   LogSlowCalls(slow_calls);
   LogMemoryReuse();
   if (boundary_tiles_ > 0) {
@@ -705,6 +746,10 @@ std::unique_ptr<fb::SuperstepT> Emitter::EmitSuperstep(
   x.received.assign(tiles_, 0);
   x.fragments.assign(tiles_, 0);
   std::string label;
+  // The calls as every iteration runs them: cycles depend on the addresses
+  // an iteration's renames give (the slow path of binary kernels).
+  std::vector<std::pair<const VCall*, int64_t>> calls;
+  const int64_t received_before = sum->bytes_received;
   for (const OpWork& w : work_) {
     for (size_t i = 0; i < w.program.phases.size(); ++i) {
       if (w.step[i] != s) continue;
@@ -712,10 +757,8 @@ std::unique_ptr<fb::SuperstepT> Emitter::EmitSuperstep(
       label += (label.empty() ? "" : " ") + std::to_string(w.op->id) + ":" +
                ph.label;
       for (size_t c = 0; c < ph.calls.size(); ++c) {
-        const VCall& call = ph.calls[c];
-        compute[call.tile] +=
-            PlacedCallCycles(call, w.call_cycles[i][c], slow_calls);
-        step->compute.push_back(EmitCompute(call, id_of));
+        calls.emplace_back(&ph.calls[c], w.call_cycles[i][c]);
+        step->compute.push_back(EmitCompute(ph.calls[c], id_of));
       }
       for (const VTransfer& t : ph.transfers) {
         step->exchange.push_back(EmitTransfer(t, id_of, &x, sum));
@@ -723,12 +766,42 @@ std::unique_ptr<fb::SuperstepT> Emitter::EmitSuperstep(
     }
   }
   step->label = label;
-  const int64_t c = ComputeMax(compute);
+  const int runs = RunsOf(s);
   const int64_t e = ExchangeCost(x);
-  sum->compute_cycles += c;
-  sum->exchange_cycles += e;
-  sum->exchange_phases += x.has_exchange;
+  for (int run = 0; run < runs; ++run) {
+    std::fill(compute.begin(), compute.end(), 0);
+    const std::map<int, int>* renames = IterationRenames(s, run);
+    for (const auto& [call, cycles] : calls) {
+      compute[call->tile] += PlacedCallCycles(
+          renames ? Renamed(*call, *renames) : *call, cycles, slow_calls);
+    }
+    sum->compute_cycles += ComputeMax(compute);
+    sum->exchange_cycles += e;
+    sum->exchange_phases += x.has_exchange;
+  }
+  sum->bytes_received += (runs - 1) * (sum->bytes_received - received_before);
   return step;
+}
+
+// The body a superstep is in runs once per iteration.
+int Emitter::RunsOf(int superstep) const {
+  for (const BodyLowering& b : bodies_) {
+    if (superstep >= b.first_step && superstep <= b.last_step) {
+      return static_cast<int>(b.renames.size());
+    }
+  }
+  return 1;
+}
+
+const std::map<int, int>* Emitter::IterationRenames(int superstep,
+                                                    int i) const {
+  for (const BodyLowering& b : bodies_) {
+    if (superstep >= b.first_step && superstep <= b.last_step &&
+        !b.renames[i].empty()) {
+      return &b.renames[i];
+    }
+  }
+  return nullptr;
 }
 
 // Whether two slices touch a common memory element.
@@ -862,8 +935,60 @@ void Emitter::SummarizePeakAndPlan(EmitSummary* sum) const {
       sum->peak_tile = t;
     }
   }
-  for (const auto& op : module_.ops) {
-    if (op->estimate) sum->planner_cycles += op->estimate->cycles;
+  for (size_t r = 0; r < module_.ops.size(); ++r) {
+    const fb::OperationT& op = *module_.ops[r];
+    if (!op.estimate) continue;
+    const int64_t runs =
+        body_of_[r] < 0 ? 1 : bodies_[body_of_[r]].body.repeat->count;
+    sum->planner_cycles += runs * op.estimate->cycles;
+  }
+}
+
+Status Emitter::FindBodies() {
+  StatusOr<std::vector<ir::RepeatBody>> bodies = ir::RepeatBodies(module_);
+  if (!bodies.ok()) return bodies.status();
+  body_of_.assign(module_.ops.size(), -1);
+  for (size_t k = 0; k < bodies->size(); ++k) {
+    const ir::RepeatBody& body = (*bodies)[k];
+    for (size_t r = body.begin; r < body.end; ++r) {
+      body_of_[r] = static_cast<int>(k);
+    }
+  }
+  bodies_.clear();
+  for (const ir::RepeatBody& body : *bodies) {
+    BodyLowering b;
+    b.body = body;
+    bodies_.push_back(std::move(b));
+  }
+  return Status::Ok();
+}
+
+Status Emitter::LowerRepeats() {
+  for (BodyLowering& b : bodies_) {
+    StatusOr<BodyLowering> lowered = LowerRepeat(b.body, &lowering_);
+    if (!lowered.ok()) return lowered.status();
+    b = std::move(*lowered);
+  }
+  return Status::Ok();
+}
+
+void Emitter::LogRepeats() {
+  for (const BodyLowering& b : bodies_) {
+    const fb::RepeatT& r = *b.body.repeat;
+    std::vector<uint32_t> ops;
+    for (size_t i = b.body.begin; i < b.body.end; ++i) {
+      ops.push_back(module_.ops[i]->id);
+    }
+    size_t renames = 0;
+    for (const auto& it : b.renames) renames += it.size();
+    log_.Info(ops, "repeat the body's supersteps",
+              "supersteps " + std::to_string(b.first_step) + ".." +
+                  std::to_string(b.last_step) + " run " +
+                  Count(r.count, "time") + ": the twins' buffers and the "
+                  "carried value's are renamed per iteration (" +
+                  Thousands(static_cast<int64_t>(renames)) +
+                  " renames in all), so the program holds the body once",
+              {0, 0, 0, 0});
   }
 }
 
@@ -954,7 +1079,9 @@ void Emitter::LogMemoryReuse() {
 }
 
 Status Emitter::Run(EmitSummary* summary) {
+  TILEC_RETURN_IF_ERROR(FindBodies());
   TILEC_RETURN_IF_ERROR(LowerAll());
+  TILEC_RETURN_IF_ERROR(LowerRepeats());
   std::vector<ShareEvent> events;
   const int64_t remaining = log_.limited()
                                 ? log_.max_decisions() - log_.applied()

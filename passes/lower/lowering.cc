@@ -196,6 +196,27 @@ std::vector<int> Lowering::TilesOf(uint32_t value) const {
   return out;
 }
 
+std::map<int, int> Lowering::StoreLike(uint32_t value, uint32_t like) {
+  std::map<int, int> copies;
+  const fb::ValueT* v = values_.at(value);
+  std::vector<Storage>& per_tile = storage_[value];
+  per_tile.assign(tiles_, Storage{});
+  for (int t : TilesOf(like)) {
+    const Storage& from = storage_.at(like)[t];
+    VBuffer b = buffers_[from.buffer];
+    b.id = static_cast<int>(buffers_.size());
+    b.value = value;
+    b.scale_exp = b.dtype == fb::DType::FP8E4M3 || b.dtype == fb::DType::FP8E5M2
+                      ? v->fp8_scale_exp
+                      : 0;
+    b.name = v->name;
+    copies[from.buffer] = b.id;
+    per_tile[t] = Storage{b.id, from.segments};
+    buffers_.push_back(std::move(b));
+  }
+  return copies;
+}
+
 int64_t Lowering::ScratchBytesPerTile(uint32_t op) const {
   std::map<int, int64_t> per_tile;
   for (const VBuffer& b : buffers_) {

@@ -151,6 +151,10 @@ class Lowering {
   const Storage* Find(uint32_t value, int tile) const;
   // Tiles with storage of `value`, ascending.
   std::vector<int> TilesOf(uint32_t value) const;
+  // Stores `value`, which no op reads, exactly as `like` is stored: a copy
+  // of each of like's buffers with value's id, scale and name (a repeat's
+  // twin weight, docs/repeat.md). Returns like's buffer -> its copy.
+  std::map<int, int> StoreLike(uint32_t value, uint32_t like);
   const fb::ValueT* value(uint32_t id) const;
   int tiles() const { return tiles_; }
   const kernels::CostModel& model() const { return model_; }
