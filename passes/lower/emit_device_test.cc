@@ -17,6 +17,7 @@
 
 #include "formats/ir.h"
 #include "formats/print.h"
+#include "passes/import/model_builder.h"
 #include "passes/lower/expand_reduce.h"
 #include "passes/lower/hand_plan.h"
 
@@ -27,6 +28,7 @@ using testing::GemmShape;
 using testing::Import;
 using testing::MlpPlan;
 using testing::PlanMlpBlock;
+using testing::PlanTwins;
 using testing::SimCheck;
 using testing::SimulateAgainstReference;
 
@@ -329,6 +331,46 @@ TEST(EmitDeviceTest, KSplitGemmsMakeOneCallPerTileAndOnePiecePerPartial) {
       }
     }
   }
+}
+
+// Three MLP blocks rolled into a repeat (docs/repeat.md): the program holds
+// one block's supersteps, runs them three times with the twins' buffers,
+// and computes what the written-out blocks compute.
+TEST(EmitDeviceRepeatTest, RolledBlocksRunLikeTheWrittenOutOnes) {
+  MlpPlan plan;
+  plan.up = GemmShape{2, 4, 1};
+  plan.down = GemmShape{4, 1, 1};  // result rows as the LayerNorm's input
+  auto build = [&](bool repeat) {
+    fb::ModuleT m;
+    m.target = std::make_unique<fb::TargetT>();
+    EXPECT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
+    passes::ModelOverrides o;
+    o.tokens = 12;
+    o.width = 32;
+    o.mlp_width = 64;
+    o.heads = 1;
+    o.layers = 3;
+    o.repeat = repeat;
+    EXPECT_TRUE(passes::BuildModel("siglip-so400m-384", "mlp-block", o, &m).ok());
+    return m;
+  };
+  fb::ModuleT rolled = build(true);
+  ASSERT_EQ(rolled.repeats.size(), 1u);
+  PlanMlpBlock(&rolled, plan);
+  PlanTwins(&rolled);
+  ASSERT_TRUE(ExpandReducePass().Run(&rolled).ok());
+  const SimCheck c = EmitAndSimulate(&rolled, kExact);
+  EXPECT_EQ(c.max_abs_err, 0);
+  ASSERT_EQ(rolled.program->repeats.size(), 1u);
+  const fb::SuperstepRepeatT& r = *rolled.program->repeats[0];
+  EXPECT_EQ(r.iterations.size(), 3u);
+  EXPECT_EQ(r.first + r.count, rolled.program->supersteps.size());
+  EXPECT_TRUE(r.iterations[0]->renames.empty());
+  EXPECT_FALSE(r.iterations[2]->renames.empty());
+  EXPECT_EQ(c.result.repeats[0].iteration_cycles[0],
+            c.result.repeats[0].iteration_cycles[2]);
+  // Every weight of every block is resident and bound by the host.
+  EXPECT_EQ(rolled.program->inputs.size(), 1u + 6u * 3u);
 }
 
 }  // namespace

@@ -198,6 +198,17 @@ void PlanMlpBlock(fb::ModuleT* module, const MlpPlan& plan) {
   PlanElementwise(module, FindOp(module, "l0.mlp.residual"), down_out);
 }
 
+void PlanTwins(fb::ModuleT* module) {
+  for (const auto& r : module->repeats) {
+    for (size_t k = 0; k < r->iteration_weights.size(); ++k) {
+      const fb::ValueT* weight =
+          FindValue(module, r->weights[k % r->weights.size()]);
+      FindValue(module, r->iteration_weights[k])->ownership =
+          std::make_unique<fb::OwnershipT>(*weight->ownership);
+    }
+  }
+}
+
 void DefaultReductions(fb::ModuleT* module) {
   for (auto& op : module->ops) {
     if (op->kind != fb::OpKind::MatMul || !op->recipe ||

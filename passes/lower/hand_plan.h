@@ -68,6 +68,10 @@ struct MlpPlan {
 };
 void PlanMlpBlock(fb::ModuleT* module, const MlpPlan& plan);
 
+// A repeat's twins take their body weights' ownerships, as plan-ownership
+// gives them (docs/repeat.md).
+void PlanTwins(fb::ModuleT* module);
+
 // Default reductions (seed in place, direct write, one epoch) on every
 // K-split GEMM, as expand-reduce would record them with no flags.
 void DefaultReductions(fb::ModuleT* module);
