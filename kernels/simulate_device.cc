@@ -102,6 +102,21 @@ std::string SummaryText(const sim::SimResult& r,
   out += "memory: highest buffer end " + std::to_string(r.peak_memory_bytes) +
          " B of " + std::to_string(r.tensor_bytes) + " (tile " +
          std::to_string(r.peak_memory_tile) + ")\n";
+  for (size_t k = 0; k < r.repeats.size(); ++k) {
+    const sim::SimResult::RepeatReport& rep = r.repeats[k];
+    const auto [low, high] = std::minmax_element(rep.iteration_cycles.begin(),
+                                                 rep.iteration_cycles.end());
+    int64_t all = 0;
+    for (int64_t c : rep.iteration_cycles) all += c;
+    out += "repeat " + std::to_string(k) + ": supersteps " +
+           std::to_string(rep.first) + ".." +
+           std::to_string(rep.first + rep.count - 1) + " x" +
+           std::to_string(rep.iteration_cycles.size()) + ", " +
+           std::to_string(all) + " cycles (per iteration " +
+           std::to_string(*low) +
+           (*high != *low ? " to " + std::to_string(*high) : std::string()) +
+           ")\n";
+  }
   if (r.slow_paths.empty()) {
     out += "slow path: none\n";
   } else {
@@ -130,6 +145,8 @@ std::string SuperstepsText(const sim::SimResult& r) {
                static_cast<long long>(s.transfers),
                static_cast<long long>(s.pieces),
                static_cast<long long>(s.bytes_received)) +
+        (s.iteration >= 0 ? "[iteration " + std::to_string(s.iteration) + "] "
+                          : std::string()) +
         s.label + "\n";
   }
   return out;
@@ -273,10 +290,28 @@ std::string ReportJson(const sim::SimResult& r,
          ", \"calls\": " + i64(s.calls) +
          ", \"extra_cycles\": " + i64(s.extra_cycles) + "}";
   }
-  o += "],\n  \"supersteps\": [\n";
+  o += "],\n";
+  if (!r.repeats.empty()) {
+    o += "  \"repeats\": [";
+    for (size_t k = 0; k < r.repeats.size(); ++k) {
+      const sim::SimResult::RepeatReport& rep = r.repeats[k];
+      std::string cycles;
+      for (int64_t c : rep.iteration_cycles) {
+        cycles += (cycles.empty() ? "" : ", ") + i64(c);
+      }
+      o += std::string(k ? ", " : "") + "{\"first\": " +
+           std::to_string(rep.first) + ", \"count\": " +
+           std::to_string(rep.count) + ", \"iteration_cycles\": [" + cycles +
+           "]}";
+    }
+    o += "],\n";
+  }
+  o += "  \"supersteps\": [\n";
   for (size_t i = 0; i < r.supersteps.size(); ++i) {
     const sim::SuperstepReport& s = r.supersteps[i];
     o += "    {\"index\": " + std::to_string(s.index) +
+         (s.iteration >= 0 ? ", \"iteration\": " + std::to_string(s.iteration)
+                           : std::string()) +
          ", \"label\": " + JsonString(s.label) +
          ", \"compute_cycles\": " + i64(s.compute_cycles) +
          ", \"exchange_cycles\": " + i64(s.exchange_cycles) +

@@ -380,6 +380,20 @@ std::string TotalsText(const Totals& t) {
          "received/rate, fragment cycles)\n";
 }
 
+// A repeat's supersteps run once per iteration (docs/repeat.md); this
+// report reads the program as written.
+std::string RepeatsText(const fb::DeviceProgramT& program) {
+  std::string out;
+  for (const auto& r : program.repeats) {
+    out += "repeat: supersteps " + std::to_string(r->first) + ".." +
+           std::to_string(r->first + r->count - 1) + " run " +
+           std::to_string(r->iterations.size()) +
+           " times; the figures here count each superstep once "
+           "(simulate-device counts every run)\n";
+  }
+  return out;
+}
+
 // " tile 3 1,024 B; tile 7 512 B" for the `top` tiles sending (or
 // receiving) the most, " none" when none does.
 std::string BusiestText(const std::vector<Load>& total, bool by_sent, int top) {
@@ -457,6 +471,7 @@ Status InspectExchanges(const fb::ModuleT& m, const InspectOptions& options,
     body += PhaseText(step, here, *model, program, list, op_names, &totals);
   }
   std::string out = HeaderText(m, options, program) + TotalsText(totals);
+  if (program) out += RepeatsText(*m.program);
   if (!list && !selected->empty()) {
     out += "(" + Thousands(static_cast<int64_t>(selected->size())) +
            " transfers: per-transfer lines omitted above " +

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "formats/print.h"
+#include "formats/repeat.h"
 #include "kernels/cost.h"
 #include "kernels/kernel_names.h"
 #include "kernels/simulator.h"
@@ -161,6 +162,11 @@ void AddSimulation(const fb::ModuleT& module, const sim::SimResult& timing,
       g->simulated += r.compute_cycles + r.exchange_cycles;
     }
   }
+  // The simulator sums every run of a repeated op.
+  g->simulated /= g->runs;
+  g->simulated_compute /= g->runs;
+  g->simulated_exchange /= g->runs;
+  g->delivery_simulated /= g->runs;
   const int rate = AmpMacsPerCycle(*module.target, g->inputs);
   if (g->simulated > 0 && rate > 0) {
     g->amp_fraction = static_cast<double>(g->heads * g->M * g->K * g->N) /
@@ -198,13 +204,19 @@ StatusOr<std::vector<GemmReport>> InspectGemms(const fb::ModuleT& module,
   StatusOr<kernels::CostModel> model = kernels::CostModel::Create(*module.target);
   if (!model.ok()) return model.status();
   std::vector<GemmReport> gemms;
-  for (const auto& op : module.ops) {
+  StatusOr<std::vector<ir::RepeatBody>> bodies = ir::RepeatBodies(module);
+  if (!bodies.ok()) return bodies.status();
+  for (size_t r = 0; r < module.ops.size(); ++r) {
+    const auto& op = module.ops[r];
     const bool attention = op->kind == fb::OpKind::AttentionScores ||
                            op->kind == fb::OpKind::AttentionContext;
     if (op->kind != fb::OpKind::MatMul && !attention) continue;
     StatusOr<GemmReport> g = attention ? DescribeAttention(module, *op, *model)
                                        : DescribeMatMul(module, *op, *model);
     if (!g.ok()) return g.status();
+    for (const ir::RepeatBody& body : *bodies) {
+      if (body.Contains(r)) g->runs = static_cast<int>(body.repeat->count);
+    }
     gemms.push_back(std::move(*g));
   }
   if (!module.program || gemms.empty()) return gemms;
@@ -244,6 +256,10 @@ std::string GemmReportText(const std::vector<GemmReport>& gemms) {
       out += ", " + std::to_string(g.calls_per_tile) + " GEMM call" +
              (g.calls_per_tile == 1 ? "" : "s") + " per tile at most";
     }
+    if (g.runs > 1) {
+      out += "\n  runs " + std::to_string(g.runs) +
+             " times (a repeat's body): cycles below are per run";
+    }
     out += "\n  cycles: estimate " + Thousands(g.estimate);
     if (g.simulated >= 0) {
       char peak[16];
@@ -268,8 +284,8 @@ std::string GemmReportText(const std::vector<GemmReport>& gemms) {
     const int64_t measured = g.simulated >= 0 ? g.simulated : g.estimate;
     out += "; " + std::string(g.simulated >= 0 ? "simulated" : "estimate") +
            " / best bound " + Ratio(measured, g.best_bound.Cycles()) + "\n";
-    simulated += measured;
-    bound += g.best_bound.Cycles();
+    simulated += g.runs * measured;
+    bound += g.runs * g.best_bound.Cycles();
   }
   out += "total: " + Thousands(simulated) + " cycles in " +
          std::to_string(gemms.size()) + " GEMMs, best bounds " +

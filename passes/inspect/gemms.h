@@ -32,6 +32,9 @@ struct GemmReport {
   std::string recipe;     // the recipe's text
   int64_t calls_per_tile = 0;  // the most GEMM calls on one tile (program)
   int64_t estimate = 0;        // plan-ownership's estimate
+  // A repeat's body runs `runs` times (docs/repeat.md): every figure here
+  // is per run; the total counts every run.
+  int runs = 1;
   int64_t simulated = -1;      // compute + exchange attributed; -1: no program
   int64_t simulated_compute = 0, simulated_exchange = 0;
   // Redistribute ops that deliver an operand the bound counts (the

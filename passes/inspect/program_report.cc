@@ -384,8 +384,9 @@ std::string OpsJson(const fb::ModuleT& m, const Figures& f) {
 std::string StepsJson(const Figures& f, TileMaps* maps) {
   std::vector<std::string> rows;
   for (size_t s = 0; s < f.timing.supersteps.size(); ++s) {
+    // Run steps: a repeat's supersteps appear once per iteration.
     const sim::SuperstepReport& r = f.timing.supersteps[s];
-    const StepExchange& x = f.exchange.steps[s];
+    const StepExchange& x = f.exchange.steps[r.index];
     std::string spans;
     for (const sim::SuperstepReport::Span& sp : r.compute_spans) {
       spans += std::string(spans.empty() ? "" : ",") + "[" + Int(sp.op) + "," +
@@ -400,7 +401,9 @@ std::string StepsJson(const Figures& f, TileMaps* maps) {
     // Every op with work in the superstep, hidden behind the slowest tile
     // or not: [op, kernel calls, transfers, bytes received].
     std::map<uint32_t, std::vector<int64_t>> present;
-    for (const auto& [op, so] : f.step_ops[s]) present[op] = {so.calls, 0, 0};
+    for (const auto& [op, so] : f.step_ops[r.index]) {
+      present[op] = {so.calls, 0, 0};
+    }
     for (const OpExchange& o : x.ops) {
       std::vector<int64_t>& p = present[o.op];
       p.resize(3, 0);
@@ -413,7 +416,11 @@ std::string StepsJson(const Figures& f, TileMaps* maps) {
              Int(p[0]) + "," + Int(p[1]) + "," + Int(p[2]) + "]";
     }
     const bool moved = x.transfers > 0;
-    rows.push_back("[" + Quote(r.label) + "," + Int(r.start_cycle) + "," +
+    const std::string label =
+        r.iteration < 0 ? r.label
+                        : "[iteration " + std::to_string(r.iteration) + "] " +
+                              r.label;
+    rows.push_back("[" + Quote(label) + "," + Int(r.start_cycle) + "," +
                    Int(r.compute_cycles) + "," + Int(r.exchange_cycles) + "," +
                    Int(r.slowest_tile) + "," + Int(r.exchange_slowest_tile) +
                    "," + Int(r.kernel_calls) + "," + Int(r.transfers) + "," +
