@@ -245,7 +245,9 @@ std::string ComparisonText(const SimulateDeviceReport& report) {
     }
     out += std::string("result: ") + (report.pass ? "PASS" : "FAIL") + "\n";
   } else {
-    out += "\nresult: not compared (--compare=false)\n";
+    out += report.executed
+               ? "\nresult: not compared (--compare=false)\n"
+               : "\nresult: cycles only, kernels not run (--execute=false)\n";
   }
   return out;
 }
@@ -666,7 +668,8 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   const kernels::ReferenceOptions ref_options =
       ReferenceRunOptions(options, given_inputs, sidecar_dir);
   kernels::ReferenceResult reference;
-  if (options.compare) {
+  const bool compare = options.compare && options.execute;
+  if (compare) {
     kernels::ReferenceOptions keep_sources = ref_options;
     // The host writes the reference's inputs and weights; only those and
     // the outputs are read back, so activations are freed as they die.
@@ -675,12 +678,15 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
         kernels::RunReference(module, keep_sources, &reference)
             .WithContext(name));
   }
-  const kernels::ReferenceResult* ran = options.compare ? &reference : nullptr;
+  const kernels::ReferenceResult* ran = compare ? &reference : nullptr;
   HostTensors host;
-  TILEC_RETURN_IF_ERROR(
-      HostInputs(module, name, ran, given_inputs, sidecar_dir, &host));
+  if (options.execute) {
+    TILEC_RETURN_IF_ERROR(
+        HostInputs(module, name, ran, given_inputs, sidecar_dir, &host));
+  }
 
   SimOptions sim_options;
+  sim_options.execute = options.execute;
   sim_options.threads = options.threads;
   sim_options.top_tiles = options.top_tiles;
   SimResult result;
@@ -689,7 +695,8 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
 
   SimulateDeviceReport report;
   report.module_name = name;
-  report.compared = options.compare;
+  report.compared = compare;
+  report.executed = options.execute;
   report.fp8 = ModuleHasFp8(module);
   report.tolerance = DefaultTolerance(report.fp8);
   if (options.atol >= 0) report.tolerance.atol = options.atol;
@@ -702,7 +709,7 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
     report.floors.branch = options.min_branch_cosine;
   }
   std::string first_failure;
-  if (options.compare) {
+  if (compare) {
     TILEC_RETURN_IF_ERROR(
         CheckOutputs(module, name, result, reference, &report, &first_failure));
     if (IsQuantized(module)) {

@@ -25,6 +25,9 @@ struct SimulateDeviceOptions {
   std::string trace;         // Chrome trace-event JSON path, "" for none
   std::string dump_dir;      // .npy directory, "" for none
   bool compare = true;       // run the reference and compare outputs
+  // false: check the program and count its cycles without running kernels
+  // (no host data, no outputs, nothing compared).
+  bool execute = true;
   // Tolerances; a negative value takes sim::DefaultTolerance's.
   double atol = -1;
   double rtol = -1;
@@ -51,6 +54,7 @@ struct OutputCheck {
 struct SimulateDeviceReport {
   std::string module_name;
   bool compared = false;
+  bool executed = true;
   sim::Tolerance tolerance;
   bool fp8 = false;  // tolerance chosen for a graph with FP8 values
   std::vector<OutputCheck> checks;

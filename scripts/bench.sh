@@ -305,6 +305,60 @@ bench_import_onnx() {
     'BEGIN { printf "import_onnx: so400m-shaped model (1.66 GB) in %.1f s host, peak RSS %.2f GB, %d ops\n", s, k / 1048576, o }'
 }
 
+# The whole so400m encoder (issue 12, docs/repeat.md): batch 1, FP8, ipu21,
+# every layer's weights resident, the 27 layers one repeat. Host seconds
+# and peak RSS of each stage from import to device program, the program's
+# size on disk, simulate-device with and without running the kernels,
+# simulated cycles and time beside the seed's compiler on hardware
+# (10,088,124 cycles) and Graphcore's SDK (17.8 M), the simulator's
+# comparison and the accuracy against the unquantized graph.
+# BENCH_MODEL_FLAGS adds import-model flags (e.g. "--batch=2",
+# "--preset=vit-b16-224"); BENCH_MODEL_DIR keeps the stages (default: a
+# temporary directory, removed).
+bench_model() {
+  bazel build --noshow_progress --ui_event_filters=-info //tools/...
+  # shellcheck source=lib/pipeline.sh
+  . scripts/lib/pipeline.sh
+  local bin=bazel-bin/tools dir=${BENCH_MODEL_DIR:-$(mktemp -d)} input pass i=1
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086
+  /usr/bin/time -f "%e %M" -o "$dir/time" "$bin/import-model/import-model" \
+    --part=model ${BENCH_MODEL_FLAGS:-} -o "$dir/0-import-model.tilec"
+  model_stage_line import-model "$dir/time" "$dir/0-import-model.tilec"
+  input=$dir/0-import-model.tilec
+  for pass in $(tilec_passes); do
+    /usr/bin/time -f "%e %M" -o "$dir/time" "$bin/$pass/$pass" "$input" \
+      -o "$dir/$i-$pass.tilec" 2>"$dir/$pass.log" || { cat "$dir/$pass.log" >&2; return 1; }
+    model_stage_line "$pass" "$dir/time" "$dir/$i-$pass.tilec"
+    input=$dir/$i-$pass.tilec
+    i=$((i + 1))
+  done
+  /usr/bin/time -f "%e %M" -o "$dir/time" "$bin/simulate-device/simulate-device" \
+    --execute=false "$input" -o "$dir/cycles.txt"
+  model_stage_line "simulate-device --execute=false" "$dir/time"
+  local status=0
+  /usr/bin/time -f "%e %M" -o "$dir/time" "$bin/simulate-device/simulate-device" \
+    "$input" -o "$dir/simulate.txt" || status=$?
+  model_stage_line "simulate-device" "$dir/time"
+  sed -n 's/^/model: /; /^model: total:/p; /^model: repeat /p; /^model: memory:/p' "$dir/simulate.txt"
+  awk -v c="$(sed -n 's/^total: \([0-9]*\) cycles.*/\1/p' "$dir/simulate.txt")" \
+      -v clock="$(sed -n 's/^simulate-device: .* \([0-9.]*\) GHz.*/\1/p' "$dir/simulate.txt")" 'BEGIN {
+    printf "model: %d cycles = %.3f ms at %s GHz; the seed on hardware 10,088,124 (%.3fx), Graphcore SDK 17.8 M (%.3fx)\n",
+      c, c / (clock * 1e6), clock, c / 10088124, c / 17.8e6 }'
+  sed -n 's/^/model: /; /^model:   %.*\(PASS\|FAIL\)/p; /^model: result:/p' "$dir/simulate.txt"
+  [ -n "${BENCH_MODEL_DIR:-}" ] || rm -rf "$dir"
+  return $status
+}
+
+# model_stage_line NAME TIME_FILE [OUTPUT]: "model: NAME: S s, R MB peak RSS[, output B]".
+model_stage_line() {
+  local seconds kbytes size=""
+  read -r seconds kbytes < "$2"
+  [ -z "${3:-}" ] || size=$(stat -c %s "$3")
+  awk -v n="$1" -v s="$seconds" -v k="$kbytes" -v b="$size" 'BEGIN {
+    printf "model: %s: %.1f s host, %.0f MB peak RSS%s\n", n, s, k / 1024, (b == "" ? "" : sprintf(", output %.1f MB", b / 1048576)) }'
+}
+
 main() {
   local names=("$@")
   if [ ${#names[@]} -eq 0 ]; then

@@ -22,6 +22,9 @@ DEFINE_string(dump_tensors, "",
 DEFINE_bool(compare, true,
             "Run the reference on the module's graph and compare every "
             "output; exit 3 when one is outside tolerance.");
+DEFINE_bool(execute, true,
+            "false: check the program and count its cycles without running "
+            "kernels (no host data, no outputs, nothing compared).");
 DEFINE_double(atol, -1,
               "Absolute tolerance as a fraction of each output's scale "
               "(max |reference|): an element passes when |sim - ref| <= "
@@ -120,6 +123,7 @@ int main(int argc, char** argv) {
   options.trace = FLAGS_trace;
   options.dump_dir = FLAGS_dump_tensors;
   options.compare = FLAGS_compare;
+  options.execute = FLAGS_execute;
   options.atol = FLAGS_atol;
   options.rtol = FLAGS_rtol;
   options.min_cosine = FLAGS_min_cosine;
