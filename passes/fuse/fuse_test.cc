@@ -438,16 +438,8 @@ TEST(FuseEndToEndTest, TwoMlpBlocks) {
 
 // ---------------------------------------------------------------- repeats
 
-// `layers` vit MLP blocks on the tiny target, rolled into one repeat.
 fb::ModuleT RolledBlocks(int layers, int64_t tokens = 64) {
-  passes::ModelOverrides o;
-  o.tokens = tokens;
-  o.width = 64;
-  o.mlp_width = 128;
-  o.heads = 4;
-  o.layers = layers;
-  o.repeat = true;
-  return plan::Model("tiny", "vit-b16-224", o);
+  return plan::TinyBlocks(layers, true, tokens);
 }
 
 // `m` with an op of `kind` after the repeat's body reading carried_out

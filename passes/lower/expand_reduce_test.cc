@@ -164,14 +164,7 @@ TEST(ExpandReduceTest, MemoryPressureStagesRemotePartials) {
 // A rolled graph (docs/repeat.md): the body's reductions are recorded like
 // any others, and the repeat, its loop edge included, stays valid.
 TEST(ExpandReduceTest, KeepsARepeatValid) {
-  passes::ModelOverrides o;
-  o.tokens = 16;
-  o.width = 64;
-  o.mlp_width = 128;
-  o.heads = 2;
-  o.layers = 3;
-  o.repeat = true;
-  fb::ModuleT m = plan::Model("tiny", "siglip-so400m-384", o);
+  fb::ModuleT m = plan::TinyBlocks(3, true);
   plan::PlannerOptions po;
   po.attempts = 0;
   po.recipe_text =

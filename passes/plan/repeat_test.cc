@@ -23,16 +23,8 @@
 namespace tilec::plan {
 namespace {
 
-// `layers` MLP blocks on the tiny target, rolled or written out.
 fb::ModuleT Blocks(int layers, bool repeat, int64_t mlp_width = 128) {
-  passes::ModelOverrides o;
-  o.tokens = 16;
-  o.width = 64;
-  o.mlp_width = mlp_width;
-  o.heads = 2;
-  o.layers = layers;
-  o.repeat = repeat;
-  return Model("tiny", "siglip-so400m-384", o);
+  return TinyBlocks(layers, repeat, 16, mlp_width);
 }
 
 struct Fixture {

@@ -19,6 +19,18 @@ fb::ModuleT Model(const std::string& target, const std::string& preset,
   return m;
 }
 
+fb::ModuleT TinyBlocks(int layers, bool repeat, int64_t tokens,
+                       int64_t mlp_width) {
+  passes::ModelOverrides o;
+  o.tokens = tokens;
+  o.width = 64;
+  o.mlp_width = mlp_width;
+  o.heads = 2;
+  o.layers = layers;
+  o.repeat = repeat;
+  return Model("tiny", "siglip-so400m-384", o);
+}
+
 fb::ModuleT PatchEmbeddingModule(const std::string& target, int64_t side,
                                  int64_t patch, int64_t width) {
   fb::ModuleT m;
