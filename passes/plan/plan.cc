@@ -23,6 +23,18 @@ std::string Evaluation::Diagnosis() const {
     s += (i ? ", " : " ") + peak_items[i].what + " " +
          std::to_string(peak_items[i].bytes) + " B";
   }
+  // Twins are many small buffers: their sum says what the repeat costs.
+  int twins = 0;
+  int64_t twin_bytes = 0;
+  for (const MemoryItem& item : peak_items) {
+    if (item.what.find(", twin of %") == std::string::npos) continue;
+    ++twins;
+    twin_bytes += item.bytes;
+  }
+  if (twins > 0) {
+    s += "; " + std::to_string(twins) + " twins (later iterations' weights) " +
+         std::to_string(twin_bytes) + " B";
+  }
   s += "; total " + std::to_string(peak_bytes) + " B vs capacity " +
        std::to_string(capacity) + " B";
   return s;

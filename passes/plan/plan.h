@@ -88,7 +88,8 @@ struct Evaluation {
   int64_t capacity = 0;
   bool feasible() const { return !memory_checked || peak_bytes <= capacity; }
   // "tile 0 needs 612345 B at op 1 (l0.mlp.up) but 481152 B hold tensors:
-  // %4 l0.mlp.up.w (resident) 221184 B, ...".
+  // %4 l0.mlp.up.w (resident) 221184 B, ...; 12 twins (later iterations'
+  // weights) 24576 B; total ...".
   std::string Diagnosis() const;
 };
 
