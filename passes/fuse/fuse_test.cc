@@ -442,54 +442,6 @@ fb::ModuleT RolledBlocks(int layers, int64_t tokens = 64) {
   return plan::TinyBlocks(layers, true, tokens);
 }
 
-// `m` with an op of `kind` after the repeat's body reading carried_out
-// (a LayerNorm gets a gamma and a beta); its result is the output.
-fb::ModuleT WithOpAfterBody(fb::ModuleT m, fb::OpKind kind) {
-  const uint32_t out = m.repeats[0]->carried_out;
-  uint32_t next_value = 0, next_op = 0;
-  for (const auto& v : m.values) next_value = std::max(next_value, v->id + 1);
-  for (const auto& op : m.ops) next_op = std::max(next_op, op->id + 1);
-  std::vector<int64_t> shape;
-  for (auto& v : m.values) {
-    if (v->id != out) continue;
-    v->role = fb::ValueRole::Activation;
-    shape = v->shape;
-  }
-  auto value = [&](const std::string& name, std::vector<int64_t> s,
-                   fb::ValueRole role) {
-    auto v = std::make_unique<fb::ValueT>();
-    v->id = next_value++;
-    v->name = name;
-    v->shape = std::move(s);
-    v->role = role;
-    if (role == fb::ValueRole::Weight) {
-      v->init = std::make_unique<fb::WeightInitT>();
-      v->init->distribution = fb::Distribution::Constant;
-      v->init->mean = name == "final.gamma" ? 1.0f : 0.0f;
-    }
-    m.values.push_back(std::move(v));
-    return m.values.back()->id;
-  };
-  auto op = std::make_unique<fb::OperationT>();
-  op->id = next_op;
-  op->kind = kind;
-  op->operands = {out};
-  if (kind == fb::OpKind::LayerNorm) {
-    op->name = "final.ln";
-    op->eps = 1e-6f;
-    op->operands.push_back(value("final.gamma", {shape[1]},
-                                 fb::ValueRole::Weight));
-    op->operands.push_back(value("final.beta", {shape[1]},
-                                 fb::ValueRole::Weight));
-  } else {
-    op->name = "final.gelu";
-  }
-  op->results = {value("final.out", shape, fb::ValueRole::Output)};
-  m.ops.push_back(std::move(op));
-  EXPECT_TRUE(ir::VerifyModule(m).ok());
-  return m;
-}
-
 // The repeat as it was: same count, carried values and weights, and a body
 // the rules accept.
 void ExpectRepeatKept(const fb::ModuleT& before, const fb::ModuleT& after) {
@@ -522,7 +474,7 @@ TEST(FuseRepeatTest, FusesInsideTheBody) {
 
 // The body's last op and an elementwise op after it are not a region.
 TEST(FuseRepeatTest, NothingFusesAcrossTheBoundary) {
-  const fb::ModuleT m = WithOpAfterBody(RolledBlocks(3), fb::OpKind::Gelu);
+  const fb::ModuleT m = plan::WithOpAfterBody(RolledBlocks(3), fb::OpKind::Gelu);
   bool refused = false;
   for (const auto& [region, why] : RegionCandidates(m)) {
     if (m.ops[region.consumer]->name != "final.gelu") continue;
@@ -587,7 +539,7 @@ TEST(FuseRepeatTest, KeepsOrDropsTheLoopEdge) {
 // same site is decided by cost.
 TEST(FuseRepeatTest, ResidualStaysInsideTheBody) {
   const fb::ModuleT planned =
-      Planned(WithOpAfterBody(RolledBlocks(2), fb::OpKind::LayerNorm));
+      Planned(plan::WithOpAfterBody(RolledBlocks(2), fb::OpKind::LayerNorm));
   fb::ModuleT m = planned;
   StatusOr<bool> ran = FuseResidualPass().Run(&m);
   ASSERT_TRUE(ran.ok()) << ran.status().message();

@@ -107,6 +107,24 @@ TEST(RepeatPlanTest, RolledTotalIsBodyTimesCount) {
   EXPECT_EQ(p->eval.ops[1].Cycles(), w->ops[8].Cycles());
 }
 
+// Ops after the body count once: the total is body x count + the rest.
+TEST(RepeatPlanTest, RestAfterTheBodyCountsOnce) {
+  Fixture f(WithOpAfterBody(Blocks(3, true), fb::OpKind::LayerNorm));
+  StatusOr<Planned> p = InitialPlan(f);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const int last = f.graph.num_ops() - 1;
+  EXPECT_EQ(f.graph.Runs(last), 1);
+  int64_t rest = p->eval.ops[last].Cycles();
+  for (const Redistribution& red : p->eval.redistributions) {
+    if (red.before_op == last && !red.loop_edge) rest += red.Cycles();
+  }
+  EXPECT_GT(rest, 0);
+  EXPECT_EQ(p->eval.total_cycles, 3 * p->eval.repeat_cycles[0] + rest);
+  fb::ModuleT out = f.module;
+  ASSERT_TRUE(WritePlan(f.graph, f.coster, p->plan, p->eval, "", &out).ok());
+  EXPECT_TRUE(ir::VerifyModule(out).ok());
+}
+
 // Twins are live for the whole program in their body weight's ownership.
 TEST(RepeatPlanTest, TwinsTakeOwnershipAndCountInPeak) {
   Fixture rolled(Blocks(3, true));
