@@ -94,36 +94,48 @@ bool IsRedistributed(const fb::ModuleT& planned, uint32_t value) {
   return false;
 }
 
+// The planner's Redistribute ops of a module, to be read back out of it.
+struct Copies {
+  // Each copy's result stands for its source (copies of copies included).
+  std::map<uint32_t, uint32_t> source_of;
+  std::set<uint32_t> results;
+  // A loop edge's input -> carried_out: the body's last op writes
+  // carried_out again (the plan adds the edge back if it still needs it).
+  std::map<uint32_t, uint32_t> edge_input;
+};
+
+StatusOr<Copies> ReadCopies(const fb::ModuleT& m) {
+  Copies c;
+  for (const auto& op : m.ops) {
+    if (op->kind != fb::OpKind::Redistribute) continue;
+    if (op->operands.size() != 1 || op->results.size() != 1) {
+      return Status::BadInput(OpText(*op) +
+                              ": a redistribution has one operand and one "
+                              "result");
+    }
+    if (IsLoopEdge(m, *op)) {
+      c.edge_input[op->operands[0]] = op->results[0];
+      continue;
+    }
+    uint32_t source = op->operands[0];
+    if (auto it = c.source_of.find(source); it != c.source_of.end()) {
+      source = it->second;
+    }
+    c.source_of[op->results[0]] = source;
+    c.results.insert(op->results[0]);
+  }
+  return c;
+}
+
 }  // namespace
 
 StatusOr<PlannedGraph> Unplan(const fb::ModuleT& planned) {
   PlannedGraph out;
   out.module = planned;
   fb::ModuleT& m = out.module;
-  // Each copy's result stands for its source (copies of copies included).
-  std::map<uint32_t, uint32_t> source_of;
-  std::set<uint32_t> copy_results;
-  // A loop edge's input -> carried_out: the body's last op writes
-  // carried_out again (the plan adds the edge back if it still needs it).
-  std::map<uint32_t, uint32_t> edge_input;
-  for (const auto& op : m.ops) {
-    if (op->kind != fb::OpKind::Redistribute) continue;
-    if (IsLoopEdge(m, *op) && op->operands.size() == 1) {
-      edge_input[op->operands[0]] = op->results[0];
-      continue;
-    }
-    if (op->operands.size() != 1 || op->results.size() != 1) {
-      return Status::BadInput(OpText(*op) +
-                              ": a redistribution has one operand and one "
-                              "result");
-    }
-    uint32_t source = op->operands[0];
-    if (auto it = source_of.find(source); it != source_of.end()) {
-      source = it->second;
-    }
-    source_of[op->results[0]] = source;
-    copy_results.insert(op->results[0]);
-  }
+  StatusOr<Copies> copies = ReadCopies(m);
+  if (!copies.ok()) return copies.status();
+  const auto& [source_of, copy_results, edge_input] = *copies;
   std::vector<std::unique_ptr<fb::OperationT>> ops;
   for (auto& op : m.ops) {
     if (op->kind == fb::OpKind::Redistribute) continue;
