@@ -9,6 +9,7 @@
 #include "formats/print.h"
 #include "kernels/fused_body.h"
 #include "passes/core/ownership.h"
+#include "passes/fuse/boundary.h"
 #include "passes/plan/planner.h"
 #include "passes/plan/search.h"
 
@@ -93,15 +94,18 @@ bool IsRedistributed(const fb::ModuleT& planned, uint32_t value) {
   return false;
 }
 
-}  // namespace
-
-StatusOr<PlannedGraph> Unplan(const fb::ModuleT& planned) {
-  PlannedGraph out;
-  out.module = planned;
-  fb::ModuleT& m = out.module;
+// The planner's Redistribute ops of a module, to be read back out of it.
+struct Copies {
   // Each copy's result stands for its source (copies of copies included).
   std::map<uint32_t, uint32_t> source_of;
-  std::set<uint32_t> copy_results;
+  std::set<uint32_t> results;
+  // A loop edge's input -> carried_out: the body's last op writes
+  // carried_out again (the plan adds the edge back if it still needs it).
+  std::map<uint32_t, uint32_t> edge_input;
+};
+
+StatusOr<Copies> ReadCopies(const fb::ModuleT& m) {
+  Copies c;
   for (const auto& op : m.ops) {
     if (op->kind != fb::OpKind::Redistribute) continue;
     if (op->operands.size() != 1 || op->results.size() != 1) {
@@ -109,18 +113,37 @@ StatusOr<PlannedGraph> Unplan(const fb::ModuleT& planned) {
                               ": a redistribution has one operand and one "
                               "result");
     }
+    if (IsLoopEdge(m, *op)) {
+      c.edge_input[op->operands[0]] = op->results[0];
+      continue;
+    }
     uint32_t source = op->operands[0];
-    if (auto it = source_of.find(source); it != source_of.end()) {
+    if (auto it = c.source_of.find(source); it != c.source_of.end()) {
       source = it->second;
     }
-    source_of[op->results[0]] = source;
-    copy_results.insert(op->results[0]);
+    c.source_of[op->results[0]] = source;
+    c.results.insert(op->results[0]);
   }
+  return c;
+}
+
+}  // namespace
+
+StatusOr<PlannedGraph> Unplan(const fb::ModuleT& planned) {
+  PlannedGraph out;
+  out.module = planned;
+  fb::ModuleT& m = out.module;
+  StatusOr<Copies> copies = ReadCopies(m);
+  if (!copies.ok()) return copies.status();
+  const auto& [source_of, copy_results, edge_input] = *copies;
   std::vector<std::unique_ptr<fb::OperationT>> ops;
   for (auto& op : m.ops) {
     if (op->kind == fb::OpKind::Redistribute) continue;
     for (uint32_t& id : op->operands) {
       if (auto it = source_of.find(id); it != source_of.end()) id = it->second;
+    }
+    for (uint32_t& id : op->results) {
+      if (auto it = edge_input.find(id); it != edge_input.end()) id = it->second;
     }
     if (!op->recipe) {
       return Status::BadInput(OpText(*op) +
@@ -142,7 +165,7 @@ StatusOr<PlannedGraph> Unplan(const fb::ModuleT& planned) {
   }
   std::vector<std::unique_ptr<fb::ValueT>> values;
   for (auto& v : m.values) {
-    if (copy_results.count(v->id)) continue;
+    if (copy_results.count(v->id) || edge_input.count(v->id)) continue;
     if (v->role == fb::ValueRole::Weight && v->ownership &&
         !read_directly.count(v->id) &&
         IsRedistributed(planned, v->id)) {
@@ -167,6 +190,7 @@ std::vector<std::pair<Region, std::string>> RegionCandidates(
     for (uint32_t r : module.ops[i]->results) producer[r] = static_cast<int>(i);
     for (uint32_t v : module.ops[i]->operands) ++uses[v];
   }
+  StatusOr<std::vector<int>> body = OpBodies(module);
   std::vector<std::pair<Region, std::string>> out;
   for (size_t c = 0; c < module.ops.size(); ++c) {
     const fb::OperationT& consumer = *module.ops[c];
@@ -185,7 +209,12 @@ std::vector<std::pair<Region, std::string>> RegionCandidates(
       const int reads = static_cast<int>(
           std::count(consumer.operands.begin(), consumer.operands.end(), v));
       const fb::ValueT* value = FindValue(module, v);
-      if (reads > 1) {
+      if (!body.ok()) {
+        why = body.status().message();
+      } else if ((*body)[it->second] != (*body)[c]) {
+        why = "one op is in a repeat's body and the other is not: nothing "
+              "fuses across the loop's boundary";
+      } else if (reads > 1) {
         why = "the consumer reads the producer's result twice";
       } else if (slot == 1 && consumer.kind != fb::OpKind::Add) {
         why = "the producer's result is the consumer's per-column or second "
@@ -631,14 +660,30 @@ void RestoreCopyIds(const fb::ModuleT& before, fb::ModuleT* after) {
            (v && v->ownership ? ir::OwnershipText(*v->ownership) : "");
   };
   std::map<std::string, const fb::OperationT*> old;
+  std::map<uint32_t, const fb::OperationT*> old_edges;  // by carried_out
   uint32_t next_value = 0;
   for (const auto& v : before.values) next_value = std::max(next_value, v->id + 1);
   for (const auto& op : before.ops) {
-    if (op->kind == fb::OpKind::Redistribute) old[key(before, *op)] = op.get();
+    if (IsLoopEdge(before, *op)) {
+      old_edges[op->results[0]] = op.get();
+    } else if (op->kind == fb::OpKind::Redistribute) {
+      old[key(before, *op)] = op.get();
+    }
   }
   std::map<uint32_t, uint32_t> value_id;  // new copy result -> its id
   std::map<uint32_t, std::string> value_name;
   for (auto& op : after->ops) {
+    if (IsLoopEdge(*after, *op)) {
+      // carried_out keeps its id; the edge's input is the new value.
+      auto it = old_edges.find(op->results[0]);
+      if (it == old_edges.end()) {
+        value_id[op->operands[0]] = next_value++;
+        continue;
+      }
+      value_id[op->operands[0]] = it->second->operands[0];
+      op->id = it->second->id;
+      continue;
+    }
     if (op->kind != fb::OpKind::Redistribute) continue;
     auto it = old.find(key(*after, *op));
     if (it == old.end()) {
@@ -665,8 +710,8 @@ void RestoreCopyIds(const fb::ModuleT& before, fb::ModuleT* after) {
     for (uint32_t& id : op->operands) {
       if (auto it = value_id.find(id); it != value_id.end()) id = it->second;
     }
+    // (A loop edge's input is the result of the body's last op.)
     for (uint32_t& id : op->results) {
-      if (op->kind != fb::OpKind::Redistribute) continue;
       if (auto it = value_id.find(id); it != value_id.end()) id = it->second;
     }
   }

@@ -11,6 +11,8 @@
 #include <string>
 
 #include "formats/ir.h"
+#include "formats/print.h"
+#include "formats/repeat.h"
 #include "passes/fuse/residual.h"
 #include "passes/import/model_builder.h"
 #include "passes/lower/hand_plan.h"
@@ -431,6 +433,125 @@ TEST(FuseEndToEndTest, TwoMlpBlocks) {
   EXPECT_FALSE(*twice);
   EXPECT_EQ(again.log.back()->decisions.back()->action, "skip");
   ExpectFusedLikeUnfused(m, "", 1);
+}
+
+
+// ---------------------------------------------------------------- repeats
+
+fb::ModuleT RolledBlocks(int layers, int64_t tokens = 64) {
+  return plan::TinyBlocks(layers, true, tokens);
+}
+
+// The repeat as it was: same count, carried values and weights, and a body
+// the rules accept.
+void ExpectRepeatKept(const fb::ModuleT& before, const fb::ModuleT& after) {
+  const Status verified = ir::VerifyModule(after);
+  ASSERT_TRUE(verified.ok()) << verified.message();
+  ASSERT_EQ(after.repeats.size(), 1u);
+  const fb::RepeatT& a = *before.repeats[0];
+  const fb::RepeatT& b = *after.repeats[0];
+  EXPECT_EQ(a.count, b.count);
+  EXPECT_EQ(a.carried_in, b.carried_in);
+  EXPECT_EQ(a.carried_out, b.carried_out);
+  EXPECT_EQ(a.weights, b.weights);
+  EXPECT_EQ(a.iteration_weights, b.iteration_weights);
+}
+
+// Inside the body regions fuse as anywhere; the body stays one repeat.
+TEST(FuseRepeatTest, FusesInsideTheBody) {
+  const fb::ModuleT planned = Planned(RolledBlocks(3));
+  Fused f = RunFuse(planned);
+  EXPECT_TRUE(f.changed);
+  ExpectRepeatKept(planned, f.module);
+  StatusOr<std::vector<ir::RepeatBody>> bodies = ir::RepeatBodies(f.module);
+  ASSERT_TRUE(bodies.ok());
+  for (size_t i = 0; i < f.module.ops.size(); ++i) {
+    if (f.module.ops[i]->kind == fb::OpKind::Fused) {
+      EXPECT_TRUE((*bodies)[0].Contains(i)) << f.module.ops[i]->name;
+    }
+  }
+}
+
+// The body's last op and an elementwise op after it are not a region.
+TEST(FuseRepeatTest, NothingFusesAcrossTheBoundary) {
+  const fb::ModuleT m = plan::WithOpAfterBody(RolledBlocks(3), fb::OpKind::Gelu);
+  bool refused = false;
+  for (const auto& [region, why] : RegionCandidates(m)) {
+    if (m.ops[region.consumer]->name != "final.gelu") continue;
+    refused = why.find("across the loop's boundary") != std::string::npos;
+  }
+  EXPECT_TRUE(refused);
+  const fb::ModuleT planned = Planned(m);
+  Fused f = RunFuse(planned);
+  ExpectRepeatKept(planned, f.module);
+  EXPECT_NE(OpOfKind(f.module, fb::OpKind::Gelu), nullptr);
+}
+
+std::string OwnershipOf(const fb::ModuleT& m, uint32_t id) {
+  for (const auto& v : m.values) {
+    if (v->id == id && v->ownership) return ir::OwnershipText(*v->ownership);
+  }
+  return "none";
+}
+
+// A plan with a loop edge (the residual add owned otherwise than the
+// block's input). Fused on the consumers' owners the add stays so: the edge
+// stays the body's last op, with its id; fused freely, the region takes the
+// input's owners and the plan needs no edge. Either way the next iteration
+// finds carried_out as iteration 0 found carried_in.
+TEST(FuseRepeatTest, KeepsOrDropsTheLoopEdge) {
+  const fb::ModuleT planned =
+      Planned(RolledBlocks(3, 16), "op 6: elementwise blocked(2x8)\n");
+  const fb::RepeatT& r = *planned.repeats[0];
+  const fb::OperationT* edge = nullptr;
+  for (const auto& op : planned.ops) {
+    if (op->kind == fb::OpKind::Redistribute &&
+        op->results[0] == r.carried_out) {
+      edge = op.get();
+    }
+  }
+  ASSERT_NE(edge, nullptr);
+  StatusOr<PlannedGraph> pg = Unplan(planned);
+  ASSERT_TRUE(pg.ok()) << pg.status().message();
+  EXPECT_TRUE(ir::VerifyModule(pg->module).ok());
+
+  FuseOptions consumer_owners;
+  consumer_owners.producer_owners = false;
+  consumer_owners.proposals = false;
+  Fused kept = RunFuse(planned, consumer_owners);
+  EXPECT_TRUE(kept.changed);
+  ExpectRepeatKept(planned, kept.module);
+  StatusOr<std::vector<ir::RepeatBody>> bodies = ir::RepeatBodies(kept.module);
+  ASSERT_TRUE(bodies.ok());
+  const fb::OperationT& last = *kept.module.ops[(*bodies)[0].end - 1];
+  EXPECT_EQ(last.kind, fb::OpKind::Redistribute);
+  EXPECT_EQ(last.id, edge->id);
+
+  Fused free = RunFuse(planned);
+  ExpectRepeatKept(planned, free.module);
+  for (const fb::ModuleT* m : {&kept.module, &free.module}) {
+    EXPECT_EQ(OwnershipOf(*m, r.carried_out), OwnershipOf(*m, r.carried_in));
+  }
+}
+
+// fuse-residual: the body's last residual add and a LayerNorm after the
+// body are not fused (the moments would leave the body); written out, the
+// same site is decided by cost.
+TEST(FuseRepeatTest, ResidualStaysInsideTheBody) {
+  const fb::ModuleT planned =
+      Planned(plan::WithOpAfterBody(RolledBlocks(2), fb::OpKind::LayerNorm));
+  fb::ModuleT m = planned;
+  StatusOr<bool> ran = FuseResidualPass().Run(&m);
+  ASSERT_TRUE(ran.ok()) << ran.status().message();
+  EXPECT_FALSE(*ran);
+  ExpectRepeatKept(planned, m);
+  EXPECT_EQ(Count(m, fb::OpKind::Normalize), 0);
+  bool boundary = false;
+  for (const auto& d : m.log.back()->decisions) {
+    boundary |= d->reason.find("across the loop's boundary") !=
+                std::string::npos;
+  }
+  EXPECT_TRUE(boundary);
 }
 
 }  // namespace

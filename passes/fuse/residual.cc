@@ -8,6 +8,7 @@
 
 #include "formats/print.h"
 #include "kernels/cost.h"
+#include "passes/fuse/boundary.h"
 #include "passes/lower/lowering.h"
 #include "passes/lower/program.h"
 
@@ -35,6 +36,17 @@ struct Site {
   int add = -1;
   std::vector<int> copies;
   int layernorm = -1;
+
+  // Whether all its ops are in one repeat's body or all outside: the
+  // moments are a second result of the add, and a body's last add feeding
+  // a LayerNorm after it (or a LayerNorm of the next iteration) would carry
+  // them across the loop's boundary.
+  bool WithinOneRegion(const std::vector<int>& body) const {
+    for (int copy : copies) {
+      if (body[copy] != body[add]) return false;
+    }
+    return body[layernorm] == body[add];
+  }
 };
 
 std::vector<Site> Sites(const fb::ModuleT& m) {
@@ -159,10 +171,21 @@ StatusOr<bool> FuseResidualPass::Transform(fb::ModuleT* module,
   }
   bool changed = false;
   // Sites are decided in program order on the module as fused so far
-  // (fusing keeps every op at its index).
+  // (fusing keeps every op at its index, and so every body's range).
   const std::vector<Site> sites = Sites(*module);
+  StatusOr<std::vector<int>> body = OpBodies(*module);
+  if (!body.ok()) return body.status();
   for (const Site& site : sites) {
     const fb::OperationT& add = *module->ops[site.add];
+    if (!site.WithinOneRegion(*body)) {
+      log->Reject({add.id, module->ops[site.layernorm]->id}, "keep separate",
+                  OpText(add) + " and LayerNorm " +
+                      OpText(*module->ops[site.layernorm]) +
+                      ": one is in a repeat's body and the other is not; "
+                      "nothing fuses across the loop's boundary",
+                  Numbers{});
+      continue;
+    }
     if (!EndsInResidualAdd(add)) {
       log->Reject({add.id, module->ops[site.layernorm]->id}, "keep separate",
                   OpText(add) + " already computes another LayerNorm's "

@@ -6,6 +6,8 @@
 #include "formats/print.h"
 #include "passes/lower/emit_device.h"
 #include "passes/lower/hand_plan.h"
+#include "passes/plan/planner.h"
+#include "passes/plan/test_modules.h"
 
 namespace tilec::lower {
 namespace {
@@ -156,6 +158,32 @@ TEST(ExpandReduceTest, MemoryPressureStagesRemotePartials) {
                   m, sim::Tolerance{2e-2, 1e-2, 0.9999}, &check)
                   .ok());
   EXPECT_TRUE(check.pass) << check.message;
+}
+
+
+// A rolled graph (docs/repeat.md): the body's reductions are recorded like
+// any others, and the repeat, its loop edge included, stays valid.
+TEST(ExpandReduceTest, KeepsARepeatValid) {
+  fb::ModuleT m = plan::TinyBlocks(3, true);
+  plan::PlannerOptions po;
+  po.attempts = 0;
+  po.recipe_text =
+      "op 4: gemm m=2 k=2 n=4 staging=complete\n"
+      "op 6: elementwise blocked(2x8)\n";
+  po.recipe_name = "test.recipe";
+  ASSERT_TRUE(plan::PlanOwnershipPass(po).Run(&m).ok());
+  const fb::RepeatT before = *m.repeats[0];
+  ASSERT_TRUE(ExpandReducePass().Run(&m).ok());
+  const Status verified = ir::VerifyModule(m);
+  ASSERT_TRUE(verified.ok()) << verified.message();
+  ASSERT_EQ(m.repeats.size(), 1u);
+  EXPECT_EQ(m.repeats[0]->carried_out, before.carried_out);
+  EXPECT_EQ(m.repeats[0]->count, 3u);
+  const fb::OperationT* down = testing::FindOp(&m, "l0.mlp.down");
+  ASSERT_NE(down->reduction, nullptr);
+  EXPECT_EQ(down->reduction->partials, 2);
+  EXPECT_EQ(m.ops.back()->kind, fb::OpKind::Redistribute);  // the loop edge
+  EXPECT_EQ(m.ops.back()->results[0], before.carried_out);
 }
 
 }  // namespace

@@ -85,7 +85,8 @@ class Coster {
   passes::GemmGrid Grid(const Graph& graph, int op, const Recipe& recipe) const;
 
   // Element bytes a value occupies in memory under the pricing options
-  // (weights read only as GEMM right operands are resident in gemm_dtype).
+  // (weights read only as GEMM right operands are resident in gemm_dtype;
+  // a repeat's twins as their body weight).
   int StoredBytes(const Graph& graph, int value) const;
   // The K granule of the GEMM kernel for `dtype`: the divisor of K in its
   // formula (32 for FP8, 16 for F16 on ipu21).

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "formats/print.h"
+#include "formats/repeat.h"
 #include "passes/core/attention_plan.h"
 #include "passes/core/ownership.h"
 
@@ -212,6 +213,17 @@ Status CheckHostResultsRead(const std::vector<OpNode>& ops,
   return Status::Ok();
 }
 
+// A repeat's line for the fingerprint and Difference.
+std::string RepeatLine(const fb::RepeatT& r) {
+  std::string line = "repeat x" + std::to_string(r.count) + " %" +
+                     std::to_string(r.carried_in) + " -> %" +
+                     std::to_string(r.carried_out) + " weights";
+  for (uint32_t id : r.weights) line += " %" + std::to_string(id);
+  line += " twins";
+  for (uint32_t id : r.iteration_weights) line += " %" + std::to_string(id);
+  return line;
+}
+
 std::string TargetLine(const fb::TargetT& t) {
   return "target " + t.name + " tiles " + std::to_string(t.tiles) + " sram " +
          std::to_string(t.sram_bytes) + " reserved " +
@@ -257,11 +269,44 @@ StatusOr<Graph> Graph::Build(const fb::ModuleT& module) {
     g.ops_.push_back(std::move(node));
   }
   TILEC_RETURN_IF_ERROR(CheckHostResultsRead(g.ops_, g.values_));
+  TILEC_RETURN_IF_ERROR(g.AddRepeats(module, value_index));
   if (module.target) g.lines_.push_back(TargetLine(*module.target));
   uint64_t hash = Fnv1a64("tilec plan graph");
   for (const std::string& line : g.lines_) hash = Fnv1a64(line + "\n", hash);
   g.fingerprint_ = hash;
   return g;
+}
+
+Status Graph::AddRepeats(const fb::ModuleT& module,
+                         const std::map<uint32_t, int>& value_index) {
+  op_repeat_.assign(ops_.size(), -1);
+  twin_of_.assign(values_.size(), -1);
+  copies_.assign(values_.size(), 1);
+  StatusOr<std::vector<ir::RepeatBody>> bodies = ir::RepeatBodies(module);
+  if (!bodies.ok()) return bodies.status();
+  for (const ir::RepeatBody& body : *bodies) {
+    const fb::RepeatT& r = *body.repeat;
+    RepeatNode node;
+    node.begin = static_cast<int>(body.begin);
+    node.end = static_cast<int>(body.end);
+    node.count = static_cast<int>(r.count);
+    node.carried_in = value_index.at(r.carried_in);
+    node.carried_out = value_index.at(r.carried_out);
+    for (uint32_t id : r.weights) {
+      node.weights.push_back(value_index.at(id));
+      copies_[node.weights.back()] = node.count;
+    }
+    for (size_t k = 0; k < r.iteration_weights.size(); ++k) {
+      twin_of_[value_index.at(r.iteration_weights[k])] =
+          node.weights[k % node.weights.size()];
+    }
+    for (int op = node.begin; op < node.end; ++op) {
+      op_repeat_[op] = static_cast<int>(repeats_.size());
+    }
+    repeats_.push_back(std::move(node));
+    lines_.push_back(RepeatLine(r));
+  }
+  return Status::Ok();
 }
 
 int Graph::OpIndex(uint32_t id) const {

@@ -8,6 +8,7 @@
 #define TILEC_PASSES_PLAN_GRAPH_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -74,9 +75,19 @@ struct OpNode {
   int staged = 0;
 };
 
+// A repeat of the module (Module.repeats, docs/repeat.md) in graph indices:
+// its body is ops [begin, end), run `count` times.
+struct RepeatNode {
+  int begin = 0, end = 0;
+  int count = 1;
+  int carried_in = -1, carried_out = -1;  // value indices
+  std::vector<int> weights;               // body weights, value indices
+};
+
 class Graph {
  public:
-  // Builds the view. Ops the planner has no recipe for (attention, moments,
+  // Builds the view (the module's repeats must satisfy ir::VerifyRepeats,
+  // which every reader checks). Ops the planner has no recipe for (attention, moments,
   // normalize) or shapes outside the conventions give an Infeasible status
   // naming the op (exit 3): the input is valid IR, it just cannot be planned.
   static StatusOr<Graph> Build(const fb::ModuleT& module);
@@ -95,6 +106,20 @@ class Graph {
   // "op 1 (l0.mlp.up)".
   std::string OpLabel(int op) const;
 
+  // Repeats: the body is planned once and runs `count` times.
+  const std::vector<RepeatNode>& repeats() const { return repeats_; }
+  // The repeat whose body holds op `op`, or -1.
+  int RepeatOf(int op) const { return op_repeat_[op]; }
+  // How often op `op` runs in the program: its repeat's count, else 1.
+  int Runs(int op) const {
+    return op_repeat_[op] < 0 ? 1 : repeats_[op_repeat_[op]].count;
+  }
+  // The body weight a twin (a weight of an iteration > 0) stands for, or -1.
+  int TwinOf(int value) const { return twin_of_[value]; }
+  // The weights held in memory for `value`: its repeat's count for a body
+  // weight (itself and its twins), else 1.
+  int Copies(int value) const { return copies_[value]; }
+
   // A stable fingerprint of the graph and the target (FNV-1a of their text),
   // to check that a checkpoint belongs to its input.
   uint64_t Fingerprint() const { return fingerprint_; }
@@ -102,8 +127,16 @@ class Graph {
   std::string Difference(const Graph& other) const;
 
  private:
+  // The module's repeats in indices, after the ops and values.
+  Status AddRepeats(const fb::ModuleT& module,
+                    const std::map<uint32_t, int>& value_index);
+
   std::vector<ValueNode> values_;
   std::vector<OpNode> ops_;
+  std::vector<RepeatNode> repeats_;
+  std::vector<int> op_repeat_;  // by op: its repeat, -1 outside bodies
+  std::vector<int> twin_of_;    // by value: the body weight, -1 if no twin
+  std::vector<int> copies_;     // by value
   uint64_t fingerprint_ = 0;
   std::vector<std::string> lines_;  // one per value and op, for Difference
 };

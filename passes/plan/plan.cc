@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "formats/print.h"
 
@@ -21,6 +22,18 @@ std::string Evaluation::Diagnosis() const {
   for (size_t i = 0; i < peak_items.size() && i < 4; ++i) {
     s += (i ? ", " : " ") + peak_items[i].what + " " +
          std::to_string(peak_items[i].bytes) + " B";
+  }
+  // Twins are many small buffers: their sum says what the repeat costs.
+  int twins = 0;
+  int64_t twin_bytes = 0;
+  for (const MemoryItem& item : peak_items) {
+    if (item.what.find(", twin of %") == std::string::npos) continue;
+    ++twins;
+    twin_bytes += item.bytes;
+  }
+  if (twins > 0) {
+    s += "; " + std::to_string(twins) + " twins (later iterations' weights) " +
+         std::to_string(twin_bytes) + " B";
   }
   s += "; total " + std::to_string(peak_bytes) + " B vs capacity " +
        std::to_string(capacity) + " B";
@@ -75,57 +88,153 @@ void AssignOwnerships(const Graph& graph, const Coster& coster,
       break;
     }
   }
+  // A twin is held as its body weight is, home or compute layout.
+  for (int v = 0; v < graph.num_values(); ++v) {
+    const int weight = graph.TwinOf(v);
+    if (weight < 0 || !e->owned[weight]) continue;
+    e->owners[v] = e->owners[weight];
+    e->owned[v] = true;
+  }
 }
 
-// Redistributions for operands in the wrong ownership, and op prices. One
-// redistribution per (value, target ownership) serves every later use.
+// The loop edge of the repeat whose carried_out is `v`, if op `op` (after
+// that body) reads the moved value: its index in redistributions, or -1.
+int LoopEdgeFor(const Graph& graph, const Evaluation& e, int v, int op) {
+  for (size_t k = 0; k < e.loop_edges.size(); ++k) {
+    const RepeatNode& r = graph.repeats()[k];
+    if (e.loop_edges[k] >= 0 && r.carried_out == v && op >= r.end) {
+      return e.loop_edges[k];
+    }
+  }
+  return -1;
+}
+
+// The ownership op `op` finds value `v` in.
+const fb::OwnershipT& ReadOwner(const Graph& graph, const Evaluation& e, int v,
+                                int op) {
+  const int edge = LoopEdgeFor(graph, e, v, op);
+  return edge < 0 ? e.owners[v] : e.redistributions[edge].to;
+}
+
+// Iteration i+1 reads carried_out where iteration 0 read carried_in: if
+// their ownerships differ, carried_out moves to carried_in's at the end of
+// the body, every iteration.
+Status AddLoopEdge(const Graph& graph, const Coster& coster, int k,
+                   Evaluation* e) {
+  const RepeatNode& r = graph.repeats()[k];
+  if (!e->owned[r.carried_in] || !e->owned[r.carried_out]) return Status::Ok();
+  const ValueNode& out = graph.value(r.carried_out);
+  const fb::OwnershipT& want = e->owners[r.carried_in];
+  if (coster.SamePlacement(out.shape, e->owners[r.carried_out], want)) {
+    return Status::Ok();
+  }
+  Redistribution red;
+  red.value = r.carried_out;
+  red.to = want;
+  red.before_op = r.end;
+  red.runs = r.count;
+  red.loop_edge = true;
+  StatusOr<passes::TransferCost> moved =
+      coster.Redistribution(out.shape, coster.StoredBytes(graph, r.carried_out),
+                            e->owners[r.carried_out], want);
+  if (!moved.ok()) return moved.status();
+  red.cost = *moved;
+  e->total_cycles += red.runs * red.Cycles();
+  e->repeat_cycles[k] += red.Cycles();
+  e->loop_edges[k] = static_cast<int>(e->redistributions.size());
+  e->redistributions.push_back(std::move(red));
+  return Status::Ok();
+}
+
+// Adds the loop edges of the repeats whose body ends just before op `op`.
+Status AddLoopEdgesBefore(const Graph& graph, const Coster& coster, int op,
+                          Evaluation* e) {
+  for (size_t k = 0; k < graph.repeats().size(); ++k) {
+    if (graph.repeats()[k].end != op) continue;
+    TILEC_RETURN_IF_ERROR(
+        AddLoopEdge(graph, coster, static_cast<int>(k), e));
+  }
+  return Status::Ok();
+}
+
+// Redistributions by (value, target ownership, repeat of the ops they
+// serve, -1 outside bodies). One inside a body serves only that body (it
+// runs every iteration); one before a body also serves the body's reads of
+// loop-invariant values.
+class RedistributionIndex {
+ public:
+  int Find(const Graph& graph, int v, const std::string& to, int op) const {
+    const int region = graph.RepeatOf(op);
+    auto it = index_.find({v, to, region});
+    if (it != index_.end()) return it->second;
+    if (region < 0 || graph.repeats()[region].carried_in == v) return -1;
+    it = index_.find({v, to, -1});
+    return it == index_.end() ? -1 : it->second;
+  }
+  void Add(const Graph& graph, int v, const std::string& to, int op, int i) {
+    index_[{v, to, graph.RepeatOf(op)}] = i;
+  }
+
+ private:
+  std::map<std::tuple<int, std::string, int>, int> index_;
+};
+
+// Redistributions for operands in the wrong ownership, and op prices, each
+// counted as often as it runs; loop edges where a body ends.
 Status PriceOpsAndRedistributions(const Graph& graph, const Coster& coster,
                                   const Plan& plan, int last, Evaluation* e) {
-  std::map<std::pair<int, std::string>, int> redistribution_index;
+  RedistributionIndex index;
   for (int op = 0; op <= last; ++op) {
+    TILEC_RETURN_IF_ERROR(AddLoopEdgesBefore(graph, coster, op, e));
     const OpNode& node = graph.op(op);
     const Recipe& r = plan.recipes[op];
+    const int region = graph.RepeatOf(op);
+    const int runs = graph.Runs(op);
     const fb::OwnershipT* source = nullptr;
     if (node.op_class == OpClass::kGemm || node.op_class == OpClass::kCopy) {
-      source = &e->owners[node.operands[0]];
+      source = &ReadOwner(graph, *e, node.operands[0], op);
     } else if (node.op_class == OpClass::kAttention) {
-      source = &e->owners[node.operands[node.staged]];
+      source = &ReadOwner(graph, *e, node.operands[node.staged], op);
     }
     for (size_t slot = 0; slot < node.operands.size(); ++slot) {
       const int v = node.operands[slot];
+      const std::pair<int, int> use = {op, static_cast<int>(slot)};
+      const fb::OwnershipT& have = ReadOwner(graph, *e, v, op);
       const std::optional<fb::OwnershipT> need =
           coster.Required(graph, op, r, static_cast<int>(slot));
-      if (!need ||
-          coster.SamePlacement(graph.value(v).shape, e->owners[v], *need)) {
+      if (!need || coster.SamePlacement(graph.value(v).shape, have, *need)) {
+        const int edge = LoopEdgeFor(graph, *e, v, op);
+        if (edge >= 0) e->redistributions[edge].uses.push_back(use);
         continue;
       }
       const ValueNode& value = graph.value(v);
-      const auto key = std::make_pair(v, passes::FormatOwnership(*need));
-      auto it = redistribution_index.find(key);
-      if (it == redistribution_index.end()) {
+      const std::string to = passes::FormatOwnership(*need);
+      int i = index.Find(graph, v, to, op);
+      if (i < 0) {
         Redistribution red;
         red.value = v;
         red.to = *need;
         red.before_op = op;
+        red.runs = runs;
         StatusOr<passes::TransferCost> moved = coster.Redistribution(
-            value.shape, coster.StoredBytes(graph, v), e->owners[v], *need);
+            value.shape, coster.StoredBytes(graph, v), have, *need);
         if (!moved.ok()) return moved.status();
         red.cost = *moved;
-        e->total_cycles += red.Cycles();
-        it = redistribution_index
-                 .emplace(key, static_cast<int>(e->redistributions.size()))
-                 .first;
+        e->total_cycles += runs * red.Cycles();
+        if (region >= 0) e->repeat_cycles[region] += red.Cycles();
+        i = static_cast<int>(e->redistributions.size());
+        index.Add(graph, v, to, op, i);
         e->redistributions.push_back(std::move(red));
       }
-      e->redistributions[it->second].uses.push_back(
-          {op, static_cast<int>(slot)});
+      e->redistributions[i].uses.push_back(use);
     }
     StatusOr<OpCost> cost = coster.PriceOp(graph, op, r, source);
     if (!cost.ok()) return cost.status();
     e->ops[op] = *cost;
-    e->total_cycles += cost->Cycles();
+    e->total_cycles += runs * cost->Cycles();
+    if (region >= 0) e->repeat_cycles[region] += cost->Cycles();
   }
-  return Status::Ok();
+  return AddLoopEdgesBefore(graph, coster, last + 1, e);
 }
 
 // Program order: each op preceded by its redistributions.
@@ -151,6 +260,8 @@ ProgramSteps OrderSteps(int num_ops, const Evaluation& e) {
     }
     s.op_step[op] = step++;
   }
+  // Loop edges of a body that ends the program.
+  while (next < e.redistributions.size()) s.redistribution_step[next++] = step++;
   s.steps = num_ops + static_cast<int>(e.redistributions.size());
   s.step_op.assign(s.steps, -1);
   s.step_redistribution.assign(s.steps, -1);
@@ -168,7 +279,88 @@ struct Live {
   std::string what;
 };
 
-// Every owned value's buffer, then every redistribution's.
+// The last step of repeat k's body (its loop edge, if any).
+int BodyLastStep(const Graph& graph, const Evaluation& e,
+                 const ProgramSteps& s, int k) {
+  const int edge = e.loop_edges[k];
+  return edge >= 0 ? s.redistribution_step[edge]
+                   : s.op_step[graph.repeats()[k].end - 1];
+}
+
+// A buffer made outside repeat k's body and read in it is read by every
+// iteration: live to the body's end.
+int ReadInBodies(const Graph& graph, const Evaluation& e, const ProgramSteps& s,
+                 int made_in, int use_op, int end) {
+  const int k = graph.RepeatOf(use_op);
+  if (k < 0 || k == made_in) return end;
+  return std::max(end, BodyLastStep(graph, e, s, k));
+}
+
+// The interval of value v's own buffer.
+void ValueInterval(const Graph& graph, const Evaluation& e,
+                   const ProgramSteps& s,
+                   const std::map<std::pair<int, int>, int>& served, int v,
+                   Live* l) {
+  const ValueNode& value = graph.value(v);
+  // The host writes inputs and its own ops' results before step 0.
+  const bool from_host = value.producer < 0 ||
+                         graph.op(value.producer).op_class == OpClass::kHost;
+  l->begin = from_host ? 0 : s.op_step[value.producer];
+  l->end = l->begin;
+  int made_in = from_host ? -1 : graph.RepeatOf(value.producer);
+  for (size_t k = 0; k < graph.repeats().size(); ++k) {
+    // Iterations i > 0 read carried_out instead: the body's own value.
+    if (graph.repeats()[k].carried_in == v) made_in = static_cast<int>(k);
+  }
+  for (const auto& use : value.uses) {
+    if (LoopEdgeFor(graph, e, v, use.first) >= 0) continue;  // the edge's
+    auto it = served.find(use);
+    const int step = it == served.end() ? s.op_step[use.first]
+                                        : s.redistribution_step[it->second];
+    l->end = ReadInBodies(graph, e, s, made_in, use.first,
+                          std::max(l->end, step));
+  }
+  if (value.role == fb::ValueRole::Weight) {
+    l->begin = 0;
+    l->end = s.steps - 1;
+  } else if (value.role == fb::ValueRole::Output) {
+    l->end = s.steps - 1;
+  }
+  for (size_t i = 0; i < e.redistributions.size(); ++i) {
+    const Redistribution& red = e.redistributions[i];
+    if (red.value != v || !red.loop_edge) continue;
+    // The edge moves it out of this buffer at the body's end, every
+    // iteration; what is read after the body is the edge's.
+    l->end = s.redistribution_step[i];
+  }
+}
+
+// The interval of redistribution i's buffer.
+void RedistributionInterval(const Graph& graph, const Evaluation& e,
+                            const ProgramSteps& s, int i, Live* l) {
+  const Redistribution& red = e.redistributions[i];
+  l->begin = l->end = s.redistribution_step[i];
+  const int made_in = red.loop_edge || red.before_op >= graph.num_ops()
+                          ? -1
+                          : graph.RepeatOf(red.before_op);
+  for (const auto& use : red.uses) {
+    l->end = ReadInBodies(graph, e, s, made_in, use.first,
+                          std::max(l->end, s.op_step[use.first]));
+  }
+  if (!red.loop_edge) return;
+  // After the body the edge's buffer is carried_out: read by the later
+  // redistributions of it, and by the host if it is an output.
+  for (size_t j = i + 1; j < e.redistributions.size(); ++j) {
+    if (e.redistributions[j].value == red.value) {
+      l->end = std::max(l->end, s.redistribution_step[j]);
+    }
+  }
+  if (graph.value(red.value).role == fb::ValueRole::Output) {
+    l->end = s.steps - 1;
+  }
+}
+
+// Every owned value's buffer (twins included), then every redistribution's.
 std::vector<Live> LiveBuffers(const Graph& graph, const Coster& coster,
                               const Plan& plan, const Evaluation& e,
                               const ProgramSteps& s) {
@@ -187,24 +379,14 @@ std::vector<Live> LiveBuffers(const Graph& graph, const Coster& coster,
     l.bytes = coster.BytesPerTile(value.shape, coster.StoredBytes(graph, v),
                                   e.owners[v]);
     l.what = ValueLabel(value);
-    // The host writes inputs and its own ops' results before step 0.
-    const bool from_host =
-        value.producer < 0 ||
-        graph.op(value.producer).op_class == OpClass::kHost;
-    l.begin = from_host ? 0 : s.op_step[value.producer];
-    l.end = l.begin;
-    for (const auto& use : value.uses) {
-      auto it = served.find(use);
-      const int step = it == served.end() ? s.op_step[use.first]
-                                          : s.redistribution_step[it->second];
-      l.end = std::max(l.end, step);
-    }
+    ValueInterval(graph, e, s, served, v, &l);
     if (value.role == fb::ValueRole::Weight) {
-      l.begin = 0;
-      l.end = s.steps - 1;
-      l.what += plan.Home(v) ? " (home)" : " (resident)";
-    } else if (value.role == fb::ValueRole::Output) {
-      l.end = s.steps - 1;
+      const int twin_of = graph.TwinOf(v);
+      const int weight = twin_of < 0 ? v : twin_of;
+      l.what += plan.Home(weight) ? " (home" : " (resident";
+      l.what += twin_of < 0 ? ")"
+                            : ", twin of %" +
+                                  std::to_string(graph.value(twin_of).id) + ")";
     }
     live.push_back(std::move(l));
   }
@@ -215,9 +397,7 @@ std::vector<Live> LiveBuffers(const Graph& graph, const Coster& coster,
     l.bytes = coster.BytesPerTile(value.shape,
                                   coster.StoredBytes(graph, red.value), red.to);
     l.what = ValueLabel(value) + " as " + passes::FormatOwnership(red.to);
-    l.begin = l.end = s.redistribution_step[i];
-    for (const auto& use : red.uses)
-      l.end = std::max(l.end, s.op_step[use.first]);
+    RedistributionInterval(graph, e, s, static_cast<int>(i), &l);
     live.push_back(std::move(l));
   }
   return live;
@@ -276,9 +456,13 @@ void ExplainPeak(const Graph& graph, const std::vector<Live>& live,
   } else {
     const Redistribution& red =
         e->redistributions[s.step_redistribution[peak_step]];
-    e->peak_where = "the redistribution of " +
-                    ValueLabel(graph.value(red.value)) + " before " +
-                    graph.OpLabel(red.before_op);
+    e->peak_where = red.loop_edge
+                        ? "the loop edge redistribution of " +
+                              ValueLabel(graph.value(red.value)) +
+                              " at the end of its repeat's body"
+                        : "the redistribution of " +
+                              ValueLabel(graph.value(red.value)) + " before " +
+                              graph.OpLabel(red.before_op);
   }
   for (const Live& l : live) {
     if (peak_step < l.begin || peak_step > l.end || (*l.bytes)[t] == 0) {
@@ -303,6 +487,8 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
   e.owned.assign(graph.num_values(), false);
   e.ops.resize(num_ops);
   e.capacity = coster.capacity();
+  e.repeat_cycles.assign(graph.repeats().size(), 0);
+  e.loop_edges.assign(graph.repeats().size(), -1);
 
   AssignOwnerships(graph, coster, plan, last, &e);
   TILEC_RETURN_IF_ERROR(
@@ -318,6 +504,148 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
   return e;
 }
 
+namespace {
+
+// Writes plan-ownership's ops into a module: Redistribute ops with new ids
+// (above every existing one) and the planned ops, in program order.
+class PlanWriter {
+ public:
+  PlanWriter(const Graph& graph, const Plan& plan, const Evaluation& e,
+             const std::string& gemm_note, fb::ModuleT* module)
+      : graph_(graph), plan_(plan), e_(e), note_(gemm_note), module_(*module) {
+    for (const auto& op : module_.ops) next_op_ = std::max(next_op_, op->id + 1);
+    for (const auto& v : module_.values) {
+      next_value_ = std::max(next_value_, v->id + 1);
+    }
+  }
+
+  std::vector<uint32_t> Write() {
+    for (int v = 0; v < graph_.num_values(); ++v) {
+      fb::ValueT& value = *module_.values[v];
+      value.ownership.reset();
+      if (e_.owned[v]) {
+        value.ownership = std::make_unique<fb::OwnershipT>(e_.owners[v]);
+      }
+    }
+    size_t next = 0;
+    auto redistributions_before = [&](int op) {
+      for (; next < e_.redistributions.size() &&
+             e_.redistributions[next].before_op == op;
+           ++next) {
+        if (e_.redistributions[next].loop_edge) {
+          AddLoopEdge(static_cast<int>(next));
+        } else {
+          AddRedistribution(static_cast<int>(next));
+        }
+      }
+    };
+    for (int op = 0; op < graph_.num_ops(); ++op) {
+      redistributions_before(op);
+      AddOp(op);
+    }
+    redistributions_before(graph_.num_ops());
+    module_.ops = std::move(ops_);
+    return inserted_;
+  }
+
+ private:
+  // A Redistribute op of value `operand` to red.to writing `result`.
+  void AddCopy(int i, const std::string& name, uint32_t operand,
+               uint32_t result) {
+    const Redistribution& red = e_.redistributions[i];
+    auto copy = std::make_unique<fb::OperationT>();
+    copy->id = next_op_++;
+    copy->kind = fb::OpKind::Redistribute;
+    copy->name = name;
+    copy->operands = {operand};
+    copy->results = {result};
+    copy->recipe = std::make_unique<fb::RecipeT>();
+    copy->recipe->kind = fb::RecipeKind::Copy;
+    copy->recipe->layout = std::make_unique<fb::OwnershipT>(red.to);
+    copy->estimate = std::make_unique<fb::EstimateT>();
+    copy->estimate->compute_cycles = red.cost.local_copy_cycles;
+    copy->estimate->exchange_cycles = red.cost.phase_cycles;
+    copy->estimate->cycles = red.Cycles();
+    copy->estimate->exchange_phases = red.cost.transfers > 0 ? 1 : 0;
+    copy->estimate->exchange_bytes = red.cost.bytes_received;
+    if (e_.memory_checked) {
+      copy->estimate->peak_bytes = e_.redistribution_peak[i];
+    }
+    inserted_.push_back(copy->id);
+    ops_.push_back(std::move(copy));
+  }
+
+  // A new value like `like` (shape, dtype, scale), owned `ownership`.
+  uint32_t AddValue(const fb::ValueT& like, const std::string& name,
+                    const fb::OwnershipT& ownership) {
+    auto value = std::make_unique<fb::ValueT>();
+    value->id = next_value_++;
+    value->name = name;
+    value->shape = like.shape;
+    value->dtype = like.dtype;
+    value->fp8_scale_exp = like.fp8_scale_exp;
+    value->role = fb::ValueRole::Activation;
+    value->ownership = std::make_unique<fb::OwnershipT>(ownership);
+    module_.values.push_back(std::move(value));
+    return module_.values.back()->id;
+  }
+
+  void AddRedistribution(int i) {
+    const Redistribution& red = e_.redistributions[i];
+    const fb::ValueT& source = *module_.values[red.value];
+    const std::string name = graph_.op(red.before_op).name + ".redistribute." +
+                             std::to_string(red.uses[0].second);
+    const uint32_t id = AddValue(source, name + ".out", red.to);
+    for (const auto& use : red.uses) rewired_[use] = id;
+    AddCopy(i, name, source.id, id);
+  }
+
+  // The body's last op (just written) writes a new value, which the edge
+  // moves into carried_out: carried_out keeps its id, role and readers.
+  void AddLoopEdge(int i) {
+    const Redistribution& red = e_.redistributions[i];
+    fb::ValueT& carried = *module_.values[red.value];
+    const std::string name = carried.name + ".loop_edge";
+    const uint32_t moved = AddValue(carried, name + ".in", e_.owners[red.value]);
+    ops_.back()->results[0] = moved;
+    carried.ownership = std::make_unique<fb::OwnershipT>(red.to);
+    AddCopy(i, name, moved, carried.id);
+  }
+
+  void AddOp(int op) {
+    std::unique_ptr<fb::OperationT> o = std::move(module_.ops[op]);
+    for (size_t slot = 0; slot < o->operands.size(); ++slot) {
+      auto it = rewired_.find({op, static_cast<int>(slot)});
+      if (it != rewired_.end()) o->operands[slot] = it->second;
+    }
+    o->recipe = std::make_unique<fb::RecipeT>(
+        RecipeToFb(plan_.recipes[op], graph_, op));
+    if (o->recipe->kind == fb::RecipeKind::Gemm) o->recipe->note = note_;
+    o->estimate = std::make_unique<fb::EstimateT>();
+    const OpCost& c = e_.ops[op];
+    o->estimate->compute_cycles = c.compute;
+    o->estimate->exchange_cycles = c.exchange;
+    o->estimate->cycles = c.Cycles();
+    o->estimate->exchange_phases = c.phases;
+    o->estimate->exchange_bytes = c.exchange_bytes;
+    if (e_.memory_checked) o->estimate->peak_bytes = e_.op_peak[op];
+    ops_.push_back(std::move(o));
+  }
+
+  const Graph& graph_;
+  const Plan& plan_;
+  const Evaluation& e_;
+  const std::string& note_;
+  fb::ModuleT& module_;
+  uint32_t next_op_ = 0, next_value_ = 0;
+  std::vector<std::unique_ptr<fb::OperationT>> ops_;
+  std::vector<uint32_t> inserted_;
+  // Operand rewiring: (op, slot) -> new value id.
+  std::map<std::pair<int, int>, uint32_t> rewired_;
+};
+
+}  // namespace
+
 StatusOr<std::vector<uint32_t>> WritePlan(const Graph& graph,
                                           const Coster& coster,
                                           const Plan& plan, const Evaluation& e,
@@ -327,84 +655,8 @@ StatusOr<std::vector<uint32_t>> WritePlan(const Graph& graph,
       static_cast<int>(module->values.size()) != graph.num_values()) {
     return Status::Internal("WritePlan: the module is not the planned graph");
   }
-  uint32_t next_op_id = 0, next_value_id = 0;
-  for (const auto& op : module->ops)
-    next_op_id = std::max(next_op_id, op->id + 1);
-  for (const auto& v : module->values) {
-    next_value_id = std::max(next_value_id, v->id + 1);
-  }
-  for (int v = 0; v < graph.num_values(); ++v) {
-    fb::ValueT& value = *module->values[v];
-    value.ownership.reset();
-    if (e.owned[v])
-      value.ownership = std::make_unique<fb::OwnershipT>(e.owners[v]);
-  }
-  std::vector<std::unique_ptr<fb::OperationT>> ops;
-  std::vector<uint32_t> inserted;
-  size_t next = 0;
-  // Operand rewiring: (op, slot) -> new value id.
-  std::map<std::pair<int, int>, uint32_t> rewired;
-  for (int op = 0; op < graph.num_ops(); ++op) {
-    while (next < e.redistributions.size() &&
-           e.redistributions[next].before_op == op) {
-      const Redistribution& red = e.redistributions[next];
-      const ValueNode& source = graph.value(red.value);
-      const OpNode& first = graph.op(red.before_op);
-      const std::string name =
-          first.name + ".redistribute." + std::to_string(red.uses[0].second);
-      auto value = std::make_unique<fb::ValueT>();
-      value->id = next_value_id++;
-      value->name = name + ".out";
-      value->shape = source.shape;
-      value->dtype = source.dtype;
-      value->fp8_scale_exp = module->values[red.value]->fp8_scale_exp;
-      value->role = fb::ValueRole::Activation;
-      value->ownership = std::make_unique<fb::OwnershipT>(red.to);
-      auto copy = std::make_unique<fb::OperationT>();
-      copy->id = next_op_id++;
-      copy->kind = fb::OpKind::Redistribute;
-      copy->name = name;
-      copy->operands = {source.id};
-      copy->results = {value->id};
-      copy->recipe = std::make_unique<fb::RecipeT>();
-      copy->recipe->kind = fb::RecipeKind::Copy;
-      copy->recipe->layout = std::make_unique<fb::OwnershipT>(red.to);
-      copy->estimate = std::make_unique<fb::EstimateT>();
-      copy->estimate->compute_cycles = red.cost.local_copy_cycles;
-      copy->estimate->exchange_cycles = red.cost.phase_cycles;
-      copy->estimate->cycles = red.Cycles();
-      copy->estimate->exchange_phases = red.cost.transfers > 0 ? 1 : 0;
-      copy->estimate->exchange_bytes = red.cost.bytes_received;
-      if (e.memory_checked) {
-        copy->estimate->peak_bytes = e.redistribution_peak[next];
-      }
-      for (const auto& use : red.uses) rewired[use] = value->id;
-      inserted.push_back(copy->id);
-      module->values.push_back(std::move(value));
-      ops.push_back(std::move(copy));
-      ++next;
-    }
-    std::unique_ptr<fb::OperationT> o = std::move(module->ops[op]);
-    for (size_t slot = 0; slot < o->operands.size(); ++slot) {
-      auto it = rewired.find({op, static_cast<int>(slot)});
-      if (it != rewired.end()) o->operands[slot] = it->second;
-    }
-    o->recipe =
-        std::make_unique<fb::RecipeT>(RecipeToFb(plan.recipes[op], graph, op));
-    if (o->recipe->kind == fb::RecipeKind::Gemm) o->recipe->note = gemm_note;
-    o->estimate = std::make_unique<fb::EstimateT>();
-    const OpCost& c = e.ops[op];
-    o->estimate->compute_cycles = c.compute;
-    o->estimate->exchange_cycles = c.exchange;
-    o->estimate->cycles = c.Cycles();
-    o->estimate->exchange_phases = c.phases;
-    o->estimate->exchange_bytes = c.exchange_bytes;
-    if (e.memory_checked) o->estimate->peak_bytes = e.op_peak[op];
-    ops.push_back(std::move(o));
-  }
-  module->ops = std::move(ops);
   (void)coster;
-  return inserted;
+  return PlanWriter(graph, plan, e, gemm_note, module).Write();
 }
 
 }  // namespace tilec::plan

@@ -37,14 +37,23 @@ struct Plan {
 };
 
 // A value moved to another ownership for some of its consumers; written out
-// as a Redistribute op just before the first of them.
+// as a Redistribute op just before the first of them. Inside a repeat's
+// body it serves only that body and runs every iteration.
+//
+// The loop edge of a repeat (`loop_edge`): iteration i+1 reads carried_out
+// where iteration 0 read carried_in, so when their ownerships differ
+// carried_out moves to carried_in's at the end of the body (before_op is the
+// body's end, possibly num_ops), every iteration; `uses` are carried_out's
+// uses after the body, which read the moved value.
 struct Redistribution {
   int value = -1;
   fb::OwnershipT to;
   int before_op = -1;
   std::vector<std::pair<int, int>> uses;  // (op, slot) it feeds
   passes::TransferCost cost;
-  int64_t Cycles() const { return cost.TotalCycles(); }
+  int runs = 1;  // times it runs: its repeat's count inside a body
+  bool loop_edge = false;
+  int64_t Cycles() const { return cost.TotalCycles(); }  // one run
 };
 
 // One buffer on the peak tile, for infeasibility messages.
@@ -54,12 +63,19 @@ struct MemoryItem {
   int64_t bytes = 0;
 };
 
+// Ops' costs are per run: a body op of a repeat counts its repeat's count
+// times in total_cycles. A repeat's twins take their body weight's
+// ownership and are live for the whole program.
 struct Evaluation {
   std::vector<fb::OwnershipT> owners;  // by value index (empty if unused)
   std::vector<bool> owned;             // by value index
-  std::vector<OpCost> ops;             // by op index
+  std::vector<OpCost> ops;             // by op index, one run each
   std::vector<Redistribution> redistributions;
   int64_t total_cycles = 0;
+  // By repeat: one iteration's cycles (body ops, their redistributions, the
+  // loop edge) and the index of its loop edge in redistributions (-1: none).
+  std::vector<int64_t> repeat_cycles;
+  std::vector<int> loop_edges;
 
   // Memory (EvalMode::kFull only).
   bool memory_checked = false;
@@ -72,7 +88,8 @@ struct Evaluation {
   int64_t capacity = 0;
   bool feasible() const { return !memory_checked || peak_bytes <= capacity; }
   // "tile 0 needs 612345 B at op 1 (l0.mlp.up) but 481152 B hold tensors:
-  // %4 l0.mlp.up.w (resident) 221184 B, ...".
+  // %4 l0.mlp.up.w (resident) 221184 B, ...; 12 twins (later iterations'
+  // weights) 24576 B; total ...".
   std::string Diagnosis() const;
 };
 
@@ -84,9 +101,13 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
                               const Plan& plan, EvalMode mode, int upto = -1);
 
 // Writes the plan into `module` (which must be the module `graph` was built
-// from): ownerships on every value, a recipe and an estimate on every op,
-// and a Redistribute op (ids above every existing id, in insertion order)
-// with a new value for every redistribution, consumers rewired to it.
+// from): ownerships on every value (a twin's is its body weight's), a recipe
+// and an estimate (one run) on every op, and a Redistribute op (ids above
+// every existing id, in insertion order) with a new value for every
+// redistribution, consumers rewired to it. A loop edge becomes the body's
+// last op: the body's last op then writes a new value, which the edge moves
+// into carried_out (same id, carried_in's ownership), so the repeat and
+// every reader after the body stay as they were.
 // `note` goes into every GEMM recipe's note (e.g. the pricing dtype).
 // Returns the inserted op ids in order.
 StatusOr<std::vector<uint32_t>> WritePlan(const Graph& graph,

@@ -367,7 +367,27 @@ class Planning {
     return Status::Ok();
   }
 
+  // "repeat: 7 body ops planned once for 3 iterations: 1234 cycles per
+  // iteration, 3 x 1234 in the total" for each repeat.
+  std::vector<std::string> RepeatLines(const Evaluation& eval) const {
+    std::vector<std::string> lines;
+    for (size_t k = 0; k < graph_->repeats().size(); ++k) {
+      const RepeatNode& r = graph_->repeats()[k];
+      const std::string per = std::to_string(eval.repeat_cycles[k]);
+      lines.push_back(
+          "repeat: " + std::to_string(r.end - r.begin) +
+          " body ops planned once for " + std::to_string(r.count) +
+          " iterations: " + per + " cycles per iteration, " +
+          std::to_string(r.count) + " x " + per + " in the total");
+    }
+    return lines;
+  }
+
   void Summarize(const Search& search) const {
+    std::string repeats;
+    for (const std::string& line : RepeatLines(search.evaluation())) {
+      repeats += "; " + line;
+    }
     Say(std::to_string(search.attempts()) + " attempts, " +
         std::to_string(search.accepted()) + " accepted" +
         (search.converged() ? " (converged: every proposal for the incumbent "
@@ -375,7 +395,24 @@ class Planning {
                             : "") +
         "; " + std::to_string(search.evaluation().total_cycles) +
         " cycles, peak " + std::to_string(search.evaluation().peak_bytes) +
-        " B per tile");
+        " B per tile" + repeats);
+  }
+
+  // One Info decision per repeat: how its body counts in the total.
+  void LogRepeats(const Evaluation& eval) {
+    const std::vector<std::string> lines = RepeatLines(eval);
+    for (size_t k = 0; k < lines.size(); ++k) {
+      const RepeatNode& r = graph_->repeats()[k];
+      std::vector<uint32_t> ops;
+      for (int op = r.begin; op < r.end; ++op) ops.push_back(graph_->op(op).id);
+      log_.Info(std::move(ops), lines[k],
+                "each op's estimate is one iteration's; its twins (" +
+                    std::to_string((r.count - 1) * r.weights.size()) +
+                    " weights) take their body weight's ownership and are "
+                    "resident for the whole program",
+                {eval.total_cycles, eval.total_cycles, eval.peak_bytes,
+                 eval.peak_bytes});
+    }
   }
 
   // --explain=OP: every recipe considered for the op in the final plan.
@@ -402,6 +439,22 @@ class Planning {
       const ValueNode& v = graph_->value(red.value);
       std::vector<uint32_t> ops = {inserted[i]};
       for (const auto& use : red.uses) ops.push_back(graph_->op(use.first).id);
+      if (red.loop_edge) {
+        log_.Info(std::move(ops),
+                  "insert redistribute of carried_out %" +
+                      std::to_string(v.id) + " " + v.name + ": " +
+                      passes::FormatOwnership(eval.owners[red.value]) +
+                      " -> " + passes::FormatOwnership(red.to) +
+                      " as the last op of its repeat's body",
+                  "loop edge: the next iteration reads carried_out where "
+                  "iteration 0 read carried_in, which is owned " +
+                      passes::FormatOwnership(red.to) + "; " +
+                      std::to_string(red.Cycles()) + " cycles every one of " +
+                      std::to_string(red.runs) + " iterations",
+                  {red.runs * red.Cycles(), red.runs * red.Cycles(),
+                   red.cost.bytes_received, red.cost.bytes_received});
+        continue;
+      }
       log_.Info(std::move(ops),
                 "insert redistribute of %" + std::to_string(v.id) + " " +
                     v.name + ": " +
@@ -433,6 +486,7 @@ class Planning {
         WritePlan(*graph_, *coster_, search.incumbent(), eval, note, &module_);
     if (!inserted.ok()) return inserted.status();
     LogRedistributions(eval, *inserted);
+    LogRepeats(eval);
     return Status::Ok();
   }
 

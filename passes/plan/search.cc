@@ -908,8 +908,10 @@ Status Search::RestoreHomes(const fb::SearchCheckpointT& c, Plan* plan) const {
   if (!resident.ok()) return resident.status();
   for (const auto& vp : c.values) {
     const int v = graph_.ValueIndex(vp->value);
+    // (A twin follows its body weight.)
     if (v < 0 || !vp->ownership || !resident->owned[v] ||
         graph_.value(v).role != fb::ValueRole::Weight ||
+        graph_.TwinOf(v) >= 0 ||
         passes::SameOwnership(*vp->ownership, resident->owners[v])) {
       continue;
     }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -16,6 +17,64 @@ fb::ModuleT Model(const std::string& target, const std::string& preset,
   EXPECT_TRUE(ir::LoadTarget(target, m.target.get()).ok());
   const Status built = passes::BuildModel(preset, part, overrides, &m);
   EXPECT_TRUE(built.ok()) << built.message();
+  return m;
+}
+
+fb::ModuleT TinyBlocks(int layers, bool repeat, int64_t tokens,
+                       int64_t mlp_width) {
+  passes::ModelOverrides o;
+  o.tokens = tokens;
+  o.width = 64;
+  o.mlp_width = mlp_width;
+  o.heads = 2;
+  o.layers = layers;
+  o.repeat = repeat;
+  return Model("tiny", "siglip-so400m-384", o);
+}
+
+fb::ModuleT WithOpAfterBody(fb::ModuleT m, fb::OpKind kind) {
+  const uint32_t out = m.repeats[0]->carried_out;
+  uint32_t next_value = 0, next_op = 0;
+  for (const auto& v : m.values) next_value = std::max(next_value, v->id + 1);
+  for (const auto& op : m.ops) next_op = std::max(next_op, op->id + 1);
+  std::vector<int64_t> shape;
+  for (auto& v : m.values) {
+    if (v->id != out) continue;
+    v->role = fb::ValueRole::Activation;
+    shape = v->shape;
+  }
+  auto value = [&](const std::string& name, std::vector<int64_t> s,
+                   fb::ValueRole role) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->id = next_value++;
+    v->name = name;
+    v->shape = std::move(s);
+    v->role = role;
+    if (role == fb::ValueRole::Weight) {
+      v->init = std::make_unique<fb::WeightInitT>();
+      v->init->distribution = fb::Distribution::Constant;
+      v->init->mean = name == "final.gamma" ? 1.0f : 0.0f;
+    }
+    m.values.push_back(std::move(v));
+    return m.values.back()->id;
+  };
+  auto op = std::make_unique<fb::OperationT>();
+  op->id = next_op;
+  op->kind = kind;
+  op->operands = {out};
+  if (kind == fb::OpKind::LayerNorm) {
+    op->name = "final.ln";
+    op->eps = 1e-6f;
+    op->operands.push_back(value("final.gamma", {shape[1]},
+                                 fb::ValueRole::Weight));
+    op->operands.push_back(value("final.beta", {shape[1]},
+                                 fb::ValueRole::Weight));
+  } else {
+    op->name = "final.gelu";
+  }
+  op->results = {value("final.out", shape, fb::ValueRole::Output)};
+  m.ops.push_back(std::move(op));
+  EXPECT_TRUE(ir::VerifyModule(m).ok());
   return m;
 }
 

@@ -18,6 +18,15 @@ fb::ModuleT Model(const std::string& target, const std::string& preset,
                   passes::ModelOverrides overrides = {},
                   const std::string& part = "mlp-block");
 
+// `layers` SigLIP MLP blocks of [tokens, 64] x [64, mlp_width] on the tiny
+// target, rolled into one repeat (docs/repeat.md) or written out.
+fb::ModuleT TinyBlocks(int layers, bool repeat, int64_t tokens = 16,
+                       int64_t mlp_width = 128);
+
+// `m` (with one repeat) and an op of `kind` (LayerNorm or Gelu) after the
+// body reading carried_out, whose result becomes the output in its place.
+fb::ModuleT WithOpAfterBody(fb::ModuleT m, fb::OpKind kind);
+
 // A patch embedding on `target`: image [1,3,side,side] (input; pixels past
 // the last whole patch are dropped) -> Patchify(patch) -> [patches,
 // 3*patch*patch] x w [3*patch*patch, width] -> y (output), all F16, with

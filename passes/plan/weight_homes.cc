@@ -72,7 +72,10 @@ Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
     Candidate c;
     c.value = v;
     c.saved = eval->total_cycles - e->total_cycles;
-    c.bytes = passes::MaxBytesPerTile(e->owners[v], graph.value(v).shape,
+    // A body weight's twins take its ownership: promoting it keeps every
+    // iteration's copy in compute layout.
+    c.bytes = graph.Copies(v) *
+              passes::MaxBytesPerTile(e->owners[v], graph.value(v).shape,
                                       coster.StoredBytes(graph, v));
     ranked.push_back(c);
   }
@@ -95,7 +98,12 @@ Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
     d.action = "weight " + Label(value) + ": kept resident in compute layout " +
                passes::FormatOwnership(e->owners[c.value]) + " instead of home " +
                passes::FormatOwnership(home) + " (" + std::to_string(c.bytes) +
-               " B on its busiest tile)";
+               " B on its busiest tile" +
+               (graph.Copies(c.value) > 1
+                    ? ", " + std::to_string(graph.Copies(c.value)) +
+                          " iterations' copies"
+                    : std::string()) +
+               ")";
     d.cycles_before = eval->total_cycles;
     d.cycles_after = e->total_cycles;
     d.bytes_before = eval->peak_bytes;

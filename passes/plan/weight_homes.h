@@ -30,7 +30,8 @@ int CountHomes(const Graph& graph, const Plan& plan);
 
 // Promotes weights of `*plan` (evaluated as `*eval`, in full) from their
 // home to resident compute layout: ranked by cycles saved per byte added on
-// the busiest tile, each accepted if the whole program still fits and the
+// the busiest tile (a repeat's body weight counts its count copies: its
+// twins take its ownership), each accepted if the whole program still fits and the
 // plan gets faster. Every weight's choice is recorded as a decision with
 // cycles and peak bytes before and after.
 Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
