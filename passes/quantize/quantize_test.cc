@@ -66,6 +66,65 @@ TEST(ScaleTest, CountsSaturatedAndFlushedElements) {
   EXPECT_DOUBLE_EQ(s.saturated, 0);
 }
 
+// Measure element by element, as the encoder stores each element.
+QuantStats MeasureEachElement(const std::vector<float>& data, Fp8Format fmt,
+                              int scale_exp) {
+  QuantStats s;
+  size_t saturated = 0, flushed = 0;
+  for (float x : data) {
+    if (!std::isfinite(x)) continue;
+    s.amax = std::max(s.amax, std::fabs(x));
+    if (std::fabs(static_cast<double>(x)) * std::ldexp(1.0, scale_exp) >
+        kernels::Fp8MaxFinite(fmt)) {
+      ++saturated;
+    } else if (x != 0 && kernels::RoundToFp8(x, fmt, scale_exp) == 0) {
+      ++flushed;
+    }
+  }
+  s.saturated = static_cast<double>(saturated) / data.size();
+  s.flushed = static_cast<double>(flushed) / data.size();
+  return s;
+}
+
+// The histogram is exact: every format and exponent, on magnitudes across
+// many binades including the thresholds themselves (1.75 * 2^k saturates
+// only above, 2^k flushes on the tie) and subnormal floats, added in parts.
+TEST(ScaleTest, HistogramMeasuresExactlyAsEachElement) {
+  std::vector<float> data;
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 33;
+  };
+  const float significands[] = {1.0f, 1.5f, 1.75f, 1.875f, 1.7499999f,
+                                1.7500001f, 1.0000001f};
+  for (int k = -40; k <= 24; ++k) {
+    for (float m : significands) data.push_back(std::ldexp(m, k));
+    for (int i = 0; i < 20; ++i) {
+      const float m = 1.0f + static_cast<float>(next() % 8388608) / 8388608;
+      data.push_back((next() % 2 ? -1 : 1) * std::ldexp(m, k));
+    }
+  }
+  data.push_back(std::numeric_limits<float>::denorm_min() * 3);
+  data.push_back(std::numeric_limits<float>::quiet_NaN());
+  data.push_back(0.0f);
+  MagnitudeHistogram h;
+  const size_t half = data.size() / 2;
+  h.Add(std::span<const float>(data).first(half));
+  h.Add(std::span<const float>(data).subspan(half));
+  EXPECT_EQ(h.count(), data.size());
+  for (Fp8Format fmt : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    for (int e = -30; e <= 40; ++e) {
+      const QuantStats want = MeasureEachElement(data, fmt, e);
+      const QuantStats got = h.Measure(fmt, e);
+      EXPECT_EQ(got.amax, want.amax);
+      EXPECT_EQ(got.saturated, want.saturated) << "exp " << e;
+      EXPECT_EQ(got.flushed, want.flushed) << "exp " << e;
+      EXPECT_GT(want.saturated + want.flushed, 0) << "exp " << e;
+    }
+  }
+}
+
 // A small SigLIP MLP block on the tiny target.
 fb::ModuleT TinyBlock(int tokens = 8, int width = 32, int mlp = 64) {
   fb::ModuleT module;
