@@ -126,8 +126,10 @@ TEST(ScaleTest, HistogramMeasuresExactlyAsEachElement) {
   }
 }
 
-// A small SigLIP MLP block on the tiny target.
-fb::ModuleT TinyBlock(int tokens = 8, int width = 32, int mlp = 64) {
+// A small SigLIP MLP block on the tiny target (`layers` of them, rolled
+// into a repeat or written out).
+fb::ModuleT TinyBlock(int tokens = 8, int width = 32, int mlp = 64,
+                      int layers = 1, bool repeat = false) {
   fb::ModuleT module;
   module.target = std::make_unique<fb::TargetT>();
   EXPECT_TRUE(ir::LoadTarget("tiny", module.target.get()).ok());
@@ -136,6 +138,8 @@ fb::ModuleT TinyBlock(int tokens = 8, int width = 32, int mlp = 64) {
   o.width = width;
   o.mlp_width = mlp;
   o.heads = 1;
+  o.layers = layers;
+  o.repeat = repeat;
   EXPECT_TRUE(
       passes::BuildModel("siglip-so400m-384", "mlp-block", o, &module).ok());
   return module;
@@ -408,21 +412,7 @@ TEST_F(CalibrationTest, NonFiniteOrAllZeroInputIsBadInput) {
 // ---------------------------------------------------------------- repeats
 
 // Three MLP blocks on the tiny target, rolled into a repeat or written out.
-fb::ModuleT TinyBlocks(bool repeat) {
-  fb::ModuleT module;
-  module.target = std::make_unique<fb::TargetT>();
-  EXPECT_TRUE(ir::LoadTarget("tiny", module.target.get()).ok());
-  passes::ModelOverrides o;
-  o.tokens = 8;
-  o.width = 32;
-  o.mlp_width = 64;
-  o.heads = 1;
-  o.layers = 3;
-  o.repeat = repeat;
-  EXPECT_TRUE(
-      passes::BuildModel("siglip-so400m-384", "mlp-block", o, &module).ok());
-  return module;
-}
+fb::ModuleT TinyBlocks(bool repeat) { return TinyBlock(8, 32, 64, 3, repeat); }
 
 // Two bits less headroom than the range needs: the largest activations
 // saturate, so the fractions are worth comparing.
