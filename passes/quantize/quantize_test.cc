@@ -559,6 +559,35 @@ TEST_F(RolledQuantizeTest, UnquantizedRestoresTwins) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
 }
 
+// A rule on a body weight rules its twins (they share its dtype), each
+// still scaled from its own contents; a rule naming a twin is an error.
+TEST_F(RolledQuantizeTest, PolicyOnBodyWeightRulesItsTwins) {
+  fb::ModuleT m = TinyBlocks(true);
+  QuantizeOptions options;
+  options.place_by_cost = false;
+  options.policy_name = "p.policy";
+  options.policy_text = "value l0.mlp.up.w: e5m2\n";
+  QuantizeFp8Pass pass(options);
+  StatusOr<bool> ran = pass.Run(&m);
+  ASSERT_TRUE(ran.ok()) << ran.status().message();
+  ASSERT_TRUE(ir::VerifyRepeats(m).ok());
+  for (int layer = 0; layer < 3; ++layer) {
+    const fb::ValueT* w =
+        ByName(m, "l" + std::to_string(layer) + ".mlp.up.w");
+    EXPECT_EQ(w->dtype, fb::DType::FP8E5M2) << w->name;
+    EXPECT_EQ(w->fp8_scale_exp,
+              ChooseScaleExp(w->fp8_amax, Fp8Format::kE5M2, 0))
+        << w->name;
+  }
+  StatusOr<Policy> twin =
+      ParsePolicy("value l1.mlp.up.w: f16\n", "p.policy", m);
+  ASSERT_FALSE(twin.ok());
+  EXPECT_EQ(twin.status().message(),
+            "p.policy:1: value 'l1.mlp.up.w' is a later iteration's copy of "
+            "weight %4 of a repeat: name that weight, whose rule rules every "
+            "iteration");
+}
+
 // With the default margin the quantized rolled graph is close to the F16
 // one.
 TEST_F(RolledQuantizeTest, QuantizedRolledGraphIsAccurate) {
