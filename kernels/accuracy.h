@@ -20,7 +20,8 @@
 namespace tilec::sim {
 
 // `module` with every value quantize-fp8 made FP8 back in its unquantized
-// dtype (its Cast ops become identity casts): the graph to measure a
+// dtype (a repeat's twins too: they are values; its Cast ops become
+// identity casts): the graph to measure a
 // quantized program's accuracy against. Works on any stage's module (the
 // device program, if any, is dropped).
 std::unique_ptr<fb::ModuleT> Unquantized(const fb::ModuleT& module);
@@ -31,7 +32,9 @@ struct OutputAccuracy {
   std::string name;
   Comparison full;
   // The output minus its residual input (an Add whose other operand is a
-  // graph input), where there is one: the part quantization changes.
+  // graph input, not a repeat's carried_in, which the last of several
+  // iterations reads as the previous one's result), where there is one:
+  // the part quantization changes.
   bool has_branch = false;
   uint32_t residual = 0;
   Comparison branch;

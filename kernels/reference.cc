@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <set>
 #include <thread>
 #include <unordered_set>
 
 #include "formats/op_shapes.h"
+#include "formats/repeat.h"
 #include "kernels/kernels.h"
 #include "kernels/npy.h"
 #include "kernels/patchify.h"
@@ -83,6 +85,26 @@ class Executor {
       : module_(module), options_(options), result_(result) {}
 
   Status Run() {
+    TILEC_RETURN_IF_ERROR(Prepare());
+    size_t next = 0;
+    for (const ir::RepeatBody& body : bodies_) {
+      TILEC_RETURN_IF_ERROR(RunOps(next, body.begin));
+      for (uint32_t it = 0; it < body.repeat->count; ++it) {
+        Bind(body, it);
+        TILEC_RETURN_IF_ERROR(RunOps(body.begin, body.end));
+      }
+      Unbind();
+      next = body.end;
+    }
+    return RunOps(next, module_.ops.size());
+  }
+
+ private:
+  // ------------------------------------------------------------ the op loop
+
+  // The result's values, the checks of the graph, and the sources made up
+  // front where the result keeps them.
+  Status Prepare() {
     std::vector<ReferenceTensor> tensors;
     tensors.reserve(module_.values.size());
     for (const auto& value : module_.values) {
@@ -106,23 +128,37 @@ class Executor {
     if (result_->values().size() != module_.values.size()) {
       return Status::BadInput("the module has duplicate value ids");
     }
+    for (const auto& op : module_.ops) {
+      if (op == nullptr) return Status::BadInput("the module has an empty op");
+    }
+    TILEC_RETURN_IF_ERROR(ir::VerifyRepeats(module_));
+    StatusOr<std::vector<ir::RepeatBody>> bodies = ir::RepeatBodies(module_);
+    if (!bodies.ok()) return bodies.status();
+    bodies_ = std::move(*bodies);
     TILEC_RETURN_IF_ERROR(CheckProvided());
     FindLastUses();
-    if (options_.keep != ReferenceOptions::Keep::kOutputs) {
+    if (SourcesUpFront()) {
       TILEC_RETURN_IF_ERROR(MaterializeSources(AllSources()));
     }
-    for (size_t i = 0; i < module_.ops.size(); ++i) {
-      const auto& op = module_.ops[i];
-      if (op == nullptr) {
-        return Status::BadInput("the module has an empty op");
-      }
+    return Status::Ok();
+  }
+
+  // Ops [begin, end) in order, in the current iteration's binding.
+  Status RunOps(size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const fb::OperationT& op = *module_.ops[i];
       const auto start = std::chrono::steady_clock::now();
-      if (options_.keep == ReferenceOptions::Keep::kOutputs) {
-        TILEC_RETURN_IF_ERROR(MaterializeSources(SourcesFirstUsedBy(*op)));
+      if (!SourcesUpFront()) {
+        TILEC_RETURN_IF_ERROR(MaterializeSources(SourcesFirstUsedBy(op)));
       }
-      TILEC_RETURN_IF_ERROR(RunOp(*op));
-      FreeDeadOperands(*op, i);
-      VLOG(1) << Describe(*op) << ": "
+      TILEC_RETURN_IF_ERROR(RunOp(op));
+      if (options_.observe) {
+        for (uint32_t id : op.results) {
+          options_.observe(*result_->Find(id), iteration_);
+        }
+      }
+      FreeDeadOperands(op, i);
+      VLOG(1) << Describe(op) << ": "
               << std::chrono::duration<double>(
                      std::chrono::steady_clock::now() - start)
                      .count()
@@ -131,7 +167,85 @@ class Executor {
     return Status::Ok();
   }
 
- private:
+  // ------------------------------------------------------------ repeats
+
+  // Iteration `it` of `body` (docs/repeat.md): body weights read their
+  // twins; after the first, carried_in reads what the previous iteration
+  // left in carried_out (moved aside, since this iteration makes
+  // carried_out anew), and every result of the body is made again.
+  void Bind(const ir::RepeatBody& body, uint32_t it) {
+    const fb::RepeatT& r = *body.repeat;
+    body_ = &body;
+    iteration_ = it;
+    twins_.clear();
+    for (const auto& [weight, twin] : ir::IterationWeights(r, it)) {
+      twins_[weight] = twin;
+    }
+    if (it == 0) {
+      invariant_ = LoopInvariants(body);
+      return;
+    }
+    ReferenceTensor* out = result_->Mutable(r.carried_out);
+    carried_ = std::make_unique<ReferenceTensor>();
+    carried_->id = out->id;
+    carried_->name = out->name;
+    carried_->shape = out->shape;
+    carried_->dtype = out->dtype;
+    carried_->fp8_scale_exp = out->fp8_scale_exp;
+    carried_->data = std::move(out->data);
+    out->data.clear();
+    for (size_t i = body.begin; i < body.end; ++i) {
+      for (uint32_t id : module_.ops[i]->results) defined_.erase(id);
+    }
+  }
+
+  void Unbind() {
+    body_ = nullptr;
+    iteration_ = 0;
+    twins_.clear();
+    invariant_.clear();
+    carried_.reset();
+  }
+
+  // Values the body reads that it does not make, other than carried_in and
+  // the body weights: every iteration reads the same data, so they live
+  // until the last iteration's last read.
+  std::unordered_set<uint32_t> LoopInvariants(
+      const ir::RepeatBody& body) const {
+    const fb::RepeatT& r = *body.repeat;
+    std::unordered_set<uint32_t> made, invariant;
+    for (size_t i = body.begin; i < body.end; ++i) {
+      made.insert(module_.ops[i]->results.begin(),
+                  module_.ops[i]->results.end());
+    }
+    const std::unordered_set<uint32_t> weights(r.weights.begin(),
+                                               r.weights.end());
+    for (size_t i = body.begin; i < body.end; ++i) {
+      for (uint32_t id : module_.ops[i]->operands) {
+        if (!made.count(id) && id != r.carried_in && !weights.count(id)) {
+          invariant.insert(id);
+        }
+      }
+    }
+    return invariant;
+  }
+
+  // The tensor operand `id` reads in the current iteration: a twin, the
+  // carried value, or the value itself; nullptr if it does not exist.
+  ReferenceTensor* Bound(uint32_t id) const {
+    if (carried_ != nullptr && id == body_->repeat->carried_in) {
+      return carried_.get();
+    }
+    auto twin = twins_.find(id);
+    return result_->Mutable(twin == twins_.end() ? id : twin->second);
+  }
+
+  // A loop-invariant value is read again by the next iteration.
+  bool ReadAgain(uint32_t id) const {
+    return body_ != nullptr && iteration_ + 1 < body_->repeat->count &&
+           invariant_.count(id) > 0;
+  }
+
   // ------------------------------------------------------------ sources
 
   // Values that no op produces.
@@ -145,10 +259,21 @@ class Executor {
     return sources;
   }
 
-  // The sources `op` reads that nothing has made yet (each value once).
+  // Sources are made up front where the result keeps them all anyway;
+  // otherwise each just before its first read (twins: their iteration's).
+  bool SourcesUpFront() const {
+    return options_.keep == ReferenceOptions::Keep::kAll ||
+           options_.keep == ReferenceOptions::Keep::kSourcesAndOutputs;
+  }
+
+  // The sources `op` reads (as bound) that nothing has made yet (each value
+  // once).
   std::vector<const fb::ValueT*> SourcesFirstUsedBy(const fb::OperationT& op) {
     std::vector<const fb::ValueT*> sources;
-    for (uint32_t id : op.operands) {
+    for (uint32_t operand : op.operands) {
+      const ReferenceTensor* bound = Bound(operand);
+      if (bound == nullptr || bound == carried_.get()) continue;
+      const uint32_t id = bound->id;
       auto it = value_of_.find(id);
       if (it == value_of_.end() || !IsSource(id) || defined_.count(id) ||
           std::find(sources.begin(), sources.end(), it->second) !=
@@ -175,20 +300,24 @@ class Executor {
         return true;
       case ReferenceOptions::Keep::kSourcesAndOutputs:
         return t.role == fb::ValueRole::Output || IsSource(t.id);
+      case ReferenceOptions::Keep::kInputsAndOutputs:
+        return t.role == fb::ValueRole::Output ||
+               t.role == fb::ValueRole::Input;
       case ReferenceOptions::Keep::kOutputs:
         return t.role == fb::ValueRole::Output;
     }
     return true;
   }
 
-  // Operands whose last reader is op `index` and that the result does not
-  // keep: their memory goes back before the next op runs.
+  // Operands (as bound) whose last reader is op `index` in this iteration
+  // and that the result does not keep: their memory goes back before the
+  // next op runs.
   void FreeDeadOperands(const fb::OperationT& op, size_t index) {
     for (uint32_t id : op.operands) {
       auto last = last_use_.find(id);
-      ReferenceTensor* t = result_->Mutable(id);
+      ReferenceTensor* t = Bound(id);
       if (t == nullptr || last == last_use_.end() || last->second != index ||
-          Kept(*t)) {
+          ReadAgain(id) || (t != carried_.get() && Kept(*t))) {
         continue;
       }
       std::vector<float>().swap(t->data);
@@ -289,18 +418,19 @@ class Executor {
                        std::to_string(op.results.size()));
   }
 
-  // Operand i, which must have been computed already.
+  // Operand i as the current iteration binds it, which must have been
+  // computed already.
   Status Input(const fb::OperationT& op, size_t i,
                const ReferenceTensor** tensor) const {
     const uint32_t id = op.operands[i];
-    const ReferenceTensor* t = result_->Find(id);
+    const ReferenceTensor* t = Bound(id);
     if (t == nullptr) {
       return Bad(op, "operand " + std::to_string(i) + " refers to value " +
                          std::to_string(id) + ", which does not exist");
     }
-    if (defined_.count(id) == 0) {
+    if (t != carried_.get() && defined_.count(t->id) == 0) {
       return Bad(op, "operand " + std::to_string(i) + " (value " +
-                         std::to_string(id) + " " + t->name +
+                         std::to_string(t->id) + " " + t->name +
                          ") is used before an op computes it");
     }
     *tensor = t;
@@ -808,6 +938,14 @@ class Executor {
   std::unordered_set<uint32_t> produced_;  // results of some op
   std::unordered_map<uint32_t, const fb::ValueT*> value_of_;
   std::unordered_map<uint32_t, size_t> last_use_;  // op index
+  std::vector<ir::RepeatBody> bodies_;
+  // The iteration running (Bind): its body, twins by body weight, the
+  // carried value (iteration > 0) and the body's loop invariants.
+  const ir::RepeatBody* body_ = nullptr;
+  uint32_t iteration_ = 0;
+  std::unordered_map<uint32_t, uint32_t> twins_;
+  std::unique_ptr<ReferenceTensor> carried_;
+  std::unordered_set<uint32_t> invariant_;
 };
 
 std::string Format(double v) {

@@ -15,6 +15,12 @@
 //     gives the same numbers as running the kernels on the stored bytes.
 //   * Every op result is rounded to its value's stored dtype (F16, BF16, FP8
 //     with its scale, saturating), where the device stores it.
+//   * A repeat (Module.repeats, docs/repeat.md) runs its body `count` times:
+//     iteration i reads each body weight's twin (made just before, freed
+//     after its last read unless kept) and, for i > 0, the carried_out of
+//     iteration i - 1 in place of carried_in, so a rolled graph computes
+//     bit for bit what its written-out form does. Values made in the body
+//     hold the last iteration's data at the end; `observe` sees every one.
 //
 // Op kinds (rows = product of all but the last dimension, w = the last):
 //   LayerNorm         LayerNorm kernel, op.eps.
@@ -69,6 +75,7 @@
 #define TILEC_KERNELS_REFERENCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -133,9 +140,17 @@ struct ReferenceOptions {
   enum class Keep {
     kAll,               // every value (run-reference --all, tests)
     kSourcesAndOutputs, // inputs, weights and outputs (simulate-device)
+    kInputsAndOutputs,  // graph inputs and outputs (quantize-fp8's
+                        // accuracy, which reads the residual input)
     kOutputs,           // the graph's outputs only (run-reference)
   };
   Keep keep = Keep::kAll;
+  // Called with each op's results as the op makes them, and the iteration
+  // of the repeat making them (0 outside repeats): what sees every
+  // iteration of a body, whose values the result holds only for the last.
+  // quantize-fp8 calibrates on it.
+  std::function<void(const ReferenceTensor& tensor, uint32_t iteration)>
+      observe;
 };
 
 Status RunReference(const fb::ModuleT& module, const ReferenceOptions& options,

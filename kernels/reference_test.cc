@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "formats/ir.h"
 #include "kernels/npy.h"
@@ -726,6 +727,156 @@ TEST(ReferenceTest, WriteTensorFiles) {
   EXPECT_EQ(raw.data, a.StoredBytes());
   EXPECT_EQ(static_cast<uint8_t>(raw.data[0]),
             Fp8Encode(1.0f, Fp8Format::kE4M3, 2));
+}
+
+// ---------------------------------------------------------------- repeats
+
+// import-model's `part` with `layers` layers, rolled into a repeat or
+// written out (docs/repeat.md: the same computation).
+fb::ModuleT Layers(std::string_view part, int64_t layers, bool repeat) {
+  passes::ModelOverrides o;
+  o.tokens = 16;
+  o.width = 64;
+  o.mlp_width = 128;
+  o.heads = 2;
+  o.layers = layers;
+  o.repeat = repeat;
+  return Import("siglip-so400m-384", part, o);
+}
+
+// The written-out name of a rolled body value in `iteration`: "l0.x" ->
+// "l<iteration>.x".
+std::string LayerName(const std::string& name, uint32_t iteration) {
+  if (name.rfind("l0.", 0) != 0) return name;
+  return "l" + std::to_string(iteration) + name.substr(2);
+}
+
+void ExpectSameBits(const ReferenceTensor& got, const ReferenceTensor& want) {
+  ASSERT_EQ(got.shape, want.shape) << got.name;
+  ASSERT_EQ(got.data.size(), want.data.size()) << got.name;
+  for (size_t i = 0; i < got.data.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&got.data[i], &want.data[i], sizeof(float)), 0)
+        << got.name << " vs " << want.name << " element " << i << ": "
+        << got.data[i] << " vs " << want.data[i];
+  }
+}
+
+struct RolledCase {
+  std::string part;
+  int64_t layers;
+};
+
+class RolledReferenceTest : public testing::TestWithParam<RolledCase> {};
+
+TEST_P(RolledReferenceTest, OutputsBitIdenticalToWrittenOut) {
+  const fb::ModuleT rolled = Layers(GetParam().part, GetParam().layers, true);
+  const fb::ModuleT written = Layers(GetParam().part, GetParam().layers, false);
+  ASSERT_EQ(rolled.repeats.size(), 1u);
+  ASSERT_TRUE(written.repeats.empty());
+  for (ReferenceOptions::Keep keep :
+       {ReferenceOptions::Keep::kAll, ReferenceOptions::Keep::kOutputs,
+        ReferenceOptions::Keep::kInputsAndOutputs}) {
+    ReferenceOptions options;
+    options.keep = keep;
+    const ReferenceResult r = RunOk(rolled, options);
+    const ReferenceResult w = RunOk(written, options);
+    ASSERT_EQ(r.Outputs().size(), 1u);
+    ASSERT_EQ(w.Outputs().size(), 1u);
+    ExpectSameBits(*r.Outputs()[0], *w.Outputs()[0]);
+  }
+}
+
+TEST_P(RolledReferenceTest, BodyValuesHoldTheLastIterationTwinsTheirOwn) {
+  const fb::ModuleT rolled = Layers(GetParam().part, GetParam().layers, true);
+  const fb::ModuleT written = Layers(GetParam().part, GetParam().layers, false);
+  const ReferenceResult r = RunOk(rolled);
+  const ReferenceResult w = RunOk(written);
+  const uint32_t last = rolled.repeats[0]->count - 1;
+  size_t compared = 0;
+  for (const ReferenceTensor& t : r.values()) {
+    // Inputs keep their name; body values and weights are layer 0's and
+    // hold the last iteration's (weights: their own, iteration 0's).
+    const std::string want =
+        t.role == fb::ValueRole::Activation || t.role == fb::ValueRole::Output
+            ? LayerName(t.name, last)
+            : t.name;
+    const ReferenceTensor* other = w.FindByName(want);
+    ASSERT_NE(other, nullptr) << want;
+    ExpectSameBits(t, *other);
+    ++compared;
+  }
+  EXPECT_EQ(compared, r.values().size());
+}
+
+TEST_P(RolledReferenceTest, ObserverSeesEveryIteration) {
+  const fb::ModuleT rolled = Layers(GetParam().part, GetParam().layers, true);
+  const fb::ModuleT written = Layers(GetParam().part, GetParam().layers, false);
+  const ReferenceResult w = RunOk(written);
+  ReferenceOptions options;
+  options.keep = ReferenceOptions::Keep::kOutputs;
+  size_t seen = 0;
+  std::set<std::pair<std::string, uint32_t>> named;
+  options.observe = [&](const ReferenceTensor& t, uint32_t iteration) {
+    ++seen;
+    named.emplace(t.name, iteration);
+    const ReferenceTensor* want = w.FindByName(LayerName(t.name, iteration));
+    ASSERT_NE(want, nullptr) << t.name << " iteration " << iteration;
+    ExpectSameBits(t, *want);
+  };
+  RunOk(rolled, options);
+  // Every op result of every iteration, once.
+  EXPECT_EQ(seen, rolled.ops.size() * rolled.repeats[0]->count);
+  EXPECT_EQ(named.size(), seen);
+}
+
+TEST_P(RolledReferenceTest, OutputsOnlyFreesTwinsAfterTheirIteration) {
+  const fb::ModuleT rolled = Layers(GetParam().part, GetParam().layers, true);
+  ReferenceOptions options;
+  options.keep = ReferenceOptions::Keep::kOutputs;
+  const ReferenceResult r = RunOk(rolled, options);
+  for (uint32_t twin : rolled.repeats[0]->iteration_weights) {
+    EXPECT_TRUE(Get(r, twin).data.empty()) << Get(r, twin).name;
+  }
+  EXPECT_FALSE(r.Outputs()[0]->data.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Parts, RolledReferenceTest,
+    testing::Values(RolledCase{"mlp-block", 3}, RolledCase{"model", 2}),
+    [](const testing::TestParamInfo<RolledCase>& info) {
+      std::string name = info.param.part + std::to_string(info.param.layers);
+      std::erase(name, '-');
+      return name;
+    });
+
+// A value made before the body and read in it is read by every iteration:
+// freeing it after its last reader in iteration 0 would lose it.
+TEST(ReferenceTest, LoopInvariantLivesThroughEveryIteration) {
+  fb::ModuleT rolled = Layers("mlp-block", 3, true);
+  fb::ModuleT written = Layers("mlp-block", 3, false);
+  // Each layer's residual adds the graph input instead of its own input:
+  // the input becomes loop-invariant (read by the body, not carried).
+  auto rewire = [](fb::ModuleT& m) {
+    for (auto& op : m.ops) {
+      if (op->kind == fb::OpKind::Add) op->operands[0] = 0;
+    }
+  };
+  rewire(written);
+  // In the rolled graph the carried value then is read only by the
+  // LayerNorm; a new input is the invariant residual.
+  auto x2 = std::make_unique<fb::ValueT>(*rolled.values[0]);
+  x2->id = 1000;
+  x2->name = "x";
+  rolled.values[0]->name = "x.carried";
+  rolled.values.push_back(std::move(x2));
+  for (auto& op : rolled.ops) {
+    if (op->kind == fb::OpKind::Add) op->operands[0] = 1000;
+  }
+  ReferenceOptions options;
+  options.keep = ReferenceOptions::Keep::kOutputs;
+  const ReferenceResult r = RunOk(rolled, options);
+  const ReferenceResult w = RunOk(written, options);
+  ExpectSameBits(*r.Outputs()[0], *w.Outputs()[0]);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/repeat.h"
+
 namespace tilec::quantize {
 namespace {
 
@@ -73,6 +75,14 @@ class Parser {
   Status Value(const std::string& ref, const std::vector<std::string>& rule) {
     const fb::ValueT* value = FindValue(module_, ref);
     if (value == nullptr) return Error("no value '" + ref + "' in the module");
+    uint32_t body_weight = 0;
+    if (ir::TwinOf(module_, value->id, &body_weight) != nullptr) {
+      // A twin shares its body weight's dtype (docs/repeat.md).
+      return Error("value '" + ref + "' is a later iteration's copy of "
+                   "weight %" + std::to_string(body_weight) +
+                   " of a repeat: name that weight, whose rule rules every "
+                   "iteration");
+    }
     if (policy_.values.count(value->id)) {
       return Error("value '" + ref + "' is already given on line " +
                    std::to_string(policy_.values[value->id].line));

@@ -10,7 +10,8 @@
 // A value may be named by its name or as %ID. Errors are
 // "FILE:LINE: problem" (exit 2): an unknown keyword, value or op, an op
 // that is not a MatMul, a format other than f16/e4m3/e5m2, a bad exponent,
-// a value or op given twice.
+// a value or op given twice, a repeat's twin (a rule on its body weight
+// rules every iteration).
 
 #ifndef TILEC_PASSES_QUANTIZE_POLICY_H_
 #define TILEC_PASSES_QUANTIZE_POLICY_H_

@@ -12,6 +12,7 @@
 #include "flatbuffers/flatbuffers.h"
 #include "formats/ir.h"
 #include "formats/print.h"
+#include "formats/repeat.h"
 #include "kernels/accuracy.h"
 #include "kernels/inputs.h"
 #include "kernels/kernel_names.h"
@@ -99,8 +100,8 @@ Status OriginalContents(const fb::ValueT& value, const std::string& sidecar_dir,
 }
 
 void MarkQuantized(fb::ValueT* v, fb::DType dtype, int scale_exp,
-                   std::span<const float> contents) {
-  const QuantStats stats = Measure(contents, FormatOf(dtype), scale_exp);
+                   const MagnitudeHistogram& magnitudes) {
+  const QuantStats stats = magnitudes.Measure(FormatOf(dtype), scale_exp);
   v->unquantized_dtype = v->dtype;
   v->fp8_quantized = true;
   v->dtype = dtype;
@@ -254,6 +255,10 @@ class Quantizer {
     return PriceByPlanning(m);
   }
 
+  // One reference run of the unquantized graph: the magnitudes of every
+  // GEMM's left operand over every iteration, and the inputs and outputs
+  // that LogAccuracy compares with (nothing else is kept: memory does not
+  // grow with the layers).
   Status Calibrate() {
     reference_.sidecar_dir = options_.sidecar_dir;
     reference_.threads = options_.threads;
@@ -263,7 +268,53 @@ class Quantizer {
       TILEC_RETURN_IF_ERROR(CheckCalibration(
           *module_, options_.calibration_dir, reference_.provided));
     }
-    return kernels::RunReference(*module_, reference_, &unquantized_);
+    for (const auto& op : module_->ops) {
+      if (op->kind == fb::OpKind::MatMul && !op->operands.empty()) {
+        calibration_[op->operands[0]];
+      }
+    }
+    kernels::ReferenceOptions run = reference_;
+    run.keep = kernels::ReferenceOptions::Keep::kInputsAndOutputs;
+    run.observe = [this](const kernels::ReferenceTensor& t,
+                         uint32_t iteration) { Observe(t, iteration); };
+    TILEC_RETURN_IF_ERROR(kernels::RunReference(*module_, run, &unquantized_));
+    return CalibrateSources();
+  }
+
+  // What a body activation holds in each iteration; a repeat's carried_out
+  // is also what its carried_in holds in the next iteration.
+  void Observe(const kernels::ReferenceTensor& t, uint32_t iteration) {
+    auto add = [&](uint32_t id) {
+      auto it = calibration_.find(id);
+      if (it == calibration_.end()) return;
+      it->second.magnitudes.Add(t.data);
+      ++it->second.iterations;
+    };
+    add(t.id);
+    for (const auto& r : module_->repeats) {
+      if (t.id == r->carried_out && iteration + 1 < r->count) {
+        add(r->carried_in);
+      }
+    }
+  }
+
+  // Activations no op makes (graph inputs, a carried_in's first data): the
+  // run's kept inputs, or the value's own contents.
+  Status CalibrateSources() {
+    for (auto& [id, c] : calibration_) {
+      if (ProducerIndex(*module_, id) >= 0) continue;
+      const kernels::ReferenceTensor* t = unquantized_.Find(id);
+      std::vector<float> data;
+      if (t != nullptr && !t->data.empty()) {
+        c.magnitudes.Add(t->data);
+      } else {
+        TILEC_RETURN_IF_ERROR(kernels::MaterializeValue(
+            *FindValue(*module_, id), options_.sidecar_dir, &data));
+        c.magnitudes.Add(data);
+      }
+      ++c.iterations;
+    }
+    return Status::Ok();
   }
 
   const ValueRule* Rule(uint32_t value) const {
@@ -279,15 +330,15 @@ class Quantizer {
   struct Choice {
     fb::DType dtype = fb::DType::FP8E4M3;
     int scale_exp = 0;
-    std::vector<float> contents;  // what the stats are measured on
+    MagnitudeHistogram magnitudes;  // what the stats are measured on
     std::string source;           // how the exponent was chosen
     std::string refusal;
   };
 
-  Choice Choose(const fb::ValueT& v, bool weight) {
+  // `rule`: the policy's for `v` (for a twin, its body weight's).
+  Choice Choose(const fb::ValueT& v, bool weight, const ValueRule* rule) {
     Choice c;
     c.dtype = weight ? options_.weight_format : options_.activation_format;
-    const ValueRule* rule = Rule(v.id);
     if (rule != nullptr && rule->keep) {
       c.refusal = ValueLabel(v) + " is kept in " + ir::DTypeText(v.dtype) +
                   " by " + RuleText(*rule);
@@ -300,17 +351,20 @@ class Quantizer {
                   " already";
       return c;
     }
+    uint32_t iterations = 1;
     if (weight) {
-      Status s = OriginalContents(v, options_.sidecar_dir, &c.contents);
+      std::vector<float> contents;
+      Status s = OriginalContents(v, options_.sidecar_dir, &contents);
       if (!s.ok()) {
         c.refusal = s.message();
         return c;
       }
-    } else {
-      const kernels::ReferenceTensor* t = unquantized_.Find(v.id);
-      if (t != nullptr) c.contents = t->data;
+      c.magnitudes.Add(contents);
+    } else if (auto it = calibration_.find(v.id); it != calibration_.end()) {
+      c.magnitudes = it->second.magnitudes;
+      iterations = it->second.iterations;
     }
-    const float amax = FiniteAmax(c.contents);
+    const float amax = c.magnitudes.amax();
     const int margin = weight ? options_.weight_margin : options_.activation_margin;
     if (rule != nullptr && rule->scale_exp) {
       c.scale_exp = *rule->scale_exp;
@@ -324,6 +378,9 @@ class Quantizer {
       c.scale_exp = ChooseScaleExp(amax, FormatOf(c.dtype), margin);
       c.source = "amax " + ir::NumberText(amax) + ", margin " +
                  std::to_string(margin) + (weight ? "" : ", calibrated");
+      if (iterations > 1) {
+        c.source += " over " + std::to_string(iterations) + " iterations";
+      }
     }
     return c;
   }
@@ -346,6 +403,7 @@ class Quantizer {
       return Status::BadInput(OpLabel(*op) + " names a missing operand");
     }
     const uint32_t a_id = a->id;
+    const uint32_t w_id = w->id;
     // The weight is quantized in place, so every reader must take it FP8.
     std::string refusal;
     if (w->role != fb::ValueRole::Weight || ProducerIndex(*module_, w->id) >= 0) {
@@ -360,15 +418,13 @@ class Quantizer {
                   ", which does not take it in FP8";
       }
     }
-    Choice wc, ac;
+    Choice ac;
+    WeightChoice wc;
     const bool weight_done = w->fp8_quantized;  // shared with an earlier GEMM
-    if (refusal.empty() && !weight_done) {
-      wc = Choose(*w, true);
-      refusal = wc.refusal;
-    }
+    if (refusal.empty() && !weight_done) refusal = ChooseWeight(*w, &wc);
     auto existing = quantized_activation_.find(a->id);
     if (refusal.empty() && existing == quantized_activation_.end()) {
-      ac = Choose(*a, false);
+      ac = Choose(*a, false, Rule(a->id));
       refusal = ac.refusal;
     }
     if (!refusal.empty()) {
@@ -383,13 +439,17 @@ class Quantizer {
     Cast cast;
     ApplyGemm(trial.get(), id, weight_done ? nullptr : &wc,
               existing == quantized_activation_.end() ? &ac : nullptr, &cast);
+    if (Status rolled = ir::VerifyRepeats(*trial); !rolled.ok()) {
+      log_->Reject(ids, action, "quantized, " + rolled.message(), Unchanged());
+      return false;
+    }
     StatusOr<Priced> after = Price(*trial);
     if (!after.ok()) return after.status();
     const fb::ValueT* wq = FindValue(*trial, w->id);
     const fb::ValueT* aq = FindValue(*trial, cast.output);
     std::string reason = "weight " + ValueLabel(*w) + " " + StatsText(*wq) +
                          (weight_done ? " (quantized for an earlier GEMM)"
-                                      : ", " + wc.source) +
+                                      : ", " + wc.body.source) +
                          "; activation " + ValueLabel(*a) + " -> " +
                          ValueLabel(*aq) + " " + StatsText(*aq) +
                          (existing != quantized_activation_.end()
@@ -411,7 +471,75 @@ class Quantizer {
       quantized_activation_[a_id] = cast.output;
       casts_.push_back(cast);
     }
+    if (!wc.twins.empty()) LogTwins(id, w_id, wc);
     return true;
+  }
+
+  // A weight's choice and, for a repeat's body weight, its twins' (the
+  // same weight in later iterations), each scaled from its own contents.
+  struct WeightChoice {
+    Choice body;
+    std::vector<std::pair<uint32_t, Choice>> twins;
+  };
+
+  // The twins of body weight `weight` in iteration order (none if it is
+  // not one).
+  std::vector<uint32_t> TwinsOf(uint32_t weight) const {
+    std::vector<uint32_t> twins;
+    for (const auto& r : module_->repeats) {
+      for (size_t j = 0; j < r->weights.size(); ++j) {
+        if (r->weights[j] != weight) continue;
+        for (uint32_t it = 1; it < r->count; ++it) {
+          twins.push_back(ir::IterationWeights(*r, it).at(weight));
+        }
+      }
+    }
+    return twins;
+  }
+
+  // Fills `wc`; returns the refusal, "" if every iteration's weight can be
+  // quantized. A policy rule on a body weight rules its twins too.
+  std::string ChooseWeight(const fb::ValueT& w, WeightChoice* wc) {
+    wc->body = Choose(w, true, Rule(w.id));
+    if (!wc->body.refusal.empty()) return wc->body.refusal;
+    for (uint32_t id : TwinsOf(w.id)) {
+      Choice c = Choose(*FindValue(*module_, id), true, Rule(w.id));
+      if (!c.refusal.empty()) return c.refusal + " (a twin of " + ValueLabel(w) + ")";
+      wc->twins.emplace_back(id, std::move(c));
+    }
+    return "";
+  }
+
+  // One line for a body GEMM's twins: their scales and statistics in
+  // summary (dump-ir shows each).
+  void LogTwins(uint32_t gemm, uint32_t weight, const WeightChoice& wc) {
+    std::map<int, int> exps;
+    float amax_min = 0, amax_max = 0;
+    double saturated = 0, flushed = 0;
+    fb::DType dtype = wc.body.dtype;
+    for (size_t i = 0; i < wc.twins.size(); ++i) {
+      const fb::ValueT& t = *FindValue(*module_, wc.twins[i].first);
+      ++exps[t.fp8_scale_exp];
+      amax_min = i == 0 ? t.fp8_amax : std::min(amax_min, t.fp8_amax);
+      amax_max = std::max(amax_max, t.fp8_amax);
+      saturated = std::max<double>(saturated, t.fp8_saturated);
+      flushed = std::max<double>(flushed, t.fp8_flushed);
+    }
+    std::string scales;
+    for (const auto& [exp, n] : exps) {
+      scales += (scales.empty() ? "" : ", ") + ir::DTypeText(dtype, exp) +
+                " x" + std::to_string(n);
+    }
+    const fb::ValueT& w = *FindValue(*module_, weight);
+    log_->Info({gemm},
+               "quantize the " + passes::Count(static_cast<int>(wc.twins.size()), "twin") +
+                   " of " + ValueLabel(w) + " (iterations 1.." +
+                   std::to_string(wc.twins.size()) + ")",
+               "each scaled from its own contents: " + scales + "; amax " +
+                   ir::NumberText(amax_min) + ".." + ir::NumberText(amax_max) +
+                   "; saturated at most " + Fraction(saturated) +
+                   ", flushed at most " + Fraction(flushed),
+               Unchanged());
   }
 
   fb::OperationT* FindOp(uint32_t id) {
@@ -424,14 +552,17 @@ class Quantizer {
   // In `m`: the weight quantized in place (if `wc`), the activation cast
   // into a new FP8 value by a new Cast op just before the GEMM (if `ac`;
   // otherwise the earlier cast's value is read), the GEMM rewired to it.
-  void ApplyGemm(fb::ModuleT* m, uint32_t gemm, const Choice* wc,
+  void ApplyGemm(fb::ModuleT* m, uint32_t gemm, const WeightChoice* wc,
                  const Choice* ac, Cast* cast) {
     int at = 0;
     while (m->ops[at]->id != gemm) ++at;
     fb::OperationT* op = m->ops[at].get();
     if (wc != nullptr) {
-      MarkQuantized(FindValue(*m, op->operands[1]), wc->dtype, wc->scale_exp,
-                    wc->contents);
+      MarkQuantized(FindValue(*m, op->operands[1]), wc->body.dtype,
+                    wc->body.scale_exp, wc->body.magnitudes);
+      for (const auto& [twin, c] : wc->twins) {
+        MarkQuantized(FindValue(*m, twin), c.dtype, c.scale_exp, c.magnitudes);
+      }
     }
     const uint32_t a = op->operands[0];
     if (ac == nullptr) {
@@ -449,7 +580,7 @@ class Quantizer {
     out->shape = in->shape;
     out->dtype = in->dtype;
     out->role = fb::ValueRole::Activation;
-    MarkQuantized(out.get(), ac->dtype, ac->scale_exp, ac->contents);
+    MarkQuantized(out.get(), ac->dtype, ac->scale_exp, ac->magnitudes);
     auto c = std::make_unique<fb::OperationT>();
     c->id = op_id;
     c->kind = fb::OpKind::Cast;
@@ -493,6 +624,13 @@ class Quantizer {
     if (kernel.empty()) {
       refusal = OpLabel(producer) + " (" + ir::OpKindText(producer.kind) +
                 ") has no FP8-output kernel";
+    }
+    for (const auto& r : module_->repeats) {
+      if (refusal.empty() &&
+          (cast.input == r->carried_in || cast.input == r->carried_out)) {
+        refusal = ValueLabel(*in) + " is carried from one iteration of a "
+                  "repeat to the next, whose two ends keep one dtype";
+      }
     }
     for (const auto& [i, slot] : Uses(*module_, cast.input)) {
       if (refusal.empty() && module_->ops[i]->id != cast.op) {
@@ -559,7 +697,9 @@ class Quantizer {
 
   Status LogAccuracy() {
     kernels::ReferenceResult quantized;
-    TILEC_RETURN_IF_ERROR(kernels::RunReference(*module_, reference_, &quantized));
+    kernels::ReferenceOptions run = reference_;
+    run.keep = kernels::ReferenceOptions::Keep::kOutputs;
+    TILEC_RETURN_IF_ERROR(kernels::RunReference(*module_, run, &quantized));
     for (const OutputAccuracy& a :
          CompareOutputs(*module_, quantized, unquantized_)) {
       std::string reason = "against the unquantized graph on the " +
@@ -609,7 +749,13 @@ class Quantizer {
   passes::DecisionLog* log_;
   Policy policy_;
   kernels::ReferenceOptions reference_;
-  kernels::ReferenceResult unquantized_;
+  kernels::ReferenceResult unquantized_;  // its inputs and outputs
+  // The magnitudes of each GEMM's left operand over every iteration.
+  struct Calibration {
+    MagnitudeHistogram magnitudes;
+    uint32_t iterations = 0;  // tensors added
+  };
+  std::map<uint32_t, Calibration> calibration_;
   Priced baseline_, current_;
   std::map<uint32_t, uint32_t> quantized_activation_;  // F16 id -> FP8 id
   std::vector<Cast> casts_;

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "formats/ir.h"
+#include "formats/repeat.h"
 #include "kernels/accuracy.h"
 #include "kernels/npy.h"
 #include "kernels/numerics.h"
@@ -66,8 +67,69 @@ TEST(ScaleTest, CountsSaturatedAndFlushedElements) {
   EXPECT_DOUBLE_EQ(s.saturated, 0);
 }
 
-// A small SigLIP MLP block on the tiny target.
-fb::ModuleT TinyBlock(int tokens = 8, int width = 32, int mlp = 64) {
+// Measure element by element, as the encoder stores each element.
+QuantStats MeasureEachElement(const std::vector<float>& data, Fp8Format fmt,
+                              int scale_exp) {
+  QuantStats s;
+  size_t saturated = 0, flushed = 0;
+  for (float x : data) {
+    if (!std::isfinite(x)) continue;
+    s.amax = std::max(s.amax, std::fabs(x));
+    if (std::fabs(static_cast<double>(x)) * std::ldexp(1.0, scale_exp) >
+        kernels::Fp8MaxFinite(fmt)) {
+      ++saturated;
+    } else if (x != 0 && kernels::RoundToFp8(x, fmt, scale_exp) == 0) {
+      ++flushed;
+    }
+  }
+  s.saturated = static_cast<double>(saturated) / data.size();
+  s.flushed = static_cast<double>(flushed) / data.size();
+  return s;
+}
+
+// The histogram is exact: every format and exponent, on magnitudes across
+// many binades including the thresholds themselves (1.75 * 2^k saturates
+// only above, 2^k flushes on the tie) and subnormal floats, added in parts.
+TEST(ScaleTest, HistogramMeasuresExactlyAsEachElement) {
+  std::vector<float> data;
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 33;
+  };
+  const float significands[] = {1.0f, 1.5f, 1.75f, 1.875f, 1.7499999f,
+                                1.7500001f, 1.0000001f};
+  for (int k = -40; k <= 24; ++k) {
+    for (float m : significands) data.push_back(std::ldexp(m, k));
+    for (int i = 0; i < 20; ++i) {
+      const float m = 1.0f + static_cast<float>(next() % 8388608) / 8388608;
+      data.push_back((next() % 2 ? -1 : 1) * std::ldexp(m, k));
+    }
+  }
+  data.push_back(std::numeric_limits<float>::denorm_min() * 3);
+  data.push_back(std::numeric_limits<float>::quiet_NaN());
+  data.push_back(0.0f);
+  MagnitudeHistogram h;
+  const size_t half = data.size() / 2;
+  h.Add(std::span<const float>(data).first(half));
+  h.Add(std::span<const float>(data).subspan(half));
+  EXPECT_EQ(h.count(), data.size());
+  for (Fp8Format fmt : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    for (int e = -30; e <= 40; ++e) {
+      const QuantStats want = MeasureEachElement(data, fmt, e);
+      const QuantStats got = h.Measure(fmt, e);
+      EXPECT_EQ(got.amax, want.amax);
+      EXPECT_EQ(got.saturated, want.saturated) << "exp " << e;
+      EXPECT_EQ(got.flushed, want.flushed) << "exp " << e;
+      EXPECT_GT(want.saturated + want.flushed, 0) << "exp " << e;
+    }
+  }
+}
+
+// A small SigLIP MLP block on the tiny target (`layers` of them, rolled
+// into a repeat or written out).
+fb::ModuleT TinyBlock(int tokens = 8, int width = 32, int mlp = 64,
+                      int layers = 1, bool repeat = false) {
   fb::ModuleT module;
   module.target = std::make_unique<fb::TargetT>();
   EXPECT_TRUE(ir::LoadTarget("tiny", module.target.get()).ok());
@@ -76,6 +138,8 @@ fb::ModuleT TinyBlock(int tokens = 8, int width = 32, int mlp = 64) {
   o.width = width;
   o.mlp_width = mlp;
   o.heads = 1;
+  o.layers = layers;
+  o.repeat = repeat;
   EXPECT_TRUE(
       passes::BuildModel("siglip-so400m-384", "mlp-block", o, &module).ok());
   return module;
@@ -343,6 +407,199 @@ TEST_F(CalibrationTest, NonFiniteOrAllZeroInputIsBadInput) {
   s = RunWith(std::vector<float>(3, 1.0f), {3});
   EXPECT_EQ(s.code(), StatusCode::kBadInput) << s.message();
   EXPECT_NE(s.message().find("x.npy"), std::string::npos) << s.message();
+}
+
+// ---------------------------------------------------------------- repeats
+
+// Three MLP blocks on the tiny target, rolled into a repeat or written out.
+fb::ModuleT TinyBlocks(bool repeat) { return TinyBlock(8, 32, 64, 3, repeat); }
+
+// Two bits less headroom than the range needs: the largest activations
+// saturate, so the fractions are worth comparing.
+constexpr int kTightMargin = -2;
+
+fb::ModuleT Quantized(fb::ModuleT m, int margin = kTightMargin) {
+  QuantizeOptions options;
+  options.place_by_cost = false;
+  options.activation_margin = margin;
+  QuantizeFp8Pass pass(options);
+  StatusOr<bool> ran = pass.Run(&m);
+  EXPECT_TRUE(ran.ok()) << ran.status().message();
+  return m;
+}
+
+class RolledQuantizeTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    original_ = new fb::ModuleT(TinyBlocks(true));
+    rolled_ = new fb::ModuleT(Quantized(TinyBlocks(true)));
+    written_ = new fb::ModuleT(Quantized(TinyBlocks(false)));
+  }
+  static void TearDownTestSuite() {
+    delete original_;
+    delete rolled_;
+    delete written_;
+  }
+  static fb::ModuleT* original_;
+  static fb::ModuleT* rolled_;
+  static fb::ModuleT* written_;
+};
+fb::ModuleT* RolledQuantizeTest::original_ = nullptr;
+fb::ModuleT* RolledQuantizeTest::rolled_ = nullptr;
+fb::ModuleT* RolledQuantizeTest::written_ = nullptr;
+
+// Every weight, body weight or twin, has the scale and statistics of its
+// own contents: those the written-out graph gives the same weight.
+TEST_F(RolledQuantizeTest, TwinsAreQuantizedWithTheirOwnScales) {
+  ASSERT_TRUE(ir::VerifyRepeats(*rolled_).ok());
+  const fb::RepeatT& r = *rolled_->repeats[0];
+  int twins = 0;
+  for (const auto& v : rolled_->values) {
+    if (v->role != fb::ValueRole::Weight || v->shape.size() != 2) continue;
+    const fb::ValueT* w = ByName(*written_, v->name);
+    ASSERT_NE(w, nullptr) << v->name;
+    EXPECT_TRUE(v->fp8_quantized) << v->name;
+    EXPECT_EQ(v->dtype, w->dtype) << v->name;
+    EXPECT_EQ(v->fp8_scale_exp, w->fp8_scale_exp) << v->name;
+    EXPECT_EQ(v->fp8_amax, w->fp8_amax) << v->name;
+    EXPECT_EQ(v->fp8_saturated, w->fp8_saturated) << v->name;
+    EXPECT_EQ(v->fp8_flushed, w->fp8_flushed) << v->name;
+    uint32_t body = 0;
+    if (ir::TwinOf(*rolled_, v->id, &body) != nullptr) ++twins;
+  }
+  EXPECT_EQ(twins, 2 * (static_cast<int>(r.count) - 1));
+  // Not every layer's weight has the same amax: the scales are their own.
+  EXPECT_NE(ByName(*rolled_, "l0.mlp.up.w")->fp8_amax,
+            ByName(*rolled_, "l1.mlp.up.w")->fp8_amax);
+}
+
+// A body activation has one scale: the largest magnitude over every
+// iteration, i.e. over the written-out graph's layers.
+TEST_F(RolledQuantizeTest, BodyActivationScaleIsTheMaxOverIterations) {
+  // The FP8 value is the cast's or, fused, the producer's own.
+  auto fp8 = [](const fb::ModuleT& m, const std::string& name) {
+    const fb::ValueT* v = ByName(m, name + ".fp8");
+    return v != nullptr ? v : ByName(m, name);
+  };
+  kernels::ReferenceResult layers;
+  ASSERT_TRUE(kernels::RunReference(TinyBlocks(false), &layers).ok());
+  bool saturated = false;
+  for (const std::string name : {"ln2.out", "mlp.gelu.out"}) {
+    const fb::ValueT* rolled = fp8(*rolled_, "l0." + name);
+    ASSERT_NE(rolled, nullptr) << name;
+    EXPECT_TRUE(rolled->fp8_quantized) << name;
+    float amax = 0;
+    for (int layer = 0; layer < 3; ++layer) {
+      const fb::ValueT* w =
+          fp8(*written_, "l" + std::to_string(layer) + "." + name);
+      ASSERT_NE(w, nullptr) << name << " layer " << layer;
+      amax = std::max(amax, w->fp8_amax);
+    }
+    EXPECT_EQ(rolled->fp8_amax, amax) << name;
+    EXPECT_EQ(rolled->fp8_scale_exp,
+              ChooseScaleExp(amax, Fp8Format::kE4M3, kTightMargin))
+        << name;
+    // The fractions are those of every layer's data at the shared scale.
+    std::vector<float> all;
+    for (int layer = 0; layer < 3; ++layer) {
+      const auto& data =
+          layers.FindByName("l" + std::to_string(layer) + "." + name)->data;
+      all.insert(all.end(), data.begin(), data.end());
+    }
+    const QuantStats want =
+        Measure(all, Fp8Format::kE4M3, rolled->fp8_scale_exp);
+    EXPECT_EQ(rolled->fp8_saturated, static_cast<float>(want.saturated));
+    EXPECT_EQ(rolled->fp8_flushed, static_cast<float>(want.flushed));
+    saturated = saturated || want.saturated > 0;
+  }
+  EXPECT_TRUE(saturated) << "nothing saturated: the fractions go untested";
+}
+
+// One decision per body GEMM (not per layer), each followed by one line
+// for its twins; the output has no residual branch (the last iteration's
+// residual is the previous iteration's result, not the graph input).
+TEST_F(RolledQuantizeTest, OneDecisionPerBodyGemm) {
+  int gemms = 0, twin_lines = 0;
+  for (const fb::DecisionT* d : Decisions(*rolled_)) {
+    if (d->action.find("operands to FP8") != std::string::npos) {
+      ++gemms;
+      EXPECT_EQ(d->outcome, fb::Outcome::Accepted) << d->reason;
+      EXPECT_NE(d->reason.find("calibrated over 3 iterations"),
+                std::string::npos)
+          << d->reason;
+    }
+    if (d->action.find("twins of") != std::string::npos) {
+      ++twin_lines;
+      EXPECT_NE(d->action.find("2 twins"), std::string::npos) << d->action;
+    }
+    if (d->action.find("accuracy of") == 0) {
+      EXPECT_EQ(d->reason.find("branch"), std::string::npos) << d->reason;
+    }
+  }
+  EXPECT_EQ(gemms, 2);
+  EXPECT_EQ(twin_lines, 2);
+}
+
+// The unquantized graph rebuilt from the quantized one restores the twins
+// and computes exactly what the graph computed before quantize-fp8.
+TEST_F(RolledQuantizeTest, UnquantizedRestoresTwins) {
+  std::unique_ptr<fb::ModuleT> u = sim::Unquantized(*rolled_);
+  ASSERT_TRUE(ir::VerifyRepeats(*u).ok());
+  for (uint32_t twin : u->repeats[0]->iteration_weights) {
+    for (const auto& v : u->values) {
+      if (v->id == twin) EXPECT_EQ(v->dtype, fb::DType::F16) << v->name;
+    }
+  }
+  kernels::ReferenceResult before, after;
+  ASSERT_TRUE(kernels::RunReference(*original_, &before).ok());
+  ASSERT_TRUE(kernels::RunReference(*u, &after).ok());
+  const auto& want = before.Outputs()[0]->data;
+  const auto& got = after.Outputs()[0]->data;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
+}
+
+// A rule on a body weight rules its twins (they share its dtype), each
+// still scaled from its own contents; a rule naming a twin is an error.
+TEST_F(RolledQuantizeTest, PolicyOnBodyWeightRulesItsTwins) {
+  fb::ModuleT m = TinyBlocks(true);
+  QuantizeOptions options;
+  options.place_by_cost = false;
+  options.policy_name = "p.policy";
+  options.policy_text = "value l0.mlp.up.w: e5m2\n";
+  QuantizeFp8Pass pass(options);
+  StatusOr<bool> ran = pass.Run(&m);
+  ASSERT_TRUE(ran.ok()) << ran.status().message();
+  ASSERT_TRUE(ir::VerifyRepeats(m).ok());
+  for (int layer = 0; layer < 3; ++layer) {
+    const fb::ValueT* w =
+        ByName(m, "l" + std::to_string(layer) + ".mlp.up.w");
+    EXPECT_EQ(w->dtype, fb::DType::FP8E5M2) << w->name;
+    EXPECT_EQ(w->fp8_scale_exp,
+              ChooseScaleExp(w->fp8_amax, Fp8Format::kE5M2, 0))
+        << w->name;
+  }
+  StatusOr<Policy> twin =
+      ParsePolicy("value l1.mlp.up.w: f16\n", "p.policy", m);
+  ASSERT_FALSE(twin.ok());
+  EXPECT_EQ(twin.status().message(),
+            "p.policy:1: value 'l1.mlp.up.w' is a later iteration's copy of "
+            "weight %4 of a repeat: name that weight, whose rule rules every "
+            "iteration");
+}
+
+// With the default margin the quantized rolled graph is close to the F16
+// one.
+TEST_F(RolledQuantizeTest, QuantizedRolledGraphIsAccurate) {
+  const fb::ModuleT quantized = Quantized(TinyBlocks(true), /*margin=*/1);
+  kernels::ReferenceResult q, f16;
+  ASSERT_TRUE(kernels::RunReference(quantized, &q).ok());
+  ASSERT_TRUE(kernels::RunReference(*original_, &f16).ok());
+  const std::vector<sim::OutputAccuracy> a =
+      sim::CompareOutputs(quantized, q, f16);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_GT(a[0].full.cosine, 0.99);
+  EXPECT_FALSE(a[0].has_branch);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 
 namespace tilec::quantize {
@@ -32,27 +34,60 @@ int ChooseScaleExp(float amax, kernels::Fp8Format fmt, int margin) {
 
 QuantStats Measure(std::span<const float> data, kernels::Fp8Format fmt,
                    int scale_exp) {
-  QuantStats stats;
-  stats.amax = FiniteAmax(data);
-  if (data.empty()) return stats;
-  // Saturation is the scaled magnitude beyond the largest finite value (the
-  // encoder clamps it); flushing is read off the stored value itself.
-  const double limit = kernels::Fp8MaxFinite(fmt);
-  const double factor = std::ldexp(1.0, scale_exp);
-  size_t saturated = 0;
-  size_t flushed = 0;
+  MagnitudeHistogram magnitudes;
+  magnitudes.Add(data);
+  return magnitudes.Measure(fmt, scale_exp);
+}
+
+void MagnitudeHistogram::Add(std::span<const float> data) {
+  count_ += data.size();
   for (float x : data) {
-    if (!std::isfinite(x)) continue;
-    const double scaled = std::fabs(static_cast<double>(x)) * factor;
-    const float stored = kernels::RoundToFp8(x, fmt, scale_exp);
-    if (scaled > limit) {
-      ++saturated;
-    } else if (x != 0 && stored == 0) {
-      ++flushed;
+    const uint32_t bits = std::bit_cast<uint32_t>(x) & 0x7fffffffu;
+    if (bits == 0 || bits >= 0x7f800000u) continue;  // zero, inf, NaN
+    amax_ = std::max(amax_, std::bit_cast<float>(bits));
+    int binade = static_cast<int>(bits >> 23) - 127;
+    uint32_t fraction = bits & 0x7fffffu;
+    if (binade == -127) {  // subnormal: normalize exactly
+      binade = std::ilogb(std::fabs(x));
+      fraction = std::bit_cast<uint32_t>(
+                     std::ldexp(std::fabs(x), -binade)) & 0x7fffffu;
+    }
+    // 0x600000 is the fraction of 1.75.
+    const int cls = fraction == 0 ? 0 : fraction <= 0x600000u ? 1 : 2;
+    ++counts_[(binade - kMinBinade) * kClasses + cls];
+  }
+}
+
+// Each class is measured on one representative: saturation (the scaled
+// magnitude beyond the largest finite value, which the encoder clamps) and
+// flushing (read off the stored value itself) are the same for every
+// element of a class.
+QuantStats MagnitudeHistogram::Measure(kernels::Fp8Format fmt,
+                                       int scale_exp) const {
+  QuantStats stats;
+  stats.amax = amax_;
+  if (count_ == 0) return stats;
+  const double limit = kernels::Fp8MaxFinite(fmt);
+  int limit_exp = 0;
+  CHECK_EQ(std::frexp(limit, &limit_exp), 0.875) << "significand is not 1.75";
+  const double factor = std::ldexp(1.0, scale_exp);
+  constexpr double kSignificand[kClasses] = {1.0, 1.5, 1.875};
+  uint64_t saturated = 0, flushed = 0;
+  for (int b = 0; b < kBinades; ++b) {
+    for (int cls = 0; cls < kClasses; ++cls) {
+      const uint64_t n = counts_[b * kClasses + cls];
+      if (n == 0) continue;
+      const float x =
+          static_cast<float>(std::ldexp(kSignificand[cls], b + kMinBinade));
+      if (static_cast<double>(x) * factor > limit) {
+        saturated += n;
+      } else if (kernels::RoundToFp8(x, fmt, scale_exp) == 0) {
+        flushed += n;
+      }
     }
   }
-  stats.saturated = static_cast<double>(saturated) / data.size();
-  stats.flushed = static_cast<double>(flushed) / data.size();
+  stats.saturated = static_cast<double>(saturated) / count_;
+  stats.flushed = static_cast<double>(flushed) / count_;
   return stats;
 }
 

@@ -8,6 +8,9 @@
 #ifndef TILEC_PASSES_QUANTIZE_SCALE_H_
 #define TILEC_PASSES_QUANTIZE_SCALE_H_
 
+#include <array>
+#include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "formats/tilec_generated.h"
@@ -41,6 +44,31 @@ struct QuantStats {
 };
 QuantStats Measure(std::span<const float> data, kernels::Fp8Format fmt,
                    int scale_exp);
+
+// The magnitudes of one or more tensors in constant memory (7 KB), enough
+// to Measure them at any format and exponent exactly as Measure does their
+// concatenation: how a body activation is calibrated over every iteration
+// of its repeat (docs/quantize.md) without keeping any iteration's data.
+// Elements are counted by binade and by where their significand lies
+// against the two points where storing them can change within a binade:
+// 1 (the flush threshold, half the smallest subnormal, is a power of two)
+// and 1.75 (the largest finite significand of both formats, CHECKed).
+class MagnitudeHistogram {
+ public:
+  void Add(std::span<const float> data);
+  QuantStats Measure(kernels::Fp8Format fmt, int scale_exp) const;
+  float amax() const { return amax_; }  // finite elements only
+  size_t count() const { return count_; }  // every element added
+
+ private:
+  static constexpr int kMinBinade = -149;  // the smallest F32 subnormal
+  static constexpr int kBinades = 127 - kMinBinade + 1;
+  // Significand classes: exactly 1, in (1, 1.75], in (1.75, 2).
+  static constexpr int kClasses = 3;
+  std::array<uint64_t, kBinades * kClasses> counts_{};
+  float amax_ = 0;
+  size_t count_ = 0;
+};
 
 }  // namespace tilec::quantize
 
