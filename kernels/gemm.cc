@@ -101,9 +101,9 @@ static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
 
 // B[k0 .. k0+kc) x [all n) into panels: panel p holds columns
 // [p*kPanel, p*kPanel + kPanel) as bp[(p*kc + k)*kPanel + j], zero past n.
-[[gnu::always_inline]] inline void PackB(const float* b, int64_t n,
-                                         int64_t k0, int64_t kc,
-                                         int64_t panels, float* bp) {
+[[gnu::always_inline]] inline void PackB(const float* b, int64_t n, int64_t k0,
+                                         int64_t kc, int64_t panels,
+                                         float* bp) {
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t j0 = p * kPanel;
     const int64_t width = std::min(kPanel, n - j0);
@@ -163,9 +163,11 @@ static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
 #define TILEC_GEMM_AVX2 1
 // The same code with AVX2 enabled (and not FMA: products and sums still
 // round separately), chosen at run time when the host has it.
-__attribute__((target("avx2"))) void MultiplyBodyAvx2(
-    const float* a, const float* b, float* c, int64_t m, int64_t k_depth,
-    int64_t n, float* bp) {
+__attribute__((target("avx2"))) void MultiplyBodyAvx2(const float* a,
+                                                      const float* b, float* c,
+                                                      int64_t m,
+                                                      int64_t k_depth,
+                                                      int64_t n, float* bp) {
   MultiplyBody(a, b, c, m, k_depth, n, bp);
 }
 
@@ -190,8 +192,8 @@ void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
   // The packed depth block of B, reused across calls on this thread.
   thread_local std::vector<float> packed;
   const int64_t panels = (n + kPanel - 1) / kPanel;
-  const size_t need = static_cast<size_t>(std::min(kDepthBlock, k_depth) *
-                                          panels * kPanel);
+  const size_t need =
+      static_cast<size_t>(std::min(kDepthBlock, k_depth) * panels * kPanel);
   if (packed.size() < need) packed.resize(need);
 #ifdef TILEC_GEMM_AVX2
   if (HostHasAvx2()) {
@@ -216,8 +218,8 @@ StatusOr<std::string_view> GemmKernelName(DType a_dtype) {
       break;
   }
   return Status::BadInput("gemm: no GEMM kernel for input dtype " +
-                       std::string(DTypeName(a_dtype)) +
-                       " (FP8, F16 or F32)");
+                          std::string(DTypeName(a_dtype)) +
+                          " (FP8, F16 or F32)");
 }
 
 Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
@@ -236,12 +238,12 @@ Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
   }
   if (ClassOf(a.dtype) != ClassOf(b.dtype)) {
     return Status::BadInput("gemm: A is " + std::string(DTypeName(a.dtype)) +
-                         " but B is " + std::string(DTypeName(b.dtype)) +
-                         " (both FP8, both F16 or both F32)");
+                            " but B is " + std::string(DTypeName(b.dtype)) +
+                            " (both FP8, both F16 or both F32)");
   }
   if (c.dtype != DType::kF32 && c.dtype != DType::kF16) {
     return Status::BadInput("gemm: output C is " +
-                         std::string(DTypeName(c.dtype)) + " (F32 or F16)");
+                            std::string(DTypeName(c.dtype)) + " (F32 or F16)");
   }
 
   const std::vector<float> af = LoadElements(a, *a_elems);

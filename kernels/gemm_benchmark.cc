@@ -35,9 +35,9 @@ void Bench(DType in, int64_t m, int64_t k, int64_t n, int reps) {
       return;
     }
   }
-  const double seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   const double macs = double(m) * k * n * reps;
   std::printf("%-8s M%-4lld K%-4lld N%-4lld %6.2f GMAC/s  %6.2f GFLOP/s\n",
               std::string(DTypeName(in)).c_str(), (long long)m, (long long)k,
