@@ -728,6 +728,50 @@ TEST(BulkTest, ArraysMatchScalar) {
   }
 }
 
+// The bulk F16 encoder may use the host's conversion instruction for
+// unscaled data; it must give EncodeF16's bits for every float. (Checked
+// once over all 2^32 patterns; here every sign and exponent with mantissas
+// around each rounding boundary, odd lengths for the scalar tail.)
+TEST(BulkTest, F16EncodeArrayMatchesScalarOnEveryExponent) {
+  std::vector<uint32_t> mantissas;
+  for (uint32_t m : {0u, 1u, 0x7FFFFFu, 0x400000u, 0x3FFFFFu, 0x200000u}) {
+    mantissas.push_back(m);
+  }
+  // Around the half-way points of every dropped-bit count (13 for normals,
+  // up to 24 for F16 subnormals): below, at and above, odd and even kept LSB.
+  for (int shift = 13; shift <= 23; ++shift) {
+    for (uint32_t kept : {0u, 1u, 2u, 3u, 0x3FFu}) {
+      const uint32_t half = 1u << (shift - 1);
+      for (int64_t d : {-1, 0, 1}) {
+        const uint64_t m = (uint64_t{kept} << shift) + half + d;
+        if (m <= 0x7FFFFF) mantissas.push_back(static_cast<uint32_t>(m));
+      }
+    }
+  }
+  uint32_t state = 12345;
+  for (int i = 0; i < 2000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    mantissas.push_back(state >> 9);
+  }
+  std::vector<float> xs;
+  for (uint32_t sign_exp = 0; sign_exp < 512; ++sign_exp) {
+    for (uint32_t m : mantissas) {
+      xs.push_back(std::bit_cast<float>((sign_exp << 23) | m));
+    }
+  }
+  xs.push_back(1.0f);  // An odd count: the last elements take the tail.
+  std::vector<uint16_t> codes(xs.size());
+  F16EncodeArray(xs, codes);
+  std::vector<uint8_t> bytes(xs.size() * 2);
+  StoreArrayAs(DType::kF16, xs, 0, bytes);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const uint16_t want = F16Encode(xs[i]);
+    ASSERT_EQ(codes[i], want) << "float bits " << Bits(xs[i]);
+    ASSERT_EQ(bytes[2 * i] | (bytes[2 * i + 1] << 8), want)
+        << "float bits " << Bits(xs[i]);
+  }
+}
+
 TEST(BulkTest, DecodeArraysCoverAllCodes) {
   std::vector<uint16_t> codes(65536);
   for (uint32_t c = 0; c < 65536; ++c) codes[c] = static_cast<uint16_t>(c);
