@@ -8,6 +8,8 @@
 // computes it, so results do not depend on the blocking.
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -204,6 +206,79 @@ void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
   MultiplyBodyDefault(a, b, c, m, k_depth, n, packed.data());
 }
 
+// Operands already holding unscaled F32 are used in place: decoding them
+// (LoadArrayAs) would copy their bits unchanged. Others are decoded once per
+// call into per-thread scratch arrays that are reused across calls.
+bool IsPlainF32(const Operand& op) {
+  return op.dtype == DType::kF32 && op.scale_exp == 0 &&
+         std::endian::native == std::endian::little &&
+         reinterpret_cast<uintptr_t>(op.data) % alignof(float) == 0;
+}
+
+const float* F32View(const Operand& op, size_t elements,
+                     std::vector<float>* scratch) {
+  if (IsPlainF32(op) || elements == 0) {
+    return reinterpret_cast<const float*>(op.data);
+  }
+  if (scratch->size() < elements) scratch->resize(elements);
+  LoadArrayAs(
+      op.dtype,
+      std::span<const uint8_t>(
+          op.data, elements * static_cast<size_t>(DTypeBytes(op.dtype))),
+      op.scale_exp, std::span<float>(scratch->data(), elements));
+  return scratch->data();
+}
+
+bool Overlap(const Operand& x, size_t x_elements, const Operand& y,
+             size_t y_elements) {
+  const auto begin = [](const Operand& op) {
+    return reinterpret_cast<uintptr_t>(op.data);
+  };
+  const auto end = [&](const Operand& op, size_t elements) {
+    return begin(op) + elements * static_cast<size_t>(DTypeBytes(op.dtype));
+  };
+  return begin(x) < end(y, y_elements) && begin(y) < end(x, x_elements);
+}
+
+// The F32 accumulator for C: C's own memory when it is plain F32 and shares
+// no byte with A or B (which are read while C is written), else scratch
+// holding C's decoded values (or zeros). FinishC stores scratch back.
+float* AccumulatorC(const Operand& c, size_t c_elements, bool accumulate,
+                    bool in_place, std::vector<float>* scratch) {
+  float* acc;
+  if (in_place) {
+    acc = reinterpret_cast<float*>(c.data);
+    if (accumulate) return acc;
+  } else {
+    if (scratch->size() < c_elements) scratch->resize(c_elements);
+    acc = scratch->data();
+    if (accumulate) {
+      LoadArrayAs(
+          c.dtype,
+          std::span<const uint8_t>(
+              c.data, c_elements * static_cast<size_t>(DTypeBytes(c.dtype))),
+          c.scale_exp, std::span<float>(acc, c_elements));
+      return acc;
+    }
+  }
+  std::fill(acc, acc + c_elements, 0.0f);
+  return acc;
+}
+
+void FinishC(const Operand& c, size_t c_elements, bool in_place,
+             const float* acc) {
+  if (!in_place) StoreElements(c, std::span<const float>(acc, c_elements));
+}
+
+struct Scratch {
+  std::vector<float> a, b, c, transposed;
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
 }  // namespace
 
 StatusOr<std::string_view> GemmKernelName(DType a_dtype) {
@@ -246,12 +321,14 @@ Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
                             std::string(DTypeName(c.dtype)) + " (F32 or F16)");
   }
 
-  const std::vector<float> af = LoadElements(a, *a_elems);
-  const std::vector<float> bf = LoadElements(b, *b_elems);
-  std::vector<float> cf =
-      accumulate ? LoadElements(c, *c_elems) : std::vector<float>(*c_elems);
-  MultiplyF32(af.data(), bf.data(), cf.data(), m, k, n);
-  StoreElements(c, cf);
+  Scratch& scratch = ThreadScratch();
+  const bool c_in_place = IsPlainF32(c) && !Overlap(c, *c_elems, a, *a_elems) &&
+                          !Overlap(c, *c_elems, b, *b_elems);
+  const float* af = F32View(a, *a_elems, &scratch.a);
+  const float* bf = F32View(b, *b_elems, &scratch.b);
+  float* cf = AccumulatorC(c, *c_elems, accumulate, c_in_place, &scratch.c);
+  MultiplyF32(af, bf, cf, m, k, n);
+  FinishC(c, *c_elems, c_in_place, cf);
   return Status::Ok();
 }
 
@@ -262,11 +339,6 @@ Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
   StatusOr<size_t> b_elems = ElementCount(kName, {n, k});
   if (!b_elems.ok()) return b_elems.status();
   if (Status s = CheckOperand(kName, "B", b, *b_elems); !s.ok()) return s;
-  const std::vector<float> rows = LoadElements(b, *b_elems);
-  std::vector<float> transposed(rows.size());
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < k; ++j) transposed[j * n + i] = rows[i * k + j];
-  }
   StatusOr<size_t> c_elems = ElementCount(kName, {m, n});
   if (!c_elems.ok()) return c_elems.status();
   if (Status s = CheckOperand(kName, "C", c, *c_elems); !s.ok()) return s;
@@ -284,15 +356,25 @@ Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
     return Status::BadInput("gemm_nt: output C is " +
                             std::string(DTypeName(c.dtype)) + " (F32 or F16)");
   }
+  Scratch& scratch = ThreadScratch();
+  const float* rows = F32View(b, *b_elems, &scratch.b);
+  if (scratch.transposed.size() < *b_elems) {
+    scratch.transposed.resize(*b_elems);
+  }
+  float* transposed = scratch.transposed.data();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) transposed[j * n + i] = rows[i * k + j];
+  }
   // The product in F32, scaled, then added or stored: one rounding, as the
   // reference scales attention scores.
-  const std::vector<float> af = LoadElements(a, *a_elems);
+  const float* af = F32View(a, *a_elems, &scratch.a);
   std::vector<float> product(*c_elems, 0.0f);
-  MultiplyF32(af.data(), transposed.data(), product.data(), m, k, n);
-  std::vector<float> cf =
-      accumulate ? LoadElements(c, *c_elems) : std::vector<float>(*c_elems);
-  for (size_t i = 0; i < cf.size(); ++i) cf[i] += product[i] * scale;
-  StoreElements(c, cf);
+  MultiplyF32(af, transposed, product.data(), m, k, n);
+  const bool c_in_place = IsPlainF32(c) && !Overlap(c, *c_elems, a, *a_elems) &&
+                          !Overlap(c, *c_elems, b, *b_elems);
+  float* cf = AccumulatorC(c, *c_elems, accumulate, c_in_place, &scratch.c);
+  for (size_t i = 0; i < *c_elems; ++i) cf[i] += product[i] * scale;
+  FinishC(c, *c_elems, c_in_place, cf);
   return Status::Ok();
 }
 

@@ -303,6 +303,37 @@ TEST_F(KernelsTest, GemmIsBitIdenticalToAPlainLoop) {
   }
 }
 
+// F32 operands are read in place and an F32 C accumulates in place, unless
+// C shares bytes with A or B: then the product still reads A and B as they
+// were before the call. Unaligned F32 operands take the decoding path.
+TEST_F(KernelsTest, GemmInPlaceOperandsAliasingAndAlignment) {
+  const int64_t m = 9, k = 20, n = 20;
+  auto a = RandomBuffer(DType::kF32, m * k, 71);
+  auto b = RandomBuffer(DType::kF32, k * n, 72);
+  Buffer want(DType::kF32, m * n);
+  want.Set(a->Values());
+  ASSERT_TRUE(Gemm(a->op, b->op, want.op, m, k, n, true).ok());
+  // C is A itself (k == n): A's old values are the accumulator's start and
+  // the left operand.
+  Buffer alias(DType::kF32, m * k);
+  alias.Set(a->Values());
+  ASSERT_TRUE(Gemm(alias.op, b->op, alias.op, m, k, n, true).ok());
+  EXPECT_EQ(alias.bytes, want.bytes);
+  // Every operand one byte off float alignment.
+  const auto shifted = [](const Buffer& x) {
+    auto y = std::make_unique<std::vector<uint8_t>>(x.bytes.size() + 1);
+    std::copy(x.bytes.begin(), x.bytes.end(), y->begin() + 1);
+    return y;
+  };
+  auto ua = shifted(*a), ub = shifted(*b), uc = shifted(*a);
+  const Operand oa{ua->data() + 1, a->bytes.size(), DType::kF32, 0};
+  const Operand ob{ub->data() + 1, b->bytes.size(), DType::kF32, 0};
+  const Operand oc{uc->data() + 1, a->bytes.size(), DType::kF32, 0};
+  ASSERT_TRUE(Gemm(oa, ob, oc, m, k, n, true).ok());
+  EXPECT_TRUE(
+      std::equal(want.bytes.begin(), want.bytes.end(), uc->begin() + 1));
+}
+
 TEST_F(KernelsTest, GemmRejectsBadOperands) {
   Buffer a(DType::kF16, 4 * 8), b(DType::kF16, 8 * 4), c(DType::kF32, 16);
   Buffer short_c(DType::kF32, 15), b8(DType::kFp8E4M3, 32);
