@@ -8,6 +8,7 @@
 // computes it, so results do not depend on the blocking.
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -187,6 +188,9 @@ void MultiplyBodyDefault(const float* a, const float* b, float* c, int64_t m,
   MultiplyBody(a, b, c, m, k_depth, n, bp);
 }
 
+// Set by UsePortableGemmForTesting.
+std::atomic<bool> portable_only{false};
+
 // C[m, n] += A[m, k_depth] * B[k_depth, n], all row-major F32.
 void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
                  int64_t k_depth, int64_t n) {
@@ -198,7 +202,7 @@ void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
       static_cast<size_t>(std::min(kDepthBlock, k_depth) * panels * kPanel);
   if (packed.size() < need) packed.resize(need);
 #ifdef TILEC_GEMM_AVX2
-  if (HostHasAvx2()) {
+  if (HostHasAvx2() && !portable_only.load(std::memory_order_relaxed)) {
     MultiplyBodyAvx2(a, b, c, m, k_depth, n, packed.data());
     return;
   }
@@ -280,6 +284,10 @@ Scratch& ThreadScratch() {
 }
 
 }  // namespace
+
+void UsePortableGemmForTesting(bool portable) {
+  portable_only.store(portable, std::memory_order_relaxed);
+}
 
 StatusOr<std::string_view> GemmKernelName(DType a_dtype) {
   switch (ClassOf(a_dtype)) {

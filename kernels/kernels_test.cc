@@ -250,57 +250,62 @@ TEST_F(KernelsTest, GemmKSplitAccumulate) {
 // F32 product per k in ascending order. Odd sizes exercise the edge blocks;
 // depths past 256 and heights past 72 cross the depth and row blocks.
 TEST_F(KernelsTest, GemmIsBitIdenticalToAPlainLoop) {
-  struct Case {
-    DType in, out;
-    int a_scale, b_scale;
-    int64_t m, k, n;
-    bool accumulate;
-  };
-  const Case cases[] = {
-      {DType::kF16, DType::kF32, 0, 0, 37, 53, 29, false},
-      {DType::kF16, DType::kF32, 0, 0, 37, 53, 29, true},
-      {DType::kFp8E4M3, DType::kF32, 4, 6, 37, 53, 29, true},
-      {DType::kFp8E5M2, DType::kF32, 0, 3, 37, 53, 29, false},
-      {DType::kFp8E4M3, DType::kF16, 2, 5, 37, 53, 29, true},
-      {DType::kF32, DType::kF32, 0, 0, 1, 1, 1, true},
-      {DType::kF32, DType::kF32, 0, 0, 7, 13, 21, true},
-      {DType::kF32, DType::kF32, 0, 0, 83, 517, 47, true},
-      {DType::kF16, DType::kF32, 0, 0, 150, 300, 70, false},
-      {DType::kFp8E4M3, DType::kF32, 4, 6, 82, 192, 160, true},
-  };
-  uint32_t seed = 100;
-  for (const Case& t : cases) {
-    SCOPED_TRACE(std::string(DTypeName(t.in)) + " -> " +
-                 std::string(DTypeName(t.out)) + " M" + std::to_string(t.m) +
-                 " K" + std::to_string(t.k) + " N" + std::to_string(t.n) +
-                 (t.accumulate ? " accumulate" : ""));
-    auto a = RandomBuffer(t.in, t.m * t.k, seed++, 1.0f, t.a_scale);
-    auto b = RandomBuffer(t.in, t.k * t.n, seed++, 0.1f, t.b_scale);
-    Buffer c(t.out, t.m * t.n);
-    c.Set(Random(t.m * t.n, seed++, 3.0f));
-    const std::vector<float> av = a->Values(), bv = b->Values();
-    const std::vector<float> c0 = c.Values();
-    std::vector<float> want(t.m * t.n);
-    for (int64_t i = 0; i < t.m; ++i) {
-      for (int64_t j = 0; j < t.n; ++j) {
-        float s = t.accumulate ? c0[i * t.n + j] : 0.0f;
-        for (int64_t p = 0; p < t.k; ++p) {
-          const float product = av[i * t.k + p] * bv[p * t.n + j];
-          s += product;
+  for (bool portable : {false, true}) {
+    SCOPED_TRACE(portable ? "portable path" : "host's fastest path");
+    UsePortableGemmForTesting(portable);
+    struct Case {
+      DType in, out;
+      int a_scale, b_scale;
+      int64_t m, k, n;
+      bool accumulate;
+    };
+    const Case cases[] = {
+        {DType::kF16, DType::kF32, 0, 0, 37, 53, 29, false},
+        {DType::kF16, DType::kF32, 0, 0, 37, 53, 29, true},
+        {DType::kFp8E4M3, DType::kF32, 4, 6, 37, 53, 29, true},
+        {DType::kFp8E5M2, DType::kF32, 0, 3, 37, 53, 29, false},
+        {DType::kFp8E4M3, DType::kF16, 2, 5, 37, 53, 29, true},
+        {DType::kF32, DType::kF32, 0, 0, 1, 1, 1, true},
+        {DType::kF32, DType::kF32, 0, 0, 7, 13, 21, true},
+        {DType::kF32, DType::kF32, 0, 0, 83, 517, 47, true},
+        {DType::kF16, DType::kF32, 0, 0, 150, 300, 70, false},
+        {DType::kFp8E4M3, DType::kF32, 4, 6, 82, 192, 160, true},
+    };
+    uint32_t seed = 100;
+    for (const Case& t : cases) {
+      SCOPED_TRACE(std::string(DTypeName(t.in)) + " -> " +
+                   std::string(DTypeName(t.out)) + " M" + std::to_string(t.m) +
+                   " K" + std::to_string(t.k) + " N" + std::to_string(t.n) +
+                   (t.accumulate ? " accumulate" : ""));
+      auto a = RandomBuffer(t.in, t.m * t.k, seed++, 1.0f, t.a_scale);
+      auto b = RandomBuffer(t.in, t.k * t.n, seed++, 0.1f, t.b_scale);
+      Buffer c(t.out, t.m * t.n);
+      c.Set(Random(t.m * t.n, seed++, 3.0f));
+      const std::vector<float> av = a->Values(), bv = b->Values();
+      const std::vector<float> c0 = c.Values();
+      std::vector<float> want(t.m * t.n);
+      for (int64_t i = 0; i < t.m; ++i) {
+        for (int64_t j = 0; j < t.n; ++j) {
+          float s = t.accumulate ? c0[i * t.n + j] : 0.0f;
+          for (int64_t p = 0; p < t.k; ++p) {
+            const float product = av[i * t.k + p] * bv[p * t.n + j];
+            s += product;
+          }
+          want[i * t.n + j] = s;
         }
-        want[i * t.n + j] = s;
+      }
+      Buffer expected(t.out, t.m * t.n);
+      expected.Set(want);
+      ASSERT_TRUE(Gemm(a->op, b->op, c.op, t.m, t.k, t.n, t.accumulate).ok());
+      for (size_t i = 0; i < c.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(c.At(i)),
+                  std::bit_cast<uint32_t>(expected.At(i)))
+            << "element " << i << ": got " << c.At(i) << ", want "
+            << expected.At(i);
       }
     }
-    Buffer expected(t.out, t.m * t.n);
-    expected.Set(want);
-    ASSERT_TRUE(Gemm(a->op, b->op, c.op, t.m, t.k, t.n, t.accumulate).ok());
-    for (size_t i = 0; i < c.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(c.At(i)),
-                std::bit_cast<uint32_t>(expected.At(i)))
-          << "element " << i << ": got " << c.At(i) << ", want "
-          << expected.At(i);
-    }
   }
+  UsePortableGemmForTesting(false);
 }
 
 // F32 operands are read in place and an F32 C accumulates in place, unless
