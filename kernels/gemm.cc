@@ -111,10 +111,17 @@ static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
     const int64_t j0 = p * kPanel;
     const int64_t width = std::min(kPanel, n - j0);
     float* dst = bp + p * kc * kPanel;
+    if (width == kPanel) {  // a constant-size copy, inlined
+      for (int64_t k = 0; k < kc; ++k) {
+        std::memcpy(dst + k * kPanel, b + (k0 + k) * n + j0,
+                    kPanel * sizeof(float));
+      }
+      continue;
+    }
     for (int64_t k = 0; k < kc; ++k) {
       const float* src = b + (k0 + k) * n + j0;
       float* d = dst + k * kPanel;
-      std::memcpy(d, src, static_cast<size_t>(width) * sizeof(float));
+      for (int64_t j = 0; j < width; ++j) d[j] = src[j];
       for (int64_t j = width; j < kPanel; ++j) d[j] = 0.0f;
     }
   }
