@@ -772,6 +772,37 @@ TEST(BulkTest, F16EncodeArrayMatchesScalarOnEveryExponent) {
   }
 }
 
+// The bulk FP8 decoder may decode sixteen codes at a time through the
+// host's F16 conversion; it must give Fp8Decode's exact bits (NaN payloads
+// included) for every code, format and scale, in groups with and without
+// NaN codes and in the scalar tail.
+TEST(BulkTest, Fp8DecodeArrayMatchesScalarBitForBit) {
+  std::vector<uint8_t> codes;
+  for (int c = 0; c < 256; ++c) codes.push_back(static_cast<uint8_t>(c));
+  // NaN-free groups (all codes but the NaNs of both formats, 0x7D..0x7F
+  // and 0xFD..0xFF), then the same codes reversed, then a 7-code tail.
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) < 0x7D) codes.push_back(static_cast<uint8_t>(c));
+  }
+  for (int c = 255; c >= 0; --c) codes.push_back(static_cast<uint8_t>(c));
+  for (int c : {1, 0x80, 0x7F, 0x7C, 0x08, 0x77, 0xF0}) {
+    codes.push_back(static_cast<uint8_t>(c));
+  }
+  std::vector<float> out(codes.size());
+  for (Fp8Format fmt : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    for (int s : {0,    1,   -1,   4,    -7,   8,    -8,  100,  -100, 118,
+                  119,  120, -118, -119, -120, 126,  127, 128,  -126, -127,
+                  -128, 134, 135,  -135, 140,  -140, 300, -300, 5000, -5000}) {
+      Fp8DecodeArray(codes, out, fmt, s);
+      for (size_t i = 0; i < codes.size(); ++i) {
+        ASSERT_EQ(Bits(out[i]), Bits(Fp8Decode(codes[i], fmt, s)))
+            << "format " << static_cast<int>(fmt) << " scale " << s << " code "
+            << int{codes[i]} << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(BulkTest, DecodeArraysCoverAllCodes) {
   std::vector<uint16_t> codes(65536);
   for (uint32_t c = 0; c < 65536; ++c) codes[c] = static_cast<uint16_t>(c);
