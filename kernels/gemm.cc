@@ -39,6 +39,8 @@ DTypeClass ClassOf(DType d) {
 }
 
 // The product runs in blocks that keep every operand in cache:
+//  - column blocks of kColumnBlock columns of B and C, one after the other
+//    (bounding the packed copy of B below);
 //  - depth blocks of kDepthBlock k values; within one, B is packed into
 //    panels of kPanel columns (zero-padded), each panel [kc][kPanel]
 //    contiguous, so the inner loop reads B sequentially;
@@ -54,7 +56,8 @@ DTypeClass ClassOf(DType d) {
 constexpr int64_t kRows = 6;
 constexpr int64_t kPanel = 16;
 constexpr int64_t kDepthBlock = 256;
-constexpr int64_t kRowBlock = 72;  // a multiple of kRows
+constexpr int64_t kRowBlock = 72;       // a multiple of kRows
+constexpr int64_t kColumnBlock = 2048;  // a multiple of kPanel
 
 // Eight floats; on the default target GCC splits it into two SSE halves,
 // under target("avx2") it is one YMM register.
@@ -102,14 +105,16 @@ typedef float Vec8 __attribute__((vector_size(32)));
 static_assert(kRows == 6, "MicroKernel is written out for six rows");
 static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
 
-// B[k0 .. k0+kc) x [all n) into panels: panel p holds columns
-// [p*kPanel, p*kPanel + kPanel) as bp[(p*kc + k)*kPanel + j], zero past n.
-[[gnu::always_inline]] inline void PackB(const float* b, int64_t n, int64_t k0,
-                                         int64_t kc, int64_t panels,
-                                         float* bp) {
+// B[k0 .. k0+kc) x [j_begin, j_end) into panels: panel p holds columns
+// [j_begin + p*kPanel, + kPanel) as bp[(p*kc + k)*kPanel + j], zero past
+// j_end.
+[[gnu::always_inline]] inline void PackB(const float* b, int64_t n,
+                                         int64_t j_begin, int64_t j_end,
+                                         int64_t k0, int64_t kc, float* bp) {
+  const int64_t panels = (j_end - j_begin + kPanel - 1) / kPanel;
   for (int64_t p = 0; p < panels; ++p) {
-    const int64_t j0 = p * kPanel;
-    const int64_t width = std::min(kPanel, n - j0);
+    const int64_t j0 = j_begin + p * kPanel;
+    const int64_t width = std::min(kPanel, j_end - j0);
     float* dst = bp + p * kc * kPanel;
     if (width == kPanel) {  // a constant-size copy, inlined
       for (int64_t k = 0; k < kc; ++k) {
@@ -131,37 +136,40 @@ static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
                                                 float* c, int64_t m,
                                                 int64_t k_depth, int64_t n,
                                                 float* bp) {
-  const int64_t panels = (n + kPanel - 1) / kPanel;
-  for (int64_t k0 = 0; k0 < k_depth; k0 += kDepthBlock) {
-    const int64_t kc = std::min(kDepthBlock, k_depth - k0);
-    PackB(b, n, k0, kc, panels, bp);
-    for (int64_t ib = 0; ib < m; ib += kRowBlock) {
-      const int64_t i_end = std::min(m, ib + kRowBlock);
-      for (int64_t p = 0; p < panels; ++p) {
-        const int64_t j0 = p * kPanel;
-        const int64_t width = std::min(kPanel, n - j0);
-        const float* panel = bp + p * kc * kPanel;
-        for (int64_t i = ib; i < i_end; i += kRows) {
-          const int64_t rows = std::min(kRows, i_end - i);
-          // Missing rows repeat the last real one; their sums are dropped.
-          const float* arows[kRows];
-          for (int64_t r = 0; r < kRows; ++r) {
-            arows[r] = a + (i + std::min(r, rows - 1)) * k_depth + k0;
-          }
-          if (rows == kRows && width == kPanel) {
-            MicroKernel(arows, panel, kc, c + i * n + j0, n);
-            continue;
-          }
-          // An edge block: through a full-size copy of the C block.
-          float tile[kRows * kPanel] = {};
-          for (int64_t r = 0; r < rows; ++r) {
-            std::memcpy(tile + r * kPanel, c + (i + r) * n + j0,
-                        static_cast<size_t>(width) * sizeof(float));
-          }
-          MicroKernel(arows, panel, kc, tile, kPanel);
-          for (int64_t r = 0; r < rows; ++r) {
-            std::memcpy(c + (i + r) * n + j0, tile + r * kPanel,
-                        static_cast<size_t>(width) * sizeof(float));
+  for (int64_t jb = 0; jb < n; jb += kColumnBlock) {
+    const int64_t j_end = std::min(n, jb + kColumnBlock);
+    const int64_t panels = (j_end - jb + kPanel - 1) / kPanel;
+    for (int64_t k0 = 0; k0 < k_depth; k0 += kDepthBlock) {
+      const int64_t kc = std::min(kDepthBlock, k_depth - k0);
+      PackB(b, n, jb, j_end, k0, kc, bp);
+      for (int64_t ib = 0; ib < m; ib += kRowBlock) {
+        const int64_t i_end = std::min(m, ib + kRowBlock);
+        for (int64_t p = 0; p < panels; ++p) {
+          const int64_t j0 = jb + p * kPanel;
+          const int64_t width = std::min(kPanel, j_end - j0);
+          const float* panel = bp + p * kc * kPanel;
+          for (int64_t i = ib; i < i_end; i += kRows) {
+            const int64_t rows = std::min(kRows, i_end - i);
+            // Missing rows repeat the last real one; their sums are dropped.
+            const float* arows[kRows];
+            for (int64_t r = 0; r < kRows; ++r) {
+              arows[r] = a + (i + std::min(r, rows - 1)) * k_depth + k0;
+            }
+            if (rows == kRows && width == kPanel) {
+              MicroKernel(arows, panel, kc, c + i * n + j0, n);
+              continue;
+            }
+            // An edge block: through a full-size copy of the C block.
+            float tile[kRows * kPanel] = {};
+            for (int64_t r = 0; r < rows; ++r) {
+              std::memcpy(tile + r * kPanel, c + (i + r) * n + j0,
+                          static_cast<size_t>(width) * sizeof(float));
+            }
+            MicroKernel(arows, panel, kc, tile, kPanel);
+            for (int64_t r = 0; r < rows; ++r) {
+              std::memcpy(c + (i + r) * n + j0, tile + r * kPanel,
+                          static_cast<size_t>(width) * sizeof(float));
+            }
           }
         }
       }
@@ -204,7 +212,7 @@ void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
   if (m <= 0 || n <= 0 || k_depth <= 0) return;
   // The packed depth block of B, reused across calls on this thread.
   thread_local std::vector<float> packed;
-  const int64_t panels = (n + kPanel - 1) / kPanel;
+  const int64_t panels = (std::min(n, kColumnBlock) + kPanel - 1) / kPanel;
   const size_t need =
       static_cast<size_t>(std::min(kDepthBlock, k_depth) * panels * kPanel);
   if (packed.size() < need) packed.resize(need);

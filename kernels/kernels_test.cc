@@ -248,7 +248,8 @@ TEST_F(KernelsTest, GemmKSplitAccumulate) {
 // The blocked, vectorized GEMM must give exactly the bits of the plain loop
 // it replaces: each C element starts from C (or 0), then adds one rounded
 // F32 product per k in ascending order. Odd sizes exercise the edge blocks;
-// depths past 256 and heights past 72 cross the depth and row blocks.
+// depths past 256, heights past 72 and widths past 2048 cross the depth,
+// row and column blocks.
 TEST_F(KernelsTest, GemmIsBitIdenticalToAPlainLoop) {
   for (bool portable : {false, true}) {
     SCOPED_TRACE(portable ? "portable path" : "host's fastest path");
@@ -270,6 +271,9 @@ TEST_F(KernelsTest, GemmIsBitIdenticalToAPlainLoop) {
         {DType::kF32, DType::kF32, 0, 0, 83, 517, 47, true},
         {DType::kF16, DType::kF32, 0, 0, 150, 300, 70, false},
         {DType::kFp8E4M3, DType::kF32, 4, 6, 82, 192, 160, true},
+        // Past a column block (2048) and a depth block at once.
+        {DType::kF32, DType::kF32, 0, 0, 7, 300, 2100, true},
+        {DType::kF16, DType::kF16, 0, 0, 5, 20, 2065, false},
     };
     uint32_t seed = 100;
     for (const Case& t : cases) {
