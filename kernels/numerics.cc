@@ -268,8 +268,9 @@ inline uint32_t GetLe32(const uint8_t* src) {
 // Unscaled (the only scale F16 tensors use) on a host with F16C, the
 // hardware conversion does it eight at a time: IEEE round to nearest even,
 // overflow to infinity, exact subnormals, NaNs quieted with their top
-// payload bits kept, i.e. exactly EncodeF16(x, 0) for every float
-// (numerics_test compares the two on every float bit pattern).
+// payload bits kept, i.e. exactly EncodeF16(x, 0) for every float (the
+// two were compared once on all 2^32 float bit patterns; numerics_test
+// compares them on every sign and exponent around each rounding boundary).
 void EncodeF16Scalar(const float* src, size_t n, int scale_exp, uint8_t* dst) {
   for (size_t i = 0; i < n; ++i) {
     PutLe16(EncodeF16(src[i], scale_exp), dst + 2 * i);
