@@ -1,14 +1,18 @@
 // GEMM on one tile: C[M,N] (+)= A[M,K] * B[K,N] with F32 accumulation.
 //
-// The simulator runs billions of multiply-accumulates, so the operands are
-// decoded to F32 arrays once and multiplied by a register-blocked loop that
-// the compiler vectorizes: a 4 x 16 block of C stays in registers while k
-// runs over the whole depth. Every C element is still summed in k order
-// starting from its initial value, whichever loop computes it, so results do
-// not depend on the blocking.
+// The simulator and the reference run billions of multiply-accumulates, so
+// the operands are decoded to F32 arrays once (tables, not per MAC) and
+// multiplied by a cache-blocked, register-blocked loop (MultiplyF32 below).
+// Every C element is still summed in k order starting from its initial
+// value, one rounded product and one rounded sum per step, whichever loop
+// computes it, so results do not depend on the blocking.
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
@@ -34,57 +38,271 @@ DTypeClass ClassOf(DType d) {
   }
 }
 
-constexpr int64_t kBlockRows = 4;
-constexpr int64_t kBlockCols = 16;
+// The product runs in blocks that keep every operand in cache:
+//  - column blocks of kColumnBlock columns of B and C, one after the other
+//    (bounding the packed copy of B below);
+//  - depth blocks of kDepthBlock k values; within one, B is packed into
+//    panels of kPanel columns (zero-padded), each panel [kc][kPanel]
+//    contiguous, so the inner loop reads B sequentially;
+//  - row blocks of kRowBlock rows of A, which stay in L2 while every panel
+//    of the depth block passes over them;
+//  - a kRows x kPanel block of C accumulates in registers over one depth
+//    block, then goes back to C (an exact F32 store), so across depth
+//    blocks every element keeps one running F32 sum.
+// Each C element is therefore still c, then c + a[0]*b[0], then ... in
+// ascending k, every product rounded to F32 and then added (no FMA: the
+// build enables no FMA instructions, and the AVX2 path below enables AVX2
+// only), exactly what a plain i-j-k triple loop computes.
+constexpr int64_t kRows = 6;
+constexpr int64_t kPanel = 16;
+constexpr int64_t kDepthBlock = 256;
+constexpr int64_t kRowBlock = 72;       // a multiple of kRows
+constexpr int64_t kColumnBlock = 2048;  // a multiple of kPanel
 
-// C block [i0, i0+4) x [j0, j0+16): accumulators live in registers over k.
-void FullBlock(const float* a, const float* b, float* c, int64_t k_depth,
-               int64_t n, int64_t i0, int64_t j0) {
-  float acc[kBlockRows][kBlockCols];
-  for (int64_t r = 0; r < kBlockRows; ++r) {
-    std::memcpy(acc[r], c + (i0 + r) * n + j0, sizeof(acc[r]));
+// Eight floats; on the default target GCC splits it into two SSE halves,
+// under target("avx2") it is one YMM register.
+typedef float Vec8 __attribute__((vector_size(32)));
+
+// C[r][0..kPanel) += sum over k in [0, kc) of a[r][k] * bp[k][0..kPanel),
+// for r < kRows; c has row stride ldc.
+[[gnu::always_inline]] inline void MicroKernel(const float* const* a,
+                                               const float* bp, int64_t kc,
+                                               float* c, int64_t ldc) {
+  Vec8 acc[kRows][2];
+  for (int64_t r = 0; r < kRows; ++r) {
+    std::memcpy(&acc[r][0], c + r * ldc, sizeof(Vec8));
+    std::memcpy(&acc[r][1], c + r * ldc + 8, sizeof(Vec8));
   }
-  const float* a0 = a + i0 * k_depth;
-  for (int64_t k = 0; k < k_depth; ++k) {
-    const float* brow = b + k * n + j0;
-    for (int64_t r = 0; r < kBlockRows; ++r) {
-      const float av = a0[r * k_depth + k];
-      for (int64_t jj = 0; jj < kBlockCols; ++jj) acc[r][jj] += av * brow[jj];
+  const float* a0 = a[0];
+  const float* a1 = a[1];
+  const float* a2 = a[2];
+  const float* a3 = a[3];
+  const float* a4 = a[4];
+  const float* a5 = a[5];
+  for (int64_t k = 0; k < kc; ++k) {
+    Vec8 b0, b1;
+    std::memcpy(&b0, bp + k * kPanel, sizeof(Vec8));
+    std::memcpy(&b1, bp + k * kPanel + 8, sizeof(Vec8));
+    // acc + (a * b): the product rounds, then the sum rounds.
+    acc[0][0] += b0 * a0[k];
+    acc[0][1] += b1 * a0[k];
+    acc[1][0] += b0 * a1[k];
+    acc[1][1] += b1 * a1[k];
+    acc[2][0] += b0 * a2[k];
+    acc[2][1] += b1 * a2[k];
+    acc[3][0] += b0 * a3[k];
+    acc[3][1] += b1 * a3[k];
+    acc[4][0] += b0 * a4[k];
+    acc[4][1] += b1 * a4[k];
+    acc[5][0] += b0 * a5[k];
+    acc[5][1] += b1 * a5[k];
+  }
+  for (int64_t r = 0; r < kRows; ++r) {
+    std::memcpy(c + r * ldc, &acc[r][0], sizeof(Vec8));
+    std::memcpy(c + r * ldc + 8, &acc[r][1], sizeof(Vec8));
+  }
+}
+static_assert(kRows == 6, "MicroKernel is written out for six rows");
+static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
+
+// B[k0 .. k0+kc) x [j_begin, j_end) into panels: panel p holds columns
+// [j_begin + p*kPanel, + kPanel) as bp[(p*kc + k)*kPanel + j], zero past
+// j_end.
+[[gnu::always_inline]] inline void PackB(const float* b, int64_t n,
+                                         int64_t j_begin, int64_t j_end,
+                                         int64_t k0, int64_t kc, float* bp) {
+  const int64_t panels = (j_end - j_begin + kPanel - 1) / kPanel;
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t j0 = j_begin + p * kPanel;
+    const int64_t width = std::min(kPanel, j_end - j0);
+    float* dst = bp + p * kc * kPanel;
+    if (width == kPanel) {  // a constant-size copy, inlined
+      for (int64_t k = 0; k < kc; ++k) {
+        std::memcpy(dst + k * kPanel, b + (k0 + k) * n + j0,
+                    kPanel * sizeof(float));
+      }
+      continue;
     }
-  }
-  for (int64_t r = 0; r < kBlockRows; ++r) {
-    std::memcpy(c + (i0 + r) * n + j0, acc[r], sizeof(acc[r]));
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = b + (k0 + k) * n + j0;
+      float* d = dst + k * kPanel;
+      for (int64_t j = 0; j < width; ++j) d[j] = src[j];
+      for (int64_t j = width; j < kPanel; ++j) d[j] = 0.0f;
+    }
   }
 }
 
-// Any rectangle [i_begin, i_end) x [j_begin, j_end), in i-k-j order.
-void EdgeBlock(const float* a, const float* b, float* c, int64_t k_depth,
-               int64_t n, int64_t i_begin, int64_t i_end, int64_t j_begin,
-               int64_t j_end) {
-  for (int64_t i = i_begin; i < i_end; ++i) {
-    float* crow = c + i * n;
-    for (int64_t k = 0; k < k_depth; ++k) {
-      const float av = a[i * k_depth + k];
-      const float* brow = b + k * n;
-      for (int64_t j = j_begin; j < j_end; ++j) crow[j] += av * brow[j];
+[[gnu::always_inline]] inline void MultiplyBody(const float* a, const float* b,
+                                                float* c, int64_t m,
+                                                int64_t k_depth, int64_t n,
+                                                float* bp) {
+  for (int64_t jb = 0; jb < n; jb += kColumnBlock) {
+    const int64_t j_end = std::min(n, jb + kColumnBlock);
+    const int64_t panels = (j_end - jb + kPanel - 1) / kPanel;
+    for (int64_t k0 = 0; k0 < k_depth; k0 += kDepthBlock) {
+      const int64_t kc = std::min(kDepthBlock, k_depth - k0);
+      PackB(b, n, jb, j_end, k0, kc, bp);
+      for (int64_t ib = 0; ib < m; ib += kRowBlock) {
+        const int64_t i_end = std::min(m, ib + kRowBlock);
+        for (int64_t p = 0; p < panels; ++p) {
+          const int64_t j0 = jb + p * kPanel;
+          const int64_t width = std::min(kPanel, j_end - j0);
+          const float* panel = bp + p * kc * kPanel;
+          for (int64_t i = ib; i < i_end; i += kRows) {
+            const int64_t rows = std::min(kRows, i_end - i);
+            // Missing rows repeat the last real one; their sums are dropped.
+            const float* arows[kRows];
+            for (int64_t r = 0; r < kRows; ++r) {
+              arows[r] = a + (i + std::min(r, rows - 1)) * k_depth + k0;
+            }
+            if (rows == kRows && width == kPanel) {
+              MicroKernel(arows, panel, kc, c + i * n + j0, n);
+              continue;
+            }
+            // An edge block: through a full-size copy of the C block.
+            float tile[kRows * kPanel] = {};
+            for (int64_t r = 0; r < rows; ++r) {
+              std::memcpy(tile + r * kPanel, c + (i + r) * n + j0,
+                          static_cast<size_t>(width) * sizeof(float));
+            }
+            MicroKernel(arows, panel, kc, tile, kPanel);
+            for (int64_t r = 0; r < rows; ++r) {
+              std::memcpy(c + (i + r) * n + j0, tile + r * kPanel,
+                          static_cast<size_t>(width) * sizeof(float));
+            }
+          }
+        }
+      }
     }
   }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TILEC_GEMM_AVX2 1
+// The same code with AVX2 enabled (and not FMA: products and sums still
+// round separately), chosen at run time when the host has it.
+__attribute__((target("avx2"))) void MultiplyBodyAvx2(const float* a,
+                                                      const float* b, float* c,
+                                                      int64_t m,
+                                                      int64_t k_depth,
+                                                      int64_t n, float* bp) {
+  MultiplyBody(a, b, c, m, k_depth, n, bp);
+}
+
+bool HostHasAvx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has;
+}
+#endif
+
+void MultiplyBodyDefault(const float* a, const float* b, float* c, int64_t m,
+                         int64_t k_depth, int64_t n, float* bp) {
+  MultiplyBody(a, b, c, m, k_depth, n, bp);
+}
+
+// Set by UsePortableGemmForTesting.
+std::atomic<bool> portable_only{false};
+
+// C[m, n] += A[m, k_depth] * B[k_depth, n], all row-major F32.
 void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
                  int64_t k_depth, int64_t n) {
-  const int64_t m_full = m / kBlockRows * kBlockRows;
-  const int64_t n_full = n / kBlockCols * kBlockCols;
-  for (int64_t i0 = 0; i0 < m_full; i0 += kBlockRows) {
-    for (int64_t j0 = 0; j0 < n_full; j0 += kBlockCols) {
-      FullBlock(a, b, c, k_depth, n, i0, j0);
+  if (m <= 0 || n <= 0 || k_depth <= 0) return;
+  // The packed depth block of B, reused across calls on this thread.
+  thread_local std::vector<float> packed;
+  const int64_t panels = (std::min(n, kColumnBlock) + kPanel - 1) / kPanel;
+  const size_t need =
+      static_cast<size_t>(std::min(kDepthBlock, k_depth) * panels * kPanel);
+  if (packed.size() < need) packed.resize(need);
+#ifdef TILEC_GEMM_AVX2
+  if (HostHasAvx2() && !portable_only.load(std::memory_order_relaxed)) {
+    MultiplyBodyAvx2(a, b, c, m, k_depth, n, packed.data());
+    return;
+  }
+#endif
+  MultiplyBodyDefault(a, b, c, m, k_depth, n, packed.data());
+}
+
+// Operands already holding unscaled F32 are used in place: decoding them
+// (LoadArrayAs) would copy their bits unchanged. Others are decoded once per
+// call into per-thread scratch arrays that are reused across calls.
+bool IsPlainF32(const Operand& op) {
+  return op.dtype == DType::kF32 && op.scale_exp == 0 &&
+         std::endian::native == std::endian::little &&
+         reinterpret_cast<uintptr_t>(op.data) % alignof(float) == 0;
+}
+
+const float* F32View(const Operand& op, size_t elements,
+                     std::vector<float>* scratch) {
+  if (IsPlainF32(op) || elements == 0) {
+    return reinterpret_cast<const float*>(op.data);
+  }
+  if (scratch->size() < elements) scratch->resize(elements);
+  LoadArrayAs(
+      op.dtype,
+      std::span<const uint8_t>(
+          op.data, elements * static_cast<size_t>(DTypeBytes(op.dtype))),
+      op.scale_exp, std::span<float>(scratch->data(), elements));
+  return scratch->data();
+}
+
+bool Overlap(const Operand& x, size_t x_elements, const Operand& y,
+             size_t y_elements) {
+  const auto begin = [](const Operand& op) {
+    return reinterpret_cast<uintptr_t>(op.data);
+  };
+  const auto end = [&](const Operand& op, size_t elements) {
+    return begin(op) + elements * static_cast<size_t>(DTypeBytes(op.dtype));
+  };
+  return begin(x) < end(y, y_elements) && begin(y) < end(x, x_elements);
+}
+
+// The F32 accumulator for C: C's own memory when it is plain F32 and shares
+// no byte with A or B (which are read while C is written), else scratch
+// holding C's decoded values (or zeros). FinishC stores scratch back.
+float* AccumulatorC(const Operand& c, size_t c_elements, bool accumulate,
+                    bool in_place, std::vector<float>* scratch) {
+  float* acc;
+  if (in_place) {
+    acc = reinterpret_cast<float*>(c.data);
+    if (accumulate) return acc;
+  } else {
+    if (scratch->size() < c_elements) scratch->resize(c_elements);
+    acc = scratch->data();
+    if (accumulate) {
+      LoadArrayAs(
+          c.dtype,
+          std::span<const uint8_t>(
+              c.data, c_elements * static_cast<size_t>(DTypeBytes(c.dtype))),
+          c.scale_exp, std::span<float>(acc, c_elements));
+      return acc;
     }
   }
-  if (n_full < n) EdgeBlock(a, b, c, k_depth, n, 0, m_full, n_full, n);
-  if (m_full < m) EdgeBlock(a, b, c, k_depth, n, m_full, m, 0, n);
+  std::fill(acc, acc + c_elements, 0.0f);
+  return acc;
+}
+
+void FinishC(const Operand& c, size_t c_elements, bool in_place,
+             const float* acc) {
+  if (!in_place) StoreElements(c, std::span<const float>(acc, c_elements));
+}
+
+struct Scratch {
+  std::vector<float> a, b, c, transposed;
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
 }
 
 }  // namespace
+
+void UsePortableGemmForTesting(bool portable) {
+  portable_only.store(portable, std::memory_order_relaxed);
+}
 
 StatusOr<std::string_view> GemmKernelName(DType a_dtype) {
   switch (ClassOf(a_dtype)) {
@@ -98,8 +316,8 @@ StatusOr<std::string_view> GemmKernelName(DType a_dtype) {
       break;
   }
   return Status::BadInput("gemm: no GEMM kernel for input dtype " +
-                       std::string(DTypeName(a_dtype)) +
-                       " (FP8, F16 or F32)");
+                          std::string(DTypeName(a_dtype)) +
+                          " (FP8, F16 or F32)");
 }
 
 Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
@@ -118,20 +336,22 @@ Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
   }
   if (ClassOf(a.dtype) != ClassOf(b.dtype)) {
     return Status::BadInput("gemm: A is " + std::string(DTypeName(a.dtype)) +
-                         " but B is " + std::string(DTypeName(b.dtype)) +
-                         " (both FP8, both F16 or both F32)");
+                            " but B is " + std::string(DTypeName(b.dtype)) +
+                            " (both FP8, both F16 or both F32)");
   }
   if (c.dtype != DType::kF32 && c.dtype != DType::kF16) {
     return Status::BadInput("gemm: output C is " +
-                         std::string(DTypeName(c.dtype)) + " (F32 or F16)");
+                            std::string(DTypeName(c.dtype)) + " (F32 or F16)");
   }
 
-  const std::vector<float> af = LoadElements(a, *a_elems);
-  const std::vector<float> bf = LoadElements(b, *b_elems);
-  std::vector<float> cf =
-      accumulate ? LoadElements(c, *c_elems) : std::vector<float>(*c_elems);
-  MultiplyF32(af.data(), bf.data(), cf.data(), m, k, n);
-  StoreElements(c, cf);
+  Scratch& scratch = ThreadScratch();
+  const bool c_in_place = IsPlainF32(c) && !Overlap(c, *c_elems, a, *a_elems) &&
+                          !Overlap(c, *c_elems, b, *b_elems);
+  const float* af = F32View(a, *a_elems, &scratch.a);
+  const float* bf = F32View(b, *b_elems, &scratch.b);
+  float* cf = AccumulatorC(c, *c_elems, accumulate, c_in_place, &scratch.c);
+  MultiplyF32(af, bf, cf, m, k, n);
+  FinishC(c, *c_elems, c_in_place, cf);
   return Status::Ok();
 }
 
@@ -142,11 +362,6 @@ Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
   StatusOr<size_t> b_elems = ElementCount(kName, {n, k});
   if (!b_elems.ok()) return b_elems.status();
   if (Status s = CheckOperand(kName, "B", b, *b_elems); !s.ok()) return s;
-  const std::vector<float> rows = LoadElements(b, *b_elems);
-  std::vector<float> transposed(rows.size());
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < k; ++j) transposed[j * n + i] = rows[i * k + j];
-  }
   StatusOr<size_t> c_elems = ElementCount(kName, {m, n});
   if (!c_elems.ok()) return c_elems.status();
   if (Status s = CheckOperand(kName, "C", c, *c_elems); !s.ok()) return s;
@@ -164,15 +379,25 @@ Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
     return Status::BadInput("gemm_nt: output C is " +
                             std::string(DTypeName(c.dtype)) + " (F32 or F16)");
   }
+  Scratch& scratch = ThreadScratch();
+  const float* rows = F32View(b, *b_elems, &scratch.b);
+  if (scratch.transposed.size() < *b_elems) {
+    scratch.transposed.resize(*b_elems);
+  }
+  float* transposed = scratch.transposed.data();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) transposed[j * n + i] = rows[i * k + j];
+  }
   // The product in F32, scaled, then added or stored: one rounding, as the
   // reference scales attention scores.
-  const std::vector<float> af = LoadElements(a, *a_elems);
+  const float* af = F32View(a, *a_elems, &scratch.a);
   std::vector<float> product(*c_elems, 0.0f);
-  MultiplyF32(af.data(), transposed.data(), product.data(), m, k, n);
-  std::vector<float> cf =
-      accumulate ? LoadElements(c, *c_elems) : std::vector<float>(*c_elems);
-  for (size_t i = 0; i < cf.size(); ++i) cf[i] += product[i] * scale;
-  StoreElements(c, cf);
+  MultiplyF32(af, transposed, product.data(), m, k, n);
+  const bool c_in_place = IsPlainF32(c) && !Overlap(c, *c_elems, a, *a_elems) &&
+                          !Overlap(c, *c_elems, b, *b_elems);
+  float* cf = AccumulatorC(c, *c_elems, accumulate, c_in_place, &scratch.c);
+  for (size_t i = 0; i < *c_elems; ++i) cf[i] += product[i] * scale;
+  FinishC(c, *c_elems, c_in_place, cf);
   return Status::Ok();
 }
 

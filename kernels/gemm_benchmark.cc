@@ -1,5 +1,6 @@
 // Host speed of the GEMM kernel on the per-tile shapes of the SigLIP MLP
-// (the simulator's hot loop). Run: bazel run -c opt //kernels:gemm_benchmark
+// (the simulator's hot loop) and on the reference executor's whole-layer
+// shapes. Run: bazel run -c opt //kernels:gemm_benchmark
 // (the default build already uses -O2).
 
 #include <chrono>
@@ -34,9 +35,9 @@ void Bench(DType in, int64_t m, int64_t k, int64_t n, int reps) {
       return;
     }
   }
-  const double seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   const double macs = double(m) * k * n * reps;
   std::printf("%-8s M%-4lld K%-4lld N%-4lld %6.2f GMAC/s  %6.2f GFLOP/s\n",
               std::string(DTypeName(in)).c_str(), (long long)m, (long long)k,
@@ -53,5 +54,9 @@ int main() {
   tilec::kernels::Bench(DType::kF16, 82, 192, 160, 300);
   tilec::kernels::Bench(DType::kF32, 82, 192, 160, 300);
   tilec::kernels::Bench(DType::kF32, 7, 13, 21, 100000);
+  // The reference executor's shapes: one thread's half of the so400m MLP
+  // up- and down-projections (kernels/reference.cc splits rows).
+  tilec::kernels::Bench(DType::kF32, 365, 1152, 4304, 1);
+  tilec::kernels::Bench(DType::kF32, 365, 4304, 1152, 1);
   return 0;
 }

@@ -112,6 +112,11 @@ Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
               int64_t k, int64_t n, bool accumulate, float scale);
 // "gemm_fp8", "gemm_f16" or "gemm_f32" by A's dtype, or an error.
 StatusOr<std::string_view> GemmKernelName(DType a_dtype);
+// Gemm and GemmNt pick a vectorized code path by the host's instruction set
+// (AVX2 on x86-64) at run time; every path gives the same bits. Tests call
+// this with true to run the portable path where a faster one exists, and
+// with false to go back to choosing. Not for use while GEMMs are running.
+void UsePortableGemmForTesting(bool portable);
 StatusOr<int64_t> GemmCycles(const CostModel& model, DType a_dtype, int64_t m,
                              int64_t k, int64_t n);
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -242,6 +243,104 @@ TEST_F(KernelsTest, GemmKSplitAccumulate) {
   ASSERT_TRUE(Gemm(a1->op, b1->op, c16.op, m, k1, n, true).ok());
   const std::vector<float> start(m * n, 0.5f);
   ExpectNear(c16.Values(), GemmRef(a1v, b1v, m, k1, n, &start), DType::kF16);
+}
+
+// The blocked, vectorized GEMM must give exactly the bits of the plain loop
+// it replaces: each C element starts from C (or 0), then adds one rounded
+// F32 product per k in ascending order. Odd sizes exercise the edge blocks;
+// depths past 256, heights past 72 and widths past 2048 cross the depth,
+// row and column blocks.
+TEST_F(KernelsTest, GemmIsBitIdenticalToAPlainLoop) {
+  for (bool portable : {false, true}) {
+    SCOPED_TRACE(portable ? "portable path" : "host's fastest path");
+    UsePortableGemmForTesting(portable);
+    struct Case {
+      DType in, out;
+      int a_scale, b_scale;
+      int64_t m, k, n;
+      bool accumulate;
+    };
+    const Case cases[] = {
+        {DType::kF16, DType::kF32, 0, 0, 37, 53, 29, false},
+        {DType::kF16, DType::kF32, 0, 0, 37, 53, 29, true},
+        {DType::kFp8E4M3, DType::kF32, 4, 6, 37, 53, 29, true},
+        {DType::kFp8E5M2, DType::kF32, 0, 3, 37, 53, 29, false},
+        {DType::kFp8E4M3, DType::kF16, 2, 5, 37, 53, 29, true},
+        {DType::kF32, DType::kF32, 0, 0, 1, 1, 1, true},
+        {DType::kF32, DType::kF32, 0, 0, 7, 13, 21, true},
+        {DType::kF32, DType::kF32, 0, 0, 83, 517, 47, true},
+        {DType::kF16, DType::kF32, 0, 0, 150, 300, 70, false},
+        {DType::kFp8E4M3, DType::kF32, 4, 6, 82, 192, 160, true},
+        // Past a column block (2048) and a depth block at once.
+        {DType::kF32, DType::kF32, 0, 0, 7, 300, 2100, true},
+        {DType::kF16, DType::kF16, 0, 0, 5, 20, 2065, false},
+    };
+    uint32_t seed = 100;
+    for (const Case& t : cases) {
+      SCOPED_TRACE(std::string(DTypeName(t.in)) + " -> " +
+                   std::string(DTypeName(t.out)) + " M" + std::to_string(t.m) +
+                   " K" + std::to_string(t.k) + " N" + std::to_string(t.n) +
+                   (t.accumulate ? " accumulate" : ""));
+      auto a = RandomBuffer(t.in, t.m * t.k, seed++, 1.0f, t.a_scale);
+      auto b = RandomBuffer(t.in, t.k * t.n, seed++, 0.1f, t.b_scale);
+      Buffer c(t.out, t.m * t.n);
+      c.Set(Random(t.m * t.n, seed++, 3.0f));
+      const std::vector<float> av = a->Values(), bv = b->Values();
+      const std::vector<float> c0 = c.Values();
+      std::vector<float> want(t.m * t.n);
+      for (int64_t i = 0; i < t.m; ++i) {
+        for (int64_t j = 0; j < t.n; ++j) {
+          float s = t.accumulate ? c0[i * t.n + j] : 0.0f;
+          for (int64_t p = 0; p < t.k; ++p) {
+            const float product = av[i * t.k + p] * bv[p * t.n + j];
+            s += product;
+          }
+          want[i * t.n + j] = s;
+        }
+      }
+      Buffer expected(t.out, t.m * t.n);
+      expected.Set(want);
+      ASSERT_TRUE(Gemm(a->op, b->op, c.op, t.m, t.k, t.n, t.accumulate).ok());
+      for (size_t i = 0; i < c.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(c.At(i)),
+                  std::bit_cast<uint32_t>(expected.At(i)))
+            << "element " << i << ": got " << c.At(i) << ", want "
+            << expected.At(i);
+      }
+    }
+  }
+  UsePortableGemmForTesting(false);
+}
+
+// F32 operands are read in place and an F32 C accumulates in place, unless
+// C shares bytes with A or B: then the product still reads A and B as they
+// were before the call. Unaligned F32 operands take the decoding path.
+TEST_F(KernelsTest, GemmInPlaceOperandsAliasingAndAlignment) {
+  const int64_t m = 9, k = 20, n = 20;
+  auto a = RandomBuffer(DType::kF32, m * k, 71);
+  auto b = RandomBuffer(DType::kF32, k * n, 72);
+  Buffer want(DType::kF32, m * n);
+  want.Set(a->Values());
+  ASSERT_TRUE(Gemm(a->op, b->op, want.op, m, k, n, true).ok());
+  // C is A itself (k == n): A's old values are the accumulator's start and
+  // the left operand.
+  Buffer alias(DType::kF32, m * k);
+  alias.Set(a->Values());
+  ASSERT_TRUE(Gemm(alias.op, b->op, alias.op, m, k, n, true).ok());
+  EXPECT_EQ(alias.bytes, want.bytes);
+  // Every operand one byte off float alignment.
+  const auto shifted = [](const Buffer& x) {
+    auto y = std::make_unique<std::vector<uint8_t>>(x.bytes.size() + 1);
+    std::copy(x.bytes.begin(), x.bytes.end(), y->begin() + 1);
+    return y;
+  };
+  auto ua = shifted(*a), ub = shifted(*b), uc = shifted(*a);
+  const Operand oa{ua->data() + 1, a->bytes.size(), DType::kF32, 0};
+  const Operand ob{ub->data() + 1, b->bytes.size(), DType::kF32, 0};
+  const Operand oc{uc->data() + 1, a->bytes.size(), DType::kF32, 0};
+  ASSERT_TRUE(Gemm(oa, ob, oc, m, k, n, true).ok());
+  EXPECT_TRUE(
+      std::equal(want.bytes.begin(), want.bytes.end(), uc->begin() + 1));
 }
 
 TEST_F(KernelsTest, GemmRejectsBadOperands) {

@@ -10,6 +10,10 @@
 
 #include "glog/logging.h"
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#endif
+
 namespace tilec::kernels {
 namespace {
 
@@ -260,6 +264,158 @@ inline uint32_t GetLe32(const uint8_t* src) {
          (static_cast<uint32_t>(src[3]) << 24);
 }
 
+// F16 codes of src[0, n) with scale_exp, written little-endian at dst.
+// Unscaled (the only scale F16 tensors use) on a host with F16C, the
+// hardware conversion does it eight at a time: IEEE round to nearest even,
+// overflow to infinity, exact subnormals, NaNs quieted with their top
+// payload bits kept, i.e. exactly EncodeF16(x, 0) for every float (the
+// two were compared once on all 2^32 float bit patterns; numerics_test
+// compares them on every sign and exponent around each rounding boundary).
+void EncodeF16Scalar(const float* src, size_t n, int scale_exp, uint8_t* dst) {
+  for (size_t i = 0; i < n; ++i) {
+    PutLe16(EncodeF16(src[i], scale_exp), dst + 2 * i);
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("avx,f16c"))) void EncodeF16Hardware(const float* src,
+                                                           size_t n,
+                                                           uint8_t* dst) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(src + i);
+    const __m128i h =
+        _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
+  }
+  EncodeF16Scalar(src + i, n - i, 0, dst + 2 * i);
+}
+
+bool HostHasF16c() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  }();
+  return has;
+}
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// FP8 codes to floats sixteen at a time, for hosts with AVX2 and F16C.
+// Every E5M2 code is the top byte of the F16 code of the same value, and an
+// E4M3 code's exponent and mantissa bits shifted into an F16 code give its
+// value times 2^-8, so the F16 conversion instruction decodes them exactly;
+// one multiply by 2^(8 - scale_exp) (E4M3) or 2^-scale_exp (E5M2), both
+// normal floats (else the caller uses the table), then rounds once, exactly
+// as the table path's value * 2^-scale_exp does. Groups holding a NaN code
+// go through the table, which keeps NaN payloads exactly as it always has.
+// Returns how many leading elements it decoded (a multiple of 16).
+__attribute__((target("avx2,f16c"))) size_t Fp8DecodeHardware(
+    const uint8_t* src, size_t n, Fp8Format fmt, float factor,
+    const float* table, float table_factor, bool table_scaled, float* dst) {
+  const bool e4m3 = fmt == Fp8Format::kE4M3;
+  const __m256 f = _mm256_set1_ps(factor);
+  const __m128i low7 = _mm_set1_epi8(0x7F);
+  const __m128i nan_code = _mm_set1_epi8(e4m3 ? 0x7F : 0x7C);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i codes =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i magnitude = _mm_and_si128(codes, low7);
+    // E4M3: NaN is S.1111.111; E5M2: NaN is above S.11111.00 (infinity).
+    const __m128i nan = e4m3 ? _mm_cmpeq_epi8(magnitude, nan_code)
+                             : _mm_cmpgt_epi8(magnitude, nan_code);
+    if (_mm_movemask_epi8(nan) != 0) {
+      for (size_t j = i; j < i + 16; ++j) {
+        dst[j] = table_scaled ? table[src[j]] * table_factor : table[src[j]];
+      }
+      continue;
+    }
+    const __m256i wide = _mm256_cvtepu8_epi16(codes);
+    __m256i half;
+    if (e4m3) {
+      const __m256i sign =
+          _mm256_slli_epi16(_mm256_and_si256(wide, _mm256_set1_epi16(0x80)), 8);
+      const __m256i bits =
+          _mm256_slli_epi16(_mm256_and_si256(wide, _mm256_set1_epi16(0x7F)), 7);
+      half = _mm256_or_si256(sign, bits);
+    } else {
+      half = _mm256_slli_epi16(wide, 8);
+    }
+    const __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(half));
+    const __m256 hi = _mm256_cvtph_ps(_mm256_extracti128_si256(half, 1));
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(lo, f));
+    _mm256_storeu_ps(dst + i + 8, _mm256_mul_ps(hi, f));
+  }
+  return i;
+}
+
+// F16 codes (little-endian bytes) to floats eight at a time through F16C:
+// exact, like the table, for every code but the NaNs, whose groups use the
+// table (the instruction would quiet signalling NaNs). With `scaled`, one
+// multiply by the normal float `factor` = 2^-scale_exp, as DecodeLoop does.
+// Returns how many leading elements it decoded (a multiple of 8).
+__attribute__((target("avx2,f16c"))) size_t F16DecodeHardware(
+    const uint8_t* src, size_t n, bool scaled, float factor, float* dst) {
+  const __m256 f = _mm256_set1_ps(factor);
+  const __m128i magnitude_mask = _mm_set1_epi16(0x7FFF);
+  const __m128i infinity = _mm_set1_epi16(0x7C00);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i codes =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+    const __m128i nan =
+        _mm_cmpgt_epi16(_mm_and_si128(codes, magnitude_mask), infinity);
+    if (_mm_movemask_epi8(nan) != 0) {
+      for (size_t j = i; j < i + 8; ++j) {
+        const float v = kF16Table[GetLe16(src + 2 * j)];
+        dst[j] = scaled ? v * factor : v;
+      }
+      continue;
+    }
+    __m256 v = _mm256_cvtph_ps(codes);
+    if (scaled) v = _mm256_mul_ps(v, f);
+    _mm256_storeu_ps(dst + i, v);
+  }
+  return i;
+}
+
+bool HostHasAvx2F16c() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  }();
+  return has;
+}
+#endif
+
+// F16 codes (little-endian bytes) at src to dst.size() floats times
+// 2^-scale_exp.
+void DecodeF16Bulk(const uint8_t* src, int scale_exp, std::span<float> dst) {
+  size_t done = 0;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  const int e = -ClampScale(scale_exp);
+  if (dst.size() >= 8 && e >= -126 && e <= 127 && HostHasAvx2F16c()) {
+    done = F16DecodeHardware(
+        src, dst.size(), e != 0,
+        std::bit_cast<float>(static_cast<uint32_t>(e + 127) << 23), dst.data());
+  }
+#endif
+  DecodeLoop(dst.subspan(done), scale_exp, [&](size_t i) {
+    return kF16Table[GetLe16(src + 2 * (done + i))];
+  });
+}
+
+void EncodeF16Bulk(const float* src, size_t n, int scale_exp, uint8_t* dst) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (scale_exp == 0 && HostHasF16c()) {
+    EncodeF16Hardware(src, n, dst);
+    return;
+  }
+#endif
+  EncodeF16Scalar(src, n, scale_exp, dst);
+}
+
 }  // namespace
 
 // --- F16 / BF16 --------------------------------------------------------------
@@ -327,13 +483,26 @@ int Fp8ScaleExpForTensor(std::span<const float> values, Fp8Format fmt) {
 void F16EncodeArray(std::span<const float> src, std::span<uint16_t> dst,
                     int scale_exp) {
   CHECK_EQ(src.size(), dst.size());
-  for (size_t i = 0; i < src.size(); ++i) dst[i] = EncodeF16(src[i], scale_exp);
+  // Native order: the scalar path writes little-endian bytes, so encode
+  // through it only where that is the native order.
+  if constexpr (std::endian::native == std::endian::little) {
+    EncodeF16Bulk(src.data(), src.size(), scale_exp,
+                  reinterpret_cast<uint8_t*>(dst.data()));
+  } else {
+    for (size_t i = 0; i < src.size(); ++i) {
+      dst[i] = EncodeF16(src[i], scale_exp);
+    }
+  }
 }
 
 void F16DecodeArray(std::span<const uint16_t> src, std::span<float> dst,
                     int scale_exp) {
   CHECK_EQ(src.size(), dst.size());
-  DecodeLoop(dst, scale_exp, [&](size_t i) { return kF16Table[src[i]]; });
+  if constexpr (std::endian::native == std::endian::little) {
+    DecodeF16Bulk(reinterpret_cast<const uint8_t*>(src.data()), scale_exp, dst);
+  } else {
+    DecodeLoop(dst, scale_exp, [&](size_t i) { return kF16Table[src[i]]; });
+  }
 }
 
 void Bf16EncodeArray(std::span<const float> src, std::span<uint16_t> dst,
@@ -369,7 +538,23 @@ void Fp8DecodeArray(std::span<const uint8_t> src, std::span<float> dst,
                     Fp8Format fmt, int scale_exp) {
   CHECK_EQ(src.size(), dst.size());
   const float* table = Fp8Table(fmt);
-  DecodeLoop(dst, scale_exp, [&](size_t i) { return table[src[i]]; });
+  size_t done = 0;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  // The factor from F16-decoded values to value * 2^-scale_exp, and the
+  // table path's own factor (DecodeLoop's), both normal floats here.
+  const int e = -ClampScale(scale_exp);
+  const int hw_e = fmt == Fp8Format::kE4M3 ? e + 8 : e;
+  if (src.size() >= 16 && e >= -126 && e <= 127 && hw_e >= -126 &&
+      hw_e <= 127 && HostHasAvx2F16c()) {
+    const auto pow2 = [](int x) {
+      return std::bit_cast<float>(static_cast<uint32_t>(x + 127) << 23);
+    };
+    done = Fp8DecodeHardware(src.data(), src.size(), fmt, pow2(hw_e), table,
+                             pow2(e), e != 0, dst.data());
+  }
+#endif
+  DecodeLoop(dst.subspan(done), scale_exp,
+             [&](size_t i) { return table[src[done + i]]; });
 }
 
 // --- DType -------------------------------------------------------------------
@@ -459,9 +644,7 @@ void StoreArrayAs(DType dtype, std::span<const float> src, int scale_exp,
       return;
     }
     case DType::kF16:
-      for (size_t i = 0; i < n; ++i) {
-        PutLe16(EncodeF16(src[i], scale_exp), out + 2 * i);
-      }
+      EncodeF16Bulk(src.data(), n, scale_exp, out);
       return;
     case DType::kBF16:
       for (size_t i = 0; i < n; ++i) {
@@ -491,8 +674,7 @@ void LoadArrayAs(DType dtype, std::span<const uint8_t> src, int scale_exp,
       });
       return;
     case DType::kF16:
-      DecodeLoop(dst, scale_exp,
-                 [&](size_t i) { return kF16Table[GetLe16(in + 2 * i)]; });
+      DecodeF16Bulk(in, scale_exp, dst);
       return;
     case DType::kBF16:
       DecodeLoop(dst, scale_exp,

@@ -728,6 +728,106 @@ TEST(BulkTest, ArraysMatchScalar) {
   }
 }
 
+// The bulk F16 encoder may use the host's conversion instruction for
+// unscaled data; it must give EncodeF16's bits for every float. (Checked
+// once over all 2^32 patterns; here every sign and exponent with mantissas
+// around each rounding boundary, odd lengths for the scalar tail.)
+TEST(BulkTest, F16EncodeArrayMatchesScalarOnEveryExponent) {
+  std::vector<uint32_t> mantissas;
+  for (uint32_t m : {0u, 1u, 0x7FFFFFu, 0x400000u, 0x3FFFFFu, 0x200000u}) {
+    mantissas.push_back(m);
+  }
+  // Around the half-way points of every dropped-bit count (13 for normals,
+  // up to 24 for F16 subnormals): below, at and above, odd and even kept LSB.
+  for (int shift = 13; shift <= 23; ++shift) {
+    for (uint32_t kept : {0u, 1u, 2u, 3u, 0x3FFu}) {
+      const uint32_t half = 1u << (shift - 1);
+      for (int64_t d : {-1, 0, 1}) {
+        const uint64_t m = (uint64_t{kept} << shift) + half + d;
+        if (m <= 0x7FFFFF) mantissas.push_back(static_cast<uint32_t>(m));
+      }
+    }
+  }
+  uint32_t state = 12345;
+  for (int i = 0; i < 2000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    mantissas.push_back(state >> 9);
+  }
+  std::vector<float> xs;
+  for (uint32_t sign_exp = 0; sign_exp < 512; ++sign_exp) {
+    for (uint32_t m : mantissas) {
+      xs.push_back(std::bit_cast<float>((sign_exp << 23) | m));
+    }
+  }
+  xs.push_back(1.0f);  // An odd count: the last elements take the tail.
+  std::vector<uint16_t> codes(xs.size());
+  F16EncodeArray(xs, codes);
+  std::vector<uint8_t> bytes(xs.size() * 2);
+  StoreArrayAs(DType::kF16, xs, 0, bytes);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const uint16_t want = F16Encode(xs[i]);
+    ASSERT_EQ(codes[i], want) << "float bits " << Bits(xs[i]);
+    ASSERT_EQ(bytes[2 * i] | (bytes[2 * i + 1] << 8), want)
+        << "float bits " << Bits(xs[i]);
+  }
+}
+
+// The bulk FP8 decoder may decode sixteen codes at a time through the
+// host's F16 conversion; it must give Fp8Decode's exact bits (NaN payloads
+// included) for every code, format and scale, in groups with and without
+// NaN codes and in the scalar tail.
+TEST(BulkTest, Fp8DecodeArrayMatchesScalarBitForBit) {
+  std::vector<uint8_t> codes;
+  for (int c = 0; c < 256; ++c) codes.push_back(static_cast<uint8_t>(c));
+  // NaN-free groups (all codes but the NaNs of both formats, 0x7D..0x7F
+  // and 0xFD..0xFF), then the same codes reversed, then a 7-code tail.
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) < 0x7D) codes.push_back(static_cast<uint8_t>(c));
+  }
+  for (int c = 255; c >= 0; --c) codes.push_back(static_cast<uint8_t>(c));
+  for (int c : {1, 0x80, 0x7F, 0x7C, 0x08, 0x77, 0xF0}) {
+    codes.push_back(static_cast<uint8_t>(c));
+  }
+  std::vector<float> out(codes.size());
+  for (Fp8Format fmt : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    for (int s : {0,    1,   -1,   4,    -7,   8,    -8,  100,  -100, 118,
+                  119,  120, -118, -119, -120, 126,  127, 128,  -126, -127,
+                  -128, 134, 135,  -135, 140,  -140, 300, -300, 5000, -5000}) {
+      Fp8DecodeArray(codes, out, fmt, s);
+      for (size_t i = 0; i < codes.size(); ++i) {
+        ASSERT_EQ(Bits(out[i]), Bits(Fp8Decode(codes[i], fmt, s)))
+            << "format " << static_cast<int>(fmt) << " scale " << s << " code "
+            << int{codes[i]} << " at " << i;
+      }
+    }
+  }
+}
+
+// Likewise the bulk F16 decoders (eight codes at a time through F16C where
+// the host has it): F16Decode's exact bits for every code.
+TEST(BulkTest, F16DecodeArraysMatchScalarBitForBit) {
+  std::vector<uint16_t> codes(65536 + 5);
+  for (size_t c = 0; c < codes.size(); ++c) {
+    codes[c] = static_cast<uint16_t>(c * 40503u);  // every code, mixed
+  }
+  for (size_t c = 0; c < 65536; ++c) codes.push_back(static_cast<uint16_t>(c));
+  std::vector<float> out(codes.size()), out_le(codes.size());
+  std::vector<uint8_t> bytes(codes.size() * 2);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    bytes[2 * i] = static_cast<uint8_t>(codes[i]);
+    bytes[2 * i + 1] = static_cast<uint8_t>(codes[i] >> 8);
+  }
+  for (int s : {0, 3, -3, 100, -100, 126, 127, -126, -127, 140, -140, 1000}) {
+    F16DecodeArray(codes, out, s);
+    LoadArrayAs(DType::kF16, bytes, s, out_le);
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const uint32_t want = Bits(F16Decode(codes[i], s));
+      ASSERT_EQ(Bits(out[i]), want) << "scale " << s << " code " << codes[i];
+      ASSERT_EQ(Bits(out_le[i]), want) << "scale " << s << " code " << codes[i];
+    }
+  }
+}
+
 TEST(BulkTest, DecodeArraysCoverAllCodes) {
   std::vector<uint16_t> codes(65536);
   for (uint32_t c = 0; c < 65536; ++c) codes[c] = static_cast<uint16_t>(c);

@@ -25,6 +25,9 @@ namespace {
 
 // GEMMs below this many multiply-accumulates are not worth a thread.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 22;
+// Nor row-wise kernels (LayerNorm, Softmax, GELU, adds) below this many
+// elements.
+constexpr int64_t kMinParallelElements = int64_t{1} << 16;
 
 // Kernel operands over F32 arrays. Kernels never write their input
 // operands, so the const_cast in In() is never acted upon.
@@ -539,6 +542,29 @@ class Executor {
     return Bad(op, "unknown op kind");  // unreachable: checked above
   }
 
+  // Runs body(first_row, row_count) over blocks of rows on the threads, for
+  // kernels whose every output row depends only on the same input row: the
+  // split changes nothing but the time. `split` are the arrays the body
+  // indexes by row, which must hold rows x w elements (the kernels check
+  // the sizes of the slices they are given, not of the whole arrays).
+  Status ByRows(const fb::OperationT& op, int64_t rows, int64_t w,
+                std::initializer_list<const std::vector<float>*> split,
+                const std::function<Status(int64_t, int64_t)>& body) const {
+    for (const std::vector<float>* data : split) {
+      if (static_cast<int64_t>(data->size()) != rows * w) {
+        return Check(op, Status::BadInput(
+                             "an operand holds " +
+                             std::to_string(data->size()) + " elements, not " +
+                             std::to_string(rows) + " x " + std::to_string(w)));
+      }
+    }
+    const int threads = rows * w >= kMinParallelElements ? options_.threads : 1;
+    return Check(op,
+                 ParallelFor(rows, threads, [&](int64_t begin, int64_t end) {
+                   return body(begin, end - begin);
+                 }));
+  }
+
   Status RunLayerNorm(const fb::OperationT& op) {
     const ReferenceTensor *x, *gamma, *beta;
     ReferenceTensor* y;
@@ -550,8 +576,11 @@ class Executor {
     RowsAndWidth(x->shape, &rows, &w);
     std::vector<float> out(x->data.size());
     TILEC_RETURN_IF_ERROR(
-        Check(op, LayerNorm(In(x->data), In(gamma->data), In(beta->data),
-                            Out(out), rows, w, op.eps)));
+        ByRows(op, rows, w, {&x->data, &out}, [&](int64_t r0, int64_t n) {
+          return LayerNorm(In(x->data.data() + r0 * w, n * w), In(gamma->data),
+                           In(beta->data), Out(out.data() + r0 * w, n * w), n,
+                           w, op.eps);
+        }));
     Store(y, std::move(out));
     return Status::Ok();
   }
@@ -587,13 +616,16 @@ class Executor {
     int64_t rows, w;
     RowsAndWidth(x->shape, &rows, &w);
     std::vector<float> out(x->data.size());
-    if (op.kind == fb::OpKind::BiasAdd) {
-      TILEC_RETURN_IF_ERROR(
-          Check(op, BiasAdd(In(x->data), In(y->data), Out(out), rows, w)));
-    } else {
-      TILEC_RETURN_IF_ERROR(
-          Check(op, Add(In(x->data), In(y->data), Out(out), rows, w)));
-    }
+    const bool bias = op.kind == fb::OpKind::BiasAdd;
+    // A bias is one row for every row, not split.
+    TILEC_RETURN_IF_ERROR(ByRows(
+        op, rows, w, {&x->data, bias ? &x->data : &y->data, &out},
+        [&](int64_t r0, int64_t n) {
+          const Operand xs = In(x->data.data() + r0 * w, n * w);
+          const Operand outs = Out(out.data() + r0 * w, n * w);
+          return bias ? BiasAdd(xs, In(y->data), outs, n, w)
+                      : Add(xs, In(y->data.data() + r0 * w, n * w), outs, n, w);
+        }));
     Store(z, std::move(out));
     return Status::Ok();
   }
@@ -617,7 +649,10 @@ class Executor {
     RowsAndWidth(x->shape, &rows, &w);
     std::vector<float> out(x->data.size());
     TILEC_RETURN_IF_ERROR(
-        Check(op, GeluKernel(In(x->data), Out(out), rows, w, form)));
+        ByRows(op, rows, w, {&x->data, &out}, [&](int64_t r0, int64_t n) {
+          return GeluKernel(In(x->data.data() + r0 * w, n * w),
+                            Out(out.data() + r0 * w, n * w), n, w, form);
+        }));
     Store(y, std::move(out));
     return Status::Ok();
   }
@@ -643,7 +678,10 @@ class Executor {
     RowsAndWidth(x->shape, &rows, &w);
     std::vector<float> out(x->data.size());
     TILEC_RETURN_IF_ERROR(
-        Check(op, Softmax(In(x->data), Out(out), rows, w, op.scale)));
+        ByRows(op, rows, w, {&x->data, &out}, [&](int64_t r0, int64_t n) {
+          return Softmax(In(x->data.data() + r0 * w, n * w),
+                         Out(out.data() + r0 * w, n * w), n, w, op.scale);
+        }));
     Store(y, std::move(out));
     return Status::Ok();
   }
@@ -885,7 +923,10 @@ class Executor {
           GeluForm form = GeluForm::kTanh;
           TILEC_RETURN_IF_ERROR(GeluFormOf(op, step.gelu, &form));
           TILEC_RETURN_IF_ERROR(
-              Check(op, GeluKernel(In(v), Out(v), rows, w, form)));
+              ByRows(op, rows, w, {&v}, [&](int64_t r0, int64_t n) {
+                return GeluKernel(In(v.data() + r0 * w, n * w),
+                                  Out(v.data() + r0 * w, n * w), n, w, form);
+              }));
           break;
         }
         case fb::FusedStepKind::Cast:

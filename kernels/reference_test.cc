@@ -295,13 +295,14 @@ TEST(ReferenceTest, OutputsAndLookup) {
   EXPECT_EQ(result.FindByName("nope"), nullptr);
 }
 
-// Large enough that GEMMs and attention are split over threads: the thread
-// count must not change a single bit.
+// Large enough that GEMMs, attention and the row-wise kernels (LayerNorm,
+// Softmax, GELU, adds: 65,536 elements and up) are split over threads: the
+// thread count must not change a single bit.
 TEST(ReferenceTest, DeterministicAcrossRunsAndThreadCounts) {
   passes::ModelOverrides o;
   o.tokens = 128;
-  o.width = 256;
-  o.mlp_width = 512;
+  o.width = 512;
+  o.mlp_width = 1024;
   o.heads = 4;
   const fb::ModuleT module = Import("siglip-so400m-384", "layer", o);
   ReferenceOptions one;

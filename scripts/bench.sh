@@ -19,19 +19,33 @@ bench_simulator() {
   bazel-bin/kernels/simulator_bench --threads=2 --runs=3
 }
 
-# The reference executor on the so400m MLP block (batch 1): host seconds.
+# The reference executor (batch 1, --threads=2, its default): host seconds
+# for the so400m MLP block and for a whole so400m encoder layer (attention
+# included; 12.3 G MACs).
 bench_reference() {
   bazel build --noshow_progress --ui_event_filters=-info \
     //tools/import-model //tools/run-reference
-  local dir
+  local dir part what start end
   dir=$(mktemp -d)
-  bazel-bin/tools/import-model/import-model -o "$dir/mlp.tilec"
-  local start end
-  start=$(date +%s.%N)
-  bazel-bin/tools/run-reference/run-reference "$dir/mlp.tilec" -o "$dir/reference.txt"
-  end=$(date +%s.%N)
+  for part in mlp-block layer; do
+    bazel-bin/tools/import-model/import-model --preset=siglip-so400m-384 \
+      --part="$part" -o "$dir/$part.tilec"
+    start=$(date +%s.%N)
+    bazel-bin/tools/run-reference/run-reference "$dir/$part.tilec" -o "$dir/reference.txt"
+    end=$(date +%s.%N)
+    what="MLP block (7.22 G MACs)"
+    [ "$part" = layer ] && what="encoder layer (12.3 G MACs)"
+    awk -v s="$start" -v e="$end" -v w="$what" 'BEGIN { printf "reference: so400m %s in %.2f s host\n", w, e - s }'
+  done
   rm -rf "$dir"
-  awk -v s="$start" -v e="$end" 'BEGIN { printf "reference: so400m MLP block (7.22 G MACs) in %.2f s host\n", e - s }'
+}
+
+# The GEMM kernel alone (kernels/gemm_benchmark.cc): per-tile FP8/F16/F32
+# shapes of the simulator and the reference's whole-matrix F32 shapes, in
+# GMAC/s on one thread.
+bench_gemm() {
+  bazel build --noshow_progress --ui_event_filters=-info //kernels:gemm_benchmark
+  bazel-bin/kernels/gemm_benchmark | sed 's/^/gemm: /'
 }
 
 # plan-ownership on the so400m MLP block (batch 1, ipu21), F16 and after
