@@ -471,16 +471,33 @@ class Executor {
 
   // Rounds `data` to `dtype` through the cast kernel (encode into the
   // dtype's bytes, decode back), as a device cast does.
+  // Element by element, so in chunks through a small staging buffer,
+  // spread over the threads.
   Status CastInPlace(const fb::OperationT& op, fb::DType dtype,
                      int fp8_scale_exp, std::vector<float>* data) {
     const DType kd = KernelDType(dtype);
-    std::vector<uint8_t> bytes(data->size() * DTypeBytes(kd));
-    const Operand out{bytes.data(), bytes.size(), kd,
-                      StorageScaleExp(dtype, fp8_scale_exp)};
+    const int scale = StorageScaleExp(dtype, fp8_scale_exp);
+    const size_t width = static_cast<size_t>(DTypeBytes(kd));
     const int64_t n = static_cast<int64_t>(data->size());
-    TILEC_RETURN_IF_ERROR(Check(op, Cast(In(*data), out, 1, n)));
-    *data = LoadElements(out, data->size());
-    return Status::Ok();
+    constexpr int64_t kChunk = int64_t{1} << 14;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    const int threads = n >= kMinParallelElements ? options_.threads : 1;
+    return Check(
+        op, ParallelFor(chunks, threads, [&](int64_t first, int64_t end) {
+          std::vector<uint8_t> bytes(static_cast<size_t>(kChunk) * width);
+          for (int64_t chunk = first; chunk < end; ++chunk) {
+            const int64_t begin = chunk * kChunk;
+            const int64_t len = std::min(kChunk, n - begin);
+            float* part = data->data() + begin;
+            const std::span<uint8_t> staged(bytes.data(),
+                                            static_cast<size_t>(len) * width);
+            const Operand out{staged.data(), staged.size(), kd, scale};
+            TILEC_RETURN_IF_ERROR(Cast(In(part, len), out, 1, len));
+            LoadArrayAs(kd, staged, scale,
+                        std::span<float>(part, static_cast<size_t>(len)));
+          }
+          return Status::Ok();
+        }));
   }
 
   // ------------------------------------------------------------ ops
