@@ -75,6 +75,11 @@ struct ModelConfig {
   fb::GeluForm gelu = fb::GeluForm::Tanh;
   uint64_t weight_seed = 1;
   uint64_t input_seed = 2;
+  // --part=model of a preset with a MAP head (SigLIP): the patch side of
+  // the image (tokens = a square grid of patches) and whether the model is
+  // built whole (patch embedding .. head) rather than as its layers.
+  int64_t patch = 0;
+  bool map_head = false;
   // Identical layers (--part=model, or several MLP blocks) are written once
   // as a repeat (formats/repeat.h); false writes every layer out.
   bool repeat = false;
@@ -98,6 +103,7 @@ struct ModelOverrides {
   std::optional<uint64_t> weight_seed; // --weight_seed
   std::optional<uint64_t> input_seed;  // --input_seed
   std::optional<bool> repeat;          // --repeat
+  std::optional<int64_t> patch;        // --patch
 };
 
 enum class ModelPart { kMlpBlock, kLayer, kModel };
