@@ -120,7 +120,7 @@ std::vector<GemmBound> AttentionGridBounds(const kernels::CostModel& model,
   std::vector<GemmBound> bounds;
   const int64_t heads = grid.B * grid.H;
   if (heads > tiles) return bounds;
-  for (int m : DistinctSplits(grid.T, tiles / heads)) {
+  for (int m : DistinctSplits(grid.Tq, tiles / heads)) {
     for (int n : DistinctSplits(grid.cols.extent, tiles / (heads * m))) {
       StatusOr<passes::AttentionGrid> g = grid.WithSplits(m, n);
       if (!g.ok()) continue;
