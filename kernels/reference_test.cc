@@ -226,16 +226,19 @@ ReferenceResult RunOk(const fb::ModuleT& module,
   return result;
 }
 
-void CheckEveryOp(const fb::ModuleT& module, const ReferenceResult& result) {
-  for (const auto& op : module.ops) {
-    const std::vector<double> expected = ExpectedDouble(*op, result);
-    const ReferenceTensor& out = Get(result, op->results[0]);
-    ASSERT_EQ(out.data.size(), expected.size()) << op->name;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      ExpectF16Near(out.data[i], expected[i],
-                    op->name + "[" + std::to_string(i) + "]");
-    }
+// One op's result against its double-precision model.
+void CheckOp(const fb::OperationT& op, const ReferenceResult& result) {
+  const std::vector<double> expected = ExpectedDouble(op, result);
+  const ReferenceTensor& out = Get(result, op.results[0]);
+  ASSERT_EQ(out.data.size(), expected.size()) << op.name;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ExpectF16Near(out.data[i], expected[i],
+                  op.name + "[" + std::to_string(i) + "]");
   }
+}
+
+void CheckEveryOp(const fb::ModuleT& module, const ReferenceResult& result) {
+  for (const auto& op : module.ops) CheckOp(*op, result);
 }
 
 // ---------------------------------------------------------------- imported
@@ -296,13 +299,7 @@ TEST(ReferenceTest, SiglipModelWithMapHead) {
       continue;
     }
     ++attention;
-    const std::vector<double> expected = ExpectedDouble(*op, result);
-    const ReferenceTensor& out = Get(result, op->results[0]);
-    ASSERT_EQ(out.data.size(), expected.size()) << op->name;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      ExpectF16Near(out.data[i], expected[i],
-                    op->name + "[" + std::to_string(i) + "]");
-    }
+    CheckOp(*op, result);
   }
   EXPECT_EQ(attention, 2);
   const ReferenceTensor* scores = result.FindByName("head.attn.scores.out");

@@ -186,15 +186,8 @@ def main_check(ckpt, dump, width, mlp, layers):
             "mlp.down.w": transposed(p + "mlp.fc2.weight", width, mlp),
             "mlp.down_bias.b": src(p + "mlp.fc2.bias", [width]),
         }
-        for rest, want in expected.items():
-            name = "l%d.%s" % (n, rest)
-            got = read_npy(os.path.join(dump, name + ".npy"))
-            want = [f16(v) for v in want]
-            if got != want:
-                bad = next(i for i in range(len(want)) if i >= len(got) or got[i] != want[i])
-                sys.exit("%s (from %s): element %d is %s, expected %s" %
-                         (name, ckpt, bad, got[bad] if bad < len(got) else None, want[bad]))
-            checked += 1
+        checked += compare(ckpt, dump, {"l%d.%s" % (n, rest): want
+                                        for rest, want in expected.items()})
     if os.path.exists(os.path.join(dump, "embed.patch.w.npy")):
         checked += check_tower(ckpt, dump, width, mlp, src, transposed)
     print("%s: %d weights equal the checkpoint's tensors" % (ckpt, checked))
