@@ -101,6 +101,9 @@ StatusOr<GemmBound> AttentionBoundOfGrid(const kernels::CostModel& model,
   }
   if (!scores) {
     received += grid.ProbsBox(0, 0, 0).Elements() * ir::DTypeBytes(dtypes.probs);
+  } else if (grid.cross) {
+    // Cross-attention's queries are an operand of their own (not staged).
+    received += grid.QueryBox(0, 0, 0).Elements() * ir::DTypeBytes(dtypes.qkv);
   }
   const fb::TargetT& t = model.target();
   GemmBound b;
