@@ -11,7 +11,8 @@
 //     seed DeriveSeed(input_seed, 0)). The last value is the only Output.
 //   * Weights (role Weight, F16) carry no data, only a WeightInit:
 //     GEMM weights Gaussian(0, sqrt(2 / (fan_in + fan_out))), biases
-//     Gaussian(0, 0.02), LayerNorm gamma Constant 1 and beta Constant 0.
+//     Gaussian(0, 0.02), LayerNorm gamma Constant 1 and beta Constant 0;
+//     SigLIP's position embedding like a bias, its MAP probe Gaussian(0, 1).
 //     Each weight's seed is DeriveSeed(weight_seed, value id).
 //   * Values and ops have separate dense id spaces starting at 0, assigned
 //     in creation order; ops are in execution order and each op's weights
