@@ -163,66 +163,107 @@ std::string CheckAdd(const Checker& c, const OpShapeQuery& op) {
                   "the shape of operand 0");
 }
 
-// Checks the heads/head_dim attributes against the fused QKV operand and
+// Checks the heads/head_dim attributes against operand `index`, which must
+// have `parts`*heads*head_dim columns (3: fused qkv, 2: kv, 1: q), and
 // returns H*D through `inner`.
-std::string CheckQkv(const Checker& c, const OpShapeQuery& op, size_t index,
-                     int64_t* inner) {
+std::string CheckHeads(const Checker& c, const OpShapeQuery& op, size_t index,
+                       int parts, const char* what, int64_t* inner) {
   if (op.heads <= 0 || op.head_dim <= 0) {
     return c.Fail("attributes heads=" + std::to_string(op.heads) +
                   " and head_dim=" + std::to_string(op.head_dim) +
                   " must be positive");
   }
-  const Shape& qkv = op.operands[index];
-  if (std::string e = c.Rank("operand", index, qkv, 2); !e.empty()) return e;
+  const Shape& x = op.operands[index];
+  if (std::string e = c.Rank("operand", index, x, 2); !e.empty()) return e;
   int64_t columns = 0;
   if (!CheckedMul(op.heads, op.head_dim, inner) ||
-      !CheckedMul(*inner, 3, &columns) || qkv[1] != columns) {
+      !CheckedMul(*inner, parts, &columns) || x[1] != columns) {
     return c.Fail("operand " + std::to_string(index) + " has shape " +
-                  ShapeToString(qkv) + ", expected 3*heads*head_dim = 3*" +
+                  ShapeToString(x) + ", expected " + std::to_string(parts) +
+                  "*heads*head_dim = " + std::to_string(parts) + "*" +
                   std::to_string(op.heads) + "*" +
-                  std::to_string(op.head_dim) + " columns");
+                  std::to_string(op.head_dim) + " columns (the " + what +
+                  " operand)");
   }
   return "";
 }
 
-// Checks that a [B, H, T, T] tensor matches the heads attribute and the
-// [B*T, ...] rows of the QKV operand.
+// The staged operand of either form: the fused qkv [B*T, 3*H*D] (self) or
+// kv [B*Tk, 2*H*D] (cross), told apart by its columns.
+std::string CheckKeys(const Checker& c, const OpShapeQuery& op, size_t index,
+                      bool cross, int64_t* inner) {
+  return cross ? CheckHeads(c, op, index, 2, "kv", inner)
+               : CheckHeads(c, op, index, 3, "qkv", inner);
+}
+
+// Checks that a [B, H, Tq, Tk] tensor matches the heads attribute, the
+// B*Tq query rows and the B*Tk key rows (Tq = Tk for self-attention).
 std::string CheckScoresShape(const Checker& c, const OpShapeQuery& op,
                              const char* role, size_t index, const Shape& s,
-                             int64_t rows) {
+                             int64_t query_rows, int64_t key_rows) {
   if (std::string e = c.Rank(role, index, s, 4); !e.empty()) return e;
-  int64_t batch_tokens = 0;
-  const bool fits = CheckedMul(s[0], s[2], &batch_tokens);
-  if (s[1] != op.heads || s[2] != s[3] || !fits || batch_tokens != rows) {
-    return c.Fail(std::string(role) + " " + std::to_string(index) +
-                  " has shape " + ShapeToString(s) +
-                  ", expected [batch, heads=" + std::to_string(op.heads) +
-                  ", tokens, tokens] with batch*tokens = " +
-                  std::to_string(rows) + " (the rows of the qkv operand)");
+  int64_t bq = 0, bk = 0;
+  const bool fits = CheckedMul(s[0], s[2], &bq) && CheckedMul(s[0], s[3], &bk);
+  if (s[1] == op.heads && fits && bq == query_rows && bk == key_rows) {
+    return "";
   }
-  return "";
+  const std::string head = std::string(role) + " " + std::to_string(index) +
+                           " has shape " + ShapeToString(s) +
+                           ", expected [batch, heads=" +
+                           std::to_string(op.heads);
+  if (query_rows == key_rows) {
+    return c.Fail(head + ", tokens, tokens] with batch*tokens = " +
+                  std::to_string(key_rows) + " (the rows of the qkv operand)");
+  }
+  return c.Fail(head + ", Tq, Tk] with batch*Tq = " +
+                std::to_string(query_rows) + " and batch*Tk = " +
+                std::to_string(key_rows) + " (the rows of q and kv)");
 }
 
+// Self: qkv -> [B,H,T,T]. Cross: q [B*Tq, H*D], kv [B*Tk, 2*H*D] ->
+// [B,H,Tq,Tk].
 std::string CheckAttentionScores(const Checker& c, const OpShapeQuery& op) {
-  if (std::string e = c.Arity(1, 1); !e.empty()) return e;
+  const bool cross = op.operands.size() == 2;
+  if (std::string e = c.Arity(cross ? 2 : 1, 1); !e.empty()) return e;
   int64_t inner = 0;
-  if (std::string e = CheckQkv(c, op, 0, &inner); !e.empty()) return e;
+  if (cross) {
+    if (std::string e = CheckHeads(c, op, 0, 1, "q", &inner); !e.empty()) {
+      return e;
+    }
+  }
+  const size_t keys = cross ? 1 : 0;
+  if (std::string e = CheckKeys(c, op, keys, cross, &inner); !e.empty()) {
+    return e;
+  }
   return CheckScoresShape(c, op, "result", 0, op.results[0],
-                          op.operands[0][0]);
+                          op.operands[0][0], op.operands[keys][0]);
 }
 
+// probs [B,H,Tq,Tk] and qkv [B*T, 3*H*D] (Tq = Tk = T) or kv
+// [B*Tk, 2*H*D] -> [B*Tq, H*D].
 std::string CheckAttentionContext(const Checker& c, const OpShapeQuery& op) {
   if (std::string e = c.Arity(2, 1); !e.empty()) return e;
+  const Shape& keys = op.operands[1];
+  const bool cross = keys.size() == 2 && op.heads > 0 && op.head_dim > 0 &&
+                     keys[1] == int64_t{2} * op.heads * op.head_dim;
   int64_t inner = 0;
-  if (std::string e = CheckQkv(c, op, 1, &inner); !e.empty()) return e;
-  const int64_t rows = op.operands[1][0];
-  if (std::string e =
-          CheckScoresShape(c, op, "operand", 0, op.operands[0], rows);
+  if (std::string e = CheckKeys(c, op, 1, cross, &inner); !e.empty()) {
+    return e;
+  }
+  const Shape& probs = op.operands[0];
+  if (std::string e = c.Rank("operand", 0, probs, 4); !e.empty()) return e;
+  int64_t query_rows = 0;
+  if (!CheckedMul(probs[0], probs[2], &query_rows)) {
+    return c.Fail("operand 0 " + ShapeToString(probs) + " is too large");
+  }
+  if (!cross) query_rows = keys[0];  // self: Tq = Tk
+  if (std::string e = CheckScoresShape(c, op, "operand", 0, probs,
+                                       query_rows, keys[0]);
       !e.empty()) {
     return e;
   }
-  return c.Expect("result", 0, op.results[0], {rows, inner},
-                  "[rows of qkv, heads*head_dim]");
+  return c.Expect("result", 0, op.results[0], {query_rows, inner},
+                  "[batch*Tq, heads*head_dim]");
 }
 
 std::string CheckPatchify(const Checker& c, const OpShapeQuery& op) {

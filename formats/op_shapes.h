@@ -18,9 +18,15 @@
 //   Redistribute      x                                  -> shape of x
 //   Add               a, b (same shape)                  -> that shape
 //   AttentionScores   qkv [B*T, 3*H*D]                   -> [B, H, T, T]
+//                     q [B*Tq, H*D], kv [B*Tk, 2*H*D]     -> [B, H, Tq, Tk]
 //   AttentionContext  probs [B, H, T, T], qkv [B*T, 3*H*D] -> [B*T, H*D]
+//                     probs [B, H, Tq, Tk], kv [B*Tk, 2*H*D] -> [B*Tq, H*D]
 //   Patchify          image [B, C, H, W] -> [B*floor(H/p)*floor(W/p), C*p*p]
 //
+// Attention has a self form (one fused qkv operand, columns [q | k | v]
+// heads) and a cross form (queries from their own operand, kv columns
+// [k | v] heads: the MAP head's probe over the tokens); the staged operand's
+// column count (3HD or 2HD) tells them apart.
 // For the attention kinds H and D are the op's `heads` and `head_dim`
 // attributes; for Patchify p is the `patch` attribute, at most H and W
 // (trailing rows and columns that fill no patch are dropped, as a

@@ -203,6 +203,42 @@ TEST(OpShapes, AttentionContext) {
               HasSubstr("operand 1 has shape [729,3072]"));
 }
 
+// The MAP head: one probe query over 729 keys.
+TEST(OpShapes, CrossAttention) {
+  const auto s = fb::OpKind::AttentionScores;
+  const auto c = fb::OpKind::AttentionContext;
+  EXPECT_EQ(CheckOpShapes(Query(s, {{1, 1152}, {729, 2304}},
+                                {{1, 16, 1, 729}}, 16, 72))
+                .message(),
+            "");
+  EXPECT_EQ(CheckOpShapes(Query(c, {{1, 16, 1, 729}, {729, 2304}},
+                                {{1, 1152}}, 16, 72))
+                .message(),
+            "");
+  EXPECT_EQ(CheckOpShapes(Query(c, {{2, 16, 3, 729}, {1458, 2304}},
+                                {{6, 1152}}, 16, 72))
+                .message(),
+            "");
+  EXPECT_THAT(CheckOpShapes(Query(s, {{1, 1152}, {729, 3456}},
+                                  {{1, 16, 1, 729}}, 16, 72))
+                  .message(),
+              HasSubstr("operand 1 has shape [729,3456], expected "
+                        "2*heads*head_dim = 2*16*72 columns (the kv operand)"));
+  EXPECT_THAT(CheckOpShapes(Query(s, {{1, 2304}, {729, 2304}},
+                                  {{1, 16, 1, 729}}, 16, 72))
+                  .message(),
+              HasSubstr("operand 0 has shape [1,2304], expected "
+                        "1*heads*head_dim"));
+  EXPECT_THAT(CheckOpShapes(Query(s, {{1, 1152}, {729, 2304}},
+                                  {{1, 16, 2, 729}}, 16, 72))
+                  .message(),
+              HasSubstr("batch*Tq = 1 and batch*Tk = 729"));
+  EXPECT_THAT(CheckOpShapes(Query(c, {{1, 16, 1, 729}, {729, 2304}},
+                                  {{729, 1152}}, 16, 72))
+                  .message(),
+              HasSubstr("result 0 has shape [729,1152], expected [1,1152]"));
+}
+
 TEST(OpShapes, NonPositiveDims) {
   EXPECT_EQ(
       CheckOpShapes(Query(fb::OpKind::Gelu, {{0, 4}}, {{0, 4}})).message(),

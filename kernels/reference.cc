@@ -721,34 +721,62 @@ class Executor {
     }
   }
 
+  // Where head h's q, k and v columns live: the self form reads all three
+  // from one fused qkv [B*T, 3HD]; the cross form reads q from its own
+  // operand [B*Tq, HD] and k, v from kv [B*Tk, 2HD] (formats/op_shapes.h).
+  struct HeadColumns {
+    const ReferenceTensor* q = nullptr;  // scores only
+    const ReferenceTensor* kv = nullptr;
+    int64_t q_stride = 0, kv_stride = 0;
+    int64_t k_column = 0, v_column = 0;  // of head 0 in kv; + h*D per head
+  };
+
+  static HeadColumns ColumnsOf(const ReferenceTensor* q,
+                               const ReferenceTensor* kv, int64_t hd) {
+    HeadColumns c;
+    c.q = q;
+    c.kv = kv;
+    const bool cross = kv->shape[1] == 2 * hd;
+    c.kv_stride = kv->shape[1];
+    c.q_stride = q == nullptr ? 0 : q->shape[1];
+    c.k_column = cross ? 0 : hd;
+    c.v_column = cross ? hd : 2 * hd;
+    return c;
+  }
+
   Status RunAttentionScores(const fb::OperationT& op) {
-    const ReferenceTensor* qkv;
+    const ReferenceTensor *q, *kv;
     ReferenceTensor* scores;
-    TILEC_RETURN_IF_ERROR(Input(op, 0, &qkv));
+    TILEC_RETURN_IF_ERROR(Input(op, 0, &q));
+    kv = q;
+    if (op.operands.size() == 2) TILEC_RETURN_IF_ERROR(Input(op, 1, &kv));
     TILEC_RETURN_IF_ERROR(Output(op, 0, &scores));
     const int64_t batch = scores->shape[0], heads = op.heads,
-                  t = scores->shape[2], d = op.head_dim;
-    const int64_t stride = 3 * heads * d;
-    std::vector<float> out(static_cast<size_t>(batch * heads * t * t));
+                  tq = scores->shape[2], tk = scores->shape[3],
+                  d = op.head_dim;
+    const HeadColumns cols = ColumnsOf(q, kv, heads * d);
+    std::vector<float> out(static_cast<size_t>(batch * heads * tq * tk));
     // One GEMM per (batch, head); pairs are independent, so they are spread
     // over the threads.
     const int threads =
-        batch * heads * t * t * d >= kMinParallelMacs ? options_.threads : 1;
+        batch * heads * tq * tk * d >= kMinParallelMacs ? options_.threads : 1;
     auto body = [&](int64_t begin, int64_t end) -> Status {
-      std::vector<float> q(static_cast<size_t>(t * d));
-      std::vector<float> k_t(static_cast<size_t>(d * t));
+      std::vector<float> qh(static_cast<size_t>(tq * d));
+      std::vector<float> k_t(static_cast<size_t>(d * tk));
       for (int64_t pair = begin; pair < end; ++pair) {
         const int64_t b = pair / heads, h = pair % heads;
-        Gather(qkv->data.data(), stride, b * t, h * d, t, d, false, q.data());
-        Gather(qkv->data.data(), stride, b * t, heads * d + h * d, t, d, true,
-               k_t.data());
-        float* s = out.data() + pair * t * t;
-        if (Status st = Gemm(In(q), In(k_t), Out(s, t * t), t, d, t, false);
+        Gather(q->data.data(), cols.q_stride, b * tq, h * d, tq, d, false,
+               qh.data());
+        Gather(kv->data.data(), cols.kv_stride, b * tk, cols.k_column + h * d,
+               tk, d, true, k_t.data());
+        float* s = out.data() + pair * tq * tk;
+        if (Status st =
+                Gemm(In(qh), In(k_t), Out(s, tq * tk), tq, d, tk, false);
             !st.ok()) {
           return st;
         }
         // The scale multiplies the F32 sums; the result rounds once.
-        for (int64_t i = 0; i < t * t; ++i) s[i] *= op.scale;
+        for (int64_t i = 0; i < tq * tk; ++i) s[i] *= op.scale;
       }
       return Status::Ok();
     };
@@ -758,33 +786,35 @@ class Executor {
   }
 
   Status RunAttentionContext(const fb::OperationT& op) {
-    const ReferenceTensor *probs, *qkv;
+    const ReferenceTensor *probs, *kv;
     ReferenceTensor* ctx;
     TILEC_RETURN_IF_ERROR(Input(op, 0, &probs));
-    TILEC_RETURN_IF_ERROR(Input(op, 1, &qkv));
+    TILEC_RETURN_IF_ERROR(Input(op, 1, &kv));
     TILEC_RETURN_IF_ERROR(Output(op, 0, &ctx));
     const int64_t batch = probs->shape[0], heads = op.heads,
-                  t = probs->shape[2], d = op.head_dim;
-    const int64_t stride = 3 * heads * d;
-    std::vector<float> out(static_cast<size_t>(batch * t * heads * d));
+                  tq = probs->shape[2], tk = probs->shape[3],
+                  d = op.head_dim;
+    const HeadColumns cols = ColumnsOf(nullptr, kv, heads * d);
+    std::vector<float> out(static_cast<size_t>(batch * tq * heads * d));
     const int threads =
-        batch * heads * t * t * d >= kMinParallelMacs ? options_.threads : 1;
+        batch * heads * tq * tk * d >= kMinParallelMacs ? options_.threads : 1;
     auto body = [&](int64_t begin, int64_t end) -> Status {
-      std::vector<float> v(static_cast<size_t>(t * d));
-      std::vector<float> c(static_cast<size_t>(t * d));
+      std::vector<float> v(static_cast<size_t>(tk * d));
+      std::vector<float> c(static_cast<size_t>(tq * d));
       for (int64_t pair = begin; pair < end; ++pair) {
         const int64_t b = pair / heads, h = pair % heads;
-        Gather(qkv->data.data(), stride, b * t, 2 * heads * d + h * d, t, d,
-               false, v.data());
-        const float* p = probs->data.data() + pair * t * t;
-        if (Status st = Gemm(In(p, t * t), In(v), Out(c), t, t, d, false);
+        Gather(kv->data.data(), cols.kv_stride, b * tk, cols.v_column + h * d,
+               tk, d, false, v.data());
+        const float* p = probs->data.data() + pair * tq * tk;
+        if (Status st =
+                Gemm(In(p, tq * tk), In(v), Out(c), tq, tk, d, false);
             !st.ok()) {
           return st;
         }
-        // Head h fills columns h*D .. h*D+D-1 of rows b*T .. b*T+T-1.
-        for (int64_t i = 0; i < t; ++i) {
+        // Head h fills columns h*D .. h*D+D-1 of rows b*Tq .. b*Tq+Tq-1.
+        for (int64_t i = 0; i < tq; ++i) {
           std::copy_n(c.data() + i * d, d,
-                      out.data() + (b * t + i) * heads * d + h * d);
+                      out.data() + (b * tq + i) * heads * d + h * d);
         }
       }
       return Status::Ok();

@@ -142,19 +142,25 @@ std::vector<double> ExpectedDouble(const fb::OperationT& op,
     case fb::OpKind::Softmax:
       return SoftmaxDouble(in(0), rows, w, op.scale);
     case fb::OpKind::AttentionScores: {
-      // qkv [B*T, 3HD] -> [B, H, T, T]
+      // qkv [B*T, 3HD] -> [B, H, T, T], or q [B*Tq, HD], kv [B*Tk, 2HD] ->
+      // [B, H, Tq, Tk].
+      const bool cross = op.operands.size() == 2;
       const int64_t b_count = out_shape[0], h_count = op.heads,
-                    t = out_shape[2], d = op.head_dim, stride = 3 * h_count * d;
-      const std::vector<float>& qkv = in(0);
+                    tq = out_shape[2], tk = out_shape[3], d = op.head_dim;
+      const std::vector<float>& q = in(0);
+      const std::vector<float>& kv = in(cross ? 1 : 0);
+      const int64_t q_stride = (cross ? 1 : 3) * h_count * d;
+      const int64_t kv_stride = (cross ? 2 : 3) * h_count * d;
+      const int64_t k0 = cross ? 0 : h_count * d;
       for (int64_t b = 0; b < b_count; ++b) {
         for (int64_t h = 0; h < h_count; ++h) {
-          for (int64_t i = 0; i < t; ++i) {
-            for (int64_t j = 0; j < t; ++j) {
+          for (int64_t i = 0; i < tq; ++i) {
+            for (int64_t j = 0; j < tk; ++j) {
               double dot = 0;
               for (int64_t e = 0; e < d; ++e) {
-                dot +=
-                    static_cast<double>(qkv[(b * t + i) * stride + h * d + e]) *
-                    qkv[(b * t + j) * stride + h_count * d + h * d + e];
+                dot += static_cast<double>(
+                           q[(b * tq + i) * q_stride + h * d + e]) *
+                       kv[(b * tk + j) * kv_stride + k0 + h * d + e];
               }
               y.push_back(dot * op.scale);
             }
@@ -164,23 +170,25 @@ std::vector<double> ExpectedDouble(const fb::OperationT& op,
       return y;
     }
     case fb::OpKind::AttentionContext: {
-      // probs [B, H, T, T], qkv [B*T, 3HD] -> [B*T, HD]
-      const int64_t b_count = shape[0], h_count = op.heads, t = shape[2],
-                    d = op.head_dim, stride = 3 * h_count * d;
+      // probs [B, H, Tq, Tk], qkv [B*T, 3HD] or kv [B*Tk, 2HD] -> [B*Tq, HD]
+      const int64_t b_count = shape[0], h_count = op.heads, tq = shape[2],
+                    tk = shape[3], d = op.head_dim;
       const std::vector<float>& p = in(0);
-      const std::vector<float>& qkv = in(1);
-      y.assign(b_count * t * h_count * d, 0.0);
+      const std::vector<float>& kv = in(1);
+      const int64_t stride = Get(r, op.operands[1]).shape[1];
+      const int64_t v0 = stride - h_count * d;  // v is the last H*D columns
+      y.assign(b_count * tq * h_count * d, 0.0);
       for (int64_t b = 0; b < b_count; ++b) {
         for (int64_t h = 0; h < h_count; ++h) {
-          for (int64_t i = 0; i < t; ++i) {
+          for (int64_t i = 0; i < tq; ++i) {
             for (int64_t e = 0; e < d; ++e) {
               double sum = 0;
-              for (int64_t j = 0; j < t; ++j) {
+              for (int64_t j = 0; j < tk; ++j) {
                 sum += static_cast<double>(
-                           p[((b * h_count + h) * t + i) * t + j]) *
-                       qkv[(b * t + j) * stride + 2 * h_count * d + h * d + e];
+                           p[((b * h_count + h) * tq + i) * tk + j]) *
+                       kv[(b * tk + j) * stride + v0 + h * d + e];
               }
-              y[(b * t + i) * h_count * d + h * d + e] = sum;
+              y[(b * tq + i) * h_count * d + h * d + e] = sum;
             }
           }
         }
@@ -219,16 +227,19 @@ ReferenceResult RunOk(const fb::ModuleT& module,
   return result;
 }
 
-void CheckEveryOp(const fb::ModuleT& module, const ReferenceResult& result) {
-  for (const auto& op : module.ops) {
-    const std::vector<double> expected = ExpectedDouble(*op, result);
-    const ReferenceTensor& out = Get(result, op->results[0]);
-    ASSERT_EQ(out.data.size(), expected.size()) << op->name;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      ExpectF16Near(out.data[i], expected[i],
-                    op->name + "[" + std::to_string(i) + "]");
-    }
+// One op's result against its double-precision model.
+void CheckOp(const fb::OperationT& op, const ReferenceResult& result) {
+  const std::vector<double> expected = ExpectedDouble(op, result);
+  const ReferenceTensor& out = Get(result, op.results[0]);
+  ASSERT_EQ(out.data.size(), expected.size()) << op.name;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ExpectF16Near(out.data[i], expected[i],
+                  op.name + "[" + std::to_string(i) + "]");
   }
+}
+
+void CheckEveryOp(const fb::ModuleT& module, const ReferenceResult& result) {
+  for (const auto& op : module.ops) CheckOp(*op, result);
 }
 
 // ---------------------------------------------------------------- imported
@@ -269,6 +280,36 @@ TEST(ReferenceTest, AttentionOfOneToken) {
       EXPECT_EQ(ctx->data[r * 16 + c], qkv->data[r * 48 + 32 + c]);
     }
   }
+}
+
+// The whole SigLIP model on a tiny size: the MAP head's cross-attention
+// (one probe query over every token) against double precision, and one
+// finite output row per image.
+TEST(ReferenceTest, SiglipModelWithMapHead) {
+  passes::ModelOverrides o = Tiny(1);
+  o.tokens = 9;
+  o.layers = 2;
+  o.patch = 2;
+  const fb::ModuleT module = Import("siglip-so400m-384", "model", o);
+  const ReferenceResult result = RunOk(module);
+  int attention = 0;
+  for (const auto& op : module.ops) {
+    if (op->name.rfind("head.attn.", 0) != 0) continue;
+    if (op->kind != fb::OpKind::AttentionScores &&
+        op->kind != fb::OpKind::AttentionContext) {
+      continue;
+    }
+    ++attention;
+    CheckOp(*op, result);
+  }
+  EXPECT_EQ(attention, 2);
+  const ReferenceTensor* scores = result.FindByName("head.attn.scores.out");
+  ASSERT_NE(scores, nullptr);
+  EXPECT_EQ(scores->shape, (std::vector<int64_t>{1, 2, 1, 9}));
+  const std::vector<const ReferenceTensor*> outputs = result.Outputs();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0]->shape, (std::vector<int64_t>{1, 16}));
+  for (float v : outputs[0]->data) EXPECT_TRUE(std::isfinite(v));
 }
 
 TEST(ReferenceTest, InputsAndWeightsAreMaterialized) {

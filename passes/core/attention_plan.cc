@@ -48,25 +48,38 @@ fb::OwnershipT HeadBlocks(const AttentionGrid& g, int row_parts,
 }  // namespace
 
 Box AttentionGrid::View(int which) const {
-  return Box2(0, B * T, which * H * D, (which + 1) * H * D);
+  if (!cross) return Box2(0, B * Tk, which * H * D, (which + 1) * H * D);
+  // kv [B*Tk, 2HD]: k heads, then v heads; q is an operand of its own.
+  if (which == 0) return Box2(0, B * Tq, 0, H * D);
+  return Box2(0, B * Tk, (which - 1) * H * D, which * H * D);
 }
 
 std::vector<int> AttentionGrid::StagedViews() const {
-  if (part == AttentionPart::kScores) return {0, 1};
+  if (part == AttentionPart::kScores) {
+    return cross ? std::vector<int>{1} : std::vector<int>{0, 1};
+  }
   return {2};
 }
 
 std::vector<Box> AttentionGrid::StagedBoxes(int64_t b, int64_t h, int mi,
                                             int ni) const {
-  const int64_t r0 = b * T;
+  const int64_t k0 = (cross ? 0 : H) * D, v0 = (cross ? H : 2 * H) * D;
   if (part == AttentionPart::kScores) {
-    return {Box2(r0 + rows.Begin(mi), r0 + rows.End(mi), h * D, (h + 1) * D),
-            Box2(r0 + cols.Begin(ni), r0 + cols.End(ni), (H + h) * D,
-                 (H + h + 1) * D)};
+    const Box k = Box2(b * Tk + cols.Begin(ni), b * Tk + cols.End(ni),
+                       k0 + h * D, k0 + (h + 1) * D);
+    if (cross) return {k};
+    return {QueryBox(b, h, mi), k};
   }
-  const int64_t c0 = (2 * H + h) * D;
-  return {Box2(r0, r0 + T, c0 + cols.Begin(ni), c0 + cols.End(ni))};
+  const int64_t c0 = v0 + h * D;
+  return {Box2(b * Tk, (b + 1) * Tk, c0 + cols.Begin(ni), c0 + cols.End(ni))};
 }
+
+Box AttentionGrid::QueryBox(int64_t b, int64_t h, int mi) const {
+  return Box2(b * Tq + rows.Begin(mi), b * Tq + rows.End(mi), h * D,
+              (h + 1) * D);
+}
+
+fb::OwnershipT AttentionGrid::QueryNeeded() const { return StagedNeeded(0); }
 
 fb::OwnershipT AttentionGrid::StagedNeeded(int which) const {
   switch (which) {
@@ -80,7 +93,7 @@ fb::OwnershipT AttentionGrid::StagedNeeded(int which) const {
 }
 
 Box AttentionGrid::ProbsBox(int64_t b, int64_t h, int mi) const {
-  return Box4(b, h, rows.Begin(mi), rows.End(mi), 0, T);
+  return Box4(b, h, rows.Begin(mi), rows.End(mi), 0, Tk);
 }
 
 fb::OwnershipT AttentionGrid::ProbsNeeded() const {
@@ -94,7 +107,7 @@ Box AttentionGrid::ResultBox(int64_t b, int64_t h, int mi, int ni) const {
     return Box4(b, h, rows.Begin(mi), rows.End(mi), cols.Begin(ni),
                 cols.End(ni));
   }
-  return Box2(b * T + rows.Begin(mi), b * T + rows.End(mi),
+  return Box2(b * Tq + rows.Begin(mi), b * Tq + rows.End(mi),
               h * D + cols.Begin(ni), h * D + cols.End(ni));
 }
 
@@ -130,22 +143,29 @@ StatusOr<AttentionGrid> MakeAttentionGrid(AttentionPart part,
     }
     return t + "]";
   };
+  // The staged operand's columns tell the forms apart: the fused qkv
+  // (3HD, Tq = Tk) or the kv of a cross-attention (2HD).
+  const bool cross = qkv_shape.size() == 2 && heads >= 1 && head_dim >= 1 &&
+                     qkv_shape[1] == 2 * heads * head_dim;
   if (probs_shape.size() != 4 || qkv_shape.size() != 2 || heads < 1 ||
       head_dim < 1 || probs_shape[1] != heads ||
-      probs_shape[2] != probs_shape[3] ||
-      qkv_shape[0] != probs_shape[0] * probs_shape[2] ||
-      qkv_shape[1] != 3 * heads * head_dim) {
+      (!cross && probs_shape[2] != probs_shape[3]) ||
+      qkv_shape[0] != probs_shape[0] * probs_shape[3] ||
+      (!cross && qkv_shape[1] != 3 * heads * head_dim)) {
     return Status::BadInput(
         "attention shapes disagree: qkv " + shape_text(qkv_shape) +
         ", scores/probabilities " + shape_text(probs_shape) + ", " +
         std::to_string(heads) + " heads of " + std::to_string(head_dim) +
-        " (expected qkv [B*T, 3*H*D] and [B, H, T, T])");
+        " (expected qkv [B*T, 3*H*D] and [B, H, T, T], or kv [B*Tk, 2*H*D] "
+        "and [B, H, Tq, Tk])");
   }
   AttentionGrid g;
   g.part = part;
+  g.cross = cross;
   g.B = probs_shape[0];
   g.H = heads;
-  g.T = probs_shape[2];
+  g.Tq = probs_shape[2];
+  g.Tk = probs_shape[3];
   g.D = head_dim;
   g.first = first;
   if (first < 0) {
@@ -158,19 +178,19 @@ StatusOr<AttentionGrid> MakeAttentionGrid(AttentionPart part,
 StatusOr<AttentionGrid> AttentionGrid::WithSplits(int m_parts,
                                                   int n_parts) const {
   const bool scores = part == AttentionPart::kScores;
-  const int64_t col_extent = scores ? T : D;
-  if (m_parts < 1 || n_parts < 1 || m_parts > T || n_parts > col_extent) {
+  const int64_t col_extent = scores ? Tk : D;
+  if (m_parts < 1 || n_parts < 1 || m_parts > Tq || n_parts > col_extent) {
     return Status::BadInput(
         "attention m=" + std::to_string(m_parts) + " n=" +
-        std::to_string(n_parts) + " does not fit " + std::to_string(T) +
+        std::to_string(n_parts) + " does not fit " + std::to_string(Tq) +
         " query rows and " + std::to_string(col_extent) +
         (scores ? " keys" : " head columns") +
-        " (needs 1 <= m <= T and 1 <= n <= " + (scores ? "T)" : "D)"));
+        " (needs 1 <= m <= Tq and 1 <= n <= " + (scores ? "Tk)" : "D)"));
   }
   AttentionGrid g = *this;
   g.m = m_parts;
   g.n = n_parts;
-  g.rows = {T, m_parts};
+  g.rows = {Tq, m_parts};
   g.cols = {col_extent, n_parts};
   return g;
 }

@@ -10,15 +10,22 @@
 // and columns it multiplies, from wherever qkv lives, in the same exchange
 // phase as any other operand delivery. Nothing copies whole heads first.
 //
-//   scores  S[b,h] = scale * Q[b,h] K[b,h]^T      [T, D] x [D, T] -> [T, T]
-//   context C[b,h] = P[b,h] V[b,h]                [T, T] x [T, D] -> [T, D]
+//   scores  S[b,h] = scale * Q[b,h] K[b,h]^T    [Tq, D] x [D, Tk] -> [Tq, Tk]
+//   context C[b,h] = P[b,h] V[b,h]              [Tq, Tk] x [Tk, D] -> [Tq, D]
+//
+// Self-attention has Tq = Tk = T. The cross form (the MAP head: one probe
+// query over the tokens) stages k and v from kv [B*Tk, 2*H*D] (columns
+// [k heads | v heads]) the same way; its queries q [B*Tq, H*D] are a small
+// operand of their own that the scores op needs owned as QueryNeeded (the
+// planner prices the redistribution like the context's probabilities) and
+// reads in place.
 //
 // Grid: per (batch b, head h) an m x n grid of tiles; position
 // (b, h, mi, ni) runs on tile first + ((b*H + h)*m + mi)*n + ni and
-// computes query rows mi (of T, balanced) and columns ni: key rows of T for
-// scores, columns of D for context. The inner dimension (D for scores, T
-// for context) is not split: one kernel call per tile, writing its block of
-// the result directly (gemm_nt for scores, gemm for context).
+// computes query rows mi (of Tq, balanced) and columns ni: key rows of Tk
+// for scores, columns of D for context. The inner dimension (D for scores,
+// Tk for context) is not split: one kernel call per tile, writing its block
+// of the result directly (gemm_nt for scores, gemm for context).
 
 #ifndef TILEC_PASSES_CORE_ATTENTION_PLAN_H_
 #define TILEC_PASSES_CORE_ATTENTION_PLAN_H_
@@ -40,21 +47,29 @@ enum class AttentionPart { kScores, kContext };
 
 struct AttentionGrid {
   AttentionPart part = AttentionPart::kScores;
-  int64_t B = 1, H = 1, T = 1, D = 1;
+  bool cross = false;  // staged operand kv [B*Tk, 2HD] rather than qkv
+  int64_t B = 1, H = 1, Tq = 1, Tk = 1, D = 1;
   int m = 1, n = 1, first = 0;
-  Split rows;  // query rows of T, m parts
-  Split cols;  // scores: key rows of T; context: columns of D; n parts
+  Split rows;  // query rows of Tq, m parts
+  Split cols;  // scores: key rows of Tk; context: columns of D; n parts
 
   int64_t Tiles() const { return B * H * m * n; }
   int Tile(int64_t b, int64_t h, int mi, int ni) const {
     return first + static_cast<int>(((b * H + h) * m + mi) * n + ni);
   }
-  // The qkv columns of q (0), k (1) or v (2), all rows: the view an
-  // operand need is expressed in.
+  // The columns of q (0), k (1) or v (2), all rows, in the staged
+  // operand (cross: q's view is the whole q operand): the view an operand
+  // need is expressed in.
   Box View(int which) const;
-  // What each tile reads of qkv, in qkv's indices: scores {q rows mi,
-  // k rows ni} of head h; context {v, all T rows, columns ni} of head h.
+  // What each tile reads of the staged operand, in its indices: scores {q
+  // rows mi (self only), k rows ni} of head h; context {v, all Tk rows,
+  // columns ni} of head h.
   std::vector<Box> StagedBoxes(int64_t b, int64_t h, int mi, int ni) const;
+  // Query rows mi of head h in q (the self form's q view or the cross
+  // form's q operand) and the ownership holding them: blocked(B x H,
+  // sub=m x 1, rep=n).
+  Box QueryBox(int64_t b, int64_t h, int mi) const;
+  fb::OwnershipT QueryNeeded() const;
   // The views of StagedBoxes, in the same order, and their ownerships
   // over those views (the tiles that need each element).
   std::vector<int> StagedViews() const;
@@ -70,11 +85,11 @@ struct AttentionGrid {
   Box ResultBox(int64_t b, int64_t h, int mi, int ni) const;
   fb::OwnershipT ResultOwnership() const;
   // The kernel call of every tile: [rows, inner] x [inner, cols].
-  int64_t Inner() const { return part == AttentionPart::kScores ? D : T; }
+  int64_t Inner() const { return part == AttentionPart::kScores ? D : Tk; }
 
   // The same op on an m x n grid (first tile kept); an error (one
-  // sentence) when m or n do not fit: 1 <= m <= T, and n <= T for scores,
-  // n <= D for context.
+  // sentence) when m or n do not fit: 1 <= m <= Tq, and n <= Tk for
+  // scores, n <= D for context.
   StatusOr<AttentionGrid> WithSplits(int m, int n) const;
 
   // Calls fn(b, h, mi, ni, tile) for every grid position in tile order.
@@ -82,11 +97,11 @@ struct AttentionGrid {
       const std::function<void(int64_t, int64_t, int, int, int)>& fn) const;
 };
 
-// The grid of an m x n recipe for `part` with result or probability shapes
-// as the op has them: scores [B,H,T,T] from qkv [B*T, 3*H*D]; context
-// [B*T, H*D] from probs [B,H,T,T]. An error (one sentence) when the shapes
-// disagree with heads/head_dim or m, n do not fit (m <= T, n <= T for
-// scores and n <= D for context).
+// The grid of an m x n recipe for `part` with the staged operand's shape
+// (qkv [B*T, 3*H*D], or kv [B*Tk, 2*H*D] for cross-attention) and the
+// scores or probabilities shape [B,H,Tq,Tk]. An error (one sentence) when
+// the shapes disagree with heads/head_dim or m, n do not fit (m <= Tq,
+// n <= Tk for scores and n <= D for context).
 StatusOr<AttentionGrid> MakeAttentionGrid(AttentionPart part,
                                           std::span<const int64_t> qkv_shape,
                                           std::span<const int64_t> probs_shape,

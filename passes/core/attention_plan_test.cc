@@ -11,10 +11,18 @@
 namespace tilec::passes {
 namespace {
 
+// Self-attention (Tq = Tk, staged qkv) and cross-attention (staged kv,
+// Tq query rows of their own: the MAP head's 1).
 struct Case {
   AttentionPart part;
-  int64_t B, H, T, D;
+  int64_t B, H, Tq, Tk, D;
   int m, n, first;
+  bool cross = false;
+
+  std::vector<int64_t> Staged() const {
+    return {B * Tk, (cross ? 2 : 3) * H * D};
+  }
+  std::vector<int64_t> Probs() const { return {B, H, Tq, Tk}; }
 };
 
 std::vector<Case> Cases() {
@@ -22,8 +30,10 @@ std::vector<Case> Cases() {
   for (AttentionPart part : {AttentionPart::kScores, AttentionPart::kContext}) {
     for (int m : {1, 3, 17}) {
       for (int n : {1, 2, 5}) {
-        cases.push_back({part, 1, 4, 17, 16, m, n, 0});
-        cases.push_back({part, 2, 3, 9, 8, std::min(m, 9), n, 7});
+        cases.push_back({part, 1, 4, 17, 17, 16, m, n, 0});
+        cases.push_back({part, 2, 3, 9, 9, 8, std::min(m, 9), n, 7});
+        cases.push_back({part, 1, 4, 1, 17, 16, 1, n, 0, true});
+        cases.push_back({part, 2, 3, 3, 9, 8, std::min(m, 3), n, 7, true});
       }
     }
   }
@@ -31,18 +41,18 @@ std::vector<Case> Cases() {
 }
 
 AttentionGrid Grid(const Case& c) {
-  const std::vector<int64_t> qkv = {c.B * c.T, 3 * c.H * c.D};
-  const std::vector<int64_t> probs = {c.B, c.H, c.T, c.T};
-  StatusOr<AttentionGrid> g =
-      MakeAttentionGrid(c.part, qkv, probs, c.H, c.D, c.m, c.n, c.first);
+  StatusOr<AttentionGrid> g = MakeAttentionGrid(
+      c.part, c.Staged(), c.Probs(), c.H, c.D, c.m, c.n, c.first);
   EXPECT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->cross, c.cross);
   return *g;
 }
 
 std::string Label(const Case& c) {
   return std::string(c.part == AttentionPart::kScores ? "scores" : "context") +
-         " B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " T" +
-         std::to_string(c.T) + " m" + std::to_string(c.m) + " n" +
+         (c.cross ? " cross" : "") + " B" + std::to_string(c.B) + " H" +
+         std::to_string(c.H) + " Tq" + std::to_string(c.Tq) + " Tk" +
+         std::to_string(c.Tk) + " m" + std::to_string(c.m) + " n" +
          std::to_string(c.n);
 }
 
@@ -53,8 +63,8 @@ TEST(AttentionPlanTest, ResultBlocksCoverTheResultOnce) {
     const AttentionGrid g = Grid(c);
     const std::vector<int64_t> shape =
         c.part == AttentionPart::kScores
-            ? std::vector<int64_t>{c.B, c.H, c.T, c.T}
-            : std::vector<int64_t>{c.B * c.T, c.H * c.D};
+            ? c.Probs()
+            : std::vector<int64_t>{c.B * c.Tq, c.H * c.D};
     const fb::OwnershipT own = g.ResultOwnership();
     ASSERT_EQ(ValidateOwnership(own, shape, 10000), "") << Label(c);
     int64_t covered = 0;
@@ -80,8 +90,9 @@ TEST(AttentionPlanTest, ResultBlocksCoverTheResultOnce) {
 TEST(AttentionPlanTest, NeedsHoldWhatEachTileMultiplies) {
   for (const Case& c : Cases()) {
     const AttentionGrid g = Grid(c);
-    const std::vector<int64_t> qkv = {c.B * c.T, 3 * c.H * c.D};
-    const std::vector<int64_t> probs = {c.B, c.H, c.T, c.T};
+    const std::vector<int64_t> qkv = c.Staged();
+    const std::vector<int64_t> probs = c.Probs();
+    const std::vector<int64_t> q = {c.B * c.Tq, c.H * c.D};
     const std::vector<int> views = g.StagedViews();
     g.ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {
       const std::vector<Box> staged = g.StagedBoxes(b, h, mi, ni);
@@ -101,6 +112,12 @@ TEST(AttentionPlanTest, NeedsHoldWhatEachTileMultiplies) {
         ASSERT_EQ(held.size(), 1u) << Label(c);
         EXPECT_EQ(held[0], g.ProbsBox(b, h, mi)) << Label(c);
       }
+      if (c.part == AttentionPart::kScores && c.cross) {
+        // The queries are an operand of their own, read where needed.
+        const std::vector<Box> held = HeldBoxes(g.QueryNeeded(), q, t);
+        ASSERT_EQ(held.size(), 1u) << Label(c);
+        EXPECT_EQ(held[0], g.QueryBox(b, h, mi)) << Label(c);
+      }
     });
   }
 }
@@ -110,7 +127,7 @@ TEST(AttentionPlanTest, NeedsHoldWhatEachTileMultiplies) {
 TEST(AttentionPlanTest, DeliveryFillsEveryStagedBoxOnce) {
   for (const Case& c : Cases()) {
     const AttentionGrid g = Grid(c);
-    const std::vector<int64_t> qkv = {c.B * c.T, 3 * c.H * c.D};
+    const std::vector<int64_t> qkv = c.Staged();
     for (const fb::OwnershipT& owner :
          {BlockedOwnership({3, 2}), BlockedOwnership({1, 1}, 1, 5),
           FlatOwnership(4, 11)}) {
@@ -145,6 +162,18 @@ TEST(AttentionPlanTest, RefusesGridsThatDoNotFit) {
           .ok());
   EXPECT_FALSE(
       MakeAttentionGrid(AttentionPart::kScores, qkv, probs, 3, 16, 1, 1, 0)
+          .ok());
+  // Cross-attention: one query row, so m = 1 only; a fused qkv cannot have
+  // Tq != Tk.
+  const std::vector<int64_t> kv = {17, 2 * 4 * 16};
+  const std::vector<int64_t> one = {1, 4, 1, 17};
+  EXPECT_TRUE(
+      MakeAttentionGrid(AttentionPart::kScores, kv, one, 4, 16, 1, 17, 0)
+          .ok());
+  EXPECT_FALSE(
+      MakeAttentionGrid(AttentionPart::kScores, kv, one, 4, 16, 2, 1, 0).ok());
+  EXPECT_FALSE(
+      MakeAttentionGrid(AttentionPart::kScores, qkv, one, 4, 16, 1, 1, 0)
           .ok());
 }
 

@@ -26,15 +26,23 @@ struct Preset {
   int64_t layers;
   float eps;
   fb::GeluForm gelu;
+  int64_t patch;
+  bool map_head;
 };
 
 // Token counts include the class token where the model has one (ViT, CLIP);
 // SigLIP pools without one, so 384/14 = 27 -> 27*27 = 729.
 constexpr Preset kPresets[] = {
-    {"siglip-so400m-384", 729, 1152, 4304, 16, 27, 1e-6f, fb::GeluForm::Tanh},
-    {"vit-b16-224", 197, 768, 3072, 12, 12, 1e-12f, fb::GeluForm::Erf},
-    {"clip-vit-l14-224", 257, 1024, 4096, 16, 24, 1e-5f, fb::GeluForm::Quick},
+    {"siglip-so400m-384", 729, 1152, 4304, 16, 27, 1e-6f, fb::GeluForm::Tanh,
+     14, true},
+    {"vit-b16-224", 197, 768, 3072, 12, 12, 1e-12f, fb::GeluForm::Erf, 16,
+     false},
+    {"clip-vit-l14-224", 257, 1024, 4096, 16, 24, 1e-5f, fb::GeluForm::Quick,
+     14, false},
 };
+
+// RGB images.
+constexpr int64_t kImageChannels = 3;
 
 struct PartName {
   ModelPart part;
@@ -156,10 +164,14 @@ class GraphBuilder {
     return NewOp(fb::OpKind::Add, name, {a, b}, Shape(a))->results[0];
   }
 
-  uint32_t AttentionScores(const std::string& name, uint32_t qkv) {
+  // Self-attention reads one fused qkv [B*T, 3w]; cross-attention reads
+  // q [B*Tq, w] and kv [B*Tk, 2w] (formats/op_shapes.h).
+  uint32_t AttentionScores(const std::string& name,
+                           std::vector<uint32_t> operands, int64_t tq,
+                           int64_t tk) {
     fb::OperationT* op =
-        NewOp(fb::OpKind::AttentionScores, name, {qkv},
-              {config_.batch, config_.heads, config_.tokens, config_.tokens});
+        NewOp(fb::OpKind::AttentionScores, name, std::move(operands),
+              {config_.batch, config_.heads, tq, tk});
     SetAttention(op);
     op->scale = static_cast<float>(
         1.0 / std::sqrt(static_cast<double>(config_.head_dim())));
@@ -172,12 +184,37 @@ class GraphBuilder {
     return op->results[0];
   }
 
+  // probs [B, H, Tq, Tk] and the qkv or kv operand -> [B*Tq, w].
   uint32_t AttentionContext(const std::string& name, uint32_t probs,
                             uint32_t qkv) {
+    const int64_t rows = Shape(probs)[0] * Shape(probs)[2];
     fb::OperationT* op = NewOp(fb::OpKind::AttentionContext, name,
-                               {probs, qkv}, {config_.rows(), config_.width});
+                               {probs, qkv}, {rows, config_.width});
     SetAttention(op);
     return op->results[0];
+  }
+
+  // image [B, C, S, S] -> patches [B*T, C*p*p] (written by the host).
+  uint32_t Patchify(const std::string& name, uint32_t image) {
+    const std::vector<int64_t>& s = Shape(image);
+    const int64_t p = config_.patch;
+    fb::OperationT* op = NewOp(fb::OpKind::Patchify, name, {image},
+                               {s[0] * (s[2] / p) * (s[3] / p), s[1] * p * p});
+    op->patch = static_cast<int32_t>(p);
+    return op->results[0];
+  }
+
+  // x + a learned weight of x's shape (the position embedding at batch 1).
+  uint32_t AddWeight(const std::string& name, uint32_t x) {
+    const uint32_t w = Weight(name + ".w", Shape(x),
+                              fb::Distribution::Gaussian, 0.0f, kBiasStddev);
+    return Add(name, x, w);
+  }
+
+  // A learned row [1, w] of unit variance, like the activations it joins.
+  uint32_t Probe(const std::string& name) {
+    return Weight(name, {1, config_.width}, fb::Distribution::Gaussian, 0.0f,
+                  1.0f);
   }
 
   size_t OpCount() const { return ops_.size(); }
@@ -269,13 +306,75 @@ uint32_t BuildLayer(GraphBuilder& g, const ModelConfig& config,
   uint32_t h = g.LayerNorm(prefix + "ln1", x);
   h = g.MatMul(prefix + "attn.qkv", h, 3 * config.width);
   const uint32_t qkv = g.BiasAdd(prefix + "attn.qkv_bias", h);
-  h = g.AttentionScores(prefix + "attn.scores", qkv);
+  h = g.AttentionScores(prefix + "attn.scores", {qkv}, config.tokens,
+                        config.tokens);
   h = g.Softmax(prefix + "attn.softmax", h);
   h = g.AttentionContext(prefix + "attn.ctx", h, qkv);
   h = g.MatMul(prefix + "attn.proj", h, config.width);
   h = g.BiasAdd(prefix + "attn.proj_bias", h);
   const uint32_t residual = g.Add(prefix + "attn.residual", x, h);
   return BuildMlpBlock(g, config, prefix, residual);
+}
+
+// The side of the square patch grid of `tokens`, 0 if it is not a square.
+int64_t GridSide(int64_t tokens) {
+  int64_t side = static_cast<int64_t>(std::sqrt(static_cast<double>(tokens)));
+  while (side * side > tokens) --side;
+  while ((side + 1) * (side + 1) <= tokens) ++side;
+  return side * side == tokens ? side : 0;
+}
+
+// The image [B, 3, S, S] with S = side * patch, cut into patches by the
+// host (Patchify), projected to the width and given the position
+// embedding: the tokens the first layer reads.
+uint32_t BuildPatchEmbedding(GraphBuilder& g, const ModelConfig& config) {
+  const int64_t side = GridSide(config.tokens) * config.patch;
+  const uint32_t image =
+      g.Input("pixel_values", {config.batch, kImageChannels, side, side});
+  uint32_t h = g.Patchify("embed.patchify", image);
+  h = g.MatMul("embed.patch", h, config.width);
+  h = g.BiasAdd("embed.patch_bias", h);
+  return g.AddWeight("embed.position", h);
+}
+
+// Post-LayerNorm, then SigLIP's multihead attention pooling: the learned
+// probe's query (a one-row GEMM on the device: the weights have no
+// contents at import, so nothing can be folded) attends over the tokens'
+// keys and values; out-projection, then the head's own MLP block.
+uint32_t BuildMapHead(GraphBuilder& g, const ModelConfig& config,
+                      uint32_t x) {
+  x = g.LayerNorm("post_ln", x);
+  uint32_t q = g.MatMul("head.attn.q", g.Probe("head.probe"), config.width);
+  q = g.BiasAdd("head.attn.q_bias", q);
+  uint32_t kv = g.MatMul("head.attn.kv", x, 2 * config.width);
+  kv = g.BiasAdd("head.attn.kv_bias", kv);
+  uint32_t h = g.AttentionScores("head.attn.scores", {q, kv}, 1,
+                                 config.tokens);
+  h = g.Softmax("head.attn.softmax", h);
+  h = g.AttentionContext("head.attn.ctx", h, kv);
+  h = g.MatMul("head.attn.proj", h, config.width);
+  h = g.BiasAdd("head.attn.proj_bias", h);
+  return BuildMlpBlock(g, config, "head.", h);
+}
+
+// The whole model's own limits: its image is a square grid of patches and
+// its position embedding is added as a same-shape Add.
+Status ValidateWholeModel(const ModelConfig& c) {
+  TILEC_RETURN_IF_ERROR(CheckSize("patch", c.patch));
+  if (GridSide(c.tokens) == 0) {
+    return Status::BadInput(Flag("tokens", c.tokens) +
+                            ": --part=model needs a square grid of patches");
+  }
+  if (c.batch != 1) {
+    return Status::BadInput(
+        Flag("batch", c.batch) + ": --part=model adds the position embedding "
+        "as a same-shape Add, which does not broadcast over a batch yet");
+  }
+  if (!ElementsFit({kImageChannels, c.tokens, c.patch, c.patch})) {
+    return Status::BadInput(Flag("patch", c.patch) +
+                            ": the image would have more than 2^31 elements");
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -298,6 +397,8 @@ Status PresetConfig(std::string_view preset, ModelConfig* config) {
     c.layers = p.layers;
     c.eps = p.eps;
     c.gelu = p.gelu;
+    c.patch = p.patch;
+    c.map_head = p.map_head;
     *config = std::move(c);
     return Status::Ok();
   }
@@ -358,6 +459,7 @@ void ApplyOverrides(const ModelOverrides& o, ModelConfig* config) {
   if (o.weight_seed) config->weight_seed = *o.weight_seed;
   if (o.input_seed) config->input_seed = *o.input_seed;
   if (o.repeat) config->repeat = *o.repeat;
+  if (o.patch) config->patch = *o.patch;
 }
 
 Status ValidateModelConfig(const ModelConfig& c) {
@@ -429,9 +531,12 @@ uint64_t DeriveSeed(uint64_t base, uint32_t value_id) {
 Status BuildModel(const ModelConfig& config, ModelPart part,
                   fb::ModuleT* module) {
   TILEC_RETURN_IF_ERROR(ValidateModelConfig(config));
+  const bool whole = part == ModelPart::kModel && config.map_head;
+  if (whole) TILEC_RETURN_IF_ERROR(ValidateWholeModel(config));
 
   GraphBuilder g(config);
-  uint32_t x = g.Input("x", {config.rows(), config.width});
+  uint32_t x = whole ? BuildPatchEmbedding(g, config)
+                     : g.Input("x", {config.rows(), config.width});
   int64_t layers = 1;
   // Op ranges of the identical layers, rolled into a repeat below.
   std::vector<std::pair<size_t, size_t>> layer_ops;
@@ -453,6 +558,7 @@ Status BuildModel(const ModelConfig& config, ModelPart part,
     case ModelPart::kModel:
       layers = config.layers;
       build_layers(BuildLayer);
+      if (whole) BuildMapHead(g, config, x);
       break;
   }
   g.MarkLastAsOutput();

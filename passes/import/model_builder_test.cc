@@ -62,7 +62,14 @@ const fb::OperationT& OpNamed(const fb::ModuleT& m, const std::string& name) {
 //              softmax 1, ctx 1, proj 2, proj_bias 2, residual 1 = 15) +
 //              the 13 of the MLP half                             = 29 values
 //              9 attention ops + 7 MLP ops                        = 16 ops
-//   model:     1 + 28 * layers values, 16 * layers ops.
+//   model:     1 + 28 * layers values, 16 * layers ops (ViT, CLIP: the
+//              layers only).
+//   SigLIP's whole model: the embedding (pixel_values; patchify out;
+//              patch w, out; patch_bias b, out; position w, out =  8 values,
+//              4 ops), 28 * layers values and 16 * layers ops, the head
+//              (post_ln 3; probe; q 2, q_bias 2, kv 2, kv_bias 2, scores,
+//              softmax, ctx, proj 2, proj_bias 2 = 19; the MLP block's
+//              13 = 32 values, 10 + 7 = 17 ops).
 struct CountCase {
   const char* preset;
   const char* part;
@@ -73,7 +80,7 @@ struct CountCase {
 constexpr CountCase kCounts[] = {
     {"siglip-so400m-384", "mlp-block", 14, 7},
     {"siglip-so400m-384", "layer", 29, 16},
-    {"siglip-so400m-384", "model", 1 + 28 * 27, 16 * 27},  // 757, 432
+    {"siglip-so400m-384", "model", 8 + 28 * 27 + 32, 4 + 16 * 27 + 17},
     {"vit-b16-224", "mlp-block", 14, 7},
     {"vit-b16-224", "layer", 29, 16},
     {"vit-b16-224", "model", 1 + 28 * 12, 16 * 12},  // 337, 192
@@ -145,8 +152,9 @@ TEST_P(EveryPresetAndPart, DataflowIsWellFormed) {
     }
     EXPECT_EQ(v->dtype, fb::DType::F16) << v->name;
   }
-  // Exactly one input (`x`, first) and one output (last).
-  EXPECT_EQ(m.values.front()->name, "x");
+  // Exactly one input (`x`, or the image of a whole model, first) and one
+  // output (last).
+  EXPECT_THAT(m.values.front()->name, ::testing::AnyOf("x", "pixel_values"));
   EXPECT_EQ(m.values.front()->role, fb::ValueRole::Input);
   EXPECT_EQ(m.values.back()->role, fb::ValueRole::Output);
   int inputs = 0, outputs = 0;
@@ -396,9 +404,9 @@ TEST(ModelBuilder, SeedOverridesChangeOnlySeeds) {
 // ------------------------------------------------------------ model
 
 TEST(ModelBuilder, ModelChainsLayersWithStableIds) {
-  const fb::ModuleT m = Build("siglip-so400m-384", "model");
-  ASSERT_EQ(m.ops.size(), 432u);
-  for (int layer = 0; layer < 27; ++layer) {
+  const fb::ModuleT m = Build("clip-vit-l14-224", "model");
+  ASSERT_EQ(m.ops.size(), 384u);
+  for (int layer = 0; layer < 24; ++layer) {
     const std::string p = "l" + std::to_string(layer) + ".";
     // Op ids follow 16 * layer + position in the layer.
     EXPECT_EQ(m.ops[16 * layer + 0]->name, p + "ln1");
@@ -415,10 +423,88 @@ TEST(ModelBuilder, ModelChainsLayersWithStableIds) {
     EXPECT_EQ(m.ops[16 * layer]->operands[0], input);
     EXPECT_EQ(m.ops[16 * layer + 8]->operands[0], input);  // residual
   }
-  EXPECT_EQ(m.values.back()->name, "l26.mlp.residual.out");
+  EXPECT_EQ(m.values.back()->name, "l23.mlp.residual.out");
   EXPECT_EQ(m.values.back()->role, fb::ValueRole::Output);
-  EXPECT_EQ(ValueNamed(m, "l25.mlp.residual.out").role,
+  EXPECT_EQ(ValueNamed(m, "l22.mlp.residual.out").role,
             fb::ValueRole::Activation);
+}
+
+// SigLIP's whole model: image -> patches (host) -> patch embedding ->
+// position add -> the layers -> post-LayerNorm -> the MAP head.
+TEST(ModelBuilder, SiglipWholeModel) {
+  const fb::ModuleT m = Build("siglip-so400m-384", "model");
+  ASSERT_EQ(m.ops.size(), 453u);
+  EXPECT_EQ(ValueNamed(m, "pixel_values").shape,
+            (std::vector<int64_t>{1, 3, 378, 378}));
+  EXPECT_EQ(OpNamed(m, "embed.patchify").patch, 14);
+  EXPECT_EQ(ValueNamed(m, "embed.patchify.out").shape,
+            (std::vector<int64_t>{729, 588}));
+  EXPECT_EQ(ValueNamed(m, "embed.patch.w").shape,
+            (std::vector<int64_t>{588, 1152}));
+  EXPECT_EQ(ValueNamed(m, "embed.position.w").shape,
+            (std::vector<int64_t>{729, 1152}));
+  // The layers read the embedded tokens; the head reads the last layer.
+  EXPECT_EQ(OpNamed(m, "l0.ln1").operands[0],
+            ValueNamed(m, "embed.position.out").id);
+  EXPECT_EQ(OpNamed(m, "post_ln").operands[0],
+            ValueNamed(m, "l26.mlp.residual.out").id);
+  EXPECT_EQ(ValueNamed(m, "head.probe").shape,
+            (std::vector<int64_t>{1, 1152}));
+  EXPECT_EQ(ValueNamed(m, "head.attn.q_bias.out").shape,
+            (std::vector<int64_t>{1, 1152}));
+  EXPECT_EQ(ValueNamed(m, "head.attn.kv_bias.out").shape,
+            (std::vector<int64_t>{729, 2304}));
+  const fb::OperationT& scores = OpNamed(m, "head.attn.scores");
+  EXPECT_EQ(scores.operands,
+            (std::vector<uint32_t>{ValueNamed(m, "head.attn.q_bias.out").id,
+                                   ValueNamed(m, "head.attn.kv_bias.out").id}));
+  EXPECT_EQ(scores.heads, 16);
+  EXPECT_EQ(scores.head_dim, 72);
+  EXPECT_EQ(ValueNamed(m, "head.attn.scores.out").shape,
+            (std::vector<int64_t>{1, 16, 1, 729}));
+  EXPECT_EQ(ValueNamed(m, "head.attn.ctx.out").shape,
+            (std::vector<int64_t>{1, 1152}));
+  EXPECT_EQ(ValueNamed(m, "head.mlp.up.out").shape,
+            (std::vector<int64_t>{1, 4304}));
+  // h = ctx' + MLP(LayerNorm(ctx')), ctx' the out-projection.
+  EXPECT_EQ(OpNamed(m, "head.mlp.residual").operands[0],
+            ValueNamed(m, "head.attn.proj_bias.out").id);
+  EXPECT_EQ(m.values.back()->name, "head.mlp.residual.out");
+  EXPECT_EQ(m.values.back()->shape, (std::vector<int64_t>{1, 1152}));
+  EXPECT_EQ(m.values.back()->role, fb::ValueRole::Output);
+}
+
+// Rolled, the 27 layers are one body; the embedding and the head stay
+// outside it.
+TEST(ModelBuilder, SiglipWholeModelRolled) {
+  ModelOverrides o;
+  o.repeat = true;
+  const fb::ModuleT m = Build("siglip-so400m-384", "model", o);
+  EXPECT_EQ(m.ops.size(), 4u + 16u + 17u);
+  ASSERT_EQ(m.repeats.size(), 1u);
+  EXPECT_EQ(m.repeats[0]->count, 27u);
+  EXPECT_EQ(m.repeats[0]->carried_in, ValueNamed(m, "embed.position.out").id);
+  EXPECT_EQ(OpNamed(m, "post_ln").operands[0], m.repeats[0]->carried_out);
+  // The written-out values: 40 + 28 per layer + the twins of 26 layers'
+  // 12 weights.
+  EXPECT_EQ(m.values.size(), 8u + 28u + 32u + 26u * 12u);
+  EXPECT_EQ(m.repeats[0]->iteration_weights.size(), 26u * 12u);
+}
+
+// The whole model's own limits: a square patch grid and batch 1.
+TEST(ModelBuilder, SiglipWholeModelLimits) {
+  ModelOverrides o;
+  o.tokens = 10;
+  fb::ModuleT m;
+  EXPECT_THAT(BuildModel("siglip-so400m-384", "model", o, &m).message(),
+              HasSubstr("--tokens=10: --part=model needs a square grid"));
+  ModelOverrides batch;
+  batch.batch = 2;
+  EXPECT_THAT(BuildModel("siglip-so400m-384", "model", batch, &m).message(),
+              HasSubstr("--batch=2: --part=model adds the position"));
+  // The layers alone have neither limit.
+  EXPECT_TRUE(BuildModel("siglip-so400m-384", "layer", o, &m).ok());
+  EXPECT_TRUE(BuildModel("vit-b16-224", "model", batch, &m).ok());
 }
 
 TEST(ModelBuilder, ModelInfo) {
@@ -461,7 +547,8 @@ TEST(ModelBuilder, LeavesOtherModuleFieldsAlone) {
 
 TEST(ModelBuilder, SizeOverrides) {
   ModelOverrides o;
-  o.tokens = 10;
+  o.tokens = 16;
+  o.patch = 4;
   o.width = 64;
   o.mlp_width = 96;
   o.heads = 4;
@@ -469,15 +556,18 @@ TEST(ModelBuilder, SizeOverrides) {
   o.eps = 1e-3f;
   o.gelu = fb::GeluForm::Erf;
   const fb::ModuleT m = Build("siglip-so400m-384", "model", o);
-  EXPECT_EQ(m.ops.size(), 48u);
-  EXPECT_EQ(m.values.size(), 85u);
-  EXPECT_EQ(ValueNamed(m, "x").shape, (std::vector<int64_t>{10, 64}));
+  EXPECT_EQ(m.ops.size(), 4u + 48u + 17u);
+  EXPECT_EQ(m.values.size(), 8u + 84u + 32u);
+  EXPECT_EQ(ValueNamed(m, "pixel_values").shape,
+            (std::vector<int64_t>{1, 3, 16, 16}));
+  EXPECT_EQ(ValueNamed(m, "embed.patchify.out").shape,
+            (std::vector<int64_t>{16, 48}));
   EXPECT_EQ(ValueNamed(m, "l2.attn.qkv.w").shape,
             (std::vector<int64_t>{64, 192}));
   EXPECT_EQ(ValueNamed(m, "l1.mlp.gelu.out").shape,
-            (std::vector<int64_t>{10, 96}));
+            (std::vector<int64_t>{16, 96}));
   EXPECT_EQ(ValueNamed(m, "l0.attn.scores.out").shape,
-            (std::vector<int64_t>{1, 4, 10, 10}));
+            (std::vector<int64_t>{1, 4, 16, 16}));
   EXPECT_EQ(OpNamed(m, "l0.attn.scores").head_dim, 16);
   EXPECT_FLOAT_EQ(OpNamed(m, "l0.attn.scores").scale, 0.25f);
   EXPECT_FLOAT_EQ(OpNamed(m, "l2.ln2").eps, 1e-3f);
@@ -503,7 +593,7 @@ TEST(ModelBuilder, LayersOverrideOfEachPart) {
 TEST(ModelBuilder, Batch2) {
   ModelOverrides o;
   o.batch = 2;
-  for (const char* part : {"mlp-block", "layer", "model"}) {
+  for (const char* part : {"mlp-block", "layer"}) {
     const fb::ModuleT m = Build("siglip-so400m-384", part, o);
     EXPECT_EQ(m.model->batch, 2);
     EXPECT_EQ(ValueNamed(m, "x").shape, (std::vector<int64_t>{1458, 1152}));

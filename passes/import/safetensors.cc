@@ -1,6 +1,8 @@
 #include "passes/import/safetensors.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -252,6 +254,92 @@ Status WeightContents(const SafetensorsFile& file, const std::string& prefix,
                           "'");
 }
 
+// Rows [begin, end) of a PyTorch [rows, in] weight as tilec's [in, rows].
+Status LinearRows(const SafetensorsFile& file, const std::string& name,
+                  const std::vector<int64_t>& stored, int64_t begin,
+                  int64_t end, std::vector<float>* data) {
+  std::vector<float> w;
+  TILEC_RETURN_IF_ERROR(file.Read(name, stored, &w));
+  const int64_t in = stored[1];
+  std::vector<float> rows(w.begin() + begin * in, w.begin() + end * in);
+  *data = Transposed(rows, end - begin, in);
+  return Status::Ok();
+}
+
+// Elements [begin, begin + count) of a vector tensor of `size` elements.
+Status Slice(const SafetensorsFile& file, const std::string& name,
+             int64_t size, int64_t begin, int64_t count,
+             std::vector<float>* data) {
+  std::vector<float> v;
+  TILEC_RETURN_IF_ERROR(file.Read(name, {size}, &v));
+  data->assign(v.begin() + begin, v.begin() + begin + count);
+  return Status::Ok();
+}
+
+// The weights of a whole SigLIP model outside its layers (model_builder.h):
+// the patch and position embeddings, post-LayerNorm and the MAP head, whose
+// nn.MultiheadAttention keeps q, k and v in one in_proj [3w, w].
+Status TowerWeightContents(const SafetensorsFile& file,
+                           const std::string& prefix, const std::string& name,
+                           const std::vector<int64_t>& shape,
+                           std::vector<float>* data) {
+  auto plain = [&](const std::string& tensor) {
+    return file.Read(prefix + tensor, shape, data);
+  };
+  const std::string head = "head.";
+  if (name == "embed.patch.w") {
+    // Conv [w, 3, p, p] is [w, 3pp] in Patchify's (c, ky, kx) column order.
+    const int64_t w = shape[1];
+    const auto p = static_cast<int64_t>(
+        std::lround(std::sqrt(static_cast<double>(shape[0] / 3))));
+    std::vector<float> conv;
+    TILEC_RETURN_IF_ERROR(file.Read(
+        prefix + "embeddings.patch_embedding.weight", {w, 3, p, p}, &conv));
+    *data = Transposed(conv, w, shape[0]);
+    return Status::Ok();
+  }
+  if (name == "embed.patch_bias.b") {
+    return plain("embeddings.patch_embedding.bias");
+  }
+  if (name == "embed.position.w") {
+    return plain("embeddings.position_embedding.weight");
+  }
+  if (name == "post_ln.gamma") return plain("post_layernorm.weight");
+  if (name == "post_ln.beta") return plain("post_layernorm.bias");
+  if (name == "head.probe") {
+    return file.Read(prefix + "head.probe", {1, 1, shape[1]}, data);
+  }
+  // in_proj [3w, w]: rows [q | k | v]; the graph's kv is [k | v].
+  const std::string in_proj = prefix + "head.attention.in_proj_";
+  if (name == "head.attn.q.w" || name == "head.attn.kv.w") {
+    const int64_t w = shape[0];
+    const int64_t begin = name == "head.attn.q.w" ? 0 : w;
+    return LinearRows(file, in_proj + "weight", {3 * w, w}, begin,
+                      begin + shape[1], data);
+  }
+  if (name == "head.attn.q_bias.b" || name == "head.attn.kv_bias.b") {
+    const bool q = name == "head.attn.q_bias.b";
+    const int64_t w = q ? shape[0] : shape[0] / 2;
+    return Slice(file, in_proj + "bias", 3 * w, q ? 0 : w, shape[0], data);
+  }
+  if (name == "head.attn.proj.w") {
+    return LinearRows(file, prefix + "head.attention.out_proj.weight",
+                      {shape[1], shape[0]}, 0, shape[1], data);
+  }
+  if (name == "head.attn.proj_bias.b") {
+    return plain("head.attention.out_proj.bias");
+  }
+  if (name == "head.ln2.gamma") return plain("head.layernorm.weight");
+  if (name == "head.ln2.beta") return plain("head.layernorm.bias");
+  // The head's MLP is named as a layer's.
+  if (name.compare(0, head.size(), head) == 0) {
+    return WeightContents(file, prefix + head, name.substr(head.size()), shape,
+                          data);
+  }
+  return Status::Internal("weight '" + name +
+                          "' does not follow import-model's naming");
+}
+
 }  // namespace
 
 Status LoadSafetensorsWeights(const SafetensorsFile& file, int64_t first_layer,
@@ -287,18 +375,23 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, int64_t first_layer,
   std::vector<std::pair<fb::ValueT*, std::unique_ptr<fb::SidecarT>>> loaded;
   for (const auto& v : module->values) {
     if (v->role != fb::ValueRole::Weight) continue;
-    // "l<i>.<rest>"
+    // "l<i>.<rest>" in a layer, anything else around the layers.
     const size_t dot = v->name.find('.');
-    if (v->name.size() < 2 || v->name[0] != 'l' || dot == std::string::npos) {
-      return Status::Internal("weight '" + v->name +
-                              "' does not follow import-model's naming");
-    }
-    const int64_t layer = std::stoll(v->name.substr(1, dot - 1)) + first_layer;
-    const std::string layer_prefix =
-        prefix + "encoder.layers." + std::to_string(layer) + ".";
+    const bool in_layer = v->name.size() >= 2 && v->name[0] == 'l' &&
+                          dot != std::string::npos && dot > 1 &&
+                          std::isdigit(static_cast<unsigned char>(v->name[1]));
     std::vector<float> data;
-    TILEC_RETURN_IF_ERROR(WeightContents(
-        file, layer_prefix, v->name.substr(dot + 1), v->shape, &data));
+    if (in_layer) {
+      const int64_t layer =
+          std::stoll(v->name.substr(1, dot - 1)) + first_layer;
+      const std::string layer_prefix =
+          prefix + "encoder.layers." + std::to_string(layer) + ".";
+      TILEC_RETURN_IF_ERROR(WeightContents(
+          file, layer_prefix, v->name.substr(dot + 1), v->shape, &data));
+    } else {
+      TILEC_RETURN_IF_ERROR(
+          TowerWeightContents(file, prefix, v->name, v->shape, &data));
+    }
     loaded.emplace_back(v.get(), sidecar->Append(data));
   }
   for (auto& [value, s] : loaded) {

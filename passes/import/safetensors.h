@@ -15,12 +15,24 @@
 //   up_bias.b <prefix>encoder.layers.N.mlp.fc2.{weight,bias}        ->
 //   lN.mlp.down.w, down_bias.b
 //
+// A whole SigLIP model (--part=model) also reads, with the same prefix:
+//
+//   embeddings.patch_embedding.weight [w, 3, p, p] -> embed.patch.w
+//        [3pp, w] (Patchify's (c, ky, kx) columns), .bias -> patch_bias.b
+//   embeddings.position_embedding.weight [T, w]   -> embed.position.w
+//   post_layernorm.{weight,bias}                  -> post_ln.{gamma,beta}
+//   head.probe [1, 1, w]                          -> head.probe [1, w]
+//   head.attention.in_proj_weight [3w, w]: rows [q | k | v]
+//        -> head.attn.q.w [w, w] and head.attn.kv.w [w, 2w] (transposed)
+//   head.attention.in_proj_bias [3w] -> head.attn.q_bias.b, kv_bias.b
+//   head.attention.out_proj.{weight,bias} -> head.attn.proj.w, proj_bias.b
+//   head.layernorm.{weight,bias}                  -> head.ln2.{gamma,beta}
+//   head.mlp.fc1/fc2.{weight,bias}  -> head.mlp.up/down.w, up/down_bias.b
+//
 // <prefix> is whatever precedes "encoder.layers.0.self_attn.q_proj.weight"
 // in the checkpoint ("vision_model." for a saved SiglipVisionModel, "" for
-// a bare encoder). Layer lN of the graph reads layer N + first_layer. The
-// embeddings, post_layernorm and head of a tower are not part of the
-// graphs import-model builds (layers only) and are not read.
-//
+// a bare encoder). Layer lN of the graph reads layer N + first_layer.
+
 // Tensors may be F32, F16 or BF16; every element is decoded exactly to F32
 // and written to the sidecar (sidecar.h); the weight keeps its IR dtype
 // (F16) and is rounded to it when materialized. A missing tensor, a wrong

@@ -94,10 +94,12 @@ StatusOr<GemmReport> DescribeAttention(const fb::ModuleT& module,
   const std::string where =
       "op " + std::to_string(op.id) + " (" + op.name + ")";
   const bool scores = op.kind == fb::OpKind::AttentionScores;
-  if (op.operands.size() != (scores ? 1u : 2u) || op.results.empty()) {
+  // Self scores stage operand 0 (qkv); cross scores and context operand 1.
+  const size_t staged = scores && op.operands.size() == 1 ? 0 : 1;
+  if (op.operands.size() != staged + 1 || op.results.empty()) {
     return Status::BadInput(where + " has the wrong operand count");
   }
-  const fb::ValueT* qkv = FindValue(module, op.operands[scores ? 0 : 1]);
+  const fb::ValueT* qkv = FindValue(module, op.operands[staged]);
   const fb::ValueT* probs = scores ? nullptr : FindValue(module, op.operands[0]);
   const fb::ValueT* c = FindValue(module, op.results[0]);
   if (!op.recipe || op.recipe->kind != fb::RecipeKind::Attention || !qkv ||
@@ -117,7 +119,7 @@ StatusOr<GemmReport> DescribeAttention(const fb::ModuleT& module,
   g.name = op.name;
   g.kind = op.kind;
   g.heads = grid->B * grid->H;
-  g.M = grid->T;
+  g.M = grid->Tq;
   g.K = grid->Inner();
   g.N = grid->cols.extent;
   const plan::AttentionDTypes dtypes{qkv->dtype,

@@ -1721,11 +1721,15 @@ Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out) {
 Status Lowering::LowerAttention(const fb::OperationT& op, OpProgram* out) {
   const bool scores = op.kind == fb::OpKind::AttentionScores;
   const std::string where = OpWhere(op);
-  if (op.operands.size() != (scores ? 1u : 2u) || op.results.size() != 1) {
+  // Cross-attention scores read q (operand 0, in place) and stage kv.
+  const bool cross_scores = scores && op.operands.size() == 2;
+  if ((!scores && op.operands.size() != 2) ||
+      (scores && op.operands.size() != 1 && !cross_scores) ||
+      op.results.size() != 1) {
     return Status::BadInput(where + ": wrong operand count for " +
                             ir::OpKindText(op.kind));
   }
-  const uint32_t qkv_id = op.operands[scores ? 0 : 1];
+  const uint32_t qkv_id = op.operands[scores && !cross_scores ? 0 : 1];
   const uint32_t y_id = op.results[0];
   const fb::ValueT* QKV = value(qkv_id);
   const fb::ValueT* Y = value(y_id);
@@ -1816,7 +1820,9 @@ Status Lowering::LowerAttention(const fb::OperationT& op, OpProgram* out) {
 }
 
 // Tile t's kernel call: scores = scale * q k^T (gemm_nt) or context = P v
-// (gemm), written straight into its block of the result.
+// (gemm), written straight into its block of the result. Cross-attention's
+// queries are read where the planner put them (QueryNeeded), like the
+// context's probabilities.
 Status Lowering::AttentionCall(const fb::OperationT& op,
                                const passes::AttentionGrid& g, int64_t b,
                                int64_t h, int mi, int ni, int t,
@@ -1846,7 +1852,14 @@ Status Lowering::AttentionCall(const fb::OperationT& op,
   const VSlice result{ys->buffer, 0, rows * cols * y_eb};
   if (scores) {
     call.kernel = kernels::names::kGemmNt;
-    call.args = {whole(staged[0]), whole(staged[1]), result};
+    if (g.cross) {
+      StatusOr<VSlice> q = Contiguous(op.operands[0], t, g.QueryBox(b, h, mi),
+                                      op, "queries", calls);
+      if (!q.ok()) return q.status();
+      call.args = {*q, whole(staged[0]), result};
+    } else {
+      call.args = {whole(staged[0]), whole(staged[1]), result};
+    }
     call.fparams = {op.scale};
   } else {
     StatusOr<VSlice> probs = Contiguous(op.operands[0], t, g.ProbsBox(b, h, mi),

@@ -237,6 +237,8 @@ std::optional<fb::OwnershipT> Coster::Required(const Graph& graph, int op,
       return Grid(graph, op, r).BNeeded();
     case SlotRole::kProbs:
       return AttentionGridOf(graph, op, r).value().ProbsNeeded();
+    case SlotRole::kQuery:
+      return AttentionGridOf(graph, op, r).value().QueryNeeded();
     case SlotRole::kLayout:
       return r.layout;
     case SlotRole::kVector:

@@ -101,6 +101,9 @@ StatusOr<GemmBound> AttentionBoundOfGrid(const kernels::CostModel& model,
   }
   if (!scores) {
     received += grid.ProbsBox(0, 0, 0).Elements() * ir::DTypeBytes(dtypes.probs);
+  } else if (grid.cross) {
+    // Cross-attention's queries are an operand of their own (not staged).
+    received += grid.QueryBox(0, 0, 0).Elements() * ir::DTypeBytes(dtypes.qkv);
   }
   const fb::TargetT& t = model.target();
   GemmBound b;
@@ -120,7 +123,7 @@ std::vector<GemmBound> AttentionGridBounds(const kernels::CostModel& model,
   std::vector<GemmBound> bounds;
   const int64_t heads = grid.B * grid.H;
   if (heads > tiles) return bounds;
-  for (int m : DistinctSplits(grid.T, tiles / heads)) {
+  for (int m : DistinctSplits(grid.Tq, tiles / heads)) {
     for (int n : DistinctSplits(grid.cols.extent, tiles / (heads * m))) {
       StatusOr<passes::AttentionGrid> g = grid.WithSplits(m, n);
       if (!g.ok()) continue;

@@ -73,14 +73,17 @@ Status ClassifyAttention(const fb::OperationT& op,
   const ValueNode& result = values[node.result];
   const size_t arity = node.operands.size();
   const bool scores = op.kind == fb::OpKind::AttentionScores;
+  // Cross-attention scores read q [B*Tq, HD] and stage kv (operand 1).
+  const bool cross_scores = scores && arity == 2;
   node.op_class = OpClass::kAttention;
   node.heads = op.heads;
   node.head_dim = op.head_dim;
-  node.staged = scores ? 0 : 1;
-  node.slots = scores
-                   ? std::vector<SlotRole>{SlotRole::kStaged}
-                   : std::vector<SlotRole>{SlotRole::kProbs, SlotRole::kStaged};
-  if (arity != node.slots.size()) return Status::Ok();  // Build reports it
+  node.staged = scores && !cross_scores ? 0 : 1;
+  node.slots = !scores       ? std::vector<SlotRole>{SlotRole::kProbs,
+                                                     SlotRole::kStaged}
+               : cross_scores ? std::vector<SlotRole>{SlotRole::kQuery,
+                                                      SlotRole::kStaged}
+                              : std::vector<SlotRole>{SlotRole::kStaged};
   const auto& qkv = values[node.operands[node.staged]].shape;
   const auto& probs = scores ? result.shape : values[node.operands[0]].shape;
   StatusOr<passes::AttentionGrid> grid = passes::MakeAttentionGrid(
@@ -88,8 +91,9 @@ Status ClassifyAttention(const fb::OperationT& op,
       qkv, probs, op.heads, op.head_dim, 1, 1, 0);
   if (!grid.ok()) return Unsupported(op, grid.status().message());
   if (!scores && result.shape != std::vector<int64_t>{
-                                     qkv[0], int64_t{op.heads} * op.head_dim}) {
-    return Unsupported(op, "the context must be [B*T, H*D]");
+                                     grid->B * grid->Tq,
+                                     int64_t{op.heads} * op.head_dim}) {
+    return Unsupported(op, "the context must be [B*Tq, H*D]");
   }
   return Status::Ok();
 }

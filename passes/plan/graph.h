@@ -31,6 +31,7 @@ enum class SlotRole {
   kRowParam,  // [w] per-row parameter of a row-wise op: gamma, beta
   kSource,    // the source of a Redistribute: taken as it is
   kProbs,     // attention probabilities: the rows each context tile reads
+  kQuery,     // cross-attention queries: the rows each scores tile reads
   kHostImage, // an image input the host transforms as it writes it: never
               // on the device
 };

@@ -16,7 +16,9 @@
       DUMP_DIR holds run-reference --all --out_dir's .npy files of a graph
       import-model built with --weights=CKPT: every weight must be the
       checkpoint's tensor in tilec's orientation ([in, out], q|k|v side by
-      side), rounded to F16, exactly.
+      side), rounded to F16, exactly; with a whole model's dumps also the
+      patch and position embeddings, post-LayerNorm and the MAP head (q and
+      kv cut from in_proj).
 
 Only the standard library: the safetensors header is JSON, the data little
 endian; F16 through struct's 'e' format, BF16 by rounding float32 bits.
@@ -46,6 +48,16 @@ def tower(width, mlp, layers):
         "vision_model.post_layernorm.weight": [width],
         "vision_model.post_layernorm.bias": [width],
         "vision_model.head.probe": [1, 1, width],
+        "vision_model.head.attention.in_proj_weight": [3 * width, width],
+        "vision_model.head.attention.in_proj_bias": [3 * width],
+        "vision_model.head.attention.out_proj.weight": [width, width],
+        "vision_model.head.attention.out_proj.bias": [width],
+        "vision_model.head.layernorm.weight": [width],
+        "vision_model.head.layernorm.bias": [width],
+        "vision_model.head.mlp.fc1.weight": [mlp, width],
+        "vision_model.head.mlp.fc1.bias": [mlp],
+        "vision_model.head.mlp.fc2.weight": [width, mlp],
+        "vision_model.head.mlp.fc2.bias": [width],
     }
     for n in range(layers):
         p = "vision_model.encoder.layers.%d." % n
@@ -174,16 +186,52 @@ def main_check(ckpt, dump, width, mlp, layers):
             "mlp.down.w": transposed(p + "mlp.fc2.weight", width, mlp),
             "mlp.down_bias.b": src(p + "mlp.fc2.bias", [width]),
         }
-        for rest, want in expected.items():
-            name = "l%d.%s" % (n, rest)
-            got = read_npy(os.path.join(dump, name + ".npy"))
-            want = [f16(v) for v in want]
-            if got != want:
-                bad = next(i for i in range(len(want)) if i >= len(got) or got[i] != want[i])
-                sys.exit("%s (from %s): element %d is %s, expected %s" %
-                         (name, ckpt, bad, got[bad] if bad < len(got) else None, want[bad]))
-            checked += 1
+        checked += compare(ckpt, dump, {"l%d.%s" % (n, rest): want
+                                        for rest, want in expected.items()})
+    if os.path.exists(os.path.join(dump, "embed.patch.w.npy")):
+        checked += check_tower(ckpt, dump, width, mlp, src, transposed)
     print("%s: %d weights equal the checkpoint's tensors" % (ckpt, checked))
+
+
+def compare(ckpt, dump, expected):
+    for name, want in expected.items():
+        got = read_npy(os.path.join(dump, name + ".npy"))
+        want = [f16(v) for v in want]
+        if got != want:
+            bad = next(i for i in range(len(want)) if i >= len(got) or got[i] != want[i])
+            sys.exit("%s (from %s): element %d is %s, expected %s" %
+                     (name, ckpt, bad, got[bad] if bad < len(got) else None, want[bad]))
+    return len(expected)
+
+
+def check_tower(ckpt, dump, width, mlp, src, transposed):
+    """The whole model's weights outside the layers (patch 4, 16 tokens)."""
+    v, h = "vision_model.", "vision_model.head."
+    ip = src(h + "attention.in_proj_weight", [3 * width, width])
+    ib = src(h + "attention.in_proj_bias", [3 * width])
+    q_w = [ip[o * width + i] for i in range(width) for o in range(width)]
+    kv_w = [ip[(width + o) * width + i] for i in range(width) for o in range(2 * width)]
+    expected = {
+        "embed.patch.w": transposed(v + "embeddings.patch_embedding.weight", width, 48),
+        "embed.patch_bias.b": src(v + "embeddings.patch_embedding.bias", [width]),
+        "embed.position.w": src(v + "embeddings.position_embedding.weight", [16, width]),
+        "post_ln.gamma": src(v + "post_layernorm.weight", [width]),
+        "post_ln.beta": src(v + "post_layernorm.bias", [width]),
+        "head.probe": src(h + "probe", [1, 1, width]),
+        "head.attn.q.w": q_w,
+        "head.attn.q_bias.b": ib[:width],
+        "head.attn.kv.w": kv_w,
+        "head.attn.kv_bias.b": ib[width:],
+        "head.attn.proj.w": transposed(h + "attention.out_proj.weight", width, width),
+        "head.attn.proj_bias.b": src(h + "attention.out_proj.bias", [width]),
+        "head.ln2.gamma": src(h + "layernorm.weight", [width]),
+        "head.ln2.beta": src(h + "layernorm.bias", [width]),
+        "head.mlp.up.w": transposed(h + "mlp.fc1.weight", mlp, width),
+        "head.mlp.up_bias.b": src(h + "mlp.fc1.bias", [mlp]),
+        "head.mlp.down.w": transposed(h + "mlp.fc2.weight", width, mlp),
+        "head.mlp.down_bias.b": src(h + "mlp.fc2.bias", [width]),
+    }
+    return compare(ckpt, dump, expected)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import=$1 reference=$2 checkpoint=$3
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 W=32 M=48 L=2
-flags=(--preset=siglip-so400m-384 --part=model --layers=$L --tokens=4 --width=$W --mlp_width=$M --heads=2)
+flags=(--preset=siglip-so400m-384 --part=model --layers=$L --tokens=16 --patch=4 --width=$W --mlp_width=$M --heads=2)
 python3 "$checkpoint" write "$out" $W $M $L
 for dtype in F32 F16 BF16; do
   "$import" "${flags[@]}" --weights="$out/ckpt-$dtype.safetensors" -o "$out/$dtype.tilec"

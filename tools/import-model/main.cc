@@ -13,7 +13,16 @@
 DEFINE_string(
     preset, "siglip-so400m-384",
     "Model preset: siglip-so400m-384, vit-b16-224, clip-vit-l14-224.");
-DEFINE_string(part, "mlp-block", "What to build: mlp-block, layer or model.");
+DEFINE_string(part, "mlp-block",
+              "What to build: mlp-block, layer or model. siglip-so400m-384's "
+              "model is the whole vision tower: the image [1,3,S,S] (S = "
+              "sqrt(tokens) * patch) cut into patches by the host, the patch "
+              "embedding GEMM and position embedding, the layers, "
+              "post-LayerNorm and the MAP head (one probe query attending "
+              "over the tokens, then its MLP): one [1, width] row per image; "
+              "batch 1 only. vit-b16-224 and clip-vit-l14-224's model is "
+              "their layers only (their class token needs a concatenation "
+              "the IR cannot express yet).");
 DEFINE_int64(layers, 0,
              "Layers for --part=model (default: the preset's); consecutive "
              "MLP blocks for --part=mlp-block (default 1); --part=layer is "
@@ -23,6 +32,8 @@ DEFINE_int64(tokens, 0, "Override the preset's token count.");
 DEFINE_int64(width, 0, "Override the preset's model width.");
 DEFINE_int64(mlp_width, 0, "Override the preset's MLP width.");
 DEFINE_int64(heads, 0, "Override the preset's attention head count.");
+DEFINE_int64(patch, 0,
+             "Override the preset's patch side (--part=model of SigLIP).");
 DEFINE_double(eps, 0, "Override the preset's LayerNorm epsilon.");
 DEFINE_string(gelu, "", "Override the preset's GELU form: tanh, erf, quick.");
 DEFINE_uint64(weight_seed, 1, "Seed of the generated weights.");
@@ -70,6 +81,7 @@ Status Run(const std::vector<std::string>& args) {
   overrides.width = IfSet<int64_t>("width", FLAGS_width);
   overrides.mlp_width = IfSet<int64_t>("mlp_width", FLAGS_mlp_width);
   overrides.heads = IfSet<int64_t>("heads", FLAGS_heads);
+  overrides.patch = IfSet<int64_t>("patch", FLAGS_patch);
   overrides.eps = IfSet<float>("eps", static_cast<float>(FLAGS_eps));
   overrides.weight_seed = IfSet<uint64_t>("weight_seed", FLAGS_weight_seed);
   overrides.input_seed = IfSet<uint64_t>("input_seed", FLAGS_input_seed);
