@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <thread>
 
 #include "formats/ir.h"
 #include "kernels/fb_dtype.h"
@@ -201,18 +202,20 @@ std::string EncodeStored(fb::DType dtype, int fp8_scale_exp,
   return bytes;
 }
 
-std::vector<float> GenerateInit(const fb::WeightInitT& init, size_t count) {
-  std::vector<float> data(count);
+namespace {
+
+// Elements [begin, end) of a generated init (begin even): every element
+// depends only on its counter, so ranges can be filled on any thread.
+void GenerateRange(const fb::WeightInitT& init, uint64_t key, size_t begin,
+                   size_t end, float* data) {
   const double mean = init.mean;
   const double stddev = init.stddev;
-  // Pre-mixing the seed decorrelates streams of nearby seeds (1, 2, ...).
-  const uint64_t key = Mix64(init.seed);
   switch (init.distribution) {
     case fb::Distribution::Constant:
-      std::fill(data.begin(), data.end(), init.mean);
+      std::fill(data + begin, data + end, init.mean);
       break;
     case fb::Distribution::Uniform:
-      for (size_t i = 0; i < count; ++i) {
+      for (size_t i = begin; i < end; ++i) {
         const double u = UnitOpen1(StreamBits(key, i));
         data[i] = static_cast<float>(mean + stddev * (2.0 * u - 1.0));
       }
@@ -220,19 +223,39 @@ std::vector<float> GenerateInit(const fb::WeightInitT& init, size_t count) {
     case fb::Distribution::Gaussian:
       // Box-Muller on pair p = i / 2 from counters 2p and 2p + 1: the cosine
       // branch gives the even element, the sine branch the odd one.
-      for (size_t p = 0; 2 * p < count; ++p) {
+      for (size_t p = begin / 2; 2 * p < end; ++p) {
         const double u1 = UnitOpen0(StreamBits(key, 2 * p));
         const double u2 = UnitOpen1(StreamBits(key, 2 * p + 1));
         const double r = std::sqrt(-2.0 * Log(u1));
         double s, c;
         SinCosTurns(u2, &s, &c);
         data[2 * p] = static_cast<float>(mean + stddev * (r * c));
-        if (2 * p + 1 < count) {
+        if (2 * p + 1 < end) {
           data[2 * p + 1] = static_cast<float>(mean + stddev * (r * s));
         }
       }
       break;
   }
+}
+
+}  // namespace
+
+std::vector<float> GenerateInit(const fb::WeightInitT& init, size_t count) {
+  std::vector<float> data(count);
+  // Pre-mixing the seed decorrelates streams of nearby seeds (1, 2, ...).
+  const uint64_t key = Mix64(init.seed);
+  // Large weights (a whole model's are 10^8 elements) on two threads; the
+  // split point is even so each Box-Muller pair stays on one thread.
+  constexpr size_t kParallelFrom = size_t{1} << 20;
+  if (count < kParallelFrom) {
+    GenerateRange(init, key, 0, count, data.data());
+    return data;
+  }
+  const size_t half = (count / 2) & ~size_t{1};
+  std::thread second(
+      [&] { GenerateRange(init, key, half, count, data.data()); });
+  GenerateRange(init, key, 0, half, data.data());
+  second.join();
   return data;
 }
 

@@ -334,3 +334,31 @@ TEST_F(SidecarTest, RangeAndSizeErrors) {
 
 }  // namespace
 }  // namespace tilec::kernels
+
+namespace tilec::kernels {
+namespace {
+
+// Large inits are generated on two threads; every element still depends
+// only on its counter, so it equals the element of a shorter stream that
+// one thread made (checked at the start, around the split and at the end).
+TEST(GenerateInitTest, LargeInitsMatchTheSingleThreadedStream) {
+  for (fb::Distribution d : {fb::Distribution::Gaussian,
+                             fb::Distribution::Uniform}) {
+    fb::WeightInitT init;
+    init.distribution = d;
+    init.seed = 77;
+    init.mean = 0.5f;
+    init.stddev = 2.0f;
+    const size_t count = (size_t{1} << 20) + 7;
+    const std::vector<float> big = GenerateInit(init, count);
+    for (size_t k : {size_t{0}, size_t{1}, count / 2 - 3, count / 2 - 1,
+                     count / 2, count / 2 + 1, count / 2 + 2, count - 2,
+                     count - 1}) {
+      const std::vector<float> small = GenerateInit(init, k + 1);
+      EXPECT_EQ(big[k], small[k]) << "element " << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tilec::kernels
