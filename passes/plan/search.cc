@@ -403,6 +403,7 @@ Status Search::Initialize() {
           homes_closest && Excess(*homes_closest) < Excess(eval_)
               ? *homes_closest
               : eval_;
+      closest_peak_bytes_ = closest.peak_bytes;
       return Status::Infeasible("no plan fits tile memory" + bound +
                                 "; the closest found: " + closest.Diagnosis());
     }

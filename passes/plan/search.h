@@ -89,6 +89,9 @@ class Search {
 
   const Plan& incumbent() const { return incumbent_; }
   const Evaluation& evaluation() const { return eval_; }
+  // After Initialize found no plan that fits: the peak bytes per tile of
+  // the closest plan it found (how far from fitting the graph is).
+  int64_t closest_peak_bytes() const { return closest_peak_bytes_; }
   const Decisions& decisions() const { return log_->decisions(); }
   int64_t attempts() const { return attempts_; }
   int64_t accepted() const { return accepted_; }
@@ -138,6 +141,7 @@ class Search {
   std::vector<std::vector<Recipe>> candidates_;  // by op
   Plan incumbent_;
   Evaluation eval_;
+  int64_t closest_peak_bytes_ = 0;
   passes::DecisionLog own_log_;
   passes::DecisionLog* log_;
   int64_t attempts_ = 0;

@@ -155,6 +155,7 @@ StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module) {
   Status s = search.Initialize();
   if (s.code() == StatusCode::kInfeasible) {
     p.why = s.message();
+    p.peak = search.closest_peak_bytes();
     return p;
   }
   TILEC_RETURN_IF_ERROR(s);
@@ -457,9 +458,20 @@ class Quantizer {
                               : ", " + ac.source) +
                          "; planned: F16 " + PricedText(current_) + ", FP8 " +
                          PricedText(*after);
-    if (!after->feasible) {
+    // A graph that does not fit in F16 may fit only once every GEMM is
+    // FP8 (a whole model's weights): while nothing fits, a GEMM is
+    // quantized when its FP8 weights bring the closest plan nearer to
+    // fitting.
+    const bool nearer = !after->feasible && !current_.feasible &&
+                        after->peak > 0 && after->peak < current_.peak;
+    if (!after->feasible && !nearer) {
       log_->Reject(ids, action, reason, {current_.cycles, current_.cycles, 0, 0});
       return false;
+    }
+    if (nearer) {
+      reason += "; neither fits yet, FP8 brings the closest plan's peak from " +
+                Thousands(current_.peak) + " to " + Thousands(after->peak) +
+                " B per tile";
     }
     const Numbers numbers{current_.cycles, after->cycles, current_.peak,
                           after->peak};
