@@ -14,6 +14,7 @@
 #include "kernels/reference.h"
 #include "kernels/tensor_data.h"
 #include "passes/import/model_builder.h"
+#include "passes/plan/planner.h"
 #include "passes/quantize/policy.h"
 #include "passes/quantize/scale.h"
 
@@ -600,6 +601,33 @@ TEST_F(RolledQuantizeTest, QuantizedRolledGraphIsAccurate) {
   ASSERT_EQ(a.size(), 1u);
   EXPECT_GT(a[0].full.cosine, 0.99);
   EXPECT_FALSE(a[0].has_branch);
+}
+
+// Forty rolled blocks whose F16 weights cannot fit the tiny target while
+// their FP8 weights can: quantize-fp8 takes each GEMM that brings the
+// closest plan nearer to fitting, and the result plans.
+TEST(QuantizeRepeatTest, QuantizesWhatOnlyFitsInFp8) {
+  fb::ModuleT m = TinyBlock(/*tokens=*/16, /*width=*/64, /*mlp=*/128,
+                            /*layers=*/40, /*repeat=*/true);
+  QuantizeFp8Pass pass;
+  StatusOr<bool> ran = pass.Run(&m);
+  ASSERT_TRUE(ran.ok()) << ran.status().message();
+  int nearer = 0;
+  for (const fb::DecisionT* d : Decisions(m)) {
+    if (d->outcome == fb::Outcome::Accepted &&
+        d->reason.find("neither fits yet") != std::string::npos) {
+      ++nearer;
+      EXPECT_LT(d->bytes_after, d->bytes_before);
+    }
+  }
+  EXPECT_GE(nearer, 1);
+  for (const std::string& gemm : {"l0.mlp.up", "l0.mlp.down"}) {
+    const fb::OperationT* op = OpByName(m, gemm);
+    ASSERT_NE(op, nullptr);
+    EXPECT_TRUE(ByName(m, gemm + ".w")->fp8_quantized) << gemm;
+  }
+  StatusOr<bool> planned = plan::PlanOwnershipPass().Run(&m);
+  EXPECT_TRUE(planned.ok()) << planned.status().message();
 }
 
 }  // namespace
