@@ -120,7 +120,8 @@ struct ModelConfig {
   int64_t patch = 0;
   bool map_head = false;
   // Identical layers (--part=model, or several MLP blocks) are written once
-  // as a repeat (formats/repeat.h); false writes every layer out.
+  // as a repeat (formats/repeat.h); false writes every layer out. The
+  // library builds written out unless told; import-model's --repeat is on.
   bool repeat = false;
 
   // Valid only after ValidateModelConfig succeeded.

@@ -38,7 +38,7 @@ DEFINE_double(eps, 0, "Override the preset's LayerNorm epsilon.");
 DEFINE_string(gelu, "", "Override the preset's GELU form: tanh, erf, quick.");
 DEFINE_uint64(weight_seed, 1, "Seed of the generated weights.");
 DEFINE_uint64(input_seed, 2, "Seed of the generated input.");
-DEFINE_bool(repeat, false,
+DEFINE_bool(repeat, true,
             "Write identical layers once, as a repeat the later stages plan, "
             "emit and run once per layer (docs/repeat.md); false writes "
             "every layer out.");
