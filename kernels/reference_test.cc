@@ -840,14 +840,15 @@ TEST_P(RolledReferenceTest, OutputsOnlyFreesTwinsAfterTheirIteration) {
   EXPECT_FALSE(r.Outputs()[0]->data.empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Parts, RolledReferenceTest,
-    testing::Values(RolledCase{"mlp-block", 3}, RolledCase{"model", 2}),
-    [](const testing::TestParamInfo<RolledCase>& info) {
-      std::string name = info.param.part + std::to_string(info.param.layers);
-      std::erase(name, '-');
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Parts, RolledReferenceTest,
+                         testing::Values(RolledCase{"mlp-block", 3},
+                                         RolledCase{"model", 2}),
+                         [](const testing::TestParamInfo<RolledCase>& info) {
+                           std::string name = info.param.part +
+                                              std::to_string(info.param.layers);
+                           std::erase(name, '-');
+                           return name;
+                         });
 
 // A value made before the body and read in it is read by every iteration:
 // freeing it after its last reader in iteration 0 would lose it.
