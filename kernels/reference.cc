@@ -189,14 +189,10 @@ class Executor {
       return;
     }
     ReferenceTensor* out = result_->Mutable(r.carried_out);
-    carried_ = std::make_unique<ReferenceTensor>();
-    carried_->id = out->id;
-    carried_->name = out->name;
-    carried_->shape = out->shape;
-    carried_->dtype = out->dtype;
-    carried_->fp8_scale_exp = out->fp8_scale_exp;
-    carried_->data = std::move(out->data);
-    out->data.clear();
+    std::vector<float> data;
+    data.swap(out->data);
+    carried_ = std::make_unique<ReferenceTensor>(*out);  // without the data
+    carried_->data = std::move(data);
     for (size_t i = body.begin; i < body.end; ++i) {
       for (uint32_t id : module_.ops[i]->results) defined_.erase(id);
     }

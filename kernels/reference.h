@@ -138,11 +138,11 @@ struct ReferenceOptions {
   // so peak memory is about one layer's values instead of the whole
   // model's: run-reference on so400m's 27 layers needed 5.8 GB with kAll.
   enum class Keep {
-    kAll,               // every value (run-reference --all, tests)
-    kSourcesAndOutputs, // inputs, weights and outputs (simulate-device)
-    kInputsAndOutputs,  // graph inputs and outputs (quantize-fp8's
-                        // accuracy, which reads the residual input)
-    kOutputs,           // the graph's outputs only (run-reference)
+    kAll,                // every value (run-reference --all, tests)
+    kSourcesAndOutputs,  // inputs, weights and outputs (simulate-device)
+    kInputsAndOutputs,   // graph inputs and outputs (quantize-fp8's
+                         // accuracy, which reads the residual input)
+    kOutputs,            // the graph's outputs only (run-reference)
   };
   Keep keep = Keep::kAll;
   // Called with each op's results as the op makes them, and the iteration

@@ -2,12 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <set>
 
 #include "formats/ir.h"
+#include "formats/repeat.h"
 #include "kernels/npy.h"
 #include "kernels/numerics.h"
 #include "kernels/tensor_data.h"
@@ -882,14 +884,68 @@ TEST_P(RolledReferenceTest, OutputsOnlyFreesTwinsAfterTheirIteration) {
   EXPECT_FALSE(r.Outputs()[0]->data.empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Parts, RolledReferenceTest,
-    testing::Values(RolledCase{"mlp-block", 3}, RolledCase{"model", 2}),
-    [](const testing::TestParamInfo<RolledCase>& info) {
-      std::string name = info.param.part + std::to_string(info.param.layers);
-      std::erase(name, '-');
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Parts, RolledReferenceTest,
+                         testing::Values(RolledCase{"mlp-block", 3},
+                                         RolledCase{"model", 2}),
+                         [](const testing::TestParamInfo<RolledCase>& info) {
+                           std::string name = info.param.part +
+                                              std::to_string(info.param.layers);
+                           std::erase(name, '-');
+                           return name;
+                         });
+
+// Ops before and after the body: the body starts from the prefix's result
+// and the ops after it read the last iteration's.
+TEST(ReferenceTest, OpsAroundTheBodyRunOnce) {
+  auto wrap = [](fb::ModuleT& m) {
+    // prefix: pre = gelu(x), read where x was; suffix: post = gelu(out).
+    const uint32_t x = m.values[0]->id;
+    uint32_t out = 0;
+    for (auto& v : m.values) {
+      if (v->role == fb::ValueRole::Output) {
+        out = v->id;
+        v->role = fb::ValueRole::Activation;
+      }
+    }
+    for (auto& op : m.ops)
+      std::replace(op->operands.begin(), op->operands.end(), x, 1000u);
+    auto value = [&](uint32_t id, const std::string& name, fb::ValueRole role) {
+      auto v = std::make_unique<fb::ValueT>();
+      v->id = id;
+      v->name = name;
+      v->shape = m.values[0]->shape;
+      v->dtype = m.values[0]->dtype;
+      v->role = role;
+      m.values.push_back(std::move(v));
+    };
+    value(1000, "pre", fb::ValueRole::Activation);
+    value(1001, "post", fb::ValueRole::Output);
+    auto gelu = [&](uint32_t id, uint32_t in, uint32_t result) {
+      auto op = std::make_unique<fb::OperationT>();
+      op->id = id;
+      op->kind = fb::OpKind::Gelu;
+      op->operands = {in};
+      op->results = {result};
+      return op;
+    };
+    m.ops.insert(m.ops.begin(), gelu(1000, x, 1000));
+    m.ops.push_back(gelu(1001, out, 1001));
+    for (auto& r : m.repeats) r->carried_in = 1000;
+  };
+  fb::ModuleT rolled = Layers("mlp-block", 3, true);
+  fb::ModuleT written = Layers("mlp-block", 3, false);
+  wrap(rolled);
+  wrap(written);
+  ASSERT_TRUE(ir::VerifyRepeats(rolled).ok());
+  for (ReferenceOptions::Keep keep :
+       {ReferenceOptions::Keep::kAll, ReferenceOptions::Keep::kOutputs}) {
+    ReferenceOptions options;
+    options.keep = keep;
+    const ReferenceResult r = RunOk(rolled, options);
+    const ReferenceResult w = RunOk(written, options);
+    ExpectSameBits(*r.FindByName("post"), *w.FindByName("post"));
+  }
+}
 
 // A value made before the body and read in it is read by every iteration:
 // freeing it after its last reader in iteration 0 would lose it.

@@ -78,8 +78,9 @@ class Parser {
     uint32_t body_weight = 0;
     if (ir::TwinOf(module_, value->id, &body_weight) != nullptr) {
       // A twin shares its body weight's dtype (docs/repeat.md).
-      return Error("value '" + ref + "' is a later iteration's copy of "
-                   "weight %" + std::to_string(body_weight) +
+      return Error("value '" + ref +
+                   "' is a later iteration's copy of weight %" +
+                   std::to_string(body_weight) +
                    " of a repeat: name that weight, whose rule rules every "
                    "iteration");
     }

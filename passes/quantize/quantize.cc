@@ -448,16 +448,16 @@ class Quantizer {
     if (!after.ok()) return after.status();
     const fb::ValueT* wq = FindValue(*trial, w->id);
     const fb::ValueT* aq = FindValue(*trial, cast.output);
-    std::string reason = "weight " + ValueLabel(*w) + " " + StatsText(*wq) +
-                         (weight_done ? " (quantized for an earlier GEMM)"
-                                      : ", " + wc.body.source) +
-                         "; activation " + ValueLabel(*a) + " -> " +
-                         ValueLabel(*aq) + " " + StatsText(*aq) +
-                         (existing != quantized_activation_.end()
-                              ? " (cast for an earlier GEMM)"
-                              : ", " + ac.source) +
-                         "; planned: F16 " + PricedText(current_) + ", FP8 " +
-                         PricedText(*after);
+    std::string reason =
+        "weight " + ValueLabel(*w) + " " + StatsText(*wq) +
+        (weight_done ? " (quantized for an earlier GEMM)"
+                     : ", " + wc.body.source) +
+        "; activation " + ValueLabel(*a) + " -> " + ValueLabel(*aq) + " " +
+        StatsText(*aq) +
+        (existing != quantized_activation_.end() ? " (cast for an earlier GEMM)"
+                                                 : ", " + ac.source) +
+        "; planned: F16 " + PricedText(current_) + ", FP8 " +
+        PricedText(*after);
     // A graph that does not fit in F16 may fit only once every GEMM is
     // FP8 (a whole model's weights): while nothing fits, a GEMM is
     // quantized when its FP8 weights bring the closest plan nearer to
@@ -516,7 +516,8 @@ class Quantizer {
     if (!wc->body.refusal.empty()) return wc->body.refusal;
     for (uint32_t id : TwinsOf(w.id)) {
       Choice c = Choose(*FindValue(*module_, id), true, Rule(w.id));
-      if (!c.refusal.empty()) return c.refusal + " (a twin of " + ValueLabel(w) + ")";
+      if (!c.refusal.empty())
+        return c.refusal + " (a twin of " + ValueLabel(w) + ")";
       wc->twins.emplace_back(id, std::move(c));
     }
     return "";
@@ -542,13 +543,17 @@ class Quantizer {
       scales += (scales.empty() ? "" : ", ") + ir::DTypeText(dtype, exp) +
                 " x" + std::to_string(n);
     }
+    auto range = [](const std::string& lo, const std::string& hi) {
+      return lo == hi ? lo : lo + ".." + hi;
+    };
+    const int n = static_cast<int>(wc.twins.size());
     const fb::ValueT& w = *FindValue(*module_, weight);
     log_->Info({gemm},
-               "quantize the " + passes::Count(static_cast<int>(wc.twins.size()), "twin") +
-                   " of " + ValueLabel(w) + " (iterations 1.." +
-                   std::to_string(wc.twins.size()) + ")",
+               "quantize the " + passes::Count(n, "twin") + " of " +
+                   ValueLabel(w) + " (iteration" + (n > 1 ? "s " : " ") +
+                   range("1", std::to_string(n)) + ")",
                "each scaled from its own contents: " + scales + "; amax " +
-                   ir::NumberText(amax_min) + ".." + ir::NumberText(amax_max) +
+                   range(ir::NumberText(amax_min), ir::NumberText(amax_max)) +
                    "; saturated at most " + Fraction(saturated) +
                    ", flushed at most " + Fraction(flushed),
                Unchanged());
@@ -640,7 +645,8 @@ class Quantizer {
     for (const auto& r : module_->repeats) {
       if (refusal.empty() &&
           (cast.input == r->carried_in || cast.input == r->carried_out)) {
-        refusal = ValueLabel(*in) + " is carried from one iteration of a "
+        refusal = ValueLabel(*in) +
+                  " is carried from one iteration of a "
                   "repeat to the next, whose two ends keep one dtype";
       }
     }

@@ -98,8 +98,8 @@ TEST(ScaleTest, HistogramMeasuresExactlyAsEachElement) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     return state >> 33;
   };
-  const float significands[] = {1.0f, 1.5f, 1.75f, 1.875f, 1.7499999f,
-                                1.7500001f, 1.0000001f};
+  const float significands[] = {1.0f,       1.5f,       1.75f,     1.875f,
+                                1.7499999f, 1.7500001f, 1.0000001f};
   for (int k = -40; k <= 24; ++k) {
     for (float m : significands) data.push_back(std::ldexp(m, k));
     for (int i = 0; i < 20; ++i) {
@@ -573,8 +573,7 @@ TEST_F(RolledQuantizeTest, PolicyOnBodyWeightRulesItsTwins) {
   ASSERT_TRUE(ran.ok()) << ran.status().message();
   ASSERT_TRUE(ir::VerifyRepeats(m).ok());
   for (int layer = 0; layer < 3; ++layer) {
-    const fb::ValueT* w =
-        ByName(m, "l" + std::to_string(layer) + ".mlp.up.w");
+    const fb::ValueT* w = ByName(m, "l" + std::to_string(layer) + ".mlp.up.w");
     EXPECT_EQ(w->dtype, fb::DType::FP8E5M2) << w->name;
     EXPECT_EQ(w->fp8_scale_exp,
               ChooseScaleExp(w->fp8_amax, Fp8Format::kE5M2, 0))

@@ -49,8 +49,8 @@ void MagnitudeHistogram::Add(std::span<const float> data) {
     uint32_t fraction = bits & 0x7fffffu;
     if (binade == -127) {  // subnormal: normalize exactly
       binade = std::ilogb(std::fabs(x));
-      fraction = std::bit_cast<uint32_t>(
-                     std::ldexp(std::fabs(x), -binade)) & 0x7fffffu;
+      fraction = std::bit_cast<uint32_t>(std::ldexp(std::fabs(x), -binade)) &
+                 0x7fffffu;
     }
     // 0x600000 is the fraction of 1.75.
     const int cls = fraction == 0 ? 0 : fraction <= 0x600000u ? 1 : 2;

@@ -57,7 +57,7 @@ class MagnitudeHistogram {
  public:
   void Add(std::span<const float> data);
   QuantStats Measure(kernels::Fp8Format fmt, int scale_exp) const;
-  float amax() const { return amax_; }  // finite elements only
+  float amax() const { return amax_; }     // finite elements only
   size_t count() const { return count_; }  // every element added
 
  private:
