@@ -868,8 +868,12 @@ TEST_P(RolledReferenceTest, ObserverSeesEveryIteration) {
     ExpectSameBits(t, *want);
   };
   RunOk(rolled, options);
-  // Every op result of every iteration, once.
-  EXPECT_EQ(seen, rolled.ops.size() * rolled.repeats[0]->count);
+  // Every op result of every iteration, once; ops outside the body once.
+  StatusOr<std::vector<ir::RepeatBody>> bodies = ir::RepeatBodies(rolled);
+  ASSERT_TRUE(bodies.ok());
+  const size_t body = (*bodies)[0].end - (*bodies)[0].begin;
+  EXPECT_EQ(seen,
+            body * rolled.repeats[0]->count + (rolled.ops.size() - body));
   EXPECT_EQ(named.size(), seen);
 }
 
