@@ -959,6 +959,8 @@ Status Emitter::FindBodies() {
     BodyLowering b;
     b.body = body;
     bodies_.push_back(std::move(b));
+    // Each iteration leaves its result where the next one reads it.
+    lowering_.StoreIn(body.repeat->carried_out, body.repeat->carried_in);
   }
   return Status::Ok();
 }

@@ -260,6 +260,16 @@ Storage* Lowering::NewValueStorage(uint32_t value, int tile, uint32_t op,
   } else {
     s.segments = Consecutive(HeldBoxes(*v->ownership, v->shape, tile));
   }
+  if (auto home = store_in_.find(value); home != store_in_.end()) {
+    const Storage* h = Find(home->second, tile);
+    if (h != nullptr && h->segments == s.segments &&
+        buffers_[h->buffer].dtype == v->dtype &&
+        buffers_[h->buffer].scale_exp == v->fp8_scale_exp) {
+      s.buffer = h->buffer;
+      buffers_[h->buffer].interleaved |= interleaved;
+      return &s;
+    }
+  }
   s.buffer = NewBuffer(tile, Extent(s.segments), v->dtype,
                        v->fp8_scale_exp, value, op, kind, v->name,
                        interleaved);
@@ -1325,7 +1335,7 @@ Status Lowering::LowerRedistribute(const fb::OperationT& op, OpProgram* out) {
     ++notes.tiles;
     const Segments natural =
         Consecutive(HeldBoxes(*Y->ownership, Y->shape, t));
-    if (options_.alias_in_place &&
+    if (options_.alias_in_place && !store_in_.count(y_id) &&
         !HeldBoxes(*X->ownership, X->shape, t).empty()) {
       StatusOr<const Storage*> xs = Operand(x_id, t, op.id);
       if (!xs.ok()) return xs.status();

@@ -151,6 +151,11 @@ class Lowering {
   const Storage* Find(uint32_t value, int tile) const;
   // Tiles with storage of `value`, ascending.
   std::vector<int> TilesOf(uint32_t value) const;
+  // When `value` gets storage on a tile where `home` is stored alike, it
+  // takes home's buffer: a repeat's carried_out written over carried_in,
+  // which the next iteration reads (docs/repeat.md). Call before `value`'s
+  // producer is lowered.
+  void StoreIn(uint32_t value, uint32_t home) { store_in_[value] = home; }
   // Stores `value`, which no op reads, exactly as `like` is stored: a copy
   // of each of like's buffers with value's id, scale and name (a repeat's
   // twin weight, docs/repeat.md). Returns like's buffer -> its copy.
@@ -254,7 +259,8 @@ class Lowering {
   int tiles_ = 0;
   std::map<uint32_t, const fb::ValueT*> values_;
   std::map<uint32_t, const fb::OperationT*> producer_;  // by result value
-  std::map<uint32_t, std::vector<Storage>> storage_;    // value -> per tile
+  std::map<uint32_t, std::vector<Storage>> storage_;
+  std::map<uint32_t, uint32_t> store_in_;  // value -> value whose buffer    // value -> per tile
   std::vector<VBuffer> buffers_;
   std::vector<ElementRule> rules_;
   std::map<uint32_t, OpNotes> notes_;

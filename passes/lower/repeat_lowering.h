@@ -1,8 +1,9 @@
 // What emit-device does for a repeat (docs/repeat.md): the body is lowered
 // once; each iteration runs the same supersteps with the body weights'
-// buffers renamed to their twins' and, from the second iteration on,
-// carried_in's buffers renamed to carried_out's, which hold what the
-// iteration before left.
+// buffers renamed to their twins'. carried_out is stored in carried_in's
+// buffers (Lowering::StoreIn), so each iteration reads what the one before
+// left; on a tile where the two are stored differently, carried_in's buffer
+// is renamed to carried_out's from the second iteration on.
 
 #ifndef TILEC_PASSES_LOWER_REPEAT_LOWERING_H_
 #define TILEC_PASSES_LOWER_REPEAT_LOWERING_H_
