@@ -396,7 +396,7 @@ Status Search::Initialize() {
     }
     // Past that bound no repair can succeed: refuse at once.
     StatusOr<bool> repaired = false;
-    if (bound.empty()) repaired = Repair();
+    if (bound.empty() && options_.repair) repaired = Repair();
     if (!repaired.ok()) return repaired.status();
     if (!*repaired) {
       const Evaluation& closest =

@@ -67,6 +67,10 @@ struct SearchOptions {
   passes::DecisionLog* log = nullptr;
   // Called with progress lines (if set).
   std::function<void(const std::string&)> on_progress;
+  // Initialize repairs a plan that does not fit by single-op changes, each
+  // round pricing every alternative of every op: false stops at the
+  // closest plan without it (a price, not a plan to keep).
+  bool repair = true;
 };
 
 class Search {

@@ -150,7 +150,12 @@ StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module) {
   if (!graph.ok()) return graph.status();
   StatusOr<plan::Coster> coster = plan::Coster::Create(*module.target, {});
   if (!coster.ok()) return coster.status();
-  plan::Search search(*graph, *coster, plan::SearchOptions{});
+  // Without memory repair: its rounds price every alternative of every op,
+  // hours on a whole model; a placement that fits only after repair is
+  // priced by its closest plan, which the nearer-to-fitting rule compares.
+  plan::SearchOptions options;
+  options.repair = false;
+  plan::Search search(*graph, *coster, options);
   Priced p;
   Status s = search.Initialize();
   if (s.code() == StatusCode::kInfeasible) {
