@@ -49,8 +49,9 @@ echo "== stages in $out"
 ls -1 "$out"
 echo "== $(sed -n 's/^model: //p' "$out/0-import.txt") on $(sed -n 's/^target: //p' "$out/0-import.txt")"
 sed -n '/^ops:/,/^pass /p' "${last%.tilec}.txt" | sed '$d'
-# The planner's estimate is the sum of its per-op estimates.
-estimate=$(sed -n 's/.*| est cycles=\([0-9]*\) .*/\1/p' "${last%.tilec}.txt" | awk '{ s += $1 } END { print s + 0 }')
+# The planner's estimate is the sum of its per-op estimates, a repeat's
+# body once per iteration: emit-device's "program" decision states it.
+estimate=$(sed -n 's/^  info () "program" .* cycles \([0-9]*\) -> [0-9]*.*/\1/p' "${last%.tilec}.txt" | head -n 1)
 clock=$(sed -n 's/^target: .* clock_hz=\([^ ]*\) .*/\1/p' "$out/0-import.txt")
 echo "== simulate-device ($out/simulate.txt)"
 sed -n '/^total:/,/^slow path/p' "$out/simulate.txt"
