@@ -525,6 +525,20 @@ class Quantizer {
         return c.refusal + " (a twin of " + ValueLabel(w) + ")";
       wc->twins.emplace_back(id, std::move(c));
     }
+    // One scale for every iteration's weight, as for a body activation:
+    // the body's program moves and reads the weight through buffers of one
+    // scale whatever the iteration (docs/repeat.md), so the exponent is
+    // the smallest, the one that fits the largest magnitude of them all.
+    int common = wc->body.scale_exp;
+    for (const auto& [id, c] : wc->twins) common = std::min(common, c.scale_exp);
+    if (!wc->twins.empty()) {
+      wc->body.source += ", exponent " + std::to_string(common) +
+                         " shared with its " +
+                         std::to_string(wc->twins.size()) +
+                         " twins (the one that fits them all)";
+    }
+    wc->body.scale_exp = common;
+    for (auto& [id, c] : wc->twins) c.scale_exp = common;
     return "";
   }
 
