@@ -265,7 +265,8 @@ TEST(PlanMemoryTest, PeakAddsResidentLiveAndScratch) {
   EXPECT_EQ(e->peak_bytes, 256 + 2048 + 128 + 384);
   EXPECT_EQ(e->peak_tile, 0);
   EXPECT_TRUE(e->feasible());
-  EXPECT_EQ(e->capacity, 65536 - 8192);
+  // Tensor memory less the sixteenth kept for placing buffers.
+  EXPECT_EQ(e->capacity, (65536 - 8192) - (65536 - 8192) / 16);
   ASSERT_FALSE(e->peak_items.empty());
   EXPECT_EQ(e->peak_items[0].what, "%1 w (resident)");
   EXPECT_EQ(e->peak_items[0].bytes, 2048);
@@ -283,7 +284,7 @@ TEST(PlanMemoryTest, SiglipDoesNotFitTheTinyTarget) {
                              "need at least"),
             std::string::npos)
       << s.message();
-  EXPECT_NE(s.message().find("B vs capacity 57344 B"), std::string::npos);
+  EXPECT_NE(s.message().find("B vs capacity 53760 B"), std::string::npos);
   // The closest plan found has its weights in homes.
   EXPECT_NE(s.message().find("(home)"), std::string::npos);
 }
