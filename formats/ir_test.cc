@@ -403,5 +403,70 @@ TEST(IrTest, PrintIsStable) {
   EXPECT_EQ(NumberText(1e-6f), "1e-06");
 }
 
+// x[4,8] -> copy_rows: row 3 then rows 0..1 -> y[3,8].
+fb::ModuleT CopyRowsModule() {
+  fb::ModuleT m;
+  m.values.push_back(MakeValue(0, "x", {4, 8}, fb::ValueRole::Input));
+  m.values.push_back(MakeValue(1, "y", {3, 8}, fb::ValueRole::Output));
+  auto op = std::make_unique<fb::OperationT>();
+  op->id = 0;
+  op->kind = fb::OpKind::CopyRows;
+  op->name = "pick";
+  op->operands = {0};
+  op->results = {1};
+  auto segment = [&op](int64_t first, int64_t count, int64_t at) {
+    auto r = std::make_unique<fb::RowCopyT>();
+    r->first = first;
+    r->count = count;
+    r->at = at;
+    op->rows.push_back(std::move(r));
+  };
+  segment(3, 1, 0);
+  segment(0, 2, 1);
+  m.ops.push_back(std::move(op));
+  return m;
+}
+
+TEST(IrTest, CopyRowsVerifiesAndPrints) {
+  fb::ModuleT m;
+  ASSERT_TRUE(ParseModule(Serialized(CopyRowsModule()), "m", &m).ok());
+  EXPECT_NE(PrintModule(m).find("(0) copy_rows pick: %1 = %0 : f16[3,8] "
+                                "rows=[0:3+1@0, 0:0+2@1]"),
+            std::string::npos)
+      << PrintModule(m);
+  {
+    fb::ModuleT bad = CopyRowsModule();
+    bad.ops[0]->rows[1]->at = 2;
+    EXPECT_NE(VerifyModule(bad).message().find(
+                  "op 0 (CopyRows pick): segment 1 (operand 0 rows 0+2 at 2) "
+                  "starts at row 2, expected 1"),
+              std::string::npos)
+        << VerifyModule(bad).message();
+  }
+  {
+    fb::ModuleT bad = CopyRowsModule();
+    bad.values[1]->dtype = fb::DType::F32;
+    EXPECT_NE(VerifyModule(bad).message().find(
+                  "op 0 (pick): operand 0 is F16 scale 0, result is F32 "
+                  "scale 0 (CopyRows keeps dtype and scale)"),
+              std::string::npos)
+        << VerifyModule(bad).message();
+  }
+  {
+    fb::ModuleT bad = CopyRowsModule();
+    bad.ops[0]->kind = fb::OpKind::Redistribute;
+    bad.values[1]->shape = {4, 8};
+    EXPECT_NE(VerifyModule(bad).message().find(
+                  "has row segments but is not CopyRows"),
+              std::string::npos);
+  }
+  {
+    fb::ModuleT bad = CopyRowsModule();
+    bad.ops[0]->rows[0].reset();
+    EXPECT_NE(VerifyModule(bad).message().find("null row segment"),
+              std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace tilec::ir

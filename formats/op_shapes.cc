@@ -285,6 +285,72 @@ std::string CheckPatchify(const Checker& c, const OpShapeQuery& op) {
                   "[B*floor(H/p)*floor(W/p), C*p*p]");
 }
 
+// Operands and result [r, w] alike in columns; the segments tile the
+// result's rows exactly once, in order, and read every operand.
+std::string CheckCopyRows(const Checker& c, const OpShapeQuery& op) {
+  if (op.operands.empty() || op.results.size() != 1) {
+    return c.Fail("expected at least 1 operand and 1 result, got " +
+                  Plural(op.operands.size(), "operand") + " and " +
+                  Plural(op.results.size(), "result"));
+  }
+  const Shape& result = op.results[0];
+  if (std::string e = c.Rank("result", 0, result, 2); !e.empty()) return e;
+  for (size_t i = 0; i < op.operands.size(); ++i) {
+    const Shape& x = op.operands[i];
+    if (std::string e = c.Rank("operand", i, x, 2); !e.empty()) return e;
+    if (x[1] != result[1]) {
+      return c.Fail("operand " + std::to_string(i) + " has shape " +
+                    ShapeToString(x) + ", expected " +
+                    std::to_string(result[1]) +
+                    " columns (the columns of result 0 " +
+                    ShapeToString(result) + ")");
+    }
+  }
+  if (op.rows.empty()) return c.Fail("has no row segments");
+  std::vector<bool> read(op.operands.size(), false);
+  int64_t next = 0;  // the first result row no segment has written yet
+  for (size_t i = 0; i < op.rows.size(); ++i) {
+    const RowSegment& s = op.rows[i];
+    const std::string seg = "segment " + std::to_string(i) + " (operand " +
+                            std::to_string(s.operand) + " rows " +
+                            std::to_string(s.first) + "+" +
+                            std::to_string(s.count) + " at " +
+                            std::to_string(s.at) + ")";
+    if (s.count < 1) return c.Fail(seg + " copies no rows");
+    if (s.operand >= op.operands.size()) {
+      return c.Fail(seg + " names operand " + std::to_string(s.operand) +
+                    " of " + Plural(op.operands.size(), "operand"));
+    }
+    const int64_t source_rows = op.operands[s.operand][0];
+    if (s.first < 0 || s.first > source_rows - s.count) {
+      return c.Fail(seg + " reads past operand " + std::to_string(s.operand) +
+                    " " + ShapeToString(op.operands[s.operand]));
+    }
+    if (s.at != next) {
+      return c.Fail(seg + " starts at row " + std::to_string(s.at) +
+                    ", expected " + std::to_string(next) +
+                    " (segments are sorted and contiguous)");
+    }
+    if (s.count > result[0] - next) {
+      return c.Fail(seg + " writes past result 0 " + ShapeToString(result));
+    }
+    next += s.count;
+    read[s.operand] = true;
+  }
+  if (next != result[0]) {
+    return c.Fail("segments cover rows [0, " + std::to_string(next) +
+                  ") of result 0 " + ShapeToString(result) +
+                  ", expected all of them");
+  }
+  for (size_t i = 0; i < read.size(); ++i) {
+    if (!read[i]) {
+      return c.Fail("operand " + std::to_string(i) +
+                    " is read by no segment");
+    }
+  }
+  return "";
+}
+
 std::vector<int64_t> ShapeOf(const fb::Value& value) {
   std::vector<int64_t> shape;
   if (value.shape() != nullptr) {
@@ -294,6 +360,24 @@ std::vector<int64_t> ShapeOf(const fb::Value& value) {
 }
 
 }  // namespace
+
+std::vector<RowSegment> RowSegments(const fb::OperationT& op) {
+  std::vector<RowSegment> out;
+  for (const auto& r : op.rows) {
+    if (r == nullptr) continue;
+    out.push_back({r->operand, r->first, r->count, r->at});
+  }
+  return out;
+}
+
+std::vector<RowSegment> RowSegments(const fb::Operation& op) {
+  std::vector<RowSegment> out;
+  if (op.rows() == nullptr) return out;
+  for (const fb::RowCopy* r : *op.rows()) {
+    out.push_back({r->operand(), r->first(), r->count(), r->at()});
+  }
+  return out;
+}
 
 std::string ShapeToString(const std::vector<int64_t>& shape) {
   std::string out = "[";
@@ -329,6 +413,8 @@ std::string ShapeProblem(const OpShapeQuery& op) {
       return CheckAttentionContext(c, op);
     case fb::OpKind::Patchify:
       return CheckPatchify(c, op);
+    case fb::OpKind::CopyRows:
+      return CheckCopyRows(c, op);
     case fb::OpKind::Fused:
     case fb::OpKind::Moments:
     case fb::OpKind::Normalize:
@@ -347,6 +433,7 @@ std::string ShapeProblem(const fb::OperationT& op, const fb::ModuleT& module) {
   query.heads = op.heads;
   query.head_dim = op.head_dim;
   query.patch = op.patch;
+  query.rows = RowSegments(op);
   const auto& values = module.values;
   // Ids are normally dense (values[i]->id == i); fall back to a scan so that
   // a module with sparse ids is still checked rather than misread.
@@ -392,6 +479,7 @@ std::string ShapeProblem(const fb::Operation& op, const fb::Module& module) {
   query.heads = op.heads();
   query.head_dim = op.head_dim();
   query.patch = op.patch();
+  query.rows = RowSegments(op);
   const auto* values = module.values();
   auto find = [values](uint32_t id) -> const fb::Value* {
     if (values == nullptr) return nullptr;

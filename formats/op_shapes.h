@@ -22,6 +22,7 @@
 //   AttentionContext  probs [B, H, T, T], qkv [B*T, 3*H*D] -> [B*T, H*D]
 //                     probs [B, H, Tq, Tk], kv [B*Tk, 2*H*D] -> [B*Tq, H*D]
 //   Patchify          image [B, C, H, W] -> [B*floor(H/p)*floor(W/p), C*p*p]
+//   CopyRows          x_0 [r_0,w], ..., x_k [r_k,w]        -> [r,w]
 //
 // Attention has a self form (one fused qkv operand, columns [q | k | v]
 // heads) and a cross form (queries from their own operand, kv columns
@@ -31,6 +32,10 @@
 // attributes; for Patchify p is the `patch` attribute, at most H and W
 // (trailing rows and columns that fill no patch are dropped, as a
 // stride = kernel convolution drops them). Every dimension of every shape must be positive.
+// CopyRows's segments (`rows`) must be sorted by `at` and tile the result's
+// rows exactly once (at_0 = 0, at_{i+1} = at_i + count_i, the last ending at
+// r), each with count >= 1 and source rows [first, first + count) inside its
+// operand, and every operand must be read by some segment.
 // Fused, Moments and Normalize have no fixed shape rule in the schema yet and
 // are accepted as they are.
 
@@ -46,6 +51,15 @@
 
 namespace tilec::ir {
 
+// One CopyRows segment (fb::RowCopy): result rows [at, at + count) are rows
+// [first, first + count) of operand `operand`.
+struct RowSegment {
+  uint32_t operand = 0;
+  int64_t first = 0;
+  int64_t count = 0;
+  int64_t at = 0;
+};
+
 // The parts of an op that its shape rule looks at, independent of whether the
 // op comes from the object API or from a flat buffer.
 struct OpShapeQuery {
@@ -55,6 +69,7 @@ struct OpShapeQuery {
   int32_t heads = 0;
   int32_t head_dim = 0;
   int32_t patch = 0;
+  std::vector<RowSegment> rows;  // CopyRows
   std::vector<std::vector<int64_t>> operands;
   std::vector<std::vector<int64_t>> results;
 };
@@ -72,6 +87,11 @@ Status CheckOpShapes(const fb::OperationT& op, const fb::ModuleT& module);
 
 // The same for a flat (already verified) buffer.
 Status CheckOpShapes(const fb::Operation& op, const fb::Module& module);
+
+// An op's CopyRows segments as the shape rule reads them (null entries of
+// an object-API op are skipped; the verifier refuses them).
+std::vector<RowSegment> RowSegments(const fb::OperationT& op);
+std::vector<RowSegment> RowSegments(const fb::Operation& op);
 
 // "[729,1152]": the format used in the messages above.
 std::string ShapeToString(const std::vector<int64_t>& shape);

@@ -86,6 +86,78 @@ TEST(OpShapes, Patchify) {
   EXPECT_THAT(CheckOpShapes(q).message(), HasSubstr("expected rank 4"));
 }
 
+// The three patterns of issue 12, for 2 images of 4 patches, width 8.
+TEST(OpShapes, CopyRows) {
+  const auto k = fb::OpKind::CopyRows;
+  // A class token [1,8] before each image's patches [8,8]: [10,8].
+  OpShapeQuery q = Query(k, {{1, 8}, {8, 8}}, {{10, 8}});
+  q.name = "embed.class";
+  q.id = 3;
+  q.rows = {{0, 0, 1, 0}, {1, 0, 4, 1}, {0, 0, 1, 5}, {1, 4, 4, 6}};
+  EXPECT_EQ(CheckOpShapes(q).message(), "");
+  // The position table [5,8] over the batch: [10,8].
+  OpShapeQuery pos = Query(k, {{5, 8}}, {{10, 8}});
+  pos.rows = {{0, 0, 5, 0}, {0, 0, 5, 5}};
+  EXPECT_EQ(CheckOpShapes(pos).message(), "");
+  // Each image's class row: [2,8] from [10,8].
+  OpShapeQuery pick = Query(k, {{10, 8}}, {{2, 8}});
+  pick.rows = {{0, 0, 1, 0}, {0, 5, 1, 1}};
+  EXPECT_EQ(CheckOpShapes(pick).message(), "");
+
+  OpShapeQuery bad = q;
+  bad.rows[2].at = 6;
+  EXPECT_EQ(CheckOpShapes(bad).message(),
+            "op 3 (CopyRows embed.class): segment 2 (operand 0 rows 0+1 at 6) "
+            "starts at row 6, expected 5 (segments are sorted and "
+            "contiguous)");
+  bad = q;
+  bad.rows[3].first = 5;
+  EXPECT_THAT(CheckOpShapes(bad).message(),
+              HasSubstr("segment 3 (operand 1 rows 5+4 at 6) reads past "
+                        "operand 1 [8,8]"));
+  bad.rows[3].first = -1;
+  EXPECT_THAT(CheckOpShapes(bad).message(), HasSubstr("reads past operand 1"));
+  bad = q;
+  bad.rows[1].count = 0;
+  EXPECT_THAT(CheckOpShapes(bad).message(),
+              HasSubstr("segment 1 (operand 1 rows 0+0 at 1) copies no rows"));
+  bad = q;
+  bad.rows[0].operand = 2;
+  EXPECT_THAT(CheckOpShapes(bad).message(),
+              HasSubstr("segment 0 (operand 2 rows 0+1 at 0) names operand 2 "
+                        "of 2 operands"));
+  bad = q;
+  bad.rows.pop_back();
+  EXPECT_THAT(CheckOpShapes(bad).message(),
+              HasSubstr("segments cover rows [0, 6) of result 0 [10,8], "
+                        "expected all of them"));
+  bad = q;
+  bad.rows[3].count = 5;
+  bad.rows[3].first = 3;
+  EXPECT_THAT(CheckOpShapes(bad).message(),
+              HasSubstr("writes past result 0 [10,8]"));
+  bad = q;
+  bad.rows.clear();
+  EXPECT_THAT(CheckOpShapes(bad).message(), HasSubstr("has no row segments"));
+  bad = q;
+  bad.rows = {{1, 0, 8, 0}, {1, 0, 2, 8}};
+  EXPECT_THAT(CheckOpShapes(bad).message(),
+              HasSubstr("operand 0 is read by no segment"));
+  bad = q;
+  bad.operands[0] = {1, 7};
+  EXPECT_THAT(CheckOpShapes(bad).message(),
+              HasSubstr("operand 0 has shape [1,7], expected 8 columns (the "
+                        "columns of result 0 [10,8])"));
+  bad = q;
+  bad.operands[1] = {2, 4, 8};
+  EXPECT_THAT(CheckOpShapes(bad).message(),
+              HasSubstr("operand 1 has shape [2,4,8], expected rank 2"));
+  bad = q;
+  bad.operands.clear();
+  EXPECT_THAT(CheckOpShapes(bad).message(),
+              HasSubstr("expected at least 1 operand and 1 result"));
+}
+
 TEST(OpShapes, MatMul) {
   const auto k = fb::OpKind::MatMul;
   EXPECT_EQ(CheckOpShapes(Query(k, {{729, 1152}, {1152, 4304}}, {{729, 4304}}))
@@ -324,6 +396,37 @@ TEST(OpShapes, ObjectAndFlatModules) {
   const fb::Module* flat = fb::GetModule(bytes.data());
   EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(0), *flat).message(), "");
   EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(1), *flat).message(), expected);
+}
+
+TEST(OpShapes, CopyRowsSegmentsFromModules) {
+  fb::ModuleT m = SmallModule();
+  auto v = std::make_unique<fb::ValueT>();
+  v->id = 5;
+  v->shape = {2, 16};
+  m.values.push_back(std::move(v));
+  auto op = std::make_unique<fb::OperationT>();
+  op->id = 2;
+  op->kind = fb::OpKind::CopyRows;
+  op->name = "pick";
+  op->operands = {4};
+  op->results = {5};
+  for (int64_t at : {0, 1}) {
+    auto r = std::make_unique<fb::RowCopyT>();
+    r->first = 3 * at;
+    r->count = 1;
+    r->at = at;
+    op->rows.push_back(std::move(r));
+  }
+  m.ops.push_back(std::move(op));
+  EXPECT_EQ(CheckOpShapes(*m.ops[2], m).message(), "");
+  m.ops[2]->rows[1]->first = 4;
+  const std::string expected =
+      "op 2 (CopyRows pick): segment 1 (operand 0 rows 4+1 at 1) reads past "
+      "operand 0 [4,16]";
+  EXPECT_EQ(CheckOpShapes(*m.ops[2], m).message(), expected);
+  const std::vector<uint8_t> bytes = Pack(m);
+  const fb::Module* flat = fb::GetModule(bytes.data());
+  EXPECT_EQ(CheckOpShapes(*flat->ops()->Get(2), *flat).message(), expected);
 }
 
 TEST(OpShapes, MissingValue) {

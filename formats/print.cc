@@ -436,6 +436,22 @@ std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
       case fb::OpKind::Patchify:
         out += " patch=" + std::to_string(op->patch);
         break;
+      case fb::OpKind::CopyRows:
+        // operand:first+count@at per segment, e.g. a class token before
+        // two images' 4 patches: rows=[0:0+1@0, 1:0+4@1, 0:0+1@5, 1:4+4@6].
+        out += " rows=[";
+        for (size_t i = 0; i < op->rows.size(); ++i) {
+          const fb::RowCopyT* r = op->rows[i].get();
+          if (i) out += ", ";
+          if (r == nullptr) {
+            out += "null";
+            continue;
+          }
+          out += std::to_string(r->operand) + ":" + std::to_string(r->first) +
+                 "+" + std::to_string(r->count) + "@" + std::to_string(r->at);
+        }
+        out += "]";
+        break;
       default:
         break;
     }

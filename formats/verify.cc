@@ -293,9 +293,34 @@ Status VerifyModule(const fb::ModuleT& module) {
     query.heads = op->heads;
     query.head_dim = op->head_dim;
     query.patch = op->patch;
+    for (const auto& r : op->rows) {
+      if (r == nullptr) return Status::BadInput(where + " has a null row segment");
+    }
+    if (!op->rows.empty() && op->kind != fb::OpKind::CopyRows) {
+      return Status::BadInput(where + " has row segments but is not CopyRows");
+    }
+    query.rows = RowSegments(*op);
     for (const fb::ValueT* v : operands) query.operands.push_back(v->shape);
     for (const fb::ValueT* v : results) query.results.push_back(v->shape);
     TILEC_RETURN_IF_ERROR(CheckOpShapes(query));
+    if (op->kind == fb::OpKind::CopyRows) {
+      // A row copy moves bytes: every row it writes must already be in the
+      // result's encoding.
+      for (size_t i = 0; i < operands.size(); ++i) {
+        for (const fb::ValueT* r : results) {
+          if (operands[i]->dtype != r->dtype ||
+              operands[i]->fp8_scale_exp != r->fp8_scale_exp) {
+            return Status::BadInput(
+                where + ": operand " + std::to_string(i) + " is " +
+                fb::EnumNameDType(operands[i]->dtype) + " scale " +
+                std::to_string(operands[i]->fp8_scale_exp) + ", result is " +
+                fb::EnumNameDType(r->dtype) + " scale " +
+                std::to_string(r->fp8_scale_exp) +
+                " (CopyRows keeps dtype and scale)");
+          }
+        }
+      }
+    }
     for (const auto& step : op->body) {
       if (step && step->operand >= static_cast<int>(operands.size())) {
         return Status::BadInput(where + " body step names operand " +
