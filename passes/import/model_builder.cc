@@ -27,18 +27,26 @@ struct Preset {
   float eps;
   fb::GeluForm gelu;
   int64_t patch;
-  bool map_head;
+  ModelHead head;
+  int64_t head_width;  // the classifier's classes or the projection's width
+  bool class_token;
+  bool patch_bias;
+  bool pre_norm;
 };
 
-// Token counts include the class token where the model has one (ViT, CLIP);
-// SigLIP pools without one, so 384/14 = 27 -> 27*27 = 729.
+// Token counts include the class token where the model has one (ViT:
+// 224/16 = 14 -> 196 + 1; CLIP: 224/14 = 16 -> 256 + 1); SigLIP pools
+// without one, so 384/14 = 27 -> 27*27 = 729. ViT-B/16's head is
+// ImageNet's 1000-class classifier, CLIP's the 768-wide projection into
+// the joint image-text space; CLIP's patch convolution has no bias and
+// its embeddings go through a LayerNorm (ln_pre) before the first layer.
 constexpr Preset kPresets[] = {
     {"siglip-so400m-384", 729, 1152, 4304, 16, 27, 1e-6f, fb::GeluForm::Tanh,
-     14, true},
+     14, ModelHead::kMap, 0, false, true, false},
     {"vit-b16-224", 197, 768, 3072, 12, 12, 1e-12f, fb::GeluForm::Erf, 16,
-     false},
+     ModelHead::kClassifier, 1000, true, true, false},
     {"clip-vit-l14-224", 257, 1024, 4096, 16, 24, 1e-5f, fb::GeluForm::Quick,
-     14, false},
+     14, ModelHead::kProjection, 768, true, false, true},
 };
 
 // RGB images.
@@ -108,6 +116,15 @@ bool ElementsFit(std::initializer_list<int64_t> factors) {
   return true;
 }
 
+
+// Result rows [at, at + count) are rows [first, first + count) of operand
+// `operand` (fb::RowCopy).
+struct RowSegment {
+  uint32_t operand;
+  int64_t first;
+  int64_t count;
+  int64_t at;
+};
 
 // Appends values and ops with dense ids; all the naming happens here so the
 // scheme in the header has one implementation.
@@ -204,17 +221,50 @@ class GraphBuilder {
     return op->results[0];
   }
 
-  // x + a learned weight of x's shape (the position embedding at batch 1).
-  uint32_t AddWeight(const std::string& name, uint32_t x) {
-    const uint32_t w = Weight(name + ".w", Shape(x),
-                              fb::Distribution::Gaussian, 0.0f, kBiasStddev);
-    return Add(name, x, w);
+  // x [B*T, w] + a learned table [T, w] (the position embedding), the
+  // same rows for every image: at batch 1 a same-shape Add, above it the
+  // table copied once per image first.
+  uint32_t AddPositions(const std::string& name, uint32_t x) {
+    const int64_t tokens = Shape(x)[0] / config_.batch;
+    const uint32_t w =
+        Weight(name + ".w", {tokens, config_.width},
+               fb::Distribution::Gaussian, 0.0f, kBiasStddev);
+    return Add(name, x, PerImage(name + "_rows", w));
   }
 
-  // A learned row [1, w] of unit variance, like the activations it joins.
-  uint32_t Probe(const std::string& name) {
+  // `rows` [n, w] repeated for each image: [B*n, w]; itself at batch 1.
+  uint32_t PerImage(const std::string& name, uint32_t rows) {
+    if (config_.batch == 1) return rows;
+    const int64_t n = Shape(rows)[0];
+    std::vector<RowSegment> segments;
+    for (int64_t b = 0; b < config_.batch; ++b) {
+      segments.push_back({0, 0, n, b * n});
+    }
+    return CopyRows(name, {rows}, segments);
+  }
+
+  // A learned row [1, w]: the MAP probe of unit variance, like the
+  // activations it joins; ViT's and CLIP's class token like a bias.
+  uint32_t Row(const std::string& name, float stddev) {
     return Weight(name, {1, config_.width}, fb::Distribution::Gaussian, 0.0f,
-                  1.0f);
+                  stddev);
+  }
+
+  // The result's rows copied from row ranges of `operands`, in order.
+  uint32_t CopyRows(const std::string& name, std::vector<uint32_t> operands,
+                    const std::vector<RowSegment>& segments) {
+    const int64_t rows = segments.back().at + segments.back().count;
+    fb::OperationT* op = NewOp(fb::OpKind::CopyRows, name,
+                               std::move(operands), {rows, config_.width});
+    for (const RowSegment& s : segments) {
+      auto copy = std::make_unique<fb::RowCopyT>();
+      copy->operand = s.operand;
+      copy->first = s.first;
+      copy->count = s.count;
+      copy->at = s.at;
+      op->rows.push_back(std::move(copy));
+    }
+    return op->results[0];
   }
 
   size_t OpCount() const { return ops_.size(); }
@@ -324,28 +374,54 @@ int64_t GridSide(int64_t tokens) {
   return side * side == tokens ? side : 0;
 }
 
+// The patches of one image: a square grid (tokens less the class token).
+int64_t Patches(const ModelConfig& config) {
+  return config.tokens - (config.class_token ? 1 : 0);
+}
+
+// The class token [1, w] before each image's patch tokens [P, w]:
+// [B*(P+1), w].
+uint32_t PrependClassToken(GraphBuilder& g, const ModelConfig& config,
+                           uint32_t patches) {
+  const uint32_t cls = g.Row("embed.class", kBiasStddev);
+  const int64_t p = Patches(config);
+  std::vector<RowSegment> segments;
+  for (int64_t b = 0; b < config.batch; ++b) {
+    segments.push_back({0, 0, 1, b * (p + 1)});
+    segments.push_back({1, b * p, p, b * (p + 1) + 1});
+  }
+  return g.CopyRows("embed.class_concat", {cls, patches}, segments);
+}
+
 // The image [B, 3, S, S] with S = side * patch, cut into patches by the
-// host (Patchify), projected to the width and given the position
-// embedding: the tokens the first layer reads.
+// host (Patchify), projected to the width, given the class token where
+// the model has one, the position embedding and (CLIP) a LayerNorm: the
+// tokens the first layer reads.
 uint32_t BuildPatchEmbedding(GraphBuilder& g, const ModelConfig& config) {
-  const int64_t side = GridSide(config.tokens) * config.patch;
+  const int64_t side = GridSide(Patches(config)) * config.patch;
   const uint32_t image =
       g.Input("pixel_values", {config.batch, kImageChannels, side, side});
   uint32_t h = g.Patchify("embed.patchify", image);
   h = g.MatMul("embed.patch", h, config.width);
-  h = g.BiasAdd("embed.patch_bias", h);
-  return g.AddWeight("embed.position", h);
+  if (config.patch_bias) h = g.BiasAdd("embed.patch_bias", h);
+  if (config.class_token) h = PrependClassToken(g, config, h);
+  h = g.AddPositions("embed.position", h);
+  if (config.pre_norm) h = g.LayerNorm("pre_ln", h);
+  return h;
 }
 
 // Post-LayerNorm, then SigLIP's multihead attention pooling: the learned
 // probe's query (a one-row GEMM on the device: the weights have no
-// contents at import, so nothing can be folded) attends over the tokens'
-// keys and values; out-projection, then the head's own MLP block.
+// contents at import, so nothing can be folded), copied for each image,
+// attends over the tokens' keys and values; out-projection, then the
+// head's own MLP block.
 uint32_t BuildMapHead(GraphBuilder& g, const ModelConfig& config,
                       uint32_t x) {
   x = g.LayerNorm("post_ln", x);
-  uint32_t q = g.MatMul("head.attn.q", g.Probe("head.probe"), config.width);
+  uint32_t q = g.MatMul("head.attn.q", g.Row("head.probe", 1.0f),
+                        config.width);
   q = g.BiasAdd("head.attn.q_bias", q);
+  q = g.PerImage("head.attn.q_rows", q);
   uint32_t kv = g.MatMul("head.attn.kv", x, 2 * config.width);
   kv = g.BiasAdd("head.attn.kv_bias", kv);
   uint32_t h = g.AttentionScores("head.attn.scores", {q, kv}, 1,
@@ -357,20 +433,42 @@ uint32_t BuildMapHead(GraphBuilder& g, const ModelConfig& config,
   return BuildMlpBlock(g, config, "head.", h);
 }
 
-// The whole model's own limits: its image is a square grid of patches and
-// its position embedding is added as a same-shape Add.
+// ViT's and CLIP's heads read each image's class token only: picked
+// first, then the final LayerNorm (per row, so picking first changes
+// nothing), then ViT's classifier (with bias) or CLIP's projection
+// (without).
+uint32_t BuildClassTokenHead(GraphBuilder& g, const ModelConfig& config,
+                             uint32_t x) {
+  std::vector<RowSegment> segments;
+  for (int64_t b = 0; b < config.batch; ++b) {
+    segments.push_back({0, b * config.tokens, 1, b});
+  }
+  x = g.CopyRows("head.class_rows", {x}, segments);
+  x = g.LayerNorm("post_ln", x);
+  if (config.head == ModelHead::kClassifier) {
+    x = g.MatMul("head.classifier", x, config.head_width);
+    return g.BiasAdd("head.classifier_bias", x);
+  }
+  return g.MatMul("head.proj", x, config.head_width);
+}
+
+uint32_t BuildHead(GraphBuilder& g, const ModelConfig& config, uint32_t x) {
+  return config.head == ModelHead::kMap ? BuildMapHead(g, config, x)
+                                        : BuildClassTokenHead(g, config, x);
+}
+
+// The whole model's own limits: its image is a square grid of patches.
 Status ValidateWholeModel(const ModelConfig& c) {
   TILEC_RETURN_IF_ERROR(CheckSize("patch", c.patch));
-  if (GridSide(c.tokens) == 0) {
-    return Status::BadInput(Flag("tokens", c.tokens) +
-                            ": --part=model needs a square grid of patches");
+  if (c.head != ModelHead::kMap) {
+    TILEC_RETURN_IF_ERROR(CheckSize("head_width", c.head_width));
   }
-  if (c.batch != 1) {
+  if (Patches(c) < 1 || GridSide(Patches(c)) == 0) {
     return Status::BadInput(
-        Flag("batch", c.batch) + ": --part=model adds the position embedding "
-        "as a same-shape Add, which does not broadcast over a batch yet");
+        Flag("tokens", c.tokens) + ": --part=model needs a square grid of "
+        "patches" + (c.class_token ? " plus the class token" : ""));
   }
-  if (!ElementsFit({kImageChannels, c.tokens, c.patch, c.patch})) {
+  if (!ElementsFit({c.batch, kImageChannels, c.tokens, c.patch, c.patch})) {
     return Status::BadInput(Flag("patch", c.patch) +
                             ": the image would have more than 2^31 elements");
   }
@@ -398,7 +496,11 @@ Status PresetConfig(std::string_view preset, ModelConfig* config) {
     c.eps = p.eps;
     c.gelu = p.gelu;
     c.patch = p.patch;
-    c.map_head = p.map_head;
+    c.head = p.head;
+    c.head_width = p.head_width;
+    c.class_token = p.class_token;
+    c.patch_bias = p.patch_bias;
+    c.pre_norm = p.pre_norm;
     *config = std::move(c);
     return Status::Ok();
   }
@@ -531,7 +633,7 @@ uint64_t DeriveSeed(uint64_t base, uint32_t value_id) {
 Status BuildModel(const ModelConfig& config, ModelPart part,
                   fb::ModuleT* module) {
   TILEC_RETURN_IF_ERROR(ValidateModelConfig(config));
-  const bool whole = part == ModelPart::kModel && config.map_head;
+  const bool whole = part == ModelPart::kModel;
   if (whole) TILEC_RETURN_IF_ERROR(ValidateWholeModel(config));
 
   GraphBuilder g(config);
@@ -558,7 +660,7 @@ Status BuildModel(const ModelConfig& config, ModelPart part,
     case ModelPart::kModel:
       layers = config.layers;
       build_layers(BuildLayer);
-      if (whole) BuildMapHead(g, config, x);
+      BuildHead(g, config, x);
       break;
   }
   g.MarkLastAsOutput();

@@ -12,7 +12,8 @@
 //   * Weights (role Weight, F16) carry no data, only a WeightInit:
 //     GEMM weights Gaussian(0, sqrt(2 / (fan_in + fan_out))), biases
 //     Gaussian(0, 0.02), LayerNorm gamma Constant 1 and beta Constant 0;
-//     SigLIP's position embedding like a bias, its MAP probe Gaussian(0, 1).
+//     the position embedding and the class token like a bias, the MAP probe
+//     Gaussian(0, 1).
 //     Each weight's seed is DeriveSeed(weight_seed, value id).
 //   * Values and ops have separate dense id spaces starting at 0, assigned
 //     in creation order; ops are in execution order and each op's weights
@@ -42,46 +43,63 @@
 //
 // Parts: "mlp-block" is the last seven ops (l0.ln2 .. l0.mlp.residual) with
 // `x` as the residual input: 7 ops, 14 values. "layer" is all sixteen: 16
-// ops, 29 values. "model" chains `layers` layers (layer i+1 reads layer i's
-// l<i>.mlp.residual.out): 16*N ops, 1 + 28*N values, for the presets
-// without a MAP head (ViT-B/16, CLIP ViT-L/14): their real models prepend a
-// learned class token to the patch tokens (197 and 257 tokens) and pool
-// it, and the IR has no concatenation to express that, so their "model"
-// stays the layers only, reading `x` as the embedded tokens.
-//
-// SigLIP's "model" is the whole vision tower, batch 1 (the position
-// embedding is a same-shape Add; it does not broadcast over a batch yet),
-// tokens a square grid g*g of patches of side `patch` (14: 27*27 = 729):
+// ops, 29 values. "model" is the whole vision tower: the embedding, the
+// `layers` layers (layer i+1 reads layer i's l<i>.mlp.residual.out) and
+// the preset's head. Its input is the image `pixel_values` [B,3,S,S]
+// (Gaussian like `x`), S = g*p for a square grid of g*g patches of side
+// `patch`; tokens T = g*g, plus one for a class token.
 //
 //   op                    kind              operands                 result
-//   embed.patchify        Patchify          pixel_values [1,3,S,S]   [T,3pp]
-//                         (S = g*p; the host writes the patches)
-//   embed.patch           MatMul            patchify.out, .w [3pp,w] [T,w]
-//   embed.patch_bias      BiasAdd           patch.out, .b            [T,w]
-//   embed.position        Add               patch_bias.out, .w [T,w] [T,w]
+//   embed.patchify        Patchify          pixel_values             [B*g*g,3pp]
+//                         (the host writes the patches)
+//   embed.patch           MatMul            patchify.out, .w [3pp,w] [B*g*g,w]
+//   embed.patch_bias      BiasAdd           patch.out, .b            (not CLIP)
+//   embed.class_concat    CopyRows          embed.class [1,w], the   [B*T,w]
+//                         patch tokens: per image the class row, then its
+//                         g*g patch rows (ViT, CLIP)
+//   embed.position_rows   CopyRows          embed.position.w [T,w]   [B*T,w]
+//                         once per image (batch > 1 only)
+//   embed.position        Add               tokens, the positions    [B*T,w]
+//   pre_ln                LayerNorm         position.out             (CLIP)
 //   l0.. l<N-1>           the layers above
-//   post_ln               LayerNorm         last layer's out, ...    [T,w]
+//   then the head.
+//
+// SigLIP's head is its multihead attention pooling: one learned probe
+// query attends over the T tokens (the cross form of the attention ops:
+// q [B, w], kv [B*T, 2w] with columns [k heads | v heads]), then
+// h = ctx + MLP(LayerNorm(ctx)); the output is that one row per image.
+//
+//   post_ln               LayerNorm         last layer's out, ...    [B*T,w]
 //   head.attn.q           MatMul            head.probe [1,w], .w     [1,w]
 //   head.attn.q_bias      BiasAdd           q.out, .b                [1,w]
-//   head.attn.kv          MatMul            post_ln.out, .w [w,2w]   [T,2w]
-//   head.attn.kv_bias     BiasAdd           kv.out, .b [2w]          [T,2w]
-//   head.attn.scores      AttentionScores   q_bias.out, kv_bias.out  [1,H,1,T]
-//   head.attn.softmax     Softmax           scores.out               [1,H,1,T]
-//   head.attn.ctx         AttentionContext  softmax.out, kv_bias.out [1,w]
-//   head.attn.proj        MatMul            ctx.out, .w [w,w]        [1,w]
-//   head.attn.proj_bias   BiasAdd           proj.out, .b             [1,w]
+//   head.attn.q_rows      CopyRows          q_bias.out per image     [B,w]
+//                         (batch > 1 only)
+//   head.attn.kv          MatMul            post_ln.out, .w [w,2w]   [B*T,2w]
+//   head.attn.kv_bias     BiasAdd           kv.out, .b [2w]          [B*T,2w]
+//   head.attn.scores      AttentionScores   q, kv_bias.out           [B,H,1,T]
+//   head.attn.softmax     Softmax           scores.out               [B,H,1,T]
+//   head.attn.ctx         AttentionContext  softmax.out, kv_bias.out [B,w]
+//   head.attn.proj        MatMul            ctx.out, .w [w,w]        [B,w]
+//   head.attn.proj_bias   BiasAdd           proj.out, .b             [B,w]
 //   head.ln2 .. head.mlp.residual           the MLP block on proj_bias.out
 //
-// The head is SigLIP's multihead attention pooling: one learned probe
-// query attends over the T tokens (the cross form of the attention ops:
-// q [1, w], kv [T, 2w] with columns [k heads | v heads]), then
-// h = ctx + MLP(LayerNorm(ctx)); the output is that one row per image.
 // The probe's query (probe Wq + bq) depends on weights only but is a
 // one-row GEMM on the device: weights have no contents at import (they are
 // generated from their seeds, or read from a checkpoint later), so there is
-// nothing to fold, and the GEMM costs a few thousand cycles. The graph
-// input is `pixel_values` (Gaussian like `x`); 4 + 16*N + 17 ops,
-// 8 + 28*N + 32 values. With `repeat`, only the layers are rolled.
+// nothing to fold, and the GEMM costs a few thousand cycles.
+//
+// ViT-B/16's and CLIP ViT-L/14's heads read each image's class token:
+//
+//   head.class_rows       CopyRows          row b*T of the last      [B,w]
+//                         layer's out, for each image b
+//   post_ln               LayerNorm         class_rows.out, ...      [B,w]
+//   head.classifier       MatMul            post_ln.out, .w [w,1000] (ViT)
+//   head.classifier_bias  BiasAdd           classifier.out, .b       [B,1000]
+//   head.proj             MatMul            post_ln.out, .w [w,768]  (CLIP)
+//
+// (the final LayerNorm works per row, so picking the class rows first is
+// the real models' LayerNorm-then-pick). With `repeat`, only the layers
+// are rolled.
 
 #ifndef TILEC_PASSES_IMPORT_MODEL_BUILDER_H_
 #define TILEC_PASSES_IMPORT_MODEL_BUILDER_H_
@@ -96,6 +114,13 @@
 #include "formats/tilec_generated.h"
 
 namespace tilec::passes {
+
+// What follows the last layer of a whole model (--part=model).
+enum class ModelHead {
+  kMap,         // SigLIP: attention pooling with a learned probe
+  kClassifier,  // ViT: the class token's LayerNorm, then classes
+  kProjection,  // CLIP: the class token's LayerNorm, then a projection
+};
 
 // Sizes and numerics of a model. Presets fill every field; any field may be
 // overridden afterwards.
@@ -114,11 +139,15 @@ struct ModelConfig {
   fb::GeluForm gelu = fb::GeluForm::Tanh;
   uint64_t weight_seed = 1;
   uint64_t input_seed = 2;
-  // --part=model of a preset with a MAP head (SigLIP): the patch side of
-  // the image (tokens = a square grid of patches) and whether the model is
-  // built whole (patch embedding .. head) rather than as its layers.
+  // --part=model: the patch side of the image (tokens = a square grid of
+  // patches, plus the class token where there is one), the embedding's
+  // options and the head.
   int64_t patch = 0;
-  bool map_head = false;
+  bool class_token = false;
+  bool patch_bias = true;
+  bool pre_norm = false;  // CLIP's ln_pre
+  ModelHead head = ModelHead::kMap;
+  int64_t head_width = 0;  // kClassifier's classes, kProjection's width
   // Identical layers (--part=model, or several MLP blocks) are written once
   // as a repeat (formats/repeat.h); false writes every layer out. The
   // library builds written out unless told; import-model's --repeat is on.

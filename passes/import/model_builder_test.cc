@@ -62,8 +62,13 @@ const fb::OperationT& OpNamed(const fb::ModuleT& m, const std::string& name) {
 //              softmax 1, ctx 1, proj 2, proj_bias 2, residual 1 = 15) +
 //              the 13 of the MLP half                             = 29 values
 //              9 attention ops + 7 MLP ops                        = 16 ops
-//   model:     1 + 28 * layers values, 16 * layers ops (ViT, CLIP: the
-//              layers only).
+//   ViT's whole model: the embedding (pixel_values; patchify out; patch
+//              w, out; patch_bias b, out; class; class_concat out;
+//              position w, out = 10 values, 5 ops), the layers, the head
+//              (class_rows out; post_ln 3; classifier 2, classifier_bias 2
+//              = 8 values, 4 ops).
+//   CLIP's: no patch bias, pre_ln (11 values, 5 ops); the head ends in
+//              proj 2 instead (6 values, 3 ops).
 //   SigLIP's whole model: the embedding (pixel_values; patchify out;
 //              patch w, out; patch_bias b, out; position w, out =  8 values,
 //              4 ops), 28 * layers values and 16 * layers ops, the head
@@ -83,10 +88,10 @@ constexpr CountCase kCounts[] = {
     {"siglip-so400m-384", "model", 8 + 28 * 27 + 32, 4 + 16 * 27 + 17},
     {"vit-b16-224", "mlp-block", 14, 7},
     {"vit-b16-224", "layer", 29, 16},
-    {"vit-b16-224", "model", 1 + 28 * 12, 16 * 12},  // 337, 192
+    {"vit-b16-224", "model", 10 + 28 * 12 + 8, 5 + 16 * 12 + 4},
     {"clip-vit-l14-224", "mlp-block", 14, 7},
     {"clip-vit-l14-224", "layer", 29, 16},
-    {"clip-vit-l14-224", "model", 1 + 28 * 24, 16 * 24},  // 673, 384
+    {"clip-vit-l14-224", "model", 11 + 28 * 24 + 6, 5 + 16 * 24 + 3},
 };
 
 class EveryPresetAndPart : public ::testing::TestWithParam<CountCase> {};
@@ -405,28 +410,121 @@ TEST(ModelBuilder, SeedOverridesChangeOnlySeeds) {
 
 TEST(ModelBuilder, ModelChainsLayersWithStableIds) {
   const fb::ModuleT m = Build("clip-vit-l14-224", "model");
-  ASSERT_EQ(m.ops.size(), 384u);
+  ASSERT_EQ(m.ops.size(), 392u);
+  // The embedding's 5 ops and 11 values come first.
   for (int layer = 0; layer < 24; ++layer) {
     const std::string p = "l" + std::to_string(layer) + ".";
-    // Op ids follow 16 * layer + position in the layer.
-    EXPECT_EQ(m.ops[16 * layer + 0]->name, p + "ln1");
-    EXPECT_EQ(m.ops[16 * layer + 9]->name, p + "ln2");
-    EXPECT_EQ(m.ops[16 * layer + 11]->name, p + "mlp.up_bias");
-    EXPECT_EQ(m.ops[16 * layer + 12]->name, p + "mlp.gelu");
-    // Value ids: x, then 28 per layer.
-    EXPECT_EQ(m.values[1 + 28 * layer]->name, p + "ln1.gamma");
+    // Op ids follow 5 + 16 * layer + position in the layer.
+    EXPECT_EQ(m.ops[5 + 16 * layer + 0]->name, p + "ln1");
+    EXPECT_EQ(m.ops[5 + 16 * layer + 9]->name, p + "ln2");
+    EXPECT_EQ(m.ops[5 + 16 * layer + 11]->name, p + "mlp.up_bias");
+    EXPECT_EQ(m.ops[5 + 16 * layer + 12]->name, p + "mlp.gelu");
+    // Value ids: 28 per layer after the embedding's.
+    EXPECT_EQ(m.values[11 + 28 * layer]->name, p + "ln1.gamma");
     const uint32_t input =
-        layer == 0 ? 0
+        layer == 0 ? ValueNamed(m, "pre_ln.out").id
                    : ValueNamed(m, "l" + std::to_string(layer - 1) +
                                        ".mlp.residual.out")
                          .id;
-    EXPECT_EQ(m.ops[16 * layer]->operands[0], input);
-    EXPECT_EQ(m.ops[16 * layer + 8]->operands[0], input);  // residual
+    EXPECT_EQ(m.ops[5 + 16 * layer]->operands[0], input);
+    EXPECT_EQ(m.ops[5 + 16 * layer + 8]->operands[0], input);  // residual
   }
-  EXPECT_EQ(m.values.back()->name, "l23.mlp.residual.out");
-  EXPECT_EQ(m.values.back()->role, fb::ValueRole::Output);
-  EXPECT_EQ(ValueNamed(m, "l22.mlp.residual.out").role,
+  EXPECT_EQ(OpNamed(m, "head.class_rows").operands[0],
+            ValueNamed(m, "l23.mlp.residual.out").id);
+  EXPECT_EQ(ValueNamed(m, "l23.mlp.residual.out").role,
             fb::ValueRole::Activation);
+  EXPECT_EQ(m.values.back()->name, "head.proj.out");
+  EXPECT_EQ(m.values.back()->role, fb::ValueRole::Output);
+}
+
+// The segments of a CopyRows op as (operand, first, count, at).
+std::vector<std::vector<int64_t>> Segments(const fb::OperationT& op) {
+  std::vector<std::vector<int64_t>> segments;
+  for (const auto& r : op.rows) {
+    segments.push_back({r->operand, r->first, r->count, r->at});
+  }
+  return segments;
+}
+
+// ViT: the class token before each image's patches, the position table
+// once per image, the class rows picked for LayerNorm and the classifier.
+TEST(ModelBuilder, VitWholeModelAtBatch2) {
+  ModelOverrides o;
+  o.batch = 2;
+  const fb::ModuleT m = Build("vit-b16-224", "model", o);
+  EXPECT_EQ(ValueNamed(m, "pixel_values").shape,
+            (std::vector<int64_t>{2, 3, 224, 224}));
+  EXPECT_EQ(ValueNamed(m, "embed.patchify.out").shape,
+            (std::vector<int64_t>{392, 768}));
+  const fb::OperationT& concat = OpNamed(m, "embed.class_concat");
+  EXPECT_EQ(concat.kind, fb::OpKind::CopyRows);
+  EXPECT_EQ(concat.operands,
+            (std::vector<uint32_t>{ValueNamed(m, "embed.class").id,
+                                   ValueNamed(m, "embed.patch_bias.out").id}));
+  EXPECT_EQ(Segments(concat), (std::vector<std::vector<int64_t>>{
+                                  {0, 0, 1, 0},
+                                  {1, 0, 196, 1},
+                                  {0, 0, 1, 197},
+                                  {1, 196, 196, 198}}));
+  EXPECT_EQ(ValueNamed(m, "embed.position.w").shape,
+            (std::vector<int64_t>{197, 768}));
+  EXPECT_EQ(Segments(OpNamed(m, "embed.position_rows")),
+            (std::vector<std::vector<int64_t>>{{0, 0, 197, 0},
+                                               {0, 0, 197, 197}}));
+  EXPECT_EQ(OpNamed(m, "l0.ln1").operands[0],
+            ValueNamed(m, "embed.position.out").id);
+  EXPECT_EQ(Segments(OpNamed(m, "head.class_rows")),
+            (std::vector<std::vector<int64_t>>{{0, 0, 1, 0},
+                                               {0, 197, 1, 1}}));
+  EXPECT_EQ(OpNamed(m, "post_ln").operands[0],
+            ValueNamed(m, "head.class_rows.out").id);
+  EXPECT_EQ(m.values.back()->name, "head.classifier_bias.out");
+  EXPECT_EQ(m.values.back()->shape, (std::vector<int64_t>{2, 1000}));
+  for (const auto& op : m.ops)
+    EXPECT_EQ(ir::CheckOpShapes(*op, m).message(), "") << op->name;
+}
+
+// CLIP: no patch bias, ln_pre before the layers, a projection without
+// bias after the class token's LayerNorm; at batch 1 the position table is
+// added as it is.
+TEST(ModelBuilder, ClipWholeModel) {
+  const fb::ModuleT m = Build("clip-vit-l14-224", "model");
+  EXPECT_EQ(OpNamed(m, "embed.class_concat").operands[1],
+            ValueNamed(m, "embed.patch.out").id);
+  EXPECT_EQ(OpNamed(m, "embed.position").operands[1],
+            ValueNamed(m, "embed.position.w").id);
+  EXPECT_EQ(OpNamed(m, "pre_ln").operands[0],
+            ValueNamed(m, "embed.position.out").id);
+  EXPECT_EQ(ValueNamed(m, "head.proj.w").shape,
+            (std::vector<int64_t>{1024, 768}));
+  EXPECT_EQ(m.values.back()->shape, (std::vector<int64_t>{1, 768}));
+  for (const auto& op : m.ops) {
+    EXPECT_NE(op->name, "embed.patch_bias");
+    EXPECT_NE(op->name, "embed.position_rows");
+    EXPECT_EQ(ir::CheckOpShapes(*op, m).message(), "") << op->name;
+  }
+}
+
+// SigLIP at batch 2: the position table and the probe's query are copied
+// for each image; the head's output is one row per image.
+TEST(ModelBuilder, SiglipWholeModelAtBatch2) {
+  ModelOverrides o;
+  o.batch = 2;
+  o.repeat = true;
+  const fb::ModuleT m = Build("siglip-so400m-384", "model", o);
+  EXPECT_EQ(Segments(OpNamed(m, "embed.position_rows")),
+            (std::vector<std::vector<int64_t>>{{0, 0, 729, 0},
+                                               {0, 0, 729, 729}}));
+  EXPECT_EQ(Segments(OpNamed(m, "head.attn.q_rows")),
+            (std::vector<std::vector<int64_t>>{{0, 0, 1, 0},
+                                               {0, 0, 1, 1}}));
+  EXPECT_EQ(OpNamed(m, "head.attn.scores").operands[0],
+            ValueNamed(m, "head.attn.q_rows.out").id);
+  EXPECT_EQ(ValueNamed(m, "head.attn.scores.out").shape,
+            (std::vector<int64_t>{2, 16, 1, 729}));
+  EXPECT_EQ(m.values.back()->shape, (std::vector<int64_t>{2, 1152}));
+  for (const auto& op : m.ops)
+    EXPECT_EQ(ir::CheckOpShapes(*op, m).message(), "") << op->name;
 }
 
 // SigLIP's whole model: image -> patches (host) -> patch embedding ->
@@ -491,20 +589,25 @@ TEST(ModelBuilder, SiglipWholeModelRolled) {
   EXPECT_EQ(m.repeats[0]->iteration_weights.size(), 26u * 12u);
 }
 
-// The whole model's own limits: a square patch grid and batch 1.
+// The whole model's own limit: a square patch grid.
 TEST(ModelBuilder, SiglipWholeModelLimits) {
   ModelOverrides o;
   o.tokens = 10;
   fb::ModuleT m;
   EXPECT_THAT(BuildModel("siglip-so400m-384", "model", o, &m).message(),
               HasSubstr("--tokens=10: --part=model needs a square grid"));
-  ModelOverrides batch;
-  batch.batch = 2;
-  EXPECT_THAT(BuildModel("siglip-so400m-384", "model", batch, &m).message(),
-              HasSubstr("--batch=2: --part=model adds the position"));
-  // The layers alone have neither limit.
+  // The layers alone have no such limit.
   EXPECT_TRUE(BuildModel("siglip-so400m-384", "layer", o, &m).ok());
-  EXPECT_TRUE(BuildModel("vit-b16-224", "model", batch, &m).ok());
+  // With a class token, the patches are the tokens less one.
+  o.tokens = 16;
+  EXPECT_THAT(BuildModel("vit-b16-224", "model", o, &m).message(),
+              HasSubstr("--tokens=16: --part=model needs a square grid of "
+                        "patches plus the class token"));
+  o.tokens = 17;
+  o.patch = 4;
+  ASSERT_TRUE(BuildModel("vit-b16-224", "model", o, &m).ok());
+  EXPECT_EQ(ValueNamed(m, "pixel_values").shape,
+            (std::vector<int64_t>{1, 3, 16, 16}));
 }
 
 TEST(ModelBuilder, ModelInfo) {
@@ -585,7 +688,7 @@ TEST(ModelBuilder, LayersOverrideOfEachPart) {
   ModelOverrides o;
   o.layers = 5;
   EXPECT_EQ(Build("vit-b16-224", "mlp-block", o).ops.size(), 35u);
-  EXPECT_EQ(Build("vit-b16-224", "model", o).ops.size(), 80u);
+  EXPECT_EQ(Build("vit-b16-224", "model", o).ops.size(), 5u + 80u + 4u);
   EXPECT_EQ(Build("vit-b16-224", "layer", o).ops.size(), 16u);
   EXPECT_EQ(Build("vit-b16-224", "mlp-block").ops.size(), 7u);
 }

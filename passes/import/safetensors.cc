@@ -276,9 +276,22 @@ Status Slice(const SafetensorsFile& file, const std::string& name,
   return Status::Ok();
 }
 
-// The weights of a whole SigLIP model outside its layers (model_builder.h):
-// the patch and position embeddings, post-LayerNorm and the MAP head, whose
-// nn.MultiheadAttention keeps q, k and v in one in_proj [3w, w].
+// What precedes the vision tower's own prefix: "" for "vision_model." in a
+// CLIPModel or CLIPVisionModelWithProjection checkpoint.
+std::string TowerRoot(const std::string& prefix) {
+  static const std::string kTower = "vision_model.";
+  if (prefix.size() >= kTower.size() &&
+      prefix.compare(prefix.size() - kTower.size(), kTower.size(), kTower) ==
+          0) {
+    return prefix.substr(0, prefix.size() - kTower.size());
+  }
+  return prefix;
+}
+
+// The weights of a whole SigLIP or CLIP model outside its layers (model_builder.h):
+// the patch and position embeddings, CLIP's class token and ln_pre,
+// post-LayerNorm, and SigLIP's MAP head (whose nn.MultiheadAttention keeps
+// q, k and v in one in_proj [3w, w]) or CLIP's projection.
 Status TowerWeightContents(const SafetensorsFile& file,
                            const std::string& prefix, const std::string& name,
                            const std::vector<int64_t>& shape,
@@ -303,6 +316,17 @@ Status TowerWeightContents(const SafetensorsFile& file,
   }
   if (name == "embed.position.w") {
     return plain("embeddings.position_embedding.weight");
+  }
+  if (name == "embed.class") {
+    return file.Read(prefix + "embeddings.class_embedding", {shape[1]}, data);
+  }
+  // Hugging Face's CLIP spells its ln_pre "pre_layrnorm".
+  if (name == "pre_ln.gamma") return plain("pre_layrnorm.weight");
+  if (name == "pre_ln.beta") return plain("pre_layrnorm.bias");
+  if (name == "head.proj.w") {
+    // CLIP's projection sits beside the tower, not in it.
+    return LinearRows(file, TowerRoot(prefix) + "visual_projection.weight",
+                      {shape[1], shape[0]}, 0, shape[1], data);
   }
   if (name == "post_ln.gamma") return plain("post_layernorm.weight");
   if (name == "post_ln.beta") return plain("post_layernorm.bias");

@@ -15,7 +15,8 @@
 //   up_bias.b <prefix>encoder.layers.N.mlp.fc2.{weight,bias}        ->
 //   lN.mlp.down.w, down_bias.b
 //
-// A whole SigLIP model (--part=model) also reads, with the same prefix:
+// A whole SigLIP or CLIP model (--part=model) also reads, with the same
+// prefix:
 //
 //   embeddings.patch_embedding.weight [w, 3, p, p] -> embed.patch.w
 //        [3pp, w] (Patchify's (c, ky, kx) columns), .bias -> patch_bias.b
@@ -28,6 +29,13 @@
 //   head.attention.out_proj.{weight,bias} -> head.attn.proj.w, proj_bias.b
 //   head.layernorm.{weight,bias}                  -> head.ln2.{gamma,beta}
 //   head.mlp.fc1/fc2.{weight,bias}  -> head.mlp.up/down.w, up/down_bias.b
+//
+// and CLIP's, where the patch convolution has no bias:
+//
+//   embeddings.class_embedding [w]                -> embed.class [1, w]
+//   pre_layrnorm.{weight,bias} (Hugging Face's spelling) -> pre_ln.*
+//   visual_projection.weight [768, w], beside the tower: the prefix less
+//        a trailing "vision_model."                -> head.proj.w [w, 768]
 //
 // <prefix> is whatever precedes "encoder.layers.0.self_attn.q_proj.weight"
 // in the checkpoint ("vision_model." for a saved SiglipVisionModel, "" for

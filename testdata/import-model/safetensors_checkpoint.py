@@ -12,13 +12,18 @@
       byte cut), offsets.safetensors (layers.0.self_attn.k_proj.bias's range
       past the end of the data), overlap.safetensors (two tensors sharing
       bytes).
+  safetensors_checkpoint.py write-clip DIR WIDTH MLP LAYERS
+      DIR/ckpt-clip.safetensors: a CLIPVisionModelWithProjection's tensors
+      (class embedding, bias-free patch convolution, 17 positions,
+      "pre_layrnorm", post_layernorm, the layers, and visual_projection
+      outside the "vision_model." prefix), F32.
   safetensors_checkpoint.py check CKPT DUMP_DIR WIDTH MLP LAYERS
       DUMP_DIR holds run-reference --all --out_dir's .npy files of a graph
       import-model built with --weights=CKPT: every weight must be the
       checkpoint's tensor in tilec's orientation ([in, out], q|k|v side by
       side), rounded to F16, exactly; with a whole model's dumps also the
       patch and position embeddings, post-LayerNorm and the MAP head (q and
-      kv cut from in_proj).
+      kv cut from in_proj), or CLIP's class token, ln_pre and projection.
 
 Only the standard library: the safetensors header is JSON, the data little
 endian; F16 through struct's 'e' format, BF16 by rounding float32 bits.
@@ -71,6 +76,29 @@ def tower(width, mlp, layers):
         t[p + "mlp.fc1.bias"] = [mlp]
         t[p + "mlp.fc2.weight"] = [width, mlp]
         t[p + "mlp.fc2.bias"] = [width]
+    return t
+
+
+# The projection's width: clip-vit-l14-224's, which no flag overrides.
+CLIP_PROJECTION = 768
+
+
+def clip_tower(width, mlp, layers):
+    """name -> shape of a CLIP vision tower with projection (patch 4,
+    16 patches and the class token)."""
+    t = {
+        "vision_model.embeddings.class_embedding": [width],
+        "vision_model.embeddings.patch_embedding.weight": [width, 3, 4, 4],
+        "vision_model.embeddings.position_embedding.weight": [17, width],
+        "vision_model.pre_layrnorm.weight": [width],
+        "vision_model.pre_layrnorm.bias": [width],
+        "vision_model.post_layernorm.weight": [width],
+        "vision_model.post_layernorm.bias": [width],
+        "visual_projection.weight": [CLIP_PROJECTION, width],
+    }
+    for name, shape in tower(width, mlp, layers).items():
+        if ".encoder." in name:
+            t[name] = shape
     return t
 
 
@@ -188,7 +216,9 @@ def main_check(ckpt, dump, width, mlp, layers):
         }
         checked += compare(ckpt, dump, {"l%d.%s" % (n, rest): want
                                         for rest, want in expected.items()})
-    if os.path.exists(os.path.join(dump, "embed.patch.w.npy")):
+    if os.path.exists(os.path.join(dump, "embed.class.npy")):
+        checked += check_clip_tower(ckpt, dump, width, src, transposed)
+    elif os.path.exists(os.path.join(dump, "embed.patch.w.npy")):
         checked += check_tower(ckpt, dump, width, mlp, src, transposed)
     print("%s: %d weights equal the checkpoint's tensors" % (ckpt, checked))
 
@@ -234,9 +264,28 @@ def check_tower(ckpt, dump, width, mlp, src, transposed):
     return compare(ckpt, dump, expected)
 
 
+def check_clip_tower(ckpt, dump, width, src, transposed):
+    """CLIP's weights outside the layers (patch 4, 17 tokens)."""
+    v = "vision_model."
+    expected = {
+        "embed.class": src(v + "embeddings.class_embedding", [width]),
+        "embed.patch.w": transposed(v + "embeddings.patch_embedding.weight", width, 48),
+        "embed.position.w": src(v + "embeddings.position_embedding.weight", [17, width]),
+        "pre_ln.gamma": src(v + "pre_layrnorm.weight", [width]),
+        "pre_ln.beta": src(v + "pre_layrnorm.bias", [width]),
+        "post_ln.gamma": src(v + "post_layernorm.weight", [width]),
+        "post_ln.beta": src(v + "post_layernorm.bias", [width]),
+        "head.proj.w": transposed("visual_projection.weight", CLIP_PROJECTION, width),
+    }
+    return compare(ckpt, dump, expected)
+
+
 if __name__ == "__main__":
     cmd, a = sys.argv[1], sys.argv[2:]
     if cmd == "write":
         main_write(a[0], int(a[1]), int(a[2]), int(a[3]))
+    elif cmd == "write-clip":
+        write(os.path.join(a[0], "ckpt-clip.safetensors"),
+              clip_tower(int(a[1]), int(a[2]), int(a[3])), "F32")
     else:
         main_check(a[0], a[1], int(a[2]), int(a[3]), int(a[4]))

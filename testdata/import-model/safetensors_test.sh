@@ -17,6 +17,12 @@ for dtype in F32 F16 BF16; do
   "$reference" "$out/$dtype.tilec" --all --out_dir="$out/dump-$dtype" -o - >/dev/null
   python3 "$checkpoint" check "$out/ckpt-$dtype.safetensors" "$out/dump-$dtype" $W $M $L
 done
+# CLIP's whole tower: class token, ln_pre, the projection beside the tower.
+python3 "$checkpoint" write-clip "$out" $W $M $L
+"$import" --preset=clip-vit-l14-224 --part=model --layers=$L --tokens=17 --patch=4 --width=$W --mlp_width=$M --heads=2 \
+  --weights="$out/ckpt-clip.safetensors" -o "$out/clip.tilec"
+"$reference" "$out/clip.tilec" --all --out_dir="$out/dump-clip" -o - >/dev/null
+python3 "$checkpoint" check "$out/ckpt-clip.safetensors" "$out/dump-clip" $W $M $L
 # A later checkpoint layer for a one-layer graph.
 "$import" "${flags[@]}" --part=layer --weights="$out/ckpt-F32.safetensors" --weights_first_layer=1 -o "$out/l1.tilec"
 # A corrupted sidecar is caught by its checksum.
@@ -41,4 +47,4 @@ expect_bad dtype.safetensors "tensor 'vision_model.encoder.layers.0.layer_norm1.
 expect_bad truncated.safetensors "lie outside the data section"
 expect_bad offsets.safetensors "tensor 'vision_model.encoder.layers.0.self_attn.k_proj.bias': data_offsets"
 expect_bad overlap.safetensors "overlaps"
-echo "safetensors: 3 dtypes loaded, 6 broken checkpoints refused"
+echo "safetensors: 3 dtypes and a CLIP tower loaded, 6 broken checkpoints refused"

@@ -14,15 +14,15 @@ DEFINE_string(
     preset, "siglip-so400m-384",
     "Model preset: siglip-so400m-384, vit-b16-224, clip-vit-l14-224.");
 DEFINE_string(part, "mlp-block",
-              "What to build: mlp-block, layer or model. siglip-so400m-384's "
-              "model is the whole vision tower: the image [1,3,S,S] (S = "
-              "sqrt(tokens) * patch) cut into patches by the host, the patch "
-              "embedding GEMM and position embedding, the layers, "
-              "post-LayerNorm and the MAP head (one probe query attending "
-              "over the tokens, then its MLP): one [1, width] row per image; "
-              "batch 1 only. vit-b16-224 and clip-vit-l14-224's model is "
-              "their layers only (their class token needs a concatenation "
-              "the IR cannot express yet).");
+              "What to build: mlp-block, layer or model. model is the whole "
+              "vision tower: the image [B,3,S,S] (S = sqrt(patches) * patch) "
+              "cut into patches by the host, the patch embedding GEMM, the "
+              "class token (vit-b16-224, clip-vit-l14-224), the position "
+              "embedding, the layers and the head: siglip-so400m-384's MAP "
+              "head (one probe query attending over the tokens, then its "
+              "MLP: [B, width]), vit-b16-224's classifier ([B, 1000]) or "
+              "clip-vit-l14-224's projection ([B, 768]) of the class token "
+              "after LayerNorm.");
 DEFINE_int64(layers, 0,
              "Layers for --part=model (default: the preset's); consecutive "
              "MLP blocks for --part=mlp-block (default 1); --part=layer is "
