@@ -510,7 +510,8 @@ class Executor {
       case fb::OpKind::AttentionScores:
       case fb::OpKind::AttentionContext:
       case fb::OpKind::Redistribute:
-      case fb::OpKind::Patchify: {
+      case fb::OpKind::Patchify:
+      case fb::OpKind::CopyRows: {
         // The kinds with a shape rule: the verifier's checks, run again so
         // the reference never trusts its caller.
         TILEC_RETURN_IF_ERROR(ir::CheckOpShapes(op, module_));
@@ -551,6 +552,8 @@ class Executor {
         return RunNormalize(op);
       case fb::OpKind::Patchify:
         return RunPatchify(op);
+      case fb::OpKind::CopyRows:
+        return RunCopyRows(op);
     }
     return Bad(op, "unknown op kind");  // unreachable: checked above
   }
@@ -678,6 +681,32 @@ class Executor {
     TILEC_RETURN_IF_ERROR(Output(op, 0, &y));
     std::vector<float> out = x->data;
     TILEC_RETURN_IF_ERROR(CastInPlace(op, y->dtype, y->fp8_scale_exp, &out));
+    Store(y, std::move(out));
+    return Status::Ok();
+  }
+
+  // Row copies: the shape rule has checked every segment's bounds and the
+  // verifier that operands and result share dtype and scale, so stored
+  // values are moved exactly (Store rounds nothing that is not already so).
+  Status RunCopyRows(const fb::OperationT& op) {
+    std::vector<const ReferenceTensor*> xs(op.operands.size());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      TILEC_RETURN_IF_ERROR(Input(op, i, &xs[i]));
+    }
+    ReferenceTensor* y;
+    TILEC_RETURN_IF_ERROR(Output(op, 0, &y));
+    const int64_t w = y->shape[1];
+    std::vector<float> out(static_cast<size_t>(y->shape[0] * w));
+    for (const auto& r : op.rows) {
+      const std::vector<float>& src = xs[r->operand]->data;
+      if (static_cast<int64_t>(src.size()) < (r->first + r->count) * w) {
+        return Bad(op, "operand " + std::to_string(r->operand) + " holds " +
+                           std::to_string(src.size()) + " elements");
+      }
+      std::copy(src.begin() + r->first * w,
+                src.begin() + (r->first + r->count) * w,
+                out.begin() + r->at * w);
+    }
     Store(y, std::move(out));
     return Status::Ok();
   }

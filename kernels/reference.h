@@ -39,6 +39,9 @@
 //   Patchify          a gather: row b*T + py*(W/p) + px of the result is
 //                     patch (py, px) of image b, columns (c, ky, kx);
 //                     pixels past the last whole patch are dropped.
+//   CopyRows          result rows [at, at+count) = rows [first,
+//                     first+count) of the segment's operand; exact (the
+//                     verifier keeps dtype and scale).
 //   Redistribute      identity, re-rounded to the result's dtype (an FP8
 //                     redistribution is visible).
 //   Moments           LnMoments: per row {count, mean, M2}, result F32

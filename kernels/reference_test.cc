@@ -662,6 +662,53 @@ TEST(ReferenceTest, PatchifyGathersPatchesInChannelRowColumnOrder) {
   }
 }
 
+// A class token before each of 2 images' 3 patches, then each image's class
+// row picked back out: every element lands where its segment says.
+TEST(ReferenceTest, CopyRowsMovesRowsExactly) {
+  constexpr int64_t kB = 2, kP = 3, kD = 4;
+  Graph g;
+  const uint32_t cls = g.Gaussian("cls", {1, kD});
+  const uint32_t patches = g.Gaussian("patches", {kB * kP, kD});
+  const uint32_t tokens = g.Value("tokens", {kB * (kP + 1), kD});
+  const uint32_t heads = g.Value("heads", {kB, kD}, fb::DType::F16,
+                                 fb::ValueRole::Output);
+  fb::OperationT* prepend = g.Op(fb::OpKind::CopyRows, "embed.class",
+                                 {cls, patches}, {tokens});
+  fb::OperationT* pick = g.Op(fb::OpKind::CopyRows, "head.pick", {tokens},
+                              {heads});
+  auto segment = [](fb::OperationT* op, uint32_t operand, int64_t first,
+                    int64_t count, int64_t at) {
+    auto r = std::make_unique<fb::RowCopyT>();
+    r->operand = operand;
+    r->first = first;
+    r->count = count;
+    r->at = at;
+    op->rows.push_back(std::move(r));
+  };
+  for (int64_t b = 0; b < kB; ++b) {
+    segment(prepend, 0, 0, 1, b * (kP + 1));
+    segment(prepend, 1, b * kP, kP, b * (kP + 1) + 1);
+    segment(pick, 0, b * (kP + 1), 1, b);
+  }
+  const ReferenceResult result = RunOk(g.module());
+  const std::vector<float>& c = Get(result, cls).data;
+  const std::vector<float>& p = Get(result, patches).data;
+  const std::vector<float>& t = Get(result, tokens).data;
+  const std::vector<float>& h = Get(result, heads).data;
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t j = 0; j < kD; ++j) {
+      EXPECT_EQ(t[b * (kP + 1) * kD + j], c[j]);
+      EXPECT_EQ(h[b * kD + j], c[j]);
+      for (int64_t i = 0; i < kP; ++i) {
+        EXPECT_EQ(t[(b * (kP + 1) + 1 + i) * kD + j], p[(b * kP + i) * kD + j]);
+      }
+    }
+  }
+  // A segment past its operand is the shape rule's refusal, not a crash.
+  prepend->rows[1]->first = 4;
+  EXPECT_EQ(RunExpectingError(g.module()).code(), StatusCode::kBadInput);
+}
+
 TEST(ReferenceTest, UnknownKindIsBadInputNamingTheOp) {
   Graph g;
   const uint32_t x = g.Gaussian("x", {kRows, kWidth});
