@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
 #include "passes/core/ownership.h"
+#include "passes/core/row_plan.h"
 
 namespace tilec::lower {
 namespace {
@@ -502,6 +503,9 @@ StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
       break;
     case fb::OpKind::Redistribute:
       status = LowerRedistribute(op, &out);
+      break;
+    case fb::OpKind::CopyRows:
+      status = LowerCopyRows(op, &out);
       break;
     case fb::OpKind::AttentionScores:
     case fb::OpKind::AttentionContext:
@@ -1369,6 +1373,68 @@ Status Lowering::LowerRedistribute(const fb::OperationT& op, OpProgram* out) {
     TILEC_RETURN_IF_ERROR(Move(lc.box, lc.tile, **from, lc.tile,
                                *Find(y_id, lc.tile), X->dtype, op.id, copies,
                                exchange));
+  }
+  out->phases = Normalize(&list);
+  return Status::Ok();
+}
+
+// The shared row plan (passes/core/row_plan.h): local copies first, then
+// one exchange phase. Move sees the operand's storage shifted into the
+// result's rows, so one box names the rows on both sides.
+Status Lowering::LowerCopyRows(const fb::OperationT& op, OpProgram* out) {
+  const std::string where = OpWhere(op);
+  if (op.operands.empty() || op.results.size() != 1) {
+    return Status::BadInput(where + ": a row copy has operands and one "
+                                    "result");
+  }
+  const uint32_t y_id = op.results[0];
+  const fb::ValueT* Y = value(y_id);
+  std::vector<passes::RowOperand> operands;
+  for (uint32_t id : op.operands) {
+    const fb::ValueT* X = value(id);
+    if (!X->ownership) {
+      return Status::BadInput(where + ": operand %" + std::to_string(id) +
+                              " has no ownership");
+    }
+    if (X->dtype != Y->dtype || X->fp8_scale_exp != Y->fp8_scale_exp) {
+      return Status::BadInput(where + ": operand %" + std::to_string(id) +
+                              " and the result differ in dtype or scale");
+    }
+    operands.push_back({X->ownership.get(), X->shape});
+  }
+  const std::vector<ir::RowSegment> rows = ir::RowSegments(op);
+  OpNotes& notes = notes_[op.id];
+  PhaseList list;
+  Phase* copies = NewPhase(&list, Phase::Kind::kCompute, "local copies");
+  Phase* exchange = NewPhase(&list, Phase::Kind::kExchange, "copy rows");
+  for (int t : TilesUsed(*Y->ownership, Y->shape)) {
+    ++notes.tiles;
+    NewValueStorage(y_id, t, op.id, BufferKind::kValue, nullptr, false);
+  }
+  const passes::RowCopyPlan plan = passes::PlanRowCopies(
+      operands, *Y->ownership, Y->shape, rows, ir::DTypeBytes(Y->dtype));
+  auto move = [&](int k, const Box& box, int src_tile, int dst_tile,
+                  int64_t shift) -> Status {
+    StatusOr<const Storage*> from = Operand(op.operands[k], src_tile, op.id);
+    if (!from.ok()) return from.status();
+    const Storage* to = Find(y_id, dst_tile);
+    if (!to) return Status::Internal(where + ": no destination storage");
+    const Storage shifted{(*from)->buffer,
+                          passes::ShiftRows((*from)->segments, shift)};
+    Box moved = box;
+    moved.begin[0] += shift;
+    moved.end[0] += shift;
+    return Move(moved, src_tile, shifted, dst_tile, *to, Y->dtype, op.id,
+                copies, exchange);
+  };
+  for (const passes::RowTransfer& tr : plan.transfers) {
+    for (const passes::RowDestination& d : tr.destinations) {
+      TILEC_RETURN_IF_ERROR(
+          move(tr.operand, tr.box, tr.source_tile, d.tile, d.shift));
+    }
+  }
+  for (const passes::RowLocalCopy& lc : plan.local_copies) {
+    TILEC_RETURN_IF_ERROR(move(lc.operand, lc.box, lc.tile, lc.tile, lc.shift));
   }
   out->phases = Normalize(&list);
   return Status::Ok();

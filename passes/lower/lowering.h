@@ -218,6 +218,7 @@ class Lowering {
                       OpProgram* out);
   Status LowerNormalize(const fb::OperationT& op, OpProgram* out);
   Status LowerRedistribute(const fb::OperationT& op, OpProgram* out);
+  Status LowerCopyRows(const fb::OperationT& op, OpProgram* out);
   Status LowerAttention(const fb::OperationT& op, OpProgram* out);
   Status LowerHostOp(const fb::OperationT& op);
   bool CanUseInPlace(const Storage& a) const;

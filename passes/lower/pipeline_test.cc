@@ -168,5 +168,53 @@ TEST(PipelinePatchifyTest, TheVerifierChecksPatchBindings) {
   EXPECT_FALSE(sim::VerifyDeviceProgram(m).ok());
 }
 
+// The row movements of issue 12 (a class token before each image's patches,
+// a position table over the batch, each image's class row for a head),
+// through the whole pipeline on the tiny target, F16 and FP8: emit-device's
+// prediction is the simulator's count, and the outputs equal the
+// reference's exactly unless the planner splits the head's GEMM along K.
+TEST(PipelineCopyRowsTest, RowsMoveExactly) {
+  for (bool fp8 : {false, true}) {
+    fb::ModuleT m = plan::RowMovementModule("tiny", 3, 5, 32, 24);
+    Status s = passes::RunPipeline(
+        &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
+          if (name == "quantize-fp8" && !fp8) return quantize::KeepDTypesPass();
+          return nullptr;
+        });
+    ASSERT_TRUE(s.ok()) << s.message();
+    int copies = 0;
+    for (const auto& op : m.ops) {
+      if (op->kind != fb::OpKind::CopyRows) continue;
+      ++copies;
+      ASSERT_TRUE(op->recipe);
+      EXPECT_EQ(op->recipe->kind, fb::RecipeKind::Copy);
+    }
+    EXPECT_EQ(copies, 3);
+    const testing::ProgramFigures summary = testing::ProgramFiguresOf(m);
+    bool k_split = false;
+    for (const auto& op : m.ops) {
+      k_split |= op->recipe && op->recipe->kind == fb::RecipeKind::Gemm &&
+                 op->recipe->k_split > 1;
+    }
+    testing::SimCheck check;
+    s = testing::SimulateAgainstReference(
+        m,
+        k_split || fp8 ? sim::Tolerance{2e-2, 1e-2, 0.9999}
+                       : sim::Tolerance{0, 0, 0.999999},
+        &check);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_TRUE(check.pass) << (fp8 ? "fp8: " : "f16: ") << check.message;
+    if (!k_split) {
+      EXPECT_EQ(check.max_abs_err, 0) << (fp8 ? "fp8" : "f16");
+    }
+    EXPECT_EQ(check.result.total_cycles, summary.predicted);
+    std::printf("copy rows %s: simulated %lld cycles, planner %lld, "
+                "max_abs_err %g\n",
+                fp8 ? "fp8" : "f16",
+                static_cast<long long>(check.result.total_cycles),
+                static_cast<long long>(summary.planned), check.max_abs_err);
+  }
+}
+
 }  // namespace
 }  // namespace tilec::lower

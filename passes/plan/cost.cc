@@ -8,6 +8,7 @@
 #include "formats/print.h"
 #include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
+#include "passes/core/row_plan.h"
 #include "passes/core/tile_plan.h"
 
 namespace tilec::plan {
@@ -293,9 +294,10 @@ TileBytes Coster::BytesPerTile(std::span<const int64_t> shape,
 
 // ---------------------------------------------------------------- prices
 
-StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
-                                 const Recipe& recipe,
-                                 const fb::OwnershipT* source) const {
+StatusOr<OpCost> Coster::PriceOp(
+    const Graph& graph, int op, const Recipe& recipe,
+    const fb::OwnershipT* source,
+    std::span<const fb::OwnershipT* const> sources) const {
   const OpNode& node = graph.op(op);
   const bool needs_source = node.op_class == OpClass::kGemm ||
                             node.op_class == OpClass::kCopy ||
@@ -306,6 +308,20 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
       return Status::Internal(graph.OpLabel(op) + ": priced without a source");
     }
     key += " <- " + OwnKey(*source);
+  }
+  const bool rows = node.kind == fb::OpKind::CopyRows;
+  if (rows) {
+    if (sources.size() != node.operands.size()) {
+      return Status::Internal(graph.OpLabel(op) +
+                              ": a row copy priced without every source");
+    }
+    for (size_t i = 1; i < sources.size(); ++i) {
+      if (sources[i] == nullptr) {
+        return Status::Internal(graph.OpLabel(op) + ": source " +
+                                std::to_string(i) + " missing");
+      }
+      key += " , " + OwnKey(*sources[i]);
+    }
   }
   auto it = cache_->prices.find(key);
   if (it != cache_->prices.end()) return it->second;
@@ -324,7 +340,8 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
       cost = PriceRowWise(graph, op, recipe);
       break;
     case OpClass::kCopy:
-      cost = PriceCopy(graph, op, recipe, *source);
+      cost = rows ? PriceRows(graph, op, recipe, sources)
+                  : PriceCopy(graph, op, recipe, *source);
       break;
     case OpClass::kAttention:
       cost = PriceAttention(graph, op, recipe, *source);
@@ -545,6 +562,34 @@ StatusOr<TransferCost> Coster::Redistribution(std::span<const int64_t> shape,
     }
   }
   cache_->redistributions.emplace(std::move(key), cost);
+  return cost;
+}
+
+StatusOr<OpCost> Coster::PriceRows(
+    const Graph& graph, int op, const Recipe& r,
+    std::span<const fb::OwnershipT* const> sources) const {
+  const OpNode& node = graph.op(op);
+  const ValueNode& out = graph.value(node.result);
+  std::vector<passes::RowOperand> operands;
+  for (size_t i = 0; i < node.operands.size(); ++i) {
+    operands.push_back({sources[i], graph.value(node.operands[i]).shape});
+  }
+  // The result's dtype: the verifier keeps every operand's equal to it.
+  const int eb = DTypeBytes(out.dtype);
+  const passes::RowCopyPlan plan =
+      passes::PlanRowCopies(operands, r.layout, out.shape, node.rows, eb);
+  const TransferCost t = passes::RowExchangeCost(plan, target());
+  StatusOr<int64_t> copies =
+      passes::RowCopyCycles(plan, operands, r.layout, out.shape, eb, model());
+  if (!copies.ok()) return copies.status();
+  OpCost cost;
+  cost.compute = *copies;
+  cost.exchange = t.phase_cycles;
+  cost.phases = t.transfers > 0 ? 1 : 0;
+  cost.exchange_bytes = t.bytes_received;
+  cost.detail = "copy rows: phase " + std::to_string(t.phase_cycles) + " (" +
+                std::to_string(t.transfers) + " transfers), local copies " +
+                std::to_string(*copies);
   return cost;
 }
 

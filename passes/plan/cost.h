@@ -102,9 +102,13 @@ class Coster {
   fb::DType GemmDType(const Graph& graph, int op) const;
 
   // The op's price under `recipe` when its staged or source operand is
-  // owned `source` (ignored by ops without such an operand). Memoized.
-  StatusOr<OpCost> PriceOp(const Graph& graph, int op, const Recipe& recipe,
-                           const fb::OwnershipT* source) const;
+  // owned `source` (ignored by ops without such an operand). A CopyRows
+  // reads every operand as it is: `sources` then holds each operand's
+  // ownership, in operand order (`source` is the first). Memoized.
+  StatusOr<OpCost> PriceOp(
+      const Graph& graph, int op, const Recipe& recipe,
+      const fb::OwnershipT* source,
+      std::span<const fb::OwnershipT* const> sources = {}) const;
 
   // A redistribution as the lowering emits it: the ownership algebra's
   // exchange phase, and per tile the local copies of PlanTransfers, one
@@ -141,6 +145,10 @@ class Coster {
                                   const fb::OwnershipT& qkv_owner) const;
   StatusOr<OpCost> PriceRowWise(const Graph& graph, int op,
                                 const Recipe& recipe) const;
+  // A CopyRows as the lowering emits it (passes/core/row_plan.h).
+  StatusOr<OpCost> PriceRows(
+      const Graph& graph, int op, const Recipe& recipe,
+      std::span<const fb::OwnershipT* const> sources) const;
   StatusOr<OpCost> PriceCopy(const Graph& graph, int op, const Recipe& recipe,
                              const fb::OwnershipT& source) const;
   // Cycles of one elementwise step on a [rows, w] piece.

@@ -28,6 +28,7 @@
 #include "passes/lower/hand_plan.h"
 #include "passes/pipeline/pipeline.h"
 #include "passes/plan/planner.h"
+#include "passes/plan/test_modules.h"
 
 namespace tilec::plan {
 namespace {
@@ -76,6 +77,11 @@ void FuseBiasGeluCast(fb::ModuleT* m) {
     v->fp8_scale_exp = 4;
   }
   gelu->kind = fb::OpKind::Cast;
+}
+
+// The three row movements of issue 12 in place of the imported block.
+void RowMovements(fb::ModuleT* m) {
+  *m = RowMovementModule("tiny", 3, 5, 32, 24);
 }
 
 fb::ModuleT Import(const Case& c) {
@@ -143,7 +149,9 @@ std::map<uint32_t, Lowered> Pipeline(const Case& c, int64_t attempts,
     const std::string what =
         std::string(c.name) + " op " + std::to_string(op->id) + " " + op->name;
     const Lowered& l = out[op->id];
-    const bool redistribute = op->kind == fb::OpKind::Redistribute;
+    // A row copy's pieces are counted as a redistribution's are.
+    const bool redistribute = op->kind == fb::OpKind::Redistribute ||
+                              op->kind == fb::OpKind::CopyRows;
     const bool staged_gemm = op->recipe &&
                              op->recipe->kind == fb::RecipeKind::Gemm &&
                              op->recipe->staging != fb::Staging::Complete;
@@ -201,6 +209,9 @@ INSTANTIATE_TEST_SUITE_P(
         // A fused bias add + GELU + cast to FP8: one kernel writing FP8.
         Case{"fused_bias_gelu_fp8", "siglip-so400m-384", 12, 32, 64, "",
              FuseBiasGeluCast},
+        // A class token prepended, a position table broadcast, class rows
+        // picked (CopyRows).
+        Case{"copy_rows", "vit-b16-224", 10, 48, 96, "", RowMovements},
         // Strided local parts: rows of the LayerNorm output copied into
         // K-split panels.
         Case{"strided_local_parts", "vit-b16-224", 16, 64, 128,

@@ -165,6 +165,14 @@ Status ClassifyOp(const fb::ModuleT& module, const fb::OperationT& op,
       node.op_class = OpClass::kCopy;
       node.slots = {SlotRole::kSource};
       break;
+    case fb::OpKind::CopyRows:
+      // Data movement like a Redistribute: every operand is read where it
+      // is, the result owned as the recipe says (passes/core/row_plan.h).
+      TILEC_RETURN_IF_ERROR(need_rank2());
+      node.op_class = OpClass::kCopy;
+      node.slots.assign(arity, SlotRole::kSource);
+      node.rows = ir::RowSegments(op);
+      break;
     case fb::OpKind::Patchify:
       // The host writes the patches of an image input (docs/import-
       // onnx.md); a computed image would need a device-side gather.
@@ -199,6 +207,11 @@ std::string OpLine(const fb::OperationT& op) {
   for (const auto& step : op.body) {
     line += " " + std::to_string(static_cast<int>(step->kind)) + ":" +
             std::to_string(step->operand);
+  }
+  for (const auto& r : op.rows) {
+    line += " rows " + std::to_string(r->operand) + ":" +
+            std::to_string(r->first) + "+" + std::to_string(r->count) + "@" +
+            std::to_string(r->at);
   }
   return line;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "formats/basics.h"
+#include "formats/op_shapes.h"
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "kernels/fused_body.h"
@@ -29,7 +30,7 @@ enum class SlotRole {
   kLayout,    // must be in the op's layout (elementwise, row-wise input)
   kVector,    // [C] broadcast along rows: bias of a bias add
   kRowParam,  // [w] per-row parameter of a row-wise op: gamma, beta
-  kSource,    // the source of a Redistribute: taken as it is
+  kSource,    // the source of a Redistribute or a CopyRows: taken as it is
   kProbs,     // attention probabilities: the rows each context tile reads
   kQuery,     // cross-attention queries: the rows each scores tile reads
   kHostImage, // an image input the host transforms as it writes it: never
@@ -74,6 +75,8 @@ struct OpNode {
   // Attention: heads and head size; `staged` is the qkv operand's slot.
   int heads = 0, head_dim = 0;
   int staged = 0;
+  // CopyRows: its segments (Operation.rows).
+  std::vector<ir::RowSegment> rows;
 };
 
 // A repeat of the module (Module.repeats, docs/repeat.md) in graph indices:

@@ -191,6 +191,12 @@ Status PriceOpsAndRedistributions(const Graph& graph, const Coster& coster,
     const int region = graph.RepeatOf(op);
     const int runs = graph.Runs(op);
     const fb::OwnershipT* source = nullptr;
+    std::vector<const fb::OwnershipT*> sources;
+    if (node.kind == fb::OpKind::CopyRows) {
+      for (int v : node.operands) {
+        sources.push_back(&ReadOwner(graph, *e, v, op));
+      }
+    }
     if (node.op_class == OpClass::kGemm || node.op_class == OpClass::kCopy) {
       source = &ReadOwner(graph, *e, node.operands[0], op);
     } else if (node.op_class == OpClass::kAttention) {
@@ -228,7 +234,7 @@ Status PriceOpsAndRedistributions(const Graph& graph, const Coster& coster,
       }
       e->redistributions[i].uses.push_back(use);
     }
-    StatusOr<OpCost> cost = coster.PriceOp(graph, op, r, source);
+    StatusOr<OpCost> cost = coster.PriceOp(graph, op, r, source, sources);
     if (!cost.ok()) return cost.status();
     e->ops[op] = *cost;
     e->total_cycles += runs * cost->Cycles();

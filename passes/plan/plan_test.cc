@@ -1079,5 +1079,85 @@ TEST(PlanPatchifyRefusalTest, OnlyGraphInputsArePatchifiedAndHostTakesNoOptions)
   EXPECT_EQ(R("host").Text(), "host");
 }
 
+// ---------------------------------------------------------------- copy rows
+
+// 3 images of 5 patches, width 32, a [32, 24] head: ops 0 (class token
+// prepended), 1 (positions broadcast), 2 add, 3 head GEMM, 4 (class rows
+// picked).
+fb::ModuleT RowMovements() { return RowMovementModule("tiny", 3, 5, 32, 24); }
+
+TEST(PlanCopyRowsTest, CopiesReadEveryOperandWhereItIs) {
+  Fixture f(RowMovements());
+  for (int op : {0, 1, 4}) {
+    const OpNode& node = f.graph.op(op);
+    EXPECT_EQ(node.op_class, OpClass::kCopy);
+    EXPECT_EQ(node.slots,
+              std::vector<SlotRole>(node.operands.size(), SlotRole::kSource));
+    EXPECT_EQ(node.rows.size(), 3u * (op == 0 ? 2 : 1));
+    EXPECT_FALSE(
+        f.coster.Required(f.graph, op, R("copy blocked(3x1)"), 0).has_value());
+  }
+  EXPECT_FALSE(f.coster.CheckRecipe(f.graph, 4, R("elementwise blocked(3x1)"))
+                   .ok());
+}
+
+// Worked by hand on tiny: h [18, 24] F16 in blocked(2x1) (rows 0-8 on tile
+// 0, 9-17 on tile 1); the class rows 0, 6, 12 go to result rows 0, 1, 2 on
+// tiles 0, 1, 2. Row 0 is a local copy on tile 0 (288 + 48/8 = 294
+// cycles); rows 6 (tile 0 -> 1) and 12 (tile 1 -> 2) one 48-byte transfer
+// each: 600 + max(48/4, 2 fragments x 2) = 612.
+TEST(PlanCopyRowsTest, PriceIsTheRowPlansByHand) {
+  Fixture f(RowMovements());
+  const fb::OwnershipT h = BlockedOwnership({2, 1});
+  const std::vector<const fb::OwnershipT*> sources = {&h};
+  StatusOr<OpCost> c =
+      f.coster.PriceOp(f.graph, 4, R("copy blocked(3x1)"), &h, sources);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->compute, 294);
+  EXPECT_EQ(c->exchange, 612);
+  EXPECT_EQ(c->phases, 1);
+  EXPECT_EQ(c->exchange_bytes, 96);
+  // Every source is needed: a row copy priced with one is a bug.
+  const fb::OwnershipT cls = BlockedOwnership({1, 1});
+  EXPECT_EQ(f.coster.PriceOp(f.graph, 0, R("copy blocked(3x1)"), &cls, {})
+                .status()
+                .code(),
+            StatusCode::kInternal);
+}
+
+TEST(PlanCopyRowsTest, PlannedCopiesKeepTheirOperandsAndEachChoiceIsLogged) {
+  fb::ModuleT m = RowMovements();
+  PlannerOptions options;
+  options.attempts = 16;
+  const Status s = Plan(options, &m);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_TRUE(ir::VerifyModule(m).ok());
+  std::set<uint32_t> copies;
+  for (const auto& op : m.ops) {
+    if (op->kind != fb::OpKind::CopyRows) continue;
+    copies.insert(op->id);
+    ASSERT_TRUE(op->recipe && op->estimate) << op->name;
+    EXPECT_EQ(op->recipe->kind, fb::RecipeKind::Copy);
+    // No Redistribute in front of a row copy: it reads where things are.
+    for (uint32_t v : op->operands) EXPECT_LE(v, 8u) << op->name;
+    std::printf("%s: %s, %lld cycles (exchange %lld)\n", op->name.c_str(),
+                ir::RecipeText(*op->recipe).c_str(),
+                static_cast<long long>(op->estimate->cycles),
+                static_cast<long long>(op->estimate->exchange_cycles));
+  }
+  EXPECT_EQ(copies, (std::set<uint32_t>{0, 1, 4}));
+  std::set<uint32_t> chosen;
+  for (const auto& run : m.log) {
+    for (const auto& d : run->decisions) {
+      if (d->action.rfind("initial recipe: copy", 0) == 0 &&
+          d->ops.size() == 1) {
+        chosen.insert(d->ops[0]);
+        EXPECT_GT(d->cycles_after, 0);
+      }
+    }
+  }
+  EXPECT_EQ(chosen, copies);
+}
+
 }  // namespace
 }  // namespace tilec::plan

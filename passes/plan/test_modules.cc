@@ -121,4 +121,76 @@ fb::ModuleT PatchEmbeddingModule(const std::string& target, int64_t side,
   return m;
 }
 
+fb::ModuleT RowMovementModule(const std::string& target, int64_t images,
+                              int64_t patches, int64_t width, int64_t n) {
+  fb::ModuleT m;
+  m.target = std::make_unique<fb::TargetT>();
+  EXPECT_TRUE(ir::LoadTarget(target, m.target.get()).ok());
+  auto value = [&](const char* name, std::vector<int64_t> shape,
+                   fb::ValueRole role) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->id = static_cast<uint32_t>(m.values.size());
+    v->name = name;
+    v->shape = std::move(shape);
+    v->dtype = fb::DType::F16;
+    v->role = role;
+    if (role == fb::ValueRole::Input || role == fb::ValueRole::Weight) {
+      v->init = std::make_unique<fb::WeightInitT>();
+      v->init->distribution = fb::Distribution::Gaussian;
+      v->init->seed = 11 + v->id;
+      v->init->stddev = role == fb::ValueRole::Weight ? 0.1f : 1.0f;
+    }
+    m.values.push_back(std::move(v));
+    return m.values.back()->id;
+  };
+  auto op = [&](fb::OpKind kind, const char* name,
+                std::vector<uint32_t> operands, uint32_t result) {
+    auto o = std::make_unique<fb::OperationT>();
+    o->id = static_cast<uint32_t>(m.ops.size());
+    o->kind = kind;
+    o->name = name;
+    o->operands = std::move(operands);
+    o->results = {result};
+    m.ops.push_back(std::move(o));
+    return m.ops.back().get();
+  };
+  auto segment = [](fb::OperationT* o, uint32_t operand, int64_t first,
+                    int64_t count, int64_t at) {
+    auto r = std::make_unique<fb::RowCopyT>();
+    r->operand = operand;
+    r->first = first;
+    r->count = count;
+    r->at = at;
+    o->rows.push_back(std::move(r));
+  };
+  const int64_t tokens = patches + 1, rows = images * tokens;
+  const uint32_t patch = value("patches", {images * patches, width},
+                               fb::ValueRole::Input);
+  const uint32_t cls = value("embed.class", {1, width}, fb::ValueRole::Weight);
+  const uint32_t pos =
+      value("embed.positions", {tokens, width}, fb::ValueRole::Weight);
+  const uint32_t w = value("head.w", {width, n}, fb::ValueRole::Weight);
+  const uint32_t t = value("tokens", {rows, width}, fb::ValueRole::Activation);
+  const uint32_t p =
+      value("positions", {rows, width}, fb::ValueRole::Activation);
+  const uint32_t x = value("x", {rows, width}, fb::ValueRole::Activation);
+  const uint32_t h = value("h", {rows, n}, fb::ValueRole::Activation);
+  const uint32_t head = value("head", {images, n}, fb::ValueRole::Output);
+  fb::OperationT* prepend = op(fb::OpKind::CopyRows, "embed.class", {cls, patch}, t);
+  fb::OperationT* broadcast =
+      op(fb::OpKind::CopyRows, "embed.positions", {pos}, p);
+  op(fb::OpKind::Add, "embed.add", {t, p}, x);
+  op(fb::OpKind::MatMul, "head.mm", {x, w}, h);
+  fb::OperationT* pick = op(fb::OpKind::CopyRows, "head.pick", {h}, head);
+  for (int64_t b = 0; b < images; ++b) {
+    segment(prepend, 0, 0, 1, b * tokens);
+    segment(prepend, 1, b * patches, patches, b * tokens + 1);
+    segment(broadcast, 0, 0, tokens, b * tokens);
+    segment(pick, 0, b * tokens, 1, b);
+  }
+  const Status ok = ir::VerifyModule(m);
+  EXPECT_TRUE(ok.ok()) << ok.message();
+  return m;
+}
+
 }  // namespace tilec::plan

@@ -34,6 +34,15 @@ fb::ModuleT WithOpAfterBody(fb::ModuleT m, fb::OpKind kind);
 fb::ModuleT PatchEmbeddingModule(const std::string& target, int64_t side,
                                  int64_t patch, int64_t width);
 
+// The three row movements of issue 12 on `target`, all F16 with seeded
+// contents: patches [B*P, D] (input) with a class token cls [1, D] (weight)
+// prepended per image (CopyRows -> tokens [B*(P+1), D]); a position table
+// pos [P+1, D] (weight) broadcast over the batch (CopyRows -> positions);
+// x = tokens + positions; h = x w [D, N] (weight); and each image's class
+// row of h picked for a head (CopyRows -> head [B, N], the output).
+fb::ModuleT RowMovementModule(const std::string& target, int64_t images,
+                              int64_t patches, int64_t width, int64_t n);
+
 }  // namespace tilec::plan
 
 #endif  // TILEC_PASSES_PLAN_TEST_MODULES_H_
