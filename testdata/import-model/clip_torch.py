@@ -9,8 +9,12 @@ generated (its --all dump's pixel_values.npy), runs the model as Hugging
 Face's CLIP does (bias-free patch convolution, class token, positions,
 pre_layrnorm, pre-norm layers with quick GELU, post_layernorm of the class
 token, visual_projection) in float64, and writes the [B, 768] embedding as
-float32 .npy. Run once by hand when the checkpoint's contents change;
-safetensors_test.sh compares import-model's graph with the saved output.
+float32 .npy. Run once by hand (Debian's python3-torch) when the
+checkpoint's contents change, as
+  clip_torch.py ckpt-clip.safetensors dump/pixel_values.npy 32 2 2 \
+      clip-torch-expected.npy
+on safetensors_test.sh's files; the test compares import-model's graph
+with the saved output.
 """
 import json
 import struct

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# safetensors_test.sh IMPORT_MODEL RUN_REFERENCE CHECKPOINT_PY
+# safetensors_test.sh IMPORT_MODEL RUN_REFERENCE CHECKPOINT_PY NPY_COMPARE CLIP_EXPECTED
 # import-model --weights on checkpoints written by safetensors_checkpoint.py
 # in each dtype: every weight of the graph is the checkpoint's tensor
 # (checked from run-reference's dumps), the IR names a checksummed sidecar,
 # and broken checkpoints exit 2 with one line naming the tensor and file.
 set -euo pipefail
-import=$1 reference=$2 checkpoint=$3
+import=$1 reference=$2 checkpoint=$3 compare=$4 expected=$5
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 W=32 M=48 L=2
@@ -23,6 +23,10 @@ python3 "$checkpoint" write-clip "$out" $W $M $L
   --weights="$out/ckpt-clip.safetensors" -o "$out/clip.tilec"
 "$reference" "$out/clip.tilec" --all --out_dir="$out/dump-clip" -o - >/dev/null
 python3 "$checkpoint" check "$out/ckpt-clip.safetensors" "$out/dump-clip" $W $M $L
+# The graph computes what PyTorch's CLIP computes on these weights and this
+# image (clip_torch.py wrote the expected embedding): the reference's F16
+# storage keeps it within 2e-3.
+"$compare" "$expected" "$out/dump-clip/head.proj.out.npy" 2e-3 0.99999
 # A later checkpoint layer for a one-layer graph.
 "$import" "${flags[@]}" --part=layer --weights="$out/ckpt-F32.safetensors" --weights_first_layer=1 -o "$out/l1.tilec"
 # A corrupted sidecar is caught by its checksum.
