@@ -94,6 +94,22 @@ bool IsRedistributed(const fb::ModuleT& planned, uint32_t value) {
   return false;
 }
 
+// A weight whose first reader is a row copy is owned as that copy's result
+// (a copy reads its operands where they are) unless the planner put it in
+// a home: an ownership other than the copy's layout is its home.
+bool RowCopiedFromHome(const fb::ModuleT& planned, const fb::ValueT& v) {
+  for (const auto& op : planned.ops) {
+    if (std::find(op->operands.begin(), op->operands.end(), v.id) ==
+        op->operands.end()) {
+      continue;
+    }
+    return op->kind == fb::OpKind::CopyRows && op->recipe &&
+           op->recipe->layout &&
+           !passes::SameOwnership(*v.ownership, *op->recipe->layout);
+  }
+  return false;
+}
+
 // The planner's Redistribute ops of a module, to be read back out of it.
 struct Copies {
   // Each copy's result stands for its source (copies of copies included).
@@ -157,10 +173,14 @@ StatusOr<PlannedGraph> Unplan(const fb::ModuleT& planned) {
   }
   m.ops = std::move(ops);
   // A weight that only redistributions read is in a home (docs/planning.md,
-  // "Weight homes"): the plan keeps it there.
+  // "Weight homes"): the plan keeps it there. Row copies read a weight
+  // where it is, home or not (RowCopiedFromHome tells).
   std::set<uint32_t> read_directly;
   for (const auto& op : planned.ops) {
-    if (op->kind == fb::OpKind::Redistribute) continue;
+    if (op->kind == fb::OpKind::Redistribute ||
+        op->kind == fb::OpKind::CopyRows) {
+      continue;
+    }
     read_directly.insert(op->operands.begin(), op->operands.end());
   }
   std::vector<std::unique_ptr<fb::ValueT>> values;
@@ -168,7 +188,7 @@ StatusOr<PlannedGraph> Unplan(const fb::ModuleT& planned) {
     if (copy_results.count(v->id) || edge_input.count(v->id)) continue;
     if (v->role == fb::ValueRole::Weight && v->ownership &&
         !read_directly.count(v->id) &&
-        IsRedistributed(planned, v->id)) {
+        (IsRedistributed(planned, v->id) || RowCopiedFromHome(planned, *v))) {
       out.plan.homes.resize(m.values.size());
       out.plan.homes[values.size()] = *v->ownership;
     }

@@ -269,6 +269,38 @@ TEST(FuseElementwiseTest, UnplanKeepsThePlansPrice) {
   EXPECT_EQ(e->total_cycles, written);
 }
 
+// Row copies read their weights where they are: read back, a weight owned
+// as its copy's layout has no home, one owned otherwise is in its home, and
+// the plan prices as the planner wrote it.
+TEST(FuseElementwiseTest, UnplanKeepsARowCopiedWeightsHome) {
+  fb::ModuleT planned = Planned(plan::RowMovementModule("tiny", 3, 5, 32, 24));
+  int64_t written = 0;
+  for (const auto& op : planned.ops) written += op->estimate->cycles;
+  {
+    StatusOr<PlannedGraph> pg = Unplan(planned);
+    ASSERT_TRUE(pg.ok()) << pg.status().message();
+    EXPECT_TRUE(pg->plan.homes.empty());
+    StatusOr<plan::Graph> graph = plan::Graph::Build(pg->module);
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    StatusOr<plan::Coster> coster =
+        plan::Coster::Create(*planned.target, plan::PriceOptions{});
+    ASSERT_TRUE(coster.ok());
+    StatusOr<plan::Evaluation> e =
+        plan::Evaluate(*graph, *coster, pg->plan, plan::EvalMode::kFull);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    EXPECT_EQ(e->total_cycles, written);
+  }
+  // The class token (value 1) moved to a home of its own on tile 7.
+  const fb::OwnershipT home = passes::BlockedOwnership({1, 1}, 1, 7);
+  *planned.values[1]->ownership = home;
+  StatusOr<PlannedGraph> pg = Unplan(planned);
+  ASSERT_TRUE(pg.ok()) << pg.status().message();
+  ASSERT_EQ(pg->plan.homes.size(), pg->module.values.size());
+  ASSERT_NE(pg->plan.Home(1), nullptr);
+  EXPECT_TRUE(passes::SameOwnership(*pg->plan.Home(1), home));
+  EXPECT_EQ(pg->plan.Home(2), nullptr);
+}
+
 TEST(FuseElementwiseTest, ResidualOperandInSlotOneIsRemapped) {
   Builder b;
   const uint32_t x = b.Value("x", {16, 64}, fb::ValueRole::Input);

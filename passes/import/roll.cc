@@ -60,8 +60,22 @@ bool SameValueType(const fb::ValueT& a, const fb::ValueT& b) {
          a.fp8_scale_exp == b.fp8_scale_exp;
 }
 
+// Row copies are alike only with the same segments.
+bool SameRows(const fb::OperationT& a, const fb::OperationT& b) {
+  if (a.rows.size() != b.rows.size()) return false;
+  for (size_t i = 0; i < a.rows.size(); ++i) {
+    const fb::RowCopyT* x = a.rows[i].get();
+    const fb::RowCopyT* y = b.rows[i].get();
+    if (!x || !y || x->operand != y->operand || x->first != y->first ||
+        x->count != y->count || x->at != y->at) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool SameAttributes(const fb::OperationT& a, const fb::OperationT& b) {
-  return a.kind == b.kind && a.eps == b.eps && a.gelu == b.gelu &&
+  return SameRows(a, b) && a.kind == b.kind && a.eps == b.eps && a.gelu == b.gelu &&
          a.heads == b.heads && a.head_dim == b.head_dim &&
          a.scale == b.scale && a.patch == b.patch && a.body.empty() &&
          b.body.empty() && a.operands.size() == b.operands.size() &&

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdlib>
 #include <map>
 
@@ -19,6 +20,7 @@
 #include "formats/print.h"
 #include "passes/import/model_builder.h"
 #include "passes/lower/expand_reduce.h"
+#include "passes/core/ownership.h"
 #include "passes/lower/hand_plan.h"
 
 namespace tilec::lower {
@@ -67,6 +69,93 @@ SimCheck EmitAndSimulate(fb::ModuleT* m, const sim::Tolerance& tol,
     EXPECT_TRUE(ir::WriteModule(*m, "emit_device_test", path).ok());
   }
   return check;
+}
+
+// Row copies on placements the planner would not pick, by hand: a class
+// token on tile 9 before patches held twice (blocked(2x1, rep=2) on tiles
+// 0-3: the replicas share the sending) into rows on tiles 4-7; a position
+// table on tile 5 broadcast to two images held whole on tile 0 (one
+// multicast naming tile 0 twice); class rows picked from flat grains
+// (pieces cut mid-row) onto tiles 6-7, tile 7 holding part of its row.
+TEST(EmitDeviceTest, CopyRowsOnHandPlacements) {
+  fb::ModuleT m;
+  m.target = std::make_unique<fb::TargetT>();
+  ASSERT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
+  auto value = [&](const char* name, std::vector<int64_t> shape,
+                   fb::ValueRole role, fb::OwnershipT owner) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->id = static_cast<uint32_t>(m.values.size());
+    v->name = name;
+    v->shape = std::move(shape);
+    v->dtype = fb::DType::F16;
+    v->role = role;
+    if (role == fb::ValueRole::Input || role == fb::ValueRole::Weight) {
+      v->init = std::make_unique<fb::WeightInitT>();
+      v->init->seed = 40 + v->id;
+      v->init->stddev = 1.0f;
+    }
+    v->ownership = std::make_unique<fb::OwnershipT>(std::move(owner));
+    m.values.push_back(std::move(v));
+    return m.values.back()->id;
+  };
+  auto copy = [&](const char* name, std::vector<uint32_t> operands,
+                  uint32_t result,
+                  std::vector<std::array<int64_t, 4>> segments) {
+    auto op = std::make_unique<fb::OperationT>();
+    op->id = static_cast<uint32_t>(m.ops.size());
+    op->kind = fb::OpKind::CopyRows;
+    op->name = name;
+    op->operands = std::move(operands);
+    op->results = {result};
+    for (const auto& [k, first, count, at] : segments) {
+      auto r = std::make_unique<fb::RowCopyT>();
+      r->operand = static_cast<uint32_t>(k);
+      r->first = first;
+      r->count = count;
+      r->at = at;
+      op->rows.push_back(std::move(r));
+    }
+    op->recipe = std::make_unique<fb::RecipeT>();
+    op->recipe->kind = fb::RecipeKind::Copy;
+    op->recipe->layout = std::make_unique<fb::OwnershipT>(
+        *m.values[result]->ownership);
+    m.ops.push_back(std::move(op));
+  };
+  using passes::BlockedOwnership;
+  using passes::FlatOwnership;
+  const uint32_t patches = value("patches", {6, 8}, fb::ValueRole::Input,
+                                 BlockedOwnership({2, 1}, 2));
+  const uint32_t cls = value("cls", {1, 8}, fb::ValueRole::Weight,
+                             BlockedOwnership({1, 1}, 1, 9));
+  const uint32_t pos = value("pos", {4, 8}, fb::ValueRole::Weight,
+                             BlockedOwnership({1, 1}, 1, 5));
+  const uint32_t tokens = value("tokens", {8, 8}, fb::ValueRole::Output,
+                                BlockedOwnership({4, 1}, 1, 4));
+  const uint32_t positions = value("positions", {8, 8},
+                                   fb::ValueRole::Output,
+                                   BlockedOwnership({1, 1}));
+  const uint32_t x = value("x", {8, 6}, fb::ValueRole::Input,
+                           FlatOwnership(4, 12));
+  const uint32_t heads = value("heads", {2, 6}, fb::ValueRole::Output,
+                               BlockedOwnership({2, 1}, 1, 6));
+  copy("prepend", {cls, patches}, tokens,
+       {{0, 0, 1, 0}, {1, 0, 3, 1}, {0, 0, 1, 4}, {1, 3, 3, 5}});
+  copy("broadcast", {pos}, positions, {{0, 0, 4, 0}, {0, 0, 4, 4}});
+  copy("pick", {x}, heads, {{0, 0, 1, 0}, {0, 4, 1, 1}});
+  ASSERT_TRUE(ir::VerifyModule(m).ok()) << ir::VerifyModule(m).message();
+  const SimCheck check = EmitAndSimulate(&m, kExact);
+  EXPECT_EQ(check.max_abs_err, 0);
+  // The broadcast: tile 5 sends each piece once, to tile 0 twice.
+  int to_tile_zero_twice = 0;
+  for (const auto& step : m.program->supersteps) {
+    for (const auto& t : step->exchange) {
+      if (t->src_tile != 5) continue;
+      int zero = 0;
+      for (const auto& d : t->destinations) zero += d->tile == 0;
+      to_tile_zero_twice += zero == 2;
+    }
+  }
+  EXPECT_GE(to_tile_zero_twice, 1);
 }
 
 TEST(EmitDeviceTest, KSplitBothGemms) {

@@ -1159,5 +1159,41 @@ TEST(PlanCopyRowsTest, PlannedCopiesKeepTheirOperandsAndEachChoiceIsLogged) {
   EXPECT_EQ(chosen, copies);
 }
 
+// Row copies read weights where they are, home or not: promoting a weight
+// that only a CopyRows reads is weighed like a redistributed one, by the
+// copy's price in each place.
+TEST(PlanCopyRowsTest, WeightsOnlyCopiedAreWeighedForPromotion) {
+  Fixture f(RowMovements());
+  Search search(f.graph, f.coster, {});
+  ASSERT_TRUE(search.Initialize().ok());
+  struct Plan homes = WithAllHomes(f.graph, f.coster, search.incumbent());
+  StatusOr<Evaluation> e = Evaluate(f.graph, f.coster, homes, EvalMode::kFull);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  // The class token and position table are read from their homes: no
+  // redistribution of them.
+  for (const Redistribution& r : e->redistributions) {
+    EXPECT_NE(r.value, 1);
+    EXPECT_NE(r.value, 2);
+  }
+  std::vector<fb::DecisionT> decisions;
+  ASSERT_TRUE(PromoteWeights(f.graph, f.coster, &homes, &*e,
+                             [&](fb::DecisionT d) {
+                               decisions.push_back(std::move(d));
+                             })
+                  .ok());
+  int weighed = 0;
+  for (const fb::DecisionT& d : decisions) {
+    if (d.action.find("embed.") == std::string::npos) continue;
+    ++weighed;
+    EXPECT_EQ(d.action.find("stays in its home"), std::string::npos)
+        << d.action;
+    EXPECT_NE(d.outcome, fb::Outcome::Info) << d.action;
+    std::printf("%s: %s (%lld -> %lld)\n", d.action.c_str(), d.reason.c_str(),
+                static_cast<long long>(d.cycles_before),
+                static_cast<long long>(d.cycles_after));
+  }
+  EXPECT_EQ(weighed, 2);
+}
+
 }  // namespace
 }  // namespace tilec::plan

@@ -34,6 +34,7 @@ struct Candidate {
   int value = -1;
   int64_t saved = 0;  // cycles, with everything else as it is
   int64_t bytes = 0;  // compute-layout bytes on its busiest tile
+  bool row_copied = false;  // a CopyRows reads it
 };
 
 std::string Label(const ValueNode& v) {
@@ -50,7 +51,15 @@ Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
   std::vector<Candidate> ranked;
   for (int v = 0; v < graph.num_values(); ++v) {
     if (!plan->Home(v)) continue;
-    if (std::none_of(eval->redistributions.begin(),
+    // A row copy reads the weight where it is, so its price depends on
+    // home or compute layout as a redistribution's does.
+    const bool row_copied = std::any_of(
+        graph.value(v).uses.begin(), graph.value(v).uses.end(),
+        [&graph](const std::pair<int, int>& use) {
+          return graph.op(use.first).kind == fb::OpKind::CopyRows;
+        });
+    if (!row_copied &&
+        std::none_of(eval->redistributions.begin(),
                      eval->redistributions.end(),
                      [v](const Redistribution& r) { return r.value == v; })) {
       fb::DecisionT d;
@@ -72,6 +81,7 @@ Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
     Candidate c;
     c.value = v;
     c.saved = eval->total_cycles - e->total_cycles;
+    c.row_copied = row_copied;
     // A body weight's twins take its ownership: promoting it keeps every
     // iteration's copy in compute layout.
     c.bytes = graph.Copies(v) *
@@ -113,13 +123,16 @@ Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
       d.reason = "rejected by memory: " + e->Diagnosis();
     } else if (e->total_cycles >= eval->total_cycles) {
       d.outcome = fb::Outcome::Rejected;
-      d.reason = "rejected by cost: the redistribution from its home saves "
-                 "nothing";
+      d.reason = c.row_copied ? "rejected by cost: its row copies are no "
+                                "cheaper from compute layout"
+                              : "rejected by cost: the redistribution from "
+                                "its home saves nothing";
     } else {
       d.outcome = fb::Outcome::Accepted;
       d.reason = "the whole program still fits; saves " +
                  std::to_string(eval->total_cycles - e->total_cycles) +
-                 " cycles of redistribution from its home";
+                 (c.row_copied ? " cycles of its row copies"
+                               : " cycles of redistribution from its home");
       *plan = std::move(trial);
       *eval = std::move(*e);
     }

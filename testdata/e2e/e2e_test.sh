@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e_test.sh TOOLS_DIR RECIPE|- [import-model flags...]
+# e2e_test.sh TOOLS_DIR RECIPE|- [--f16] [import-model flags... | --module=PATH]
 # The whole pipeline through the tools, as scripts/compile.sh runs it
 # (import-model, then every pass of passes/pipeline/PIPELINE: FP8 GEMMs
 # from quantize-fp8 unless --f16 comes first), then
@@ -19,7 +19,12 @@ if [ "${1:-}" = --f16 ]; then
 fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-tilec_tool "$tools" import-model --target=tiny "$@" -o "$out/0.tilec"
+# --module=PATH: that module (with its target) instead of import-model's.
+if [ "${1#--module=}" != "${1:-}" ]; then
+  cp "${1#--module=}" "$out/0.tilec"
+else
+  tilec_tool "$tools" import-model --target=tiny "$@" -o "$out/0.tilec"
+fi
 PLAN_OWNERSHIP_FLAGS="--attempts=16"
 [ "$recipe" != - ] && PLAN_OWNERSHIP_FLAGS+=" --recipe=$recipe"
 export PLAN_OWNERSHIP_FLAGS
