@@ -1,4 +1,5 @@
 #include "formats/ir.h"
+#include "formats/op_shapes.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -414,15 +415,8 @@ fb::ModuleT CopyRowsModule() {
   op->name = "pick";
   op->operands = {0};
   op->results = {1};
-  auto segment = [&op](int64_t first, int64_t count, int64_t at) {
-    auto r = std::make_unique<fb::RowCopyT>();
-    r->first = first;
-    r->count = count;
-    r->at = at;
-    op->rows.push_back(std::move(r));
-  };
-  segment(3, 1, 0);
-  segment(0, 2, 1);
+  AppendRowSegment({0, 3, 1, 0}, op.get());
+  AppendRowSegment({0, 0, 2, 1}, op.get());
   m.ops.push_back(std::move(op));
   return m;
 }

@@ -1,6 +1,7 @@
 #include "formats/op_shapes.h"
 
 #include <cstdint>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -368,6 +369,15 @@ std::vector<RowSegment> RowSegments(const fb::OperationT& op) {
     out.push_back({r->operand, r->first, r->count, r->at});
   }
   return out;
+}
+
+void AppendRowSegment(const RowSegment& segment, fb::OperationT* op) {
+  auto r = std::make_unique<fb::RowCopyT>();
+  r->operand = segment.operand;
+  r->first = segment.first;
+  r->count = segment.count;
+  r->at = segment.at;
+  op->rows.push_back(std::move(r));
 }
 
 std::vector<RowSegment> RowSegments(const fb::Operation& op) {

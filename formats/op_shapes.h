@@ -93,6 +93,9 @@ Status CheckOpShapes(const fb::Operation& op, const fb::Module& module);
 std::vector<RowSegment> RowSegments(const fb::OperationT& op);
 std::vector<RowSegment> RowSegments(const fb::Operation& op);
 
+// Appends `segment` to a CopyRows op's segments.
+void AppendRowSegment(const RowSegment& segment, fb::OperationT* op);
+
 // "[729,1152]": the format used in the messages above.
 std::string ShapeToString(const std::vector<int64_t>& shape);
 

@@ -410,13 +410,7 @@ TEST(OpShapes, CopyRowsSegmentsFromModules) {
   op->name = "pick";
   op->operands = {4};
   op->results = {5};
-  for (int64_t at : {0, 1}) {
-    auto r = std::make_unique<fb::RowCopyT>();
-    r->first = 3 * at;
-    r->count = 1;
-    r->at = at;
-    op->rows.push_back(std::move(r));
-  }
+  for (int64_t at : {0, 1}) AppendRowSegment({0, 3 * at, 1, at}, op.get());
   m.ops.push_back(std::move(op));
   EXPECT_EQ(CheckOpShapes(*m.ops[2], m).message(), "");
   m.ops[2]->rows[1]->first = 4;

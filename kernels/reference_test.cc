@@ -9,6 +9,7 @@
 #include <set>
 
 #include "formats/ir.h"
+#include "formats/op_shapes.h"
 #include "formats/repeat.h"
 #include "kernels/npy.h"
 #include "kernels/numerics.h"
@@ -678,12 +679,7 @@ TEST(ReferenceTest, CopyRowsMovesRowsExactly) {
                               {heads});
   auto segment = [](fb::OperationT* op, uint32_t operand, int64_t first,
                     int64_t count, int64_t at) {
-    auto r = std::make_unique<fb::RowCopyT>();
-    r->operand = operand;
-    r->first = first;
-    r->count = count;
-    r->at = at;
-    op->rows.push_back(std::move(r));
+    ir::AppendRowSegment({operand, first, count, at}, op);
   };
   for (int64_t b = 0; b < kB; ++b) {
     segment(prepend, 0, 0, 1, b * (kP + 1));

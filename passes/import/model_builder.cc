@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "formats/ir.h"
+#include "formats/op_shapes.h"
 #include "passes/import/roll.h"
 
 namespace tilec::passes {
@@ -117,14 +118,7 @@ bool ElementsFit(std::initializer_list<int64_t> factors) {
 }
 
 
-// Result rows [at, at + count) are rows [first, first + count) of operand
-// `operand` (fb::RowCopy).
-struct RowSegment {
-  uint32_t operand;
-  int64_t first;
-  int64_t count;
-  int64_t at;
-};
+using ir::RowSegment;
 
 // Appends values and ops with dense ids; all the naming happens here so the
 // scheme in the header has one implementation.
@@ -256,14 +250,7 @@ class GraphBuilder {
     const int64_t rows = segments.back().at + segments.back().count;
     fb::OperationT* op = NewOp(fb::OpKind::CopyRows, name,
                                std::move(operands), {rows, config_.width});
-    for (const RowSegment& s : segments) {
-      auto copy = std::make_unique<fb::RowCopyT>();
-      copy->operand = s.operand;
-      copy->first = s.first;
-      copy->count = s.count;
-      copy->at = s.at;
-      op->rows.push_back(std::move(copy));
-    }
+    for (const RowSegment& s : segments) ir::AppendRowSegment(s, op);
     return op->results[0];
   }
 

@@ -17,6 +17,7 @@
 #include <map>
 
 #include "formats/ir.h"
+#include "formats/op_shapes.h"
 #include "formats/print.h"
 #include "passes/import/model_builder.h"
 #include "passes/lower/expand_reduce.h"
@@ -108,12 +109,8 @@ TEST(EmitDeviceTest, CopyRowsOnHandPlacements) {
     op->operands = std::move(operands);
     op->results = {result};
     for (const auto& [k, first, count, at] : segments) {
-      auto r = std::make_unique<fb::RowCopyT>();
-      r->operand = static_cast<uint32_t>(k);
-      r->first = first;
-      r->count = count;
-      r->at = at;
-      op->rows.push_back(std::move(r));
+      ir::AppendRowSegment({static_cast<uint32_t>(k), first, count, at},
+                           op.get());
     }
     op->recipe = std::make_unique<fb::RecipeT>();
     op->recipe->kind = fb::RecipeKind::Copy;

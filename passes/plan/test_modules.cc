@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "formats/ir.h"
+#include "formats/op_shapes.h"
 
 namespace tilec::plan {
 
@@ -156,12 +157,7 @@ fb::ModuleT RowMovementModule(const std::string& target, int64_t images,
   };
   auto segment = [](fb::OperationT* o, uint32_t operand, int64_t first,
                     int64_t count, int64_t at) {
-    auto r = std::make_unique<fb::RowCopyT>();
-    r->operand = operand;
-    r->first = first;
-    r->count = count;
-    r->at = at;
-    o->rows.push_back(std::move(r));
+    ir::AppendRowSegment({operand, first, count, at}, o);
   };
   const int64_t tokens = patches + 1, rows = images * tokens;
   const uint32_t patch = value("patches", {images * patches, width},
