@@ -6,6 +6,7 @@
 #include <string>
 
 #include "formats/ir.h"
+#include "formats/test_graph.h"
 
 namespace tilec::ir {
 namespace {
@@ -34,28 +35,12 @@ struct Rolled {
 
   uint32_t Value(const std::string& name, std::vector<int64_t> shape,
                  fb::ValueRole role) {
-    auto v = std::make_unique<fb::ValueT>();
-    v->id = static_cast<uint32_t>(m.values.size());
-    v->name = name;
-    v->shape = std::move(shape);
-    v->dtype = fb::DType::F16;
-    v->role = role;
-    if (role == fb::ValueRole::Input || role == fb::ValueRole::Weight) {
-      v->init = std::make_unique<fb::WeightInitT>();
-      v->init->stddev = 1.0f;
-    }
-    m.values.push_back(std::move(v));
-    return m.values.back()->id;
+    return testing::AddValue(&m, name, std::move(shape), role);
   }
 
   void Op(fb::OpKind kind, std::vector<uint32_t> operands, uint32_t result) {
-    auto op = std::make_unique<fb::OperationT>();
-    op->id = static_cast<uint32_t>(m.ops.size());
-    op->kind = kind;
-    op->name = "op" + std::to_string(op->id);
-    op->operands = std::move(operands);
-    op->results = {result};
-    m.ops.push_back(std::move(op));
+    testing::AddOp(&m, kind, "op" + std::to_string(m.ops.size()),
+                   std::move(operands), result);
   }
 };
 

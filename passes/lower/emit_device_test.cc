@@ -17,6 +17,7 @@
 #include <map>
 
 #include "formats/ir.h"
+#include "formats/test_graph.h"
 #include "formats/op_shapes.h"
 #include "formats/print.h"
 #include "passes/import/model_builder.h"
@@ -84,39 +85,24 @@ TEST(EmitDeviceTest, CopyRowsOnHandPlacements) {
   ASSERT_TRUE(ir::LoadTarget("tiny", m.target.get()).ok());
   auto value = [&](const char* name, std::vector<int64_t> shape,
                    fb::ValueRole role, fb::OwnershipT owner) {
-    auto v = std::make_unique<fb::ValueT>();
-    v->id = static_cast<uint32_t>(m.values.size());
-    v->name = name;
-    v->shape = std::move(shape);
-    v->dtype = fb::DType::F16;
-    v->role = role;
-    if (role == fb::ValueRole::Input || role == fb::ValueRole::Weight) {
-      v->init = std::make_unique<fb::WeightInitT>();
-      v->init->seed = 40 + v->id;
-      v->init->stddev = 1.0f;
-    }
-    v->ownership = std::make_unique<fb::OwnershipT>(std::move(owner));
-    m.values.push_back(std::move(v));
-    return m.values.back()->id;
+    const uint32_t id = ir::testing::AddValue(&m, name, std::move(shape),
+                                              role, 40 + m.values.size());
+    m.values[id]->ownership =
+        std::make_unique<fb::OwnershipT>(std::move(owner));
+    return id;
   };
   auto copy = [&](const char* name, std::vector<uint32_t> operands,
                   uint32_t result,
                   std::vector<std::array<int64_t, 4>> segments) {
-    auto op = std::make_unique<fb::OperationT>();
-    op->id = static_cast<uint32_t>(m.ops.size());
-    op->kind = fb::OpKind::CopyRows;
-    op->name = name;
-    op->operands = std::move(operands);
-    op->results = {result};
+    fb::OperationT* op = ir::testing::AddOp(&m, fb::OpKind::CopyRows, name,
+                                            std::move(operands), result);
     for (const auto& [k, first, count, at] : segments) {
-      ir::AppendRowSegment({static_cast<uint32_t>(k), first, count, at},
-                           op.get());
+      ir::AppendRowSegment({static_cast<uint32_t>(k), first, count, at}, op);
     }
     op->recipe = std::make_unique<fb::RecipeT>();
     op->recipe->kind = fb::RecipeKind::Copy;
     op->recipe->layout = std::make_unique<fb::OwnershipT>(
         *m.values[result]->ownership);
-    m.ops.push_back(std::move(op));
   };
   using passes::BlockedOwnership;
   using passes::FlatOwnership;

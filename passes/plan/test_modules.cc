@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "formats/ir.h"
+#include "formats/test_graph.h"
 #include "formats/op_shapes.h"
 
 namespace tilec::plan {
@@ -129,31 +130,13 @@ fb::ModuleT RowMovementModule(const std::string& target, int64_t images,
   EXPECT_TRUE(ir::LoadTarget(target, m.target.get()).ok());
   auto value = [&](const char* name, std::vector<int64_t> shape,
                    fb::ValueRole role) {
-    auto v = std::make_unique<fb::ValueT>();
-    v->id = static_cast<uint32_t>(m.values.size());
-    v->name = name;
-    v->shape = std::move(shape);
-    v->dtype = fb::DType::F16;
-    v->role = role;
-    if (role == fb::ValueRole::Input || role == fb::ValueRole::Weight) {
-      v->init = std::make_unique<fb::WeightInitT>();
-      v->init->distribution = fb::Distribution::Gaussian;
-      v->init->seed = 11 + v->id;
-      v->init->stddev = role == fb::ValueRole::Weight ? 0.1f : 1.0f;
-    }
-    m.values.push_back(std::move(v));
-    return m.values.back()->id;
+    return ir::testing::AddValue(
+        &m, name, std::move(shape), role, 11 + m.values.size(),
+        role == fb::ValueRole::Weight ? 0.1f : 1.0f);
   };
   auto op = [&](fb::OpKind kind, const char* name,
                 std::vector<uint32_t> operands, uint32_t result) {
-    auto o = std::make_unique<fb::OperationT>();
-    o->id = static_cast<uint32_t>(m.ops.size());
-    o->kind = kind;
-    o->name = name;
-    o->operands = std::move(operands);
-    o->results = {result};
-    m.ops.push_back(std::move(o));
-    return m.ops.back().get();
+    return ir::testing::AddOp(&m, kind, name, std::move(operands), result);
   };
   auto segment = [](fb::OperationT* o, uint32_t operand, int64_t first,
                     int64_t count, int64_t at) {
