@@ -478,6 +478,9 @@ class Importer {
     if (op == "Cast" || op == "CastLike") return EmitCast(node, t, want, id);
     if (op == "Mul" || op == "Div") return EmitScale(node, t, want, id);
     if (op == "Transpose") return EmitTranspose(node, t, id);
+    if (op == "Concat") return EmitConcat(node, t, id);
+    if (op == "Gather" || op == "Slice") return EmitTokenPick(node, t, id);
+    if (op == "Expand") return EmitExpand(node, t, id);
     if (op == "Erf" || op == "Tanh" || op == "Sigmoid") {
       return Unsupported(node,
                          "a lone " + op +
@@ -985,6 +988,29 @@ class Importer {
       *id = NewOp(fb::OpKind::BiasAdd, NodeName(node), {a, b}, t, view, dtype);
       return Status::Ok();
     }
+    // One image's table added to every image (a [1, T, D] position
+    // embedding at batch B > 1): the table's rows copied per image, then a
+    // same-shape Add, as import-model builds it.
+    for (int side = 0; side < 2; ++side) {
+      const Shape* ts = ShapeOf(node.input(side));
+      const Shape* xs = ShapeOf(node.input(1 - side));
+      if (ts == nullptr || xs == nullptr || out.empty() ||
+          Elements(*xs) != Elements(out) || ts->empty() ||
+          ts->back() != out.back() || !LeadingBroadcast(*ts, out)) {
+        continue;
+      }
+      uint32_t a, table, b;
+      TILEC_RETURN_IF_ERROR(Value(node.input(1 - side), view, &a));
+      TILEC_RETURN_IF_ERROR(Value(node.input(side), View2D(*ts), &table));
+      TILEC_RETURN_IF_ERROR(EmitPerImage(node, table,
+                                         Elements(out) / Elements(*ts),
+                                         node.input(side) + ".rows", &b));
+      *id = NewOp(
+          fb::OpKind::Add, NodeName(node),
+          side == 0 ? std::vector<uint32_t>{b, a} : std::vector<uint32_t>{a, b},
+          t, view, dtype);
+      return Status::Ok();
+    }
     const Shape* as = ShapeOf(node.input(0));
     const Shape* bs = ShapeOf(node.input(1));
     if (as == nullptr || bs == nullptr || Elements(*as) != Elements(out) ||
@@ -993,13 +1019,267 @@ class Importer {
                                    ir::ShapeToString(as ? *as : Shape{}) +
                                    " and " +
                                    ir::ShapeToString(bs ? *bs : Shape{}) +
-                                   " other than along the last axis");
+                                   " other than along the last axis or over "
+                                   "the leading (image) axes");
     }
     uint32_t a, b;
     TILEC_RETURN_IF_ERROR(Value(node.input(0), want, &a));
     TILEC_RETURN_IF_ERROR(Value(node.input(1), want, &b));
     *id = NewOp(fb::OpKind::Add, NodeName(node), {a, b}, t, want, dtype);
     return Status::Ok();
+  }
+
+  // -------------------------------------------------- row movement
+  //
+  // A [..., T, D] tensor is tilec's [rows, D] with each image's T tokens
+  // consecutive, "images" being the product of the dims before the token
+  // axis (rank - 2). Concatenating, picking or broadcasting along the
+  // token or image axes therefore moves whole rows: one CopyRows.
+
+  // Result rows [at, at + count) are rows [first, first + count) of operand
+  // number `operand` (fb::RowCopy).
+  struct Segment {
+    uint32_t operand;
+    int64_t first, count, at;
+  };
+
+  // Segments sorted by `at` and covering the result once, as the IR
+  // requires: the callers build them image by image.
+  Status EmitCopyRows(const NodeProto& node, const std::string& name,
+                      std::vector<uint32_t> operands,
+                      const std::vector<Segment>& segments,
+                      const std::string& result, int64_t width, fb::DType dtype,
+                      uint32_t* id) {
+    for (uint32_t v : operands) {
+      if (values_[v]->dtype != dtype) {
+        return Unsupported(
+            node, "it moves rows of '" + values_[v]->name + "' (" +
+                      fb::EnumNameDType(values_[v]->dtype) + ") into a " +
+                      fb::EnumNameDType(dtype) +
+                      " tensor; tilec's CopyRows keeps the dtype");
+      }
+    }
+    fb::OperationT* op = nullptr;
+    const Segment& last = segments.back();
+    *id = NewOp(fb::OpKind::CopyRows, name, std::move(operands), result,
+                {last.at + last.count, width}, dtype, &op);
+    for (const Segment& s : segments) {
+      auto copy = std::make_unique<fb::RowCopyT>();
+      copy->operand = s.operand;
+      copy->first = s.first;
+      copy->count = s.count;
+      copy->at = s.at;
+      op->rows.push_back(std::move(copy));
+    }
+    return Status::Ok();
+  }
+
+  // The rows of `from` ([rows, D]) repeated `images` times, as one image's
+  // rows broadcast over the batch.
+  Status EmitPerImage(const NodeProto& node, uint32_t from, int64_t images,
+                      const std::string& result, uint32_t* id) {
+    const fb::ValueT& v = *values_[from];
+    const int64_t rows = v.shape[0];
+    std::vector<Segment> segments;
+    for (int64_t b = 0; b < images; ++b)
+      segments.push_back({0, 0, rows, b * rows});
+    return EmitCopyRows(node, NodeName(node) + ".rows", {from}, segments,
+                        result, v.shape[1], v.dtype, id);
+  }
+
+  // `small` broadcasts to `big` over leading dims only (aligned from the
+  // right: every dim of `small` beyond `big`'s trailing dims is 1), so its
+  // data is one image's rows and `big` repeats them.
+  static bool LeadingBroadcast(const Shape& small, const Shape& big) {
+    const Shape core = StripOnes(small);
+    if (core.size() > big.size() || Elements(small) >= Elements(big)) {
+      return false;
+    }
+    return std::equal(core.begin(), core.end(), big.end() - core.size());
+  }
+
+  // The tensor an Expand (through casts) broadcasts over leading dims to
+  // `shape`, or "" when `t` is not such an Expand.
+  std::string ExpandSource(const std::string& t, const Shape& shape) const {
+    const NodeProto* n = NodeIs(t, "Expand");
+    if (n == nullptr) return "";
+    const Shape* in = ShapeOf(n->input(0));
+    // The width must be the input's own: a broadcast width is not rows.
+    if (in == nullptr || in->empty() || in->back() != shape.back() ||
+        !LeadingBroadcast(*in, shape)) {
+      return "";
+    }
+    return n->input(0);
+  }
+
+  // Expand over leading dims: the input's rows once per image.
+  Status EmitExpand(const NodeProto& node, const std::string& t, uint32_t* id) {
+    const Shape& out = *ShapeOf(t);
+    const std::string src = out.empty() ? "" : ExpandSource(t, out);
+    if (src.empty()) {
+      return Unsupported(node,
+                         "an Expand that broadcasts other than over "
+                         "leading (image) axes: tilec repeats whole rows "
+                         "only");
+    }
+    const Shape in = View2D(*ShapeOf(src));
+    uint32_t rows;
+    TILEC_RETURN_IF_ERROR(Value(src, in, &rows));
+    return EmitPerImage(node, rows, Elements(out) / Elements(in), t, id);
+  }
+
+  // Concat along the token axis of [..., n_i, D] tensors: per image, each
+  // input's n_i rows in turn. An input that is an Expand over the image
+  // axes (a class token [1, 1, D] expanded to [B, 1, D]) is read from its
+  // source, the same rows for every image.
+  Status EmitConcat(const NodeProto& node, const std::string& t, uint32_t* id) {
+    const Shape& out = *ShapeOf(t);
+    const int64_t rank = static_cast<int64_t>(out.size());
+    int64_t axis = -1;
+    if (rank < 2 ||
+        !NormalizeAxis(IntAttribute(node, "axis", 0), rank, &axis) ||
+        axis != rank - 2) {
+      return Unsupported(node,
+                         "a Concat on axis " +
+                             std::to_string(IntAttribute(node, "axis", 0)) +
+                             " of rank-" + std::to_string(rank) +
+                             " tensors; tilec concatenates only along "
+                             "the token axis (rank - 2), as rows");
+    }
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    const int64_t images = Product(out, 0, axis), tokens = out[axis];
+    std::vector<uint32_t> operands;
+    std::vector<int64_t> counts;
+    std::vector<bool> shared;  // the same rows for every image
+    for (const std::string& in : node.input()) {
+      const Shape& s = *ShapeOf(in);
+      const std::string src = ExpandSource(in, s);
+      const Shape& data = src.empty() ? s : *ShapeOf(src);
+      uint32_t v;
+      TILEC_RETURN_IF_ERROR(Value(src.empty() ? in : src, View2D(data), &v));
+      operands.push_back(v);
+      counts.push_back(s[axis]);
+      shared.push_back(!src.empty() && images > 1);
+    }
+    std::vector<Segment> segments;
+    for (int64_t b = 0; b < images; ++b) {
+      int64_t at = b * tokens;
+      for (size_t i = 0; i < operands.size(); ++i) {
+        if (counts[i] == 0) continue;
+        segments.push_back({static_cast<uint32_t>(i),
+                            shared[i] ? 0 : b * counts[i], counts[i], at});
+        at += counts[i];
+      }
+    }
+    return EmitCopyRows(node, NodeName(node), std::move(operands), segments, t,
+                        out.back(), dtype, id);
+  }
+
+  // Gather with constant indices, or Slice with step 1, on the token axis
+  // of [..., T, D]: each image's picked rows (a class token for a head).
+  Status EmitTokenPick(const NodeProto& node, const std::string& t,
+                       uint32_t* id) {
+    const std::string& data = node.input(0);
+    const Shape* ds = ShapeOf(data);
+    const int64_t rank = ds == nullptr ? 0 : static_cast<int64_t>(ds->size());
+    const int64_t axis = rank - 2;
+    std::vector<int64_t> picks;  // token indices, in output order
+    if (node.op_type() == "Gather") {
+      int64_t a = -1;
+      if (rank < 2 || !NormalizeAxis(IntAttribute(node, "axis", 0), rank, &a) ||
+          a != axis) {
+        return Unsupported(node,
+                           "a Gather on axis " +
+                               std::to_string(IntAttribute(node, "axis", 0)) +
+                               " of a rank-" + std::to_string(rank) +
+                               " tensor; tilec picks only tokens "
+                               "(axis rank - 2), as rows");
+      }
+      if (!IsConstant(node.input(1))) {
+        return Unsupported(node,
+                           "a Gather with a computed index; tilec picks "
+                           "tokens only at constant positions");
+      }
+      ConstPtr idx;
+      TILEC_RETURN_IF_ERROR(ConstantData(node.input(1), &idx));
+      for (double i : idx->data) {
+        int64_t k = static_cast<int64_t>(i);
+        if (k < 0) k += (*ds)[axis];
+        if (k < 0 || k >= (*ds)[axis]) {
+          return Unsupported(node, "index " +
+                                       std::to_string(static_cast<int64_t>(i)) +
+                                       " is outside the " +
+                                       std::to_string((*ds)[axis]) + " tokens");
+        }
+        picks.push_back(k);
+      }
+    } else {
+      ConstPtr starts, ends, axes, steps;
+      for (int i = 1; i < node.input_size(); ++i) {
+        if (!node.input(i).empty() && !IsConstant(node.input(i))) {
+          return Unsupported(node,
+                             "a Slice with computed bounds; tilec picks "
+                             "tokens only at constant positions");
+        }
+      }
+      auto constant = [&](int i, ConstPtr* c) {
+        return i < node.input_size() && !node.input(i).empty()
+                   ? ConstantData(node.input(i), c)
+                   : Status::Ok();
+      };
+      TILEC_RETURN_IF_ERROR(constant(1, &starts));
+      TILEC_RETURN_IF_ERROR(constant(2, &ends));
+      TILEC_RETURN_IF_ERROR(constant(3, &axes));
+      TILEC_RETURN_IF_ERROR(constant(4, &steps));
+      std::vector<int64_t> begin, step;
+      Shape out;
+      if (rank < 2 || starts == nullptr || ends == nullptr ||
+          !SliceWindow(*ds, *starts, *ends, axes.get(), steps.get(), &begin,
+                       &step, &out)) {
+        return Unsupported(node,
+                           "a Slice whose window import-onnx cannot read");
+      }
+      for (int64_t a = 0; a < rank; ++a) {
+        if (a != axis && out[a] != (*ds)[a]) {
+          return Unsupported(node, "a Slice of axis " + std::to_string(a) +
+                                       " of a rank-" + std::to_string(rank) +
+                                       " tensor; tilec slices only tokens "
+                                       "(axis rank - 2), as rows");
+        }
+      }
+      if (step[axis] != 1) {
+        return Unsupported(node, "a Slice with step " +
+                                     std::to_string(step[axis]) +
+                                     "; tilec picks contiguous tokens");
+      }
+      for (int64_t k = 0; k < out[axis]; ++k) picks.push_back(begin[axis] + k);
+    }
+    if (picks.empty()) {
+      return Unsupported(node, "it picks no token (an empty result)");
+    }
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    const int64_t images = Product(*ds, 0, axis), tokens = (*ds)[axis];
+    uint32_t x;
+    TILEC_RETURN_IF_ERROR(Value(data, View2D(*ds), &x));
+    // Consecutive picks are one segment.
+    std::vector<Segment> segments;
+    int64_t at = 0;
+    for (int64_t b = 0; b < images; ++b) {
+      for (int64_t k : picks) {
+        Segment* prev = segments.empty() ? nullptr : &segments.back();
+        if (prev != nullptr && prev->first + prev->count == b * tokens + k &&
+            prev->at + prev->count == at) {
+          ++prev->count;
+        } else {
+          segments.push_back({0, b * tokens + k, 1, at});
+        }
+        ++at;
+      }
+    }
+    return EmitCopyRows(node, NodeName(node), {x}, segments, t, ds->back(),
+                        dtype, id);
   }
 
   // x * c or x / c for a scalar constant c: a Fused op of one Scale step.
