@@ -1031,10 +1031,10 @@ class Importer {
 
   // -------------------------------------------------- row movement
   //
-  // A [..., T, D] tensor is tilec's [rows, D] with each image's T tokens
-  // consecutive, "images" being the product of the dims before the token
-  // axis (rank - 2). Concatenating, picking or broadcasting along the
-  // token or image axes therefore moves whole rows: one CopyRows.
+  // A [..., T, D] tensor is tilec's [rows, D], row-major: each image's T
+  // tokens are consecutive rows. Concatenating, picking or broadcasting
+  // along any axis but the last (the tokens, the images) therefore moves
+  // whole rows: one CopyRows.
 
   // Result rows [at, at + count) are rows [first, first + count) of operand
   // number `operand` (fb::RowCopy).
@@ -1128,157 +1128,174 @@ class Importer {
     return EmitPerImage(node, rows, Elements(out) / Elements(in), t, id);
   }
 
-  // Concat along the token axis of [..., n_i, D] tensors: per image, each
-  // input's n_i rows in turn. An input that is an Expand over the image
-  // axes (a class token [1, 1, D] expanded to [B, 1, D]) is read from its
-  // source, the same rows for every image.
+  // Where an axis of a [..., D] tensor moves whole rows: any axis but the
+  // last. `outer` is the product of the dims before it, `inner` the rows
+  // one index of it spans (the product of the dims between it and D).
+  struct RowAxis {
+    int64_t axis = 0, outer = 1, inner = 1;
+  };
+  static bool RowAxisOf(const Shape& s, int64_t attr, RowAxis* r) {
+    const int64_t rank = static_cast<int64_t>(s.size());
+    if (rank < 2 || !NormalizeAxis(attr, rank, &r->axis) ||
+        r->axis == rank - 1) {
+      return false;
+    }
+    r->outer = Product(s, 0, r->axis);
+    r->inner = Product(s, r->axis + 1, rank - 1);
+    return true;
+  }
+  std::string NotRows(const std::string& op, int64_t attr,
+                      const Shape& s) const {
+    return "a " + op + " on axis " + std::to_string(attr) + " of a rank-" +
+           std::to_string(s.size()) +
+           " tensor, the last (width) axis; tilec moves whole rows only "
+           "(any axis but the last)";
+  }
+
+  // Concat on an axis but the last: for each index of the dims before it,
+  // each input's block of rows in turn (a class token's row, then an
+  // image's patch rows). An input that is an Expand over leading dims (a
+  // class token [1, 1, D] expanded to [B, 1, D]) is read from its source,
+  // whose blocks repeat.
   Status EmitConcat(const NodeProto& node, const std::string& t, uint32_t* id) {
     const Shape& out = *ShapeOf(t);
-    const int64_t rank = static_cast<int64_t>(out.size());
-    int64_t axis = -1;
-    if (rank < 2 ||
-        !NormalizeAxis(IntAttribute(node, "axis", 0), rank, &axis) ||
-        axis != rank - 2) {
-      return Unsupported(node,
-                         "a Concat on axis " +
-                             std::to_string(IntAttribute(node, "axis", 0)) +
-                             " of rank-" + std::to_string(rank) +
-                             " tensors; tilec concatenates only along "
-                             "the token axis (rank - 2), as rows");
+    const int64_t attr = IntAttribute(node, "axis", 0);
+    RowAxis r;
+    if (!RowAxisOf(out, attr, &r)) {
+      return Unsupported(node, NotRows("Concat", attr, out));
     }
     fb::DType dtype;
     TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
-    const int64_t images = Product(out, 0, axis), tokens = out[axis];
     std::vector<uint32_t> operands;
-    std::vector<int64_t> counts;
-    std::vector<bool> shared;  // the same rows for every image
+    std::vector<int64_t> blocks, copies;  // rows per outer index; repeats
     for (const std::string& in : node.input()) {
       const Shape& s = *ShapeOf(in);
-      const std::string src = ExpandSource(in, s);
-      const Shape& data = src.empty() ? s : *ShapeOf(src);
+      const int64_t block = s[r.axis] * r.inner;
+      std::string src = ExpandSource(in, s);
+      if (!src.empty() &&
+          (View2D(*ShapeOf(src))[0] % std::max<int64_t>(block, 1)) != 0) {
+        src.clear();  // broadcast within a block: materialize the Expand
+      }
+      const Shape data = View2D(src.empty() ? s : *ShapeOf(src));
       uint32_t v;
-      TILEC_RETURN_IF_ERROR(Value(src.empty() ? in : src, View2D(data), &v));
+      TILEC_RETURN_IF_ERROR(Value(src.empty() ? in : src, data, &v));
       operands.push_back(v);
-      counts.push_back(s[axis]);
-      shared.push_back(!src.empty() && images > 1);
+      blocks.push_back(block);
+      copies.push_back(block == 0 ? 1 : data[0] / block);
     }
     std::vector<Segment> segments;
-    for (int64_t b = 0; b < images; ++b) {
-      int64_t at = b * tokens;
+    int64_t at = 0;
+    for (int64_t o = 0; o < r.outer; ++o) {
       for (size_t i = 0; i < operands.size(); ++i) {
-        if (counts[i] == 0) continue;
+        if (blocks[i] == 0) continue;
         segments.push_back({static_cast<uint32_t>(i),
-                            shared[i] ? 0 : b * counts[i], counts[i], at});
-        at += counts[i];
+                            (o % copies[i]) * blocks[i], blocks[i], at});
+        at += blocks[i];
       }
     }
     return EmitCopyRows(node, NodeName(node), std::move(operands), segments, t,
                         out.back(), dtype, id);
   }
 
-  // Gather with constant indices, or Slice with step 1, on the token axis
-  // of [..., T, D]: each image's picked rows (a class token for a head).
+  // Gather with constant indices, or a Slice with step 1 of one axis, on an
+  // axis but the last: for each index of the dims before it, the picked
+  // blocks of rows (token 0 of each image for a class-token head).
   Status EmitTokenPick(const NodeProto& node, const std::string& t,
                        uint32_t* id) {
     const std::string& data = node.input(0);
-    const Shape* ds = ShapeOf(data);
-    const int64_t rank = ds == nullptr ? 0 : static_cast<int64_t>(ds->size());
-    const int64_t axis = rank - 2;
-    std::vector<int64_t> picks;  // token indices, in output order
+    const Shape& ds = *ShapeOf(data);
+    const int64_t rank = static_cast<int64_t>(ds.size());
+    RowAxis r;
+    std::vector<int64_t> picks;  // indices along r.axis, in output order
     if (node.op_type() == "Gather") {
-      int64_t a = -1;
-      if (rank < 2 || !NormalizeAxis(IntAttribute(node, "axis", 0), rank, &a) ||
-          a != axis) {
-        return Unsupported(node,
-                           "a Gather on axis " +
-                               std::to_string(IntAttribute(node, "axis", 0)) +
-                               " of a rank-" + std::to_string(rank) +
-                               " tensor; tilec picks only tokens "
-                               "(axis rank - 2), as rows");
+      const int64_t attr = IntAttribute(node, "axis", 0);
+      if (!RowAxisOf(ds, attr, &r)) {
+        return Unsupported(node, NotRows("Gather", attr, ds));
       }
       if (!IsConstant(node.input(1))) {
         return Unsupported(node,
                            "a Gather with a computed index; tilec picks "
-                           "tokens only at constant positions");
+                           "rows only at constant positions");
       }
       ConstPtr idx;
       TILEC_RETURN_IF_ERROR(ConstantData(node.input(1), &idx));
+      const int64_t d = ds[r.axis];
       for (double i : idx->data) {
-        int64_t k = static_cast<int64_t>(i);
-        if (k < 0) k += (*ds)[axis];
-        if (k < 0 || k >= (*ds)[axis]) {
-          return Unsupported(node, "index " +
-                                       std::to_string(static_cast<int64_t>(i)) +
-                                       " is outside the " +
-                                       std::to_string((*ds)[axis]) + " tokens");
+        const int64_t k = static_cast<int64_t>(i) + (i < 0 ? d : 0);
+        if (k < 0 || k >= d) {
+          return Unsupported(
+              node, "index " + std::to_string(static_cast<int64_t>(i)) +
+                        " is outside axis " + std::to_string(r.axis) +
+                        " of size " + std::to_string(d));
         }
         picks.push_back(k);
       }
     } else {
-      ConstPtr starts, ends, axes, steps;
       for (int i = 1; i < node.input_size(); ++i) {
         if (!node.input(i).empty() && !IsConstant(node.input(i))) {
           return Unsupported(node,
                              "a Slice with computed bounds; tilec picks "
-                             "tokens only at constant positions");
+                             "rows only at constant positions");
         }
       }
-      auto constant = [&](int i, ConstPtr* c) {
-        return i < node.input_size() && !node.input(i).empty()
-                   ? ConstantData(node.input(i), c)
-                   : Status::Ok();
-      };
-      TILEC_RETURN_IF_ERROR(constant(1, &starts));
-      TILEC_RETURN_IF_ERROR(constant(2, &ends));
-      TILEC_RETURN_IF_ERROR(constant(3, &axes));
-      TILEC_RETURN_IF_ERROR(constant(4, &steps));
+      ConstPtr bounds[5];  // starts, ends, axes, steps
+      for (int i = 1; i < std::min(node.input_size(), 5); ++i) {
+        if (node.input(i).empty()) continue;
+        TILEC_RETURN_IF_ERROR(ConstantData(node.input(i), &bounds[i]));
+      }
       std::vector<int64_t> begin, step;
       Shape out;
-      if (rank < 2 || starts == nullptr || ends == nullptr ||
-          !SliceWindow(*ds, *starts, *ends, axes.get(), steps.get(), &begin,
-                       &step, &out)) {
+      if (bounds[1] == nullptr || bounds[2] == nullptr ||
+          !SliceWindow(ds, *bounds[1], *bounds[2], bounds[3].get(),
+                       bounds[4].get(), &begin, &step, &out)) {
         return Unsupported(node,
                            "a Slice whose window import-onnx cannot read");
       }
+      // The one axis the window narrows (or, for a full window, the first).
+      int64_t axis = -1;
       for (int64_t a = 0; a < rank; ++a) {
-        if (a != axis && out[a] != (*ds)[a]) {
-          return Unsupported(node, "a Slice of axis " + std::to_string(a) +
-                                       " of a rank-" + std::to_string(rank) +
-                                       " tensor; tilec slices only tokens "
-                                       "(axis rank - 2), as rows");
+        if (out[a] == ds[a] && step[a] == 1) continue;
+        if (axis >= 0) {
+          return Unsupported(node,
+                             "a Slice of more than one axis; tilec picks "
+                             "rows along one axis");
         }
+        axis = a;
       }
-      if (step[axis] != 1) {
+      if (!RowAxisOf(ds, std::max<int64_t>(axis, 0), &r)) {
+        return Unsupported(node, NotRows("Slice", axis, ds));
+      }
+      if (step[r.axis] != 1) {
         return Unsupported(node, "a Slice with step " +
-                                     std::to_string(step[axis]) +
-                                     "; tilec picks contiguous tokens");
+                                     std::to_string(step[r.axis]) +
+                                     "; tilec picks contiguous rows");
       }
-      for (int64_t k = 0; k < out[axis]; ++k) picks.push_back(begin[axis] + k);
+      for (int64_t k = 0; k < out[r.axis]; ++k) {
+        picks.push_back(begin[r.axis] + k);
+      }
     }
-    if (picks.empty()) {
-      return Unsupported(node, "it picks no token (an empty result)");
+    if (picks.empty() || r.inner == 0) {
+      return Unsupported(node, "it picks nothing (an empty result)");
     }
     fb::DType dtype;
     TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
-    const int64_t images = Product(*ds, 0, axis), tokens = (*ds)[axis];
     uint32_t x;
-    TILEC_RETURN_IF_ERROR(Value(data, View2D(*ds), &x));
-    // Consecutive picks are one segment.
+    TILEC_RETURN_IF_ERROR(Value(data, View2D(ds), &x));
     std::vector<Segment> segments;
     int64_t at = 0;
-    for (int64_t b = 0; b < images; ++b) {
+    for (int64_t o = 0; o < r.outer; ++o) {
       for (int64_t k : picks) {
+        const int64_t first = (o * ds[r.axis] + k) * r.inner;
         Segment* prev = segments.empty() ? nullptr : &segments.back();
-        if (prev != nullptr && prev->first + prev->count == b * tokens + k &&
-            prev->at + prev->count == at) {
-          ++prev->count;
+        if (prev != nullptr && prev->first + prev->count == first) {
+          prev->count += r.inner;  // consecutive rows: one segment
         } else {
-          segments.push_back({0, b * tokens + k, 1, at});
+          segments.push_back({0, first, r.inner, at});
         }
-        ++at;
+        at += r.inner;
       }
     }
-    return EmitCopyRows(node, NodeName(node), {x}, segments, t, ds->back(),
+    return EmitCopyRows(node, NodeName(node), {x}, segments, t, ds.back(),
                         dtype, id);
   }
 

@@ -317,7 +317,8 @@ TEST(ImportOnnx, ClassTokenConcatPositionsAndPickAreRowCopies) {
 }
 
 // x[:, 3:, :] of [2, 5, 4] (the end INT64_MAX, as exporters write an open
-// end) and x[:, -1:] by a 1-element negative Gather index.
+// end), x[:, -1:] by a 1-element negative Gather index, and x[1] (axis 0:
+// an image's rows).
 TEST(ImportOnnx, SliceAndGatherOfTokensPickRowsPerImage) {
   ModelBuilder b;
   b.Input("x", {2, 5, 4});
@@ -331,22 +332,28 @@ TEST(ImportOnnx, SliceAndGatherOfTokensPickRowsPerImage) {
       ->add_attribute()
       ->CopyFrom(IntAttr("axis", -2));
   b.Output("tail", {2, 1, 4});
+  b.Ints("one", {}, {1});
+  b.Node("Gather", {"x", "one"}, "image1");  // axis 0: a whole image
+  b.Output("image1", {5, 4});
   fb::ModuleT module;
   const Status s = Import(b.model(), &module);
   ASSERT_TRUE(s.ok()) << s.message();
-  ASSERT_EQ(Kinds(module), (std::vector<fb::OpKind>{fb::OpKind::CopyRows,
-                                                    fb::OpKind::CopyRows}));
+  ASSERT_EQ(Kinds(module),
+            (std::vector<fb::OpKind>{fb::OpKind::CopyRows, fb::OpKind::CopyRows,
+                                     fb::OpKind::CopyRows}));
   EXPECT_EQ(Segments(*module.ops[0]),
             (std::vector<std::string>{"0:3+2@0", "0:8+2@2"}));
   EXPECT_EQ(Segments(*module.ops[1]),
             (std::vector<std::string>{"0:4+1@0", "0:9+1@1"}));
+  EXPECT_EQ(Segments(*module.ops[2]), (std::vector<std::string>{"0:5+5@0"}));
   for (const auto& op : module.ops) {
     EXPECT_EQ(ir::CheckOpShapes(*op, module).message(), "");
   }
 }
 
-// Row movements tilec cannot express: each is Infeasible naming the node
-// and why.
+// Row movements tilec cannot express (across the width, at computed
+// positions, strided, in two axes at once): each is Infeasible naming the
+// node and why.
 TEST(ImportOnnx, RowMovementsOffTheTokenAxisAreRefused) {
   struct Case {
     const char* what;
@@ -362,8 +369,8 @@ TEST(ImportOnnx, RowMovementsOffTheTokenAxisAreRefused) {
              ->CopyFrom(IntAttr("axis", 2));
        },
        {2, 3, 8},
-       "node 'y_node' (Concat, opset 17): a Concat on axis 2 of rank-3 "
-       "tensors; tilec concatenates only along the token axis"},
+       "node 'y_node' (Concat, opset 17): a Concat on axis 2 of a rank-3 "
+       "tensor, the last (width) axis; tilec moves whole rows only"},
       {"computed index",
        [](ModelBuilder& b) {
          b.Input("i", {}, TensorProto::INT64);
@@ -381,7 +388,7 @@ TEST(ImportOnnx, RowMovementsOffTheTokenAxisAreRefused) {
              ->CopyFrom(IntAttr("axis", 2));
        },
        {2, 3},
-       "a Gather on axis 2 of a rank-3 tensor; tilec picks only tokens"},
+       "a Gather on axis 2 of a rank-3 tensor, the last (width) axis"},
       {"strided slice",
        [](ModelBuilder& b) {
          b.Ints("starts", {1}, {0});
@@ -391,7 +398,7 @@ TEST(ImportOnnx, RowMovementsOffTheTokenAxisAreRefused) {
          b.Node("Slice", {"x", "starts", "ends", "axes", "steps"}, "y");
        },
        {2, 2, 4},
-       "a Slice with step 2; tilec picks contiguous tokens"},
+       "a Slice with step 2; tilec picks contiguous rows"},
       {"slice of widths",
        [](ModelBuilder& b) {
          b.Ints("starts", {1}, {0});
@@ -400,7 +407,16 @@ TEST(ImportOnnx, RowMovementsOffTheTokenAxisAreRefused) {
          b.Node("Slice", {"x", "starts", "ends", "axes"}, "y");
        },
        {2, 3, 2},
-       "a Slice of axis 2 of a rank-3 tensor; tilec slices only tokens"},
+       "a Slice on axis 2 of a rank-3 tensor, the last (width) axis"},
+      {"slice of two axes",
+       [](ModelBuilder& b) {
+         b.Ints("starts", {2}, {0, 1});
+         b.Ints("ends", {2}, {1, 3});
+         b.Ints("axes", {2}, {0, 1});
+         b.Node("Slice", {"x", "starts", "ends", "axes"}, "y");
+       },
+       {1, 2, 4},
+       "a Slice of more than one axis; tilec picks rows along one axis"},
       {"expand of a width",
        [](ModelBuilder& b) {
          b.Input("col", {2, 3, 1});
