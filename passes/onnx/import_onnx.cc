@@ -1169,7 +1169,11 @@ class Importer {
     std::vector<uint32_t> operands;
     std::vector<int64_t> blocks, copies;  // rows per outer index; repeats
     for (const std::string& in : node.input()) {
+      if (ShapeOf(in) == nullptr) return Unknown(in, "tensor");
       const Shape& s = *ShapeOf(in);
+      if (s.size() != out.size()) {
+        return Unsupported(node, "its inputs' ranks differ from its output's");
+      }
       const int64_t block = s[r.axis] * r.inner;
       std::string src = ExpandSource(in, s);
       if (!src.empty() &&
@@ -1203,6 +1207,7 @@ class Importer {
   Status EmitTokenPick(const NodeProto& node, const std::string& t,
                        uint32_t* id) {
     const std::string& data = node.input(0);
+    if (ShapeOf(data) == nullptr) return Unknown(data, "tensor");
     const Shape& ds = *ShapeOf(data);
     const int64_t rank = static_cast<int64_t>(ds.size());
     RowAxis r;
