@@ -11,9 +11,13 @@ Writes, into OUT_DIR (default: this script's directory):
   vit-cls.onnx    opset 17, batch 2: a ViT with a class token (Hugging Face
                   ViTModel's form: Expand, Concat on the token axis, a
                   [1, T, D] position Add), pooled by picking token 0
-                  (Gather) after the final LayerNorm, a linear classifier
-  vit-cls.pixel_values.npy      its input, float32 [2, 3, 32, 32]
-  vit-cls.logits.npy            PyTorch's output, float32 [2, 10]
+                  (x[:, 0]: Gather) after the final LayerNorm, a linear
+                  classifier
+  vit-cls-op14.onnx  the same at opset 14 (LayerNorm decomposed), pooled
+                  by x[:, :1] (Slice) then squeeze(1)
+  vit-cls.pixel_values.npy      their input, float32 [2, 3, 32, 32]
+  vit-cls.logits.npy, vit-cls-op14.logits.npy
+                                PyTorch's outputs, float32 [2, 10]
 
 The model is what tilec's import-onnx must recognize in real exports: a
 patch-embedding convolution (stride = kernel) flattened and transposed,
@@ -107,8 +111,9 @@ class ClassTokenViT(nn.Module):
     LayerNorm into a linear classifier."""
 
     def __init__(self, image, patch, width, mlp_width, heads, layers, classes,
-                 eps=1e-6, gelu="none"):
+                 eps=1e-6, gelu="none", pool="gather"):
         super().__init__()
+        self.pool = pool
         tokens = (image // patch) ** 2 + 1
         self.patch_embedding = nn.Conv2d(3, width, kernel_size=patch, stride=patch)
         self.cls_token = nn.Parameter(torch.randn(1, 1, width))
@@ -124,7 +129,9 @@ class ClassTokenViT(nn.Module):
         x = torch.cat((cls, x), dim=1) + self.position_embedding
         for layer in self.layers:
             x = layer(x)
-        return self.classifier(self.layer_norm(x)[:, 0, :])
+        x = self.layer_norm(x)
+        x = x[:, 0, :] if self.pool == "gather" else x[:, :1, :].squeeze(1)
+        return self.classifier(x)
 
 
 def randomize(model, seed):
@@ -187,12 +194,15 @@ def main():
     # Batch 2, fixed at export: the position table is broadcast per image.
     images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(11))
     np.save(os.path.join(args.out_dir, "vit-cls.pixel_values.npy"), images.numpy())
-    model = ClassTokenViT(32, 8, 32, 64, 4, 2, 10)
-    randomize(model, 21)
-    export(model, images, os.path.join(args.out_dir, "vit-cls.onnx"), 17, "logits")
-    with torch.no_grad():
-        out = model.eval()(images).numpy()
-    np.save(os.path.join(args.out_dir, "vit-cls.logits.npy"), out)
+    for name, opset, pool, seed in (("vit-cls", 17, "gather", 21),
+                                    ("vit-cls-op14", 14, "slice", 22)):
+        model = ClassTokenViT(32, 8, 32, 64, 4, 2, 10, pool=pool)
+        randomize(model, seed)
+        export(model, images, os.path.join(args.out_dir, name + ".onnx"), opset,
+               "logits")
+        with torch.no_grad():
+            out = model.eval()(images).numpy()
+        np.save(os.path.join(args.out_dir, name + ".logits.npy"), out)
     write_bad_sin(os.path.join(args.out_dir, "bad-sin.onnx"))
 
 
