@@ -1256,7 +1256,7 @@ class Importer {
         return Unsupported(node,
                            "a Slice whose window import-onnx cannot read");
       }
-      // The one axis the window narrows (or, for a full window, the first).
+      // The one axis the window narrows or reverses.
       int64_t axis = -1;
       for (int64_t a = 0; a < rank; ++a) {
         if (out[a] == ds[a] && step[a] == 1) continue;
@@ -1267,7 +1267,9 @@ class Importer {
         }
         axis = a;
       }
-      if (!RowAxisOf(ds, std::max<int64_t>(axis, 0), &r)) {
+      // x[:, :] (exporters write one Slice per indexed axis): no data moves.
+      if (axis < 0) return Value(data, View2D(ds), id);
+      if (!RowAxisOf(ds, axis, &r)) {
         return Unsupported(node, NotRows("Slice", axis, ds));
       }
       if (step[r.axis] != 1) {

@@ -351,6 +351,24 @@ TEST(ImportOnnx, SliceAndGatherOfTokensPickRowsPerImage) {
   }
 }
 
+// A Slice that keeps every element (x[0:, :] as exporters write it) moves
+// nothing.
+TEST(ImportOnnx, FullSliceIsAView) {
+  ModelBuilder b;
+  b.Input("x", {2, 3, 4});
+  b.Ints("starts", {1}, {0});
+  b.Ints("ends", {1}, {std::numeric_limits<int64_t>::max()});
+  b.Ints("axes", {1}, {0});
+  b.Node("Slice", {"x", "starts", "ends", "axes"}, "all");
+  b.Constant("w", {4, 3}, std::vector<float>(12, 0.5f));
+  b.Node("MatMul", {"all", "w"}, "y");
+  b.Output("y", {2, 3, 3});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Kinds(module), (std::vector<fb::OpKind>{fb::OpKind::MatMul}));
+}
+
 // Row movements tilec cannot express (across the width, at computed
 // positions, strided, in two axes at once): each is Infeasible naming the
 // node and why.
