@@ -1302,6 +1302,13 @@ class Importer {
         at += r.inner;
       }
     }
+    // Every row in order (CLIP's position table gathered at 0..T-1): the
+    // input itself.
+    if (segments.size() == 1 && segments[0].first == 0 &&
+        segments[0].count == values_[x]->shape[0]) {
+      *id = x;
+      return Status::Ok();
+    }
     return EmitCopyRows(node, NodeName(node), {x}, segments, t, ds.back(),
                         dtype, id);
   }

@@ -369,6 +369,47 @@ TEST(ImportOnnx, FullSliceIsAView) {
   EXPECT_EQ(Kinds(module), (std::vector<fb::OpKind>{fb::OpKind::MatMul}));
 }
 
+// CLIP's embeddings at batch 2: a [D] class embedding expanded to
+// [2, 1, D], and the position table gathered at positions 0..T-1 (every
+// row in order: no copy), added per image. D is wide enough that the
+// Gather is not folded into a constant (kMaxFoldedElements), as with a
+// real CLIP's table.
+TEST(ImportOnnx, ClipClassEmbeddingAndGatheredPositions) {
+  constexpr int64_t kD = 32768;
+  ModelBuilder b;
+  b.Input("patches", {2, 2, kD});
+  b.Constant("class_embedding", {kD}, std::vector<float>(kD, 0.5f));
+  b.Ints("batch_shape", {3}, {2, 1, kD});
+  b.Node("Expand", {"class_embedding", "batch_shape"}, "cls");
+  b.Node("Concat", {"cls", "patches"}, "tokens")
+      ->add_attribute()
+      ->CopyFrom(IntAttr("axis", 1));
+  std::vector<float> table(3 * kD);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = 1e-4f * i;
+  b.Constant("position_embedding", {3, kD}, table);
+  b.Ints("position_ids", {1, 3}, {0, 1, 2});
+  b.Node("Gather", {"position_embedding", "position_ids"}, "positions");
+  b.Node("Add", {"tokens", "positions"}, "y");
+  b.Output("y", {2, 3, kD});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(Kinds(module),
+            (std::vector<fb::OpKind>{fb::OpKind::CopyRows, fb::OpKind::CopyRows,
+                                     fb::OpKind::Add}));
+  EXPECT_EQ(
+      Segments(*module.ops[0]),
+      (std::vector<std::string>{"0:0+1@0", "1:0+2@1", "0:0+1@3", "1:2+2@4"}));
+  // The table itself, once per image.
+  EXPECT_EQ(Segments(*module.ops[1]),
+            (std::vector<std::string>{"0:0+3@0", "0:0+3@3"}));
+  EXPECT_EQ(module.values[module.ops[1]->operands[0]]->name,
+            "position_embedding");
+  for (const auto& op : module.ops) {
+    EXPECT_EQ(ir::CheckOpShapes(*op, module).message(), "");
+  }
+}
+
 // Row movements tilec cannot express (across the width, at computed
 // positions, strided, in two axes at once): each is Infeasible naming the
 // node and why.
