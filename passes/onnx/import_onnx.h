@@ -24,6 +24,10 @@
 //        Cast between float types -> Cast (nothing, when both map to the
 //          same tilec dtype), Add of two activations -> Add, a scalar Mul
 //          or Div -> Fused Scale.
+//        Concat, Gather (constant indices), Slice (constant bounds, step
+//          1), Expand and a broadcasting Add over leading dims, all on any
+//          axis but the last -> CopyRows (then Add): a class token, its
+//          pick for the head, a position table per image.
 //      Reshape, Flatten, Squeeze, Unsqueeze and Identity do not move data
 //      (tilec values are row-major) and become nothing.
 //   3. Anything else that an output depends on is an Infeasible error

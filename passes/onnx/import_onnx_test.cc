@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
 
 #include "formats/op_shapes.h"
 #include "passes/onnx/onnx_tensor.h"
@@ -26,8 +28,9 @@ class ModelBuilder {
     opset->set_domain("");
     opset->set_version(17);
   }
-  void Input(const std::string& name, std::vector<int64_t> shape) {
-    Declare(model_.mutable_graph()->add_input(), name, shape);
+  void Input(const std::string& name, std::vector<int64_t> shape,
+             int32_t type = TensorProto::FLOAT) {
+    Declare(model_.mutable_graph()->add_input(), name, shape, type);
   }
   void Output(const std::string& name, std::vector<int64_t> shape) {
     Declare(model_.mutable_graph()->add_output(), name, shape);
@@ -41,6 +44,16 @@ class ModelBuilder {
     for (float v : values) t->add_float_data(v);
   }
   void Scalar(const std::string& name, float v) { Constant(name, {}, {v}); }
+  // An INT64 initializer (indices, shapes, slice bounds); `shape` {} is a
+  // scalar.
+  void Ints(const std::string& name, std::vector<int64_t> shape,
+            std::vector<int64_t> values) {
+    TensorProto* t = model_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(TensorProto::INT64);
+    for (int64_t d : shape) t->add_dims(d);
+    for (int64_t v : values) t->add_int64_data(v);
+  }
   ::onnx::NodeProto* Node(const std::string& op, std::vector<std::string> in,
                           const std::string& out) {
     auto* n = model_.mutable_graph()->add_node();
@@ -54,10 +67,11 @@ class ModelBuilder {
 
  private:
   static void Declare(::onnx::ValueInfoProto* v, const std::string& name,
-                      const std::vector<int64_t>& shape) {
+                      const std::vector<int64_t>& shape,
+                      int32_t type = TensorProto::FLOAT) {
     v->set_name(name);
     auto* tt = v->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(TensorProto::FLOAT);
+    tt->set_elem_type(type);
     for (int64_t d : shape) tt->mutable_shape()->add_dim()->set_dim_value(d);
   }
   ::onnx::ModelProto model_;
@@ -233,6 +247,267 @@ TEST(ImportOnnx, AttentionWithScaledGemmQueryFusesQkv) {
               fused_bias.size() * sizeof(float));
   EXPECT_EQ(fused_bias[kW + 3], 0.0f);
   EXPECT_EQ(fused_bias[2 * kW + 3], bias[3]);
+}
+
+// A CopyRows op's segments as "operand:first+count@at".
+std::vector<std::string> Segments(const fb::OperationT& op) {
+  std::vector<std::string> out;
+  for (const ir::RowSegment& r : ir::RowSegments(op)) {
+    out.push_back(std::to_string(r.operand) + ":" + std::to_string(r.first) +
+                  "+" + std::to_string(r.count) + "@" + std::to_string(r.at));
+  }
+  return out;
+}
+
+::onnx::AttributeProto IntAttr(const std::string& name, int64_t v) {
+  ::onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(::onnx::AttributeProto::INT);
+  a.set_i(v);
+  return a;
+}
+
+// Hugging Face ViT's embedding and pooling at batch 2: a [1, 1, D] class
+// token expanded to [2, 1, D] and concatenated before 3 patches, a
+// [1, 4, D] position table added, token 0 picked for a classifier.
+TEST(ImportOnnx, ClassTokenConcatPositionsAndPickAreRowCopies) {
+  ModelBuilder b;
+  b.Input("patches", {2, 3, 4});
+  b.Constant("cls", {1, 1, 4}, {1, 2, 3, 4});
+  b.Ints("batch_shape", {3}, {2, 1, 4});
+  b.Node("Expand", {"cls", "batch_shape"}, "cls_b");
+  b.Node("Concat", {"cls_b", "patches"}, "tokens")
+      ->add_attribute()
+      ->CopyFrom(IntAttr("axis", 1));
+  std::vector<float> pos(16);
+  for (int i = 0; i < 16; ++i) pos[i] = 0.01f * i;
+  b.Constant("pos", {1, 4, 4}, pos);
+  b.Node("Add", {"tokens", "pos"}, "x");
+  b.Ints("zero", {}, {0});
+  b.Node("Gather", {"x", "zero"}, "pooled")
+      ->add_attribute()
+      ->CopyFrom(IntAttr("axis", 1));
+  b.Constant("w", {4, 3}, std::vector<float>(12, 0.5f));
+  b.Node("MatMul", {"pooled", "w"}, "logits");
+  b.Output("logits", {2, 3});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(Kinds(module),
+            (std::vector<fb::OpKind>{fb::OpKind::CopyRows, fb::OpKind::CopyRows,
+                                     fb::OpKind::Add, fb::OpKind::CopyRows,
+                                     fb::OpKind::MatMul}));
+  // The class token's one row before each image's 3 patch rows.
+  EXPECT_EQ(
+      Segments(*module.ops[0]),
+      (std::vector<std::string>{"0:0+1@0", "1:0+3@1", "0:0+1@4", "1:3+3@5"}));
+  EXPECT_EQ(module.values[module.ops[0]->operands[0]]->shape,
+            (std::vector<int64_t>{1, 4}));
+  // The position table once per image.
+  EXPECT_EQ(Segments(*module.ops[1]),
+            (std::vector<std::string>{"0:0+4@0", "0:0+4@4"}));
+  EXPECT_EQ(module.values[module.ops[1]->operands[0]]->shape,
+            (std::vector<int64_t>{4, 4}));
+  // Row b * 4 of each image.
+  EXPECT_EQ(Segments(*module.ops[3]),
+            (std::vector<std::string>{"0:0+1@0", "0:4+1@1"}));
+  for (const auto& op : module.ops) {
+    EXPECT_EQ(ir::CheckOpShapes(*op, module).message(), "");
+  }
+}
+
+// x[:, 3:, :] of [2, 5, 4] (the end INT64_MAX, as exporters write an open
+// end), x[:, -1:] by a 1-element negative Gather index, and x[1] (axis 0:
+// an image's rows).
+TEST(ImportOnnx, SliceAndGatherOfTokensPickRowsPerImage) {
+  ModelBuilder b;
+  b.Input("x", {2, 5, 4});
+  b.Ints("starts", {1}, {3});
+  b.Ints("ends", {1}, {std::numeric_limits<int64_t>::max()});
+  b.Ints("axes", {1}, {1});
+  b.Node("Slice", {"x", "starts", "ends", "axes"}, "mid");
+  b.Output("mid", {2, 2, 4});
+  b.Ints("last", {1}, {-1});
+  b.Node("Gather", {"x", "last"}, "tail")
+      ->add_attribute()
+      ->CopyFrom(IntAttr("axis", -2));
+  b.Output("tail", {2, 1, 4});
+  b.Ints("one", {}, {1});
+  b.Node("Gather", {"x", "one"}, "image1");  // axis 0: a whole image
+  b.Output("image1", {5, 4});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(Kinds(module),
+            (std::vector<fb::OpKind>{fb::OpKind::CopyRows, fb::OpKind::CopyRows,
+                                     fb::OpKind::CopyRows}));
+  EXPECT_EQ(Segments(*module.ops[0]),
+            (std::vector<std::string>{"0:3+2@0", "0:8+2@2"}));
+  EXPECT_EQ(Segments(*module.ops[1]),
+            (std::vector<std::string>{"0:4+1@0", "0:9+1@1"}));
+  EXPECT_EQ(Segments(*module.ops[2]), (std::vector<std::string>{"0:5+5@0"}));
+  for (const auto& op : module.ops) {
+    EXPECT_EQ(ir::CheckOpShapes(*op, module).message(), "");
+  }
+}
+
+// A Slice that keeps every element (x[0:, :] as exporters write it) moves
+// nothing.
+TEST(ImportOnnx, FullSliceIsAView) {
+  ModelBuilder b;
+  b.Input("x", {2, 3, 4});
+  b.Ints("starts", {1}, {0});
+  b.Ints("ends", {1}, {std::numeric_limits<int64_t>::max()});
+  b.Ints("axes", {1}, {0});
+  b.Node("Slice", {"x", "starts", "ends", "axes"}, "all");
+  b.Constant("w", {4, 3}, std::vector<float>(12, 0.5f));
+  b.Node("MatMul", {"all", "w"}, "y");
+  b.Output("y", {2, 3, 3});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Kinds(module), (std::vector<fb::OpKind>{fb::OpKind::MatMul}));
+}
+
+// CLIP's embeddings at batch 2: a [D] class embedding expanded to
+// [2, 1, D], and the position table gathered at positions 0..T-1 (every
+// row in order: no copy), added per image. D is wide enough that the
+// Gather is not folded into a constant (kMaxFoldedElements), as with a
+// real CLIP's table.
+TEST(ImportOnnx, ClipClassEmbeddingAndGatheredPositions) {
+  constexpr int64_t kD = 32768;
+  ModelBuilder b;
+  b.Input("patches", {2, 2, kD});
+  b.Constant("class_embedding", {kD}, std::vector<float>(kD, 0.5f));
+  b.Ints("batch_shape", {3}, {2, 1, kD});
+  b.Node("Expand", {"class_embedding", "batch_shape"}, "cls");
+  b.Node("Concat", {"cls", "patches"}, "tokens")
+      ->add_attribute()
+      ->CopyFrom(IntAttr("axis", 1));
+  std::vector<float> table(3 * kD);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = 1e-4f * i;
+  b.Constant("position_embedding", {3, kD}, table);
+  b.Ints("position_ids", {1, 3}, {0, 1, 2});
+  b.Node("Gather", {"position_embedding", "position_ids"}, "positions");
+  b.Node("Add", {"tokens", "positions"}, "y");
+  b.Output("y", {2, 3, kD});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(Kinds(module),
+            (std::vector<fb::OpKind>{fb::OpKind::CopyRows, fb::OpKind::CopyRows,
+                                     fb::OpKind::Add}));
+  EXPECT_EQ(
+      Segments(*module.ops[0]),
+      (std::vector<std::string>{"0:0+1@0", "1:0+2@1", "0:0+1@3", "1:2+2@4"}));
+  // The table itself, once per image.
+  EXPECT_EQ(Segments(*module.ops[1]),
+            (std::vector<std::string>{"0:0+3@0", "0:0+3@3"}));
+  EXPECT_EQ(module.values[module.ops[1]->operands[0]]->name,
+            "position_embedding");
+  for (const auto& op : module.ops) {
+    EXPECT_EQ(ir::CheckOpShapes(*op, module).message(), "");
+  }
+}
+
+// Row movements tilec cannot express (across the width, at computed
+// positions, strided, in two axes at once): each is Infeasible naming the
+// node and why.
+TEST(ImportOnnx, RowMovementsOffTheTokenAxisAreRefused) {
+  struct Case {
+    const char* what;
+    std::function<void(ModelBuilder&)> build;  // writes "y" from "x"
+    std::vector<int64_t> y;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"concat of widths",
+       [](ModelBuilder& b) {
+         b.Node("Concat", {"x", "x"}, "y")
+             ->add_attribute()
+             ->CopyFrom(IntAttr("axis", 2));
+       },
+       {2, 3, 8},
+       "node 'y_node' (Concat, opset 17): a Concat on axis 2 of a rank-3 "
+       "tensor, the last (width) axis; tilec moves whole rows only"},
+      {"computed index",
+       [](ModelBuilder& b) {
+         b.Input("i", {}, TensorProto::INT64);
+         b.Node("Gather", {"x", "i"}, "y")
+             ->add_attribute()
+             ->CopyFrom(IntAttr("axis", 1));
+       },
+       {2, 4},
+       "node 'y_node' (Gather, opset 17): a Gather with a computed index"},
+      {"gather of a width",
+       [](ModelBuilder& b) {
+         b.Ints("zero", {}, {0});
+         b.Node("Gather", {"x", "zero"}, "y")
+             ->add_attribute()
+             ->CopyFrom(IntAttr("axis", 2));
+       },
+       {2, 3},
+       "a Gather on axis 2 of a rank-3 tensor, the last (width) axis"},
+      {"strided slice",
+       [](ModelBuilder& b) {
+         b.Ints("starts", {1}, {0});
+         b.Ints("ends", {1}, {3});
+         b.Ints("axes", {1}, {1});
+         b.Ints("steps", {1}, {2});
+         b.Node("Slice", {"x", "starts", "ends", "axes", "steps"}, "y");
+       },
+       {2, 2, 4},
+       "a Slice with step 2; tilec picks contiguous rows"},
+      {"slice of widths",
+       [](ModelBuilder& b) {
+         b.Ints("starts", {1}, {0});
+         b.Ints("ends", {1}, {2});
+         b.Ints("axes", {1}, {-1});
+         b.Node("Slice", {"x", "starts", "ends", "axes"}, "y");
+       },
+       {2, 3, 2},
+       "a Slice on axis 2 of a rank-3 tensor, the last (width) axis"},
+      {"slice of two axes",
+       [](ModelBuilder& b) {
+         b.Ints("starts", {2}, {0, 1});
+         b.Ints("ends", {2}, {1, 3});
+         b.Ints("axes", {2}, {0, 1});
+         b.Node("Slice", {"x", "starts", "ends", "axes"}, "y");
+       },
+       {1, 2, 4},
+       "a Slice of more than one axis; tilec picks rows along one axis"},
+      {"expand of a width",
+       [](ModelBuilder& b) {
+         b.Input("col", {2, 3, 1});
+         b.Ints("shape", {3}, {2, 3, 4});
+         b.Node("Expand", {"col", "shape"}, "wide");
+         b.Node("Add", {"x", "wide"}, "y");
+       },
+       {2, 3, 4},
+       "node 'wide_node' (Expand, opset 17): an Expand that broadcasts "
+       "other than over leading (image) axes"},
+      {"add broadcast over tokens",
+       [](ModelBuilder& b) {
+         b.Input("per_image", {2, 1, 4});
+         b.Node("Add", {"x", "per_image"}, "y");
+       },
+       {2, 3, 4},
+       "an Add that broadcasts [2,3,4] and [2,1,4] other than along the last "
+       "axis or over the leading (image) axes"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ModelBuilder b;
+    b.Input("x", {2, 3, 4});
+    c.build(b);
+    b.Output("y", c.y);
+    fb::ModuleT module;
+    const Status s = Import(b.model(), &module);
+    EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+    EXPECT_THAT(s.message(), HasSubstr("m.onnx: "));
+    EXPECT_THAT(s.message(), HasSubstr(c.message));
+    EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  }
 }
 
 TEST(ImportOnnx, UnsupportedNodeIsInfeasibleNamingIt) {

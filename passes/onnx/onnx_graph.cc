@@ -529,45 +529,11 @@ class NodeVisitor {
     ConstPtr starts = ConstIn(1), ends = ConstIn(2);
     if (starts == nullptr || ends == nullptr) return;
     const int64_t rank = static_cast<int64_t>(s.size());
-    std::vector<int64_t> axes, steps;
-    if (ConstPtr a = ConstIn(3)) {
-      axes = AsInts(*a);
-    } else {
-      for (int64_t i = 0; i < starts->elements(); ++i) axes.push_back(i);
-    }
-    if (ConstPtr st = ConstIn(4)) {
-      steps = AsInts(*st);
-    } else {
-      steps.assign(axes.size(), 1);
-    }
-    if (axes.size() != static_cast<size_t>(starts->elements()) ||
-        axes.size() != static_cast<size_t>(ends->elements()) ||
-        steps.size() != axes.size()) {
+    std::vector<int64_t> begin, step;
+    Shape out;
+    if (!SliceWindow(s, *starts, *ends, ConstIn(3).get(), ConstIn(4).get(),
+                     &begin, &step, &out)) {
       return;
-    }
-    std::vector<int64_t> begin(rank, 0), step(rank, 1);
-    Shape out = s;
-    for (size_t k = 0; k < axes.size(); ++k) {
-      int64_t a = 0;
-      if (!NormalizeAxis(axes[k], rank, &a) || steps[k] == 0) return;
-      const int64_t d = s[a];
-      auto clamp = [&](double v, bool is_end) {
-        int64_t x = v >= 9.2e18    ? d
-                    : v <= -9.2e18 ? -d - 1
-                                   : static_cast<int64_t>(v);
-        if (x < 0) x += d;
-        if (steps[k] > 0) return std::clamp<int64_t>(x, 0, d);
-        return std::clamp<int64_t>(x, -1, d - 1) + (is_end ? 0 : 0);
-      };
-      const int64_t b = clamp(starts->data[k], false);
-      const int64_t e = clamp(ends->data[k], true);
-      const int64_t n =
-          steps[k] > 0
-              ? std::max<int64_t>(0, (e - b + steps[k] - 1) / steps[k])
-              : std::max<int64_t>(0, (b - e - steps[k] - 1) / -steps[k]);
-      begin[a] = b;
-      step[a] = steps[k];
-      out[a] = n;
     }
     ConstPtr c = ConstIn(0);
     if (c == nullptr) return SetShape(0, out, In(0)->elem_type);
@@ -789,6 +755,56 @@ std::vector<int64_t> IntsAttribute(const NodeProto& node,
   const auto* a = FindAttribute(node, name);
   if (a == nullptr) return {};
   return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+bool SliceWindow(const std::vector<int64_t>& shape, const OnnxConstant& starts,
+                 const OnnxConstant& ends, const OnnxConstant* axes_in,
+                 const OnnxConstant* steps_in, std::vector<int64_t>* begin,
+                 std::vector<int64_t>* step, std::vector<int64_t>* out) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> axes, steps;
+  if (axes_in != nullptr) {
+    axes = AsInts(*axes_in);
+  } else {
+    for (int64_t i = 0; i < starts.elements(); ++i) axes.push_back(i);
+  }
+  if (steps_in != nullptr) {
+    steps = AsInts(*steps_in);
+  } else {
+    steps.assign(axes.size(), 1);
+  }
+  if (axes.size() != static_cast<size_t>(starts.elements()) ||
+      axes.size() != static_cast<size_t>(ends.elements()) ||
+      steps.size() != axes.size()) {
+    return false;
+  }
+  begin->assign(rank, 0);
+  step->assign(rank, 1);
+  *out = shape;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t a = 0;
+    if (!NormalizeAxis(axes[k], rank, &a) || steps[k] == 0) return false;
+    const int64_t d = shape[a];
+    // ONNX: INT64_MAX/MIN mean "to the end", negatives count from the end,
+    // then clamped to [0, d] going forwards, [-1, d - 1] going backwards.
+    auto clamp = [&](double v) {
+      int64_t x = v >= 9.2e18    ? d
+                  : v <= -9.2e18 ? -d - 1
+                                 : static_cast<int64_t>(v);
+      if (x < 0) x += d;
+      if (steps[k] > 0) return std::clamp<int64_t>(x, 0, d);
+      return std::clamp<int64_t>(x, -1, d - 1);
+    };
+    const int64_t b = clamp(starts.data[k]);
+    const int64_t e = clamp(ends.data[k]);
+    const int64_t n =
+        steps[k] > 0 ? std::max<int64_t>(0, (e - b + steps[k] - 1) / steps[k])
+                     : std::max<int64_t>(0, (b - e - steps[k] - 1) / -steps[k]);
+    (*begin)[a] = b;
+    (*step)[a] = steps[k];
+    (*out)[a] = n;
+  }
+  return true;
 }
 
 bool NormalizeAxis(int64_t axis, int64_t rank, int64_t* out) {

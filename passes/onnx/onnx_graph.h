@@ -105,6 +105,15 @@ std::vector<int64_t> IntsAttribute(const ::onnx::NodeProto& node,
 // An axis in [-rank, rank) made non-negative; false when out of range.
 bool NormalizeAxis(int64_t axis, int64_t rank, int64_t* out);
 
+// Slice's window over an input of `shape` (ONNX's rules: negative indices
+// from the end, clamping, INT64_MAX as "to the end"; absent axes and steps
+// as ONNX defaults them): per axis the first index, the step and the
+// count (`out`, the output shape). False when the inputs disagree.
+bool SliceWindow(const std::vector<int64_t>& shape, const OnnxConstant& starts,
+                 const OnnxConstant& ends, const OnnxConstant* axes,
+                 const OnnxConstant* steps, std::vector<int64_t>* begin,
+                 std::vector<int64_t>* step, std::vector<int64_t>* out);
+
 // Product of dims[begin, end).
 int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end);
 

@@ -27,7 +27,8 @@ if [ ${#cases[@]} -eq 0 ]; then
     c=$(basename "$d")
     case "$c" in
       test_layer_normalization_*|test_gemm_*|test_matmul_[0-9]d|test_add|test_add_*|\
-      test_softmax_*|test_erf|test_tanh*|test_cast_*|test_transpose_*|test_reshape_*)
+      test_softmax_*|test_erf|test_tanh*|test_cast_*|test_transpose_*|test_reshape_*|\
+      test_concat_*|test_gather_*|test_slice*|test_expand_*)
         cases+=("$c") ;;
     esac
   done

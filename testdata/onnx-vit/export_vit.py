@@ -8,6 +8,16 @@ Writes, into OUT_DIR (default: this script's directory):
   vit-op17.embeddings.npy       PyTorch's output of each model, float32
   vit-op14.embeddings.npy       [1, 16, 32]
   bad-sin.onnx    MatMul then Sin: a node import-onnx must refuse by name
+  vit-cls.onnx    opset 17, batch 2: a ViT with a class token (Hugging Face
+                  ViTModel's form: Expand, Concat on the token axis, a
+                  [1, T, D] position Add), pooled by picking token 0
+                  (x[:, 0]: Gather) after the final LayerNorm, a linear
+                  classifier
+  vit-cls-op14.onnx  the same at opset 14 (LayerNorm decomposed), pooled
+                  by x[:, :1] (Slice) then squeeze(1)
+  vit-cls.pixel_values.npy      their input, float32 [2, 3, 32, 32]
+  vit-cls.logits.npy, vit-cls-op14.logits.npy
+                                PyTorch's outputs, float32 [2, 10]
 
 The model is what tilec's import-onnx must recognize in real exports: a
 patch-embedding convolution (stride = kernel) flattened and transposed,
@@ -22,7 +32,8 @@ LayerNorm parameters too, so that no term of the graph is trivially 0 or 1.
                   random weights, opset 17, written to PATH (about 1.7 GB;
                   not committed) for import-onnx's time and memory.
 
-Needs Debian's python3-torch and python3-numpy; not run in CI.
+Needs Debian's python3-torch and python3-numpy (bad-sin.onnx, written last, also
+python3-onnx); not run in CI.
 """
 import argparse
 import math
@@ -93,6 +104,36 @@ class VisionEncoder(nn.Module):
         return self.head(self.post_layernorm(x))
 
 
+class ClassTokenViT(nn.Module):
+    """Hugging Face ViTModel's embeddings and pooling around the same layers:
+    the class token expanded over the batch and concatenated before the
+    patches, positions for patches + 1 tokens, token 0 after the final
+    LayerNorm into a linear classifier."""
+
+    def __init__(self, image, patch, width, mlp_width, heads, layers, classes,
+                 eps=1e-6, gelu="none", pool="gather"):
+        super().__init__()
+        self.pool = pool
+        tokens = (image // patch) ** 2 + 1
+        self.patch_embedding = nn.Conv2d(3, width, kernel_size=patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, width))
+        self.position_embedding = nn.Parameter(torch.randn(1, tokens, width) * 0.02)
+        self.layers = nn.ModuleList(
+            [Layer(width, mlp_width, heads, eps, gelu) for _ in range(layers)])
+        self.layer_norm = nn.LayerNorm(width, eps=eps)
+        self.classifier = nn.Linear(width, classes)
+
+    def forward(self, pixel_values):
+        x = self.patch_embedding(pixel_values).flatten(2).transpose(1, 2)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        x = torch.cat((cls, x), dim=1) + self.position_embedding
+        for layer in self.layers:
+            x = layer(x)
+        x = self.layer_norm(x)
+        x = x[:, 0, :] if self.pool == "gather" else x[:, :1, :].squeeze(1)
+        return self.classifier(x)
+
+
 def randomize(model, seed):
     """Seeded weights with the spread of trained ones (no exact 0 or 1)."""
     g = torch.Generator().manual_seed(seed)
@@ -107,10 +148,10 @@ def randomize(model, seed):
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(fan_in))
 
 
-def export(model, image, path, opset):
+def export(model, image, path, opset, output="embeddings"):
     model.eval()
     torch.onnx.export(model, (image,), path, opset_version=opset,
-                      input_names=["pixel_values"], output_names=["embeddings"],
+                      input_names=["pixel_values"], output_names=[output],
                       do_constant_folding=True)
 
 
@@ -150,6 +191,18 @@ def main():
         with torch.no_grad():
             out = model.eval()(image).numpy()
         np.save(os.path.join(args.out_dir, name + ".embeddings.npy"), out)
+    # Batch 2, fixed at export: the position table is broadcast per image.
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(11))
+    np.save(os.path.join(args.out_dir, "vit-cls.pixel_values.npy"), images.numpy())
+    for name, opset, pool, seed in (("vit-cls", 17, "gather", 21),
+                                    ("vit-cls-op14", 14, "slice", 22)):
+        model = ClassTokenViT(32, 8, 32, 64, 4, 2, 10, pool=pool)
+        randomize(model, seed)
+        export(model, images, os.path.join(args.out_dir, name + ".onnx"), opset,
+               "logits")
+        with torch.no_grad():
+            out = model.eval()(images).numpy()
+        np.save(os.path.join(args.out_dir, name + ".logits.npy"), out)
     write_bad_sin(os.path.join(args.out_dir, "bad-sin.onnx"))
 
 

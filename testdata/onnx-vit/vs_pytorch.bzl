@@ -12,8 +12,14 @@ _TOOLS = [
     "//tools/simulate-device",
 ]
 
-def vs_pytorch_test(name, mode, tags = []):
-    """<name>-<mode>-vs-pytorch: MODE is reference, pipeline-f16 or pipeline-fp8."""
+def vs_pytorch_test(name, mode, pixels = "pixel_values.npy",
+                    output = "embeddings", abs_factor = 1, tags = []):
+    """<name>-<mode>-vs-pytorch: MODE is reference, pipeline-f16 or pipeline-fp8.
+
+    PIXELS is the exported input image, <name>.<output>.npy PyTorch's output;
+    ABS_FACTOR scales the max-abs limits (vs_pytorch_test.sh).
+    """
+    expected = "%s.%s.npy" % (name, output)
     native.sh_test(
         name = name + "-" + mode + "-vs-pytorch",
         size = "small",
@@ -22,16 +28,17 @@ def vs_pytorch_test(name, mode, tags = []):
             "tools",
             "$(rootpath :npy_compare)",
             "$(rootpath %s.onnx)" % name,
-            "$(rootpath pixel_values.npy)",
-            "$(rootpath %s.embeddings.npy)" % name,
+            "$(rootpath %s)" % pixels,
+            "$(rootpath %s)" % expected,
             mode,
+            str(abs_factor),
         ],
         data = _TOOLS + [
             "//scripts:pipeline_lib",
             ":npy_compare",
             name + ".onnx",
-            name + ".embeddings.npy",
-            "pixel_values.npy",
+            expected,
+            pixels,
         ],
         tags = tags,
     )
