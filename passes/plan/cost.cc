@@ -45,6 +45,12 @@ StatusOr<Coster> Coster::Create(const fb::TargetT& target,
   return c;
 }
 
+Coster Coster::ForAnotherGraph() const {
+  Coster c = *this;
+  c.prices_ = std::make_shared<Prices>();
+  return c;
+}
+
 int Coster::KGranule(fb::DType dtype) const {
   StatusOr<kernels::DType> d = kernels::DTypeFromFb(dtype);
   StatusOr<std::string_view> kernel =
@@ -307,8 +313,8 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
     }
     key += " <- " + OwnKey(*source);
   }
-  auto it = cache_->prices.find(key);
-  if (it != cache_->prices.end()) return it->second;
+  auto it = prices_->find(key);
+  if (it != prices_->end()) return it->second;
   if (Status invalid = CheckRecipe(graph, op, recipe); !invalid.ok()) {
     return Status::Internal(graph.OpLabel(op) + ": " + invalid.message());
   }
@@ -345,7 +351,7 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
           << cost->compute << " + exchange " << cost->exchange << " ("
           << cost->phases << " phases), scratch " << cost->max_scratch
           << " B; " << cost->detail;
-  cache_->prices.emplace(std::move(key), *cost);
+  prices_->emplace(std::move(key), *cost);
   return cost;
 }
 

@@ -59,6 +59,11 @@ class Coster {
   static StatusOr<Coster> Create(const fb::TargetT& target,
                                  const PriceOptions& options);
 
+  // This coster for another graph (ops renumbered, e.g. a fused candidate):
+  // op prices cached afresh, transfers, placements and bytes per tile
+  // shared with this one.
+  Coster ForAnotherGraph() const;
+
   const kernels::CostModel& model() const { return *model_; }
   const fb::TargetT& target() const { return model_->target(); }
   const PriceOptions& options() const { return options_; }
@@ -127,7 +132,7 @@ class Coster {
 
   // Cache sizes, for progress and tests.
   size_t cached_transfers() const { return cache_->transfers.size(); }
-  size_t cached_prices() const { return cache_->prices.size(); }
+  size_t cached_prices() const { return prices_->size(); }
 
  private:
   Coster() = default;
@@ -149,14 +154,18 @@ class Coster {
 
   std::optional<kernels::CostModel> model_;
   PriceOptions options_;
+  // Keyed by shapes, element bytes and ownerships alone: valid for any
+  // graph on the target.
   struct Cache {
     std::unordered_map<std::string, passes::TransferCost> transfers;
     std::unordered_map<std::string, passes::TransferCost> redistributions;
     std::unordered_map<std::string, bool> placements;
     std::unordered_map<std::string, TileBytes> bytes;
-    std::unordered_map<std::string, OpCost> prices;
   };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
+  // Keyed by op index: valid for one graph.
+  using Prices = std::unordered_map<std::string, OpCost>;
+  std::shared_ptr<Prices> prices_ = std::make_shared<Prices>();
 };
 
 std::string ShapeKey(std::span<const int64_t> shape);
