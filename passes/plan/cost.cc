@@ -299,6 +299,22 @@ TileBytes Coster::BytesPerTile(std::span<const int64_t> shape,
 
 // ---------------------------------------------------------------- prices
 
+// Everything PriceGemm and CheckRecipe read of GEMM `op`: operand and
+// result shapes and dtypes, and the dtype it is priced in.
+std::string Coster::GemmKey(const Graph& graph, int op) const {
+  const OpNode& node = graph.op(op);
+  const ValueNode& a = graph.value(node.operands[0]);
+  const ValueNode& b = graph.value(node.operands[1]);
+  const ValueNode& out = graph.value(node.result);
+  return "gemm " + std::to_string(static_cast<int>(node.kind)) + " " +
+         ShapeKey(a.shape) + "/" + std::to_string(static_cast<int>(a.dtype)) +
+         " x " + ShapeKey(b.shape) + "/" +
+         std::to_string(static_cast<int>(b.dtype)) + " -> " +
+         ShapeKey(out.shape) + "/" +
+         std::to_string(static_cast<int>(out.dtype)) + " in " +
+         std::to_string(static_cast<int>(GemmDType(graph, op)));
+}
+
 StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
                                  const Recipe& recipe,
                                  const fb::OwnershipT* source) const {
@@ -306,15 +322,22 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
   const bool needs_source = node.op_class == OpClass::kGemm ||
                             node.op_class == OpClass::kCopy ||
                             node.op_class == OpClass::kAttention;
-  std::string key = std::to_string(op) + " " + recipe.Text();
+  // A GEMM's price depends on its operands' shapes and dtypes alone, not
+  // on where the op is: cached for every graph on the target (quantize-fp8
+  // plans a trial graph per decision, fuse-elementwise one per candidate).
+  const bool by_shapes = node.op_class == OpClass::kGemm;
+  Prices& prices = by_shapes ? cache_->gemm_prices : *prices_;
+  std::string key =
+      (by_shapes ? GemmKey(graph, op) : std::to_string(op)) + " " +
+      recipe.Text();
   if (needs_source) {
     if (source == nullptr) {
       return Status::Internal(graph.OpLabel(op) + ": priced without a source");
     }
     key += " <- " + OwnKey(*source);
   }
-  auto it = prices_->find(key);
-  if (it != prices_->end()) return it->second;
+  auto it = prices.find(key);
+  if (it != prices.end()) return it->second;
   if (Status invalid = CheckRecipe(graph, op, recipe); !invalid.ok()) {
     return Status::Internal(graph.OpLabel(op) + ": " + invalid.message());
   }
@@ -351,7 +374,7 @@ StatusOr<OpCost> Coster::PriceOp(const Graph& graph, int op,
           << cost->compute << " + exchange " << cost->exchange << " ("
           << cost->phases << " phases), scratch " << cost->max_scratch
           << " B; " << cost->detail;
-  prices_->emplace(std::move(key), *cost);
+  prices.emplace(std::move(key), *cost);
   return cost;
 }
 

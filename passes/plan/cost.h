@@ -60,8 +60,8 @@ class Coster {
                                  const PriceOptions& options);
 
   // This coster for another graph (ops renumbered, e.g. a fused candidate):
-  // op prices cached afresh, transfers, placements and bytes per tile
-  // shared with this one.
+  // prices by op index cached afresh; transfers, placements, bytes per tile
+  // and GEMM prices (keyed by shapes) shared with this one.
   Coster ForAnotherGraph() const;
 
   const kernels::CostModel& model() const { return *model_; }
@@ -132,7 +132,9 @@ class Coster {
 
   // Cache sizes, for progress and tests.
   size_t cached_transfers() const { return cache_->transfers.size(); }
-  size_t cached_prices() const { return prices_->size(); }
+  size_t cached_prices() const {
+    return prices_->size() + cache_->gemm_prices.size();
+  }
 
  private:
   Coster() = default;
@@ -148,6 +150,8 @@ class Coster {
                                 const Recipe& recipe) const;
   StatusOr<OpCost> PriceCopy(const Graph& graph, int op, const Recipe& recipe,
                              const fb::OwnershipT& source) const;
+  // A GEMM's price cache key but for recipe and source.
+  std::string GemmKey(const Graph& graph, int op) const;
   // Cycles of one elementwise step on a [rows, w] piece.
   StatusOr<int64_t> StepCycles(const ElementwiseStep& step, int64_t rows,
                                int64_t w) const;
@@ -161,9 +165,10 @@ class Coster {
     std::unordered_map<std::string, passes::TransferCost> redistributions;
     std::unordered_map<std::string, bool> placements;
     std::unordered_map<std::string, TileBytes> bytes;
+    std::unordered_map<std::string, OpCost> gemm_prices;  // by GemmKey
   };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
-  // Keyed by op index: valid for one graph.
+  // Other ops' prices, keyed by op index: valid for one graph.
   using Prices = std::unordered_map<std::string, OpCost>;
   std::shared_ptr<Prices> prices_ = std::make_shared<Prices>();
 };
