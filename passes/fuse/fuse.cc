@@ -390,18 +390,12 @@ int64_t RegionCycles(const plan::Graph& graph, const plan::Evaluation& e,
   return total;
 }
 
-// The planner's Coster caches op prices by op index, so each graph gets
-// its own (a fused graph renumbers the ops after the region).
-StatusOr<plan::Coster> CosterFor(const fb::TargetT& target,
-                                 const plan::PriceOptions& pricing) {
-  return plan::Coster::Create(target, pricing);
-}
-
 class Fuser {
  public:
-  Fuser(const fb::TargetT& target, const plan::PriceOptions& pricing,
-        const FuseOptions& options, passes::DecisionLog* log)
-      : target_(target), pricing_(pricing), options_(options), log_(log) {}
+  // `base`: the pass's coster, whose transfer caches every graph shares.
+  Fuser(const plan::Coster& base, const FuseOptions& options,
+        passes::DecisionLog* log)
+      : base_(base), options_(options), log_(log) {}
 
   // Fuses regions of `pg` while one pays, best first; returns how many.
   StatusOr<int> Run(PlannedGraph* pg, uint32_t first_id) {
@@ -410,10 +404,11 @@ class Fuser {
     while (true) {
       StatusOr<plan::Graph> graph = plan::Graph::Build(pg->module);
       if (!graph.ok()) return graph.status();
-      StatusOr<plan::Coster> coster = CosterFor(target_, pricing_);
-      if (!coster.ok()) return coster.status();
+      // The planner's Coster caches op prices by op index, so each graph
+      // gets its own (a fused graph renumbers the ops after the region).
+      const plan::Coster coster = base_.ForAnotherGraph();
       StatusOr<plan::Evaluation> base = plan::Evaluate(
-          *graph, *coster, pg->plan, plan::EvalMode::kFull);
+          *graph, coster, pg->plan, plan::EvalMode::kFull);
       if (!base.ok()) return base.status();
       VLOG(1) << "plan: " << base->total_cycles << " cycles, peak "
               << base->peak_bytes << " B";
@@ -477,9 +472,7 @@ class Fuser {
     }
     out.module = std::move(*fused);
     out.fused = g->OpIndex(next_id_);
-    StatusOr<plan::Coster> coster_made = CosterFor(target_, pricing_);
-    if (!coster_made.ok()) return coster_made.status();
-    const plan::Coster& coster = *coster_made;
+    const plan::Coster coster = base_.ForAnotherGraph();
     for (const plan::ElementwiseStep& s : g->op(out.fused).steps) {
       out.kernels += (out.kernels.empty() ? "" : "+") + s.call.kernel;
     }
@@ -662,8 +655,7 @@ class Fuser {
     log_->Reject(Ids(pg, p, false), "keep separate", reason, numbers);
   }
 
-  const fb::TargetT& target_;
-  const plan::PriceOptions pricing_;
+  const plan::Coster& base_;
   const FuseOptions& options_;
   passes::DecisionLog* log_;
   uint32_t next_id_ = 0;
@@ -751,9 +743,10 @@ StatusOr<bool> FuseElementwisePass::Transform(fb::ModuleT* module,
   uint32_t first_id = 0;
   for (const auto& op : module->ops) first_id = std::max(first_id, op->id + 1);
   int64_t cycles_before = 0, peak_before = 0;
+  StatusOr<plan::Coster> base = plan::Coster::Create(*module->target, *pricing);
+  if (!base.ok()) return base.status();
   {
-    StatusOr<plan::Coster> coster = CosterFor(*module->target, *pricing);
-    if (!coster.ok()) return coster.status();
+    const plan::Coster coster = base->ForAnotherGraph();
     StatusOr<plan::Graph> graph = plan::Graph::Build(pg->module);
     if (!graph.ok() && graph.status().code() == StatusCode::kInfeasible) {
       // A later pass's ops (fuse-residual's two-result op and Normalize)
@@ -766,24 +759,23 @@ StatusOr<bool> FuseElementwisePass::Transform(fb::ModuleT* module,
     }
     if (!graph.ok()) return graph.status();
     StatusOr<plan::Evaluation> eval =
-        plan::Evaluate(*graph, *coster, pg->plan, plan::EvalMode::kFull);
+        plan::Evaluate(*graph, coster, pg->plan, plan::EvalMode::kFull);
     if (!eval.ok()) return eval.status();
     cycles_before = eval->total_cycles;
     peak_before = eval->peak_bytes;
   }
-  Fuser fuser(*module->target, *pricing, options_, log);
+  Fuser fuser(*base, options_, log);
   StatusOr<int> formed = fuser.Run(&*pg, first_id);
   if (!formed.ok()) return formed.status();
   if (*formed == 0) return false;
   StatusOr<plan::Graph> graph = plan::Graph::Build(pg->module);
   if (!graph.ok()) return graph.status();
-  StatusOr<plan::Coster> coster = CosterFor(*module->target, *pricing);
-  if (!coster.ok()) return coster.status();
+  const plan::Coster coster = base->ForAnotherGraph();
   StatusOr<plan::Evaluation> eval =
-      plan::Evaluate(*graph, *coster, pg->plan, plan::EvalMode::kFull);
+      plan::Evaluate(*graph, coster, pg->plan, plan::EvalMode::kFull);
   if (!eval.ok()) return eval.status();
   StatusOr<std::vector<uint32_t>> inserted = plan::WritePlan(
-      *graph, *coster, pg->plan, *eval, "", &pg->module);
+      *graph, coster, pg->plan, *eval, "", &pg->module);
   if (!inserted.ok()) return inserted.status();
   // WritePlan wrote the ops with their recipes in graph order: the GEMM
   // notes of the input go back on the same ops.

@@ -3,11 +3,13 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <atomic>
 #include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "formats/print.h"
 #include "kernels/cost.h"
@@ -172,7 +174,7 @@ class Emitter {
   Status Allocate(std::string* failure_message, bool* fits);
   bool AllocateAroundBoundary(const std::vector<AllocBuffer>& buffers,
                               const std::vector<AllocRule>& rules,
-                              AllocResult* result);
+                              AllocResult* result) const;
   void Build(EmitSummary* summary);
   // Build's phases: the program in order, then the decisions about it.
   std::vector<int64_t> EmitBuffers(fb::DeviceProgramT* program) const;
@@ -538,12 +540,11 @@ void Emitter::MarkResultsReady(const OpWork& w, ScheduleState* st) const {
 // eight steps over standard memory) that fits.
 bool Emitter::AllocateAroundBoundary(const std::vector<AllocBuffer>& buffers,
                                      const std::vector<AllocRule>& rules,
-                                     AllocResult* result) {
+                                     AllocResult* result) const {
   for (int step = 0; step <= 8; ++step) {
     AllocFailure ignored;
     const int64_t floor = map_.AlignDown(map_.standard_end * step / 8);
     if (AllocateTile(map_, buffers, rules, result, &ignored, floor)) {
-      ++boundary_tiles_;
       return true;
     }
   }
@@ -616,12 +617,44 @@ Status Emitter::Allocate(std::string* failure_message, bool* fits) {
   tile_peak_.assign(tiles_, 0);
   boundary_tiles_ = 0;
   slow_pairs_.clear();
-  for (int t = 0; t < tiles_; ++t) {
-    if (per_tile[t].empty()) continue;
+  // Each tile's buffers are placed on their own, so two threads place
+  // tiles in any order and the results are taken in tile order below, as
+  // one thread would: the same offsets, and the first tile that does not
+  // fit is the one reported (tiles after it are not needed).
+  struct TileAllocation {
+    bool fits = false, around_boundary = false;
     AllocResult result;
     AllocFailure failure;
-    if (!AllocateTile(map_, per_tile[t], rules[t], &result, &failure) &&
-        !AllocateAroundBoundary(per_tile[t], rules[t], &result)) {
+  };
+  std::vector<TileAllocation> placed(tiles_);
+  std::atomic<int> next_tile{0}, first_unfit{tiles_};
+  auto place_tiles = [&] {
+    for (int t = next_tile++; t < tiles_; t = next_tile++) {
+      if (per_tile[t].empty() || t > first_unfit) continue;
+      TileAllocation& a = placed[t];
+      a.fits = AllocateTile(map_, per_tile[t], rules[t], &a.result, &a.failure);
+      if (!a.fits) {
+        a.fits = a.around_boundary =
+            AllocateAroundBoundary(per_tile[t], rules[t], &a.result);
+      }
+      if (!a.fits) {
+        int seen = first_unfit;
+        while (t < seen && !first_unfit.compare_exchange_weak(seen, t)) {
+        }
+      }
+    }
+  };
+  {
+    std::thread second(place_tiles);
+    place_tiles();
+    second.join();
+  }
+  for (int t = 0; t < tiles_; ++t) {
+    if (per_tile[t].empty()) continue;
+    const AllocResult& result = placed[t].result;
+    const AllocFailure& failure = placed[t].failure;
+    if (placed[t].around_boundary) ++boundary_tiles_;
+    if (!placed[t].fits) {
       *fits = false;
       auto where = [&](int64_t slot) -> std::string {
         if (slot < 0) return "the program start (host data)";

@@ -46,6 +46,12 @@ StatusOr<Coster> Coster::Create(const fb::TargetT& target,
   return c;
 }
 
+Coster Coster::ForAnotherGraph() const {
+  Coster c = *this;
+  c.prices_ = std::make_shared<Prices>();
+  return c;
+}
+
 int Coster::KGranule(fb::DType dtype) const {
   StatusOr<kernels::DType> d = kernels::DTypeFromFb(dtype);
   StatusOr<std::string_view> kernel =
@@ -294,6 +300,22 @@ TileBytes Coster::BytesPerTile(std::span<const int64_t> shape,
 
 // ---------------------------------------------------------------- prices
 
+// Everything PriceGemm and CheckRecipe read of GEMM `op`: operand and
+// result shapes and dtypes, and the dtype it is priced in.
+std::string Coster::GemmKey(const Graph& graph, int op) const {
+  const OpNode& node = graph.op(op);
+  const ValueNode& a = graph.value(node.operands[0]);
+  const ValueNode& b = graph.value(node.operands[1]);
+  const ValueNode& out = graph.value(node.result);
+  return "gemm " + std::to_string(static_cast<int>(node.kind)) + " " +
+         ShapeKey(a.shape) + "/" + std::to_string(static_cast<int>(a.dtype)) +
+         " x " + ShapeKey(b.shape) + "/" +
+         std::to_string(static_cast<int>(b.dtype)) + " -> " +
+         ShapeKey(out.shape) + "/" +
+         std::to_string(static_cast<int>(out.dtype)) + " in " +
+         std::to_string(static_cast<int>(GemmDType(graph, op)));
+}
+
 StatusOr<OpCost> Coster::PriceOp(
     const Graph& graph, int op, const Recipe& recipe,
     const fb::OwnershipT* source,
@@ -302,7 +324,14 @@ StatusOr<OpCost> Coster::PriceOp(
   const bool needs_source = node.op_class == OpClass::kGemm ||
                             node.op_class == OpClass::kCopy ||
                             node.op_class == OpClass::kAttention;
-  std::string key = std::to_string(op) + " " + recipe.Text();
+  // A GEMM's price depends on its operands' shapes and dtypes alone, not
+  // on where the op is: cached for every graph on the target (quantize-fp8
+  // plans a trial graph per decision, fuse-elementwise one per candidate).
+  const bool by_shapes = node.op_class == OpClass::kGemm;
+  Prices& prices = by_shapes ? cache_->gemm_prices : *prices_;
+  std::string key =
+      (by_shapes ? GemmKey(graph, op) : std::to_string(op)) + " " +
+      recipe.Text();
   if (needs_source) {
     if (source == nullptr) {
       return Status::Internal(graph.OpLabel(op) + ": priced without a source");
@@ -323,8 +352,8 @@ StatusOr<OpCost> Coster::PriceOp(
       key += " , " + OwnKey(*sources[i]);
     }
   }
-  auto it = cache_->prices.find(key);
-  if (it != cache_->prices.end()) return it->second;
+  auto it = prices.find(key);
+  if (it != prices.end()) return it->second;
   if (Status invalid = CheckRecipe(graph, op, recipe); !invalid.ok()) {
     return Status::Internal(graph.OpLabel(op) + ": " + invalid.message());
   }
@@ -362,7 +391,7 @@ StatusOr<OpCost> Coster::PriceOp(
           << cost->compute << " + exchange " << cost->exchange << " ("
           << cost->phases << " phases), scratch " << cost->max_scratch
           << " B; " << cost->detail;
-  cache_->prices.emplace(std::move(key), *cost);
+  prices.emplace(std::move(key), *cost);
   return cost;
 }
 

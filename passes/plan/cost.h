@@ -59,6 +59,11 @@ class Coster {
   static StatusOr<Coster> Create(const fb::TargetT& target,
                                  const PriceOptions& options);
 
+  // This coster for another graph (ops renumbered, e.g. a fused candidate):
+  // prices by op index cached afresh; transfers, placements, bytes per tile
+  // and GEMM prices (keyed by shapes) shared with this one.
+  Coster ForAnotherGraph() const;
+
   const kernels::CostModel& model() const { return *model_; }
   const fb::TargetT& target() const { return model_->target(); }
   const PriceOptions& options() const { return options_; }
@@ -131,7 +136,9 @@ class Coster {
 
   // Cache sizes, for progress and tests.
   size_t cached_transfers() const { return cache_->transfers.size(); }
-  size_t cached_prices() const { return cache_->prices.size(); }
+  size_t cached_prices() const {
+    return prices_->size() + cache_->gemm_prices.size();
+  }
 
  private:
   Coster() = default;
@@ -151,20 +158,27 @@ class Coster {
       std::span<const fb::OwnershipT* const> sources) const;
   StatusOr<OpCost> PriceCopy(const Graph& graph, int op, const Recipe& recipe,
                              const fb::OwnershipT& source) const;
+  // A GEMM's price cache key but for recipe and source.
+  std::string GemmKey(const Graph& graph, int op) const;
   // Cycles of one elementwise step on a [rows, w] piece.
   StatusOr<int64_t> StepCycles(const ElementwiseStep& step, int64_t rows,
                                int64_t w) const;
 
   std::optional<kernels::CostModel> model_;
   PriceOptions options_;
+  // Keyed by shapes, element bytes and ownerships alone: valid for any
+  // graph on the target.
   struct Cache {
     std::unordered_map<std::string, passes::TransferCost> transfers;
     std::unordered_map<std::string, passes::TransferCost> redistributions;
     std::unordered_map<std::string, bool> placements;
     std::unordered_map<std::string, TileBytes> bytes;
-    std::unordered_map<std::string, OpCost> prices;
+    std::unordered_map<std::string, OpCost> gemm_prices;  // by GemmKey
   };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
+  // Other ops' prices, keyed by op index: valid for one graph.
+  using Prices = std::unordered_map<std::string, OpCost>;
+  std::shared_ptr<Prices> prices_ = std::make_shared<Prices>();
 };
 
 std::string ShapeKey(std::span<const int64_t> shape);

@@ -417,14 +417,26 @@ int FindPeak(int num_ops, const Coster& coster, const std::vector<Live>& live,
   e->op_peak.assign(num_ops, 0);
   e->redistribution_peak.assign(e->redistributions.size(), 0);
   const int tiles = coster.tiles();
-  std::vector<int64_t> sum(tiles);
+  // A running sum per tile, each buffer added at its first step and taken
+  // off after its last, rather than every live buffer summed at every step:
+  // a repeat's twins are live throughout, and the whole model has hundreds.
+  std::vector<std::vector<const Live*>> starting(s.steps), ending(s.steps);
+  for (const Live& l : live) {
+    if (l.begin > l.end || l.end < 0 || l.begin >= s.steps) continue;
+    starting[std::max(l.begin, 0)].push_back(&l);
+    ending[std::min(l.end, s.steps - 1)].push_back(&l);
+  }
+  std::vector<int64_t> running(tiles, 0), sum(tiles);
   int peak_step = -1;
   for (int step = 0; step < s.steps; ++step) {
-    std::fill(sum.begin(), sum.end(), 0);
-    for (const Live& l : live) {
-      if (step < l.begin || step > l.end) continue;
-      const std::vector<int64_t>& b = *l.bytes;
-      for (int t = 0; t < tiles; ++t) sum[t] += b[t];
+    for (const Live* l : starting[step]) {
+      const std::vector<int64_t>& b = *l->bytes;
+      for (int t = 0; t < tiles; ++t) running[t] += b[t];
+    }
+    sum = running;
+    for (const Live* l : ending[step]) {
+      const std::vector<int64_t>& b = *l->bytes;
+      for (int t = 0; t < tiles; ++t) running[t] -= b[t];
     }
     const int op = s.step_op[step];
     if (op >= 0 && e->ops[op].scratch) {

@@ -145,17 +145,19 @@ struct Priced {
   std::string why;  // infeasible: the planner's diagnosis
 };
 
-StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module) {
+// `base`: the pass's coster (its transfer caches serve every trial; op
+// prices are cached per graph).
+StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
+                                 const plan::Coster& base) {
   StatusOr<plan::Graph> graph = plan::Graph::Build(module);
   if (!graph.ok()) return graph.status();
-  StatusOr<plan::Coster> coster = plan::Coster::Create(*module.target, {});
-  if (!coster.ok()) return coster.status();
+  const plan::Coster coster = base.ForAnotherGraph();
   // Without memory repair: its rounds price every alternative of every op,
   // hours on a whole model; a placement that fits only after repair is
   // priced by its closest plan, which the nearer-to-fitting rule compares.
   plan::SearchOptions options;
   options.repair = false;
-  plan::Search search(*graph, *coster, options);
+  plan::Search search(*graph, coster, options);
   Priced p;
   Status s = search.Initialize();
   if (s.code() == StatusCode::kInfeasible) {
@@ -217,6 +219,12 @@ class Quantizer {
       }
     }
     if (!module_->target) return Status::BadInput("the module has no target");
+    if (options_.place_by_cost) {
+      StatusOr<plan::Coster> coster =
+          plan::Coster::Create(*module_->target, {});
+      if (!coster.ok()) return coster.status();
+      coster_ = std::move(*coster);
+    }
     if (!options_.policy_text.empty()) {
       StatusOr<Policy> policy =
           ParsePolicy(options_.policy_text, options_.policy_name, *module_);
@@ -258,7 +266,7 @@ class Quantizer {
 
   StatusOr<Priced> Price(const fb::ModuleT& m) {
     if (!options_.place_by_cost) return Priced{true, 0, 0, ""};
-    return PriceByPlanning(m);
+    return PriceByPlanning(m, *coster_);
   }
 
   // One reference run of the unquantized graph: the magnitudes of every
@@ -785,6 +793,7 @@ class Quantizer {
   fb::ModuleT* module_;
   passes::DecisionLog* log_;
   Policy policy_;
+  std::optional<plan::Coster> coster_;  // for PriceByPlanning
   kernels::ReferenceOptions reference_;
   kernels::ReferenceResult unquantized_;  // its inputs and outputs
   // The magnitudes of each GEMM's left operand over every iteration.
