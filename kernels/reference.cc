@@ -353,7 +353,12 @@ class Executor {
       ReferenceTensor* t = result_->Mutable(value.id);
       auto it = options_.provided.find(value.id);
       if (it == options_.provided.end()) {
-        statuses[i] = MaterializeValue(value, options_.sidecar_dir, &t->data);
+        // MaterializeValue's steps, with the unrounded data shown between.
+        statuses[i] =
+            MaterializeUnrounded(value, options_.sidecar_dir, &t->data);
+        if (!statuses[i].ok()) return;
+        if (options_.observe_source) options_.observe_source(value, t->data);
+        RoundToStored(value.dtype, value.fp8_scale_exp, t->data);
         return;
       }
       size_t count = 0;
@@ -1105,6 +1110,21 @@ void ReferenceResult::Reset(std::vector<ReferenceTensor> values) {
 ReferenceTensor* ReferenceResult::Mutable(uint32_t id) {
   auto it = by_id_.find(id);
   return it == by_id_.end() ? nullptr : &values_[it->second];
+}
+
+Status MaterializeUnrounded(const fb::ValueT& value,
+                            const std::string& sidecar_dir,
+                            std::vector<float>* data) {
+  // An F32 copy of the value's description: rounding to F32 changes nothing.
+  fb::ValueT copy;
+  copy.id = value.id;
+  copy.name = value.name;
+  copy.shape = value.shape;
+  copy.dtype = fb::DType::F32;
+  copy.role = value.role;
+  if (value.init) copy.init = std::make_unique<fb::WeightInitT>(*value.init);
+  if (value.sidecar) copy.sidecar = std::make_unique<fb::SidecarT>(*value.sidecar);
+  return MaterializeValue(copy, sidecar_dir, data);
 }
 
 Status RunReference(const fb::ModuleT& module, const ReferenceOptions& options,

@@ -154,7 +154,20 @@ struct ReferenceOptions {
   // quantize-fp8 calibrates on it.
   std::function<void(const ReferenceTensor& tensor, uint32_t iteration)>
       observe;
+  // Called with each value the run makes from its init or sidecar (not the
+  // `provided` ones), each time it makes it, with its contents before the
+  // rounding to its dtype (MaterializeUnrounded) that follows: quantize-fp8
+  // measures weights on it rather than generating them again. Called from
+  // the threads that make sources, at once for different values.
+  std::function<void(const fb::ValueT& value, std::span<const float> unrounded)>
+      observe_source;
 };
+
+// A value's init or sidecar contents in F32, before MaterializeValue rounds
+// them to its dtype (tensor_data.h; the same errors).
+Status MaterializeUnrounded(const fb::ValueT& value,
+                            const std::string& sidecar_dir,
+                            std::vector<float>* data);
 
 Status RunReference(const fb::ModuleT& module, const ReferenceOptions& options,
                     ReferenceResult* result);

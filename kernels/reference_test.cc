@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <set>
 
 #include "formats/ir.h"
@@ -918,6 +920,37 @@ TEST_P(RolledReferenceTest, ObserverSeesEveryIteration) {
   EXPECT_EQ(seen,
             body * rolled.repeats[0]->count + (rolled.ops.size() - body));
   EXPECT_EQ(named.size(), seen);
+}
+
+// Every weight, twin and input the run makes is shown unrounded, on the
+// threads that make them; rounded, it is what the run computes with.
+TEST_P(RolledReferenceTest, SourceObserverSeesEverySourceUnrounded) {
+  const fb::ModuleT rolled = Layers(GetParam().part, GetParam().layers, true);
+  ReferenceOptions options;
+  options.keep = ReferenceOptions::Keep::kOutputs;
+  options.threads = 2;
+  std::mutex mu;
+  std::map<uint32_t, std::vector<float>> seen;
+  options.observe_source = [&](const fb::ValueT& v,
+                               std::span<const float> unrounded) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen[v.id].assign(unrounded.begin(), unrounded.end());
+  };
+  RunOk(rolled, options);
+  size_t sources = 0, changed_by_rounding = 0;
+  for (const auto& value : rolled.values) {
+    if (value->init == nullptr) continue;
+    ++sources;
+    auto it = seen.find(value->id);
+    ASSERT_NE(it, seen.end()) << value->name;
+    std::vector<float> unrounded, rounded;
+    ASSERT_TRUE(MaterializeUnrounded(*value, ".", &unrounded).ok());
+    ASSERT_TRUE(MaterializeValue(*value, &rounded).ok());
+    EXPECT_EQ(it->second, unrounded) << value->name;
+    if (unrounded != rounded) ++changed_by_rounding;
+  }
+  EXPECT_EQ(seen.size(), sources);
+  EXPECT_GT(changed_by_rounding, 0u);
 }
 
 TEST_P(RolledReferenceTest, OutputsOnlyFreesTwinsAfterTheirIteration) {

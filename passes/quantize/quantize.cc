@@ -84,21 +84,6 @@ std::string StatsText(const fb::ValueT& v) {
          ")";
 }
 
-// The value's contents before any rounding to its dtype: weights from their
-// init or sidecar in F32.
-Status OriginalContents(const fb::ValueT& value, const std::string& sidecar_dir,
-                        std::vector<float>* data) {
-  fb::ValueT copy;
-  copy.id = value.id;
-  copy.name = value.name;
-  copy.shape = value.shape;
-  copy.dtype = fb::DType::F32;
-  copy.role = value.role;
-  if (value.init) copy.init = std::make_unique<fb::WeightInitT>(*value.init);
-  if (value.sidecar) copy.sidecar = std::make_unique<fb::SidecarT>(*value.sidecar);
-  return kernels::MaterializeValue(copy, sidecar_dir, data);
-}
-
 void MarkQuantized(fb::ValueT* v, fb::DType dtype, int scale_exp,
                    const MagnitudeHistogram& magnitudes) {
   const QuantStats stats = magnitudes.Measure(FormatOf(dtype), scale_exp);
@@ -270,9 +255,10 @@ class Quantizer {
   }
 
   // One reference run of the unquantized graph: the magnitudes of every
-  // GEMM's left operand over every iteration, and the inputs and outputs
-  // that LogAccuracy compares with (nothing else is kept: memory does not
-  // grow with the layers).
+  // GEMM's left operand over every iteration and of every right operand's
+  // (and twin's) unrounded contents as the run makes them, and the inputs
+  // and outputs that LogAccuracy compares with (nothing else is kept:
+  // memory does not grow with the layers).
   Status Calibrate() {
     reference_.sidecar_dir = options_.sidecar_dir;
     reference_.threads = options_.threads;
@@ -286,11 +272,25 @@ class Quantizer {
       if (op->kind == fb::OpKind::MatMul && !op->operands.empty()) {
         calibration_[op->operands[0]];
       }
+      if (op->kind == fb::OpKind::MatMul && op->operands.size() > 1) {
+        weights_[op->operands[1]];
+        for (uint32_t twin : TwinsOf(op->operands[1])) weights_[twin];
+      }
     }
     kernels::ReferenceOptions run = reference_;
     run.keep = kernels::ReferenceOptions::Keep::kInputsAndOutputs;
     run.observe = [this](const kernels::ReferenceTensor& t,
                          uint32_t iteration) { Observe(t, iteration); };
+    // The map's keys are all in place, so threads making different values
+    // write different entries; a value made again is measured afresh.
+    run.observe_source = [this](const fb::ValueT& v,
+                                std::span<const float> unrounded) {
+      auto it = weights_.find(v.id);
+      if (it == weights_.end()) return;
+      MagnitudeHistogram h;
+      h.Add(unrounded);
+      it->second = h;
+    };
     TILEC_RETURN_IF_ERROR(kernels::RunReference(*module_, run, &unquantized_));
     return CalibrateSources();
   }
@@ -367,13 +367,20 @@ class Quantizer {
     }
     uint32_t iterations = 1;
     if (weight) {
-      std::vector<float> contents;
-      Status s = OriginalContents(v, options_.sidecar_dir, &contents);
-      if (!s.ok()) {
-        c.refusal = s.message();
-        return c;
+      auto it = weights_.find(v.id);
+      if (it != weights_.end() && it->second.has_value()) {
+        c.magnitudes = *it->second;
+      } else {
+        // Not made by the calibration run: from its own contents.
+        std::vector<float> contents;
+        Status s =
+            kernels::MaterializeUnrounded(v, options_.sidecar_dir, &contents);
+        if (!s.ok()) {
+          c.refusal = s.message();
+          return c;
+        }
+        c.magnitudes.Add(contents);
       }
-      c.magnitudes.Add(contents);
     } else if (auto it = calibration_.find(v.id); it != calibration_.end()) {
       c.magnitudes = it->second.magnitudes;
       iterations = it->second.iterations;
@@ -802,6 +809,10 @@ class Quantizer {
     uint32_t iterations = 0;  // tensors added
   };
   std::map<uint32_t, Calibration> calibration_;
+  // The unrounded magnitudes of each GEMM's right operand and its twins,
+  // taken from the calibration run so that no weight is generated again;
+  // empty where the run did not make it.
+  std::map<uint32_t, std::optional<MagnitudeHistogram>> weights_;
   Priced baseline_, current_;
   std::map<uint32_t, uint32_t> quantized_activation_;  // F16 id -> FP8 id
   std::vector<Cast> casts_;
