@@ -1038,10 +1038,7 @@ class Importer {
 
   // Result rows [at, at + count) are rows [first, first + count) of operand
   // number `operand` (fb::RowCopy).
-  struct Segment {
-    uint32_t operand;
-    int64_t first, count, at;
-  };
+  using Segment = ir::RowSegment;
 
   // Segments sorted by `at` and covering the result once, as the IR
   // requires: the callers build them image by image.
@@ -1063,14 +1060,7 @@ class Importer {
     const Segment& last = segments.back();
     *id = NewOp(fb::OpKind::CopyRows, name, std::move(operands), result,
                 {last.at + last.count, width}, dtype, &op);
-    for (const Segment& s : segments) {
-      auto copy = std::make_unique<fb::RowCopyT>();
-      copy->operand = s.operand;
-      copy->first = s.first;
-      copy->count = s.count;
-      copy->at = s.at;
-      op->rows.push_back(std::move(copy));
-    }
+    for (const Segment& s : segments) ir::AppendRowSegment(s, op);
     return Status::Ok();
   }
 

@@ -85,41 +85,23 @@ fb::ModuleT PatchEmbeddingModule(const std::string& target, int64_t side,
   fb::ModuleT m;
   m.target = std::make_unique<fb::TargetT>();
   EXPECT_TRUE(ir::LoadTarget(target, m.target.get()).ok());
-  auto value = [&](uint32_t id, const char* name, std::vector<int64_t> shape,
+  auto value = [&](const char* name, std::vector<int64_t> shape,
                    fb::ValueRole role) {
-    auto v = std::make_unique<fb::ValueT>();
-    v->id = id;
-    v->name = name;
-    v->shape = std::move(shape);
-    v->dtype = fb::DType::F16;
-    v->role = role;
-    if (role == fb::ValueRole::Input || role == fb::ValueRole::Weight) {
-      v->init = std::make_unique<fb::WeightInitT>();
-      v->init->distribution = fb::Distribution::Gaussian;
-      v->init->seed = 7 + id;
-      v->init->stddev = role == fb::ValueRole::Weight ? 0.1f : 1.0f;
-    }
-    m.values.push_back(std::move(v));
+    return ir::testing::AddValue(
+        &m, name, std::move(shape), role, 7 + m.values.size(),
+        role == fb::ValueRole::Weight ? 0.1f : 1.0f);
   };
   const int64_t patches = (side / patch) * (side / patch);
   const int64_t depth = 3 * patch * patch;
-  value(0, "image", {1, 3, side, side}, fb::ValueRole::Input);
-  value(1, "patches", {patches, depth}, fb::ValueRole::Activation);
-  value(2, "w", {depth, width}, fb::ValueRole::Weight);
-  value(3, "y", {patches, width}, fb::ValueRole::Output);
-  auto op = [&](uint32_t id, fb::OpKind kind, std::vector<uint32_t> operands,
-                uint32_t result) {
-    auto o = std::make_unique<fb::OperationT>();
-    o->id = id;
-    o->kind = kind;
-    o->name = id == 0 ? "patchify" : "embed";
-    o->operands = std::move(operands);
-    o->results = {result};
-    m.ops.push_back(std::move(o));
-    return m.ops.back().get();
-  };
-  op(0, fb::OpKind::Patchify, {0}, 1)->patch = static_cast<int>(patch);
-  op(1, fb::OpKind::MatMul, {1, 2}, 3);
+  const uint32_t image =
+      value("image", {1, 3, side, side}, fb::ValueRole::Input);
+  const uint32_t cut =
+      value("patches", {patches, depth}, fb::ValueRole::Activation);
+  const uint32_t w = value("w", {depth, width}, fb::ValueRole::Weight);
+  const uint32_t y = value("y", {patches, width}, fb::ValueRole::Output);
+  ir::testing::AddOp(&m, fb::OpKind::Patchify, "patchify", {image}, cut)
+      ->patch = static_cast<int>(patch);
+  ir::testing::AddOp(&m, fb::OpKind::MatMul, "embed", {cut, w}, y);
   return m;
 }
 
