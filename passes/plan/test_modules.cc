@@ -80,16 +80,33 @@ fb::ModuleT WithOpAfterBody(fb::ModuleT m, fb::OpKind kind) {
   return m;
 }
 
-fb::ModuleT PatchEmbeddingModule(const std::string& target, int64_t side,
-                                 int64_t patch, int64_t width) {
+namespace {
+
+// A module on `target` with no values or ops yet.
+fb::ModuleT EmptyModule(const std::string& target) {
   fb::ModuleT m;
   m.target = std::make_unique<fb::TargetT>();
   EXPECT_TRUE(ir::LoadTarget(target, m.target.get()).ok());
+  return m;
+}
+
+// Inputs Gaussian(0, 1) and weights Gaussian(0, 0.1), seeded `base` + id.
+uint32_t SeededValue(fb::ModuleT* m, const char* name,
+                     std::vector<int64_t> shape, fb::ValueRole role,
+                     uint64_t base) {
+  return ir::testing::AddValue(m, name, std::move(shape), role,
+                               base + m->values.size(),
+                               role == fb::ValueRole::Weight ? 0.1f : 1.0f);
+}
+
+}  // namespace
+
+fb::ModuleT PatchEmbeddingModule(const std::string& target, int64_t side,
+                                 int64_t patch, int64_t width) {
+  fb::ModuleT m = EmptyModule(target);
   auto value = [&](const char* name, std::vector<int64_t> shape,
                    fb::ValueRole role) {
-    return ir::testing::AddValue(
-        &m, name, std::move(shape), role, 7 + m.values.size(),
-        role == fb::ValueRole::Weight ? 0.1f : 1.0f);
+    return SeededValue(&m, name, std::move(shape), role, 7);
   };
   const int64_t patches = (side / patch) * (side / patch);
   const int64_t depth = 3 * patch * patch;
@@ -107,14 +124,10 @@ fb::ModuleT PatchEmbeddingModule(const std::string& target, int64_t side,
 
 fb::ModuleT RowMovementModule(const std::string& target, int64_t images,
                               int64_t patches, int64_t width, int64_t n) {
-  fb::ModuleT m;
-  m.target = std::make_unique<fb::TargetT>();
-  EXPECT_TRUE(ir::LoadTarget(target, m.target.get()).ok());
+  fb::ModuleT m = EmptyModule(target);
   auto value = [&](const char* name, std::vector<int64_t> shape,
                    fb::ValueRole role) {
-    return ir::testing::AddValue(
-        &m, name, std::move(shape), role, 11 + m.values.size(),
-        role == fb::ValueRole::Weight ? 0.1f : 1.0f);
+    return SeededValue(&m, name, std::move(shape), role, 11);
   };
   auto op = [&](fb::OpKind kind, const char* name,
                 std::vector<uint32_t> operands, uint32_t result) {
