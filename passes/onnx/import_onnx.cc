@@ -1199,78 +1199,14 @@ class Importer {
     const std::string& data = node.input(0);
     if (ShapeOf(data) == nullptr) return Unknown(data, "tensor");
     const Shape& ds = *ShapeOf(data);
-    const int64_t rank = static_cast<int64_t>(ds.size());
     RowAxis r;
     std::vector<int64_t> picks;  // indices along r.axis, in output order
-    if (node.op_type() == "Gather") {
-      const int64_t attr = IntAttribute(node, "axis", 0);
-      if (!RowAxisOf(ds, attr, &r)) {
-        return Unsupported(node, NotRows("Gather", attr, ds));
-      }
-      if (!IsConstant(node.input(1))) {
-        return Unsupported(node,
-                           "a Gather with a computed index; tilec picks "
-                           "rows only at constant positions");
-      }
-      ConstPtr idx;
-      TILEC_RETURN_IF_ERROR(ConstantData(node.input(1), &idx));
-      const int64_t d = ds[r.axis];
-      for (double i : idx->data) {
-        const int64_t k = static_cast<int64_t>(i) + (i < 0 ? d : 0);
-        if (k < 0 || k >= d) {
-          return Unsupported(
-              node, "index " + std::to_string(static_cast<int64_t>(i)) +
-                        " is outside axis " + std::to_string(r.axis) +
-                        " of size " + std::to_string(d));
-        }
-        picks.push_back(k);
-      }
-    } else {
-      for (int i = 1; i < node.input_size(); ++i) {
-        if (!node.input(i).empty() && !IsConstant(node.input(i))) {
-          return Unsupported(node,
-                             "a Slice with computed bounds; tilec picks "
-                             "rows only at constant positions");
-        }
-      }
-      ConstPtr bounds[5];  // starts, ends, axes, steps
-      for (int i = 1; i < std::min(node.input_size(), 5); ++i) {
-        if (node.input(i).empty()) continue;
-        TILEC_RETURN_IF_ERROR(ConstantData(node.input(i), &bounds[i]));
-      }
-      std::vector<int64_t> begin, step;
-      Shape out;
-      if (bounds[1] == nullptr || bounds[2] == nullptr ||
-          !SliceWindow(ds, *bounds[1], *bounds[2], bounds[3].get(),
-                       bounds[4].get(), &begin, &step, &out)) {
-        return Unsupported(node,
-                           "a Slice whose window import-onnx cannot read");
-      }
-      // The one axis the window narrows or reverses.
-      int64_t axis = -1;
-      for (int64_t a = 0; a < rank; ++a) {
-        if (out[a] == ds[a] && step[a] == 1) continue;
-        if (axis >= 0) {
-          return Unsupported(node,
-                             "a Slice of more than one axis; tilec picks "
-                             "rows along one axis");
-        }
-        axis = a;
-      }
-      // x[:, :] (exporters write one Slice per indexed axis): no data moves.
-      if (axis < 0) return Value(data, View2D(ds), id);
-      if (!RowAxisOf(ds, axis, &r)) {
-        return Unsupported(node, NotRows("Slice", axis, ds));
-      }
-      if (step[r.axis] != 1) {
-        return Unsupported(node, "a Slice with step " +
-                                     std::to_string(step[r.axis]) +
-                                     "; tilec picks contiguous rows");
-      }
-      for (int64_t k = 0; k < out[r.axis]; ++k) {
-        picks.push_back(begin[r.axis] + k);
-      }
-    }
+    bool everything = false;
+    TILEC_RETURN_IF_ERROR(node.op_type() == "Gather"
+                              ? GatherPicks(node, ds, &r, &picks)
+                              : SlicePicks(node, ds, &r, &picks, &everything));
+    // x[:, :] (exporters write one Slice per indexed axis): no data moves.
+    if (everything) return Value(data, View2D(ds), id);
     if (picks.empty() || r.inner == 0) {
       return Unsupported(node, "it picks nothing (an empty result)");
     }
@@ -1278,20 +1214,7 @@ class Importer {
     TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
     uint32_t x;
     TILEC_RETURN_IF_ERROR(Value(data, View2D(ds), &x));
-    std::vector<Segment> segments;
-    int64_t at = 0;
-    for (int64_t o = 0; o < r.outer; ++o) {
-      for (int64_t k : picks) {
-        const int64_t first = (o * ds[r.axis] + k) * r.inner;
-        Segment* prev = segments.empty() ? nullptr : &segments.back();
-        if (prev != nullptr && prev->first + prev->count == first) {
-          prev->count += r.inner;  // consecutive rows: one segment
-        } else {
-          segments.push_back({0, first, r.inner, at});
-        }
-        at += r.inner;
-      }
-    }
+    const std::vector<Segment> segments = PickSegments(r, ds[r.axis], picks);
     // Every row in order (CLIP's position table gathered at 0..T-1): the
     // input itself.
     if (segments.size() == 1 && segments[0].first == 0 &&
@@ -1301,6 +1224,104 @@ class Importer {
     }
     return EmitCopyRows(node, NodeName(node), {x}, segments, t, ds.back(),
                         dtype, id);
+  }
+
+  // A Gather's constant indices along its (row-moving) axis.
+  Status GatherPicks(const NodeProto& node, const Shape& ds, RowAxis* r,
+                     std::vector<int64_t>* picks) {
+    const int64_t attr = IntAttribute(node, "axis", 0);
+    if (!RowAxisOf(ds, attr, r)) {
+      return Unsupported(node, NotRows("Gather", attr, ds));
+    }
+    if (!IsConstant(node.input(1))) {
+      return Unsupported(node,
+                         "a Gather with a computed index; tilec picks "
+                         "rows only at constant positions");
+    }
+    ConstPtr idx;
+    TILEC_RETURN_IF_ERROR(ConstantData(node.input(1), &idx));
+    const int64_t d = ds[r->axis];
+    for (double i : idx->data) {
+      const int64_t k = static_cast<int64_t>(i) + (i < 0 ? d : 0);
+      if (k < 0 || k >= d) {
+        return Unsupported(
+            node, "index " + std::to_string(static_cast<int64_t>(i)) +
+                      " is outside axis " + std::to_string(r->axis) +
+                      " of size " + std::to_string(d));
+      }
+      picks->push_back(k);
+    }
+    return Status::Ok();
+  }
+
+  // A Slice's contiguous window along the one axis it narrows;
+  // *everything when it narrows none.
+  Status SlicePicks(const NodeProto& node, const Shape& ds, RowAxis* r,
+                    std::vector<int64_t>* picks, bool* everything) {
+    for (int i = 1; i < node.input_size(); ++i) {
+      if (!node.input(i).empty() && !IsConstant(node.input(i))) {
+        return Unsupported(node,
+                           "a Slice with computed bounds; tilec picks "
+                           "rows only at constant positions");
+      }
+    }
+    ConstPtr bounds[5];  // starts, ends, axes, steps
+    for (int i = 1; i < std::min(node.input_size(), 5); ++i) {
+      if (node.input(i).empty()) continue;
+      TILEC_RETURN_IF_ERROR(ConstantData(node.input(i), &bounds[i]));
+    }
+    std::vector<int64_t> begin, step;
+    Shape out;
+    if (bounds[1] == nullptr || bounds[2] == nullptr ||
+        !SliceWindow(ds, *bounds[1], *bounds[2], bounds[3].get(),
+                     bounds[4].get(), &begin, &step, &out)) {
+      return Unsupported(node, "a Slice whose window import-onnx cannot read");
+    }
+    int64_t axis = -1;
+    for (int64_t a = 0; a < static_cast<int64_t>(ds.size()); ++a) {
+      if (out[a] == ds[a] && step[a] == 1) continue;
+      if (axis >= 0) {
+        return Unsupported(node,
+                           "a Slice of more than one axis; tilec picks "
+                           "rows along one axis");
+      }
+      axis = a;
+    }
+    *everything = axis < 0;
+    if (*everything) return Status::Ok();
+    if (!RowAxisOf(ds, axis, r)) {
+      return Unsupported(node, NotRows("Slice", axis, ds));
+    }
+    if (step[r->axis] != 1) {
+      return Unsupported(node, "a Slice with step " +
+                                   std::to_string(step[r->axis]) +
+                                   "; tilec picks contiguous rows");
+    }
+    for (int64_t k = 0; k < out[r->axis]; ++k) {
+      picks->push_back(begin[r->axis] + k);
+    }
+    return Status::Ok();
+  }
+
+  // For each index of the dims before the axis, the picked blocks of rows
+  // in order; consecutive rows make one segment.
+  static std::vector<Segment> PickSegments(const RowAxis& r, int64_t size,
+                                           const std::vector<int64_t>& picks) {
+    std::vector<Segment> segments;
+    int64_t at = 0;
+    for (int64_t o = 0; o < r.outer; ++o) {
+      for (int64_t k : picks) {
+        const int64_t first = (o * size + k) * r.inner;
+        Segment* prev = segments.empty() ? nullptr : &segments.back();
+        if (prev != nullptr && prev->first + prev->count == first) {
+          prev->count += r.inner;
+        } else {
+          segments.push_back({0, first, r.inner, at});
+        }
+        at += r.inner;
+      }
+    }
+    return segments;
   }
 
   // x * c or x / c for a scalar constant c: a Fused op of one Scale step.
