@@ -55,13 +55,13 @@ std::vector<Block> BlocksOf(const RowOperand& operand) {
   return blocks;
 }
 
+}  // namespace
+
 Box ShiftBox(Box box, int64_t shift) {
   box.begin[0] += shift;
   box.end[0] += shift;
   return box;
 }
-
-}  // namespace
 
 Segments ShiftRows(const Segments& segments, int64_t shift) {
   Segments out = segments;

@@ -89,6 +89,9 @@ TransferCost RowExchangeCost(const RowCopyPlan& plan,
 // shifted storage so that one box names the rows on both sides.
 Segments ShiftRows(const Segments& segments, int64_t shift);
 
+// `box` moved down by `shift` rows.
+Box ShiftBox(Box box, int64_t shift);
+
 // The slowest tile's local copies, as the lowering emits them: per local
 // copy one `copy` call per run between the operand's storage (its held
 // boxes back to back) and the result's. Sets *slowest_tile if not null.

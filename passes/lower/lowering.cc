@@ -1421,11 +1421,8 @@ Status Lowering::LowerCopyRows(const fb::OperationT& op, OpProgram* out) {
     if (!to) return Status::Internal(where + ": no destination storage");
     const Storage shifted{(*from)->buffer,
                           passes::ShiftRows((*from)->segments, shift)};
-    Box moved = box;
-    moved.begin[0] += shift;
-    moved.end[0] += shift;
-    return Move(moved, src_tile, shifted, dst_tile, *to, Y->dtype, op.id,
-                copies, exchange);
+    return Move(passes::ShiftBox(box, shift), src_tile, shifted, dst_tile,
+                *to, Y->dtype, op.id, copies, exchange);
   };
   for (const passes::RowTransfer& tr : plan.transfers) {
     for (const passes::RowDestination& d : tr.destinations) {
