@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <climits>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <optional>
@@ -233,6 +234,50 @@ Status RequireRegularFile(const std::string& path) {
   if (!S_ISREG(info.st_mode)) {
     return Status::BadInput(path + ": is " + FileKind(info.st_mode) +
                             ", not a regular file");
+  }
+  return Status::Ok();
+}
+
+bool IsPlainFileName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+Status ResolveInside(const std::string& dir, const std::string& relative,
+                     const std::string& what, std::string* resolved) {
+  const std::string named = "'" + relative + "'";
+  if (relative.empty() || relative.find('\0') != std::string::npos) {
+    return Status::BadInput(what + ": an empty or malformed path");
+  }
+  if (relative[0] == '/') {
+    return Status::BadInput(what + " " + named +
+                            " is an absolute path; only files inside " + dir +
+                            " are read");
+  }
+  char* real_dir = realpath(dir.c_str(), nullptr);
+  if (real_dir == nullptr) {
+    return Status::BadInput(what + ": cannot resolve the directory " + dir +
+                            ": " + ErrnoText());
+  }
+  std::string inside = real_dir;
+  free(real_dir);
+  if (inside.back() != '/') inside += '/';
+  char* real_file = realpath((dir + "/" + relative).c_str(), nullptr);
+  if (real_file == nullptr) {
+    return Status::BadInput(what + " " + named + ": cannot open: " +
+                            ErrnoText());
+  }
+  *resolved = real_file;
+  free(real_file);
+  if (resolved->compare(0, inside.size(), inside) != 0) {
+    return Status::BadInput(what + " " + named + " lies outside " + dir +
+                            " (after '..' and symlinks); only files inside "
+                            "it are read");
+  }
+  struct stat info;
+  if (stat(resolved->c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    return Status::BadInput(what + " " + named + " is not a regular file");
   }
   return Status::Ok();
 }

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -137,9 +138,15 @@ std::string DisplayName(const std::string& path) {
 }
 
 std::string DirectoryOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (path == "-" || slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
+  if (path == "-") return ".";
+  std::string target = path;
+  if (char* real = realpath(path.c_str(), nullptr)) {
+    target = real;
+    free(real);
+  }
+  const size_t slash = target.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : target.substr(0, slash);
 }
 
 const char* SchemaText() { return FindEmbedded("tilec.fbs")->text; }

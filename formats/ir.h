@@ -35,6 +35,16 @@ Status ReadFile(const std::string& path, std::string* bytes,
 // (sidecars, safetensors, ONNX external data): a regular file, or the same
 // one-line refusal ReadFile gives a directory, socket, device or FIFO.
 Status RequireRegularFile(const std::string& path);
+// A file that an untrusted input names (ONNX external data, an IR's
+// sidecar) must stay inside the directory it is resolved in: `relative` is
+// not absolute, and `dir`/`relative` resolves, after every symlink, to a
+// regular file inside `dir` (itself resolved). `*resolved` is that file's
+// canonical path. `what` opens the message ("initializer 'w': external
+// data"); the message names the path as given, never what lies outside.
+Status ResolveInside(const std::string& dir, const std::string& relative,
+                     const std::string& what, std::string* resolved);
+// A plain file name: not empty, no '/', not "." or "..", no NUL.
+bool IsPlainFileName(const std::string& name);
 // A regular file or a new path: written to TempPathFor(path), then renamed
 // over it, so a failed or interrupted (SIGINT, SIGTERM) run never leaves a
 // truncated file. A symlink: its final target is replaced, the link stays.
@@ -117,8 +127,10 @@ const char* SchemaText();
 Status MigrateModule(uint32_t from_version, fb::ModuleT* module);
 
 std::string DisplayName(const std::string& path);
-// The directory files named relative to `path` live in (sidecars): "." for
-// stdin ("-") or a bare file name.
+// The directory files named relative to `path` live in (sidecars, ONNX
+// external data): the directory of the file `path` names after its
+// symlinks, so that a link to a model finds the model's own neighbours;
+// "." for stdin ("-") or a bare file name that is no link.
 std::string DirectoryOf(const std::string& path);
 
 }  // namespace tilec::ir

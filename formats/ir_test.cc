@@ -286,6 +286,34 @@ TEST(IrTest, FailedWriteLeavesOldFileIntact) {
   EXPECT_EQ(contents, "old contents");
 }
 
+TEST(IrTest, FilesAModelNamesStayInsideItsDirectory) {
+  const std::string root = TempPath("confine");
+  const std::string dir = root + "/model";
+  ASSERT_EQ(system(("rm -rf " + root + " && mkdir -p " + dir + "/sub " +
+                    root + "/outside").c_str()),
+            0);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/w.bin", "in").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/sub/w.bin", "in").ok());
+  ASSERT_TRUE(WriteFileAtomically(root + "/outside/secret", "out").ok());
+  ASSERT_EQ(symlink("../outside/secret", (dir + "/out.bin").c_str()), 0);
+  ASSERT_EQ(symlink("w.bin", (dir + "/in.bin").c_str()), 0);
+  std::string resolved;
+  for (const char* inside : {"w.bin", "sub/w.bin", "sub/../w.bin", "in.bin"}) {
+    EXPECT_TRUE(ResolveInside(dir, inside, "x", &resolved).ok()) << inside;
+  }
+  for (std::string outside :
+       {std::string("../outside/secret"), std::string("out.bin"),
+        root + "/outside/secret", std::string("sub/../../outside/secret"),
+        std::string("sub"), std::string("missing"), std::string("")}) {
+    Status s = ResolveInside(dir, outside, "x", &resolved);
+    EXPECT_EQ(s.code(), StatusCode::kBadInput) << outside;
+  }
+  EXPECT_TRUE(IsPlainFileName("m.tilec.weights"));
+  for (const char* name : {"", ".", "..", "a/b", "/etc/passwd"}) {
+    EXPECT_FALSE(IsPlainFileName(name)) << name;
+  }
+}
+
 TEST(IrTest, LoadsTargetPresets) {
   fb::TargetT ipu;
   Status s = LoadTarget("ipu21", &ipu);

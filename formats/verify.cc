@@ -240,6 +240,13 @@ Status VerifyModule(const fb::ModuleT& module) {
       TILEC_RETURN_IF_ERROR(CheckWeightInit(
           "value %" + std::to_string(value->id), *value->init));
     }
+    if (value->sidecar && !IsPlainFileName(value->sidecar->path)) {
+      // Readers resolve it in the IR's directory; a path could reach out.
+      return Status::BadInput("value %" + std::to_string(value->id) +
+                              ": sidecar path '" +
+                              value->sidecar->path.substr(0, 80) +
+                              "' is not a plain file name");
+    }
     if (value->role == fb::ValueRole::Input ||
         value->role == fb::ValueRole::Weight) {
       defined.insert(value->id);

@@ -128,17 +128,6 @@ void SinCosTurns(double u, double* sin_t, double* cos_t) {
   }
 }
 
-std::string Hex(uint64_t v) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "0x%016llx",
-                static_cast<unsigned long long>(v));
-  return text;
-}
-
-bool IsAbsolute(const std::string& path) {
-  return !path.empty() && path[0] == '/';
-}
-
 }  // namespace
 
 Status ShapeElements(const std::vector<int64_t>& shape, const std::string& what,
@@ -264,13 +253,15 @@ namespace {
 Status ReadSidecar(const fb::ValueT& value, const std::string& sidecar_dir,
                    size_t count, std::vector<float>* data) {
   const fb::SidecarT& sidecar = *value.sidecar;
-  std::string path = sidecar.path;
-  if (!IsAbsolute(path) && !sidecar_dir.empty() && sidecar_dir != ".") {
-    path = sidecar_dir + "/" + path;
-  }
-  const std::string where = path + ": sidecar of " + DescribeValue(value);
-  if (sidecar.path.empty()) {
-    return Status::BadInput(DescribeValue(value) + ": sidecar has no path");
+  const std::string dir = sidecar_dir.empty() ? "." : sidecar_dir;
+  // Messages follow the IR's name: the sidecar is a plain name beside it.
+  const std::string where = sidecar.path + ": sidecar of " +
+                            DescribeValue(value);
+  // The IR names the file: a plain name in `dir`, never a path out of it.
+  if (!ir::IsPlainFileName(sidecar.path)) {
+    return Status::BadInput(DescribeValue(value) + ": sidecar path '" +
+                            sidecar.path.substr(0, 80) +
+                            "' is not a plain file name");
   }
   if (sidecar.bytes != count * sizeof(float)) {
     return Status::BadInput(where + ": holds " + std::to_string(sidecar.bytes) +
@@ -278,7 +269,9 @@ Status ReadSidecar(const fb::ValueT& value, const std::string& sidecar_dir,
                             std::to_string(count * sizeof(float)) + " (" +
                             std::to_string(count) + " F32 elements)");
   }
-  TILEC_RETURN_IF_ERROR(ir::RequireRegularFile(path));
+  std::string path;
+  TILEC_RETURN_IF_ERROR(ir::ResolveInside(
+      dir, sidecar.path, "sidecar of " + DescribeValue(value), &path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::BadInput(where + ": cannot open");
   in.seekg(0, std::ios::end);
@@ -295,12 +288,13 @@ Status ReadSidecar(const fb::ValueT& value, const std::string& sidecar_dir,
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!in) return Status::BadInput(where + ": read failed");
   const uint64_t hash = ir::Fnv1a64(bytes);
+  // Only whether it matches: the checksum of bytes the IR chose would tell
+  // an attacker about them.
   if (hash != sidecar.fnv1a64) {
-    return Status::BadInput(where + ": FNV-1a 64 checksum of bytes [" +
+    return Status::BadInput(where + ": bytes [" +
                             std::to_string(sidecar.offset) + ", " +
                             std::to_string(sidecar.offset + sidecar.bytes) +
-                            ") is " + Hex(hash) + ", the IR records " +
-                            Hex(sidecar.fnv1a64));
+                            ") do not match the checksum the IR records");
   }
   data->resize(count);
   if (count > 0) {

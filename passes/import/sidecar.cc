@@ -28,22 +28,30 @@ std::unique_ptr<fb::SidecarT> SidecarBuilder::Append(
 Status ResolveSidecarPaths(const std::string& ir_path, const std::string& flag,
                            SidecarPaths* paths) {
   namespace fs = std::filesystem;
-  if (ir_path == "-") {
-    paths->write = flag;
-    paths->recorded = flag;
-    return Status::Ok();
-  }
   if (flag.empty()) {
+    if (ir_path == "-") return Status::Ok();  // nowhere to put weights
     paths->write = ir_path + ".weights";
     paths->recorded = fs::path(paths->write).filename().string();
     return Status::Ok();
   }
   paths->write = flag;
+  paths->recorded = fs::path(flag).filename().string();
+  if (!ir::IsPlainFileName(paths->recorded)) {
+    return Status::BadInput("--sidecar=" + flag + ": names no file");
+  }
+  if (ir_path == "-") return Status::Ok();  // readers take --sidecar_dir
+  // An IR names its sidecar by file name only (readers never follow a path
+  // out of the IR's directory), so the two must share a directory.
   std::error_code error;
-  const fs::path ir_dir = fs::absolute(fs::path(ir_path), error).parent_path();
-  const fs::path target = fs::absolute(fs::path(flag), error);
-  const fs::path relative = target.lexically_relative(ir_dir);
-  paths->recorded = relative.empty() ? target.string() : relative.string();
+  const fs::path ir_dir =
+      fs::weakly_canonical(fs::absolute(ir_path).parent_path(), error);
+  const fs::path sidecar_dir =
+      fs::weakly_canonical(fs::absolute(flag).parent_path(), error);
+  if (ir_dir != sidecar_dir) {
+    return Status::BadInput("--sidecar=" + flag +
+                            ": must be in the directory of -o " + ir_path +
+                            " (the IR names its sidecar by file name only)");
+  }
   return Status::Ok();
 }
 

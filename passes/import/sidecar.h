@@ -45,11 +45,11 @@ struct SidecarPaths {
 };
 
 // `ir_path` is the tool's -o; `flag` its --sidecar (may be empty). An empty
-// flag means "<ir_path>.weights", recorded as its base name; with -o -
-// (stdout) and no flag there is no path (`write` empty): WriteSidecar then
-// refuses a sidecar that has bytes. A given path is recorded relative to
-// the IR's directory (as given with -o -: tools resolve it against
-// --sidecar_dir, default "." for stdin).
+// flag means "<ir_path>.weights"; with -o - (stdout) and no flag there is no
+// path (`write` empty): WriteSidecar then refuses a sidecar that has bytes.
+// The IR records the sidecar's plain file name, which readers resolve in the
+// IR's directory (or --sidecar_dir, default "." for stdin), so a given path
+// must lie in -o's directory: BadInput otherwise.
 Status ResolveSidecarPaths(const std::string& ir_path, const std::string& flag,
                            SidecarPaths* paths);
 

@@ -150,10 +150,11 @@ Status ReadExternal(const TensorProto& t, const std::string& base_dir,
   if (location.empty()) {
     return Status::BadInput(what + ": external data without a location");
   }
-  const std::string path = (location[0] == '/' || base_dir.empty())
-                               ? location
-                               : base_dir + "/" + location;
-  TILEC_RETURN_IF_ERROR(ir::RequireRegularFile(path).WithContext(what));
+  // The model names the file: it must not reach outside its directory.
+  std::string path;
+  TILEC_RETURN_IF_ERROR(ir::ResolveInside(base_dir.empty() ? "." : base_dir,
+                                          location, what + ": external data",
+                                          &path));
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return Status::BadInput(what + ": cannot open its external data " + path);

@@ -5,8 +5,11 @@
 // to float), DOUBLE, INT64, INT32, INT8, UINT8, INT16, UINT16, BOOL (to
 // double, exact for the sizes and indices a graph holds). Data comes from
 // raw_data (little-endian) or the typed repeated fields. External data
-// (`data_location: EXTERNAL`) is read from the file it names, resolved
-// against `base_dir`. STRING and complex tensors are refused.
+// (`data_location: EXTERNAL`) is read from the file it names, which must
+// resolve, after symlinks, to a regular file inside `base_dir` (the model's
+// directory, as ONNX's checker requires): an absolute location, a '..' out
+// of it or a symlink leading out is BadInput. STRING and complex tensors are
+// refused.
 
 #ifndef TILEC_PASSES_ONNX_ONNX_TENSOR_H_
 #define TILEC_PASSES_ONNX_ONNX_TENSOR_H_
