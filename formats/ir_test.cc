@@ -319,16 +319,17 @@ TEST(IrTest, LoadsTargetPresets) {
   Status s = LoadTarget("ipu21", &ipu);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(ipu.tiles, 1472);
-  EXPECT_EQ(ipu.sram_bytes - ipu.reserved_bytes, 481152);
+  EXPECT_EQ(ipu.reserved_bytes, 0);
+  EXPECT_EQ(MaxTileTensorBytes(ipu), 638976 - 49152);
   EXPECT_EQ(ipu.clock_hz, 1.5e9);
   EXPECT_EQ(ipu.amp_macs_fp8, 128);
-  EXPECT_EQ(ipu.sync_cycles, 600);
+  EXPECT_EQ(ipu.sync_cycles, 277);
   EXPECT_EQ(ipu.standard_elements * ipu.element_bytes, 208 * 1024);
   EXPECT_FALSE(ipu.kernels.empty());
   fb::TargetT tiny;
   ASSERT_TRUE(LoadTarget("tiny", &tiny).ok());
   EXPECT_EQ(tiny.tiles, 16);
-  EXPECT_EQ(tiny.sram_bytes - tiny.reserved_bytes, 56 * 1024);
+  EXPECT_EQ(MaxTileTensorBytes(tiny), 64 * 1024);
 }
 
 TEST(IrTest, TargetErrorsNameTheInput) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "formats/repeat.h"
+#include "formats/target.h"
 
 namespace tilec::ir {
 namespace {
@@ -166,6 +167,55 @@ void PrintSuperstepRepeats(const fb::DeviceProgramT& program,
       }
       *out += "    iteration " + std::to_string(i) + ":" + pairs + "\n";
     }
+    std::string updates;
+    for (const fb::IterationUpdate& u : r->updates) {
+      updates += " " + std::to_string(u.superstep()) + "/" +
+                 std::to_string(u.tile()) + ":" + std::to_string(u.words()) +
+                 (u.method() == fb::AddressUpdate::BaseRegister ? "b" : "p");
+    }
+    if (updates.empty()) continue;
+    *out += "    updates (superstep/tile:words, b base register, p patch):" +
+            updates + "\n";
+  }
+}
+
+// "  code tile 3: runtime 4096 program 104 exchange 24 reserved 16384"
+void PrintCode(const fb::DeviceProgramT& program, std::string* out) {
+  for (const fb::TileCode& c : program.code) {
+    *out += "  code tile " + std::to_string(c.tile()) + ": runtime " +
+            std::to_string(c.runtime_bytes()) + " program " +
+            std::to_string(c.program_bytes()) + " exchange " +
+            std::to_string(c.exchange_bytes()) + " reserved " +
+            std::to_string(c.reserved_bytes()) + "\n";
+  }
+}
+
+// "    schedule length 182 bound 128" and per tile its instructions in
+// issue order, "send 0@2" (packet 0 takes effect at cycle 2), "select
+// 0.1@2" (packet 0's destination 1), "pointer 0.1@54".
+void PrintSchedule(const fb::ExchangeScheduleT& schedule, std::string* out) {
+  *out += "    schedule length " + std::to_string(schedule.length) + " bound " +
+          std::to_string(schedule.bound) + ", packet starts";
+  for (uint32_t t : schedule.starts) *out += " " + std::to_string(t);
+  *out += "\n";
+  for (const auto& tc : schedule.tiles) {
+    *out += "      tile " + std::to_string(tc->tile) + ":";
+    for (const fb::ControlInstruction& ins : tc->instructions) {
+      const std::string packet = std::to_string(ins.packet());
+      switch (ins.kind()) {
+        case fb::ControlKind::Send:
+          *out += " send " + packet;
+          break;
+        case fb::ControlKind::Select:
+          *out += " select " + packet + "." + std::to_string(ins.destination());
+          break;
+        case fb::ControlKind::Pointer:
+          *out += " pointer " + packet + "." + std::to_string(ins.destination());
+          break;
+      }
+      *out += "@" + std::to_string(ins.cycle());
+    }
+    *out += "\n";
   }
 }
 
@@ -189,6 +239,7 @@ void PrintProgram(const fb::DeviceProgramT& program, const PrintOptions& opts,
               (b->op >= 0 ? " op(" + std::to_string(b->op) + ")" : "") + " " +
               Quoted(b->name) + "\n";
     }
+    PrintCode(program, out);
   }
   for (size_t i = 0; i < program.supersteps.size(); ++i) {
     const fb::SuperstepT& step = *program.supersteps[i];
@@ -237,6 +288,7 @@ void PrintProgram(const fb::DeviceProgramT& program, const PrintOptions& opts,
               std::to_string(t->src_offset) + "+" + std::to_string(t->bytes) +
               " " + DTypeText(t->dtype) + strides + " ->" + dst + "\n";
     }
+    if (step.schedule) PrintSchedule(*step.schedule, out);
   }
 }
 
@@ -395,7 +447,7 @@ std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
     const fb::TargetT& t = *m.target;
     out += "target: " + t.name + " tiles=" + std::to_string(t.tiles) +
            " clock_hz=" + NumberText(t.clock_hz) + " tensor_bytes=" +
-           std::to_string(t.sram_bytes - t.reserved_bytes) + "\n";
+           std::to_string(MaxTileTensorBytes(t)) + "\n";
   }
   out += "values:\n";
   std::map<uint32_t, const fb::ValueT*> values;

@@ -127,10 +127,11 @@ Status ValidateTarget(const fb::TargetT& t, bool require_kernels) {
   positive("tiles", t.tiles);
   positive("clock_hz", t.clock_hz);
   positive("sram_bytes", t.sram_bytes);
-  non_negative("reserved_bytes", t.reserved_bytes);
-  if (t.reserved_bytes >= t.sram_bytes && t.sram_bytes > 0) {
-    problems.Add("target '", t.name, "': reserved_bytes ", t.reserved_bytes,
-                 " leaves no room in sram_bytes ", t.sram_bytes);
+  if (t.reserved_bytes != 0) {
+    problems.Add("target '", t.name, "': reserved_bytes = ", t.reserved_bytes,
+                 " is no longer used: code and exchange tables are sized per "
+                 "program (runtime_code_bytes and the code_* numbers); set it "
+                 "to 0");
   }
   positive("element_bytes", t.element_bytes);
   non_negative("standard_elements", t.standard_elements);
@@ -142,9 +143,36 @@ Status ValidateTarget(const fb::TargetT& t, bool require_kernels) {
   positive("exchange_bytes_per_cycle", t.exchange_bytes_per_cycle);
   non_negative("exchange_fragment_cycles", t.exchange_fragment_cycles);
   non_negative("sync_cycles", t.sync_cycles);
-  non_negative("copy_call_cycles", t.copy_call_cycles);
-  positive("copy_bytes_per_cycle", t.copy_bytes_per_cycle);
   positive("vector_elements", t.vector_elements);
+  non_negative("exchange_route_latency_cycles",
+               t.exchange_route_latency_cycles);
+  non_negative("exchange_route_latency_per_row",
+               t.exchange_route_latency_per_row);
+  positive("exchange_tiles_per_row", t.exchange_tiles_per_row);
+  positive("exchange_max_packet_words", t.exchange_max_packet_words);
+  for (auto [name, bytes] :
+       {std::pair<const char*, int>{"runtime_code_bytes", t.runtime_code_bytes},
+        {"code_bytes_per_superstep", t.code_bytes_per_superstep},
+        {"code_bytes_per_call", t.code_bytes_per_call},
+        {"code_bytes_per_operand", t.code_bytes_per_operand},
+        {"exchange_code_phase_bytes", t.exchange_code_phase_bytes},
+        {"exchange_code_send_bytes", t.exchange_code_send_bytes},
+        {"exchange_code_long_send_words", t.exchange_code_long_send_words},
+        {"exchange_code_long_send_bytes", t.exchange_code_long_send_bytes},
+        {"exchange_code_receive_bytes", t.exchange_code_receive_bytes},
+        {"exchange_code_pointer_bytes", t.exchange_code_pointer_bytes},
+        {"base_write_cycles", t.base_write_cycles},
+        {"patch_call_cycles", t.patch_call_cycles},
+        {"patch_word_cycles", t.patch_word_cycles}}) {
+    non_negative(name, bytes);
+  }
+  positive("exchange_code_alignment", t.exchange_code_alignment);
+  if (t.exchange_bytes_per_cycle > 0 && t.exchange_bytes_per_cycle != 4) {
+    // The schedule moves one 32-bit word per cycle per lane.
+    problems.Add("target '", t.name, "': exchange_bytes_per_cycle = ",
+                 t.exchange_bytes_per_cycle,
+                 ": exchange schedules move one 4-byte word per cycle");
+  }
   if (t.tiles > kMaxTargetTiles) {
     problems.Add("target '", t.name, "': tiles = ", t.tiles,
                  " is more than the ", kMaxTargetTiles, " tilec supports");
@@ -154,15 +182,18 @@ Status ValidateTarget(const fb::TargetT& t, bool require_kernels) {
                  " is more than the ", kMaxTileSramBytes,
                  " bytes per tile tilec supports");
   }
+  const int64_t standard_end = int64_t{t.standard_elements} * t.element_bytes;
   if (t.element_bytes > 0 && t.standard_elements > 0 &&
-      t.reserved_bytes < t.sram_bytes &&
-      int64_t{t.standard_elements} * t.element_bytes >
-          int64_t{t.sram_bytes} - std::max(t.reserved_bytes, 0)) {
+      standard_end > t.sram_bytes) {
     problems.Add("target '", t.name, "': standard_elements ",
                  t.standard_elements, " x element_bytes ", t.element_bytes,
-                 " is more than the tensor memory of ",
-                 int64_t{t.sram_bytes} - std::max(t.reserved_bytes, 0),
-                 " bytes");
+                 " is more than sram_bytes ", t.sram_bytes);
+  }
+  if (t.element_bytes > 0 && t.runtime_code_bytes > 0 &&
+      t.runtime_code_bytes >= standard_end) {
+    problems.Add("target '", t.name, "': runtime_code_bytes ",
+                 t.runtime_code_bytes, " leaves no room in the ",
+                 standard_end, " bytes of standard memory that code lives in");
   }
   if (t.alignment <= 0 || (t.alignment & (t.alignment - 1)) != 0) {
     problems.Add("target '", t.name, "': alignment ", t.alignment,
@@ -195,9 +226,18 @@ Status ValidateTarget(const fb::TargetT& t, bool require_kernels) {
   return message.empty() ? Status::Ok() : Status::BadInput(message);
 }
 
+int64_t CodeRegionBytes(const fb::TargetT& target, int64_t code_bytes) {
+  const int64_t element = std::max(target.element_bytes, 1);
+  return (code_bytes + element - 1) / element * element;
+}
+
+int64_t MaxTileTensorBytes(const fb::TargetT& target) {
+  return int64_t{target.sram_bytes} -
+         CodeRegionBytes(target, target.runtime_code_bytes);
+}
+
 int64_t TargetTensorBytes(const fb::TargetT& target) {
-  return int64_t{target.tiles} *
-         (int64_t{target.sram_bytes} - target.reserved_bytes);
+  return int64_t{target.tiles} * MaxTileTensorBytes(target);
 }
 
 }  // namespace tilec::ir

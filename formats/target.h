@@ -57,9 +57,10 @@ inline constexpr std::string_view kCopy = "copy";
 std::span<const std::string_view> RequiredKernels();
 
 // Checks a target: every number that is a size, rate or count is positive,
-// overheads (base cycles, sync, fragment, copy call, reserved bytes) are not
-// negative, reserved_bytes < sram_bytes, the standard memory elements fit in
-// the tensor memory, tiles and sram_bytes are within the bounds above,
+// overheads (base cycles, sync, fragment, copy call, latencies, code bytes)
+// are not negative, reserved_bytes is 0 (schema 3 sizes code per program),
+// the standard memory elements fit in sram_bytes and the runtime code in
+// them, tiles and sram_bytes are within the bounds above,
 // alignment is a power of two, every formula is well formed (known
 // variables, positive divisors, non-negative coefficients, positive
 // multipliers, unique kernel names) and every kernel in RequiredKernels() is
@@ -70,7 +71,17 @@ std::span<const std::string_view> RequiredKernels();
 // the missing formula.
 Status ValidateTarget(const fb::TargetT& target, bool require_kernels = true);
 
-// Tensor memory of all tiles: tiles * (sram_bytes - reserved_bytes), of a
+// Code lives in whole standard elements from address 0 (runtime, the
+// program's own code, exchange tables: docs/device-program.md, "Memory");
+// `code_bytes` rounded up to whole elements is where a tile's tensors start.
+int64_t CodeRegionBytes(const fb::TargetT& target, int64_t code_bytes);
+
+// The most tensor memory a tile can have: sram_bytes less the runtime's
+// whole elements, before any program code or exchange table. A program's
+// tiles have less (DeviceProgram.code); the planner budgets for its own.
+int64_t MaxTileTensorBytes(const fb::TargetT& target);
+
+// Tensor memory of all tiles at most: tiles * MaxTileTensorBytes, of a
 // validated target.
 int64_t TargetTensorBytes(const fb::TargetT& target);
 

@@ -345,6 +345,40 @@ Status VerifyModule(const fb::ModuleT& module) {
   return VerifyRepeats(module);
 }
 
+namespace {
+
+Status MigrateTargetToV3(fb::TargetT* target) {
+  fb::TargetT preset;
+  if (!LoadTarget(target->name, &preset).ok()) {
+    TILEC_RETURN_IF_ERROR(LoadTarget("ipu21", &preset));
+  }
+  target->reserved_bytes = 0;
+  target->sync_cycles = preset.sync_cycles;
+  target->exchange_route_latency_cycles = preset.exchange_route_latency_cycles;
+  target->exchange_route_latency_per_row =
+      preset.exchange_route_latency_per_row;
+  target->exchange_tiles_per_row = preset.exchange_tiles_per_row;
+  target->exchange_max_packet_words = preset.exchange_max_packet_words;
+  target->runtime_code_bytes = preset.runtime_code_bytes;
+  target->code_bytes_per_superstep = preset.code_bytes_per_superstep;
+  target->code_bytes_per_call = preset.code_bytes_per_call;
+  target->code_bytes_per_operand = preset.code_bytes_per_operand;
+  target->exchange_code_phase_bytes = preset.exchange_code_phase_bytes;
+  target->exchange_code_send_bytes = preset.exchange_code_send_bytes;
+  target->exchange_code_long_send_words = preset.exchange_code_long_send_words;
+  target->exchange_code_long_send_bytes = preset.exchange_code_long_send_bytes;
+  target->exchange_code_receive_bytes = preset.exchange_code_receive_bytes;
+  target->exchange_code_pointer_bytes = preset.exchange_code_pointer_bytes;
+  target->exchange_code_alignment = preset.exchange_code_alignment;
+  target->base_write_cycles = preset.base_write_cycles;
+  target->patch_call_cycles = preset.patch_call_cycles;
+  target->patch_word_cycles = preset.patch_word_cycles;
+  target->notes = preset.notes;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status MigrateModule(uint32_t from_version, fb::ModuleT* module) {
   // One step per version, applied in order.
   (void)module;
@@ -355,6 +389,17 @@ Status MigrateModule(uint32_t from_version, fb::ModuleT* module) {
     // that would ignore repeats from running a rolled program as if it were
     // written out.
     version = 2;
+  }
+  if (version == 2) {
+    // Version 3 times exchange by static schedules and sizes code per
+    // program: the target gains the numbers for both (from the preset of
+    // the same name, else ipu21's), drops its fixed reservation, and its
+    // sync_cycles becomes the residual beyond a schedule. A device program
+    // written before has no schedules; the simulator refuses it by name.
+    if (module->target) {
+      TILEC_RETURN_IF_ERROR(MigrateTargetToV3(module->target.get()));
+    }
+    version = 3;
   }
   if (version == kSchemaVersion) return Status::Ok();
   return Status::Internal("no migration from schema version " +

@@ -109,19 +109,4 @@ StatusOr<int64_t> CostModel::Cycles(std::string_view kernel,
   return RoundUpCycles(*value);
 }
 
-int64_t CostModel::CopyCycles(int64_t bytes) const {
-  return target_->copy_call_cycles +
-         CeilDiv(std::max<int64_t>(bytes, 0), target_->copy_bytes_per_cycle);
-}
-
-int64_t CostModel::TileExchangeCycles(int64_t bytes_sent,
-                                      int64_t bytes_received,
-                                      int64_t fragments) const {
-  const int64_t rate = target_->exchange_bytes_per_cycle;
-  return std::max({CeilDiv(std::max<int64_t>(bytes_sent, 0), rate),
-                   CeilDiv(std::max<int64_t>(bytes_received, 0), rate),
-                   int64_t{target_->exchange_fragment_cycles} *
-                       std::max<int64_t>(fragments, 0)});
-}
-
 }  // namespace tilec::kernels

@@ -102,25 +102,15 @@ class CostModel {
   int workers() const { return target_->workers; }
   double clock_hz() const { return target_->clock_hz; }
 
-  int copy_call_cycles() const { return target_->copy_call_cycles; }
-  int copy_bytes_per_cycle() const { return target_->copy_bytes_per_cycle; }
-  // A local copy of `bytes` bytes: copy_call_cycles + ceil(bytes / rate).
-  int64_t CopyCycles(int64_t bytes) const;
-
   int exchange_bytes_per_cycle() const {
     return target_->exchange_bytes_per_cycle;
   }
   int exchange_fragment_cycles() const {
     return target_->exchange_fragment_cycles;
   }
-  // Per exchange phase, on top of the slowest tile's transfer cycles.
+  // Per exchange phase, on top of its schedule's length
+  // (kernels/exchange_schedule.h prices exchange).
   int sync_cycles() const { return target_->sync_cycles; }
-  // One tile's share of an exchange phase: the largest of bytes sent and
-  // bytes received over the exchange rate (rounded up) and the fragment
-  // control cycles. A phase costs sync_cycles() plus the largest of these
-  // over all tiles.
-  int64_t TileExchangeCycles(int64_t bytes_sent, int64_t bytes_received,
-                             int64_t fragments) const;
 
  private:
   CostModel() = default;

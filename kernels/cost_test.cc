@@ -105,18 +105,13 @@ TEST_F(CostModelTest, ExtraVariablesAreIgnored) {
 
 TEST_F(CostModelTest, TargetNumbers) {
   EXPECT_EQ(model_->vector_elements(), 4);
-  EXPECT_EQ(model_->sync_cycles(), 600);
+  EXPECT_EQ(model_->sync_cycles(), 277);
   EXPECT_EQ(model_->exchange_bytes_per_cycle(), 4);
   EXPECT_EQ(model_->exchange_fragment_cycles(), 2);
   EXPECT_EQ(model_->workers(), 6);
   EXPECT_DOUBLE_EQ(model_->clock_hz(), 1.5e9);
-  // 288 + ceil(1000/8).
-  EXPECT_EQ(model_->CopyCycles(1000), 413);
-  EXPECT_EQ(model_->CopyCycles(0), 288);
-  // Largest of ceil(401/4)=101, 100/4=25, 2*3=6.
-  EXPECT_EQ(model_->TileExchangeCycles(401, 100, 3), 101);
-  EXPECT_EQ(model_->TileExchangeCycles(0, 100, 3), 25);
-  EXPECT_EQ(model_->TileExchangeCycles(8, 4, 20), 40);
+  // The copy kernel's formula: 288 + ceil(1000/8).
+  EXPECT_EQ(Cycles("copy", {{"B", 1000}}), 413);
 }
 
 TEST_F(CostModelTest, MissingKernelIsNamed) {

@@ -84,15 +84,21 @@ std::string SummaryText(const sim::SimResult& r,
   std::string out;
   out += "simulate-device: " + report.module_name + " on target " + r.target +
          " (" + std::to_string(r.tiles) + " tiles, " + G(r.clock_hz / 1e9) +
-         " GHz, " + std::to_string(r.tensor_bytes) +
-         " B tensor memory per tile)\n";
+         " GHz)\n";
   out += "total: " + std::to_string(r.total_cycles) +
          " cycles = " + Micros(r.total_cycles, r.clock_hz) + " us (compute " +
          std::to_string(r.compute_cycles) + ", exchange " +
          std::to_string(r.exchange_cycles) + " in " +
          std::to_string(r.exchange_phases) +
-         (r.exchange_phases == 1 ? " phase; " : " phases; ") +
-         std::to_string(r.supersteps.size()) + " supersteps)\n";
+         (r.exchange_phases == 1 ? " phase" : " phases") +
+         (r.update_cycles > 0
+              ? ", repeat address updates " + std::to_string(r.update_cycles)
+              : std::string()) +
+         "; " + std::to_string(r.supersteps.size()) + " supersteps)\n";
+  out += "exchange: scheduled " + std::to_string(r.exchange_scheduled_cycles) +
+         " + sync " + std::to_string(r.sync_cycles) +
+         " (the endpoint bound would be " +
+         std::to_string(r.exchange_bound_cycles) + " + sync)\n";
   out += "work: " + std::to_string(r.kernel_calls) + " kernel calls, " +
          std::to_string(r.gemm_macs) + " GEMM MACs, " +
          std::to_string(r.transfers) + " transfers (" +
@@ -100,8 +106,11 @@ std::string SummaryText(const sim::SimResult& r,
          std::to_string(r.bytes_sent) + " B sent, " +
          std::to_string(r.bytes_received) + " B received\n";
   out += "memory: highest buffer end " + std::to_string(r.peak_memory_bytes) +
-         " B of " + std::to_string(r.tensor_bytes) + " (tile " +
-         std::to_string(r.peak_memory_tile) + ")\n";
+         " B (tile " + std::to_string(r.peak_memory_tile) + "); code up to " +
+         std::to_string(r.code_bytes_max) + " B a tile, exchange tables up to " +
+         std::to_string(r.exchange_code_bytes_max) + " B; " +
+         std::to_string(r.tensor_bytes) +
+         " B left for tensors on the tile with the most code\n";
   for (size_t k = 0; k < r.repeats.size(); ++k) {
     const sim::SimResult::RepeatReport& rep = r.repeats[k];
     const auto [low, high] = std::minmax_element(rep.iteration_cycles.begin(),
@@ -133,14 +142,20 @@ std::string SummaryText(const sim::SimResult& r,
 std::string SuperstepsText(const sim::SimResult& r) {
   std::string out;
   out += "\nsupersteps:\n";
-  out += Format("  %5s %10s %10s %8s %8s %6s %9s %9s %10s  %s\n", "step",
-                "compute", "exchange", "slowest", "xslowest", "calls",
-                "transfers", "pieces", "bytes_recv", "label");
+  out += Format("  %5s %7s %10s %10s %8s %8s %8s %8s %6s %9s %9s %10s  %s\n",
+                "step", "update", "compute", "exchange", "bound", "sched",
+                "slowest", "xslowest", "calls", "transfers", "pieces",
+                "bytes_recv", "label");
   for (const sim::SuperstepReport& s : r.supersteps) {
     out +=
-        Format("  %5d %10lld %10lld %8d %8d %6lld %9lld %9lld %10lld  ",
-               s.index, static_cast<long long>(s.compute_cycles),
-               static_cast<long long>(s.exchange_cycles), s.slowest_tile,
+        Format("  %5d %7lld %10lld %10lld %8lld %8lld %8d %8d %6lld %9lld "
+               "%9lld %10lld  ",
+               s.index, static_cast<long long>(s.update_cycles),
+               static_cast<long long>(s.compute_cycles),
+               static_cast<long long>(s.exchange_cycles),
+               static_cast<long long>(s.exchange_bound_cycles),
+               static_cast<long long>(s.exchange_scheduled_cycles),
+               s.slowest_tile,
                s.exchange_slowest_tile, static_cast<long long>(s.kernel_calls),
                static_cast<long long>(s.transfers),
                static_cast<long long>(s.pieces),
@@ -158,18 +173,19 @@ std::string OpsText(const sim::SimResult& r) {
       "\nops (cycles attributed: compute of the slowest tile, exchange by "
       "bytes received):\n";
   out +=
-      Format("  %5s %10s %10s %10s %6s %6s %9s %9s %10s %12s %5s  %s\n", "op",
-             "compute", "exchange", "total", "share", "calls", "transfers",
-             "pieces", "bytes_recv", "macs", "slow", "kind name");
+      Format("  %5s %10s %10s %7s %10s %6s %6s %9s %9s %10s %12s %5s  %s\n",
+             "op", "compute", "exchange", "update", "total", "share", "calls",
+             "transfers", "pieces", "bytes_recv", "macs", "slow", "kind name");
   for (const sim::OpReport& o : r.ops) {
-    const int64_t total = o.compute_cycles + o.exchange_cycles;
+    const int64_t total = o.compute_cycles + o.exchange_cycles + o.update_cycles;
     const double share =
         r.total_cycles > 0 ? 100.0 * total / r.total_cycles : 0.0;
     out += Format(
-               "  %5u %10lld %10lld %10lld %5.1f%% %6lld %9lld %9lld "
+               "  %5u %10lld %10lld %7lld %10lld %5.1f%% %6lld %9lld %9lld "
                "%10lld %12lld %5lld  ",
                o.op, static_cast<long long>(o.compute_cycles),
                static_cast<long long>(o.exchange_cycles),
+               static_cast<long long>(o.update_cycles),
                static_cast<long long>(total), share,
                static_cast<long long>(o.kernel_calls),
                static_cast<long long>(o.transfers),
@@ -274,6 +290,11 @@ std::string ReportJson(const sim::SimResult& r,
   o += "  \"seconds\": " + JsonNumber(r.seconds) + ",\n";
   o += "  \"compute_cycles\": " + i64(r.compute_cycles) + ",\n";
   o += "  \"exchange_cycles\": " + i64(r.exchange_cycles) + ",\n";
+  o += "  \"exchange_bound_cycles\": " + i64(r.exchange_bound_cycles) + ",\n";
+  o += "  \"exchange_scheduled_cycles\": " + i64(r.exchange_scheduled_cycles) +
+       ",\n";
+  o += "  \"sync_cycles\": " + i64(r.sync_cycles) + ",\n";
+  o += "  \"update_cycles\": " + i64(r.update_cycles) + ",\n";
   o += "  \"exchange_phases\": " + std::to_string(r.exchange_phases) + ",\n";
   o += "  \"kernel_calls\": " + i64(r.kernel_calls) + ",\n";
   o += "  \"gemm_macs\": " + i64(r.gemm_macs) + ",\n";
@@ -281,7 +302,15 @@ std::string ReportJson(const sim::SimResult& r,
   o += "  \"pieces\": " + i64(r.pieces) + ",\n";
   o += "  \"bytes_sent\": " + i64(r.bytes_sent) + ",\n";
   o += "  \"bytes_received\": " + i64(r.bytes_received) + ",\n";
+  o += "  \"code_bytes_max\": " + i64(r.code_bytes_max) + ",\n";
+  o += "  \"exchange_code_bytes_max\": " + i64(r.exchange_code_bytes_max) +
+       ",\n";
   o += "  \"tensor_bytes\": " + i64(r.tensor_bytes) + ",\n";
+  o += "  \"exchange_code_bytes\": [";
+  for (size_t t = 0; t < r.exchange_code_bytes.size(); ++t) {
+    o += (t ? ", " : "") + i64(r.exchange_code_bytes[t]);
+  }
+  o += "],\n";
   o += "  \"peak_memory_bytes\": " + i64(r.peak_memory_bytes) + ",\n";
   o += "  \"peak_memory_tile\": " + std::to_string(r.peak_memory_tile) + ",\n";
   o += "  \"slow_path_calls\": " + i64(r.slow_path_calls) + ",\n";
@@ -315,7 +344,12 @@ std::string ReportJson(const sim::SimResult& r,
          (s.iteration >= 0 ? ", \"iteration\": " + std::to_string(s.iteration)
                            : std::string()) +
          ", \"label\": " + JsonString(s.label) +
+         ", \"update_cycles\": " + i64(s.update_cycles) +
          ", \"compute_cycles\": " + i64(s.compute_cycles) +
+         ", \"exchange_bound_cycles\": " + i64(s.exchange_bound_cycles) +
+         ", \"exchange_scheduled_cycles\": " +
+         i64(s.exchange_scheduled_cycles) +
+         ", \"sync_cycles\": " + i64(s.sync_cycles) +
          ", \"exchange_cycles\": " + i64(s.exchange_cycles) +
          ", \"slowest_tile\": " + std::to_string(s.slowest_tile) +
          ", \"exchange_slowest_tile\": " +
@@ -335,6 +369,7 @@ std::string ReportJson(const sim::SimResult& r,
          ", \"kind\": " + JsonString(p.kind) +
          ", \"compute_cycles\": " + i64(p.compute_cycles) +
          ", \"exchange_cycles\": " + i64(p.exchange_cycles) +
+         ", \"update_cycles\": " + i64(p.update_cycles) +
          ", \"kernel_calls\": " + i64(p.kernel_calls) +
          ", \"transfers\": " + i64(p.transfers) +
          ", \"pieces\": " + i64(p.pieces) +

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -17,6 +19,7 @@
 
 #include "formats/print.h"
 #include "kernels/cost.h"
+#include "kernels/exchange_schedule.h"
 #include "kernels/kernels.h"
 #include "kernels/numerics.h"
 #include "kernels/patchify.h"
@@ -188,7 +191,12 @@ class Engine {
                              BindingPlan* plan);
   Status CheckSuperstep(int s);
   Status CheckCompute(int s, int index, ComputePlan* plan);
+  Status CheckCodeEntries();
+  Status CheckCodeSizes();
+  Status CheckIterationUpdates();
   Status CheckTransfers(int s);
+  kernels::PhaseTraffic TrafficOf(int s) const;
+  Status CheckSchedule(int s);
   // One transfer's source, pieces and destinations, planned into *tp.
   Status CheckTransfer(int s, int t, TransferPlan* tp);
   Status CheckTransferSource(const std::string& where, const fb::TransferT& tr,
@@ -242,9 +250,12 @@ class Engine {
                             SuperstepReport* sr) const;
   void CountExchangePhase(size_t k, int s, CycleTally* tally,
                           SuperstepReport* sr, SimResult* r) const;
+  void CountIterationUpdate(int s, CycleTally* tally,
+                            SuperstepReport* sr) const;
   void ReportOps(CycleTally* tally, SimResult* r) const;
   void ReportSlowestTiles(const CycleTally& tally, SimResult* r) const;
   void ReportPeakMemory(SimResult* r) const;
+  void ReportCode(SimResult* r) const;
 
   const fb::ModuleT& module_;
   const SimOptions options_;
@@ -252,8 +263,26 @@ class Engine {
   const fb::DeviceProgramT* program_ = nullptr;
   std::unique_ptr<CostModel> model_;
   int tiles_ = 0;
-  int64_t tensor_bytes_ = 0;
+  int64_t sram_bytes_ = 0;
   int64_t standard_end_ = 0;
+  kernels::ExchangeModel exchange_model_;
+  kernels::CodeModel code_model_;
+  // What each superstep's verified exchange schedule costs and needs.
+  struct StepSchedule {
+    bool checked = false;
+    int64_t scheduled = 0;
+    int64_t bound = 0;
+    std::vector<std::pair<int, int64_t>> tile_end;  // tiles taking part
+  };
+  std::vector<StepSchedule> schedules_;
+  // Per superstep of a repeat body, before each iteration after the first:
+  // the slowest tile's address update and the op it is charged to.
+  struct StepUpdate {
+    int64_t cycles = 0;
+    int tile = -1;
+    uint32_t op = 0;
+  };
+  std::vector<StepUpdate> update_cycles_;
 
   std::unordered_map<uint32_t, BufferInfo> buffers_;
   std::unordered_map<uint32_t, const fb::ValueT*> values_;
@@ -319,15 +348,17 @@ Status Engine::CheckTarget() {
   }
   model_ = std::make_unique<CostModel>(*model);
   tiles_ = target_->tiles;
-  tensor_bytes_ = int64_t{target_->sram_bytes} - target_->reserved_bytes;
+  sram_bytes_ = target_->sram_bytes;
   if (target_->element_bytes <= 0 || target_->interleaved_element_bytes <= 0 ||
       target_->standard_elements < 0) {
     return Status::BadInput("target '" + target_->name +
                             "': memory elements must have positive sizes");
   }
   standard_end_ = std::min<int64_t>(
-      tensor_bytes_,
+      sram_bytes_,
       int64_t{target_->standard_elements} * target_->element_bytes);
+  exchange_model_ = kernels::ExchangeModel::FromTarget(*target_);
+  code_model_ = kernels::CodeModel::FromTarget(*target_);
   for (const auto& v : module_.values) {
     if (v) values_[v->id] = v.get();
   }
@@ -361,11 +392,13 @@ Status Engine::CheckBuffers() {
                               std::to_string(target_->alignment) + " bytes");
     }
     const int64_t end = int64_t{b->offset} + b->bytes;
-    if (end > tensor_bytes_) {
+    const int64_t code_end = program_->code[b->tile].reserved_bytes();
+    if (b->offset < code_end || end > sram_bytes_) {
       return Status::BadInput(
           where + ": bytes [" + std::to_string(b->offset) + ", " +
-          std::to_string(end) + ") exceed the tile's tensor memory of " +
-          std::to_string(tensor_bytes_) + " bytes");
+          std::to_string(end) + ") are outside the tile's tensor memory [" +
+          std::to_string(code_end) + ", " + std::to_string(sram_bytes_) +
+          ") (code lies below " + std::to_string(code_end) + ")");
     }
     kernels::StatusOr<DType> dtype = kernels::DTypeFromFb(b->dtype);
     if (!dtype.ok()) {
@@ -712,9 +745,84 @@ Status Engine::CheckTransfers(int s) {
     AppendWrites(static_cast<int>(t), tp, &writes);
     plan.transfers.push_back(std::move(tp));
   }
-  return CheckOverlappingWrites(s, step, plan, tensor_bytes_,
-                                std::move(writes));
+  TILEC_RETURN_IF_ERROR(
+      CheckOverlappingWrites(s, step, plan, sram_bytes_, std::move(writes)));
+  return CheckSchedule(s);
 }
+
+namespace {
+
+// Per tile that takes part, where its part of the phase ends: its last
+// send's end or its last arrival's end.
+std::vector<std::pair<int, int64_t>> TileEnds(
+    const kernels::PhaseTraffic& traffic, const fb::ExchangeScheduleT& schedule) {
+  const kernels::ExchangeModel& model = traffic.model();
+  std::map<int, int64_t> ends;
+  for (size_t p = 0; p < traffic.packets().size(); ++p) {
+    const auto& packet = traffic.packets()[p];
+    const int64_t end = schedule.starts[p] + model.Duration(packet.words);
+    int64_t& own = ends[packet.sender];
+    own = std::max(own, end);
+    for (int r : traffic.ReceiversOf(packet)) {
+      int64_t& e = ends[r];
+      e = std::max(e, end + model.RouteLatency(r));
+    }
+  }
+  return {ends.begin(), ends.end()};
+}
+
+}  // namespace
+
+// The phase's traffic as the schedule sees it: every row of every transfer,
+// in program order, over the words it touches at the source and at every
+// destination.
+kernels::PhaseTraffic Engine::TrafficOf(int s) const {
+  return kernels::TrafficOfStep(
+      exchange_model_, *program_->supersteps[s],
+      [&](uint32_t id) -> int64_t { return FindBuffer(id)->buffer->offset; });
+}
+
+// Verifies superstep s's exchange schedule (once: renames change no tile or
+// size) and keeps what the costs and the code check need.
+Status Engine::CheckSchedule(int s) {
+  StepPlan& plan = steps_[s];
+  const fb::SuperstepT& step = *program_->supersteps[s];
+  if (plan.transfers.empty() || schedules_[s].checked) return Status::Ok();
+  const std::string where = "superstep " + std::to_string(s) +
+                            " exchange schedule";
+  if (step.schedule == nullptr) {
+    return Status::BadInput(
+        where + ": missing (a program written before exchange schedules, "
+                "schema 3: re-run emit-device)");
+  }
+  // Every piece is at least one packet: refuse a schedule that cannot
+  // cover the transfers before expanding them.
+  int64_t pieces = 0;
+  for (const TransferPlan& tp : plan.transfers) pieces += tp.rows;
+  if (pieces > static_cast<int64_t>(step.schedule->starts.size())) {
+    return Status::BadInput(where + ": starts " +
+                            std::to_string(step.schedule->starts.size()) +
+                            " packets, the transfers have " +
+                            std::to_string(pieces) + " pieces");
+  }
+  const kernels::PhaseTraffic traffic = TrafficOf(s);
+  kernels::StatusOr<int64_t> length =
+      kernels::VerifySchedule(traffic, *step.schedule, where);
+  if (!length.ok()) return length.status();
+  StepSchedule& done = schedules_[s];
+  done.checked = true;
+  done.scheduled = *length;
+  done.bound = traffic.EndpointBound();
+  if (static_cast<int64_t>(step.schedule->bound) != done.bound) {
+    return Status::BadInput(where + ": records an endpoint bound of " +
+                            std::to_string(step.schedule->bound) +
+                            ", the transfers' is " +
+                            std::to_string(done.bound));
+  }
+  done.tile_end = TileEnds(traffic, *step.schedule);
+  return Status::Ok();
+}
+
 
 Status Engine::CheckTransfer(int s, int t, TransferPlan* tp) {
   const fb::TransferT* tr = program_->supersteps[s]->exchange[t].get();
@@ -1313,6 +1421,10 @@ void SplitExchangeByOp(const std::map<uint32_t, int64_t>& op_bytes,
 void AddSuperstep(SuperstepReport sr, SimResult* r) {
   r->compute_cycles += sr.compute_cycles;
   r->exchange_cycles += sr.exchange_cycles;
+  r->exchange_bound_cycles += sr.exchange_bound_cycles;
+  r->exchange_scheduled_cycles += sr.exchange_scheduled_cycles;
+  r->sync_cycles += sr.sync_cycles;
+  r->update_cycles += sr.update_cycles;
   r->kernel_calls += sr.kernel_calls;
   r->transfers += sr.transfers;
   r->pieces += sr.pieces;
@@ -1334,10 +1446,12 @@ void Engine::CountStep(size_t k, CycleTally* tally, int64_t* clock,
   sr.iteration = rs.iteration;
   sr.label = program_->supersteps[s]->label;
   sr.start_cycle = *clock;
+  if (rs.iteration >= 1) CountIterationUpdate(s, tally, &sr);
   CountComputePhase(k, s, tally, &sr, r);
   AttributeSlowestTile(s, tally, &sr);
   if (!steps_[s].transfers.empty()) CountExchangePhase(k, s, tally, &sr, r);
-  const int64_t cycles = sr.compute_cycles + sr.exchange_cycles;
+  const int64_t cycles =
+      sr.update_cycles + sr.compute_cycles + sr.exchange_cycles;
   *clock += cycles;
   if (rs.repeat >= 0) {
     r->repeats[rs.repeat].iteration_cycles[rs.iteration] += cycles;
@@ -1412,24 +1526,26 @@ void Engine::AttributeSlowestTile(int s, CycleTally* tally,
   }
 }
 
+// Before a repeat body's superstep runs again, its tiles change the
+// addresses that differ in this iteration; the slowest tile's update is
+// charged, to the op that first names a renamed buffer there.
+void Engine::CountIterationUpdate(int s, CycleTally* tally,
+                                  SuperstepReport* sr) const {
+  const StepUpdate& update = update_cycles_[s];
+  if (update.cycles == 0) return;
+  sr->update_cycles = update.cycles;
+  sr->update_tile = update.tile;
+  tally->Op(update.op).update_cycles += update.cycles;
+}
+
 void Engine::CountExchangePhase(size_t k, int s, CycleTally* tally,
                                 SuperstepReport* sr, SimResult* r) const {
-  std::vector<int64_t> sent(tiles_, 0), received(tiles_, 0),
-      fragments(tiles_, 0);
   std::map<uint32_t, int64_t> op_bytes;
   for (const TransferPlan& tp : steps_[s].transfers) {
     const fb::TransferT& t = *tp.transfer;
     const int64_t dests = static_cast<int64_t>(tp.destinations.size());
-    // A multicast costs its sender once and each receiver once; each
-    // piece of a strided transfer is a fragment at both ends, exactly
-    // as `rows` separate transfers.
+    // A multicast is sent once and received by each destination.
     const int64_t bytes = tp.rows * tp.bytes;
-    sent[t.src_tile] += bytes;
-    fragments[t.src_tile] += tp.rows;
-    for (const TransferPlan::Destination& d : tp.destinations) {
-      received[d.tile] += bytes;
-      fragments[d.tile] += tp.rows;
-    }
     OpReport& o = tally->Op(t.op);
     ++o.transfers;
     o.pieces += tp.rows;
@@ -1441,19 +1557,20 @@ void Engine::CountExchangePhase(size_t k, int s, CycleTally* tally,
     ++sr->transfers;
     sr->pieces += tp.rows;
   }
-  int64_t slowest = 0;
-  for (int t = 0; t < tiles_; ++t) {
-    if (fragments[t] == 0) continue;
-    const int64_t c =
-        model_->TileExchangeCycles(sent[t], received[t], fragments[t]);
-    tally->step_exchange[k][t] = c;
-    tally->tile_exchange[t] += c;
-    if (c > slowest || sr->exchange_slowest_tile < 0) {
-      slowest = c;
+  const StepSchedule& schedule = schedules_[s];
+  int64_t slowest = -1;
+  for (const auto& [t, end] : schedule.tile_end) {
+    tally->step_exchange[k][t] = end;
+    tally->tile_exchange[t] += end;
+    if (end > slowest) {
+      slowest = end;
       sr->exchange_slowest_tile = t;
     }
   }
-  sr->exchange_cycles = model_->sync_cycles() + slowest;
+  sr->exchange_bound_cycles = schedule.bound;
+  sr->exchange_scheduled_cycles = schedule.scheduled;
+  sr->sync_cycles = exchange_model_.sync_cycles;
+  sr->exchange_cycles = schedule.scheduled + exchange_model_.sync_cycles;
   ++r->exchange_phases;
   SplitExchangeByOp(op_bytes, tally, sr);
 }
@@ -1496,6 +1613,22 @@ void Engine::ReportSlowestTiles(const CycleTally& tally, SimResult* r) const {
       tr.step_exchange_cycles.push_back(tally.step_exchange[s][t]);
     }
     r->slowest_tiles.push_back(std::move(tr));
+  }
+}
+
+void Engine::ReportCode(SimResult* r) const {
+  int64_t most_code = -1;
+  for (const fb::TileCode& c : program_->code) {
+    const int64_t total =
+        int64_t{c.runtime_bytes()} + c.program_bytes() + c.exchange_bytes();
+    r->code_bytes_max = std::max(r->code_bytes_max, total);
+    r->exchange_code_bytes_max =
+        std::max<int64_t>(r->exchange_code_bytes_max, c.exchange_bytes());
+    r->exchange_code_bytes.push_back(c.exchange_bytes());
+    if (int64_t{c.reserved_bytes()} > most_code) {
+      most_code = c.reserved_bytes();
+      r->tensor_bytes = sram_bytes_ - most_code;
+    }
   }
 }
 
@@ -1600,8 +1733,134 @@ Status Engine::PlanStep(const RunStep& rs) {
   return Status::Ok();
 }
 
+// DeviceProgram.code: one entry per tile, in order, each reserving whole
+// standard elements for what it claims; the claims are checked against the
+// program once every superstep is (CheckCodeSizes).
+Status Engine::CheckCodeEntries() {
+  if (program_->code.size() != static_cast<size_t>(tiles_)) {
+    return Status::BadInput(
+        "the program sizes the code of " +
+        std::to_string(program_->code.size()) + " tiles, the target has " +
+        std::to_string(tiles_) +
+        (program_->code.empty()
+             ? " (a program written before schema 3: re-run emit-device)"
+             : ""));
+  }
+  for (int t = 0; t < tiles_; ++t) {
+    const fb::TileCode& c = program_->code[t];
+    const std::string where = "tile " + std::to_string(t) + " code: ";
+    if (c.tile() != static_cast<uint32_t>(t)) {
+      return Status::BadInput(where + "entry " + std::to_string(t) +
+                              " names tile " + std::to_string(c.tile()));
+    }
+    if (int64_t{c.runtime_bytes()} != code_model_.runtime) {
+      return Status::BadInput(where + "runtime of " +
+                              std::to_string(c.runtime_bytes()) +
+                              " bytes, the target's is " +
+                              std::to_string(code_model_.runtime));
+    }
+    const int64_t total =
+        int64_t{c.runtime_bytes()} + c.program_bytes() + c.exchange_bytes();
+    if (int64_t{c.reserved_bytes()} != ir::CodeRegionBytes(*target_, total)) {
+      return Status::BadInput(
+          where + std::to_string(total) + " bytes of code need " +
+          std::to_string(ir::CodeRegionBytes(*target_, total)) +
+          " bytes of whole elements, the program reserves " +
+          std::to_string(c.reserved_bytes()));
+    }
+    if (int64_t{c.reserved_bytes()} > standard_end_) {
+      return Status::Infeasible(
+          where + std::to_string(total) + " bytes of code (runtime " +
+          std::to_string(c.runtime_bytes()) + ", program " +
+          std::to_string(c.program_bytes()) + ", exchange tables " +
+          std::to_string(c.exchange_bytes()) + ") do not fit in the " +
+          std::to_string(standard_end_) + " bytes of standard memory");
+    }
+  }
+  return Status::Ok();
+}
+
+// The program's own code and exchange tables per tile, by the target's byte
+// model, must be what DeviceProgram.code claims.
+Status Engine::CheckCodeSizes() {
+  std::vector<int64_t> program(tiles_, 0), exchange(tiles_, 0);
+  for (size_t s = 0; s < program_->supersteps.size(); ++s) {
+    // Addresses as written: renames keep every piece's words.
+    const kernels::PhaseTraffic traffic = kernels::TrafficOfStep(
+        exchange_model_, *program_->supersteps[s],
+        [&](uint32_t id) -> int64_t { return buffers_.at(id).buffer->offset; });
+    kernels::AddSuperstepCode(code_model_, *program_->supersteps[s], traffic,
+                              &program, &exchange);
+  }
+  for (int t = 0; t < tiles_; ++t) {
+    const fb::TileCode& c = program_->code[t];
+    if (int64_t{c.program_bytes()} != program[t] ||
+        int64_t{c.exchange_bytes()} != exchange[t]) {
+      return Status::BadInput(
+          "tile " + std::to_string(t) + " code: the program claims " +
+          std::to_string(c.program_bytes()) + " bytes of code and " +
+          std::to_string(c.exchange_bytes()) +
+          " of exchange tables; its supersteps need " +
+          std::to_string(program[t]) + " and " + std::to_string(exchange[t]));
+    }
+  }
+  return Status::Ok();
+}
+
+// Every (superstep, tile) of a repeat body whose addresses change between
+// iterations (kernels::RepeatAddressChanges) must be updated before each
+// iteration after the first, as SuperstepRepeat.updates says: patched, or
+// by a base register where one serves. Keeps each superstep's cost.
+Status Engine::CheckIterationUpdates() {
+  update_cycles_.assign(program_->supersteps.size(), {});
+  for (size_t k = 0; k < program_->repeats.size(); ++k) {
+    const fb::SuperstepRepeatT& r = *program_->repeats[k];
+    const std::vector<kernels::AddressChange> changes =
+        kernels::RepeatAddressChanges(*program_, k);
+    const std::string where = "repeat " + std::to_string(k) + " updates";
+    if (r.updates.size() != changes.size()) {
+      return Status::BadInput(
+          where + ": lists " + std::to_string(r.updates.size()) +
+          " (superstep, tile) pairs; the body changes the addresses of " +
+          std::to_string(changes.size()));
+    }
+    for (size_t u = 0; u < changes.size(); ++u) {
+      const kernels::AddressChange& c = changes[u];
+      const fb::IterationUpdate& up = r.updates[u];
+      const std::string at = where + ": superstep " +
+                             std::to_string(c.superstep) + " tile " +
+                             std::to_string(c.tile);
+      if (up.superstep() != c.superstep || up.tile() != c.tile ||
+          int64_t{up.words()} != c.words) {
+        return Status::BadInput(
+            at + ": expected " + std::to_string(c.words) +
+            " address words here, in (superstep, tile) order; the program "
+            "lists superstep " + std::to_string(up.superstep()) + " tile " +
+            std::to_string(up.tile()) + " with " + std::to_string(up.words()));
+      }
+      if (up.method() > fb::AddressUpdate::MAX) {
+        return Status::BadInput(at + ": unknown update method");
+      }
+      if (up.method() == fb::AddressUpdate::BaseRegister &&
+          !c.one_base_serves) {
+        return Status::BadInput(at + ": a base register cannot serve it: its "
+                                     "renamed buffers move by different "
+                                     "amounts between iterations");
+      }
+      const int64_t cycles =
+          kernels::AddressUpdateCycles(*target_, up.method(), c.words);
+      StepUpdate& su = update_cycles_[c.superstep];
+      if (cycles > su.cycles) {
+        su = {cycles, static_cast<int>(c.tile), c.op};
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status Engine::Check() {
   TILEC_RETURN_IF_ERROR(CheckTarget());
+  TILEC_RETURN_IF_ERROR(CheckCodeEntries());
   TILEC_RETURN_IF_ERROR(CheckBuffers());
   TILEC_RETURN_IF_ERROR(CheckRepeats());
   TILEC_RETURN_IF_ERROR(CheckBindings(/*outputs=*/false));
@@ -1612,7 +1871,10 @@ Status Engine::Check() {
   compute_macs_.resize(steps);
   step_renamed_.assign(steps, 0);
   planned_for_.assign(steps, -2);
+  schedules_.assign(steps, {});
   for (const RunStep& rs : schedule_) TILEC_RETURN_IF_ERROR(PlanStep(rs));
+  TILEC_RETURN_IF_ERROR(CheckCodeSizes());
+  TILEC_RETURN_IF_ERROR(CheckIterationUpdates());
   return CheckBindings(/*outputs=*/true);
 }
 
@@ -1622,7 +1884,7 @@ Status Engine::Run(const HostTensors& inputs, SimResult* result) {
   r.target = target_->name;
   r.tiles = tiles_;
   r.clock_hz = target_->clock_hz;
-  r.tensor_bytes = tensor_bytes_;
+  ReportCode(&r);
   for (const auto& rep : program_->repeats) {
     r.repeats.push_back({static_cast<int>(rep->first),
                          static_cast<int>(rep->count),

@@ -63,9 +63,19 @@ struct SuperstepReport {
   int iteration = -1;  // of the repeat it runs in; -1 outside repeats
   std::string label;
   int64_t compute_cycles = 0;   // slowest tile's kernel cycles
-  int64_t exchange_cycles = 0;  // 0 when the superstep has no transfers
+  // The exchange phase (0 without transfers): what is charged is its
+  // verified schedule's length plus the sync residual; the endpoint bound
+  // (without sync) is kept beside it.
+  int64_t exchange_cycles = 0;
+  int64_t exchange_bound_cycles = 0;
+  int64_t exchange_scheduled_cycles = 0;
+  int64_t sync_cycles = 0;
+  // Before a repeat's iteration after the first: the slowest tile's address
+  // update (base register writes or patches), charged before the superstep.
+  int64_t update_cycles = 0;
+  int update_tile = -1;
   int slowest_tile = -1;        // of the compute phase; -1 without compute
-  int exchange_slowest_tile = -1;  // tile with the largest exchange term
+  int exchange_slowest_tile = -1;  // tile whose part of the phase ends last
   int64_t kernel_calls = 0;
   int64_t transfers = 0;
   int64_t pieces = 0;          // of the transfers (rows); = fragments sent
@@ -93,6 +103,7 @@ struct OpReport {
   std::string kind;  // e.g. "mat_mul"; "" when the op is not in the graph
   int64_t compute_cycles = 0;   // attributed (see docs/device-program.md)
   int64_t exchange_cycles = 0;  // attributed
+  int64_t update_cycles = 0;    // a repeat's address updates, attributed
   int64_t kernel_calls = 0;     // on all tiles
   int64_t transfers = 0;
   int64_t pieces = 0;  // contiguous pieces of its transfers (rows)
@@ -102,8 +113,8 @@ struct OpReport {
   int64_t slow_path_calls = 0;
 };
 
-// A tile's busy time: its own kernel cycles plus its own exchange term
-// (without the sync cost) in every superstep.
+// A tile's busy time: its own kernel cycles plus, in every exchange phase,
+// where its part of the schedule ends (without the sync cost).
 struct TileReport {
   int tile = 0;
   int64_t busy_cycles = 0;
@@ -127,9 +138,14 @@ struct SimResult {
   std::string target;
   int tiles = 0;
   double clock_hz = 0;
-  int64_t total_cycles = 0;  // sum over supersteps of compute + exchange
+  // Sum over supersteps (as run) of update + compute + exchange.
+  int64_t total_cycles = 0;
   int64_t compute_cycles = 0;
-  int64_t exchange_cycles = 0;
+  int64_t exchange_cycles = 0;  // scheduled + sync, every phase
+  int64_t exchange_bound_cycles = 0;
+  int64_t exchange_scheduled_cycles = 0;
+  int64_t sync_cycles = 0;
+  int64_t update_cycles = 0;
   int exchange_phases = 0;
   double seconds = 0;  // total_cycles / clock_hz
   int64_t kernel_calls = 0;
@@ -143,7 +159,13 @@ struct SimResult {
   int64_t slow_path_calls = 0;
   int peak_memory_tile = -1;  // tile with the highest buffer end
   int64_t peak_memory_bytes = 0;
-  int64_t tensor_bytes = 0;   // per tile
+  // Code in tile memory (DeviceProgram.code): the largest total and the
+  // largest exchange tables of any tile, each tile's exchange tables, and
+  // the tensor memory the tile with the most code has left.
+  int64_t code_bytes_max = 0;
+  int64_t exchange_code_bytes_max = 0;
+  std::vector<int64_t> exchange_code_bytes;  // per tile
+  int64_t tensor_bytes = 0;
   std::vector<SuperstepReport> supersteps;
   std::vector<OpReport> ops;                  // by op id
   // At most top_tiles busy tiles, by busy cycles descending (ties: lower

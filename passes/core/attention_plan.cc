@@ -1,6 +1,7 @@
 #include "passes/core/attention_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "formats/basics.h"
@@ -219,6 +220,18 @@ StatusOr<int64_t> AttentionKernelCycles(const AttentionGrid& grid,
                              grid.cols.Size(ni));
 }
 
+namespace {
+
+// What the grid position on `tile` stages.
+std::vector<Box> StagedBoxesOf(const AttentionGrid& grid, int tile) {
+  const int pos = tile - grid.first;
+  const int ni = pos % grid.n, mi = (pos / grid.n) % grid.m;
+  const int64_t bh = pos / (grid.n * grid.m);
+  return grid.StagedBoxes(bh / grid.H, bh % grid.H, mi, ni);
+}
+
+}  // namespace
+
 StatusOr<AttentionCost> PriceAttention(const AttentionGrid& grid,
                                        const fb::OwnershipT& qkv_owner,
                                        std::span<const int64_t> qkv_shape,
@@ -231,6 +244,18 @@ StatusOr<AttentionCost> PriceAttention(const AttentionGrid& grid,
   AttentionCost cost;
   cost.exchange = CostOfPlan(plan, target);
   cost.phases = plan.transfers.empty() ? 0 : 1;
+  OwnershipStorage held(qkv_owner, qkv_shape);
+  std::map<int, Segments> staged_storage;
+  TimeExchange(
+      TrafficOfTransfers(plan.transfers, eb, target,
+                         [&](int tile, bool source) -> const Segments& {
+                           if (source) return held.Of(tile);
+                           auto it = staged_storage.find(tile);
+                           if (it != staged_storage.end()) return it->second;
+                           return staged_storage[tile] =
+                                      Consecutive(StagedBoxesOf(grid, tile));
+                         }),
+      target, &cost.exchange);
   // Local copies, per tile into the staging buffer of the box they fill.
   std::vector<int64_t> copies(target.tiles, 0);
   CopyPricer pricer(model);
@@ -238,10 +263,7 @@ StatusOr<AttentionCost> PriceAttention(const AttentionGrid& grid,
     const Segments src = Consecutive(HeldBoxes(qkv_owner, qkv_shape, lc.tile));
     // The destination box is the staged box that contains it.
     Box staged;
-    const int pos = lc.tile - grid.first;
-    const int ni = pos % grid.n, mi = (pos / grid.n) % grid.m;
-    const int64_t bh = pos / (grid.n * grid.m);
-    for (const Box& s : grid.StagedBoxes(bh / grid.H, bh % grid.H, mi, ni)) {
+    for (const Box& s : StagedBoxesOf(grid, lc.tile)) {
       if (!IntersectBoxes(s, lc.box).Empty()) staged = s;
     }
     const Segments dst = {Segment{staged, 0}};

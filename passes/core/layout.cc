@@ -290,4 +290,75 @@ std::string SegmentsText(const Segments& segments) {
   return out;
 }
 
+const Segments& OwnershipStorage::Of(int tile) {
+  auto it = held_.find(tile);
+  if (it != held_.end()) return it->second;
+  return held_[tile] = Consecutive(
+             HeldBoxes(ownership_, shape_, tile, view_ ? &*view_ : nullptr));
+}
+
+kernels::PhaseTraffic TrafficOfTransfers(std::span<const Transfer> transfers,
+                                         int element_bytes,
+                                         const fb::TargetT& target,
+                                         const StorageOf& storage) {
+  kernels::PhaseTraffic traffic(kernels::ExchangeModel::FromTarget(target));
+  std::vector<RunGroup> groups;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const Transfer& t = transfers[i];
+    if (t.destination_tiles.empty()) continue;
+    const Segments& src = storage(t.source_tile, true);
+    const Segments& dst = storage(t.destination_tiles[0], false);
+    if (!CountRuns(t.box, src, dst, &groups)) {
+      groups.assign(1, RunGroup{1, t.elements});  // one piece, as a fallback
+    }
+    AddRunPieces(groups, element_bytes, t.source_tile, t.destination_tiles,
+                 static_cast<uint32_t>(i), &traffic);
+  }
+  return traffic;
+}
+
+void AddRunPieces(std::span<const RunGroup> groups, int element_bytes,
+                  int sender, std::span<const int> receivers,
+                  uint32_t transfer, kernels::PhaseTraffic* traffic) {
+  uint32_t row = 0;
+  for (const RunGroup& g : groups) {
+    const int64_t bytes = g.elements * element_bytes;
+    for (int64_t k = 0; k < g.count; ++k) {
+      traffic->AddPiece(sender, receivers, bytes,
+                        kernels::WordsSpanned(0, bytes), transfer, row++);
+    }
+  }
+}
+
+void TimeExchange(const kernels::PhaseTraffic& traffic,
+                  const fb::TargetT& target, TransferCost* cost) {
+  cost->scheduled_cycles = 0;
+  cost->phase_cycles = 0;
+  cost->code_bytes = 0;
+  if (traffic.empty()) return;
+  cost->scheduled_cycles = kernels::PlannedPhaseLength(traffic);
+  cost->phase_cycles = cost->scheduled_cycles + target.sync_cycles;
+  std::vector<int64_t> tables(target.tiles, 0);
+  kernels::AddExchangeCodeBytes(kernels::CodeModel::FromTarget(target),
+                                traffic, &tables);
+  cost->code_bytes = *std::max_element(tables.begin(), tables.end());
+}
+
+TransferCost RedistributionCost(const fb::OwnershipT& source,
+                                const fb::OwnershipT& destination,
+                                std::span<const int64_t> shape,
+                                int element_bytes, const fb::TargetT& target,
+                                const Box* destination_view) {
+  const TransferPlan plan = PlanTransfers(source, destination, shape,
+                                          element_bytes, destination_view);
+  TransferCost cost = CostOfPlan(plan, target);
+  OwnershipStorage from(source, shape), to(destination, shape, destination_view);
+  TimeExchange(TrafficOfTransfers(plan.transfers, element_bytes, target,
+                                  [&](int tile, bool is_source) -> const Segments& {
+                                    return is_source ? from.Of(tile) : to.Of(tile);
+                                  }),
+               target, &cost);
+  return cost;
+}
+
 }  // namespace tilec::passes

@@ -14,11 +14,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "kernels/exchange_schedule.h"
 #include "passes/core/ownership.h"
 
 namespace tilec::passes {
@@ -123,6 +126,59 @@ std::optional<int64_t> ContiguousOffset(const Box& box,
                                         const Segments& segments);
 
 std::string SegmentsText(const Segments& segments);
+
+// ---------------------------------------------------------------- exchange
+// A tile's storage on one side of a move: `source` true for the sending
+// tile, false for a receiving one.
+using StorageOf = std::function<const Segments&(int tile, bool source)>;
+
+// The storage an ownership gives each tile (its held boxes back to back),
+// computed once per tile.
+class OwnershipStorage {
+ public:
+  OwnershipStorage(const fb::OwnershipT& ownership,
+                   std::span<const int64_t> shape, const Box* view = nullptr)
+      : ownership_(ownership), shape_(shape.begin(), shape.end()),
+        view_(view ? std::optional<Box>(*view) : std::nullopt) {}
+  const Segments& Of(int tile);
+
+ private:
+  const fb::OwnershipT& ownership_;
+  std::vector<int64_t> shape_;
+  std::optional<Box> view_;
+  std::map<int, Segments> held_;
+};
+
+// One piece per run of `groups` (each run `elements` elements of
+// `element_bytes`, as its storage keeps it word aligned), numbered from row
+// 0 of `transfer`, into `traffic`.
+void AddRunPieces(std::span<const RunGroup> groups, int element_bytes,
+                  int sender, std::span<const int> receivers,
+                  uint32_t transfer, kernels::PhaseTraffic* traffic);
+
+// The exchange phase that moves `transfers` as the lowering does
+// (kernels/exchange_schedule.h): each transfer's box in the runs CountRuns
+// counts between the sender's storage and its first receiver's, each run
+// one piece of whole words to every receiver.
+kernels::PhaseTraffic TrafficOfTransfers(std::span<const Transfer> transfers,
+                                         int element_bytes,
+                                         const fb::TargetT& target,
+                                         const StorageOf& storage);
+
+// Times `cost`'s exchange phase as emit-device would schedule `traffic`
+// (kernels::PlannedPhaseLength): scheduled_cycles, and phase_cycles = that
+// + sync (0 without traffic); and code_bytes, the exchange tables of its
+// busiest tile. The one price of an exchange phase in the planner.
+void TimeExchange(const kernels::PhaseTraffic& traffic,
+                  const fb::TargetT& target, TransferCost* cost);
+
+// CostOfPlan(PlanTransfers(source, destination, ...)) with its phase timed
+// (TimeExchange), each tile storing its blocks as the ownership holds them.
+TransferCost RedistributionCost(const fb::OwnershipT& source,
+                                const fb::OwnershipT& destination,
+                                std::span<const int64_t> shape,
+                                int element_bytes, const fb::TargetT& target,
+                                const Box* destination_view = nullptr);
 
 }  // namespace tilec::passes
 

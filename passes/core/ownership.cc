@@ -11,6 +11,9 @@
 #include <utility>
 
 #include "formats/print.h"
+#include "formats/target.h"
+#include "kernels/cost.h"
+#include "kernels/exchange_schedule.h"
 
 namespace tilec::passes {
 namespace {
@@ -426,13 +429,25 @@ void ForEachOverlap(const Layout& a, const Layout& b, Fn&& fn) {
 
 // Per-tile exchange and copy load, indexed by tile.
 struct Loads {
-  explicit Loads(int tiles)
+  // `target`: local copies are priced by its copy kernel's formula, one call
+  // per box (null: not priced).
+  explicit Loads(int tiles, const fb::TargetT* target = nullptr)
       : sent(tiles),
         received(tiles),
         fragments(tiles),
         copy_boxes(tiles),
-        copy_bytes(tiles) {}
-  std::vector<int64_t> sent, received, fragments, copy_boxes, copy_bytes;
+        copy_bytes(tiles),
+        copy_cycles(tiles) {
+    if (target == nullptr) return;
+    for (const auto& f : target->kernels) {
+      if (f && f->kernel == ir::formula::kCopy) copy_formula = f.get();
+    }
+    CHECK(copy_formula != nullptr) << "target " << target->name
+                                   << " has no copy formula";
+  }
+  std::vector<int64_t> sent, received, fragments, copy_boxes, copy_bytes,
+      copy_cycles;
+  const fb::KernelFormulaT* copy_formula = nullptr;
   int64_t transfers = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
@@ -454,6 +469,11 @@ struct Loads {
     ++copy_boxes[tile];
     copy_bytes[tile] += bytes;
     local_copy_bytes += bytes;
+    if (copy_formula == nullptr) return;
+    const kernels::CostVar vars[] = {{"B", bytes}};
+    StatusOr<double> c = kernels::EvaluateFormula(*copy_formula, vars);
+    CHECK(c.ok()) << c.status().message();
+    copy_cycles[tile] += kernels::RoundUpCycles(*c);
   }
 };
 
@@ -532,7 +552,8 @@ int TileLimit(const Layout& a, const Layout& b) {
 
 TransferCost CostFromLoads(const Loads& loads, const fb::TargetT& target) {
   CHECK_GT(target.exchange_bytes_per_cycle, 0) << "target " << target.name;
-  CHECK_GT(target.copy_bytes_per_cycle, 0) << "target " << target.name;
+  const kernels::ExchangeModel exchange =
+      kernels::ExchangeModel::FromTarget(target);
   TransferCost cost;
   cost.transfers = loads.transfers;
   cost.bytes_sent = loads.bytes_sent;
@@ -545,28 +566,22 @@ TransferCost CostFromLoads(const Loads& loads, const fb::TargetT& target) {
         std::max(cost.max_bytes_received, loads.received[t]);
     cost.max_fragments = std::max(cost.max_fragments, loads.fragments[t]);
     if (loads.fragments[t] > 0) {
-      const int64_t cycles = std::max(
-          {CeilDiv(loads.sent[t], target.exchange_bytes_per_cycle),
-           CeilDiv(loads.received[t], target.exchange_bytes_per_cycle),
-           int64_t{target.exchange_fragment_cycles} * loads.fragments[t]});
+      const int64_t cycles = kernels::EndpointTileCycles(
+          exchange, loads.sent[t], loads.received[t], loads.fragments[t]);
       if (cycles > slowest_exchange) {
         slowest_exchange = cycles;
         cost.exchange_bottleneck_tile = static_cast<int>(t);
       }
     }
     if (loads.copy_boxes[t] > 0) {
-      const int64_t cycles =
-          int64_t{target.copy_call_cycles} * loads.copy_boxes[t] +
-          CeilDiv(loads.copy_bytes[t], target.copy_bytes_per_cycle);
+      const int64_t cycles = loads.copy_cycles[t];
       if (cycles > cost.local_copy_cycles || cost.copy_bottleneck_tile < 0) {
         cost.local_copy_cycles = cycles;
         cost.copy_bottleneck_tile = static_cast<int>(t);
       }
     }
   }
-  if (loads.transfers > 0) {
-    cost.phase_cycles = target.sync_cycles + slowest_exchange;
-  }
+  if (loads.transfers > 0) cost.bound_cycles = slowest_exchange;
   return cost;
 }
 
@@ -1368,7 +1383,7 @@ TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target) {
   for (const LocalCopy& c : plan.local_copies) {
     tiles = std::max(tiles, c.tile + 1);
   }
-  Loads loads(tiles);
+  Loads loads(tiles, &target);
   for (const Transfer& t : plan.transfers) {
     loads.AddTransfer(t.source_tile, t.destination_tiles, t.bytes);
   }
@@ -1383,7 +1398,7 @@ TransferCost EstimateTransferCost(const fb::OwnershipT& source,
                                   const Box* destination_view) {
   const Layout src = Resolve(source, shape);
   const Layout dst = Resolve(destination, shape, destination_view);
-  Loads loads(TileLimit(src, dst));
+  Loads loads(TileLimit(src, dst), &target);
   WalkTransfers(
       src, dst, element_bytes, loads,
       [](int, const Box&, const std::vector<int>&, int64_t, int64_t) {},

@@ -248,17 +248,22 @@ void ForEachLocalCopy(const fb::OwnershipT& source,
                       const Box* destination_view = nullptr);
 
 // ---------------------------------------------------------------- costs
-// Costs under the target's exchange model. With rate =
-// exchange_bytes_per_cycle, one exchange phase costs
-//   sync_cycles + max over tiles of max(ceil(sent / rate),
-//                                       ceil(received / rate),
-//                                       exchange_fragment_cycles * fragments)
-// where a multicast counts its bytes once for the sender and in full at each
-// receiver, and each transfer is one fragment at the sender and one at each
-// receiver. No transfers means no phase (0 cycles). A tile's local copies
-// cost copy_call_cycles per box + ceil(copied bytes / copy_bytes_per_cycle).
+// What a plan moves, per tile: bytes sent (a multicast once) and received
+// (in full at each receiver), transfers, and local copies, each box one call
+// of the target's copy kernel formula on its tile. bound_cycles is the exchange phase's endpoint bound without
+// sync (the largest of ceil(sent / rate), ceil(received / rate) and
+// exchange_fragment_cycles * fragments over the tiles, each transfer one
+// fragment at each end), which no schedule beats. The phase's price,
+// phase_cycles, is its static schedule's length plus the sync residual
+// (kernels/exchange_schedule.h): TimeExchange in layout.h sets it from the
+// runs the lowering moves; without transfers there is no phase (0 cycles).
 struct TransferCost {
-  int64_t phase_cycles = 0;           // the exchange phase, 0 if none
+  int64_t phase_cycles = 0;           // scheduled + sync, 0 if no phase
+  int64_t scheduled_cycles = 0;       // PlannedPhaseLength
+  int64_t bound_cycles = 0;           // the endpoint bound, without sync
+  // The exchange tables the phase adds to its busiest tile's code (set
+  // with the schedule, by TimeExchange).
+  int64_t code_bytes = 0;
   int64_t local_copy_cycles = 0;      // the slowest tile's local copies
   int64_t transfers = 0;              // = fragments at senders
   int64_t bytes_sent = 0;             // summed over senders (multicast once)
@@ -267,7 +272,7 @@ struct TransferCost {
   int64_t max_bytes_sent = 0;         // by one tile
   int64_t max_bytes_received = 0;     // by one tile
   int64_t max_fragments = 0;          // at one tile, sent + received
-  int exchange_bottleneck_tile = -1;  // the tile that sets phase_cycles
+  int exchange_bottleneck_tile = -1;  // the tile that sets bound_cycles
   int copy_bottleneck_tile = -1;      // the tile that sets local_copy_cycles
 
   // Exchange phase followed by the copies, when the copies run on their own.
@@ -278,8 +283,7 @@ struct TransferCost {
 // The cost of a plan.
 TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target);
 
-// The same as CostOfPlan(PlanTransfers(...)) without building the plan: the
-// cheap path for a planner that only compares costs.
+// The same as CostOfPlan(PlanTransfers(...)) without building the plan.
 TransferCost EstimateTransferCost(const fb::OwnershipT& source,
                                   const fb::OwnershipT& destination,
                                   std::span<const int64_t> shape,

@@ -132,10 +132,17 @@ RowCopyPlan PlanRowCopies(std::span<const RowOperand> operands,
 }
 
 TransferCost RowExchangeCost(const RowCopyPlan& plan,
-                             const fb::TargetT& target) {
+                             std::span<const RowOperand> operands,
+                             const fb::OwnershipT& result,
+                             std::span<const int64_t> result_shape,
+                             int element_bytes, const fb::TargetT& target) {
   // The same loads as a Redistribute's plan: CostOfPlan counts each
   // destination entry in full, so a tile listed twice receives twice.
   TransferPlan as_plan;
+  kernels::PhaseTraffic traffic(kernels::ExchangeModel::FromTarget(target));
+  OwnershipStorage held(result, result_shape);
+  std::vector<int> receivers;
+  std::vector<RunGroup> groups;
   for (const RowTransfer& t : plan.transfers) {
     Transfer x;
     x.source_tile = t.source_tile;
@@ -145,9 +152,24 @@ TransferCost RowExchangeCost(const RowCopyPlan& plan,
     }
     x.elements = t.elements;
     x.bytes = t.bytes;
+    // The runs the lowering moves: the box in the sender's storage of its
+    // operand and in the first receiver's of the result, shifted.
+    const RowOperand& o = operands[t.operand];
+    const RowDestination& first = t.destinations.front();
+    if (!CountRuns(ShiftBox(t.box, first.shift),
+                   ShiftRows(Consecutive(HeldBoxes(*o.ownership, o.shape,
+                                                   t.source_tile)),
+                             first.shift),
+                   held.Of(first.tile), &groups)) {
+      groups.assign(1, RunGroup{1, t.elements});
+    }
+    AddRunPieces(groups, element_bytes, t.source_tile, x.destination_tiles,
+                 static_cast<uint32_t>(as_plan.transfers.size()), &traffic);
     as_plan.transfers.push_back(std::move(x));
   }
-  return CostOfPlan(as_plan, target);
+  TransferCost cost = CostOfPlan(as_plan, target);
+  TimeExchange(traffic, target, &cost);
+  return cost;
 }
 
 StatusOr<int64_t> RowCopyCycles(const RowCopyPlan& plan,

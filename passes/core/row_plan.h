@@ -77,12 +77,15 @@ RowCopyPlan PlanRowCopies(std::span<const RowOperand> operands,
                           std::span<const ir::RowSegment> rows,
                           int element_bytes);
 
-// The exchange phase of the plan under the target's exchange model (the
-// same as CostOfPlan for a Redistribute: a multicast costs its sender once
-// and each destination in full). local_copy_cycles is left 0: see
-// RowCopyCycles.
+// The exchange phase of the plan (the loads of CostOfPlan for a
+// Redistribute: a multicast costs its sender once and each destination in
+// full), timed by its schedule over the runs the lowering moves
+// (TimeExchange). local_copy_cycles is left 0: see RowCopyCycles.
 TransferCost RowExchangeCost(const RowCopyPlan& plan,
-                             const fb::TargetT& target);
+                             std::span<const RowOperand> operands,
+                             const fb::OwnershipT& result,
+                             std::span<const int64_t> result_shape,
+                             int element_bytes, const fb::TargetT& target);
 
 // A tile's storage of operand rows, seen in the result's rows: `segments`
 // with every box moved down by `shift` rows. The lowering hands Move the

@@ -157,7 +157,9 @@ TEST(RowPlanTest, ReplicasShareTheSendingAndCostsFollowThePlan) {
   std::set<int> senders;
   for (const RowTransfer& t : plan.transfers) senders.insert(t.source_tile);
   EXPECT_EQ(senders, (std::set<int>{0, 1}));
-  const TransferCost cost = RowExchangeCost(plan, *target);
+  const TransferCost cost =
+      RowExchangeCost(plan, operands, result, shape, 2, *target);
+  EXPECT_GE(cost.scheduled_cycles, cost.bound_cycles);
   EXPECT_GT(cost.phase_cycles, 0);
   EXPECT_EQ(cost.transfers, static_cast<int64_t>(plan.transfers.size()));
   int64_t received = 0;

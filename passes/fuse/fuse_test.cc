@@ -220,8 +220,10 @@ TEST(FuseElementwiseTest, EachPlacementAcrossARedistribution) {
 // plans are refused by memory, naming the tile and its buffers.
 TEST(FuseElementwiseTest, RefusesPlacementsThatDoNotFit) {
   fb::ModuleT planned = Forced();
-  planned.target->reserved_bytes = planned.target->sram_bytes - 4096;
-  // Memory elements that still fit what is left (the target validator).
+  // 4 KiB for tensors beside a 1 KiB runtime, in 1 KiB elements (the
+  // target validator wants the runtime inside the standard elements).
+  planned.target->runtime_code_bytes = 1024;
+  planned.target->sram_bytes = 1024 + 4096;
   planned.target->element_bytes = 1024;
   planned.target->interleaved_element_bytes = 1024;
   Fused f = RunFuse(std::move(planned));

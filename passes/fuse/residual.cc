@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "formats/target.h"
 #include "formats/print.h"
 #include "kernels/cost.h"
 #include "passes/fuse/boundary.h"
@@ -214,8 +215,7 @@ StatusOr<bool> FuseResidualPass::Transform(fb::ModuleT* module,
     }
     const Numbers numbers{before->cycles, after->cycles, before->scratch,
                           after->scratch};
-    const int64_t capacity = int64_t{module->target->sram_bytes} -
-                             module->target->reserved_bytes;
+    const int64_t capacity = ir::MaxTileTensorBytes(*module->target);
     const std::string split =
         ir::OwnershipText(*module->ops[site.add]->recipe->layout) +
         (site.copies.empty() ? ", no copy before the LayerNorm"

@@ -32,7 +32,7 @@ TestProgram TwoOps() {
 }
 
 ExchangeTotals Totals(const TestProgram& p, int largest) {
-  StatusOr<ExchangeTotals> x = ExchangesByStep(p.module, largest);
+  StatusOr<ExchangeTotals> x = ExchangesByStep(p.Completed(), largest);
   EXPECT_TRUE(x.ok()) << x.status().message();
   return x.ok() ? *x : ExchangeTotals();
 }
@@ -111,7 +111,7 @@ TEST(ExchangeTotals, LargestTransfersBySizeThenProgramOrder) {
 TEST(ExchangeTotals, TileOutsideTheTargetIsBadInput) {
   TestProgram p = TwoOps();
   p.module.program->supersteps[0]->exchange[2]->destinations[0]->tile = 16;
-  StatusOr<ExchangeTotals> x = ExchangesByStep(p.module, 5);
+  StatusOr<ExchangeTotals> x = ExchangesByStep(p.Completed(), 5);
   ASSERT_FALSE(x.ok());
   EXPECT_EQ(x.status().code(), StatusCode::kBadInput);
   EXPECT_THAT(x.status().message(),

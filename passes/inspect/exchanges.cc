@@ -33,6 +33,11 @@ struct Xfer {
 struct Step {
   int index = 0;
   std::string label;
+  // Its exchange phase: the endpoint bound and the schedule's length, both
+  // without sync (a program's recorded schedule; a planned graph's as
+  // emit-device would make it for the lowering's transfers).
+  int64_t bound = 0;
+  int64_t scheduled = 0;
 };
 
 Status FromProgram(const fb::ModuleT& m, std::vector<Step>* steps,
@@ -42,7 +47,9 @@ Status FromProgram(const fb::ModuleT& m, std::vector<Step>* steps,
   for (const auto& b : p.buffers) tile_of[b->id] = b->tile;
   for (size_t s = 0; s < p.supersteps.size(); ++s) {
     const fb::SuperstepT& step = *p.supersteps[s];
-    steps->push_back({static_cast<int>(s), step.label});
+    steps->push_back({static_cast<int>(s), step.label,
+                      step.schedule ? int64_t{step.schedule->bound} : 0,
+                      step.schedule ? int64_t{step.schedule->length} : 0});
     for (const auto& t : step.exchange) {
       Xfer x;
       x.step = static_cast<int>(s);
@@ -108,9 +115,14 @@ Status FromPlan(const fb::ModuleT& m, const kernels::CostModel& model,
     for (const lower::Phase& ph : p->phases) {
       if (ph.kind != lower::Phase::Kind::kExchange) continue;
       const int index = static_cast<int>(steps->size());
-      steps->push_back({index, std::to_string(op->id) + ":" + ph.label +
-                                   " (phase " + std::to_string(phase++) +
-                                   " of op " + std::to_string(op->id) + ")"});
+      std::vector<const lower::VTransfer*> moved;
+      for (const lower::VTransfer& t : ph.transfers) moved.push_back(&t);
+      const lower::ExchangeCost timed = lower::CostOfExchange(model, moved);
+      steps->push_back({index,
+                        std::to_string(op->id) + ":" + ph.label + " (phase " +
+                            std::to_string(phase++) + " of op " +
+                            std::to_string(op->id) + ")",
+                        timed.bound, timed.scheduled});
       for (const lower::VTransfer& t : ph.transfers) {
         Xfer x;
         x.step = index;
@@ -256,7 +268,7 @@ struct Totals {
   explicit Totals(int tiles) : per_tile(tiles) {}
   std::vector<Load> per_tile;
   int64_t phases = 0, transfers = 0, pieces = 0, fragments = 0, sent = 0,
-          received = 0, cycles = 0;
+          received = 0, cycles = 0, bound = 0, scheduled = 0;
 };
 
 // One op's transfers in one phase: the summary line and, with `list`, one
@@ -310,6 +322,8 @@ std::string PhaseText(const Step& step, const std::vector<const Xfer*>& here,
                       const std::map<uint32_t, std::string>& op_names,
                       Totals* totals) {
   const int tiles = static_cast<int>(totals->per_tile.size());
+  const kernels::ExchangeModel x_model =
+      kernels::ExchangeModel::FromTarget(model.target());
   std::vector<Load> load(tiles);
   std::map<uint32_t, std::vector<const Xfer*>> by_op;
   for (const Xfer* x : here) {
@@ -334,14 +348,14 @@ std::string PhaseText(const Step& step, const std::vector<const Xfer*>& here,
     total.fragments += load[t].fragments;
     total.transfers += load[t].transfers;
     if (load[t].fragments == 0) continue;
-    const int64_t c = model.TileExchangeCycles(load[t].sent, load[t].received,
-                                               load[t].fragments);
+    const int64_t c = kernels::EndpointTileCycles(
+        x_model, load[t].sent, load[t].received, load[t].fragments);
     if (c > busiest || busiest_tile < 0) {
       busiest = c;
       busiest_tile = t;
     }
   }
-  const int64_t step_cycles = model.sync_cycles() + busiest;
+  const int64_t step_cycles = step.scheduled + x_model.sync_cycles;
   int64_t step_pieces = 0;
   for (const Xfer* x : here) step_pieces += x->rows;
   ++totals->phases;
@@ -351,6 +365,8 @@ std::string PhaseText(const Step& step, const std::vector<const Xfer*>& here,
   totals->sent += step_sent;
   totals->received += step_received;
   totals->cycles += step_cycles;
+  totals->bound += step.bound;
+  totals->scheduled += step.scheduled;
   std::string body =
       std::string(program ? "superstep " : "exchange phase ") +
       std::to_string(step.index) + " \"" + step.label +
@@ -358,7 +374,10 @@ std::string PhaseText(const Step& step, const std::vector<const Xfer*>& here,
       Thousands(step_pieces) + " pieces, " + Thousands(step_fragments) +
       " fragments, " + Thousands(step_sent) + " B sent, " +
       Thousands(step_received) + " B received, " + Thousands(step_cycles) +
-      " cycles (busiest tile " + std::to_string(busiest_tile) + ": sent " +
+      " cycles (scheduled " + Thousands(step.scheduled) + " + sync " +
+      Thousands(x_model.sync_cycles) + "; endpoint bound " +
+      Thousands(step.bound) + "; busiest tile " + std::to_string(busiest_tile) +
+      ": sent " +
       Thousands(load[busiest_tile].sent) + " B, received " +
       Thousands(load[busiest_tile].received) + " B, " +
       std::to_string(load[busiest_tile].fragments) + " fragments)\n";
@@ -375,9 +394,9 @@ std::string TotalsText(const Totals& t) {
          passes::Count(t.pieces, "piece") + ", " +
          passes::Count(t.fragments, "fragment") + ", " + Thousands(t.sent) +
          " B sent, " + Thousands(t.received) + " B received, " +
-         Thousands(t.cycles) +
-         " cycles (each phase: sync + busiest tile's max of sent/rate, "
-         "received/rate, fragment cycles)\n";
+         Thousands(t.cycles) + " cycles (each phase its schedule's length + "
+         "sync; scheduled " + Thousands(t.scheduled) +
+         ", endpoint bounds " + Thousands(t.bound) + ")\n";
 }
 
 // A repeat's supersteps run once per iteration (docs/repeat.md); this

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "formats/target.h"
 #include "formats/print.h"
 #include "formats/repeat.h"
 #include "kernels/cost.h"
@@ -81,7 +82,7 @@ StatusOr<GemmReport> DescribeMatMul(const fb::ModuleT& module,
   g.own_bound = *own;
   const fb::TargetT& t = model.target();
   const std::vector<plan::GemmBound> all = plan::GridBounds(
-      model, shape, t.tiles, int64_t{t.sram_bytes} - t.reserved_bytes);
+      model, shape, t.tiles, ir::MaxTileTensorBytes(t));
   g.best_bound = all.empty() ? *own : all.front();
   return g;
 }
@@ -145,7 +146,7 @@ StatusOr<GemmReport> DescribeAttention(const fb::ModuleT& module,
   g.own_bound = *own;
   const fb::TargetT& t = model.target();
   const std::vector<plan::GemmBound> all = plan::AttentionGridBounds(
-      model, *grid, dtypes, t.tiles, int64_t{t.sram_bytes} - t.reserved_bytes);
+      model, *grid, dtypes, t.tiles, ir::MaxTileTensorBytes(t));
   g.best_bound = all.empty() ? *own : all.front();
   return g;
 }

@@ -12,7 +12,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 MemoryUse Use(const TestProgram& p) {
-  StatusOr<MemoryUse> use = MemoryOverTime(p.module);
+  StatusOr<MemoryUse> use = MemoryOverTime(p.Completed());
   EXPECT_TRUE(use.ok()) << use.status().message();
   return use.ok() ? *use : MemoryUse();
 }
@@ -34,7 +34,7 @@ TEST(MemoryUse, LiveFromFirstToLastSuperstepThatNamesTheBuffer) {
   EXPECT_THAT(use.live[0], ElementsAre(96, 296, 96));
   EXPECT_EQ(use.peak_live[0], 296);
   EXPECT_EQ(use.peak_step[0], 1);
-  EXPECT_EQ(use.highest_end[0], 1224);
+  EXPECT_EQ(use.highest_end[0], kTensorBase + 1224);
   EXPECT_THAT(use.live[1], ElementsAre(0, 0, 0));
   EXPECT_EQ(use.peak_step[1], -1);
 }
@@ -52,7 +52,7 @@ TEST(MemoryUse, TransfersMakeSourceAndDestinationsLive) {
   EXPECT_THAT(use.live[0], ElementsAre(64, 64));
   EXPECT_THAT(use.live[1], ElementsAre(0, 64));
   EXPECT_THAT(use.live[2], ElementsAre(0, 64));
-  EXPECT_EQ(use.highest_end[1], 576);
+  EXPECT_EQ(use.highest_end[1], kTensorBase + 576);
 }
 
 // Inputs from superstep 0, weights for the whole program, outputs to the
@@ -88,7 +88,7 @@ TEST(MemoryUse, HostBindingsExtendLifetimesToTheProgramsEnds) {
   EXPECT_FALSE(use.buffers[unused].live());
   EXPECT_EQ(use.never_live, 1);
   EXPECT_THAT(use.live[0], ElementsAre(144, 144, 144, 80));
-  EXPECT_EQ(use.highest_end[0], 40008);
+  EXPECT_EQ(use.highest_end[0], kTensorBase + 40008);
 }
 
 // In-place work and reuse: aliasing buffers count once, as the union of
@@ -129,7 +129,7 @@ TEST(MemoryUse, ErrorsNameTheBufferAndTile) {
   {
     TestProgram p;
     p.AddBuffer(16, 0, 8);
-    StatusOr<MemoryUse> use = MemoryOverTime(p.module);
+    StatusOr<MemoryUse> use = MemoryOverTime(p.Completed());
     ASSERT_FALSE(use.ok());
     EXPECT_EQ(use.status().code(), StatusCode::kBadInput);
     EXPECT_THAT(use.status().message(),
@@ -143,7 +143,7 @@ TEST(MemoryUse, ErrorsNameTheBufferAndTile) {
     p.AddStep("b");
     p.AddCompute(1, 0, "copy", {a, a}, {8}, 1);
     p.module.program->supersteps[1]->compute[0]->args[1]->buffer = 9;
-    StatusOr<MemoryUse> use = MemoryOverTime(p.module);
+    StatusOr<MemoryUse> use = MemoryOverTime(p.Completed());
     ASSERT_FALSE(use.ok());
     EXPECT_THAT(use.status().message(),
                 HasSubstr("superstep 1 tile 0 op 1 compute 0 (copy): arg 1 "

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "formats/print.h"
+#include "formats/target.h"
 #include "kernels/cost.h"
 #include "kernels/fb_dtype.h"
 #include "kernels/kernel_names.h"
@@ -127,6 +128,7 @@ struct Figures {
   ExchangeTotals exchange;
   std::map<uint32_t, OpWork> work;
   std::vector<std::map<uint32_t, StepOp>> step_ops;  // per superstep
+  std::vector<int64_t> code_reserved;  // per tile: whole elements of code
 };
 
 void Touch(OpWork* w, int step) {
@@ -195,6 +197,9 @@ Status ProgramFigures(const fb::ModuleT& module, const ReportOptions& options,
       ExchangesByStep(module, options.largest_transfers);
   if (!exchange.ok()) return exchange.status();
   f->exchange = std::move(*exchange);
+  for (const fb::TileCode& c : module.program->code) {
+    f->code_reserved.push_back(c.reserved_bytes());
+  }
   return CountWork(module, f);
 }
 
@@ -222,8 +227,8 @@ std::string TargetJson(const fb::TargetT& t) {
   return "{\"name\":" + Quote(t.name) + ",\"tiles\":" + Int(t.tiles) +
          ",\"clock_hz\":" + Number(t.clock_hz) +
          ",\"sram_bytes\":" + Int(t.sram_bytes) +
-         ",\"reserved_bytes\":" + Int(t.reserved_bytes) +
-         ",\"tensor_bytes\":" + Int(t.sram_bytes - t.reserved_bytes) +
+         ",\"runtime_code_bytes\":" + Int(t.runtime_code_bytes) +
+         ",\"tensor_bytes\":" + Int(ir::MaxTileTensorBytes(t)) +
          ",\"element_bytes\":" + Int(t.element_bytes) +
          ",\"standard_elements\":" + Int(t.standard_elements) +
          ",\"interleaved_element_bytes\":" + Int(t.interleaved_element_bytes) +
@@ -257,6 +262,11 @@ std::string SummaryJson(const fb::ModuleT& m, const Figures& f) {
   return "{\"cycles\":" + Int(r.total_cycles) +
          ",\"compute_cycles\":" + Int(r.compute_cycles) +
          ",\"exchange_cycles\":" + Int(r.exchange_cycles) +
+         ",\"exchange_bound_cycles\":" + Int(r.exchange_bound_cycles) +
+         ",\"exchange_scheduled_cycles\":" +
+         Int(r.exchange_scheduled_cycles) +
+         ",\"sync_cycles\":" + Int(r.sync_cycles) +
+         ",\"update_cycles\":" + Int(r.update_cycles) +
          ",\"exchange_phases\":" + Int(r.exchange_phases) +
          ",\"supersteps\":" + Int(static_cast<int64_t>(r.supersteps.size())) +
          ",\"estimate_cycles\":" + Int(estimate) +
@@ -272,6 +282,9 @@ std::string SummaryJson(const fb::ModuleT& m, const Figures& f) {
          ",\"peak_live_tile\":" + Int(peak.empty() ? -1 : peak_tile) +
          ",\"highest_end_bytes\":" + Int(r.peak_memory_bytes) +
          ",\"highest_end_tile\":" + Int(r.peak_memory_tile) +
+         ",\"code_bytes_max\":" + Int(r.code_bytes_max) +
+         ",\"exchange_code_bytes_max\":" + Int(r.exchange_code_bytes_max) +
+         ",\"tensor_bytes\":" + Int(r.tensor_bytes) +
          ",\"busy_columns\":" +
          Columns({"tile", "busy", "compute", "exchange", "calls"}) +
          ",\"busiest_tiles\":[" + busy + "]}";
@@ -427,13 +440,17 @@ std::string StepsJson(const Figures& f, TileMaps* maps) {
                    Int(r.pieces) + "," + Int(r.bytes_received) + "," +
                    Int(x.fragments) + ",[" + spans + "],[" + split + "],[" +
                    ops + "]," + Int(moved ? maps->Add(x.tiles.received) : -1) +
-                   "," + Int(moved ? maps->Add(x.tiles.fragments) : -1) + "]");
+                   "," + Int(moved ? maps->Add(x.tiles.fragments) : -1) + "," +
+                   Int(r.exchange_bound_cycles) + "," +
+                   Int(r.exchange_scheduled_cycles) + "," +
+                   Int(r.sync_cycles) + "," + Int(r.update_cycles) + "]");
   }
   return "{\"columns\":" +
          Columns({"label", "start", "compute", "exchange", "slowest_tile",
                   "exchange_slowest_tile", "calls", "transfers", "pieces",
                   "bytes_received", "fragments", "compute_spans",
-                  "exchange_split", "ops", "received_map", "fragments_map"}) +
+                  "exchange_split", "ops", "received_map", "fragments_map",
+                  "exchange_bound", "exchange_scheduled", "sync", "update"}) +
          ",\"span_columns\":" + Columns({"op", "kernel", "cycles", "calls"}) +
          ",\"split_columns\":" + Columns({"op", "cycles"}) +
          ",\"op_columns\":" +
@@ -490,7 +507,10 @@ StatusOr<std::string> MemoryJson(const Figures& f, const ReportOptions& options,
                     ",\"buffers\":" + Rows(buffers) + "}");
   }
   std::vector<int64_t> peak_step(m.peak_step.begin(), m.peak_step.end());
-  return "{\"peak_live_map\":" + Int(maps->Add(m.peak_live)) +
+  return "{\"code_map\":" + Int(maps->Add(f.code_reserved)) +
+         ",\"exchange_code_map\":" +
+         Int(maps->Add(f.timing.exchange_code_bytes)) +
+         ",\"peak_live_map\":" + Int(maps->Add(m.peak_live)) +
          ",\"peak_step_map\":" + Int(maps->Add(peak_step)) +
          ",\"highest_end_map\":" + Int(maps->Add(m.highest_end)) +
          ",\"buffer_columns\":" +

@@ -14,11 +14,17 @@ using ::testing::Not;
 // Two tiles, two supersteps, every number from MACHINE.md's formulas:
 //   superstep 0 "mm": tile 0 runs op 1's F16 GEMM M=4 K=16 N=32 into F32 C
 //     in interleaved memory: 294 + ceil(16/16) * ceil(32/16) * (4*4 + 160)
-//     = 646 cycles, 2,048 MACs; then sends C (512 B) to tile 1:
-//     600 + max(512/4, 512/4, 2 fragments x 2) = 728 cycles.
+//     = 646 cycles, 2,048 MACs; then sends C (512 B, 128 words) to tile 1:
+//     the Send takes effect at 2, the words arrive in [2 + 52, 182), and
+//     sync adds 277: 459 cycles (endpoint bound 128).
 //   superstep 1 "cast": tile 1 casts op 2's [4,32] F32 to F16:
 //     200 + 10 * ceil(128/4) = 520 cycles.
-// Total 646 + 728 + 520 = 1,894 cycles.
+// Total 646 + 459 + 520 = 1,625 cycles.
+// Code: every tile has tiny's 4,096 B runtime, in element 0 (16,384 B).
+//   Tile 0: superstep 0 (32) + the GEMM call (16 + 8 x 7 operands) = 104;
+//     exchange tables 8 + a Send of over 64 words (8 + 4), rounded: 24.
+//   Tile 1: supersteps 0 and 1 (64) + the cast (16 + 8 x 4) = 112; tables
+//     8 + a receive (8) with its pointer (4), rounded: 24. Total 4,232.
 TestProgram GemmThenCast() {
   TestProgram p;
   const uint32_t x =
@@ -49,17 +55,24 @@ TestProgram GemmThenCast() {
 
 std::string Data(const TestProgram& p, const ReportOptions& options = {}) {
   std::string json;
-  const Status s = ReportData(p.module, options, &json);
+  const Status s = ReportData(p.Completed(), options, &json);
   EXPECT_TRUE(s.ok()) << s.message();
   return json;
 }
 
 TEST(ProgramReport, SummaryCyclesAndMemory) {
   const std::string json = Data(GemmThenCast());
-  EXPECT_THAT(json, HasSubstr("\"summary\":{\"cycles\":1894,"
+  EXPECT_THAT(json, HasSubstr("\"summary\":{\"cycles\":1625,"
                               "\"compute_cycles\":1166,"
-                              "\"exchange_cycles\":728,\"exchange_phases\":1,"
+                              "\"exchange_cycles\":459,"
+                              "\"exchange_bound_cycles\":128,"
+                              "\"exchange_scheduled_cycles\":182,"
+                              "\"sync_cycles\":277,\"update_cycles\":0,"
+                              "\"exchange_phases\":1,"
                               "\"supersteps\":2,\"estimate_cycles\":1300,"));
+  EXPECT_THAT(json, HasSubstr("\"code_bytes_max\":4232,"
+                              "\"exchange_code_bytes_max\":24,"
+                              "\"tensor_bytes\":65536,"));
   // Tile 0 holds x, w and C in superstep 0 (1,664 B); tile 1 the received
   // C and the output (768 B in superstep 1).
   EXPECT_THAT(json, HasSubstr("\"peak_live_bytes\":1664,\"peak_live_tile\":0"));
@@ -73,7 +86,7 @@ TEST(ProgramReport, OpRowsCarryEstimateSimulatedAndGemmWork) {
   // calls, compute tiles, transfers, pieces, bytes received, MACs, GEMM
   // cycles, AMP MACs per cycle (F16: 64), slow calls, first and last step.
   EXPECT_THAT(json, HasSubstr("[1,\"mm\",\"mat_mul\",\"\",\"\",1300,0,0,0,0,"
-                              "646,728,1,1,1,1,512,2048,646,64,0,0,0]"));
+                              "646,459,1,1,1,1,512,2048,646,64,0,0,0]"));
   EXPECT_THAT(json, HasSubstr("[2,\"cast\",\"cast\",\"\",\"\",0,0,0,0,0,"
                               "520,0,1,1,0,0,0,0,0,0,0,1,1]"));
 }
@@ -82,11 +95,14 @@ TEST(ProgramReport, TimelineAndExchangeBySuperstep) {
   const std::string json = Data(GemmThenCast());
   // label, start, compute, exchange, slowest tile, exchange's slowest tile,
   // calls, transfers, pieces, bytes received, fragments, spans, split, ops,
-  // received map, fragments map.
-  EXPECT_THAT(json, HasSubstr("[\"mm\",0,646,728,0,0,1,1,1,512,2,"
-                              "[[1,\"gemm\",646,1]],[[1,728]],[[1,1,1,512]],"));
-  EXPECT_THAT(json, HasSubstr("[\"cast\",1374,520,0,1,-1,1,0,0,0,0,"
-                              "[[2,\"cast\",520,1]],[],[[2,1,0,0]],-1,-1]"));
+  // received map, fragments map, exchange bound, scheduled, sync, update.
+  // Tile 1 receives last.
+  EXPECT_THAT(json, HasSubstr("[\"mm\",0,646,459,0,1,1,1,1,512,2,"
+                              "[[1,\"gemm\",646,1]],[[1,459]],[[1,1,1,512]],"));
+  EXPECT_THAT(json, HasSubstr(",128,182,277,0]"));
+  EXPECT_THAT(json, HasSubstr("[\"cast\",1105,520,0,1,-1,1,0,0,0,0,"
+                              "[[2,\"cast\",520,1]],[],[[2,1,0,0]],-1,-1,"
+                              "0,0,0,0]"));
   // The largest transfer: superstep 0, op 1, transfer 0, tile 0 buffer #2,
   // 512 B in 1 piece to 1 destination.
   EXPECT_THAT(json, HasSubstr("[0,1,0,0,2,512,1,1,\"f32\",\"1\"]"));
@@ -117,7 +133,7 @@ TEST(ProgramReport, OptionsChooseTilesAndHostTimes) {
                               "\"simulate_seconds\":null}"));
   options.tiles = {16};
   std::string ignored;
-  const Status s = ReportData(GemmThenCast().module, options, &ignored);
+  const Status s = ReportData(GemmThenCast().Completed(), options, &ignored);
   EXPECT_EQ(s.code(), StatusCode::kBadInput);
   EXPECT_THAT(s.message(), HasSubstr("--tiles: tile 16 is outside"));
 }
@@ -126,10 +142,10 @@ TEST(ProgramReport, SimulationReportMustMatchTheProgram) {
   SimulationReport sim;
   sim.tiles = 16;
   sim.supersteps = 2;
-  sim.total_cycles = 1894;
+  sim.total_cycles = 1625;
   sim.compute_cycles = 1166;
-  sim.exchange_cycles = 728;
-  sim.ops = {{1, 646, 728}, {2, 520, 0}};
+  sim.exchange_cycles = 459;
+  sim.ops = {{1, 646, 459}, {2, 520, 0}};
   sim.compared = true;
   sim.pass = true;
   sim.outputs.push_back({});
@@ -143,7 +159,7 @@ TEST(ProgramReport, SimulationReportMustMatchTheProgram) {
                         "\"compared\":true,\"pass\":true,"));
   sim.ops[1].compute_cycles = 521;
   std::string ignored;
-  const Status s = ReportData(GemmThenCast().module, options, &ignored);
+  const Status s = ReportData(GemmThenCast().Completed(), options, &ignored);
   EXPECT_EQ(s.code(), StatusCode::kBadInput);
   EXPECT_THAT(s.message(), HasSubstr("sim.json: op 2's compute_cycles is 521"));
 }
@@ -151,9 +167,9 @@ TEST(ProgramReport, SimulationReportMustMatchTheProgram) {
 TEST(ProgramReport, MalformedProgramIsBadInput) {
   TestProgram p = GemmThenCast();
   // C moved into standard memory: the simulator's memory rule.
-  p.module.program->buffers[2]->offset = 4096;
+  p.module.program->buffers[2]->offset = kTensorBase + 4096;
   std::string ignored;
-  const Status s = ReportData(p.module, {}, &ignored);
+  const Status s = ReportData(p.Completed(), {}, &ignored);
   EXPECT_EQ(s.code(), StatusCode::kBadInput);
   EXPECT_THAT(s.message(), HasSubstr("not in interleaved memory"));
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/ir.h"
+#include "kernels/exchange_schedule.h"
 
 namespace tilec::inspect {
 
@@ -39,12 +40,20 @@ uint32_t TestProgram::AddBuffer(uint32_t tile, uint32_t offset, uint32_t bytes,
   auto b = std::make_unique<fb::BufferT>();
   b->id = static_cast<uint32_t>(module.program->buffers.size());
   b->tile = tile;
-  b->offset = offset;
+  b->offset = kTensorBase + offset;
   b->bytes = bytes;
   b->dtype = dtype;
   b->name = "b" + std::to_string(b->id);
   module.program->buffers.push_back(std::move(b));
   return module.program->buffers.back()->id;
+}
+
+fb::ModuleT TestProgram::Completed() const {
+  fb::ModuleT completed(module);
+  const Status s =
+      kernels::CompleteProgram(*completed.target, completed.program.get());
+  EXPECT_TRUE(s.ok()) << s.message();
+  return completed;
 }
 
 fb::BufferT* TestProgram::Buffer(uint32_t id) {

@@ -1,7 +1,8 @@
 // Hand-made device programs on the `tiny` target for the inspect tests, so
-// that every expected number can be worked out by hand: 16 tiles, tensor
-// memory [0, 57344) per tile, standard elements [0, 16384) and
-// [16384, 32768), interleaved memory from 32768.
+// that every expected number can be worked out by hand: 16 tiles, the
+// runtime's code in standard element 0, tensor memory [16384, 81920) per
+// tile: standard elements [16384, 32768) and [32768, 49152), interleaved
+// memory from 49152. Buffer offsets are given from kTensorBase.
 
 #ifndef TILEC_PASSES_INSPECT_TEST_PROGRAM_H_
 #define TILEC_PASSES_INSPECT_TEST_PROGRAM_H_
@@ -15,6 +16,8 @@
 #include "formats/tilec_generated.h"
 
 namespace tilec::inspect {
+
+inline constexpr uint32_t kTensorBase = 16384;
 
 class TestProgram {
  public:
@@ -40,6 +43,10 @@ class TestProgram {
   // The whole value in one buffer.
   void BindInput(uint32_t value, uint32_t tile, uint32_t buffer);
   void BindOutput(uint32_t value, uint32_t tile, uint32_t buffer);
+
+  // The module with its exchanges scheduled and its code sized, as
+  // emit-device writes them.
+  fb::ModuleT Completed() const;
 
   fb::ModuleT module;
 

@@ -5,11 +5,14 @@
 #include <numeric>
 #include <optional>
 
+#include "formats/target.h"
+
 namespace tilec::lower {
 
 MemoryMap MemoryMap::FromTarget(const fb::TargetT& t) {
   MemoryMap m;
-  m.capacity = int64_t{t.sram_bytes} - t.reserved_bytes;
+  m.capacity = t.sram_bytes;
+  m.base = ir::CodeRegionBytes(t, t.runtime_code_bytes);
   m.element_bytes = std::max(1, t.element_bytes);
   m.interleaved_element_bytes = std::max(1, t.interleaved_element_bytes);
   m.standard_elements = std::max(0, t.standard_elements);
@@ -64,7 +67,9 @@ bool AllocateTile(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
     active.erase(std::remove_if(active.begin(), active.end(),
                                 [&](size_t j) { return buffers[j].end < buf.start; }),
                  active.end());
-    const int64_t lo = buf.interleaved ? map.AlignUp(map.standard_end) : 0;
+    const int64_t lo =
+        buf.interleaved ? map.AlignUp(std::max(map.standard_end, map.base))
+                        : map.base;
     auto element_clash = [&](int64_t at, size_t j) {
       if (size[i] == 0 || buffers[j].bytes == 0) return false;
       const int64_t a0 = map.ElementOf(at), a1 = map.ElementOf(at + buffers[i].bytes - 1);
@@ -86,7 +91,7 @@ bool AllocateTile(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
         for (size_t j : active) {
           candidates.push_back(map.AlignDown(result->offsets[j] - size[i]));
         }
-        min_at = floor;
+        min_at = std::max(floor, map.base);
         max_end = map.standard_end;
       } else {
         if (pass == 1) min_at = map.AlignUp(map.standard_end);

@@ -24,13 +24,15 @@ namespace tilec::lower {
 
 // The target's memory layout (MACHINE.md, "memory elements").
 struct MemoryMap {
-  int64_t capacity = 0;      // tensor bytes per tile
+  int64_t base = 0;          // the first tensor byte (code lies below it)
+  int64_t capacity = 0;      // the end of the tile's memory
   int64_t standard_end = 0;  // interleaved memory starts here
   int64_t element_bytes = 1;
   int64_t interleaved_element_bytes = 1;
   int64_t standard_elements = 0;
   int64_t alignment = 8;
 
+  // With no program code: base = the runtime's whole elements.
   static MemoryMap FromTarget(const fb::TargetT& target);
   // Memory element holding byte `addr`, numbered as the simulator does.
   int64_t ElementOf(int64_t addr) const;

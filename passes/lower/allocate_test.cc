@@ -15,8 +15,9 @@ MemoryMap Tiny() {
 
 TEST(AllocateTest, TinyMemoryMap) {
   const MemoryMap m = Tiny();
-  EXPECT_EQ(m.capacity, 57344);
-  EXPECT_EQ(m.standard_end, 32768);
+  EXPECT_EQ(m.capacity, 81920);
+  EXPECT_EQ(m.base, 16384);  // the runtime's code takes element 0
+  EXPECT_EQ(m.standard_end, 49152);
   EXPECT_EQ(m.ElementOf(0), 0);
   EXPECT_EQ(m.ElementOf(16384), 1);
   EXPECT_EQ(m.ElementOf(32768), 2);
@@ -32,11 +33,11 @@ TEST(AllocateTest, DeadBuffersAreReusedAndOffsetsAligned) {
   AllocResult r;
   AllocFailure f;
   ASSERT_TRUE(AllocateTile(m, bufs, {}, &r, &f));
-  EXPECT_EQ(r.offsets[0], 0);
-  EXPECT_EQ(r.offsets[2], 1008);  // after a, aligned
-  EXPECT_EQ(r.offsets[1], 0);     // a is dead by slot 2
+  EXPECT_EQ(r.offsets[0], m.base);
+  EXPECT_EQ(r.offsets[2], m.base + 1008);  // after a, aligned
+  EXPECT_EQ(r.offsets[1], m.base);         // a is dead by slot 2
   for (int64_t o : r.offsets) EXPECT_EQ(o % 8, 0);
-  EXPECT_EQ(r.peak, 1512);
+  EXPECT_EQ(r.peak, m.base + 1512);
 }
 
 TEST(AllocateTest, InterleavedAndHardElementRule) {
@@ -48,7 +49,7 @@ TEST(AllocateTest, InterleavedAndHardElementRule) {
   AllocResult r;
   AllocFailure f;
   ASSERT_TRUE(AllocateTile(m, bufs, {{0, 1, true}}, &r, &f));
-  EXPECT_GE(r.offsets[1], 32768);
+  EXPECT_GE(r.offsets[1], m.standard_end);
   EXPECT_NE(m.ElementOf(r.offsets[0]), m.ElementOf(r.offsets[1]));
 }
 
@@ -61,11 +62,11 @@ TEST(AllocateTest, SoftRuleSeparatesWhenItCanAndReportsWhenItCannot) {
   ASSERT_TRUE(AllocateTile(m, two, {{0, 1, false}}, &r, &f));
   EXPECT_NE(m.ElementOf(r.offsets[0]), m.ElementOf(r.offsets[1]));
   EXPECT_TRUE(r.soft_dropped.empty());
-  // Fill elements 0..2 except room for both inputs in one element: the
+  // Fill the tensor elements except room for both inputs in one element: the
   // rule is dropped and reported.
   std::vector<AllocBuffer> tight = {{5, 16384 - 2048, -1, 9, false},
                                     {6, 16384, -1, 9, false},
-                                    {7, 57344 - 32768, -1, 9, false},
+                                    {7, m.capacity - m.standard_end, -1, 9, false},
                                     {0, 1024, 0, 3, false},
                                     {1, 1024, 0, 3, false}};
   ASSERT_TRUE(AllocateTile(m, tight, {{0, 1, false}}, &r, &f));
@@ -74,7 +75,7 @@ TEST(AllocateTest, SoftRuleSeparatesWhenItCanAndReportsWhenItCannot) {
 
 TEST(AllocateTest, FailureNamesTheBufferAndLiveSet) {
   const MemoryMap m = Tiny();
-  std::vector<AllocBuffer> bufs = {{3, 40000, -1, 10, false},
+  std::vector<AllocBuffer> bufs = {{3, 50000, -1, 10, false},
                                    {4, 20000, 2, 4, false}};
   AllocResult r;
   AllocFailure f;
@@ -82,8 +83,8 @@ TEST(AllocateTest, FailureNamesTheBufferAndLiveSet) {
   EXPECT_EQ(f.buffer, 4);
   EXPECT_EQ(f.slot, 2);
   EXPECT_EQ(f.live, std::vector<int>{3});
-  EXPECT_EQ(f.live_bytes, 40000);
-  EXPECT_EQ(f.largest_gap, 57344 - 40000);
+  EXPECT_EQ(f.live_bytes, 50000);
+  EXPECT_EQ(f.largest_gap, m.capacity - m.base - 50000);
 }
 
 }  // namespace

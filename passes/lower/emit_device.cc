@@ -55,7 +55,7 @@ struct OpWork {
 // What a superstep holds so far, for pricing a merge.
 struct StepLoad {
   std::vector<int64_t> compute;  // per tile
-  std::vector<int64_t> sent, received, fragments;
+  std::vector<const VTransfer*> transfers;  // its exchange phase, in order
   bool has_compute = false;
   bool has_exchange = false;
 };
@@ -69,9 +69,6 @@ struct ScheduleState {
     while (static_cast<int>(loads.size()) <= s) {
       StepLoad l;
       l.compute.assign(tiles, 0);
-      l.sent.assign(tiles, 0);
-      l.received.assign(tiles, 0);
-      l.fragments.assign(tiles, 0);
       loads.push_back(std::move(l));
     }
     return loads[s];
@@ -100,16 +97,9 @@ std::vector<int> PhaseOffsets(const std::vector<Phase>& phases) {
   return offset;
 }
 
-// Adds the bytes and fragments of `transfers` to a superstep's exchange load.
+// Adds `transfers` to a superstep's exchange phase.
 void AddTransfers(const std::vector<VTransfer>& transfers, StepLoad* load) {
-  for (const VTransfer& t : transfers) {
-    load->sent[t.src_tile] += t.Bytes();
-    load->fragments[t.src_tile] += t.rows;
-    for (const VDestination& d : t.destinations) {
-      load->received[d.tile] += t.Bytes();
-      load->fragments[d.tile] += t.rows;
-    }
-  }
+  for (const VTransfer& t : transfers) load->transfers.push_back(&t);
 }
 
 // Binary kernel calls sent to the slow path, per op: calls, extra cycles.
@@ -172,9 +162,16 @@ class Emitter {
                    ScheduleState* st) const;
   void MarkResultsReady(const OpWork& w, ScheduleState* st) const;
   Status Allocate(std::string* failure_message, bool* fits);
-  bool AllocateAroundBoundary(const std::vector<AllocBuffer>& buffers,
+  bool AllocateAroundBoundary(const MemoryMap& map,
+                              const std::vector<AllocBuffer>& buffers,
                               const std::vector<AllocRule>& rules,
                               AllocResult* result) const;
+  // Code in tile memory (docs/device-program.md, "Memory"): each tile's
+  // runtime, program code and exchange tables for the supersteps as
+  // scheduled, in whole standard elements below its tensors. Infeasible
+  // when a tile's code does not fit in standard memory.
+  Status SizeCode();
+  std::vector<const VTransfer*> TransfersOf(int superstep) const;
   void Build(EmitSummary* summary);
   // Build's phases: the program in order, then the decisions about it.
   std::vector<int64_t> EmitBuffers(fb::DeviceProgramT* program) const;
@@ -187,13 +184,17 @@ class Emitter {
   std::unique_ptr<fb::ComputeT> EmitCompute(
       const VCall& call, const std::vector<int64_t>& id_of) const;
   std::unique_ptr<fb::TransferT> EmitTransfer(
-      const VTransfer& t, const std::vector<int64_t>& id_of, StepLoad* x,
+      const VTransfer& t, const std::vector<int64_t>& id_of,
       EmitSummary* sum) const;
   std::unique_ptr<fb::HostBindingT> Bind(
       const fb::ValueT& v, const std::vector<int64_t>& id_of) const;
   void EmitHostBindings(const std::vector<int64_t>& id_of,
                         fb::DeviceProgramT* program) const;
   void SummarizePeakAndPlan(EmitSummary* sum) const;
+  // Per repeat, how each (superstep, tile) whose addresses change between
+  // iterations is updated: a base register where one serves, else a patch.
+  void ChooseAddressUpdates(fb::DeviceProgramT* program, EmitSummary* sum);
+  void EmitCode(fb::DeviceProgramT* program, EmitSummary* sum) const;
   void LogLoweredOps();
   std::string DescribeLowering(const OpWork& w);
   void LogSlowCalls(const SlowCalls& slow_calls);
@@ -230,6 +231,10 @@ class Emitter {
   std::vector<int64_t> first_, last_;  // lifetimes in slots
   std::set<std::pair<int, int>> slow_pairs_;  // soft rules not honoured
   std::vector<int64_t> tile_peak_;
+  struct TileCodeBytes {
+    int64_t runtime = 0, program = 0, exchange = 0, reserved = 0;
+  };
+  std::vector<TileCodeBytes> code_;  // per tile, for the supersteps as placed
   // Tiles whose data from before the program went around the boundary of
   // standard and interleaved memory (allocate.h).
   int boundary_tiles_ = 0;
@@ -237,13 +242,7 @@ class Emitter {
 
 int64_t Emitter::ExchangeCost(const StepLoad& l) const {
   if (!l.has_exchange) return 0;
-  int64_t slowest = 0;
-  for (int t = 0; t < tiles_; ++t) {
-    if (l.fragments[t] == 0) continue;
-    slowest = std::max(slowest, model_.TileExchangeCycles(l.sent[t], l.received[t],
-                                                          l.fragments[t]));
-  }
-  return model_.sync_cycles() + slowest;
+  return CostOfExchange(model_, l.transfers).cycles;
 }
 
 Status Emitter::LowerAll() {
@@ -538,20 +537,86 @@ void Emitter::MarkResultsReady(const OpWork& w, ScheduleState* st) const {
 // A tile where first fit from the bottom fails: the data from before the
 // program packed around the interleaved boundary, the lowest floor (of
 // eight steps over standard memory) that fits.
-bool Emitter::AllocateAroundBoundary(const std::vector<AllocBuffer>& buffers,
+bool Emitter::AllocateAroundBoundary(const MemoryMap& map,
+                                     const std::vector<AllocBuffer>& buffers,
                                      const std::vector<AllocRule>& rules,
                                      AllocResult* result) const {
   for (int step = 0; step <= 8; ++step) {
     AllocFailure ignored;
-    const int64_t floor = map_.AlignDown(map_.standard_end * step / 8);
-    if (AllocateTile(map_, buffers, rules, result, &ignored, floor)) {
+    const int64_t floor = map.AlignDown(
+        map.base + (map.standard_end - map.base) * step / 8);
+    if (AllocateTile(map, buffers, rules, result, &ignored, floor)) {
       return true;
     }
   }
   return false;
 }
 
+// The transfers of superstep `s` in the order EmitSuperstep emits them.
+std::vector<const VTransfer*> Emitter::TransfersOf(int s) const {
+  std::vector<const VTransfer*> transfers;
+  for (const OpWork& w : work_) {
+    for (size_t i = 0; i < w.program.phases.size(); ++i) {
+      if (w.step[i] != s) continue;
+      for (const VTransfer& t : w.program.phases[i].transfers) {
+        transfers.push_back(&t);
+      }
+    }
+  }
+  return transfers;
+}
+
+Status Emitter::SizeCode() {
+  const kernels::CodeModel code = kernels::CodeModel::FromTarget(*module_.target);
+  code_.assign(tiles_, TileCodeBytes{});
+  std::vector<char> takes_part(tiles_, 0);
+  std::vector<int64_t> exchange(tiles_, 0);
+  for (int s = 0; s < steps_; ++s) {
+    std::fill(takes_part.begin(), takes_part.end(), 0);
+    for (const OpWork& w : work_) {
+      for (size_t i = 0; i < w.program.phases.size(); ++i) {
+        if (w.step[i] != s) continue;
+        for (const VCall& c : w.program.phases[i].calls) {
+          code_[c.tile].program += code.CallBytes(static_cast<int64_t>(
+              c.args.size() + c.params.size() + c.fparams.size()));
+          takes_part[c.tile] = 1;
+        }
+      }
+    }
+    const std::vector<const VTransfer*> transfers = TransfersOf(s);
+    for (const VTransfer* t : transfers) {
+      takes_part[t->src_tile] = 1;
+      for (const VDestination& d : t->destinations) takes_part[d.tile] = 1;
+    }
+    if (!transfers.empty()) {
+      kernels::AddExchangeCodeBytes(code, TrafficOf(model_, transfers),
+                                    &exchange);
+    }
+    for (int t = 0; t < tiles_; ++t) {
+      if (takes_part[t]) code_[t].program += code.per_superstep;
+    }
+  }
+  for (int t = 0; t < tiles_; ++t) {
+    TileCodeBytes& c = code_[t];
+    c.runtime = code.runtime;
+    c.exchange = exchange[t];
+    c.reserved = ir::CodeRegionBytes(*module_.target,
+                                     c.runtime + c.program + c.exchange);
+    if (c.reserved > map_.standard_end) {
+      return Status::Infeasible(
+          "tile " + std::to_string(t) + ": " +
+          Thousands(c.runtime + c.program + c.exchange) +
+          " B of code (runtime " + Thousands(c.runtime) + ", program " +
+          Thousands(c.program) + ", exchange tables " + Thousands(c.exchange) +
+          ") do not fit in the " + Thousands(map_.standard_end) +
+          " B of standard memory that code lives in");
+    }
+  }
+  return Status::Ok();
+}
+
 Status Emitter::Allocate(std::string* failure_message, bool* fits) {
+  TILEC_RETURN_IF_ERROR(SizeCode());
   const std::vector<VBuffer>& buffers = lowering_.buffers();
   const int64_t nops = static_cast<int64_t>(work_.size());
   const int64_t per_step = nops + 1;
@@ -632,10 +697,12 @@ Status Emitter::Allocate(std::string* failure_message, bool* fits) {
     for (int t = next_tile++; t < tiles_; t = next_tile++) {
       if (per_tile[t].empty() || t > first_unfit) continue;
       TileAllocation& a = placed[t];
-      a.fits = AllocateTile(map_, per_tile[t], rules[t], &a.result, &a.failure);
+      MemoryMap map = map_;
+      map.base = code_[t].reserved;
+      a.fits = AllocateTile(map, per_tile[t], rules[t], &a.result, &a.failure);
       if (!a.fits) {
         a.fits = a.around_boundary =
-            AllocateAroundBoundary(per_tile[t], rules[t], &a.result);
+            AllocateAroundBoundary(map, per_tile[t], rules[t], &a.result);
       }
       if (!a.fits) {
         int seen = first_unfit;
@@ -717,7 +784,10 @@ void Emitter::Build(EmitSummary* summary) {
   for (const BodyLowering& b : bodies_) {
     program->repeats.push_back(EmitRepeat(b, id_of));
   }
-  sum.predicted_cycles = sum.compute_cycles + sum.exchange_cycles;
+  ChooseAddressUpdates(program.get(), &sum);
+  EmitCode(program.get(), &sum);
+  sum.predicted_cycles =
+      sum.compute_cycles + sum.exchange_cycles + sum.update_cycles;
   sum.supersteps = steps_;
   EmitHostBindings(id_of, program.get());
   SummarizePeakAndPlan(&sum);
@@ -742,6 +812,68 @@ void Emitter::Build(EmitSummary* summary) {
             {sum.planner_cycles, sum.predicted_cycles, 0, sum.peak_bytes});
   module_.program = std::move(program);
   if (summary) *summary = sum;
+}
+
+void Emitter::ChooseAddressUpdates(fb::DeviceProgramT* program,
+                                   EmitSummary* sum) {
+  const fb::TargetT& target = *module_.target;
+  for (size_t k = 0; k < program->repeats.size(); ++k) {
+    fb::SuperstepRepeatT& repeat = *program->repeats[k];
+    std::map<uint32_t, int64_t> chosen, patched;  // per superstep: slowest
+    int bases = 0;
+    int64_t patch_words = 0;
+    for (const kernels::AddressChange& c :
+         kernels::RepeatAddressChanges(*program, k)) {
+      const fb::AddressUpdate method = c.one_base_serves
+                                           ? fb::AddressUpdate::BaseRegister
+                                           : fb::AddressUpdate::Patch;
+      repeat.updates.emplace_back(c.superstep, c.tile,
+                                  static_cast<uint32_t>(c.words), method);
+      bases += c.one_base_serves;
+      if (!c.one_base_serves) patch_words += c.words;
+      int64_t& slowest = chosen[c.superstep];
+      slowest = std::max(slowest,
+                         kernels::AddressUpdateCycles(target, method, c.words));
+      int64_t& all_patched = patched[c.superstep];
+      all_patched = std::max(
+          all_patched,
+          kernels::AddressUpdateCycles(target, fb::AddressUpdate::Patch, c.words));
+    }
+    if (repeat.updates.empty()) continue;
+    int64_t per_iteration = 0, per_iteration_patched = 0;
+    for (const auto& [step, cycles] : chosen) per_iteration += cycles;
+    for (const auto& [step, cycles] : patched) per_iteration_patched += cycles;
+    const int64_t later = static_cast<int64_t>(repeat.iterations.size()) - 1;
+    sum->update_cycles += later * per_iteration;
+    log_.Info({}, "repeat " + std::to_string(k) + " address updates",
+              Count(static_cast<int64_t>(repeat.updates.size()),
+                    "(superstep, tile) pair") +
+                  " name buffers that change between iterations: " +
+                  std::to_string(bases) +
+                  " by a base register where one base serves, the rest by "
+                  "patching " + Thousands(patch_words) +
+                  " address words; cycles per iteration after the first: "
+                  "before = all patched, after = as chosen",
+              {per_iteration_patched, per_iteration, 0, 0});
+  }
+}
+
+void Emitter::EmitCode(fb::DeviceProgramT* program, EmitSummary* sum) const {
+  for (int t = 0; t < tiles_; ++t) {
+    const TileCodeBytes& c = code_[t];
+    program->code.emplace_back(static_cast<uint32_t>(t),
+                               static_cast<uint32_t>(c.runtime),
+                               static_cast<uint32_t>(c.program),
+                               static_cast<uint32_t>(c.exchange),
+                               static_cast<uint32_t>(c.reserved));
+    sum->code_bytes_max =
+        std::max(sum->code_bytes_max, c.runtime + c.program + c.exchange);
+    sum->exchange_code_bytes_max =
+        std::max(sum->exchange_code_bytes_max, c.exchange);
+    sum->tensor_bytes = std::min(
+        sum->tensor_bytes < 0 ? map_.capacity : sum->tensor_bytes,
+        map_.capacity - c.reserved);
+  }
 }
 
 // Emits every used virtual buffer in order; returns each one's program
@@ -774,10 +906,7 @@ std::unique_ptr<fb::SuperstepT> Emitter::EmitSuperstep(
     EmitSummary* sum) const {
   auto step = std::make_unique<fb::SuperstepT>();
   std::vector<int64_t> compute(tiles_, 0);
-  StepLoad x;
-  x.sent.assign(tiles_, 0);
-  x.received.assign(tiles_, 0);
-  x.fragments.assign(tiles_, 0);
+  std::vector<const VTransfer*> transfers;
   std::string label;
   // The calls as every iteration runs them: cycles depend on the addresses
   // an iteration's renames give (the slow path of binary kernels).
@@ -794,13 +923,21 @@ std::unique_ptr<fb::SuperstepT> Emitter::EmitSuperstep(
         step->compute.push_back(EmitCompute(ph.calls[c], id_of));
       }
       for (const VTransfer& t : ph.transfers) {
-        step->exchange.push_back(EmitTransfer(t, id_of, &x, sum));
+        step->exchange.push_back(EmitTransfer(t, id_of, sum));
+        transfers.push_back(&t);
       }
     }
   }
   step->label = label;
   const int runs = RunsOf(s);
-  const int64_t e = ExchangeCost(x);
+  int64_t e = 0;
+  if (!transfers.empty()) {
+    step->schedule = std::make_unique<fb::ExchangeScheduleT>(
+        kernels::SchedulePhase(TrafficOf(model_, transfers, offset_)));
+    e = step->schedule->length + model_.sync_cycles();
+    sum->exchange_bound_cycles += runs * int64_t{step->schedule->bound};
+    sum->exchange_scheduled_cycles += runs * int64_t{step->schedule->length};
+  }
   for (int run = 0; run < runs; ++run) {
     std::fill(compute.begin(), compute.end(), 0);
     const std::map<int, int>* renames = IterationRenames(s, run);
@@ -810,7 +947,7 @@ std::unique_ptr<fb::SuperstepT> Emitter::EmitSuperstep(
     }
     sum->compute_cycles += ComputeMax(compute);
     sum->exchange_cycles += e;
-    sum->exchange_phases += x.has_exchange;
+    sum->exchange_phases += !transfers.empty();
   }
   sum->bytes_received += (runs - 1) * (sum->bytes_received - received_before);
   return step;
@@ -883,9 +1020,8 @@ std::unique_ptr<fb::ComputeT> Emitter::EmitCompute(
   return out;
 }
 
-// Emits one transfer and adds it to the superstep's exchange load `x`.
 std::unique_ptr<fb::TransferT> Emitter::EmitTransfer(
-    const VTransfer& t, const std::vector<int64_t>& id_of, StepLoad* x,
+    const VTransfer& t, const std::vector<int64_t>& id_of,
     EmitSummary* sum) const {
   auto out = std::make_unique<fb::TransferT>();
   out->src_tile = static_cast<uint32_t>(t.src_tile);
@@ -897,17 +1033,12 @@ std::unique_ptr<fb::TransferT> Emitter::EmitTransfer(
   out->rows = static_cast<uint32_t>(t.rows);
   out->src_pitch = static_cast<uint32_t>(t.src_pitch);
   out->dst_pitch = static_cast<uint32_t>(t.dst_pitch);
-  x->has_exchange = true;
-  x->sent[t.src_tile] += t.Bytes();
-  x->fragments[t.src_tile] += t.rows;
   for (const VDestination& d : t.destinations) {
     auto dst = std::make_unique<fb::DestinationT>();
     dst->tile = static_cast<uint32_t>(d.tile);
     dst->buffer = static_cast<uint32_t>(id_of[d.buffer]);
     dst->offset = static_cast<uint32_t>(d.offset);
     out->destinations.push_back(std::move(dst));
-    x->received[d.tile] += t.Bytes();
-    x->fragments[d.tile] += t.rows;
     sum->bytes_received += t.Bytes();
   }
   return out;

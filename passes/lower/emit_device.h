@@ -43,7 +43,13 @@ struct EmitOptions {
 struct EmitSummary {
   int64_t predicted_cycles = 0;  // as simulate-device counts them
   int64_t compute_cycles = 0;
-  int64_t exchange_cycles = 0;
+  int64_t exchange_cycles = 0;            // scheduled + sync, every phase
+  int64_t exchange_bound_cycles = 0;      // endpoint bounds, without sync
+  int64_t exchange_scheduled_cycles = 0;  // schedule lengths
+  int64_t update_cycles = 0;              // repeats' address updates
+  int64_t code_bytes_max = 0;             // code of the tile with the most
+  int64_t exchange_code_bytes_max = 0;
+  int64_t tensor_bytes = -1;  // what the tile with the most code has left
   int supersteps = 0;
   int exchange_phases = 0;
   int64_t bytes_received = 0;

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 
+#include "formats/target.h"
 #include "formats/print.h"
 #include "kernels/cost.h"
 #include "kernels/kernel_names.h"
@@ -60,8 +61,7 @@ class Reducer {
           const kernels::CostModel& model, DecisionLog* log)
       : module_(*module), options_(options), model_(model), log_(*log) {
     tiles_ = module->target->tiles;
-    capacity_ = int64_t{module->target->sram_bytes} -
-                module->target->reserved_bytes;
+    capacity_ = ir::MaxTileTensorBytes(*module->target);
   }
 
   Status Run();

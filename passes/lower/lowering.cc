@@ -323,8 +323,7 @@ bool Lowering::CanUseInPlace(const Storage& a) const {
   if (!buffers_[a.buffer].interleaved || !module_.target) return true;
   const fb::TargetT& t = *module_.target;
   const int64_t interleaved =
-      int64_t{t.sram_bytes} - t.reserved_bytes -
-      int64_t{t.standard_elements} * t.element_bytes;
+      int64_t{t.sram_bytes} - int64_t{t.standard_elements} * t.element_bytes;
   return t.interleaved_element_bytes > 0 &&
          interleaved >= 2 * int64_t{t.interleaved_element_bytes};
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "kernels/exchange_schedule.h"
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
 
@@ -69,29 +70,63 @@ StatusOr<PhaseCost> CostOfPhase(const kernels::CostModel& model,
     return cost;
   }
   if (phase.transfers.empty()) return cost;
-  std::vector<int64_t> sent(tiles, 0), received(tiles, 0), fragments(tiles, 0);
+  std::vector<const VTransfer*> transfers;
   for (const VTransfer& t : phase.transfers) {
-    // Each piece is a fragment at both ends.
-    sent[t.src_tile] += t.Bytes();
-    fragments[t.src_tile] += t.rows;
-    for (const VDestination& d : t.destinations) {
-      received[d.tile] += t.Bytes();
-      fragments[d.tile] += t.rows;
-      cost.bytes_received += t.Bytes();
-    }
+    transfers.push_back(&t);
+    cost.bytes_received += t.Bytes() * static_cast<int64_t>(t.destinations.size());
     ++cost.transfers;
   }
-  int64_t slowest = 0;
-  for (int t = 0; t < tiles; ++t) {
-    if (fragments[t] == 0) continue;
-    const int64_t c =
-        model.TileExchangeCycles(sent[t], received[t], fragments[t]);
-    if (c > slowest || cost.slowest_tile < 0) {
-      slowest = c;
-      cost.slowest_tile = t;
+  const ExchangeCost exchange = CostOfExchange(model, transfers);
+  cost.cycles = exchange.cycles;
+  cost.bound = exchange.bound;
+  cost.slowest_tile = exchange.last_tile;
+  return cost;
+}
+
+kernels::PhaseTraffic TrafficOf(const kernels::CostModel& model,
+                                std::span<const VTransfer* const> transfers,
+                                std::span<const int64_t> buffer_offsets) {
+  kernels::PhaseTraffic traffic(kernels::ExchangeModel::FromTarget(model.target()));
+  std::vector<int> receivers;
+  std::vector<int64_t> addresses;
+  auto base = [&](int buffer) -> int64_t {
+    return buffer_offsets.empty() ? 0 : buffer_offsets[buffer];
+  };
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const VTransfer& t = *transfers[i];
+    receivers.clear();
+    addresses.clear();
+    for (const VDestination& d : t.destinations) {
+      receivers.push_back(d.tile);
+      addresses.push_back(base(d.buffer) + d.offset);
+    }
+    traffic.AddTransfer(t.src_tile, receivers, base(t.src.buffer) + t.src.offset,
+                        addresses, t.src.bytes, t.rows, t.src_pitch,
+                        t.dst_pitch, static_cast<uint32_t>(i));
+  }
+  return traffic;
+}
+
+ExchangeCost CostOfExchange(const kernels::CostModel& model,
+                            std::span<const VTransfer* const> transfers) {
+  ExchangeCost cost;
+  if (transfers.empty()) return cost;
+  const kernels::PhaseTraffic traffic = TrafficOf(model, transfers);
+  const fb::ExchangeScheduleT schedule = kernels::SchedulePhase(traffic);
+  cost.scheduled = schedule.length;
+  cost.bound = schedule.bound;
+  cost.cycles = cost.scheduled + model.sync_cycles();
+  // The tile whose part ends last: the last Pointer's receiver, else the
+  // last Send's sender.
+  int64_t last = -1;
+  for (const auto& tc : schedule.tiles) {
+    for (const fb::ControlInstruction& ins : tc->instructions) {
+      if (int64_t{ins.cycle()} > last) {
+        last = ins.cycle();
+        cost.last_tile = static_cast<int>(tc->tile);
+      }
     }
   }
-  cost.cycles = model.sync_cycles() + slowest;
   return cost;
 }
 

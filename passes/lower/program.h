@@ -10,12 +10,14 @@
 #define TILEC_PASSES_LOWER_PROGRAM_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "kernels/cost.h"
+#include "kernels/exchange_schedule.h"
 
 namespace tilec::lower {
 
@@ -121,7 +123,10 @@ StatusOr<int64_t> CallCycles(const kernels::CostModel& model,
                              const VCall& call);
 
 struct PhaseCost {
-  int64_t cycles = 0;          // compute: slowest tile; exchange: 600 + ...
+  // compute: the slowest tile; exchange: its schedule's length plus sync
+  // (CostOfExchange).
+  int64_t cycles = 0;
+  int64_t bound = 0;  // exchange: the endpoint bound, without sync
   int slowest_tile = -1;
   int64_t bytes_received = 0;  // exchange: over all receivers
   int64_t transfers = 0;
@@ -132,6 +137,27 @@ struct PhaseCost {
 StatusOr<PhaseCost> CostOfPhase(const kernels::CostModel& model,
                                 const std::vector<VBuffer>& buffers,
                                 const Phase& phase, int tiles);
+
+// An exchange phase of `transfers` as the chip runs it
+// (kernels/exchange_schedule.h): the length of the schedule emit-device
+// writes for it plus the target's sync residual. The one price of an
+// exchange phase for expand-reduce, fuse-residual and emit-device.
+struct ExchangeCost {
+  int64_t cycles = 0;     // scheduled + sync; 0 without transfers
+  int64_t scheduled = 0;
+  int64_t bound = 0;      // the endpoint bound, without sync
+  int last_tile = -1;     // whose part of the phase ends last
+};
+ExchangeCost CostOfExchange(const kernels::CostModel& model,
+                            std::span<const VTransfer* const> transfers);
+
+// The phase's traffic: transfer i of `transfers` is the schedule's
+// transfer i. `buffer_offsets` (by virtual buffer) places the buffers;
+// empty: at 0 (buffers are word aligned, so the words a piece spans are
+// the same wherever they are placed).
+kernels::PhaseTraffic TrafficOf(const kernels::CostModel& model,
+                                std::span<const VTransfer* const> transfers,
+                                std::span<const int64_t> buffer_offsets = {});
 
 struct ProgramCost {
   int64_t cycles = 0;

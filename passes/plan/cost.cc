@@ -268,7 +268,7 @@ TransferCost Coster::Transfer(std::span<const int64_t> shape, int element_bytes,
   auto it = cache_->transfers.find(key);
   if (it != cache_->transfers.end()) return it->second;
   TransferCost cost =
-      passes::EstimateTransferCost(from, to, shape, element_bytes, target());
+      passes::RedistributionCost(from, to, shape, element_bytes, target());
   cache_->transfers.emplace(std::move(key), cost);
   return cost;
 }
@@ -514,6 +514,7 @@ StatusOr<OpCost> Coster::PriceAttention(const Graph& graph, int op,
   cost.exchange = a->exchange.phase_cycles;
   cost.phases = a->phases;
   cost.exchange_bytes = a->exchange.bytes_received;
+  cost.code_bytes = a->exchange.code_bytes;
   auto scratch = std::make_shared<std::vector<int64_t>>(tiles(), 0);
   const int eb = DTypeBytes(qkv.dtype);
   grid->ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {
@@ -607,7 +608,8 @@ StatusOr<OpCost> Coster::PriceRows(
   const int eb = DTypeBytes(out.dtype);
   const passes::RowCopyPlan plan =
       passes::PlanRowCopies(operands, r.layout, out.shape, node.rows, eb);
-  const TransferCost t = passes::RowExchangeCost(plan, target());
+  const TransferCost t = passes::RowExchangeCost(plan, operands, r.layout,
+                                                 out.shape, eb, target());
   StatusOr<int64_t> copies =
       passes::RowCopyCycles(plan, operands, r.layout, out.shape, eb, model());
   if (!copies.ok()) return copies.status();
@@ -616,6 +618,7 @@ StatusOr<OpCost> Coster::PriceRows(
   cost.exchange = t.phase_cycles;
   cost.phases = t.transfers > 0 ? 1 : 0;
   cost.exchange_bytes = t.bytes_received;
+  cost.code_bytes = t.code_bytes;
   cost.detail = "copy rows: phase " + std::to_string(t.phase_cycles) + " (" +
                 std::to_string(t.transfers) + " transfers), local copies " +
                 std::to_string(*copies);
@@ -636,6 +639,7 @@ StatusOr<OpCost> Coster::PriceCopy(const Graph& graph, int op, const Recipe& r,
   cost.exchange = t.phase_cycles;
   cost.phases = t.transfers > 0 ? 1 : 0;
   cost.exchange_bytes = t.bytes_received;
+  cost.code_bytes = t.code_bytes;
   cost.detail = "copy phase " + std::to_string(t.phase_cycles) +
                 ", local copies " + std::to_string(t.local_copy_cycles);
   return cost;

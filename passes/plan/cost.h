@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "formats/status.h"
+#include "formats/target.h"
 #include "formats/tilec_generated.h"
 #include "kernels/cost.h"
 #include "passes/core/layout.h"
@@ -43,6 +44,8 @@ struct OpCost {
   int64_t exchange = 0;  // its exchange phases
   int phases = 0;
   int64_t exchange_bytes = 0;  // bytes received, summed over tiles
+  // The exchange tables its phases add to their busiest tiles' code.
+  int64_t code_bytes = 0;
   // Scratch bytes per tile while the op runs (null: none), and the parts of
   // the largest, for messages ("A staging 31104 B, partials 51840 B").
   TileBytes scratch;
@@ -68,16 +71,15 @@ class Coster {
   const fb::TargetT& target() const { return model_->target(); }
   const PriceOptions& options() const { return options_; }
   int tiles() const { return target().tiles; }
-  // Bytes per tile a plan may fill: the tensor memory (sram_bytes -
-  // reserved_bytes) less a sixteenth kept for placing buffers, which the
+  // Bytes per tile a plan may fill with its code region (Evaluation::
+  // code_bytes in whole elements) and its tensors: the SRAM less a
+  // sixteenth of the tensor memory, kept for placing buffers, which the
   // planner counts in bytes but emit-device must place in memory elements
   // (GEMM accumulators in interleaved elements apart from their left
   // operands): the whole so400m model planned to 472 KB of 481 KB could
   // not be placed.
   int64_t capacity() const {
-    const int64_t tensor =
-        int64_t{target().sram_bytes} - target().reserved_bytes;
-    return tensor - tensor / 16;
+    return int64_t{target().sram_bytes} - ir::MaxTileTensorBytes(target()) / 16;
   }
 
   // Ok if `recipe` can run `op` on this target, else BadInput saying why

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "formats/basics.h"
+#include "kernels/exchange_schedule.h"
 #include "kernels/kernels.h"
 #include "kernels/fb_dtype.h"
 
@@ -55,13 +56,13 @@ StatusOr<GemmBound> BoundOfGrid(const kernels::CostModel& model,
   StatusOr<int64_t> kernel = kernels::GemmCycles(model, *kdtype, bm, bk, bn);
   if (!kernel.ok()) return kernel.status();
   b.kernel = *kernel;
-  b.delivery = t.sync_cycles + CeilDiv(bm * bk * ab, t.exchange_bytes_per_cycle);
+  const kernels::ExchangeModel x = kernels::ExchangeModel::FromTarget(t);
+  b.delivery = x.PhaseLowerBound(bm * bk * ab);
   b.bytes = bk * bn * ab + bm * bk * ab;
   if (k > 1) {
     const int64_t received = (k - 1) * share * bn * pb;
     const int64_t sent = (bm - share) * bn * pb;
-    b.partials = t.sync_cycles +
-                 CeilDiv(std::max(received, sent), t.exchange_bytes_per_cycle);
+    b.partials = x.PhaseLowerBound(std::max(received, sent));
     StatusOr<int64_t> reduce = kernels::ReducePartialsCycles(model, share * bn, k);
     if (!reduce.ok()) return reduce.status();
     b.reduce = *reduce;
@@ -110,7 +111,8 @@ StatusOr<GemmBound> AttentionBoundOfGrid(const kernels::CostModel& model,
   b.m = grid.m;
   b.n = grid.n;
   b.kernel = *kernel;
-  b.delivery = t.sync_cycles + CeilDiv(received, t.exchange_bytes_per_cycle);
+  b.delivery =
+      kernels::ExchangeModel::FromTarget(t).PhaseLowerBound(received);
   b.bytes = received +
             grid.ResultBox(0, 0, 0, 0).Elements() * ir::DTypeBytes(dtypes.result);
   return b;

@@ -31,7 +31,8 @@ struct Variant {
 
 struct ExchangePhase {
   int64_t cycles = 0;
-  int64_t bytes = 0;  // received, over all tiles
+  int64_t bytes = 0;       // received, over all tiles
+  int64_t code_bytes = 0;  // its busiest tile's exchange tables
 };
 
 class GemmPricing {
@@ -121,50 +122,56 @@ class GemmPricing {
     if (chunks_ == 1) {
       cost_.exchange += stage.phase_cycles;
     } else {
-      const int64_t per_phase =
-          target().sync_cycles +
-          model().TileExchangeCycles(CeilDiv(stage.max_bytes_sent, chunks_),
-                                     CeilDiv(stage.max_bytes_received, chunks_),
-                                     stage.max_fragments);
-      cost_.exchange += chunks_ * per_phase;
+      // Each chunk's phase carries its share of the payload and pays the
+      // route latency and the sync of its own.
+      const kernels::ExchangeModel x =
+          kernels::ExchangeModel::FromTarget(target());
+      const int64_t latency = x.RouteLatency(x.tiles - 1);
+      const int64_t body = std::max<int64_t>(stage.scheduled_cycles - latency, 0);
+      cost_.exchange +=
+          chunks_ * (CeilDiv(body, chunks_) + latency + target().sync_cycles);
     }
     cost_.phases += chunks_;
     cost_.exchange_bytes += stage.bytes_received;
+    // Chunks split the same pieces; each further phase adds its header.
+    cost_.code_bytes +=
+        stage.code_bytes + (chunks_ - 1) * target().exchange_code_phase_bytes;
   }
 
-  // The partials' exchange (k > 1): tile (mi, ki, ni) sends the rows the
-  // other k - 1 tiles of its block reduce, one contiguous piece each, and
-  // receives its own rows from each of them.
+  // The partials' exchange (k > 1): tile (mi, ki, ni) sends each other
+  // tile of its block the rows that tile reduces, one contiguous piece
+  // each, timed by its schedule.
   ExchangePhase PartialsExchange(fb::DType partials) const {
     ExchangePhase phase;
     if (r_.k <= 1) return phase;
     const int pb = DTypeBytes(partials);
-    int64_t slowest = -1;
+    kernels::PhaseTraffic traffic(kernels::ExchangeModel::FromTarget(target()));
+    uint32_t piece = 0;
     for (int mi = 0; mi < g_.m; ++mi) {
       const passes::Split part = g_.ReduceRows(mi);
-      int64_t block_rows = 0, nonempty = 0;
-      for (int ki = 0; ki < r_.k; ++ki) {
-        block_rows += part.Size(ki);
-        nonempty += part.Size(ki) > 0;
-      }
       for (int ni = 0; ni < g_.n; ++ni) {
         const int64_t row_bytes = g_.cols.Size(ni) * pb;
         if (row_bytes == 0) continue;
         for (int ki = 0; ki < r_.k; ++ki) {
-          const int64_t own = part.Size(ki);
-          const int64_t sent = (block_rows - own) * row_bytes;
-          const int64_t received = own > 0 ? (r_.k - 1) * own * row_bytes : 0;
-          const int64_t pieces =
-              (nonempty - (own > 0 ? 1 : 0)) + (own > 0 ? r_.k - 1 : 0);
-          phase.bytes += received;
-          if (pieces > 0) {
-            slowest = std::max(
-                slowest, model().TileExchangeCycles(sent, received, pieces));
+          const int from = g_.Tile(mi, ki, ni);
+          for (int kj = 0; kj < r_.k; ++kj) {
+            const int64_t bytes = part.Size(kj) * row_bytes;
+            if (kj == ki || bytes == 0 || from >= T_ ||
+                g_.Tile(mi, kj, ni) >= T_) {
+              continue;
+            }
+            const int to[] = {g_.Tile(mi, kj, ni)};
+            traffic.AddPiece(from, to, bytes, kernels::WordsSpanned(0, bytes),
+                             piece++, 0);
+            phase.bytes += bytes;
           }
         }
       }
     }
-    if (slowest >= 0) phase.cycles = target().sync_cycles + slowest;
+    passes::TransferCost timed;
+    passes::TimeExchange(traffic, target(), &timed);
+    phase.cycles = timed.phase_cycles;
+    phase.code_bytes = timed.code_bytes;
     return phase;
   }
 
@@ -329,6 +336,7 @@ class GemmPricing {
       cost_.exchange += reduction_.cycles;
       cost_.phases += 1;
       cost_.exchange_bytes += reduction_.bytes;
+      cost_.code_bytes += reduction_.code_bytes;
     }
     cost_.compute = best_.compute + operand_cast_;
     return Status::Ok();

@@ -243,8 +243,8 @@ std::string RepeatLine(const fb::RepeatT& r) {
 
 std::string TargetLine(const fb::TargetT& t) {
   return "target " + t.name + " tiles " + std::to_string(t.tiles) + " sram " +
-         std::to_string(t.sram_bytes) + " reserved " +
-         std::to_string(t.reserved_bytes);
+         std::to_string(t.sram_bytes) + " runtime " +
+         std::to_string(t.runtime_code_bytes);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <tuple>
 
 #include "formats/print.h"
+#include "formats/target.h"
+#include "kernels/exchange_schedule.h"
 
 namespace tilec::plan {
 
@@ -18,7 +20,7 @@ std::string Evaluation::Diagnosis() const {
   std::string s = "tile " + std::to_string(peak_tile) + " needs " +
                   std::to_string(peak_bytes) + " B at " + peak_where + " but " +
                   std::to_string(capacity) +
-                  " B per tile hold tensors; largest buffers there:";
+                  " B per tile hold code and tensors; largest there:";
   for (size_t i = 0; i < peak_items.size() && i < 4; ++i) {
     s += (i ? ", " : " ") + peak_items[i].what + " " +
          std::to_string(peak_items[i].bytes) + " B";
@@ -496,6 +498,20 @@ void ExplainPeak(const Graph& graph, const std::vector<Live>& live,
 
 }  // namespace
 
+int64_t EstimateCodeBytes(const fb::TargetT& target, const Evaluation& e) {
+  const kernels::CodeModel code = kernels::CodeModel::FromTarget(target);
+  const int64_t per_step =
+      code.per_superstep + code.per_call + 7 * code.per_operand;
+  int64_t bytes = code.runtime;
+  for (const OpCost& op : e.ops) {
+    bytes += op.code_bytes + (op.phases + 1) * per_step;
+  }
+  for (const Redistribution& red : e.redistributions) {
+    bytes += red.cost.code_bytes + 2 * per_step;
+  }
+  return bytes;
+}
+
 StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
                               const Plan& plan, EvalMode mode, int upto) {
   const int num_ops = graph.num_ops();
@@ -513,10 +529,17 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
       PriceOpsAndRedistributions(graph, coster, plan, last, &e));
   if (mode == EvalMode::kCyclesOnly || upto >= 0) return e;
 
-  // Memory: the buffers live at each step of the whole program.
+  // Memory: the code and the buffers live at each step of the program.
   e.memory_checked = true;
+  e.code_bytes = EstimateCodeBytes(coster.target(), e);
   const ProgramSteps steps = OrderSteps(num_ops, e);
-  const std::vector<Live> live = LiveBuffers(graph, coster, plan, e, steps);
+  std::vector<Live> live = LiveBuffers(graph, coster, plan, e, steps);
+  live.push_back(
+      {std::make_shared<const std::vector<int64_t>>(
+           coster.tiles(), ir::CodeRegionBytes(coster.target(), e.code_bytes)),
+       0, steps.steps - 1,
+       "code and exchange tables (" + std::to_string(e.code_bytes) +
+           " B estimated, in whole elements)"});
   const int peak_step = FindPeak(num_ops, coster, live, steps, &e);
   if (peak_step >= 0) ExplainPeak(graph, live, steps, peak_step, &e);
   return e;

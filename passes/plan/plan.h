@@ -86,6 +86,9 @@ struct Evaluation {
   std::vector<int64_t> op_peak;        // by op: largest live bytes on a tile
   std::vector<int64_t> redistribution_peak;
   int64_t capacity = 0;
+  // The estimate of the largest tile's code (EstimateCodeBytes), which
+  // takes whole memory elements on every tile beside the tensors.
+  int64_t code_bytes = 0;
   bool feasible() const { return !memory_checked || peak_bytes <= capacity; }
   // "tile 0 needs 612345 B at op 1 (l0.mlp.up) but 481152 B hold tensors:
   // %4 l0.mlp.up.w (resident) 221184 B, ...; 12 twins (later iterations'
@@ -94,6 +97,14 @@ struct Evaluation {
 };
 
 enum class EvalMode { kCyclesOnly, kFull };
+
+// The code emit-device will size for the plan's busiest tile, estimated
+// from above: the target's runtime, and per op and redistribution the
+// exchange tables of its phases' busiest tiles and, for each of its
+// supersteps (one per phase and one more), the superstep's entry and one
+// call of seven operands and parameters (a GEMM call's). Tables of
+// different phases are summed as if one tile took part in all of them.
+int64_t EstimateCodeBytes(const fb::TargetT& target, const Evaluation& e);
 
 // Evaluates `plan`. With `upto` >= 0 only ops 0..upto count (the prefix the
 // greedy initial plan has decided); memory is then not checked.

@@ -156,11 +156,12 @@ TEST(RepeatPlanTest, TwinsTakeOwnershipAndCountInPeak) {
   }
 }
 
-// Eleven blocks' weights fit only in homes (twelve no longer fit once a
-// sixteenth of the tile is kept for placing buffers): the rolled model plans with its
+// Thirteen blocks' weights fit only in homes (fourteen no longer fit beside
+// the code's element and the sixteenth of the tensor memory kept for
+// placing buffers): the rolled model plans with its
 // body weights (and so every twin) in homes, promotions pricing every copy.
 TEST(RepeatPlanTest, RolledWeightsFitInHomes) {
-  Fixture f(Blocks(11, true, 256));
+  Fixture f(Blocks(13, true, 256));
   passes::DecisionLog log("plan-ownership");
   SearchOptions options;
   options.log = &log;
@@ -173,7 +174,7 @@ TEST(RepeatPlanTest, RolledWeightsFitInHomes) {
   for (const auto& d : log.decisions()) {
     homes |= d->action.rfind("every weight to a home", 0) == 0 &&
              d->outcome == fb::Outcome::Accepted;
-    copies |= d->action.find("11 iterations' copies") != std::string::npos;
+    copies |= d->action.find("13 iterations' copies") != std::string::npos;
   }
   EXPECT_TRUE(homes);
   EXPECT_TRUE(copies);
@@ -187,10 +188,10 @@ TEST(RepeatPlanTest, RolledWeightsFitInHomes) {
   }
 }
 
-// Sixteen blocks' weights do not fit even once each over the tiles: exit 3
+// Nineteen blocks' weights do not fit even once each over the tiles: exit 3
 // naming the weights, twins among them.
 TEST(RepeatPlanTest, TwinsThatCannotFitAreInfeasible) {
-  Fixture f(Blocks(16, true, 256));
+  Fixture f(Blocks(19, true, 256));
   Search search(f.graph, f.coster, {});
   const Status s = search.Initialize();
   ASSERT_EQ(s.code(), StatusCode::kInfeasible) << s.message();

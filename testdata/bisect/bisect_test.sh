@@ -36,10 +36,10 @@ within_bound "$work/one.txt"
 "$planted" 4 "keep the 3 partials in f16" "$work/one/last-good.tilec"
 ! "$planted" 4 "keep the 3 partials in f16" "$work/one/first-bad.tilec"
 
-# The whole pipeline: emit-device's second decision (on op 9, the fused
-# bias add + GELU), the sixth overall.
+# The whole pipeline: emit-device's second decision (on op 7, the bias's
+# redistribution), the sixth overall.
 scripts/bisect.sh --bin=tools --out="$work/all" --pipeline "$stages/0-import.tilec" \
-  -- "$planted" 9 "share supersteps" >"$work/all.txt"
+  -- "$planted" 7 "share supersteps" >"$work/all.txt"
 cat "$work/all.txt"
 expect "$work/all.txt" 'first bad decision: emit-device #2 (#6 of 9 across quantize-fp8 plan-ownership fuse-elementwise fuse-residual expand-reduce emit-device)'
 within_bound "$work/all.txt"

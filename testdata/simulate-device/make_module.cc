@@ -1,13 +1,16 @@
 // make_module JSON TARGET OUT [--unverified]: turns a readable module JSON
 // (which may omit its target) into a binary module, with the target preset
 // or JSON file TARGET filled in, so that test programs stay small and
-// reviewable. --unverified writes it without the verifier, for the bad
-// inputs of the verifier's own tests.
+// reviewable. A device program without code sizes gets them, with every
+// exchange schedule and repeat update it lacks, as emit-device would write
+// them (kernels::CompleteProgram). --unverified writes it without the
+// verifier, for the bad inputs of the verifier's own tests.
 
 #include <iostream>
 #include <string>
 
 #include "formats/ir.h"
+#include "kernels/exchange_schedule.h"
 
 int main(int argc, char** argv) {
   using tilec::Status;
@@ -27,6 +30,9 @@ int main(int argc, char** argv) {
       module.target = std::make_unique<tilec::fb::TargetT>();
       s = tilec::ir::LoadTarget(argv[2], module.target.get());
     }
+  }
+  if (s.ok() && module.program && module.program->code.empty()) {
+    s = tilec::kernels::CompleteProgram(*module.target, module.program.get());
   }
   if (s.ok() && unverified) {
     flatbuffers::FlatBufferBuilder builder;

@@ -286,13 +286,20 @@
         card('Simulated', num(S.cycles) + ' cycles', micros(S.cycles) + ' at ' + (T.clock_hz / 1e9) +
             ' GHz on ' + T.name + ' (' + num(T.tiles) + ' tiles)'),
         card('Compute / exchange', pct(S.compute_cycles, S.cycles) + ' / ' + pct(S.exchange_cycles, S.cycles),
-            num(S.compute_cycles) + ' + ' + num(S.exchange_cycles) + ' cycles; ' + num(S.supersteps) +
-            ' supersteps, ' + num(S.exchange_phases) + ' exchange phases'),
+            num(S.compute_cycles) + ' + ' + num(S.exchange_cycles) + ' cycles' +
+            (S.update_cycles > 0 ? ' + ' + num(S.update_cycles) + ' of repeat address updates' : '') + '; ' +
+            num(S.supersteps) + ' supersteps, ' + num(S.exchange_phases) + ' exchange phases'),
+        card('Exchange schedules', num(S.exchange_scheduled_cycles) + ' + ' + num(S.sync_cycles) + ' sync',
+            'scheduled / endpoint bound = ' + ratio(S.exchange_scheduled_cycles, S.exchange_bound_cycles) +
+            ' (bound ' + num(S.exchange_bound_cycles) + ' cycles)'),
+        card('Code per tile', bytes(S.code_bytes_max) + ' at most',
+            'exchange tables up to ' + bytes(S.exchange_code_bytes_max) + '; the tile with the most code has ' +
+            bytes(S.tensor_bytes) + ' left for tensors'),
         card('Planner estimate', num(S.estimate_cycles) + ' cycles',
             'simulated / estimated = ' + ratio(S.cycles, S.estimate_cycles)),
         accuracyCard(),
         card('Peak live memory per tile', bytes(S.peak_live_bytes),
-            pct(S.peak_live_bytes, T.tensor_bytes) + ' of ' + num(T.tensor_bytes) + ' B (tile ' +
+            pct(S.peak_live_bytes, T.tensor_bytes) + ' of the ' + num(T.tensor_bytes) + ' B code leaves at most (tile ' +
             S.peak_live_tile + '); highest buffer end ' + num(S.highest_end_bytes) + ' B (tile ' +
             S.highest_end_tile + ')'),
         card('GEMM work', num(S.gemm_macs) + ' MACs', floor > 0 ?
@@ -325,7 +332,10 @@
     var st = steps[s];
     var lines = ['superstep ' + s + ' "' + st[SC.label] + '": compute ' + num(st[SC.compute]) +
         ' cycles (slowest tile ' + st[SC.slowest_tile] + '), exchange ' + num(st[SC.exchange]) +
-        (st[SC.exchange] > 0 ? ' (sync ' + num(T.sync_cycles) + ', busiest tile ' + st[SC.exchange_slowest_tile] + ')' : '')];
+        (st[SC.exchange] > 0 ? ' (scheduled ' + num(st[SC.exchange_scheduled]) + ', endpoint bound ' +
+        num(st[SC.exchange_bound]) + ', sync ' + num(st[SC.sync]) + ', busiest tile ' +
+        st[SC.exchange_slowest_tile] + ')' : '') +
+        (st[SC.update] > 0 ? ', after ' + num(st[SC.update]) + ' cycles of address updates' : '')];
     lines.push('ops in this superstep:');
     st[SC.ops].forEach(function (p) {
       lines.push('  ' + opName(p[stepOpCols.op]) + ': ' + num(p[stepOpCols.calls]) + ' kernel calls, ' +
@@ -370,7 +380,9 @@
     draw();
   }
 
-  function stepEnd(s) { return steps[s][SC.start] + steps[s][SC.compute] + steps[s][SC.exchange]; }
+  function stepEnd(s) {
+    return steps[s][SC.start] + steps[s][SC.update] + steps[s][SC.compute] + steps[s][SC.exchange];
+  }
 
   function timelineSvg(a, z, width) {
     var left = 90, lane = 26, top = 20;
@@ -399,7 +411,7 @@
 
   function drawStep(g, s, x, top, lane) {
     var st = steps[s];
-    var at = st[SC.start];
+    var at = st[SC.start] + st[SC.update];
     var text = stepText(s);
     st[SC.compute_spans].forEach(function (sp) {
       var op = sp[spanCols.op], c = sp[spanCols.cycles];
@@ -411,7 +423,7 @@
       at += c;
     });
     if (st[SC.exchange] <= 0) return;
-    var x0 = st[SC.start] + st[SC.compute];
+    var x0 = st[SC.start] + st[SC.update] + st[SC.compute];
     at = x0;
     st[SC.exchange_split].forEach(function (p) {
       var r = svg('rect', {x: x(at), y: top + lane, width: Math.max(0.5, x(at + p[1]) - x(at)),
@@ -420,9 +432,9 @@
       g.appendChild(r);
       at += p[1];
     });
-    var sync = Math.min(T.sync_cycles, st[SC.exchange]);
+    var sync = Math.min(st[SC.sync], st[SC.exchange]);
     var r = svg('rect', {x: x(x0), y: top + lane, width: Math.max(0.5, x(x0 + sync) - x(x0)), height: 5, class: 'sync'});
-    hover(r, 'sync: ' + num(T.sync_cycles) + ' cycles of the exchange phase\n\n' + text);
+    hover(r, 'sync: ' + num(st[SC.sync]) + ' cycles of the exchange phase\n\n' + text);
     g.appendChild(r);
   }
 
@@ -610,12 +622,15 @@
   function renderMemory() {
     var b = body('memory');
     var peak = tileMap(M.peak_live_map), peakStep = tileMap(M.peak_step_map), end = tileMap(M.highest_end_map);
+    var code = tileMap(M.code_map), exchangeCode = tileMap(M.exchange_code_map);
     var busiest = M.tiles.length ? M.tiles.reduce(function (p, t) {
       return peak[t.tile] > peak[p.tile] ? t : p;
     }).tile : -1;
     var state = {tile: busiest, metric: 'peak'};
     var metric = el('select', {}, el('option', {value: 'peak'}, 'peak live bytes'),
-        el('option', {value: 'end'}, 'highest buffer end'));
+        el('option', {value: 'end'}, 'highest buffer end'),
+        el('option', {value: 'code'}, 'code (whole elements)'),
+        el('option', {value: 'exchange'}, 'exchange-code bytes'));
     var scale = scaleSelect('0 to capacity');
     var tileSelect = el('select', {});
     M.tiles.forEach(function (t) {
@@ -625,8 +640,10 @@
     var gridHolder = el('div'), layoutHolder = el('div', {class: 'wide'}), message = el('p', {class: 'note'});
     b.appendChild(el('p', {class: 'note'}, 'Live bytes: buffers are live from the first superstep that ' +
         'names them to the last (inputs from the start, weights and outputs to the end); aliasing ' +
-        'buffers count once. Capacity: ' + num(T.tensor_bytes) + ' B of tensor memory per tile (' +
-        num(T.sram_bytes) + ' B SRAM less ' + num(T.reserved_bytes) + ' B reserved). Outlined tiles have ' +
+        'buffers count once. Each tile\'s code (the runtime\'s ' + num(T.runtime_code_bytes) + ' B, the ' +
+        'program\'s own code and its exchange tables) takes whole standard elements from address 0; ' +
+        'tensors have the rest of the ' + num(T.sram_bytes) + ' B SRAM, at most ' + num(T.tensor_bytes) +
+        ' B. Outlined tiles have ' +
         'their buffers in this page (inspect-program --busiest-tiles, --tiles).'));
     b.appendChild(el('div', {class: 'controls'}, el('label', {}, 'heat map of'), metric,
         el('label', {}, 'scale'), scale, el('label', {}, 'tile'), tileSelect));
@@ -646,16 +663,17 @@
       draw();
     }
     function draw() {
-      var values = state.metric === 'peak' ? peak : end;
+      var values = {peak: peak, end: end, code: code, exchange: exchangeCode}[state.metric];
       gridHolder.textContent = '';
       var low = scale.value === 'zero' ? 0 : leastPositive(values);
-      var high = scale.value === 'zero' ? T.tensor_bytes : Math.max.apply(null, values);
+      var high = scale.value === 'zero' ? T.sram_bytes : Math.max.apply(null, values);
       gridHolder.appendChild(tileGrid(values, low, high, {
         rank: scale.value === 'rank',
         detail: detailTiles, selected: state.tile, onclick: pick,
         label: function (t) {
-          return 'tile ' + t + ': peak live ' + bytes(peak[t]) + ' (' + pct(peak[t], T.tensor_bytes) +
-              ') in superstep ' + peakStep[t] + ', highest buffer end ' + bytes(end[t]) +
+          return 'tile ' + t + ': peak live ' + bytes(peak[t]) + ' (' + pct(peak[t], T.sram_bytes - code[t]) +
+              ') in superstep ' + peakStep[t] + ', highest buffer end ' + bytes(end[t]) + '; code ' +
+              bytes(code[t]) + ' with ' + bytes(exchangeCode[t]) + ' of exchange tables' +
               (detailTiles[t] ? '' : '\n(buffers not in this page)');
         }
       }));
@@ -665,7 +683,7 @@
       message.textContent = '';
       if (state.tile >= 0 && detailTiles[state.tile]) {
         layoutHolder.appendChild(el('h3', {}, 'Tile ' + state.tile + ': buffers by address over supersteps'));
-        layoutHolder.appendChild(bufferLayout(detailTiles[state.tile], widthOf(b, 1200)));
+        layoutHolder.appendChild(bufferLayout(detailTiles[state.tile], code[state.tile], widthOf(b, 1200)));
         layoutHolder.appendChild(bufferTable(detailTiles[state.tile]));
       }
     }
@@ -680,31 +698,34 @@
     return parts.join(', ');
   }
 
-  function bufferLayout(tile, width) {
+  function bufferLayout(tile, codeEnd, width) {
     var n = Math.max(1, D.summary.supersteps);
     var left = 70, right = 10, top = 10, height = 440, liveH = 90;
     var plot = width - left - right;
     var x = function (s) { return left + s / n * plot; };
-    var y = function (addr) { return top + height - addr / T.tensor_bytes * height; };
+    var y = function (addr) { return top + height - addr / T.sram_bytes * height; };
     var g = svg('svg', {width: width, height: top + height + liveH + 50, class: 'buffer-layout'});
     // Interleaved memory shaded; element boundaries as lines.
-    g.appendChild(svg('rect', {x: left, y: y(T.tensor_bytes), width: plot, height: y(standardEnd) - y(T.tensor_bytes),
+    g.appendChild(svg('rect', {x: left, y: y(T.sram_bytes), width: plot, height: y(standardEnd) - y(T.sram_bytes),
       fill: '#f1ebfa'}));
-    g.appendChild(svg('text', {x: left + plot - 4, y: y(T.tensor_bytes) + 12, 'text-anchor': 'end',
+    g.appendChild(svg('rect', {x: left, y: y(codeEnd), width: plot, height: y(0) - y(codeEnd), fill: '#e4e7ec'}));
+    g.appendChild(svg('text', {x: left + plot - 4, y: y(codeEnd) + 12, 'text-anchor': 'end',
+      text: 'code and exchange tables (' + bytes(codeEnd) + ')'}));
+    g.appendChild(svg('text', {x: left + plot - 4, y: y(T.sram_bytes) + 12, 'text-anchor': 'end',
       text: 'interleaved memory (elements of ' + bytes(T.interleaved_element_bytes) + ')'}));
     g.appendChild(svg('text', {x: left + plot - 4, y: y(standardEnd) + 12, 'text-anchor': 'end',
       text: 'standard memory (elements of ' + bytes(T.element_bytes) + ')'}));
     var bounds = [];
     for (var e = 0; e <= T.standard_elements; ++e) bounds.push(e * T.element_bytes);
-    for (var a = standardEnd + T.interleaved_element_bytes; a < T.tensor_bytes; a += T.interleaved_element_bytes) bounds.push(a);
-    bounds.push(T.tensor_bytes);
+    for (var a = standardEnd + T.interleaved_element_bytes; a < T.sram_bytes; a += T.interleaved_element_bytes) bounds.push(a);
+    bounds.push(T.sram_bytes);
     var lastLabel = 1e9;
     bounds.forEach(function (addr) {
       g.appendChild(svg('line', {x1: left, x2: left + plot, y1: y(addr), y2: y(addr),
         class: addr > standardEnd ? 'grid-il' : 'grid'}));
       if (lastLabel - y(addr) >= 12 || addr === 0) {
         g.appendChild(svg('text', {x: left - 4, y: y(addr) + 4, 'text-anchor': 'end',
-          text: addr === T.tensor_bytes ? bytes(addr) : 'e' + elementOf(addr) + ' ' + Math.round(addr / 1024) + 'K'}));
+          text: addr === T.sram_bytes ? bytes(addr) : 'e' + elementOf(addr) + ' ' + Math.round(addr / 1024) + 'K'}));
         lastLabel = y(addr);
       }
     });

@@ -1,0 +1,935 @@
+#include "kernels/exchange_schedule.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <queue>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "formats/target.h"
+
+namespace tilec::kernels {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Busy time of one resource (a lane or a tile's issue slots): sorted,
+// disjoint, non-touching intervals [begin, end), in blocks of at most
+// 2 x kBlock, so that an insertion moves at most one block and a search for
+// a gap skips every block whose gaps are all too narrow. Phases of
+// thousands of small pieces per tile would otherwise be scheduled in time
+// quadratic in their pieces.
+class BusyIntervals {
+ public:
+  // The earliest t' >= t with [t', t' + d) free.
+  int64_t EarliestFree(int64_t t, int64_t d) const {
+    if (d <= 0 || blocks_.empty()) return t;
+    size_t b = std::upper_bound(blocks_.begin(), blocks_.end(), t,
+                                [](int64_t v, const Block& x) {
+                                  return v < x.busy.back().second;
+                                }) -
+               blocks_.begin();
+    if (b == blocks_.size()) return t;
+    const Intervals& first = blocks_[b].busy;
+    size_t i = std::upper_bound(first.begin(), first.end(), t,
+                                [](int64_t v, const Interval& x) {
+                                  return v < x.second;
+                                }) -
+               first.begin();
+    if (first[i].first >= t + d) return t;
+    // Interval (b, i) is in the way: the answer is the end of the first
+    // interval from it on whose following gap is at least d.
+    for (;;) {
+      const Intervals& v = blocks_[b].busy;
+      for (; i + 1 < v.size(); ++i) {
+        if (v[i + 1].first - v[i].second >= d) return v[i].second;
+      }
+      for (;;) {
+        const int64_t last_end = blocks_[b].busy.back().second;
+        if (b + 1 == blocks_.size() ||
+            blocks_[b + 1].busy.front().first - last_end >= d) {
+          return last_end;
+        }
+        ++b;
+        if (blocks_[b].widest_gap >= d) break;
+      }
+      i = 0;
+    }
+  }
+
+  // Marks [begin, end), which is free, busy.
+  void Add(int64_t begin, int64_t end) {
+    if (end <= begin) return;
+    if (blocks_.empty()) blocks_.emplace_back();
+    // The first block with an interval ending at or after `begin`, else
+    // the last block.
+    size_t b = std::lower_bound(blocks_.begin(), blocks_.end(), begin,
+                                [](const Block& x, int64_t v) {
+                                  return !x.busy.empty() &&
+                                         x.busy.back().second < v;
+                                }) -
+               blocks_.begin();
+    if (b == blocks_.size()) --b;
+    Intervals& v = blocks_[b].busy;
+    auto it = std::lower_bound(v.begin(), v.end(), begin,
+                               [](const Interval& x, int64_t value) {
+                                 return x.second < value;
+                               });
+    if (it != v.end() && it->second == begin) {
+      // Touches its left neighbour, and maybe its right one as well.
+      it->second = end;
+      if (std::next(it) != v.end()) {
+        if (std::next(it)->first == end) {
+          it->second = std::next(it)->second;
+          v.erase(std::next(it));
+        }
+      } else if (b + 1 < blocks_.size() &&
+                 blocks_[b + 1].busy.front().first == end) {
+        it->second = blocks_[b + 1].busy.front().second;
+        Intervals& next = blocks_[b + 1].busy;
+        next.erase(next.begin());
+        if (next.empty()) {
+          blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1));
+        } else {
+          Measure(b + 1);
+        }
+      }
+    } else if (it != v.end() && it->first == end) {
+      it->first = begin;
+    } else {
+      v.insert(it, {begin, end});
+    }
+    Measure(b);
+    if (blocks_[b].busy.size() > 2 * kBlock) Split(b);
+  }
+
+ private:
+  static constexpr size_t kBlock = 64;
+  using Interval = std::pair<int64_t, int64_t>;
+  using Intervals = std::vector<Interval>;
+  struct Block {
+    Intervals busy;
+    int64_t widest_gap = 0;  // between two of its own intervals
+  };
+
+  void Measure(size_t b) {
+    const Intervals& v = blocks_[b].busy;
+    int64_t widest = 0;
+    for (size_t i = 1; i < v.size(); ++i) {
+      widest = std::max(widest, v[i].first - v[i - 1].second);
+    }
+    blocks_[b].widest_gap = widest;
+  }
+
+  void Split(size_t b) {
+    Block upper;
+    Intervals& v = blocks_[b].busy;
+    upper.busy.assign(v.begin() + kBlock, v.end());
+    v.resize(kBlock);
+    blocks_.insert(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1),
+                   std::move(upper));
+    Measure(b);
+    Measure(b + 1);
+  }
+
+  std::vector<Block> blocks_;
+};
+
+std::string PieceText(const PhaseTraffic& traffic, uint32_t packet) {
+  const PhaseTraffic::Piece& piece =
+      traffic.pieces()[traffic.packets()[packet].piece];
+  return "transfer " + std::to_string(piece.transfer) + " piece " +
+         std::to_string(piece.row);
+}
+
+// Where each packet sits in the schedule, for the checks.
+struct Window {
+  int64_t begin = 0;
+  int64_t end = 0;
+  uint32_t packet = 0;
+};
+
+Status CheckDisjoint(std::vector<Window>& windows, const PhaseTraffic& traffic,
+                     const std::string& where, int tile, const char* what) {
+  std::sort(windows.begin(), windows.end(),
+            [](const Window& a, const Window& b) {
+              return a.begin != b.begin ? a.begin < b.begin
+                                        : a.packet < b.packet;
+            });
+  for (size_t i = 1; i < windows.size(); ++i) {
+    const Window& a = windows[i - 1];
+    const Window& b = windows[i];
+    if (b.begin < a.end) {
+      return Status::BadInput(
+          where + "tile " + std::to_string(tile) + ": " + what + ": " +
+          PieceText(traffic, b.packet) + " over [" + std::to_string(b.begin) +
+          ", " + std::to_string(b.end) + ") while " +
+          PieceText(traffic, a.packet) + " runs until " +
+          std::to_string(a.end));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ExchangeModel ExchangeModel::FromTarget(const fb::TargetT& target) {
+  ExchangeModel m;
+  m.tiles = target.tiles;
+  m.bytes_per_cycle = std::max(target.exchange_bytes_per_cycle, 1);
+  m.fragment_cycles = std::max(target.exchange_fragment_cycles, 0);
+  m.sync_cycles = target.sync_cycles;
+  m.latency = target.exchange_route_latency_cycles;
+  m.latency_per_row = target.exchange_route_latency_per_row;
+  m.tiles_per_row = std::max(target.exchange_tiles_per_row, 1);
+  m.max_packet_words = std::max(target.exchange_max_packet_words, 1);
+  return m;
+}
+
+int ExchangeModel::IssueWidth(fb::ControlKind kind) const {
+  switch (kind) {
+    case fb::ControlKind::Send:
+      return fragment_cycles;
+    case fb::ControlKind::Select:
+      return (fragment_cycles + 1) / 2;
+    case fb::ControlKind::Pointer:
+      return fragment_cycles / 2;
+  }
+  return 0;
+}
+
+int64_t EndpointTileCycles(const ExchangeModel& model, int64_t bytes_sent,
+                           int64_t bytes_received, int64_t fragments) {
+  return std::max({CeilDiv(bytes_sent, model.bytes_per_cycle),
+                   CeilDiv(bytes_received, model.bytes_per_cycle),
+                   int64_t{model.fragment_cycles} * fragments});
+}
+
+int64_t WordsSpanned(int64_t address, int64_t bytes) {
+  if (bytes <= 0) return 0;
+  const int64_t first = address / 4;
+  const int64_t last = (address + bytes - 1) / 4;
+  return last - first + 1;
+}
+
+void PhaseTraffic::AddPiece(int sender, std::span<const int> receivers,
+                            int64_t bytes, int64_t words, uint32_t transfer,
+                            uint32_t row) {
+  const uint32_t piece = static_cast<uint32_t>(pieces_.size());
+  pieces_.push_back({transfer, row, bytes});
+  piece_senders_.push_back(sender);
+  piece_first_receiver_.push_back(static_cast<uint32_t>(piece_receivers_.size()));
+  piece_receivers_.insert(piece_receivers_.end(), receivers.begin(),
+                          receivers.end());
+  // A receiver takes one source at a time: a tile named twice gets the
+  // piece again, in a round of its own.
+  std::vector<std::vector<int>> rounds;
+  std::map<int, size_t> seen;
+  for (int r : receivers) {
+    const size_t k = seen[r]++;
+    if (rounds.size() <= k) rounds.emplace_back();
+    rounds[k].push_back(r);
+  }
+  if (rounds.empty()) rounds.emplace_back();
+  const int64_t packets =
+      std::max<int64_t>(1, CeilDiv(words, model_.max_packet_words));
+  for (const std::vector<int>& round : rounds) {
+    const uint32_t first = static_cast<uint32_t>(receivers_.size());
+    receivers_.insert(receivers_.end(), round.begin(), round.end());
+    for (int64_t k = 0; k < packets; ++k) {
+      Packet p;
+      p.sender = sender;
+      p.first_receiver = first;
+      p.receiver_count = static_cast<uint32_t>(round.size());
+      p.words = std::min(model_.max_packet_words,
+                         words - k * model_.max_packet_words);
+      p.piece = piece;
+      packets_.push_back(p);
+    }
+  }
+}
+
+void PhaseTraffic::AddTransfer(int sender, std::span<const int> receivers,
+                               int64_t src_address,
+                               std::span<const int64_t> dst_addresses,
+                               int64_t bytes, int64_t rows, int64_t src_pitch,
+                               int64_t dst_pitch, uint32_t transfer) {
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t words = WordsSpanned(src_address + row * src_pitch, bytes);
+    for (int64_t dst : dst_addresses) {
+      words = std::max(words, WordsSpanned(dst + row * dst_pitch, bytes));
+    }
+    AddPiece(sender, receivers, bytes, words, transfer,
+             static_cast<uint32_t>(row));
+  }
+}
+
+int64_t PhaseTraffic::EndpointBound() const {
+  if (pieces_.empty()) return 0;
+  const int tiles = model_.tiles;
+  std::vector<int64_t> sent(tiles, 0), received(tiles, 0), fragments(tiles, 0);
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const int64_t bytes = pieces_[i].bytes;
+    const int s = piece_senders_[i];
+    sent[s] += bytes;
+    ++fragments[s];
+    const uint32_t end = i + 1 < pieces_.size()
+                             ? piece_first_receiver_[i + 1]
+                             : static_cast<uint32_t>(piece_receivers_.size());
+    for (uint32_t r = piece_first_receiver_[i]; r < end; ++r) {
+      received[piece_receivers_[r]] += bytes;
+      ++fragments[piece_receivers_[r]];
+    }
+  }
+  int64_t bound = 0;
+  for (int t = 0; t < tiles; ++t) {
+    bound = std::max(bound, EndpointTileCycles(model_, sent[t], received[t],
+                                               fragments[t]));
+  }
+  return bound;
+}
+
+namespace {
+
+// The scheduler's state: every lane's and issue slot's busy time.
+class Scheduler {
+ public:
+  explicit Scheduler(const PhaseTraffic& traffic)
+      : traffic_(traffic),
+        model_(traffic.model()),
+        send_(model_.tiles),
+        receive_(model_.tiles),
+        issue_(model_.tiles),
+        w_send_(model_.IssueWidth(fb::ControlKind::Send)),
+        w_select_(model_.IssueWidth(fb::ControlKind::Select)),
+        w_pointer_(model_.IssueWidth(fb::ControlKind::Pointer)) {}
+
+  // Places the packets in `order`, each at its earliest start.
+  fb::ExchangeScheduleT Run(const std::vector<uint32_t>& order) {
+    fb::ExchangeScheduleT schedule;
+    schedule.starts.assign(traffic_.packets().size(), 0);
+    std::vector<std::vector<fb::ControlInstruction>> control(model_.tiles);
+    int64_t length = 0;
+    for (uint32_t p : order) {
+      const int64_t t = Place(p);
+      schedule.starts[p] = static_cast<uint32_t>(t);
+      length = std::max(length, Commit(p, t, &control));
+    }
+    return Finish(std::move(schedule), std::move(control), length);
+  }
+
+  // Places, again and again, the packet that can start earliest (ties: the
+  // higher priority, then the lower index), so that whenever lanes free up
+  // they take the next packet they can: a matching of free senders to free
+  // receivers at every step rather than one sender's packets in a row.
+  // Nullopt when its packets were re-placed more than `budget` times: a
+  // phase whose packets keep overtaking each other makes it quadratic.
+  std::optional<fb::ExchangeScheduleT> RunEarliestFirst(
+      const std::vector<int64_t>& priority, int64_t budget) {
+    fb::ExchangeScheduleT schedule;
+    const size_t n = traffic_.packets().size();
+    schedule.starts.assign(n, 0);
+    std::vector<std::vector<fb::ControlInstruction>> control(model_.tiles);
+    using Entry = std::tuple<int64_t, int64_t, uint32_t>;  // start, -prio, p
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
+    for (uint32_t p = 0; p < n; ++p) queue.emplace(0, -priority[p], p);
+    int64_t length = 0;
+    while (!queue.empty()) {
+      auto [start, key, p] = queue.top();
+      queue.pop();
+      // Starts only move later as packets are placed: recheck, and place
+      // it only if it is still the earliest.
+      const int64_t t = Place(p);
+      if (t > start) {
+        if (--budget < 0) return std::nullopt;
+        queue.emplace(t, key, p);
+        continue;
+      }
+      schedule.starts[p] = static_cast<uint32_t>(t);
+      length = std::max(length, Commit(p, t, &control));
+    }
+    return Finish(std::move(schedule), std::move(control), length);
+  }
+
+ private:
+  fb::ExchangeScheduleT Finish(
+      fb::ExchangeScheduleT schedule,
+      std::vector<std::vector<fb::ControlInstruction>> control,
+      int64_t length) {
+    for (int tile = 0; tile < model_.tiles; ++tile) {
+      if (control[tile].empty()) continue;
+      auto tc = std::make_unique<fb::TileControlT>();
+      tc->tile = static_cast<uint32_t>(tile);
+      tc->instructions = std::move(control[tile]);
+      std::sort(tc->instructions.begin(), tc->instructions.end(),
+                [](const fb::ControlInstruction& a,
+                   const fb::ControlInstruction& b) {
+                  return std::tuple(a.cycle(), a.packet(), a.kind()) <
+                         std::tuple(b.cycle(), b.packet(), b.kind());
+                });
+      schedule.tiles.push_back(std::move(tc));
+    }
+    schedule.length = static_cast<uint32_t>(length);
+    schedule.bound = static_cast<uint32_t>(traffic_.EndpointBound());
+    return schedule;
+  }
+
+  // The earliest start of packet `p` around what is placed.
+  int64_t Place(uint32_t p) const {
+    const auto& packet = traffic_.packets()[p];
+    const int64_t d = model_.Duration(packet.words);
+    const std::span<const int> receivers = traffic_.ReceiversOf(packet);
+    int64_t t = std::max(w_send_, w_select_);
+    for (;;) {
+      const int64_t before = t;
+      t = send_[packet.sender].EarliestFree(t, d);
+      t = issue_[packet.sender].EarliestFree(t - w_send_, w_send_) + w_send_;
+      for (int r : receivers) {
+        t = receive_[r].EarliestFree(t, d);
+        t = issue_[r].EarliestFree(t - w_select_, w_select_) + w_select_;
+        const int64_t latency = model_.RouteLatency(r);
+        t = issue_[r].EarliestFree(t + latency - w_pointer_, w_pointer_) +
+            w_pointer_ - latency;
+      }
+      if (t == before) return t;
+    }
+  }
+
+  // Marks packet `p` placed at `t`; returns where its last word lands.
+  int64_t Commit(uint32_t p, int64_t t,
+                 std::vector<std::vector<fb::ControlInstruction>>* control) {
+    const auto& packet = traffic_.packets()[p];
+    const int64_t d = model_.Duration(packet.words);
+    const uint32_t cycle = static_cast<uint32_t>(t);
+    send_[packet.sender].Add(t, t + d);
+    issue_[packet.sender].Add(t - w_send_, t);
+    (*control)[packet.sender].emplace_back(cycle, p, 0, fb::ControlKind::Send);
+    int64_t end = t + d;
+    const std::span<const int> receivers = traffic_.ReceiversOf(packet);
+    for (uint32_t i = 0; i < receivers.size(); ++i) {
+      const int r = receivers[i];
+      const int64_t latency = model_.RouteLatency(r);
+      receive_[r].Add(t, t + d);
+      issue_[r].Add(t - w_select_, t);
+      issue_[r].Add(t + latency - w_pointer_, t + latency);
+      (*control)[r].emplace_back(cycle, p, i, fb::ControlKind::Select);
+      (*control)[r].emplace_back(static_cast<uint32_t>(t + latency), p, i,
+                                 fb::ControlKind::Pointer);
+      end = std::max(end, t + latency + d);
+    }
+    return end;
+  }
+
+  const PhaseTraffic& traffic_;
+  const ExchangeModel& model_;
+  std::vector<BusyIntervals> send_, receive_, issue_;
+  const int64_t w_send_, w_select_, w_pointer_;
+};
+
+// Orders in which the scheduler places packets (SchedulePhase keeps the
+// shortest schedule of them).
+
+// Each packet's priority: the largest load among the lanes it uses, a
+// lane's load being the cycles its tile must send, receive or issue.
+std::vector<int64_t> PacketPriorities(const PhaseTraffic& traffic) {
+  const ExchangeModel& model = traffic.model();
+  const auto& packets = traffic.packets();
+  const int64_t w_send = model.IssueWidth(fb::ControlKind::Send);
+  const int64_t w_receive = model.IssueWidth(fb::ControlKind::Select) +
+                            model.IssueWidth(fb::ControlKind::Pointer);
+  std::vector<int64_t> send_load(model.tiles, 0), receive_load(model.tiles, 0),
+      issue_load(model.tiles, 0);
+  for (const auto& p : packets) {
+    const int64_t d = model.Duration(p.words);
+    send_load[p.sender] += d;
+    issue_load[p.sender] += w_send;
+    for (int r : traffic.ReceiversOf(p)) {
+      receive_load[r] += d;
+      issue_load[r] += w_receive;
+    }
+  }
+  std::vector<int64_t> priority(packets.size());
+  for (size_t i = 0; i < packets.size(); ++i) {
+    const auto& p = packets[i];
+    int64_t key = std::max(send_load[p.sender], issue_load[p.sender]);
+    for (int r : traffic.ReceiversOf(p)) {
+      key = std::max({key, receive_load[r], issue_load[r]});
+    }
+    priority[i] = key;
+  }
+  return priority;
+}
+
+// The packets of the busiest lanes first, then larger multicasts, then
+// longer packets.
+std::vector<uint32_t> BusiestLaneFirst(const PhaseTraffic& traffic,
+                                       const std::vector<int64_t>& priority) {
+  const auto& packets = traffic.packets();
+  std::vector<uint32_t> order(packets.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    if (priority[a] != priority[b]) return priority[a] > priority[b];
+    if (packets[a].receiver_count != packets[b].receiver_count) {
+      return packets[a].receiver_count > packets[b].receiver_count;
+    }
+    return packets[a].words > packets[b].words;
+  });
+  return order;
+}
+
+// Rounds: every sender's packets in order of how far their first receiver
+// lies after it (tile numbers taken cyclically), then the k-th packet of
+// every sender before any (k+1)-th, the busiest lanes first within a round.
+// A group of tiles that exchange with each other then sends around a cycle
+// (a to b, b to c, c to a) instead of pairing off and leaving a tile idle.
+std::vector<uint32_t> Rounds(const PhaseTraffic& traffic,
+                             const std::vector<int64_t>& priority) {
+  const auto& packets = traffic.packets();
+  const int64_t tiles = traffic.model().tiles;
+  auto distance = [&](uint32_t p) {
+    const auto& packet = packets[p];
+    if (packet.receiver_count == 0) return int64_t{0};
+    const int r = traffic.ReceiversOf(packet)[0];
+    return ((r - packet.sender) % tiles + tiles) % tiles;
+  };
+  std::vector<uint32_t> by_sender(packets.size());
+  std::iota(by_sender.begin(), by_sender.end(), 0);
+  std::stable_sort(by_sender.begin(), by_sender.end(),
+                   [&](uint32_t a, uint32_t b) {
+                     if (packets[a].sender != packets[b].sender) {
+                       return packets[a].sender < packets[b].sender;
+                     }
+                     return distance(a) < distance(b);
+                   });
+  std::vector<int64_t> round(packets.size(), 0);
+  for (size_t i = 1; i < by_sender.size(); ++i) {
+    const bool same =
+        packets[by_sender[i]].sender == packets[by_sender[i - 1]].sender;
+    round[by_sender[i]] = same ? round[by_sender[i - 1]] + 1 : 0;
+  }
+  std::vector<uint32_t> order = by_sender;
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    if (round[a] != round[b]) return round[a] < round[b];
+    return priority[a] > priority[b];
+  });
+  return order;
+}
+
+// What the verifier expects of each packet's instructions.
+struct Expected {
+  bool send = false;
+  std::vector<uint8_t> select, pointer;  // per receiver
+};
+
+}  // namespace
+
+fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic) {
+  const std::vector<int64_t> priority = PacketPriorities(traffic);
+  fb::ExchangeScheduleT best =
+      Scheduler(traffic).Run(BusiestLaneFirst(traffic, priority));
+  fb::ExchangeScheduleT rounds =
+      Scheduler(traffic).Run(Rounds(traffic, priority));
+  if (rounds.length < best.length) best = std::move(rounds);
+  // Earliest-first is tried only where it stays near linear: at most four
+  // re-placements per packet (deterministic, unlike a time limit).
+  std::optional<fb::ExchangeScheduleT> earliest =
+      Scheduler(traffic).RunEarliestFirst(
+          priority, 4 * static_cast<int64_t>(traffic.packets().size()));
+  if (earliest && earliest->length < best.length) best = std::move(*earliest);
+  return best;
+}
+
+int64_t PlannedPhaseLength(const PhaseTraffic& traffic) {
+  if (traffic.empty()) return 0;
+  if (traffic.packets().size() <= kExactPlanningPackets) {
+    return SchedulePhase(traffic).length;
+  }
+  const ExchangeModel& model = traffic.model();
+  return traffic.EndpointBound() + model.IssueWidth(fb::ControlKind::Send) +
+         model.RouteLatency(model.tiles - 1);
+}
+
+StatusOr<int64_t> VerifySchedule(const PhaseTraffic& traffic,
+                                 const fb::ExchangeScheduleT& schedule,
+                                 const std::string& where_in) {
+  const std::string where = where_in.empty() ? "" : where_in + ": ";
+  const ExchangeModel& model = traffic.model();
+  const auto& packets = traffic.packets();
+  if (schedule.starts.size() != packets.size()) {
+    return Status::BadInput(where + "the schedule starts " +
+                            std::to_string(schedule.starts.size()) +
+                            " packets, the transfers make " +
+                            std::to_string(packets.size()));
+  }
+  if (!schedule.lanes.empty() && schedule.lanes.size() != packets.size()) {
+    return Status::BadInput(where + "the schedule has " +
+                            std::to_string(schedule.lanes.size()) +
+                            " lanes for " + std::to_string(packets.size()) +
+                            " packets");
+  }
+  for (size_t p = 0; p < schedule.lanes.size(); ++p) {
+    if (schedule.lanes[p] != fb::ExchangeLane::Ordinary) {
+      return Status::BadInput(where + PieceText(traffic, p) +
+                              ": paired (64-bit) sends are not supported");
+    }
+  }
+  // Each tile's instructions: known tiles in order, issue one at a time,
+  // each naming its packet's sender or one of its receivers.
+  std::vector<Expected> seen(packets.size());
+  for (size_t p = 0; p < packets.size(); ++p) {
+    seen[p].select.assign(packets[p].receiver_count, 0);
+    seen[p].pointer.assign(packets[p].receiver_count, 0);
+  }
+  int last_tile = -1;
+  for (const auto& tc : schedule.tiles) {
+    if (tc == nullptr) return Status::BadInput(where + "a null tile program");
+    const int tile = static_cast<int>(tc->tile);
+    const std::string at = where + "tile " + std::to_string(tc->tile) + ": ";
+    if (tc->tile >= static_cast<uint32_t>(model.tiles) || tile <= last_tile) {
+      return Status::BadInput(at + "tile programs must name tiles of the "
+                              "target in ascending order, each once");
+    }
+    last_tile = tile;
+    int64_t issued_until = 0;
+    for (const fb::ControlInstruction& ins : tc->instructions) {
+      if (ins.kind() > fb::ControlKind::MAX) {
+        return Status::BadInput(at + "an unknown control instruction");
+      }
+      const int64_t width = model.IssueWidth(ins.kind());
+      if (ins.packet() >= packets.size()) {
+        return Status::BadInput(at + "an instruction names packet " +
+                                std::to_string(ins.packet()) + " of " +
+                                std::to_string(packets.size()));
+      }
+      const auto& packet = packets[ins.packet()];
+      const std::string what =
+          at + std::string(fb::EnumNameControlKind(ins.kind())) + " of " +
+          PieceText(traffic, ins.packet()) + " at cycle " +
+          std::to_string(ins.cycle());
+      if (int64_t{ins.cycle()} - width < issued_until) {
+        return Status::BadInput(
+            what + ": control instructions issue one at a time: it needs "
+                   "issue cycles [" +
+            std::to_string(int64_t{ins.cycle()} - width) + ", " +
+            std::to_string(ins.cycle()) + ") but the tile issues until " +
+            std::to_string(issued_until));
+      }
+      issued_until = ins.cycle();
+      const int64_t start = schedule.starts[ins.packet()];
+      if (ins.kind() == fb::ControlKind::Send) {
+        if (packet.sender != tile || seen[ins.packet()].send) {
+          return Status::BadInput(what + ": a packet has one Send, on its "
+                                         "sender (tile " +
+                                  std::to_string(packet.sender) + ")");
+        }
+        if (ins.cycle() != start) {
+          return Status::BadInput(what + ": a Send takes effect as the "
+                                         "packet starts, at cycle " +
+                                  std::to_string(start));
+        }
+        seen[ins.packet()].send = true;
+        continue;
+      }
+      const std::span<const int> receivers = traffic.ReceiversOf(packet);
+      if (ins.destination() >= receivers.size() ||
+          receivers[ins.destination()] != tile) {
+        return Status::BadInput(what + ": names destination " +
+                                std::to_string(ins.destination()) +
+                                ", which is not this tile");
+      }
+      const bool select = ins.kind() == fb::ControlKind::Select;
+      uint8_t& done = select ? seen[ins.packet()].select[ins.destination()]
+                             : seen[ins.packet()].pointer[ins.destination()];
+      const int64_t due = select ? start : start + model.RouteLatency(tile);
+      if (done) {
+        return Status::BadInput(what + ": a receiver has one " +
+                                (select ? "Select" : "Pointer") +
+                                " per packet");
+      }
+      if (ins.cycle() != due) {
+        return Status::BadInput(
+            what + (select ? ": every receiver of a multicast selects its "
+                             "source as the packet starts, at cycle "
+                           : ": the pointer is set as the first word "
+                             "arrives (route latency " +
+                                 std::to_string(model.RouteLatency(tile)) +
+                                 "), at cycle ") +
+            std::to_string(due));
+      }
+      done = 1;
+    }
+  }
+  // Every packet's instructions are there; lanes and windows.
+  std::vector<std::vector<Window>> sends(model.tiles), arrivals(model.tiles);
+  int64_t length = 0;
+  for (size_t p = 0; p < packets.size(); ++p) {
+    const auto& packet = packets[p];
+    const std::string what = where + PieceText(traffic, p) + ": ";
+    if (!seen[p].send) return Status::BadInput(what + "no Send");
+    const std::span<const int> receivers = traffic.ReceiversOf(packet);
+    for (size_t i = 0; i < receivers.size(); ++i) {
+      if (!seen[p].select[i] || !seen[p].pointer[i]) {
+        return Status::BadInput(what + "receiver tile " +
+                                std::to_string(receivers[i]) +
+                                " has no " +
+                                (seen[p].select[i] ? "Pointer" : "Select"));
+      }
+    }
+    const int64_t start = schedule.starts[p];
+    const int64_t d = model.Duration(packet.words);
+    sends[packet.sender].push_back({start, start + d, static_cast<uint32_t>(p)});
+    length = std::max(length, start + d);
+    for (int r : receivers) {
+      const int64_t arrival = start + model.RouteLatency(r);
+      arrivals[r].push_back({arrival, arrival + d, static_cast<uint32_t>(p)});
+      length = std::max(length, arrival + d);
+    }
+  }
+  for (int tile = 0; tile < model.tiles; ++tile) {
+    TILEC_RETURN_IF_ERROR(CheckDisjoint(sends[tile], traffic, where, tile,
+                                        "one send lane: sends overlap"));
+    TILEC_RETURN_IF_ERROR(
+        CheckDisjoint(arrivals[tile], traffic, where, tile,
+                      "one source at a time: receive windows overlap"));
+  }
+  if (int64_t{schedule.length} != length) {
+    return Status::BadInput(where + "the schedule claims " +
+                            std::to_string(schedule.length) +
+                            " cycles; its last word arrives at " +
+                            std::to_string(length));
+  }
+  return length;
+}
+
+CodeModel CodeModel::FromTarget(const fb::TargetT& t) {
+  CodeModel c;
+  c.runtime = t.runtime_code_bytes;
+  c.per_superstep = t.code_bytes_per_superstep;
+  c.per_call = t.code_bytes_per_call;
+  c.per_operand = t.code_bytes_per_operand;
+  c.phase = t.exchange_code_phase_bytes;
+  c.send = t.exchange_code_send_bytes;
+  c.long_send_words = t.exchange_code_long_send_words;
+  c.long_send = t.exchange_code_long_send_bytes;
+  c.receive = t.exchange_code_receive_bytes;
+  c.pointer = t.exchange_code_pointer_bytes;
+  c.alignment = std::max(t.exchange_code_alignment, 1);
+  return c;
+}
+
+void AddExchangeCodeBytes(const CodeModel& code, const PhaseTraffic& traffic,
+                          std::vector<int64_t>* per_tile) {
+  if (traffic.empty()) return;
+  std::vector<int64_t> phase(per_tile->size(), 0);
+  for (const auto& p : traffic.packets()) {
+    phase[p.sender] +=
+        code.send + (p.words > code.long_send_words ? code.long_send : 0);
+    for (int r : traffic.ReceiversOf(p)) phase[r] += code.receive + code.pointer;
+  }
+  for (size_t t = 0; t < phase.size(); ++t) {
+    if (phase[t] == 0) continue;
+    (*per_tile)[t] += CeilDiv(phase[t] + code.phase, code.alignment) *
+                      code.alignment;
+  }
+}
+
+PhaseTraffic TrafficOfStep(const ExchangeModel& model, const fb::SuperstepT& step,
+                           const std::function<int64_t(uint32_t)>& address_of) {
+  PhaseTraffic traffic(model);
+  std::vector<int> receivers;
+  std::vector<int64_t> addresses;
+  for (size_t t = 0; t < step.exchange.size(); ++t) {
+    const fb::TransferT& tr = *step.exchange[t];
+    receivers.clear();
+    addresses.clear();
+    for (const auto& d : tr.destinations) {
+      receivers.push_back(static_cast<int>(d->tile));
+      addresses.push_back(address_of(d->buffer) + d->offset);
+    }
+    const int64_t rows = std::max<uint32_t>(tr.rows, 1);
+    traffic.AddTransfer(static_cast<int>(tr.src_tile), receivers,
+                        address_of(tr.src_buffer) + tr.src_offset, addresses,
+                        tr.bytes, rows, rows > 1 ? tr.src_pitch : 0,
+                        rows > 1 ? tr.dst_pitch : 0, static_cast<uint32_t>(t));
+  }
+  return traffic;
+}
+
+void AddSuperstepCode(const CodeModel& code, const fb::SuperstepT& step,
+                      const PhaseTraffic& traffic, std::vector<int64_t>* program,
+                      std::vector<int64_t>* exchange) {
+  std::vector<char> takes_part(program->size(), 0);
+  for (const auto& c : step.compute) {
+    (*program)[c->tile] += code.CallBytes(static_cast<int64_t>(
+        c->args.size() + c->params.size() + c->fparams.size()));
+    takes_part[c->tile] = 1;
+  }
+  for (const auto& p : traffic.packets()) {
+    takes_part[p.sender] = 1;
+    for (int r : traffic.ReceiversOf(p)) takes_part[r] = 1;
+  }
+  for (size_t t = 0; t < takes_part.size(); ++t) {
+    if (takes_part[t]) (*program)[t] += code.per_superstep;
+  }
+  AddExchangeCodeBytes(code, traffic, exchange);
+}
+
+Status CompleteProgram(const fb::TargetT& target, fb::DeviceProgramT* program) {
+  const ExchangeModel model = ExchangeModel::FromTarget(target);
+  const CodeModel code = CodeModel::FromTarget(target);
+  std::unordered_map<uint32_t, int64_t> offsets;
+  for (const auto& b : program->buffers) offsets[b->id] = b->offset;
+  Status missing = Status::Ok();
+  auto address_of = [&](uint32_t id) -> int64_t {
+    auto it = offsets.find(id);
+    if (it == offsets.end()) {
+      missing = Status::BadInput("buffer #" + std::to_string(id) +
+                                 " does not exist");
+      return 0;
+    }
+    return it->second;
+  };
+  // A superstep no valid program could hold (a tile out of range, more
+  // pieces than the target has bytes) is left as it is, for the simulator
+  // to refuse by its own rules.
+  auto plausible = [&](const fb::SuperstepT& step) {
+    int64_t pieces = 0;
+    for (const auto& tr : step.exchange) {
+      if (tr->src_tile >= static_cast<uint32_t>(model.tiles)) return false;
+      for (const auto& d : tr->destinations) {
+        if (d->tile >= static_cast<uint32_t>(model.tiles)) return false;
+      }
+      pieces += tr->rows;
+    }
+    return pieces <= int64_t{model.tiles} * target.sram_bytes;
+  };
+  std::vector<int64_t> program_bytes(model.tiles, 0), exchange(model.tiles, 0);
+  for (auto& step : program->supersteps) {
+    if (!plausible(*step)) continue;
+    const PhaseTraffic traffic = TrafficOfStep(model, *step, address_of);
+    TILEC_RETURN_IF_ERROR(missing);
+    if (!traffic.empty() && step->schedule == nullptr) {
+      step->schedule =
+          std::make_unique<fb::ExchangeScheduleT>(SchedulePhase(traffic));
+    }
+    AddSuperstepCode(code, *step, traffic, &program_bytes, &exchange);
+  }
+  program->code.clear();
+  for (int t = 0; t < model.tiles; ++t) {
+    const int64_t total = code.runtime + program_bytes[t] + exchange[t];
+    program->code.emplace_back(
+        static_cast<uint32_t>(t), static_cast<uint32_t>(code.runtime),
+        static_cast<uint32_t>(program_bytes[t]),
+        static_cast<uint32_t>(exchange[t]),
+        static_cast<uint32_t>(ir::CodeRegionBytes(target, total)));
+  }
+  // Likewise a repeat outside the program or renaming unknown buffers.
+  auto plausible_repeat = [&](const fb::SuperstepRepeatT& r) {
+    if (int64_t{r.first} + r.count > int64_t(program->supersteps.size())) {
+      return false;
+    }
+    for (const auto& it : r.iterations) {
+      for (const fb::BufferRename& rename : it->renames) {
+        if (!offsets.count(rename.from()) || !offsets.count(rename.to())) {
+          return false;
+        }
+      }
+    }
+    return true;
+  };
+  for (size_t k = 0; k < program->repeats.size(); ++k) {
+    if (!plausible_repeat(*program->repeats[k])) continue;
+    auto& updates = program->repeats[k]->updates;
+    updates.clear();
+    for (const AddressChange& c : RepeatAddressChanges(*program, k)) {
+      updates.emplace_back(c.superstep, c.tile, static_cast<uint32_t>(c.words),
+                           c.one_base_serves ? fb::AddressUpdate::BaseRegister
+                                             : fb::AddressUpdate::Patch);
+    }
+  }
+  return Status::Ok();
+}
+
+int64_t AddressUpdateCycles(const fb::TargetT& target, fb::AddressUpdate method,
+                            int64_t words) {
+  if (words <= 0) return 0;
+  if (method == fb::AddressUpdate::BaseRegister) return target.base_write_cycles;
+  return target.patch_call_cycles + target.patch_word_cycles * words;
+}
+
+namespace {
+
+// A buffer's address in an iteration, through its renames (sorted by from).
+int64_t AddressIn(const fb::RepeatIterationT& iteration,
+                  const std::unordered_map<uint32_t, int64_t>& offsets,
+                  uint32_t id) {
+  auto r = std::lower_bound(
+      iteration.renames.begin(), iteration.renames.end(), id,
+      [](const fb::BufferRename& x, uint32_t v) { return x.from() < v; });
+  if (r != iteration.renames.end() && r->from() == id) id = r->to();
+  return offsets.at(id);
+}
+
+}  // namespace
+
+std::vector<AddressChange> RepeatAddressChanges(
+    const fb::DeviceProgramT& program, size_t repeat) {
+  const fb::SuperstepRepeatT& r = *program.repeats[repeat];
+  std::vector<AddressChange> changes;
+  if (r.iterations.size() <= 1) return changes;
+  std::unordered_set<uint32_t> renamed;
+  for (const auto& it : r.iterations) {
+    for (const fb::BufferRename& rename : it->renames) renamed.insert(rename.from());
+  }
+  std::unordered_map<uint32_t, int64_t> offsets;
+  for (const auto& b : program.buffers) offsets[b->id] = b->offset;
+  // (superstep, tile) -> (renamed buffer -> references), first op.
+  std::map<std::pair<uint32_t, uint32_t>,
+           std::pair<std::map<uint32_t, int64_t>, uint32_t>>
+      refs;
+  auto note = [&](uint32_t s, uint32_t tile, uint32_t buffer, int64_t n,
+                  uint32_t op) {
+    if (!renamed.count(buffer)) return;
+    auto& [words, first_op] = refs[{s, tile}];
+    if (words.empty()) first_op = op;
+    words[buffer] += n;
+  };
+  for (uint32_t s = r.first; s < r.first + r.count; ++s) {
+    const fb::SuperstepT& step = *program.supersteps[s];
+    for (const auto& c : step.compute) {
+      for (const auto& a : c->args) note(s, c->tile, a->buffer, 1, c->op);
+    }
+    for (const auto& tr : step.exchange) {
+      note(s, tr->src_tile, tr->src_buffer, tr->rows, tr->op);
+      for (const auto& d : tr->destinations) {
+        note(s, d->tile, d->buffer, tr->rows, tr->op);
+      }
+    }
+  }
+  for (const auto& [key, value] : refs) {
+    const auto& [words, op] = value;
+    AddressChange c;
+    c.superstep = key.first;
+    c.tile = key.second;
+    c.op = op;
+    c.one_base_serves = true;
+    for (size_t i = 1; i < r.iterations.size() && c.one_base_serves; ++i) {
+      std::optional<int64_t> delta;
+      for (const auto& [buffer, n] : words) {
+        const int64_t d = AddressIn(*r.iterations[i], offsets, buffer) -
+                          AddressIn(*r.iterations[0], offsets, buffer);
+        if (delta && *delta != d) c.one_base_serves = false;
+        delta = d;
+      }
+    }
+    for (const auto& [buffer, n] : words) c.words += n;
+    changes.push_back(c);
+  }
+  return changes;
+}
+
+}  // namespace tilec::kernels

@@ -1,0 +1,297 @@
+#include "kernels/exchange_schedule.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "formats/ir.h"
+
+namespace tilec::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+
+ExchangeModel Model(int tiles = 8) {
+  fb::TargetT target;
+  EXPECT_TRUE(ir::LoadTarget("tiny", &target).ok());
+  target.tiles = tiles;
+  return ExchangeModel::FromTarget(target);
+}
+
+// Two pieces into tile 2 (from 0 and 1), one multicast from 3 to 4 and 5.
+PhaseTraffic Small(const ExchangeModel& model) {
+  PhaseTraffic traffic(model);
+  const int to2[] = {2};
+  const int to45[] = {4, 5};
+  traffic.AddPiece(0, to2, 40, 10, 0, 0);
+  traffic.AddPiece(1, to2, 40, 10, 1, 0);
+  traffic.AddPiece(3, to45, 16, 4, 2, 0);
+  return traffic;
+}
+
+Status Verify(const PhaseTraffic& traffic, const fb::ExchangeScheduleT& s) {
+  return VerifySchedule(traffic, s, "phase").status();
+}
+
+// Moves one instruction to `cycle`.
+void SetCycle(fb::ControlInstruction* ins, uint32_t cycle) {
+  *ins = fb::ControlInstruction(cycle, ins->packet(), ins->destination(),
+                                ins->kind());
+}
+
+fb::ControlInstruction* Find(fb::ExchangeScheduleT& s, int tile,
+                             fb::ControlKind kind, uint32_t packet) {
+  for (auto& tc : s.tiles) {
+    if (tc->tile != static_cast<uint32_t>(tile)) continue;
+    for (auto& ins : tc->instructions) {
+      if (ins.kind() == kind && ins.packet() == packet) return &ins;
+    }
+  }
+  return nullptr;
+}
+
+TEST(ExchangeSchedule, EndpointTermIsTheLargestOfBytesAndFragments) {
+  const ExchangeModel model = Model();
+  // Largest of ceil(401/4)=101, 100/4=25, 2*3=6.
+  EXPECT_EQ(EndpointTileCycles(model, 401, 100, 3), 101);
+  EXPECT_EQ(EndpointTileCycles(model, 0, 100, 3), 25);
+  EXPECT_EQ(EndpointTileCycles(model, 8, 4, 20), 40);
+}
+
+TEST(ExchangeSchedule, WordsSpannedCountsWholeWords) {
+  EXPECT_EQ(WordsSpanned(0, 4), 1);
+  EXPECT_EQ(WordsSpanned(0, 5), 2);
+  EXPECT_EQ(WordsSpanned(2, 4), 2);  // a half word at each end
+  EXPECT_EQ(WordsSpanned(3, 1), 1);
+  EXPECT_EQ(WordsSpanned(8, 0), 0);
+}
+
+TEST(ExchangeSchedule, ScheduleIsValidAndTimesTheReceiver) {
+  const ExchangeModel model = Model();
+  const PhaseTraffic traffic = Small(model);
+  const fb::ExchangeScheduleT s = SchedulePhase(traffic);
+  StatusOr<int64_t> length = VerifySchedule(traffic, s, "phase");
+  ASSERT_TRUE(length.ok()) << length.status().message();
+  // Tile 2 takes its two 10-word pieces one after the other; the first
+  // starts once its Send has issued (2 cycles), the last arrives 52 later.
+  EXPECT_EQ(*length, 2 + 10 + 10 + model.RouteLatency(2));
+  EXPECT_EQ(static_cast<int64_t>(s.length), *length);
+  EXPECT_EQ(s.bound, 20u);  // 80 bytes into tile 2 at 4 B a cycle
+  EXPECT_GE(*length, static_cast<int64_t>(s.bound));
+}
+
+TEST(ExchangeSchedule, RouteLatencyGrowsByRow) {
+  const ExchangeModel model = Model(1472);
+  EXPECT_EQ(model.RouteLatency(0), 52);
+  EXPECT_EQ(model.RouteLatency(63), 52);
+  EXPECT_EQ(model.RouteLatency(64), 54);
+  EXPECT_EQ(model.RouteLatency(1471), 52 + 2 * 22);
+}
+
+TEST(ExchangeSchedule, LongPiecesSplitIntoPackets) {
+  ExchangeModel model = Model();
+  model.max_packet_words = 4;
+  PhaseTraffic traffic(model);
+  const int to1[] = {1};
+  traffic.AddPiece(0, to1, 40, 10, 0, 0);
+  ASSERT_EQ(traffic.packets().size(), 3u);  // 4 + 4 + 2 words
+  EXPECT_EQ(traffic.packets()[2].words, 2);
+  fb::ExchangeScheduleT s = SchedulePhase(traffic);
+  EXPECT_TRUE(Verify(traffic, s).ok());
+  s.starts.pop_back();
+  EXPECT_THAT(Verify(traffic, s).message(),
+              HasSubstr("the schedule starts 2 packets, the transfers make 3"));
+}
+
+TEST(ExchangeSchedule, RefusesOverlappingSendsOnOneLane) {
+  const ExchangeModel model = Model();
+  PhaseTraffic traffic(model);
+  const int to1[] = {1};
+  const int to2[] = {2};
+  traffic.AddPiece(0, to1, 40, 10, 0, 0);
+  traffic.AddPiece(0, to2, 40, 10, 1, 0);
+  fb::ExchangeScheduleT s = SchedulePhase(traffic);
+  ASSERT_TRUE(Verify(traffic, s).ok());
+  // Both sends at the first one's cycle.
+  const uint32_t first = std::min(s.starts[0], s.starts[1]);
+  for (uint32_t p = 0; p < 2; ++p) {
+    s.starts[p] = first;
+    for (auto& tc : s.tiles) {
+      for (auto& ins : tc->instructions) {
+        if (ins.packet() != p) continue;
+        const int64_t shift = ins.kind() == fb::ControlKind::Pointer
+                                  ? model.RouteLatency(tc->tile)
+                                  : 0;
+        ins = fb::ControlInstruction(first + shift, p, ins.destination(),
+                                     ins.kind());
+      }
+    }
+  }
+  // The sender now issues two Sends in the same cycles: that rule fires
+  // first; with one Send moved back a cycle the lane rule does.
+  EXPECT_THAT(Verify(traffic, s).message(),
+              HasSubstr("control instructions issue one at a time"));
+}
+
+TEST(ExchangeSchedule, RefusesOverlappingReceiveWindows) {
+  const ExchangeModel model = Model();
+  const PhaseTraffic traffic = Small(model);
+  fb::ExchangeScheduleT s = SchedulePhase(traffic);
+  // Move packet 1 (tile 1 -> 2) to start 5 cycles after packet 0.
+  const uint32_t start = s.starts[0] + 5;
+  s.starts[1] = start;
+  SetCycle(Find(s, 1, fb::ControlKind::Send, 1), start);
+  // Tile 2's instructions must stay in issue order: rebuild its program.
+  for (auto& tc : s.tiles) {
+    if (tc->tile != 2) continue;
+    tc->instructions.clear();
+    for (uint32_t p : {0u, 1u}) {
+      tc->instructions.emplace_back(s.starts[p], p, 0, fb::ControlKind::Select);
+      tc->instructions.emplace_back(s.starts[p] + model.RouteLatency(2), p, 0,
+                                    fb::ControlKind::Pointer);
+    }
+    std::sort(tc->instructions.begin(), tc->instructions.end(),
+              [](const auto& a, const auto& b) { return a.cycle() < b.cycle(); });
+  }
+  s.length = s.starts[1] + 10 + model.RouteLatency(2);
+  EXPECT_THAT(Verify(traffic, s).message(),
+              HasSubstr("tile 2: one source at a time: receive windows "
+                        "overlap: transfer 1 piece 0"));
+}
+
+TEST(ExchangeSchedule, RefusesAMulticastReceiverListeningLate) {
+  const ExchangeModel model = Model();
+  const PhaseTraffic traffic = Small(model);
+  fb::ExchangeScheduleT s = SchedulePhase(traffic);
+  fb::ControlInstruction* select = Find(s, 5, fb::ControlKind::Select, 2);
+  ASSERT_NE(select, nullptr);
+  SetCycle(select, select->cycle() + 1);
+  EXPECT_THAT(Verify(traffic, s).message(),
+              HasSubstr("every receiver of a multicast selects its source as "
+                        "the packet starts"));
+}
+
+TEST(ExchangeSchedule, RefusesAPointerIgnoringRouteLatency) {
+  const ExchangeModel model = Model();
+  const PhaseTraffic traffic = Small(model);
+  fb::ExchangeScheduleT s = SchedulePhase(traffic);
+  fb::ControlInstruction* pointer = Find(s, 4, fb::ControlKind::Pointer, 2);
+  ASSERT_NE(pointer, nullptr);
+  SetCycle(pointer, s.starts[2] + 1);  // as if the payload came at once
+  EXPECT_THAT(Verify(traffic, s).message(),
+              HasSubstr("the pointer is set as the first word arrives (route "
+                        "latency 52)"));
+}
+
+TEST(ExchangeSchedule, RefusesInstructionsIssuedTogether) {
+  const ExchangeModel model = Model();
+  PhaseTraffic traffic(model);
+  const int to1[] = {1};
+  const int to0[] = {0};
+  traffic.AddPiece(0, to1, 8, 2, 0, 0);
+  traffic.AddPiece(2, to0, 8, 2, 1, 0);
+  fb::ExchangeScheduleT s = SchedulePhase(traffic);
+  ASSERT_TRUE(Verify(traffic, s).ok());
+  // Tile 0 sends packet 0 and selects packet 1's source: put both at one
+  // cycle.
+  s.starts[1] = s.starts[0];
+  SetCycle(Find(s, 2, fb::ControlKind::Send, 1), s.starts[0]);
+  for (auto& tc : s.tiles) {
+    if (tc->tile != 0) continue;
+    tc->instructions.clear();
+    tc->instructions.emplace_back(s.starts[0], 0, 0, fb::ControlKind::Send);
+    tc->instructions.emplace_back(s.starts[0], 1, 0, fb::ControlKind::Select);
+    tc->instructions.emplace_back(s.starts[0] + model.RouteLatency(0), 1, 0,
+                                  fb::ControlKind::Pointer);
+  }
+  EXPECT_THAT(Verify(traffic, s).message(),
+              HasSubstr("tile 0: Select of transfer 1 piece 0 at cycle 2: "
+                        "control instructions issue one at a time"));
+}
+
+TEST(ExchangeSchedule, RefusesMissingAndDuplicateInstructionsAndPairedLanes) {
+  const ExchangeModel model = Model();
+  const PhaseTraffic traffic = Small(model);
+  const fb::ExchangeScheduleT good = SchedulePhase(traffic);
+  fb::ExchangeScheduleT s = good;
+  for (auto& tc : s.tiles) {
+    if (tc->tile == 3) tc->instructions.clear();
+  }
+  EXPECT_THAT(Verify(traffic, s).message(),
+              HasSubstr("transfer 2 piece 0: no Send"));
+  s = good;
+  s.lanes.assign(traffic.packets().size(), fb::ExchangeLane::Ordinary);
+  EXPECT_TRUE(Verify(traffic, s).ok());
+  s.lanes[1] = fb::ExchangeLane::Paired;
+  EXPECT_THAT(Verify(traffic, s).message(),
+              HasSubstr("paired (64-bit) sends are not supported"));
+  s = good;
+  s.length += 1;
+  EXPECT_THAT(Verify(traffic, s).message(), HasSubstr("the schedule claims"));
+}
+
+// Random phases of each kind: every schedule is valid, never shorter than
+// the endpoint bound, and the same every time.
+TEST(ExchangeSchedule, RandomPhasesScheduleValidAboveTheBound) {
+  std::mt19937_64 rng(7);
+  const ExchangeModel model = Model(64);
+  for (int kind = 0; kind < 4; ++kind) {
+    for (int trial = 0; trial < 25; ++trial) {
+      PhaseTraffic traffic(model);
+      const int pieces = 1 + static_cast<int>(rng() % 200);
+      for (int p = 0; p < pieces; ++p) {
+        const int sender = static_cast<int>(rng() % 64);
+        int fan = 1;
+        if (kind == 1) fan = 1 + static_cast<int>(rng() % 20);   // multicast
+        if (kind == 2) fan = 1 + static_cast<int>(rng() % 4);    // mixed
+        std::vector<int> receivers;
+        for (int r = 0; r < 64 && static_cast<int>(receivers.size()) < fan;
+             ++r) {
+          const int tile = static_cast<int>((sender + 1 + rng() % 63) % 64);
+          if (std::find(receivers.begin(), receivers.end(), tile) ==
+              receivers.end()) {
+            receivers.push_back(tile);
+          }
+        }
+        // Fragmented phases move a word or two per piece.
+        const int64_t bytes =
+            kind == 3 ? 2 + 2 * static_cast<int64_t>(rng() % 4)
+                      : 4 + 2 * static_cast<int64_t>(rng() % 3000);
+        const int64_t address = 2 * static_cast<int64_t>(rng() % 2);
+        traffic.AddPiece(sender, receivers, bytes,
+                         WordsSpanned(address, bytes), p, 0);
+      }
+      const fb::ExchangeScheduleT s = SchedulePhase(traffic);
+      StatusOr<int64_t> length = VerifySchedule(traffic, s, "random");
+      ASSERT_TRUE(length.ok()) << length.status().message();
+      EXPECT_GE(*length, traffic.EndpointBound());
+      const fb::ExchangeScheduleT again = SchedulePhase(traffic);
+      EXPECT_EQ(again.starts, s.starts);
+      EXPECT_EQ(again.length, s.length);
+    }
+  }
+}
+
+TEST(ExchangeSchedule, CodeBytesFollowTheByteModel) {
+  fb::TargetT target;
+  ASSERT_TRUE(ir::LoadTarget("ipu21", &target).ok());
+  const CodeModel code = CodeModel::FromTarget(target);
+  const ExchangeModel model = Model();
+  PhaseTraffic traffic(model);
+  const int to12[] = {1, 2};
+  traffic.AddPiece(0, to12, 400, 100, 0, 0);  // a long send (> 64 words)
+  traffic.AddPiece(0, to12, 8, 2, 1, 0);
+  std::vector<int64_t> bytes(8, 0);
+  AddExchangeCodeBytes(code, traffic, &bytes);
+  EXPECT_EQ(bytes[0], 32);  // phase 8 + sends 12 and 8, rounded up to 8
+  EXPECT_EQ(bytes[1], 8 + 2 * (8 + 4));       // phase + two receives
+  EXPECT_EQ(bytes[3], 0);
+  EXPECT_EQ(AddressUpdateCycles(target, fb::AddressUpdate::BaseRegister, 40),
+            13);
+  EXPECT_EQ(AddressUpdateCycles(target, fb::AddressUpdate::Patch, 24),
+            234 + 9 * 24);
+}
+
+}  // namespace
+}  // namespace tilec::kernels
