@@ -24,9 +24,10 @@ gen=$PWD
 work=${TEST_TMPDIR:-$(mktemp -d)}
 tools=$work/tools
 mkdir -p "$tools"
-for t in import-model plan-ownership expand-reduce emit-device; do
+for t in import-model plan-ownership expand-reduce emit-device simulate-device; do
   ln -sf "$PWD/tools/$t/$t" "$tools/$t"
 done
+ln -sf "$PWD/testdata/untrusted/make_hostile" "$tools/make_hostile"
 failed=0
 for target in $targets; do
   echo "== $target"
