@@ -3,6 +3,7 @@
 #include <gflags/gflags.h>
 
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,23 @@ StatusOr<passes::PassOptions> CommonOptions() {
   return common;
 }
 
+// The sidecar files `module` (read from `input`) names, in its directory:
+// inputs a pass's -o must not replace.
+std::vector<NamedPath> SidecarFiles(const fb::ModuleT& module,
+                                    const std::string& input) {
+  std::set<std::string> names;
+  for (const auto& value : module.values) {
+    if (value->sidecar && ir::IsPlainFileName(value->sidecar->path)) {
+      names.insert(value->sidecar->path);
+    }
+  }
+  std::vector<NamedPath> files;
+  for (const std::string& name : names) {
+    files.push_back({"the sidecar", ir::DirectoryOf(input) + "/" + name});
+  }
+  return files;
+}
+
 Status RunPass(const std::vector<std::string>& args, const PassMaker& make) {
   std::string input;
   TILEC_RETURN_IF_ERROR(SingleInput(args, &input));
@@ -57,6 +75,7 @@ Status RunPass(const std::vector<std::string>& args, const PassMaker& make) {
   if (!pass.ok()) return pass.status();
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ir::ReadModule(input, &module));
+  TILEC_RETURN_IF_ERROR(CheckOutputs(SidecarFiles(module, input), {{"-o", FLAGS_o}}));
   StatusOr<bool> ran = (*pass)->Run(&module);
   if (!ran.ok()) return ran.status().WithContext(ir::DisplayName(input));
   return ir::WriteModule(module, ToolName(), FLAGS_o);
@@ -71,7 +90,7 @@ int PassToolMain(int argc, char** argv, const char* usage,
   for (std::string& arg : storage) rewritten.push_back(arg.data());
   rewritten.push_back(nullptr);
   std::vector<std::string> args = InitTool(argc, rewritten.data(), usage);
-  return Finish(RunPass(args, make));
+  return RunAndFinish([&] { return RunPass(args, make); });
 }
 
 }  // namespace tilec::tools

@@ -117,6 +117,10 @@ int main(int argc, char** argv) {
                                      ": expected text or json");
   }
   if (status.ok()) status = CheckFlags();
+  if (status.ok()) {
+    status = tilec::tools::CheckOutputs({{"the input", options.input}},
+                                        {{"-o", FLAGS_o}, {"--trace", FLAGS_trace}});
+  }
   if (!status.ok()) return tilec::tools::Finish(status);
   options.output = FLAGS_o;
   options.json = FLAGS_report == "json";
@@ -133,5 +137,6 @@ int main(int argc, char** argv) {
   options.top_tiles = FLAGS_top_tiles;
   options.sidecar_dir = FLAGS_sidecar_dir;
   options.inputs_dir = FLAGS_inputs;
-  return tilec::tools::Finish(tilec::sim::SimulateDevice(options));
+  return tilec::tools::RunAndFinish(
+      [&] { return tilec::sim::SimulateDevice(options); });
 }
