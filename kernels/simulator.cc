@@ -1718,9 +1718,11 @@ Comparison CompareTensors(std::span<const float> sim,
     const double s = sim[i], r = ref[i];
     if (!std::isfinite(s) || !std::isfinite(r)) {
       // Identical non-finite values (the same infinity, or NaN for NaN)
-      // agree; anything else is a mismatch that no tolerance excuses.
-      if ((std::isnan(s) && std::isnan(r)) || s == r) continue;
+      // agree but still fail (below): an output that is not a number is
+      // never a pass, whatever the reference holds. Anything else is a
+      // mismatch that no tolerance excuses.
       ++c.nonfinite;
+      if ((std::isnan(s) && std::isnan(r)) || s == r) continue;
       ++c.mismatches;
       if (!worst_nonfinite) {
         worst_nonfinite = true;
@@ -1756,7 +1758,7 @@ Comparison CompareTensors(std::span<const float> sim,
   } else {
     c.cosine = dot / (std::sqrt(ss) * std::sqrt(rr));
   }
-  c.pass = c.mismatches == 0 && c.cosine >= tol.min_cosine;
+  c.pass = c.mismatches == 0 && c.nonfinite == 0 && c.cosine >= tol.min_cosine;
   return c;
 }
 

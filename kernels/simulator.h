@@ -203,7 +203,7 @@ struct Comparison {
   // none is finite on both.
   double cosine = 1;
   int64_t mismatches = 0;  // elements with err > atol*scale + rtol*|ref|
-  int64_t nonfinite = 0;   // NaN/inf in sim where ref differs, or v.v.
+  int64_t nonfinite = 0;   // NaN/inf in sim or ref: never a pass
   int64_t worst_index = -1;  // element with the largest |sim - ref|
   float worst_sim = 0;
   float worst_ref = 0;

@@ -998,6 +998,13 @@ TEST(CompareTest, MetricsAndTolerances) {
   EXPECT_EQ(all_inf.nonfinite, 4);
   EXPECT_EQ(all_inf.mismatches, 4);
   EXPECT_EQ(all_inf.cosine, 0);
+
+  // Issue 28: NaN on both sides (inputs that held NaN) is no pass either.
+  std::vector<float> nans(4, NAN);
+  Comparison both_nan = CompareTensors(nans, nans, tol);
+  EXPECT_FALSE(both_nan.pass);
+  EXPECT_EQ(both_nan.nonfinite, 4);
+  EXPECT_EQ(both_nan.cosine, 0);
 }
 
 TEST(CompareTest, DefaultsAreLooserWithFp8) {
