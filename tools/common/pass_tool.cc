@@ -65,7 +65,8 @@ std::vector<NamedPath> SidecarFiles(const fb::ModuleT& module,
   return files;
 }
 
-Status RunPass(const std::vector<std::string>& args, const PassMaker& make) {
+Status RunPass(const std::vector<std::string>& args, const PassMaker& make,
+               const InputCheck& check) {
   std::string input;
   TILEC_RETURN_IF_ERROR(SingleInput(args, &input));
   StatusOr<passes::PassOptions> common = CommonOptions();
@@ -76,6 +77,9 @@ Status RunPass(const std::vector<std::string>& args, const PassMaker& make) {
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ir::ReadModule(input, &module));
   TILEC_RETURN_IF_ERROR(CheckOutputs(SidecarFiles(module, input), {{"-o", FLAGS_o}}));
+  if (check) {
+    TILEC_RETURN_IF_ERROR(check(module).WithContext(ir::DisplayName(input)));
+  }
   StatusOr<bool> ran = (*pass)->Run(&module);
   if (!ran.ok()) return ran.status().WithContext(ir::DisplayName(input));
   return ir::WriteModule(module, ToolName(), FLAGS_o);
@@ -84,13 +88,13 @@ Status RunPass(const std::vector<std::string>& args, const PassMaker& make) {
 }  // namespace
 
 int PassToolMain(int argc, char** argv, const char* usage,
-                 const PassMaker& make) {
+                 const PassMaker& make, const InputCheck& check) {
   std::vector<std::string> storage = ExpandBareExplain(argc, argv);
   std::vector<char*> rewritten;
   for (std::string& arg : storage) rewritten.push_back(arg.data());
   rewritten.push_back(nullptr);
   std::vector<std::string> args = InitTool(argc, rewritten.data(), usage);
-  return RunAndFinish([&] { return RunPass(args, make); });
+  return RunAndFinish([&] { return RunPass(args, make, check); });
 }
 
 }  // namespace tilec::tools

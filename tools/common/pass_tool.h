@@ -21,9 +21,13 @@ namespace tilec::tools {
 
 using PassMaker = std::function<StatusOr<std::unique_ptr<passes::Pass>>(
     passes::PassOptions common)>;
+// Checks the input module before the pass runs (the passes after
+// plan-ownership give lower::VerifyPlanned); its error is bad input, named
+// with the input file.
+using InputCheck = std::function<Status(const fb::ModuleT& module)>;
 
 int PassToolMain(int argc, char** argv, const char* usage,
-                 const PassMaker& make);
+                 const PassMaker& make, const InputCheck& check = nullptr);
 
 }  // namespace tilec::tools
 

@@ -5,6 +5,7 @@
 
 #include "formats/ir.h"
 #include "passes/inspect/gemms.h"
+#include "passes/lower/verify_planned.h"
 #include "tools/common/tool.h"
 
 DEFINE_int32(threads, 2,
@@ -24,6 +25,8 @@ Status Run(const std::vector<std::string>& args) {
   }
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ir::ReadModule(input, &module));
+  TILEC_RETURN_IF_ERROR(
+      lower::VerifyPlanned(module).WithContext(ir::DisplayName(input)));
   StatusOr<std::vector<inspect::GemmReport>> gemms =
       inspect::InspectGemms(module, FLAGS_threads);
   if (!gemms.ok()) return gemms.status().WithContext(ir::DisplayName(input));
