@@ -138,6 +138,12 @@ note "12. value_info is looked up, not scanned (20,000 declared values)"
 make_onnx value-info vi.onnx 20000
 case_ 0 import-onnx vi.onnx -o out.tilec
 
+note "13. the planner's quadratic search is bounded: a 2050-op chain is refused"
+make_onnx add-chain chain.onnx 2049
+import-onnx chain.onnx -o chain.tilec 2> /dev/null
+case_ 3 quantize-fp8 chain.tilec -o out.tilec
+case_ 3 plan-ownership chain.tilec -o out.tilec
+
 note "14. zero and huge graph inputs"
 make_onnx zero-input zero.onnx
 case_ 3 import-onnx zero.onnx -o out.tilec

@@ -87,6 +87,15 @@ Status RunPass(const std::vector<std::string>& args, const PassMaker& make,
 
 }  // namespace
 
+Status CheckPlannable(const fb::ModuleT& module) {
+  if (module.ops.size() <= kMaxPlannedOps) return Status::Ok();
+  return Status::Infeasible(
+      std::to_string(module.ops.size()) + " ops, more than the " +
+      std::to_string(kMaxPlannedOps) +
+      " the planner's search takes (its time grows with the square of the "
+      "ops)");
+}
+
 int PassToolMain(int argc, char** argv, const char* usage,
                  const PassMaker& make, const InputCheck& check) {
   std::vector<std::string> storage = ExpandBareExplain(argc, argv);

@@ -121,5 +121,5 @@ int main(int argc, char** argv) {
       argc, argv,
       "plan-ownership [flags] [INPUT|-] [-o OUT]: plan ownerships and "
       "recipes for a tilec module",
-      tilec::tools::MakePlanner);
+      tilec::tools::MakePlanner, tilec::tools::CheckPlannable);
 }

@@ -86,5 +86,5 @@ int main(int argc, char** argv) {
       "quantize-fp8 [flags] [INPUT|-] [-o OUT]: make the GEMM operands of an "
       "unplanned graph FP8 (calibrated power-of-two scales, casts placed by "
       "cost)",
-      MakePass);
+      MakePass, tilec::tools::CheckPlannable);
 }
