@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# reliability_test.sh GOLDEN FILE...: issue 28's items 3 to 20, each case
+# reliability_test.sh GOLDEN TRANSCRIPT_SH FILE...: issue 28's items 3 to 20, each case
 # making its own input (make_onnx, make_hostile, safetensors_checkpoint.py
 # or a few lines here), running one tool or script and recording command,
 # exit code and message into a transcript compared with GOLDEN (the work
-# directory shows as WORK). A failing case must print exactly one line and
-# leave no output. FILE...: the tools, make_onnx, make_hostile and
+# directory shows as WORK; tools/testing/transcript.sh). A failing case
+# must print exactly one line and leave no output. FILE...: the tools, make_onnx, make_hostile and
 # safetensors_checkpoint.py, found by base name; the scripts come from the
 # runfiles' scripts/. With UPDATE_GOLDENS=1 under `bazel run`, rewrites
 # GOLDEN instead.
 set -uo pipefail
 golden=$PWD/$1
-shift
+transcript=$PWD/$2
+shift 2
 scripts=$PWD/scripts
 bin=$(mktemp -d)
 work=$(mktemp -d)
@@ -22,29 +23,8 @@ export PATH="$bin:$PATH"
 actual=$work/actual
 : > "$actual"
 problems=0
-# case_ EXPECTED_EXIT COMMAND ARGS...: one case, recorded in the transcript;
-# a failure must print one line and leave no out.tilec.
-case_() {
-  local expected=$1
-  shift
-  rm -f out.tilec out.tilec.weights
-  timeout 120 "$@" > out.txt 2> err.txt
-  local code=$?
-  { echo "\$ ${*#$bin/}"; echo "exit $code"; cat err.txt; } |
-    sed -e "s|$work|WORK|g" -e "s|$bin/||g" -e "s|$scripts/|scripts/|g" >> "$actual"
-  if [ "$code" -ne "$expected" ]; then
-    echo "exit $code, expected $expected: $*" >&2
-    problems=$((problems + 1))
-  fi
-  if [ "$code" -ne 0 ] && [ "$(wc -l < err.txt)" -ne 1 ]; then
-    echo "not one line: $*" >&2
-    problems=$((problems + 1))
-  fi
-  if [ "$code" -ne 0 ] && { [ -e out.tilec ] || [ -e out.tilec.weights ]; }; then
-    echo "a failed run left an output: $*" >&2
-    problems=$((problems + 1))
-  fi
-}
+# shellcheck source=../../tools/testing/transcript.sh
+. "$transcript"
 note() { echo "# $*" >> "$actual"; }
 same() {  # same A B: A still has B's bytes
   cmp -s "$1" "$2" || { echo "$1 was changed" >&2; problems=$((problems + 1)); }
@@ -222,13 +202,4 @@ make_onnx odd-names odd.onnx
 import-onnx odd.onnx -o odd.tilec 2> /dev/null
 dump-ir odd.tilec | grep -e '^  %1 ' -e '^  (0) ' >> "$actual"
 
-if [ "${UPDATE_GOLDENS:-0}" = 1 ]; then
-  cp "$actual" "$BUILD_WORKSPACE_DIRECTORY/testdata/reliability/reliability.golden"
-  echo "updated testdata/reliability/reliability.golden"
-  exit 0
-fi
-if ! diff -u "$golden" "$actual"; then
-  echo "transcript differs from $golden" >&2
-  problems=$((problems + 1))
-fi
-[ "$problems" -eq 0 ]
+transcript_finish "$golden" testdata/reliability/reliability.golden
