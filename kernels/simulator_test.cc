@@ -1005,6 +1005,10 @@ TEST(CompareTest, MetricsAndTolerances) {
   EXPECT_FALSE(both_nan.pass);
   EXPECT_EQ(both_nan.nonfinite, 4);
   EXPECT_EQ(both_nan.cosine, 0);
+  Tolerance allowing = tol;
+  allowing.allow_nonfinite = true;
+  EXPECT_TRUE(CompareTensors(nans, nans, allowing).pass);
+  EXPECT_FALSE(CompareTensors(inf, ref, allowing).pass);
 }
 
 TEST(CompareTest, DefaultsAreLooserWithFp8) {

@@ -48,6 +48,10 @@ DEFINE_double(min_branch_cosine, -1,
 DEFINE_int32(threads, 2,
              "Host threads for the simulator and the reference (results do "
              "not depend on it).");
+DEFINE_bool(allow_nonfinite, false,
+            "Pass outputs whose NaN or infinite elements equal the "
+            "reference's (tests whose expected outputs are non-finite, e.g. "
+            "ONNX casts of NaN); otherwise a non-finite output never passes.");
 DEFINE_int32(top_tiles, 8, "How many of the busiest tiles the report lists.");
 DEFINE_string(inputs, "",
               "Directory with one .npy per graph input, named as "
@@ -131,6 +135,7 @@ int main(int argc, char** argv) {
   options.atol = FLAGS_atol;
   options.rtol = FLAGS_rtol;
   options.min_cosine = FLAGS_min_cosine;
+  options.allow_nonfinite = FLAGS_allow_nonfinite;
   options.min_unquantized_cosine = FLAGS_min_unquantized_cosine;
   options.min_branch_cosine = FLAGS_min_branch_cosine;
   options.threads = FLAGS_threads;
