@@ -672,7 +672,10 @@ class NodeVisitor {
   void InferGemm() {
     const Shape& a = In(0)->shape;
     const Shape& b = In(1)->shape;
-    if (a.size() != 2 || b.size() != 2) return;
+    if (a.size() != 2 || b.size() != 2) {
+      return Invalid("Gemm of " + ir::ShapeToString(a) + " and " +
+                     ir::ShapeToString(b) + ": its operands are matrices");
+    }
     const bool ta = IntAttribute(node_, "transA", 0) != 0;
     const bool tb = IntAttribute(node_, "transB", 0) != 0;
     if ((ta ? a[0] : a[1]) != (tb ? b[1] : b[0])) {

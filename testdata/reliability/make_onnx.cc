@@ -11,6 +11,8 @@
 // (axis 5 of a rank-2 tensor), gather-index (constant index 7 of 3),
 // k-mismatch ([2, 4] times [5, 3]), negative-dim (an input [2, -4]),
 // range-step0 (Range with delta 0), matmul-types (FLOAT times FLOAT16),
+// gemm-vector (a Gemm of a [2, 10] matrix and a [3] vector, the output
+// declared [2, 3]: found by the onnx fuzz target),
 // value-info N (N Identity nodes, each declared in value_info), odd-names
 // (a newline and an escape sequence in node and tensor names).
 
@@ -172,6 +174,11 @@ tilec::Status Make(const std::string& kind, int64_t n, Model* m) {
     m->Init("w", {4, 4}, TensorProto::FLOAT16);
     m->Node("MatMul", {"x", "w"}, "y");
     m->Output("y", {2, 4});
+  } else if (kind == "gemm-vector") {
+    m->Input("x", {2, 10});
+    m->Input("b", {3});
+    m->Node("Gemm", {"x", "b"}, "y");
+    m->Output("y", {2, 3});
   } else if (kind == "odd-names") {
     m->Input("x", {2, 4});
     m->Init("w\nop 99 = Evil", {4, 4});

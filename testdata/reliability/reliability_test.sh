@@ -145,7 +145,8 @@ PY
 case_ 3 simulate-device g-program.tilec --inputs=nan -o /dev/null
 
 note "16. invalid ONNX is exit 2"
-for kind in gather-axis gather-index k-mismatch negative-dim range-step0 matmul-types; do
+for kind in gather-axis gather-index k-mismatch negative-dim range-step0 matmul-types \
+    gemm-vector; do
   make_onnx $kind $kind.onnx
   case_ 2 import-onnx $kind.onnx -o out.tilec
 done
