@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <string_view>
 
 #include "formats/tilec_generated.h"
 #include "passes/onnx/import_onnx.h"
@@ -60,7 +61,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::cerr << status.message() << "\n";
     __builtin_trap();
   }
-  if (sidecar.find(kMarker) != std::string::npos) {
+  // libFuzzer learns the marker from this very comparison and may write it
+  // into an initializer: only a marker the input does not hold is a leak.
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  if (sidecar.find(kMarker) != std::string::npos &&
+      input.find(kMarker) == std::string_view::npos) {
     std::cerr << "a file outside the model's directory was read\n";
     __builtin_trap();
   }
