@@ -156,6 +156,14 @@ class NodeVisitor {
       if (in == nullptr) continue;    // omitted optional input
       if (op_ != "Constant") return Status::Ok();  // unknown downstream
     }
+    const int required = RequiredInputs();
+    for (int i = 0; i < required; ++i) {
+      if (In(i) == nullptr) {
+        return Status::BadInput(graph_.model_name() + ": " +
+                                graph_.NodeLabel(index_) + ": needs " +
+                                std::to_string(required) + " inputs");
+      }
+    }
     Infer();
     return invalid_;
   }
@@ -168,6 +176,18 @@ class NodeVisitor {
     if (!invalid_.ok()) return;
     invalid_ = Status::BadInput(graph_.model_name() + ": " +
                                 graph_.NodeLabel(index_) + ": " + why);
+  }
+  // The inputs Infer reads without checking (a MatMul of one input would
+  // read a missing second).
+  int RequiredInputs() const {
+    if (op_ == "Constant") return 0;
+    if (op_ == "Range" || op_ == "Where") return 3;
+    if (op_ == "MatMul" || op_ == "Gemm" || op_ == "Gather" ||
+        op_ == "Reshape" || op_ == "Expand" || op_ == "Conv" ||
+        (IsBinary(op_) && op_ != "Max" && op_ != "Min")) {  // variadic
+      return 2;
+    }
+    return 1;
   }
   // NormalizeAxis; an axis out of range is Invalid.
   bool Axis(int64_t axis, int64_t rank, int64_t* out) {
