@@ -151,11 +151,6 @@ class NodeVisitor {
   // when the node breaks its operator's rules (Invalid).
   Status Run(std::vector<OnnxTensorInfo>* outputs) {
     outputs_ = outputs;
-    for (const OnnxTensorInfo* in : Inputs()) {
-      if (in != nullptr && in->shape_known) continue;
-      if (in == nullptr) continue;    // omitted optional input
-      if (op_ != "Constant") return Status::Ok();  // unknown downstream
-    }
     const int required = RequiredInputs();
     for (int i = 0; i < required; ++i) {
       if (In(i) == nullptr) {
@@ -163,6 +158,11 @@ class NodeVisitor {
                                 graph_.NodeLabel(index_) + ": needs " +
                                 std::to_string(required) + " inputs");
       }
+    }
+    for (const OnnxTensorInfo* in : Inputs()) {
+      if (in != nullptr && in->shape_known) continue;
+      if (in == nullptr) continue;    // omitted optional input
+      if (op_ != "Constant") return Status::Ok();  // unknown downstream
     }
     Infer();
     return invalid_;
