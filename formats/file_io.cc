@@ -12,21 +12,27 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "formats/ir.h"
 
 namespace tilec::ir {
 namespace {
 
-// The temporary file being written, so that SIGINT and SIGTERM can remove it
-// (SIGKILL cannot be caught: such a file is named PATH.tilec-tmp.PID).
-char pending_temp[PATH_MAX + 64];
-std::atomic<bool> temp_pending{false};
+// The temporary files being written, so that SIGINT and SIGTERM can remove
+// them (SIGKILL cannot be caught: such a file is named PATH.tilec-tmp.PID).
+// A few slots: an IR and its sidecar are pending together.
+constexpr int kPendingSlots = 4;
+char pending_temp[kPendingSlots][PATH_MAX + 64];
+std::atomic<bool> temp_pending[kPendingSlots];
 
 extern "C" void RemovePendingTempAndDie(int signal_number) {
-  if (temp_pending.load()) unlink(pending_temp);
+  for (int i = 0; i < kPendingSlots; ++i) {
+    if (temp_pending[i].load()) unlink(pending_temp[i]);
+  }
   std::signal(signal_number, SIG_DFL);
   std::raise(signal_number);
 }
@@ -112,14 +118,6 @@ Status WriteInPlace(const std::string& path, const std::string& bytes) {
   return status;
 }
 
-Status ReplaceAtomically(const std::string& path, const std::string& bytes,
-                         std::optional<mode_t> keep_mode) {
-  PendingFile file;
-  TILEC_RETURN_IF_ERROR(PendingFile::Create(path, keep_mode, &file));
-  TILEC_RETURN_IF_ERROR(file.Append(bytes));
-  return file.Commit();
-}
-
 }  // namespace
 
 std::string TempPathFor(const std::string& path) {
@@ -130,20 +128,26 @@ Status PendingFile::Create(const std::string& path,
                            std::optional<mode_t> keep_mode, PendingFile* file) {
   file->Abandon();
   const std::string temp = TempPathFor(path);
-  if (temp.size() >= sizeof pending_temp) {
+  if (temp.size() >= sizeof pending_temp[0]) {
     return Status::BadInput(path + ": path too long");
   }
   InstallTempCleanup();
-  // Only one file is pending at a time; the handler removes that one.
-  std::memcpy(pending_temp, temp.c_str(), temp.size() + 1);
-  temp_pending.store(true);
+  int slot = 0;
+  while (slot < kPendingSlots && temp_pending[slot].load()) ++slot;
+  if (slot == kPendingSlots) {
+    return Status::Internal("more than " + std::to_string(kPendingSlots) +
+                            " files pending at once");
+  }
+  std::memcpy(pending_temp[slot], temp.c_str(), temp.size() + 1);
+  temp_pending[slot].store(true);
   int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_EXCL, 0666);
   if (fd < 0) {
-    temp_pending.store(false);
+    temp_pending[slot].store(false);
     return Status::BadInput(path + ": cannot create " + temp + ": " +
                             ErrnoText());
   }
   file->fd_ = fd;
+  file->slot_ = slot;
   file->path_ = path;
   file->temp_ = temp;
   file->keep_mode_ = keep_mode;
@@ -165,10 +169,10 @@ Status PendingFile::Commit() {
       close(fd) != 0 || rename(temp_.c_str(), path_.c_str()) != 0) {
     std::string message = path_ + ": cannot write: " + ErrnoText();
     unlink(temp_.c_str());
-    temp_pending.store(false);
+    temp_pending[slot_].store(false);
     return Status::BadInput(message);
   }
-  temp_pending.store(false);
+  temp_pending[slot_].store(false);
   return Status::Ok();
 }
 
@@ -177,7 +181,7 @@ void PendingFile::Abandon() {
   close(fd_);
   fd_ = -1;
   unlink(temp_.c_str());
-  temp_pending.store(false);
+  temp_pending[slot_].store(false);
 }
 
 Status ReadFile(const std::string& path, std::string* bytes, size_t max_bytes) {
@@ -283,26 +287,52 @@ Status ResolveInside(const std::string& dir, const std::string& relative,
 }
 
 Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  if (path == "-") return WriteStdout(bytes);
-  if (path.empty()) return Status::BadInput("-o: empty output path");
-  std::string target;
-  TILEC_RETURN_IF_ERROR(ResolveSymlinks(path, &target));
-  struct stat info;
-  if (stat(target.c_str(), &info) != 0) {
-    if (errno != ENOENT) {
-      return Status::BadInput(path + ": cannot write: " + ErrnoText());
+  return WriteFilesTogether({{path, &bytes}});
+}
+
+Status WriteFilesTogether(const std::vector<FileToWrite>& files) {
+  std::vector<std::unique_ptr<PendingFile>> pending;
+  // Written after the renames: stdout, devices and FIFOs (in place).
+  std::vector<std::pair<std::string, const std::string*>> in_place;
+  bool to_stdout = false;
+  const std::string* stdout_bytes = nullptr;
+  for (const FileToWrite& file : files) {
+    const std::string& path = file.path;
+    if (path == "-") {
+      to_stdout = true;
+      stdout_bytes = file.bytes;
+      continue;
     }
-    return ReplaceAtomically(target, bytes, std::nullopt);
+    if (path.empty()) return Status::BadInput("-o: empty output path");
+    std::string target;
+    TILEC_RETURN_IF_ERROR(ResolveSymlinks(path, &target));
+    struct stat info;
+    std::optional<mode_t> keep_mode;
+    if (stat(target.c_str(), &info) != 0) {
+      if (errno != ENOENT) {
+        return Status::BadInput(path + ": cannot write: " + ErrnoText());
+      }
+    } else if (S_ISREG(info.st_mode)) {
+      keep_mode = info.st_mode & 07777;
+    } else if (S_ISCHR(info.st_mode) || S_ISFIFO(info.st_mode)) {
+      in_place.emplace_back(target, file.bytes);
+      continue;
+    } else {
+      return Status::BadInput(path + ": is " + FileKind(info.st_mode) +
+                              "; an output must be a regular file, a new "
+                              "path, a character device or a FIFO");
+    }
+    pending.push_back(std::make_unique<PendingFile>());
+    TILEC_RETURN_IF_ERROR(
+        PendingFile::Create(target, keep_mode, pending.back().get()));
+    TILEC_RETURN_IF_ERROR(pending.back()->Append(*file.bytes));
   }
-  if (S_ISREG(info.st_mode)) {
-    return ReplaceAtomically(target, bytes, info.st_mode & 07777);
+  for (auto& file : pending) TILEC_RETURN_IF_ERROR(file->Commit());
+  for (const auto& [target, bytes] : in_place) {
+    TILEC_RETURN_IF_ERROR(WriteInPlace(target, *bytes));
   }
-  if (S_ISCHR(info.st_mode) || S_ISFIFO(info.st_mode)) {
-    return WriteInPlace(target, bytes);
-  }
-  return Status::BadInput(path + ": is " + FileKind(info.st_mode) +
-                          "; an output must be a regular file, a new path, "
-                          "a character device or a FIFO");
+  if (to_stdout) return WriteStdout(*stdout_bytes);
+  return Status::Ok();
 }
 
 }  // namespace tilec::ir

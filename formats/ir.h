@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
@@ -52,6 +53,15 @@ bool IsPlainFileName(const std::string& name);
 // replaced. Anything else (a directory, a socket, a block device) is refused.
 // "-" writes stdout.
 Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+// Outputs that belong together (an IR and its sidecar): every regular file
+// or new path is written to its temporary first, and they are renamed only
+// once all are complete, so a failure replaces none of them. Devices, FIFOs
+// and "-" are written after the renames. `bytes` must outlive the call.
+struct FileToWrite {
+  std::string path;
+  const std::string* bytes;
+};
+Status WriteFilesTogether(const std::vector<FileToWrite>& files);
 // PATH.tilec-tmp.PID: only SIGKILL can leave one behind.
 std::string TempPathFor(const std::string& path);
 
@@ -75,6 +85,7 @@ class PendingFile {
 
  private:
   int fd_ = -1;
+  int slot_ = 0;  // of the signal handler's list of pending temporaries
   std::string path_;
   std::string temp_;
   std::optional<mode_t> keep_mode_;

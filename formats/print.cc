@@ -26,17 +26,31 @@ std::string SnakeCase(const char* name) {
   return out;
 }
 
-std::string Quoted(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
+// A name from an input file (an ONNX node, a target) as one line's word:
+// a backslash doubled, '\n' as \n, any other ASCII control byte (an escape
+// sequence, '\r') as \xNN, so no name can end or repaint a line. UTF-8
+// passes as it is.
+std::string Escaped(const std::string& text, bool quote = false) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\\' || (quote && c == '"')) {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
       out += "\\n";
-      continue;
+    } else if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
     }
-    out += c;
   }
-  return out + "\"";
+  return out;
+}
+
+std::string Quoted(const std::string& text) {
+  return "\"" + Escaped(text, /*quote=*/true) + "\"";
 }
 
 std::string IdList(const std::vector<uint32_t>& ids, const char* prefix) {
@@ -419,7 +433,7 @@ std::string DecisionText(const fb::DecisionT& d) {
 }
 
 std::string ModelText(const fb::ModelT& md) {
-  return md.preset + " part=" + md.part +
+  return Escaped(md.preset) + " part=" + Escaped(md.part) +
          " layers=" + std::to_string(md.layers) +
          " batch=" + std::to_string(md.batch) +
          " tokens=" + std::to_string(md.tokens) +
@@ -445,7 +459,7 @@ std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
   if (m.model) out += "model: " + ModelText(*m.model) + "\n";
   if (m.target) {
     const fb::TargetT& t = *m.target;
-    out += "target: " + t.name + " tiles=" + std::to_string(t.tiles) +
+    out += "target: " + Escaped(t.name) + " tiles=" + std::to_string(t.tiles) +
            " clock_hz=" + NumberText(t.clock_hz) + " tensor_bytes=" +
            std::to_string(MaxTileTensorBytes(t)) + "\n";
   }
@@ -453,7 +467,7 @@ std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
   std::map<uint32_t, const fb::ValueT*> values;
   for (const auto& v : m.values) {
     values[v->id] = v.get();
-    out += "  %" + std::to_string(v->id) + " " + v->name + ": " +
+    out += "  %" + std::to_string(v->id) + " " + Escaped(v->name) + ": " +
            KindOf(v->role) + " " + DTypeText(v->dtype, v->fp8_scale_exp) +
            ShapeText(v->shape) + InitText(*v);
     if (v->fp8_quantized) out += Fp8Text(*v);
@@ -463,7 +477,7 @@ std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
   out += "ops:\n";
   for (const auto& op : m.ops) {
     out += "  (" + std::to_string(op->id) + ") " + OpKindText(op->kind) + " " +
-           op->name + ": " + IdList(op->results, "%") + " = " +
+           Escaped(op->name) + ": " + IdList(op->results, "%") + " = " +
            IdList(op->operands, "%");
     for (uint32_t id : op->results) {
       auto it = values.find(id);

@@ -111,6 +111,8 @@ Status LoadInputs(const fb::ModuleT& module, const std::string& dir,
                               DescribeValue(*value) + " " + TypeText(*value) +
                               " has no file");
     }
+    // A FIFO or device would block the read forever, or never end.
+    TILEC_RETURN_IF_ERROR(ir::RequireRegularFile(path));
     std::string bytes;
     TILEC_RETURN_IF_ERROR(ir::ReadFile(path, &bytes));
     NpyArray array;

@@ -737,6 +737,7 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   if (options.atol >= 0) report.tolerance.atol = options.atol;
   if (options.rtol >= 0) report.tolerance.rtol = options.rtol;
   if (options.min_cosine >= 0) report.tolerance.min_cosine = options.min_cosine;
+  report.tolerance.allow_nonfinite = options.allow_nonfinite;
   if (options.min_unquantized_cosine >= 0) {
     report.floors.output = options.min_unquantized_cosine;
   }

@@ -32,6 +32,8 @@ struct SimulateDeviceOptions {
   double atol = -1;
   double rtol = -1;
   double min_cosine = -1;
+  // Non-finite outputs equal to the reference's pass (sim::Tolerance).
+  bool allow_nonfinite = false;
   // Floors against the unquantized graph; negative: UnquantizedFloors'.
   double min_unquantized_cosine = -1;
   double min_branch_cosine = -1;

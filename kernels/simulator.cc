@@ -1976,13 +1976,17 @@ Comparison CompareTensors(std::span<const float> sim,
   const double floor = std::max(kRelativeFloor * scale, 1e-30);
   double dot = 0, ss = 0, rr = 0;
   bool worst_nonfinite = false;
+  int64_t disagreeing_nonfinite = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     const double s = sim[i], r = ref[i];
     if (!std::isfinite(s) || !std::isfinite(r)) {
       // Identical non-finite values (the same infinity, or NaN for NaN)
-      // agree; anything else is a mismatch that no tolerance excuses.
-      if ((std::isnan(s) && std::isnan(r)) || s == r) continue;
+      // agree but still fail (below) unless tol.allow_nonfinite: an output
+      // that is not a number is no pass because the reference holds the
+      // same. Anything else is a mismatch that no tolerance excuses.
       ++c.nonfinite;
+      if ((std::isnan(s) && std::isnan(r)) || s == r) continue;
+      ++disagreeing_nonfinite;
       ++c.mismatches;
       if (!worst_nonfinite) {
         worst_nonfinite = true;
@@ -2009,7 +2013,9 @@ Comparison CompareTensors(std::span<const float> sim,
     c.max_abs_err = INFINITY;
     c.max_rel_err = INFINITY;
   }
-  if (c.nonfinite == c.elements && c.elements > 0) {
+  const int64_t failing_nonfinite =
+      tol.allow_nonfinite ? disagreeing_nonfinite : c.nonfinite;
+  if (failing_nonfinite == c.elements && c.elements > 0) {
     c.cosine = 0;  // nothing finite on both sides agrees
   } else if (ss == 0 && rr == 0) {
     c.cosine = 1;
@@ -2018,7 +2024,8 @@ Comparison CompareTensors(std::span<const float> sim,
   } else {
     c.cosine = dot / (std::sqrt(ss) * std::sqrt(rr));
   }
-  c.pass = c.mismatches == 0 && c.cosine >= tol.min_cosine;
+  c.pass = c.mismatches == 0 && (c.nonfinite == 0 || tol.allow_nonfinite) &&
+           c.cosine >= tol.min_cosine;
   return c;
 }
 

@@ -207,6 +207,9 @@ struct Tolerance {
   double atol = 0;        // relative to the output's scale (max |ref|)
   double rtol = 0;        // of each element's |ref|
   double min_cosine = 0;  // cosine similarity of the whole output
+  // Non-finite elements equal to the reference's pass (tests whose expected
+  // outputs are non-finite, e.g. ONNX casts of NaN); else they never do.
+  bool allow_nonfinite = false;
 };
 
 // The defaults: tight when every value is F16/F32/BF16, looser when the
@@ -225,7 +228,7 @@ struct Comparison {
   // none is finite on both.
   double cosine = 1;
   int64_t mismatches = 0;  // elements with err > atol*scale + rtol*|ref|
-  int64_t nonfinite = 0;   // NaN/inf in sim where ref differs, or v.v.
+  int64_t nonfinite = 0;   // NaN/inf in sim or ref (see allow_nonfinite)
   int64_t worst_index = -1;  // element with the largest |sim - ref|
   float worst_sim = 0;
   float worst_ref = 0;

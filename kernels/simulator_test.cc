@@ -1037,6 +1037,17 @@ TEST(CompareTest, MetricsAndTolerances) {
   EXPECT_EQ(all_inf.nonfinite, 4);
   EXPECT_EQ(all_inf.mismatches, 4);
   EXPECT_EQ(all_inf.cosine, 0);
+
+  // Issue 28: NaN on both sides (inputs that held NaN) is no pass either.
+  std::vector<float> nans(4, NAN);
+  Comparison both_nan = CompareTensors(nans, nans, tol);
+  EXPECT_FALSE(both_nan.pass);
+  EXPECT_EQ(both_nan.nonfinite, 4);
+  EXPECT_EQ(both_nan.cosine, 0);
+  Tolerance allowing = tol;
+  allowing.allow_nonfinite = true;
+  EXPECT_TRUE(CompareTensors(nans, nans, allowing).pass);
+  EXPECT_FALSE(CompareTensors(inf, ref, allowing).pass);
 }
 
 TEST(CompareTest, DefaultsAreLooserWithFp8) {

@@ -79,7 +79,10 @@ if [ -z "$bin" ]; then
   bin=$here/bazel-bin/tools
 fi
 [ -n "$out" ] || out=$(mktemp -d "${TMPDIR:-/tmp}/bisect.XXXXXX")
-mkdir -p "$out"
+# Paths starting with '-' would reach mkdir and the tools as options.
+case $out in -*) out=./$out ;; esac
+case $input in -*) input=./$input ;; esac
+mkdir -p -- "$out"
 if [ "$pipeline" = 1 ]; then
   if [ -n "$passes_list" ]; then
     IFS=, read -r -a passes <<<"$passes_list"

@@ -15,12 +15,16 @@
 # Tools come from bazel-bin (built here). Prints the last stage's path on
 # stdout. scripts/pipeline.mk does the same with make, re-running only the
 # stages after the one whose flags changed.
+# A relative OUT_DIR is taken in the caller's directory. Two runs into one
+# OUT_DIR at once are refused (a lock); temporaries a killed run left there
+# are removed.
 set -euo pipefail
+caller=$PWD
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/pipeline.sh
 . scripts/lib/pipeline.sh
 [ $# -ge 1 ] || { echo "usage: scripts/compile.sh OUT_DIR [import-model flags...]" >&2; exit 2; }
-out=$1
+out=$(tilec_out_dir compile.sh "$caller" "$1")
 shift
 # --f16 (anywhere among the flags): the F16 pipeline, quantize-fp8
 # --fp8=false (docs/quantize.md); FP8 is the default.
@@ -34,7 +38,7 @@ for flag in "$@"; do
   fi
 done
 set -- "${model_flags[@]+"${model_flags[@]}"}"
-mkdir -p "$out"
+tilec_lock_out compile.sh "$out"
 bazel build --noshow_progress --ui_event_filters=-info //tools/... >&2
 bin=bazel-bin/tools
 tilec_tool "$bin" import-model --target="${TARGET:-ipu21}" "$@" -o "$out/0-import.tilec"

@@ -9,16 +9,20 @@
 #
 # TARGET: ir (IR reader + verifier), device_program (the device-program
 # verifier), recipe (--recipe and --explain parsers), checkpoint (the
-# --resume reader). Seeds come from testdata/ and small modules made by the
-# tools; inputs that add coverage stay in $FUZZ_DIR/corpus/TARGET, crashes
-# go to $FUZZ_DIR/crashes/TARGET (FUZZ_DIR: /tmp/tilec-fuzz). Ends with
-# libFuzzer's last status line (executions, cov:, ft:).
+# --resume reader), onnx (import-onnx, external data in a sandbox),
+# safetensors (--weights), npy (.npy files and --inputs / --calibration
+# directories), policy (--policy), target (target JSON), simulation
+# (inspect-program --simulation). Seeds come from testdata/ and small
+# modules made by the tools; inputs that add coverage stay in
+# $FUZZ_DIR/corpus/TARGET, crashes go to $FUZZ_DIR/crashes/TARGET
+# (FUZZ_DIR: /tmp/tilec-fuzz). Ends with libFuzzer's last status line
+# (executions, cov:, ft:).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 . scripts/lib/fuzz.sh
 if [ "${1:-}" = --list ]; then echo "$FUZZ_TARGETS"; exit 0; fi
-[ $# -eq 2 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
+[ $# -eq 2 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
 target=$1 budget=$2
 case " $FUZZ_TARGETS " in
   *" $target "*) ;;
@@ -29,13 +33,15 @@ command -v "$FUZZ_CXX" >/dev/null || {
   exit 2
 }
 FUZZ_DIR=${FUZZ_DIR:-/tmp/tilec-fuzz}
-tools=(import-model plan-ownership expand-reduce emit-device)
+tools=(import-model plan-ownership expand-reduce emit-device simulate-device)
 bazel build --noshow_progress "//tools/fuzz:${target}_sources" \
-  //formats:tilec_fbs_gen //formats:embedded_gen "${tools[@]/#/\/\/tools\/}" >&2
+  //formats:tilec_fbs_gen //formats:embedded_gen "${tools[@]/#/\/\/tools\/}" \
+  //testdata/untrusted:make_hostile >&2
 gen=$(bazel info bazel-bin 2>/dev/null)
 bindir=$FUZZ_DIR/tools
 mkdir -p "$bindir"
 for t in "${tools[@]}"; do ln -sf "$gen/tools/$t/$t" "$bindir/$t"; done
+ln -sf "$gen/testdata/untrusted/make_hostile" "$bindir/make_hostile"
 fuzz_build "$target" "$root" "$gen" "$gen/tools/fuzz/${target}_sources" \
   "$FUZZ_DIR/obj" "$FUZZ_DIR/bin/${target}_fuzz"
 rm -rf "$FUZZ_DIR/$target/seeds"

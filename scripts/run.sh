@@ -15,12 +15,22 @@
 # Every stage's file stays in OUT_DIR (default out/siglip-mlp), with the
 # simulator's report in simulate.txt (simulate.json) and the report page in
 # report.html. Exit status: compile.sh's, or
-# simulate-device's (3 when an output is outside tolerance).
+# simulate-device's (3 when an output is outside tolerance). A relative
+# OUT_DIR is taken in the caller's directory (the default in the
+# repository's); the OUT_DIR is locked for the whole run (compile.sh).
 set -euo pipefail
+caller=$PWD
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/pipeline.sh
+. scripts/lib/pipeline.sh
+if [ $# -gt 0 ]; then
+  out=$(tilec_out_dir run.sh "$caller" "$1")
+  shift
+else
+  out=$PWD/out/siglip-mlp
+fi
+tilec_lock_out run.sh "$out"
 scripts/install-deps.sh
-out=${1:-out/siglip-mlp}
-[ $# -gt 0 ] && shift
 # shellcheck disable=SC2206
 sim_flags=(${SIMULATE_DEVICE_FLAGS:-})
 for flag in "$@"; do

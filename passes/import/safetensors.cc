@@ -15,8 +15,36 @@
 namespace tilec::passes {
 namespace {
 
-// The safetensors format caps its header at 100 MB.
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// The format allows 100 MB, but a JSON tree costs about 72 times its text
+// (7 GB for 100 MB); real checkpoints' headers are well under 1 MB.
+constexpr uint64_t kMaxHeaderBytes = 8'000'000;
+// A header nests 3 deep ({name: {shape: [...]}}); anything far deeper is
+// no checkpoint, and nesting is what makes the JSON tree expensive.
+constexpr int kMaxHeaderDepth = 32;
+
+// The deepest nesting of [ and { in `json`, outside strings.
+int JsonDepth(const std::string& json) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : json) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 int DTypeBytes(const std::string& dtype) {
   if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
@@ -55,11 +83,13 @@ Status ParseEntry(const std::string& name, const nlohmann::json& j,
                               ": shape has a dimension that is not a "
                               "small non-negative integer");
     }
-    e->shape.push_back(d.get<int64_t>());
-    elements *= d.get<uint64_t>();
-    if (elements > (uint64_t{1} << 48)) {
+    const uint64_t extent = d.get<uint64_t>();
+    e->shape.push_back(static_cast<int64_t>(extent));
+    // Checked before multiplying: [2^40, 2^24] must not wrap to 0.
+    if (extent != 0 && elements > (uint64_t{1} << 48) / extent) {
       return Status::BadInput(what + ": more than 2^48 elements");
     }
+    elements *= extent;
   }
   const auto& offsets = j["data_offsets"];
   if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
@@ -109,11 +139,18 @@ Status SafetensorsFile::Open(const std::string& path, SafetensorsFile* file) {
                             "header length " +
                             std::to_string(header_bytes) +
                             " exceeds the file (" + std::to_string(size) +
-                            " bytes) or 100 MB");
+                            " bytes) or " +
+                            std::to_string(kMaxHeaderBytes) +
+                            " bytes, the most a header may have");
   }
   std::string header(header_bytes, '\0');
   if (!in.read(header.data(), static_cast<std::streamsize>(header_bytes))) {
     return Status::BadInput(f.name_ + ": cannot read the header");
+  }
+  if (JsonDepth(header) > kMaxHeaderDepth) {
+    return Status::BadInput(f.name_ + ": the safetensors header nests more "
+                            "than " + std::to_string(kMaxHeaderDepth) +
+                            " deep");
   }
   nlohmann::json j = nlohmann::json::parse(header, nullptr,
                                            /*allow_exceptions=*/false);
@@ -130,9 +167,12 @@ Status SafetensorsFile::Open(const std::string& path, SafetensorsFile* file) {
     TILEC_RETURN_IF_ERROR(ParseEntry(name, value, data_bytes, f.name_, &e));
     f.entries_.emplace(name, std::move(e));
   }
-  // Ranges must not overlap: a header that reuses bytes lies about them.
+  // Ranges must not overlap: a header that reuses bytes lies about them. An
+  // empty tensor holds no bytes (writers put it at any boundary).
   std::vector<std::pair<const std::string*, const SafetensorsEntry*>> by_begin;
-  for (const auto& [name, e] : f.entries_) by_begin.emplace_back(&name, &e);
+  for (const auto& [name, e] : f.entries_) {
+    if (e.end > e.begin) by_begin.emplace_back(&name, &e);
+  }
   std::sort(by_begin.begin(), by_begin.end(), [](const auto& a, const auto& b) {
     return a.second->begin < b.second->begin;
   });

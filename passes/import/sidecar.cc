@@ -55,14 +55,23 @@ Status ResolveSidecarPaths(const std::string& ir_path, const std::string& flag,
   return Status::Ok();
 }
 
-Status WriteSidecar(const SidecarPaths& paths, const std::string& bytes) {
-  if (bytes.empty()) return Status::Ok();  // no Weight names a sidecar
-  if (paths.write.empty()) {
+Status WriteModuleAndSidecar(const fb::ModuleT& module,
+                             const std::string& producer,
+                             const std::string& ir_path,
+                             const SidecarPaths& paths,
+                             const std::string& bytes) {
+  if (!bytes.empty() && paths.write.empty()) {
     return Status::BadInput(
         "-o -: the weights need a file of their own, "
         "name it with --sidecar=PATH");
   }
-  return ir::WriteFileAtomically(paths.write, bytes);
+  std::string ir_bytes;
+  TILEC_RETURN_IF_ERROR(ir::SerializeModule(module, producer, &ir_bytes));
+  std::vector<ir::FileToWrite> files;
+  // The sidecar first: a device or FIFO output is written in that order.
+  if (!bytes.empty()) files.push_back({paths.write, &bytes});
+  files.push_back({ir_path, &ir_bytes});
+  return ir::WriteFilesTogether(files);
 }
 
 }  // namespace tilec::passes

@@ -53,10 +53,16 @@ struct SidecarPaths {
 Status ResolveSidecarPaths(const std::string& ir_path, const std::string& flag,
                            SidecarPaths* paths);
 
-// Writes `bytes` to paths.write atomically; nothing when there are no
-// bytes (no Weight names the file); BadInput asking for --sidecar when
-// there are bytes but no path.
-Status WriteSidecar(const SidecarPaths& paths, const std::string& bytes);
+// Writes the importer's two outputs together (ir::WriteFilesTogether): the
+// IR is verified first, then the IR and `bytes` (the sidecar, when it has
+// any: no Weight names the file otherwise) are renamed into place only when
+// both are complete, so a failure leaves an earlier pair untouched. BadInput
+// asking for --sidecar when there are bytes but no path.
+Status WriteModuleAndSidecar(const fb::ModuleT& module,
+                             const std::string& producer,
+                             const std::string& ir_path,
+                             const SidecarPaths& paths,
+                             const std::string& bytes);
 
 }  // namespace tilec::passes
 

@@ -10,6 +10,8 @@
 #include <optional>
 #include <set>
 
+#include "formats/ir.h"
+#include "formats/large_stack.h"
 #include "formats/op_shapes.h"
 #include "passes/import/model_builder.h"
 #include "passes/import/sidecar.h"
@@ -74,6 +76,12 @@ struct HeadsMatch {
   double factor = 1.0;
 };
 
+// Emission recurses once per op along a chain (Value -> Emit -> Value of an
+// operand); the chain is bounded and the importer runs on a stack that holds
+// the bound with room to spare (frames are a few KiB, more with sanitizers).
+constexpr int kMaxEmitDepth = 20000;
+constexpr size_t kEmitStackBytes = size_t{1} << 30;
+
 // Polynomial in one tensor: degree -> coefficient.
 using Poly = std::map<int, double>;
 
@@ -83,13 +91,19 @@ class Importer {
       : g_(graph), options_(options), sidecar_(options.sidecar_path) {}
 
   Status Run(fb::ModuleT* module, std::string* sidecar) {
-    // Weights are the initializers, transformed but never larger (F32).
+    // Weights are the initializers, transformed but never larger (F32, at
+    // most 4 bytes for each byte of data). Counted from the data the model
+    // holds, not its dims, which a model may declare huge without any data;
+    // external data is not counted (the sidecar grows as it is read).
     size_t initializer_bytes = 0;
     for (const auto& init : g_.proto().initializer()) {
-      size_t count = 1;
-      for (int64_t d : init.dims())
-        count *= static_cast<size_t>(std::max<int64_t>(d, 0));
-      initializer_bytes += count * sizeof(float);
+      if (init.data_location() == TensorProto::EXTERNAL) continue;
+      const size_t held =
+          init.raw_data().size() +
+          sizeof(float) * (init.float_data_size() + init.int32_data_size() +
+                           init.int64_data_size() + init.double_data_size() +
+                           init.uint64_data_size());
+      initializer_bytes += held * sizeof(float);
     }
     sidecar_.Reserve(initializer_bytes);
     std::vector<std::string> outputs = options_.outputs;
@@ -174,6 +188,32 @@ class Importer {
     }
     return Status::Infeasible(g_.model_name() + ": " + what + " '" + tensor +
                               "' has no known shape");
+  }
+
+  // tilec values have at least one element along every dimension and at
+  // most ir::kMaxValueElements: a tensor beyond that is a valid model tilec
+  // cannot hold (exit 3), named here, before the IR verifier would call the
+  // value tilec built from it invalid.
+  Status CheckExtents(const std::string& tensor, const Shape& shape,
+                      const NodeProto* node) const {
+    std::string why;
+    int64_t elements = 1;
+    for (int64_t d : shape) {
+      if (d < 1) {
+        why = "tilec values have at least one element along every dimension";
+        break;
+      }
+      if (elements > ir::kMaxValueElements / d) {
+        why = "more than " + std::to_string(ir::kMaxValueElements) +
+              " elements, the most a tilec value holds";
+        break;
+      }
+      elements *= d;
+    }
+    if (why.empty()) return Status::Ok();
+    why = "'" + tensor + "' is " + ir::ShapeToString(shape) + ": " + why;
+    if (node != nullptr) return Unsupported(*node, why);
+    return Status::Infeasible(g_.model_name() + ": graph input " + why);
   }
 
   // ------------------------------------------------------------ dtypes
@@ -383,52 +423,75 @@ class Importer {
   // The tilec value holding tensor `t` as `want` (a shape with t's element
   // count): views pass through, graph inputs and constants take that shape,
   // everything else is emitted once by the patterns below.
-  Status Value(const std::string& t, const Shape& want, uint32_t* id,
+  Status Value(const std::string& tensor, const Shape& want, uint32_t* id,
                bool exact = true) {
-    const OnnxTensorInfo* info = g_.Find(t);
-    if (info == nullptr) {
-      return Status::BadInput(g_.model_name() + ": tensor '" + t +
-                              "' is not defined");
-    }
-    if (!info->shape_known) return Unknown(t, "tensor");
-    if (Elements(info->shape) != Elements(want)) {
-      return Status::Internal("'" + t + "' " + ir::ShapeToString(info->shape) +
-                              " viewed as " + ir::ShapeToString(want));
-    }
-    if (auto it = memo_.find(t); it != memo_.end()) {
-      *id = it->second;
+    // Views and casts to the same dtype pass through in this loop, not by
+    // recursion: a chain of 100,000 Identity nodes is one level deep.
+    for (std::string t = tensor;;) {
+      const OnnxTensorInfo* info = g_.Find(t);
+      if (info == nullptr) {
+        return Status::BadInput(g_.model_name() + ": tensor '" + t +
+                                "' is not defined");
+      }
+      if (!info->shape_known) return Unknown(t, "tensor");
+      if (Elements(info->shape) != Elements(want)) {
+        return Status::Internal("'" + t + "' " +
+                                ir::ShapeToString(info->shape) +
+                                " viewed as " + ir::ShapeToString(want));
+      }
+      if (auto it = memo_.find(t); it != memo_.end()) {
+        *id = it->second;
+        return exact ? CheckView(t, *id, want) : Status::Ok();
+      }
+      if (info->graph_input) {
+        TILEC_RETURN_IF_ERROR(CheckExtents(t, info->shape, nullptr));
+        fb::DType dtype;
+        TILEC_RETURN_IF_ERROR(MapType(info->elem_type, t, &dtype));
+        *id = NewValue(t, want, dtype, fb::ValueRole::Input);
+        auto init = std::make_unique<fb::WeightInitT>();
+        init->distribution = fb::Distribution::Gaussian;
+        init->seed = DeriveSeed(options_.input_seed, *id);
+        init->mean = 0.0f;
+        init->stddev = 1.0f;
+        values_[*id]->init = std::move(init);
+        memo_[t] = *id;
+        return Status::Ok();
+      }
+      if (IsConstant(t)) return ConstantWeight(t, want, id);
+      const NodeProto& node = g_.node(info->producer);
+      if (node.domain() != "" && node.domain() != "ai.onnx") {
+        return Unsupported(node, "custom domains are not imported");
+      }
+      if (IsView(node.op_type()) && node.output(0) == t) {
+        t = node.input(0);
+        continue;
+      }
+      if (IsFloatCast(node)) {
+        fb::DType from, to;
+        TILEC_RETURN_IF_ERROR(TypeOf(node.input(0), &from));
+        TILEC_RETURN_IF_ERROR(TypeOf(t, &to));
+        if (from == to) {
+          t = node.input(0);
+          continue;
+        }
+      }
+      // Emitting a node asks for its operands' values: the one recursion
+      // left, bounded so that a long chain of ops is a clear refusal, not
+      // a stack overflow (ImportOnnx runs on a stack sized for the bound).
+      if (depth_ >= kMaxEmitDepth) {
+        return Unsupported(node, "an output is reached from it through a "
+                                 "chain of more than " +
+                                     std::to_string(kMaxEmitDepth) +
+                                     " ops; import-onnx reads chains up to "
+                                     "that length");
+      }
+      ++depth_;
+      Status emitted = Emit(node, t, want, id);
+      --depth_;
+      TILEC_RETURN_IF_ERROR(emitted);
+      memo_[t] = *id;
       return exact ? CheckView(t, *id, want) : Status::Ok();
     }
-    if (info->graph_input) {
-      fb::DType dtype;
-      TILEC_RETURN_IF_ERROR(MapType(info->elem_type, t, &dtype));
-      *id = NewValue(t, want, dtype, fb::ValueRole::Input);
-      auto init = std::make_unique<fb::WeightInitT>();
-      init->distribution = fb::Distribution::Gaussian;
-      init->seed = DeriveSeed(options_.input_seed, *id);
-      init->mean = 0.0f;
-      init->stddev = 1.0f;
-      values_[*id]->init = std::move(init);
-      memo_[t] = *id;
-      return Status::Ok();
-    }
-    if (IsConstant(t)) return ConstantWeight(t, want, id);
-    const NodeProto& node = g_.node(info->producer);
-    if (node.domain() != "" && node.domain() != "ai.onnx") {
-      return Unsupported(node, "custom domains are not imported");
-    }
-    if (IsView(node.op_type()) && node.output(0) == t) {
-      return Value(node.input(0), want, id, exact);
-    }
-    if (IsFloatCast(node)) {
-      fb::DType from, to;
-      TILEC_RETURN_IF_ERROR(TypeOf(node.input(0), &from));
-      TILEC_RETURN_IF_ERROR(TypeOf(t, &to));
-      if (from == to) return Value(node.input(0), want, id, exact);
-    }
-    TILEC_RETURN_IF_ERROR(Emit(node, t, want, id));
-    memo_[t] = *id;
-    return exact ? CheckView(t, *id, want) : Status::Ok();
   }
 
   Status CheckView(const std::string& t, uint32_t id, const Shape& want) {
@@ -1398,6 +1461,14 @@ class Importer {
                     "batched product only inside the attention pattern)");
     }
     const int64_t k = bs->at(0), n = bs->at(1);
+    if (as->back() != k) {
+      return Status::BadInput(g_.model_name() + ": " + Label(node) +
+                              ": inner dimensions differ: " +
+                              ir::ShapeToString(*as) + " times " +
+                              ir::ShapeToString(*bs));
+    }
+    TILEC_RETURN_IF_ERROR(CheckExtents(node.input(0), *as, &node));
+    TILEC_RETURN_IF_ERROR(CheckExtents(node.input(1), *bs, &node));
     const int64_t rows = Elements(*as) / k;
     fb::DType dtype;
     TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
@@ -1415,9 +1486,19 @@ class Importer {
     const bool tb = IntAttribute(node, "transB", 0) != 0;
     const double alpha = FloatAttribute(node, "alpha", 1.0f);
     const double beta = FloatAttribute(node, "beta", 1.0f);
-    const Shape& out = *ShapeOf(t);
+    // Gemm's inputs are matrices; shape inference knows the output only
+    // when it knows them, but a declared output (value_info) need not.
+    const Shape* as_known = ShapeOf(node.input(0));
+    const Shape* out_known = ShapeOf(t);
+    if (as_known == nullptr) return Unknown(node.input(0), "Gemm input");
+    if (as_known->size() != 2 || out_known == nullptr ||
+        out_known->size() != 2) {
+      return Unsupported(node, "a Gemm of " + ir::ShapeToString(*as_known) +
+                                   ": tilec multiplies matrices");
+    }
+    const Shape& out = *out_known;
     const int64_t m = out[0], n = out[1];
-    const Shape& as = *ShapeOf(node.input(0));
+    const Shape& as = *as_known;
     const int64_t k = ta ? as[0] : as[1];
     fb::DType dtype;
     TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
@@ -1874,6 +1955,7 @@ class Importer {
   }
 
   const OnnxGraph& g_;
+  int depth_ = 0;  // nested Emit calls (Value)
   const OnnxImportOptions& options_;
   std::vector<std::unique_ptr<fb::ValueT>> values_;
   std::vector<std::unique_ptr<fb::OperationT>> ops_;
@@ -1926,7 +2008,9 @@ Status ImportOnnx(const ::onnx::ModelProto& model,
       OnnxGraph::Build(model, options.model_name, options.model_dir, &graph));
   fb::ModuleT result;
   std::string bytes;
-  TILEC_RETURN_IF_ERROR(Importer(*graph, options).Run(&result, &bytes));
+  TILEC_RETURN_IF_ERROR(RunWithStack(kEmitStackBytes, [&] {
+    return Importer(*graph, options).Run(&result, &bytes);
+  }));
   module->values = std::move(result.values);
   module->ops = std::move(result.ops);
   module->model = std::move(result.model);

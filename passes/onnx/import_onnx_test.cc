@@ -543,6 +543,86 @@ TEST(ImportOnnx, UndefinedTensorIsBadInput) {
   EXPECT_THAT(s.message(), HasSubstr("reads 'nowhere'"));
 }
 
+// Issue 28: a model that breaks an operator's rules is bad input (exit 2)
+// naming the node; a valid one tilec cannot hold is infeasible (exit 3).
+TEST(ImportOnnx, InvalidModelsAreBadInputNamingTheNode) {
+  struct Case {
+    std::function<void(ModelBuilder*)> build;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](ModelBuilder* b) {
+         b->Input("x", {2, 4});
+         b->Constant("w", {5, 3}, std::vector<float>(15, 0.5f));
+         b->Node("MatMul", {"x", "w"}, "y");
+         b->Output("y", {2, 3});
+       },
+       "node 'y_node' (MatMul, opset 17): inner dimensions differ"},
+      {[](ModelBuilder* b) {
+         b->Input("x", {3, 4});
+         b->Ints("i", {}, {1});
+         auto* g = b->Node("Gather", {"x", "i"}, "g");
+         auto* a = g->add_attribute();
+         a->set_name("axis");
+         a->set_type(::onnx::AttributeProto::INT);
+         a->set_i(5);
+         b->Node("Add", {"g", "g"}, "y");
+         b->Output("y", {4});
+       },
+       "axis 5 is out of range for rank 2"},
+      {[](ModelBuilder* b) {
+         b->Input("x", {2, -4});
+         b->Node("Add", {"x", "x"}, "y");
+         b->Output("y", {2, 4});
+       },
+       "tensor 'x' is declared with a negative dimension -4"},
+      {[](ModelBuilder* b) {
+         b->Input("x", {2, 4});
+         b->Ints("s", {}, {0});
+         b->Ints("l", {}, {4});
+         b->Ints("d", {}, {0});
+         b->Node("Range", {"s", "l", "d"}, "r");
+         b->Node("Reshape", {"x", "r"}, "y");
+         b->Output("y", {2, 4});
+       },
+       "Range with a step (delta) of 0"},
+  };
+  for (const Case& c : cases) {
+    ModelBuilder b;
+    c.build(&b);
+    fb::ModuleT module;
+    const Status s = Import(b.model(), &module);
+    EXPECT_EQ(s.code(), StatusCode::kBadInput) << s.message();
+    EXPECT_THAT(s.message(), HasSubstr(c.message));
+  }
+}
+
+TEST(ImportOnnx, EmptyOrHugeInputsAndLongChainsAreInfeasible) {
+  ModelBuilder zero;
+  zero.Input("x", {0, 4});
+  zero.Node("Add", {"x", "x"}, "y");
+  zero.Output("y", {0, 4});
+  fb::ModuleT module;
+  Status s = Import(zero.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+  EXPECT_THAT(s.message(), HasSubstr("graph input 'x' is [0,4]"));
+
+  // A MatMul then 20,001 Adds: emission would recurse once per Add.
+  ModelBuilder chain;
+  chain.Input("x", {2, 2});
+  chain.Constant("w", {2, 2}, {1, 2, 3, 4});
+  chain.Constant("b", {2}, {1, 2});
+  chain.Node("MatMul", {"x", "w"}, "t0");
+  for (int i = 1; i <= 20001; ++i) {
+    chain.Node("Add", {"t" + std::to_string(i - 1), "b"},
+               "t" + std::to_string(i));
+  }
+  chain.Output("t20001", {2, 2});
+  s = Import(chain.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+  EXPECT_THAT(s.message(), HasSubstr("chain of more than 20000 ops"));
+}
+
 TEST(ImportOnnx, MalformedBytesAreBadInput) {
   ::onnx::ModelProto model;
   const Status s = ParseOnnxModel("\x0a\xff\xff\xff", "x.onnx", &model);

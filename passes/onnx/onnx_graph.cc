@@ -6,6 +6,7 @@
 #include <numeric>
 #include <optional>
 
+#include "formats/op_shapes.h"
 #include "kernels/numerics.h"
 #include "passes/onnx/import_onnx.h"
 
@@ -143,21 +144,59 @@ struct NodeResult {
 
 class NodeVisitor {
  public:
-  NodeVisitor(const OnnxGraph& graph, const NodeProto& node)
-      : graph_(graph), node_(node), op_(node.op_type()) {}
+  NodeVisitor(const OnnxGraph& graph, const NodeProto& node, int index)
+      : graph_(graph), node_(node), index_(index), op_(node.op_type()) {}
 
-  // Fills out the outputs' infos; unknown shapes stay unknown.
-  void Run(std::vector<OnnxTensorInfo>* outputs) {
+  // Fills out the outputs' infos; unknown shapes stay unknown. BadInput
+  // when the node breaks its operator's rules (Invalid).
+  Status Run(std::vector<OnnxTensorInfo>* outputs) {
     outputs_ = outputs;
+    const int required = RequiredInputs();
+    for (int i = 0; i < required; ++i) {
+      if (In(i) == nullptr) {
+        return Status::BadInput(graph_.model_name() + ": " +
+                                graph_.NodeLabel(index_) + ": needs " +
+                                std::to_string(required) + " inputs");
+      }
+    }
     for (const OnnxTensorInfo* in : Inputs()) {
       if (in != nullptr && in->shape_known) continue;
       if (in == nullptr) continue;    // omitted optional input
-      if (op_ != "Constant") return;  // shape unknown downstream
+      if (op_ != "Constant") return Status::Ok();  // unknown downstream
     }
     Infer();
+    return invalid_;
   }
 
  private:
+  // The node breaks a rule of its operator's ONNX spec (an axis or index
+  // out of range, a zero step, operands that do not fit): the model is
+  // invalid, not merely beyond tilec. The first problem is reported.
+  void Invalid(const std::string& why) {
+    if (!invalid_.ok()) return;
+    invalid_ = Status::BadInput(graph_.model_name() + ": " +
+                                graph_.NodeLabel(index_) + ": " + why);
+  }
+  // The inputs Infer reads without checking (a MatMul of one input would
+  // read a missing second).
+  int RequiredInputs() const {
+    if (op_ == "Constant") return 0;
+    if (op_ == "Range" || op_ == "Where") return 3;
+    if (op_ == "MatMul" || op_ == "Gemm" || op_ == "Gather" ||
+        op_ == "Reshape" || op_ == "Expand" || op_ == "Conv" ||
+        (IsBinary(op_) && op_ != "Max" && op_ != "Min")) {  // variadic
+      return 2;
+    }
+    return 1;
+  }
+  // NormalizeAxis; an axis out of range is Invalid.
+  bool Axis(int64_t axis, int64_t rank, int64_t* out) {
+    if (NormalizeAxis(axis, rank, out)) return true;
+    Invalid("axis " + std::to_string(axis) + " is out of range for rank " +
+            std::to_string(rank));
+    return false;
+  }
+
   std::vector<const OnnxTensorInfo*> Inputs() const {
     std::vector<const OnnxTensorInfo*> in;
     for (const std::string& name : node_.input())
@@ -407,7 +446,11 @@ class NodeVisitor {
       std::vector<bool> drop(rank, axes.empty());
       for (int64_t a : axes) {
         int64_t n = 0;
-        if (!NormalizeAxis(a, rank, &n) || s[n] != 1) return;
+        if (!Axis(a, rank, &n)) return;
+        if (s[n] != 1) {
+          return Invalid("squeezes axis " + std::to_string(a) + " of extent " +
+                         std::to_string(s[n]) + ", not 1");
+        }
         drop[n] = true;
       }
       for (int64_t i = 0; i < rank; ++i) {
@@ -418,7 +461,8 @@ class NodeVisitor {
       std::vector<bool> inserted(rank, false);
       for (int64_t a : axes) {
         int64_t n = 0;
-        if (!NormalizeAxis(a, rank, &n) || inserted[n]) return;
+        if (!Axis(a, rank, &n)) return;
+        if (inserted[n]) return Invalid("axis " + std::to_string(a) + " twice");
         inserted[n] = true;
       }
       size_t next = 0;
@@ -466,7 +510,7 @@ class NodeVisitor {
     const OnnxTensorInfo* first = In(0);
     const int64_t rank = static_cast<int64_t>(first->shape.size());
     int64_t axis = 0;
-    if (!NormalizeAxis(IntAttribute(node_, "axis", 0), rank, &axis)) return;
+    if (!Axis(IntAttribute(node_, "axis", 0), rank, &axis)) return;
     Shape out = first->shape;
     out[axis] = 0;
     for (int i = 0; i < node_.input_size(); ++i) {
@@ -495,8 +539,8 @@ class NodeVisitor {
     const Shape& data = In(0)->shape;
     const OnnxTensorInfo* indices = In(1);
     int64_t axis = 0;
-    if (!NormalizeAxis(IntAttribute(node_, "axis", 0),
-                       static_cast<int64_t>(data.size()), &axis)) {
+    if (!Axis(IntAttribute(node_, "axis", 0),
+              static_cast<int64_t>(data.size()), &axis)) {
       return;
     }
     Shape out(data.begin(), data.begin() + axis);
@@ -515,7 +559,11 @@ class NodeVisitor {
       for (double i : idx->data) {
         int64_t k = static_cast<int64_t>(i);
         if (k < 0) k += data[axis];
-        if (k < 0 || k >= data[axis]) return SetShape(0, out, c.elem_type);
+        if (k < 0 || k >= data[axis]) {
+          return Invalid("index " + std::to_string(static_cast<int64_t>(i)) +
+                         " is out of range for axis " + std::to_string(axis) +
+                         " of extent " + std::to_string(data[axis]));
+        }
         const int64_t base = (o * data[axis] + k) * inner;
         c.data.insert(c.data.end(), d->data.begin() + base,
                       d->data.begin() + base + inner);
@@ -580,9 +628,10 @@ class NodeVisitor {
   void InferRange() {
     ConstPtr start = ConstIn(0), limit = ConstIn(1), delta = ConstIn(2);
     if (!start || !limit || !delta || !start->scalar() || !limit->scalar() ||
-        !delta->scalar() || delta->data[0] == 0) {
+        !delta->scalar()) {
       return;
     }
+    if (delta->data[0] == 0) return Invalid("Range with a step (delta) of 0");
     const double n =
         std::ceil((limit->data[0] - start->data[0]) / delta->data[0]);
     OnnxConstant c;
@@ -622,7 +671,15 @@ class NodeVisitor {
     const bool a_vector = a.size() == 1, b_vector = b.size() == 1;
     if (a_vector) a.insert(a.begin(), 1);
     if (b_vector) b.push_back(1);
-    if (a.back() != b[b.size() - 2]) return;
+    if (In(0)->elem_type != In(1)->elem_type) {
+      return Invalid("operands of different types, " +
+                     OnnxTypeName(In(0)->elem_type) + " and " +
+                     OnnxTypeName(In(1)->elem_type));
+    }
+    if (a.back() != b[b.size() - 2]) {
+      return Invalid("inner dimensions differ: " + ir::ShapeToString(In(0)->shape) +
+                     " times " + ir::ShapeToString(In(1)->shape));
+    }
     Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
     std::optional<Shape> batch = Broadcast({&a_batch, &b_batch});
     if (!batch) return;
@@ -635,17 +692,25 @@ class NodeVisitor {
   void InferGemm() {
     const Shape& a = In(0)->shape;
     const Shape& b = In(1)->shape;
-    if (a.size() != 2 || b.size() != 2) return;
+    if (a.size() != 2 || b.size() != 2) {
+      return Invalid("Gemm of " + ir::ShapeToString(a) + " and " +
+                     ir::ShapeToString(b) + ": its operands are matrices");
+    }
     const bool ta = IntAttribute(node_, "transA", 0) != 0;
     const bool tb = IntAttribute(node_, "transB", 0) != 0;
+    if ((ta ? a[0] : a[1]) != (tb ? b[1] : b[0])) {
+      return Invalid("inner dimensions differ: " + ir::ShapeToString(a) +
+                     (ta ? "^T" : "") + " times " + ir::ShapeToString(b) +
+                     (tb ? "^T" : ""));
+    }
     SetShape(0, {ta ? a[1] : a[0], tb ? b[0] : b[1]}, In(0)->elem_type);
   }
 
   void InferLayerNorm() {
     const Shape& x = In(0)->shape;
     int64_t axis = 0;
-    if (!NormalizeAxis(IntAttribute(node_, "axis", -1),
-                       static_cast<int64_t>(x.size()), &axis)) {
+    if (!Axis(IntAttribute(node_, "axis", -1), static_cast<int64_t>(x.size()),
+              &axis)) {
       return;
     }
     SetShape(0, x, In(0)->elem_type);
@@ -673,7 +738,7 @@ class NodeVisitor {
     }
     for (int64_t a : axes) {
       int64_t n = 0;
-      if (!NormalizeAxis(a, rank, &n)) return;
+      if (!Axis(a, rank, &n)) return;
       reduced[n] = true;
     }
     Shape out;
@@ -709,23 +774,34 @@ class NodeVisitor {
 
   const OnnxGraph& graph_;
   const NodeProto& node_;
+  const int index_;
   const std::string& op_;
   std::vector<OnnxTensorInfo>* outputs_ = nullptr;
+  Status invalid_;
 };
 
 // Declared types of graph inputs, outputs and value_info.
-void DeclaredType(const ::onnx::ValueInfoProto& vi, OnnxTensorInfo* info) {
-  if (!vi.type().has_tensor_type()) return;
+// A negative dimension is BadInput (ONNX has none; an unknown one is a
+// dim_param or no value).
+Status DeclaredType(const ::onnx::ValueInfoProto& vi,
+                    const std::string& model_name, OnnxTensorInfo* info) {
+  if (!vi.type().has_tensor_type()) return Status::Ok();
   const auto& tt = vi.type().tensor_type();
   info->elem_type = tt.elem_type();
-  if (!tt.has_shape()) return;
+  if (!tt.has_shape()) return Status::Ok();
   Shape shape;
   for (const auto& d : tt.shape().dim()) {
-    if (!d.has_dim_value() || d.dim_value() < 0) return;
+    if (d.has_dim_value() && d.dim_value() < 0) {
+      return Status::BadInput(model_name + ": tensor '" + vi.name() +
+                              "' is declared with a negative dimension " +
+                              std::to_string(d.dim_value()));
+    }
+    if (!d.has_dim_value()) return Status::Ok();
     shape.push_back(d.dim_value());
   }
   info->shape = std::move(shape);
   info->shape_known = true;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -841,6 +917,7 @@ Status OnnxGraph::Build(const ::onnx::ModelProto& model,
         " (re-export with opset_version in that range)");
   }
   const ::onnx::GraphProto& proto = model.graph();
+  for (const auto& vi : proto.value_info()) g->value_info_.emplace(vi.name(), &vi);
   for (const auto& init : proto.initializer()) {
     OnnxTensorInfo info;
     info.name = init.name();
@@ -867,7 +944,7 @@ Status OnnxGraph::Build(const ::onnx::ModelProto& model,
     OnnxTensorInfo info;
     info.name = input.name();
     info.graph_input = true;
-    DeclaredType(input, &info);
+    TILEC_RETURN_IF_ERROR(DeclaredType(input, model_name, &info));
     TILEC_RETURN_IF_ERROR(g->Define(std::move(info)));
   }
   for (int i = 0; i < proto.node_size(); ++i) {
@@ -880,7 +957,9 @@ Status OnnxGraph::Build(const ::onnx::ModelProto& model,
                               "' is defined by no node, input or initializer");
     }
     ++it->second.consumers;
-    if (!it->second.shape_known) DeclaredType(output, &it->second);
+    if (!it->second.shape_known) {
+      TILEC_RETURN_IF_ERROR(DeclaredType(output, model_name, &it->second));
+    }
   }
   *graph = std::move(g);
   return Status::Ok();
@@ -916,12 +995,15 @@ Status OnnxGraph::VisitNode(int index) {
   }
   const bool default_domain =
       node.domain().empty() || node.domain() == "ai.onnx";
-  if (default_domain) NodeVisitor(*this, node).Run(&outputs);
+  if (default_domain) {
+    TILEC_RETURN_IF_ERROR(NodeVisitor(*this, node, index).Run(&outputs));
+  }
   // value_info may declare what the visitor could not infer.
   for (OnnxTensorInfo& out : outputs) {
     if (out.shape_known) continue;
-    for (const auto& vi : model_.graph().value_info()) {
-      if (vi.name() == out.name) DeclaredType(vi, &out);
+    auto vi = value_info_.find(out.name);
+    if (vi != value_info_.end()) {
+      TILEC_RETURN_IF_ERROR(DeclaredType(*vi->second, model_name_, &out));
     }
   }
   for (OnnxTensorInfo& out : outputs) {

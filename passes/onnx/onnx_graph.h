@@ -90,6 +90,9 @@ class OnnxGraph {
   std::string model_dir_;
   int64_t opset_ = 0;
   std::map<std::string, OnnxTensorInfo> tensors_;
+  // value_info by name (a name declared twice keeps its first entry):
+  // looked up for every node output, where a scan made import quadratic.
+  std::map<std::string, const ::onnx::ValueInfoProto*> value_info_;
 };
 
 // An attribute of `node`, nullptr if absent.

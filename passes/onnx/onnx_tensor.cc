@@ -88,7 +88,6 @@ Status DecodeTyped(const TensorProto& t, const std::string& what, int64_t count,
   };
   const int32_t type = t.data_type();
   data->clear();
-  data->reserve(static_cast<size_t>(count));
   switch (type) {
     case TensorProto::FLOAT:
       if (t.float_data_size() != count) return size_error(t.float_data_size());

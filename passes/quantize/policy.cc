@@ -18,8 +18,11 @@ std::vector<std::string> Words(std::string_view text) {
   return words;
 }
 
-std::optional<long> ParseInt(std::string_view text) {
-  long v = 0;
+// A number of type T, all of `text`; nothing when it does not fit T (an
+// id of 4294967299 is no id, not %3).
+template <typename T>
+std::optional<T> ParseNumber(std::string_view text) {
+  T v = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size()) {
     return std::nullopt;
@@ -27,13 +30,21 @@ std::optional<long> ParseInt(std::string_view text) {
   return v;
 }
 
+// A name or word from the file as a message quotes it: at most 64 bytes.
+std::string Shown(std::string_view text) {
+  constexpr size_t kMax = 64;
+  if (text.size() <= kMax) return std::string(text);
+  return std::string(text.substr(0, kMax)) + "... (" +
+         std::to_string(text.size()) + " bytes)";
+}
+
 // The value a rule names: its name, or %ID.
 const fb::ValueT* FindValue(const fb::ModuleT& module, std::string_view ref) {
   if (ref.size() > 1 && ref[0] == '%') {
-    std::optional<long> id = ParseInt(ref.substr(1));
+    std::optional<uint32_t> id = ParseNumber<uint32_t>(ref.substr(1));
     if (!id) return nullptr;
     for (const auto& v : module.values) {
-      if (v->id == static_cast<uint32_t>(*id)) return v.get();
+      if (v->id == *id) return v.get();
     }
     return nullptr;
   }
@@ -61,7 +72,8 @@ class Parser {
     std::vector<std::string> rule = Words(text.substr(colon + 1));
     if (head[0] == "value") return Value(head[1], rule);
     if (head[0] == "op") return Op(head[1], rule);
-    return Error("unknown keyword '" + head[0] + "' (expected value or op)");
+    return Error("unknown keyword '" + Shown(head[0]) +
+                 "' (expected value or op)");
   }
 
   Policy Take() { return std::move(policy_); }
@@ -74,18 +86,27 @@ class Parser {
 
   Status Value(const std::string& ref, const std::vector<std::string>& rule) {
     const fb::ValueT* value = FindValue(module_, ref);
-    if (value == nullptr) return Error("no value '" + ref + "' in the module");
+    if (value == nullptr) {
+      return Error("no value '" + Shown(ref) + "' in the module");
+    }
     uint32_t body_weight = 0;
     if (ir::TwinOf(module_, value->id, &body_weight) != nullptr) {
       // A twin shares its body weight's dtype (docs/repeat.md).
-      return Error("value '" + ref +
+      return Error("value '" + Shown(ref) +
                    "' is a later iteration's copy of weight %" +
                    std::to_string(body_weight) +
                    " of a repeat: name that weight, whose rule rules every "
                    "iteration");
     }
+    if (!IsMatMulOperand(value->id)) {
+      // quantize-fp8 makes only GEMM operands FP8: the rule would be
+      // silently ignored.
+      return Error("value '" + Shown(ref) +
+                   "' is no MatMul operand; only MatMul operands are "
+                   "quantized, so the rule would do nothing");
+    }
     if (policy_.values.count(value->id)) {
-      return Error("value '" + ref + "' is already given on line " +
+      return Error("value '" + Shown(ref) + "' is already given on line " +
                    std::to_string(policy_.values[value->id].line));
     }
     if (rule.empty() || rule.size() > 2) {
@@ -101,17 +122,19 @@ class Parser {
     } else if (rule[0] == "e5m2") {
       r.dtype = fb::DType::FP8E5M2;
     } else {
-      return Error("unknown format '" + rule[0] +
+      return Error("unknown format '" + Shown(rule[0]) +
                    "' (expected f16, e4m3 or e5m2)");
     }
     if (rule.size() == 2) {
-      std::optional<long> exp;
-      if (rule[1].rfind("exp=", 0) == 0) exp = ParseInt(rule[1].substr(4));
+      std::optional<int> exp;
+      if (rule[1].rfind("exp=", 0) == 0) {
+        exp = ParseNumber<int>(std::string_view(rule[1]).substr(4));
+      }
       // FP8 scale exponents beyond +-64 move every value out of any
       // format's range; such a number is a typo.
       if (!exp || *exp < -64 || *exp > 64) {
-        return Error("expected exp=N with -64 <= N <= 64, got '" + rule[1] +
-                     "'");
+        return Error("expected exp=N with -64 <= N <= 64, got '" +
+                     Shown(rule[1]) + "'");
       }
       r.scale_exp = static_cast<int>(*exp);
     }
@@ -120,12 +143,12 @@ class Parser {
   }
 
   Status Op(const std::string& ref, const std::vector<std::string>& rule) {
-    std::optional<long> id = ParseInt(ref);
+    std::optional<uint32_t> id = ParseNumber<uint32_t>(ref);
     const fb::OperationT* op = nullptr;
     for (const auto& o : module_.ops) {
-      if (id && o->id == static_cast<uint32_t>(*id)) op = o.get();
+      if (id && o->id == *id) op = o.get();
     }
-    if (op == nullptr) return Error("no op '" + ref + "' in the module");
+    if (op == nullptr) return Error("no op '" + Shown(ref) + "' in the module");
     if (op->kind != fb::OpKind::MatMul) {
       return Error("op " + ref + " is not a MatMul (only MatMuls are quantized)");
     }
@@ -136,6 +159,16 @@ class Parser {
       return Error("op " + ref + " is already excluded");
     }
     return Status::Ok();
+  }
+
+  bool IsMatMulOperand(uint32_t id) const {
+    for (const auto& op : module_.ops) {
+      if (op->kind != fb::OpKind::MatMul) continue;
+      for (uint32_t operand : op->operands) {
+        if (operand == id) return true;
+      }
+    }
+    return false;
   }
 
   const std::string& name_;

@@ -8,7 +8,7 @@
 # formats/embedded.cc) and the list of source labels Bazel's genquery
 # //tools/fuzz:TARGET_sources wrote.
 
-FUZZ_TARGETS="ir device_program recipe checkpoint"
+FUZZ_TARGETS="ir device_program recipe checkpoint onnx safetensors npy policy target simulation"
 FUZZ_CXX=${CXX:-clang++-14}
 
 # fuzz_build TARGET ROOT GEN SOURCES_FILE OBJ_DIR BIN: compiles every .cc
@@ -18,7 +18,10 @@ fuzz_build() {
   local target=$1 root=$2 gen=$3 list=$4 obj=$5 bin=$6
   local flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
-               -fconstexpr-steps=100000000 -I"$root" -I"$gen")
+               -fconstexpr-steps=100000000 -DONNX_NAMESPACE=onnx -DONNX_ML=1
+               -I"$root" -I"$gen")
+  local libs=(-lflatbuffers -lglog -lgflags -lpthread)
+  [ "$target" = onnx ] && libs+=(-lonnx_proto -lprotobuf)
   local sources objects=() pids=() src o
   sources=$(grep -v '^@' "$list" | grep '\.cc$' | sed 's|^//||;s|:|/|')
   for src in $sources formats/embedded.cc; do
@@ -41,14 +44,30 @@ fuzz_build() {
   for p in "${pids[@]}"; do wait "$p" || return 1; done
   mkdir -p "$(dirname "$bin")"
   "$FUZZ_CXX" "${flags[@]}" -fsanitize=fuzzer "$root/tools/fuzz/${target}_fuzz.cc" \
-    "${objects[@]}" -lflatbuffers -lglog -lgflags -lpthread -o "$bin"
+    "${objects[@]}" "${libs[@]}" -o "$bin"
+}
+
+# fuzz_small_program TOOLS WORK: a small ViT layer for the tiny target and
+# its stages in WORK: small.tilec, small-plan.tilec, small-reduce.tilec,
+# small-program.tilec (the device program).
+fuzz_small_program() {
+  local tools=$1 work=$2
+  "$tools/import-model" --preset=vit-b16-224 --tokens=10 --width=48 \
+    --mlp_width=96 --heads=3 --target=tiny -o "$work/small.tilec" &&
+    "$tools/plan-ownership" --attempts=4 "$work/small.tilec" \
+      -o "$work/small-plan.tilec" 2>/dev/null &&
+    "$tools/expand-reduce" "$work/small-plan.tilec" \
+      -o "$work/small-reduce.tilec" 2>/dev/null &&
+    "$tools/emit-device" "$work/small-reduce.tilec" \
+      -o "$work/small-program.tilec" 2>/dev/null
 }
 
 # fuzz_seeds TARGET ROOT TOOLS SEEDS: the seed corpus in SEEDS, from
 # ROOT/testdata and small modules made with the tools in TOOLS (a directory
-# holding import-model, plan-ownership, expand-reduce and emit-device). For
-# checkpoint, also writes SEEDS/../checkpoint-graph.tilec, the graph the
-# target resumes on (export TILEC_FUZZ_GRAPH to it).
+# holding import-model, plan-ownership, expand-reduce, emit-device,
+# simulate-device and make_hostile). For checkpoint and policy, also writes
+# SEEDS/../checkpoint-graph.tilec, the graph the target parses against
+# (export TILEC_FUZZ_GRAPH to it).
 fuzz_seeds() {
   local target=$1 root=$2 tools=$3 seeds=$4
   local work
@@ -61,14 +80,8 @@ fuzz_seeds() {
       find "$root/testdata" -name '*.tilec' -size -4M | while read -r f; do
         cp "$f" "$seeds/$(basename "$f")"
       done
-      "$tools/import-model" "${small[@]}" -o "$work/small.tilec" &&
-        "$tools/plan-ownership" --attempts=4 "$work/small.tilec" \
-          -o "$work/small-plan.tilec" 2>/dev/null &&
-        "$tools/expand-reduce" "$work/small-plan.tilec" \
-          -o "$work/small-reduce.tilec" 2>/dev/null &&
-        "$tools/emit-device" "$work/small-reduce.tilec" \
-          -o "$seeds/small-program.tilec" 2>/dev/null || return 1
-      cp "$work/small.tilec" "$work/small-plan.tilec" "$work/small-reduce.tilec" "$seeds/"
+      fuzz_small_program "$tools" "$work" || return 1
+      cp "$work"/small{,-plan,-reduce,-program}.tilec "$seeds/"
       ;;
     recipe)
       local n=0
@@ -86,6 +99,44 @@ fuzz_seeds() {
         "$tools/plan-ownership" --attempts=6 --checkpoint_every=2 \
           --checkpoint="$seeds/checkpoint.tilec" "$work/checkpoint-graph.tilec" \
           -o "$work/checkpoint-plan.tilec" 2>/dev/null || return 1
+      ;;
+    onnx)
+      cp "$root"/testdata/onnx-vit/*.onnx "$seeds/"
+      # One model of each ONNX node test whose directory name is a plain op.
+      local d
+      for d in /usr/share/libonnx-testdata/data/node/test_{matmul_2d,gemm_default_no_bias,gemm_transposeB,add,add_bcast,reshape_reordered_all_dims,transpose_default,softmax_axis_1,gather_0,concat_2d_axis_0,slice,unsqueeze_axis_0,cast_FLOAT_to_FLOAT16,layer_normalization_2d_axis1,erf,range_float_type_positive_delta,shape,expand_dim_changed,div,mul,pow,sqrt,reduce_mean_default_axes_keepdims_example}; do
+        [ -f "$d/model.onnx" ] && cp "$d/model.onnx" "$seeds/$(basename "$d").onnx"
+      done
+      # External data inside the sandbox, and a path leaving it.
+      "$tools/make_hostile" onnx "$seeds/external.onnx" weights.bin &&
+        "$tools/make_hostile" onnx "$seeds/external-up.onnx" ../outside.bin ||
+        return 1
+      ;;
+    safetensors)
+      python3 "$root/testdata/import-model/safetensors_checkpoint.py" write \
+        "$seeds" 8 16 2 > /dev/null || return 1
+      ;;
+    npy)
+      find "$root/testdata" -name '*.npy' -size -64k | while read -r f; do
+        cp "$f" "$seeds/$(basename "$(dirname "$f")")-$(basename "$f")"
+      done
+      ;;
+    policy)
+      cp "$root"/testdata/quantize-fp8/*.policy "$seeds/"
+      "$tools/import-model" "${small[@]}" -o "$work/checkpoint-graph.tilec" ||
+        return 1
+      ;;
+    target)
+      cp "$root"/formats/targets/*.json "$root"/testdata/hardening/target-*.json \
+        "$seeds/"
+      ;;
+    simulation)
+      fuzz_small_program "$tools" "$work" &&
+        "$tools/simulate-device" --report=json "$work/small-program.tilec" \
+          -o "$seeds/small.json" 2>/dev/null &&
+        "$tools/simulate-device" --report=json --compare=false \
+          "$work/small-program.tilec" -o "$seeds/small-nocompare.json" \
+          2>/dev/null || return 1
       ;;
   esac
 }

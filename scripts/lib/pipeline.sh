@@ -76,3 +76,45 @@ tilec_finish() {
   # shellcheck disable=SC2046
   tilec_run_passes "$bin" "$out" "$file" 1 $(tilec_passes_after "$(tilec_last_pass "$bin" "$file")")
 }
+
+# tilec_out_dir SCRIPT CALLER OUT: OUT as an absolute path, a relative one
+# taken in CALLER (the directory the user ran SCRIPT from, before it changed
+# to the repository). An OUT starting with '-' is a forgotten OUT_DIR
+# (`run.sh --f16`), refused with a usage line (exit 2): write ./-x for such
+# a directory.
+tilec_out_dir() {
+  local script=$1 caller=$2 out=$3
+  case $out in
+    -*) echo "usage: scripts/$script OUT_DIR [flags...]: OUT_DIR comes first" \
+          "(got '$out'; name a directory starting with '-' as ./$out)" >&2
+        exit 2 ;;
+    /*) printf '%s\n' "$out" ;;
+    *) printf '%s\n' "$caller/$out" ;;
+  esac
+}
+
+# tilec_lock_out SCRIPT OUT: makes OUT and takes its lock (OUT/.tilec-lock,
+# held until the script exits), so that two runs cannot mix their stages in
+# one OUT: a second run is refused (exit 2) naming the lock. The lock passes
+# to child scripts through TILEC_OUT_LOCK (run.sh runs compile.sh). Then
+# removes the temporaries a killed tool left (PATH.tilec-tmp.PID, SIGKILL
+# cannot be caught) whose process is gone.
+tilec_lock_out() {
+  local script=$1 out=$2 temp pid
+  mkdir -p -- "$out"
+  if [ "${TILEC_OUT_LOCK:-}" != "$out" ]; then
+    exec 9>>"$out/.tilec-lock"
+    if ! flock -n 9; then
+      echo "$script: $out is in use by another run (lock $out/.tilec-lock);" \
+        "wait for it or use another OUT_DIR" >&2
+      exit 2
+    fi
+    export TILEC_OUT_LOCK=$out
+  fi
+  for temp in "$out"/*.tilec-tmp.*; do
+    [ -e "$temp" ] || continue
+    pid=${temp##*.tilec-tmp.}
+    case $pid in '' | *[!0-9]*) continue ;; esac
+    [ -d "/proc/$pid" ] || rm -f -- "$temp"
+  done
+}

@@ -1,4 +1,5 @@
-// make_hostile: the hostile inputs of untrusted_test.sh (not a user tool).
+// make_hostile: the hostile inputs of untrusted_test.sh and of
+// testdata/reliability (not a user tool).
 //
 //   make_hostile onnx OUT.onnx LOCATION
 //     A one-MatMul ONNX model (x [2, 4] times w [4, 4], FLOAT) whose
@@ -6,6 +7,9 @@
 //   make_hostile sidecar IN.tilec OUT.tilec PATH
 //     IN with every value's sidecar path replaced by PATH, written without
 //     the verifier so that the readers' own checks are what refuse it.
+//   make_hostile recipe IN.tilec OUT.tilec
+//     IN (planned) with its first GEMM recipe's m split 5 more than its
+//     grid layout has (testdata/reliability).
 
 #include <iostream>
 #include <string>
@@ -58,13 +62,12 @@ Status WriteOnnx(const std::string& out, const std::string& location) {
   return tilec::ir::WriteFileAtomically(out, model.SerializeAsString());
 }
 
-Status WriteSidecarPath(const std::string& in, const std::string& out,
-                        const std::string& path) {
+// IN changed by `damage`, written without the verifier.
+template <typename Damage>
+Status Rewrite(const std::string& in, const std::string& out, Damage damage) {
   tilec::fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(tilec::ir::ReadModule(in, &module));
-  for (auto& value : module.values) {
-    if (value->sidecar) value->sidecar->path = path;
-  }
+  damage(&module);
   flatbuffers::FlatBufferBuilder builder;
   builder.Finish(tilec::fb::Module::Pack(builder, &module),
                  tilec::ir::kFileIdentifier);
@@ -78,10 +81,26 @@ Status WriteSidecarPath(const std::string& in, const std::string& out,
 int main(int argc, char** argv) {
   const std::string kind = argc > 1 ? argv[1] : "";
   Status s = Status::BadInput("usage: make_hostile onnx OUT.onnx LOCATION | "
-                              "sidecar IN.tilec OUT.tilec PATH");
+                              "sidecar IN.tilec OUT.tilec PATH | "
+                              "recipe IN.tilec OUT.tilec");
   if (kind == "onnx" && argc == 4) s = WriteOnnx(argv[2], argv[3]);
   if (kind == "sidecar" && argc == 5) {
-    s = WriteSidecarPath(argv[2], argv[3], argv[4]);
+    const std::string path = argv[4];
+    s = Rewrite(argv[2], argv[3], [&](tilec::fb::ModuleT* module) {
+      for (auto& value : module->values) {
+        if (value->sidecar) value->sidecar->path = path;
+      }
+    });
+  }
+  if (kind == "recipe" && argc == 4) {
+    s = Rewrite(argv[2], argv[3], [](tilec::fb::ModuleT* module) {
+      for (auto& op : module->ops) {
+        if (op->kind == tilec::fb::OpKind::MatMul && op->recipe) {
+          op->recipe->m_split += 5;
+          return;
+        }
+      }
+    });
   }
   if (!s.ok()) {
     std::cerr << "make_hostile: " << s.message() << "\n";

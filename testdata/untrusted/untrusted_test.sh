@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# untrusted_test.sh GOLDEN MAKE_HOSTILE TOOL...: every hostile input of
+# untrusted_test.sh GOLDEN TRANSCRIPT_SH MAKE_HOSTILE TOOL...: every hostile input of
 # testdata/untrusted/BUILD. Each case prints its command, exit code and
 # message into a transcript compared with GOLDEN (the work directory shows
 # as WORK). A failing case must print exactly one line and leave no output;
@@ -8,8 +8,9 @@
 # GOLDEN instead (scripts/update-goldens.sh).
 set -uo pipefail
 golden=$PWD/$1
-make_hostile=$PWD/$2
-shift 2
+transcript=$PWD/$2
+make_hostile=$PWD/$3
+shift 3
 bin=$(mktemp -d)
 work=$(mktemp -d)
 trap 'rm -rf "$bin" "$work"' EXIT
@@ -30,28 +31,9 @@ python3 -c 'import struct,sys; sys.stdout.buffer.write(struct.pack("<16f", *rang
 actual=$work/actual
 : > "$actual"
 problems=0
-# case_ EXPECTED_EXIT TOOL ARGS...: one case, recorded in the transcript.
-case_() {
-  local expected=$1 tool=$2
-  shift 2
-  rm -f out.tilec out.tilec.weights
-  "$bin/$tool" "$@" > out.txt 2> err.txt
-  local code=$?
-  { echo "\$ $tool $*"; echo "exit $code"; cat err.txt; } |
-    sed "s|$work|WORK|g" >> "$actual"
-  if [ "$code" -ne "$expected" ]; then
-    echo "exit $code, expected $expected: $tool $*" >&2
-    problems=$((problems + 1))
-  fi
-  if [ "$code" -ne 0 ] && [ "$(wc -l < err.txt)" -ne 1 ]; then
-    echo "not one line: $tool $*" >&2
-    problems=$((problems + 1))
-  fi
-  if [ "$code" -ne 0 ] && [ -e out.tilec ] || [ "$code" -ne 0 ] && [ -e out.tilec.weights ]; then
-    echo "a failed run left an output: $tool $*" >&2
-    problems=$((problems + 1))
-  fi
-}
+export PATH="$bin:$PATH"
+# shellcheck source=../../tools/testing/transcript.sh
+. "$transcript"
 
 # 1. ONNX external data must resolve, after symlinks, inside the model's
 # directory.
@@ -124,13 +106,4 @@ if [ -n "$leaks" ]; then
   problems=$((problems + 1))
 fi
 
-if [ "${UPDATE_GOLDENS:-0}" = 1 ]; then
-  cp "$actual" "$BUILD_WORKSPACE_DIRECTORY/testdata/untrusted/untrusted.golden"
-  echo "updated testdata/untrusted/untrusted.golden"
-  exit 0
-fi
-if ! diff -u "$golden" "$actual"; then
-  echo "transcript differs from $golden" >&2
-  problems=$((problems + 1))
-fi
-[ "$problems" -eq 0 ]
+transcript_finish "$golden" testdata/untrusted/untrusted.golden

@@ -3,6 +3,7 @@
 #include <gflags/gflags.h>
 
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,25 @@ StatusOr<passes::PassOptions> CommonOptions() {
   return common;
 }
 
-Status RunPass(const std::vector<std::string>& args, const PassMaker& make) {
+// The sidecar files `module` (read from `input`) names, in its directory:
+// inputs a pass's -o must not replace.
+std::vector<NamedPath> SidecarFiles(const fb::ModuleT& module,
+                                    const std::string& input) {
+  std::set<std::string> names;
+  for (const auto& value : module.values) {
+    if (value->sidecar && ir::IsPlainFileName(value->sidecar->path)) {
+      names.insert(value->sidecar->path);
+    }
+  }
+  std::vector<NamedPath> files;
+  for (const std::string& name : names) {
+    files.push_back({"the sidecar", ir::DirectoryOf(input) + "/" + name});
+  }
+  return files;
+}
+
+Status RunPass(const std::vector<std::string>& args, const PassMaker& make,
+               const InputCheck& check) {
   std::string input;
   TILEC_RETURN_IF_ERROR(SingleInput(args, &input));
   StatusOr<passes::PassOptions> common = CommonOptions();
@@ -57,6 +76,10 @@ Status RunPass(const std::vector<std::string>& args, const PassMaker& make) {
   if (!pass.ok()) return pass.status();
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ir::ReadModule(input, &module));
+  TILEC_RETURN_IF_ERROR(CheckOutputs(SidecarFiles(module, input), {{"-o", FLAGS_o}}));
+  if (check) {
+    TILEC_RETURN_IF_ERROR(check(module).WithContext(ir::DisplayName(input)));
+  }
   StatusOr<bool> ran = (*pass)->Run(&module);
   if (!ran.ok()) return ran.status().WithContext(ir::DisplayName(input));
   return ir::WriteModule(module, ToolName(), FLAGS_o);
@@ -64,14 +87,23 @@ Status RunPass(const std::vector<std::string>& args, const PassMaker& make) {
 
 }  // namespace
 
+Status CheckPlannable(const fb::ModuleT& module) {
+  if (module.ops.size() <= kMaxPlannedOps) return Status::Ok();
+  return Status::Infeasible(
+      std::to_string(module.ops.size()) + " ops, more than the " +
+      std::to_string(kMaxPlannedOps) +
+      " the planner's search takes (its time grows with the square of the "
+      "ops)");
+}
+
 int PassToolMain(int argc, char** argv, const char* usage,
-                 const PassMaker& make) {
+                 const PassMaker& make, const InputCheck& check) {
   std::vector<std::string> storage = ExpandBareExplain(argc, argv);
   std::vector<char*> rewritten;
   for (std::string& arg : storage) rewritten.push_back(arg.data());
   rewritten.push_back(nullptr);
   std::vector<std::string> args = InitTool(argc, rewritten.data(), usage);
-  return Finish(RunPass(args, make));
+  return RunAndFinish([&] { return RunPass(args, make, check); });
 }
 
 }  // namespace tilec::tools

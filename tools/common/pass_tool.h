@@ -21,9 +21,22 @@ namespace tilec::tools {
 
 using PassMaker = std::function<StatusOr<std::unique_ptr<passes::Pass>>(
     passes::PassOptions common)>;
+// Checks the input module before the pass runs (the passes after
+// plan-ownership give lower::VerifyPlanned); its error is bad input, named
+// with the input file.
+using InputCheck = std::function<Status(const fb::ModuleT& module)>;
+
+// The InputCheck of the passes that run the planner's search (quantize-fp8
+// prices casts with it, plan-ownership): at most kMaxPlannedOps ops, else
+// Infeasible saying why. The greedy search re-prices the whole prefix for
+// every op and candidate, quadratic in ops (1,000 ops: 23 s in quantize-fp8,
+// minutes in plan-ownership); the bound keeps a run within minutes. The
+// largest real graph, so400m unrolled, has 453 ops.
+inline constexpr size_t kMaxPlannedOps = 2048;
+Status CheckPlannable(const fb::ModuleT& module);
 
 int PassToolMain(int argc, char** argv, const char* usage,
-                 const PassMaker& make);
+                 const PassMaker& make, const InputCheck& check = nullptr);
 
 }  // namespace tilec::tools
 

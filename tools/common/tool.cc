@@ -8,9 +8,11 @@
 #include <cstring>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <new>
 #include <optional>
 
 DEFINE_string(o, "-",
@@ -202,7 +204,58 @@ bool DefinedIn(const gflags::CommandLineFlagInfo& info,
   return info.filename.find(directory) != std::string::npos;
 }
 
+// What a path names, for CheckOutputs: a regular file's device and inode,
+// or the canonical name of an output that does not exist yet. False for
+// "-", "", a missing input (a preset name, say) and anything written in
+// place (devices, FIFOs).
+bool FileIdentity(const std::string& path, bool output, std::string* identity) {
+  if (path.empty() || path == "-") return false;
+  struct stat info;
+  if (stat(path.c_str(), &info) == 0) {
+    if (!S_ISREG(info.st_mode) && !S_ISDIR(info.st_mode)) return false;
+    *identity = "inode " + std::to_string(info.st_dev) + ":" +
+                std::to_string(info.st_ino);
+    return true;
+  }
+  if (!output) return false;
+  std::error_code error;
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(
+      std::filesystem::absolute(path, error), error);
+  *identity = "path " + (error ? path : canonical.string());
+  return true;
+}
+
+std::string Named(const NamedPath& p) {
+  return p.what == "-o" || p.what.rfind("--", 0) == 0 ? p.what + "=" + p.path
+                                                      : p.what + " " + p.path;
+}
+
 }  // namespace
+
+Status CheckOutputs(const std::vector<NamedPath>& inputs,
+                    const std::vector<NamedPath>& outputs) {
+  std::vector<std::pair<std::string, const NamedPath*>> seen;
+  for (const NamedPath& out : outputs) {
+    std::string id;
+    if (!FileIdentity(out.path, true, &id)) continue;
+    for (const NamedPath& in : inputs) {
+      std::string in_id;
+      if (FileIdentity(in.path, false, &in_id) && in_id == id) {
+        return Status::BadInput(Named(out) + " is " + Named(in) +
+                                ": refusing to write over an input");
+      }
+    }
+    for (const auto& [other_id, other] : seen) {
+      if (other_id == id) {
+        return Status::BadInput(Named(*other) + " and " + Named(out) +
+                                " are the same file: two outputs cannot "
+                                "share a path");
+      }
+    }
+    seen.emplace_back(id, &out);
+  }
+  return Status::Ok();
+}
 
 const std::string& ToolName() { return MutableToolName(); }
 
@@ -342,6 +395,20 @@ int Finish(const Status& status) {
               << std::endl;
   }
   return status.exit_code();
+}
+
+int RunAndFinish(const std::function<Status()>& run) {
+  Status status;
+  try {
+    status = run();
+  } catch (const std::bad_alloc&) {
+    status = Status::Internal("out of memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    status = Status::Internal(std::string("uncaught exception: ") + e.what());
+  } catch (...) {
+    status = Status::Internal("uncaught exception");
+  }
+  return Finish(status);
 }
 
 }  // namespace tilec::tools

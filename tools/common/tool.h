@@ -6,6 +6,7 @@
 
 #include <gflags/gflags.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,9 +67,31 @@ Status CheckThreads(int threads);
 // exists and is a directory; "" is accepted (the flag's default).
 Status CheckDirectoryFlag(const char* flag, const std::string& path);
 
+// A file a tool reads or writes, and how the command line named it ("the
+// model", "--sidecar", "-o").
+struct NamedPath {
+  std::string what;
+  std::string path;
+};
+
+// No output may replace an input, and no two outputs may be one file: the
+// paths are compared as files after symlinks (and, for a path that does not
+// exist yet, as its canonical name). "-", "" and devices or FIFOs (written
+// in place, never replaced) are skipped. BadInput naming both otherwise.
+// A transforming pass may still write its module in place (-o equal to its
+// input): it replaces the module it read with its own result.
+Status CheckOutputs(const std::vector<NamedPath>& inputs,
+                    const std::vector<NamedPath>& outputs);
+
 // Prints "<tool>: <message>" on stderr (one line: non-printable bytes are
 // escaped) and returns the status's exit code.
 int Finish(const Status& status);
+
+// Runs a tool's work and Finishes its status. The last resort for what no
+// check caught: an exception escaping `run` (std::bad_alloc from a size a
+// check let through, ...) is an internal error, exit 1, with one line,
+// instead of an abort.
+int RunAndFinish(const std::function<Status()>& run);
 
 // `text` with every byte outside printable ASCII written as \xNN, so that a
 // message quoting corrupted input stays one line.

@@ -9,6 +9,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <new>
+#include <stdexcept>
 
 DEFINE_int32(test_count, 3, "A count.");
 DEFINE_bool(test_switch, false, "A switch.");
@@ -101,6 +103,31 @@ TEST(EscapeTest, OneLineAlways) {
             "a\\x0ab\\x00c\\x7f");
   EXPECT_EQ(CheckThreads(100000).message(), "--threads=100000: expected 1 to 256");
   EXPECT_TRUE(CheckThreads(2).ok());
+}
+
+TEST(RunAndFinishTest, AnEscapedExceptionIsAnInternalError) {
+  EXPECT_EQ(RunAndFinish([] { return Status::BadInput("bad"); }), 2);
+  EXPECT_EQ(RunAndFinish([]() -> Status { throw std::bad_alloc(); }), 1);
+  EXPECT_EQ(RunAndFinish([]() -> Status { throw std::runtime_error("x"); }), 1);
+}
+
+TEST(CheckOutputsTest, RefusesAnInputOrTwoOutputsOnOnePath) {
+  const std::string dir = ::testing::TempDir();
+  const std::string in = dir + "/check_outputs_in";
+  std::ofstream(in) << "x";
+  const std::string link = dir + "/check_outputs_link";
+  unlink(link.c_str());
+  ASSERT_EQ(symlink(in.c_str(), link.c_str()), 0);
+  EXPECT_TRUE(CheckOutputs({{"the input", in}}, {{"-o", dir + "/new"}}).ok());
+  EXPECT_EQ(CheckOutputs({{"the input", in}}, {{"-o", link}}).code(),
+            StatusCode::kBadInput);
+  EXPECT_EQ(CheckOutputs({}, {{"-o", dir + "/a"}, {"--sidecar", dir + "/a"}})
+                .code(),
+            StatusCode::kBadInput);
+  // Preset names, stdout and devices are no files to protect.
+  EXPECT_TRUE(CheckOutputs({{"--target", "tiny"}, {"the input", "-"}},
+                           {{"-o", "-"}, {"--trace", "/dev/null"}})
+                  .ok());
 }
 
 }  // namespace

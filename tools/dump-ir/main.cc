@@ -17,6 +17,7 @@ namespace {
 Status Run(const std::vector<std::string>& args) {
   std::string path;
   TILEC_RETURN_IF_ERROR(SingleInput(args, &path));
+  TILEC_RETURN_IF_ERROR(CheckOutputs({{"the input", path}}, {{"-o", FLAGS_o}}));
   std::string bytes;
   TILEC_RETURN_IF_ERROR(ir::ReadFile(path, &bytes));
   fb::ModuleT module;
@@ -40,5 +41,6 @@ int main(int argc, char** argv) {
   auto args = tilec::tools::InitTool(
       argc, argv,
       "dump-ir [FILE|-] [-o OUT]: print tilec IR as stable text (or --json)");
-  return tilec::tools::Finish(tilec::tools::Run(args));
+  return tilec::tools::RunAndFinish(
+      [&] { return tilec::tools::Run(args); });
 }

@@ -4,6 +4,7 @@
 #include <gflags/gflags.h>
 
 #include "passes/lower/emit_device.h"
+#include "passes/lower/verify_planned.h"
 #include "tools/common/pass_tool.h"
 
 DEFINE_bool(share_supersteps, true,
@@ -26,5 +27,6 @@ int main(int argc, char** argv) {
         options.alias_in_place = FLAGS_alias_in_place;
         return std::unique_ptr<tilec::passes::Pass>(
             new tilec::lower::EmitDevicePass(options, std::move(common)));
-      });
+      },
+      tilec::lower::VerifyPlanned);
 }

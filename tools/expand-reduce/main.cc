@@ -4,6 +4,7 @@
 #include <gflags/gflags.h>
 
 #include "passes/lower/expand_reduce.h"
+#include "passes/lower/verify_planned.h"
 #include "tools/common/pass_tool.h"
 
 DEFINE_int32(partials_per_epoch, 0,
@@ -29,5 +30,6 @@ int main(int argc, char** argv) {
         options.allow_16bit_partials = FLAGS_f16_partials;
         return std::unique_ptr<tilec::passes::Pass>(
             new tilec::lower::ExpandReducePass(options, std::move(common)));
-      });
+      },
+      tilec::lower::VerifyPlanned);
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "passes/fuse/fuse.h"
+#include "passes/lower/verify_planned.h"
 #include "tools/common/pass_tool.h"
 
 DEFINE_string(placements, "producer,consumer,proposals",
@@ -43,5 +44,6 @@ int main(int argc, char** argv) {
         }
         return std::unique_ptr<tilec::passes::Pass>(
             new tilec::fuse::FuseElementwisePass(options, std::move(common)));
-      });
+      },
+      tilec::lower::VerifyPlanned);
 }

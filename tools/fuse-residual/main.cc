@@ -3,6 +3,7 @@
 // docs/fusion.md).
 
 #include "passes/fuse/residual.h"
+#include "passes/lower/verify_planned.h"
 #include "tools/common/pass_tool.h"
 
 int main(int argc, char** argv) {
@@ -15,5 +16,6 @@ int main(int argc, char** argv) {
           -> tilec::StatusOr<std::unique_ptr<tilec::passes::Pass>> {
         return std::unique_ptr<tilec::passes::Pass>(
             new tilec::fuse::FuseResidualPass(std::move(common)));
-      });
+      },
+      tilec::lower::VerifyPlanned);
 }

@@ -7,29 +7,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <iostream>
 #include <string>
 
 #include "formats/ir.h"
 #include "passes/plan/planner.h"
-
-namespace {
-
-const tilec::fb::ModuleT* graph = nullptr;
-
-}  // namespace
+#include "tools/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  const char* path = std::getenv("TILEC_FUZZ_GRAPH");
-  static tilec::fb::ModuleT module;
-  tilec::Status read = path ? tilec::ir::ReadModule(path, &module)
-                            : tilec::Status::BadInput("TILEC_FUZZ_GRAPH unset");
-  if (!read.ok()) {
-    std::cerr << "checkpoint_fuzz: " << read.message() << "\n";
-    std::exit(2);
-  }
-  graph = &module;
+  tilec::fuzz::FuzzGraph("checkpoint_fuzz");
   return 0;
 }
 
@@ -43,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.resume_name = "<fuzz>";
   options.attempts = 0;
   tilec::plan::PlanOwnershipPass pass(std::move(options));
-  tilec::fb::ModuleT module = *graph;
+  tilec::fb::ModuleT module = tilec::fuzz::FuzzGraph("checkpoint_fuzz");
   tilec::StatusOr<bool> ran = pass.Run(&module);
   if (!ran.ok() && ran.status().code() == tilec::StatusCode::kInternal) {
     std::cerr << ran.status().message() << "\n";

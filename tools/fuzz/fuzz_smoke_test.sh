@@ -5,10 +5,12 @@
 # clang++-14 or libFuzzer is missing.
 set -euo pipefail
 runs=${FUZZ_SMOKE_RUNS:-300}
-# Only ir by default: the sanitizer build of the other targets' ~70 sources
-# takes most of an hour on a loaded 2-core machine. FUZZ_SMOKE_TARGETS="ir
-# device_program recipe checkpoint" (--test_env) runs them all.
-targets=${FUZZ_SMOKE_TARGETS:-ir}
+# By default ir, target and safetensors, which share most of their sources
+# (formats/): the sanitizer build of the other targets' ~70 sources takes
+# most of an hour on a loaded 2-core machine. FUZZ_SMOKE_TARGETS (--test_env)
+# names others, e.g. "onnx npy policy simulation device_program recipe
+# checkpoint"; scripts/fuzz.sh runs any one.
+targets=${FUZZ_SMOKE_TARGETS:-ir target safetensors}
 . scripts/lib/fuzz.sh
 if ! command -v "$FUZZ_CXX" >/dev/null; then
   echo "SKIPPED: $FUZZ_CXX not found (scripts/install-deps.sh installs clang-14 and libclang-rt-14-dev)"
@@ -24,9 +26,10 @@ gen=$PWD
 work=${TEST_TMPDIR:-$(mktemp -d)}
 tools=$work/tools
 mkdir -p "$tools"
-for t in import-model plan-ownership expand-reduce emit-device; do
+for t in import-model plan-ownership expand-reduce emit-device simulate-device; do
   ln -sf "$PWD/tools/$t/$t" "$tools/$t"
 done
+ln -sf "$PWD/testdata/untrusted/make_hostile" "$tools/make_hostile"
 failed=0
 for target in $targets; do
   echo "== $target"

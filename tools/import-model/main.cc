@@ -96,19 +96,23 @@ Status Run(const std::vector<std::string>& args) {
   TILEC_RETURN_IF_ERROR(ir::LoadTarget(FLAGS_target, module.target.get()));
   TILEC_RETURN_IF_ERROR(
       passes::BuildModel(FLAGS_preset, FLAGS_part, overrides, &module));
-  if (!FLAGS_weights.empty()) {
-    passes::SidecarPaths paths;
-    TILEC_RETURN_IF_ERROR(
-        passes::ResolveSidecarPaths(FLAGS_o, FLAGS_sidecar, &paths));
-    passes::SafetensorsFile checkpoint;
-    TILEC_RETURN_IF_ERROR(
-        passes::SafetensorsFile::Open(FLAGS_weights, &checkpoint));
-    passes::SidecarBuilder sidecar(paths.recorded);
-    TILEC_RETURN_IF_ERROR(passes::LoadSafetensorsWeights(
-        checkpoint, FLAGS_weights_first_layer, &sidecar, &module));
-    TILEC_RETURN_IF_ERROR(passes::WriteSidecar(paths, sidecar.bytes()));
+  if (FLAGS_weights.empty()) {
+    return ir::WriteModule(module, "import-model", FLAGS_o);
   }
-  return ir::WriteModule(module, "import-model", FLAGS_o);
+  passes::SidecarPaths paths;
+  TILEC_RETURN_IF_ERROR(
+      passes::ResolveSidecarPaths(FLAGS_o, FLAGS_sidecar, &paths));
+  TILEC_RETURN_IF_ERROR(
+      CheckOutputs({{"--weights", FLAGS_weights}, {"--target", FLAGS_target}},
+                   {{"-o", FLAGS_o}, {"--sidecar", paths.write}}));
+  passes::SafetensorsFile checkpoint;
+  TILEC_RETURN_IF_ERROR(
+      passes::SafetensorsFile::Open(FLAGS_weights, &checkpoint));
+  passes::SidecarBuilder sidecar(paths.recorded);
+  TILEC_RETURN_IF_ERROR(passes::LoadSafetensorsWeights(
+      checkpoint, FLAGS_weights_first_layer, &sidecar, &module));
+  return passes::WriteModuleAndSidecar(module, "import-model", FLAGS_o, paths,
+                                       sidecar.bytes());
 }
 
 }  // namespace
@@ -119,5 +123,6 @@ int main(int argc, char** argv) {
       argc, argv,
       "import-model [--preset=P] [--part=mlp-block|layer|model] [-o OUT]: "
       "build a model graph as tilec IR");
-  return tilec::tools::Finish(tilec::tools::Run(args));
+  return tilec::tools::RunAndFinish(
+      [&] { return tilec::tools::Run(args); });
 }

@@ -59,6 +59,9 @@ Status Run(const std::vector<std::string>& args) {
       passes::ResolveSidecarPaths(FLAGS_o, FLAGS_sidecar, &sidecar));
   options.sidecar_path = sidecar.recorded;
 
+  TILEC_RETURN_IF_ERROR(
+      CheckOutputs({{"the model", path}, {"--target", FLAGS_target}},
+                   {{"-o", FLAGS_o}, {"--sidecar", sidecar.write}}));
   std::string bytes;
   TILEC_RETURN_IF_ERROR(ir::ReadFile(path, &bytes));
   ::onnx::ModelProto model;
@@ -70,10 +73,8 @@ Status Run(const std::vector<std::string>& args) {
   TILEC_RETURN_IF_ERROR(ir::LoadTarget(FLAGS_target, module.target.get()));
   std::string weights;
   TILEC_RETURN_IF_ERROR(passes::ImportOnnx(model, options, &module, &weights));
-  // The IR names the sidecar, so the sidecar is complete before the IR
-  // exists.
-  TILEC_RETURN_IF_ERROR(passes::WriteSidecar(sidecar, weights));
-  return ir::WriteModule(module, "import-onnx", FLAGS_o);
+  return passes::WriteModuleAndSidecar(module, "import-onnx", FLAGS_o, sidecar,
+                                       weights);
 }
 
 }  // namespace
@@ -89,5 +90,6 @@ int main(int argc, char** argv) {
       "valid model with a node tilec cannot represent (named with its op "
       "type and opset); 1: internal error. docs/import-onnx.md lists what "
       "maps onto tilec.");
-  return tilec::tools::Finish(tilec::tools::Run(args));
+  return tilec::tools::RunAndFinish(
+      [&] { return tilec::tools::Run(args); });
 }

@@ -27,6 +27,8 @@ namespace {
 Status Run(const std::vector<std::string>& args) {
   std::string input;
   TILEC_RETURN_IF_ERROR(SingleInput(args, &input));
+  TILEC_RETURN_IF_ERROR(CheckOutputs({{"the input", input}},
+                                     {{"-o", FLAGS_o}, {"--svg", FLAGS_svg}}));
   inspect::InspectOptions options;
   options.op = FLAGS_op;
   options.superstep = FLAGS_superstep;
@@ -69,5 +71,6 @@ int main(int argc, char** argv) {
       "inspect-exchanges [flags] [INPUT|-] [-o OUT]: list the exchanges of a "
       "device program or a planned graph, with totals, busiest tiles and an "
       "optional SVG heat map");
-  return tilec::tools::Finish(tilec::tools::Run(args));
+  return tilec::tools::RunAndFinish(
+      [&] { return tilec::tools::Run(args); });
 }

@@ -69,6 +69,9 @@ Status Run(const std::vector<std::string>& args) {
   options.busiest_tiles = FLAGS_busiest_tiles;
   options.largest_transfers = FLAGS_largest;
   options.threads = FLAGS_threads;
+  TILEC_RETURN_IF_ERROR(CheckOutputs(
+      {{"the input", input}, {"--simulation", FLAGS_simulation}},
+      {{"-o", FLAGS_o}}));
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ir::ReadModule(input, &module));
   inspect::SimulationReport simulation;
@@ -104,5 +107,6 @@ int main(int argc, char** argv) {
       "without a device program, a malformed program, or a --simulation "
       "file that is not simulate-device's JSON report of this program; 1: "
       "internal error.");
-  return tilec::tools::Finish(tilec::tools::Run(args));
+  return tilec::tools::RunAndFinish(
+      [&] { return tilec::tools::Run(args); });
 }

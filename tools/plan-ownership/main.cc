@@ -10,6 +10,7 @@
 #include "formats/ir.h"
 #include "passes/plan/planner.h"
 #include "tools/common/pass_tool.h"
+#include "tools/common/tool.h"
 
 DEFINE_string(target, "",
               "Target to plan for: a preset (ipu21, tiny) or a JSON path. "
@@ -88,6 +89,17 @@ Status CheckFlags() {
 StatusOr<std::unique_ptr<passes::Pass>> MakePlanner(
     passes::PassOptions common) {
   TILEC_RETURN_IF_ERROR(CheckFlags());
+  // -o may replace the input and --checkpoint the --resume file: the same
+  // kind of file, rewritten in place.
+  TILEC_RETURN_IF_ERROR(CheckOutputs(
+      {{"the input", common.input},
+       {"--recipe", FLAGS_recipe},
+       {"--target", FLAGS_target}},
+      {{"--checkpoint", FLAGS_checkpoint}}));
+  TILEC_RETURN_IF_ERROR(CheckOutputs({{"--recipe", FLAGS_recipe},
+                                      {"--resume", FLAGS_resume},
+                                      {"--target", FLAGS_target}},
+                                     {{"-o", FLAGS_o}, {"--checkpoint", FLAGS_checkpoint}}));
   plan::PlannerOptions options;
   if (Given("seed")) options.seed = FLAGS_seed;
   if (Given("proposals_per_op")) {
@@ -109,5 +121,5 @@ int main(int argc, char** argv) {
       argc, argv,
       "plan-ownership [flags] [INPUT|-] [-o OUT]: plan ownerships and "
       "recipes for a tilec module",
-      tilec::tools::MakePlanner);
+      tilec::tools::MakePlanner, tilec::tools::CheckPlannable);
 }

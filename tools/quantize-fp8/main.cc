@@ -7,6 +7,7 @@
 #include "formats/ir.h"
 #include "passes/quantize/quantize.h"
 #include "tools/common/pass_tool.h"
+#include "tools/common/tool.h"
 
 DEFINE_bool(fp8, true,
             "Quantize. --fp8=false leaves every value in its dtype (the F16 "
@@ -63,6 +64,8 @@ tilec::StatusOr<std::unique_ptr<tilec::passes::Pass>> MakePass(
                             ? tilec::ir::DirectoryOf(common.input)
                             : FLAGS_sidecar_dir;
   options.threads = FLAGS_threads;
+  TILEC_RETURN_IF_ERROR(tilec::tools::CheckOutputs(
+      {{"--policy", FLAGS_policy}}, {{"-o", FLAGS_o}}));
   if (!FLAGS_policy.empty()) {
     options.policy_name = tilec::ir::DisplayName(FLAGS_policy);
     TILEC_RETURN_IF_ERROR(
@@ -83,5 +86,5 @@ int main(int argc, char** argv) {
       "quantize-fp8 [flags] [INPUT|-] [-o OUT]: make the GEMM operands of an "
       "unplanned graph FP8 (calibrated power-of-two scales, casts placed by "
       "cost)",
-      MakePass);
+      MakePass, tilec::tools::CheckPlannable);
 }

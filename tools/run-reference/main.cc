@@ -46,6 +46,7 @@ Status Run(const std::vector<std::string>& args) {
   TILEC_RETURN_IF_ERROR(CheckThreads(FLAGS_threads));
   TILEC_RETURN_IF_ERROR(CheckDirectoryFlag("sidecar_dir", FLAGS_sidecar_dir));
   TILEC_RETURN_IF_ERROR(CheckDirectoryFlag("inputs", FLAGS_inputs));
+  TILEC_RETURN_IF_ERROR(CheckOutputs({{"the input", path}}, {{"-o", FLAGS_o}}));
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ir::ReadModule(path, &module));
 
@@ -111,5 +112,6 @@ int main(int argc, char** argv) {
       "module's graph on the reference executor and write its outputs as "
       ".npy.\nExit 0: done; 2: bad module or flags; 3: an output has "
       "non-finite elements (the summary, written first, counts them).");
-  return tilec::tools::Finish(tilec::tools::Run(args));
+  return tilec::tools::RunAndFinish(
+      [&] { return tilec::tools::Run(args); });
 }

@@ -48,6 +48,10 @@ DEFINE_double(min_branch_cosine, -1,
 DEFINE_int32(threads, 2,
              "Host threads for the simulator and the reference (results do "
              "not depend on it).");
+DEFINE_bool(allow_nonfinite, false,
+            "Pass outputs whose NaN or infinite elements equal the "
+            "reference's (tests whose expected outputs are non-finite, e.g. "
+            "ONNX casts of NaN); otherwise a non-finite output never passes.");
 DEFINE_int32(top_tiles, 8, "How many of the busiest tiles the report lists.");
 DEFINE_string(inputs, "",
               "Directory with one .npy per graph input, named as "
@@ -117,6 +121,10 @@ int main(int argc, char** argv) {
                                      ": expected text or json");
   }
   if (status.ok()) status = CheckFlags();
+  if (status.ok()) {
+    status = tilec::tools::CheckOutputs({{"the input", options.input}},
+                                        {{"-o", FLAGS_o}, {"--trace", FLAGS_trace}});
+  }
   if (!status.ok()) return tilec::tools::Finish(status);
   options.output = FLAGS_o;
   options.json = FLAGS_report == "json";
@@ -127,11 +135,13 @@ int main(int argc, char** argv) {
   options.atol = FLAGS_atol;
   options.rtol = FLAGS_rtol;
   options.min_cosine = FLAGS_min_cosine;
+  options.allow_nonfinite = FLAGS_allow_nonfinite;
   options.min_unquantized_cosine = FLAGS_min_unquantized_cosine;
   options.min_branch_cosine = FLAGS_min_branch_cosine;
   options.threads = FLAGS_threads;
   options.top_tiles = FLAGS_top_tiles;
   options.sidecar_dir = FLAGS_sidecar_dir;
   options.inputs_dir = FLAGS_inputs;
-  return tilec::tools::Finish(tilec::sim::SimulateDevice(options));
+  return tilec::tools::RunAndFinish(
+      [&] { return tilec::sim::SimulateDevice(options); });
 }
