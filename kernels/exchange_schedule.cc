@@ -79,32 +79,52 @@ class BusyIntervals {
                                [](const Interval& x, int64_t value) {
                                  return x.second < value;
                                });
+    // Only the gap [begin, end) lies in changes: where it is inside the
+    // block and was its widest, the block is measured again; a new
+    // interval beyond either end makes a new gap.
+    int64_t old_gap = -1, new_gap = -1;
     if (it != v.end() && it->second == begin) {
       // Touches its left neighbour, and maybe its right one as well.
-      it->second = end;
       if (std::next(it) != v.end()) {
+        old_gap = std::next(it)->first - it->second;
+        it->second = end;
         if (std::next(it)->first == end) {
           it->second = std::next(it)->second;
           v.erase(std::next(it));
         }
-      } else if (b + 1 < blocks_.size() &&
-                 blocks_[b + 1].busy.front().first == end) {
-        it->second = blocks_[b + 1].busy.front().second;
-        Intervals& next = blocks_[b + 1].busy;
-        next.erase(next.begin());
-        if (next.empty()) {
-          blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1));
-        } else {
-          Measure(b + 1);
+      } else {
+        it->second = end;
+        if (b + 1 < blocks_.size() && blocks_[b + 1].busy.front().first == end) {
+          it->second = blocks_[b + 1].busy.front().second;
+          Intervals& next = blocks_[b + 1].busy;
+          next.erase(next.begin());
+          if (next.empty()) {
+            blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1));
+          } else {
+            Measure(b + 1);
+          }
         }
       }
     } else if (it != v.end() && it->first == end) {
+      if (it != v.begin()) old_gap = it->first - std::prev(it)->second;
       it->first = begin;
     } else {
+      if (it == v.end()) {
+        if (!v.empty()) new_gap = begin - v.back().second;
+      } else if (it == v.begin()) {
+        new_gap = it->first - end;
+      } else {
+        old_gap = it->first - std::prev(it)->second;
+      }
       v.insert(it, {begin, end});
     }
-    Measure(b);
-    if (blocks_[b].busy.size() > 2 * kBlock) Split(b);
+    Block& block = blocks_[b];
+    if (old_gap >= block.widest_gap) {
+      Measure(b);
+    } else {
+      block.widest_gap = std::max(block.widest_gap, new_gap);
+    }
+    if (block.busy.size() > 2 * kBlock) Split(b);
   }
 
  private:
@@ -175,6 +195,22 @@ Status CheckDisjoint(std::vector<Window>& windows, const PhaseTraffic& traffic,
   return Status::Ok();
 }
 
+// Whether no tile is named twice (the common case, checked without
+// allocating for small multicasts).
+bool Distinct(std::span<const int> tiles) {
+  if (tiles.size() <= 16) {
+    for (size_t i = 1; i < tiles.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (tiles[i] == tiles[j]) return false;
+      }
+    }
+    return true;
+  }
+  std::vector<int> sorted(tiles.begin(), tiles.end());
+  std::sort(sorted.begin(), sorted.end());
+  return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+}
+
 }  // namespace
 
 ExchangeModel ExchangeModel::FromTarget(const fb::TargetT& target) {
@@ -225,19 +261,9 @@ void PhaseTraffic::AddPiece(int sender, std::span<const int> receivers,
   piece_first_receiver_.push_back(static_cast<uint32_t>(piece_receivers_.size()));
   piece_receivers_.insert(piece_receivers_.end(), receivers.begin(),
                           receivers.end());
-  // A receiver takes one source at a time: a tile named twice gets the
-  // piece again, in a round of its own.
-  std::vector<std::vector<int>> rounds;
-  std::map<int, size_t> seen;
-  for (int r : receivers) {
-    const size_t k = seen[r]++;
-    if (rounds.size() <= k) rounds.emplace_back();
-    rounds[k].push_back(r);
-  }
-  if (rounds.empty()) rounds.emplace_back();
   const int64_t packets =
       std::max<int64_t>(1, CeilDiv(words, model_.max_packet_words));
-  for (const std::vector<int>& round : rounds) {
+  auto add_round = [&](std::span<const int> round) {
     const uint32_t first = static_cast<uint32_t>(receivers_.size());
     receivers_.insert(receivers_.end(), round.begin(), round.end());
     for (int64_t k = 0; k < packets; ++k) {
@@ -250,7 +276,21 @@ void PhaseTraffic::AddPiece(int sender, std::span<const int> receivers,
       p.piece = piece;
       packets_.push_back(p);
     }
+  };
+  if (Distinct(receivers)) {
+    add_round(receivers);
+    return;
   }
+  // A receiver takes one source at a time: a tile named twice gets the
+  // piece again, in a round of its own.
+  std::vector<std::vector<int>> rounds;
+  std::map<int, size_t> seen;
+  for (int r : receivers) {
+    const size_t k = seen[r]++;
+    if (rounds.size() <= k) rounds.emplace_back();
+    rounds[k].push_back(r);
+  }
+  for (const std::vector<int>& round : rounds) add_round(round);
 }
 
 void PhaseTraffic::AddTransfer(int sender, std::span<const int> receivers,
@@ -295,31 +335,33 @@ int64_t PhaseTraffic::EndpointBound() const {
 
 namespace {
 
-// The scheduler's state: every lane's and issue slot's busy time.
+// The scheduler's state: every lane's and issue slot's busy time and, when
+// it records (emit-device's schedules, not the planner's prices), every
+// packet's start and every tile's control instructions.
 class Scheduler {
  public:
-  explicit Scheduler(const PhaseTraffic& traffic)
+  Scheduler(const PhaseTraffic& traffic, bool record)
       : traffic_(traffic),
         model_(traffic.model()),
+        record_(record),
         send_(model_.tiles),
         receive_(model_.tiles),
         issue_(model_.tiles),
         w_send_(model_.IssueWidth(fb::ControlKind::Send)),
         w_select_(model_.IssueWidth(fb::ControlKind::Select)),
-        w_pointer_(model_.IssueWidth(fb::ControlKind::Pointer)) {}
-
-  // Places the packets in `order`, each at its earliest start.
-  fb::ExchangeScheduleT Run(const std::vector<uint32_t>& order) {
-    fb::ExchangeScheduleT schedule;
-    schedule.starts.assign(traffic_.packets().size(), 0);
-    std::vector<std::vector<fb::ControlInstruction>> control(model_.tiles);
-    int64_t length = 0;
-    for (uint32_t p : order) {
-      const int64_t t = Place(p);
-      schedule.starts[p] = static_cast<uint32_t>(t);
-      length = std::max(length, Commit(p, t, &control));
+        w_pointer_(model_.IssueWidth(fb::ControlKind::Pointer)) {
+    if (record_) {
+      starts_.assign(traffic_.packets().size(), 0);
+      control_.resize(model_.tiles);
     }
-    return Finish(std::move(schedule), std::move(control), length);
+  }
+
+  // Places the packets in `order`, each at its earliest start; returns the
+  // schedule's length.
+  int64_t Run(const std::vector<uint32_t>& order) {
+    int64_t length = 0;
+    for (uint32_t p : order) length = std::max(length, Commit(p, Place(p)));
+    return length;
   }
 
   // Places, again and again, the packet that can start earliest (ties: the
@@ -328,12 +370,9 @@ class Scheduler {
   // receivers at every step rather than one sender's packets in a row.
   // Nullopt when its packets were re-placed more than `budget` times: a
   // phase whose packets keep overtaking each other makes it quadratic.
-  std::optional<fb::ExchangeScheduleT> RunEarliestFirst(
-      const std::vector<int64_t>& priority, int64_t budget) {
-    fb::ExchangeScheduleT schedule;
+  std::optional<int64_t> RunEarliestFirst(const std::vector<int64_t>& priority,
+                                          int64_t budget) {
     const size_t n = traffic_.packets().size();
-    schedule.starts.assign(n, 0);
-    std::vector<std::vector<fb::ControlInstruction>> control(model_.tiles);
     using Entry = std::tuple<int64_t, int64_t, uint32_t>;  // start, -prio, p
     std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
     for (uint32_t p = 0; p < n; ++p) queue.emplace(0, -priority[p], p);
@@ -349,22 +388,20 @@ class Scheduler {
         queue.emplace(t, key, p);
         continue;
       }
-      schedule.starts[p] = static_cast<uint32_t>(t);
-      length = std::max(length, Commit(p, t, &control));
+      length = std::max(length, Commit(p, t));
     }
-    return Finish(std::move(schedule), std::move(control), length);
+    return length;
   }
 
- private:
-  fb::ExchangeScheduleT Finish(
-      fb::ExchangeScheduleT schedule,
-      std::vector<std::vector<fb::ControlInstruction>> control,
-      int64_t length) {
+  // The recorded schedule of length `length` (a recording scheduler, once).
+  fb::ExchangeScheduleT Take(int64_t length) {
+    fb::ExchangeScheduleT schedule;
+    schedule.starts = std::move(starts_);
     for (int tile = 0; tile < model_.tiles; ++tile) {
-      if (control[tile].empty()) continue;
+      if (control_[tile].empty()) continue;
       auto tc = std::make_unique<fb::TileControlT>();
       tc->tile = static_cast<uint32_t>(tile);
-      tc->instructions = std::move(control[tile]);
+      tc->instructions = std::move(control_[tile]);
       std::sort(tc->instructions.begin(), tc->instructions.end(),
                 [](const fb::ControlInstruction& a,
                    const fb::ControlInstruction& b) {
@@ -378,6 +415,7 @@ class Scheduler {
     return schedule;
   }
 
+ private:
   // The earliest start of packet `p` around what is placed.
   int64_t Place(uint32_t p) const {
     const auto& packet = traffic_.packets()[p];
@@ -400,14 +438,16 @@ class Scheduler {
   }
 
   // Marks packet `p` placed at `t`; returns where its last word lands.
-  int64_t Commit(uint32_t p, int64_t t,
-                 std::vector<std::vector<fb::ControlInstruction>>* control) {
+  int64_t Commit(uint32_t p, int64_t t) {
     const auto& packet = traffic_.packets()[p];
     const int64_t d = model_.Duration(packet.words);
     const uint32_t cycle = static_cast<uint32_t>(t);
     send_[packet.sender].Add(t, t + d);
     issue_[packet.sender].Add(t - w_send_, t);
-    (*control)[packet.sender].emplace_back(cycle, p, 0, fb::ControlKind::Send);
+    if (record_) {
+      starts_[p] = cycle;
+      control_[packet.sender].emplace_back(cycle, p, 0, fb::ControlKind::Send);
+    }
     int64_t end = t + d;
     const std::span<const int> receivers = traffic_.ReceiversOf(packet);
     for (uint32_t i = 0; i < receivers.size(); ++i) {
@@ -416,9 +456,11 @@ class Scheduler {
       receive_[r].Add(t, t + d);
       issue_[r].Add(t - w_select_, t);
       issue_[r].Add(t + latency - w_pointer_, t + latency);
-      (*control)[r].emplace_back(cycle, p, i, fb::ControlKind::Select);
-      (*control)[r].emplace_back(static_cast<uint32_t>(t + latency), p, i,
+      if (record_) {
+        control_[r].emplace_back(cycle, p, i, fb::ControlKind::Select);
+        control_[r].emplace_back(static_cast<uint32_t>(t + latency), p, i,
                                  fb::ControlKind::Pointer);
+      }
       end = std::max(end, t + latency + d);
     }
     return end;
@@ -426,6 +468,9 @@ class Scheduler {
 
   const PhaseTraffic& traffic_;
   const ExchangeModel& model_;
+  const bool record_;
+  std::vector<uint32_t> starts_;
+  std::vector<std::vector<fb::ControlInstruction>> control_;
   std::vector<BusyIntervals> send_, receive_, issue_;
   const int64_t w_send_, w_select_, w_pointer_;
 };
@@ -525,32 +570,68 @@ struct Expected {
   std::vector<uint8_t> select, pointer;  // per receiver
 };
 
+
+// The orders SchedulePhase tries, in order.
+enum class Order { kBusiestLaneFirst, kRounds, kEarliestFirst };
+constexpr Order kOrders[] = {Order::kBusiestLaneFirst, Order::kRounds,
+                             Order::kEarliestFirst};
+
+// Schedules `traffic` in `order` on `scheduler`; nullopt where
+// earliest-first gives up. Earliest-first is tried only where it stays near
+// linear: at most four re-placements per packet (deterministic, unlike a
+// time limit).
+std::optional<int64_t> RunOrder(Scheduler& scheduler, Order order,
+                                const PhaseTraffic& traffic,
+                                const std::vector<int64_t>& priority) {
+  switch (order) {
+    case Order::kBusiestLaneFirst:
+      return scheduler.Run(BusiestLaneFirst(traffic, priority));
+    case Order::kRounds:
+      return scheduler.Run(Rounds(traffic, priority));
+    case Order::kEarliestFirst:
+      return scheduler.RunEarliestFirst(
+          priority, 4 * static_cast<int64_t>(traffic.packets().size()));
+  }
+  return std::nullopt;
+}
+
+struct Shortest {
+  Order order;
+  int64_t length;
+};
+
+// The order giving the shortest schedule (the first of equals).
+Shortest ShortestOrder(const PhaseTraffic& traffic,
+                       const std::vector<int64_t>& priority) {
+  std::optional<Shortest> best;
+  for (Order order : kOrders) {
+    Scheduler scheduler(traffic, /*record=*/false);
+    const std::optional<int64_t> length =
+        RunOrder(scheduler, order, traffic, priority);
+    if (length && (!best || *length < best->length)) best = {order, *length};
+  }
+  return *best;  // the first two orders never give up
+}
+
 }  // namespace
 
 fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic) {
   const std::vector<int64_t> priority = PacketPriorities(traffic);
-  fb::ExchangeScheduleT best =
-      Scheduler(traffic).Run(BusiestLaneFirst(traffic, priority));
-  fb::ExchangeScheduleT rounds =
-      Scheduler(traffic).Run(Rounds(traffic, priority));
-  if (rounds.length < best.length) best = std::move(rounds);
-  // Earliest-first is tried only where it stays near linear: at most four
-  // re-placements per packet (deterministic, unlike a time limit).
-  std::optional<fb::ExchangeScheduleT> earliest =
-      Scheduler(traffic).RunEarliestFirst(
-          priority, 4 * static_cast<int64_t>(traffic.packets().size()));
-  if (earliest && earliest->length < best.length) best = std::move(*earliest);
-  return best;
+  // Found without recording, then scheduled once more to record it.
+  const Shortest best = ShortestOrder(traffic, priority);
+  Scheduler recorder(traffic, /*record=*/true);
+  RunOrder(recorder, best.order, traffic, priority);
+  return recorder.Take(best.length);
 }
 
 int64_t PlannedPhaseLength(const PhaseTraffic& traffic) {
   if (traffic.empty()) return 0;
-  if (traffic.packets().size() <= kExactPlanningPackets) {
-    return SchedulePhase(traffic).length;
-  }
   const ExchangeModel& model = traffic.model();
-  return traffic.EndpointBound() + model.IssueWidth(fb::ControlKind::Send) +
-         model.RouteLatency(model.tiles - 1);
+  if (traffic.packets().size() > kExactPlanningPackets) {
+    return traffic.EndpointBound() + model.IssueWidth(fb::ControlKind::Send) +
+           model.RouteLatency(model.tiles - 1);
+  }
+  return ShortestOrder(traffic, PacketPriorities(traffic)).length;
 }
 
 StatusOr<int64_t> VerifySchedule(const PhaseTraffic& traffic,
