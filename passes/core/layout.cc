@@ -335,13 +335,15 @@ void TimeExchange(const kernels::PhaseTraffic& traffic,
   cost->scheduled_cycles = 0;
   cost->phase_cycles = 0;
   cost->code_bytes = 0;
+  cost->tile_code = nullptr;
   if (traffic.empty()) return;
   cost->scheduled_cycles = kernels::PlannedPhaseLength(traffic);
   cost->phase_cycles = cost->scheduled_cycles + target.sync_cycles;
-  std::vector<int64_t> tables(target.tiles, 0);
+  auto tables = std::make_shared<std::vector<int64_t>>(target.tiles, 0);
   kernels::AddExchangeCodeBytes(kernels::CodeModel::FromTarget(target),
-                                traffic, &tables);
-  cost->code_bytes = *std::max_element(tables.begin(), tables.end());
+                                traffic, tables.get());
+  cost->code_bytes = MaxTileCode(tables);
+  cost->tile_code = std::move(tables);
 }
 
 TransferCost RedistributionCost(const fb::OwnershipT& source,

@@ -167,8 +167,9 @@ kernels::PhaseTraffic TrafficOfTransfers(std::span<const Transfer> transfers,
 
 // Times `cost`'s exchange phase as emit-device would schedule `traffic`
 // (kernels::PlannedPhaseLength): scheduled_cycles, and phase_cycles = that
-// + sync (0 without traffic); and code_bytes, the exchange tables of its
-// busiest tile. The one price of an exchange phase in the planner.
+// + sync (0 without traffic); and its exchange tables per tile (tile_code)
+// and on its busiest tile (code_bytes). The one price of an exchange phase
+// in the planner.
 void TimeExchange(const kernels::PhaseTraffic& traffic,
                   const fb::TargetT& target, TransferCost* cost);
 

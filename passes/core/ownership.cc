@@ -1374,6 +1374,24 @@ void ForEachLocalCopy(const fb::OwnershipT& source,
   }
 }
 
+TileCodeBytes AddTileCode(const TileCodeBytes& a, const TileCodeBytes& b,
+                          int64_t extra) {
+  if (a == nullptr && b == nullptr) return nullptr;
+  const size_t tiles = (a != nullptr ? a : b)->size();
+  auto sum = std::make_shared<std::vector<int64_t>>(tiles, 0);
+  for (size_t t = 0; t < tiles; ++t) {
+    const int64_t x = a != nullptr ? (*a)[t] : 0;
+    const int64_t y = b != nullptr ? (*b)[t] : 0;
+    (*sum)[t] = x + y + (y > 0 ? extra : 0);
+  }
+  return sum;
+}
+
+int64_t MaxTileCode(const TileCodeBytes& code) {
+  if (code == nullptr || code->empty()) return 0;
+  return *std::max_element(code->begin(), code->end());
+}
+
 TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target) {
   int tiles = 0;
   for (const Transfer& t : plan.transfers) {

@@ -34,6 +34,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -257,12 +258,25 @@ void ForEachLocalCopy(const fb::OwnershipT& source,
 // phase_cycles, is its static schedule's length plus the sync residual
 // (kernels/exchange_schedule.h): TimeExchange in layout.h sets it from the
 // runs the lowering moves; without transfers there is no phase (0 cycles).
+// Bytes of code per tile (exchange tables), shared: the planner caches
+// and copies prices.
+using TileCodeBytes = std::shared_ptr<const std::vector<int64_t>>;
+
+// `a` + `b` per tile, and `extra` on every tile that has tables in `b`
+// (null when both are).
+TileCodeBytes AddTileCode(const TileCodeBytes& a, const TileCodeBytes& b,
+                          int64_t extra = 0);
+// The busiest tile's bytes (0 for null).
+int64_t MaxTileCode(const TileCodeBytes& code);
+
 struct TransferCost {
   int64_t phase_cycles = 0;           // scheduled + sync, 0 if no phase
   int64_t scheduled_cycles = 0;       // PlannedPhaseLength
   int64_t bound_cycles = 0;           // the endpoint bound, without sync
-  // The exchange tables the phase adds to its busiest tile's code (set
-  // with the schedule, by TimeExchange).
+  // The exchange tables the phase adds to each tile's code (null: no
+  // phase), and to its busiest tile's (set with the schedule, by
+  // TimeExchange).
+  TileCodeBytes tile_code;
   int64_t code_bytes = 0;
   int64_t local_copy_cycles = 0;      // the slowest tile's local copies
   int64_t transfers = 0;              // = fragments at senders

@@ -514,7 +514,7 @@ StatusOr<OpCost> Coster::PriceAttention(const Graph& graph, int op,
   cost.exchange = a->exchange.phase_cycles;
   cost.phases = a->phases;
   cost.exchange_bytes = a->exchange.bytes_received;
-  cost.code_bytes = a->exchange.code_bytes;
+  cost.code = a->exchange.tile_code;
   auto scratch = std::make_shared<std::vector<int64_t>>(tiles(), 0);
   const int eb = DTypeBytes(qkv.dtype);
   grid->ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {
@@ -618,7 +618,7 @@ StatusOr<OpCost> Coster::PriceRows(
   cost.exchange = t.phase_cycles;
   cost.phases = t.transfers > 0 ? 1 : 0;
   cost.exchange_bytes = t.bytes_received;
-  cost.code_bytes = t.code_bytes;
+  cost.code = t.tile_code;
   cost.detail = "copy rows: phase " + std::to_string(t.phase_cycles) + " (" +
                 std::to_string(t.transfers) + " transfers), local copies " +
                 std::to_string(*copies);
@@ -639,7 +639,7 @@ StatusOr<OpCost> Coster::PriceCopy(const Graph& graph, int op, const Recipe& r,
   cost.exchange = t.phase_cycles;
   cost.phases = t.transfers > 0 ? 1 : 0;
   cost.exchange_bytes = t.bytes_received;
-  cost.code_bytes = t.code_bytes;
+  cost.code = t.tile_code;
   cost.detail = "copy phase " + std::to_string(t.phase_cycles) +
                 ", local copies " + std::to_string(t.local_copy_cycles);
   return cost;

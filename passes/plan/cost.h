@@ -44,8 +44,8 @@ struct OpCost {
   int64_t exchange = 0;  // its exchange phases
   int phases = 0;
   int64_t exchange_bytes = 0;  // bytes received, summed over tiles
-  // The exchange tables its phases add to their busiest tiles' code.
-  int64_t code_bytes = 0;
+  // The exchange tables its phases add to each tile's code (null: none).
+  passes::TileCodeBytes code;
   // Scratch bytes per tile while the op runs (null: none), and the parts of
   // the largest, for messages ("A staging 31104 B, partials 51840 B").
   TileBytes scratch;

@@ -32,7 +32,7 @@ struct Variant {
 struct ExchangePhase {
   int64_t cycles = 0;
   int64_t bytes = 0;       // received, over all tiles
-  int64_t code_bytes = 0;  // its busiest tile's exchange tables
+  passes::TileCodeBytes code;  // its exchange tables per tile
 };
 
 class GemmPricing {
@@ -134,8 +134,9 @@ class GemmPricing {
     cost_.phases += chunks_;
     cost_.exchange_bytes += stage.bytes_received;
     // Chunks split the same pieces; each further phase adds its header.
-    cost_.code_bytes +=
-        stage.code_bytes + (chunks_ - 1) * target().exchange_code_phase_bytes;
+    cost_.code = passes::AddTileCode(
+        cost_.code, stage.tile_code,
+        (chunks_ - 1) * target().exchange_code_phase_bytes);
   }
 
   // The partials' exchange (k > 1): tile (mi, ki, ni) sends each other
@@ -171,7 +172,7 @@ class GemmPricing {
     passes::TransferCost timed;
     passes::TimeExchange(traffic, target(), &timed);
     phase.cycles = timed.phase_cycles;
-    phase.code_bytes = timed.code_bytes;
+    phase.code = timed.tile_code;
     return phase;
   }
 
@@ -336,7 +337,7 @@ class GemmPricing {
       cost_.exchange += reduction_.cycles;
       cost_.phases += 1;
       cost_.exchange_bytes += reduction_.bytes;
-      cost_.code_bytes += reduction_.code_bytes;
+      cost_.code = passes::AddTileCode(cost_.code, reduction_.code);
     }
     cost_.compute = best_.compute + operand_cast_;
     return Status::Ok();

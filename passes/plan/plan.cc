@@ -502,14 +502,26 @@ int64_t EstimateCodeBytes(const fb::TargetT& target, const Evaluation& e) {
   const kernels::CodeModel code = kernels::CodeModel::FromTarget(target);
   const int64_t per_step =
       code.per_superstep + code.per_call + 7 * code.per_operand;
-  int64_t bytes = code.runtime;
+  // Every tile runs every superstep; each phase's tables are on the tiles
+  // it moves data to or from.
+  int64_t steps = 0;
+  std::vector<int64_t> tables(target.tiles, 0);
+  auto add = [&](const passes::TileCodeBytes& code) {
+    if (code == nullptr) return;
+    for (size_t t = 0; t < tables.size() && t < code->size(); ++t) {
+      tables[t] += (*code)[t];
+    }
+  };
   for (const OpCost& op : e.ops) {
-    bytes += op.code_bytes + (op.phases + 1) * per_step;
+    steps += (op.phases + 1) * per_step;
+    add(op.code);
   }
   for (const Redistribution& red : e.redistributions) {
-    bytes += red.cost.code_bytes + 2 * per_step;
+    steps += 2 * per_step;
+    add(red.cost.tile_code);
   }
-  return bytes;
+  return code.runtime + steps +
+         (tables.empty() ? 0 : *std::max_element(tables.begin(), tables.end()));
 }
 
 StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,

@@ -99,11 +99,12 @@ struct Evaluation {
 enum class EvalMode { kCyclesOnly, kFull };
 
 // The code emit-device will size for the plan's busiest tile, estimated
-// from above: the target's runtime, and per op and redistribution the
-// exchange tables of its phases' busiest tiles and, for each of its
-// supersteps (one per phase and one more), the superstep's entry and one
-// call of seven operands and parameters (a GEMM call's). Tables of
-// different phases are summed as if one tile took part in all of them.
+// from above: the target's runtime; for each superstep of every op and
+// redistribution (one per phase and one more), on every tile, the
+// superstep's entry and one call of seven operands and parameters (a GEMM
+// call's); and the largest, over the tiles, of the exchange tables of the
+// phases each tile takes part in (summed per tile: a repeat body's phases
+// once, as emit-device shares its code between iterations).
 int64_t EstimateCodeBytes(const fb::TargetT& target, const Evaluation& e);
 
 // Evaluates `plan`. With `upto` >= 0 only ops 0..upto count (the prefix the

@@ -225,6 +225,38 @@ TEST(PlanCostTest, StagingPhasesFollowTheExchangeFormula) {
   EXPECT_EQ(s->phases, 3);
 }
 
+// The up projection's staging as multicasts to 8 row blocks (m=8, k=4)
+// has the smaller endpoint bound than to 5 (m=5, k=6), but its receivers'
+// windows collide: scheduled, the phase is a third longer than its bound.
+// Priced at the bound, the m=8 recipe would win; the planner prices the
+// schedule, so it loses.
+TEST(PlanCostTest, AGemmThatWinsOnlyUnderTheBoundLoses) {
+  Fixture f(Siglip());
+  const int op = 1;
+  const ValueNode& a = f.graph.value(f.graph.op(op).operands[0]);
+  const fb::OwnershipT rows = BlockedOwnership({46, 1});
+  struct Priced {
+    int64_t scheduled = 0;  // the planner's price
+    int64_t bounded = 0;    // the same with the staging at its bound
+  };
+  auto price = [&](const char* text) {
+    const Recipe r = R(text);
+    StatusOr<OpCost> c = f.coster.PriceOp(f.graph, op, r, &rows);
+    EXPECT_TRUE(c.ok()) << text;
+    const passes::TransferCost staging = passes::RedistributionCost(
+        rows, f.coster.StagedOwnership(r), a.shape, DTypeBytes(a.dtype),
+        f.coster.target());
+    EXPECT_GE(staging.scheduled_cycles, staging.bound_cycles);
+    const int64_t cycles = c.ok() ? c->Cycles() : 0;
+    return Priced{cycles,
+                  cycles - staging.scheduled_cycles + staging.bound_cycles};
+  };
+  const Priced wide = price("gemm m=8 k=4 n=46 staging=complete");
+  const Priced narrow = price("gemm m=5 k=6 n=49 staging=complete");
+  EXPECT_LT(wide.bounded, narrow.bounded);
+  EXPECT_GT(wide.scheduled, narrow.scheduled);
+}
+
 TEST(PlanCostTest, FitsMachineMdOnTheUpProjection) {
   // MACHINE.md: up-projection GEMM on one tile, FP8, M82 K192 N160: 29,508.
   PriceOptions fp8;
