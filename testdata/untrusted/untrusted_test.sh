@@ -73,7 +73,8 @@ mkdir ir
 "$bin/import-onnx" --target=tiny model/good.onnx -o ir/g.tilec --sidecar=ir/m.weights 2> /dev/null
 cp ir/g.tilec ir/m.tilec
 for pass in plan-ownership fuse-elementwise fuse-residual expand-reduce emit-device; do
-  "$bin/$pass" ir/m.tilec -o ir/m.tilec 2> /dev/null || echo "$pass failed" >&2
+  "$bin/$pass" ir/m.tilec -o ir/next.tilec 2> /dev/null || echo "$pass failed" >&2
+  mv ir/next.tilec ir/m.tilec
 done
 case_ 0 run-reference ir/m.tilec -o /dev/null
 case_ 0 simulate-device ir/m.tilec -o /dev/null
