@@ -238,7 +238,8 @@ StatusOr<AttentionCost> PriceAttention(const AttentionGrid& grid,
                                        fb::DType qkv_dtype,
                                        fb::DType probs_dtype,
                                        const kernels::CostModel& model,
-                                       const fb::TargetT& target) {
+                                       const fb::TargetT& target,
+                                       PhaseTiming timing) {
   const int eb = ir::DTypeBytes(qkv_dtype);
   const TransferPlan plan = AttentionDelivery(grid, qkv_owner, qkv_shape, eb);
   AttentionCost cost;
@@ -255,7 +256,7 @@ StatusOr<AttentionCost> PriceAttention(const AttentionGrid& grid,
                            return staged_storage[tile] =
                                       Consecutive(StagedBoxesOf(grid, tile));
                          }),
-      target, &cost.exchange);
+      target, &cost.exchange, timing);
   // Local copies, per tile into the staging buffer of the box they fill.
   std::vector<int64_t> copies(target.tiles, 0);
   CopyPricer pricer(model);

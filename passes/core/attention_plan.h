@@ -138,7 +138,8 @@ StatusOr<AttentionCost> PriceAttention(const AttentionGrid& grid,
                                        fb::DType qkv_dtype,
                                        fb::DType probs_dtype,
                                        const kernels::CostModel& model,
-                                       const fb::TargetT& target);
+                                       const fb::TargetT& target,
+                                       PhaseTiming timing = PhaseTiming::kScheduled);
 
 // The kernel of a tile: cycles of one call [rows, inner] x [inner, cols]
 // with left operand dtype `a_dtype` (gemm_nt for scores is charged gemm's

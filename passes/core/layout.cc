@@ -331,13 +331,16 @@ void AddRunPieces(std::span<const RunGroup> groups, int element_bytes,
 }
 
 void TimeExchange(const kernels::PhaseTraffic& traffic,
-                  const fb::TargetT& target, TransferCost* cost) {
+                  const fb::TargetT& target, TransferCost* cost,
+                  PhaseTiming timing) {
   cost->scheduled_cycles = 0;
   cost->phase_cycles = 0;
   cost->code_bytes = 0;
   cost->tile_code = nullptr;
   if (traffic.empty()) return;
-  cost->scheduled_cycles = kernels::PlannedPhaseLength(traffic);
+  cost->scheduled_cycles = timing == PhaseTiming::kScheduled
+                               ? kernels::PlannedPhaseLength(traffic)
+                               : traffic.EndpointBound();
   cost->phase_cycles = cost->scheduled_cycles + target.sync_cycles;
   auto tables = std::make_shared<std::vector<int64_t>>(target.tiles, 0);
   kernels::AddExchangeCodeBytes(kernels::CodeModel::FromTarget(target),
@@ -350,7 +353,8 @@ TransferCost RedistributionCost(const fb::OwnershipT& source,
                                 const fb::OwnershipT& destination,
                                 std::span<const int64_t> shape,
                                 int element_bytes, const fb::TargetT& target,
-                                const Box* destination_view) {
+                                const Box* destination_view,
+                                PhaseTiming timing) {
   const TransferPlan plan = PlanTransfers(source, destination, shape,
                                           element_bytes, destination_view);
   TransferCost cost = CostOfPlan(plan, target);
@@ -359,7 +363,7 @@ TransferCost RedistributionCost(const fb::OwnershipT& source,
                                   [&](int tile, bool is_source) -> const Segments& {
                                     return is_source ? from.Of(tile) : to.Of(tile);
                                   }),
-               target, &cost);
+               target, &cost, timing);
   return cost;
 }
 

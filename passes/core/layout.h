@@ -165,13 +165,20 @@ kernels::PhaseTraffic TrafficOfTransfers(std::span<const Transfer> transfers,
                                          const fb::TargetT& target,
                                          const StorageOf& storage);
 
+// How TimeExchange times a phase: by the schedule emit-device would make
+// (the planner's price), or by the endpoint bound, which no schedule beats
+// (a lower bound, with which the planner skips candidates that cannot win
+// before it schedules them).
+enum class PhaseTiming { kScheduled, kLowerBound };
+
 // Times `cost`'s exchange phase as emit-device would schedule `traffic`
 // (kernels::PlannedPhaseLength): scheduled_cycles, and phase_cycles = that
 // + sync (0 without traffic); and its exchange tables per tile (tile_code)
 // and on its busiest tile (code_bytes). The one price of an exchange phase
 // in the planner.
 void TimeExchange(const kernels::PhaseTraffic& traffic,
-                  const fb::TargetT& target, TransferCost* cost);
+                  const fb::TargetT& target, TransferCost* cost,
+                  PhaseTiming timing = PhaseTiming::kScheduled);
 
 // CostOfPlan(PlanTransfers(source, destination, ...)) with its phase timed
 // (TimeExchange), each tile storing its blocks as the ownership holds them.
@@ -179,7 +186,8 @@ TransferCost RedistributionCost(const fb::OwnershipT& source,
                                 const fb::OwnershipT& destination,
                                 std::span<const int64_t> shape,
                                 int element_bytes, const fb::TargetT& target,
-                                const Box* destination_view = nullptr);
+                                const Box* destination_view = nullptr,
+                                PhaseTiming timing = PhaseTiming::kScheduled);
 
 }  // namespace tilec::passes
 

@@ -135,7 +135,8 @@ TransferCost RowExchangeCost(const RowCopyPlan& plan,
                              std::span<const RowOperand> operands,
                              const fb::OwnershipT& result,
                              std::span<const int64_t> result_shape,
-                             int element_bytes, const fb::TargetT& target) {
+                             int element_bytes, const fb::TargetT& target,
+                             PhaseTiming timing) {
   // The same loads as a Redistribute's plan: CostOfPlan counts each
   // destination entry in full, so a tile listed twice receives twice.
   TransferPlan as_plan;
@@ -168,7 +169,7 @@ TransferCost RowExchangeCost(const RowCopyPlan& plan,
     as_plan.transfers.push_back(std::move(x));
   }
   TransferCost cost = CostOfPlan(as_plan, target);
-  TimeExchange(traffic, target, &cost);
+  TimeExchange(traffic, target, &cost, timing);
   return cost;
 }
 

@@ -85,7 +85,8 @@ TransferCost RowExchangeCost(const RowCopyPlan& plan,
                              std::span<const RowOperand> operands,
                              const fb::OwnershipT& result,
                              std::span<const int64_t> result_shape,
-                             int element_bytes, const fb::TargetT& target);
+                             int element_bytes, const fb::TargetT& target,
+                             PhaseTiming timing = PhaseTiming::kScheduled);
 
 // A tile's storage of operand rows, seen in the result's rows: `segments`
 // with every box moved down by `shift` rows. The lowering hands Move the

@@ -52,6 +52,16 @@ Coster Coster::ForAnotherGraph() const {
   return c;
 }
 
+Coster Coster::LowerBounds() const {
+  Coster c = *this;
+  c.timing_ = passes::PhaseTiming::kLowerBound;
+  c.scheduled_cache_ = cache_;
+  c.scheduled_prices_ = prices_;
+  c.cache_ = std::make_shared<Cache>();
+  c.prices_ = std::make_shared<Prices>();
+  return c;
+}
+
 int Coster::KGranule(fb::DType dtype) const {
   StatusOr<kernels::DType> d = kernels::DTypeFromFb(dtype);
   StatusOr<std::string_view> kernel =
@@ -260,15 +270,35 @@ std::optional<fb::OwnershipT> Coster::Required(const Graph& graph, int op,
 
 // ---------------------------------------------------------------- caches
 
+namespace {
+
+// What `key` maps to in `first` (a lower-bound coster's scheduled caches:
+// exact prices beat bounds), else in `own`; null if in neither.
+template <typename Map>
+const typename Map::mapped_type* Lookup(const Map* first, const Map& own,
+                                        const std::string& key) {
+  if (first != nullptr) {
+    auto it = first->find(key);
+    if (it != first->end()) return &it->second;
+  }
+  auto it = own.find(key);
+  return it != own.end() ? &it->second : nullptr;
+}
+
+}  // namespace
+
 TransferCost Coster::Transfer(std::span<const int64_t> shape, int element_bytes,
                               const fb::OwnershipT& from,
                               const fb::OwnershipT& to) const {
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
                     " " + OwnKey(from) + " -> " + OwnKey(to);
-  auto it = cache_->transfers.find(key);
-  if (it != cache_->transfers.end()) return it->second;
-  TransferCost cost =
-      passes::RedistributionCost(from, to, shape, element_bytes, target());
+  if (const TransferCost* cached = Lookup(
+          scheduled_cache_ ? &scheduled_cache_->transfers : nullptr,
+          cache_->transfers, key)) {
+    return *cached;
+  }
+  TransferCost cost = passes::RedistributionCost(
+      from, to, shape, element_bytes, target(), nullptr, timing_);
   cache_->transfers.emplace(std::move(key), cost);
   return cost;
 }
@@ -278,8 +308,11 @@ bool Coster::SamePlacement(std::span<const int64_t> shape,
                            const fb::OwnershipT& b) const {
   if (passes::SameOwnership(a, b)) return true;
   std::string key = ShapeKey(shape) + " " + OwnKey(a) + " = " + OwnKey(b);
-  auto it = cache_->placements.find(key);
-  if (it != cache_->placements.end()) return it->second;
+  if (const bool* cached = Lookup(
+          scheduled_cache_ ? &scheduled_cache_->placements : nullptr,
+          cache_->placements, key)) {
+    return *cached;
+  }
   const bool same = passes::SamePlacement(a, b, shape);
   cache_->placements.emplace(std::move(key), same);
   return same;
@@ -290,8 +323,11 @@ TileBytes Coster::BytesPerTile(std::span<const int64_t> shape,
                                const fb::OwnershipT& ownership) const {
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
                     " " + OwnKey(ownership);
-  auto it = cache_->bytes.find(key);
-  if (it != cache_->bytes.end()) return it->second;
+  if (const TileBytes* cached =
+          Lookup(scheduled_cache_ ? &scheduled_cache_->bytes : nullptr,
+                 cache_->bytes, key)) {
+    return *cached;
+  }
   auto bytes = std::make_shared<const std::vector<int64_t>>(
       passes::BytesPerTile(ownership, shape, element_bytes, tiles()));
   cache_->bytes.emplace(std::move(key), bytes);
@@ -329,6 +365,10 @@ StatusOr<OpCost> Coster::PriceOp(
   // plans a trial graph per decision, fuse-elementwise one per candidate).
   const bool by_shapes = node.op_class == OpClass::kGemm;
   Prices& prices = by_shapes ? cache_->gemm_prices : *prices_;
+  const Prices* scheduled =
+      !scheduled_cache_ ? nullptr
+      : by_shapes       ? &scheduled_cache_->gemm_prices
+                        : scheduled_prices_.get();
   std::string key =
       (by_shapes ? GemmKey(graph, op) : std::to_string(op)) + " " +
       recipe.Text();
@@ -352,8 +392,7 @@ StatusOr<OpCost> Coster::PriceOp(
       key += " , " + OwnKey(*sources[i]);
     }
   }
-  auto it = prices.find(key);
-  if (it != prices.end()) return it->second;
+  if (const OpCost* cached = Lookup(scheduled, prices, key)) return *cached;
   if (Status invalid = CheckRecipe(graph, op, recipe); !invalid.ok()) {
     return Status::Internal(graph.OpLabel(op) + ": " + invalid.message());
   }
@@ -507,7 +546,7 @@ StatusOr<OpCost> Coster::PriceAttention(const Graph& graph, int op,
                                     : qkv.dtype;
   StatusOr<passes::AttentionCost> a =
       passes::PriceAttention(*grid, qkv_owner, qkv.shape, qkv.dtype,
-                             probs_dtype, model(), target());
+                             probs_dtype, model(), target(), timing_);
   if (!a.ok()) return a.status();
   OpCost cost;
   cost.compute = a->compute;
@@ -543,8 +582,11 @@ StatusOr<TransferCost> Coster::Redistribution(std::span<const int64_t> shape,
                                               const fb::OwnershipT& to) const {
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
                     " " + OwnKey(from) + " -> " + OwnKey(to);
-  auto it = cache_->redistributions.find(key);
-  if (it != cache_->redistributions.end()) return it->second;
+  if (const TransferCost* cached = Lookup(
+          scheduled_cache_ ? &scheduled_cache_->redistributions : nullptr,
+          cache_->redistributions, key)) {
+    return *cached;
+  }
   TransferCost cost = Transfer(shape, element_bytes, from, to);
   // Local copies per tile as the lowering emits them: only tiles that copy
   // something need their storage.
@@ -608,8 +650,8 @@ StatusOr<OpCost> Coster::PriceRows(
   const int eb = DTypeBytes(out.dtype);
   const passes::RowCopyPlan plan =
       passes::PlanRowCopies(operands, r.layout, out.shape, node.rows, eb);
-  const TransferCost t = passes::RowExchangeCost(plan, operands, r.layout,
-                                                 out.shape, eb, target());
+  const TransferCost t = passes::RowExchangeCost(
+      plan, operands, r.layout, out.shape, eb, target(), timing_);
   StatusOr<int64_t> copies =
       passes::RowCopyCycles(plan, operands, r.layout, out.shape, eb, model());
   if (!copies.ok()) return copies.status();

@@ -66,6 +66,14 @@ class Coster {
   // prices by op index cached afresh; transfers, placements, bytes per tile
   // and GEMM prices (keyed by shapes) shared with this one.
   Coster ForAnotherGraph() const;
+  // This coster pricing every exchange phase at its endpoint bound, except
+  // where this one has already priced the same thing by its schedule
+  // (which it then takes): each price no higher than this coster's, and
+  // exact for everything already priced. The greedy plan skips, without
+  // scheduling them, candidates whose lower bound cannot beat the best.
+  // It sees what this coster prices later; its own prices are its own.
+  Coster LowerBounds() const;
+  passes::PhaseTiming timing() const { return timing_; }
 
   const kernels::CostModel& model() const { return *model_; }
   const fb::TargetT& target() const { return model_->target(); }
@@ -181,6 +189,11 @@ class Coster {
   // Other ops' prices, keyed by op index: valid for one graph.
   using Prices = std::unordered_map<std::string, OpCost>;
   std::shared_ptr<Prices> prices_ = std::make_shared<Prices>();
+  // A LowerBounds() coster's: the scheduled coster's caches, looked in
+  // first.
+  passes::PhaseTiming timing_ = passes::PhaseTiming::kScheduled;
+  std::shared_ptr<const Cache> scheduled_cache_;
+  std::shared_ptr<const Prices> scheduled_prices_;
 };
 
 std::string ShapeKey(std::span<const int64_t> shape);

@@ -170,7 +170,7 @@ class GemmPricing {
       }
     }
     passes::TransferCost timed;
-    passes::TimeExchange(traffic, target(), &timed);
+    passes::TimeExchange(traffic, target(), &timed, coster_.timing());
     phase.cycles = timed.phase_cycles;
     phase.code = timed.tile_code;
     return phase;
@@ -303,6 +303,22 @@ class GemmPricing {
   // then cuts staged panels into K pieces where the op gains (never with
   // 16-bit partials or a direct output, which several calls would round
   // again).
+  // A lower bound must be no higher than the variant the schedule's prices
+  // would choose: that may be F32 partials cut into K pieces (priced below
+  // by compute alone), so narrow partials stay only if they beat it too.
+  // The groups are x32's.
+  Status KeepLowerBound(const Variant& v16, const ExchangePhase& x16,
+                        const ExchangePhase& x32) {
+    if (to_value_) return Status::Ok();
+    StatusOr<Variant> pieced = PriceTiles(true);
+    if (!pieced.ok()) return pieced.status();
+    if (pieced->k_pieced > 0 &&
+        pieced->compute + x32.cycles < v16.compute + x16.cycles) {
+      partials_ = fb::DType::F32;
+    }
+    return Status::Ok();
+  }
+
   Status ChooseVariant() {
     partials_ = fb::DType::F32;
     if (r_.k > 1) {
@@ -318,6 +334,9 @@ class GemmPricing {
         if (!v32.ok()) return v32.status();
         if (v16->compute + x16.cycles <= v32->compute + x32.cycles) {
           partials_ = narrow;
+        }
+        if (partials_ == narrow && coster_.timing() == passes::PhaseTiming::kLowerBound) {
+          TILEC_RETURN_IF_ERROR(KeepLowerBound(*v16, x16, x32));
         }
       }
     }

@@ -309,6 +309,7 @@ std::string Proposal::Key() const {
 Search::Search(const Graph& graph, const Coster& coster, SearchOptions options)
     : graph_(graph),
       coster_(coster),
+      bounds_(coster.LowerBounds()),
       options_(std::move(options)),
       log_(options_.log ? options_.log : &own_log_) {
   rng_.seed(options_.seed);
@@ -472,6 +473,44 @@ Status Search::MoveWeightsHome(std::optional<Evaluation>* closest) {
 
 // Greedy: each op in program order takes its cheapest recipe given the ops
 // before it (their ownerships and the redistributions it would need).
+Plan Search::WithRecipe(int op, const Recipe& recipe) const {
+  Plan trial = incumbent_;
+  trial.recipes[op] = recipe;
+  return trial;
+}
+
+// The first of the options giving the fewest cycles up to `op`, and those
+// cycles. Each is
+// first priced at its lower bound (bounds_), in order of those bounds; one
+// whose bound cannot beat the best found so far (or, equal to it, comes
+// later in `options`) is never scheduled. The same choice as pricing every
+// option by its schedule, without scheduling most of them.
+StatusOr<std::pair<int64_t, size_t>> Search::CheapestOption(
+    int op, const std::vector<Recipe>& options) {
+  std::vector<std::pair<int64_t, size_t>> bounded;  // (lower bound, index)
+  for (size_t i = 0; i < options.size(); ++i) {
+    StatusOr<Evaluation> e = Evaluate(graph_, bounds_, WithRecipe(op, options[i]),
+                                      EvalMode::kCyclesOnly, op);
+    if (!e.ok()) return e.status();
+    bounded.emplace_back(e->total_cycles, i);
+  }
+  std::sort(bounded.begin(), bounded.end());
+  std::optional<std::pair<int64_t, size_t>> best;  // (cycles, index)
+  for (const auto& [bound, i] : bounded) {
+    if (best && std::pair(bound, i) > *best) {
+      if (bound > best->first) break;  // and so is every later bound
+      continue;
+    }
+    StatusOr<Evaluation> e = Evaluate(graph_, coster_, WithRecipe(op, options[i]),
+                                      EvalMode::kCyclesOnly, op);
+    if (!e.ok()) return e.status();
+    if (!best || std::pair(e->total_cycles, i) < *best) {
+      best = std::pair(e->total_cycles, i);
+    }
+  }
+  return *best;
+}
+
 Status Search::Greedy(std::vector<fb::DecisionT>* decisions) {
   int64_t before = 0;
   for (int op = 0; op < graph_.num_ops(); ++op) {
@@ -485,19 +524,10 @@ Status Search::Greedy(std::vector<fb::DecisionT>* decisions) {
         options.push_back(r);
       }
     }
-    int64_t best = -1;
-    Recipe best_recipe = options[0];
-    for (const Recipe& r : options) {
-      Plan trial = incumbent_;
-      trial.recipes[op] = r;
-      StatusOr<Evaluation> e =
-          Evaluate(graph_, coster_, trial, EvalMode::kCyclesOnly, op);
-      if (!e.ok()) return e.status();
-      if (best < 0 || e->total_cycles < best) {
-        best = e->total_cycles;
-        best_recipe = r;
-      }
-    }
+    StatusOr<std::pair<int64_t, size_t>> chosen = CheapestOption(op, options);
+    if (!chosen.ok()) return chosen.status();
+    const auto [best, index] = *chosen;
+    const Recipe best_recipe = options[index];
     incumbent_.recipes[op] = best_recipe;
     fb::DecisionT d;
     d.ops = {graph_.op(op).id};

@@ -133,6 +133,9 @@ class Search {
   std::string Describe(const Proposal& proposal) const;
   StatusOr<bool> Repair();
   Status Greedy(std::vector<fb::DecisionT>* decisions);
+  StatusOr<std::pair<int64_t, size_t>> CheapestOption(
+      int op, const std::vector<Recipe>& options);
+  Plan WithRecipe(int op, const Recipe& recipe) const;
   Status MoveWeightsHome(std::optional<Evaluation>* closest);
   Status RestoreHomes(const fb::SearchCheckpointT& checkpoint,
                       Plan* plan) const;
@@ -141,6 +144,8 @@ class Search {
 
   const Graph& graph_;
   const Coster& coster_;
+  // coster_'s lower bounds (Coster::LowerBounds), for the greedy plan.
+  const Coster bounds_;
   SearchOptions options_;
   std::vector<std::vector<Recipe>> candidates_;  // by op
   Plan incumbent_;
