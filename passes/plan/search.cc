@@ -766,23 +766,45 @@ std::vector<std::pair<int64_t, size_t>> ChooseBand(
 // Ranks the pool by the plan's cycles with each change (cheap: prices are
 // cached); ties by key. `apply` is Search::Apply.
 template <typename ApplyFn>
+// The best `top` proposals of `pool` (all, if fewer) by their plans'
+// cycles, ties by key, best first; more may follow, not in rank. Each
+// proposal is priced first at its lower bound (`bounds`) and then, in
+// order of those bounds, by its schedule until no remaining bound can
+// enter the best `top`: the same ranks as pricing every proposal by its
+// schedule.
 StatusOr<std::vector<std::pair<int64_t, size_t>>> RankByCycles(
-    const Graph& graph, const Coster& coster, const std::vector<Proposal>& pool,
-    const ApplyFn& apply) {
-  std::vector<std::pair<int64_t, size_t>> ranked;
+    const Graph& graph, const Coster& coster, const Coster& bounds,
+    const std::vector<Proposal>& pool, size_t top, const ApplyFn& apply) {
+  std::vector<std::string> keys(pool.size());
+  std::vector<Plan> plans(pool.size());
+  std::vector<std::pair<int64_t, size_t>> bounded;
   for (size_t i = 0; i < pool.size(); ++i) {
+    keys[i] = pool[i].Key();
     StatusOr<Plan> plan = apply(pool[i]);
     if (!plan.ok()) return plan.status();
+    plans[i] = std::move(*plan);
     StatusOr<Evaluation> e =
-        Evaluate(graph, coster, *plan, EvalMode::kCyclesOnly);
+        Evaluate(graph, bounds, plans[i], EvalMode::kCyclesOnly);
     if (!e.ok()) return e.status();
-    ranked.push_back({e->total_cycles, i});
+    bounded.push_back({e->total_cycles, i});
   }
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [&](const auto& a, const auto& b) {
-                     if (a.first != b.first) return a.first < b.first;
-                     return pool[a.second].Key() < pool[b.second].Key();
-                   });
+  auto before = [&](const std::pair<int64_t, size_t>& a,
+                    const std::pair<int64_t, size_t>& b) {
+    if (a.first != b.first) return a.first < b.first;
+    return keys[a.second] < keys[b.second];
+  };
+  std::stable_sort(bounded.begin(), bounded.end(), before);
+  std::vector<std::pair<int64_t, size_t>> ranked;
+  for (const auto& next : bounded) {
+    // Every proposal from here on costs at least `next`.
+    if (ranked.size() >= top && before(ranked[top - 1], next)) break;
+    StatusOr<Evaluation> e =
+        Evaluate(graph, coster, plans[next.second], EvalMode::kCyclesOnly);
+    if (!e.ok()) return e.status();
+    const std::pair<int64_t, size_t> priced = {e->total_cycles, next.second};
+    ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), priced, before),
+                  priced);
+  }
   return ranked;
 }
 
@@ -805,8 +827,10 @@ StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
                       followers, &pool);
     AddJoint(graph_, coster_, options_.pinned, candidates_, incumbent_, op,
              &pool);
+    // The band at this depth reaches the first `top` ranks.
+    const size_t top = static_cast<size_t>(k) * (depth + 2);
     StatusOr<std::vector<std::pair<int64_t, size_t>>> ranked =
-        RankByCycles(graph_, coster_, pool.proposals,
+        RankByCycles(graph_, coster_, bounds_, pool.proposals, top,
                      [this](const Proposal& p) { return Apply(p); });
     if (!ranked.ok()) return ranked.status();
     for (const auto& [cycles, i] :
