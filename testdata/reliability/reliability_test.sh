@@ -52,6 +52,9 @@ case_ 0 import-onnx model.onnx -o m.tilec
 cp m.tilec m.orig
 case_ 2 dump-ir m.tilec -o m.tilec
 case_ 2 quantize-fp8 m.tilec -o m.tilec.weights
+case_ 2 quantize-fp8 m.tilec -o m.tilec
+ln -s m.tilec link.tilec
+case_ 2 quantize-fp8 m.tilec -o link.tilec
 case_ 2 plan-ownership m.tilec --checkpoint=m.tilec -o p.tilec
 same m.tilec m.orig
 

@@ -76,7 +76,11 @@ Status RunPass(const std::vector<std::string>& args, const PassMaker& make,
   if (!pass.ok()) return pass.status();
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ir::ReadModule(input, &module));
-  TILEC_RETURN_IF_ERROR(CheckOutputs(SidecarFiles(module, input), {{"-o", FLAGS_o}}));
+  // Like every tool, a pass never writes over what it reads: a failed or
+  // wrong pass must leave its input for the next attempt and for bisection.
+  std::vector<NamedPath> inputs = SidecarFiles(module, input);
+  inputs.push_back({"the input", input});
+  TILEC_RETURN_IF_ERROR(CheckOutputs(inputs, {{"-o", FLAGS_o}}));
   if (check) {
     TILEC_RETURN_IF_ERROR(check(module).WithContext(ir::DisplayName(input)));
   }
