@@ -25,6 +25,14 @@ inline int DTypeBytes(fb::DType dtype) {
   return 4;
 }
 
+// ceil(a / b) for b > 0 and a of either sign. C++ division truncates toward
+// zero, which rounds up only when a is negative; for a >= 0 this equals
+// (a + b - 1) / b without its overflow near the top of the range.
+inline int64_t CeilDiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && a > 0) ? q + 1 : q;
+}
+
 // FNV-1a, 64 bits: the checksum a Sidecar records, and a hash that is
 // stable across platforms and runs (search state, graph identity). Pass a
 // previous result as `hash` to continue over more bytes.
