@@ -25,6 +25,27 @@ inline int DTypeBytes(fb::DType dtype) {
   return 4;
 }
 
+// FP8E4M3 or FP8E5M2.
+inline bool IsFp8(fb::DType dtype) {
+  return dtype == fb::DType::FP8E4M3 || dtype == fb::DType::FP8E5M2;
+}
+
+// The scale exponent a value's elements are stored with (stored =
+// round(x * 2^exp)): fp8_scale_exp for FP8, 0 for every other dtype, which
+// carries no scale. A non-FP8 value with a nonzero fp8_scale_exp is
+// malformed: the verifier and the simulator reject it.
+inline int StorageScaleExp(fb::DType dtype, int fp8_scale_exp) {
+  return IsFp8(dtype) ? fp8_scale_exp : 0;
+}
+
+// ceil(a / b) for b > 0 and a of either sign. C++ division truncates toward
+// zero, which rounds up only when a is negative; for a >= 0 this equals
+// (a + b - 1) / b without its overflow near the top of the range.
+inline int64_t CeilDiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && a > 0) ? q + 1 : q;
+}
+
 // FNV-1a, 64 bits: the checksum a Sidecar records, and a hash that is
 // stable across platforms and runs (search state, graph identity). Pass a
 // previous result as `hash` to continue over more bytes.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/basics.h"
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
 #include "formats/repeat.h"
@@ -96,8 +97,7 @@ int64_t StoredBytes(fb::DType dtype) {
 constexpr int kMaxScaleExp = 64;
 
 Status CheckScaleExp(const std::string& where, fb::DType dtype, int exp) {
-  const bool fp8 = dtype == fb::DType::FP8E4M3 || dtype == fb::DType::FP8E5M2;
-  if (!fp8 && exp != 0) {
+  if (StorageScaleExp(dtype, exp) != exp) {
     return Status::BadInput(where + ": fp8_scale_exp " + std::to_string(exp) +
                             " on a value that is not FP8");
   }

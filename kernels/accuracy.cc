@@ -4,17 +4,13 @@
 #include <map>
 #include <set>
 
+#include "formats/basics.h"
 #include "formats/ir.h"
 #include "kernels/fb_dtype.h"
 #include "kernels/kernels.h"
 
 namespace tilec::sim {
 namespace {
-
-bool IsFp8Dtype(fb::DType dtype) {
-  StatusOr<kernels::DType> d = kernels::DTypeFromFb(dtype);
-  return d.ok() && kernels::IsFp8(*d);
-}
 
 Comparison Compare(std::span<const float> got, std::span<const float> want) {
   return CompareTensors(got, want, Tolerance{});
@@ -93,7 +89,7 @@ std::unique_ptr<fb::ModuleT> Unquantized(const fb::ModuleT& module) {
     }
     if (op->kind == fb::OpKind::Fused && restored.count(r->id)) {
       for (auto& step : op->body) {
-        if (step->kind == fb::FusedStepKind::Cast && IsFp8Dtype(step->dtype)) {
+        if (step->kind == fb::FusedStepKind::Cast && ir::IsFp8(step->dtype)) {
           step->dtype = r->dtype;
           step->fp8_scale_exp = 0;
         }

@@ -7,16 +7,9 @@
 #include <sstream>
 #include <vector>
 
+#include "formats/basics.h"
+
 namespace tilec::kernels {
-namespace {
-
-// ceil(a / b) for b > 0 and any sign of a (C++ division truncates to zero).
-int64_t CeilDiv(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return (a % b != 0 && a > 0) ? q + 1 : q;
-}
-
-}  // namespace
 
 StatusOr<double> EvaluateFormula(const fb::KernelFormulaT& formula,
                                  std::span<const CostVar> vars,
@@ -50,8 +43,8 @@ StatusOr<double> EvaluateFormula(const fb::KernelFormulaT& formula,
                              std::to_string(factor->divisor));
       }
       const int64_t f =
-          std::max<int64_t>(0, CeilDiv(var->value + factor->offset,
-                                       factor->divisor));
+          std::max<int64_t>(0, ir::CeilDiv(var->value + factor->offset,
+                                           factor->divisor));
       product *= static_cast<double>(f);
     }
     sum += product;

@@ -13,12 +13,11 @@
 #include <unordered_set>
 #include <utility>
 
+#include "formats/basics.h"
 #include "formats/target.h"
 
 namespace tilec::kernels {
 namespace {
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Busy time of one resource (a lane or a tile's issue slots): sorted,
 // disjoint, non-touching intervals [begin, end), in blocks of at most
@@ -250,8 +249,8 @@ int ExchangeModel::IssueWidth(fb::ControlKind kind) const {
 
 int64_t EndpointTileCycles(const ExchangeModel& model, int64_t bytes_sent,
                            int64_t bytes_received, int64_t fragments) {
-  return std::max({CeilDiv(bytes_sent, model.bytes_per_cycle),
-                   CeilDiv(bytes_received, model.bytes_per_cycle),
+  return std::max({ir::CeilDiv(bytes_sent, model.bytes_per_cycle),
+                   ir::CeilDiv(bytes_received, model.bytes_per_cycle),
                    int64_t{model.fragment_cycles} * fragments});
 }
 
@@ -272,7 +271,7 @@ void PhaseTraffic::AddPiece(int sender, std::span<const int> receivers,
   piece_receivers_.insert(piece_receivers_.end(), receivers.begin(),
                           receivers.end());
   const int64_t packets =
-      std::max<int64_t>(1, CeilDiv(words, model_.max_packet_words));
+      std::max<int64_t>(1, ir::CeilDiv(words, model_.max_packet_words));
   auto add_round = [&](std::span<const int> round) {
     const uint32_t first = static_cast<uint32_t>(receivers_.size());
     receivers_.insert(receivers_.end(), round.begin(), round.end());
@@ -841,7 +840,7 @@ void AddExchangeCodeBytes(const CodeModel& code, const PhaseTraffic& traffic,
   }
   for (size_t t = 0; t < phase.size(); ++t) {
     if (phase[t] == 0) continue;
-    (*per_tile)[t] += CeilDiv(phase[t] + code.phase, code.alignment) *
+    (*per_tile)[t] += ir::CeilDiv(phase[t] + code.phase, code.alignment) *
                       code.alignment;
   }
 }

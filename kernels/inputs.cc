@@ -5,6 +5,7 @@
 #include <set>
 #include <span>
 
+#include "formats/basics.h"
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
 #include "kernels/npy.h"
@@ -58,8 +59,8 @@ Status DecodeInput(const fb::ValueT& value, const NpyArray& array,
   if (array.descr == own) {
     const DType kd = KernelDType(value.dtype);
     data->resize(bytes.size() / DTypeBytes(kd));
-    LoadArrayAs(kd, bytes, StorageScaleExp(value.dtype, value.fp8_scale_exp),
-                *data);
+    LoadArrayAs(kd, bytes,
+                ir::StorageScaleExp(value.dtype, value.fp8_scale_exp), *data);
     return Status::Ok();
   }
   return Status::BadInput(name + ": dtype '" + array.descr + "', the input " +

@@ -51,6 +51,7 @@ struct Operand {
   int scale_exp = 0;
 };
 
+// The kernels' dtype; an IR dtype (fb::DType) has ir::IsFp8 (formats/basics.h).
 inline bool IsFp8(DType d) {
   return d == DType::kFp8E4M3 || d == DType::kFp8E5M2;
 }

@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "formats/basics.h"
 #include "formats/op_shapes.h"
 #include "formats/repeat.h"
 #include "kernels/kernels.h"
@@ -477,7 +478,7 @@ class Executor {
   Status CastInPlace(const fb::OperationT& op, fb::DType dtype,
                      int fp8_scale_exp, std::vector<float>* data) {
     const DType kd = KernelDType(dtype);
-    const int scale = StorageScaleExp(dtype, fp8_scale_exp);
+    const int scale = ir::StorageScaleExp(dtype, fp8_scale_exp);
     const size_t width = static_cast<size_t>(DTypeBytes(kd));
     const int64_t n = static_cast<int64_t>(data->size());
     constexpr int64_t kChunk = int64_t{1} << 14;
@@ -1168,7 +1169,7 @@ std::string SummaryLine(const ReferenceTensor& tensor) {
   const TensorStats s = ComputeStats(tensor.data);
   std::string line = tensor.name + " " + ShapeText(tensor.shape) + " " +
                      std::string(DTypeName(KernelDType(tensor.dtype)));
-  if (StorageScaleExp(tensor.dtype, tensor.fp8_scale_exp) != 0) {
+  if (ir::StorageScaleExp(tensor.dtype, tensor.fp8_scale_exp) != 0) {
     line += "(scale_exp=" + std::to_string(tensor.fp8_scale_exp) + ")";
   }
   line += " min=" + Format(s.min) + " max=" + Format(s.max) +

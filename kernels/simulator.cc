@@ -17,6 +17,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "formats/basics.h"
 #include "formats/print.h"
 #include "kernels/cost.h"
 #include "kernels/exchange_schedule.h"
@@ -404,7 +405,7 @@ Status Engine::CheckBuffers() {
     if (!dtype.ok()) {
       return Status::BadInput(where + ": " + dtype.status().message());
     }
-    if (!kernels::IsFp8(*dtype) && b->fp8_scale_exp != 0) {
+    if (ir::StorageScaleExp(b->dtype, b->fp8_scale_exp) != b->fp8_scale_exp) {
       return Status::BadInput(where + ": fp8_scale_exp " +
                               std::to_string(b->fp8_scale_exp) +
                               " on a " + std::string(kernels::DTypeName(*dtype)) +
@@ -1937,23 +1938,21 @@ Tolerance DefaultTolerance(bool graph_has_fp8) {
 }
 
 bool ModuleHasFp8(const fb::ModuleT& module) {
-  auto fp8 = [](fb::DType d) {
-    return d == fb::DType::FP8E4M3 || d == fb::DType::FP8E5M2;
-  };
   for (const auto& v : module.values) {
-    if (v && fp8(v->dtype)) return true;
+    if (v && ir::IsFp8(v->dtype)) return true;
   }
   for (const auto& op : module.ops) {
     if (!op) continue;
     for (const auto& step : op->body) {
-      if (step && step->kind == fb::FusedStepKind::Cast && fp8(step->dtype)) {
+      if (step && step->kind == fb::FusedStepKind::Cast &&
+          ir::IsFp8(step->dtype)) {
         return true;
       }
     }
   }
   if (module.program) {
     for (const auto& b : module.program->buffers) {
-      if (b && fp8(b->dtype)) return true;
+      if (b && ir::IsFp8(b->dtype)) return true;
     }
   }
   return false;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <thread>
 
+#include "formats/basics.h"
 #include "formats/ir.h"
 #include "kernels/fb_dtype.h"
 
@@ -151,12 +152,6 @@ std::string DescribeValue(const fb::ValueT& value) {
   return "value " + std::to_string(value.id) + " (" + value.name + ")";
 }
 
-int StorageScaleExp(fb::DType dtype, int fp8_scale_exp) {
-  return (dtype == fb::DType::FP8E4M3 || dtype == fb::DType::FP8E5M2)
-             ? fp8_scale_exp
-             : 0;
-}
-
 DType KernelDType(fb::DType dtype) {
   // Values outside the enum never pass the IR verifier.
   StatusOr<DType> known = DTypeFromFb(dtype);
@@ -166,7 +161,7 @@ DType KernelDType(fb::DType dtype) {
 void RoundToStored(fb::DType dtype, int fp8_scale_exp, std::span<float> data) {
   const DType kd = KernelDType(dtype);
   if (kd == DType::kF32 || data.empty()) return;
-  const int scale = StorageScaleExp(dtype, fp8_scale_exp);
+  const int scale = ir::StorageScaleExp(dtype, fp8_scale_exp);
   // Chunks keep the byte staging small for large tensors.
   constexpr size_t kChunk = 1 << 14;
   std::vector<uint8_t> bytes(kChunk * DTypeBytes(kd));
@@ -184,7 +179,7 @@ std::string EncodeStored(fb::DType dtype, int fp8_scale_exp,
   const DType kd = KernelDType(dtype);
   std::string bytes(data.size() * DTypeBytes(kd), '\0');
   if (!data.empty()) {
-    StoreArrayAs(kd, data, StorageScaleExp(dtype, fp8_scale_exp),
+    StoreArrayAs(kd, data, ir::StorageScaleExp(dtype, fp8_scale_exp),
                  std::span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()),
                                     bytes.size()));
   }

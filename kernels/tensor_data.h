@@ -47,10 +47,6 @@ Status ShapeElements(const std::vector<int64_t>& shape, const std::string& what,
 // "value 3 (l0.mlp.up.w)": how messages name a value.
 std::string DescribeValue(const fb::ValueT& value);
 
-// The scale exponent a value's elements are stored with: fp8_scale_exp for
-// FP8 dtypes, 0 for the others (the schema's field is FP8 only).
-int StorageScaleExp(fb::DType dtype, int fp8_scale_exp);
-
 // The kernels' dtype for an IR dtype; F32 for a value outside the enum
 // (the IR verifier rejects those before anything runs).
 DType KernelDType(fb::DType dtype);

@@ -8,6 +8,15 @@
 # adding a function (it is picked up by name; no list to edit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/pipeline.sh
+. scripts/lib/pipeline.sh
+
+# The pass chains below come from passes/pipeline/PIPELINE, so that a pass
+# added there is benchmarked too. The lowering: the passes after
+# plan-ownership other than fusion (expand-reduce, emit-device). The fusion:
+# the fuse-* passes, which bench_fusion measures on and off.
+lowering_passes() { tilec_passes_after plan-ownership | grep -v '^fuse-'; }
+fusion_passes() { tilec_passes_after plan-ownership | grep '^fuse-'; }
 
 # The device simulator on an ipu21-sized GEMM program: the so400m MLP
 # up-projection (729x1152x4304, FP8, 3.61 G MACs) split over 1,458 tiles
@@ -124,29 +133,39 @@ quantize_log() {
   awk -v n="$1" '/^pass / { on = ($2 ~ /^quantize-fp8/); next } on && NF { sub(/^ +/, ""); print n ": quantize-fp8: " $0 }' "$2"
 }
 
-# lower_and_report BENCH NAME DIR INPUT [plan-ownership flags...]: every
-# pass on INPUT, then simulate-device; prints "BENCH: NAME: ..." lines: host
-# seconds per stage, per-op estimate / emit-device alone / simulated, memory
-# and the comparison with the reference.
+# lower_and_report BENCH NAME DIR INPUT [plan-ownership flags...]:
+# plan-ownership and the lowering passes on INPUT, then simulate-device;
+# prints "BENCH: NAME: ..." lines: host seconds per stage, per-op estimate /
+# emit-device alone / simulated, memory and the comparison with the
+# reference.
 lower_and_report() {
   local bin=bazel-bin/tools bench=$1 name=$2 dir=$3 input=$4
   shift 4
-  local t0 t1 t2 t3 t4 status=0
-  t0=$(date +%s.%N)
+  local start end times status=0 i=1 pass before
+  start=$(date +%s.%N)
   "$bin/plan-ownership/plan-ownership" "$@" "$input" -o "$dir/$name-1.tilec" 2>/dev/null
-  t1=$(date +%s.%N)
-  "$bin/expand-reduce/expand-reduce" "$dir/$name-1.tilec" -o "$dir/$name-2.tilec"
-  t2=$(date +%s.%N)
-  "$bin/emit-device/emit-device" "$dir/$name-2.tilec" -o "$dir/$name-3.tilec"
-  t3=$(date +%s.%N)
-  "$bin/simulate-device/simulate-device" "$dir/$name-3.tilec" \
+  end=$(date +%s.%N)
+  times=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "plan %.2f", e - s }')
+  for pass in $(lowering_passes); do
+    start=$end
+    # shellcheck disable=SC2046
+    tilec_tool "$bin" "$pass" $(tilec_flags "$pass") "$dir/$name-$i.tilec" \
+      -o "$dir/$name-$((i + 1)).tilec"
+    end=$(date +%s.%N)
+    times+=$(awk -v p="$pass" -v s="$start" -v e="$end" 'BEGIN { printf ", %s %.2f", p, e - s }')
+    i=$((i + 1))
+  done
+  start=$end
+  "$bin/simulate-device/simulate-device" "$dir/$name-$i.tilec" \
     -o "$dir/$name.report" || status=$?
-  t4=$(date +%s.%N)
-  "$bin/dump-ir/dump-ir" "$dir/$name-2.tilec" > "$dir/$name-plan.txt"
-  "$bin/dump-ir/dump-ir" "$dir/$name-3.tilec" > "$dir/$name-device.txt"
-  awk -v bench="$bench" -v n="$name" -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" -v e="$t4" \
-      -v mb="$(du -m "$dir/$name-3.tilec" | cut -f1)" 'BEGIN {
-    printf "%s: %s: host s: plan %.2f, expand-reduce %.2f, emit-device %.2f (program %d MB), simulate %.2f\n", bench, n, b - a, c - b, d - c, mb, e - d }'
+  end=$(date +%s.%N)
+  # Estimates from the last pass's input, the lowering from its output.
+  before=$(( i > 1 ? i - 1 : 1 ))
+  "$bin/dump-ir/dump-ir" "$dir/$name-$before.tilec" > "$dir/$name-plan.txt"
+  "$bin/dump-ir/dump-ir" "$dir/$name-$i.tilec" > "$dir/$name-device.txt"
+  awk -v bench="$bench" -v n="$name" -v t="$times" -v s="$start" -v e="$end" \
+      -v mb="$(du -m "$dir/$name-$i.tilec" | cut -f1)" 'BEGIN {
+    printf "%s: %s: host s: %s (program %d MB), simulate %.2f\n", bench, n, t, mb, e - s }'
   # Per op: planner estimate, emit-device alone, simulated (attributed).
   awk -v bench="$bench" -v n="$name" '
     FNR == 1 { file++ }
@@ -222,13 +241,17 @@ bench_fusion() {
     [ "${name#*-}" = trace ] && flags=(--recipe=testdata/plan-ownership/siglip-trace.recipe)
     "$bin/plan-ownership/plan-ownership" "${flags[@]}" "$dir/$input.tilec" \
       -o "$dir/$name-plan.tilec" 2>/dev/null
-    "$bin/fuse-elementwise/fuse-elementwise" "$dir/$name-plan.tilec" -o "$dir/$name-fe.tilec"
-    "$bin/fuse-residual/fuse-residual" "$dir/$name-fe.tilec" -o "$dir/$name-fused.tilec"
-    local stage
+    mkdir -p "$dir/$name-fuse"
+    # shellcheck disable=SC2046
+    cp "$(tilec_run_passes "$bin" "$dir/$name-fuse" "$dir/$name-plan.tilec" 1 \
+      $(fusion_passes))" "$dir/$name-fused.tilec"
+    local stage program
     for stage in plan fused; do
-      "$bin/expand-reduce/expand-reduce" "$dir/$name-$stage.tilec" -o "$dir/$name-$stage-2.tilec"
-      "$bin/emit-device/emit-device" "$dir/$name-$stage-2.tilec" -o "$dir/$name-$stage-3.tilec"
-      "$bin/simulate-device/simulate-device" "$dir/$name-$stage-3.tilec" \
+      mkdir -p "$dir/$name-$stage"
+      # shellcheck disable=SC2046
+      program=$(tilec_run_passes "$bin" "$dir/$name-$stage" "$dir/$name-$stage.tilec" 2 \
+        $(lowering_passes))
+      "$bin/simulate-device/simulate-device" "$program" \
         -o "$dir/$name-$stage.report" || { echo "fusion: $name $stage: simulate-device failed" >&2; rm -rf "$dir"; return 1; }
       local est
       est=$("$bin/dump-ir/dump-ir" "$dir/$name-$stage.tilec" | awk '/^ops:/ { on = 1; next } /^pass / { on = 0 }
@@ -284,9 +307,10 @@ bench_gemm_bound() {
   so400m_blocks "$dir"
   for dtype in f16 fp8; do
     "$bin/plan-ownership/plan-ownership" "$dir/$dtype.tilec" -o "$dir/$dtype-1.tilec" 2>/dev/null
-    "$bin/expand-reduce/expand-reduce" "$dir/$dtype-1.tilec" -o "$dir/$dtype-2.tilec"
-    "$bin/emit-device/emit-device" "$dir/$dtype-2.tilec" -o "$dir/$dtype-3.tilec"
-    "$bin/inspect-gemms/inspect-gemms" "$dir/$dtype-3.tilec" | sed "s/^/gemm_bound: $dtype: /"
+    mkdir -p "$dir/$dtype"
+    # shellcheck disable=SC2046
+    last=$(tilec_run_passes "$bin" "$dir/$dtype" "$dir/$dtype-1.tilec" 2 $(lowering_passes))
+    "$bin/inspect-gemms/inspect-gemms" "$last" | sed "s/^/gemm_bound: $dtype: /"
   done
   last=$(scripts/compile.sh "$dir/layer" --part=layer 2>/dev/null | tail -n 1)
   "$bin/inspect-gemms/inspect-gemms" "$last" | sed "s/^/gemm_bound: layer fp8: /"
@@ -331,8 +355,6 @@ bench_import_onnx() {
 # temporary directory, removed).
 bench_model() {
   bazel build --noshow_progress --ui_event_filters=-info //tools/...
-  # shellcheck source=lib/pipeline.sh
-  . scripts/lib/pipeline.sh
   local bin=bazel-bin/tools dir=${BENCH_MODEL_DIR:-$(mktemp -d)} input pass i=1
   mkdir -p "$dir"
   # shellcheck disable=SC2086

@@ -33,19 +33,17 @@ command -v "$FUZZ_CXX" >/dev/null || {
   exit 2
 }
 FUZZ_DIR=${FUZZ_DIR:-/tmp/tilec-fuzz}
-tools=(import-model plan-ownership expand-reduce emit-device simulate-device)
+# The tools fuzz_seeds runs: the pipeline's passes (PIPELINE) and their ends.
+mapfile -t tools < <(echo import-model; tilec_passes; echo simulate-device)
 bazel build --noshow_progress "//tools/fuzz:${target}_sources" \
   //formats:tilec_fbs_gen //formats:embedded_gen "${tools[@]/#/\/\/tools\/}" \
   //testdata/untrusted:make_hostile >&2
 gen=$(bazel info bazel-bin 2>/dev/null)
-bindir=$FUZZ_DIR/tools
-mkdir -p "$bindir"
-for t in "${tools[@]}"; do ln -sf "$gen/tools/$t/$t" "$bindir/$t"; done
-ln -sf "$gen/testdata/untrusted/make_hostile" "$bindir/make_hostile"
 fuzz_build "$target" "$root" "$gen" "$gen/tools/fuzz/${target}_sources" \
   "$FUZZ_DIR/obj" "$FUZZ_DIR/bin/${target}_fuzz"
 rm -rf "$FUZZ_DIR/$target/seeds"
-fuzz_seeds "$target" "$root" "$bindir" "$FUZZ_DIR/$target/seeds"
+fuzz_seeds "$target" "$root" "$gen/tools" "$gen/testdata/untrusted/make_hostile" \
+  "$FUZZ_DIR/$target/seeds"
 export TILEC_FUZZ_GRAPH=$FUZZ_DIR/$target/checkpoint-graph.tilec
 fuzz_run "$FUZZ_DIR/bin/${target}_fuzz" "$FUZZ_DIR/corpus/$target" \
   "$FUZZ_DIR/$target/seeds" "$FUZZ_DIR/crashes/$target" \

@@ -259,8 +259,6 @@ Layout Resolve(const fb::OwnershipT& o, std::span<const int64_t> shape,
   return l;
 }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Cuts the flat range [lo, hi) of the sub-tensor at axes >= k (axes < k
 // already fixed in `box`) into boxes, calling fn(box) in row-major order: a
 // partial leading row, the whole rows, a partial trailing row; the partial

@@ -2,14 +2,10 @@
 
 #include <algorithm>
 
+#include "formats/basics.h"
 #include "kernels/kernels.h"
 
 namespace tilec::passes {
-namespace {
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-}  // namespace
 
 // ---------------------------------------------------------------- grid
 
@@ -60,7 +56,8 @@ fb::OwnershipT GemmGrid::ResultOwnership() const {
 }
 
 int GemmGrid::Chunks(int ki) const {
-  return static_cast<int>(CeilDiv(depth.Size(ki), std::max<int64_t>(phase_k, 1)));
+  return static_cast<int>(
+      ir::CeilDiv(depth.Size(ki), std::max<int64_t>(phase_k, 1)));
 }
 
 GemmGrid MakeGemmGrid(int64_t M, int64_t K, int64_t N, int m, int k, int n,

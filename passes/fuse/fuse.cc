@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "formats/basics.h"
 #include "formats/print.h"
 #include "kernels/fused_body.h"
 #include "passes/core/ownership.h"
@@ -30,10 +31,6 @@ bool IsElementwise(const fb::OperationT& op) {
     default:
       return false;
   }
-}
-
-bool IsFp8(fb::DType d) {
-  return d == fb::DType::FP8E4M3 || d == fb::DType::FP8E5M2;
 }
 
 std::string OpText(const fb::OperationT& op) {
@@ -289,7 +286,7 @@ StatusOr<fb::ModuleT> FuseRegion(const fb::ModuleT& module,
   // value): the body keeps it as a cast. F16 intermediates are not rounded
   // inside a fused body (the reference's Fused semantics), which only
   // removes rounding.
-  if (IsFp8(p_result->dtype)) {
+  if (ir::IsFp8(p_result->dtype)) {
     auto cast = std::make_unique<fb::FusedStepT>();
     cast->kind = fb::FusedStepKind::Cast;
     cast->dtype = p_result->dtype;

@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "formats/basics.h"
 #include "formats/print.h"
 #include "kernels/fused_body.h"
 #include "kernels/kernel_names.h"
@@ -207,9 +208,7 @@ std::map<int, int> Lowering::StoreLike(uint32_t value, uint32_t like) {
     VBuffer b = buffers_[from.buffer];
     b.id = static_cast<int>(buffers_.size());
     b.value = value;
-    b.scale_exp = b.dtype == fb::DType::FP8E4M3 || b.dtype == fb::DType::FP8E5M2
-                      ? v->fp8_scale_exp
-                      : 0;
+    b.scale_exp = ir::StorageScaleExp(b.dtype, v->fp8_scale_exp);
     b.name = v->name;
     copies[from.buffer] = b.id;
     per_tile[t] = Storage{b.id, from.segments};
@@ -237,9 +236,7 @@ int Lowering::NewBuffer(int tile, int64_t elements, fb::DType dtype,
   b.tile = tile;
   b.bytes = elements * ir::DTypeBytes(dtype);
   b.dtype = dtype;
-  b.scale_exp = (dtype == fb::DType::FP8E4M3 || dtype == fb::DType::FP8E5M2)
-                    ? scale_exp
-                    : 0;
+  b.scale_exp = ir::StorageScaleExp(dtype, scale_exp);
   b.value = value;
   b.op = op;
   b.kind = kind;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "formats/basics.h"
 #include "formats/print.h"
 #include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
@@ -19,8 +20,6 @@ using passes::Box;
 using passes::FormatOwnership;
 using passes::Segments;
 using passes::TransferCost;
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::string OwnKey(const fb::OwnershipT& o) { return FormatOwnership(o); }
 
@@ -513,7 +512,7 @@ StatusOr<OpCost> Coster::PriceRowWise(const Graph& graph, int op,
   int64_t rows = 1;
   const size_t rank = out.shape.size();
   for (size_t a = 0; a + 1 < rank; ++a) {
-    rows *= CeilDiv(out.shape[a], r.layout.partitions[a]);
+    rows *= ir::CeilDiv(out.shape[a], r.layout.partitions[a]);
   }
   const int64_t w = out.shape[rank - 1];
   StatusOr<kernels::DType> kout = kernels::DTypeFromFb(out.dtype);

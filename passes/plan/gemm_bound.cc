@@ -10,8 +10,6 @@
 namespace tilec::plan {
 namespace {
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 bool Is16Bit(fb::DType d) {
   return d == fb::DType::F16 || d == fb::DType::BF16;
 }
@@ -31,7 +29,7 @@ std::vector<int> DistinctSplits(int64_t extent, int64_t limit) {
   std::vector<int> parts;
   int64_t previous = -1;
   for (int64_t p = 1; p <= std::min(extent, limit); ++p) {
-    const int64_t block = CeilDiv(extent, p);
+    const int64_t block = ir::CeilDiv(extent, p);
     if (block != previous) parts.push_back(static_cast<int>(p));
     previous = block;
   }
@@ -45,9 +43,9 @@ StatusOr<GemmBound> BoundOfGrid(const kernels::CostModel& model,
   if (!kdtype.ok()) return kdtype.status();
   const int ab = ir::DTypeBytes(gemm.inputs);
   const int pb = Is16Bit(gemm.result) ? 2 : 4;
-  const int64_t bm = CeilDiv(gemm.M, m), bk = CeilDiv(gemm.K, k),
-                bn = CeilDiv(gemm.N, n);
-  const int64_t share = CeilDiv(bm, k);
+  const int64_t bm = ir::CeilDiv(gemm.M, m), bk = ir::CeilDiv(gemm.K, k),
+                bn = ir::CeilDiv(gemm.N, n);
+  const int64_t share = ir::CeilDiv(bm, k);
   const fb::TargetT& t = model.target();
   GemmBound b;
   b.m = m;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "formats/basics.h"
 #include "formats/print.h"
 #include "kernels/kernels.h"
 #include "passes/core/tile_plan.h"
@@ -16,8 +17,6 @@ namespace {
 using passes::Box;
 using passes::GemmGrid;
 using passes::Segments;
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The compute of one way of lowering the op: per phase group (compute
 // phases with no exchange between them merge) the slowest tile's cycles.
@@ -128,8 +127,8 @@ class GemmPricing {
           kernels::ExchangeModel::FromTarget(target());
       const int64_t latency = x.RouteLatency(x.tiles - 1);
       const int64_t body = std::max<int64_t>(stage.scheduled_cycles - latency, 0);
-      cost_.exchange +=
-          chunks_ * (CeilDiv(body, chunks_) + latency + target().sync_cycles);
+      cost_.exchange += chunks_ * (ir::CeilDiv(body, chunks_) + latency +
+                                   target().sync_cycles);
     }
     cost_.phases += chunks_;
     cost_.exchange_bytes += stage.bytes_received;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 
+#include "formats/basics.h"
 #include "formats/print.h"
 #include "formats/repeat.h"
 #include "passes/core/attention_plan.h"
@@ -602,13 +603,12 @@ fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op) {
     const OpNode& node = graph.op(op);
     const auto& a = graph.value(node.operands[0]).shape;
     const auto& b = graph.value(node.operands[1]).shape;
-    auto ceil_div = [](int64_t x, int64_t y) { return (x + y - 1) / y; };
     out.m_split = recipe.m;
     out.k_split = recipe.k;
     out.n_split = recipe.n;
-    out.block_m = static_cast<int32_t>(ceil_div(a[0], recipe.m));
-    out.block_k = static_cast<int32_t>(ceil_div(a[1], recipe.k));
-    out.block_n = static_cast<int32_t>(ceil_div(b[1], recipe.n));
+    out.block_m = static_cast<int32_t>(ir::CeilDiv(a[0], recipe.m));
+    out.block_k = static_cast<int32_t>(ir::CeilDiv(a[1], recipe.k));
+    out.block_n = static_cast<int32_t>(ir::CeilDiv(b[1], recipe.n));
     out.staging = recipe.staging;
     out.batch_chunks =
         recipe.staging == fb::Staging::Batched ? recipe.batch_chunks : 1;

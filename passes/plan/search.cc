@@ -8,6 +8,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "formats/basics.h"
 #include "formats/print.h"
 #include "kernels/kernels.h"
 #include "passes/plan/gemm_bound.h"
@@ -15,8 +16,6 @@
 
 namespace tilec::plan {
 namespace {
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Part counts 1..min(extent, max_parts) that give distinct block sizes: for
 // each block size the smallest count (fewest tiles for the same work).
@@ -106,7 +105,7 @@ std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
   // granules per chunk; Batched(2) and Batched(4) of one-granule chunks.
   std::vector<Recipe> out;
   for (const Recipe& grid : grids) {
-    const int64_t bk = CeilDiv(K, grid.k);
+    const int64_t bk = ir::CeilDiv(K, grid.k);
     out.push_back(grid);
     for (int g : {1, 2, 4}) {
       if (g > 1 && g * granule >= bk) break;
@@ -389,7 +388,7 @@ Status Search::Initialize() {
       for (int64_t e : value.shape) n *= e;
       weights += n * coster_.StoredBytes(graph_, v);
     }
-    const int64_t floor = CeilDiv(weights, coster_.tiles());
+    const int64_t floor = ir::CeilDiv(weights, coster_.tiles());
     std::string bound;
     if (floor > coster_.capacity()) {
       bound = " (the weights alone need at least " + std::to_string(floor) +

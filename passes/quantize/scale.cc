@@ -6,14 +6,12 @@
 #include <bit>
 #include <cmath>
 
+#include "formats/basics.h"
+
 namespace tilec::quantize {
 
-bool IsFp8(fb::DType dtype) {
-  return dtype == fb::DType::FP8E4M3 || dtype == fb::DType::FP8E5M2;
-}
-
 kernels::Fp8Format FormatOf(fb::DType dtype) {
-  CHECK(IsFp8(dtype)) << "not an FP8 dtype";
+  CHECK(ir::IsFp8(dtype)) << "not an FP8 dtype";
   return dtype == fb::DType::FP8E4M3 ? kernels::Fp8Format::kE4M3
                                      : kernels::Fp8Format::kE5M2;
 }

@@ -20,7 +20,6 @@ namespace tilec::quantize {
 
 // The FP8 format of an FP8 dtype (FP8E4M3 or FP8E5M2; CHECKed).
 kernels::Fp8Format FormatOf(fb::DType dtype);
-bool IsFp8(fb::DType dtype);
 
 // The largest finite magnitude of `data` (NaN and infinities ignored), 0 for
 // an empty or all-zero tensor.

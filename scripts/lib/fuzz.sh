@@ -6,7 +6,12 @@
 # Every function takes the workspace root ROOT (sources), GEN (a directory
 # holding Bazel's generated formats/tilec_generated.h and
 # formats/embedded.cc) and the list of source labels Bazel's genquery
-# //tools/fuzz:TARGET_sources wrote.
+# //tools/fuzz:TARGET_sources wrote. Tools are found as BIN/<tool>/<tool>
+# and the pass chain is passes/pipeline/PIPELINE, as in scripts/lib/pipeline.sh
+# (sourced here, so the caller's directory is the workspace or runfiles root).
+
+# shellcheck source=pipeline.sh
+. scripts/lib/pipeline.sh
 
 FUZZ_TARGETS="ir device_program recipe checkpoint onnx safetensors npy policy target simulation"
 FUZZ_CXX=${CXX:-clang++-14}
@@ -47,29 +52,31 @@ fuzz_build() {
     "${objects[@]}" "${libs[@]}" -o "$bin"
 }
 
-# fuzz_small_program TOOLS WORK: a small ViT layer for the tiny target and
-# its stages in WORK: small.tilec, small-plan.tilec, small-reduce.tilec,
-# small-program.tilec (the device program).
+# fuzz_small_program BIN WORK: a small ViT layer for the tiny target and
+# its stages through the default pipeline: WORK/small.tilec, then
+# WORK/small-stages/<i>-<pass>.tilec, the last one also as
+# WORK/small-program.tilec (the device program).
 fuzz_small_program() {
-  local tools=$1 work=$2
-  "$tools/import-model" --preset=vit-b16-224 --tokens=10 --width=48 \
-    --mlp_width=96 --heads=3 --target=tiny -o "$work/small.tilec" &&
-    "$tools/plan-ownership" --attempts=4 "$work/small.tilec" \
-      -o "$work/small-plan.tilec" 2>/dev/null &&
-    "$tools/expand-reduce" "$work/small-plan.tilec" \
-      -o "$work/small-reduce.tilec" 2>/dev/null &&
-    "$tools/emit-device" "$work/small-reduce.tilec" \
-      -o "$work/small-program.tilec" 2>/dev/null
+  local bin=$1 work=$2 program
+  rm -rf "$work/small-stages"
+  mkdir -p "$work/small-stages"
+  tilec_tool "$bin" import-model --preset=vit-b16-224 --tokens=10 --width=48 \
+    --mlp_width=96 --heads=3 --target=tiny -o "$work/small.tilec" || return 1
+  # A short search: the seeds need a valid plan, not a good one.
+  # shellcheck disable=SC2046
+  program=$(PLAN_OWNERSHIP_FLAGS=--attempts=4 tilec_run_passes "$bin" \
+    "$work/small-stages" "$work/small.tilec" 1 $(tilec_passes) 2>/dev/null) &&
+    cp "$program" "$work/small-program.tilec"
 }
 
-# fuzz_seeds TARGET ROOT TOOLS SEEDS: the seed corpus in SEEDS, from
-# ROOT/testdata and small modules made with the tools in TOOLS (a directory
-# holding import-model, plan-ownership, expand-reduce, emit-device,
-# simulate-device and make_hostile). For checkpoint and policy, also writes
+# fuzz_seeds TARGET ROOT BIN HOSTILE SEEDS: the seed corpus in SEEDS, from
+# ROOT/testdata and small modules made with the tools in BIN (import-model,
+# the pipeline's passes and simulate-device) and HOSTILE (the make_hostile
+# binary). For checkpoint and policy, also writes
 # SEEDS/../checkpoint-graph.tilec, the graph the target parses against
 # (export TILEC_FUZZ_GRAPH to it).
 fuzz_seeds() {
-  local target=$1 root=$2 tools=$3 seeds=$4
+  local target=$1 root=$2 bin=$3 hostile=$4 seeds=$5
   local work
   work=$(dirname "$seeds")
   mkdir -p "$seeds"
@@ -80,8 +87,12 @@ fuzz_seeds() {
       find "$root/testdata" -name '*.tilec' -size -4M | while read -r f; do
         cp "$f" "$seeds/$(basename "$f")"
       done
-      fuzz_small_program "$tools" "$work" || return 1
-      cp "$work"/small{,-plan,-reduce,-program}.tilec "$seeds/"
+      fuzz_small_program "$bin" "$work" || return 1
+      cp "$work/small.tilec" "$seeds/"
+      local stage
+      for stage in "$work"/small-stages/*.tilec; do
+        cp "$stage" "$seeds/small-$(basename "$stage")"
+      done
       ;;
     recipe)
       local n=0
@@ -95,8 +106,8 @@ fuzz_seeds() {
       printf '12' > "$seeds/explain-op"
       ;;
     checkpoint)
-      "$tools/import-model" "${small[@]}" -o "$work/checkpoint-graph.tilec" &&
-        "$tools/plan-ownership" --attempts=6 --checkpoint_every=2 \
+      tilec_tool "$bin" import-model "${small[@]}" -o "$work/checkpoint-graph.tilec" &&
+        tilec_tool "$bin" plan-ownership --attempts=6 --checkpoint_every=2 \
           --checkpoint="$seeds/checkpoint.tilec" "$work/checkpoint-graph.tilec" \
           -o "$work/checkpoint-plan.tilec" 2>/dev/null || return 1
       ;;
@@ -108,8 +119,8 @@ fuzz_seeds() {
         [ -f "$d/model.onnx" ] && cp "$d/model.onnx" "$seeds/$(basename "$d").onnx"
       done
       # External data inside the sandbox, and a path leaving it.
-      "$tools/make_hostile" onnx "$seeds/external.onnx" weights.bin &&
-        "$tools/make_hostile" onnx "$seeds/external-up.onnx" ../outside.bin ||
+      "$hostile" onnx "$seeds/external.onnx" weights.bin &&
+        "$hostile" onnx "$seeds/external-up.onnx" ../outside.bin ||
         return 1
       ;;
     safetensors)
@@ -123,7 +134,7 @@ fuzz_seeds() {
       ;;
     policy)
       cp "$root"/testdata/quantize-fp8/*.policy "$seeds/"
-      "$tools/import-model" "${small[@]}" -o "$work/checkpoint-graph.tilec" ||
+      tilec_tool "$bin" import-model "${small[@]}" -o "$work/checkpoint-graph.tilec" ||
         return 1
       ;;
     target)
@@ -131,10 +142,10 @@ fuzz_seeds() {
         "$seeds/"
       ;;
     simulation)
-      fuzz_small_program "$tools" "$work" &&
-        "$tools/simulate-device" --report=json "$work/small-program.tilec" \
+      fuzz_small_program "$bin" "$work" &&
+        tilec_tool "$bin" simulate-device --report=json "$work/small-program.tilec" \
           -o "$seeds/small.json" 2>/dev/null &&
-        "$tools/simulate-device" --report=json --compare=false \
+        tilec_tool "$bin" simulate-device --report=json --compare=false \
           "$work/small-program.tilec" -o "$seeds/small-nocompare.json" \
           2>/dev/null || return 1
       ;;

@@ -24,18 +24,13 @@ fi
 root=$(cd "$(dirname "$(readlink -f tools/fuzz/ir_fuzz.cc)")/../.." && pwd)
 gen=$PWD
 work=${TEST_TMPDIR:-$(mktemp -d)}
-tools=$work/tools
-mkdir -p "$tools"
-for t in import-model plan-ownership expand-reduce emit-device simulate-device; do
-  ln -sf "$PWD/tools/$t/$t" "$tools/$t"
-done
-ln -sf "$PWD/testdata/untrusted/make_hostile" "$tools/make_hostile"
 failed=0
 for target in $targets; do
   echo "== $target"
   fuzz_build "$target" "$root" "$gen" "tools/fuzz/${target}_sources" \
     "$work/obj" "$work/bin/${target}_fuzz"
-  fuzz_seeds "$target" "$root" "$tools" "$work/$target/seeds"
+  fuzz_seeds "$target" "$root" "$PWD/tools" "$PWD/testdata/untrusted/make_hostile" \
+    "$work/$target/seeds"
   export TILEC_FUZZ_GRAPH=$work/$target/checkpoint-graph.tilec
   fuzz_run "$work/bin/${target}_fuzz" "$work/$target/corpus" \
     "$work/$target/seeds" "$work/$target/crashes" "$work/$target.log" \
