@@ -498,18 +498,19 @@ void ExplainPeak(const Graph& graph, const std::vector<Live>& live,
 
 }  // namespace
 
-int64_t EstimateCodeBytes(const fb::TargetT& target, const Evaluation& e) {
+std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
+                                           const Evaluation& e) {
   const kernels::CodeModel code = kernels::CodeModel::FromTarget(target);
   const int64_t per_step =
       code.per_superstep + code.per_call + 7 * code.per_operand;
   // Every tile runs every superstep; each phase's tables are on the tiles
   // it moves data to or from.
   int64_t steps = 0;
-  std::vector<int64_t> tables(target.tiles, 0);
-  auto add = [&](const passes::TileCodeBytes& code) {
-    if (code == nullptr) return;
-    for (size_t t = 0; t < tables.size() && t < code->size(); ++t) {
-      tables[t] += (*code)[t];
+  std::vector<int64_t> bytes(target.tiles, 0);
+  auto add = [&](const passes::TileCodeBytes& tables) {
+    if (tables == nullptr) return;
+    for (size_t t = 0; t < bytes.size() && t < tables->size(); ++t) {
+      bytes[t] += (*tables)[t];
     }
   };
   for (const OpCost& op : e.ops) {
@@ -520,8 +521,13 @@ int64_t EstimateCodeBytes(const fb::TargetT& target, const Evaluation& e) {
     steps += 2 * per_step;
     add(red.cost.tile_code);
   }
-  return code.runtime + steps +
-         (tables.empty() ? 0 : *std::max_element(tables.begin(), tables.end()));
+  for (int64_t& b : bytes) b += code.runtime + steps;
+  return bytes;
+}
+
+int64_t EstimateCodeBytes(const fb::TargetT& target, const Evaluation& e) {
+  const std::vector<int64_t> bytes = EstimateTileCodeBytes(target, e);
+  return bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end());
 }
 
 StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
@@ -543,15 +549,15 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
 
   // Memory: the code and the buffers live at each step of the program.
   e.memory_checked = true;
-  e.code_bytes = EstimateCodeBytes(coster.target(), e);
+  // Each tile's code region, as emit-device sizes it per tile.
+  auto code = std::make_shared<std::vector<int64_t>>(
+      EstimateTileCodeBytes(coster.target(), e));
+  e.code_bytes = *std::max_element(code->begin(), code->end());
+  for (int64_t& b : *code) b = ir::CodeRegionBytes(coster.target(), b);
   const ProgramSteps steps = OrderSteps(num_ops, e);
   std::vector<Live> live = LiveBuffers(graph, coster, plan, e, steps);
-  live.push_back(
-      {std::make_shared<const std::vector<int64_t>>(
-           coster.tiles(), ir::CodeRegionBytes(coster.target(), e.code_bytes)),
-       0, steps.steps - 1,
-       "code and exchange tables (" + std::to_string(e.code_bytes) +
-           " B estimated, in whole elements)"});
+  live.push_back({std::move(code), 0, steps.steps - 1,
+                  "code and exchange tables (estimated, in whole elements)"});
   const int peak_step = FindPeak(num_ops, coster, live, steps, &e);
   if (peak_step >= 0) ExplainPeak(graph, live, steps, peak_step, &e);
   return e;

@@ -86,8 +86,8 @@ struct Evaluation {
   std::vector<int64_t> op_peak;        // by op: largest live bytes on a tile
   std::vector<int64_t> redistribution_peak;
   int64_t capacity = 0;
-  // The estimate of the largest tile's code (EstimateCodeBytes), which
-  // takes whole memory elements on every tile beside the tensors.
+  // The estimate of the largest tile's code (EstimateCodeBytes); each
+  // tile's own code takes whole memory elements beside its tensors.
   int64_t code_bytes = 0;
   bool feasible() const { return !memory_checked || peak_bytes <= capacity; }
   // "tile 0 needs 612345 B at op 1 (l0.mlp.up) but 481152 B hold tensors:
@@ -106,6 +106,9 @@ enum class EvalMode { kCyclesOnly, kFull };
 // phases each tile takes part in (summed per tile: a repeat body's phases
 // once, as emit-device shares its code between iterations).
 int64_t EstimateCodeBytes(const fb::TargetT& target, const Evaluation& e);
+// The same per tile: each tile's code region holds its own tables.
+std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
+                                           const Evaluation& e);
 
 // Evaluates `plan`. With `upto` >= 0 only ops 0..upto count (the prefix the
 // greedy initial plan has decided); memory is then not checked.
