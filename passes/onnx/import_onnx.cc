@@ -427,6 +427,7 @@ class Importer {
                bool exact = true) {
     // Views and casts to the same dtype pass through in this loop, not by
     // recursion: a chain of 100,000 Identity nodes is one level deep.
+    const NodeProto* view = nullptr;  // the last view or cast passed
     for (std::string t = tensor;;) {
       const OnnxTensorInfo* info = g_.Find(t);
       if (info == nullptr) {
@@ -435,9 +436,17 @@ class Importer {
       }
       if (!info->shape_known) return Unknown(t, "tensor");
       if (Elements(info->shape) != Elements(want)) {
-        return Status::Internal("'" + t + "' " +
-                                ir::ShapeToString(info->shape) +
-                                " viewed as " + ir::ShapeToString(want));
+        // The model's declared shapes disagree (a view whose output is
+        // declared with more or fewer elements than its input has).
+        const std::string why =
+            "'" + t + "' is " + ir::ShapeToString(info->shape) +
+            " but is read as " + ir::ShapeToString(want) +
+            ", another number of elements: the model's shapes disagree";
+        if (view != nullptr) {
+          return Status::BadInput(g_.model_name() + ": " + Label(*view) +
+                                  ": its input " + why);
+        }
+        return Status::BadInput(g_.model_name() + ": " + why);
       }
       if (auto it = memo_.find(t); it != memo_.end()) {
         *id = it->second;
@@ -463,6 +472,7 @@ class Importer {
         return Unsupported(node, "custom domains are not imported");
       }
       if (IsView(node.op_type()) && node.output(0) == t) {
+        view = &node;
         t = node.input(0);
         continue;
       }
@@ -471,6 +481,7 @@ class Importer {
         TILEC_RETURN_IF_ERROR(TypeOf(node.input(0), &from));
         TILEC_RETURN_IF_ERROR(TypeOf(t, &to));
         if (from == to) {
+          view = &node;
           t = node.input(0);
           continue;
         }

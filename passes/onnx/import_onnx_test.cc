@@ -545,6 +545,22 @@ TEST(ImportOnnx, UndefinedTensorIsBadInput) {
 
 // Issue 28: a model that breaks an operator's rules is bad input (exit 2)
 // naming the node; a valid one tilec cannot hold is infeasible (exit 3).
+// A view declared with another number of elements than its input (the
+// onnx fuzz target's mutation of ONNX's test_unsqueeze_axis_0) was an
+// internal error.
+TEST(ImportOnnx, AViewDeclaredWithOtherElementsIsBadInput) {
+  ModelBuilder b;
+  b.Input("x", {3, 4, 5});
+  b.Input("axes", {1}, TensorProto::INT64);
+  b.Node("Unsqueeze", {"x", "axes"}, "y");
+  b.Output("y", {3, 3, 4, 5});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput) << s.message();
+  EXPECT_THAT(s.message(), HasSubstr("Unsqueeze"));
+  EXPECT_THAT(s.message(), HasSubstr("'x' is [3,4,5]"));
+}
+
 TEST(ImportOnnx, InvalidModelsAreBadInputNamingTheNode) {
   struct Case {
     std::function<void(ModelBuilder*)> build;
