@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -130,10 +131,24 @@ bool IsShapePreserving(const std::string& op) {
                      [&](const char* k) { return op == k; });
 }
 
+// Folded values are doubles: one beyond int64's range saturates (NaN is 0)
+// rather than overflow the conversion; every caller refuses such a shape,
+// index or axis by its own checks.
 std::vector<int64_t> AsInts(const OnnxConstant& c) {
+  constexpr double kLimit = 9223372036854775807.0;  // 2^63, as a double
   std::vector<int64_t> out;
   out.reserve(c.data.size());
-  for (double d : c.data) out.push_back(static_cast<int64_t>(d));
+  for (double d : c.data) {
+    if (std::isnan(d)) {
+      out.push_back(0);
+    } else if (d >= kLimit) {
+      out.push_back(std::numeric_limits<int64_t>::max());
+    } else if (d <= -kLimit) {
+      out.push_back(std::numeric_limits<int64_t>::min());
+    } else {
+      out.push_back(static_cast<int64_t>(d));
+    }
+  }
   return out;
 }
 
