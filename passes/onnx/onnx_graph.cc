@@ -407,7 +407,8 @@ class NodeVisitor {
         continue;
       }
       if (out[i] < 0) return std::nullopt;
-      known *= out[i];
+      // A target whose product overflows names no tensor of this input.
+      if (__builtin_mul_overflow(known, out[i], &known)) return std::nullopt;
     }
     const int64_t total = Product(in, 0, in.size());
     if (infer >= 0) {
@@ -904,9 +905,15 @@ bool NormalizeAxis(int64_t axis, int64_t rank, int64_t* out) {
   return true;
 }
 
+// Saturates at int64's largest value: a declared shape that large is refused
+// by the extent checks, not overflowed here.
 int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
   int64_t p = 1;
-  for (size_t i = begin; i < end && i < dims.size(); ++i) p *= dims[i];
+  for (size_t i = begin; i < end && i < dims.size(); ++i) {
+    if (__builtin_mul_overflow(p, dims[i], &p)) {
+      return std::numeric_limits<int64_t>::max();
+    }
+  }
   return p;
 }
 
