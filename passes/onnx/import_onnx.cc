@@ -1577,6 +1577,7 @@ class Importer {
                       double beta, int64_t m, int64_t n, fb::DType dtype,
                       uint32_t* id) {
     const std::string& c_name = node.input(2);
+    if (ShapeOf(c_name) == nullptr) return Unknown(c_name, "tensor");
     const Shape& cs = *ShapeOf(c_name);
     const std::string name = NodeName(node);
     const bool row = StripOnes(cs) == Shape{n} || (n == 1 && Elements(cs) == 1);
