@@ -77,63 +77,86 @@ class BusyIntervals {
                                 }) -
                spans_.begin();
     if (b == spans_.size()) --b;
+    const GapChange change = Insert(b, begin, end);
+    Refresh(b, change);
+    if (blocks_[b].size() > 2 * kBlock) Split(b);
+  }
+
+ private:
+  // Only the gap [begin, end) lies in changes: where it is inside the
+  // block and was its widest, the block is measured again; a new interval
+  // beyond either end of the block makes a new gap (-1: none).
+  struct GapChange {
+    int64_t old_gap = -1;
+    int64_t new_gap = -1;
+  };
+
+  // Puts [begin, end) into block b, merging with the intervals it touches.
+  GapChange Insert(size_t b, int64_t begin, int64_t end) {
     Intervals& v = blocks_[b];
     auto it = std::lower_bound(v.begin(), v.end(), begin,
                                [](const Interval& x, int64_t value) {
                                  return x.second < value;
                                });
-    // Only the gap [begin, end) lies in changes: where it is inside the
-    // block and was its widest, the block is measured again; a new
-    // interval beyond either end makes a new gap.
-    int64_t old_gap = -1, new_gap = -1;
+    GapChange change;
     if (it != v.end() && it->second == begin) {
       // Touches its left neighbour, and maybe its right one as well.
-      if (std::next(it) != v.end()) {
-        old_gap = std::next(it)->first - it->second;
+      if (std::next(it) == v.end()) {
         it->second = end;
-        if (std::next(it)->first == end) {
-          it->second = std::next(it)->second;
-          v.erase(std::next(it));
-        }
-      } else {
-        it->second = end;
-        if (b + 1 < blocks_.size() && spans_[b + 1].begin == end) {
-          Intervals& next = blocks_[b + 1];
-          it->second = next.front().second;
-          next.erase(next.begin());
-          if (next.empty()) {
-            blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1));
-            spans_.erase(spans_.begin() + static_cast<std::ptrdiff_t>(b + 1));
-          } else {
-            Measure(b + 1);
-          }
-        }
+        AbsorbNextFront(b);
+        return change;
+      }
+      change.old_gap = std::next(it)->first - it->second;
+      it->second = end;
+      if (std::next(it)->first == end) {
+        it->second = std::next(it)->second;
+        v.erase(std::next(it));
       }
     } else if (it != v.end() && it->first == end) {
-      if (it != v.begin()) old_gap = it->first - std::prev(it)->second;
+      if (it != v.begin()) change.old_gap = it->first - std::prev(it)->second;
       it->first = begin;
     } else {
       if (it == v.end()) {
-        if (!v.empty()) new_gap = begin - v.back().second;
+        if (!v.empty()) change.new_gap = begin - v.back().second;
       } else if (it == v.begin()) {
-        new_gap = it->first - end;
+        change.new_gap = it->first - end;
       } else {
-        old_gap = it->first - std::prev(it)->second;
+        change.old_gap = it->first - std::prev(it)->second;
       }
       v.insert(it, {begin, end});
     }
-    Span& span = spans_[b];
-    if (old_gap >= span.widest_gap) {
-      Measure(b);
-    } else {
-      span.begin = v.front().first;
-      span.end = v.back().second;
-      span.widest_gap = std::max(span.widest_gap, new_gap);
-    }
-    if (v.size() > 2 * kBlock) Split(b);
+    return change;
   }
 
- private:
+  // Block b's last interval now reaches the next block's first: one
+  // interval, kept in block b.
+  void AbsorbNextFront(size_t b) {
+    if (b + 1 == blocks_.size() ||
+        spans_[b + 1].begin != blocks_[b].back().second) {
+      return;
+    }
+    Intervals& next = blocks_[b + 1];
+    blocks_[b].back().second = next.front().second;
+    next.erase(next.begin());
+    if (next.empty()) {
+      blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1));
+      spans_.erase(spans_.begin() + static_cast<std::ptrdiff_t>(b + 1));
+    } else {
+      Measure(b + 1);
+    }
+  }
+
+  void Refresh(size_t b, const GapChange& change) {
+    Span& span = spans_[b];
+    if (change.old_gap >= span.widest_gap) {
+      Measure(b);
+      return;
+    }
+    span.begin = blocks_[b].front().first;
+    span.end = blocks_[b].back().second;
+    span.widest_gap = std::max(span.widest_gap, change.new_gap);
+  }
+
   static constexpr size_t kBlock = 64;
   using Interval = std::pair<int64_t, int64_t>;
   using Intervals = std::vector<Interval>;
