@@ -286,14 +286,19 @@ const typename Map::mapped_type* Lookup(const Map* first, const Map& own,
 
 }  // namespace
 
+template <typename Map>
+const typename Map::mapped_type* Coster::Cached(Map Cache::*map,
+                                                const std::string& key) const {
+  return Lookup(scheduled_cache_ ? &((*scheduled_cache_).*map) : nullptr,
+                (*cache_).*map, key);
+}
+
 TransferCost Coster::Transfer(std::span<const int64_t> shape, int element_bytes,
                               const fb::OwnershipT& from,
                               const fb::OwnershipT& to) const {
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
                     " " + OwnKey(from) + " -> " + OwnKey(to);
-  if (const TransferCost* cached = Lookup(
-          scheduled_cache_ ? &scheduled_cache_->transfers : nullptr,
-          cache_->transfers, key)) {
+  if (const TransferCost* cached = Cached(&Cache::transfers, key)) {
     return *cached;
   }
   TransferCost cost = passes::RedistributionCost(
@@ -307,9 +312,7 @@ bool Coster::SamePlacement(std::span<const int64_t> shape,
                            const fb::OwnershipT& b) const {
   if (passes::SameOwnership(a, b)) return true;
   std::string key = ShapeKey(shape) + " " + OwnKey(a) + " = " + OwnKey(b);
-  if (const bool* cached = Lookup(
-          scheduled_cache_ ? &scheduled_cache_->placements : nullptr,
-          cache_->placements, key)) {
+  if (const bool* cached = Cached(&Cache::placements, key)) {
     return *cached;
   }
   const bool same = passes::SamePlacement(a, b, shape);
@@ -322,9 +325,7 @@ TileBytes Coster::BytesPerTile(std::span<const int64_t> shape,
                                const fb::OwnershipT& ownership) const {
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
                     " " + OwnKey(ownership);
-  if (const TileBytes* cached =
-          Lookup(scheduled_cache_ ? &scheduled_cache_->bytes : nullptr,
-                 cache_->bytes, key)) {
+  if (const TileBytes* cached = Cached(&Cache::bytes, key)) {
     return *cached;
   }
   auto bytes = std::make_shared<const std::vector<int64_t>>(
@@ -581,9 +582,7 @@ StatusOr<TransferCost> Coster::Redistribution(std::span<const int64_t> shape,
                                               const fb::OwnershipT& to) const {
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
                     " " + OwnKey(from) + " -> " + OwnKey(to);
-  if (const TransferCost* cached = Lookup(
-          scheduled_cache_ ? &scheduled_cache_->redistributions : nullptr,
-          cache_->redistributions, key)) {
+  if (const TransferCost* cached = Cached(&Cache::redistributions, key)) {
     return *cached;
   }
   TransferCost cost = Transfer(shape, element_bytes, from, to);

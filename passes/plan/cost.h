@@ -186,6 +186,12 @@ class Coster {
     std::unordered_map<std::string, OpCost> gemm_prices;  // by GemmKey
   };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
+  // What `key` maps to in one of the caches: the scheduled coster's first
+  // (a LowerBounds coster: exact prices beat bounds), then this one's;
+  // null if in neither.
+  template <typename Map>
+  const typename Map::mapped_type* Cached(Map Cache::*map,
+                                          const std::string& key) const;
   // Other ops' prices, keyed by op index: valid for one graph.
   using Prices = std::unordered_map<std::string, OpCost>;
   std::shared_ptr<Prices> prices_ = std::make_shared<Prices>();

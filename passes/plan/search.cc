@@ -479,10 +479,10 @@ Plan Search::WithRecipe(int op, const Recipe& recipe) const {
 }
 
 // The first of the options giving the fewest cycles up to `op`, and those
-// cycles. Each is
-// first priced at its lower bound (bounds_), in order of those bounds; one
-// whose bound cannot beat the best found so far (or, equal to it, comes
-// later in `options`) is never scheduled. The same choice as pricing every
+// cycles. Each is first priced at its lower bound (bounds_), then by its
+// schedule in order of those bounds; one whose bound cannot beat the best
+// found so far (or, equal to it, comes later in `options`) is never
+// scheduled. The same choice as pricing every
 // option by its schedule, without scheduling most of them.
 StatusOr<std::pair<int64_t, size_t>> Search::CheapestOption(
     int op, const std::vector<Recipe>& options) {
