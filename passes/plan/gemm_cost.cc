@@ -334,7 +334,8 @@ class GemmPricing {
         if (v16->compute + x16.cycles <= v32->compute + x32.cycles) {
           partials_ = narrow;
         }
-        if (partials_ == narrow && coster_.timing() == passes::PhaseTiming::kLowerBound) {
+        if (partials_ == narrow &&
+            coster_.timing() == passes::PhaseTiming::kLowerBound) {
           TILEC_RETURN_IF_ERROR(KeepLowerBound(*v16, x16, x32));
         }
       }

@@ -525,11 +525,6 @@ std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
   return bytes;
 }
 
-int64_t EstimateCodeBytes(const fb::TargetT& target, const Evaluation& e) {
-  const std::vector<int64_t> bytes = EstimateTileCodeBytes(target, e);
-  return bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end());
-}
-
 StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
                               const Plan& plan, EvalMode mode, int upto) {
   const int num_ops = graph.num_ops();

@@ -86,7 +86,7 @@ struct Evaluation {
   std::vector<int64_t> op_peak;        // by op: largest live bytes on a tile
   std::vector<int64_t> redistribution_peak;
   int64_t capacity = 0;
-  // The estimate of the largest tile's code (EstimateCodeBytes); each
+  // The estimate of the largest tile's code (EstimateTileCodeBytes); each
   // tile's own code takes whole memory elements beside its tensors.
   int64_t code_bytes = 0;
   bool feasible() const { return !memory_checked || peak_bytes <= capacity; }
@@ -98,15 +98,12 @@ struct Evaluation {
 
 enum class EvalMode { kCyclesOnly, kFull };
 
-// The code emit-device will size for the plan's busiest tile, estimated
-// from above: the target's runtime; for each superstep of every op and
-// redistribution (one per phase and one more), on every tile, the
-// superstep's entry and one call of seven operands and parameters (a GEMM
-// call's); and the largest, over the tiles, of the exchange tables of the
-// phases each tile takes part in (summed per tile: a repeat body's phases
-// once, as emit-device shares its code between iterations).
-int64_t EstimateCodeBytes(const fb::TargetT& target, const Evaluation& e);
-// The same per tile: each tile's code region holds its own tables.
+// The code emit-device will size on each tile, estimated from above: the
+// target's runtime; for each superstep of every op and redistribution (one
+// per phase and one more) the superstep's entry and one call of seven
+// operands and parameters (a GEMM call's); and the exchange tables of the
+// phases the tile takes part in (a repeat body's phases once, as
+// emit-device shares its code between iterations).
 std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
                                            const Evaluation& e);
 
