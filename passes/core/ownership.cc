@@ -866,6 +866,49 @@ fb::OwnershipT HomeOwnership(std::span<const int64_t> shape, int element_bytes,
   return FlatOwnership(grain, tiles, first);
 }
 
+std::optional<fb::OwnershipT> DeliveryHome(const fb::OwnershipT& layout,
+                                           int parts, int first_replica) {
+  const int rank = static_cast<int>(layout.partitions.size());
+  const int replicas = layout.replicas;
+  if (layout.kind != OwnershipKind::Blocked || !layout.sub_partitions.empty() ||
+      parts < 1 || replicas % parts != 0) {
+    return std::nullopt;
+  }
+  std::vector<int32_t> slowest = {rank};
+  for (int a = 0; a < rank; ++a) slowest.push_back(a);
+  const bool replicas_fastest = NaturalOrder(layout.axis_order);
+  if (!replicas_fastest && layout.axis_order != slowest) return std::nullopt;
+  int64_t blocks = 1;
+  for (int32_t p : layout.partitions) blocks *= p;
+  if (replicas == 1) return layout;
+  fb::OwnershipT home = BlockedOwnership(layout.partitions, 1);
+  if (parts > 1) {
+    home.sub_partitions.assign(rank, 1);
+    home.sub_partitions[0] = parts;
+  }
+  const int spacing = replicas / parts;
+  if (replicas_fastest) {
+    // Block b's slab s on grid cell b * R + first + s * spacing: a grid of
+    // (blocks, slabs) with slabs fastest, every spacing-th cell.
+    home.first_tile =
+        layout.first_tile + (first_replica % spacing) * layout.tile_stride;
+    home.tile_stride = layout.tile_stride * spacing;
+  } else {
+    // Slab s in replica plane first + s: planes are `blocks` cells apart.
+    if (parts > 1) {
+      home.axis_order = {rank};
+      for (int a = 0; a < 2 * rank + 1; ++a) {
+        if (a != rank) home.axis_order.push_back(a);
+      }
+    }
+    home.first_tile = layout.first_tile +
+                      static_cast<int>(first_replica % (replicas - parts + 1) *
+                                       blocks * layout.tile_stride);
+    home.tile_stride = layout.tile_stride;
+  }
+  return home;
+}
+
 bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b) {
   // An explicit identity order means the same as an empty one.
   const bool same_order =

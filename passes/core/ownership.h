@@ -91,6 +91,20 @@ bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b);
 fb::OwnershipT HomeOwnership(std::span<const int64_t> shape, int element_bytes,
                              int target_tiles, int first_tile_hint = 0);
 
+// A weight's home shaped for delivery to `layout` (docs/planning.md,
+// "Weight homes"), the blocked layout a consumer needs, with R replicas of
+// each block: every block held once, cut along its first axis into `parts`
+// slabs (parts divides R), slab s on the tile that holds replica
+// first_replica + s * R / parts of the block in `layout` (so the slab is
+// already where one consumer tile needs it, and a receiver gathers its block
+// in `parts` contiguous pieces). Replicas vary fastest or slowest in
+// `layout`'s grid; for the slowest, slab s takes replica first_replica + s
+// (contiguous replica planes). first_replica is reduced modulo the choices
+// it has. Nullopt for a flat layout, one with sub-partitions or another
+// grid order, or parts not dividing R. parts == R == 1 gives `layout`.
+std::optional<fb::OwnershipT> DeliveryHome(const fb::OwnershipT& layout,
+                                           int parts, int first_replica = 0);
+
 // Grid positions (tiles assigned, empty blocks included): the product of
 // the partitions, sub-partitions and replicas, or a flat layout's tiles.
 int64_t GridCells(const fb::OwnershipT& ownership);

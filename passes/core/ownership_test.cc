@@ -1202,5 +1202,72 @@ TEST(OwnershipPropertyTest, HomesHoldEveryElementOnceBalanced) {
   EXPECT_EQ(MaxBytesPerTile(home, up, 1), 3376);
 }
 
+bool Contains(const Box& outer, const Box& inner) {
+  for (int a = 0; a < inner.rank; ++a) {
+    if (inner.begin[a] < outer.begin[a] || inner.end[a] > outer.end[a]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A delivery home holds every element once, each slab on a tile that needs
+// it in the layout, and each block in exactly `parts` slabs.
+TEST(OwnershipPropertyTest, DeliveryHomesHoldEveryElementOnceWhereItIsNeeded) {
+  std::mt19937 rng(11);
+  for (int i = 0; i < 300; ++i) {
+    const bool vector = i % 2 == 0;
+    const Shape shape = vector ? Shape{1 + static_cast<int64_t>(rng() % 40)}
+                               : Shape{1 + static_cast<int64_t>(rng() % 30),
+                                       1 + static_cast<int64_t>(rng() % 30)};
+    const int rank = static_cast<int>(shape.size());
+    std::vector<int32_t> partitions;
+    for (int a = 0; a < rank; ++a) partitions.push_back(1 + rng() % 4);
+    const int replicas = 1 + rng() % 6;
+    const int stride = 1 + rng() % 2;
+    fb::OwnershipT layout =
+        BlockedOwnership(partitions, replicas, rng() % 5, stride);
+    if (i % 3 == 0) {  // replicas slowest, as a GEMM's right operand
+      layout.axis_order = {rank};
+      for (int a = 0; a < rank; ++a) layout.axis_order.push_back(a);
+    }
+    const int tiles = 256;
+    ASSERT_EQ(ValidateOwnership(layout, shape, tiles), "");
+    for (int parts = 1; parts <= replicas; ++parts) {
+      const int hint = static_cast<int>(rng() % 7);
+      const std::optional<fb::OwnershipT> home =
+          DeliveryHome(layout, parts, hint);
+      if (replicas % parts != 0) {
+        EXPECT_FALSE(home.has_value());
+        continue;
+      }
+      ASSERT_TRUE(home.has_value());
+      SCOPED_TRACE(FormatOwnership(layout) + " -> " + FormatOwnership(*home));
+      ASSERT_EQ(ValidateOwnership(*home, shape, tiles), "");
+      std::vector<int> holders(NumElements(shape), 0);
+      for (int tile = 0; tile < tiles; ++tile) {
+        const std::vector<Box> held = HeldBoxes(*home, shape, tile);
+        for (const Box& box : held) {
+          for (int64_t e : BoxElements(box, shape)) ++holders[e];
+          const std::vector<Box> needed = HeldBoxes(layout, shape, tile);
+          EXPECT_TRUE(std::any_of(needed.begin(), needed.end(),
+                                  [&](const Box& b) {
+                                    return Contains(b, box);
+                                  }))
+              << "tile " << tile << " holds " << FormatBox(box)
+              << " but needs no block containing it";
+        }
+      }
+      EXPECT_EQ(std::count(holders.begin(), holders.end(), 1),
+                static_cast<int64_t>(holders.size()));
+      EXPECT_EQ(GridCells(*home), GridCells(layout) / replicas * parts);
+    }
+  }
+  // No replicas: the home is the layout itself, nothing to deliver.
+  const fb::OwnershipT single = BlockedOwnership({4, 2}, 1, 3);
+  EXPECT_TRUE(SameOwnership(*DeliveryHome(single, 1, 5), single));
+  EXPECT_FALSE(DeliveryHome(FlatOwnership(2, 8), 1).has_value());
+}
+
 }  // namespace
 }  // namespace tilec::passes

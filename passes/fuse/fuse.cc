@@ -187,7 +187,7 @@ StatusOr<PlannedGraph> Unplan(const fb::ModuleT& planned) {
         !read_directly.count(v->id) &&
         (IsRedistributed(planned, v->id) || RowCopiedFromHome(planned, *v))) {
       out.plan.homes.resize(m.values.size());
-      out.plan.homes[values.size()] = *v->ownership;
+      out.plan.homes[values.size()] = plan::WeightHome{.fixed = *v->ownership};
     }
     v->ownership.reset();
     values.push_back(std::move(v));
@@ -480,7 +480,7 @@ class Fuser {
     out.gemm_notes.resize(g->num_ops());
     for (int v = 0; v < g->num_values(); ++v) {
       const int was = graph.ValueIndex(g->value(v).id);
-      const fb::OwnershipT* home = was < 0 ? nullptr : pg.plan.Home(was);
+      const plan::WeightHome* home = was < 0 ? nullptr : pg.plan.Home(was);
       if (!home) continue;
       out.plan.homes.resize(g->num_values());
       out.plan.homes[v] = *home;

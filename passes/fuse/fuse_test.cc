@@ -299,7 +299,7 @@ TEST(FuseElementwiseTest, UnplanKeepsARowCopiedWeightsHome) {
   ASSERT_TRUE(pg.ok()) << pg.status().message();
   ASSERT_EQ(pg->plan.homes.size(), pg->module.values.size());
   ASSERT_NE(pg->plan.Home(1), nullptr);
-  EXPECT_TRUE(passes::SameOwnership(*pg->plan.Home(1), home));
+  EXPECT_TRUE(passes::SameOwnership(pg->plan.Home(1)->fixed, home));
   EXPECT_EQ(pg->plan.Home(2), nullptr);
 }
 

@@ -42,6 +42,55 @@ std::string Evaluation::Diagnosis() const {
   return s;
 }
 
+std::optional<fb::OwnershipT> FirstConsumerLayout(const Graph& graph,
+                                                  const Coster& coster,
+                                                  const Plan& plan,
+                                                  int value) {
+  const std::vector<std::pair<int, int>>& uses = graph.value(value).uses;
+  if (uses.empty()) return std::nullopt;
+  const auto [op, slot] = uses.front();
+  return coster.Required(graph, op, plan.recipes[op], slot);
+}
+
+fb::OwnershipT HomeOwnershipIn(const Graph& graph, const Coster& coster,
+                               const Plan& plan, int value,
+                               const WeightHome& home) {
+  if (!home.delivery) return home.fixed;
+  const std::optional<fb::OwnershipT> layout =
+      FirstConsumerLayout(graph, coster, plan, value);
+  if (!layout || layout->kind != fb::OwnershipKind::Blocked) return home.fixed;
+  const std::vector<int64_t>& shape = graph.value(value).shape;
+  // The first block is the largest: balanced parts put the extra elements
+  // first.
+  const int64_t rows = ir::CeilDiv(shape[0], int64_t{layout->partitions[0]});
+  int64_t block_bytes = rows * coster.StoredBytes(graph, value);
+  for (size_t a = 1; a < shape.size(); ++a) {
+    block_bytes *= ir::CeilDiv(shape[a], int64_t{layout->partitions[a]});
+  }
+  // Slabs trade the home's bytes on a tile (every iteration's copy) against
+  // the exchange tables each receiver needs per slab: the least sum wins.
+  // A slab holds a row and an 8-byte grain at least.
+  const kernels::CodeModel code =
+      kernels::CodeModel::FromTarget(coster.target());
+  const int64_t per_slab = code.receive + code.pointer;
+  const int64_t copies = graph.Copies(value);
+  const int64_t most = std::max<int64_t>(1, std::min(rows, block_bytes / 8));
+  int parts = 1;
+  int64_t least = -1;
+  for (int d = 1; d <= layout->replicas && d <= most; ++d) {
+    if (layout->replicas % d != 0) continue;
+    const int64_t bytes = ir::CeilDiv(block_bytes, int64_t{d}) * copies +
+                          d * per_slab;
+    if (least < 0 || bytes < least) {
+      least = bytes;
+      parts = d;
+    }
+  }
+  std::optional<fb::OwnershipT> shaped =
+      passes::DeliveryHome(*layout, parts, home.first_replica);
+  return shaped ? *std::move(shaped) : home.fixed;
+}
+
 namespace {
 
 std::string ValueLabel(const ValueNode& v) {
@@ -56,8 +105,8 @@ void AssignOwnerships(const Graph& graph, const Coster& coster,
                       const Plan& plan, int last, Evaluation* e) {
   for (int v = 0; v < graph.num_values(); ++v) {
     const ValueNode& value = graph.value(v);
-    if (const fb::OwnershipT* home = plan.Home(v)) {
-      e->owners[v] = *home;
+    if (const WeightHome* home = plan.Home(v)) {
+      e->owners[v] = HomeOwnershipIn(graph, coster, plan, v, *home);
       e->owned[v] = true;
       continue;
     }

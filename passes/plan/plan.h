@@ -18,15 +18,25 @@
 
 namespace tilec::plan {
 
+// Where a weight kept in a home lives for the whole program; it is
+// redistributed to each use (docs/planning.md, "Weight homes").
+struct WeightHome {
+  // Shaped for delivery (HomeOwnershipIn) to the layout its first
+  // consumer's recipe needs, else, or where that layout admits no delivery
+  // home, `fixed`. first_replica spreads delivery homes of small weights
+  // over the replicas' tiles.
+  bool delivery = false;
+  int first_replica = 0;
+  fb::OwnershipT fixed;
+};
+
 struct Plan {
   std::vector<Recipe> recipes;  // by op index
-  // By value index: a weight held in this home ownership for the whole
-  // program and redistributed to each use (docs/planning.md, "Weight
-  // homes"). Empty, or nullopt for a weight: resident in the ownership its
-  // first consumer needs.
-  std::vector<std::optional<fb::OwnershipT>> homes;
+  // By value index. Empty, or nullopt for a weight: resident in the
+  // ownership its first consumer needs.
+  std::vector<std::optional<WeightHome>> homes;
 
-  const fb::OwnershipT* Home(int value) const {
+  const WeightHome* Home(int value) const {
     return value < static_cast<int>(homes.size()) && homes[value]
                ? &*homes[value]
                : nullptr;
@@ -97,6 +107,21 @@ struct Evaluation {
 };
 
 enum class EvalMode { kCyclesOnly, kFull };
+
+// Where weight `value`, in home `home`, lives under `plan`: its delivery
+// home (passes::DeliveryHome) for the layout its first consumer needs,
+// with the slab count that puts the fewest bytes on a tile holding a slab
+// (the home's bytes, every iteration's copy, plus the exchange tables to
+// receive a piece per slab); else home.fixed.
+fb::OwnershipT HomeOwnershipIn(const Graph& graph, const Coster& coster,
+                               const Plan& plan, int value,
+                               const WeightHome& home);
+
+// The layout weight `value`'s first consumer needs under `plan`, if that
+// consumer reads it in a layout (not staged, a row source or a host image).
+std::optional<fb::OwnershipT> FirstConsumerLayout(const Graph& graph,
+                                                  const Coster& coster,
+                                                  const Plan& plan, int value);
 
 // The code emit-device will size on each tile, estimated from above: the
 // target's runtime; for each superstep of every op and redistribution (one

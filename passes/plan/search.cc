@@ -445,7 +445,8 @@ Status Search::MoveWeightsHome(std::optional<Evaluation>* closest) {
   fb::DecisionT d;
   d.action = "every weight to a home (" +
              std::to_string(CountHomes(graph_, incumbent_)) +
-             " weights, each element once over the tiles), redistributed to "
+             " weights, each element once, shaped for delivery where its "
+             "consumer's layout allows), redistributed to "
              "its compute layout before each use";
   d.cycles_before = resident.total_cycles;
   d.cycles_after = e->total_cycles;
@@ -976,7 +977,7 @@ Status Search::RestoreHomes(const fb::SearchCheckpointT& c, Plan* plan) const {
                               std::to_string(vp->value) + ": " + invalid);
     }
     plan->homes.resize(graph_.num_values());
-    plan->homes[v] = *vp->ownership;
+    plan->homes[v] = WeightHome{.fixed = *vp->ownership};
   }
   return Status::Ok();
 }

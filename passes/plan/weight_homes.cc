@@ -11,12 +11,16 @@ namespace tilec::plan {
 Plan WithAllHomes(const Graph& graph, const Coster& coster, Plan plan) {
   plan.homes.resize(graph.num_values());
   int next = 0;
+  int weights = 0;
   for (int v = 0; v < graph.num_values(); ++v) {
     const ValueNode& value = graph.value(v);
     if (value.role != fb::ValueRole::Weight || value.uses.empty()) continue;
-    fb::OwnershipT home = passes::HomeOwnership(
+    WeightHome home;
+    home.fixed = passes::HomeOwnership(
         value.shape, coster.StoredBytes(graph, v), coster.tiles(), next);
-    next = (home.first_tile + home.tiles) % coster.tiles();
+    next = (home.fixed.first_tile + home.fixed.tiles) % coster.tiles();
+    home.delivery = true;
+    home.first_replica = weights++;
     plan.homes[v] = std::move(home);
   }
   return plan;
@@ -64,7 +68,7 @@ Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
                      [v](const Redistribution& r) { return r.value == v; })) {
       fb::DecisionT d;
       d.action = "weight " + Label(graph.value(v)) + ": stays in its home " +
-                 passes::FormatOwnership(*plan->Home(v));
+                 passes::FormatOwnership(eval->owners[v]);
       d.outcome = fb::Outcome::Info;
       d.reason = "the home already holds every element where its consumers "
                  "need it: nothing is redistributed";
@@ -98,7 +102,7 @@ Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
   for (const Candidate& c : ranked) {
     const ValueNode& value = graph.value(c.value);
     Plan trial = *plan;
-    const fb::OwnershipT home = *trial.homes[c.value];
+    const fb::OwnershipT home = eval->owners[c.value];
     trial.homes[c.value].reset();
     StatusOr<Evaluation> e = Evaluate(graph, coster, trial, EvalMode::kFull);
     if (!e.ok()) return e.status();

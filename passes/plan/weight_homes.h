@@ -1,7 +1,7 @@
 // Weight homes (docs/planning.md, "Weight homes"; docs/planner.md,
 // "Weight homes"): when the plan with every weight resident in its
-// consumer's layout does not fit, every weight gets a compact home
-// (passes::HomeOwnership: each element once, balanced over the tiles) and
+// consumer's layout does not fit, every weight gets a home (each element
+// once, shaped for delivery to its consumer's layout: HomeOwnershipIn) and
 // is redistributed to its compute layout just before its use, through the
 // ordinary Redistribute machinery; then weights are promoted back to
 // resident compute layout, most cycles saved per byte first, while the
@@ -20,9 +20,10 @@
 
 namespace tilec::plan {
 
-// `plan` with every weight of the graph in its home. Homes of successive
-// weights start where the previous one ended (mod the tile count), so small
-// weights spread over the chip instead of piling onto tile 0.
+// `plan` with every weight of the graph in its home, shaped for delivery.
+// Successive weights' homes take successive replicas (and their flat
+// fallbacks start where the previous one ended, mod the tile count), so
+// small weights spread over the chip instead of piling onto tile 0.
 Plan WithAllHomes(const Graph& graph, const Coster& coster, Plan plan);
 
 // Number of weights in a home in `plan`.
