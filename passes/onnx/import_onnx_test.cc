@@ -639,6 +639,39 @@ TEST(ImportOnnx, EmptyOrHugeInputsAndLongChainsAreInfeasible) {
   EXPECT_THAT(s.message(), HasSubstr("chain of more than 20000 ops"));
 }
 
+// The onnx fuzz target's UBSan findings, each refused cleanly.
+TEST(ImportOnnx, ShapesThatOverflowOrAreUnknownAreRefused) {
+  fb::ModuleT module;
+  // A Gemm's C whose shape is not inferred (it was dereferenced).
+  ModelBuilder gemm;
+  gemm.Input("x", {2, 4});
+  gemm.Constant("w", {4, 3}, std::vector<float>(12, 0.5f));
+  gemm.Node("NonZero", {"x"}, "nz");
+  gemm.Node("Gemm", {"x", "w", "nz"}, "y");
+  gemm.Output("y", {2, 3});
+  Status s = Import(gemm.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible) << s.message();
+  EXPECT_THAT(s.message(), HasSubstr("the shape of its output 'nz' is unknown"));
+  // A Reshape target whose product overflows int64 (it overflowed).
+  ModelBuilder reshape;
+  reshape.Input("x", {2, 4});
+  reshape.Ints("s", {3}, {int64_t{1} << 40, int64_t{1} << 40, 8});
+  reshape.Node("Reshape", {"x", "s"}, "r");
+  reshape.Node("Add", {"r", "r"}, "y");
+  reshape.Output("y", {2, 4});
+  s = Import(reshape.model(), &module);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.code(), StatusCode::kInternal) << s.message();
+  // A declared shape whose product overflows (Product saturates).
+  ModelBuilder huge;
+  huge.Input("x", {int64_t{1} << 40, int64_t{1} << 40});
+  huge.Node("Add", {"x", "x"}, "y");
+  huge.Output("y", {int64_t{1} << 40, int64_t{1} << 40});
+  s = Import(huge.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible) << s.message();
+  EXPECT_THAT(s.message(), HasSubstr("more than 2147483648 elements"));
+}
+
 TEST(ImportOnnx, MalformedBytesAreBadInput) {
   ::onnx::ModelProto model;
   const Status s = ParseOnnxModel("\x0a\xff\xff\xff", "x.onnx", &model);
