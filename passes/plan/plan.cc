@@ -52,6 +52,37 @@ std::optional<fb::OwnershipT> FirstConsumerLayout(const Graph& graph,
   return coster.Required(graph, op, plan.recipes[op], slot);
 }
 
+namespace {
+
+// A home's bytes on a tile that holds a part of it and gathers its block
+// from it: the part, every iteration's copy, and the receive tables of the
+// pieces (the target's code model).
+struct HomeBytes {
+  int64_t copies = 1;
+  int64_t per_piece = 0;
+  int64_t operator()(int64_t part, int64_t pieces) const {
+    return part * copies + pieces * per_piece;
+  }
+};
+
+// The slab count of a delivery home of `layout`'s blocks (`block_bytes`,
+// `rows` along the slabs' axis) with the fewest HomeBytes: a divisor of the
+// replica count, a slab at least a row and an 8-byte grain.
+std::pair<int, int64_t> FewestBytesSlabs(const fb::OwnershipT& layout,
+                                         int64_t rows, int64_t block_bytes,
+                                         const HomeBytes& bytes) {
+  const int64_t most = std::max<int64_t>(1, std::min(rows, block_bytes / 8));
+  std::pair<int, int64_t> best = {1, bytes(block_bytes, 1)};
+  for (int d = 2; d <= layout.replicas && d <= most; ++d) {
+    if (layout.replicas % d != 0) continue;
+    const int64_t b = bytes(ir::CeilDiv(block_bytes, int64_t{d}), d);
+    if (b < best.second) best = {d, b};
+  }
+  return best;
+}
+
+}  // namespace
+
 fb::OwnershipT HomeOwnershipIn(const Graph& graph, const Coster& coster,
                                const Plan& plan, int value,
                                const WeightHome& home) {
@@ -60,34 +91,32 @@ fb::OwnershipT HomeOwnershipIn(const Graph& graph, const Coster& coster,
       FirstConsumerLayout(graph, coster, plan, value);
   if (!layout || layout->kind != fb::OwnershipKind::Blocked) return home.fixed;
   const std::vector<int64_t>& shape = graph.value(value).shape;
+  const int element_bytes = coster.StoredBytes(graph, value);
   // The first block is the largest: balanced parts put the extra elements
   // first.
   const int64_t rows = ir::CeilDiv(shape[0], int64_t{layout->partitions[0]});
-  int64_t block_bytes = rows * coster.StoredBytes(graph, value);
+  int64_t block_bytes = rows * element_bytes;
+  bool contiguous = true;  // a block's rows follow each other in the value
   for (size_t a = 1; a < shape.size(); ++a) {
     block_bytes *= ir::CeilDiv(shape[a], int64_t{layout->partitions[a]});
+    contiguous = contiguous && layout->partitions[a] == 1;
   }
-  // Slabs trade the home's bytes on a tile (every iteration's copy) against
-  // the exchange tables each receiver needs per slab: the least sum wins.
-  // A slab holds a row and an 8-byte grain at least.
   const kernels::CodeModel code =
       kernels::CodeModel::FromTarget(coster.target());
-  const int64_t per_slab = code.receive + code.pointer;
-  const int64_t copies = graph.Copies(value);
-  const int64_t most = std::max<int64_t>(1, std::min(rows, block_bytes / 8));
-  int parts = 1;
-  int64_t least = -1;
-  for (int d = 1; d <= layout->replicas && d <= most; ++d) {
-    if (layout->replicas % d != 0) continue;
-    const int64_t bytes = ir::CeilDiv(block_bytes, int64_t{d}) * copies +
-                          d * per_slab;
-    if (least < 0 || bytes < least) {
-      least = bytes;
-      parts = d;
-    }
-  }
+  const HomeBytes bytes{graph.Copies(value), code.receive + code.pointer};
+  const auto [slabs, delivery_bytes] =
+      FewestBytesSlabs(*layout, rows, block_bytes, bytes);
+  // The flat home by the same measure: a block gathers a piece per flat
+  // part it spans, per row where its rows are apart. It wins where the
+  // layout has few replicas of large blocks (a one-row GEMM's weight).
+  const int64_t flat_part = std::max<int64_t>(
+      1, passes::MaxBytesPerTile(home.fixed, shape, element_bytes));
+  const int64_t runs = contiguous ? 1 : rows;
+  const int64_t flat_pieces =
+      runs * (ir::CeilDiv(block_bytes / runs, flat_part) + 1);
+  if (bytes(flat_part, flat_pieces) < delivery_bytes) return home.fixed;
   std::optional<fb::OwnershipT> shaped =
-      passes::DeliveryHome(*layout, parts, home.first_replica);
+      passes::DeliveryHome(*layout, slabs, home.first_replica);
   return shaped ? *std::move(shaped) : home.fixed;
 }
 

@@ -112,7 +112,8 @@ enum class EvalMode { kCyclesOnly, kFull };
 // home (passes::DeliveryHome) for the layout its first consumer needs,
 // with the slab count that puts the fewest bytes on a tile holding a slab
 // (the home's bytes, every iteration's copy, plus the exchange tables to
-// receive a piece per slab); else home.fixed.
+// receive a piece per slab), unless the flat home home.fixed puts fewer
+// by the same measure; home.fixed where the layout admits no delivery home.
 fb::OwnershipT HomeOwnershipIn(const Graph& graph, const Coster& coster,
                                const Plan& plan, int value,
                                const WeightHome& home);

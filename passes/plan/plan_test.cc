@@ -416,8 +416,8 @@ TEST(PlanMemoryTest, HomeIsRedistributedBeforeItsUse) {
 
 // A home shaped for delivery: each block's replicas hold one slab each, so
 // every tile gathers its block in two contiguous pieces, one of them its
-// own: faster and less exchange code than from the flat home, the same
-// home bytes per tile.
+// own: faster and less exchange code than from the flat home. Where the
+// blocks are large and unreplicated, the flat home stays.
 TEST(PlanMemoryTest, DeliveryHomeGathersEachBlockInFewPieces) {
   Fixture f(OneGemm());
   Plan flat;
@@ -443,6 +443,14 @@ TEST(PlanMemoryTest, DeliveryHomeGathersEachBlockInFewPieces) {
   // half as much each.
   EXPECT_EQ(passes::MaxBytesPerTile(e->owners[1], std::vector<int64_t>{64, 64}, 2),
             1024);
+  // On two tiles without replicas, a delivery home would be the compute
+  // layout, 4096 B a tile: the flat home's 512 B and 128 pieces of tables
+  // are fewer bytes, so the weight stays flat.
+  shaped.recipes = {R("gemm m=1 k=1 n=2 staging=complete")};
+  StatusOr<Evaluation> two = Evaluate(f.graph, f.coster, shaped,
+                                      EvalMode::kFull);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(passes::FormatOwnership(two->owners[1]), "flat(grain=4, tiles=16)");
 }
 
 // Memory over the whole program: every block's weights (homes) for the
