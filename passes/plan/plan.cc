@@ -362,8 +362,33 @@ ProgramSteps OrderSteps(int num_ops, const Evaluation& e) {
 struct Live {
   TileBytes bytes;
   int begin = 0, end = 0;
-  std::string what;
+  int value = -1;           // a value's own buffer, or
+  int redistribution = -1;  // a redistribution's, or
+  const char* label = "";   // this (the code)
 };
+
+// "%4 l0.mlp.up.w (home, twin of %3)", "%8 x as blocked(2x2)": made only
+// for the peak's items (Evaluate runs thousands of times a plan).
+std::string LiveLabel(const Graph& graph, const Plan& plan,
+                      const Evaluation& e, const Live& l) {
+  if (l.value < 0 && l.redistribution < 0) return l.label;
+  if (l.redistribution >= 0) {
+    const Redistribution& red = e.redistributions[l.redistribution];
+    return ValueLabel(graph.value(red.value)) + " as " +
+           passes::FormatOwnership(red.to);
+  }
+  const ValueNode& value = graph.value(l.value);
+  std::string what = ValueLabel(value);
+  if (value.role == fb::ValueRole::Weight) {
+    const int twin_of = graph.TwinOf(l.value);
+    const int weight = twin_of < 0 ? l.value : twin_of;
+    what += plan.Home(weight) ? " (home" : " (resident";
+    what += twin_of < 0 ? ")"
+                        : ", twin of %" +
+                              std::to_string(graph.value(twin_of).id) + ")";
+  }
+  return what;
+}
 
 // The last step of repeat k's body (its loop edge, if any).
 int BodyLastStep(const Graph& graph, const Evaluation& e,
@@ -448,8 +473,7 @@ void RedistributionInterval(const Graph& graph, const Evaluation& e,
 
 // Every owned value's buffer (twins included), then every redistribution's.
 std::vector<Live> LiveBuffers(const Graph& graph, const Coster& coster,
-                              const Plan& plan, const Evaluation& e,
-                              const ProgramSteps& s) {
+                              const Evaluation& e, const ProgramSteps& s) {
   std::vector<Live> live;
   // Which uses are served by a redistribution rather than the value itself.
   std::map<std::pair<int, int>, int> served;
@@ -464,16 +488,8 @@ std::vector<Live> LiveBuffers(const Graph& graph, const Coster& coster,
     Live l;
     l.bytes = coster.BytesPerTile(value.shape, coster.StoredBytes(graph, v),
                                   e.owners[v]);
-    l.what = ValueLabel(value);
+    l.value = v;
     ValueInterval(graph, e, s, served, v, &l);
-    if (value.role == fb::ValueRole::Weight) {
-      const int twin_of = graph.TwinOf(v);
-      const int weight = twin_of < 0 ? v : twin_of;
-      l.what += plan.Home(weight) ? " (home" : " (resident";
-      l.what += twin_of < 0 ? ")"
-                            : ", twin of %" +
-                                  std::to_string(graph.value(twin_of).id) + ")";
-    }
     live.push_back(std::move(l));
   }
   for (size_t i = 0; i < e.redistributions.size(); ++i) {
@@ -482,7 +498,7 @@ std::vector<Live> LiveBuffers(const Graph& graph, const Coster& coster,
     Live l;
     l.bytes = coster.BytesPerTile(value.shape,
                                   coster.StoredBytes(graph, red.value), red.to);
-    l.what = ValueLabel(value) + " as " + passes::FormatOwnership(red.to);
+    l.redistribution = static_cast<int>(i);
     RedistributionInterval(graph, e, s, static_cast<int>(i), &l);
     live.push_back(std::move(l));
   }
@@ -498,25 +514,33 @@ int FindPeak(int num_ops, const Coster& coster, const std::vector<Live>& live,
   e->redistribution_peak.assign(e->redistributions.size(), 0);
   const int tiles = coster.tiles();
   // A running sum per tile, each buffer added at its first step and taken
-  // off after its last, rather than every live buffer summed at every step:
-  // a repeat's twins are live throughout, and the whole model has hundreds.
-  std::vector<std::vector<const Live*>> starting(s.steps), ending(s.steps);
+  // off after its last, rather than every live buffer summed at every step;
+  // buffers of one byte vector and one interval (a repeat's twins: hundreds
+  // on the whole model) are added once, times their number.
+  std::map<std::tuple<const std::vector<int64_t>*, int, int>, int64_t> groups;
   for (const Live& l : live) {
     if (l.begin > l.end || l.end < 0 || l.begin >= s.steps) continue;
-    starting[std::max(l.begin, 0)].push_back(&l);
-    ending[std::min(l.end, s.steps - 1)].push_back(&l);
+    ++groups[{l.bytes.get(), std::max(l.begin, 0),
+              std::min(l.end, s.steps - 1)}];
+  }
+  using Group = std::pair<const std::vector<int64_t>*, int64_t>;
+  std::vector<std::vector<Group>> starting(s.steps), ending(s.steps);
+  for (const auto& [key, count] : groups) {
+    const auto& [bytes, begin, end] = key;
+    starting[begin].push_back({bytes, count});
+    ending[end].push_back({bytes, count});
   }
   std::vector<int64_t> running(tiles, 0), sum(tiles);
   int peak_step = -1;
   for (int step = 0; step < s.steps; ++step) {
-    for (const Live* l : starting[step]) {
-      const std::vector<int64_t>& b = *l->bytes;
-      for (int t = 0; t < tiles; ++t) running[t] += b[t];
+    for (const auto& [bytes, count] : starting[step]) {
+      const std::vector<int64_t>& b = *bytes;
+      for (int t = 0; t < tiles; ++t) running[t] += count * b[t];
     }
     sum = running;
-    for (const Live* l : ending[step]) {
-      const std::vector<int64_t>& b = *l->bytes;
-      for (int t = 0; t < tiles; ++t) running[t] -= b[t];
+    for (const auto& [bytes, count] : ending[step]) {
+      const std::vector<int64_t>& b = *bytes;
+      for (int t = 0; t < tiles; ++t) running[t] -= count * b[t];
     }
     const int op = s.step_op[step];
     if (op >= 0 && e->ops[op].scratch) {
@@ -540,8 +564,9 @@ int FindPeak(int num_ops, const Coster& coster, const std::vector<Live>& live,
 }
 
 // What fills the peak tile at the peak step, largest first.
-void ExplainPeak(const Graph& graph, const std::vector<Live>& live,
-                 const ProgramSteps& s, int peak_step, Evaluation* e) {
+void ExplainPeak(const Graph& graph, const Plan& plan,
+                 const std::vector<Live>& live, const ProgramSteps& s,
+                 int peak_step, Evaluation* e) {
   const int t = e->peak_tile;
   const int op = s.step_op[peak_step];
   if (op >= 0) {
@@ -566,7 +591,7 @@ void ExplainPeak(const Graph& graph, const std::vector<Live>& live,
     if (peak_step < l.begin || peak_step > l.end || (*l.bytes)[t] == 0) {
       continue;
     }
-    e->peak_items.push_back({l.what, (*l.bytes)[t]});
+    e->peak_items.push_back({LiveLabel(graph, plan, *e, l), (*l.bytes)[t]});
   }
   std::stable_sort(e->peak_items.begin(), e->peak_items.end(),
                    [](const MemoryItem& a, const MemoryItem& b) {
@@ -628,11 +653,11 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
   e.code_bytes = *std::max_element(code->begin(), code->end());
   for (int64_t& b : *code) b = ir::CodeRegionBytes(coster.target(), b);
   const ProgramSteps steps = OrderSteps(num_ops, e);
-  std::vector<Live> live = LiveBuffers(graph, coster, plan, e, steps);
-  live.push_back({std::move(code), 0, steps.steps - 1,
+  std::vector<Live> live = LiveBuffers(graph, coster, e, steps);
+  live.push_back({std::move(code), 0, steps.steps - 1, -1, -1,
                   "code and exchange tables (estimated, in whole elements)"});
   const int peak_step = FindPeak(num_ops, coster, live, steps, &e);
-  if (peak_step >= 0) ExplainPeak(graph, live, steps, peak_step, &e);
+  if (peak_step >= 0) ExplainPeak(graph, plan, live, steps, peak_step, &e);
   return e;
 }
 
