@@ -106,14 +106,14 @@ fb::OwnershipT HomeOwnershipIn(const Graph& graph, const Coster& coster,
   const HomeBytes bytes{graph.Copies(value), code.receive + code.pointer};
   const auto [slabs, delivery_bytes] =
       FewestBytesSlabs(*layout, rows, block_bytes, bytes);
-  // The flat home by the same measure: a block gathers a piece per flat
-  // part it spans, per row where its rows are apart. It wins where the
-  // layout has few replicas of large blocks (a one-row GEMM's weight).
+  // The flat home by the same measure: a block gathers a piece per run
+  // (per row where its rows are apart) and one more per flat part boundary
+  // its runs cross. It wins where the layout has few replicas of large
+  // blocks (a one-row GEMM's weight).
   const int64_t flat_part = std::max<int64_t>(
       1, passes::MaxBytesPerTile(home.fixed, shape, element_bytes));
-  const int64_t runs = contiguous ? 1 : rows;
   const int64_t flat_pieces =
-      runs * (ir::CeilDiv(block_bytes / runs, flat_part) + 1);
+      (contiguous ? 1 : rows) + ir::CeilDiv(block_bytes, flat_part);
   if (bytes(flat_part, flat_pieces) < delivery_bytes) return home.fixed;
   std::optional<fb::OwnershipT> shaped =
       passes::DeliveryHome(*layout, slabs, home.first_replica);

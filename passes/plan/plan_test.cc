@@ -415,13 +415,14 @@ TEST(PlanMemoryTest, HomeIsRedistributedBeforeItsUse) {
 }
 
 // A home shaped for delivery: each block's replicas hold one slab each, so
-// every tile gathers its block in two contiguous pieces, one of them its
-// own: faster and less exchange code than from the flat home. Where the
-// blocks are large and unreplicated, the flat home stays.
+// every tile gathers its narrow block of 64 rows in two contiguous pieces,
+// one of them its own, instead of 68 from the flat home: faster and less
+// exchange code. Where the blocks are large and unreplicated, or short and
+// wide, the flat home stays.
 TEST(PlanMemoryTest, DeliveryHomeGathersEachBlockInFewPieces) {
   Fixture f(OneGemm());
   Plan flat;
-  flat.recipes = {R("gemm m=2 k=2 n=2 staging=complete")};
+  flat.recipes = {R("gemm m=2 k=1 n=4 staging=complete")};
   flat.homes.resize(f.graph.num_values());
   flat.homes[1] = WeightHome{
       .fixed = passes::HomeOwnership(std::vector<int64_t>{64, 64}, 2, 16)};
@@ -432,19 +433,26 @@ TEST(PlanMemoryTest, DeliveryHomeGathersEachBlockInFewPieces) {
       Evaluate(f.graph, f.coster, flat, EvalMode::kFull);
   ASSERT_TRUE(e.ok() && from_flat.ok());
   EXPECT_EQ(passes::FormatOwnership(e->owners[1]),
-            "blocked(2x2, sub=2x1, order=2,0,1,3,4)");
+            "blocked(1x4, sub=2x1, order=2,0,1,3,4)");
   ASSERT_EQ(e->redistributions.size(), 1u);
   const Redistribution& red = e->redistributions[0];
   const Redistribution& flat_red = from_flat->redistributions[0];
   EXPECT_LT(red.Cycles(), flat_red.Cycles());
   EXPECT_LT(passes::MaxTileCode(red.cost.tile_code),
             passes::MaxTileCode(flat_red.cost.tile_code));
-  // 4096 elements x 2 B over 8 slabs, as the flat home's 16 tiles hold
-  // half as much each.
+  // 4096 elements x 2 B over 8 slabs.
   EXPECT_EQ(passes::MaxBytesPerTile(e->owners[1], std::vector<int64_t>{64, 64}, 2),
             1024);
+  // Square blocks of 32 rows: the flat home's 512 B and 36 pieces are
+  // fewer bytes than a 1024-byte slab.
+  shaped.recipes = {R("gemm m=2 k=2 n=2 staging=complete")};
+  StatusOr<Evaluation> square = Evaluate(f.graph, f.coster, shaped,
+                                         EvalMode::kFull);
+  ASSERT_TRUE(square.ok());
+  EXPECT_EQ(passes::FormatOwnership(square->owners[1]),
+            "flat(grain=4, tiles=16)");
   // On two tiles without replicas, a delivery home would be the compute
-  // layout, 4096 B a tile: the flat home's 512 B and 128 pieces of tables
+  // layout, 4096 B a tile: the flat home's 512 B and 72 pieces of tables
   // are fewer bytes, so the weight stays flat.
   shaped.recipes = {R("gemm m=1 k=1 n=2 staging=complete")};
   StatusOr<Evaluation> two = Evaluate(f.graph, f.coster, shaped,
