@@ -15,13 +15,14 @@
 //     gives the same numbers as running the kernels on the stored bytes.
 //   * Except the GEMMs with no FP8 operand (MatMul, attention scores and
 //     context in F16, BF16 or F32), which OpenBLAS multiplies
-//     (kernels/blas.h) at several times the speed: F32 products and sums in
-//     the library's order, which equal the tile kernel's k-order sums to
-//     F32 summation error, not bit for bit (and may differ on another CPU
-//     or OpenBLAS version). GEMMs with an FP8 operand keep the tile
-//     kernel's k order: the simulator's FP8 tiles are compared with them
-//     bit for bit where the planner leaves K whole (docs/quantize.md).
-//     Either way the thread count does not change a bit.
+//     (kernels/blas.h) at 2 to 3 times the speed (scripts/bench.sh gemm):
+//     F32 products and sums in the library's order, which equal the tile
+//     kernel's k-order sums to F32 summation error, not bit for bit (and
+//     may differ on another CPU or OpenBLAS version). GEMMs with an FP8
+//     operand keep the tile kernel's k order: the simulator's FP8 tiles are
+//     compared with them bit for bit where the planner leaves K whole
+//     (docs/quantize.md). Either way the thread count does not change a
+//     bit.
 //   * Every op result is rounded to its value's stored dtype (F16, BF16, FP8
 //     with its scale, saturating), where the device stores it.
 //   * A repeat (Module.repeats, docs/repeat.md) runs its body `count` times:
