@@ -39,9 +39,8 @@ std::string Name(const Shape& s) {
          std::to_string(s.k) + "," + std::to_string(s.n) + "]";
 }
 
-// Degenerate (0, 1), prime and block-crossing shapes: rows and columns past
-// the 256-wide blocks of BlasMultiplyParallel, depths past OpenBLAS's k
-// blocks.
+// Degenerate (0, 1) and prime shapes, some with rows or columns enough for
+// two blocks of BlasMultiplyParallel and depths past OpenBLAS's k blocks.
 const Shape kShapes[] = {
     {0, 5, 7},     {5, 0, 7},    {5, 7, 0},      {1, 1, 1},
     {1, 13, 1},    {2, 3, 5},    {7, 1, 11},     {13, 17, 19},
