@@ -6,6 +6,11 @@
 // Every C element is still summed in k order starting from its initial
 // value, one rounded product and one rounded sum per step, whichever loop
 // computes it, so results do not depend on the blocking.
+//
+// That order is a contract, which is why this loop is not a BLAS call: the
+// simulator runs it on every tile, and the reference runs it for its FP8
+// GEMMs, which the simulated FP8 tiles match bit for bit where K is not
+// split. (The reference's other GEMMs use OpenBLAS, kernels/blas.h.)
 
 #include <algorithm>
 #include <atomic>

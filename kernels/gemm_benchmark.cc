@@ -1,12 +1,13 @@
 // Host speed of the GEMM kernel on the per-tile shapes of the SigLIP MLP
 // (the simulator's hot loop) and on the reference executor's whole-layer
-// shapes. Run: bazel run -c opt //kernels:gemm_benchmark
-// (the default build already uses -O2).
+// shapes, and of OpenBLAS on the latter. Run: bazel run -c opt
+// //kernels:gemm_benchmark (the default build already uses -O2).
 
 #include <chrono>
 #include <cstdio>
 #include <vector>
 
+#include "kernels/blas.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
@@ -44,6 +45,33 @@ void Bench(DType in, int64_t m, int64_t k, int64_t n, int reps) {
               (long long)n, macs / seconds * 1e-9, 2 * macs / seconds * 1e-9);
 }
 
+void BenchBlas(int64_t m, int64_t k, int64_t n, int threads) {
+  std::vector<float> a(m * k), b(k * n), c(m * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.25f * (i % 37) - 4.0f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.125f * (i % 41) - 2.5f;
+  BlasProduct p;
+  p.m = m, p.k = k, p.n = n;
+  p.a = a.data(), p.lda = k;
+  p.b = b.data(), p.ldb = n;
+  p.c = c.data(), p.ldc = n;
+  // Once untimed: the first calls allocate OpenBLAS's buffers.
+  if (Status s = BlasMultiplyParallel(p, threads); !s.ok()) {
+    std::printf("error: %s\n", s.message().c_str());
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  (void)BlasMultiplyParallel(p, threads);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  const double macs = double(m) * k * n;
+  std::printf(
+      "openblas M%-4lld K%-4lld N%-4lld %6.2f GMAC/s  %6.2f GFLOP/s  "
+      "(%d thread%s)\n",
+      (long long)m, (long long)k, (long long)n, macs / seconds * 1e-9,
+      2 * macs / seconds * 1e-9, threads, threads == 1 ? "" : "s");
+}
+
 }  // namespace
 }  // namespace tilec::kernels
 
@@ -55,8 +83,15 @@ int main() {
   tilec::kernels::Bench(DType::kF32, 82, 192, 160, 300);
   tilec::kernels::Bench(DType::kF32, 7, 13, 21, 100000);
   // The reference executor's shapes: one thread's half of the so400m MLP
-  // up- and down-projections (kernels/reference.cc splits rows).
+  // up- and down-projections (kernels/reference.cc splits rows of FP8
+  // GEMMs)...
   tilec::kernels::Bench(DType::kF32, 365, 1152, 4304, 1);
   tilec::kernels::Bench(DType::kF32, 365, 4304, 1152, 1);
+  // ... and the same on OpenBLAS, which multiplies the reference's other
+  // GEMMs: one thread's half, then the whole product on two threads.
+  tilec::kernels::BenchBlas(365, 1152, 4304, 1);
+  tilec::kernels::BenchBlas(365, 4304, 1152, 1);
+  tilec::kernels::BenchBlas(729, 1152, 4304, 2);
+  tilec::kernels::BenchBlas(729, 4304, 1152, 2);
   return 0;
 }

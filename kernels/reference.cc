@@ -16,6 +16,7 @@
 #include "formats/basics.h"
 #include "formats/op_shapes.h"
 #include "formats/repeat.h"
+#include "kernels/blas.h"
 #include "kernels/kernels.h"
 #include "kernels/npy.h"
 #include "kernels/patchify.h"
@@ -29,6 +30,15 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 22;
 // Nor row-wise kernels (LayerNorm, Softmax, GELU, adds) below this many
 // elements.
 constexpr int64_t kMinParallelElements = int64_t{1} << 16;
+
+// Whether a GEMM must sum in the tile kernels' k order (kernels.h Gemm)
+// rather than OpenBLAS's (kernels/blas.h). FP8: the simulator's FP8 tile
+// kernels are compared with these sums bit for bit where the planner leaves
+// K whole (docs/quantize.md), and one F32 difference can move a result a
+// whole FP8 step.
+bool ExactOrder(fb::DType x, fb::DType y) {
+  return ir::IsFp8(x) || ir::IsFp8(y);
+}
 
 // Kernel operands over F32 arrays. Kernels never write their input
 // operands, so the const_cast in In() is never acted upon.
@@ -615,9 +625,19 @@ class Executor {
     TILEC_RETURN_IF_ERROR(Output(op, 0, &c));
     const int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
     std::vector<float> out(static_cast<size_t>(m * n));
+    const int threads = m * k * n >= kMinParallelMacs ? options_.threads : 1;
+    if (!ExactOrder(a->dtype, b->dtype)) {
+      BlasProduct p;
+      p.m = m, p.k = k, p.n = n;
+      p.a = a->data.data(), p.lda = k;
+      p.b = b->data.data(), p.ldb = n;
+      p.c = out.data(), p.ldc = n;
+      TILEC_RETURN_IF_ERROR(Check(op, BlasMultiplyParallel(p, threads)));
+      Store(c, std::move(out));
+      return Status::Ok();
+    }
     // Row blocks of A and C: every C element is still the same k-ordered
     // sum, so the split changes nothing but the time.
-    const int threads = m * k * n >= kMinParallelMacs ? options_.threads : 1;
     TILEC_RETURN_IF_ERROR(
         Check(op, ParallelFor(m, threads, [&](int64_t begin, int64_t end) {
                 const int64_t rows = end - begin;
@@ -791,20 +811,36 @@ class Executor {
     // over the threads.
     const int threads =
         batch * heads * tq * tk * d >= kMinParallelMacs ? options_.threads : 1;
+    const bool exact = ExactOrder(q->dtype, kv->dtype);
     auto body = [&](int64_t begin, int64_t end) -> Status {
-      std::vector<float> qh(static_cast<size_t>(tq * d));
-      std::vector<float> k_t(static_cast<size_t>(d * tk));
+      std::vector<float> qh, k_t;
+      if (exact) {
+        qh.resize(static_cast<size_t>(tq * d));
+        k_t.resize(static_cast<size_t>(d * tk));
+      }
       for (int64_t pair = begin; pair < end; ++pair) {
         const int64_t b = pair / heads, h = pair % heads;
-        Gather(q->data.data(), cols.q_stride, b * tq, h * d, tq, d, false,
-               qh.data());
-        Gather(kv->data.data(), cols.kv_stride, b * tk, cols.k_column + h * d,
-               tk, d, true, k_t.data());
         float* s = out.data() + pair * tq * tk;
-        if (Status st =
-                Gemm(In(qh), In(k_t), Out(s, tq * tk), tq, d, tk, false);
-            !st.ok()) {
-          return st;
+        if (!exact) {
+          // q [tq, d] times k [tk, d] transposed, read in place in the
+          // fused operands.
+          BlasProduct p;
+          p.m = tq, p.k = d, p.n = tk;
+          p.a = q->data.data() + b * tq * cols.q_stride + h * d;
+          p.lda = cols.q_stride;
+          p.b =
+              kv->data.data() + b * tk * cols.kv_stride + cols.k_column + h * d;
+          p.ldb = cols.kv_stride;
+          p.transpose_b = true;
+          p.c = s, p.ldc = tk;
+          TILEC_RETURN_IF_ERROR(BlasMultiply(p));
+        } else {
+          Gather(q->data.data(), cols.q_stride, b * tq, h * d, tq, d, false,
+                 qh.data());
+          Gather(kv->data.data(), cols.kv_stride, b * tk, cols.k_column + h * d,
+                 tk, d, true, k_t.data());
+          TILEC_RETURN_IF_ERROR(
+              Gemm(In(qh), In(k_t), Out(s, tq * tk), tq, d, tk, false));
         }
         // The scale multiplies the F32 sums; the result rounds once.
         for (int64_t i = 0; i < tq * tk; ++i) s[i] *= op.scale;
@@ -829,14 +865,32 @@ class Executor {
     std::vector<float> out(static_cast<size_t>(batch * tq * heads * d));
     const int threads =
         batch * heads * tq * tk * d >= kMinParallelMacs ? options_.threads : 1;
+    const bool exact = ExactOrder(probs->dtype, kv->dtype);
     auto body = [&](int64_t begin, int64_t end) -> Status {
-      std::vector<float> v(static_cast<size_t>(tk * d));
-      std::vector<float> c(static_cast<size_t>(tq * d));
+      std::vector<float> v, c;
+      if (exact) {
+        v.resize(static_cast<size_t>(tk * d));
+        c.resize(static_cast<size_t>(tq * d));
+      }
       for (int64_t pair = begin; pair < end; ++pair) {
         const int64_t b = pair / heads, h = pair % heads;
+        const float* p = probs->data.data() + pair * tq * tk;
+        if (!exact) {
+          // probs [tq, tk] times the v slice [tk, d] of kv, into columns
+          // h*D.. of rows b*Tq.. of the result, in place.
+          BlasProduct product;
+          product.m = tq, product.k = tk, product.n = d;
+          product.a = p, product.lda = tk;
+          product.b =
+              kv->data.data() + b * tk * cols.kv_stride + cols.v_column + h * d;
+          product.ldb = cols.kv_stride;
+          product.c = out.data() + b * tq * heads * d + h * d;
+          product.ldc = heads * d;
+          TILEC_RETURN_IF_ERROR(BlasMultiply(product));
+          continue;
+        }
         Gather(kv->data.data(), cols.kv_stride, b * tk, cols.v_column + h * d,
                tk, d, false, v.data());
-        const float* p = probs->data.data() + pair * tq * tk;
         if (Status st =
                 Gemm(In(p, tq * tk), In(v), Out(c), tq, tk, d, false);
             !st.ok()) {

@@ -13,6 +13,16 @@
 //     decoded F32 values; since every stored value decodes exactly to F32
 //     and every kernel computes in F32 and rounds once when it stores, this
 //     gives the same numbers as running the kernels on the stored bytes.
+//   * Except the GEMMs with no FP8 operand (MatMul, attention scores and
+//     context in F16, BF16 or F32), which OpenBLAS multiplies
+//     (kernels/blas.h) at 2 to 3 times the speed (scripts/bench.sh gemm):
+//     F32 products and sums in the library's order, which equal the tile
+//     kernel's k-order sums to F32 summation error, not bit for bit (and
+//     may differ on another CPU or OpenBLAS version). GEMMs with an FP8
+//     operand keep the tile kernel's k order: the simulator's FP8 tiles are
+//     compared with them bit for bit where the planner leaves K whole
+//     (docs/quantize.md). Either way the thread count does not change a
+//     bit.
 //   * Every op result is rounded to its value's stored dtype (F16, BF16, FP8
 //     with its scale, saturating), where the device stores it.
 //   * A repeat (Module.repeats, docs/repeat.md) runs its body `count` times:
@@ -24,18 +34,22 @@
 //
 // Op kinds (rows = product of all but the last dimension, w = the last):
 //   LayerNorm         LayerNorm kernel, op.eps.
-//   MatMul            Gemm, F32 accumulation; rows split over threads (each
-//                     element is still summed in k order, so the result does
-//                     not depend on the thread count).
+//   MatMul            F32 accumulation. FP8: Gemm, rows split over threads
+//                     (each element is still summed in k order, so the
+//                     result does not depend on the thread count). Else
+//                     OpenBLAS in blocks of the shape's choosing, shared by
+//                     the threads (the same bytes whatever their number).
 //   BiasAdd, Add      BiasAdd / Add kernels.
 //   Gelu              GeluKernel with op.gelu.
 //   Cast              Cast kernel into the result's dtype and scale.
 //   Softmax           Softmax kernel over the last axis with op.scale.
-//   AttentionScores   per (batch, head): Gemm of the gathered q [T,D] and
-//                     k^T [D,T] slices of the fused qkv, F32, then times
-//                     op.scale in F32, rounded once when stored.
-//   AttentionContext  per (batch, head): Gemm of probs [T,T] and the v
-//                     slice [T,D], into columns h*D.. of the result.
+//   AttentionScores   per (batch, head): the q [T,D] slice of the fused
+//                     qkv times the k slice [T,D] transposed, F32 (Gemm if
+//                     either is FP8, else OpenBLAS), then times op.scale in
+//                     F32, rounded once when stored.
+//   AttentionContext  per (batch, head): probs [T,T] times the v slice
+//                     [T,D] (Gemm or OpenBLAS, as scores), into columns
+//                     h*D.. of the result.
 //   Patchify          a gather: row b*T + py*(W/p) + px of the result is
 //                     patch (py, px) of image b, columns (c, ky, kx);
 //                     pixels past the last whole patch are dropped.

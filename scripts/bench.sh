@@ -28,23 +28,30 @@ bench_simulator() {
   bazel-bin/kernels/simulator_bench --threads=2 --runs=3
 }
 
-# The reference executor (batch 1, --threads=2, its default): host seconds
-# for the so400m MLP block and for a whole so400m encoder layer (attention
-# included; 12.3 G MACs).
+# The reference executor (batch 1, --threads=2, its default): host seconds,
+# CPU seconds and peak RSS of run-reference on the so400m MLP block, a whole
+# so400m encoder layer (attention included; 12.3 G MACs) and the whole
+# so400m model (27 layers and the head, F16 as imported: its GEMMs run on
+# OpenBLAS; bench_model runs it on the FP8 graph). Weight generation is
+# part of every figure.
 bench_reference() {
   bazel build --noshow_progress --ui_event_filters=-info \
     //tools/import-model //tools/run-reference
-  local dir part what start end
+  local dir part what wall user sys kbytes
   dir=$(mktemp -d)
-  for part in mlp-block layer; do
+  for part in mlp-block layer model; do
     bazel-bin/tools/import-model/import-model --preset=siglip-so400m-384 \
       --part="$part" -o "$dir/$part.tilec"
-    start=$(date +%s.%N)
-    bazel-bin/tools/run-reference/run-reference "$dir/$part.tilec" -o "$dir/reference.txt"
-    end=$(date +%s.%N)
-    what="MLP block (7.22 G MACs)"
-    [ "$part" = layer ] && what="encoder layer (12.3 G MACs)"
-    awk -v s="$start" -v e="$end" -v w="$what" 'BEGIN { printf "reference: so400m %s in %.2f s host\n", w, e - s }'
+    /usr/bin/time -f "%e %U %S %M" -o "$dir/time" \
+      bazel-bin/tools/run-reference/run-reference "$dir/$part.tilec" -o "$dir/reference.txt"
+    case $part in
+      mlp-block) what="MLP block (7.22 G MACs)" ;;
+      layer) what="encoder layer (12.3 G MACs)" ;;
+      model) what="whole model, F16 (27 layers and head)" ;;
+    esac
+    read -r wall user sys kbytes < "$dir/time"
+    awk -v w="$what" -v e="$wall" -v u="$user" -v s="$sys" -v k="$kbytes" \
+      'BEGIN { printf "reference: so400m %s in %.2f s host, %.2f s CPU, %.0f MB peak RSS\n", w, e, u + s, k / 1024 }'
   done
   rm -rf "$dir"
 }
@@ -369,6 +376,11 @@ bench_model() {
     input=$dir/$i-$pass.tilec
     i=$((i + 1))
   done
+  # The reference on the quantized graph (FP8 MatMuls in the tile kernels'
+  # k order, the rest on OpenBLAS; kernels/reference.h).
+  /usr/bin/time -f "%e %M" -o "$dir/time" "$bin/run-reference/run-reference" \
+    "$dir"/*-quantize-fp8.tilec -o "$dir/reference.txt"
+  model_stage_line "run-reference (FP8 graph)" "$dir/time"
   /usr/bin/time -f "%e %M" -o "$dir/time" "$bin/simulate-device/simulate-device" \
     --execute=false "$input" -o "$dir/cycles.txt"
   model_stage_line "simulate-device --execute=false" "$dir/time"

@@ -5,6 +5,9 @@ set -euo pipefail
 
 # clang-14 and libclang-rt-14-dev (libFuzzer's runtime and the sanitizers,
 # what -fsanitize=fuzzer links) build the fuzz targets (scripts/fuzz.sh).
+# libopenblas-dev multiplies the reference executor's GEMMs that have no FP8
+# operand (kernels/blas.h); its pthread variant's headers are the ones
+# //third_party/system:openblas compiles against.
 packages=(
   bazel-bootstrap
   bazel-rules-java
@@ -20,6 +23,8 @@ packages=(
   libgtest-dev
   libonnx-dev
   libonnx-testdata
+  libopenblas-dev
+  libopenblas-pthread-dev
   libprotobuf-dev
   nlohmann-json3-dev
   python3

@@ -27,6 +27,11 @@ fuzz_build() {
                -I"$root" -I"$gen")
   local libs=(-lflatbuffers -lglog -lgflags -lpthread)
   [ "$target" = onnx ] && libs+=(-lonnx_proto -lprotobuf)
+  # The reference executor's OpenBLAS (//third_party/system:openblas).
+  if grep -qx '//kernels:blas.cc' "$list"; then
+    flags+=(-I/usr/include/x86_64-linux-gnu/openblas-pthread)
+    libs+=(-lopenblas)
+  fi
   local sources objects=() pids=() src o
   sources=$(grep -v '^@' "$list" | grep '\.cc$' | sed 's|^//||;s|:|/|')
   for src in $sources formats/embedded.cc; do

@@ -1,0 +1,111 @@
+#include "kernels/blas.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tilec::kernels {
+namespace {
+
+// About this many rows or columns of C per block: big enough that packing
+// the other operand again for each block costs a few percent at most.
+constexpr int64_t kBlock = 256;
+
+// OpenBLAS's threads off, once per process: threads here take whole blocks
+// (blas.h, "Determinism").
+void UseOneBlasThread() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+Status Check(const BlasProduct& p) {
+  auto fail = [&](const std::string& what) {
+    return Status::BadInput("BLAS product [" + std::to_string(p.m) + "," +
+                            std::to_string(p.k) + "] x [" +
+                            std::to_string(p.k) + "," + std::to_string(p.n) +
+                            "]: " + what);
+  };
+  if (p.m < 0 || p.k < 0 || p.n < 0) return fail("a negative dimension");
+  const int64_t b_row = p.transpose_b ? p.k : p.n;
+  if (p.lda < p.k || p.ldb < b_row || p.ldc < p.n) {
+    return fail("a row stride shorter than its row (lda " +
+                std::to_string(p.lda) + ", ldb " + std::to_string(p.ldb) +
+                ", ldc " + std::to_string(p.ldc) + ")");
+  }
+  for (int64_t v : {p.m, p.k, p.n, p.lda, p.ldb, p.ldc}) {
+    if (v > INT_MAX) return fail("larger than OpenBLAS's 32-bit integers");
+  }
+  return Status::Ok();
+}
+
+void Call(const BlasProduct& p) {
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) {  // an empty sum; OpenBLAS would refuse lda = 0
+    for (int64_t i = 0; i < p.m; ++i) {
+      std::fill(p.c + i * p.ldc, p.c + i * p.ldc + p.n, 0.0f);
+    }
+    return;
+  }
+  // OpenBLAS wants every leading dimension at least 1.
+  auto ld = [](int64_t v) { return static_cast<int>(std::max<int64_t>(v, 1)); };
+  cblas_sgemm(CblasRowMajor, CblasNoTrans,
+              p.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(p.m),
+              static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, p.a,
+              ld(p.lda), p.b, ld(p.ldb), 0.0f, p.c, ld(p.ldc));
+}
+
+}  // namespace
+
+Status BlasMultiply(const BlasProduct& p) {
+  TILEC_RETURN_IF_ERROR(Check(p));
+  UseOneBlasThread();
+  Call(p);
+  return Status::Ok();
+}
+
+Status BlasMultiplyParallel(const BlasProduct& p, int threads) {
+  TILEC_RETURN_IF_ERROR(Check(p));
+  if (p.m == 0 || p.n == 0) return Status::Ok();
+  UseOneBlasThread();
+  // Blocks along C's longer side, about kBlock each, as a rule an even
+  // number of them (two threads, the default, get equal shares), multiples
+  // of 16 (a vector of the widest kernels) but the last.
+  const bool by_rows = p.m > p.n;
+  const int64_t extent = by_rows ? p.m : p.n;
+  const int64_t count = 2 * ((extent + 2 * kBlock - 1) / (2 * kBlock));
+  const int64_t size =
+      std::max<int64_t>(16, ((extent + count - 1) / count + 15) / 16 * 16);
+  const int64_t blocks = (extent + size - 1) / size;
+  auto block = [&](int64_t i) {
+    BlasProduct q = p;
+    const int64_t begin = i * size, len = std::min(size, extent - begin);
+    if (by_rows) {
+      q.m = len;
+      q.a += begin * p.lda;
+      q.c += begin * p.ldc;
+    } else {
+      q.n = len;
+      q.b += p.transpose_b ? begin * p.ldb : begin;
+      q.c += begin;
+    }
+    Call(q);
+  };
+  const int workers = static_cast<int>(std::clamp<int64_t>(threads, 1, blocks));
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t i = next++; i < blocks; i = next++) block(i);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < workers; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  return Status::Ok();
+}
+
+}  // namespace tilec::kernels

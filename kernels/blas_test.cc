@@ -1,0 +1,174 @@
+// OpenBLAS (kernels/blas.h) against the tile kernels' k-order loop
+// (kernels.h Gemm, portable path), and its determinism across threads.
+
+#include "kernels/blas.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace tilec::kernels {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+Operand F32(std::vector<float>& v) {
+  return Operand{reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(float),
+                 DType::kF32, 0};
+}
+
+struct Shape {
+  int64_t m, k, n;
+};
+
+std::string Name(const Shape& s) {
+  return "[" + std::to_string(s.m) + "," + std::to_string(s.k) + "] x [" +
+         std::to_string(s.k) + "," + std::to_string(s.n) + "]";
+}
+
+// Degenerate (0, 1) and prime shapes, some with rows or columns enough for
+// two blocks of BlasMultiplyParallel and depths past OpenBLAS's k blocks.
+const Shape kShapes[] = {
+    {0, 5, 7},     {5, 0, 7},    {5, 7, 0},      {1, 1, 1},
+    {1, 13, 1},    {2, 3, 5},    {7, 1, 11},     {13, 17, 19},
+    {31, 37, 41},  {97, 101, 1}, {1, 257, 89},   {263, 61, 3},
+    {61, 523, 67}, {3, 5, 521},  {521, 29, 127}, {59, 1031, 71},
+};
+
+// Two sums of the same products in different orders (each within
+// gamma_k * sum |a b| of the exact one, gamma_k = k u / (1 - k u),
+// u = 2^-24) differ by at most twice that.
+double Bound(const std::vector<float>& a, const std::vector<float>& b,
+             const Shape& s, int64_t i, int64_t j) {
+  double magnitude = 0;
+  for (int64_t p = 0; p < s.k; ++p) {
+    magnitude += std::fabs(double(a[i * s.k + p]) * b[p * s.n + j]);
+  }
+  const double ku = double(s.k) * std::ldexp(1.0, -24);
+  return 2 * ku / (1 - ku) * magnitude;
+}
+
+TEST(BlasTest, AgreesWithTheKOrderLoopWithinSummationError) {
+  UsePortableGemmForTesting(true);
+  uint32_t seed = 1;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(Name(s));
+    std::vector<float> a = Random(s.m * s.k, seed++);
+    std::vector<float> b = Random(s.k * s.n, seed++);
+    std::vector<float> want(s.m * s.n), got(s.m * s.n, NAN);
+    ASSERT_TRUE(Gemm(F32(a), F32(b), F32(want), s.m, s.k, s.n, false).ok());
+    for (bool parallel : {false, true}) {
+      BlasProduct p;
+      p.m = s.m, p.k = s.k, p.n = s.n;
+      p.a = a.data(), p.lda = s.k;
+      p.b = b.data(), p.ldb = s.n;
+      p.c = got.data(), p.ldc = s.n;
+      ASSERT_TRUE(
+          (parallel ? BlasMultiplyParallel(p, 2) : BlasMultiply(p)).ok());
+      for (int64_t i = 0; i < s.m; ++i) {
+        for (int64_t j = 0; j < s.n; ++j) {
+          ASSERT_LE(std::fabs(double(got[i * s.n + j]) - want[i * s.n + j]),
+                    Bound(a, b, s, i, j))
+              << "C[" << i << "," << j << "]" << (parallel ? " parallel" : "");
+        }
+      }
+    }
+  }
+  UsePortableGemmForTesting(false);
+}
+
+// B read transposed and every operand inside a wider matrix (strides), as
+// attention reads its heads out of the fused qkv.
+TEST(BlasTest, TransposedAndStridedOperands) {
+  const int64_t m = 29, k = 23, n = 31, lda = 40, ldb = 50, ldc = 60;
+  std::vector<float> a = Random(m * lda, 7), bt = Random(n * ldb, 8);
+  std::vector<float> c(m * ldc, -1.0f);
+  BlasProduct p;
+  p.m = m, p.k = k, p.n = n;
+  p.a = a.data(), p.lda = lda;
+  p.b = bt.data(), p.ldb = ldb, p.transpose_b = true;
+  p.c = c.data(), p.ldc = ldc;
+  ASSERT_TRUE(BlasMultiply(p).ok());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      if (j >= n) {
+        EXPECT_EQ(c[i * ldc + j], -1.0f) << "padding overwritten";
+        continue;
+      }
+      double want = 0, magnitude = 0;
+      for (int64_t q = 0; q < k; ++q) {
+        want += double(a[i * lda + q]) * bt[j * ldb + q];
+        magnitude += std::fabs(double(a[i * lda + q]) * bt[j * ldb + q]);
+      }
+      EXPECT_NEAR(c[i * ldc + j], want, magnitude * k * std::ldexp(1.0, -23))
+          << i << "," << j;
+    }
+  }
+}
+
+// The thread count changes nothing: the same bytes with 1, 2, 3 and 8
+// threads, on shapes with one block, several and a short last one, cut
+// by rows and by columns; the so400m MLP down-projection among them, where
+// OpenBLAS's own threads do change the bytes.
+TEST(BlasTest, ThreadCountDoesNotChangeTheBytes) {
+  const Shape shapes[] = {
+      {5, 7, 3}, {300, 129, 1000}, {1031, 67, 257}, {729, 4304, 1152}};
+  uint32_t seed = 100;
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(Name(s));
+    std::vector<float> a = Random(s.m * s.k, seed++);
+    std::vector<float> b = Random(s.k * s.n, seed++);
+    std::vector<float> base(s.m * s.n);
+    BlasProduct p;
+    p.m = s.m, p.k = s.k, p.n = s.n;
+    p.a = a.data(), p.lda = s.k;
+    p.b = b.data(), p.ldb = s.n;
+    p.c = base.data(), p.ldc = s.n;
+    ASSERT_TRUE(BlasMultiplyParallel(p, 1).ok());
+    for (int threads : {2, 3, 8}) {
+      std::vector<float> other(s.m * s.n);
+      p.c = other.data();
+      ASSERT_TRUE(BlasMultiplyParallel(p, threads).ok());
+      EXPECT_EQ(
+          std::memcmp(base.data(), other.data(), base.size() * sizeof(float)),
+          0)
+          << threads << " threads";
+    }
+  }
+}
+
+TEST(BlasTest, RefusesWhatOpenBlasCannotTake) {
+  float x = 0;
+  BlasProduct p;
+  p.m = 2, p.k = 3, p.n = 4;
+  p.a = &x, p.lda = 2;  // shorter than k
+  p.b = &x, p.ldb = 4;
+  p.c = &x, p.ldc = 4;
+  Status s = BlasMultiply(p);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("row stride shorter"), std::string::npos)
+      << s.message();
+  p.lda = 3;
+  p.n = int64_t{1} << 32, p.ldb = p.n, p.ldc = p.n;
+  s = BlasMultiplyParallel(p, 2);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_NE(s.message().find("32-bit"), std::string::npos) << s.message();
+  p.n = -1;
+  EXPECT_EQ(BlasMultiply(p).code(), StatusCode::kBadInput);
+}
+
+}  // namespace
+}  // namespace tilec::kernels
