@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <tuple>
 
 #include "formats/print.h"
@@ -83,6 +84,30 @@ std::pair<int, int64_t> FewestBytesSlabs(const fb::OwnershipT& layout,
 
 }  // namespace
 
+namespace {
+
+// The largest block of a blocked `layout` of a value of `shape` (the first:
+// balanced parts put the extra elements first).
+struct Block {
+  int64_t rows = 0;         // along axis 0, which slabs cut
+  int64_t bytes = 0;
+  bool contiguous = true;   // its rows follow each other in the value
+};
+
+Block LargestBlock(std::span<const int64_t> shape,
+                   const fb::OwnershipT& layout, int element_bytes) {
+  Block b;
+  b.rows = ir::CeilDiv(shape[0], int64_t{layout.partitions[0]});
+  b.bytes = b.rows * element_bytes;
+  for (size_t a = 1; a < shape.size(); ++a) {
+    b.bytes *= ir::CeilDiv(shape[a], int64_t{layout.partitions[a]});
+    b.contiguous = b.contiguous && layout.partitions[a] == 1;
+  }
+  return b;
+}
+
+}  // namespace
+
 fb::OwnershipT HomeOwnershipIn(const Graph& graph, const Coster& coster,
                                const Plan& plan, int value,
                                const WeightHome& home) {
@@ -92,28 +117,20 @@ fb::OwnershipT HomeOwnershipIn(const Graph& graph, const Coster& coster,
   if (!layout || layout->kind != fb::OwnershipKind::Blocked) return home.fixed;
   const std::vector<int64_t>& shape = graph.value(value).shape;
   const int element_bytes = coster.StoredBytes(graph, value);
-  // The first block is the largest: balanced parts put the extra elements
-  // first.
-  const int64_t rows = ir::CeilDiv(shape[0], int64_t{layout->partitions[0]});
-  int64_t block_bytes = rows * element_bytes;
-  bool contiguous = true;  // a block's rows follow each other in the value
-  for (size_t a = 1; a < shape.size(); ++a) {
-    block_bytes *= ir::CeilDiv(shape[a], int64_t{layout->partitions[a]});
-    contiguous = contiguous && layout->partitions[a] == 1;
-  }
+  const Block block = LargestBlock(shape, *layout, element_bytes);
   const kernels::CodeModel code =
       kernels::CodeModel::FromTarget(coster.target());
   const HomeBytes bytes{graph.Copies(value), code.receive + code.pointer};
   const auto [slabs, delivery_bytes] =
-      FewestBytesSlabs(*layout, rows, block_bytes, bytes);
+      FewestBytesSlabs(*layout, block.rows, block.bytes, bytes);
   // The flat home by the same measure: a block gathers a piece per run
   // (per row where its rows are apart) and one more per flat part boundary
   // its runs cross. It wins where the layout has few replicas of large
   // blocks (a one-row GEMM's weight).
   const int64_t flat_part = std::max<int64_t>(
       1, passes::MaxBytesPerTile(home.fixed, shape, element_bytes));
-  const int64_t flat_pieces =
-      (contiguous ? 1 : rows) + ir::CeilDiv(block_bytes, flat_part);
+  const int64_t flat_pieces = (block.contiguous ? 1 : block.rows) +
+                              ir::CeilDiv(block.bytes, flat_part);
   if (bytes(flat_part, flat_pieces) < delivery_bytes) return home.fixed;
   std::optional<fb::OwnershipT> shaped =
       passes::DeliveryHome(*layout, slabs, home.first_replica);

@@ -363,15 +363,23 @@ TEST(PlanMemoryTest, SiglipDoesNotFitTheTinyTarget) {
   EXPECT_NE(s.message().find("(home)"), std::string::npos);
 }
 
+// OneGemm's GEMM in `recipe`, its [64, 64] F16 weight (value 1) in the
+// flat home over the 16 tiles.
+Plan OneGemmWithFlatHome(const Graph& graph, const std::string& recipe) {
+  Plan plan;
+  plan.recipes = {R(recipe)};
+  plan.homes.resize(graph.num_values());
+  plan.homes[1] = WeightHome{
+      .fixed = passes::HomeOwnership(std::vector<int64_t>{64, 64}, 2, 16)};
+  return plan;
+}
+
 // A weight in a home: owned there for the whole program, redistributed to
 // its GEMM's layout just before the GEMM, the copy live only around it.
 TEST(PlanMemoryTest, HomeIsRedistributedBeforeItsUse) {
   Fixture f(OneGemm());
-  Plan plan;
-  plan.recipes = {R("gemm m=2 k=2 n=2 staging=complete")};
-  plan.homes.resize(f.graph.num_values());
-  plan.homes[1] = WeightHome{
-      .fixed = passes::HomeOwnership(std::vector<int64_t>{64, 64}, 2, 16)};
+  const Plan plan =
+      OneGemmWithFlatHome(f.graph, "gemm m=2 k=2 n=2 staging=complete");
   StatusOr<Evaluation> e = Evaluate(f.graph, f.coster, plan, EvalMode::kFull);
   ASSERT_TRUE(e.ok()) << e.status().message();
   EXPECT_EQ(passes::FormatOwnership(e->owners[1]), "flat(grain=4, tiles=16)");
@@ -421,11 +429,8 @@ TEST(PlanMemoryTest, HomeIsRedistributedBeforeItsUse) {
 // wide, the flat home stays.
 TEST(PlanMemoryTest, DeliveryHomeGathersEachBlockInFewPieces) {
   Fixture f(OneGemm());
-  Plan flat;
-  flat.recipes = {R("gemm m=2 k=1 n=4 staging=complete")};
-  flat.homes.resize(f.graph.num_values());
-  flat.homes[1] = WeightHome{
-      .fixed = passes::HomeOwnership(std::vector<int64_t>{64, 64}, 2, 16)};
+  const Plan flat =
+      OneGemmWithFlatHome(f.graph, "gemm m=2 k=1 n=4 staging=complete");
   Plan shaped = flat;
   shaped.homes[1]->delivery = true;
   StatusOr<Evaluation> e = Evaluate(f.graph, f.coster, shaped, EvalMode::kFull);
