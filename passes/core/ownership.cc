@@ -909,6 +909,27 @@ std::optional<fb::OwnershipT> DeliveryHome(const fb::OwnershipT& layout,
   return home;
 }
 
+std::optional<fb::OwnershipT> SpreadHome(const fb::OwnershipT& layout,
+                                         int parts, int tiles,
+                                         int first_hint) {
+  if (layout.kind != OwnershipKind::Blocked || layout.replicas != 1 ||
+      !layout.sub_partitions.empty() || parts < 1) {
+    return std::nullopt;
+  }
+  const int rank = static_cast<int>(layout.partitions.size());
+  int64_t cells = parts;
+  for (int32_t p : layout.partitions) cells *= p;
+  if (cells > tiles) return std::nullopt;
+  fb::OwnershipT home = BlockedOwnership(layout.partitions, 1);
+  if (parts > 1) {
+    home.sub_partitions.assign(rank, 1);
+    home.sub_partitions[0] = parts;
+  }
+  const int64_t starts = tiles - cells + 1;
+  home.first_tile = static_cast<int>(std::max(first_hint, 0) % starts);
+  return home;
+}
+
 bool SameOwnership(const fb::OwnershipT& a, const fb::OwnershipT& b) {
   // An explicit identity order means the same as an empty one.
   const bool same_order =

@@ -105,6 +105,17 @@ fb::OwnershipT HomeOwnership(std::span<const int64_t> shape, int element_bytes,
 std::optional<fb::OwnershipT> DeliveryHome(const fb::OwnershipT& layout,
                                            int parts, int first_replica = 0);
 
+// A home for a blocked `layout` with one replica of each block (where a
+// delivery home is the layout itself) that holds each block once, cut
+// along its first axis into `parts` slabs on a run of blocks x parts tiles
+// of `tiles`, block after block: a receiver gathers its block in `parts`
+// contiguous pieces, and no tile holds more than a slab. The run starts at
+// first_hint, reduced modulo the starts that fit. Nullopt for another
+// layout, or where the run does not fit in `tiles`.
+std::optional<fb::OwnershipT> SpreadHome(const fb::OwnershipT& layout,
+                                         int parts, int tiles,
+                                         int first_hint = 0);
+
 // Grid positions (tiles assigned, empty blocks included): the product of
 // the partitions, sub-partitions and replicas, or a flat layout's tiles.
 int64_t GridCells(const fb::OwnershipT& ownership);

@@ -1269,5 +1269,53 @@ TEST(OwnershipPropertyTest, DeliveryHomesHoldEveryElementOnceWhereItIsNeeded) {
   EXPECT_FALSE(DeliveryHome(FlatOwnership(2, 8), 1).has_value());
 }
 
+// A spread home holds every element once, no tile more than one slab, and
+// each block in exactly `parts` contiguous slabs along its first axis.
+TEST(OwnershipPropertyTest, SpreadHomesHoldEveryElementOnceInSlabs) {
+  std::mt19937 rng(12);
+  const int tiles = 64;
+  for (int i = 0; i < 200; ++i) {
+    const Shape shape = {1 + static_cast<int64_t>(rng() % 30),
+                         1 + static_cast<int64_t>(rng() % 30)};
+    const fb::OwnershipT layout = BlockedOwnership(
+        {static_cast<int32_t>(1 + rng() % 4), static_cast<int32_t>(1 + rng() % 4)},
+        1, rng() % 5, 1 + rng() % 2);
+    const int parts = 1 + static_cast<int>(rng() % 8);
+    const int hint = static_cast<int>(rng() % 100);
+    const std::optional<fb::OwnershipT> home =
+        SpreadHome(layout, parts, tiles, hint);
+    const int64_t cells = GridCells(layout) * parts;
+    if (cells > tiles) {
+      EXPECT_FALSE(home.has_value());
+      continue;
+    }
+    ASSERT_TRUE(home.has_value());
+    SCOPED_TRACE(FormatOwnership(layout) + " -> " + FormatOwnership(*home));
+    ASSERT_EQ(ValidateOwnership(*home, shape, tiles), "");
+    EXPECT_EQ(GridCells(*home), cells);
+    std::vector<int> holders(NumElements(shape), 0);
+    for (int tile = 0; tile < tiles; ++tile) {
+      const std::vector<Box> held = HeldBoxes(*home, shape, tile);
+      EXPECT_LE(held.size(), 1u) << "tile " << tile;
+      for (const Box& box : held) {
+        for (int64_t e : BoxElements(box, shape)) ++holders[e];
+        // The slab spans its block's columns: one run in the block.
+        bool in_a_block = false;
+        for (int t = 0; t < tiles && !in_a_block; ++t) {
+          for (const Box& b : HeldBoxes(layout, shape, t)) {
+            in_a_block = in_a_block ||
+                         (Contains(b, box) && b.begin[1] == box.begin[1] &&
+                          b.end[1] == box.end[1]);
+          }
+        }
+        EXPECT_TRUE(in_a_block) << FormatBox(box);
+      }
+    }
+    EXPECT_EQ(std::count(holders.begin(), holders.end(), 1),
+              static_cast<int64_t>(holders.size()));
+  }
+  EXPECT_FALSE(SpreadHome(BlockedOwnership({2, 2}, 2), 2, tiles).has_value());
+}
+
 }  // namespace
 }  // namespace tilec::passes

@@ -17,6 +17,15 @@ uint64_t Plan::Hash() const {
   return h;
 }
 
+int64_t Evaluation::Excess() const {
+  int64_t excess = 0;
+  for (int64_t peak : op_peak) excess += std::max<int64_t>(0, peak - capacity);
+  for (int64_t peak : redistribution_peak) {
+    excess += std::max<int64_t>(0, peak - capacity);
+  }
+  return excess;
+}
+
 std::string Evaluation::Diagnosis() const {
   std::string s = "tile " + std::to_string(peak_tile) + " needs " +
                   std::to_string(peak_bytes) + " B at " + peak_where + " but " +
@@ -66,16 +75,16 @@ struct HomeBytes {
   }
 };
 
-// The slab count of a delivery home of `layout`'s blocks (`block_bytes`,
-// `rows` along the slabs' axis) with the fewest HomeBytes: a divisor of the
-// replica count, a slab at least a row and an 8-byte grain.
-std::pair<int, int64_t> FewestBytesSlabs(const fb::OwnershipT& layout,
+// The slab count, at most `most`, of a home of blocks of `block_bytes` with
+// the fewest HomeBytes: a divisor of `divides` (0: any count), a slab at
+// least a row (`rows` along the slabs' axis) and an 8-byte grain.
+std::pair<int, int64_t> FewestBytesSlabs(int64_t most, int64_t divides,
                                          int64_t rows, int64_t block_bytes,
                                          const HomeBytes& bytes) {
-  const int64_t most = std::max<int64_t>(1, std::min(rows, block_bytes / 8));
+  most = std::min({most, rows, block_bytes / 8});
   std::pair<int, int64_t> best = {1, bytes(block_bytes, 1)};
-  for (int d = 2; d <= layout.replicas && d <= most; ++d) {
-    if (layout.replicas % d != 0) continue;
+  for (int d = 2; d <= most; ++d) {
+    if (divides > 0 && divides % d != 0) continue;
     const int64_t b = bytes(ir::CeilDiv(block_bytes, int64_t{d}), d);
     if (b < best.second) best = {d, b};
   }
@@ -121,8 +130,13 @@ fb::OwnershipT HomeOwnershipIn(const Graph& graph, const Coster& coster,
   const kernels::CodeModel code =
       kernels::CodeModel::FromTarget(coster.target());
   const HomeBytes bytes{graph.Copies(value), code.receive + code.pointer};
-  const auto [slabs, delivery_bytes] =
-      FewestBytesSlabs(*layout, block.rows, block.bytes, bytes);
+  // Spread over tiles beyond the layout where it has one replica and
+  // memory repair asked for it; else over the layout's replicas.
+  const bool spread = home.spread && layout->replicas == 1;
+  const int64_t most =
+      spread ? coster.tiles() / passes::GridCells(*layout) : layout->replicas;
+  const auto [slabs, shaped_bytes] = FewestBytesSlabs(
+      most, spread ? 0 : layout->replicas, block.rows, block.bytes, bytes);
   // The flat home by the same measure: a block gathers a piece per run
   // (per row where its rows are apart) and one more per flat part boundary
   // its runs cross. It wins where the layout has few replicas of large
@@ -131,9 +145,11 @@ fb::OwnershipT HomeOwnershipIn(const Graph& graph, const Coster& coster,
       1, passes::MaxBytesPerTile(home.fixed, shape, element_bytes));
   const int64_t flat_pieces = (block.contiguous ? 1 : block.rows) +
                               ir::CeilDiv(block.bytes, flat_part);
-  if (bytes(flat_part, flat_pieces) < delivery_bytes) return home.fixed;
+  if (bytes(flat_part, flat_pieces) < shaped_bytes) return home.fixed;
   std::optional<fb::OwnershipT> shaped =
-      passes::DeliveryHome(*layout, slabs, home.first_replica);
+      spread ? passes::SpreadHome(*layout, slabs, coster.tiles(),
+                                  home.fixed.first_tile)
+             : passes::DeliveryHome(*layout, slabs, home.first_replica);
   return shaped ? *std::move(shaped) : home.fixed;
 }
 
@@ -608,7 +624,12 @@ void ExplainPeak(const Graph& graph, const Plan& plan,
     if (peak_step < l.begin || peak_step > l.end || (*l.bytes)[t] == 0) {
       continue;
     }
-    e->peak_items.push_back({LiveLabel(graph, plan, *e, l), (*l.bytes)[t]});
+    MemoryItem item{LiveLabel(graph, plan, *e, l), (*l.bytes)[t]};
+    if (l.value >= 0 && graph.value(l.value).role == fb::ValueRole::Weight) {
+      const int twin_of = graph.TwinOf(l.value);
+      item.weight = twin_of < 0 ? l.value : twin_of;
+    }
+    e->peak_items.push_back(std::move(item));
   }
   std::stable_sort(e->peak_items.begin(), e->peak_items.end(),
                    [](const MemoryItem& a, const MemoryItem& b) {

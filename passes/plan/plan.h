@@ -24,8 +24,12 @@ struct WeightHome {
   // Shaped for delivery (HomeOwnershipIn) to the layout its first
   // consumer's recipe needs, else, or where that layout admits no delivery
   // home, `fixed`. first_replica spreads delivery homes of small weights
-  // over the replicas' tiles.
+  // over the replicas' tiles. `spread`: where that layout has one replica
+  // of each block (so the delivery home is the layout itself), cut each
+  // block into slabs on tiles beyond it (passes::SpreadHome) instead; memory
+  // repair sets it (SpreadHomes).
   bool delivery = false;
+  bool spread = false;
   int first_replica = 0;
   fb::OwnershipT fixed;
 };
@@ -71,6 +75,7 @@ struct MemoryItem {
   std::string
       what;  // "%4 l0.mlp.up.w (resident)", "op 1 (l0.mlp.up) scratch: ..."
   int64_t bytes = 0;
+  int weight = -1;  // the weight (a twin's body weight) it is, if one
 };
 
 // Ops' costs are per run: a body op of a repeat counts its repeat's count
@@ -100,6 +105,9 @@ struct Evaluation {
   // tile's own code takes whole memory elements beside its tensors.
   int64_t code_bytes = 0;
   bool feasible() const { return !memory_checked || peak_bytes <= capacity; }
+  // How far from fitting: the bytes over capacity summed over the steps
+  // (ops and redistributions) that do not fit. Zero iff it fits.
+  int64_t Excess() const;
   // "tile 0 needs 612345 B at op 1 (l0.mlp.up) but 481152 B hold tensors:
   // %4 l0.mlp.up.w (resident) 221184 B, ...; 12 twins (later iterations'
   // weights) 24576 B; total ...".
@@ -114,6 +122,8 @@ enum class EvalMode { kCyclesOnly, kFull };
 // (the home's bytes, every iteration's copy, plus the exchange tables to
 // receive a piece per slab), unless the flat home home.fixed puts fewer
 // by the same measure; home.fixed where the layout admits no delivery home.
+// A spread home (home.spread, a layout of one replica per block) is a
+// passes::SpreadHome, its slab count chosen by the same measure.
 fb::OwnershipT HomeOwnershipIn(const Graph& graph, const Coster& coster,
                                const Plan& plan, int value,
                                const WeightHome& home);

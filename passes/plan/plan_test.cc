@@ -466,6 +466,81 @@ TEST(PlanMemoryTest, DeliveryHomeGathersEachBlockInFewPieces) {
   EXPECT_EQ(passes::FormatOwnership(two->owners[1]), "flat(grain=4, tiles=16)");
 }
 
+// A one-row GEMM's weight in its layout of one replica per block sits on
+// few tiles for the whole program. Where that is what does not fit, memory
+// repair spreads it: each block in slabs on tiles beyond the layout, every
+// element still held once, delivered before its use.
+TEST(PlanMemoryTest, SpreadHomesRepairWhatAnUnreplicatedHomeOverfills) {
+  passes::ModelOverrides o;
+  o.tokens = 16;
+  o.width = 64;
+  o.mlp_width = 128;
+  o.heads = 2;
+  o.layers = 2;
+  auto model = [&o] { return Model("tiny", "siglip-so400m-384", o, "model"); };
+  Plan homes;
+  int64_t peak = 0, capacity = 0;
+  {
+    Fixture f(model());
+    Search search(f.graph, f.coster, {});
+    ASSERT_TRUE(search.Initialize().ok());
+    homes = WithAllHomes(f.graph, f.coster, search.incumbent());
+    StatusOr<Evaluation> e = Evaluate(f.graph, f.coster, homes, EvalMode::kFull);
+    ASSERT_TRUE(e.ok() && e->feasible());
+    peak = e->peak_bytes;
+    capacity = e->capacity;
+  }
+  // The same module on a target just too small for it (the capacity
+  // shrinks slower than the SRAM: the tensor area's limit shrinks with it).
+  int64_t cut = capacity - peak + 1;
+  fb::ModuleT small = model();
+  for (;;) {
+    small.target->sram_bytes -= static_cast<int32_t>(cut);
+    const int64_t now = Coster::Create(*small.target, {})->capacity();
+    if (now < peak) break;
+    cut = now - peak + 1;
+  }
+  Fixture f(std::move(small));
+  StatusOr<Evaluation> e = Evaluate(f.graph, f.coster, homes, EvalMode::kFull);
+  ASSERT_TRUE(e.ok());
+  ASSERT_FALSE(e->feasible());
+  const int64_t excess = e->Excess();
+  std::vector<fb::DecisionT> decisions;
+  Plan repaired = homes;
+  Evaluation eval = *e;
+  ASSERT_TRUE(SpreadHomes(f.graph, f.coster, &repaired, &eval,
+                          [&](fb::DecisionT d) {
+                            decisions.push_back(std::move(d));
+                          })
+                  .ok());
+  ASSERT_FALSE(decisions.empty());
+  EXPECT_LT(eval.Excess(), excess);
+  int spread = 0;
+  for (int v = 0; v < f.graph.num_values(); ++v) {
+    const WeightHome* home = repaired.Home(v);
+    if (!home || !home->spread) continue;
+    ++spread;
+    const fb::OwnershipT layout =
+        *FirstConsumerLayout(f.graph, f.coster, repaired, v);
+    SCOPED_TRACE(passes::FormatOwnership(eval.owners[v]));
+    EXPECT_EQ(layout.replicas, 1);
+    EXPECT_FALSE(eval.owners[v].sub_partitions.empty());
+    EXPECT_EQ(passes::ValidateOwnership(eval.owners[v], f.graph.value(v).shape,
+                                        f.coster.tiles()),
+              "");
+    EXPECT_LT(passes::MaxBytesPerTile(eval.owners[v], f.graph.value(v).shape,
+                                      f.coster.StoredBytes(f.graph, v)),
+              passes::MaxBytesPerTile(layout, f.graph.value(v).shape,
+                                      f.coster.StoredBytes(f.graph, v)));
+    EXPECT_TRUE(std::any_of(eval.redistributions.begin(),
+                            eval.redistributions.end(),
+                            [v](const Redistribution& r) {
+                              return r.value == v;
+                            }));
+  }
+  EXPECT_EQ(spread, static_cast<int>(decisions.size()));
+}
+
 // Memory over the whole program: every block's weights (homes) for the
 // whole program, each compute copy only from its redistribution to its
 // GEMM.

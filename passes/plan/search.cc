@@ -340,21 +340,6 @@ std::vector<Recipe> Search::AllRecipes(int op, const Plan& plan,
   return list;
 }
 
-namespace {
-
-// How far a plan is from fitting: the bytes over capacity summed over the
-// steps (ops and redistributions) that do not fit. Zero iff it fits.
-int64_t Excess(const Evaluation& e) {
-  int64_t excess = 0;
-  for (int64_t peak : e.op_peak)
-    excess += std::max<int64_t>(0, peak - e.capacity);
-  for (int64_t peak : e.redistribution_peak) {
-    excess += std::max<int64_t>(0, peak - e.capacity);
-  }
-  return excess;
-}
-
-}  // namespace
 
 Status Search::Initialize() {
   for (int op = 0; op < graph_.num_ops(); ++op) {
@@ -400,7 +385,7 @@ Status Search::Initialize() {
     if (!repaired.ok()) return repaired.status();
     if (!*repaired) {
       const Evaluation& closest =
-          homes_closest && Excess(*homes_closest) < Excess(eval_)
+          homes_closest && homes_closest->Excess() < eval_.Excess()
               ? *homes_closest
               : eval_;
       closest_peak_bytes_ = closest.peak_bytes;
@@ -430,18 +415,25 @@ Status Search::Initialize() {
 }
 
 // The resident plan does not fit: every weight to its home and the greedy
-// plan again, the redistributions from the homes priced in. Taken if it
-// fits; else the resident plan stays (memory repair works from it) and
-// `closest` keeps the homes plan for the diagnosis.
+// plan again, the redistributions from the homes priced in, homes spread
+// where that brings it closer to fitting (SpreadHomes). Taken if it fits or
+// is closer to fitting than the resident plan (memory repair then starts
+// from it); else the resident plan stays and `closest` keeps the homes plan
+// for the diagnosis.
 Status Search::MoveWeightsHome(std::optional<Evaluation>* closest) {
   const Plan resident_plan = incumbent_;
   const Evaluation resident = eval_;
   incumbent_ = WithAllHomes(graph_, coster_, incumbent_);
-  std::vector<fb::DecisionT> greedy;
-  TILEC_RETURN_IF_ERROR(Greedy(&greedy));
+  std::vector<fb::DecisionT> decisions;
+  TILEC_RETURN_IF_ERROR(Greedy(&decisions));
   StatusOr<Evaluation> e =
       Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
   if (!e.ok()) return e.status();
+  const int64_t greedy_cycles = e->total_cycles;
+  const int64_t greedy_peak = e->peak_bytes;
+  TILEC_RETURN_IF_ERROR(SpreadHomes(
+      graph_, coster_, &incumbent_, &*e,
+      [&decisions](fb::DecisionT d) { decisions.push_back(std::move(d)); }));
   fb::DecisionT d;
   d.action = "every weight to a home (" +
              std::to_string(CountHomes(graph_, incumbent_)) +
@@ -449,14 +441,14 @@ Status Search::MoveWeightsHome(std::optional<Evaluation>* closest) {
              "consumer's layout allows), redistributed to "
              "its compute layout before each use";
   d.cycles_before = resident.total_cycles;
-  d.cycles_after = e->total_cycles;
+  d.cycles_after = greedy_cycles;
   d.bytes_before = resident.peak_bytes;
-  d.bytes_after = e->peak_bytes;
-  if (!e->feasible()) {
+  d.bytes_after = greedy_peak;
+  if (!e->feasible() && e->Excess() >= resident.Excess()) {
     d.outcome = fb::Outcome::Rejected;
     d.reason = "rejected by memory: the greedy plan with homes does not fit "
-               "either (" + e->Diagnosis() + "); memory repair starts from "
-               "the resident plan";
+               "either (" + e->Diagnosis() + "), and is no closer to "
+               "fitting; memory repair starts from the resident plan";
     Record(std::move(d));
     *closest = std::move(*e);
     incumbent_ = resident_plan;
@@ -465,8 +457,14 @@ Status Search::MoveWeightsHome(std::optional<Evaluation>* closest) {
   d.outcome = fb::Outcome::Accepted;
   d.reason = "the plan with every weight resident in compute layout does not "
              "fit (" + resident.Diagnosis() + ")";
+  if (!e->feasible()) {
+    d.reason += "; with homes it does not fit either but is closer (" +
+                std::to_string(e->Excess()) + " B over capacity against " +
+                std::to_string(resident.Excess()) +
+                "): memory repair starts from it";
+  }
   Record(std::move(d));
-  for (fb::DecisionT& g : greedy) Record(std::move(g));
+  for (fb::DecisionT& g : decisions) Record(std::move(g));
   eval_ = std::move(*e);
   return Status::Ok();
 }
@@ -552,9 +550,14 @@ StatusOr<bool> Search::Repair() {
   // the fewest cycles); once a change fits, the fastest that fits.
   for (int round = 0; round < 4 * graph_.num_ops() && !eval_.feasible();
        ++round) {
+    // Spreading homes changes no recipe: tried before every recipe.
+    TILEC_RETURN_IF_ERROR(
+        SpreadHomes(graph_, coster_, &incumbent_, &eval_,
+                    [this](fb::DecisionT d) { Record(std::move(d)); }));
+    if (eval_.feasible()) break;
     bool found = false;
     std::tuple<int64_t, int64_t, int64_t> best = {
-        Excess(eval_), eval_.peak_bytes, eval_.total_cycles};
+        eval_.Excess(), eval_.peak_bytes, eval_.total_cycles};
     int best_op = -1;
     Recipe best_recipe;
     Evaluation best_eval;
@@ -568,7 +571,7 @@ StatusOr<bool> Search::Repair() {
         if (!e.ok()) return e.status();
         const bool fits = e->feasible();
         const std::tuple<int64_t, int64_t, int64_t> key = {
-            Excess(*e), fits ? 0 : e->peak_bytes, e->total_cycles};
+            e->Excess(), fits ? 0 : e->peak_bytes, e->total_cycles};
         if (key < best) {
           found = true;
           best = key;

@@ -1,7 +1,9 @@
 #include "passes/plan/weight_homes.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "passes/core/ownership.h"
@@ -46,6 +48,78 @@ std::string Label(const ValueNode& v) {
 }
 
 }  // namespace
+
+namespace {
+
+// The weights on `eval`'s peak tile that SpreadHomes may spread.
+std::vector<int> SpreadableOnPeak(const Graph& graph, const Coster& coster,
+                                  const Plan& plan, const Evaluation& eval) {
+  std::vector<int> weights;
+  for (const MemoryItem& item : eval.peak_items) {
+    const WeightHome* home = item.weight >= 0 ? plan.Home(item.weight) : nullptr;
+    if (!home || !home->delivery || home->spread ||
+        std::find(weights.begin(), weights.end(), item.weight) !=
+            weights.end()) {
+      continue;
+    }
+    const std::optional<fb::OwnershipT> layout =
+        FirstConsumerLayout(graph, coster, plan, item.weight);
+    if (layout && layout->kind == fb::OwnershipKind::Blocked &&
+        layout->replicas == 1) {
+      weights.push_back(item.weight);
+    }
+  }
+  std::sort(weights.begin(), weights.end());
+  return weights;
+}
+
+}  // namespace
+
+Status SpreadHomes(const Graph& graph, const Coster& coster, Plan* plan,
+                   Evaluation* eval,
+                   const std::function<void(fb::DecisionT)>& record) {
+  while (!eval->feasible()) {
+    std::tuple<int64_t, int64_t, int64_t> best = {
+        eval->Excess(), eval->peak_bytes, eval->total_cycles};
+    int best_weight = -1;
+    Evaluation best_eval;
+    for (int v : SpreadableOnPeak(graph, coster, *plan, *eval)) {
+      Plan trial = *plan;
+      trial.homes[v]->spread = true;
+      StatusOr<Evaluation> e = Evaluate(graph, coster, trial, EvalMode::kFull);
+      if (!e.ok()) return e.status();
+      const std::tuple<int64_t, int64_t, int64_t> key = {
+          e->Excess(), e->feasible() ? 0 : e->peak_bytes, e->total_cycles};
+      if (key < best) {
+        best = key;
+        best_weight = v;
+        best_eval = std::move(*e);
+      }
+    }
+    if (best_weight < 0) break;
+    const ValueNode& value = graph.value(best_weight);
+    fb::DecisionT d;
+    for (const auto& [op, slot] : value.uses) d.ops.push_back(graph.op(op).id);
+    d.ops.erase(std::unique(d.ops.begin(), d.ops.end()), d.ops.end());
+    d.action = "weight " + Label(value) + ": home spread beyond its "
+               "consumer's layout, " +
+               passes::FormatOwnership(eval->owners[best_weight]) + " -> " +
+               passes::FormatOwnership(best_eval.owners[best_weight]) +
+               ", delivered to it before each use";
+    d.outcome = fb::Outcome::Accepted;
+    d.reason = "memory repair: the plan does not fit (" + eval->Diagnosis() +
+               "); of the weights there, spreading this one brings it "
+               "closest to fitting";
+    d.cycles_before = eval->total_cycles;
+    d.cycles_after = best_eval.total_cycles;
+    d.bytes_before = eval->peak_bytes;
+    d.bytes_after = best_eval.peak_bytes;
+    record(std::move(d));
+    plan->homes[best_weight]->spread = true;
+    *eval = std::move(best_eval);
+  }
+  return Status::Ok();
+}
 
 Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
                       Evaluation* eval,

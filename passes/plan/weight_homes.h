@@ -3,7 +3,8 @@
 // consumer's layout does not fit, every weight gets a home (each element
 // once, shaped for delivery to its consumer's layout: HomeOwnershipIn) and
 // is redistributed to its compute layout just before its use, through the
-// ordinary Redistribute machinery; then weights are promoted back to
+// ordinary Redistribute machinery; homes that sit whole on few tiles are
+// spread where that is what does not fit; then weights are promoted back to
 // resident compute layout, most cycles saved per byte first, while the
 // whole program still fits.
 
@@ -28,6 +29,16 @@ Plan WithAllHomes(const Graph& graph, const Coster& coster, Plan plan);
 
 // Number of weights in a home in `plan`.
 int CountHomes(const Graph& graph, const Plan& plan);
+
+// Memory repair by homes alone, for `*plan` (evaluated as `*eval`, in
+// full) that does not fit: while it does not, of the weights on the peak
+// tile whose home is their consumer's layout of one replica per block, the
+// one whose spread home (WeightHome::spread) brings the plan closest to
+// fitting (least excess, then lowest peak, then fewest cycles) is spread;
+// it stops when none brings it closer. Each spread is a decision.
+Status SpreadHomes(const Graph& graph, const Coster& coster, Plan* plan,
+                   Evaluation* eval,
+                   const std::function<void(fb::DecisionT)>& record);
 
 // Promotes weights of `*plan` (evaluated as `*eval`, in full) from their
 // home to resident compute layout: ranked by cycles saved per byte added on
