@@ -46,8 +46,9 @@ class BusyIntervals {
     // Interval (b, i) is in the way: the answer is the end of the first
     // interval from it on whose following gap is at least d.
     for (;;) {
+      // A block none of whose gaps is wide enough is not searched.
       const Intervals& v = blocks_[b];
-      for (; i + 1 < v.size(); ++i) {
+      for (; i + 1 < v.size() && spans_[b].widest_gap >= d; ++i) {
         if (v[i + 1].first - v[i].second >= d) return v[i].second;
       }
       for (;;) {
