@@ -101,8 +101,11 @@ Status SpreadHomes(const Graph& graph, const Coster& coster, Plan* plan,
     fb::DecisionT d;
     for (const auto& [op, slot] : value.uses) d.ops.push_back(graph.op(op).id);
     d.ops.erase(std::unique(d.ops.begin(), d.ops.end()), d.ops.end());
-    d.action = "weight " + Label(value) + ": home spread beyond its "
-               "consumer's layout, " +
+    // One slab a block (S = 1) moves the blocks to other tiles.
+    const bool moved = best_eval.owners[best_weight].sub_partitions.empty();
+    d.action = "weight " + Label(value) +
+               (moved ? ": home moved off its consumer's tiles, "
+                      : ": home spread beyond its consumer's layout, ") +
                passes::FormatOwnership(eval->owners[best_weight]) + " -> " +
                passes::FormatOwnership(best_eval.owners[best_weight]) +
                ", delivered to it before each use";
