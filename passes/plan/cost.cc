@@ -52,11 +52,13 @@ Coster Coster::ForAnotherGraph() const {
 }
 
 Coster Coster::LowerBounds() const {
+  CHECK(timing_ == passes::PhaseTiming::kScheduled)
+      << "LowerBounds() of a LowerBounds() coster";
   Coster c = *this;
   c.timing_ = passes::PhaseTiming::kLowerBound;
   c.scheduled_cache_ = cache_;
   c.scheduled_prices_ = prices_;
-  c.cache_ = std::make_shared<Cache>();
+  c.cache_ = bound_cache_;
   c.prices_ = std::make_shared<Prices>();
   return c;
 }

@@ -71,7 +71,9 @@ class Coster {
   // (which it then takes): each price no higher than this coster's, and
   // exact for everything already priced. The greedy plan skips, without
   // scheduling them, candidates whose lower bound cannot beat the best.
-  // It sees what this coster prices later; its own prices are its own.
+  // It sees what this coster prices later; its own prices by op index are
+  // its own, its shape-keyed ones shared with every LowerBounds() coster of
+  // this coster's family.
   Coster LowerBounds() const;
   passes::PhaseTiming timing() const { return timing_; }
 
@@ -186,6 +188,11 @@ class Coster {
     std::unordered_map<std::string, OpCost> gemm_prices;  // by GemmKey
   };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
+  // The LowerBounds() costers' own cache, shared by every coster made from
+  // this one (a bound, keyed like the rest, is valid for any graph): the
+  // searches of quantize-fp8's trial plans and of fuse-elementwise's
+  // candidates bound each transfer once, not once a search.
+  std::shared_ptr<Cache> bound_cache_ = std::make_shared<Cache>();
   // What `key` maps to in one of the caches: the scheduled coster's first
   // (a LowerBounds coster: exact prices beat bounds), then this one's;
   // null if in neither.
