@@ -340,18 +340,34 @@ TileBytes Coster::BytesPerTile(std::span<const int64_t> shape,
 
 // Everything PriceGemm and CheckRecipe read of GEMM `op`: operand and
 // result shapes and dtypes, and the dtype it is priced in.
-std::string Coster::GemmKey(const Graph& graph, int op) const {
+std::optional<std::string> Coster::ShapeKeyOf(const Graph& graph, int op,
+                                              const Recipe& recipe) const {
   const OpNode& node = graph.op(op);
-  const ValueNode& a = graph.value(node.operands[0]);
-  const ValueNode& b = graph.value(node.operands[1]);
-  const ValueNode& out = graph.value(node.result);
-  return "gemm " + std::to_string(static_cast<int>(node.kind)) + " " +
-         ShapeKey(a.shape) + "/" + std::to_string(static_cast<int>(a.dtype)) +
-         " x " + ShapeKey(b.shape) + "/" +
-         std::to_string(static_cast<int>(b.dtype)) + " -> " +
-         ShapeKey(out.shape) + "/" +
-         std::to_string(static_cast<int>(out.dtype)) + " in " +
-         std::to_string(static_cast<int>(GemmDType(graph, op)));
+  auto value_key = [&graph](int v) {
+    const ValueNode& value = graph.value(v);
+    return ShapeKey(value.shape) + "/" +
+           std::to_string(static_cast<int>(value.dtype));
+  };
+  std::string key = std::to_string(static_cast<int>(node.kind));
+  if (node.op_class == OpClass::kGemm) {
+    return "gemm " + key + " " + value_key(node.operands[0]) + " x " +
+           value_key(node.operands[1]) + " -> " + value_key(node.result) +
+           " in " + std::to_string(static_cast<int>(GemmDType(graph, op)));
+  }
+  if (node.op_class != OpClass::kAttention) return std::nullopt;
+  // PriceAttention reads the grid, the staged operand and the
+  // probabilities' dtype: every field of each is in the key.
+  StatusOr<passes::AttentionGrid> grid = AttentionGridOf(graph, op, recipe);
+  if (!grid.ok()) return std::nullopt;
+  const passes::AttentionGrid& g = *grid;
+  for (int64_t field :
+       {int64_t{static_cast<int>(g.part)}, int64_t{g.cross}, g.B, g.H, g.Tq,
+        g.Tk, g.D, int64_t{g.m}, int64_t{g.n}, int64_t{g.first},
+        g.rows.extent, g.rows.parts, g.cols.extent, g.cols.parts}) {
+    key += "," + std::to_string(field);
+  }
+  for (int v : node.operands) key += " " + value_key(v);
+  return "attention " + key + " staged " + std::to_string(node.staged);
 }
 
 StatusOr<OpCost> Coster::PriceOp(
@@ -362,18 +378,19 @@ StatusOr<OpCost> Coster::PriceOp(
   const bool needs_source = node.op_class == OpClass::kGemm ||
                             node.op_class == OpClass::kCopy ||
                             node.op_class == OpClass::kAttention;
-  // A GEMM's price depends on its operands' shapes and dtypes alone, not
-  // on where the op is: cached for every graph on the target (quantize-fp8
-  // plans a trial graph per decision, fuse-elementwise one per candidate).
-  const bool by_shapes = node.op_class == OpClass::kGemm;
-  Prices& prices = by_shapes ? cache_->gemm_prices : *prices_;
+  // A GEMM's or attention op's price depends on its operands' shapes and
+  // dtypes alone, not on where the op is: cached for every graph on the
+  // target (quantize-fp8 plans a trial graph per decision,
+  // fuse-elementwise one per candidate).
+  const std::optional<std::string> shape_key = ShapeKeyOf(graph, op, recipe);
+  const bool by_shapes = shape_key.has_value();
+  Prices& prices = by_shapes ? cache_->shape_prices : *prices_;
   const Prices* scheduled =
       !scheduled_cache_ ? nullptr
-      : by_shapes       ? &scheduled_cache_->gemm_prices
+      : by_shapes       ? &scheduled_cache_->shape_prices
                         : scheduled_prices_.get();
   std::string key =
-      (by_shapes ? GemmKey(graph, op) : std::to_string(op)) + " " +
-      recipe.Text();
+      (by_shapes ? *shape_key : std::to_string(op)) + " " + recipe.Text();
   if (needs_source) {
     if (source == nullptr) {
       return Status::Internal(graph.OpLabel(op) + ": priced without a source");

@@ -149,7 +149,7 @@ class Coster {
   // Cache sizes, for progress and tests.
   size_t cached_transfers() const { return cache_->transfers.size(); }
   size_t cached_prices() const {
-    return prices_->size() + cache_->gemm_prices.size();
+    return prices_->size() + cache_->shape_prices.size();
   }
 
  private:
@@ -170,8 +170,11 @@ class Coster {
       std::span<const fb::OwnershipT* const> sources) const;
   StatusOr<OpCost> PriceCopy(const Graph& graph, int op, const Recipe& recipe,
                              const fb::OwnershipT& source) const;
-  // A GEMM's price cache key but for recipe and source.
-  std::string GemmKey(const Graph& graph, int op) const;
+  // The price cache key, but for recipe and source, of an op whose price
+  // depends on its operands' shapes and dtypes alone (a GEMM, attention),
+  // valid for every graph on the target; nullopt for other ops.
+  std::optional<std::string> ShapeKeyOf(const Graph& graph, int op,
+                                        const Recipe& recipe) const;
   // Cycles of one elementwise step on a [rows, w] piece.
   StatusOr<int64_t> StepCycles(const ElementwiseStep& step, int64_t rows,
                                int64_t w) const;
@@ -185,7 +188,7 @@ class Coster {
     std::unordered_map<std::string, passes::TransferCost> redistributions;
     std::unordered_map<std::string, bool> placements;
     std::unordered_map<std::string, TileBytes> bytes;
-    std::unordered_map<std::string, OpCost> gemm_prices;  // by GemmKey
+    std::unordered_map<std::string, OpCost> shape_prices;  // by ShapeKeyOf
   };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
   // The LowerBounds() costers' own cache, shared by every coster made from
