@@ -434,11 +434,7 @@ TEST(FuseEndToEndTest, SearchedPlan) {
 }
 
 TEST(FuseEndToEndTest, TwoMlpBlocks) {
-  passes::ModelOverrides o;
-  o.tokens = 64;
-  o.width = 64;
-  o.mlp_width = 128;
-  o.heads = 4;
+  passes::ModelOverrides o = plan::TinyOverrides(64, 4);
   o.layers = 2;
   fb::ModuleT m = plan::Model("tiny", "vit-b16-224", o);
   Compiled fused = Compile(m, "", true);

@@ -173,12 +173,8 @@ TEST(GemmBoundTest, AttentionContextCountsItsProbabilities) {
 // that delivers its probabilities, and the planner's estimate is what the
 // program simulates to (up to a shared superstep).
 TEST(InspectGemmsTest, ReportsTheAttentionGemmsOfALayer) {
-  passes::ModelOverrides o;
-  o.tokens = 17;
-  o.width = 64;
-  o.mlp_width = 128;
-  o.heads = 4;
-  fb::ModuleT m = plan::Model("tiny", "siglip-so400m-384", o, "layer");
+  fb::ModuleT m = plan::Model("tiny", "siglip-so400m-384",
+                              plan::TinyOverrides(17, 4), "layer");
   ASSERT_TRUE(passes::RunPipeline(&m).ok());
   StatusOr<std::vector<GemmReport>> gemms = InspectGemms(m);
   ASSERT_TRUE(gemms.ok()) << gemms.status().message();

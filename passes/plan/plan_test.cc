@@ -471,11 +471,7 @@ TEST(PlanMemoryTest, DeliveryHomeGathersEachBlockInFewPieces) {
 // repair spreads it: each block in slabs on tiles beyond the layout, every
 // element still held once, delivered before its use.
 TEST(PlanMemoryTest, SpreadHomesRepairWhatAnUnreplicatedHomeOverfills) {
-  passes::ModelOverrides o;
-  o.tokens = 16;
-  o.width = 64;
-  o.mlp_width = 128;
-  o.heads = 2;
+  passes::ModelOverrides o = TinyOverrides(16, 2);
   o.layers = 2;
   auto model = [&o] { return Model("tiny", "siglip-so400m-384", o, "model"); };
   Plan homes;
@@ -889,11 +885,7 @@ TEST(PlanSearchTest, DeeperBandsSpendTheBudgetBeforeConverging) {
 // order with the best of an op sometimes left out, and a small budget
 // could miss a change worth 4 % of the so400m layer.)
 TEST(PlanSearchTest, FirstAttemptIsTheMostPromisingOffer) {
-  passes::ModelOverrides o;
-  o.tokens = 17;
-  o.width = 64;
-  o.mlp_width = 128;
-  o.heads = 4;
+  passes::ModelOverrides o = TinyOverrides(17, 4);
   {
     const std::string part = "layer";
     Fixture f(Model("tiny", "siglip-so400m-384", o, part));

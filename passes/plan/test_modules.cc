@@ -22,13 +22,19 @@ fb::ModuleT Model(const std::string& target, const std::string& preset,
   return m;
 }
 
-fb::ModuleT TinyBlocks(int layers, bool repeat, int64_t tokens,
-                       int64_t mlp_width) {
+passes::ModelOverrides TinyOverrides(int64_t tokens, int64_t heads,
+                                     int64_t mlp_width) {
   passes::ModelOverrides o;
   o.tokens = tokens;
   o.width = 64;
   o.mlp_width = mlp_width;
-  o.heads = 2;
+  o.heads = heads;
+  return o;
+}
+
+fb::ModuleT TinyBlocks(int layers, bool repeat, int64_t tokens,
+                       int64_t mlp_width) {
+  passes::ModelOverrides o = TinyOverrides(tokens, 2, mlp_width);
   o.layers = layers;
   o.repeat = repeat;
   return Model("tiny", "siglip-so400m-384", o);

@@ -18,6 +18,11 @@ fb::ModuleT Model(const std::string& target, const std::string& preset,
                   passes::ModelOverrides overrides = {},
                   const std::string& part = "mlp-block");
 
+// A preset shrunk for the tiny target: `tokens` tokens of width 64, an MLP of
+// `mlp_width`, `heads` heads; layers as the preset's unless set.
+passes::ModelOverrides TinyOverrides(int64_t tokens, int64_t heads,
+                                     int64_t mlp_width = 128);
+
 // `layers` SigLIP MLP blocks of [tokens, 64] x [64, mlp_width] on the tiny
 // target, rolled into one repeat (docs/repeat.md) or written out.
 fb::ModuleT TinyBlocks(int layers, bool repeat, int64_t tokens = 16,
