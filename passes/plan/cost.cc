@@ -338,8 +338,9 @@ TileBytes Coster::BytesPerTile(std::span<const int64_t> shape,
 
 // ---------------------------------------------------------------- prices
 
-// Everything PriceGemm and CheckRecipe read of GEMM `op`: operand and
-// result shapes and dtypes, and the dtype it is priced in.
+// A GEMM's key: everything PriceGemm and CheckRecipe read of it (operand
+// and result shapes and dtypes, the dtype it is priced in). An attention
+// op's: its grid, operands and staged slot.
 std::optional<std::string> Coster::ShapeKeyOf(const Graph& graph, int op,
                                               const Recipe& recipe) const {
   const OpNode& node = graph.op(op);

@@ -340,7 +340,6 @@ std::vector<Recipe> Search::AllRecipes(int op, const Plan& plan,
   return list;
 }
 
-
 Status Search::Initialize() {
   for (int op = 0; op < graph_.num_ops(); ++op) {
     if (candidates_[op].empty()) {

@@ -47,10 +47,6 @@ std::string Label(const ValueNode& v) {
   return "%" + std::to_string(v.id) + " " + v.name;
 }
 
-}  // namespace
-
-namespace {
-
 // The weights on `eval`'s peak tile that SpreadHomes may spread.
 std::vector<int> SpreadableOnPeak(const Graph& graph, const Coster& coster,
                                   const Plan& plan, const Evaluation& eval) {
