@@ -192,6 +192,55 @@ class BusyIntervals {
   std::vector<Span> spans_;  // by block
 };
 
+// Busy time that several resources add to, so intervals may overlap: kept
+// merged. Where it is the union of many lanes' busy time, one search finds
+// the earliest start every one of them admits.
+class MergedIntervals {
+ public:
+  // The earliest t' >= t with [t', t' + d) free.
+  int64_t EarliestFree(int64_t t, int64_t d) const {
+    auto it = busy_.upper_bound(t);
+    if (it != busy_.begin() && std::prev(it)->second > t) {
+      t = std::prev(it)->second;
+    }
+    for (; it != busy_.end() && it->first < t + d; ++it) t = it->second;
+    return t;
+  }
+
+  void Add(int64_t begin, int64_t end) {
+    if (end <= begin) return;
+    auto it = busy_.upper_bound(begin);
+    if (it != busy_.begin() && std::prev(it)->second >= begin) {
+      --it;
+      begin = it->first;
+      end = std::max(end, it->second);
+    }
+    while (it != busy_.end() && it->first <= end) {
+      end = std::max(end, it->second);
+      it = busy_.erase(it);
+    }
+    busy_.emplace(begin, end);
+  }
+
+ private:
+  std::map<int64_t, int64_t> busy_;  // begin -> end, disjoint, not touching
+};
+
+// The receivers of a wide multicast that several packets of a phase share
+// (a vector broadcast from many tiles): the union of their lanes, so that
+// a packet to all of them is placed by three searches instead of three per
+// receiver. Each constraint on a receiver r becomes one on the start t:
+//   receive lane free on [t, t + d)          -> `receive` free there;
+//   issue slot free on [t - w_select, t)      -> `select` free there;
+//   issue slot free on [t + latency(r) - w_pointer, t + latency(r))
+//                                             -> `pointer` (each tile's
+//      issue time shifted by -latency(r)) free on [t - w_pointer, t).
+// Each is free exactly when it is free on every receiver, so a placement
+// meets the same least start.
+struct ReceiverGroup {
+  MergedIntervals receive, select, pointer;
+};
+
 std::string PieceText(const PhaseTraffic& traffic, uint32_t packet) {
   const PhaseTraffic::Piece& piece =
       traffic.pieces()[traffic.packets()[packet].piece];
@@ -373,7 +422,9 @@ namespace {
 // packet's start and every tile's control instructions.
 class Scheduler {
  public:
-  Scheduler(const PhaseTraffic& traffic, bool record)
+  // receiver_groups: search the unions of shared wide receiver sets
+  // (ReceiverGroup) rather than each receiver's lanes; the same starts.
+  Scheduler(const PhaseTraffic& traffic, bool record, bool receiver_groups)
       : traffic_(traffic),
         model_(traffic.model()),
         record_(record),
@@ -387,6 +438,8 @@ class Scheduler {
       starts_.assign(traffic_.packets().size(), 0);
       control_.resize(model_.tiles);
     }
+    group_of_packet_.assign(traffic_.packets().size(), -1);
+    if (receiver_groups) FindReceiverGroups();
   }
 
   // Places the packets in `order`, each at its earliest start; returns the
@@ -459,6 +512,14 @@ class Scheduler {
       const int64_t before = t;
       t = send_[packet.sender].EarliestFree(t, d);
       t = issue_[packet.sender].EarliestFree(t - w_send_, w_send_) + w_send_;
+      if (group_of_packet_[p] >= 0) {
+        const ReceiverGroup& g = groups_[group_of_packet_[p]];
+        t = g.receive.EarliestFree(t, d);
+        t = g.select.EarliestFree(t - w_select_, w_select_) + w_select_;
+        t = g.pointer.EarliestFree(t - w_pointer_, w_pointer_) + w_pointer_;
+        if (t == before) return t;
+        continue;
+      }
       for (int r : receivers) {
         t = receive_[r].EarliestFree(t, d);
         t = issue_[r].EarliestFree(t - w_select_, w_select_) + w_select_;
@@ -476,7 +537,7 @@ class Scheduler {
     const int64_t d = model_.Duration(packet.words);
     const uint32_t cycle = static_cast<uint32_t>(t);
     send_[packet.sender].Add(t, t + d);
-    issue_[packet.sender].Add(t - w_send_, t);
+    AddIssue(packet.sender, t - w_send_, t);
     if (record_) {
       starts_[p] = cycle;
       control_[packet.sender].emplace_back(cycle, p, 0, fb::ControlKind::Send);
@@ -486,9 +547,9 @@ class Scheduler {
     for (uint32_t i = 0; i < receivers.size(); ++i) {
       const int r = receivers[i];
       const int64_t latency = model_.RouteLatency(r);
-      receive_[r].Add(t, t + d);
-      issue_[r].Add(t - w_select_, t);
-      issue_[r].Add(t + latency - w_pointer_, t + latency);
+      AddReceive(r, t, t + d);
+      AddIssue(r, t - w_select_, t);
+      AddIssue(r, t + latency - w_pointer_, t + latency);
       if (record_) {
         control_[r].emplace_back(cycle, p, i, fb::ControlKind::Select);
         control_[r].emplace_back(static_cast<uint32_t>(t + latency), p, i,
@@ -499,9 +560,53 @@ class Scheduler {
     return end;
   }
 
+  // Receiver sets of at least this many tiles that two or more packets
+  // share get a ReceiverGroup: below it, the receivers' own lanes are
+  // searched as fast as a group's unions are kept.
+  static constexpr uint32_t kGroupReceivers = 64;
+
+  void FindReceiverGroups() {
+    const auto& packets = traffic_.packets();
+    std::map<std::vector<int>, std::vector<uint32_t>> sharing;
+    for (uint32_t p = 0; p < packets.size(); ++p) {
+      if (packets[p].receiver_count < kGroupReceivers) continue;
+      const std::span<const int> r = traffic_.ReceiversOf(packets[p]);
+      std::vector<int> set(r.begin(), r.end());
+      std::sort(set.begin(), set.end());
+      sharing[std::move(set)].push_back(p);
+    }
+    for (const auto& [set, members] : sharing) {
+      if (members.size() < 2) continue;
+      const int g = static_cast<int>(groups_.size());
+      groups_.emplace_back();
+      for (uint32_t p : members) group_of_packet_[p] = g;
+      if (groups_of_tile_.empty()) groups_of_tile_.resize(model_.tiles);
+      for (int tile : set) groups_of_tile_[tile].push_back(g);
+    }
+  }
+
+  void AddReceive(int tile, int64_t begin, int64_t end) {
+    receive_[tile].Add(begin, end);
+    if (groups_of_tile_.empty()) return;
+    for (int g : groups_of_tile_[tile]) groups_[g].receive.Add(begin, end);
+  }
+
+  void AddIssue(int tile, int64_t begin, int64_t end) {
+    issue_[tile].Add(begin, end);
+    if (groups_of_tile_.empty()) return;
+    const int64_t latency = model_.RouteLatency(tile);
+    for (int g : groups_of_tile_[tile]) {
+      groups_[g].select.Add(begin, end);
+      groups_[g].pointer.Add(begin - latency, end - latency);
+    }
+  }
+
   const PhaseTraffic& traffic_;
   const ExchangeModel& model_;
   const bool record_;
+  std::vector<int> group_of_packet_;            // -1: none
+  std::vector<ReceiverGroup> groups_;
+  std::vector<std::vector<int>> groups_of_tile_;  // empty: no groups
   std::vector<uint32_t> starts_;
   std::vector<std::vector<fb::ControlInstruction>> control_;
   std::vector<BusyIntervals> send_, receive_, issue_;
@@ -642,10 +747,11 @@ constexpr int64_t kParallelScheduleWork = 4096;
 // are independent, so on a large phase the first runs on a thread of its
 // own beside the others: the same result, sooner on two cores.
 Shortest ShortestOrder(const PhaseTraffic& traffic,
-                       const std::vector<int64_t>& priority) {
+                       const std::vector<int64_t>& priority,
+                       bool receiver_groups) {
   std::optional<int64_t> lengths[std::size(kOrders)];
   auto run = [&](size_t i) {
-    Scheduler scheduler(traffic, /*record=*/false);
+    Scheduler scheduler(traffic, /*record=*/false, receiver_groups);
     lengths[i] = RunOrder(scheduler, kOrders[i], traffic, priority);
   };
   int64_t work = 0;
@@ -666,11 +772,12 @@ Shortest ShortestOrder(const PhaseTraffic& traffic,
 
 }  // namespace
 
-fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic) {
+fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
+                                    bool receiver_groups) {
   const std::vector<int64_t> priority = PacketPriorities(traffic);
   // Found without recording, then scheduled once more to record it.
-  const Shortest best = ShortestOrder(traffic, priority);
-  Scheduler recorder(traffic, /*record=*/true);
+  const Shortest best = ShortestOrder(traffic, priority, receiver_groups);
+  Scheduler recorder(traffic, /*record=*/true, receiver_groups);
   RunOrder(recorder, best.order, traffic, priority);
   return recorder.Take(best.length);
 }
@@ -682,7 +789,9 @@ int64_t PlannedPhaseLength(const PhaseTraffic& traffic) {
     return traffic.EndpointBound() + model.IssueWidth(fb::ControlKind::Send) +
            model.RouteLatency(model.tiles - 1);
   }
-  return ShortestOrder(traffic, PacketPriorities(traffic)).length;
+  return ShortestOrder(traffic, PacketPriorities(traffic),
+                       /*receiver_groups=*/true)
+      .length;
 }
 
 StatusOr<int64_t> VerifySchedule(const PhaseTraffic& traffic,

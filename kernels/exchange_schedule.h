@@ -153,7 +153,10 @@ class PhaseTraffic {
 // distance, and the packet that can start earliest first (skipped on phases
 // where it would re-place packets more than four times each on average).
 // Deterministic.
-fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic);
+// receiver_groups = false searches every receiver's lanes one by one, as
+// the unions of shared wide receiver sets must match (tests compare them).
+fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
+                                    bool receiver_groups = true);
 
 // The planner's price of a phase's length (without sync): its schedule's
 // for phases of at most kExactPlanningPackets packets; above that, where
