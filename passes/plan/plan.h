@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "formats/status.h"
@@ -108,6 +109,11 @@ struct Evaluation {
   // How far from fitting: the bytes over capacity summed over the steps
   // (ops and redistributions) that do not fit. Zero iff it fits.
   int64_t Excess() const;
+  // Memory repair's order, smaller first: the least Excess, then (while it
+  // does not fit) the lowest peak, then the fewest cycles.
+  std::tuple<int64_t, int64_t, int64_t> RepairRank() const {
+    return {Excess(), feasible() ? 0 : peak_bytes, total_cycles};
+  }
   // "tile 0 needs 612345 B at op 1 (l0.mlp.up) but 481152 B hold tensors:
   // %4 l0.mlp.up.w (resident) 221184 B, ...; 12 twins (later iterations'
   // weights) 24576 B; total ...".

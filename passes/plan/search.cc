@@ -555,8 +555,7 @@ StatusOr<bool> Search::Repair() {
                     [this](fb::DecisionT d) { Record(std::move(d)); }));
     if (eval_.feasible()) break;
     bool found = false;
-    std::tuple<int64_t, int64_t, int64_t> best = {
-        eval_.Excess(), eval_.peak_bytes, eval_.total_cycles};
+    std::tuple<int64_t, int64_t, int64_t> best = eval_.RepairRank();
     int best_op = -1;
     Recipe best_recipe;
     Evaluation best_eval;
@@ -568,9 +567,7 @@ StatusOr<bool> Search::Repair() {
         StatusOr<Evaluation> e =
             Evaluate(graph_, coster_, trial, EvalMode::kFull);
         if (!e.ok()) return e.status();
-        const bool fits = e->feasible();
-        const std::tuple<int64_t, int64_t, int64_t> key = {
-            e->Excess(), fits ? 0 : e->peak_bytes, e->total_cycles};
+        const std::tuple<int64_t, int64_t, int64_t> key = e->RepairRank();
         if (key < best) {
           found = true;
           best = key;
