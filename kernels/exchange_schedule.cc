@@ -226,19 +226,22 @@ class MergedIntervals {
   std::map<int64_t, int64_t> busy_;  // begin -> end, disjoint, not touching
 };
 
-// The receivers of a wide multicast that several packets of a phase share
-// (a vector broadcast from many tiles): the union of their lanes, so that
-// a packet to all of them is placed by three searches instead of three per
-// receiver. Each constraint on a receiver r becomes one on the start t:
+// The lanes of a set of tiles that wide multicasts receive on: the union
+// of their busy time, so that a packet to all of them is placed by three
+// searches instead of three per tile. Each constraint on a receiver r
+// becomes one on the start t:
 //   receive lane free on [t, t + d)          -> `receive` free there;
 //   issue slot free on [t - w_select, t)      -> `select` free there;
 //   issue slot free on [t + latency(r) - w_pointer, t + latency(r))
 //                                             -> `pointer` (each tile's
 //      issue time shifted by -latency(r)) free on [t - w_pointer, t).
-// Each is free exactly when it is free on every receiver, so a placement
-// meets the same least start.
-struct ReceiverGroup {
+// Each is free exactly when it is free on every tile of the set, so a
+// placement meets the same least start.
+struct TileUnion {
   MergedIntervals receive, select, pointer;
+  // The packet and route latency whose receive windows it took last.
+  uint32_t last_packet = UINT32_MAX;
+  int64_t last_latency = -1;
 };
 
 std::string PieceText(const PhaseTraffic& traffic, uint32_t packet) {
@@ -422,9 +425,9 @@ namespace {
 // packet's start and every tile's control instructions.
 class Scheduler {
  public:
-  // receiver_groups: search the unions of shared wide receiver sets
-  // (ReceiverGroup) rather than each receiver's lanes; the same starts.
-  Scheduler(const PhaseTraffic& traffic, bool record, bool receiver_groups)
+  // receiver_unions: search wide multicasts' receivers through unions of
+  // their lanes (TileUnion) rather than each receiver's; the same starts.
+  Scheduler(const PhaseTraffic& traffic, bool record, bool receiver_unions)
       : traffic_(traffic),
         model_(traffic.model()),
         record_(record),
@@ -438,8 +441,8 @@ class Scheduler {
       starts_.assign(traffic_.packets().size(), 0);
       control_.resize(model_.tiles);
     }
-    group_of_packet_.assign(traffic_.packets().size(), -1);
-    if (receiver_groups) FindReceiverGroups();
+    cover_of_packet_.assign(traffic_.packets().size(), -1);
+    if (receiver_unions) CoverWideReceiverSets();
   }
 
   // Places the packets in `order`, each at its earliest start; returns the
@@ -512,23 +515,32 @@ class Scheduler {
       const int64_t before = t;
       t = send_[packet.sender].EarliestFree(t, d);
       t = issue_[packet.sender].EarliestFree(t - w_send_, w_send_) + w_send_;
-      if (group_of_packet_[p] >= 0) {
-        const ReceiverGroup& g = groups_[group_of_packet_[p]];
-        t = g.receive.EarliestFree(t, d);
-        t = g.select.EarliestFree(t - w_select_, w_select_) + w_select_;
-        t = g.pointer.EarliestFree(t - w_pointer_, w_pointer_) + w_pointer_;
-        if (t == before) return t;
-        continue;
-      }
-      for (int r : receivers) {
-        t = receive_[r].EarliestFree(t, d);
-        t = issue_[r].EarliestFree(t - w_select_, w_select_) + w_select_;
-        const int64_t latency = model_.RouteLatency(r);
-        t = issue_[r].EarliestFree(t + latency - w_pointer_, w_pointer_) +
-            w_pointer_ - latency;
+      if (cover_of_packet_[p] >= 0) {
+        const Cover& cover = covers_[cover_of_packet_[p]];
+        for (int u : cover.unions) t = EarliestReceivable(unions_[u], t, d);
+        for (int r : cover.tiles) t = EarliestReceivable(r, t, d);
+      } else {
+        for (int r : receivers) t = EarliestReceivable(r, t, d);
       }
       if (t == before) return t;
     }
+  }
+
+  // The earliest start from `t` that tile r's receive lane and issue slots
+  // admit for a packet of d cycles.
+  int64_t EarliestReceivable(int r, int64_t t, int64_t d) const {
+    t = receive_[r].EarliestFree(t, d);
+    t = issue_[r].EarliestFree(t - w_select_, w_select_) + w_select_;
+    const int64_t latency = model_.RouteLatency(r);
+    return issue_[r].EarliestFree(t + latency - w_pointer_, w_pointer_) +
+           w_pointer_ - latency;
+  }
+
+  // The same for every tile of a union at once.
+  int64_t EarliestReceivable(const TileUnion& u, int64_t t, int64_t d) const {
+    t = u.receive.EarliestFree(t, d);
+    t = u.select.EarliestFree(t - w_select_, w_select_) + w_select_;
+    return u.pointer.EarliestFree(t - w_pointer_, w_pointer_) + w_pointer_;
   }
 
   // Marks packet `p` placed at `t`; returns where its last word lands.
@@ -547,9 +559,7 @@ class Scheduler {
     for (uint32_t i = 0; i < receivers.size(); ++i) {
       const int r = receivers[i];
       const int64_t latency = model_.RouteLatency(r);
-      AddReceive(r, t, t + d);
-      AddIssue(r, t - w_select_, t);
-      AddIssue(r, t + latency - w_pointer_, t + latency);
+      AddReceiver(r, p, t, d);
       if (record_) {
         control_[r].emplace_back(cycle, p, i, fb::ControlKind::Select);
         control_[r].emplace_back(static_cast<uint32_t>(t + latency), p, i,
@@ -560,53 +570,145 @@ class Scheduler {
     return end;
   }
 
-  // Receiver sets of at least this many tiles that two or more packets
-  // share get a ReceiverGroup: below it, the receivers' own lanes are
-  // searched as fast as a group's unions are kept.
-  static constexpr uint32_t kGroupReceivers = 64;
+  // Receiver sets of at least this many tiles are searched through unions:
+  // below it, the receivers' own lanes are searched as fast as unions are
+  // kept.
+  static constexpr uint32_t kWideReceivers = 64;
+  // The smallest aligned tile range kept as a union: smaller runs cost
+  // more to keep (every busy interval of a tile goes into each union
+  // holding it) than they save.
+  static constexpr int kSmallestRange = 16;
 
-  void FindReceiverGroups() {
+  // A wide packet's receivers: unions and the tiles no union of it holds.
+  struct Cover {
+    std::vector<int> unions;  // into unions_
+    std::vector<int> tiles;
+  };
+
+  // Each distinct wide receiver set is covered by aligned tile ranges
+  // [i * 2^k, (i + 1) * 2^k) of at least kSmallestRange tiles (a broadcast
+  // to every tile but its sender: two runs, about 2 log(tiles) ranges), so
+  // that each tile is in at most one range per size whatever the sets. A
+  // set whose runs are too short for that (every other tile) gets a union
+  // of its own where two or more packets share it.
+  void CoverWideReceiverSets() {
     const auto& packets = traffic_.packets();
     std::map<std::vector<int>, std::vector<uint32_t>> sharing;
     for (uint32_t p = 0; p < packets.size(); ++p) {
-      if (packets[p].receiver_count < kGroupReceivers) continue;
+      if (packets[p].receiver_count < kWideReceivers) continue;
       const std::span<const int> r = traffic_.ReceiversOf(packets[p]);
       std::vector<int> set(r.begin(), r.end());
       std::sort(set.begin(), set.end());
       sharing[std::move(set)].push_back(p);
     }
+    std::map<std::pair<int, int>, int> range_unions;  // (first, size) -> union
     for (const auto& [set, members] : sharing) {
-      if (members.size() < 2) continue;
-      const int g = static_cast<int>(groups_.size());
-      groups_.emplace_back();
-      for (uint32_t p : members) group_of_packet_[p] = g;
-      if (groups_of_tile_.empty()) groups_of_tile_.resize(model_.tiles);
-      for (int tile : set) groups_of_tile_[tile].push_back(g);
+      Cover cover;
+      const AlignedRanges ranges = AlignedRangesOf(set);
+      // Ranges, where they leave fewer tiles than a wide set to search one
+      // by one.
+      if (ranges.tiles.size() < kWideReceivers) {
+        for (const auto& [first, size] : ranges.ranges) {
+          auto [it, added] = range_unions.try_emplace({first, size}, 0);
+          if (added) {
+            std::vector<int> range(size);
+            std::iota(range.begin(), range.end(), first);
+            it->second = NewUnion(range);
+          }
+          cover.unions.push_back(it->second);
+        }
+        cover.tiles = ranges.tiles;
+      } else if (members.size() >= 2) {
+        cover.unions.push_back(NewUnion(set));
+      } else {
+        continue;
+      }
+      const int c = static_cast<int>(covers_.size());
+      covers_.push_back(std::move(cover));
+      for (uint32_t p : members) cover_of_packet_[p] = c;
     }
   }
 
-  void AddReceive(int tile, int64_t begin, int64_t end) {
-    receive_[tile].Add(begin, end);
-    if (groups_of_tile_.empty()) return;
-    for (int g : groups_of_tile_[tile]) groups_[g].receive.Add(begin, end);
+  struct AlignedRanges {
+    std::vector<std::pair<int, int>> ranges;  // (first, size)
+    std::vector<int> tiles;                   // in no range
+  };
+
+  // `tiles` (sorted, distinct) as the fewest aligned ranges of at least
+  // kSmallestRange tiles, and the tiles left over.
+  static AlignedRanges AlignedRangesOf(const std::vector<int>& tiles) {
+    AlignedRanges out;
+    for (size_t i = 0; i < tiles.size();) {
+      size_t run = i + 1;
+      while (run < tiles.size() && tiles[run] == tiles[run - 1] + 1) ++run;
+      const int end = tiles[run - 1] + 1;
+      for (int first = tiles[i]; first < end;) {
+        int size = 1;
+        while (first % (2 * size) == 0 && first + 2 * size <= end) size *= 2;
+        if (size < kSmallestRange) {
+          out.tiles.push_back(first++);
+        } else {
+          out.ranges.emplace_back(first, size);
+          first += size;
+        }
+      }
+      i = run;
+    }
+    return out;
+  }
+
+  int NewUnion(const std::vector<int>& tiles) {
+    const int u = static_cast<int>(unions_.size());
+    unions_.emplace_back();
+    if (unions_of_tile_.empty()) unions_of_tile_.resize(model_.tiles);
+    for (int tile : tiles) unions_of_tile_[tile].push_back(u);
+    return u;
+  }
+
+  // Receiver r's windows and instructions for packet p at t. Every
+  // receiver of a packet has the same windows but for those its route
+  // latency shifts, so a union takes each window once per packet and
+  // latency, not once per tile.
+  void AddReceiver(int r, uint32_t p, int64_t t, int64_t d) {
+    const int64_t latency = model_.RouteLatency(r);
+    receive_[r].Add(t, t + d);
+    issue_[r].Add(t - w_select_, t);
+    issue_[r].Add(t + latency - w_pointer_, t + latency);
+    if (unions_of_tile_.empty()) return;
+    for (int u : unions_of_tile_[r]) {
+      TileUnion& x = unions_[u];
+      if (x.last_packet != p) {
+        x.last_packet = p;
+        x.last_latency = -1;
+        x.receive.Add(t, t + d);
+        x.select.Add(t - w_select_, t);
+        x.pointer.Add(t - w_pointer_, t);
+      }
+      if (x.last_latency != latency) {
+        x.last_latency = latency;
+        x.select.Add(t + latency - w_pointer_, t + latency);
+        x.pointer.Add(t - w_select_ - latency, t - latency);
+      }
+    }
   }
 
   void AddIssue(int tile, int64_t begin, int64_t end) {
     issue_[tile].Add(begin, end);
-    if (groups_of_tile_.empty()) return;
+    if (unions_of_tile_.empty()) return;
     const int64_t latency = model_.RouteLatency(tile);
-    for (int g : groups_of_tile_[tile]) {
-      groups_[g].select.Add(begin, end);
-      groups_[g].pointer.Add(begin - latency, end - latency);
+    for (int u : unions_of_tile_[tile]) {
+      unions_[u].select.Add(begin, end);
+      unions_[u].pointer.Add(begin - latency, end - latency);
     }
   }
 
   const PhaseTraffic& traffic_;
   const ExchangeModel& model_;
   const bool record_;
-  std::vector<int> group_of_packet_;            // -1: none
-  std::vector<ReceiverGroup> groups_;
-  std::vector<std::vector<int>> groups_of_tile_;  // empty: no groups
+  std::vector<int> cover_of_packet_;  // into covers_; -1: each receiver
+  std::vector<Cover> covers_;
+  std::vector<TileUnion> unions_;
+  std::vector<std::vector<int>> unions_of_tile_;  // empty: no unions
   std::vector<uint32_t> starts_;
   std::vector<std::vector<fb::ControlInstruction>> control_;
   std::vector<BusyIntervals> send_, receive_, issue_;
@@ -748,10 +850,10 @@ constexpr int64_t kParallelScheduleWork = 4096;
 // own beside the others: the same result, sooner on two cores.
 Shortest ShortestOrder(const PhaseTraffic& traffic,
                        const std::vector<int64_t>& priority,
-                       bool receiver_groups) {
+                       bool receiver_unions) {
   std::optional<int64_t> lengths[std::size(kOrders)];
   auto run = [&](size_t i) {
-    Scheduler scheduler(traffic, /*record=*/false, receiver_groups);
+    Scheduler scheduler(traffic, /*record=*/false, receiver_unions);
     lengths[i] = RunOrder(scheduler, kOrders[i], traffic, priority);
   };
   int64_t work = 0;
@@ -773,11 +875,11 @@ Shortest ShortestOrder(const PhaseTraffic& traffic,
 }  // namespace
 
 fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
-                                    bool receiver_groups) {
+                                    bool receiver_unions) {
   const std::vector<int64_t> priority = PacketPriorities(traffic);
   // Found without recording, then scheduled once more to record it.
-  const Shortest best = ShortestOrder(traffic, priority, receiver_groups);
-  Scheduler recorder(traffic, /*record=*/true, receiver_groups);
+  const Shortest best = ShortestOrder(traffic, priority, receiver_unions);
+  Scheduler recorder(traffic, /*record=*/true, receiver_unions);
   RunOrder(recorder, best.order, traffic, priority);
   return recorder.Take(best.length);
 }
@@ -790,7 +892,7 @@ int64_t PlannedPhaseLength(const PhaseTraffic& traffic) {
            model.RouteLatency(model.tiles - 1);
   }
   return ShortestOrder(traffic, PacketPriorities(traffic),
-                       /*receiver_groups=*/true)
+                       /*receiver_unions=*/true)
       .length;
 }
 

@@ -153,10 +153,10 @@ class PhaseTraffic {
 // distance, and the packet that can start earliest first (skipped on phases
 // where it would re-place packets more than four times each on average).
 // Deterministic.
-// receiver_groups = false searches every receiver's lanes one by one, as
-// the unions of shared wide receiver sets must match (tests compare them).
+// receiver_unions = false searches every receiver's lanes one by one, as
+// the unions kept for wide multicasts must match (tests compare them).
 fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
-                                    bool receiver_groups = true);
+                                    bool receiver_unions = true);
 
 // The planner's price of a phase's length (without sync): its schedule's
 // for phases of at most kExactPlanningPackets packets; above that, where

@@ -276,12 +276,14 @@ TEST(ExchangeSchedule, RandomPhasesScheduleValidAboveTheBound) {
 // Wide multicasts to receiver sets that several packets share are placed
 // by searching their lanes' unions: the same starts as searching each
 // receiver's lanes, amid unicasts and narrower multicasts to the same tiles.
-TEST(ExchangeSchedule, SharedReceiverSetsScheduleAsEachReceiverWould) {
+TEST(ExchangeSchedule, WideReceiverSetsScheduleAsEachReceiverWould) {
   std::mt19937_64 rng(9);
   const ExchangeModel model = Model(256);  // four rows of route latency
   for (int trial = 0; trial < 12; ++trial) {
     PhaseTraffic traffic(model);
-    // Two wide sets: tiles [0, 150) and the even tiles of [40, 250).
+    // Two wide sets that packets share: tiles [0, 150) (aligned ranges)
+    // and the even tiles of [40, 250) (a union of its own); and tiles
+    // [0, 200) but the sender, a set of each sender's own.
     std::vector<int> wide_a, wide_b;
     for (int t = 0; t < 150; ++t) wide_a.push_back(t);
     for (int t = 40; t < 250; t += 2) wide_b.push_back(t);
@@ -291,7 +293,7 @@ TEST(ExchangeSchedule, SharedReceiverSetsScheduleAsEachReceiverWould) {
       // Odd trials move a word or a few: issue slots bind, not lanes.
       const int64_t bytes =
           4 + 4 * static_cast<int64_t>(rng() % (trial % 2 ? 3 : 64));
-      const int kind = static_cast<int>(rng() % 4);
+      const int kind = static_cast<int>(rng() % 5);
       std::vector<int> receivers;
       int sender = 0;
       if (kind == 0) {
@@ -300,6 +302,11 @@ TEST(ExchangeSchedule, SharedReceiverSetsScheduleAsEachReceiverWould) {
       } else if (kind == 1) {
         sender = 41 + 2 * static_cast<int>(rng() % 100);  // odd: not in b
         receivers = wide_b;
+      } else if (kind == 4) {
+        sender = static_cast<int>(rng() % 200);
+        for (int t = 0; t < 200; ++t) {
+          if (t != sender) receivers.push_back(t);
+        }
       } else {
         sender = static_cast<int>(rng() % 256);
         const int fan = kind == 2 ? 1 : 2 + static_cast<int>(rng() % 30);

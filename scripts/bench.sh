@@ -28,6 +28,14 @@ bench_simulator() {
   bazel-bin/kernels/simulator_bench --threads=2 --runs=3
 }
 
+# The exchange scheduler (kernels/exchange_schedule_bench.cc) on the so400m
+# model's costliest phase shapes: host CPU seconds of the planner's price
+# and of emit-device's schedule, and receiver by receiver for comparison.
+bench_exchange() {
+  bazel build -c opt --noshow_progress --ui_event_filters=-info //kernels:exchange_schedule_bench
+  bazel-bin/kernels/exchange_schedule_bench --each
+}
+
 # The reference executor (batch 1, --threads=2, its default): host seconds,
 # CPU seconds and peak RSS of run-reference on the so400m MLP block, a whole
 # so400m encoder layer (attention included; 12.3 G MACs) and the whole
