@@ -654,6 +654,7 @@ Status DumpTensors(const fb::ModuleT& module, const std::string& dump_dir,
       t.id = v->id;
       t.name = tensor_name;
       t.shape = v->shape;
+      t.file_shape = v->declared_shape;
       t.dtype = v->dtype;
       t.fp8_scale_exp = v->fp8_scale_exp;
       t.role = v->role;

@@ -55,7 +55,8 @@ DEFINE_bool(allow_nonfinite, false,
 DEFINE_int32(top_tiles, 8, "How many of the busiest tiles the report lists.");
 DEFINE_string(inputs, "",
               "Directory with one .npy per graph input, named as "
-              "--dump-tensors names them (<name>.npy), float32 or the "
+              "--dump-tensors names them (<name>.npy), in the model's "
+              "declared shape or tilec's rows, float32 or the "
               "input's own dtype (kernels/inputs.h); the simulator and the "
               "reference both run on them. Empty: inputs from their "
               "recorded seeds.");
