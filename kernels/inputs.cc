@@ -72,15 +72,15 @@ Status CheckShape(const fb::ValueT& value, const NpyArray& array,
 Status DecodeInput(const fb::ValueT& value, const NpyArray& array,
                    const std::string& path, std::vector<float>* data) {
   const std::string_view own = NpyDescrForStored(value.dtype);
-  const std::span<const uint8_t> bytes(
-      reinterpret_cast<const uint8_t*>(array.data.data()), array.data.size());
   if (array.descr == kNpyFloat32) {
-    data->resize(bytes.size() / sizeof(float));
-    LoadArrayAs(DType::kF32, bytes, 0, *data);
+    *data = NpyFloat32Values(array);
     RoundToStored(value.dtype, value.fp8_scale_exp, *data);
     return Status::Ok();
   }
   if (array.descr == own) {
+    const std::span<const uint8_t> bytes(
+        reinterpret_cast<const uint8_t*>(array.data.data()),
+        array.data.size());
     const DType kd = KernelDType(value.dtype);
     data->resize(bytes.size() / DTypeBytes(kd));
     LoadArrayAs(kd, bytes,
@@ -102,12 +102,7 @@ Status DecodeExpected(const fb::ValueT& value, const NpyArray& array,
                             "', expected float32 '<f4' for the output " +
                             DescribeValue(value));
   }
-  data->resize(array.data.size() / sizeof(float));
-  LoadArrayAs(DType::kF32,
-              std::span<const uint8_t>(
-                  reinterpret_cast<const uint8_t*>(array.data.data()),
-                  array.data.size()),
-              0, *data);
+  *data = NpyFloat32Values(array);
   return Status::Ok();
 }
 
