@@ -399,6 +399,32 @@ TEST(IrTest, VerifierBoundsValuesAndAttributes) {
             std::string::npos);
 }
 
+// A declared shape holds the value's elements in the model's own shape;
+// one that holds another count, or overflows on the way, is refused.
+TEST(IrTest, DeclaredShapeHoldsTheValuesElements) {
+  fb::ModuleT m = SmallModule();
+  const std::vector<int64_t> rows = m.values[0]->shape;
+  m.values[0]->declared_shape = {1, rows[0], rows[1]};
+  ASSERT_TRUE(VerifyModule(m).ok());
+  EXPECT_EQ(DeclaredShape(*m.values[0]), m.values[0]->declared_shape);
+  EXPECT_EQ(DeclaredShape(*m.values[1]), m.values[1]->shape);
+  EXPECT_NE(PrintModule(m).find(" declared=[1," + std::to_string(rows[0]) +
+                                    "," + std::to_string(rows[1]) + "]"),
+            std::string::npos);
+  for (const std::vector<int64_t>& bad :
+       {std::vector<int64_t>{2, rows[0], rows[1]},
+        std::vector<int64_t>{0, rows[0]},
+        std::vector<int64_t>{int64_t{1} << 32, int64_t{1} << 32}}) {
+    m.values[0]->declared_shape = bad;
+    const Status s = VerifyModule(m);
+    EXPECT_EQ(s.code(), StatusCode::kBadInput);
+    EXPECT_NE(s.message().find("value %0: declared shape " +
+                               ShapeToString(bad) + " does not hold the"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
 TEST(IrTest, TargetValidatorBoundsSizes) {
   fb::TargetT t;
   ASSERT_TRUE(LoadTarget("ipu21", &t).ok());

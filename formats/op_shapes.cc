@@ -398,6 +398,10 @@ std::string ShapeToString(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
+const std::vector<int64_t>& DeclaredShape(const fb::ValueT& value) {
+  return value.declared_shape.empty() ? value.shape : value.declared_shape;
+}
+
 namespace {
 
 std::string ShapeProblem(const OpShapeQuery& op) {

@@ -99,6 +99,11 @@ void AppendRowSegment(const RowSegment& segment, fb::OperationT* op);
 // "[729,1152]": the format used in the messages above.
 std::string ShapeToString(const std::vector<int64_t>& shape);
 
+// The shape the model declares for a graph input or output
+// (Value.declared_shape), else the value's own shape: the shape of its
+// .npy files.
+const std::vector<int64_t>& DeclaredShape(const fb::ValueT& value);
+
 }  // namespace tilec::ir
 
 #endif  // TILEC_FORMATS_OP_SHAPES_H_

@@ -470,6 +470,9 @@ std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
     out += "  %" + std::to_string(v->id) + " " + Escaped(v->name) + ": " +
            KindOf(v->role) + " " + DTypeText(v->dtype, v->fp8_scale_exp) +
            ShapeText(v->shape) + InitText(*v);
+    if (!v->declared_shape.empty()) {
+      out += " declared=" + ShapeText(v->declared_shape);
+    }
     if (v->fp8_quantized) out += Fp8Text(*v);
     if (v->ownership) out += " owners=" + OwnershipText(*v->ownership);
     out += "\n";

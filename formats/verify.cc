@@ -109,6 +109,28 @@ Status CheckScaleExp(const std::string& where, fb::DType dtype, int exp) {
   return Status::Ok();
 }
 
+// A declared shape is the value's elements in another shape: positive
+// extents whose product is `elements` (checked without overflow: no extent
+// and no partial product may exceed it).
+Status CheckDeclaredShape(const fb::ValueT& value, int64_t elements) {
+  if (value.declared_shape.empty()) return Status::Ok();
+  int64_t product = 1;
+  for (int64_t extent : value.declared_shape) {
+    if (extent < 1 || extent > elements || product > elements / extent) {
+      product = -1;
+      break;
+    }
+    product *= extent;
+  }
+  if (product == elements) return Status::Ok();
+  return Status::BadInput("value %" + std::to_string(value.id) +
+                          ": declared shape " +
+                          ShapeToString(value.declared_shape) +
+                          " does not hold the " + std::to_string(elements) +
+                          " elements of its shape " +
+                          ShapeToString(value.shape));
+}
+
 // Extents, element count and bytes of a value: bounded before any tool
 // allocates it, against the target's memory when the module has one.
 Status CheckValueSize(const fb::ValueT& value, const fb::TargetT* target) {
@@ -125,6 +147,7 @@ Status CheckValueSize(const fb::ValueT& value, const fb::TargetT* target) {
     }
     elements *= extent;
   }
+  TILEC_RETURN_IF_ERROR(CheckDeclaredShape(value, elements));
   const int64_t bytes = elements * StoredBytes(value.dtype);
   if (target != nullptr && bytes > TargetTensorBytes(*target)) {
     return Status::Infeasible(

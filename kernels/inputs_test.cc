@@ -112,6 +112,74 @@ TEST_F(InputsTest, MissingExtraShapeAndDtypeNameTheFile) {
   EXPECT_TRUE(inputs.size() == 2u);  // untouched by the failed load
 }
 
+// An ONNX input [3,4,5] is tilec's rows [12,5]: either shape is read, the
+// same elements in the same order; any other shape of 60 elements is not.
+TEST_F(InputsTest, DeclaredShapeIsAcceptedBesideTheRows) {
+  fb::ModuleT module;
+  auto x = std::make_unique<fb::ValueT>();
+  x->name = "x";
+  x->shape = {12, 5};
+  x->declared_shape = {3, 4, 5};
+  x->dtype = fb::DType::F32;
+  x->role = fb::ValueRole::Input;
+  module.values.push_back(std::move(x));
+  std::vector<float> data(60);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
+  std::map<uint32_t, std::vector<float>> inputs;
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{3, 4, 5}, std::vector<int64_t>{12, 5}}) {
+    ASSERT_TRUE(WriteNpyF32(Path("x.npy"), shape, data).ok());
+    ASSERT_TRUE(LoadInputs(module, dir_.string(), &inputs).ok());
+    EXPECT_EQ(inputs[0], data);
+  }
+  ASSERT_TRUE(WriteNpyF32(Path("x.npy"), {4, 3, 5}, data).ok());
+  const Status status = LoadInputs(module, dir_.string(), &inputs);
+  EXPECT_EQ(status.message(),
+            Path("x.npy") + ": shape [4,3,5], the input value 0 (x) is "
+                            "f32[12,5] (declared [3,4,5])");
+}
+
+// Expected outputs are float32 taken as they are (not rounded to the
+// output's F16), one file per output, in either shape.
+TEST_F(InputsTest, ExpectedOutputsAreFloat32Unrounded) {
+  fb::ModuleT module = TwoInputs();
+  auto y = std::make_unique<fb::ValueT>();
+  y->id = 3;
+  y->name = "y";
+  y->shape = {2, 3};
+  y->declared_shape = {1, 2, 3};
+  y->dtype = fb::DType::F16;
+  y->role = fb::ValueRole::Output;
+  module.values.push_back(std::move(y));
+  const std::vector<float> third(6, 1.0f / 3);
+  ASSERT_TRUE(WriteNpyF32(Path("y.npy"), {1, 2, 3}, third).ok());
+  std::map<uint32_t, std::vector<float>> outputs;
+  ASSERT_TRUE(LoadExpectedOutputs(module, dir_.string(), &outputs).ok());
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[3], third);
+
+  ASSERT_TRUE(WriteNpy(Path("y.npy"), "<f2", {2, 3}, std::string(12, '\0'))
+                  .ok());
+  Status status = LoadExpectedOutputs(module, dir_.string(), &outputs);
+  EXPECT_EQ(status.message(), Path("y.npy") +
+                                  ": dtype '<f2', expected float32 '<f4' for "
+                                  "the output value 3 (y)");
+  ASSERT_TRUE(WriteNpyF32(Path("y.npy"), {2, 3}, third).ok());
+  WriteX();
+  status = LoadExpectedOutputs(module, dir_.string(), &outputs);
+  EXPECT_EQ(status.message(), Path("x.npy") +
+                                  ": names no output of the module (expected "
+                                  "y.npy)");
+  std::filesystem::remove(Path("x.npy"));
+  std::filesystem::remove(Path("y.npy"));
+  status = LoadExpectedOutputs(module, dir_.string(), &outputs);
+  EXPECT_EQ(status.message(), Path("y.npy") +
+                                  ": missing: the output value 3 (y) "
+                                  "f16[2,3] (declared [1,2,3]) has no file");
+  EXPECT_EQ(LoadExpectedOutputs(module, Path("nowhere"), &outputs).message(),
+            Path("nowhere") + ": --expect expects a directory of .npy files");
+}
+
 TEST_F(InputsTest, NotADirectory) {
   std::map<uint32_t, std::vector<float>> inputs;
   const Status status = LoadInputs(TwoInputs(), Path("nowhere"), &inputs);

@@ -294,16 +294,21 @@ Status ReadNpyF32(const std::string& path, std::vector<int64_t>* shape,
     return Status::BadInput(name + ": dtype '" + array.descr +
                             "', expected float32 '<f4'");
   }
-  values->resize(array.data.size() / sizeof(float));
-  if (!values->empty()) {
+  *values = NpyFloat32Values(array);
+  *shape = std::move(array.shape);
+  return Status::Ok();
+}
+
+std::vector<float> NpyFloat32Values(const NpyArray& array) {
+  std::vector<float> values(array.data.size() / sizeof(float));
+  if (!values.empty()) {
     LoadArrayAs(DType::kF32,
                 std::span<const uint8_t>(
                     reinterpret_cast<const uint8_t*>(array.data.data()),
                     array.data.size()),
-                0, *values);
+                0, values);
   }
-  *shape = std::move(array.shape);
-  return Status::Ok();
+  return values;
 }
 
 }  // namespace tilec::kernels

@@ -65,6 +65,9 @@ Status WriteNpyStored(const std::string& path,
                       const std::vector<int64_t>& shape, fb::DType dtype,
                       int fp8_scale_exp, std::span<const float> values);
 
+// The elements of a parsed float32 ('<f4') array.
+std::vector<float> NpyFloat32Values(const NpyArray& array);
+
 // Reads a float32 ('<f4') .npy file; any other descriptor is BadInput.
 Status ReadNpyF32(const std::string& path, std::vector<int64_t>* shape,
                   std::vector<float>* values);

@@ -133,6 +133,7 @@ class Executor {
       t.id = value->id;
       t.name = value->name;
       t.shape = value->shape;
+      t.file_shape = value->declared_shape;
       t.dtype = value->dtype;
       t.fp8_scale_exp = value->fp8_scale_exp;
       t.role = value->role;
@@ -1272,12 +1273,14 @@ Status WriteTensorFiles(std::span<const ReferenceTensor* const> tensors,
                               ".npy");
     }
     const std::string f32_path = out_dir + "/" + base + ".npy";
-    TILEC_RETURN_IF_ERROR(WriteNpyF32(f32_path, t->shape, t->data));
+    const std::vector<int64_t>& shape =
+        t->file_shape.empty() ? t->shape : t->file_shape;
+    TILEC_RETURN_IF_ERROR(WriteNpyF32(f32_path, shape, t->data));
     used.insert(base + ".npy");
     if (paths != nullptr) paths->push_back(f32_path);
     if (raw) {
       const std::string raw_path = out_dir + "/" + base + raw_suffix;
-      TILEC_RETURN_IF_ERROR(WriteNpyStored(raw_path, t->shape, t->dtype,
+      TILEC_RETURN_IF_ERROR(WriteNpyStored(raw_path, shape, t->dtype,
                                            t->fp8_scale_exp, t->data));
       used.insert(base + raw_suffix);
       if (paths != nullptr) paths->push_back(raw_path);

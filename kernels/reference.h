@@ -110,6 +110,9 @@ struct ReferenceTensor {
   uint32_t id = 0;
   std::string name;
   std::vector<int64_t> shape;
+  // The shape its .npy files take when the model declares one for the
+  // value (Value.declared_shape; empty: `shape`).
+  std::vector<int64_t> file_shape;
   fb::DType dtype = fb::DType::F32;
   int fp8_scale_exp = 0;  // as in the IR; applies to FP8 dtypes only
   fb::ValueRole role = fb::ValueRole::Activation;
@@ -214,7 +217,7 @@ std::string SafeFileName(std::string_view name);
 // Writes `<base>.npy` (float32) and, unless the value is F32,
 // `<base>.<dtype>.npy` with the raw stored codes (numerics.h DTypeName:
 // f16, bf16, fp8e4m3, fp8e5m2) for each tensor into `out_dir` (created if
-// missing). `base` is SafeFileName(name), or "value<id>" for an unnamed
+// missing), in the tensor's file_shape (else its shape). `base` is SafeFileName(name), or "value<id>" for an unnamed
 // value, with "_v<id>" appended when two tensors would share a file.
 // Appends the written file paths to `paths` if not null.
 Status WriteTensorFiles(std::span<const ReferenceTensor* const> tensors,

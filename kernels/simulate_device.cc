@@ -7,6 +7,7 @@
 #include <map>
 
 #include "formats/ir.h"
+#include "formats/op_shapes.h"
 #include "formats/print.h"
 #include "kernels/inputs.h"
 #include "kernels/reference.h"
@@ -219,6 +220,33 @@ std::string SlowestTilesText(const sim::SimResult& r) {
   return out;
 }
 
+// "  %70 embeddings f16[16,32]: PASS max_abs_err ...": one output's
+// comparison, with the worst element when it fails.
+std::string CheckLine(const OutputCheck& c) {
+  const sim::Comparison& m = c.comparison;
+  std::string out =
+      "  %" + std::to_string(c.value) + " " + c.name + " " + c.type + ": " +
+      (m.pass ? "PASS" : "FAIL") + " max_abs_err " + G(m.max_abs_err) +
+      " (scale " + G(m.scale) + ") max_rel_err " + G(m.max_rel_err) +
+      " cosine " + Format("%.9f", m.cosine) + " mismatches " +
+      std::to_string(m.mismatches) + "/" + std::to_string(m.elements) +
+      (m.nonfinite ? " nonfinite " + std::to_string(m.nonfinite) : "");
+  if (!m.pass && m.worst_index >= 0) {
+    out += " worst [" + std::to_string(m.worst_index) + "] sim " +
+           G(m.worst_sim) + " ref " + G(m.worst_ref);
+  }
+  return out + "\n";
+}
+
+// --expect: each simulated output against the given expected one.
+std::string ExpectedText(const SimulateDeviceReport& report) {
+  if (report.expect_dir.empty()) return "";
+  std::string out = "\ncomparison with the expected outputs in " +
+                    report.expect_dir + " (the tolerance above):\n";
+  for (const OutputCheck& c : report.expected) out += CheckLine(c);
+  return out;
+}
+
 // Each output against the reference (and, quantized, against the
 // unquantized graph), and the verdict.
 std::string ComparisonText(const SimulateDeviceReport& report) {
@@ -228,21 +256,7 @@ std::string ComparisonText(const SimulateDeviceReport& report) {
     out += "\ncomparison with the reference (atol " + G(tol.atol) +
            " x scale, rtol " + G(tol.rtol) + ", min cosine " +
            G(tol.min_cosine) + (report.fp8 ? "; FP8 defaults" : "") + "):\n";
-    for (const OutputCheck& c : report.checks) {
-      const sim::Comparison& m = c.comparison;
-      out += "  %" + std::to_string(c.value) + " " + c.name + " " + c.type +
-             ": " + (m.pass ? "PASS" : "FAIL") + " max_abs_err " +
-             G(m.max_abs_err) + " (scale " + G(m.scale) + ") max_rel_err " +
-             G(m.max_rel_err) + " cosine " + Format("%.9f", m.cosine) +
-             " mismatches " + std::to_string(m.mismatches) + "/" +
-             std::to_string(m.elements) +
-             (m.nonfinite ? " nonfinite " + std::to_string(m.nonfinite) : "");
-      if (!m.pass && m.worst_index >= 0) {
-        out += " worst [" + std::to_string(m.worst_index) + "] sim " +
-               G(m.worst_sim) + " ref " + G(m.worst_ref);
-      }
-      out += "\n";
-    }
+    for (const OutputCheck& c : report.checks) out += CheckLine(c);
     if (!report.unquantized.empty()) {
       out += "\ncomparison with the unquantized graph (min cosine " +
              G(report.floors.output) + ", branch " + G(report.floors.branch) +
@@ -259,8 +273,10 @@ std::string ComparisonText(const SimulateDeviceReport& report) {
         out += "\n";
       }
     }
+    out += ExpectedText(report);
     out += std::string("result: ") + (report.pass ? "PASS" : "FAIL") + "\n";
   } else {
+    out += ExpectedText(report);
     out += report.executed
                ? "\nresult: not compared (--compare=false)\n"
                : "\nresult: cycles only, kernels not run (--execute=false)\n";
@@ -277,6 +293,37 @@ std::string ReportText(const sim::SimResult& r,
 }
 
 // ---------------------------------------------------------------- JSON
+
+namespace {
+
+// One JSON object per output comparison, each on its own line.
+std::string ChecksJson(const std::vector<OutputCheck>& checks,
+                       const std::string& indent) {
+  auto i64 = [](int64_t v) { return std::to_string(v); };
+  std::string o;
+  for (size_t i = 0; i < checks.size(); ++i) {
+    const OutputCheck& c = checks[i];
+    const sim::Comparison& m = c.comparison;
+    o += indent + "{\"value\": " + std::to_string(c.value) +
+         ", \"name\": " + JsonString(c.name) +
+         ", \"type\": " + JsonString(c.type) +
+         ", \"pass\": " + (m.pass ? "true" : "false") +
+         ", \"elements\": " + i64(m.elements) +
+         ", \"scale\": " + JsonNumber(m.scale) +
+         ", \"max_abs_err\": " + JsonNumber(m.max_abs_err) +
+         ", \"max_rel_err\": " + JsonNumber(m.max_rel_err) +
+         ", \"cosine\": " + JsonNumber(m.cosine) +
+         ", \"mismatches\": " + i64(m.mismatches) +
+         ", \"nonfinite\": " + i64(m.nonfinite) +
+         ", \"worst_index\": " + i64(m.worst_index) +
+         ", \"worst_sim\": " + JsonNumber(m.worst_sim) +
+         ", \"worst_ref\": " + JsonNumber(m.worst_ref) + "}" +
+         (i + 1 < checks.size() ? "," : "") + "\n";
+  }
+  return o;
+}
+
+}  // namespace
 
 std::string ReportJson(const sim::SimResult& r,
                        const SimulateDeviceReport& report) {
@@ -390,7 +437,13 @@ std::string ReportJson(const sim::SimResult& r,
          ", \"memory_bytes\": " + i64(t.memory_bytes) + "}" +
          (i + 1 < r.slowest_tiles.size() ? "," : "") + "\n";
   }
-  o += "  ],\n  \"comparison\": ";
+  o += "  ],\n";
+  if (!report.expect_dir.empty()) {
+    o += "  \"expected\": {\"dir\": " + JsonString(report.expect_dir) +
+         ", \"outputs\": [\n" + ChecksJson(report.expected, "    ") +
+         "  ]},\n";
+  }
+  o += "  \"comparison\": ";
   if (!report.compared) {
     o += "null\n}\n";
     return o;
@@ -401,25 +454,7 @@ std::string ReportJson(const sim::SimResult& r,
        ",\n    \"fp8_defaults\": " + (report.fp8 ? "true" : "false") +
        ",\n    \"pass\": " + (report.pass ? "true" : "false") +
        ",\n    \"outputs\": [\n";
-  for (size_t i = 0; i < report.checks.size(); ++i) {
-    const OutputCheck& c = report.checks[i];
-    const sim::Comparison& m = c.comparison;
-    o += "      {\"value\": " + std::to_string(c.value) +
-         ", \"name\": " + JsonString(c.name) +
-         ", \"type\": " + JsonString(c.type) +
-         ", \"pass\": " + (m.pass ? "true" : "false") +
-         ", \"elements\": " + i64(m.elements) +
-         ", \"scale\": " + JsonNumber(m.scale) +
-         ", \"max_abs_err\": " + JsonNumber(m.max_abs_err) +
-         ", \"max_rel_err\": " + JsonNumber(m.max_rel_err) +
-         ", \"cosine\": " + JsonNumber(m.cosine) +
-         ", \"mismatches\": " + i64(m.mismatches) +
-         ", \"nonfinite\": " + i64(m.nonfinite) +
-         ", \"worst_index\": " + i64(m.worst_index) +
-         ", \"worst_sim\": " + JsonNumber(m.worst_sim) +
-         ", \"worst_ref\": " + JsonNumber(m.worst_ref) + "}" +
-         (i + 1 < report.checks.size() ? "," : "") + "\n";
-  }
+  o += ChecksJson(report.checks, "      ");
   o += "    ]\n  }\n}\n";
   return o;
 }
@@ -608,6 +643,35 @@ Status CheckOutputs(const fb::ModuleT& module, const std::string& name,
   return Status::Ok();
 }
 
+// --expect: every simulated output against its expected contents, at the
+// report's tolerance.
+void CheckExpected(const fb::ModuleT& module, const SimResult& result,
+                   const std::map<uint32_t, std::vector<float>>& expected,
+                   SimulateDeviceReport* report, std::string* first_failure) {
+  for (const auto& binding : module.program->outputs) {
+    const fb::ValueT* value = nullptr;
+    for (const auto& v : module.values) {
+      if (v && v->id == binding->value) value = v.get();
+    }
+    auto want = expected.find(binding->value);
+    if (value == nullptr || want == expected.end()) continue;
+    OutputCheck check;
+    check.value = binding->value;
+    check.name = value->name;
+    check.type = ir::DTypeText(value->dtype, value->fp8_scale_exp) +
+                 ir::ShapeText(ir::DeclaredShape(*value));
+    check.comparison = CompareTensors(OutputOf(result, binding->value),
+                                      want->second, report->tolerance);
+    if (!check.comparison.pass && first_failure->empty()) {
+      *first_failure = "against " + report->expect_dir + "/" +
+                       kernels::InputFileName(*value) + ": " +
+                       ToleranceFailure(check, report->tolerance);
+    }
+    report->pass = report->pass && check.comparison.pass;
+    report->expected.push_back(std::move(check));
+  }
+}
+
 // A quantized program's outputs against the unquantized graph's reference
 // (docs/quantize.md's floors).
 Status CheckUnquantized(const fb::ModuleT& module, const std::string& name,
@@ -654,6 +718,7 @@ Status DumpTensors(const fb::ModuleT& module, const std::string& dump_dir,
       t.id = v->id;
       t.name = tensor_name;
       t.shape = v->shape;
+      t.file_shape = v->declared_shape;
       t.dtype = v->dtype;
       t.fp8_scale_exp = v->fp8_scale_exp;
       t.role = v->role;
@@ -699,6 +764,16 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   if (!options.inputs_dir.empty()) {
     TILEC_RETURN_IF_ERROR(
         kernels::LoadInputs(module, options.inputs_dir, &given_inputs));
+  }
+  std::map<uint32_t, std::vector<float>> expected;
+  if (!options.expect_dir.empty()) {
+    if (!options.execute) {
+      return Status::BadInput(
+          "--expect needs the outputs: it cannot be used with "
+          "--execute=false");
+    }
+    TILEC_RETURN_IF_ERROR(
+        kernels::LoadExpectedOutputs(module, options.expect_dir, &expected));
   }
   const kernels::ReferenceOptions ref_options =
       ReferenceRunOptions(options, given_inputs, sidecar_dir);
@@ -752,6 +827,10 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
       TILEC_RETURN_IF_ERROR(CheckUnquantized(module, name, result, ref_options,
                                              &report, &first_failure));
     }
+  }
+  report.expect_dir = options.expect_dir;
+  if (!options.expect_dir.empty()) {
+    CheckExpected(module, result, expected, &report, &first_failure);
   }
   if (!options.dump_dir.empty()) {
     TILEC_RETURN_IF_ERROR(

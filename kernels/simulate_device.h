@@ -42,6 +42,9 @@ struct SimulateDeviceOptions {
   std::string sidecar_dir;  // "" = the input's directory
   std::string
       inputs_dir;  // graph inputs as .npy (kernels/inputs.h), "" = seeds
+  // Expected outputs as .npy (kernels/inputs.h, e.g. PyTorch's), compared
+  // with the simulated ones at the same tolerance; "" = none.
+  std::string expect_dir;
 };
 
 // One output's comparison with the reference.
@@ -65,6 +68,10 @@ struct SimulateDeviceReport {
   // (docs/quantize.md), which count towards `pass`.
   std::vector<OutputAccuracy> unquantized;
   UnquantizedFloors floors;
+  // --expect: the directory and each output against its expected file,
+  // which count towards `pass`.
+  std::string expect_dir;
+  std::vector<OutputCheck> expected;
   bool pass = true;
 };
 

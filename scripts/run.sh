@@ -6,8 +6,18 @@
 # the accuracy against the quantized graph's reference and the unquantized
 # graph.
 #   scripts/run.sh [OUT_DIR] [--f16] [import-model flags...]
+#   scripts/run.sh OUT_DIR [--f16] --onnx=MODEL.onnx [--inputs=DIR]
+#                  [--expect=DIR] [import-onnx flags, e.g. --batch=N]
+# --onnx and every importer flag go to scripts/compile.sh (the default
+# pipeline). --inputs=DIR: the graph inputs as .npy (kernels/inputs.h),
+# simulated on and, FP8, calibrated on (quantize-fp8 --calibration);
+# otherwise the inputs' seeded ones. --expect=DIR: one float32 .npy per
+# graph output, named after it (e.g. PyTorch's), each compared with the
+# simulated output: cosine and max abs error in the report, exit 3 past
+# simulate-device's tolerance (docs/import-onnx.md, "One command").
 # SIMULATE_DEVICE_FLAGS adds simulate-device flags. A whole model
-# (--part=model) ends in a head after its last LayerNorm, where nothing
+# (--part=model, or any --onnx model) ends in a head after its last
+# LayerNorm, where nothing
 # hides the FP8 error of every layer before it: it is held to its own
 # floor against the unquantized graph, cosine 0.99 (the seed's compiler
 # measured 0.9942 on the same random-weight model; docs/quantize.md),
@@ -21,6 +31,7 @@
 set -euo pipefail
 caller=$PWD
 cd "$(dirname "$0")/.."
+repo=$PWD
 # shellcheck source=lib/pipeline.sh
 . scripts/lib/pipeline.sh
 if [ $# -gt 0 ]; then
@@ -30,19 +41,35 @@ else
   out=$PWD/out/siglip-mlp
 fi
 tilec_lock_out run.sh "$out"
-scripts/install-deps.sh
+[ -n "${TILEC_TOOLS:-}" ] || scripts/install-deps.sh
 # shellcheck disable=SC2206
 sim_flags=(${SIMULATE_DEVICE_FLAGS:-})
+compile_flags=()
 for flag in "$@"; do
-  if [ "$flag" = --part=model ] && [[ " ${sim_flags[*]-} " != *min_unquantized_cosine* ]]; then
-    sim_flags+=(--min_unquantized_cosine=0.99)
-  fi
+  case $flag in
+    --part=model | --onnx=*)
+      if [[ " ${sim_flags[*]-} " != *min_unquantized_cosine* ]]; then
+        sim_flags+=(--min_unquantized_cosine=0.99)
+      fi ;;
+  esac
+  case $flag in
+    --inputs=*)
+      inputs=$(tilec_caller_path "$caller" "${flag#--inputs=}")
+      sim_flags+=("--inputs=$inputs")
+      QUANTIZE_FP8_FLAGS="--calibration=$inputs ${QUANTIZE_FP8_FLAGS:-}"
+      export QUANTIZE_FP8_FLAGS ;;
+    --expect=*)
+      sim_flags+=("--expect=$(tilec_caller_path "$caller" "${flag#--expect=}")") ;;
+    *) compile_flags+=("$flag") ;;
+  esac
 done
 start=$(date +%s.%N)
-last=$(scripts/compile.sh "$out" "$@" | tail -n 1)
+# From the caller's directory, where its relative paths (--onnx, --weights) are.
+last=$(cd "$caller" && "$repo/scripts/compile.sh" "$out" ${compile_flags[@]+"${compile_flags[@]}"} | tail -n 1)
 compiled=$(date +%s.%N)
+bin=${TILEC_TOOLS:-bazel-bin/tools}  # compile.sh built them
 status=0
-bazel-bin/tools/simulate-device/simulate-device ${sim_flags[@]+"${sim_flags[@]}"} "$last" -o "$out/simulate.txt" || status=$?
+"$bin/simulate-device/simulate-device" ${sim_flags[@]+"${sim_flags[@]}"} "$last" -o "$out/simulate.txt" || status=$?
 simulated=$(date +%s.%N)
 [ -s "$out/simulate.txt" ] || { echo "run.sh: simulate-device wrote no report (exit $status)" >&2; exit "$status"; }
 compile_s=$(awk -v a="$start" -v b="$compiled" 'BEGIN { print b - a }')
@@ -50,8 +77,8 @@ simulate_s=$(awk -v a="$compiled" -v b="$simulated" 'BEGIN { print b - a }')
 # The report page (docs/report.md) with the accuracy from simulate-device's
 # JSON report (a second run: the tool writes one format per run) and the
 # host times measured above.
-bazel-bin/tools/simulate-device/simulate-device ${sim_flags[@]+"${sim_flags[@]}"} "$last" --report=json -o "$out/simulate.json" || true
-bazel-bin/tools/inspect-program/inspect-program "$last" --simulation="$out/simulate.json" \
+"$bin/simulate-device/simulate-device" ${sim_flags[@]+"${sim_flags[@]}"} "$last" --report=json -o "$out/simulate.json" || true
+"$bin/inspect-program/inspect-program" "$last" --simulation="$out/simulate.json" \
   --compile-seconds="$compile_s" --simulate-seconds="$simulate_s" \
   -o "$out/report.html"
 

@@ -236,33 +236,62 @@ std::vector<float> Transposed(const std::vector<float>& m, int64_t rows,
   return t;
 }
 
-// The contents of the graph weight `rest` of layer `layer` (the name after
-// "l<i>.") from the checkpoint, in tilec's orientation.
+// The modules of one encoder layer in a checkpoint family, after the
+// layer's prefix (each holds .weight and .bias).
+struct LayerNames {
+  const char* ln1;
+  const char* ln2;
+  const char* qkv[3];  // q, k, v
+  const char* attn_out;
+  const char* fc1;
+  const char* fc2;
+};
+
+// Hugging Face's SiglipVisionModel and CLIPVisionModel (and SigLIP's head
+// MLP, named as a layer's MLP).
+constexpr LayerNames kSiglipLayer = {
+    "layer_norm1",        "layer_norm2",
+    {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+    "self_attn.out_proj", "mlp.fc1",
+    "mlp.fc2"};
+// Hugging Face's ViTModel and ViTForImageClassification.
+constexpr LayerNames kVitLayer = {
+    "layernorm_before",
+    "layernorm_after",
+    {"attention.attention.query", "attention.attention.key",
+     "attention.attention.value"},
+    "attention.output.dense",
+    "intermediate.dense",
+    "output.dense"};
+
+// The contents of the graph weight `rest` of a layer (the name after
+// "l<i>.") from the checkpoint's tensors `prefix` + `names`, in tilec's
+// orientation.
 Status WeightContents(const SafetensorsFile& file, const std::string& prefix,
-                      const std::string& rest,
+                      const LayerNames& names, const std::string& rest,
                       const std::vector<int64_t>& shape,
                       std::vector<float>* data) {
-  auto plain = [&](const std::string& name) {
-    return file.Read(prefix + name, shape, data);
+  auto plain = [&](const char* module, const char* field) {
+    return file.Read(prefix + module + field, shape, data);
   };
   // A PyTorch Linear weight [out, in] as tilec's [in, out].
-  auto linear = [&](const std::string& name, std::vector<float>* out) {
+  auto linear = [&](const char* module) {
     std::vector<float> w;
-    TILEC_RETURN_IF_ERROR(file.Read(prefix + name, {shape[1], shape[0]}, &w));
-    *out = Transposed(w, shape[1], shape[0]);
+    TILEC_RETURN_IF_ERROR(file.Read(prefix + module + ".weight",
+                                    {shape[1], shape[0]}, &w));
+    *data = Transposed(w, shape[1], shape[0]);
     return Status::Ok();
   };
-  if (rest == "ln1.gamma") return plain("layer_norm1.weight");
-  if (rest == "ln1.beta") return plain("layer_norm1.bias");
-  if (rest == "ln2.gamma") return plain("layer_norm2.weight");
-  if (rest == "ln2.beta") return plain("layer_norm2.bias");
-  if (rest == "attn.proj.w") return linear("self_attn.out_proj.weight", data);
-  if (rest == "attn.proj_bias.b") return plain("self_attn.out_proj.bias");
-  if (rest == "mlp.up.w") return linear("mlp.fc1.weight", data);
-  if (rest == "mlp.up_bias.b") return plain("mlp.fc1.bias");
-  if (rest == "mlp.down.w") return linear("mlp.fc2.weight", data);
-  if (rest == "mlp.down_bias.b") return plain("mlp.fc2.bias");
-  const char* parts[] = {"q_proj", "k_proj", "v_proj"};
+  if (rest == "ln1.gamma") return plain(names.ln1, ".weight");
+  if (rest == "ln1.beta") return plain(names.ln1, ".bias");
+  if (rest == "ln2.gamma") return plain(names.ln2, ".weight");
+  if (rest == "ln2.beta") return plain(names.ln2, ".bias");
+  if (rest == "attn.proj.w") return linear(names.attn_out);
+  if (rest == "attn.proj_bias.b") return plain(names.attn_out, ".bias");
+  if (rest == "mlp.up.w") return linear(names.fc1);
+  if (rest == "mlp.up_bias.b") return plain(names.fc1, ".bias");
+  if (rest == "mlp.down.w") return linear(names.fc2);
+  if (rest == "mlp.down_bias.b") return plain(names.fc2, ".bias");
   if (rest == "attn.qkv.w") {
     // [in, 3*out] with columns [q | k | v].
     const int64_t in = shape[0], out = shape[1] / 3;
@@ -270,7 +299,7 @@ Status WeightContents(const SafetensorsFile& file, const std::string& prefix,
     for (int p = 0; p < 3; ++p) {
       std::vector<float> w;
       TILEC_RETURN_IF_ERROR(file.Read(
-          prefix + "self_attn." + parts[p] + ".weight", {out, in}, &w));
+          prefix + names.qkv[p] + ".weight", {out, in}, &w));
       for (int64_t o = 0; o < out; ++o) {
         for (int64_t i = 0; i < in; ++i) {
           (*data)[i * 3 * out + p * out + o] = w[o * in + i];
@@ -285,7 +314,7 @@ Status WeightContents(const SafetensorsFile& file, const std::string& prefix,
     for (int p = 0; p < 3; ++p) {
       std::vector<float> b;
       TILEC_RETURN_IF_ERROR(
-          file.Read(prefix + "self_attn." + parts[p] + ".bias", {out}, &b));
+          file.Read(prefix + names.qkv[p] + ".bias", {out}, &b));
       data->insert(data->end(), b.begin(), b.end());
     }
     return Status::Ok();
@@ -316,16 +345,30 @@ Status Slice(const SafetensorsFile& file, const std::string& name,
   return Status::Ok();
 }
 
-// What precedes the vision tower's own prefix: "" for "vision_model." in a
-// CLIPModel or CLIPVisionModelWithProjection checkpoint.
-std::string TowerRoot(const std::string& prefix) {
-  static const std::string kTower = "vision_model.";
-  if (prefix.size() >= kTower.size() &&
-      prefix.compare(prefix.size() - kTower.size(), kTower.size(), kTower) ==
-          0) {
-    return prefix.substr(0, prefix.size() - kTower.size());
+// What precedes the tower's own prefix `tower`, where the modules beside
+// it live: "" for "vision_model." in a CLIPVisionModelWithProjection
+// checkpoint (its visual_projection), for "vit." in a
+// ViTForImageClassification one (its classifier).
+std::string TowerRoot(const std::string& prefix, const std::string& tower) {
+  if (prefix.size() >= tower.size() &&
+      prefix.compare(prefix.size() - tower.size(), tower.size(), tower) == 0) {
+    return prefix.substr(0, prefix.size() - tower.size());
   }
   return prefix;
+}
+
+// A patch convolution's weight [w, 3, p, p] as tilec's [3pp, w] in
+// Patchify's (c, ky, kx) column order.
+Status PatchWeight(const SafetensorsFile& file, const std::string& tensor,
+                   const std::vector<int64_t>& shape,
+                   std::vector<float>* data) {
+  const int64_t w = shape[1];
+  const auto p = static_cast<int64_t>(
+      std::lround(std::sqrt(static_cast<double>(shape[0] / 3))));
+  std::vector<float> conv;
+  TILEC_RETURN_IF_ERROR(file.Read(tensor, {w, 3, p, p}, &conv));
+  *data = Transposed(conv, w, shape[0]);
+  return Status::Ok();
 }
 
 // The weights of a whole SigLIP or CLIP model outside its layers (model_builder.h):
@@ -341,15 +384,8 @@ Status TowerWeightContents(const SafetensorsFile& file,
   };
   const std::string head = "head.";
   if (name == "embed.patch.w") {
-    // Conv [w, 3, p, p] is [w, 3pp] in Patchify's (c, ky, kx) column order.
-    const int64_t w = shape[1];
-    const auto p = static_cast<int64_t>(
-        std::lround(std::sqrt(static_cast<double>(shape[0] / 3))));
-    std::vector<float> conv;
-    TILEC_RETURN_IF_ERROR(file.Read(
-        prefix + "embeddings.patch_embedding.weight", {w, 3, p, p}, &conv));
-    *data = Transposed(conv, w, shape[0]);
-    return Status::Ok();
+    return PatchWeight(file, prefix + "embeddings.patch_embedding.weight",
+                       shape, data);
   }
   if (name == "embed.patch_bias.b") {
     return plain("embeddings.patch_embedding.bias");
@@ -365,7 +401,9 @@ Status TowerWeightContents(const SafetensorsFile& file,
   if (name == "pre_ln.beta") return plain("pre_layrnorm.bias");
   if (name == "head.proj.w") {
     // CLIP's projection sits beside the tower, not in it.
-    return LinearRows(file, TowerRoot(prefix) + "visual_projection.weight",
+    return LinearRows(file,
+                      TowerRoot(prefix, "vision_model.") +
+                          "visual_projection.weight",
                       {shape[1], shape[0]}, 0, shape[1], data);
   }
   if (name == "post_ln.gamma") return plain("post_layernorm.weight");
@@ -397,36 +435,109 @@ Status TowerWeightContents(const SafetensorsFile& file,
   if (name == "head.ln2.beta") return plain("head.layernorm.bias");
   // The head's MLP is named as a layer's.
   if (name.compare(0, head.size(), head) == 0) {
-    return WeightContents(file, prefix + head, name.substr(head.size()), shape,
-                          data);
+    return WeightContents(file, prefix + head, kSiglipLayer,
+                          name.substr(head.size()), shape, data);
   }
   return Status::Internal("weight '" + name +
                           "' does not follow import-model's naming");
+}
+
+// The weights of a whole Hugging Face ViT outside its layers: the patch
+// embedding, class token and positions (both [1, T, w] in the checkpoint),
+// the final LayerNorm and ViTForImageClassification's classifier, beside
+// the "vit." tower.
+Status VitTowerWeightContents(const SafetensorsFile& file,
+                              const std::string& prefix,
+                              const std::string& name,
+                              const std::vector<int64_t>& shape,
+                              std::vector<float>* data) {
+  auto plain = [&](const std::string& tensor) {
+    return file.Read(prefix + tensor, shape, data);
+  };
+  if (name == "embed.patch.w") {
+    return PatchWeight(
+        file, prefix + "embeddings.patch_embeddings.projection.weight", shape,
+        data);
+  }
+  if (name == "embed.patch_bias.b") {
+    return plain("embeddings.patch_embeddings.projection.bias");
+  }
+  if (name == "embed.class") {
+    return file.Read(prefix + "embeddings.cls_token", {1, 1, shape[1]}, data);
+  }
+  if (name == "embed.position.w") {
+    return file.Read(prefix + "embeddings.position_embeddings",
+                     {1, shape[0], shape[1]}, data);
+  }
+  if (name == "post_ln.gamma") return plain("layernorm.weight");
+  if (name == "post_ln.beta") return plain("layernorm.bias");
+  const std::string root = TowerRoot(prefix, "vit.");
+  if (name == "head.classifier.w") {
+    return LinearRows(file, root + "classifier.weight", {shape[1], shape[0]},
+                      0, shape[1], data);
+  }
+  if (name == "head.classifier_bias.b") {
+    return file.Read(root + "classifier.bias", shape, data);
+  }
+  return Status::Internal("weight '" + name +
+                          "' does not follow import-model's naming");
+}
+
+using TowerContents = Status (*)(const SafetensorsFile& file,
+                                 const std::string& prefix,
+                                 const std::string& name,
+                                 const std::vector<int64_t>& shape,
+                                 std::vector<float>* data);
+
+// A checkpoint family: where its layers are and how they and the tensors
+// around them are named.
+struct Family {
+  const char* layers;  // the layer N prefix is layers + "N."
+  const LayerNames* layer;
+  TowerContents tower;
+  // The tensor whose name ends in Anchor() fixes the checkpoint's prefix.
+  std::string Anchor() const {
+    return std::string(layers) + "0." + layer->qkv[0] + ".weight";
+  }
+};
+
+constexpr Family kFamilies[] = {
+    {"encoder.layers.", &kSiglipLayer, TowerWeightContents},
+    {"encoder.layer.", &kVitLayer, VitTowerWeightContents},
+};
+
+// The family of `file` and the prefix its anchor has; false if none.
+bool FindFamily(const SafetensorsFile& file, const Family** family,
+                std::string* prefix) {
+  for (const Family& f : kFamilies) {
+    const std::string anchor = f.Anchor();
+    for (const auto& [name, e] : file.entries()) {
+      if (name.size() >= anchor.size() &&
+          name.compare(name.size() - anchor.size(), anchor.size(), anchor) ==
+              0) {
+        *family = &f;
+        *prefix = name.substr(0, name.size() - anchor.size());
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace
 
 Status LoadSafetensorsWeights(const SafetensorsFile& file, int64_t first_layer,
                               SidecarBuilder* sidecar, fb::ModuleT* module) {
-  static const std::string kAnchor = "encoder.layers.0.self_attn.q_proj.weight";
+  const Family* family = nullptr;
   std::string prefix;
-  bool found = false;
-  for (const auto& [name, e] : file.entries()) {
-    if (name.size() >= kAnchor.size() &&
-        name.compare(name.size() - kAnchor.size(), kAnchor.size(), kAnchor) ==
-            0) {
-      prefix = name.substr(0, name.size() - kAnchor.size());
-      found = true;
-      break;
-    }
-  }
-  if (!found) {
+  if (!FindFamily(file, &family, &prefix)) {
     return Status::BadInput(
         file.name() + ": " +
-        (file.entries().empty() ? std::string("the checkpoint holds no tensors")
-                                : "no tensor '[prefix]" + kAnchor +
-                                      "': not a SigLIP/CLIP vision tower "
-                                      "checkpoint"));
+        (file.entries().empty()
+             ? std::string("the checkpoint holds no tensors")
+             : "no tensor '[prefix]" + kFamilies[0].Anchor() +
+                   "' or '[prefix]" + kFamilies[1].Anchor() +
+                   "': not a SigLIP/CLIP vision tower or ViT checkpoint"));
   }
   size_t weight_bytes = 0;
   for (const auto& v : module->values) {
@@ -449,12 +560,13 @@ Status LoadSafetensorsWeights(const SafetensorsFile& file, int64_t first_layer,
       const int64_t layer =
           std::stoll(v->name.substr(1, dot - 1)) + first_layer;
       const std::string layer_prefix =
-          prefix + "encoder.layers." + std::to_string(layer) + ".";
-      TILEC_RETURN_IF_ERROR(WeightContents(
-          file, layer_prefix, v->name.substr(dot + 1), v->shape, &data));
+          prefix + family->layers + std::to_string(layer) + ".";
+      TILEC_RETURN_IF_ERROR(WeightContents(file, layer_prefix, *family->layer,
+                                           v->name.substr(dot + 1), v->shape,
+                                           &data));
     } else {
       TILEC_RETURN_IF_ERROR(
-          TowerWeightContents(file, prefix, v->name, v->shape, &data));
+          family->tower(file, prefix, v->name, v->shape, &data));
     }
     loaded.emplace_back(v.get(), sidecar->Append(data));
   }

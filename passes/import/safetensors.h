@@ -40,6 +40,31 @@
 // <prefix> is whatever precedes "encoder.layers.0.self_attn.q_proj.weight"
 // in the checkpoint ("vision_model." for a saved SiglipVisionModel, "" for
 // a bare encoder). Layer lN of the graph reads layer N + first_layer.
+//
+// Hugging Face's ViTModel / ViTForImageClassification checkpoints, found by
+// "<prefix>encoder.layer.0.attention.attention.query.weight" ("vit." in a
+// ViTForImageClassification, "" in a ViTModel), name a layer's tensors
+//
+//   <prefix>encoder.layer.N.layernorm_before / layernorm_after -> ln1 / ln2
+//   <prefix>encoder.layer.N.attention.attention.{query,key,value}
+//        -> lN.attn.qkv.w, qkv_bias.b (as q_proj, k_proj, v_proj above)
+//   <prefix>encoder.layer.N.attention.output.dense -> lN.attn.proj.*
+//   <prefix>encoder.layer.N.intermediate.dense / output.dense
+//        -> lN.mlp.up.* / lN.mlp.down.*
+//
+// and, for --part=model (vit-b16-224's class token and classifier):
+//
+//   embeddings.patch_embeddings.projection.{weight,bias} -> embed.patch.w,
+//        patch_bias.b (as SigLIP's patch embedding)
+//   embeddings.cls_token [1, 1, w]                -> embed.class [1, w]
+//   embeddings.position_embeddings [1, T, w]      -> embed.position.w
+//   layernorm.{weight,bias}                       -> post_ln.{gamma,beta}
+//   classifier.{weight,bias} [classes, w], beside the tower: the prefix
+//        less a trailing "vit."  -> head.classifier.w (transposed),
+//        classifier_bias.b
+//
+// A ViTModel checkpoint has no classifier: it serves the layer parts, and
+// --part=model exits 2 naming 'classifier.weight'.
 
 // Tensors may be F32, F16 or BF16; every element is decoded exactly to F32
 // and written to the sidecar (sidecar.h); the weight keeps its IR dtype

@@ -88,9 +88,30 @@ tilec_out_dir() {
     -*) echo "usage: scripts/$script OUT_DIR [flags...]: OUT_DIR comes first" \
           "(got '$out'; name a directory starting with '-' as ./$out)" >&2
         exit 2 ;;
-    /*) printf '%s\n' "$out" ;;
-    *) printf '%s\n' "$caller/$out" ;;
+    *) tilec_caller_path "$caller" "$out" ;;
   esac
+}
+
+# tilec_caller_path CALLER PATH: PATH as an absolute path, a relative one
+# taken in CALLER (for the files a script's flags name: it runs in the
+# repository).
+tilec_caller_path() {
+  case $2 in
+    /*) printf '%s\n' "$2" ;;
+    *) printf '%s\n' "$1/$2" ;;
+  esac
+}
+
+# tilec_tools: the directory the scripts run tools from, $TILEC_TOOLS when
+# set (prebuilt tools, e.g. a test's runfiles; nothing is built), else
+# bazel-bin/tools after building them.
+tilec_tools() {
+  if [ -n "${TILEC_TOOLS:-}" ]; then
+    printf '%s\n' "$TILEC_TOOLS"
+    return
+  fi
+  bazel build --noshow_progress --ui_event_filters=-info //tools/... >&2 || return
+  printf '%s\n' bazel-bin/tools
 }
 
 # tilec_lock_out SCRIPT OUT: makes OUT and takes its lock (OUT/.tilec-lock,

@@ -17,6 +17,16 @@
       (class embedding, bias-free patch convolution, 17 positions,
       "pre_layrnorm", post_layernorm, the layers, and visual_projection
       outside the "vision_model." prefix), F32.
+  safetensors_checkpoint.py write-vit DIR WIDTH MLP LAYERS
+      DIR/ckpt-vit.safetensors: a ViTForImageClassification's tensors
+      (Hugging Face's names: "vit." prefix, embeddings.cls_token and
+      position_embeddings as [1, T, w], patch_embeddings.projection,
+      encoder.layer.N.{layernorm_before, attention.attention.{query, key,
+      value}, attention.output.dense, layernorm_after, intermediate.dense,
+      output.dense}, layernorm, and the 1000-class classifier beside the
+      tower), F32; and broken copies: vit-missing.safetensors (no
+      vit.encoder.layer.1.output.dense.bias), vit-shape.safetensors
+      (vit.embeddings.cls_token as [w]).
   safetensors_checkpoint.py check CKPT DUMP_DIR WIDTH MLP LAYERS
       DUMP_DIR holds run-reference --all --out_dir's .npy files of a graph
       import-model built with --weights=CKPT: every weight must be the
@@ -100,6 +110,50 @@ def clip_tower(width, mlp, layers):
         if ".encoder." in name:
             t[name] = shape
     return t
+
+
+# vit-b16-224's classes, which no flag overrides.
+VIT_CLASSES = 1000
+
+
+def vit_tower(width, mlp, layers):
+    """name -> shape of a ViTForImageClassification (patch 4, 16 patches and
+    the class token)."""
+    t = {
+        "vit.embeddings.cls_token": [1, 1, width],
+        "vit.embeddings.position_embeddings": [1, 17, width],
+        "vit.embeddings.patch_embeddings.projection.weight": [width, 3, 4, 4],
+        "vit.embeddings.patch_embeddings.projection.bias": [width],
+        "vit.layernorm.weight": [width],
+        "vit.layernorm.bias": [width],
+        "classifier.weight": [VIT_CLASSES, width],
+        "classifier.bias": [VIT_CLASSES],
+    }
+    for n in range(layers):
+        p = "vit.encoder.layer.%d." % n
+        for module, shape in (
+                ("layernorm_before", [width]),
+                ("attention.attention.query", [width, width]),
+                ("attention.attention.key", [width, width]),
+                ("attention.attention.value", [width, width]),
+                ("attention.output.dense", [width, width]),
+                ("layernorm_after", [width]),
+                ("intermediate.dense", [mlp, width]),
+                ("output.dense", [width, mlp])):
+            t[p + module + ".weight"] = shape
+            t[p + module + ".bias"] = [shape[0]]
+    return t
+
+
+def main_write_vit(out, width, mlp, layers):
+    t = vit_tower(width, mlp, layers)
+    write(os.path.join(out, "ckpt-vit.safetensors"), t, "F32")
+    missing = dict(t)
+    del missing["vit.encoder.layer.1.output.dense.bias"]
+    write(os.path.join(out, "vit-missing.safetensors"), missing, "F32")
+    shape = dict(t)
+    shape["vit.embeddings.cls_token"] = [width]
+    write(os.path.join(out, "vit-shape.safetensors"), shape, "F32")
 
 
 def encode(vals, dtype):
@@ -284,6 +338,8 @@ if __name__ == "__main__":
     cmd, a = sys.argv[1], sys.argv[2:]
     if cmd == "write":
         main_write(a[0], int(a[1]), int(a[2]), int(a[3]))
+    elif cmd == "write-vit":
+        main_write_vit(a[0], int(a[1]), int(a[2]), int(a[3]))
     elif cmd == "write-clip":
         write(os.path.join(a[0], "ckpt-clip.safetensors"),
               clip_tower(int(a[1]), int(a[2]), int(a[3])), "F32")

@@ -3,12 +3,15 @@
 //
 //   onnx_case inputs MODULE DATASET OUT_DIR
 //     Each DATASET/input_*.pb (a TensorProto) whose name is an input of
-//     MODULE becomes OUT_DIR/<name>.npy (float32, in the value's tilec
-//     shape: the same row-major elements), ready for `--inputs=OUT_DIR`.
+//     MODULE becomes OUT_DIR/<name>.npy (float32, in the test data's own
+//     shape, which --inputs accepts as the graph's declared shape), ready
+//     for `--inputs=OUT_DIR`.
 //   onnx_case compare MODULE DATASET RESULT_DIR [RTOL ATOL]
 //     Each DATASET/output_*.pb whose name is an output of MODULE is compared
-//     with RESULT_DIR/<name>.npy (run-reference --out_dir) element by
-//     element as numpy.testing.assert_allclose does, ONNX's runner's test:
+//     with RESULT_DIR/<name>.npy (run-reference --out_dir), which must
+//     have the expected tensor's shape (outputs are written in the graph's
+//     declared shapes), element by element as numpy.testing.assert_allclose
+//     does, ONNX's runner's test:
 //     |actual - expected| <= ATOL + RTOL * |expected| (default 1e-3, 1e-7),
 //     NaN equal to NaN. Prints one line per output; outputs the module does
 //     not have are listed as not compared.
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "formats/ir.h"
+#include "formats/op_shapes.h"
 #include "kernels/inputs.h"
 #include "kernels/npy.h"
 #include "kernels/numerics.h"
@@ -95,17 +99,8 @@ Status WriteInputs(const fb::ModuleT& module, const std::string& dataset,
       continue;  // only an output tilec does not import reads it
     DecodeBf16Bits(*v, &tensor);
     std::vector<float> data(tensor.data.begin(), tensor.data.end());
-    size_t count = 1;
-    for (int64_t d : v->shape) count *= static_cast<size_t>(d);
-    if (count != data.size()) {
-      return Status::BadInput(file.string() + ": " +
-                              std::to_string(data.size()) +
-                              " elements, the "
-                              "module's input '" +
-                              name + "' has " + std::to_string(count));
-    }
     TILEC_RETURN_IF_ERROR(kernels::WriteNpyF32(
-        out_dir + "/" + kernels::InputFileName(*v), v->shape, data));
+        out_dir + "/" + kernels::InputFileName(*v), tensor.shape, data));
   }
   return Status::Ok();
 }
@@ -129,9 +124,10 @@ Status Compare(const fb::ModuleT& module, const std::string& dataset,
     TILEC_RETURN_IF_ERROR(kernels::ReadNpyF32(
         result_dir + "/" + kernels::SafeFileName(name) + ".npy", &shape,
         &actual));
-    if (actual.size() != expected.data.size()) {
-      std::cout << "  output " << name << ": FAIL " << actual.size()
-                << " elements, expected " << expected.data.size() << "\n";
+    if (shape != expected.shape) {
+      std::cout << "  output " << name << ": FAIL shape "
+                << ir::ShapeToString(shape) << ", expected "
+                << ir::ShapeToString(expected.shape) << "\n";
       *pass = false;
       continue;
     }

@@ -1,6 +1,8 @@
 """tilec against PyTorch on the exported encoder (vs_pytorch_test.sh)."""
 
-_TOOLS = [
+# The default pipeline's tools with import-onnx, run-reference and
+# simulate-device (also what run_onnx_test.sh needs).
+PIPELINE_TOOLS = [
     "//tools/emit-device",
     "//tools/expand-reduce",
     "//tools/fuse-elementwise",
@@ -11,6 +13,17 @@ _TOOLS = [
     "//tools/run-reference",
     "//tools/simulate-device",
 ]
+
+# What run_expect_test.sh needs besides its model and files (scripts/run.sh
+# with prebuilt tools).
+RUN_EXPECT_DATA = [
+    "//scripts:compile.sh",
+    "//scripts:pipeline_lib",
+    "//scripts:run.sh",
+    "//tools/dump-ir",
+    "//tools/import-model",
+    "//tools/inspect-program",
+] + PIPELINE_TOOLS
 
 def vs_pytorch_test(name, mode, pixels = "pixel_values.npy",
                     output = "embeddings", abs_factor = 1, tags = []):
@@ -33,7 +46,7 @@ def vs_pytorch_test(name, mode, pixels = "pixel_values.npy",
             mode,
             str(abs_factor),
         ],
-        data = _TOOLS + [
+        data = PIPELINE_TOOLS + [
             "//scripts:pipeline_lib",
             ":npy_compare",
             name + ".onnx",

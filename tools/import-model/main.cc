@@ -47,7 +47,8 @@ DEFINE_string(
     "Target the module is for: a preset (ipu21, tiny) or a JSON path.");
 
 DEFINE_string(weights, "",
-              "Pretrained weights: a SigLIP/CLIP vision tower checkpoint in "
+              "Pretrained weights: a SigLIP/CLIP vision tower or Hugging "
+              "Face ViT checkpoint in "
               "the safetensors layout (F32, F16 or BF16), its tensors "
               "written to the --sidecar file (passes/import/safetensors.h "
               "names them). Empty: weights generated from --weight_seed.");

@@ -14,8 +14,10 @@
 DEFINE_string(out_dir, "",
               "Directory for the .npy files (created if missing): "
               "<name>.npy as float32 and <name>.<dtype>.npy with the raw "
-              "stored codes (f16, bf16, fp8e4m3, fp8e5m2; none for f32). "
-              "Empty: write no arrays, only the summary.");
+              "stored codes (f16, bf16, fp8e4m3, fp8e5m2; none for f32); "
+              "graph inputs and outputs in the shape the model declares "
+              "(docs/import-onnx.md). Empty: write no arrays, only the "
+              "summary.");
 DEFINE_bool(all, false,
             "Write and summarize every value, not only the graph outputs.");
 DEFINE_string(sidecar_dir, "",
@@ -23,7 +25,8 @@ DEFINE_string(sidecar_dir, "",
               "input file's directory, or . for stdin).");
 DEFINE_string(inputs, "",
               "Directory with one .npy per graph input, named as "
-              "--out_dir names them (<name>.npy), float32 or the input's "
+              "--out_dir names them (<name>.npy), in the model's declared "
+              "shape or tilec's rows, float32 or the input's "
               "own dtype (kernels/inputs.h). Empty: inputs from their "
               "recorded seeds.");
 DEFINE_bool(allow_nonfinite, false,

@@ -55,10 +55,17 @@ DEFINE_bool(allow_nonfinite, false,
 DEFINE_int32(top_tiles, 8, "How many of the busiest tiles the report lists.");
 DEFINE_string(inputs, "",
               "Directory with one .npy per graph input, named as "
-              "--dump-tensors names them (<name>.npy), float32 or the "
+              "--dump-tensors names them (<name>.npy), in the model's "
+              "declared shape or tilec's rows, float32 or the "
               "input's own dtype (kernels/inputs.h); the simulator and the "
               "reference both run on them. Empty: inputs from their "
               "recorded seeds.");
+DEFINE_string(expect, "",
+              "Directory with one float32 .npy per graph output, named "
+              "<name>.npy, in the model's declared shape or tilec's rows "
+              "(e.g. saved from PyTorch): each simulated output is compared "
+              "with it at the tolerance above (--atol, --rtol, --min_cosine) "
+              "and reported; exit 3 when one is outside it.");
 DEFINE_string(sidecar_dir, "",
               "Directory that sidecar paths are relative to (default: the "
               "input file's directory, or . for stdin).");
@@ -96,7 +103,9 @@ tilec::Status CheckFlags() {
   }
   TILEC_RETURN_IF_ERROR(
       tilec::tools::CheckDirectoryFlag("sidecar_dir", FLAGS_sidecar_dir));
-  return tilec::tools::CheckDirectoryFlag("inputs", FLAGS_inputs);
+  TILEC_RETURN_IF_ERROR(
+      tilec::tools::CheckDirectoryFlag("inputs", FLAGS_inputs));
+  return tilec::tools::CheckDirectoryFlag("expect", FLAGS_expect);
 }
 
 }  // namespace
@@ -142,6 +151,7 @@ int main(int argc, char** argv) {
   options.top_tiles = FLAGS_top_tiles;
   options.sidecar_dir = FLAGS_sidecar_dir;
   options.inputs_dir = FLAGS_inputs;
+  options.expect_dir = FLAGS_expect;
   return tilec::tools::RunAndFinish(
       [&] { return tilec::sim::SimulateDevice(options); });
 }
