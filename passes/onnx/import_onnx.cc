@@ -1084,12 +1084,8 @@ class Importer {
     const Shape* bs = ShapeOf(node.input(1));
     if (as == nullptr || bs == nullptr || Elements(*as) != Elements(out) ||
         Elements(*bs) != Elements(out)) {
-      return Unsupported(node, "an Add that broadcasts " +
-                                   ir::ShapeToString(as ? *as : Shape{}) +
-                                   " and " +
-                                   ir::ShapeToString(bs ? *bs : Shape{}) +
-                                   " other than along the last axis or over "
-                                   "the leading (image) axes");
+      // No form above holds it; the general step names what it refuses.
+      return EmitElementwise(node, t, want, id);
     }
     uint32_t a, b;
     TILEC_RETURN_IF_ERROR(Value(node.input(0), want, &a));

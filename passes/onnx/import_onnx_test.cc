@@ -492,8 +492,7 @@ TEST(ImportOnnx, RowMovementsOffTheTokenAxisAreRefused) {
          b.Node("Add", {"x", "per_image"}, "y");
        },
        {2, 3, 4},
-       "an Add that broadcasts [2,3,4] and [2,1,4] other than along the last "
-       "axis or over the leading (image) axes"},
+       "node 'y_node' (Add, opset 17): it broadcasts [2,1,4] to [2,3,4]"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
