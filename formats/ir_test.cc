@@ -517,5 +517,42 @@ TEST(IrTest, CopyRowsVerifiesAndPrints) {
   }
 }
 
+// SmallModule's gelu as a Fused op of general steps: sigmoid, then a [6]
+// row (value 4) divided by it.
+TEST(IrTest, GeneralElementwiseStepsVerifyAndPrint) {
+  fb::ModuleT m = SmallModule();
+  m.values.push_back(MakeValue(4, "row", {6}, fb::ValueRole::Input));
+  fb::OperationT& op = *m.ops[1];
+  op.kind = fb::OpKind::Fused;
+  op.operands.push_back(4);
+  auto unary = std::make_unique<fb::FusedStepT>();
+  unary->kind = fb::FusedStepKind::Unary;
+  unary->fn = fb::ElementwiseFn::Sigmoid;
+  op.body.push_back(std::move(unary));
+  auto binary = std::make_unique<fb::FusedStepT>();
+  binary->kind = fb::FusedStepKind::Binary;
+  binary->fn = fb::ElementwiseFn::Div;
+  binary->operand = 1;
+  binary->broadcast = fb::Broadcast::Row;
+  binary->operand_first = true;
+  op.body.push_back(std::move(binary));
+  fb::ModuleT read;
+  ASSERT_TRUE(ParseModule(Serialized(m), "m", &read).ok());
+  EXPECT_NE(PrintModule(read).find(
+                "body=[unary.sigmoid, binary.div.row.operand_first[1]]"),
+            std::string::npos)
+      << PrintModule(read);
+  op.body[1]->fn = static_cast<fb::ElementwiseFn>(10);
+  EXPECT_NE(VerifyModule(m).message().find(
+                "body step 1: unknown elementwise function 10"),
+            std::string::npos)
+      << VerifyModule(m).message();
+  op.body[1]->fn = fb::ElementwiseFn::Div;
+  op.body[1]->broadcast = static_cast<fb::Broadcast>(2);
+  EXPECT_NE(VerifyModule(m).message().find("body step 1: unknown broadcast 2"),
+            std::string::npos)
+      << VerifyModule(m).message();
+}
+
 }  // namespace
 }  // namespace tilec::ir

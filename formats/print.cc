@@ -110,6 +110,14 @@ std::string FusedStepText(const fb::FusedStepT& step) {
     case fb::FusedStepKind::Scale:
       out += "(" + NumberText(step.scale) + ")";
       break;
+    case fb::FusedStepKind::Unary:
+      out += "." + SnakeCase(fb::EnumNameElementwiseFn(step.fn));
+      break;
+    case fb::FusedStepKind::Binary:
+      out += "." + SnakeCase(fb::EnumNameElementwiseFn(step.fn));
+      if (step.broadcast == fb::Broadcast::Row) out += ".row";
+      if (step.operand_first) out += ".operand_first";
+      break;
     default:
       break;
   }

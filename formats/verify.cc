@@ -210,6 +210,16 @@ Status CheckAttributes(const fb::OperationT& op, const std::string& where) {
       return Status::BadInput(swhere + ": unknown gelu form " +
                               std::to_string(static_cast<int>(step->gelu)));
     }
+    if (step->fn < fb::ElementwiseFn::MIN ||
+        step->fn > fb::ElementwiseFn::MAX) {
+      return Status::BadInput(swhere + ": unknown elementwise function " +
+                              std::to_string(static_cast<int>(step->fn)));
+    }
+    if (step->broadcast < fb::Broadcast::MIN ||
+        step->broadcast > fb::Broadcast::MAX) {
+      return Status::BadInput(swhere + ": unknown broadcast " +
+                              std::to_string(static_cast<int>(step->broadcast)));
+    }
     if (step->dtype < fb::DType::MIN || step->dtype > fb::DType::MAX) {
       return Status::BadInput(swhere + ": unknown dtype " +
                               std::to_string(static_cast<int>(step->dtype)));

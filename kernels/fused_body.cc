@@ -4,6 +4,7 @@
 
 #include "kernels/fb_dtype.h"
 #include "kernels/kernel_names.h"
+#include "kernels/kernels.h"
 #include "kernels/registry.h"
 
 namespace tilec::kernels {
@@ -22,6 +23,12 @@ bool WritesValue(const BodyKernel& call) {
 }
 
 }  // namespace
+
+bool ReadsRow(const fb::FusedStepT& step) {
+  return step.kind == fb::FusedStepKind::BiasAdd ||
+         (step.kind == fb::FusedStepKind::Binary &&
+          step.broadcast == fb::Broadcast::Row);
+}
 
 StatusOr<std::vector<fb::FusedStepT>> BodySteps(const fb::OperationT& op,
                                                 const fb::ValueT& result) {
@@ -110,6 +117,33 @@ StatusOr<std::vector<BodyKernel>> CompileBody(
         k.moments = true;
         i += 1;
         break;
+      case fb::FusedStepKind::Scale:
+        k.kernel = names::kScale;
+        k.scale = s.scale;
+        i += 1;
+        break;
+      case fb::FusedStepKind::Unary:
+      case fb::FusedStepKind::Binary: {
+        const bool unary = s.kind == fb::FusedStepKind::Unary;
+        if (IsUnaryFn(s.fn) != unary) {
+          return Status::BadInput(
+              where + ": a " + fb::EnumNameFusedStepKind(s.kind) +
+              " step with the " + (unary ? "binary" : "unary") +
+              " function " + fb::EnumNameElementwiseFn(s.fn));
+        }
+        k.fn = s.fn;
+        if (unary) {
+          k.kernel = names::kUnary;
+        } else {
+          k.operand = s.operand;
+          k.operand_first = s.operand_first;
+          k.bias = ReadsRow(s);
+          k.binary = !k.bias;
+          k.kernel = k.bias ? names::kBinaryRow : names::kBinary;
+        }
+        i += 1;
+        break;
+      }
       default:
         return Status::BadInput(where + ": no tile kernel for fused step " +
                                 std::string(fb::EnumNameFusedStepKind(s.kind)));
@@ -144,7 +178,17 @@ std::vector<int64_t> BodyKernelParams(const BodyKernel& call, int64_t rows,
   if (call.kernel == names::kGelu || call.kernel == names::kBiasGelu) {
     params.push_back(call.form);
   }
+  if (call.kernel == names::kUnary) params.push_back(static_cast<int>(call.fn));
+  if (call.kernel == names::kBinary || call.kernel == names::kBinaryRow) {
+    params.push_back(static_cast<int>(call.fn));
+    params.push_back(call.operand_first ? 1 : 0);
+  }
   return params;
+}
+
+std::vector<float> BodyKernelFparams(const BodyKernel& call) {
+  if (call.kernel == names::kScale) return {call.scale};
+  return {};
 }
 
 StatusOr<int64_t> BodyKernelCycles(const CostModel& model,
@@ -160,7 +204,8 @@ StatusOr<int64_t> BodyKernelCycles(const CostModel& model,
   if (WritesValue(call)) args.push_back(Operand{nullptr, 0, *dtype, 0});
   if (call.moments) args.push_back(Operand{nullptr, 0, DType::kF32, 0});
   const std::vector<int64_t> params = BodyKernelParams(call, rows, w);
-  return Cycles(model, call.kernel, args, params, {});
+  const std::vector<float> fparams = BodyKernelFparams(call);
+  return Cycles(model, call.kernel, args, params, fparams);
 }
 
 fb::DType BodyKernelOutput(const std::vector<BodyKernel>& calls, size_t index,

@@ -15,7 +15,9 @@
 //   ResidualAdd              -> add
 //   Cast                     -> cast
 //   Moments                  -> ln_moments (of the stored value)
-// Scale has no tile kernel yet: a body with one is refused by both users.
+//   Scale                    -> scale
+//   Unary                    -> unary
+//   Binary                   -> binary, or binary_row (a Row broadcast)
 
 #ifndef TILEC_KERNELS_FUSED_BODY_H_
 #define TILEC_KERNELS_FUSED_BODY_H_
@@ -37,6 +39,9 @@ struct BodyKernel {
   bool bias = false;   // `operand` is a [w] row broadcast down the rows
   bool binary = false;  // `operand` is a second full-size input
   int form = 0;         // GELU form (fb::GeluForm)
+  fb::ElementwiseFn fn = fb::ElementwiseFn::Add;  // unary, binary(_row)
+  bool operand_first = false;  // binary(_row): operand fn running value
+  float scale = 1.0f;          // scale's factor
   // Output dtype when the call does not write the op's result (temporaries
   // keep F32, so the body rounds only where it casts); a cast's dtype.
   fb::DType dtype = fb::DType::F32;
@@ -45,6 +50,10 @@ struct BodyKernel {
   int first_step = 0;    // the body steps it runs: [first_step, end_step)
   int end_step = 0;
 };
+
+// Whether the step's operand is a [w] row broadcast down the rows (the
+// planner gives it a per-column slot).
+bool ReadsRow(const fb::FusedStepT& step);
 
 // The body of an elementwise op: a Fused op's steps, or the one step that a
 // BiasAdd, Gelu, Add or Cast op is (`result` gives a Cast its dtype).
@@ -55,7 +64,8 @@ StatusOr<std::vector<fb::FusedStepT>> BodySteps(const fb::OperationT& op,
 // The calls that run `steps` for an op with `operands` operands and
 // `results` results. Errors (BadInput) start with `where`: an empty body, a
 // step naming a missing operand, Moments not last, a Scale step, a result
-// count that does not match (two with Moments: value and moments).
+// count that does not match (two with Moments: value and moments), a Unary
+// step with a binary function or the reverse.
 StatusOr<std::vector<BodyKernel>> CompileBody(
     const std::vector<fb::FusedStepT>& steps, size_t operands, size_t results,
     const std::string& where);
@@ -63,6 +73,9 @@ StatusOr<std::vector<BodyKernel>> CompileBody(
 // The params of one call on a [rows, w] box, in the registry's layout.
 std::vector<int64_t> BodyKernelParams(const BodyKernel& call, int64_t rows,
                                       int64_t w);
+
+// Its fparams (scale's factor), in the registry's layout.
+std::vector<float> BodyKernelFparams(const BodyKernel& call);
 
 // Cycles of one call on a [rows, w] box writing `out` (its variant: FP8
 // output formulas), through the registry as the simulator charges it (fast

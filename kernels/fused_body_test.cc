@@ -21,6 +21,17 @@ fb::FusedStepT CastTo(fb::DType dtype, int exp) {
   return s;
 }
 
+fb::FusedStepT Fn(fb::FusedStepKind kind, fb::ElementwiseFn fn,
+                  int operand = -1,
+                  fb::Broadcast broadcast = fb::Broadcast::Full,
+                  bool operand_first = false) {
+  fb::FusedStepT s = Step(kind, operand);
+  s.fn = fn;
+  s.broadcast = broadcast;
+  s.operand_first = operand_first;
+  return s;
+}
+
 std::vector<BodyKernel> Compile(const std::vector<fb::FusedStepT>& steps,
                                 size_t operands, size_t results = 1) {
   StatusOr<std::vector<BodyKernel>> calls =
@@ -98,7 +109,12 @@ TEST(FusedBodyTest, RefusesWhatNoKernelRuns) {
   const std::vector<std::pair<std::vector<fb::FusedStepT>, std::string>>
       bad = {
           {{}, "empty fused body"},
-          {{Step(fb::FusedStepKind::Scale)}, "no tile kernel for fused step"},
+          {{Fn(fb::FusedStepKind::Unary, fb::ElementwiseFn::Mul)},
+           "a Unary step with the binary function Mul"},
+          {{Fn(fb::FusedStepKind::Binary, fb::ElementwiseFn::Relu, 1)},
+           "a Binary step with the unary function Relu"},
+          {{Fn(fb::FusedStepKind::Binary, fb::ElementwiseFn::Sub)},
+           "names operand -1 of 2"},
           {{Step(fb::FusedStepKind::BiasAdd, 3)}, "names operand 3 of 2"},
           {{Step(fb::FusedStepKind::Moments), Step(fb::FusedStepKind::Gelu)},
            "must be the body's last"},
@@ -116,6 +132,48 @@ TEST(FusedBodyTest, RefusesWhatNoKernelRuns) {
                             Step(fb::FusedStepKind::Moments)},
                            2, 1, "op 7")
                    .ok());
+}
+
+// Each general step is one call; the row broadcast reads its operand as a
+// [w] row (the planner's per-column slot), a full operand as a second
+// input.
+TEST(FusedBodyTest, GeneralStepsAreOneCallEach) {
+  fb::FusedStepT scale = Step(fb::FusedStepKind::Scale);
+  scale.scale = 0.125f;
+  const fb::FusedStepT row_div =
+      Fn(fb::FusedStepKind::Binary, fb::ElementwiseFn::Div, 1,
+         fb::Broadcast::Row, /*operand_first=*/true);
+  const fb::FusedStepT full_mul =
+      Fn(fb::FusedStepKind::Binary, fb::ElementwiseFn::Mul, 2);
+  const auto calls =
+      Compile({scale, Fn(fb::FusedStepKind::Unary, fb::ElementwiseFn::Sigmoid),
+               row_div, full_mul},
+              3);
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(BodyKernelNames(calls), "scale+unary+binary_row+binary");
+  EXPECT_EQ(BodyKernelFparams(calls[0]), (std::vector<float>{0.125f}));
+  EXPECT_EQ(BodyKernelParams(calls[1], 2, 8),
+            (std::vector<int64_t>{2, 8, 8}));
+  EXPECT_TRUE(calls[2].bias && !calls[2].binary);
+  EXPECT_TRUE(ReadsRow(row_div));
+  EXPECT_FALSE(ReadsRow(full_mul));
+  EXPECT_EQ(BodyKernelParams(calls[2], 2, 8),
+            (std::vector<int64_t>{2, 8, 3, 1}));
+  EXPECT_TRUE(calls[3].binary && !calls[3].bias);
+  EXPECT_EQ(calls[3].operand, 2);
+  EXPECT_EQ(BodyKernelParams(calls[3], 2, 8),
+            (std::vector<int64_t>{2, 8, 2, 0}));
+  // Priced through the registry as the simulator charges them (ipu21,
+  // n = 16: add 200 + 4 * 4, gelu 300 + 366).
+  StatusOr<CostModel> model = CostModel::Create(LoadTestTarget("ipu21"));
+  ASSERT_TRUE(model.ok());
+  const int64_t want[] = {216, 666, 666 + 216, 216};
+  for (size_t i = 0; i < calls.size(); ++i) {
+    StatusOr<int64_t> c =
+        BodyKernelCycles(*model, calls[i], fb::DType::F16, 2, 8);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(*c, want[i]) << calls[i].kernel;
+  }
 }
 
 TEST(FusedBodyTest, CyclesFollowTheOutputVariant) {

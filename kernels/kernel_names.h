@@ -38,6 +38,10 @@ inline constexpr std::string_view kSoftmaxState = "softmax_state";
 inline constexpr std::string_view kSoftmaxCombine = "softmax_combine";
 inline constexpr std::string_view kSoftmaxNormalize = "softmax_normalize";
 inline constexpr std::string_view kCopy = "copy";
+inline constexpr std::string_view kUnary = "unary";
+inline constexpr std::string_view kBinary = "binary";
+inline constexpr std::string_view kBinaryRow = "binary_row";
+inline constexpr std::string_view kScale = "scale";
 }  // namespace names
 
 }  // namespace tilec::kernels

@@ -1,6 +1,7 @@
 // Tile kernels: the compute a tile runs on its own memory, one file each
-// (gemm.cc, reduce.cc, add.cc, gelu.cc, bias_gelu.cc, cast.cc, layernorm.cc,
-// moments.cc, normalize.cc, softmax.cc, copy.cc), and their cycle costs.
+// (gemm.cc, reduce.cc, add.cc, elementwise.cc, gelu.cc, bias_gelu.cc,
+// cast.cc, layernorm.cc, moments.cc, normalize.cc, softmax.cc, copy.cc),
+// and their cycle costs.
 //
 // Operands are tile-local byte buffers in a stored dtype. Kernels read and
 // write elements with the numerics library (kernels/numerics.h) and do their
@@ -16,8 +17,8 @@
 // formula (kernels/cost.h) and its variables.
 //
 // Tail cost. The vector kernels add, bias add, GELU, bias + GELU (F16 and
-// FP8 output) and cast work on groups of target.vector_elements (4)
-// elements. A row whose width w is not a whole number of groups is still
+// FP8 output), cast, unary, binary, binary_row and scale work on groups of
+// target.vector_elements (4) elements. A row whose width w is not a whole number of groups is still
 // computed exactly, but its last group costs as much as a full one, so these
 // kernels are charged with n = rows * roundup(w, vector_elements) instead of
 // rows * w. Row-wise kernels (LayerNorm, moments, normalize, softmax) already
@@ -140,6 +141,35 @@ Status BiasAdd(const Operand& x, const Operand& bias, const Operand& out,
 // inputs share a memory element (MACHINE.md).
 StatusOr<int64_t> AddCycles(const CostModel& model, int64_t rows, int64_t w,
                             KernelPath path = KernelPath::kFast);
+
+// ---------------------------------------------------------------- elementwise.cc
+// General elementwise functions, numbered as the IR's fb::ElementwiseFn:
+// binary Add, Sub, Mul, Div, Pow; unary Sqrt, Tanh, Erf, Sigmoid, Relu.
+// Computed in F32 with the C library's functions (std::pow, std::erf, ...).
+StatusOr<fb::ElementwiseFn> ElementwiseFnFromInt(int64_t fn);
+bool IsUnaryFn(fb::ElementwiseFn fn);
+float ApplyUnary(fb::ElementwiseFn fn, float x);
+float ApplyBinary(fb::ElementwiseFn fn, float a, float b);
+// out[r,c] = fn(x[r,c]) ("unary").
+Status Unary(const Operand& x, const Operand& out, int64_t rows, int64_t w,
+             fb::ElementwiseFn fn);
+// out[r,c] = x[r,c] fn y[r,c] ("binary"), or with `row` y[c], a row of w
+// elements broadcast down the rows ("binary_row"); with `operand_first`
+// the operands swap sides (y fn x: 1 - x, c / x).
+Status Binary(const Operand& x, const Operand& y, const Operand& out,
+              int64_t rows, int64_t w, fb::ElementwiseFn fn,
+              bool operand_first, bool row);
+// out[r,c] = x[r,c] * scale ("scale").
+Status ScaleKernel(const Operand& x, const Operand& out, int64_t rows,
+                   int64_t w, float scale);
+// Cycles of `fn` on [rows, w] as sums of the target's `gelu` and `add`
+// formulas with the tail rule (docs/lowering.md, "General elementwise
+// kernels"); `path` is the binary kernels' memory-element path. "scale"
+// is charged as Mul.
+StatusOr<int64_t> ElementwiseCycles(const CostModel& model,
+                                    fb::ElementwiseFn fn, int64_t rows,
+                                    int64_t w,
+                                    KernelPath path = KernelPath::kFast);
 
 // ---------------------------------------------------------------- gelu.cc
 Status GeluKernel(const Operand& x, const Operand& out, int64_t rows,

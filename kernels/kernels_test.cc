@@ -421,6 +421,144 @@ TEST_F(KernelsTest, AddIsExactWhenRepresentable) {
   EXPECT_EQ(out.Values(), (std::vector<float>{1.25f, 0, 8, 0, 0.625f, 1025}));
 }
 
+// ---------------------------------------------------------------- elementwise
+
+// Each function as a plain double loop would compute it.
+double UnaryRef(fb::ElementwiseFn fn, double x) {
+  switch (fn) {
+    case fb::ElementwiseFn::Sqrt:
+      return std::sqrt(x);
+    case fb::ElementwiseFn::Tanh:
+      return std::tanh(x);
+    case fb::ElementwiseFn::Erf:
+      return std::erf(x);
+    case fb::ElementwiseFn::Sigmoid:
+      return 1 / (1 + std::exp(-x));
+    case fb::ElementwiseFn::Relu:
+      return x > 0 ? x : 0;
+    default:
+      ADD_FAILURE() << "not unary";
+      return 0;
+  }
+}
+
+double BinaryRef(fb::ElementwiseFn fn, double a, double b) {
+  switch (fn) {
+    case fb::ElementwiseFn::Add:
+      return a + b;
+    case fb::ElementwiseFn::Sub:
+      return a - b;
+    case fb::ElementwiseFn::Mul:
+      return a * b;
+    case fb::ElementwiseFn::Div:
+      return a / b;
+    case fb::ElementwiseFn::Pow:
+      return std::pow(a, b);
+    default:
+      ADD_FAILURE() << "not binary";
+      return 0;
+  }
+}
+
+TEST_F(KernelsTest, UnaryFunctionsMatchAPlainLoop) {
+  const int64_t rows = 3, w = 7;
+  // Positive inputs so that sqrt is defined; relu gets both signs below.
+  auto x = RandomBuffer(DType::kF16, rows * w, 610, 1.0f, 0, 2.0f);
+  auto signed_x = RandomBuffer(DType::kF16, rows * w, 611, 2.0f);
+  for (fb::ElementwiseFn fn :
+       {fb::ElementwiseFn::Sqrt, fb::ElementwiseFn::Tanh,
+        fb::ElementwiseFn::Erf, fb::ElementwiseFn::Sigmoid,
+        fb::ElementwiseFn::Relu}) {
+    const Buffer& in = fn == fb::ElementwiseFn::Sqrt ? *x : *signed_x;
+    const auto xv = in.Values();
+    for (DType out_dtype : {DType::kF16, DType::kF32}) {
+      Buffer out(out_dtype, rows * w);
+      ASSERT_TRUE(Unary(in.op, out.op, rows, w, fn).ok());
+      std::vector<double> want(xv.size());
+      for (size_t i = 0; i < xv.size(); ++i) want[i] = UnaryRef(fn, xv[i]);
+      ExpectNear(out.Values(), want, out_dtype, 0,
+                 fb::EnumNameElementwiseFn(fn));
+    }
+  }
+  Buffer out(DType::kF16, rows * w);
+  EXPECT_TRUE(Contains(
+      Unary(x->op, out.op, rows, w, fb::ElementwiseFn::Mul), "Mul is binary"));
+}
+
+TEST_F(KernelsTest, BinaryFunctionsFullAndRowBroadcastBothOrders) {
+  const int64_t rows = 3, w = 5;
+  // Positive bases for Pow; every other function takes them as well.
+  auto x = RandomBuffer(DType::kF16, rows * w, 620, 0.5f, 0, 1.5f);
+  auto y = RandomBuffer(DType::kF16, rows * w, 621, 0.5f, 0, 1.5f);
+  auto row = RandomBuffer(DType::kF16, w, 622, 0.5f, 0, 1.5f);
+  const auto xv = x->Values(), yv = y->Values(), rv = row->Values();
+  for (fb::ElementwiseFn fn :
+       {fb::ElementwiseFn::Add, fb::ElementwiseFn::Sub, fb::ElementwiseFn::Mul,
+        fb::ElementwiseFn::Div, fb::ElementwiseFn::Pow}) {
+    for (bool row_broadcast : {false, true}) {
+      for (bool operand_first : {false, true}) {
+        const Buffer& other = row_broadcast ? *row : *y;
+        Buffer out(DType::kF32, rows * w);
+        ASSERT_TRUE(Binary(x->op, other.op, out.op, rows, w, fn,
+                           operand_first, row_broadcast)
+                        .ok());
+        std::vector<double> want(xv.size());
+        for (size_t i = 0; i < xv.size(); ++i) {
+          const double b = row_broadcast ? rv[i % w] : yv[i];
+          want[i] = operand_first ? BinaryRef(fn, b, xv[i])
+                                  : BinaryRef(fn, xv[i], b);
+        }
+        ExpectNear(out.Values(), want, DType::kF32, 0,
+                   std::string(fb::EnumNameElementwiseFn(fn)) +
+                       (row_broadcast ? " row" : " full") +
+                       (operand_first ? " swapped" : ""));
+      }
+    }
+  }
+  Buffer out(DType::kF16, rows * w);
+  EXPECT_TRUE(Contains(Binary(x->op, y->op, out.op, rows, w,
+                              fb::ElementwiseFn::Erf, false, false),
+                       "Erf is unary"));
+}
+
+TEST_F(KernelsTest, ScaleMultipliesByItsFactor) {
+  Buffer x(DType::kF16, 6), out(DType::kF16, 6);
+  x.Set({1, -2, 3, 0.5f, 0, 1000});
+  ASSERT_TRUE(ScaleKernel(x.op, out.op, 2, 3, 0.25f).ok());
+  EXPECT_EQ(out.Values(), (std::vector<float>{0.25f, -0.5f, 0.75f, 0.125f, 0,
+                                               250}));
+  std::vector<Operand> args = {x.op, out.op};
+  const int64_t params[] = {2, 3};
+  const float fparams[] = {-1.0f};
+  ASSERT_TRUE(kernels::Run("scale", args, params, fparams).ok());
+  EXPECT_EQ(out.At(1), 2.0f);
+}
+
+TEST_F(KernelsTest, ElementwiseCyclesAreSumsOfTheAddAndGeluFormulas) {
+  // n = rows * roundup(w, 4) = 2 * 12 = 24 on ipu21: add 200 + 4 * 6 = 224,
+  // gelu 300 + 366 * ceil(24 / 96) = 666.
+  const int64_t add = 224, gelu = 666;
+  const DType h = DType::kF16;
+  EXPECT_EQ(RegistryCycles("scale", {h, h}, {2, 10}, {3.0f}), add);
+  EXPECT_EQ(RegistryCycles("unary", {h, h}, {2, 10, 9}), add);       // relu
+  EXPECT_EQ(RegistryCycles("unary", {h, h}, {2, 10, 8}), gelu);      // sigmoid
+  EXPECT_EQ(RegistryCycles("binary", {h, h, h}, {2, 10, 2, 0}), add);  // mul
+  EXPECT_EQ(RegistryCycles("binary_row", {h, h, h}, {2, 10, 3, 1}),
+            gelu + add);  // div
+  EXPECT_EQ(RegistryCycles("binary", {h, h, h}, {2, 10, 4, 0}),
+            2 * gelu + add);  // pow
+  // The slow path (inputs in one memory element) doubles add's term only.
+  EXPECT_EQ(RegistryCycles("binary", {h, h, h}, {2, 10, 3, 0}, {},
+                           KernelPath::kSlow),
+            gelu + 200 + 2 * 4 * 6);
+  std::vector<Operand> args(3, Operand{nullptr, 0, h, 0});
+  const int64_t bad_fn[] = {2, 10, 10, 0};
+  StatusOr<int64_t> c = Cycles(*model_, "binary", args, bad_fn, {});
+  EXPECT_FALSE(c.ok());
+  EXPECT_TRUE(Contains(c.status(), "unknown elementwise function 10"))
+      << c.status().message();
+}
+
 // ---------------------------------------------------------------- gelu
 
 TEST_F(KernelsTest, GeluForms) {
@@ -1031,6 +1169,10 @@ TEST_F(KernelsTest, EveryKernelRejectsShortBuffers) {
       {"softmax_combine", {{f, r * 2}, {f, r * 2}, {f, r * 2}}, {r}, {}},
       {"softmax_normalize", {{h, e}, {f, r * 2}, {h, e}}, {r, w}, {1.0f}},
       {"copy", {{h, e}, {h, e}}, {int64_t(e * 2)}, {}},
+      {"unary", {{h, e}, {h, e}}, {r, w, 5}, {}},
+      {"binary", {{h, e}, {h, e}, {h, e}}, {r, w, 2, 0}, {}},
+      {"binary_row", {{h, e}, {h, w}, {h, e}}, {r, w, 3, 1}, {}},
+      {"scale", {{h, e}, {h, e}}, {r, w}, {0.5f}},
   };
   EXPECT_EQ(calls.size(), RegisteredKernels().size());
   for (const Call& call : calls) {
@@ -1093,7 +1235,11 @@ TEST_F(KernelsTest, EveryKernelNameIsRegisteredOnce) {
                                     names::kSoftmaxState,
                                     names::kSoftmaxCombine,
                                     names::kSoftmaxNormalize,
-                                    names::kCopy};
+                                    names::kCopy,
+                                    names::kUnary,
+                                    names::kBinary,
+                                    names::kBinaryRow,
+                                    names::kScale};
   std::set<std::string_view> unique(std::begin(named), std::end(named));
   EXPECT_EQ(unique.size(), std::size(named));
   EXPECT_EQ(RegisteredKernels().size(), std::size(named));

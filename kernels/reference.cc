@@ -1077,8 +1077,30 @@ class Executor {
               Check(op, Add(In(v), In(operand->data), Out(v), rows, w)));
           break;
         case fb::FusedStepKind::Scale:
-          for (float& e : v) e *= step.scale;
+          TILEC_RETURN_IF_ERROR(
+              Check(op, ScaleKernel(In(v), Out(v), rows, w, step.scale)));
           break;
+        case fb::FusedStepKind::Unary:
+          if (!IsUnaryFn(step.fn)) {
+            return Bad(op, "body step " + std::to_string(i) +
+                               " is Unary with a binary function");
+          }
+          TILEC_RETURN_IF_ERROR(
+              Check(op, Unary(In(v), Out(v), rows, w, step.fn)));
+          break;
+        case fb::FusedStepKind::Binary: {
+          const bool row = step.broadcast == fb::Broadcast::Row;
+          if (IsUnaryFn(step.fn)) {
+            return Bad(op, "body step " + std::to_string(i) +
+                               " is Binary with a unary function");
+          }
+          TILEC_RETURN_IF_ERROR(StepOperand(
+              op, i, step, row ? std::vector<int64_t>{w} : x->shape, &operand));
+          TILEC_RETURN_IF_ERROR(
+              Check(op, Binary(In(v), In(operand->data), Out(v), rows, w,
+                               step.fn, step.operand_first, row)));
+          break;
+        }
         case fb::FusedStepKind::Moments: {
           if (moments_out == nullptr) break;  // no result to fill: skipped
           if (moments_done) {

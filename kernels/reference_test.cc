@@ -627,6 +627,58 @@ TEST(ReferenceTest, BadBodiesAreBadInput) {
   }
 }
 
+// General steps in one body: sigmoid(x) * row, then y - that, then
+// squared (Pow by a row of 2s), each in F32 until the F16 store; checked
+// element by element against the same arithmetic written out.
+TEST(ReferenceTest, FusedUnaryAndBinaryStepsInOrder) {
+  Graph g;
+  const uint32_t x = g.Gaussian("x", {kRows, kWidth});
+  const uint32_t row = g.Gaussian("row", {kWidth});
+  const uint32_t y = g.Gaussian("y", {kRows, kWidth});
+  const uint32_t twos = g.Gaussian("twos", {kWidth}, 2.0f, 0.0f);
+  const uint32_t z = g.Value("z", {kRows, kWidth});
+  fb::OperationT* f = g.Op(fb::OpKind::Fused, "f", {x, row, y, twos}, {z});
+  auto step = [&](fb::FusedStepKind kind, fb::ElementwiseFn fn, int operand,
+                  fb::Broadcast broadcast, bool operand_first) {
+    Graph::Step(f, kind, operand);
+    f->body.back()->fn = fn;
+    f->body.back()->broadcast = broadcast;
+    f->body.back()->operand_first = operand_first;
+  };
+  step(fb::FusedStepKind::Unary, fb::ElementwiseFn::Sigmoid, -1,
+       fb::Broadcast::Full, false);
+  step(fb::FusedStepKind::Binary, fb::ElementwiseFn::Mul, 1,
+       fb::Broadcast::Row, false);
+  step(fb::FusedStepKind::Binary, fb::ElementwiseFn::Sub, 2,
+       fb::Broadcast::Full, true);
+  step(fb::FusedStepKind::Binary, fb::ElementwiseFn::Pow, 3,
+       fb::Broadcast::Row, false);
+  const ReferenceResult r = RunOk(g.module());
+  const auto& xv = Get(r, x).data;
+  const auto& rv = Get(r, row).data;
+  const auto& yv = Get(r, y).data;
+  for (int64_t i = 0; i < kRows * kWidth; ++i) {
+    const float s = 1.0f / (1.0f + std::exp(-xv[i]));
+    const float d = yv[i] - s * rv[i % kWidth];
+    EXPECT_EQ(Get(r, z).data[i], RoundToF16(std::pow(d, 2.0f))) << i;
+  }
+  // A Binary step with a unary function, and a row operand of the wrong
+  // width, are bad input naming the op.
+  f->body[1]->fn = fb::ElementwiseFn::Relu;
+  Status status = RunExpectingError(g.module());
+  EXPECT_EQ(status.code(), StatusCode::kBadInput);
+  EXPECT_NE(status.message().find("Binary with a unary function"),
+            std::string::npos)
+      << status.message();
+  f->body[1]->fn = fb::ElementwiseFn::Mul;
+  f->body[1]->broadcast = fb::Broadcast::Full;
+  status = RunExpectingError(g.module());
+  EXPECT_EQ(status.code(), StatusCode::kBadInput);
+  EXPECT_NE(status.message().find("operand 1 has shape [8], expected [4,8]"),
+            std::string::npos)
+      << status.message();
+}
+
 // The patches of a [2, 2, 4, 6] image with p = 2: every element of the
 // result is checked against its (b, c, y, x) source by the formula that
 // ONNX's conv weight flattening implies.

@@ -123,6 +123,45 @@ Status RunCopy(std::span<Operand> a, std::span<const int64_t> p,
   return Copy(a[0], a[1], p[0]);
 }
 
+StatusOr<fb::ElementwiseFn> Fn(std::string_view kernel, int64_t value) {
+  StatusOr<fb::ElementwiseFn> fn = ElementwiseFnFromInt(value);
+  if (!fn.ok()) {
+    return Status::BadInput(std::string(kernel) + ": " + fn.status().message());
+  }
+  return fn;
+}
+
+Status RunUnary(std::span<Operand> a, std::span<const int64_t> p,
+                std::span<const float>) {
+  StatusOr<fb::ElementwiseFn> fn = Fn(names::kUnary, p[2]);
+  if (!fn.ok()) return fn.status();
+  return Unary(a[0], a[1], p[0], p[1], *fn);
+}
+
+Status RunBinaryOf(std::string_view kernel, std::span<Operand> a,
+                   std::span<const int64_t> p, bool row) {
+  StatusOr<fb::ElementwiseFn> fn = Fn(kernel, p[2]);
+  if (!fn.ok()) return fn.status();
+  StatusOr<bool> operand_first = Flag(kernel, "operand_first", p[3]);
+  if (!operand_first.ok()) return operand_first.status();
+  return Binary(a[0], a[1], a[2], p[0], p[1], *fn, *operand_first, row);
+}
+
+Status RunBinary(std::span<Operand> a, std::span<const int64_t> p,
+                 std::span<const float>) {
+  return RunBinaryOf(names::kBinary, a, p, /*row=*/false);
+}
+
+Status RunBinaryRow(std::span<Operand> a, std::span<const int64_t> p,
+                    std::span<const float>) {
+  return RunBinaryOf(names::kBinaryRow, a, p, /*row=*/true);
+}
+
+Status RunScale(std::span<Operand> a, std::span<const int64_t> p,
+                std::span<const float> f) {
+  return ScaleKernel(a[0], a[1], p[0], p[1], f[0]);
+}
+
 // ---------------------------------------------------------------- cycles
 
 using Args = std::span<const Operand>;
@@ -182,6 +221,16 @@ StatusOr<int64_t> CombineStatesCost(const CostModel& m, Args a, Params p,
                                     KernelPath) {
   return CombineSoftmaxStatesCycles(m, p[0], Count(a) - 1);
 }
+StatusOr<int64_t> ElementwiseCost(const CostModel& m, Args, Params p,
+                                  KernelPath path) {
+  StatusOr<fb::ElementwiseFn> fn = ElementwiseFnFromInt(p[2]);
+  if (!fn.ok()) return fn.status();
+  return ElementwiseCycles(m, *fn, p[0], p[1], path);
+}
+StatusOr<int64_t> ScaleCost(const CostModel& m, Args, Params p,
+                            KernelPath path) {
+  return ElementwiseCycles(m, fb::ElementwiseFn::Mul, p[0], p[1], path);
+}
 StatusOr<int64_t> CopyCost(const CostModel& m, Args, Params p, KernelPath) {
   return CopyCycles(m, p[0]);
 }
@@ -210,8 +259,10 @@ constexpr std::array<std::string_view, 1> kResidualMomentsFormulas = {
 constexpr std::array<std::string_view, 2> kSoftmaxFormulas = {
     formula::kSoftmax, formula::kSoftmaxFp8};
 constexpr std::array<std::string_view, 1> kCopyFormulas = {formula::kCopy};
+constexpr std::array<std::string_view, 2> kElementwiseFormulas = {
+    formula::kAdd, formula::kGelu};
 
-const std::array<KernelInfo, 18> kKernels = {{
+const std::array<KernelInfo, 22> kKernels = {{
     {names::kGemm, RunGemm, GemmCost, "A[M,K] B[K,N] C[M,N]",
      "M K N accumulate", "", 3, 3, 4, 0, kGemmFormulas,
      MemoryRule::kGemmAccumulator},
@@ -257,6 +308,16 @@ const std::array<KernelInfo, 18> kKernels = {{
      kSoftmaxFormulas},
     {names::kCopy, RunCopy, CopyCost, "src[bytes] dst[bytes]", "bytes", "", 2,
      2, 1, 0, kCopyFormulas},
+    {names::kUnary, RunUnary, ElementwiseCost, "x[rows,w] out[rows,w]",
+     "rows w fn", "", 2, 2, 3, 0, kElementwiseFormulas},
+    {names::kBinary, RunBinary, ElementwiseCost,
+     "x[rows,w] y[rows,w] out[rows,w]", "rows w fn operand_first", "", 3, 3,
+     4, 0, kElementwiseFormulas, MemoryRule::kBinaryInputs},
+    {names::kBinaryRow, RunBinaryRow, ElementwiseCost,
+     "x[rows,w] row[w] out[rows,w]", "rows w fn operand_first", "", 3, 3, 4,
+     0, kElementwiseFormulas, MemoryRule::kBinaryInputs},
+    {names::kScale, RunScale, ScaleCost, "x[rows,w] out[rows,w]", "rows w",
+     "scale", 2, 2, 2, 1, kAddFormulas},
 }};
 
 // Counts of args, params and fparams, and params that must not be negative

@@ -29,13 +29,22 @@
 //                   moments
 // softmax           x[rows,w] out                  rows w              scale
 // copy              src dst                        bytes               -
+// unary             x[rows,w] out                  rows w fn           -
+// binary            x[rows,w] y[rows,w] out        rows w fn           -
+//                                                  operand_first
+// binary_row        x[rows,w] row[w] out           rows w fn           -
+//                                                  operand_first
+// scale             x[rows,w] out                  rows w              scale
 //
 // Params: M K N are GEMM rows, depth and columns on this tile; accumulate is
 // 0 (C = A*B) or 1 (C += A*B, K-split partials); n is elements per partial;
 // rows and w are the row count and row width of the tile's block (for
 // moments and normalize, w is the width of the tile's column slice); form is
-// 0 tanh, 1 erf, 2 quick (fb::GeluForm); bytes is the copy length. Fparams:
-// eps is LayerNorm's epsilon, scale multiplies softmax's input. Output
+// 0 tanh, 1 erf, 2 quick (fb::GeluForm); fn is an fb::ElementwiseFn (unary
+// kernels take Sqrt..Relu, binary ones Add..Pow) and operand_first 1 puts
+// the second input on the left (y - x); bytes is the copy length. Fparams:
+// eps is LayerNorm's epsilon, scale multiplies softmax's input (scale:
+// the whole output). Output
 // dtypes pick the variant: out FP8 means FP8 output with out's scale.
 // Details of each kernel's math are in kernels.h.
 //
@@ -51,6 +60,8 @@
 //   residual_moments: rows w.  softmax, softmax_normalize: softmax or
 //   softmax_fp8 by out, rows w.  softmax_state: ln_moments, rows w.
 //   softmax_combine: moments_combine, rows, P.  copy: B = bytes.
+//   unary, binary, binary_row: by fn, sums of gelu and add with n as add
+//   (kernels.h, ElementwiseCycles).  scale: add, n as add.
 // The path argument of Cycles selects a formula's slow path; only formulas
 // with a slow_path_term_multiplier (binary elementwise: add) change.
 

@@ -327,6 +327,47 @@ TEST(FuseElementwiseTest, ResidualOperandInSlotOneIsRemapped) {
   EXPECT_EQ(m->values.size(), 3u);  // h is gone
 }
 
+// LayerScale after a bias: the general step fuses like any other, its
+// operand renumbered after the producer's, and the pass prices the fused
+// body as the calls CompileBody makes (bias_add + binary_row: there is no
+// combined kernel, so fusing saves no call).
+TEST(FuseElementwiseTest, GeneralStepsFuseAndArePricedAsTheirKernels) {
+  Builder b;
+  const uint32_t x = b.Value("x", {16, 64}, fb::ValueRole::Input);
+  const uint32_t bias = b.Value("bias", {64}, fb::ValueRole::Weight);
+  const uint32_t gamma = b.Value("gamma", {64}, fb::ValueRole::Weight);
+  const uint32_t h = b.Value("h", {16, 64}, fb::ValueRole::Activation);
+  const uint32_t s = b.Value("s", {16, 64}, fb::ValueRole::Output);
+  b.Op(fb::OpKind::BiasAdd, "l.bias", {x, bias}, h);
+  b.Op(fb::OpKind::Fused, "l.scale", {h, gamma}, s);
+  auto step = std::make_unique<fb::FusedStepT>();
+  step->kind = fb::FusedStepKind::Binary;
+  step->fn = fb::ElementwiseFn::Mul;
+  step->operand = 1;
+  step->broadcast = fb::Broadcast::Row;
+  b.m.ops[1]->body.push_back(std::move(step));
+  Region r;
+  r.producer = 0;
+  r.consumer = 1;
+  r.slot = 0;
+  StatusOr<fb::ModuleT> m = FuseRegion(b.m, r, 9);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->ops.size(), 1u);
+  const fb::OperationT& op = *m->ops[0];
+  EXPECT_EQ(op.operands, (std::vector<uint32_t>{x, bias, gamma}));
+  ASSERT_EQ(op.body.size(), 2u);
+  EXPECT_EQ(op.body[1]->kind, fb::FusedStepKind::Binary);
+  EXPECT_EQ(op.body[1]->operand, 2);
+  EXPECT_EQ(op.body[1]->broadcast, fb::Broadcast::Row);
+
+  const Fused fused = RunFuse(Planned(b.m));
+  bool priced = false;
+  for (const fb::DecisionT& d : fused.decisions) {
+    priced |= d.reason.find("bias_add+binary_row") != std::string::npos;
+  }
+  EXPECT_TRUE(priced);
+}
+
 TEST(FuseElementwiseTest, RefusesStagesOtherThanPlanned) {
   fb::ModuleT unplanned =
       lower::testing::Import("vit-b16-224", "mlp-block", "tiny", 10, 48, 96, 3);

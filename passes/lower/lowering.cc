@@ -1180,6 +1180,7 @@ Status Lowering::ElementwiseCalls(ElementwiseState* s, const Segment& seg) {
     call.args.push_back(result);
     if (k.moments) call.args.push_back(MomentsSlice(s, box));
     call.params = kernels::BodyKernelParams(k, rows, w);
+    call.fparams = kernels::BodyKernelFparams(k);
     AddCall(s->phase, std::move(call));
     cur = result;
   }

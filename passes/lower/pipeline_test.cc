@@ -220,5 +220,55 @@ TEST(PipelineCopyRowsTest, RowsMoveExactly) {
   }
 }
 
+// LayerScale (issue 27): an encoder layer whose residual branches are
+// multiplied by per-channel vectors, compiled for tiny in F16 and FP8 and
+// simulated against the reference; the planner's prediction is the
+// simulator's count, and the Mul survives as a binary_row call (alone or
+// fused where fuse-elementwise's pricing says so).
+TEST(PipelineLayerScaleTest, LayerScaleLayerSimulatesLikeTheReference) {
+  for (bool fp8 : {false, true}) {
+    fb::ModuleT m = plan::LayerScaleLayer("tiny", 12, 2);
+    Status s = passes::RunPipeline(
+        &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
+          if (name == "quantize-fp8" && !fp8) return quantize::KeepDTypesPass();
+          return nullptr;
+        });
+    ASSERT_TRUE(s.ok()) << s.message();
+    int binary_row_calls = 0;
+    for (const auto& step : m.program->supersteps) {
+      for (const auto& c : step->compute) {
+        binary_row_calls += c->kernel == "binary_row";
+      }
+    }
+    EXPECT_GT(binary_row_calls, 0);
+    // The Mul's op after fuse-elementwise: alone, or in a longer body.
+    std::string layer_scale_ops;
+    for (const auto& op : m.ops) {
+      for (const auto& step : op->body) {
+        if (step->kind == fb::FusedStepKind::Binary) {
+          layer_scale_ops += " " + op->name + "(" +
+                             std::to_string(op->body.size()) + " steps)";
+        }
+      }
+    }
+    const testing::ProgramFigures summary = testing::ProgramFiguresOf(m);
+    testing::SimCheck check;
+    s = testing::SimulateAgainstReference(
+        m,
+        fp8 ? sim::Tolerance{0.1, 0.1, 0.99}
+            : sim::Tolerance{2e-2, 1e-2, 0.9999},
+        &check);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_TRUE(check.pass) << (fp8 ? "fp8: " : "f16: ") << check.message;
+    EXPECT_EQ(check.result.total_cycles, summary.predicted);
+    std::printf("layer scale %s: simulated %lld cycles, planner %lld, "
+                "max_abs_err %g, %d binary_row calls; ops:%s\n",
+                fp8 ? "fp8" : "f16",
+                static_cast<long long>(check.result.total_cycles),
+                static_cast<long long>(summary.planned), check.max_abs_err,
+                binary_row_calls, layer_scale_ops.c_str());
+  }
+}
+
 }  // namespace
 }  // namespace tilec::lower

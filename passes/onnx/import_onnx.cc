@@ -15,6 +15,7 @@
 #include "formats/op_shapes.h"
 #include "passes/import/model_builder.h"
 #include "passes/import/sidecar.h"
+#include "passes/onnx/import_elementwise.h"
 #include "passes/onnx/onnx_graph.h"
 
 namespace tilec::passes {
@@ -563,13 +564,7 @@ class Importer {
     if (op == "Concat") return EmitConcat(node, t, id);
     if (op == "Gather" || op == "Slice") return EmitTokenPick(node, t, id);
     if (op == "Expand") return EmitExpand(node, t, id);
-    if (op == "Erf" || op == "Tanh" || op == "Sigmoid") {
-      return Unsupported(node,
-                         "a lone " + op +
-                             ": tilec has it only inside "
-                             "GELU (x * 0.5 * (1 + erf(x / sqrt(2))), the "
-                             "tanh form, x * sigmoid(1.702 x))");
-    }
+    if (ElementwiseFnOf(op)) return EmitElementwise(node, t, want, id);
     if (op == "Conv") {
       return Unsupported(node,
                          "a convolution maps onto tilec only as a patch "
@@ -1097,12 +1092,8 @@ class Importer {
     const Shape* bs = ShapeOf(node.input(1));
     if (as == nullptr || bs == nullptr || Elements(*as) != Elements(out) ||
         Elements(*bs) != Elements(out)) {
-      return Unsupported(node, "an Add that broadcasts " +
-                                   ir::ShapeToString(as ? *as : Shape{}) +
-                                   " and " +
-                                   ir::ShapeToString(bs ? *bs : Shape{}) +
-                                   " other than along the last axis or over "
-                                   "the leading (image) axes");
+      // No form above holds it; the general step names what it refuses.
+      return EmitElementwise(node, t, want, id);
     }
     uint32_t a, b;
     TILEC_RETURN_IF_ERROR(Value(node.input(0), want, &a));
@@ -1416,11 +1407,63 @@ class Importer {
       return EmitScaleOf(NodeName(node), node.input(side), t, want,
                          div ? 1.0 / c : c, id);
     }
-    return Unsupported(node, "a " + node.op_type() +
-                                 " of two tensors that is not part of a "
-                                 "LayerNorm, GELU or last-axis softmax "
-                                 "pattern (tilec scales only by a constant "
-                                 "scalar)");
+    return EmitElementwise(node, t, want, id);
+  }
+
+  // Any other Add, Sub, Mul, Div, Pow, Sqrt, Tanh, Erf, Sigmoid or Relu:
+  // a Fused op of one Unary or Binary step (import_elementwise.h).
+  Status EmitElementwise(const NodeProto& node, const std::string& t,
+                         const Shape& want, uint32_t* id) {
+    const Shape* out = ShapeOf(t);
+    if (out == nullptr) return Unknown(t, "tensor");
+    std::vector<ElementwiseInput> inputs;
+    for (const std::string& in : node.input()) {
+      const Shape* shape = ShapeOf(in);
+      if (shape == nullptr) return Unknown(in, "tensor");
+      ElementwiseInput input;
+      input.shape = *shape;
+      if (double c = 0; Scalar(in, &c)) input.scalar = c;
+      input.parameter = IsRowParam(in, {out->empty() ? 1 : out->back()});
+      inputs.push_back(std::move(input));
+    }
+    StatusOr<ElementwiseMatch> match =
+        MatchElementwise(node.op_type(), *out, inputs);
+    if (!match.ok()) return Unsupported(node, match.status().message());
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    const bool row = match->broadcast == fb::Broadcast::Row;
+    // A row operand needs the [rows, w] view; otherwise the consumer's.
+    const Shape shape = row ? View2D(*out) : want;
+    std::vector<uint32_t> operands(1);
+    TILEC_RETURN_IF_ERROR(
+        Value(node.input(match->running), shape, &operands[0]));
+    if (match->other >= 0) {
+      const std::string& other = node.input(match->other);
+      uint32_t b;
+      if (match->scalar) {
+        b = NewWeight(other, {shape[1]},
+                      std::vector<float>(shape[1],
+                                         static_cast<float>(*match->scalar)),
+                      dtype);
+      } else if (row) {
+        TILEC_RETURN_IF_ERROR(RowParam(other, shape[1], &b));
+      } else {
+        TILEC_RETURN_IF_ERROR(Value(other, shape, &b));
+      }
+      operands.push_back(b);
+    }
+    fb::OperationT* op = nullptr;
+    *id = NewOp(fb::OpKind::Fused, NodeName(node), operands, t, shape, dtype,
+                &op);
+    auto step = std::make_unique<fb::FusedStepT>();
+    step->kind = match->other >= 0 ? fb::FusedStepKind::Binary
+                                   : fb::FusedStepKind::Unary;
+    step->fn = match->fn;
+    step->operand = match->other >= 0 ? 1 : -1;
+    step->broadcast = match->broadcast;
+    step->operand_first = match->operand_first;
+    op->body.push_back(std::move(step));
+    return Status::Ok();
   }
 
   Status EmitScaleOf(const std::string& name, const std::string& x,

@@ -24,6 +24,9 @@
 //        Cast between float types -> Cast (nothing, when both map to the
 //          same tilec dtype), Add of two activations -> Add, a scalar Mul
 //          or Div -> Fused Scale.
+//        Other Add, Sub, Mul, Div, Pow (same shapes, a row parameter or a
+//          constant scalar), Sqrt, Tanh, Erf, Sigmoid, Relu -> Fused of one
+//          Unary or Binary step (import_elementwise.h).
 //        Concat, Gather (constant indices), Slice (constant bounds, step
 //          1), Expand and a broadcasting Add over leading dims, all on any
 //          axis but the last -> CopyRows (then Add): a class token, its

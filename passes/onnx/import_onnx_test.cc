@@ -492,8 +492,7 @@ TEST(ImportOnnx, RowMovementsOffTheTokenAxisAreRefused) {
          b.Node("Add", {"x", "per_image"}, "y");
        },
        {2, 3, 4},
-       "an Add that broadcasts [2,3,4] and [2,1,4] other than along the last "
-       "axis or over the leading (image) axes"},
+       "node 'y_node' (Add, opset 17): it broadcasts [2,1,4] to [2,3,4]"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -507,6 +506,153 @@ TEST(ImportOnnx, RowMovementsOffTheTokenAxisAreRefused) {
     EXPECT_THAT(s.message(), HasSubstr("m.onnx: "));
     EXPECT_THAT(s.message(), HasSubstr(c.message));
     EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  }
+}
+
+// The one step of a general elementwise op (import_elementwise.h).
+const fb::FusedStepT& OnlyStep(const fb::OperationT& op) {
+  EXPECT_EQ(op.kind, fb::OpKind::Fused);
+  EXPECT_EQ(op.body.size(), 1u);
+  return *op.body.at(0);
+}
+
+TEST(ImportOnnx, LoneUnaryOpsAreFusedUnarySteps) {
+  const std::pair<const char*, fb::ElementwiseFn> ops[] = {
+      {"Sigmoid", fb::ElementwiseFn::Sigmoid},
+      {"Erf", fb::ElementwiseFn::Erf},
+      {"Tanh", fb::ElementwiseFn::Tanh},
+      {"Sqrt", fb::ElementwiseFn::Sqrt},
+      {"Relu", fb::ElementwiseFn::Relu}};
+  for (const auto& [op_type, fn] : ops) {
+    ModelBuilder b;
+    b.Input("x", {2, 3, 4});
+    b.Node(op_type, {"x"}, "y");
+    b.Output("y", {2, 3, 4});
+    fb::ModuleT module;
+    const Status s = Import(b.model(), &module);
+    ASSERT_TRUE(s.ok()) << op_type << ": " << s.message();
+    ASSERT_EQ(module.ops.size(), 1u);
+    const fb::FusedStepT& step = OnlyStep(*module.ops[0]);
+    EXPECT_EQ(step.kind, fb::FusedStepKind::Unary) << op_type;
+    EXPECT_EQ(step.fn, fn) << op_type;
+    EXPECT_EQ(step.operand, -1);
+    EXPECT_EQ(module.values[module.ops[0]->results[0]]->shape,
+              (std::vector<int64_t>{6, 4}));
+  }
+}
+
+// LayerScale (DINOv2, EVA): the block's output times a learned per-channel
+// [D] vector, then the residual.
+TEST(ImportOnnx, LayerScaleMulIsARowBroadcastBinaryStep) {
+  ModelBuilder b;
+  b.Input("x", {1, 5, 4});
+  b.Input("h", {1, 5, 4});
+  b.Constant("gamma", {4}, {0.1f, 0.2f, 0.3f, 0.4f});
+  b.Node("Mul", {"gamma", "h"}, "scaled");
+  b.Node("Add", {"x", "scaled"}, "y");
+  b.Output("y", {1, 5, 4});
+  fb::ModuleT module;
+  std::string sidecar;
+  const Status s = Import(b.model(), &module, &sidecar);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Kinds(module),
+            (std::vector<fb::OpKind>{fb::OpKind::Fused, fb::OpKind::Add}));
+  const fb::OperationT& mul = *module.ops[0];
+  const fb::FusedStepT& step = OnlyStep(mul);
+  EXPECT_EQ(step.kind, fb::FusedStepKind::Binary);
+  EXPECT_EQ(step.fn, fb::ElementwiseFn::Mul);
+  EXPECT_EQ(step.broadcast, fb::Broadcast::Row);
+  EXPECT_FALSE(step.operand_first);  // Mul commutes
+  ASSERT_EQ(mul.operands.size(), 2u);
+  EXPECT_EQ(module.values[mul.operands[0]]->name, "h");
+  const fb::ValueT& gamma = *module.values[mul.operands[1]];
+  EXPECT_EQ(gamma.role, fb::ValueRole::Weight);
+  EXPECT_EQ(gamma.shape, (std::vector<int64_t>{4}));
+}
+
+TEST(ImportOnnx, SubDivPowKeepTheirOperandOrder) {
+  // 1 - x: a constant scalar on the left, held as a row of ones.
+  ModelBuilder b;
+  b.Input("x", {3, 4});
+  b.Input("y", {3, 4});
+  b.Scalar("one", 1.0f);
+  b.Node("Sub", {"one", "x"}, "a");
+  b.Node("Div", {"a", "y"}, "q");   // same shapes
+  b.Node("Pow", {"q", "x"}, "p");
+  b.Output("p", {3, 4});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(module.ops.size(), 3u);
+  const fb::FusedStepT& sub = OnlyStep(*module.ops[0]);
+  EXPECT_EQ(sub.fn, fb::ElementwiseFn::Sub);
+  EXPECT_EQ(sub.broadcast, fb::Broadcast::Row);
+  EXPECT_TRUE(sub.operand_first);
+  const fb::ValueT& one = *module.values[module.ops[0]->operands[1]];
+  ASSERT_TRUE(one.init != nullptr);
+  EXPECT_EQ(one.init->distribution, fb::Distribution::Constant);
+  EXPECT_EQ(one.init->mean, 1.0f);
+  EXPECT_EQ(one.shape, (std::vector<int64_t>{4}));
+  const fb::FusedStepT& div = OnlyStep(*module.ops[1]);
+  EXPECT_EQ(div.fn, fb::ElementwiseFn::Div);
+  EXPECT_EQ(div.broadcast, fb::Broadcast::Full);
+  EXPECT_FALSE(div.operand_first);
+  EXPECT_EQ(OnlyStep(*module.ops[2]).fn, fb::ElementwiseFn::Pow);
+}
+
+TEST(ImportOnnx, QuickGeluStaysGeluAndADivByAConstantIsAScale) {
+  ModelBuilder b;
+  b.Input("x", {2, 8});
+  b.Scalar("k", 1.702f);
+  b.Scalar("c", 4.0f);
+  b.Node("Mul", {"x", "k"}, "kx");
+  b.Node("Sigmoid", {"kx"}, "s");
+  b.Node("Mul", {"x", "s"}, "g");
+  b.Node("Div", {"g", "c"}, "y");
+  b.Output("y", {2, 8});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Kinds(module),
+            (std::vector<fb::OpKind>{fb::OpKind::Gelu, fb::OpKind::Fused}));
+  EXPECT_EQ(module.ops[0]->gelu, fb::GeluForm::Quick);
+  const fb::FusedStepT& scale = OnlyStep(*module.ops[1]);
+  EXPECT_EQ(scale.kind, fb::FusedStepKind::Scale);
+  EXPECT_EQ(scale.scale, 0.25f);
+}
+
+TEST(ImportOnnx, BroadcastsTilecDoesNotHoldAreRefusedNamingTheShapes) {
+  struct Case {
+    std::vector<int64_t> y_shape;
+    bool y_computed;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{3, 1}, false, "a column [3,1] broadcast along [3,4]'s rows"},
+      {{1}, false, "a scalar that is not a constant broadcast over [3,4]"},
+      {{4}, true, "a computed row [4] broadcast down the rows"},
+      {{2, 3, 4}, false, "it broadcasts [3,4] to [2,3,4]"},
+  };
+  for (const Case& c : cases) {
+    ModelBuilder b;
+    b.Input("x", {3, 4});
+    b.Input("y0", c.y_shape);
+    std::string y = "y0";
+    if (c.y_computed) {
+      b.Node("Sigmoid", {"y0"}, "y1");
+      y = "y1";
+    }
+    b.Node("Mul", {"x", y}, "z");
+    std::vector<int64_t> out = c.y_shape.size() == 3
+                                   ? c.y_shape
+                                   : std::vector<int64_t>{3, 4};
+    b.Output("z", out);
+    fb::ModuleT module;
+    const Status s = Import(b.model(), &module);
+    EXPECT_EQ(s.code(), StatusCode::kInfeasible) << c.message;
+    EXPECT_THAT(s.message(),
+                HasSubstr("m.onnx: node 'z_node' (Mul, opset 17): "));
+    EXPECT_THAT(s.message(), HasSubstr(c.message));
   }
 }
 

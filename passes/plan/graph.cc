@@ -146,7 +146,7 @@ Status ClassifyOp(const fb::ModuleT& module, const fb::OperationT& op,
       node.op_class = OpClass::kElementwise;
       node.slots.assign(arity, SlotRole::kLayout);
       for (const auto& step : op.body) {
-        if (step->operand > 0 && step->kind == fb::FusedStepKind::BiasAdd) {
+        if (step->operand > 0 && kernels::ReadsRow(*step)) {
           node.slots[step->operand] = SlotRole::kVector;
         }
       }

@@ -173,4 +173,47 @@ fb::ModuleT RowMovementModule(const std::string& target, int64_t images,
   return m;
 }
 
+fb::ModuleT LayerScaleLayer(const std::string& target, int64_t tokens,
+                            int64_t heads) {
+  fb::ModuleT m = Model(target, "siglip-so400m-384",
+                        TinyOverrides(tokens, heads), "layer");
+  uint32_t next_op = 0;
+  for (const auto& op : m.ops) next_op = std::max(next_op, op->id + 1);
+  std::vector<std::unique_ptr<fb::OperationT>> ops;
+  int scales = 0;
+  for (auto& op : m.ops) {
+    if (op->kind == fb::OpKind::Add) {
+      const std::string name = "ls" + std::to_string(scales++);
+      const fb::ValueT& branch = *m.values[op->operands[1]];
+      const std::vector<int64_t> shape = branch.shape;
+      const uint32_t gamma =
+          SeededValue(&m, (name + ".gamma").c_str(), {shape[1]},
+                      fb::ValueRole::Weight, 23);
+      const uint32_t scaled =
+          ir::testing::AddValue(&m, name + ".out", shape,
+                                fb::ValueRole::Activation);
+      auto mul = std::make_unique<fb::OperationT>();
+      mul->id = next_op++;
+      mul->kind = fb::OpKind::Fused;
+      mul->name = name;
+      mul->operands = {op->operands[1], gamma};
+      mul->results = {scaled};
+      auto step = std::make_unique<fb::FusedStepT>();
+      step->kind = fb::FusedStepKind::Binary;
+      step->fn = fb::ElementwiseFn::Mul;
+      step->operand = 1;
+      step->broadcast = fb::Broadcast::Row;
+      mul->body.push_back(std::move(step));
+      op->operands[1] = scaled;
+      ops.push_back(std::move(mul));
+    }
+    ops.push_back(std::move(op));
+  }
+  m.ops = std::move(ops);
+  EXPECT_EQ(scales, 2);
+  const Status ok = ir::VerifyModule(m);
+  EXPECT_TRUE(ok.ok()) << ok.message();
+  return m;
+}
+
 }  // namespace tilec::plan

@@ -48,6 +48,14 @@ fb::ModuleT PatchEmbeddingModule(const std::string& target, int64_t side,
 fb::ModuleT RowMovementModule(const std::string& target, int64_t images,
                               int64_t patches, int64_t width, int64_t n);
 
+// import-model's SigLIP encoder layer (attention and MLP) shrunk for
+// `target` with `tokens` tokens and `heads` heads, with LayerScale as
+// DINOv2 and EVA write it: each residual branch multiplied by a learned
+// per-channel [width] vector (seeded Gaussian(0, 0.1)) before its residual
+// Add, a Fused op of one Binary Mul step with a Row operand.
+fb::ModuleT LayerScaleLayer(const std::string& target, int64_t tokens,
+                            int64_t heads);
+
 }  // namespace tilec::plan
 
 #endif  // TILEC_PASSES_PLAN_TEST_MODULES_H_
