@@ -88,6 +88,11 @@ struct OnnxImportOptions {
   std::string sidecar_path = "weights.bin";
   // Directory that external tensor data is resolved against.
   std::string model_dir = ".";
+  // The value of a symbolic first dimension of the graph inputs (a dynamic
+  // batch), recorded as the module's batch. Any other symbolic dimension is
+  // Infeasible; a batch other than 1 for a model without a symbolic one is
+  // BadInput (its batch was fixed at export).
+  int64_t batch = 1;
   // Seeds of the inputs' Gaussian inits (as import-model's --input_seed).
   uint64_t input_seed = 2;
   // Used in messages, e.g. the model's file name.

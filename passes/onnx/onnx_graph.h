@@ -43,16 +43,20 @@ class OnnxGraph {
   // Visits every node of `model.graph()`. BadInput for a graph that breaks
   // ONNX's rules (a node input that nothing defines, a tensor defined
   // twice, no default-domain opset); Infeasible for an opset outside
-  // [kMinOnnxOpset, kMaxOnnxOpset] (import_onnx.h).
+  // [kMinOnnxOpset, kMaxOnnxOpset] (import_onnx.h). A symbolic first
+  // dimension of a graph input (a dynamic batch) is bound to `batch`; any
+  // other symbolic input dimension is Infeasible, named.
   static Status Build(const ::onnx::ModelProto& model,
                       const std::string& model_name,
-                      const std::string& model_dir,
+                      const std::string& model_dir, int64_t batch,
                       std::unique_ptr<OnnxGraph>* graph);
 
   const ::onnx::GraphProto& proto() const { return model_.graph(); }
   int64_t opset() const { return opset_; }
   const std::string& model_name() const { return model_name_; }
   const std::string& model_dir() const { return model_dir_; }
+  // Some graph input had a symbolic first dimension, bound to Build's batch.
+  bool batch_bound() const { return batch_bound_; }
 
   // nullptr for "" (an omitted optional input) and unknown names.
   const OnnxTensorInfo* Find(const std::string& name) const;
@@ -89,6 +93,7 @@ class OnnxGraph {
   std::string model_name_;
   std::string model_dir_;
   int64_t opset_ = 0;
+  bool batch_bound_ = false;
   std::map<std::string, OnnxTensorInfo> tensors_;
   // value_info by name (a name declared twice keeps its first entry):
   // looked up for every node output, where a scan made import quadratic.
