@@ -2079,9 +2079,9 @@ class Importer {
               {q, NewWeight(lq.node_name + ".b", {lq.out},
                             ScaledBias(lq, 0, lq.out), dtype)},
               lq.node_name + ".bias.out", {1, lq.out}, dtype);
-    if (batch > 1) {
-      TILEC_RETURN_IF_ERROR(
-          EmitPerImage(pv, q, batch, lq.node_name + ".rows.out", &q));
+    if (batch > 1) {  // named after the query's projection node
+      TILEC_RETURN_IF_ERROR(EmitPerImage(*Node(PeelViews(q_tensor)), q, batch,
+                                         lq.node_name + ".rows.out", &q));
     }
     const uint32_t kv = EmitKeyValue(k, v, batch * keys, dtype, x);
     const Shape scores_shape = {batch, heads, 1, keys};
