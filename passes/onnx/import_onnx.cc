@@ -1070,8 +1070,11 @@ class Importer {
       if (bs == nullptr || xs == nullptr || Elements(*xs) != Elements(out)) {
         continue;
       }
+      // A row broadcast over the rows; with one row, a parameter of lower
+      // rank than the output (a Linear's bias at batch 1) is still a bias.
       const bool row = IsRowParam(bias, last) && Elements(*bs) == last[0] &&
-                       Elements(*bs) != Elements(out);
+                       (Elements(*bs) != Elements(out) ||
+                        bs->size() < out.size());
       double scalar = 0;
       const bool constant_scalar = Scalar(bias, &scalar) && Elements(out) > 1;
       if (!row && !constant_scalar) continue;
