@@ -27,8 +27,9 @@ with --batch.
   --so400m PATH   instead, one SigLIP so400m/14-shaped model with its MAP
                   head (384 px, width 1152, MLP 4304, 16 heads, 27 layers,
                   random weights, opset 17, batch 1 fixed) written to PATH
-                  (about 1.8 GB; not committed), to compare with
+                  (about 1.7 GB; not committed), to compare with
                   `import-model --part=model` (so400m_vs_preset.sh).
+  --dynamic       with --so400m: the batch axis dynamic, as above.
 
 Needs Debian's python3-torch and python3-numpy; not run in CI.
 """
@@ -116,14 +117,17 @@ def small(pool, gelu, seed, **head_options):
     return model.eval()
 
 
-def so400m(path):
+def so400m(path, dynamic):
     torch.manual_seed(0)
     model = PooledEncoder(384, 14, 1152, 4304, 16, 27, "map")
     randomize(model, 400)
+    image = torch.randn(1, 3, 384, 384)
+    if dynamic:
+        return export(model, image, path, 17)
     model.eval()
-    torch.onnx.export(model, (torch.randn(1, 3, 384, 384),), path,
-                      opset_version=17, input_names=["pixel_values"],
-                      output_names=["pooled"], do_constant_folding=True)
+    torch.onnx.export(model, (image,), path, opset_version=17,
+                      input_names=["pixel_values"], output_names=["pooled"],
+                      do_constant_folding=True)
 
 
 def main():
@@ -131,9 +135,11 @@ def main():
     parser.add_argument("out_dir", nargs="?",
                         default=os.path.dirname(os.path.abspath(__file__)))
     parser.add_argument("--so400m", metavar="PATH")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="with --so400m: a dynamic batch axis")
     args = parser.parse_args()
     if args.so400m:
-        return so400m(args.so400m)
+        return so400m(args.so400m, args.dynamic)
     out = args.out_dir
     images = {}
     for batch, seed in ((1, 31), (2, 32)):

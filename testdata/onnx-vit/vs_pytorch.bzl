@@ -1,6 +1,8 @@
 """tilec against PyTorch on the exported encoder (vs_pytorch_test.sh)."""
 
-_TOOLS = [
+# import-onnx, every pass of passes/pipeline/PIPELINE and the two that run
+# a result.
+PIPELINE_TOOLS = [
     "//tools/emit-device",
     "//tools/expand-reduce",
     "//tools/fuse-elementwise",
@@ -42,7 +44,7 @@ def vs_pytorch_test(name, mode, pixels = "pixel_values.npy",
             str(abs_factor),
             str(batch or 1),
         ],
-        data = _TOOLS + [
+        data = PIPELINE_TOOLS + [
             "//scripts:pipeline_lib",
             ":npy_compare",
             name + ".onnx",
