@@ -12,6 +12,7 @@
 #include <map>
 
 #include "formats/op_shapes.h"
+#include "passes/onnx/onnx_graph.h"
 #include "passes/onnx/onnx_tensor.h"
 
 namespace tilec::passes {
@@ -734,6 +735,29 @@ TEST(ImportOnnx, PoolingAttentionWithAMaskIsRefused) {
               HasSubstr("node 'ctx_node' (MatMul, opset 17): attention "
                         "pooling (one query): expected the scores 'masked' "
                         "to be q k^T scaled by constants"));
+}
+
+// A weight cut from a constant beyond the folding limit (the MAP head's
+// in_proj_weight at so400m's width, sliced by bounds computed from a
+// dynamic batch) is still a constant weight.
+TEST(ImportOnnx, LargeSlicedWeightIsAConstant) {
+  constexpr int64_t kN = kMaxFoldedElements / 4 + 8;
+  ModelBuilder b;
+  b.Input("x", {2, 4});
+  b.Constant("w", {4, kN}, std::vector<float>(4 * kN, 0.25f));
+  b.Ints("start", {1}, {1});
+  b.Ints("end", {1}, {kN});
+  b.Ints("axis", {1}, {1});
+  b.Node("Slice", {"w", "start", "end", "axis"}, "w_cut");
+  b.Node("MatMul", {"x", "w_cut"}, "y");
+  b.Output("y", {2, kN - 1});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(Kinds(module), std::vector<fb::OpKind>{fb::OpKind::MatMul});
+  const fb::ValueT& w = *module.values[module.ops[0]->operands[1]];
+  EXPECT_EQ(w.role, fb::ValueRole::Weight);
+  EXPECT_EQ(w.shape, (std::vector<int64_t>{4, kN - 1}));
 }
 
 TEST(ImportOnnx, UnsupportedNodeIsInfeasibleNamingIt) {

@@ -243,7 +243,11 @@ class NodeVisitor {
     (*outputs_)[i].elem_type = type;
   }
   void SetValue(int i, OnnxConstant value) {
-    if (value.elements() > kMaxFoldedElements) {
+    // A weight cut or transposed (nn.MultiheadAttention's in_proj_weight,
+    // sliced with bounds a dynamic batch keeps the exporter from folding)
+    // is kept whatever its size: it is no larger than what it reads.
+    const bool rearranged_weight = op_ == "Slice" || op_ == "Transpose";
+    if (value.elements() > kMaxFoldedElements && !rearranged_weight) {
       SetShape(i, value.shape, value.elem_type);
       return;
     }

@@ -6,8 +6,10 @@
 //
 // Folding computes in double (integers stay exact below 2^53; float results
 // are rounded to the node's output type, FLOAT to float, FLOAT16 to half).
-// Only tensors of at most kMaxFoldedElements elements are folded; larger
-// constants are initializers, decoded when a weight needs them.
+// Only tensors of at most kMaxFoldedElements elements are folded (but a
+// Slice or Transpose of a constant, a weight cut or transposed, whatever
+// its size); larger constants are initializers, decoded when a weight
+// needs them.
 
 #ifndef TILEC_PASSES_ONNX_ONNX_GRAPH_H_
 #define TILEC_PASSES_ONNX_ONNX_GRAPH_H_
