@@ -760,6 +760,24 @@ TEST(ImportOnnx, LargeSlicedWeightIsAConstant) {
   EXPECT_EQ(w.shape, (std::vector<int64_t>{4, kN - 1}));
 }
 
+// Such folds add up to no more elements than the initializers hold: a
+// weight transposed twice is one weight's worth, and the second is left
+// as a computed (here refused) Transpose.
+TEST(ImportOnnx, LargeFoldsAreBoundedByTheInitializers) {
+  constexpr int64_t kN = kMaxFoldedElements / 4 + 8;
+  ModelBuilder b;
+  b.Input("x", {2, 4});
+  b.Constant("w", {4, kN}, std::vector<float>(4 * kN, 0.25f));
+  b.Node("Transpose", {"w"}, "wt");
+  b.Node("Transpose", {"wt"}, "wtt");
+  b.Node("MatMul", {"x", "wtt"}, "y");
+  b.Output("y", {2, kN});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+  EXPECT_THAT(s.message(), HasSubstr("node 'wtt_node' (Transpose, opset 17)"));
+}
+
 TEST(ImportOnnx, UnsupportedNodeIsInfeasibleNamingIt) {
   ModelBuilder b;
   b.Input("x", {2, 2});

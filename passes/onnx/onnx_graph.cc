@@ -1008,6 +1008,19 @@ Status OnnxGraph::Build(const ::onnx::ModelProto& model,
     TILEC_RETURN_IF_ERROR(OnnxElements(
         info.shape, model_name + ": initializer '" + init.name() + "'",
         &count));
+    // What the initializer holds, not what its dims claim (a model may
+    // declare huge dims without data); every element takes a byte or more.
+    int64_t held = count;
+    if (init.data_location() != TensorProto::EXTERNAL) {
+      held = std::min<int64_t>(
+          count, static_cast<int64_t>(init.raw_data().size()) +
+                     init.float_data_size() + init.int32_data_size() +
+                     init.int64_data_size() + init.double_data_size() +
+                     init.uint64_data_size());
+    }
+    g->large_folds_budget_ = std::min(
+        g->large_folds_budget_,
+        std::numeric_limits<int64_t>::max() - held) + held;
     if (count <= kMaxFoldedElements) {
       OnnxConstant value;
       TILEC_RETURN_IF_ERROR(DecodeOnnxTensor(
@@ -1077,6 +1090,19 @@ Status OnnxGraph::VisitNode(int index) {
       node.domain().empty() || node.domain() == "ai.onnx";
   if (default_domain) {
     TILEC_RETURN_IF_ERROR(NodeVisitor(*this, node, index).Run(&outputs));
+  }
+  // Folded weights beyond the limit (cut or transposed) are kept while
+  // they add up to no more than the initializers hold: a model that
+  // transposes one weight a thousand times is not a thousand weights.
+  for (OnnxTensorInfo& out : outputs) {
+    if (out.value == nullptr || out.value->elements() <= kMaxFoldedElements) {
+      continue;
+    }
+    if (out.value->elements() > large_folds_budget_) {
+      out.value.reset();
+    } else {
+      large_folds_budget_ -= out.value->elements();
+    }
   }
   // value_info may declare what the visitor could not infer.
   for (OnnxTensorInfo& out : outputs) {

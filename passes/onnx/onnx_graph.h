@@ -8,7 +8,8 @@
 // are rounded to the node's output type, FLOAT to float, FLOAT16 to half).
 // Only tensors of at most kMaxFoldedElements elements are folded (but a
 // Slice or Transpose of a constant, a weight cut or transposed, whatever
-// its size); larger constants are initializers, decoded when a weight
+// its size, as long as all such add up to no more elements than the
+// initializers); larger constants are initializers, decoded when a weight
 // needs them.
 
 #ifndef TILEC_PASSES_ONNX_ONNX_GRAPH_H_
@@ -96,6 +97,9 @@ class OnnxGraph {
   std::string model_dir_;
   int64_t opset_ = 0;
   bool batch_bound_ = false;
+  // Elements that folded Slices and Transposes beyond kMaxFoldedElements
+  // may still hold: the initializers' own.
+  int64_t large_folds_budget_ = 0;
   std::map<std::string, OnnxTensorInfo> tensors_;
   // value_info by name (a name declared twice keeps its first entry):
   // looked up for every node output, where a scan made import quadratic.
