@@ -2014,93 +2014,124 @@ class Importer {
     return false;
   }
 
-  Status EmitPoolingAttention(const NodeProto& pv, const std::string& t,
-                              uint32_t* id) {
+  // What attention pooling reads: the probe's query projection, the
+  // tokens' key and value projections, the head split and the scores'
+  // constant factors.
+  struct PoolingMatch {
+    const NodeProto* softmax = nullptr;
+    const NodeProto* qk = nullptr;
+    const NodeProto* q_node = nullptr;  // the query's projection
+    double scale = 1.0;
+    LinearMatch q;
+    KeyValuePart k, v;
+    std::string probe, tokens;
+    int64_t batch = 0, keys = 0, width = 0, heads = 0, head_dim = 0;
+  };
+
+  // The pattern above from the context MatMul `pv` up; an Infeasible status
+  // naming `pv` and what it expected where the graph differs.
+  Status MatchPoolingAttention(const NodeProto& pv, PoolingMatch* m) const {
     auto fail = [&](const std::string& why) {
       return Unsupported(pv, "attention pooling (one query): " + why);
     };
-    const std::string probs_tensor = PeelCasts(pv.input(0));
-    const NodeProto* softmax = NodeIs(probs_tensor, "Softmax");
-    const Shape& ps = *ShapeOf(pv.input(0));
+    const std::string probs = PeelCasts(pv.input(0));
+    m->softmax = NodeIs(probs, "Softmax");
     const int64_t axis =
-        softmax == nullptr ? 0 : IntAttribute(*softmax, "axis", -1);
-    if (softmax == nullptr || (axis != -1 && axis != 2)) {
+        m->softmax == nullptr ? 0 : IntAttribute(*m->softmax, "axis", -1);
+    if (m->softmax == nullptr || (axis != -1 && axis != 2)) {
       return fail("expected a Softmax over the keys as the probabilities '" +
-                  probs_tensor + "'");
+                  probs + "'");
     }
-    double scale = 1.0;
-    std::string qk_tensor = softmax->input(0);
-    while (PeelScalarFactor(&qk_tensor, &scale)) {
+    std::string qk = m->softmax->input(0);
+    while (PeelScalarFactor(&qk, &m->scale)) {
     }
-    const NodeProto* qk = NodeIs(qk_tensor, "MatMul");
-    if (qk == nullptr) {
-      return fail("expected the scores '" + softmax->input(0) +
+    m->qk = NodeIs(qk, "MatMul");
+    if (m->qk == nullptr) {
+      return fail("expected the scores '" + m->softmax->input(0) +
                   "' to be q k^T scaled by constants (a mask or a bias added "
                   "to them is not supported)");
     }
-    std::string q_tensor = qk->input(0);
-    while (PeelScalarFactor(&q_tensor, &scale)) {
+    std::string q = m->qk->input(0);
+    while (PeelScalarFactor(&q, &m->scale)) {
     }
-    LinearMatch lq;
-    KeyValuePart k, v;
-    std::string probe, tokens, v_tokens;
-    if (!MatchLinear(PeelViews(q_tensor), &lq) ||
-        !ProbeSource(lq.x, lq.in, &probe)) {
+    m->q_node = Node(PeelViews(q));
+    if (!MatchLinear(PeelViews(q), &m->q) ||
+        !ProbeSource(m->q.x, m->q.in, &m->probe)) {
       return fail("expected q to be a projection (constant weights) of a "
                   "constant probe repeated for each image");
     }
-    if (!MatchKeyValuePart(qk->input(1), {1, 2, 0}, &k) ||
-        !MatchKeyValuePart(pv.input(1), {1, 0, 2}, &v) ||
-        !SequenceFirstSource(k.linear.x, &tokens) ||
-        !SequenceFirstSource(v.linear.x, &v_tokens) || !Same(tokens, v_tokens)) {
+    std::string v_tokens;
+    if (!MatchKeyValuePart(m->qk->input(1), {1, 2, 0}, &m->k) ||
+        !MatchKeyValuePart(pv.input(1), {1, 0, 2}, &m->v) ||
+        !SequenceFirstSource(m->k.linear.x, &m->tokens) ||
+        !SequenceFirstSource(m->v.linear.x, &v_tokens) ||
+        !Same(m->tokens, v_tokens)) {
       return fail("expected k and v to be projections (constant weights) of "
                   "one [B, T, w] tensor transposed to [T, B, w] "
                   "(batch_first=True), viewed [T, B*H, D] and transposed");
     }
-    const Shape* ts = ShapeOf(tokens);
-    const Shape* ks = ShapeOf(qk->input(1));
+    const Shape* ts = ShapeOf(m->tokens);
+    const Shape* ks = ShapeOf(m->qk->input(1));  // [B*H, D, T]
     if (ts == nullptr || ts->size() != 3 || ks == nullptr || ks->size() != 3) {
       return fail("expected [B, T, w] tokens");
     }
-    const int64_t batch = (*ts)[0], keys = (*ts)[1], width = (*ts)[2];
-    const int64_t head_dim = (*ks)[1], heads = (*ks)[0] / batch;
-    if (heads * batch != (*ks)[0] || heads * head_dim != lq.out ||
-        k.count != lq.out || v.count != lq.out || ps[2] != keys ||
-        k.linear.in != width) {
+    m->batch = (*ts)[0];
+    m->keys = (*ts)[1];
+    m->width = (*ts)[2];
+    m->head_dim = (*ks)[1];
+    m->heads = (*ks)[0] / m->batch;
+    const int64_t w = m->q.out;
+    if (m->heads * m->batch != (*ks)[0] || m->heads * m->head_dim != w ||
+        m->k.count != w || m->v.count != w || (*ks)[2] != m->keys ||
+        m->k.linear.in != m->width) {
       return fail("q, k and v do not split into the same heads");
     }
+    return Status::Ok();
+  }
+
+  Status EmitPoolingAttention(const NodeProto& pv, const std::string& t,
+                              uint32_t* id) {
+    PoolingMatch m;
+    TILEC_RETURN_IF_ERROR(MatchPoolingAttention(pv, &m));
     fb::DType dtype;
     TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
     uint32_t x;
-    TILEC_RETURN_IF_ERROR(Value(tokens, {batch * keys, width}, &x));
-    const std::string name = NodeName(*qk);
-    uint32_t q = NewOp(
-        fb::OpKind::MatMul, lq.node_name, {ProbeRow(probe, lq.in, dtype),
-                                           ScaledWeight(lq, 0, lq.out, dtype)},
-        lq.node_name + ".out", {1, lq.out}, dtype);
-    q = NewOp(fb::OpKind::BiasAdd, lq.node_name + ".bias",
-              {q, NewWeight(lq.node_name + ".b", {lq.out},
-                            ScaledBias(lq, 0, lq.out), dtype)},
-              lq.node_name + ".bias.out", {1, lq.out}, dtype);
-    if (batch > 1) {  // named after the query's projection node
-      TILEC_RETURN_IF_ERROR(EmitPerImage(*Node(PeelViews(q_tensor)), q, batch,
-                                         lq.node_name + ".rows.out", &q));
-    }
-    const uint32_t kv = EmitKeyValue(k, v, batch * keys, dtype, x);
-    const Shape scores_shape = {batch, heads, 1, keys};
+    TILEC_RETURN_IF_ERROR(Value(m.tokens, {m.batch * m.keys, m.width}, &x));
+    uint32_t q;
+    TILEC_RETURN_IF_ERROR(EmitProbeQuery(m, dtype, &q));
+    const uint32_t kv = EmitKeyValue(m.k, m.v, m.batch * m.keys, dtype, x);
+    const Shape scores_shape = {m.batch, m.heads, 1, m.keys};
     fb::OperationT* op = nullptr;
-    const uint32_t scores = NewOp(fb::OpKind::AttentionScores, name, {q, kv},
-                                  softmax->input(0), scores_shape, dtype, &op);
-    op->heads = static_cast<int32_t>(heads);
-    op->head_dim = static_cast<int32_t>(head_dim);
-    op->scale = static_cast<float>(scale);
-    const uint32_t probs = NewOp(fb::OpKind::Softmax, NodeName(*softmax),
-                                 {scores}, probs_tensor, scores_shape, dtype);
+    const uint32_t scores =
+        NewOp(fb::OpKind::AttentionScores, NodeName(*m.qk), {q, kv},
+              m.softmax->input(0), scores_shape, dtype, &op);
+    op->heads = static_cast<int32_t>(m.heads);
+    op->head_dim = static_cast<int32_t>(m.head_dim);
+    op->scale = static_cast<float>(m.scale);
+    const uint32_t probs =
+        NewOp(fb::OpKind::Softmax, NodeName(*m.softmax), {scores},
+              m.softmax->output(0), scores_shape, dtype);
     *id = NewOp(fb::OpKind::AttentionContext, NodeName(pv), {probs, kv}, t,
-                {batch, lq.out}, dtype, &op);
-    op->heads = static_cast<int32_t>(heads);
-    op->head_dim = static_cast<int32_t>(head_dim);
+                {m.batch, m.q.out}, dtype, &op);
+    op->heads = static_cast<int32_t>(m.heads);
+    op->head_dim = static_cast<int32_t>(m.head_dim);
     return Status::Ok();
+  }
+
+  // The probe row's query (a one-row GEMM and its bias, as import-model
+  // builds it), copied for each image.
+  Status EmitProbeQuery(const PoolingMatch& m, fb::DType dtype, uint32_t* q) {
+    const LinearMatch& lq = m.q;
+    *q = NewOp(fb::OpKind::MatMul, lq.node_name,
+               {ProbeRow(m.probe, lq.in, dtype),
+                ScaledWeight(lq, 0, lq.out, dtype)},
+               lq.node_name + ".out", {1, lq.out}, dtype);
+    *q = NewOp(fb::OpKind::BiasAdd, lq.node_name + ".bias",
+               {*q, NewWeight(lq.node_name + ".b", {lq.out},
+                              ScaledBias(lq, 0, lq.out), dtype)},
+               lq.node_name + ".bias.out", {1, lq.out}, dtype);
+    if (m.batch == 1) return Status::Ok();
+    return EmitPerImage(*m.q_node, *q, m.batch, lq.node_name + ".rows.out", q);
   }
 
   // The probe as one [1, w] row.
