@@ -13,6 +13,14 @@ Writes, into OUT_DIR (default: this script's directory):
   mean-op17.onnx, mean-op14.onnx
       the same encoder pooled by the mean over the tokens (keepdim=False at
       opset 17, keepdim=True then flatten at opset 14), a linear head to 10
+  cls-op17.onnx, cls-op14.onnx
+      export_vit.py's class-token ViT (Hugging Face ViTModel's form: the
+      class token expanded over the batch and concatenated, token 0 after
+      the final LayerNorm into a classifier to 10), picked by x[:, 0]
+      (Gather), at opset 17 and 14 (LayerNorm decomposed). Not by
+      x[:, :1].squeeze(1) as vit-cls-op14 does: with a dynamic batch the
+      exporter writes that squeeze as an If on the axis' size, which
+      import-onnx does not read
   pooled.pixel_values.b1.npy, pooled.pixel_values.b2.npy
       input images, float32 [1, 3, 32, 32] and [2, 3, 32, 32]
   <model>.pooled.b1.npy, <model>.pooled.b2.npy
@@ -40,7 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from export_vit import VisionEncoder, randomize
+from export_vit import ClassTokenViT, VisionEncoder, randomize
 
 
 class MapHead(nn.Module):
@@ -153,6 +161,17 @@ def main():
             ("mean-op17", 17, "mean", "tanh", 43),
             ("mean-op14", 14, "mean-keepdim", "none", 44)):
         model = small(pool, gelu, seed)
+        export(model, images[1], os.path.join(out, name + ".onnx"), opset)
+        for batch, image in images.items():
+            with torch.no_grad():
+                np.save(os.path.join(out, "%s.pooled.b%d.npy" % (name, batch)),
+                        model(image).numpy())
+    for name, opset, pool, seed in (("cls-op17", 17, "gather", 47),
+                                    ("cls-op14", 14, "gather", 48)):
+        torch.manual_seed(seed)
+        model = ClassTokenViT(32, 8, 32, 64, 4, 2, 10, pool=pool)
+        randomize(model, seed)
+        model.eval()
         export(model, images[1], os.path.join(out, name + ".onnx"), opset)
         for batch, image in images.items():
             with torch.no_grad():
