@@ -179,7 +179,20 @@ class Importer {
     return "node '" + node.name() + "' (" + node.op_type() + ", opset " +
            std::to_string(g_.opset()) + ")";
   }
-  Status Unknown(const std::string& tensor, const std::string& what) const {
+  Status Unknown(std::string tensor, const std::string& what) const {
+    // Named where the shapes stop: the first node upstream whose output
+    // has no known shape although its inputs have (an If, an op not
+    // inferred), not the op that happened to need it.
+    for (const NodeProto* n = g_.Producer(tensor); n != nullptr;
+         n = g_.Producer(tensor)) {
+      auto unknown = std::find_if(
+          n->input().begin(), n->input().end(), [&](const std::string& in) {
+            const OnnxTensorInfo* info = g_.Find(in);
+            return !in.empty() && info != nullptr && !info->shape_known;
+          });
+      if (unknown == n->input().end()) break;
+      tensor = *unknown;
+    }
     const NodeProto* node = g_.Producer(tensor);
     if (node != nullptr) {
       return Unsupported(*node, "the shape of its output '" + tensor +

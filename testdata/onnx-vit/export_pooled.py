@@ -29,6 +29,8 @@ Writes, into OUT_DIR (default: this script's directory):
   bad-map-weights.onnx the MAP head with need_weights=True, its averaged
                        attention weights a second output
   bad-two-dynamic.onnx mean-op17's model with a dynamic image height too
+  bad-cls-squeeze.onnx cls-op14 picking token 0 by x[:, :1].squeeze(1),
+                       which a dynamic export writes as an If
 The batch axis is dynamic in every export ("batch"); import-onnx binds it
 with --batch.
 
@@ -177,6 +179,10 @@ def main():
             with torch.no_grad():
                 np.save(os.path.join(out, "%s.pooled.b%d.npy" % (name, batch)),
                         model(image).numpy())
+    torch.manual_seed(49)
+    model = ClassTokenViT(32, 8, 32, 64, 4, 2, 10, pool="slice")
+    randomize(model, 49)
+    export(model, images[1], os.path.join(out, "bad-cls-squeeze.onnx"), 14)
     export(small("map", "tanh", 45, mask=True), images[1],
            os.path.join(out, "bad-map-mask.onnx"), 17)
     export(small("map", "tanh", 46, need_weights=True), images[1],
