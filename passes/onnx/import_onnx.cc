@@ -153,7 +153,8 @@ class Importer {
     model->preset = "onnx";
     model->part = "model";
     model->layers = attention_layers_;
-    model->batch = static_cast<int32_t>(batch_);
+    model->batch = static_cast<int32_t>(
+        g_.batch_bound() ? options_.batch : batch_);
     model->tokens = static_cast<int32_t>(tokens_);
     model->width = static_cast<int32_t>(width_);
     model->heads = static_cast<int32_t>(heads_);
@@ -180,7 +181,20 @@ class Importer {
     return "node '" + node.name() + "' (" + node.op_type() + ", opset " +
            std::to_string(g_.opset()) + ")";
   }
-  Status Unknown(const std::string& tensor, const std::string& what) const {
+  Status Unknown(std::string tensor, const std::string& what) const {
+    // Named where the shapes stop: the first node upstream whose output
+    // has no known shape although its inputs have (an If, an op not
+    // inferred), not the op that happened to need it.
+    for (const NodeProto* n = g_.Producer(tensor); n != nullptr;
+         n = g_.Producer(tensor)) {
+      auto unknown = std::find_if(
+          n->input().begin(), n->input().end(), [&](const std::string& in) {
+            const OnnxTensorInfo* info = g_.Find(in);
+            return !in.empty() && info != nullptr && !info->shape_known;
+          });
+      if (unknown == n->input().end()) break;
+      tensor = *unknown;
+    }
     const NodeProto* node = g_.Producer(tensor);
     if (node != nullptr) {
       return Unsupported(*node, "the shape of its output '" + tensor +
@@ -387,10 +401,29 @@ class Importer {
     return t;
   }
 
+  // A Transpose that keeps the axes of more than one element in order
+  // ([B*H, 1, D] to [1, B*H, D], as attention over one query writes) moves
+  // no data: a view.
+  bool KeepsRowOrder(const NodeProto& n) const {
+    if (n.op_type() != "Transpose") return false;
+    const Shape* s = ShapeOf(n.input(0));
+    const std::vector<int64_t> perm = IntsAttribute(n, "perm");
+    if (s == nullptr || perm.size() != s->size()) return false;
+    int64_t last = -1;
+    for (int64_t axis : perm) {
+      if (axis < 0 || axis >= static_cast<int64_t>(s->size())) return false;
+      if ((*s)[axis] == 1) continue;
+      if (axis < last) return false;
+      last = axis;
+    }
+    return true;
+  }
+
   // Through casts and views: the tensor whose data `t` is.
   std::string PeelViews(std::string t) const {
     for (const NodeProto* n = Node(t);
-         n != nullptr && (IsFloatCast(*n) || IsView(n->op_type()));
+         n != nullptr && (IsFloatCast(*n) || IsView(n->op_type()) ||
+                          KeepsRowOrder(*n));
          n = Node(t)) {
       t = n->input(0);
     }
@@ -480,7 +513,8 @@ class Importer {
       if (node.domain() != "" && node.domain() != "ai.onnx") {
         return Unsupported(node, "custom domains are not imported");
       }
-      if (IsView(node.op_type()) && node.output(0) == t) {
+      if ((IsView(node.op_type()) || KeepsRowOrder(node)) &&
+          node.output(0) == t) {
         view = &node;
         t = node.input(0);
         continue;
@@ -555,7 +589,11 @@ class Importer {
                          "the normalized axes");
     }
     if (op == "Add") return EmitAdd(node, t, want, id);
+    if (op == "MatMul" && IsPoolingAttention(node)) {
+      return EmitPoolingAttention(node, t, id);
+    }
     if (op == "MatMul") return EmitMatMul(node, t, id);
+    if (op == "ReduceMean") return EmitTokenMean(node, t, id);
     if (op == "Gemm") return EmitGemm(node, t, id);
     if (op == "Softmax") return EmitSoftmax(node, t, id);
     if (op == "Cast" || op == "CastLike") return EmitCast(node, t, want, id);
@@ -1048,8 +1086,11 @@ class Importer {
       if (bs == nullptr || xs == nullptr || Elements(*xs) != Elements(out)) {
         continue;
       }
+      // A row broadcast over the rows; with one row, a parameter of lower
+      // rank than the output (a Linear's bias at batch 1) is still a bias.
       const bool row = IsRowParam(bias, last) && Elements(*bs) == last[0] &&
-                       Elements(*bs) != Elements(out);
+                       (Elements(*bs) != Elements(out) ||
+                        bs->size() < out.size());
       double scalar = 0;
       const bool constant_scalar = Scalar(bias, &scalar) && Elements(out) > 1;
       if (!row && !constant_scalar) continue;
@@ -1934,6 +1975,320 @@ class Importer {
     return Status::Ok();
   }
 
+  // -------------------------------------------------- pooling heads
+  //
+  // nn.MultiheadAttention(batch_first=True) over one learned probe per
+  // image (SigLIP's MAP head) as torch.onnx.export writes it: the tokens
+  // transposed to sequence-first [T, B, w], q from the probe and k, v from
+  // the tokens by MatMul with slices of in_proj_weight (k and v by one
+  // MatMul, then Slice, when key is value), each reshaped to [T, B*H, D],
+  // q divided by sqrt(D), bmm, Softmax, bmm with v; with one query the
+  // transposes around q and the context move no data (KeepsRowOrder).
+  // It becomes import-model's head: the probe's q projection, copied per
+  // image, a kv projection [w, 2w] of the tokens, the cross form of
+  // AttentionScores, Softmax, AttentionContext.
+
+  // The batched probs @ v of attention with one query: a softmax's
+  // [B*H, 1, T] times [B*H, T, D].
+  bool IsPoolingAttention(const NodeProto& pv) const {
+    const Shape* ps = ShapeOf(pv.input(0));
+    const Shape* vs = ShapeOf(pv.input(1));
+    return ps != nullptr && vs != nullptr && ps->size() == 3 &&
+           vs->size() == 3 && (*ps)[1] == 1 &&
+           NodeIs(pv.input(0), "Softmax") != nullptr;
+  }
+
+  // k or v: columns [first, first + count) of a projection of the tokens,
+  // viewed [T, B*H, D] and transposed by `perm`.
+  struct KeyValuePart {
+    LinearMatch linear;
+    int64_t first = 0, count = 0;
+  };
+
+  bool MatchKeyValuePart(const std::string& t,
+                         const std::vector<int64_t>& perm,
+                         KeyValuePart* part) const {
+    const NodeProto* transpose = NodeIs(t, "Transpose");
+    if (transpose == nullptr || IntsAttribute(*transpose, "perm") != perm) {
+      return false;
+    }
+    const NodeProto* reshape = NodeIs(transpose->input(0), "Reshape");
+    if (reshape == nullptr) return false;
+    std::string projected = reshape->input(0);
+    const Shape* ps = ShapeOf(projected);
+    if (ps == nullptr || ps->size() != 3) return false;
+    part->first = 0;
+    part->count = ps->back();
+    if (const NodeProto* slice = NodeIs(projected, "Slice")) {
+      const Shape* whole = ShapeOf(slice->input(0));
+      std::vector<int64_t> begin, step;
+      Shape out;
+      ConstPtr bounds[5];
+      for (int i = 1; i < std::min(slice->input_size(), 5); ++i) {
+        if (!slice->input(i).empty() &&
+            (!g_.Constant(slice->input(i), &bounds[i]).ok() ||
+             bounds[i] == nullptr)) {
+          return false;
+        }
+      }
+      if (whole == nullptr || bounds[1] == nullptr || bounds[2] == nullptr ||
+          !SliceWindow(*whole, *bounds[1], *bounds[2], bounds[3].get(),
+                       bounds[4].get(), &begin, &step, &out) ||
+          step.back() != 1 || Shape(out.begin(), out.end() - 1) !=
+                                  Shape(whole->begin(), whole->end() - 1)) {
+        return false;
+      }
+      part->first = begin.back();
+      projected = slice->input(0);
+    }
+    return MatchLinear(projected, &part->linear);
+  }
+
+  // Transpose(x, [1, 0, 2]) of the [B, T, w] tokens: batch_first's
+  // sequence-first view; the tokens themselves.
+  bool SequenceFirstSource(const std::string& t, std::string* tokens) const {
+    const NodeProto* n = NodeIs(t, "Transpose");
+    if (n == nullptr || IntsAttribute(*n, "perm") != Shape{1, 0, 2}) {
+      return false;
+    }
+    *tokens = n->input(0);
+    return true;
+  }
+
+  // Through views, Expand and Tile: the constant [.., 1, w] probe a query
+  // repeats for every image.
+  bool ProbeSource(std::string t, int64_t width, std::string* probe) const {
+    for (int guard = 0; guard < 16; ++guard) {
+      t = PeelViews(t);
+      const NodeProto* n = Node(t);
+      if (n != nullptr &&
+          (n->op_type() == "Expand" || n->op_type() == "Tile") &&
+          IsConstant(n->input(1))) {
+        t = n->input(0);
+        continue;
+      }
+      const Shape* s = ShapeOf(t);
+      if (n != nullptr || !IsConstant(t) || s == nullptr ||
+          Elements(*s) != width) {
+        return false;
+      }
+      *probe = t;
+      return true;
+    }
+    return false;
+  }
+
+  // What attention pooling reads: the probe's query projection, the
+  // tokens' key and value projections, the head split and the scores'
+  // constant factors.
+  struct PoolingMatch {
+    const NodeProto* softmax = nullptr;
+    const NodeProto* qk = nullptr;
+    const NodeProto* q_node = nullptr;  // the query's projection
+    double scale = 1.0;
+    LinearMatch q;
+    KeyValuePart k, v;
+    std::string probe, tokens;
+    int64_t batch = 0, keys = 0, width = 0, heads = 0, head_dim = 0;
+  };
+
+  // The pattern above from the context MatMul `pv` up; an Infeasible status
+  // naming `pv` and what it expected where the graph differs.
+  Status MatchPoolingAttention(const NodeProto& pv, PoolingMatch* m) const {
+    auto fail = [&](const std::string& why) {
+      return Unsupported(pv, "attention pooling (one query): " + why);
+    };
+    const std::string probs = PeelCasts(pv.input(0));
+    m->softmax = NodeIs(probs, "Softmax");
+    const int64_t axis =
+        m->softmax == nullptr ? 0 : IntAttribute(*m->softmax, "axis", -1);
+    if (m->softmax == nullptr || (axis != -1 && axis != 2)) {
+      return fail("expected a Softmax over the keys as the probabilities '" +
+                  probs + "'");
+    }
+    std::string qk = m->softmax->input(0);
+    while (PeelScalarFactor(&qk, &m->scale)) {
+    }
+    m->qk = NodeIs(qk, "MatMul");
+    if (m->qk == nullptr) {
+      return fail("expected the scores '" + m->softmax->input(0) +
+                  "' to be q k^T scaled by constants (a mask or a bias added "
+                  "to them is not supported)");
+    }
+    std::string q = m->qk->input(0);
+    while (PeelScalarFactor(&q, &m->scale)) {
+    }
+    m->q_node = Node(PeelViews(q));
+    if (!MatchLinear(PeelViews(q), &m->q) ||
+        !ProbeSource(m->q.x, m->q.in, &m->probe)) {
+      return fail("expected q to be a projection (constant weights) of a "
+                  "constant probe repeated for each image");
+    }
+    std::string v_tokens;
+    if (!MatchKeyValuePart(m->qk->input(1), {1, 2, 0}, &m->k) ||
+        !MatchKeyValuePart(pv.input(1), {1, 0, 2}, &m->v) ||
+        !SequenceFirstSource(m->k.linear.x, &m->tokens) ||
+        !SequenceFirstSource(m->v.linear.x, &v_tokens) ||
+        !Same(m->tokens, v_tokens)) {
+      return fail("expected k and v to be projections (constant weights) of "
+                  "one [B, T, w] tensor transposed to [T, B, w] "
+                  "(batch_first=True), viewed [T, B*H, D] and transposed");
+    }
+    const Shape* ts = ShapeOf(m->tokens);
+    const Shape* ks = ShapeOf(m->qk->input(1));  // [B*H, D, T]
+    if (ts == nullptr || ts->size() != 3 || ks == nullptr || ks->size() != 3) {
+      return fail("expected [B, T, w] tokens");
+    }
+    m->batch = (*ts)[0];
+    m->keys = (*ts)[1];
+    m->width = (*ts)[2];
+    m->head_dim = (*ks)[1];
+    m->heads = (*ks)[0] / m->batch;
+    const int64_t w = m->q.out;
+    if (m->heads * m->batch != (*ks)[0] || m->heads * m->head_dim != w ||
+        m->k.count != w || m->v.count != w || (*ks)[2] != m->keys ||
+        m->k.linear.in != m->width) {
+      return fail("q, k and v do not split into the same heads");
+    }
+    return Status::Ok();
+  }
+
+  Status EmitPoolingAttention(const NodeProto& pv, const std::string& t,
+                              uint32_t* id) {
+    PoolingMatch m;
+    TILEC_RETURN_IF_ERROR(MatchPoolingAttention(pv, &m));
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    uint32_t x;
+    TILEC_RETURN_IF_ERROR(Value(m.tokens, {m.batch * m.keys, m.width}, &x));
+    uint32_t q;
+    TILEC_RETURN_IF_ERROR(EmitProbeQuery(m, dtype, &q));
+    const uint32_t kv = EmitKeyValue(m.k, m.v, m.batch * m.keys, dtype, x);
+    const Shape scores_shape = {m.batch, m.heads, 1, m.keys};
+    fb::OperationT* op = nullptr;
+    const uint32_t scores =
+        NewOp(fb::OpKind::AttentionScores, NodeName(*m.qk), {q, kv},
+              m.softmax->input(0), scores_shape, dtype, &op);
+    op->heads = static_cast<int32_t>(m.heads);
+    op->head_dim = static_cast<int32_t>(m.head_dim);
+    op->scale = static_cast<float>(m.scale);
+    const uint32_t probs =
+        NewOp(fb::OpKind::Softmax, NodeName(*m.softmax), {scores},
+              m.softmax->output(0), scores_shape, dtype);
+    *id = NewOp(fb::OpKind::AttentionContext, NodeName(pv), {probs, kv}, t,
+                {m.batch, m.q.out}, dtype, &op);
+    op->heads = static_cast<int32_t>(m.heads);
+    op->head_dim = static_cast<int32_t>(m.head_dim);
+    return Status::Ok();
+  }
+
+  // The probe row's query (a one-row GEMM and its bias, as import-model
+  // builds it), copied for each image.
+  Status EmitProbeQuery(const PoolingMatch& m, fb::DType dtype, uint32_t* q) {
+    const LinearMatch& lq = m.q;
+    *q = NewOp(fb::OpKind::MatMul, lq.node_name,
+               {ProbeRow(m.probe, lq.in, dtype),
+                ScaledWeight(lq, 0, lq.out, dtype)},
+               lq.node_name + ".out", {1, lq.out}, dtype);
+    *q = NewOp(fb::OpKind::BiasAdd, lq.node_name + ".bias",
+               {*q, NewWeight(lq.node_name + ".b", {lq.out},
+                              ScaledBias(lq, 0, lq.out), dtype)},
+               lq.node_name + ".bias.out", {1, lq.out}, dtype);
+    if (m.batch == 1) return Status::Ok();
+    return EmitPerImage(*m.q_node, *q, m.batch, lq.node_name + ".rows.out", q);
+  }
+
+  // The probe as one [1, w] row.
+  uint32_t ProbeRow(const std::string& probe, int64_t width, fb::DType dtype) {
+    ConstPtr c;
+    (void)g_.Constant(probe, &c);  // ProbeSource saw it constant
+    return NewWeight(probe, {1, width}, ToFloats(*c), dtype);
+  }
+
+  // Columns [first, first + count) of a projection's weight [in, out] (its
+  // scalar factor folded in).
+  uint32_t ScaledWeight(const LinearMatch& m, int64_t first, int64_t count,
+                        fb::DType dtype) {
+    return NewWeight(m.node_name + ".w", {m.in, count},
+                     WeightColumns(m, first, count), dtype);
+  }
+  static std::vector<float> WeightColumns(const LinearMatch& m, int64_t first,
+                                          int64_t count) {
+    std::vector<float> w;
+    for (int64_t r = 0; r < m.in; ++r) {
+      for (int64_t c = first; c < first + count; ++c) {
+        w.push_back(static_cast<float>(m.weight[r * m.out + c] * m.factor));
+      }
+    }
+    return w;
+  }
+  static std::vector<float> ScaledBias(const LinearMatch& m, int64_t first,
+                                       int64_t count) {
+    std::vector<float> b;
+    for (int64_t c = first; c < first + count; ++c) {
+      b.push_back(static_cast<float>(m.bias[c] * m.factor));
+    }
+    return b;
+  }
+
+  // The tokens' [rows, 2w] keys and values, columns [k heads | v heads]:
+  // one MatMul over [Wk | Wv] and its bias, as import-model's head.
+  uint32_t EmitKeyValue(const KeyValuePart& k, const KeyValuePart& v,
+                        int64_t rows, fb::DType dtype, uint32_t x) {
+    const int64_t in = k.linear.in, n = k.count + v.count;
+    const std::vector<float> wk = WeightColumns(k.linear, k.first, k.count);
+    const std::vector<float> wv = WeightColumns(v.linear, v.first, v.count);
+    std::vector<float> w;
+    for (int64_t r = 0; r < in; ++r) {
+      w.insert(w.end(), wk.begin() + r * k.count, wk.begin() + (r + 1) * k.count);
+      w.insert(w.end(), wv.begin() + r * v.count, wv.begin() + (r + 1) * v.count);
+    }
+    std::vector<float> b = ScaledBias(k.linear, k.first, k.count);
+    const std::vector<float> bv = ScaledBias(v.linear, v.first, v.count);
+    b.insert(b.end(), bv.begin(), bv.end());
+    const std::string name =
+        CommonPrefix({k.linear.node_name, v.linear.node_name}) + "kv";
+    const uint32_t product =
+        NewOp(fb::OpKind::MatMul, name, {x, NewWeight(name + ".w", {in, n}, w, dtype)},
+              name + ".out", {rows, n}, dtype);
+    return NewOp(fb::OpKind::BiasAdd, name + "_bias",
+                 {product, NewWeight(name + ".b", {n}, b, dtype)},
+                 name + "_bias.out", {rows, n}, dtype);
+  }
+
+  // ReduceMean over the tokens (the axis before the last) of [B, T, w]:
+  // the mean of each image's rows is a product with a constant [B, B*T]
+  // averaging matrix (1/T on image b's T columns of row b), one MatMul
+  // that the planner prices like any other (docs/import-onnx.md).
+  Status EmitTokenMean(const NodeProto& node, const std::string& t,
+                       uint32_t* id) {
+    const Shape* xs = ShapeOf(node.input(0));
+    const std::vector<int64_t> axes = AxesOf(node);
+    if (xs == nullptr || xs->size() < 2 ||
+        axes != std::vector<int64_t>{static_cast<int64_t>(xs->size()) - 2}) {
+      return Unsupported(node,
+                         "a ReduceMean over axes other than the tokens (the "
+                         "axis before the last, e.g. x.mean(dim=1) of [B, T, "
+                         "w]): tilec averages whole rows only");
+    }
+    const int64_t tokens = (*xs)[xs->size() - 2], width = xs->back();
+    const int64_t images = Elements(*xs) / (tokens * width);
+    uint32_t x;
+    TILEC_RETURN_IF_ERROR(Value(node.input(0), {images * tokens, width}, &x));
+    std::vector<float> average(static_cast<size_t>(images * images * tokens));
+    for (int64_t b = 0; b < images; ++b) {
+      std::fill_n(average.begin() + b * images * tokens + b * tokens, tokens,
+                  static_cast<float>(1.0 / static_cast<double>(tokens)));
+    }
+    fb::DType dtype;
+    TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
+    const std::string name = NodeName(node);
+    const uint32_t a =
+        NewWeight(name + ".average", {images, images * tokens}, average, dtype);
+    *id = NewOp(fb::OpKind::MatMul, name, {a, x}, t, {images, width}, dtype);
+    return Status::Ok();
+  }
+
   static std::string CommonPrefix(const std::vector<std::string>& names) {
     std::string p = names[0];
     for (const std::string& n : names) {
@@ -2068,7 +2423,14 @@ Status ImportOnnx(const ::onnx::ModelProto& model,
                   std::string* sidecar) {
   std::unique_ptr<OnnxGraph> graph;
   TILEC_RETURN_IF_ERROR(
-      OnnxGraph::Build(model, options.model_name, options.model_dir, &graph));
+      OnnxGraph::Build(model, options.model_name, options.model_dir,
+                       options.batch, &graph));
+  if (options.batch != 1 && !graph->batch_bound()) {
+    return Status::BadInput(options.model_name + ": --batch=" +
+                            std::to_string(options.batch) +
+                            ", but no graph input has a symbolic first "
+                            "dimension (the batch was fixed at export)");
+  }
   fb::ModuleT result;
   std::string bytes;
   TILEC_RETURN_IF_ERROR(RunWithStack(kEmitStackBytes, [&] {

@@ -31,7 +31,14 @@
 //          1), Expand and a broadcasting Add over leading dims, all on any
 //          axis but the last -> CopyRows (then Add): a class token, its
 //          pick for the head, a position table per image.
-//      Reshape, Flatten, Squeeze, Unsqueeze and Identity do not move data
+//        nn.MultiheadAttention(batch_first=True) over a constant probe
+//          repeated per image (SigLIP's MAP head) -> the probe's q MatMul,
+//          BiasAdd, CopyRows per image, kv MatMul over [Wk | Wv], BiasAdd,
+//          cross AttentionScores, Softmax, AttentionContext.
+//        ReduceMean over the tokens -> MatMul of a constant averaging
+//          matrix by the tokens.
+//      Reshape, Flatten, Squeeze, Unsqueeze, Identity and a Transpose that
+//      keeps the axes of more than one element in order do not move data
 //      (tilec values are row-major) and become nothing.
 //   3. Anything else that an output depends on is an Infeasible error
 //      (exit 3) naming the node, its op type and the opset:
@@ -91,6 +98,11 @@ struct OnnxImportOptions {
   std::string sidecar_path = "weights.bin";
   // Directory that external tensor data is resolved against.
   std::string model_dir = ".";
+  // The value of a symbolic first dimension of the graph inputs (a dynamic
+  // batch), recorded as the module's batch. Any other symbolic dimension is
+  // Infeasible; a batch other than 1 for a model without a symbolic one is
+  // BadInput (its batch was fixed at export).
+  int64_t batch = 1;
   // Seeds of the inputs' Gaussian inits (as import-model's --input_seed).
   uint64_t input_seed = 2;
   // Used in messages, e.g. the model's file name.

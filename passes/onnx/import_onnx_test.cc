@@ -9,8 +9,10 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include "formats/op_shapes.h"
+#include "passes/onnx/onnx_graph.h"
 #include "passes/onnx/onnx_tensor.h"
 
 namespace tilec::passes {
@@ -31,6 +33,16 @@ class ModelBuilder {
   void Input(const std::string& name, std::vector<int64_t> shape,
              int32_t type = TensorProto::FLOAT) {
     Declare(model_.mutable_graph()->add_input(), name, shape, type);
+  }
+  // An input whose dims named in `symbolic` (by index) are dim_params.
+  void SymbolicInput(const std::string& name, std::vector<int64_t> shape,
+                     const std::map<int, std::string>& symbolic) {
+    auto* v = model_.mutable_graph()->add_input();
+    Declare(v, name, shape);
+    auto* dims = v->mutable_type()->mutable_tensor_type()->mutable_shape();
+    for (const auto& [index, param] : symbolic) {
+      dims->mutable_dim(index)->set_dim_param(param);
+    }
   }
   void Output(const std::string& name, std::vector<int64_t> shape) {
     Declare(model_.mutable_graph()->add_output(), name, shape);
@@ -78,11 +90,21 @@ class ModelBuilder {
 };
 
 Status Import(const ::onnx::ModelProto& model, fb::ModuleT* module,
-              std::string* sidecar = nullptr) {
+              std::string* sidecar = nullptr, int64_t batch = 1) {
   std::string ignored;
   OnnxImportOptions options;
   options.model_name = "m.onnx";
+  options.batch = batch;
   return ImportOnnx(model, options, module, sidecar ? sidecar : &ignored);
+}
+
+// A weight's numbers as the sidecar holds them.
+std::vector<float> SidecarFloats(const fb::ValueT& v,
+                                 const std::string& sidecar) {
+  std::vector<float> data(v.sidecar->bytes / sizeof(float));
+  std::memcpy(data.data(), sidecar.data() + v.sidecar->offset,
+              v.sidecar->bytes);
+  return data;
 }
 
 std::vector<fb::OpKind> Kinds(const fb::ModuleT& module) {
@@ -654,6 +676,251 @@ TEST(ImportOnnx, BroadcastsTilecDoesNotHoldAreRefusedNamingTheShapes) {
                 HasSubstr("m.onnx: node 'z_node' (Mul, opset 17): "));
     EXPECT_THAT(s.message(), HasSubstr(c.message));
   }
+
+TEST(ImportOnnx, SymbolicBatchIsBoundAndRecorded) {
+  ModelBuilder b;
+  b.SymbolicInput("x", {1, 3, 4}, {{0, "batch"}});
+  b.Constant("w", {4, 4}, std::vector<float>(16, 0.5f));
+  b.Node("Shape", {"x"}, "shape");
+  b.Node("MatMul", {"x", "w"}, "h");
+  b.Node("Reshape", {"h", "shape"}, "y");  // folds only with the batch bound
+  b.Output("y", {1, 3, 4});
+  for (int64_t batch : {1, 3}) {
+    fb::ModuleT module;
+    const Status s = Import(b.model(), &module, nullptr, batch);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(module.model->batch, batch);
+    EXPECT_EQ(module.values[module.ops[0]->operands[0]]->shape,
+              (std::vector<int64_t>{batch * 3, 4}));
+  }
+}
+
+TEST(ImportOnnx, SymbolicDimensionsBeyondTheBatchAreRefused) {
+  ModelBuilder b;
+  b.SymbolicInput("x", {1, 3, 4}, {{0, "batch"}, {1, "tokens"}});
+  b.Constant("w", {4, 4}, std::vector<float>(16, 0.5f));
+  b.Node("MatMul", {"x", "w"}, "y");
+  b.Output("y", {1, 3, 4});
+  fb::ModuleT module;
+  Status s = Import(b.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+  EXPECT_EQ(s.message(),
+            "m.onnx: input 'x' dimension 1 is symbolic ('tokens'); only the "
+            "first (batch) dimension may be, bound by --batch");
+
+  ModelBuilder fixed;
+  fixed.Input("x", {2, 4});
+  fixed.Constant("w", {4, 4}, std::vector<float>(16, 0.5f));
+  fixed.Node("MatMul", {"x", "w"}, "y");
+  fixed.Output("y", {2, 4});
+  s = Import(fixed.model(), &module, nullptr, 2);
+  EXPECT_EQ(s.code(), StatusCode::kBadInput);
+  EXPECT_THAT(s.message(), HasSubstr("--batch=2, but no graph input"));
+}
+
+// x.mean(dim=1) of [B, T, w]: a MatMul with a [B, B*T] matrix of 1/T on
+// each image's own tokens, whatever keepdims says.
+TEST(ImportOnnx, TokenMeanIsAnAveragingMatMul) {
+  for (int64_t keep : {0, 1}) {
+    ModelBuilder b;
+    b.Input("x", {2, 3, 4});
+    b.Node("ReduceMean", {"x"}, "y")->add_attribute()->set_name("axes");
+    auto* n = b.model().mutable_graph()->mutable_node(0);
+    n->mutable_attribute(0)->set_type(::onnx::AttributeProto::INTS);
+    n->mutable_attribute(0)->add_ints(1);
+    auto* k = n->add_attribute();
+    k->set_name("keepdims");
+    k->set_type(::onnx::AttributeProto::INT);
+    k->set_i(keep);
+    b.Output("y", keep ? std::vector<int64_t>{2, 1, 4}
+                       : std::vector<int64_t>{2, 4});
+    fb::ModuleT module;
+    std::string sidecar;
+    const Status s = Import(b.model(), &module, &sidecar);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(Kinds(module), std::vector<fb::OpKind>{fb::OpKind::MatMul});
+    const fb::ValueT& average = *module.values[module.ops[0]->operands[0]];
+    EXPECT_EQ(average.role, fb::ValueRole::Weight);
+    EXPECT_EQ(average.shape, (std::vector<int64_t>{2, 6}));
+    const float third = 1.0f / 3;
+    EXPECT_EQ(SidecarFloats(average, sidecar),
+              (std::vector<float>{third, third, third, 0, 0, 0,  //
+                                  0, 0, 0, third, third, third}));
+    EXPECT_EQ(module.values[module.ops[0]->results[0]]->shape,
+              (std::vector<int64_t>{2, 4}));
+  }
+}
+
+TEST(ImportOnnx, MeanOverTheWidthIsRefused) {
+  ModelBuilder b;
+  b.Input("x", {2, 3, 4});
+  b.Node("ReduceMean", {"x"}, "y")->add_attribute()->set_name("axes");
+  auto* a = b.model().mutable_graph()->mutable_node(0)->mutable_attribute(0);
+  a->set_type(::onnx::AttributeProto::INTS);
+  a->add_ints(2);
+  b.Output("y", {2, 3, 1});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+  EXPECT_THAT(s.message(), HasSubstr("node 'y_node' (ReduceMean, opset 17): "
+                                     "a ReduceMean over axes other than the "
+                                     "tokens"));
+}
+
+// nn.MultiheadAttention(batch_first=True) over a probe repeated per image,
+// as torch.onnx.export writes it (k and v by one MatMul, then sliced):
+// import-model's MAP head ops. `mask` adds a constant to the scores.
+::onnx::ModelProto PoolingAttention(bool mask) {
+  constexpr int64_t kB = 2, kT = 3, kW = 4, kH = 2, kD = 2;
+  ModelBuilder b;
+  b.Input("x", {kB, kT, kW});
+  b.Constant("probe", {1, 1, kW}, {0.1f, 0.2f, 0.3f, 0.4f});
+  b.Ints("repeats", {3}, {kB, 1, 1});
+  b.Node("Tile", {"probe", "repeats"}, "probes");
+  b.Node("Transpose", {"probes"}, "q_in")->add_attribute();
+  std::vector<float> wq(kW * kW), wkv(kW * 2 * kW), bq(kW), bkv(2 * kW);
+  for (size_t i = 0; i < wq.size(); ++i) wq[i] = 0.01f * i;
+  for (size_t i = 0; i < wkv.size(); ++i) wkv[i] = -0.02f * i;
+  for (size_t i = 0; i < bq.size(); ++i) bq[i] = 0.5f + i;
+  for (size_t i = 0; i < bkv.size(); ++i) bkv[i] = 1.5f + i;
+  b.Constant("wq", {kW, kW}, wq);
+  b.Constant("bq", {kW}, bq);
+  b.Constant("wkv", {kW, 2 * kW}, wkv);
+  b.Constant("bkv", {2 * kW}, bkv);
+  b.Node("MatMul", {"q_in", "wq"}, "q_mm");
+  b.Node("Add", {"bq", "q_mm"}, "q");
+  b.Node("Transpose", {"x"}, "x_seq")->add_attribute();
+  b.Node("MatMul", {"x_seq", "wkv"}, "kv_mm");
+  b.Node("Add", {"bkv", "kv_mm"}, "kv");
+  b.Ints("zero", {1}, {0});
+  b.Ints("w", {1}, {kW});
+  b.Ints("w2", {1}, {2 * kW});
+  b.Ints("last", {1}, {2});
+  b.Node("Slice", {"kv", "zero", "w", "last"}, "k");
+  b.Node("Slice", {"kv", "w", "w2", "last"}, "v");
+  b.Ints("q_heads", {3}, {1, kB * kH, kD});
+  b.Ints("kv_heads", {3}, {kT, kB * kH, kD});
+  b.Node("Reshape", {"q", "q_heads"}, "qh");
+  b.Node("Reshape", {"k", "kv_heads"}, "kh");
+  b.Node("Reshape", {"v", "kv_heads"}, "vh");
+  b.Node("Transpose", {"qh"}, "qt")->add_attribute();
+  b.Node("Transpose", {"kh"}, "kt")->add_attribute();
+  b.Node("Transpose", {"vh"}, "vt")->add_attribute();
+  b.Scalar("sqrt_d", std::sqrt(static_cast<float>(kD)));
+  b.Node("Div", {"qt", "sqrt_d"}, "qs");
+  b.Node("MatMul", {"qs", "kt"}, "scores");
+  std::string scores = "scores";
+  if (mask) {
+    b.Constant("mask", {1, kT}, {0.0f, 0.0f, -1e4f});
+    b.Node("Add", {"scores", "mask"}, "masked");
+    scores = "masked";
+  }
+  b.Node("Softmax", {scores}, "probs");
+  b.Node("MatMul", {"probs", "vt"}, "ctx");
+  b.Node("Transpose", {"ctx"}, "ctx_seq")->add_attribute();
+  b.Ints("rows", {2}, {kB, kW});
+  b.Node("Reshape", {"ctx_seq", "rows"}, "y");
+  b.Output("y", {kB, kW});
+  // Every Transpose above is perm [1, 0, 2] but the keys' [1, 2, 0].
+  for (auto& n : *b.model().mutable_graph()->mutable_node()) {
+    if (n.op_type() != "Transpose") continue;
+    auto* perm = n.mutable_attribute(0);
+    perm->set_name("perm");
+    perm->set_type(::onnx::AttributeProto::INTS);
+    const bool keys = n.output(0) == "kt";
+    for (int64_t p : keys ? std::vector<int64_t>{1, 2, 0}
+                          : std::vector<int64_t>{1, 0, 2}) {
+      perm->add_ints(p);
+    }
+  }
+  return b.model();
+}
+
+TEST(ImportOnnx, PoolingAttentionIsTheMapHeadsCrossAttention) {
+  fb::ModuleT module;
+  std::string sidecar;
+  const Status s = Import(PoolingAttention(false), &module, &sidecar);
+  ASSERT_TRUE(s.ok()) << s.message();
+  using K = fb::OpKind;
+  ASSERT_EQ(Kinds(module),
+            (std::vector<K>{K::MatMul, K::BiasAdd, K::CopyRows, K::MatMul,
+                            K::BiasAdd, K::AttentionScores, K::Softmax,
+                            K::AttentionContext}));
+  for (const auto& op : module.ops) {
+    EXPECT_EQ(ir::CheckOpShapes(*op, module).message(), "");
+  }
+  // The probe row's query, then one copy per image.
+  EXPECT_EQ(module.values[module.ops[0]->operands[0]]->shape,
+            (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(module.values[module.ops[2]->results[0]]->shape,
+            (std::vector<int64_t>{2, 4}));
+  // k and v of the image-major tokens [B*T, w], columns [k | v].
+  EXPECT_EQ(module.values[module.ops[3]->operands[0]]->role,
+            fb::ValueRole::Input);
+  EXPECT_EQ(module.values[module.ops[3]->operands[0]]->shape,
+            (std::vector<int64_t>{6, 4}));
+  std::vector<float> wkv(32);
+  for (size_t i = 0; i < wkv.size(); ++i) wkv[i] = -0.02f * i;
+  EXPECT_EQ(SidecarFloats(*module.values[module.ops[3]->operands[1]], sidecar),
+            wkv);
+  const fb::OperationT& scores = *module.ops[5];
+  EXPECT_EQ(scores.operands.size(), 2u);  // the cross form: q, kv
+  EXPECT_EQ(scores.heads, 2);
+  EXPECT_EQ(scores.head_dim, 2);
+  EXPECT_FLOAT_EQ(scores.scale, 1.0f / std::sqrt(2.0f));
+  EXPECT_EQ(module.values[module.ops[7]->results[0]]->shape,
+            (std::vector<int64_t>{2, 4}));
+}
+
+TEST(ImportOnnx, PoolingAttentionWithAMaskIsRefused) {
+  fb::ModuleT module;
+  const Status s = Import(PoolingAttention(true), &module);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+  EXPECT_THAT(s.message(),
+              HasSubstr("node 'ctx_node' (MatMul, opset 17): attention "
+                        "pooling (one query): expected the scores 'masked' "
+                        "to be q k^T scaled by constants"));
+}
+
+// A weight cut from a constant beyond the folding limit (the MAP head's
+// in_proj_weight at so400m's width, sliced by bounds computed from a
+// dynamic batch) is still a constant weight.
+TEST(ImportOnnx, LargeSlicedWeightIsAConstant) {
+  constexpr int64_t kN = kMaxFoldedElements / 4 + 8;
+  ModelBuilder b;
+  b.Input("x", {2, 4});
+  b.Constant("w", {4, kN}, std::vector<float>(4 * kN, 0.25f));
+  b.Ints("start", {1}, {1});
+  b.Ints("end", {1}, {kN});
+  b.Ints("axis", {1}, {1});
+  b.Node("Slice", {"w", "start", "end", "axis"}, "w_cut");
+  b.Node("MatMul", {"x", "w_cut"}, "y");
+  b.Output("y", {2, kN - 1});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(Kinds(module), std::vector<fb::OpKind>{fb::OpKind::MatMul});
+  const fb::ValueT& w = *module.values[module.ops[0]->operands[1]];
+  EXPECT_EQ(w.role, fb::ValueRole::Weight);
+  EXPECT_EQ(w.shape, (std::vector<int64_t>{4, kN - 1}));
+}
+
+// Such folds add up to no more elements than the initializers hold: a
+// weight transposed twice is one weight's worth, and the second is left
+// as a computed (here refused) Transpose.
+TEST(ImportOnnx, LargeFoldsAreBoundedByTheInitializers) {
+  constexpr int64_t kN = kMaxFoldedElements / 4 + 8;
+  ModelBuilder b;
+  b.Input("x", {2, 4});
+  b.Constant("w", {4, kN}, std::vector<float>(4 * kN, 0.25f));
+  b.Node("Transpose", {"w"}, "wt");
+  b.Node("Transpose", {"wt"}, "wtt");
+  b.Node("MatMul", {"x", "wtt"}, "y");
+  b.Output("y", {2, kN});
+  fb::ModuleT module;
+  const Status s = Import(b.model(), &module);
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+  EXPECT_THAT(s.message(), HasSubstr("node 'wtt_node' (Transpose, opset 17)"));
 }
 
 TEST(ImportOnnx, UnsupportedNodeIsInfeasibleNamingIt) {

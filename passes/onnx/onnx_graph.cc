@@ -198,7 +198,8 @@ class NodeVisitor {
     if (op_ == "Constant") return 0;
     if (op_ == "Range" || op_ == "Where") return 3;
     if (op_ == "MatMul" || op_ == "Gemm" || op_ == "Gather" ||
-        op_ == "Reshape" || op_ == "Expand" || op_ == "Conv" ||
+        op_ == "Reshape" || op_ == "Expand" || op_ == "Tile" ||
+        op_ == "Conv" ||
         (IsBinary(op_) && op_ != "Max" && op_ != "Min")) {  // variadic
       return 2;
     }
@@ -242,7 +243,11 @@ class NodeVisitor {
     (*outputs_)[i].elem_type = type;
   }
   void SetValue(int i, OnnxConstant value) {
-    if (value.elements() > kMaxFoldedElements) {
+    // A weight cut or transposed (nn.MultiheadAttention's in_proj_weight,
+    // sliced with bounds a dynamic batch keeps the exporter from folding)
+    // is kept whatever its size: it is no larger than what it reads.
+    const bool rearranged_weight = op_ == "Slice" || op_ == "Transpose";
+    if (value.elements() > kMaxFoldedElements && !rearranged_weight) {
       SetShape(i, value.shape, value.elem_type);
       return;
     }
@@ -274,6 +279,7 @@ class NodeVisitor {
     if (op_ == "ConstantOfShape") return InferConstantOfShape();
     if (op_ == "Range") return InferRange();
     if (op_ == "Expand") return InferExpand();
+    if (op_ == "Tile") return InferTile();
     if (op_ == "MatMul") return InferMatMul();
     if (op_ == "Gemm") return InferGemm();
     if (op_ == "LayerNormalization") return InferLayerNorm();
@@ -681,6 +687,43 @@ class NodeVisitor {
     SetValue(0, std::move(r));
   }
 
+  // Tile repeats the whole input along each axis (torch's Tensor.repeat,
+  // as a MAP head's probe is repeated per image).
+  void InferTile() {
+    ConstPtr repeats = ConstIn(1);
+    const Shape& s = In(0)->shape;
+    if (repeats == nullptr) return;
+    const Shape r = AsInts(*repeats);
+    if (r.size() != s.size()) {
+      return Invalid("repeats of " + std::to_string(r.size()) +
+                     " elements for a rank-" + std::to_string(s.size()) +
+                     " input");
+    }
+    Shape out;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (r[i] < 0) return Invalid("a negative repeat");
+      out.push_back(s[i] * r[i]);
+    }
+    ConstPtr c = ConstIn(0);
+    const int64_t count = Product(out, 0, out.size());
+    if (c == nullptr || count > kMaxFoldedElements) {
+      return SetShape(0, out, In(0)->elem_type);
+    }
+    OnnxConstant t;
+    t.shape = out;
+    t.elem_type = c->elem_type;
+    for (int64_t flat = 0; flat < count; ++flat) {
+      int64_t rest = flat, src = 0, stride = 1;
+      for (size_t i = out.size(); i-- > 0;) {
+        src += (rest % out[i]) % s[i] * stride;
+        rest /= out[i];
+        stride *= s[i];
+      }
+      t.data.push_back(c->data[src]);
+    }
+    SetValue(0, std::move(t));
+  }
+
   void InferMatMul() {
     Shape a = In(0)->shape, b = In(1)->shape;
     if (a.empty() || b.empty()) return;
@@ -798,9 +841,12 @@ class NodeVisitor {
 
 // Declared types of graph inputs, outputs and value_info.
 // A negative dimension is BadInput (ONNX has none; an unknown one is a
-// dim_param or no value).
+// dim_param or no value). With `batch` (graph inputs), a symbolic first
+// dimension is bound to *batch and *bound set; a symbolic dimension
+// elsewhere is Infeasible, named: tilec compiles one shape.
 Status DeclaredType(const ::onnx::ValueInfoProto& vi,
-                    const std::string& model_name, OnnxTensorInfo* info) {
+                    const std::string& model_name, OnnxTensorInfo* info,
+                    const int64_t* batch = nullptr, bool* bound = nullptr) {
   if (!vi.type().has_tensor_type()) return Status::Ok();
   const auto& tt = vi.type().tensor_type();
   info->elem_type = tt.elem_type();
@@ -811,6 +857,17 @@ Status DeclaredType(const ::onnx::ValueInfoProto& vi,
       return Status::BadInput(model_name + ": tensor '" + vi.name() +
                               "' is declared with a negative dimension " +
                               std::to_string(d.dim_value()));
+    }
+    if (batch != nullptr && d.has_dim_param()) {
+      if (!shape.empty()) {
+        return Status::Infeasible(
+            model_name + ": input '" + vi.name() + "' dimension " +
+            std::to_string(shape.size()) + " is symbolic ('" + d.dim_param() +
+            "'); only the first (batch) dimension may be, bound by --batch");
+      }
+      shape.push_back(*batch);
+      *bound = true;
+      continue;
     }
     if (!d.has_dim_value()) return Status::Ok();
     shape.push_back(d.dim_value());
@@ -919,7 +976,7 @@ int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
 
 Status OnnxGraph::Build(const ::onnx::ModelProto& model,
                         const std::string& model_name,
-                        const std::string& model_dir,
+                        const std::string& model_dir, int64_t batch,
                         std::unique_ptr<OnnxGraph>* graph) {
   std::unique_ptr<OnnxGraph> g(new OnnxGraph(model, model_name, model_dir));
   for (const auto& opset : model.opset_import()) {
@@ -951,6 +1008,19 @@ Status OnnxGraph::Build(const ::onnx::ModelProto& model,
     TILEC_RETURN_IF_ERROR(OnnxElements(
         info.shape, model_name + ": initializer '" + init.name() + "'",
         &count));
+    // What the initializer holds, not what its dims claim (a model may
+    // declare huge dims without data); every element takes a byte or more.
+    int64_t held = count;
+    if (init.data_location() != TensorProto::EXTERNAL) {
+      held = std::min<int64_t>(
+          count, static_cast<int64_t>(init.raw_data().size()) +
+                     init.float_data_size() + init.int32_data_size() +
+                     init.int64_data_size() + init.double_data_size() +
+                     init.uint64_data_size());
+    }
+    g->large_folds_budget_ = std::min(
+        g->large_folds_budget_,
+        std::numeric_limits<int64_t>::max() - held) + held;
     if (count <= kMaxFoldedElements) {
       OnnxConstant value;
       TILEC_RETURN_IF_ERROR(DecodeOnnxTensor(
@@ -966,7 +1036,8 @@ Status OnnxGraph::Build(const ::onnx::ModelProto& model,
     OnnxTensorInfo info;
     info.name = input.name();
     info.graph_input = true;
-    TILEC_RETURN_IF_ERROR(DeclaredType(input, model_name, &info));
+    TILEC_RETURN_IF_ERROR(
+        DeclaredType(input, model_name, &info, &batch, &g->batch_bound_));
     TILEC_RETURN_IF_ERROR(g->Define(std::move(info)));
   }
   for (int i = 0; i < proto.node_size(); ++i) {
@@ -1019,6 +1090,19 @@ Status OnnxGraph::VisitNode(int index) {
       node.domain().empty() || node.domain() == "ai.onnx";
   if (default_domain) {
     TILEC_RETURN_IF_ERROR(NodeVisitor(*this, node, index).Run(&outputs));
+  }
+  // Folded weights beyond the limit (cut or transposed) are kept while
+  // they add up to no more than the initializers hold: a model that
+  // transposes one weight a thousand times is not a thousand weights.
+  for (OnnxTensorInfo& out : outputs) {
+    if (out.value == nullptr || out.value->elements() <= kMaxFoldedElements) {
+      continue;
+    }
+    if (out.value->elements() > large_folds_budget_) {
+      out.value.reset();
+    } else {
+      large_folds_budget_ -= out.value->elements();
+    }
   }
   // value_info may declare what the visitor could not infer.
   for (OnnxTensorInfo& out : outputs) {

@@ -6,8 +6,11 @@
 //
 // Folding computes in double (integers stay exact below 2^53; float results
 // are rounded to the node's output type, FLOAT to float, FLOAT16 to half).
-// Only tensors of at most kMaxFoldedElements elements are folded; larger
-// constants are initializers, decoded when a weight needs them.
+// Only tensors of at most kMaxFoldedElements elements are folded (but a
+// Slice or Transpose of a constant, a weight cut or transposed, whatever
+// its size, as long as all such add up to no more elements than the
+// initializers); larger constants are initializers, decoded when a weight
+// needs them.
 
 #ifndef TILEC_PASSES_ONNX_ONNX_GRAPH_H_
 #define TILEC_PASSES_ONNX_ONNX_GRAPH_H_
@@ -43,16 +46,20 @@ class OnnxGraph {
   // Visits every node of `model.graph()`. BadInput for a graph that breaks
   // ONNX's rules (a node input that nothing defines, a tensor defined
   // twice, no default-domain opset); Infeasible for an opset outside
-  // [kMinOnnxOpset, kMaxOnnxOpset] (import_onnx.h).
+  // [kMinOnnxOpset, kMaxOnnxOpset] (import_onnx.h). A symbolic first
+  // dimension of a graph input (a dynamic batch) is bound to `batch`; any
+  // other symbolic input dimension is Infeasible, named.
   static Status Build(const ::onnx::ModelProto& model,
                       const std::string& model_name,
-                      const std::string& model_dir,
+                      const std::string& model_dir, int64_t batch,
                       std::unique_ptr<OnnxGraph>* graph);
 
   const ::onnx::GraphProto& proto() const { return model_.graph(); }
   int64_t opset() const { return opset_; }
   const std::string& model_name() const { return model_name_; }
   const std::string& model_dir() const { return model_dir_; }
+  // Some graph input had a symbolic first dimension, bound to Build's batch.
+  bool batch_bound() const { return batch_bound_; }
 
   // nullptr for "" (an omitted optional input) and unknown names.
   const OnnxTensorInfo* Find(const std::string& name) const;
@@ -89,6 +96,10 @@ class OnnxGraph {
   std::string model_name_;
   std::string model_dir_;
   int64_t opset_ = 0;
+  bool batch_bound_ = false;
+  // Elements that folded Slices and Transposes beyond kMaxFoldedElements
+  // may still hold: the initializers' own.
+  int64_t large_folds_budget_ = 0;
   std::map<std::string, OnnxTensorInfo> tensors_;
   // value_info by name (a name declared twice keeps its first entry):
   // looked up for every node output, where a scan made import quadratic.

@@ -1,7 +1,7 @@
 """tilec against PyTorch on the exported encoder (vs_pytorch_test.sh)."""
 
-# The default pipeline's tools with import-onnx, run-reference and
-# simulate-device (also what run_onnx_test.sh needs).
+# import-onnx, every pass of passes/pipeline/PIPELINE and the two that run
+# a result (also what run_expect_test.sh needs).
 PIPELINE_TOOLS = [
     "//tools/emit-device",
     "//tools/expand-reduce",
@@ -26,15 +26,23 @@ RUN_EXPECT_DATA = [
 ] + PIPELINE_TOOLS
 
 def vs_pytorch_test(name, mode, pixels = "pixel_values.npy",
-                    output = "embeddings", abs_factor = 1, tags = []):
+                    output = "embeddings", abs_factor = 1, batch = None,
+                    tags = []):
     """<name>-<mode>-vs-pytorch: MODE is reference, pipeline-f16 or pipeline-fp8.
 
     PIXELS is the exported input image, <name>.<output>.npy PyTorch's output;
-    ABS_FACTOR scales the max-abs limits (vs_pytorch_test.sh).
+    ABS_FACTOR scales the max-abs limits (vs_pytorch_test.sh). BATCH binds a
+    dynamic batch axis (import-onnx --batch): the test is then
+    <name>-b<BATCH>-<mode>-vs-pytorch and PyTorch's output
+    <name>.<output>.b<BATCH>.npy.
     """
     expected = "%s.%s.npy" % (name, output)
+    test = name
+    if batch != None:
+        expected = "%s.%s.b%d.npy" % (name, output, batch)
+        test = "%s-b%d" % (name, batch)
     native.sh_test(
-        name = name + "-" + mode + "-vs-pytorch",
+        name = test + "-" + mode + "-vs-pytorch",
         size = "small",
         srcs = ["vs_pytorch_test.sh"],
         args = [
@@ -45,6 +53,7 @@ def vs_pytorch_test(name, mode, pixels = "pixel_values.npy",
             "$(rootpath %s)" % expected,
             mode,
             str(abs_factor),
+            str(batch or 1),
         ],
         data = PIPELINE_TOOLS + [
             "//scripts:pipeline_lib",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # vs_pytorch_test.sh TOOLS NPY_COMPARE MODEL.onnx PIXELS.npy EXPECTED.npy MODE
-#                    [ABS_FACTOR]
+#                    [ABS_FACTOR] [BATCH]
 # The exported encoder through tilec, compared with PyTorch's output of the
 # same model on the same image (export_vit.py wrote both):
 #   MODE=reference  import-onnx --dtype=f32 and --dtype=f16, run-reference
@@ -23,20 +23,24 @@
 # The max-abs limits are for an output of scale about 0.3 (vit-op17's
 # embeddings); ABS_FACTOR (default 1) multiplies them for a model whose
 # output is that many times larger, as rounding errors scale with it.
+# BATCH (default 1) is import-onnx's --batch, for a dynamic-batch export.
 set -euo pipefail
 tools=$1 compare=$2 model=$3 pixels=$4 expected=$5 mode=$6 factor=${7:-1}
+batch=${8:-1}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 run() { local t=$1; shift; "$tools/$t/$t" "$@"; }
 scaled() { awk -v a="$1" -v f="$factor" 'BEGIN { print a * f }'; }
-# PyTorch's output file is named MODEL.OUTPUT.npy after the graph output.
+# PyTorch's output file is named MODEL.OUTPUT[.bN].npy after the graph
+# output.
 output=$(basename "$expected" .npy)
+output=${output%.b[0-9]*}
 output=${output##*.}
 mkdir "$out/in"
 cp "$pixels" "$out/in/pixel_values.npy"
 if [ "$mode" = reference ]; then
   for dtype in f32 f16; do
-    run import-onnx "$model" --dtype=$dtype -o "$out/$dtype.tilec"
+    run import-onnx "$model" --batch="$batch" --dtype=$dtype -o "$out/$dtype.tilec"
     run run-reference "$out/$dtype.tilec" --inputs="$out/in" --out_dir="$out/$dtype" -o -
     limits=(1e-5 0.999999)
     [ $dtype = f16 ] && limits=(2e-3 0.9999)
@@ -45,7 +49,7 @@ if [ "$mode" = reference ]; then
   done
 else
   . scripts/lib/pipeline.sh
-  run import-onnx "$model" --target=tiny -o "$out/0.tilec"
+  run import-onnx "$model" --batch="$batch" --target=tiny -o "$out/0.tilec"
   export PLAN_OWNERSHIP_FLAGS=--attempts=16
   if [ "$mode" = pipeline-f16 ]; then
     export QUANTIZE_FP8_FLAGS=--fp8=false

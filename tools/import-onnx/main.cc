@@ -2,6 +2,7 @@
 
 #include <gflags/gflags.h>
 
+#include <limits>
 #include <sstream>
 
 #include "formats/ir.h"
@@ -27,6 +28,10 @@ DEFINE_string(outputs, "",
 DEFINE_uint64(input_seed, 2,
               "Seed of the graph inputs' generated contents (used when no "
               "--inputs directory is given to later tools).");
+DEFINE_int64(batch, 1,
+             "The value of a symbolic first (batch) dimension of the graph "
+             "inputs, as a dynamic-batch export declares; recorded as the "
+             "module's batch. Any other symbolic dimension: exit 3.");
 DEFINE_string(
     target, "ipu21",
     "Target the module is for: a preset (ipu21, tiny) or a JSON path.");
@@ -52,6 +57,11 @@ Status Run(const std::vector<std::string>& args) {
   options.fuse_qkv = !FLAGS_no_fuse_qkv;
   options.outputs = SplitCommas(FLAGS_outputs);
   options.input_seed = FLAGS_input_seed;
+  if (FLAGS_batch < 1 || FLAGS_batch > std::numeric_limits<int32_t>::max()) {
+    return Status::BadInput("--batch=" + std::to_string(FLAGS_batch) +
+                            ": expected a positive batch");
+  }
+  options.batch = FLAGS_batch;
   options.model_name = ir::DisplayName(path);
   options.model_dir = ir::DirectoryOf(path);
   passes::SidecarPaths sidecar;
@@ -84,7 +94,8 @@ int main(int argc, char** argv) {
   auto args = tilec::tools::InitTool(
       argc, argv,
       "import-onnx [MODEL.onnx|-] [-o OUT.tilec] [--sidecar=WEIGHTS] "
-      "[--dtype=f16|f32|keep] [--outputs=A,B] [--no-fuse-qkv]: an ONNX model "
+      "[--dtype=f16|f32|keep] [--outputs=A,B] [--no-fuse-qkv] [--batch=N]: an "
+      "ONNX model "
       "(opsets 13-17) as tilec IR, weights in a checksummed sidecar file.\n"
       "Exit 0: imported; 2: bad usage, unreadable or malformed model; 3: a "
       "valid model with a node tilec cannot represent (named with its op "
