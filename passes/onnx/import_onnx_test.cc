@@ -676,6 +676,7 @@ TEST(ImportOnnx, BroadcastsTilecDoesNotHoldAreRefusedNamingTheShapes) {
                 HasSubstr("m.onnx: node 'z_node' (Mul, opset 17): "));
     EXPECT_THAT(s.message(), HasSubstr(c.message));
   }
+}
 
 TEST(ImportOnnx, SymbolicBatchIsBoundAndRecorded) {
   ModelBuilder b;
