@@ -425,6 +425,18 @@ TEST(IrTest, DeclaredShapeHoldsTheValuesElements) {
   }
 }
 
+// The importers' one rule: the model's shape is declared only where it is
+// not the value's own, so a value whose files need no other shape has none.
+TEST(IrTest, DeclareModelShapeOnlyWhereItDiffers) {
+  fb::ValueT v;
+  v.shape = {729, 1152};
+  DeclareModelShape({729, 1152}, &v);
+  EXPECT_TRUE(v.declared_shape.empty());
+  DeclareModelShape({1, 729, 1152}, &v);
+  EXPECT_EQ(v.declared_shape, (std::vector<int64_t>{1, 729, 1152}));
+  EXPECT_EQ(DeclaredShape(v), v.declared_shape);
+}
+
 TEST(IrTest, TargetValidatorBoundsSizes) {
   fb::TargetT t;
   ASSERT_TRUE(LoadTarget("ipu21", &t).ok());

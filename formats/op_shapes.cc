@@ -402,6 +402,11 @@ const std::vector<int64_t>& DeclaredShape(const fb::ValueT& value) {
   return value.declared_shape.empty() ? value.shape : value.declared_shape;
 }
 
+void DeclareModelShape(const std::vector<int64_t>& model_shape,
+                       fb::ValueT* value) {
+  if (model_shape != value->shape) value->declared_shape = model_shape;
+}
+
 namespace {
 
 std::string ShapeProblem(const OpShapeQuery& op) {

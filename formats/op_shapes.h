@@ -104,6 +104,14 @@ std::string ShapeToString(const std::vector<int64_t>& shape);
 // .npy files.
 const std::vector<int64_t>& DeclaredShape(const fb::ValueT& value);
 
+// Records `model_shape` (the shape the source model gives a graph input or
+// output: ONNX's, or the PyTorch module's) as the value's declared shape
+// where it differs from the value's own (tilec's rows); where they agree
+// nothing is declared, so a value has a declared shape only when its files
+// need one. Every importer declares through this one rule.
+void DeclareModelShape(const std::vector<int64_t>& model_shape,
+                       fb::ValueT* value);
+
 }  // namespace tilec::ir
 
 #endif  // TILEC_FORMATS_OP_SHAPES_H_

@@ -439,9 +439,18 @@ std::string ReportJson(const sim::SimResult& r,
   }
   o += "  ],\n";
   if (!report.expect_dir.empty()) {
+    // The tolerance is written here too: with --compare=false there is no
+    // "comparison" to read it from.
+    bool pass = true;
+    for (const OutputCheck& c : report.expected) {
+      pass = pass && c.comparison.pass;
+    }
     o += "  \"expected\": {\"dir\": " + JsonString(report.expect_dir) +
-         ", \"outputs\": [\n" + ChecksJson(report.expected, "    ") +
-         "  ]},\n";
+         ", \"atol\": " + JsonNumber(report.tolerance.atol) +
+         ", \"rtol\": " + JsonNumber(report.tolerance.rtol) +
+         ", \"min_cosine\": " + JsonNumber(report.tolerance.min_cosine) +
+         ", \"pass\": " + (pass ? "true" : "false") + ", \"outputs\": [\n" +
+         ChecksJson(report.expected, "    ") + "  ]},\n";
   }
   o += "  \"comparison\": ";
   if (!report.compared) {

@@ -257,7 +257,16 @@ class GraphBuilder {
   size_t OpCount() const { return ops_.size(); }
 
   // The last value created is the graph's result.
-  void MarkLastAsOutput() { values_.back()->role = fb::ValueRole::Output; }
+  uint32_t MarkLastAsOutput() {
+    values_.back()->role = fb::ValueRole::Output;
+    return values_.back()->id;
+  }
+
+  // `model_shape` is the PyTorch module's shape of graph input or output
+  // `id` (declared where it is not tilec's).
+  void Declare(uint32_t id, const std::vector<int64_t>& model_shape) {
+    ir::DeclareModelShape(model_shape, values_[id].get());
+  }
 
   void MoveInto(fb::ModuleT* module) {
     module->values = std::move(values_);
@@ -623,9 +632,16 @@ Status BuildModel(const ModelConfig& config, ModelPart part,
   const bool whole = part == ModelPart::kModel;
   if (whole) TILEC_RETURN_IF_ERROR(ValidateWholeModel(config));
 
+  // A part's input and output are token rows [B*T, w] here and
+  // [B, T, w] in the PyTorch module, so --inputs and output files take
+  // the module's shape; the whole model's image [B, 3, S, S] and pooled
+  // output [B, w'] are the module's shapes already.
+  const std::vector<int64_t> module_tokens = {config.batch, config.tokens,
+                                              config.width};
   GraphBuilder g(config);
   uint32_t x = whole ? BuildPatchEmbedding(g, config)
                      : g.Input("x", {config.rows(), config.width});
+  if (!whole) g.Declare(x, module_tokens);
   int64_t layers = 1;
   // Op ranges of the identical layers, rolled into a repeat below.
   std::vector<std::pair<size_t, size_t>> layer_ops;
@@ -650,7 +666,8 @@ Status BuildModel(const ModelConfig& config, ModelPart part,
       BuildHead(g, config, x);
       break;
   }
-  g.MarkLastAsOutput();
+  const uint32_t output = g.MarkLastAsOutput();
+  if (!whole) g.Declare(output, module_tokens);
 
   auto model = std::make_unique<fb::ModelT>();
   model->preset = config.preset;

@@ -718,6 +718,37 @@ TEST(ModelBuilder, Batch2) {
             (std::vector<int64_t>{1152, 3456}));
 }
 
+// The graph input and output are declared in the PyTorch module's shapes
+// where those are not tilec's: a part's token rows [B*T, D] are [B, T, D]
+// there; the whole model's image and pooled output are the same in both.
+TEST(ModelBuilder, DeclaredShapesAreThePyTorchModules) {
+  ModelOverrides o;
+  for (const char* part : {"mlp-block", "layer"}) {
+    for (int64_t batch : {1, 2}) {
+      o.batch = batch;
+      const fb::ModuleT m = Build("siglip-so400m-384", part, o);
+      const std::vector<int64_t> tokens = {batch, 729, 1152};
+      EXPECT_EQ(ValueNamed(m, "x").declared_shape, tokens) << part;
+      EXPECT_EQ(m.values.back()->role, fb::ValueRole::Output);
+      EXPECT_EQ(m.values.back()->declared_shape, tokens) << part;
+      for (const auto& v : m.values) {
+        if (v->role != fb::ValueRole::Input &&
+            v->role != fb::ValueRole::Output) {
+          EXPECT_TRUE(v->declared_shape.empty()) << part << " " << v->name;
+        }
+      }
+    }
+  }
+  o.batch = 2;
+  o.layers = 1;
+  for (const char* preset : {"siglip-so400m-384", "vit-b16-224"}) {
+    const fb::ModuleT m = Build(preset, "model", o);
+    for (const auto& v : m.values) {
+      EXPECT_TRUE(v->declared_shape.empty()) << preset << " " << v->name;
+    }
+  }
+}
+
 TEST(ModelBuilder, ConfigApi) {
   EXPECT_EQ(PresetNames(), (std::vector<std::string>{
                                "siglip-so400m-384", "vit-b16-224",

@@ -290,33 +290,44 @@ std::string SummaryJson(const fb::ModuleT& m, const Figures& f) {
          ",\"busiest_tiles\":[" + busy + "]}";
 }
 
+std::string OutputsJson(const std::vector<SimulationReport::Output>& outputs) {
+  return List(outputs, [](const SimulationReport::Output& x) {
+    return "{\"value\":" + Int(x.value) + ",\"name\":" + Quote(x.name) +
+           ",\"type\":" + Quote(x.type) + ",\"pass\":" + Bool(x.pass) +
+           ",\"elements\":" + Int(x.elements) +
+           ",\"mismatches\":" + Int(x.mismatches) +
+           ",\"nonfinite\":" + Int(x.nonfinite) +
+           ",\"scale\":" + Number(x.scale) +
+           ",\"max_abs_err\":" + Number(x.max_abs_err) +
+           ",\"max_rel_err\":" + Number(x.max_rel_err) +
+           ",\"cosine\":" + Number(x.cosine) + "}";
+  });
+}
+
+// simulate-device --expect's comparison, null without it.
+std::string ExpectedJson(const SimulationReport& s) {
+  if (!s.has_expected) return "null";
+  const SimulationReport::Expected& e = s.expected;
+  return "{\"dir\":" + Quote(e.dir) + ",\"pass\":" + Bool(e.pass) +
+         ",\"atol\":" + Number(e.atol) + ",\"rtol\":" + Number(e.rtol) +
+         ",\"min_cosine\":" + Number(e.min_cosine) +
+         ",\"outputs\":" + OutputsJson(e.outputs) + "}";
+}
+
 std::string SimulationJson(const ReportOptions& o) {
   if (o.simulation == nullptr) return "null";
   const SimulationReport& s = *o.simulation;
   std::string out = "{\"file\":" + Quote(o.simulation_name) +
                     ",\"module\":" + Quote(s.module) +
                     ",\"compared\":" + Bool(s.compared);
-  if (!s.compared) return out + "}";
-  out += ",\"pass\":" + Bool(s.pass) + ",\"atol\":" + Number(s.atol) +
-         ",\"rtol\":" + Number(s.rtol) +
-         ",\"min_cosine\":" + Number(s.min_cosine) +
-         ",\"fp8_defaults\":" + Bool(s.fp8_defaults) + ",\"outputs\":";
-  return out +
-         List(s.outputs,
-              [](const SimulationReport::Output& x) {
-                return "{\"value\":" + Int(x.value) +
-                       ",\"name\":" + Quote(x.name) +
-                       ",\"type\":" + Quote(x.type) +
-                       ",\"pass\":" + Bool(x.pass) +
-                       ",\"elements\":" + Int(x.elements) +
-                       ",\"mismatches\":" + Int(x.mismatches) +
-                       ",\"nonfinite\":" + Int(x.nonfinite) +
-                       ",\"scale\":" + Number(x.scale) +
-                       ",\"max_abs_err\":" + Number(x.max_abs_err) +
-                       ",\"max_rel_err\":" + Number(x.max_rel_err) +
-                       ",\"cosine\":" + Number(x.cosine) + "}";
-              }) +
-         "}";
+  if (s.compared) {
+    out += ",\"pass\":" + Bool(s.pass) + ",\"atol\":" + Number(s.atol) +
+           ",\"rtol\":" + Number(s.rtol) +
+           ",\"min_cosine\":" + Number(s.min_cosine) +
+           ",\"fp8_defaults\":" + Bool(s.fp8_defaults) +
+           ",\"outputs\":" + OutputsJson(s.outputs);
+  }
+  return out + ",\"expected\":" + ExpectedJson(s) + "}";
 }
 
 std::string OwnersOf(const fb::ModuleT& m, const fb::OperationT& op) {

@@ -157,6 +157,26 @@ TEST(ProgramReport, SimulationReportMustMatchTheProgram) {
   EXPECT_THAT(Data(GemmThenCast(), options),
               HasSubstr("\"simulation\":{\"file\":\"sim.json\",\"module\":\"\","
                         "\"compared\":true,\"pass\":true,"));
+  // Without --expect the page has no expected comparison to show.
+  EXPECT_THAT(Data(GemmThenCast(), options), HasSubstr(",\"expected\":null}"));
+  sim.has_expected = true;
+  sim.expected.dir = "torch";
+  sim.expected.atol = 0.05;
+  sim.expected.min_cosine = 0.999;
+  sim.expected.outputs.push_back({});
+  sim.expected.outputs[0].name = "y";
+  sim.expected.outputs[0].cosine = 0.5;
+  sim.expected.outputs[0].max_abs_err = 0.25;
+  EXPECT_THAT(
+      Data(GemmThenCast(), options),
+      HasSubstr(",\"expected\":{\"dir\":\"torch\",\"pass\":false,"
+                "\"atol\":0.05,\"rtol\":0,\"min_cosine\":0.999,\"outputs\":"
+                "[{\"value\":0,\"name\":\"y\",\"type\":\"\",\"pass\":false,"));
+  // Also when the run did not compare with the reference.
+  sim.compared = false;
+  EXPECT_THAT(Data(GemmThenCast(), options),
+              HasSubstr("\"compared\":false,\"expected\":{\"dir\":\"torch\""));
+  sim.compared = true;
   sim.ops[1].compute_cycles = 521;
   std::string ignored;
   const Status s = ReportData(GemmThenCast().Completed(), options, &ignored);

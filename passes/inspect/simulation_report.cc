@@ -92,13 +92,10 @@ class Fields {
   Status* status_;
 };
 
-void ReadComparison(Fields& c, SimulationReport* r) {
-  r->compared = true;
-  r->atol = c.Number("atol");
-  r->rtol = c.Number("rtol");
-  r->min_cosine = c.Number("min_cosine");
-  r->fp8_defaults = c.Bool("fp8_defaults");
-  r->pass = c.Bool("pass");
+// The per-output checks of the reference's and the expected comparison
+// (simulate-device writes both with one function).
+std::vector<SimulationReport::Output> ReadOutputs(Fields& c) {
+  std::vector<SimulationReport::Output> outputs;
   for (Fields& o : c.Objects("outputs")) {
     SimulationReport::Output out;
     out.value = static_cast<uint32_t>(o.Int("value"));
@@ -112,8 +109,30 @@ void ReadComparison(Fields& c, SimulationReport* r) {
     out.max_abs_err = o.Number("max_abs_err");
     out.max_rel_err = o.Number("max_rel_err");
     out.cosine = o.Number("cosine");
-    r->outputs.push_back(std::move(out));
+    outputs.push_back(std::move(out));
   }
+  return outputs;
+}
+
+void ReadComparison(Fields& c, SimulationReport* r) {
+  r->compared = true;
+  r->atol = c.Number("atol");
+  r->rtol = c.Number("rtol");
+  r->min_cosine = c.Number("min_cosine");
+  r->fp8_defaults = c.Bool("fp8_defaults");
+  r->pass = c.Bool("pass");
+  r->outputs = ReadOutputs(c);
+}
+
+void ReadExpected(Fields& e, SimulationReport* r) {
+  r->has_expected = true;
+  SimulationReport::Expected& x = r->expected;
+  x.dir = e.String("dir");
+  x.atol = e.Number("atol");
+  x.rtol = e.Number("rtol");
+  x.min_cosine = e.Number("min_cosine");
+  x.pass = e.Bool("pass");
+  x.outputs = ReadOutputs(e);
 }
 
 // FlatBuffers' "24: 16: error: expecting: ..." as "line 24, column 16:
@@ -169,6 +188,11 @@ Status ParseSimulationReport(const std::string& json, SimulationReport* r) {
     op.compute_cycles = o.Int("compute_cycles");
     op.exchange_cycles = o.Int("exchange_cycles");
     r->ops.push_back(op);
+  }
+  // Absent (or null) without --expect.
+  if (!f.IsNull("expected")) {
+    Fields e = f.Object("expected");
+    if (status.ok()) ReadExpected(e, r);
   }
   if (!f.IsNull("comparison")) {
     Fields c = f.Object("comparison");

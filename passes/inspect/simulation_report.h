@@ -54,6 +54,18 @@ struct SimulationReport {
     double cosine = 0;
   };
   std::vector<Output> outputs;
+  // simulate-device --expect=DIR: each output against a saved file (e.g.
+  // PyTorch's), at the tolerance it was judged by; absent without --expect.
+  bool has_expected = false;
+  struct Expected {
+    std::string dir;
+    bool pass = false;
+    double atol = 0;
+    double rtol = 0;
+    double min_cosine = 0;
+    std::vector<Output> outputs;
+  };
+  Expected expected;
 };
 
 // Errors (kBadInput, without the file name: callers add it): not JSON, or a

@@ -74,6 +74,41 @@ TEST(SimulationReport, WithoutComparison) {
   EXPECT_TRUE(r.outputs.empty());
 }
 
+TEST(SimulationReport, ReadsTheExpectedComparisonWhenPresent) {
+  SimulationReport r;
+  ASSERT_TRUE(ParseSimulationReport(kReport, &r).ok());
+  EXPECT_FALSE(r.has_expected);
+  // simulate-device --expect=DIR writes it before "comparison".
+  std::string json = kReport;
+  json.insert(json.find("\"comparison\""),
+              R"("expected": {"dir": "torch", "atol": 0.05, "rtol": 0.02,
+                 "min_cosine": 0.999, "pass": false, "outputs": [
+      {"value": 4, "name": "z", "type": "f16[1,4,32]", "pass": false,
+       "elements": 128, "scale": 2.5, "max_abs_err": 0.25,
+       "max_rel_err": 0.1, "cosine": 0.998, "mismatches": 7, "nonfinite": 0}
+    ]},
+  )");
+  const Status s = ParseSimulationReport(json, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_TRUE(r.has_expected);
+  EXPECT_EQ(r.expected.dir, "torch");
+  EXPECT_FALSE(r.expected.pass);
+  EXPECT_DOUBLE_EQ(r.expected.atol, 0.05);
+  EXPECT_DOUBLE_EQ(r.expected.rtol, 0.02);
+  EXPECT_DOUBLE_EQ(r.expected.min_cosine, 0.999);
+  ASSERT_EQ(r.expected.outputs.size(), 1u);
+  EXPECT_EQ(r.expected.outputs[0].type, "f16[1,4,32]");
+  EXPECT_EQ(r.expected.outputs[0].mismatches, 7);
+  EXPECT_DOUBLE_EQ(r.expected.outputs[0].cosine, 0.998);
+  // The reference's comparison is read apart from it.
+  ASSERT_EQ(r.outputs.size(), 1u);
+  EXPECT_EQ(r.outputs[0].mismatches, 3);
+
+  json.replace(json.find("\"min_cosine\": 0.999,"), 20, "");
+  EXPECT_THAT(ParseSimulationReport(json, &r).message(),
+              HasSubstr("field expected.min_cosine is missing"));
+}
+
 TEST(SimulationReport, ErrorsNameTheField) {
   SimulationReport r;
   std::string json = kReport;

@@ -145,7 +145,7 @@ class Importer {
       }
       v.role = fb::ValueRole::Output;
       v.name = name;
-      Declare(info->shape, &v);
+      ir::DeclareModelShape(info->shape, &v);
     }
     module->values = std::move(values_);
     module->ops = std::move(ops_);
@@ -286,12 +286,6 @@ class Importer {
     v->role = role;
     values_.push_back(std::move(v));
     return values_.back()->id;
-  }
-
-  // A graph input's or output's ONNX shape, kept where tilec holds it in
-  // another (its rows), so files can be read and written in it.
-  static void Declare(const Shape& onnx_shape, fb::ValueT* v) {
-    if (onnx_shape != v->shape) v->declared_shape = onnx_shape;
   }
 
   uint32_t NewOp(fb::OpKind kind, const std::string& name,
@@ -498,7 +492,7 @@ class Importer {
         fb::DType dtype;
         TILEC_RETURN_IF_ERROR(MapType(info->elem_type, t, &dtype));
         *id = NewValue(t, want, dtype, fb::ValueRole::Input);
-        Declare(info->shape, values_[*id].get());
+        ir::DeclareModelShape(info->shape, values_[*id].get());
         auto init = std::make_unique<fb::WeightInitT>();
         init->distribution = fb::Distribution::Gaussian;
         init->seed = DeriveSeed(options_.input_seed, *id);

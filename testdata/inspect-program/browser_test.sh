@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# browser_test.sh TOOL PROGRAM SIMULATION
+# browser_test.sh TOOL PROGRAM SIMULATION SIMULATION_WITH_EXPECT
 # Headless Chromium (Debian's package, installed by scripts/install-deps.sh)
 # renders inspect-program's page of PROGRAM and the test checks the
 # rendered DOM: no script errors, every section, and as many op rows, tile
 # cells, timeline spans, exchange bars and decision rows as the page's data
 # section holds. A deliberately broken copy of the page must fail the same
 # checks, so they can fail. The screenshot goes to the test's undeclared
-# outputs (bazel-testlogs/.../test.outputs/).
+# outputs (bazel-testlogs/.../test.outputs/). SIMULATION has no --expect
+# comparison, so the page shows none; SIMULATION_WITH_EXPECT has one, and
+# its page shows the card with a line per output.
 set -euo pipefail
-tool=$1 program=$2 simulation=$3
+tool=$1 program=$2 simulation=$3 with_expect=$4
 chromium=${CHROMIUM:-/usr/bin/chromium}
 [ -x "$chromium" ] || {
   echo "browser_test: $chromium is missing (scripts/install-deps.sh installs Debian's chromium)" >&2
@@ -75,6 +77,7 @@ verify() {  # verify OUT: every check on OUT.dom / OUT.log
   check "exchange bars" "$phases" "$(count 'class="bar' "$dom")"
   check "decision rows" "$decisions" "$(table_rows decisions-table "$dom")"
   check "buffer rectangles" 1 "$([ "$(count 'class="buffer"' "$dom")" -gt 0 ] && echo 1 || echo 0)"
+  check "expected-output cards" "${2:-0}" "$(count 'id="expected"' "$dom")"
 }
 
 # The checks fail on a page whose script breaks half-way.
@@ -89,6 +92,16 @@ verify "$work/page"
 browse "$work/page.html" "$work/shot" --hide-scrollbars --window-size=1400,5200 \
   --screenshot="$shots/inspect-program.png"
 [ -s "$shots/inspect-program.png" ] || failures+=("no screenshot")
+[ ${#failures[@]} -gt 0 ] || {
+  "$tool" "$program" --simulation="$with_expect" -o "$work/expect.html"
+  browse "$work/expect.html" "$work/expect" --dump-dom
+  verify "$work/expect" 1
+  outputs=$(grep -o '"expected":{"dir":.*' "$work/expect.html" | grep -o '"name":' | wc -l)
+  [ "$outputs" -gt 0 ] || failures+=("$with_expect: no expected outputs in the page's data")
+  check "expected-output lines" "$outputs" "$(count 'class="expected-output"' "$work/expect.dom")"
+  grep -q 'Against the expected outputs</div><div class="v pass">PASS' "$work/expect.dom" ||
+    failures+=("no PASS verdict against the expected outputs")
+}
 if [ ${#failures[@]} -gt 0 ]; then
   printf 'browser_test: %s\n' "${failures[@]}" >&2
   grep -i 'console\|uncaught' "$work/page.log" >&2 || true

@@ -275,6 +275,29 @@
   }
   function fmtFloat(v) { return v === null ? '-' : Number(v).toPrecision(4); }
 
+  // simulate-device --expect=DIR: each output against a saved file (e.g.
+  // PyTorch's), shown only when the report has it. An element fails past
+  // atol x the output's scale + rtol x |expected|, so the absolute part is
+  // given per output.
+  function expectedCard() {
+    var e = D.simulation && D.simulation.expected;
+    if (!e) return null;
+    var lines = e.outputs.map(function (o) {
+      return el('div', {class: 'expected-output'},
+          el('span', {class: o.pass ? 'pass' : 'fail'}, o.pass ? 'PASS ' : 'FAIL '),
+          o.name + ' ' + o.type + ': cosine ' + (o.cosine === null ? '-' : o.cosine.toFixed(9)) +
+          ' (min ' + e.min_cosine + '), max abs err ' + fmtFloat(o.max_abs_err) + ' (tolerance ' +
+          (o.scale === null ? '-' : fmtFloat(e.atol * o.scale)) + ' = atol ' + e.atol + ' x scale ' +
+          fmtFloat(o.scale) + ', rtol ' + e.rtol + '), ' + num(o.mismatches) + '/' + num(o.elements) +
+          ' mismatches');
+    });
+    var worst = e.outputs.reduce(function (m, o) { return o.cosine !== null && o.cosine < m ? o.cosine : m; }, 1);
+    return el('div', {class: 'card', id: 'expected'}, el('div', {class: 'k'}, 'Against the expected outputs'),
+        el('div', {class: 'v ' + (e.pass ? 'pass' : 'fail')}, (e.pass ? 'PASS' : 'FAIL') +
+            ', cosine ' + worst.toFixed(9)),
+        el('div', {class: 'd'}, lines, 'expected outputs from ' + e.dir + ' (simulate-device --expect)'));
+  }
+
   function renderSummary() {
     var b = body('summary');
     var floor = computeFloor();
@@ -298,6 +321,7 @@
         card('Planner estimate', num(S.estimate_cycles) + ' cycles',
             'simulated / estimated = ' + ratio(S.cycles, S.estimate_cycles)),
         accuracyCard(),
+        expectedCard(),
         card('Peak live memory per tile', bytes(S.peak_live_bytes),
             pct(S.peak_live_bytes, T.tensor_bytes) + ' of the ' + num(T.tensor_bytes) + ' B code leaves at most (tile ' +
             S.peak_live_tile + '); highest buffer end ' + num(S.highest_end_bytes) + ' B (tile ' +
