@@ -560,8 +560,13 @@ TEST(IrTest, GeneralElementwiseStepsVerifyAndPrint) {
             std::string::npos)
       << VerifyModule(m).message();
   op.body[1]->fn = fb::ElementwiseFn::Div;
-  op.body[1]->broadcast = static_cast<fb::Broadcast>(2);
-  EXPECT_NE(VerifyModule(m).message().find("body step 1: unknown broadcast 2"),
+  // A column broadcast prints as such (Broadcast.Column, appended as 2).
+  op.body[1]->broadcast = fb::Broadcast::Column;
+  EXPECT_NE(PrintModule(m).find("binary.div.column.operand_first[1]"),
+            std::string::npos)
+      << PrintModule(m);
+  op.body[1]->broadcast = static_cast<fb::Broadcast>(3);
+  EXPECT_NE(VerifyModule(m).message().find("body step 1: unknown broadcast 3"),
             std::string::npos)
       << VerifyModule(m).message();
 }

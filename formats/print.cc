@@ -116,6 +116,7 @@ std::string FusedStepText(const fb::FusedStepT& step) {
     case fb::FusedStepKind::Binary:
       out += "." + SnakeCase(fb::EnumNameElementwiseFn(step.fn));
       if (step.broadcast == fb::Broadcast::Row) out += ".row";
+      if (step.broadcast == fb::Broadcast::Column) out += ".column";
       if (step.operand_first) out += ".operand_first";
       break;
     default:

@@ -127,21 +127,31 @@ Status Unary(const Operand& x, const Operand& out, int64_t rows, int64_t w,
 }
 
 Status Binary(const Operand& x, const Operand& y, const Operand& out,
-              int64_t rows, int64_t w, fb::ElementwiseFn fn,
-              bool operand_first, bool row) {
-  const std::string_view name = row ? names::kBinaryRow : names::kBinary;
+              int64_t rows, int64_t w, fb::ElementwiseFn fn, bool operand_first,
+              fb::Broadcast broadcast) {
+  const bool row = broadcast == fb::Broadcast::Row;
+  const bool column = broadcast == fb::Broadcast::Column;
+  const std::string_view name = row      ? names::kBinaryRow
+                                : column ? names::kBinaryCol
+                                         : names::kBinary;
   TILEC_RETURN_IF_ERROR(CheckArity(name, fn, /*unary=*/false));
   StatusOr<size_t> elems = ElementCount(name, {rows, w});
   if (!elems.ok()) return elems.status();
-  const size_t y_elems = row ? static_cast<size_t>(w) : *elems;
+  const size_t y_elems = row      ? static_cast<size_t>(w)
+                         : column ? static_cast<size_t>(rows)
+                                  : *elems;
   TILEC_RETURN_IF_ERROR(CheckOperand(name, "x", x, *elems));
-  TILEC_RETURN_IF_ERROR(CheckOperand(name, row ? "row" : "y", y, y_elems));
+  TILEC_RETURN_IF_ERROR(CheckOperand(name,
+                                     row      ? "row"
+                                     : column ? "col"
+                                              : "y",
+                                     y, y_elems));
   TILEC_RETURN_IF_ERROR(CheckOperand(name, "out", out, *elems));
   std::vector<float> v = LoadElements(x, *elems);
   const std::vector<float> yf = LoadElements(y, y_elems);
   const size_t width = static_cast<size_t>(w);
   for (size_t i = 0; i < v.size(); ++i) {
-    const float b = yf[row ? i % width : i];
+    const float b = yf[row ? i % width : column ? i / width : i];
     v[i] = operand_first ? ApplyBinary(fn, b, v[i]) : ApplyBinary(fn, v[i], b);
   }
   StoreElements(out, v);

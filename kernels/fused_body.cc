@@ -30,6 +30,15 @@ bool ReadsRow(const fb::FusedStepT& step) {
           step.broadcast == fb::Broadcast::Row);
 }
 
+bool ReadsColumn(const fb::FusedStepT& step) {
+  return step.kind == fb::FusedStepKind::Binary &&
+         step.broadcast == fb::Broadcast::Column;
+}
+
+bool RowFree(const BodyKernel& call) {
+  return !call.bias && !call.column && !call.moments;
+}
+
 StatusOr<std::vector<fb::FusedStepT>> BodySteps(const fb::OperationT& op,
                                                 const fb::ValueT& result) {
   std::vector<fb::FusedStepT> steps;
@@ -138,8 +147,11 @@ StatusOr<std::vector<BodyKernel>> CompileBody(
           k.operand = s.operand;
           k.operand_first = s.operand_first;
           k.bias = ReadsRow(s);
-          k.binary = !k.bias;
-          k.kernel = k.bias ? names::kBinaryRow : names::kBinary;
+          k.column = ReadsColumn(s);
+          k.binary = !k.bias && !k.column;
+          k.kernel = k.bias     ? names::kBinaryRow
+                     : k.column ? names::kBinaryCol
+                                : names::kBinary;
         }
         i += 1;
         break;
@@ -149,7 +161,7 @@ StatusOr<std::vector<BodyKernel>> CompileBody(
                                 std::string(fb::EnumNameFusedStepKind(s.kind)));
     }
     k.end_step = static_cast<int>(i);
-    if (k.operand >= 0 || k.bias || k.binary) {
+    if (k.operand >= 0 || k.bias || k.binary || k.column) {
       if (k.operand < 1 || k.operand >= static_cast<int>(operands)) {
         return Status::BadInput(where + ": step names operand " +
                                 std::to_string(k.operand) + " of " +
@@ -179,7 +191,8 @@ std::vector<int64_t> BodyKernelParams(const BodyKernel& call, int64_t rows,
     params.push_back(call.form);
   }
   if (call.kernel == names::kUnary) params.push_back(static_cast<int>(call.fn));
-  if (call.kernel == names::kBinary || call.kernel == names::kBinaryRow) {
+  if (call.kernel == names::kBinary || call.kernel == names::kBinaryRow ||
+      call.kernel == names::kBinaryCol) {
     params.push_back(static_cast<int>(call.fn));
     params.push_back(call.operand_first ? 1 : 0);
   }

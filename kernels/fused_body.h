@@ -17,7 +17,8 @@
 //   Moments                  -> ln_moments (of the stored value)
 //   Scale                    -> scale
 //   Unary                    -> unary
-//   Binary                   -> binary, or binary_row (a Row broadcast)
+//   Binary                   -> binary, binary_row (a Row broadcast) or
+//                               binary_col (a Column broadcast)
 
 #ifndef TILEC_KERNELS_FUSED_BODY_H_
 #define TILEC_KERNELS_FUSED_BODY_H_
@@ -38,9 +39,10 @@ struct BodyKernel {
   int operand = -1;    // op operand it reads besides the running value
   bool bias = false;   // `operand` is a [w] row broadcast down the rows
   bool binary = false;  // `operand` is a second full-size input
+  bool column = false;  // `operand` is a [rows, 1] column, one value per row
   int form = 0;         // GELU form (fb::GeluForm)
-  fb::ElementwiseFn fn = fb::ElementwiseFn::Add;  // unary, binary(_row)
-  bool operand_first = false;  // binary(_row): operand fn running value
+  fb::ElementwiseFn fn = fb::ElementwiseFn::Add;  // unary, binary(_row/_col)
+  bool operand_first = false;  // binary(_row/_col): operand fn running value
   float scale = 1.0f;          // scale's factor
   // Output dtype when the call does not write the op's result (temporaries
   // keep F32, so the body rounds only where it casts); a cast's dtype.
@@ -54,6 +56,15 @@ struct BodyKernel {
 // Whether the step's operand is a [w] row broadcast down the rows (the
 // planner gives it a per-column slot).
 bool ReadsRow(const fb::FusedStepT& step);
+
+// Whether the step's operand is a [rows, 1] column broadcast along each row
+// (the planner gives it a per-row slot: the rows of each tile's boxes).
+bool ReadsColumn(const fb::FusedStepT& step);
+
+// Whether a call needs no row structure: no per-column or per-row operand
+// and no row moments, so it can run over a tile's whole range as [1, n]
+// (the lowering does; the planner prices it so).
+bool RowFree(const BodyKernel& call);
 
 // The body of an elementwise op: a Fused op's steps, or the one step that a
 // BiasAdd, Gelu, Add or Cast op is (`result` gives a Cast its dtype).

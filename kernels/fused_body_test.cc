@@ -176,6 +176,38 @@ TEST(FusedBodyTest, GeneralStepsAreOneCallEach) {
   }
 }
 
+// A column broadcast is binary_col, reading its operand as [rows, 1] (the
+// planner's per-row slot): it needs row structure, as a row operand does.
+TEST(FusedBodyTest, ColumnBroadcastIsBinaryCol) {
+  const fb::FusedStepT col_sub =
+      Fn(fb::FusedStepKind::Binary, fb::ElementwiseFn::Sub, 1,
+         fb::Broadcast::Column, /*operand_first=*/true);
+  const auto calls = Compile(
+      {col_sub, Fn(fb::FusedStepKind::Unary, fb::ElementwiseFn::Relu)}, 2);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(BodyKernelNames(calls), "binary_col+unary");
+  EXPECT_TRUE(calls[0].column && !calls[0].bias && !calls[0].binary);
+  EXPECT_EQ(calls[0].operand, 1);
+  EXPECT_TRUE(ReadsColumn(col_sub));
+  EXPECT_FALSE(ReadsRow(col_sub));
+  EXPECT_FALSE(RowFree(calls[0]));
+  EXPECT_TRUE(RowFree(calls[1]));
+  EXPECT_EQ(BodyKernelParams(calls[0], 2, 8),
+            (std::vector<int64_t>{2, 8, 1, 1}));
+  // Priced as a row broadcast of the same function (ipu21, n = 16: add
+  // 200 + 4 * 4).
+  StatusOr<CostModel> model = CostModel::Create(LoadTestTarget("ipu21"));
+  ASSERT_TRUE(model.ok());
+  StatusOr<int64_t> c =
+      BodyKernelCycles(*model, calls[0], fb::DType::F16, 2, 8);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(*c, 216);
+  // A column step naming no operand is refused like any binary step.
+  fb::FusedStepT bad = col_sub;
+  bad.operand = 3;
+  EXPECT_FALSE(CompileBody({bad}, 2, 1, "op 7").ok());
+}
+
 TEST(FusedBodyTest, CyclesFollowTheOutputVariant) {
   StatusOr<CostModel> model = CostModel::Create(LoadTestTarget("ipu21"));
   ASSERT_TRUE(model.ok());

@@ -41,6 +41,7 @@ inline constexpr std::string_view kCopy = "copy";
 inline constexpr std::string_view kUnary = "unary";
 inline constexpr std::string_view kBinary = "binary";
 inline constexpr std::string_view kBinaryRow = "binary_row";
+inline constexpr std::string_view kBinaryCol = "binary_col";
 inline constexpr std::string_view kScale = "scale";
 }  // namespace names
 

@@ -17,12 +17,14 @@
 // formula (kernels/cost.h) and its variables.
 //
 // Tail cost. The vector kernels add, bias add, GELU, bias + GELU (F16 and
-// FP8 output), cast, unary, binary, binary_row and scale work on groups of
-// target.vector_elements (4) elements. A row whose width w is not a whole number of groups is still
-// computed exactly, but its last group costs as much as a full one, so these
-// kernels are charged with n = rows * roundup(w, vector_elements) instead of
-// rows * w. Row-wise kernels (LayerNorm, moments, normalize, softmax) already
-// charge per row through ceil(w/2) or ceil(w/4) and need no tail rule.
+// FP8 output), cast, unary, binary, binary_row, binary_col and scale work
+// on groups of
+// target.vector_elements (4) elements. A row whose width w is not a whole
+// number of groups is still computed exactly, but its last group costs as much
+// as a full one, so these kernels are charged with n = rows * roundup(w,
+// vector_elements) instead of rows * w. Row-wise kernels (LayerNorm, moments,
+// normalize, softmax) already charge per row through ceil(w/2) or ceil(w/4) and
+// need no tail rule.
 
 #ifndef TILEC_KERNELS_KERNELS_H_
 #define TILEC_KERNELS_KERNELS_H_
@@ -153,12 +155,14 @@ float ApplyBinary(fb::ElementwiseFn fn, float a, float b);
 // out[r,c] = fn(x[r,c]) ("unary").
 Status Unary(const Operand& x, const Operand& out, int64_t rows, int64_t w,
              fb::ElementwiseFn fn);
-// out[r,c] = x[r,c] fn y[r,c] ("binary"), or with `row` y[c], a row of w
-// elements broadcast down the rows ("binary_row"); with `operand_first`
-// the operands swap sides (y fn x: 1 - x, c / x).
+// out[r,c] = x[r,c] fn y[r,c] ("binary"); with broadcast Row y[c], a row
+// of w elements broadcast down the rows ("binary_row"); with Column y[r],
+// a column of `rows` elements, each row's one value applied across the
+// row ("binary_col"); with `operand_first` the operands swap sides (y fn
+// x: 1 - x, c / x).
 Status Binary(const Operand& x, const Operand& y, const Operand& out,
-              int64_t rows, int64_t w, fb::ElementwiseFn fn,
-              bool operand_first, bool row);
+              int64_t rows, int64_t w, fb::ElementwiseFn fn, bool operand_first,
+              fb::Broadcast broadcast);
 // out[r,c] = x[r,c] * scale ("scale").
 Status ScaleKernel(const Operand& x, const Operand& out, int64_t rows,
                    int64_t w, float scale);

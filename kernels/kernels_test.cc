@@ -485,40 +485,72 @@ TEST_F(KernelsTest, UnaryFunctionsMatchAPlainLoop) {
       Unary(x->op, out.op, rows, w, fb::ElementwiseFn::Mul), "Mul is binary"));
 }
 
-TEST_F(KernelsTest, BinaryFunctionsFullAndRowBroadcastBothOrders) {
+TEST_F(KernelsTest, BinaryFunctionsFullRowAndColumnBroadcastBothOrders) {
   const int64_t rows = 3, w = 5;
   // Positive bases for Pow; every other function takes them as well.
   auto x = RandomBuffer(DType::kF16, rows * w, 620, 0.5f, 0, 1.5f);
   auto y = RandomBuffer(DType::kF16, rows * w, 621, 0.5f, 0, 1.5f);
   auto row = RandomBuffer(DType::kF16, w, 622, 0.5f, 0, 1.5f);
-  const auto xv = x->Values(), yv = y->Values(), rv = row->Values();
+  auto col = RandomBuffer(DType::kF16, rows, 623, 0.5f, 0, 1.5f);
+  const auto xv = x->Values(), yv = y->Values(), rv = row->Values(),
+             cv = col->Values();
   for (fb::ElementwiseFn fn :
        {fb::ElementwiseFn::Add, fb::ElementwiseFn::Sub, fb::ElementwiseFn::Mul,
         fb::ElementwiseFn::Div, fb::ElementwiseFn::Pow}) {
-    for (bool row_broadcast : {false, true}) {
+    for (fb::Broadcast broadcast :
+         {fb::Broadcast::Full, fb::Broadcast::Row, fb::Broadcast::Column}) {
       for (bool operand_first : {false, true}) {
-        const Buffer& other = row_broadcast ? *row : *y;
+        const Buffer& other = broadcast == fb::Broadcast::Row      ? *row
+                              : broadcast == fb::Broadcast::Column ? *col
+                                                                   : *y;
         Buffer out(DType::kF32, rows * w);
-        ASSERT_TRUE(Binary(x->op, other.op, out.op, rows, w, fn,
-                           operand_first, row_broadcast)
+        ASSERT_TRUE(Binary(x->op, other.op, out.op, rows, w, fn, operand_first,
+                           broadcast)
                         .ok());
+        // A plain loop over rows and columns.
         std::vector<double> want(xv.size());
-        for (size_t i = 0; i < xv.size(); ++i) {
-          const double b = row_broadcast ? rv[i % w] : yv[i];
-          want[i] = operand_first ? BinaryRef(fn, b, xv[i])
-                                  : BinaryRef(fn, xv[i], b);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < w; ++c) {
+            const size_t i = static_cast<size_t>(r * w + c);
+            const double b = broadcast == fb::Broadcast::Row      ? rv[c]
+                             : broadcast == fb::Broadcast::Column ? cv[r]
+                                                                  : yv[i];
+            want[i] = operand_first ? BinaryRef(fn, b, xv[i])
+                                    : BinaryRef(fn, xv[i], b);
+          }
         }
         ExpectNear(out.Values(), want, DType::kF32, 0,
-                   std::string(fb::EnumNameElementwiseFn(fn)) +
-                       (row_broadcast ? " row" : " full") +
+                   std::string(fb::EnumNameElementwiseFn(fn)) + " " +
+                       fb::EnumNameBroadcast(broadcast) +
                        (operand_first ? " swapped" : ""));
       }
     }
   }
   Buffer out(DType::kF16, rows * w);
-  EXPECT_TRUE(Contains(Binary(x->op, y->op, out.op, rows, w,
-                              fb::ElementwiseFn::Erf, false, false),
-                       "Erf is unary"));
+  EXPECT_TRUE(
+      Contains(Binary(x->op, y->op, out.op, rows, w, fb::ElementwiseFn::Erf,
+                      false, fb::Broadcast::Full),
+               "Erf is unary"));
+  // binary_col reads one value per row: a shorter operand is refused.
+  Buffer short_col(DType::kF16, rows - 1);
+  Status wrong = Binary(x->op, short_col.op, out.op, rows, w,
+                        fb::ElementwiseFn::Mul, false, fb::Broadcast::Column);
+  EXPECT_TRUE(Contains(wrong, "binary_col")) << wrong.message();
+  EXPECT_TRUE(Contains(wrong, "col")) << wrong.message();
+}
+
+// Through the registry, as the simulator runs it: each row's one value.
+TEST_F(KernelsTest, BinaryColAppliesEachRowsValueAcrossTheRow) {
+  Buffer x(DType::kF16, 6), col(DType::kF16, 2), out(DType::kF16, 6);
+  x.Set({1, 2, 3, 4, 5, 6});
+  col.Set({10, 0.5f});
+  std::vector<Operand> args = {x.op, col.op, out.op};
+  const int64_t sub_first[] = {2, 3, 1, 1};  // col - x
+  ASSERT_TRUE(kernels::Run("binary_col", args, sub_first, {}).ok());
+  EXPECT_EQ(out.Values(), (std::vector<float>{9, 8, 7, -3.5f, -4.5f, -5.5f}));
+  const int64_t mul[] = {2, 3, 2, 0};
+  ASSERT_TRUE(kernels::Run("binary_col", args, mul, {}).ok());
+  EXPECT_EQ(out.Values(), (std::vector<float>{10, 20, 30, 2, 2.5f, 3}));
 }
 
 TEST_F(KernelsTest, ScaleMultipliesByItsFactor) {
@@ -545,6 +577,11 @@ TEST_F(KernelsTest, ElementwiseCyclesAreSumsOfTheAddAndGeluFormulas) {
   EXPECT_EQ(RegistryCycles("binary", {h, h, h}, {2, 10, 2, 0}), add);  // mul
   EXPECT_EQ(RegistryCycles("binary_row", {h, h, h}, {2, 10, 3, 1}),
             gelu + add);  // div
+  // A column costs as a row: one operand value per group either way
+  // (docs/lowering.md, "General elementwise kernels").
+  EXPECT_EQ(RegistryCycles("binary_col", {h, h, h}, {2, 10, 3, 1}),
+            gelu + add);  // div
+  EXPECT_EQ(RegistryCycles("binary_col", {h, h, h}, {2, 10, 2, 0}), add);
   EXPECT_EQ(RegistryCycles("binary", {h, h, h}, {2, 10, 4, 0}),
             2 * gelu + add);  // pow
   // The slow path (inputs in one memory element) doubles add's term only.
@@ -1172,6 +1209,7 @@ TEST_F(KernelsTest, EveryKernelRejectsShortBuffers) {
       {"unary", {{h, e}, {h, e}}, {r, w, 5}, {}},
       {"binary", {{h, e}, {h, e}, {h, e}}, {r, w, 2, 0}, {}},
       {"binary_row", {{h, e}, {h, w}, {h, e}}, {r, w, 3, 1}, {}},
+      {"binary_col", {{h, e}, {h, r}, {h, e}}, {r, w, 2, 0}, {}},
       {"scale", {{h, e}, {h, e}}, {r, w}, {0.5f}},
   };
   EXPECT_EQ(calls.size(), RegisteredKernels().size());
@@ -1239,6 +1277,7 @@ TEST_F(KernelsTest, EveryKernelNameIsRegisteredOnce) {
                                     names::kUnary,
                                     names::kBinary,
                                     names::kBinaryRow,
+                                    names::kBinaryCol,
                                     names::kScale};
   std::set<std::string_view> unique(std::begin(named), std::end(named));
   EXPECT_EQ(unique.size(), std::size(named));

@@ -1089,16 +1089,20 @@ class Executor {
               Check(op, Unary(In(v), Out(v), rows, w, step.fn)));
           break;
         case fb::FusedStepKind::Binary: {
-          const bool row = step.broadcast == fb::Broadcast::Row;
           if (IsUnaryFn(step.fn)) {
             return Bad(op, "body step " + std::to_string(i) +
                                " is Binary with a unary function");
           }
-          TILEC_RETURN_IF_ERROR(StepOperand(
-              op, i, step, row ? std::vector<int64_t>{w} : x->shape, &operand));
+          const std::vector<int64_t> operand_shape =
+              step.broadcast == fb::Broadcast::Row ? std::vector<int64_t>{w}
+              : step.broadcast == fb::Broadcast::Column
+                  ? std::vector<int64_t>{rows, 1}
+                  : x->shape;
+          TILEC_RETURN_IF_ERROR(
+              StepOperand(op, i, step, operand_shape, &operand));
           TILEC_RETURN_IF_ERROR(
               Check(op, Binary(In(v), In(operand->data), Out(v), rows, w,
-                               step.fn, step.operand_first, row)));
+                               step.fn, step.operand_first, step.broadcast)));
           break;
         }
         case fb::FusedStepKind::Moments: {

@@ -679,6 +679,33 @@ TEST(ReferenceTest, FusedUnaryAndBinaryStepsInOrder) {
       << status.message();
 }
 
+// A Column step: each row of x divided by that row's value of a [rows, 1]
+// column (c / x with operand_first), element by element against the same
+// arithmetic; a column of another length is bad input naming the shapes.
+TEST(ReferenceTest, FusedColumnStepAppliesEachRowsValue) {
+  Graph g;
+  const uint32_t x = g.Gaussian("x", {kRows, kWidth});
+  const uint32_t col = g.Gaussian("col", {kRows, 1});
+  const uint32_t z = g.Value("z", {kRows, kWidth});
+  fb::OperationT* f = g.Op(fb::OpKind::Fused, "f", {x, col}, {z});
+  Graph::Step(f, fb::FusedStepKind::Binary, 1);
+  f->body.back()->fn = fb::ElementwiseFn::Div;
+  f->body.back()->broadcast = fb::Broadcast::Column;
+  f->body.back()->operand_first = true;
+  const ReferenceResult r = RunOk(g.module());
+  const auto& xv = Get(r, x).data;
+  const auto& cv = Get(r, col).data;
+  for (int64_t i = 0; i < kRows * kWidth; ++i) {
+    EXPECT_EQ(Get(r, z).data[i], RoundToF16(cv[i / kWidth] / xv[i])) << i;
+  }
+  f->body.back()->broadcast = fb::Broadcast::Row;  // reads col as a [w] row
+  const Status status = RunExpectingError(g.module());
+  EXPECT_EQ(status.code(), StatusCode::kBadInput);
+  EXPECT_NE(status.message().find("operand 1 has shape [4,1], expected [8]"),
+            std::string::npos)
+      << status.message();
+}
+
 // The patches of a [2, 2, 4, 6] image with p = 2: every element of the
 // result is checked against its (b, c, y, x) source by the formula that
 // ONNX's conv weight flattening implies.

@@ -139,22 +139,27 @@ Status RunUnary(std::span<Operand> a, std::span<const int64_t> p,
 }
 
 Status RunBinaryOf(std::string_view kernel, std::span<Operand> a,
-                   std::span<const int64_t> p, bool row) {
+                   std::span<const int64_t> p, fb::Broadcast broadcast) {
   StatusOr<fb::ElementwiseFn> fn = Fn(kernel, p[2]);
   if (!fn.ok()) return fn.status();
   StatusOr<bool> operand_first = Flag(kernel, "operand_first", p[3]);
   if (!operand_first.ok()) return operand_first.status();
-  return Binary(a[0], a[1], a[2], p[0], p[1], *fn, *operand_first, row);
+  return Binary(a[0], a[1], a[2], p[0], p[1], *fn, *operand_first, broadcast);
 }
 
 Status RunBinary(std::span<Operand> a, std::span<const int64_t> p,
                  std::span<const float>) {
-  return RunBinaryOf(names::kBinary, a, p, /*row=*/false);
+  return RunBinaryOf(names::kBinary, a, p, fb::Broadcast::Full);
 }
 
 Status RunBinaryRow(std::span<Operand> a, std::span<const int64_t> p,
                     std::span<const float>) {
-  return RunBinaryOf(names::kBinaryRow, a, p, /*row=*/true);
+  return RunBinaryOf(names::kBinaryRow, a, p, fb::Broadcast::Row);
+}
+
+Status RunBinaryCol(std::span<Operand> a, std::span<const int64_t> p,
+                    std::span<const float>) {
+  return RunBinaryOf(names::kBinaryCol, a, p, fb::Broadcast::Column);
 }
 
 Status RunScale(std::span<Operand> a, std::span<const int64_t> p,
@@ -262,7 +267,7 @@ constexpr std::array<std::string_view, 1> kCopyFormulas = {formula::kCopy};
 constexpr std::array<std::string_view, 2> kElementwiseFormulas = {
     formula::kAdd, formula::kGelu};
 
-const std::array<KernelInfo, 22> kKernels = {{
+const std::array<KernelInfo, 23> kKernels = {{
     {names::kGemm, RunGemm, GemmCost, "A[M,K] B[K,N] C[M,N]",
      "M K N accumulate", "", 3, 3, 4, 0, kGemmFormulas,
      MemoryRule::kGemmAccumulator},
@@ -315,6 +320,9 @@ const std::array<KernelInfo, 22> kKernels = {{
      4, 0, kElementwiseFormulas, MemoryRule::kBinaryInputs},
     {names::kBinaryRow, RunBinaryRow, ElementwiseCost,
      "x[rows,w] row[w] out[rows,w]", "rows w fn operand_first", "", 3, 3, 4,
+     0, kElementwiseFormulas, MemoryRule::kBinaryInputs},
+    {names::kBinaryCol, RunBinaryCol, ElementwiseCost,
+     "x[rows,w] col[rows] out[rows,w]", "rows w fn operand_first", "", 3, 3, 4,
      0, kElementwiseFormulas, MemoryRule::kBinaryInputs},
     {names::kScale, RunScale, ScaleCost, "x[rows,w] out[rows,w]", "rows w",
      "scale", 2, 2, 2, 1, kAddFormulas},

@@ -34,6 +34,8 @@
 //                                                  operand_first
 // binary_row        x[rows,w] row[w] out           rows w fn           -
 //                                                  operand_first
+// binary_col        x[rows,w] col[rows] out        rows w fn           -
+//                                                  operand_first
 // scale             x[rows,w] out                  rows w              scale
 //
 // Params: M K N are GEMM rows, depth and columns on this tile; accumulate is
@@ -60,8 +62,8 @@
 //   residual_moments: rows w.  softmax, softmax_normalize: softmax or
 //   softmax_fp8 by out, rows w.  softmax_state: ln_moments, rows w.
 //   softmax_combine: moments_combine, rows, P.  copy: B = bytes.
-//   unary, binary, binary_row: by fn, sums of gelu and add with n as add
-//   (kernels.h, ElementwiseCycles).  scale: add, n as add.
+//   unary, binary, binary_row, binary_col: by fn, sums of gelu and add
+//   with n as add (kernels.h, ElementwiseCycles).  scale: add, n as add.
 // The path argument of Cycles selects a formula's slow path; only formulas
 // with a slow_path_term_multiplier (binary elementwise: add) change.
 

@@ -1007,6 +1007,70 @@ std::optional<fb::OwnershipT> ColumnVectorOwnership(const fb::OwnershipT& l) {
   return v;
 }
 
+std::optional<fb::OwnershipT> RowColumnOwnership(const fb::OwnershipT& l) {
+  if (l.kind == OwnershipKind::Flat) {
+    return BlockedOwnership({1, 1}, l.tiles, l.first_tile, l.tile_stride);
+  }
+  if (l.partitions.size() != 2) return std::nullopt;
+  const bool nested = !l.sub_partitions.empty();
+  // The layout's grid axes: rows, columns, (row parts, column parts,)
+  // replicas. Column-like axes become the column's replicas; the row axes
+  // keep their place (row parts only where they split, since a nested
+  // ownership needs some sub-partition above 1).
+  const int replica_axis = nested ? 4 : 2;
+  auto extent = [&](int g) -> int64_t {
+    if (g == replica_axis) return l.replicas;
+    if (g < 2) return l.partitions[g];
+    return l.sub_partitions[g - 2];
+  };
+  auto column_like = [&](int g) {
+    return g == 1 || g == 3 || g == replica_axis;
+  };
+  const bool v_nested = nested && l.sub_partitions[0] > 1;
+  const int v_replica_axis = v_nested ? 4 : 2;
+  int64_t replicas = 1;
+  for (int g = 0; g <= replica_axis; ++g) {
+    if (column_like(g)) replicas *= extent(g);
+  }
+  fb::OwnershipT v =
+      BlockedOwnership({l.partitions[0], 1}, static_cast<int>(replicas),
+                       l.first_tile, l.tile_stride);
+  if (v_nested) v.sub_partitions = {l.sub_partitions[0], 1};
+  std::vector<int32_t> order = l.axis_order;
+  if (order.empty()) {
+    for (int g = 0; g <= replica_axis; ++g) order.push_back(g);
+  }
+  // The column-like axes that matter (extent > 1) must be one run of the
+  // order for their product to be a single replica axis; which replica a
+  // tile holds does not matter, as every replica is the same column.
+  bool in_run = false, run_done = false, placed = false;
+  for (int32_t g : order) {
+    if (extent(g) == 1) continue;
+    if (column_like(g)) {
+      if (run_done) return std::nullopt;
+      in_run = true;
+      if (!placed) v.axis_order.push_back(v_replica_axis);
+      placed = true;
+    } else {
+      if (in_run) run_done = true;
+      in_run = false;
+      v.axis_order.push_back(g);  // row blocks 0, row parts 2: same axes
+    }
+  }
+  // Axes of extent 1 go anywhere: after the others. Where the others are
+  // in increasing order the natural order places every tile the same.
+  const bool increasing =
+      std::is_sorted(v.axis_order.begin(), v.axis_order.end());
+  for (int32_t g = 0; g <= v_replica_axis; ++g) {
+    if (std::find(v.axis_order.begin(), v.axis_order.end(), g) ==
+        v.axis_order.end()) {
+      v.axis_order.push_back(g);
+    }
+  }
+  if (increasing || NaturalOrder(v.axis_order)) v.axis_order.clear();
+  return v;
+}
+
 namespace {
 
 // The checks of ValidateOwnership, each returning "" or the problem. The

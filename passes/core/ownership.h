@@ -127,6 +127,14 @@ int64_t GridCells(const fb::OwnershipT& ownership);
 // replicas could not be placed in a blocked ownership).
 std::optional<fb::OwnershipT> ColumnVectorOwnership(const fb::OwnershipT& layout);
 
+// The ownership of a [rows, 1] column used along each row of a rank-2
+// value in `layout` (binary_col's operand): every tile holds the rows of
+// its block, the layout's row blocks (and row parts) replicated over its
+// column blocks (and column parts). Flat layouts, whose ranges cut rows
+// anywhere, replicate the whole column on every tile. Nullopt where the
+// tiles of one row block are not one run of the layout's grid order.
+std::optional<fb::OwnershipT> RowColumnOwnership(const fb::OwnershipT& layout);
+
 // Checks `ownership` against a value of `shape` on a target with
 // `target_tiles` tiles. Returns "" if valid, else one sentence saying what is
 // wrong. Rank 1..4, extents >= 0 (at most 2^56 elements); counts

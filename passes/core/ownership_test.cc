@@ -1317,5 +1317,50 @@ TEST(OwnershipPropertyTest, SpreadHomesHoldEveryElementOnceInSlabs) {
   EXPECT_FALSE(SpreadHome(BlockedOwnership({2, 2}, 2), 2, tiles).has_value());
 }
 
+// A [rows, 1] column used along the rows of a value in `layout`: every
+// tile that holds a box of the value holds that box's rows of the column,
+// in one box (the lowering reads them as one contiguous slice).
+TEST(OwnershipTest, RowColumnOwnershipHoldsEachTilesRows) {
+  const Shape shape = {10, 12}, column = {10, 1};
+  const std::pair<const char*, const char*> cases[] = {
+      {"blocked(4x3)", "blocked(4x1, rep=3)"},
+      {"blocked(4x3, order=1,0,2)", "blocked(4x1, rep=3, order=2,0,1)"},
+      {"blocked(2x3, first=5, stride=2)",
+       "blocked(2x1, rep=3, first=5, stride=2)"},
+      {"blocked(3x2, sub=2x1)", ""},
+      {"blocked(2x2, sub=1x2)", ""},
+      {"blocked(2x2, sub=2x2, order=1,3,0,2,4)", ""},
+      {"flat(grain=4, tiles=7)", "blocked(1x1, rep=7)"},
+  };
+  for (const auto& [text, want] : cases) {
+    std::string error;
+    std::optional<fb::OwnershipT> layout = ParseOwnership(text, &error);
+    ASSERT_TRUE(layout.has_value()) << error;
+    ASSERT_EQ(ValidateOwnership(*layout, shape, 1472), "") << text;
+    std::optional<fb::OwnershipT> v = RowColumnOwnership(*layout);
+    ASSERT_TRUE(v.has_value()) << text;
+    EXPECT_EQ(ValidateOwnership(*v, column, 1472), "") << FormatOwnership(*v);
+    if (*want != '\0') EXPECT_EQ(FormatOwnership(*v), want) << text;
+    for (int t : TilesUsed(*layout, shape)) {
+      const std::vector<Box> held = HeldBoxes(*v, column, t);
+      ASSERT_EQ(held.size(), 1u) << text << " tile " << t;
+      for (const Box& b : HeldBoxes(*layout, shape, t)) {
+        EXPECT_LE(held[0].begin[0], b.begin[0]) << text << " tile " << t;
+        EXPECT_GE(held[0].end[0], b.end[0]) << text << " tile " << t;
+        if (layout->kind == fb::OwnershipKind::Blocked) {
+          EXPECT_EQ(held[0].begin[0], b.begin[0]) << text << " tile " << t;
+          EXPECT_EQ(held[0].end[0], b.end[0]) << text << " tile " << t;
+        }
+      }
+    }
+  }
+  // Column blocks split by a row axis in the grid order are not one run:
+  // no single replica axis holds them.
+  std::optional<fb::OwnershipT> split =
+      ParseOwnership("blocked(2x2, sub=1x2, order=1,0,3,2,4)");
+  ASSERT_TRUE(split.has_value());
+  EXPECT_FALSE(RowColumnOwnership(*split).has_value());
+}
+
 }  // namespace
 }  // namespace tilec::passes

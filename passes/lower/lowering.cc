@@ -1091,7 +1091,7 @@ StatusOr<std::map<uint32_t, VSlice>> Lowering::WholeRanges(
   std::map<uint32_t, VSlice> whole;
   bool row_free = !s.trailing_moments;
   for (size_t i = 0; i < s.value_steps; ++i) {
-    row_free = row_free && !s.steps[i].bias && !s.steps[i].moments;
+    row_free = row_free && kernels::RowFree(s.steps[i]);
   }
   const Segments& y_segs = s.ys->segments;
   if (!row_free || y_segs.size() <= 1) return whole;
@@ -1163,8 +1163,14 @@ Status Lowering::ElementwiseCalls(ElementwiseState* s, const Segment& seg) {
         b.begin = {box.begin[box.rank - 1], 0, 0, 0};
         b.end = {box.end[box.rank - 1], 0, 0, 0};
       }
-      StatusOr<VSlice> extra =
-          locate(op.operands[k.operand], b, k.bias ? "bias" : "operand");
+      if (k.column) {  // the box's rows of the [rows, 1] column
+        b.begin[1] = 0;
+        b.end[1] = 1;
+      }
+      StatusOr<VSlice> extra = locate(op.operands[k.operand], b,
+                                      k.bias     ? "bias"
+                                      : k.column ? "column"
+                                                 : "operand");
       if (!extra.ok()) return extra.status();
       call.args.push_back(*extra);
     }

@@ -270,5 +270,56 @@ TEST(PipelineLayerScaleTest, LayerScaleLayerSimulatesLikeTheReference) {
   }
 }
 
+// Per-token scales: the LayerScale layer with [rows, 1] columns (a weight,
+// and the sigmoid of a graph input computed on the device), compiled for
+// tiny in F16 and FP8 and simulated against the reference; the planner's
+// prediction is the simulator's count, and each Mul survives as binary_col
+// calls reading the rows of their tile's block.
+TEST(PipelineRowGateTest, RowGateLayerSimulatesLikeTheReference) {
+  for (bool fp8 : {false, true}) {
+    fb::ModuleT m = plan::RowGateLayer("tiny", 12, 2);
+    Status s = passes::RunPipeline(
+        &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
+          if (name == "quantize-fp8" && !fp8) return quantize::KeepDTypesPass();
+          return nullptr;
+        });
+    ASSERT_TRUE(s.ok()) << s.message();
+    int binary_col_calls = 0;
+    for (const auto& step : m.program->supersteps) {
+      for (const auto& c : step->compute) {
+        binary_col_calls += c->kernel == "binary_col";
+      }
+    }
+    EXPECT_GT(binary_col_calls, 0);
+    std::string gate_ops;
+    for (const auto& op : m.ops) {
+      for (const auto& step : op->body) {
+        if (step->kind == fb::FusedStepKind::Binary &&
+            step->broadcast == fb::Broadcast::Column) {
+          gate_ops += " " + op->name + "(" + std::to_string(op->body.size()) +
+                      " steps)";
+        }
+      }
+    }
+    EXPECT_NE(gate_ops, "");
+    const testing::ProgramFigures summary = testing::ProgramFiguresOf(m);
+    testing::SimCheck check;
+    s = testing::SimulateAgainstReference(
+        m,
+        fp8 ? sim::Tolerance{0.1, 0.1, 0.99}
+            : sim::Tolerance{2e-2, 1e-2, 0.9999},
+        &check);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_TRUE(check.pass) << (fp8 ? "fp8: " : "f16: ") << check.message;
+    EXPECT_EQ(check.result.total_cycles, summary.predicted);
+    std::printf(
+        "row gate %s: simulated %lld cycles, planner %lld, "
+        "max_abs_err %g, %d binary_col calls; ops:%s\n",
+        fp8 ? "fp8" : "f16", static_cast<long long>(check.result.total_cycles),
+        static_cast<long long>(summary.planned), check.max_abs_err,
+        binary_col_calls, gate_ops.c_str());
+  }
+}
+
 }  // namespace
 }  // namespace tilec::lower

@@ -16,6 +16,12 @@ int64_t Elements(const Shape& s) {
   return n;
 }
 
+Shape StripLeadingOnes(const Shape& s) {
+  size_t i = 0;
+  while (i < s.size() && s[i] == 1) ++i;
+  return Shape(s.begin() + static_cast<std::ptrdiff_t>(i), s.end());
+}
+
 // Every dim but the last is 1: one row of the last dim's width.
 bool IsRow(const Shape& s, int64_t width) {
   if (s.empty()) return width == 1;
@@ -25,6 +31,16 @@ bool IsRow(const Shape& s, int64_t width) {
 // One value per row: [..., rows, 1] with more than one row.
 bool IsColumn(const Shape& s) {
   return s.size() >= 2 && s.back() == 1 && Elements(s) > 1;
+}
+
+// A column of `out`'s rows: `s` broadcasts to `out` along the last axis
+// only ([B, T, 1] or [T, 1] against [B, T, D]; not [T, 1] against
+// [B, T, D], which repeats over the batch).
+bool IsRowsColumn(const Shape& s, const Shape& out) {
+  if (!IsColumn(s) || out.size() < 2) return false;
+  return Elements(s) * out.back() == Elements(out) &&
+         StripLeadingOnes(Shape(s.begin(), s.end() - 1)) ==
+             StripLeadingOnes(Shape(out.begin(), out.end() - 1));
 }
 
 bool Commutes(fb::ElementwiseFn fn) {
@@ -56,19 +72,20 @@ StatusOr<ElementwiseMatch> Against(const Shape& out,
     return Status::Infeasible(
         "a scalar that is not a constant broadcast over " +
         ir::ShapeToString(out) +
-        " (tilec broadcasts a constant scalar, a row or a same-shape tensor)");
+        " (tilec broadcasts a constant scalar, a row, a column of its rows or "
+        "a same-shape tensor)");
   }
-  if (IsColumn(other.shape)) {
-    return Status::Infeasible(
-        "a column " + ir::ShapeToString(other.shape) + " broadcast along " +
-        ir::ShapeToString(out) +
-        "'s rows (tilec broadcasts a constant scalar, a row or a same-shape "
-        "tensor)");
+  // Any column, computed ones too: the planner redistributes a computed
+  // column into the per-row slot as it would any value (docs/lowering.md).
+  if (IsRowsColumn(other.shape, out)) {
+    m.broadcast = fb::Broadcast::Column;
+    return m;
   }
   return Status::Infeasible(
       "it broadcasts " + ir::ShapeToString(other.shape) + " to " +
       ir::ShapeToString(out) +
-      " (tilec broadcasts a constant scalar, a row or a same-shape tensor)");
+      " (tilec broadcasts a constant scalar, a row, a column of its rows or "
+      "a same-shape tensor)");
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Which tilec step a general elementwise ONNX node becomes: Sqrt, Tanh,
 // Erf, Sigmoid and Relu of a tensor, and Add, Sub, Mul, Div and Pow of two
 // tensors that are the same shape or where one is a row ([N], [1, N], ...)
-// broadcast down the other's rows or a constant scalar. import-onnx asks
+// broadcast down the other's rows, a column of the other's rows ([T, 1]
+// against [T, D], [B, T, 1] against [B, T, D]) broadcast along each row, or
+// a constant scalar. import-onnx asks
 // this after its patterns (LayerNorm, GELU, softmax, a scalar Mul or Div, a
 // bias or residual Add) and emits one Fused op of one Unary or Binary step
 // (docs/import-onnx.md, "Elementwise ops").
@@ -28,7 +30,7 @@ struct ElementwiseInput {
   // The value of a constant with one element, through casts.
   std::optional<double> scalar;
   // A graph input or constant (or a view of one): only such a row is read
-  // as a per-column operand.
+  // as a per-column operand (a column may be computed).
   bool parameter = false;
 };
 

@@ -1458,7 +1458,8 @@ class Importer {
       ElementwiseInput input;
       input.shape = *shape;
       if (double c = 0; Scalar(in, &c)) input.scalar = c;
-      input.parameter = IsRowParam(in, {out->empty() ? 1 : out->back()});
+      // A graph input or constant (or a view of one), whatever its shape.
+      input.parameter = IsRowParam(in, *shape);
       inputs.push_back(std::move(input));
     }
     StatusOr<ElementwiseMatch> match =
@@ -1467,8 +1468,10 @@ class Importer {
     fb::DType dtype;
     TILEC_RETURN_IF_ERROR(DTypeOf(t, &dtype));
     const bool row = match->broadcast == fb::Broadcast::Row;
-    // A row operand needs the [rows, w] view; otherwise the consumer's.
-    const Shape shape = row ? View2D(*out) : want;
+    const bool column = match->broadcast == fb::Broadcast::Column;
+    // A row or column operand needs the [rows, w] view; otherwise the
+    // consumer's.
+    const Shape shape = row || column ? View2D(*out) : want;
     std::vector<uint32_t> operands(1);
     TILEC_RETURN_IF_ERROR(
         Value(node.input(match->running), shape, &operands[0]));
@@ -1482,6 +1485,8 @@ class Importer {
                       dtype);
       } else if (row) {
         TILEC_RETURN_IF_ERROR(RowParam(other, shape[1], &b));
+      } else if (column) {
+        TILEC_RETURN_IF_ERROR(Value(other, {shape[0], 1}, &b));
       } else {
         TILEC_RETURN_IF_ERROR(Value(other, shape, &b));
       }

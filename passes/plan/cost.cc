@@ -206,6 +206,12 @@ Status Coster::CheckRecipe(const Graph& graph, int op, const Recipe& r) const {
             "a per-column operand cannot follow " + FormatOwnership(r.layout) +
             ": the tiles of one column block are not one run of its grid");
       }
+      if (role == SlotRole::kColumn && !passes::RowColumnOwnership(r.layout)) {
+        return Status::BadInput(
+            "a per-row column operand cannot follow " +
+            FormatOwnership(r.layout) +
+            ": the tiles of one row block are not one run of its grid");
+      }
     }
   } else if (r.kind == fb::RecipeKind::RowWise) {
     if (r.layout.kind != fb::OwnershipKind::Blocked || r.layout.replicas != 1 ||
@@ -262,6 +268,9 @@ std::optional<fb::OwnershipT> Coster::Required(const Graph& graph, int op,
     case SlotRole::kVector:
       // CheckRecipe refuses layouts without one.
       return passes::ColumnVectorOwnership(r.layout).value();
+    case SlotRole::kColumn:
+      // CheckRecipe refuses layouts without one.
+      return passes::RowColumnOwnership(r.layout).value();
     case SlotRole::kRowParam:
       return BlockedOwnership({1}, static_cast<int>(passes::GridCells(r.layout)),
                               r.layout.first_tile, r.layout.tile_stride);
@@ -468,7 +477,7 @@ StatusOr<OpCost> Coster::PriceElementwise(const Graph& graph, int op,
   // Steps that need row structure (a per-column operand, row moments).
   bool row_free = true;
   for (const ElementwiseStep& step : node.steps) {
-    row_free = row_free && !step.call.bias && !step.call.moments;
+    row_free = row_free && kernels::RowFree(step.call);
   }
   // One tile holding `held`: one call per step and box, or, where the steps
   // need no rows, one call per step over the tile's whole range (its

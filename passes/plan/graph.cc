@@ -149,6 +149,9 @@ Status ClassifyOp(const fb::ModuleT& module, const fb::OperationT& op,
         if (step->operand > 0 && kernels::ReadsRow(*step)) {
           node.slots[step->operand] = SlotRole::kVector;
         }
+        if (step->operand > 0 && kernels::ReadsColumn(*step)) {
+          node.slots[step->operand] = SlotRole::kColumn;
+        }
       }
       break;
     }

@@ -30,6 +30,7 @@ enum class SlotRole {
   kLayout,    // must be in the op's layout (elementwise, row-wise input)
   kVector,    // [C] broadcast along rows: bias of a bias add
   kRowParam,  // [w] per-row parameter of a row-wise op: gamma, beta
+  kColumn,    // [rows, 1] broadcast along each row: binary_col's column
   kSource,    // the source of a Redistribute or a CopyRows: taken as it is
   kProbs,     // attention probabilities: the rows each context tile reads
   kQuery,     // cross-attention queries: the rows each scores tile reads

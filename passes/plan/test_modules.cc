@@ -173,8 +173,34 @@ fb::ModuleT RowMovementModule(const std::string& target, int64_t images,
   return m;
 }
 
-fb::ModuleT LayerScaleLayer(const std::string& target, int64_t tokens,
-                            int64_t heads) {
+namespace {
+
+// A Fused op of one step.
+std::unique_ptr<fb::OperationT> OneStepOp(uint32_t id, const std::string& name,
+                                          std::vector<uint32_t> operands,
+                                          uint32_t result,
+                                          fb::FusedStepKind kind,
+                                          fb::ElementwiseFn fn, int operand,
+                                          fb::Broadcast broadcast) {
+  auto op = std::make_unique<fb::OperationT>();
+  op->id = id;
+  op->kind = fb::OpKind::Fused;
+  op->name = name;
+  op->operands = std::move(operands);
+  op->results = {result};
+  auto step = std::make_unique<fb::FusedStepT>();
+  step->kind = kind;
+  step->fn = fn;
+  step->operand = operand;
+  step->broadcast = broadcast;
+  op->body.push_back(std::move(step));
+  return op;
+}
+
+// The SigLIP layer with each residual branch multiplied by a Row or Column
+// operand before its residual Add.
+fb::ModuleT ScaledBranchesLayer(const std::string& target, int64_t tokens,
+                                int64_t heads, fb::Broadcast broadcast) {
   fb::ModuleT m = Model(target, "siglip-so400m-384",
                         TinyOverrides(tokens, heads), "layer");
   uint32_t next_op = 0;
@@ -186,26 +212,31 @@ fb::ModuleT LayerScaleLayer(const std::string& target, int64_t tokens,
       const std::string name = "ls" + std::to_string(scales++);
       const fb::ValueT& branch = *m.values[op->operands[1]];
       const std::vector<int64_t> shape = branch.shape;
-      const uint32_t gamma =
-          SeededValue(&m, (name + ".gamma").c_str(), {shape[1]},
-                      fb::ValueRole::Weight, 23);
+      uint32_t gamma = 0;
+      if (broadcast == fb::Broadcast::Row) {
+        gamma = SeededValue(&m, (name + ".gamma").c_str(), {shape[1]},
+                            fb::ValueRole::Weight, 23);
+      } else if (scales == 1) {
+        gamma = SeededValue(&m, (name + ".gamma").c_str(), {shape[0], 1},
+                            fb::ValueRole::Weight, 23);
+      } else {
+        const uint32_t gate_in =
+            SeededValue(&m, (name + ".gate_in").c_str(), {shape[0], 1},
+                        fb::ValueRole::Input, 29);
+        gamma = ir::testing::AddValue(&m, name + ".gate", {shape[0], 1},
+                                      fb::ValueRole::Activation);
+        ops.push_back(OneStepOp(next_op++, name + ".sigmoid", {gate_in}, gamma,
+                                fb::FusedStepKind::Unary,
+                                fb::ElementwiseFn::Sigmoid, -1,
+                                fb::Broadcast::Full));
+      }
       const uint32_t scaled =
           ir::testing::AddValue(&m, name + ".out", shape,
                                 fb::ValueRole::Activation);
-      auto mul = std::make_unique<fb::OperationT>();
-      mul->id = next_op++;
-      mul->kind = fb::OpKind::Fused;
-      mul->name = name;
-      mul->operands = {op->operands[1], gamma};
-      mul->results = {scaled};
-      auto step = std::make_unique<fb::FusedStepT>();
-      step->kind = fb::FusedStepKind::Binary;
-      step->fn = fb::ElementwiseFn::Mul;
-      step->operand = 1;
-      step->broadcast = fb::Broadcast::Row;
-      mul->body.push_back(std::move(step));
+      ops.push_back(OneStepOp(next_op++, name, {op->operands[1], gamma}, scaled,
+                              fb::FusedStepKind::Binary, fb::ElementwiseFn::Mul,
+                              1, broadcast));
       op->operands[1] = scaled;
-      ops.push_back(std::move(mul));
     }
     ops.push_back(std::move(op));
   }
@@ -214,6 +245,18 @@ fb::ModuleT LayerScaleLayer(const std::string& target, int64_t tokens,
   const Status ok = ir::VerifyModule(m);
   EXPECT_TRUE(ok.ok()) << ok.message();
   return m;
+}
+
+}  // namespace
+
+fb::ModuleT LayerScaleLayer(const std::string& target, int64_t tokens,
+                            int64_t heads) {
+  return ScaledBranchesLayer(target, tokens, heads, fb::Broadcast::Row);
+}
+
+fb::ModuleT RowGateLayer(const std::string& target, int64_t tokens,
+                         int64_t heads) {
+  return ScaledBranchesLayer(target, tokens, heads, fb::Broadcast::Column);
 }
 
 }  // namespace tilec::plan

@@ -56,6 +56,15 @@ fb::ModuleT RowMovementModule(const std::string& target, int64_t images,
 fb::ModuleT LayerScaleLayer(const std::string& target, int64_t tokens,
                             int64_t heads);
 
+// The same layer with per-token scales instead: each residual branch
+// multiplied by a [rows, 1] column (a Binary Mul step with a Column
+// operand), the attention branch's a seeded weight, the MLP branch's
+// computed on the device as sigmoid of a [rows, 1] graph input (a gate),
+// so the column's per-row slot is met both by placing a parameter and by
+// redistributing a computed value.
+fb::ModuleT RowGateLayer(const std::string& target, int64_t tokens,
+                         int64_t heads);
+
 }  // namespace tilec::plan
 
 #endif  // TILEC_PASSES_PLAN_TEST_MODULES_H_
