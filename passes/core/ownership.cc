@@ -950,6 +950,37 @@ int64_t GridCells(const fb::OwnershipT& o) {
   return cells;
 }
 
+namespace {
+
+// The axis order of a vector's ownership made from a layout's grid: the
+// layout's axes that `folded` picks become the one axis `folded_to`, every
+// other axis g becomes kept(g), axes of extent 1 left out (the caller
+// places them). Nullopt where the folded axes of extent above 1 are not one
+// run of `order`: only then is their product a single axis.
+template <typename Extent, typename Folded, typename Kept>
+std::optional<std::vector<int32_t>> FoldedAxisOrder(
+    const std::vector<int32_t>& order, Extent extent, Folded folded,
+    int32_t folded_to, Kept kept) {
+  std::vector<int32_t> out;
+  bool in_run = false, run_done = false, placed = false;
+  for (int32_t g : order) {
+    if (extent(g) == 1) continue;
+    if (folded(g)) {
+      if (run_done) return std::nullopt;
+      in_run = true;
+      if (!placed) out.push_back(folded_to);
+      placed = true;
+    } else {
+      if (in_run) run_done = true;
+      in_run = false;
+      out.push_back(kept(g));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::optional<fb::OwnershipT> ColumnVectorOwnership(const fb::OwnershipT& l) {
   if (l.kind == OwnershipKind::Flat) {
     return BlockedOwnership({1}, l.tiles, l.first_tile, l.tile_stride);
@@ -978,22 +1009,14 @@ std::optional<fb::OwnershipT> ColumnVectorOwnership(const fb::OwnershipT& l) {
   if (order.empty()) {
     for (int g = 0; g <= replica_axis; ++g) order.push_back(g);
   }
-  // The row-like axes that matter (extent > 1) must be one run of the order
-  // for their product to be a single replica axis.
-  bool in_run = false, run_done = false, placed = false;
-  for (int32_t g : order) {
-    if (extent(g) == 1) continue;
-    if (row_like(g)) {
-      if (run_done) return std::nullopt;
-      in_run = true;
-      if (!placed) v.axis_order.push_back(v_replicas);
-      placed = true;
-    } else {
-      if (in_run) run_done = true;
-      in_run = false;
-      v.axis_order.push_back(g == 1 ? 0 : 1);
-    }
-  }
+  // The row-like axes that matter (extent > 1) become the replica axis.
+  std::optional<std::vector<int32_t>> folded = FoldedAxisOrder(
+      order, extent, row_like, v_replicas,
+      [](int32_t g) { return g == 1 ? 0 : 1; });
+  if (!folded) return std::nullopt;
+  v.axis_order = *std::move(folded);
+  const bool placed = std::find(v.axis_order.begin(), v.axis_order.end(),
+                                v_replicas) != v.axis_order.end();
   // Axes of extent 1 go anywhere: after the others.
   for (int32_t g : {0, 1}) {
     if (std::find(v.axis_order.begin(), v.axis_order.end(), g) ==
@@ -1040,23 +1063,14 @@ std::optional<fb::OwnershipT> RowColumnOwnership(const fb::OwnershipT& l) {
   if (order.empty()) {
     for (int g = 0; g <= replica_axis; ++g) order.push_back(g);
   }
-  // The column-like axes that matter (extent > 1) must be one run of the
-  // order for their product to be a single replica axis; which replica a
-  // tile holds does not matter, as every replica is the same column.
-  bool in_run = false, run_done = false, placed = false;
-  for (int32_t g : order) {
-    if (extent(g) == 1) continue;
-    if (column_like(g)) {
-      if (run_done) return std::nullopt;
-      in_run = true;
-      if (!placed) v.axis_order.push_back(v_replica_axis);
-      placed = true;
-    } else {
-      if (in_run) run_done = true;
-      in_run = false;
-      v.axis_order.push_back(g);  // row blocks 0, row parts 2: same axes
-    }
-  }
+  // The column-like axes that matter (extent > 1) become the replica
+  // axis; which replica a tile holds does not matter, as every replica is
+  // the same column. Row blocks 0 and row parts 2 keep their axes.
+  std::optional<std::vector<int32_t>> folded = FoldedAxisOrder(
+      order, extent, column_like, v_replica_axis,
+      [](int32_t g) { return g; });
+  if (!folded) return std::nullopt;
+  v.axis_order = *std::move(folded);
   // Axes of extent 1 go anywhere: after the others. Where the others are
   // in increasing order the natural order places every tile the same.
   const bool increasing =
