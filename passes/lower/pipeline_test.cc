@@ -21,6 +21,61 @@
 namespace tilec::lower {
 namespace {
 
+// The default pipeline, with FP8 GEMMs (quantize-fp8) or every dtype kept.
+Status RunDefaultPipeline(fb::ModuleT* m, bool fp8) {
+  return passes::RunPipeline(
+      m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
+        if (name == "quantize-fp8" && !fp8) return quantize::KeepDTypesPass();
+        return nullptr;
+      });
+}
+
+// How many calls of `kernel` the device program makes.
+int KernelCalls(const fb::ModuleT& m, std::string_view kernel) {
+  int calls = 0;
+  for (const auto& step : m.program->supersteps) {
+    for (const auto& c : step->compute) calls += c->kernel == kernel;
+  }
+  return calls;
+}
+
+// " name(N steps)" for each op with a body step `is`, for the log.
+template <typename StepIs>
+std::string OpsWithStep(const fb::ModuleT& m, StepIs is) {
+  std::string ops;
+  for (const auto& op : m.ops) {
+    for (const auto& step : op->body) {
+      if (is(*step)) {
+        ops += " " + op->name + "(" + std::to_string(op->body.size()) +
+               " steps)";
+      }
+    }
+  }
+  return ops;
+}
+
+// Simulates a compiled elementwise test layer against its reference at
+// the default tolerance of its pipeline; the simulated cycles must be the
+// program's prediction. Logs `label`'s figures and `detail`.
+void ExpectSimulatesAsPredicted(const fb::ModuleT& m, bool fp8,
+                                const char* label, const std::string& detail) {
+  const testing::ProgramFigures summary = testing::ProgramFiguresOf(m);
+  testing::SimCheck check;
+  Status s = testing::SimulateAgainstReference(
+      m,
+      fp8 ? sim::Tolerance{0.1, 0.1, 0.99}
+          : sim::Tolerance{2e-2, 1e-2, 0.9999},
+      &check);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_TRUE(check.pass) << (fp8 ? "fp8: " : "f16: ") << check.message;
+  EXPECT_EQ(check.result.total_cycles, summary.predicted);
+  std::printf("%s %s: simulated %lld cycles, planner %lld, max_abs_err %g, %s\n",
+              label, fp8 ? "fp8" : "f16",
+              static_cast<long long>(check.result.total_cycles),
+              static_cast<long long>(summary.planned), check.max_abs_err,
+              detail.c_str());
+}
+
 struct Case {
   const char* name;
   const char* preset;
@@ -115,11 +170,7 @@ fb::ModuleT PatchEmbedding() {
 TEST(PipelinePatchifyTest, TheHostWritesThePatches) {
   for (bool fp8 : {false, true}) {
     fb::ModuleT m = PatchEmbedding();
-    Status s = passes::RunPipeline(
-        &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
-          if (name == "quantize-fp8" && !fp8) return quantize::KeepDTypesPass();
-          return nullptr;
-        });
+    Status s = RunDefaultPipeline(&m, fp8);
     ASSERT_TRUE(s.ok()) << s.message();
     // The image is bound with the transform; the patches get no other
     // binding and no op computes them on a tile.
@@ -184,11 +235,7 @@ TEST(PipelinePatchifyTest, TheVerifierChecksPatchBindings) {
 TEST(PipelineCopyRowsTest, RowsMoveExactly) {
   for (bool fp8 : {false, true}) {
     fb::ModuleT m = plan::RowMovementModule("tiny", 3, 5, 32, 24);
-    Status s = passes::RunPipeline(
-        &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
-          if (name == "quantize-fp8" && !fp8) return quantize::KeepDTypesPass();
-          return nullptr;
-        });
+    Status s = RunDefaultPipeline(&m, fp8);
     ASSERT_TRUE(s.ok()) << s.message();
     int copies = 0;
     for (const auto& op : m.ops) {
@@ -228,45 +275,18 @@ TEST(PipelineCopyRowsTest, RowsMoveExactly) {
 TEST(PipelineLayerScaleTest, LayerScaleLayerSimulatesLikeTheReference) {
   for (bool fp8 : {false, true}) {
     fb::ModuleT m = plan::LayerScaleLayer("tiny", 12, 2);
-    Status s = passes::RunPipeline(
-        &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
-          if (name == "quantize-fp8" && !fp8) return quantize::KeepDTypesPass();
-          return nullptr;
-        });
+    Status s = RunDefaultPipeline(&m, fp8);
     ASSERT_TRUE(s.ok()) << s.message();
-    int binary_row_calls = 0;
-    for (const auto& step : m.program->supersteps) {
-      for (const auto& c : step->compute) {
-        binary_row_calls += c->kernel == "binary_row";
-      }
-    }
+    const int binary_row_calls = KernelCalls(m, "binary_row");
     EXPECT_GT(binary_row_calls, 0);
     // The Mul's op after fuse-elementwise: alone, or in a longer body.
-    std::string layer_scale_ops;
-    for (const auto& op : m.ops) {
-      for (const auto& step : op->body) {
-        if (step->kind == fb::FusedStepKind::Binary) {
-          layer_scale_ops += " " + op->name + "(" +
-                             std::to_string(op->body.size()) + " steps)";
-        }
-      }
-    }
-    const testing::ProgramFigures summary = testing::ProgramFiguresOf(m);
-    testing::SimCheck check;
-    s = testing::SimulateAgainstReference(
-        m,
-        fp8 ? sim::Tolerance{0.1, 0.1, 0.99}
-            : sim::Tolerance{2e-2, 1e-2, 0.9999},
-        &check);
-    ASSERT_TRUE(s.ok()) << s.message();
-    EXPECT_TRUE(check.pass) << (fp8 ? "fp8: " : "f16: ") << check.message;
-    EXPECT_EQ(check.result.total_cycles, summary.predicted);
-    std::printf("layer scale %s: simulated %lld cycles, planner %lld, "
-                "max_abs_err %g, %d binary_row calls; ops:%s\n",
-                fp8 ? "fp8" : "f16",
-                static_cast<long long>(check.result.total_cycles),
-                static_cast<long long>(summary.planned), check.max_abs_err,
-                binary_row_calls, layer_scale_ops.c_str());
+    const std::string layer_scale_ops =
+        OpsWithStep(m, [](const fb::FusedStepT& step) {
+          return step.kind == fb::FusedStepKind::Binary;
+        });
+    ExpectSimulatesAsPredicted(m, fp8, "layer scale",
+                               std::to_string(binary_row_calls) +
+                                   " binary_row calls; ops:" + layer_scale_ops);
   }
 }
 
@@ -278,46 +298,19 @@ TEST(PipelineLayerScaleTest, LayerScaleLayerSimulatesLikeTheReference) {
 TEST(PipelineRowGateTest, RowGateLayerSimulatesLikeTheReference) {
   for (bool fp8 : {false, true}) {
     fb::ModuleT m = plan::RowGateLayer("tiny", 12, 2);
-    Status s = passes::RunPipeline(
-        &m, [&](std::string_view name) -> std::unique_ptr<passes::Pass> {
-          if (name == "quantize-fp8" && !fp8) return quantize::KeepDTypesPass();
-          return nullptr;
-        });
+    Status s = RunDefaultPipeline(&m, fp8);
     ASSERT_TRUE(s.ok()) << s.message();
-    int binary_col_calls = 0;
-    for (const auto& step : m.program->supersteps) {
-      for (const auto& c : step->compute) {
-        binary_col_calls += c->kernel == "binary_col";
-      }
-    }
+    const int binary_col_calls = KernelCalls(m, "binary_col");
     EXPECT_GT(binary_col_calls, 0);
-    std::string gate_ops;
-    for (const auto& op : m.ops) {
-      for (const auto& step : op->body) {
-        if (step->kind == fb::FusedStepKind::Binary &&
-            step->broadcast == fb::Broadcast::Column) {
-          gate_ops += " " + op->name + "(" + std::to_string(op->body.size()) +
-                      " steps)";
-        }
-      }
-    }
+    const std::string gate_ops =
+        OpsWithStep(m, [](const fb::FusedStepT& step) {
+          return step.kind == fb::FusedStepKind::Binary &&
+                 step.broadcast == fb::Broadcast::Column;
+        });
     EXPECT_NE(gate_ops, "");
-    const testing::ProgramFigures summary = testing::ProgramFiguresOf(m);
-    testing::SimCheck check;
-    s = testing::SimulateAgainstReference(
-        m,
-        fp8 ? sim::Tolerance{0.1, 0.1, 0.99}
-            : sim::Tolerance{2e-2, 1e-2, 0.9999},
-        &check);
-    ASSERT_TRUE(s.ok()) << s.message();
-    EXPECT_TRUE(check.pass) << (fp8 ? "fp8: " : "f16: ") << check.message;
-    EXPECT_EQ(check.result.total_cycles, summary.predicted);
-    std::printf(
-        "row gate %s: simulated %lld cycles, planner %lld, "
-        "max_abs_err %g, %d binary_col calls; ops:%s\n",
-        fp8 ? "fp8" : "f16", static_cast<long long>(check.result.total_cycles),
-        static_cast<long long>(summary.planned), check.max_abs_err,
-        binary_col_calls, gate_ops.c_str());
+    ExpectSimulatesAsPredicted(m, fp8, "row gate",
+                               std::to_string(binary_col_calls) +
+                                   " binary_col calls; ops:" + gate_ops);
   }
 }
 
