@@ -952,19 +952,53 @@ int64_t GridCells(const fb::OwnershipT& o) {
 
 namespace {
 
+// A two-dimensional blocked layout's grid axes: rows 0, columns 1, (row
+// parts 2, column parts 3,) replicas last.
+struct LayoutGrid {
+  explicit LayoutGrid(const fb::OwnershipT& layout)
+      : l(layout), replica_axis(layout.sub_partitions.empty() ? 2 : 4) {}
+
+  int64_t Extent(int g) const {
+    if (g == replica_axis) return l.replicas;
+    if (g < 2) return l.partitions[g];
+    return l.sub_partitions[g - 2];
+  }
+  // The product of the extents of the axes `picked` picks.
+  template <typename Picked>
+  int64_t Product(Picked picked) const {
+    int64_t product = 1;
+    for (int g = 0; g <= replica_axis; ++g) {
+      if (picked(g)) product *= Extent(g);
+    }
+    return product;
+  }
+  // The axes in the layout's tile order.
+  std::vector<int32_t> Order() const {
+    std::vector<int32_t> order = l.axis_order;
+    if (order.empty()) {
+      for (int g = 0; g <= replica_axis; ++g) order.push_back(g);
+    }
+    return order;
+  }
+
+  const fb::OwnershipT& l;
+  const int replica_axis;
+};
+
 // The axis order of a vector's ownership made from a layout's grid: the
-// layout's axes that `folded` picks become the one axis `folded_to`, every
-// other axis g becomes kept(g), axes of extent 1 left out (the caller
-// places them). Nullopt where the folded axes of extent above 1 are not one
-// run of `order`: only then is their product a single axis.
-template <typename Extent, typename Folded, typename Kept>
-std::optional<std::vector<int32_t>> FoldedAxisOrder(
-    const std::vector<int32_t>& order, Extent extent, Folded folded,
-    int32_t folded_to, Kept kept) {
+// axes that `folded` picks become the one axis `folded_to`, every other
+// axis g becomes kept(g), axes of extent 1 left out (the caller places
+// them). Nullopt where the folded axes of extent above 1 are not one run of
+// the layout's order: only then is their product a single axis.
+template <typename Folded, typename Kept>
+std::optional<std::vector<int32_t>> FoldedAxisOrder(const LayoutGrid& grid,
+                                                    Folded folded,
+                                                    int32_t folded_to,
+                                                    Kept kept) {
   std::vector<int32_t> out;
   bool in_run = false, run_done = false, placed = false;
-  for (int32_t g : order) {
-    if (extent(g) == 1) continue;
+  for (int32_t g : grid.Order()) {
+    if (grid.Extent(g) == 1) continue;
     if (folded(g)) {
       if (run_done) return std::nullopt;
       in_run = true;
@@ -986,32 +1020,21 @@ std::optional<fb::OwnershipT> ColumnVectorOwnership(const fb::OwnershipT& l) {
     return BlockedOwnership({1}, l.tiles, l.first_tile, l.tile_stride);
   }
   if (l.partitions.size() != 2) return std::nullopt;
-  const bool nested = !l.sub_partitions.empty();
-  // The layout's grid axes: rows, columns, (row parts, column parts,)
-  // replicas. Row-like axes become the vector's replicas.
-  const int replica_axis = nested ? 4 : 2;
-  auto extent = [&](int g) -> int64_t {
-    if (g == replica_axis) return l.replicas;
-    if (g < 2) return l.partitions[g];
-    return l.sub_partitions[g - 2];
+  // Row-like axes become the vector's replicas.
+  const LayoutGrid grid(l);
+  auto row_like = [&](int g) {
+    return g == 0 || g == 2 || g == grid.replica_axis;
   };
-  auto row_like = [&](int g) { return g == 0 || g == 2 || g == replica_axis; };
-  const int column_parts = nested ? l.sub_partitions[1] : 1;
-  int64_t replicas = 1;
-  for (int g = 0; g <= replica_axis; ++g) {
-    if (row_like(g)) replicas *= extent(g);
-  }
-  fb::OwnershipT v = BlockedOwnership({l.partitions[1]}, static_cast<int>(replicas),
-                                      l.first_tile, l.tile_stride);
+  const int column_parts =
+      l.sub_partitions.empty() ? 1 : l.sub_partitions[1];
+  fb::OwnershipT v =
+      BlockedOwnership({l.partitions[1]}, static_cast<int>(grid.Product(row_like)),
+                       l.first_tile, l.tile_stride);
   if (column_parts > 1) v.sub_partitions = {column_parts};
   const int v_replicas = column_parts > 1 ? 2 : 1;
-  std::vector<int32_t> order = l.axis_order;
-  if (order.empty()) {
-    for (int g = 0; g <= replica_axis; ++g) order.push_back(g);
-  }
   // The row-like axes that matter (extent > 1) become the replica axis.
   std::optional<std::vector<int32_t>> folded = FoldedAxisOrder(
-      order, extent, row_like, v_replicas,
+      grid, row_like, v_replicas,
       [](int32_t g) { return g == 1 ? 0 : 1; });
   if (!folded) return std::nullopt;
   v.axis_order = *std::move(folded);
@@ -1035,39 +1058,24 @@ std::optional<fb::OwnershipT> RowColumnOwnership(const fb::OwnershipT& l) {
     return BlockedOwnership({1, 1}, l.tiles, l.first_tile, l.tile_stride);
   }
   if (l.partitions.size() != 2) return std::nullopt;
-  const bool nested = !l.sub_partitions.empty();
-  // The layout's grid axes: rows, columns, (row parts, column parts,)
-  // replicas. Column-like axes become the column's replicas; the row axes
-  // keep their place (row parts only where they split, since a nested
-  // ownership needs some sub-partition above 1).
-  const int replica_axis = nested ? 4 : 2;
-  auto extent = [&](int g) -> int64_t {
-    if (g == replica_axis) return l.replicas;
-    if (g < 2) return l.partitions[g];
-    return l.sub_partitions[g - 2];
-  };
+  // Column-like axes become the column's replicas; the row axes keep
+  // their place (row parts only where they split, since a nested ownership
+  // needs some sub-partition above 1).
+  const LayoutGrid grid(l);
   auto column_like = [&](int g) {
-    return g == 1 || g == 3 || g == replica_axis;
+    return g == 1 || g == 3 || g == grid.replica_axis;
   };
-  const bool v_nested = nested && l.sub_partitions[0] > 1;
+  const bool v_nested = !l.sub_partitions.empty() && l.sub_partitions[0] > 1;
   const int v_replica_axis = v_nested ? 4 : 2;
-  int64_t replicas = 1;
-  for (int g = 0; g <= replica_axis; ++g) {
-    if (column_like(g)) replicas *= extent(g);
-  }
-  fb::OwnershipT v =
-      BlockedOwnership({l.partitions[0], 1}, static_cast<int>(replicas),
-                       l.first_tile, l.tile_stride);
+  fb::OwnershipT v = BlockedOwnership(
+      {l.partitions[0], 1}, static_cast<int>(grid.Product(column_like)),
+      l.first_tile, l.tile_stride);
   if (v_nested) v.sub_partitions = {l.sub_partitions[0], 1};
-  std::vector<int32_t> order = l.axis_order;
-  if (order.empty()) {
-    for (int g = 0; g <= replica_axis; ++g) order.push_back(g);
-  }
   // The column-like axes that matter (extent > 1) become the replica
   // axis; which replica a tile holds does not matter, as every replica is
   // the same column. Row blocks 0 and row parts 2 keep their axes.
   std::optional<std::vector<int32_t>> folded = FoldedAxisOrder(
-      order, extent, column_like, v_replica_axis,
+      grid, column_like, v_replica_axis,
       [](int32_t g) { return g; });
   if (!folded) return std::nullopt;
   v.axis_order = *std::move(folded);
