@@ -1027,9 +1027,9 @@ std::optional<fb::OwnershipT> ColumnVectorOwnership(const fb::OwnershipT& l) {
   };
   const int column_parts =
       l.sub_partitions.empty() ? 1 : l.sub_partitions[1];
-  fb::OwnershipT v =
-      BlockedOwnership({l.partitions[1]}, static_cast<int>(grid.Product(row_like)),
-                       l.first_tile, l.tile_stride);
+  fb::OwnershipT v = BlockedOwnership(
+      {l.partitions[1]}, static_cast<int>(grid.Product(row_like)),
+      l.first_tile, l.tile_stride);
   if (column_parts > 1) v.sub_partitions = {column_parts};
   const int v_replicas = column_parts > 1 ? 2 : 1;
   // The row-like axes that matter (extent > 1) become the replica axis.
