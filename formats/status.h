@@ -7,7 +7,7 @@
 
 namespace tilec {
 
-// Exit codes shared by every tool (ARCHITECTURE.md, "Conventions").
+// Exit codes shared by every tool (docs/architecture.md, "Conventions of every tool").
 enum class StatusCode {
   kOk = 0,
   kInternal = 1,    // a bug: should never happen
