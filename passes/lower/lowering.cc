@@ -46,13 +46,6 @@ Phase* NewPhase(PhaseList* list, Phase::Kind kind, std::string label) {
   return &list->back();
 }
 
-Phase* NewPhaseIn(std::deque<Phase>* list, Phase::Kind kind, std::string label) {
-  list->emplace_back();
-  list->back().kind = kind;
-  list->back().label = std::move(label);
-  return &list->back();
-}
-
 // Drops empty exchange and compute phases and merges neighbouring compute
 // phases (their calls keep their order, so per-tile order is unchanged).
 std::vector<Phase> Normalize(PhaseList* list) {
@@ -1464,8 +1457,8 @@ Status Lowering::CombineMoments(const fb::OperationT& op, uint32_t m_id,
     auto& cols = blocks[{p.rows.begin[0], p.rows.end[0]}];
     if (!cols.count(p.rows.begin[1])) cols[p.rows.begin[1]] = &p;
   }
-  Phase* exchange = NewPhaseIn(list, Phase::Kind::kExchange, "moments");
-  Phase* combine = NewPhaseIn(list, Phase::Kind::kCompute, "combine moments");
+  Phase* exchange = NewPhase(list, Phase::Kind::kExchange, "moments");
+  Phase* combine = NewPhase(list, Phase::Kind::kCompute, "combine moments");
   for (int R : TilesUsed(*M->ownership, M->shape)) {
     Storage* ms = NewValueStorage(m_id, R, op.id, BufferKind::kValue, nullptr,
                                   false);
