@@ -1,0 +1,224 @@
+// emit-device's supersteps: each op's phases placed as soon as their
+// operands are ready, sharing supersteps with earlier ops where the
+// decision budget allows (emit_device.h, step 2).
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "passes/lower/emitter.h"
+
+namespace tilec::lower {
+namespace {
+
+using passes::Numbers;
+
+int ReadyAt(const std::map<uint32_t, int>& ready, uint32_t value) {
+  auto it = ready.find(value);
+  return it == ready.end() ? 0 : it->second;
+}
+
+// Superstep offsets of the phases relative to the first: an exchange right
+// after a compute shares its superstep.
+std::vector<int> PhaseOffsets(const std::vector<Phase>& phases) {
+  std::vector<int> offset(phases.size(), 0);
+  for (size_t i = 1; i < phases.size(); ++i) {
+    const bool prev_compute = phases[i - 1].kind == Phase::Kind::kCompute;
+    const bool cur_exchange = phases[i].kind == Phase::Kind::kExchange;
+    offset[i] = offset[i - 1] + (prev_compute && cur_exchange ? 0 : 1);
+  }
+  return offset;
+}
+
+// Adds `transfers` to a superstep's exchange phase.
+void AddTransfers(const std::vector<VTransfer>& transfers, StepLoad* load) {
+  for (const VTransfer& t : transfers) load->transfers.push_back(&t);
+}
+
+}  // namespace
+
+int64_t Emitter::ExchangeCost(const StepLoad& l) const {
+  if (!l.has_exchange) return 0;
+  return CostOfExchange(model_, l.transfers).cycles;
+}
+
+void Emitter::Schedule(bool share, int64_t remaining,
+                       std::vector<ShareEvent>* events) {
+  ScheduleState st(tiles_);
+  // Nothing shares a superstep across a body's edges: the body's
+  // supersteps run once per iteration.
+  int region = -1, floor = 0;
+  for (size_t r = 0; r < work_.size(); ++r) {
+    OpWork& w = work_[r];
+    if (body_of_[r] != region) {
+      floor = st.last_used + 1;
+      if (region >= 0) bodies_[region].last_step = st.last_used;
+      region = body_of_[r];
+      if (region >= 0) bodies_[region].first_step = floor;
+    }
+    const std::vector<Phase>& phases = w.program.phases;
+    w.step.assign(phases.size(), 0);
+    if (phases.empty()) {
+      PassReadinessThrough(w, &st);
+      continue;
+    }
+    const std::vector<int> offset = PhaseOffsets(phases);
+    const int earliest = std::max(EarliestStep(w, st), floor);
+    const int fresh = std::max(earliest, st.last_used + 1);
+    int start = fresh;
+    if (share && earliest < fresh) {
+      start = ChooseSharedStart(w, offset, earliest, fresh, remaining, &st,
+                                events);
+    }
+    PlacePhases(start, offset, &w, &st);
+    MarkResultsReady(w, &st);
+  }
+  if (region >= 0) bodies_[region].last_step = st.last_used;
+  steps_ = st.last_used + 1;
+}
+
+// Fully in place: results are ready when the operands are.
+void Emitter::PassReadinessThrough(const OpWork& w, ScheduleState* st) const {
+  int rc = 0, rx = 0;
+  for (uint32_t v : w.program.reads) {
+    rc = std::max(rc, ReadyAt(st->ready_c, v));
+    rx = std::max(rx, ReadyAt(st->ready_x, v));
+  }
+  for (uint32_t v : w.program.writes) {
+    st->ready_c[v] = rc;
+    st->ready_x[v] = rx;
+  }
+}
+
+// The first superstep where all operands are ready for the op's first phase.
+int Emitter::EarliestStep(const OpWork& w, const ScheduleState& st) const {
+  const bool first_compute =
+      w.program.phases[0].kind == Phase::Kind::kCompute;
+  int earliest = 0;
+  for (uint32_t v : w.program.reads) {
+    earliest = std::max(earliest, first_compute ? ReadyAt(st.ready_c, v)
+                                                : ReadyAt(st.ready_x, v));
+  }
+  return earliest;
+}
+
+// Starts the op at `earliest` (sharing used supersteps) if the decision
+// budget allows it, else at `fresh`; a proposed share becomes an event.
+int Emitter::ChooseSharedStart(const OpWork& w, const std::vector<int>& offset,
+                               int earliest, int fresh, int64_t limit,
+                               ScheduleState* st,
+                               std::vector<ShareEvent>* events) {
+  std::vector<int> shared_steps;
+  const Numbers numbers =
+      PriceMerge(w, offset, earliest, st, &shared_steps);
+  const std::set<uint32_t> with = OpsInSteps(w, shared_steps);
+  std::string steps_text, with_text;
+  for (int s : shared_steps) {
+    steps_text += (steps_text.empty() ? "" : ",") + std::to_string(s);
+  }
+  for (uint32_t id : with) {
+    with_text += (with_text.empty() ? "" : ",") + std::to_string(id);
+  }
+  ShareEvent e;
+  e.op = w.op->id;
+  e.action = "share supersteps " + steps_text + " with ops (" + with_text + ")";
+  e.reason = "operands ready in superstep " + std::to_string(earliest) +
+             ", " + std::to_string(fresh - earliest) +
+             " supersteps before the program's end; merged phases cost "
+             "their slowest tile, never more than apart";
+  e.numbers = numbers;
+  if (shared_steps.empty()) return earliest;  // only empty slots of used steps
+  int start = fresh;
+  const bool allowed = limit < 0 || st->budget_used < limit;
+  if (allowed) {
+    ++st->budget_used;
+    start = earliest;
+  }
+  events->push_back(e);
+  return start;
+}
+
+// Prices the merge of every phase that lands in a used superstep when the
+// op starts at `earliest`; the used supersteps go to `shared_steps`.
+Numbers Emitter::PriceMerge(const OpWork& w, const std::vector<int>& offset,
+                            int earliest, ScheduleState* st,
+                            std::vector<int>* shared_steps) const {
+  const std::vector<Phase>& phases = w.program.phases;
+  Numbers numbers;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const int s = earliest + offset[i];
+    if (s > st->last_used) continue;
+    StepLoad& l = st->Load(s);
+    const Phase& ph = phases[i];
+    if (ph.kind == Phase::Kind::kCompute) {
+      if (!l.has_compute) continue;
+      std::vector<int64_t> merged = l.compute;
+      for (size_t c = 0; c < ph.calls.size(); ++c) {
+        merged[ph.calls[c].tile] += w.call_cycles[i][c];
+      }
+      numbers.cycles_before += ComputeMax(l.compute) + w.alone[i];
+      numbers.cycles_after += ComputeMax(merged);
+    } else {
+      if (!l.has_exchange) continue;
+      StepLoad merged = l;
+      AddTransfers(ph.transfers, &merged);
+      numbers.cycles_before += ExchangeCost(l) + w.alone[i];
+      numbers.cycles_after += ExchangeCost(merged);
+    }
+    if (shared_steps->empty() || shared_steps->back() != s) {
+      shared_steps->push_back(s);
+    }
+  }
+  return numbers;
+}
+
+// The ids of the ops scheduled before `w` with a phase in one of `steps`.
+std::set<uint32_t> Emitter::OpsInSteps(const OpWork& w,
+                                       const std::vector<int>& steps) const {
+  std::set<uint32_t> with;
+  for (const OpWork& other : work_) {
+    if (&other == &w) break;
+    for (size_t i = 0; i < other.step.size(); ++i) {
+      if (std::find(steps.begin(), steps.end(), other.step[i]) != steps.end()) {
+        with.insert(other.op->id);
+      }
+    }
+  }
+  return with;
+}
+
+// Puts the op's phases from superstep `start` on and adds their load.
+void Emitter::PlacePhases(int start, const std::vector<int>& offset,
+                          OpWork* w, ScheduleState* st) const {
+  const std::vector<Phase>& phases = w->program.phases;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const int s = start + offset[i];
+    w->step[i] = s;
+    StepLoad& l = st->Load(s);
+    const Phase& ph = phases[i];
+    if (ph.kind == Phase::Kind::kCompute) {
+      l.has_compute = true;
+      for (size_t c = 0; c < ph.calls.size(); ++c) {
+        l.compute[ph.calls[c].tile] += w->call_cycles[i][c];
+      }
+    } else {
+      l.has_exchange = l.has_exchange || !ph.transfers.empty();
+      AddTransfers(ph.transfers, &l);
+    }
+    st->last_used = std::max(st->last_used, s);
+  }
+}
+
+// Records the superstep from which the op's results count as ready: its
+// last superstep after a final compute, the next one after an exchange.
+void Emitter::MarkResultsReady(const OpWork& w, ScheduleState* st) const {
+  const int end = w.step.back();
+  const bool last_compute =
+      w.program.phases.back().kind == Phase::Kind::kCompute;
+  for (uint32_t v : w.program.writes) {
+    st->ready_c[v] = last_compute ? end : end + 1;
+    st->ready_x[v] = last_compute ? end : end + 1;
+  }
+}
+
+}  // namespace tilec::lower

@@ -1,0 +1,215 @@
+// emit-device's Emitter (emit_device.h describes the steps) and the state
+// its steps share, declared once for the files that define them:
+// emit_device.cc (the driver: lowering every op, repeats), emit_schedule.cc
+// (supersteps), emit_allocate.cc (code sizing, lifetimes, addresses) and
+// emit_build.cc (the device program and the decisions about it). Included
+// only by those files.
+
+#ifndef TILEC_PASSES_LOWER_EMITTER_H_
+#define TILEC_PASSES_LOWER_EMITTER_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "kernels/cost.h"
+#include "passes/core/decisions.h"
+#include "passes/lower/allocate.h"
+#include "passes/lower/emit_device.h"
+#include "passes/lower/lowering.h"
+#include "passes/lower/program.h"
+#include "passes/lower/repeat_lowering.h"
+
+namespace tilec::lower {
+
+// A lifetime bound beyond every allocation slot.
+constexpr int64_t kForever = std::numeric_limits<int64_t>::max() / 4;
+
+// One lowered op and where its phases went.
+struct OpWork {
+  const fb::OperationT* op = nullptr;
+  OpProgram program;
+  std::vector<std::vector<int64_t>> call_cycles;  // per phase, per call
+  std::vector<int64_t> alone;                     // per phase, own superstep
+  std::vector<int> step;                          // per phase
+};
+
+// What a superstep holds so far, for pricing a merge.
+struct StepLoad {
+  std::vector<int64_t> compute;  // per tile
+  std::vector<const VTransfer*> transfers;  // its exchange phase, in order
+  bool has_compute = false;
+  bool has_exchange = false;
+};
+
+// Schedule's state as it walks the ops in order: when each value is ready,
+// what each superstep holds, how many sharing decisions were taken.
+struct ScheduleState {
+  explicit ScheduleState(int tiles) : tiles(tiles) {}
+  // The load of superstep `s`, created empty on first use.
+  StepLoad& Load(int s) {
+    while (static_cast<int>(loads.size()) <= s) {
+      StepLoad l;
+      l.compute.assign(tiles, 0);
+      loads.push_back(std::move(l));
+    }
+    return loads[s];
+  }
+  int tiles;
+  std::map<uint32_t, int> ready_c, ready_x;  // missing: ready at 0
+  std::vector<StepLoad> loads;
+  int last_used = -1;
+  int64_t budget_used = 0;
+};
+
+// Binary kernel calls sent to the slow path, per op: calls, extra cycles.
+using SlowCalls = std::map<uint32_t, std::pair<int64_t, int64_t>>;
+
+class Emitter {
+ public:
+  Emitter(fb::ModuleT* module, const EmitOptions& options,
+          const kernels::CostModel& model, passes::DecisionLog* log)
+      : module_(*module), options_(options), model_(model),
+        lowering_(*module, model, LoweringOptions{options.alias_in_place, false}),
+        log_(*log) {
+    tiles_ = module->target->tiles;
+    map_ = MemoryMap::FromTarget(*module->target);
+  }
+
+  Status Run(EmitSummary* summary);
+
+ private:
+  Status LowerAll();
+  // Places every op's phases; `share` lets ops share supersteps. Decisions
+  // are collected in `events` (applied through the log afterwards).
+  struct ShareEvent {
+    uint32_t op;
+    std::string action, reason;
+    passes::Numbers numbers;
+  };
+  void Schedule(bool share, int64_t remaining, std::vector<ShareEvent>* events);
+  // Schedule's phases, per op in order.
+  void PassReadinessThrough(const OpWork& w, ScheduleState* st) const;
+  int EarliestStep(const OpWork& w, const ScheduleState& st) const;
+  int ChooseSharedStart(const OpWork& w, const std::vector<int>& offset,
+                        int earliest, int fresh, int64_t limit,
+                        ScheduleState* st, std::vector<ShareEvent>* events);
+  passes::Numbers PriceMerge(const OpWork& w, const std::vector<int>& offset,
+                             int earliest, ScheduleState* st,
+                             std::vector<int>* shared_steps) const;
+  std::set<uint32_t> OpsInSteps(const OpWork& w,
+                                const std::vector<int>& steps) const;
+  void PlacePhases(int start, const std::vector<int>& offset, OpWork* w,
+                   ScheduleState* st) const;
+  void MarkResultsReady(const OpWork& w, ScheduleState* st) const;
+  Status Allocate(std::string* failure_message, bool* fits);
+  // Allocate's phases. Allocation slots: the compute of op r (in work_
+  // order) in superstep s is slot s * SlotsPerStep() + r; the superstep's
+  // exchange is its last slot.
+  int64_t SlotsPerStep() const;
+  // first_ and last_: the slots where each buffer is first and last used.
+  void ComputeLifetimes();
+  std::vector<std::vector<AllocBuffer>> BuffersPerTile() const;
+  std::vector<std::vector<AllocRule>> RulesPerTile() const;
+  struct TileAllocation {
+    bool fits = false, around_boundary = false;
+    AllocResult result;
+    AllocFailure failure;
+  };
+  std::vector<TileAllocation> PlaceTiles(
+      const std::vector<std::vector<AllocBuffer>>& per_tile,
+      const std::vector<std::vector<AllocRule>>& rules) const;
+  std::string OutOfMemoryMessage(int tile, const AllocFailure& failure) const;
+  std::string SlotText(int64_t slot) const;
+  void TakePlacement(int tile, const std::vector<AllocBuffer>& buffers,
+                     const std::vector<AllocRule>& rules,
+                     const AllocResult& result);
+  bool AllocateAroundBoundary(const MemoryMap& map,
+                              const std::vector<AllocBuffer>& buffers,
+                              const std::vector<AllocRule>& rules,
+                              AllocResult* result) const;
+  // Code in tile memory (docs/device-program.md, "Memory"): each tile's
+  // runtime, program code and exchange tables for the supersteps as
+  // scheduled, in whole standard elements below its tensors. Infeasible
+  // when a tile's code does not fit in standard memory.
+  Status SizeCode();
+  std::vector<const VTransfer*> TransfersOf(int superstep) const;
+  void Build(EmitSummary* summary);
+  // Build's phases: the program in order, then the decisions about it.
+  std::vector<int64_t> EmitBuffers(fb::DeviceProgramT* program) const;
+  std::unique_ptr<fb::SuperstepT> EmitSuperstep(
+      int s, const std::vector<int64_t>& id_of, SlowCalls* slow_calls,
+      EmitSummary* sum) const;
+  bool SharesElement(const VSlice& a, const VSlice& b) const;
+  int64_t PlacedCallCycles(const VCall& call, int64_t cycles,
+                           SlowCalls* slow_calls) const;
+  std::unique_ptr<fb::ComputeT> EmitCompute(
+      const VCall& call, const std::vector<int64_t>& id_of) const;
+  std::unique_ptr<fb::TransferT> EmitTransfer(
+      const VTransfer& t, const std::vector<int64_t>& id_of,
+      EmitSummary* sum) const;
+  std::unique_ptr<fb::HostBindingT> Bind(
+      const fb::ValueT& v, const std::vector<int64_t>& id_of) const;
+  void EmitHostBindings(const std::vector<int64_t>& id_of,
+                        fb::DeviceProgramT* program) const;
+  void SummarizePeakAndPlan(EmitSummary* sum) const;
+  // Per repeat, how each (superstep, tile) whose addresses change between
+  // iterations is updated: a base register where one serves, else a patch.
+  void ChooseAddressUpdates(fb::DeviceProgramT* program, EmitSummary* sum);
+  void EmitCode(fb::DeviceProgramT* program, EmitSummary* sum) const;
+  void LogLoweredOps();
+  std::string DescribeLowering(const OpWork& w);
+  void LogSlowCalls(const SlowCalls& slow_calls);
+  void LogMemoryReuse();
+
+  int64_t ComputeMax(const std::vector<int64_t>& per_tile) const {
+    int64_t m = 0;
+    for (int64_t v : per_tile) m = std::max(m, v);
+    return m;
+  }
+  int64_t ExchangeCost(const StepLoad& load) const;
+
+  // Repeats (docs/repeat.md): each body's lowering, and per op (in work_
+  // order) the body it is in, -1 outside bodies.
+  Status FindBodies();
+  Status LowerRepeats();
+  int RunsOf(int superstep) const;
+  const std::map<int, int>* IterationRenames(int superstep, int i) const;
+  void LogRepeats();
+  std::vector<BodyLowering> bodies_;
+  std::vector<int> body_of_;
+
+  fb::ModuleT& module_;
+  const EmitOptions& options_;
+  kernels::CostModel model_;
+  Lowering lowering_;
+  passes::DecisionLog& log_;
+  int tiles_ = 0;
+  MemoryMap map_;
+  std::vector<OpWork> work_;
+  int steps_ = 0;
+  // Allocation results.
+  std::vector<int64_t> offset_;     // per virtual buffer, -1 if unused
+  std::vector<int64_t> first_, last_;  // lifetimes in slots
+  std::set<std::pair<int, int>> slow_pairs_;  // soft rules not honoured
+  std::vector<int64_t> tile_peak_;
+  struct TileCodeBytes {
+    int64_t runtime = 0, program = 0, exchange = 0, reserved = 0;
+  };
+  std::vector<TileCodeBytes> code_;  // per tile, for the supersteps as placed
+  // Tiles whose data from before the program went around the boundary of
+  // standard and interleaved memory (allocate.h).
+  int boundary_tiles_ = 0;
+};
+
+}  // namespace tilec::lower
+
+#endif  // TILEC_PASSES_LOWER_EMITTER_H_
