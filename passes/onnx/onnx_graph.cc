@@ -4,6 +4,7 @@
 #include <limits>
 #include <memory>
 
+#include "formats/basics.h"
 #include "passes/onnx/import_onnx.h"
 #include "passes/onnx/onnx_infer.h"
 
@@ -124,8 +125,8 @@ bool SliceWindow(const std::vector<int64_t>& shape, const OnnxConstant& starts,
     const int64_t b = clamp(starts.data[k]);
     const int64_t e = clamp(ends.data[k]);
     const int64_t n =
-        steps[k] > 0 ? std::max<int64_t>(0, (e - b + steps[k] - 1) / steps[k])
-                     : std::max<int64_t>(0, (b - e - steps[k] - 1) / -steps[k]);
+        steps[k] > 0 ? std::max<int64_t>(0, ir::CeilDiv(e - b, steps[k]))
+                     : std::max<int64_t>(0, ir::CeilDiv(b - e, -steps[k]));
     (*begin)[a] = b;
     (*step)[a] = steps[k];
     (*out)[a] = n;
