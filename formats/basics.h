@@ -46,6 +46,10 @@ inline int64_t CeilDiv(int64_t a, int64_t b) {
   return (a % b != 0 && a > 0) ? q + 1 : q;
 }
 
+// The least multiple of b (b > 0) at or above a: a size padded to an
+// alignment.
+inline int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
+
 // FNV-1a, 64 bits: the checksum a Sidecar records, and a hash that is
 // stable across platforms and runs (search state, graph identity). Pass a
 // previous result as `hash` to continue over more bytes.

@@ -1075,8 +1075,7 @@ void AddExchangeCodeBytes(const CodeModel& code, const PhaseTraffic& traffic,
   }
   for (size_t t = 0; t < phase.size(); ++t) {
     if (phase[t] == 0) continue;
-    (*per_tile)[t] += ir::CeilDiv(phase[t] + code.phase, code.alignment) *
-                      code.alignment;
+    (*per_tile)[t] += ir::RoundUp(phase[t] + code.phase, code.alignment);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <utility>
 
+#include "formats/basics.h"
 #include "formats/print.h"
 #include "formats/target.h"
 #include "kernels/cost.h"
@@ -222,7 +223,7 @@ Layout Resolve(const fb::OwnershipT& o, std::span<const int64_t> shape,
   l.stride = o.tile_stride;
   if (l.flat) {
     l.grain = o.grain;
-    l.grains = Split((l.elements + l.grain - 1) / l.grain, o.tiles);
+    l.grains = Split(ir::CeilDiv(l.elements, l.grain), o.tiles);
     l.pieces = o.tiles;
     l.holders = 1;
   } else {
@@ -859,7 +860,7 @@ fb::OwnershipT HomeOwnership(std::span<const int64_t> shape, int element_bytes,
   int64_t elements = 1;
   for (int64_t e : shape) elements *= e;
   const int grain = std::max(1, 8 / std::max(1, element_bytes));
-  const int64_t grains = std::max<int64_t>(1, (elements + grain - 1) / grain);
+  const int64_t grains = std::max<int64_t>(1, ir::CeilDiv(elements, grain));
   const int tiles =
       static_cast<int>(std::min<int64_t>(grains, std::max(target_tiles, 1)));
   const int first = std::clamp(first_tile_hint, 0, target_tiles - tiles);
