@@ -10,6 +10,10 @@
 
 namespace tilec::ir {
 
+// The largest rank of a value (ranks 1..4): what an ownership partitions
+// and a box spans.
+inline constexpr int kMaxRank = 4;
+
 // Bytes of one stored element.
 inline int DTypeBytes(fb::DType dtype) {
   switch (dtype) {
