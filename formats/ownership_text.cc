@@ -20,134 +20,184 @@ class OwnershipParser {
 
   std::optional<fb::OwnershipT> Parse() {
     fb::OwnershipT o;
-    std::string_view kind = Word();
-    if (kind == "blocked") {
-      o.kind = OwnershipKind::Blocked;
-    } else if (kind == "flat") {
-      o.kind = OwnershipKind::Flat;
+    if (!Kind(&o.kind) || !Expect('(')) return std::nullopt;
+    if (o.kind == OwnershipKind::Blocked &&
+        !Counts("a partition count", &o.partitions)) {
+      return std::nullopt;
+    }
+    if (!Options(&o) || !Complete(o)) return std::nullopt;
+    return o;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  // The options given so far: each may be given once.
+  struct Seen {
+    bool grain = false, tiles = false, rep = false, first = false,
+         stride = false, order = false;
+  };
+
+  // "blocked" or "flat".
+  bool Kind(OwnershipKind* kind) {
+    std::string_view word = Word();
+    if (word == "blocked") {
+      *kind = OwnershipKind::Blocked;
+    } else if (word == "flat") {
+      *kind = OwnershipKind::Flat;
     } else {
-      return Fail(kind.empty()
-                      ? "expected 'blocked' or 'flat'"
-                      : "unknown ownership kind '" + std::string(kind) + "'");
+      Fail(word.empty() ? "expected 'blocked' or 'flat'"
+                        : "unknown ownership kind '" + std::string(word) + "'");
+      return false;
     }
-    if (!Expect('(')) return std::nullopt;
-    bool need_comma = false;
-    if (o.kind == OwnershipKind::Blocked) {
-      do {
-        if (o.partitions.size() == kMaxRank) {
-          return Fail("more than " + std::to_string(kMaxRank) + " axes");
-        }
-        int64_t parts;
-        if (!Number(&parts)) return std::nullopt;
-        if (parts < 1) return Fail("a partition count must be at least 1");
-        o.partitions.push_back(static_cast<int32_t>(parts));
-      } while (Accept('x'));
-      need_comma = true;
-    }
-    bool seen_grain = false, seen_tiles = false, seen_rep = false,
-         seen_first = false, seen_stride = false, seen_order = false;
+    return true;
+  }
+
+  // Per-axis counts joined by 'x' ("9x6"), each at least 1.
+  bool Counts(const char* what, std::vector<int32_t>* counts) {
+    do {
+      if (counts->size() == kMaxRank) {
+        Fail("more than " + std::to_string(kMaxRank) + " axes");
+        return false;
+      }
+      int64_t parts;
+      if (!Number(&parts)) return false;
+      if (parts < 1) {
+        Fail(std::string(what) + " must be at least 1");
+        return false;
+      }
+      counts->push_back(static_cast<int32_t>(parts));
+    } while (Accept('x'));
+    return true;
+  }
+
+  // The options up to the closing ')', comma-separated (blocked's first
+  // option also follows a comma, after the partition counts).
+  bool Options(fb::OwnershipT* o) {
+    bool need_comma = o->kind == OwnershipKind::Blocked;
     while (!Accept(')')) {
-      if (need_comma && !Expect(',')) return std::nullopt;
+      if (need_comma && !Expect(',')) return false;
       need_comma = true;
-      const size_t key_at = Position();
-      const std::string_view key = Word();
-      if (key == "order" && o.kind == OwnershipKind::Blocked) {
-        if (seen_order) {
-          pos_ = key_at;
-          return Fail("option 'order' given twice");
-        }
-        seen_order = true;
-        if (!Expect('=')) return std::nullopt;
-        // A comma-separated list of axes. Commas also separate options, so a
-        // comma followed by a digit continues the list and one followed by
-        // anything else ends it (and stands for the option separator).
-        while (true) {
-          if (o.axis_order.size() > 2 * kMaxRank) {
-            return Fail("order lists more than " +
-                        std::to_string(2 * kMaxRank + 1) + " axes");
-          }
-          int64_t axis;
-          if (!Number(&axis)) return std::nullopt;
-          o.axis_order.push_back(static_cast<int32_t>(axis));
-          const size_t before = pos_;
-          if (!Accept(',')) break;
-          if (Position() < text_.size() && text_[pos_] >= '0' &&
-              text_[pos_] <= '9') {
-            continue;
-          }
-          pos_ = before;  // the separator of the next option
-          break;
-        }
-        continue;
-      }
-      if (key == "sub" && o.kind == OwnershipKind::Blocked) {
-        if (!o.sub_partitions.empty()) {
-          pos_ = key_at;
-          return Fail("option 'sub' given twice");
-        }
-        if (!Expect('=')) return std::nullopt;
-        do {
-          if (o.sub_partitions.size() == kMaxRank) {
-            return Fail("more than " + std::to_string(kMaxRank) + " axes");
-          }
-          int64_t parts;
-          if (!Number(&parts)) return std::nullopt;
-          if (parts < 1) return Fail("a sub-partition count must be at least 1");
-          o.sub_partitions.push_back(static_cast<int32_t>(parts));
-        } while (Accept('x'));
-        continue;
-      }
-      int32_t* field = nullptr;
-      bool* seen = nullptr;
-      int64_t minimum = 1;
-      if (key == "rep" && o.kind == OwnershipKind::Blocked) {
-        field = &o.replicas, seen = &seen_rep;
-      } else if (key == "grain" && o.kind == OwnershipKind::Flat) {
-        field = &o.grain, seen = &seen_grain;
-      } else if (key == "tiles" && o.kind == OwnershipKind::Flat) {
-        field = &o.tiles, seen = &seen_tiles;
-      } else if (key == "first") {
-        field = &o.first_tile, seen = &seen_first, minimum = 0;
-      } else if (key == "stride") {
-        field = &o.tile_stride, seen = &seen_stride;
-      } else {
-        pos_ = key_at;
-        if (key.empty()) return Fail("expected an option name");
-        return Fail("unknown option '" + std::string(key) + "' for " +
-                    (o.kind == OwnershipKind::Blocked ? "blocked" : "flat") +
-                    " (options: " +
-                    (o.kind == OwnershipKind::Blocked
-                         ? "sub, rep, order, first, stride"
-                         : "grain, tiles, first, stride") +
-                    ")");
-      }
-      if (*seen) {
-        pos_ = key_at;
-        return Fail("option '" + std::string(key) + "' given twice");
-      }
-      *seen = true;
-      if (!Expect('=')) return std::nullopt;
-      const size_t value_at = Position();
-      int64_t value;
-      if (!Number(&value)) return std::nullopt;
-      if (value < minimum) {
-        pos_ = value_at;
-        return Fail(std::string(key) + " must be at least " +
-                    std::to_string(minimum));
-      }
-      *field = static_cast<int32_t>(value);
+      if (!Option(o)) return false;
     }
-    if (o.kind == OwnershipKind::Flat && (!seen_grain || !seen_tiles)) {
-      return Fail(std::string("flat needs ") + (seen_grain ? "" : "grain=") +
-                  (!seen_grain && !seen_tiles ? " and " : "") +
-                  (seen_tiles ? "" : "tiles="));
+    return true;
+  }
+
+  // One `key=value` option.
+  bool Option(fb::OwnershipT* o) {
+    const size_t key_at = Position();
+    const std::string_view key = Word();
+    if (key == "order" && o->kind == OwnershipKind::Blocked) {
+      if (seen_.order) {
+        pos_ = key_at;
+        Fail("option 'order' given twice");
+        return false;
+      }
+      seen_.order = true;
+      return Expect('=') && AxisOrder(&o->axis_order);
+    }
+    if (key == "sub" && o->kind == OwnershipKind::Blocked) {
+      if (!o->sub_partitions.empty()) {
+        pos_ = key_at;
+        Fail("option 'sub' given twice");
+        return false;
+      }
+      return Expect('=') &&
+             Counts("a sub-partition count", &o->sub_partitions);
+    }
+    return CountOption(key_at, key, o);
+  }
+
+  // A comma-separated list of axes. Commas also separate options, so a
+  // comma followed by a digit continues the list and one followed by
+  // anything else ends it (and stands for the option separator).
+  bool AxisOrder(std::vector<int32_t>* order) {
+    while (true) {
+      if (order->size() > 2 * kMaxRank) {
+        Fail("order lists more than " + std::to_string(2 * kMaxRank + 1) +
+             " axes");
+        return false;
+      }
+      int64_t axis;
+      if (!Number(&axis)) return false;
+      order->push_back(static_cast<int32_t>(axis));
+      const size_t before = pos_;
+      if (!Accept(',')) break;
+      if (Position() < text_.size() && text_[pos_] >= '0' &&
+          text_[pos_] <= '9') {
+        continue;
+      }
+      pos_ = before;  // the separator of the next option
+      break;
+    }
+    return true;
+  }
+
+  // rep, grain, tiles, first or stride: one number, given once.
+  bool CountOption(size_t key_at, std::string_view key, fb::OwnershipT* o) {
+    int32_t* field = nullptr;
+    bool* seen = nullptr;
+    int64_t minimum = 1;
+    if (key == "rep" && o->kind == OwnershipKind::Blocked) {
+      field = &o->replicas, seen = &seen_.rep;
+    } else if (key == "grain" && o->kind == OwnershipKind::Flat) {
+      field = &o->grain, seen = &seen_.grain;
+    } else if (key == "tiles" && o->kind == OwnershipKind::Flat) {
+      field = &o->tiles, seen = &seen_.tiles;
+    } else if (key == "first") {
+      field = &o->first_tile, seen = &seen_.first, minimum = 0;
+    } else if (key == "stride") {
+      field = &o->tile_stride, seen = &seen_.stride;
+    } else {
+      pos_ = key_at;
+      if (key.empty()) {
+        Fail("expected an option name");
+        return false;
+      }
+      Fail("unknown option '" + std::string(key) + "' for " +
+           (o->kind == OwnershipKind::Blocked ? "blocked" : "flat") +
+           " (options: " +
+           (o->kind == OwnershipKind::Blocked
+                ? "sub, rep, order, first, stride"
+                : "grain, tiles, first, stride") +
+           ")");
+      return false;
+    }
+    if (*seen) {
+      pos_ = key_at;
+      Fail("option '" + std::string(key) + "' given twice");
+      return false;
+    }
+    *seen = true;
+    if (!Expect('=')) return false;
+    const size_t value_at = Position();
+    int64_t value;
+    if (!Number(&value)) return false;
+    if (value < minimum) {
+      pos_ = value_at;
+      Fail(std::string(key) + " must be at least " + std::to_string(minimum));
+      return false;
+    }
+    *field = static_cast<int32_t>(value);
+    return true;
+  }
+
+  // What the whole text must satisfy once every option is read.
+  bool Complete(const fb::OwnershipT& o) {
+    if (o.kind == OwnershipKind::Flat && (!seen_.grain || !seen_.tiles)) {
+      Fail(std::string("flat needs ") + (seen_.grain ? "" : "grain=") +
+           (!seen_.grain && !seen_.tiles ? " and " : "") +
+           (seen_.tiles ? "" : "tiles="));
+      return false;
     }
     if (Position() != text_.size()) {
-      return Fail("unexpected text after the closing ')'");
+      Fail("unexpected text after the closing ')'");
+      return false;
     }
     if (!o.sub_partitions.empty() &&
         o.sub_partitions.size() != o.partitions.size()) {
-      return Fail("sub= needs one count per axis");
+      Fail("sub= needs one count per axis");
+      return false;
     }
     if (!o.axis_order.empty()) {
       const size_t replicas_axis = o.sub_partitions.empty()
@@ -158,18 +208,16 @@ class OwnershipParser {
       for (size_t i = 0; i < sorted.size(); ++i) {
         if (sorted.size() != replicas_axis + 1 ||
             sorted[i] != static_cast<int32_t>(i)) {
-          return Fail("order must list each grid axis 0.." +
-                      std::to_string(replicas_axis) + " once (axis " +
-                      std::to_string(replicas_axis) + " = replicas)");
+          Fail("order must list each grid axis 0.." +
+               std::to_string(replicas_axis) + " once (axis " +
+               std::to_string(replicas_axis) + " = replicas)");
+          return false;
         }
       }
     }
-    return o;
+    return true;
   }
 
-  const std::string& error() const { return error_; }
-
- private:
   size_t Position() {
     while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t'))
       ++pos_;
@@ -222,8 +270,10 @@ class OwnershipParser {
 
   std::string_view text_;
   size_t pos_ = 0;
+  Seen seen_;
   std::string error_;
 };
+
 }  // namespace
 
 std::string OwnershipText(const fb::OwnershipT& o) {
