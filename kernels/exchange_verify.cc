@@ -54,13 +54,11 @@ struct Expected {
   std::vector<uint8_t> select, pointer;  // per receiver
 };
 
-}  // namespace
-
-StatusOr<int64_t> VerifySchedule(const PhaseTraffic& traffic,
-                                 const fb::ExchangeScheduleT& schedule,
-                                 const std::string& where_in) {
-  const std::string where = where_in.empty() ? "" : where_in + ": ";
-  const ExchangeModel& model = traffic.model();
+// The schedule has one start per packet, and lanes (if any) for each,
+// all ordinary.
+Status CheckPacketCounts(const PhaseTraffic& traffic,
+                         const fb::ExchangeScheduleT& schedule,
+                         const std::string& where) {
   const auto& packets = traffic.packets();
   if (schedule.starts.size() != packets.size()) {
     return Status::BadInput(where + "the schedule starts " +
@@ -80,9 +78,20 @@ StatusOr<int64_t> VerifySchedule(const PhaseTraffic& traffic,
                               ": paired (64-bit) sends are not supported");
     }
   }
-  // Each tile's instructions: known tiles in order, issue one at a time,
-  // each naming its packet's sender or one of its receivers.
-  std::vector<Expected> seen(packets.size());
+  return Status::Ok();
+}
+
+// Each tile's instructions: known tiles in order, issue one at a time,
+// each naming its packet's sender or one of its receivers. Records in
+// `seen_out` which instructions each packet has.
+Status CheckTilePrograms(const PhaseTraffic& traffic,
+                         const fb::ExchangeScheduleT& schedule,
+                         const std::string& where,
+                         std::vector<Expected>* seen_out) {
+  const ExchangeModel& model = traffic.model();
+  const auto& packets = traffic.packets();
+  std::vector<Expected>& seen = *seen_out;
+  seen.resize(packets.size());
   for (size_t p = 0; p < packets.size(); ++p) {
     seen[p].select.assign(packets[p].receiver_count, 0);
     seen[p].pointer.assign(packets[p].receiver_count, 0);
@@ -166,7 +175,18 @@ StatusOr<int64_t> VerifySchedule(const PhaseTraffic& traffic,
       done = 1;
     }
   }
-  // Every packet's instructions are there; lanes and windows.
+  return Status::Ok();
+}
+
+// Every packet's instructions are there; one send lane per tile and one
+// source at a time at each receiver. Sets `length_out` to the last
+// arrival's end.
+Status CheckWindows(const PhaseTraffic& traffic,
+                    const fb::ExchangeScheduleT& schedule,
+                    const std::string& where,
+                    const std::vector<Expected>& seen, int64_t* length_out) {
+  const ExchangeModel& model = traffic.model();
+  const auto& packets = traffic.packets();
   std::vector<std::vector<Window>> sends(model.tiles), arrivals(model.tiles);
   int64_t length = 0;
   for (size_t p = 0; p < packets.size(); ++p) {
@@ -199,6 +219,21 @@ StatusOr<int64_t> VerifySchedule(const PhaseTraffic& traffic,
         CheckDisjoint(arrivals[tile], traffic, where, tile,
                       "one source at a time: receive windows overlap"));
   }
+  *length_out = length;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<int64_t> VerifySchedule(const PhaseTraffic& traffic,
+                                 const fb::ExchangeScheduleT& schedule,
+                                 const std::string& where_in) {
+  const std::string where = where_in.empty() ? "" : where_in + ": ";
+  TILEC_RETURN_IF_ERROR(CheckPacketCounts(traffic, schedule, where));
+  std::vector<Expected> seen;
+  TILEC_RETURN_IF_ERROR(CheckTilePrograms(traffic, schedule, where, &seen));
+  int64_t length = 0;
+  TILEC_RETURN_IF_ERROR(CheckWindows(traffic, schedule, where, seen, &length));
   if (int64_t{schedule.length} != length) {
     return Status::BadInput(where + "the schedule claims " +
                             std::to_string(schedule.length) +
