@@ -10,6 +10,10 @@
 
 namespace tilec::ir {
 
+// The largest rank of a value (ranks 1..4): what an ownership partitions
+// and a box spans.
+inline constexpr int kMaxRank = 4;
+
 // Bytes of one stored element.
 inline int DTypeBytes(fb::DType dtype) {
   switch (dtype) {
@@ -45,6 +49,10 @@ inline int64_t CeilDiv(int64_t a, int64_t b) {
   const int64_t q = a / b;
   return (a % b != 0 && a > 0) ? q + 1 : q;
 }
+
+// The least multiple of b (b > 0) at or above a: a size padded to an
+// alignment.
+inline int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
 // FNV-1a, 64 bits: the checksum a Sidecar records, and a hash that is
 // stable across platforms and runs (search state, graph identity). Pass a

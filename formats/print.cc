@@ -364,42 +364,6 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-std::string OwnershipText(const fb::OwnershipT& o) {
-  std::string out;
-  if (o.kind == fb::OwnershipKind::Blocked) {
-    out = "blocked(";
-    for (size_t i = 0; i < o.partitions.size(); ++i) {
-      if (i) out += "x";
-      out += std::to_string(o.partitions[i]);
-    }
-    if (!o.sub_partitions.empty()) {
-      out += ", sub=";
-      for (size_t i = 0; i < o.sub_partitions.size(); ++i) {
-        if (i) out += "x";
-        out += std::to_string(o.sub_partitions[i]);
-      }
-    }
-    if (o.replicas != 1) out += ", rep=" + std::to_string(o.replicas);
-    bool natural = true;
-    for (size_t i = 0; i < o.axis_order.size(); ++i) {
-      natural = natural && o.axis_order[i] == static_cast<int>(i);
-    }
-    if (!natural) {
-      out += ", order=";
-      for (size_t i = 0; i < o.axis_order.size(); ++i) {
-        if (i) out += ",";
-        out += std::to_string(o.axis_order[i]);
-      }
-    }
-  } else {
-    out = "flat(grain=" + std::to_string(o.grain) +
-          ", tiles=" + std::to_string(o.tiles);
-  }
-  if (o.first_tile != 0) out += ", first=" + std::to_string(o.first_tile);
-  if (o.tile_stride != 1) out += ", stride=" + std::to_string(o.tile_stride);
-  return out + ")";
-}
-
 std::string RecipeText(const fb::RecipeT& r) {
   std::string out = SnakeCase(fb::EnumNameRecipeKind(r.kind));
   if (r.kind == fb::RecipeKind::Gemm) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/ownership_text.h"
 #include "formats/tilec_generated.h"
 
 namespace tilec::ir {
@@ -20,10 +21,10 @@ struct PrintOptions {
 std::string PrintModule(const fb::ModuleT& module,
                         const PrintOptions& options = {});
 
-// Pieces of the text form, shared with tools that print reports.
+// Pieces of the text form, shared with tools that print reports (and
+// OwnershipText, from ownership_text.h).
 std::string DTypeText(fb::DType dtype, int fp8_scale_exp = 0);
 std::string ShapeText(const std::vector<int64_t>& shape);
-std::string OwnershipText(const fb::OwnershipT& ownership);
 std::string RecipeText(const fb::RecipeT& recipe);
 std::string OpKindText(fb::OpKind kind);
 std::string DecisionText(const fb::DecisionT& decision);

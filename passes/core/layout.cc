@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "formats/basics.h"
+
 namespace tilec::passes {
 namespace {
 
@@ -60,7 +62,7 @@ Segments AlignedPieces(std::span<const Box> boxes, int element_bytes,
   Segments out;
   int64_t bytes = 0;
   for (const Box& b : boxes) {
-    bytes = (bytes + alignment - 1) / alignment * alignment;
+    bytes = ir::RoundUp(bytes, alignment);
     out.push_back({b, bytes / element_bytes});
     bytes += b.Elements() * element_bytes;
   }

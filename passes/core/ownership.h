@@ -41,11 +41,12 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/basics.h"
 #include "formats/tilec_generated.h"
 
 namespace tilec::passes {
 
-inline constexpr int kMaxRank = 4;
+using ir::kMaxRank;
 
 // A rectangular set of indices: per axis the half-open range [begin, end).
 // Axes at and beyond `rank` are zero so that == compares boxes exactly.
@@ -147,21 +148,14 @@ std::string ValidateOwnership(const fb::OwnershipT& ownership,
                               std::span<const int64_t> shape, int target_tiles);
 
 // ---------------------------------------------------------------- text form
-// blocked(9x6, rep=27, order=0,2,1, first=0, stride=1) and
-// flat(grain=4, tiles=1472, first=0, stride=1). FormatOwnership is the IR
-// printer's ir::OwnershipText (formats/print.h): it omits options at their
-// defaults (rep=1, natural order, first=0, stride=1): "blocked(729x2)",
-// "blocked(9x6, rep=27, order=0,2,1)", "flat(grain=4, tiles=1472)". A kind
-// outside the enum prints as "unknown(kind=N)".
+// The text form of formats/ownership_text.h, e.g.
+// "blocked(9x6, rep=27, order=0,2,1)" and "flat(grain=4, tiles=1472)".
+// FormatOwnership is ir::OwnershipText, except that a kind outside the enum
+// prints as "unknown(kind=N)".
 std::string FormatOwnership(const fb::OwnershipT& ownership);
 
-// Parses the text form. Spaces are allowed between tokens, options may come
-// in any order and may repeat their defaults; grain and tiles are required
-// for flat; `order=` lists every grid axis 0..rank once. Checks syntax and the
-// shape-independent ranges (counts >= 1, first >= 0, at most 4 axes) but not a
-// shape or a target: call ValidateOwnership for that. On error returns nullopt
-// and, if `error` is not null, sets it to a message that quotes the text and
-// the position.
+// ir::ParseOwnershipText: syntax and shape-independent ranges only (call
+// ValidateOwnership for a shape and a target).
 std::optional<fb::OwnershipT> ParseOwnership(std::string_view text,
                                              std::string* error = nullptr);
 

@@ -227,7 +227,7 @@ Status GemmTilePlanner::Geometry(const GemmTileInput& in,
     cut.clear();
     int64_t bytes = 0;
     for (const Box& b : piece_boxes) {
-      bytes = (bytes + alignment_ - 1) / alignment_ * alignment_;
+      bytes = ir::RoundUp(bytes, alignment_);
       cut.push_back({b, bytes / a_element_bytes_});
       bytes += b.Elements() * a_element_bytes_;
     }

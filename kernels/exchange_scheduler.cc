@@ -1,0 +1,718 @@
+// The static scheduler of an exchange phase (SchedulePhase,
+// PlannedPhaseLength): the busy time of lanes and issue slots, the unions
+// of receivers' lanes that wide multicasts are placed through, and the
+// orders in which packets are placed.
+
+#include "kernels/exchange_schedule.h"
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <queue>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+
+namespace tilec::kernels {
+namespace {
+
+// Busy time of one resource (a lane or a tile's issue slots): sorted,
+// disjoint, non-touching intervals [begin, end), in blocks of at most
+// 2 x kBlock, so that an insertion moves at most one block and a search for
+// a gap skips every block whose gaps are all too narrow. Phases of
+// thousands of small pieces per tile would otherwise be scheduled in time
+// quadratic in their pieces.
+class BusyIntervals {
+ public:
+  // The earliest t' >= t with [t', t' + d) free.
+  int64_t EarliestFree(int64_t t, int64_t d) const {
+    if (d <= 0 || spans_.empty()) return t;
+    size_t b = std::upper_bound(spans_.begin(), spans_.end(), t,
+                                [](int64_t v, const Span& x) {
+                                  return v < x.end;
+                                }) -
+               spans_.begin();
+    if (b == spans_.size()) return t;
+    const Intervals& first = blocks_[b];
+    size_t i = std::upper_bound(first.begin(), first.end(), t,
+                                [](int64_t v, const Interval& x) {
+                                  return v < x.second;
+                                }) -
+               first.begin();
+    if (first[i].first >= t + d) return t;
+    // Interval (b, i) is in the way: the answer is the end of the first
+    // interval from it on whose following gap is at least d.
+    for (;;) {
+      // A block none of whose gaps is wide enough is not searched.
+      const Intervals& v = blocks_[b];
+      for (; i + 1 < v.size() && spans_[b].widest_gap >= d; ++i) {
+        if (v[i + 1].first - v[i].second >= d) return v[i].second;
+      }
+      for (;;) {
+        const int64_t last_end = spans_[b].end;
+        if (b + 1 == spans_.size() || spans_[b + 1].begin - last_end >= d) {
+          return last_end;
+        }
+        ++b;
+        if (spans_[b].widest_gap >= d) break;
+      }
+      i = 0;
+    }
+  }
+
+  // Marks [begin, end), which is free, busy.
+  void Add(int64_t begin, int64_t end) {
+    if (end <= begin) return;
+    if (blocks_.empty()) {
+      blocks_.emplace_back();
+      spans_.emplace_back();
+    }
+    // The first block with an interval ending at or after `begin`, else
+    // the last block.
+    size_t b = std::lower_bound(spans_.begin(), spans_.end(), begin,
+                                [](const Span& x, int64_t v) {
+                                  return x.end < v;
+                                }) -
+               spans_.begin();
+    if (b == spans_.size()) --b;
+    const GapChange change = Insert(b, begin, end);
+    Refresh(b, change);
+    if (blocks_[b].size() > 2 * kBlock) Split(b);
+  }
+
+ private:
+  // Only the gap [begin, end) lies in changes: where it is inside the
+  // block and was its widest, the block is measured again; a new interval
+  // beyond either end of the block makes a new gap (-1: none).
+  struct GapChange {
+    int64_t old_gap = -1;
+    int64_t new_gap = -1;
+  };
+
+  // Puts [begin, end) into block b, merging with the intervals it touches.
+  GapChange Insert(size_t b, int64_t begin, int64_t end) {
+    Intervals& v = blocks_[b];
+    auto it = std::lower_bound(v.begin(), v.end(), begin,
+                               [](const Interval& x, int64_t value) {
+                                 return x.second < value;
+                               });
+    GapChange change;
+    if (it != v.end() && it->second == begin) {
+      // Touches its left neighbour, and maybe its right one as well.
+      if (std::next(it) == v.end()) {
+        it->second = end;
+        AbsorbNextFront(b);
+        return change;
+      }
+      change.old_gap = std::next(it)->first - it->second;
+      it->second = end;
+      if (std::next(it)->first == end) {
+        it->second = std::next(it)->second;
+        v.erase(std::next(it));
+      }
+    } else if (it != v.end() && it->first == end) {
+      if (it != v.begin()) change.old_gap = it->first - std::prev(it)->second;
+      it->first = begin;
+    } else {
+      if (it == v.end()) {
+        if (!v.empty()) change.new_gap = begin - v.back().second;
+      } else if (it == v.begin()) {
+        change.new_gap = it->first - end;
+      } else {
+        change.old_gap = it->first - std::prev(it)->second;
+      }
+      v.insert(it, {begin, end});
+    }
+    return change;
+  }
+
+  // Block b's last interval now reaches the next block's first: one
+  // interval, kept in block b.
+  void AbsorbNextFront(size_t b) {
+    if (b + 1 == blocks_.size() ||
+        spans_[b + 1].begin != blocks_[b].back().second) {
+      return;
+    }
+    Intervals& next = blocks_[b + 1];
+    blocks_[b].back().second = next.front().second;
+    next.erase(next.begin());
+    if (next.empty()) {
+      blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1));
+      spans_.erase(spans_.begin() + static_cast<std::ptrdiff_t>(b + 1));
+    } else {
+      Measure(b + 1);
+    }
+  }
+
+  void Refresh(size_t b, const GapChange& change) {
+    Span& span = spans_[b];
+    if (change.old_gap >= span.widest_gap) {
+      Measure(b);
+      return;
+    }
+    span.begin = blocks_[b].front().first;
+    span.end = blocks_[b].back().second;
+    span.widest_gap = std::max(span.widest_gap, change.new_gap);
+  }
+
+  static constexpr size_t kBlock = 64;
+  using Interval = std::pair<int64_t, int64_t>;
+  using Intervals = std::vector<Interval>;
+  // A block's extent and widest inner gap, kept apart from its intervals
+  // so that searches over blocks read one contiguous array.
+  struct Span {
+    int64_t begin = 0;
+    int64_t end = 0;
+    int64_t widest_gap = 0;  // between two of its own intervals
+  };
+
+  void Measure(size_t b) {
+    const Intervals& v = blocks_[b];
+    int64_t widest = 0;
+    for (size_t i = 1; i < v.size(); ++i) {
+      widest = std::max(widest, v[i].first - v[i - 1].second);
+    }
+    spans_[b] = {v.front().first, v.back().second, widest};
+  }
+
+  void Split(size_t b) {
+    Intervals upper(blocks_[b].begin() + kBlock, blocks_[b].end());
+    blocks_[b].resize(kBlock);
+    blocks_.insert(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1),
+                   std::move(upper));
+    spans_.insert(spans_.begin() + static_cast<std::ptrdiff_t>(b + 1), Span{});
+    Measure(b);
+    Measure(b + 1);
+  }
+
+  std::vector<Intervals> blocks_;
+  std::vector<Span> spans_;  // by block
+};
+
+// Busy time that several resources add to, so intervals may overlap: kept
+// merged. Where it is the union of many lanes' busy time, one search finds
+// the earliest start every one of them admits.
+class MergedIntervals {
+ public:
+  // The earliest t' >= t with [t', t' + d) free.
+  int64_t EarliestFree(int64_t t, int64_t d) const {
+    auto it = busy_.upper_bound(t);
+    if (it != busy_.begin() && std::prev(it)->second > t) {
+      t = std::prev(it)->second;
+    }
+    for (; it != busy_.end() && it->first < t + d; ++it) t = it->second;
+    return t;
+  }
+
+  void Add(int64_t begin, int64_t end) {
+    if (end <= begin) return;
+    auto it = busy_.upper_bound(begin);
+    if (it != busy_.begin() && std::prev(it)->second >= begin) {
+      --it;
+      begin = it->first;
+      end = std::max(end, it->second);
+    }
+    while (it != busy_.end() && it->first <= end) {
+      end = std::max(end, it->second);
+      it = busy_.erase(it);
+    }
+    busy_.emplace(begin, end);
+  }
+
+ private:
+  std::map<int64_t, int64_t> busy_;  // begin -> end, disjoint, not touching
+};
+
+// The lanes of a set of tiles that wide multicasts receive on: the union
+// of their busy time, so that a packet to all of them is placed by three
+// searches instead of three per tile. Each constraint on a receiver r
+// becomes one on the start t:
+//   receive lane free on [t, t + d)          -> `receive` free there;
+//   issue slot free on [t - w_select, t)      -> `select` free there;
+//   issue slot free on [t + latency(r) - w_pointer, t + latency(r))
+//                                             -> `pointer` (each tile's
+//      issue time shifted by -latency(r)) free on [t - w_pointer, t).
+// Each is free exactly when it is free on every tile of the set, so a
+// placement meets the same least start.
+struct TileUnion {
+  MergedIntervals receive, select, pointer;
+  // The packet and route latency whose receive windows it took last.
+  uint32_t last_packet = UINT32_MAX;
+  int64_t last_latency = -1;
+};
+
+// The scheduler's state: every lane's and issue slot's busy time and, when
+// it records (emit-device's schedules, not the planner's prices), every
+// packet's start and every tile's control instructions.
+class Scheduler {
+ public:
+  // receiver_unions: search wide multicasts' receivers through unions of
+  // their lanes (TileUnion) rather than each receiver's; the same starts.
+  Scheduler(const PhaseTraffic& traffic, bool record, bool receiver_unions)
+      : traffic_(traffic),
+        model_(traffic.model()),
+        record_(record),
+        send_(model_.tiles),
+        receive_(model_.tiles),
+        issue_(model_.tiles),
+        w_send_(model_.IssueWidth(fb::ControlKind::Send)),
+        w_select_(model_.IssueWidth(fb::ControlKind::Select)),
+        w_pointer_(model_.IssueWidth(fb::ControlKind::Pointer)) {
+    if (record_) {
+      starts_.assign(traffic_.packets().size(), 0);
+      control_.resize(model_.tiles);
+    }
+    cover_of_packet_.assign(traffic_.packets().size(), -1);
+    if (receiver_unions) CoverWideReceiverSets();
+  }
+
+  // Places the packets in `order`, each at its earliest start; returns the
+  // schedule's length.
+  int64_t Run(const std::vector<uint32_t>& order) {
+    int64_t length = 0;
+    for (uint32_t p : order) length = std::max(length, Commit(p, Place(p)));
+    return length;
+  }
+
+  // Places, again and again, the packet that can start earliest (ties: the
+  // higher priority, then the lower index), so that whenever lanes free up
+  // they take the next packet they can: a matching of free senders to free
+  // receivers at every step rather than one sender's packets in a row.
+  // Nullopt when its packets were re-placed more than `budget` times: a
+  // phase whose packets keep overtaking each other makes it quadratic.
+  std::optional<int64_t> RunEarliestFirst(const std::vector<int64_t>& priority,
+                                          int64_t budget) {
+    const size_t n = traffic_.packets().size();
+    using Entry = std::tuple<int64_t, int64_t, uint32_t>;  // start, -prio, p
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
+    for (uint32_t p = 0; p < n; ++p) queue.emplace(0, -priority[p], p);
+    int64_t length = 0;
+    while (!queue.empty()) {
+      auto [start, key, p] = queue.top();
+      queue.pop();
+      // Starts only move later as packets are placed: recheck, and place
+      // it only if it is still the earliest.
+      const int64_t t = Place(p);
+      if (t > start) {
+        if (--budget < 0) return std::nullopt;
+        queue.emplace(t, key, p);
+        continue;
+      }
+      length = std::max(length, Commit(p, t));
+    }
+    return length;
+  }
+
+  // The recorded schedule of length `length` (a recording scheduler, once).
+  fb::ExchangeScheduleT Take(int64_t length) {
+    fb::ExchangeScheduleT schedule;
+    schedule.starts = std::move(starts_);
+    for (int tile = 0; tile < model_.tiles; ++tile) {
+      if (control_[tile].empty()) continue;
+      auto tc = std::make_unique<fb::TileControlT>();
+      tc->tile = static_cast<uint32_t>(tile);
+      tc->instructions = std::move(control_[tile]);
+      std::sort(tc->instructions.begin(), tc->instructions.end(),
+                [](const fb::ControlInstruction& a,
+                   const fb::ControlInstruction& b) {
+                  return std::tuple(a.cycle(), a.packet(), a.kind()) <
+                         std::tuple(b.cycle(), b.packet(), b.kind());
+                });
+      schedule.tiles.push_back(std::move(tc));
+    }
+    schedule.length = static_cast<uint32_t>(length);
+    schedule.bound = static_cast<uint32_t>(traffic_.EndpointBound());
+    return schedule;
+  }
+
+ private:
+  // The earliest start of packet `p` around what is placed.
+  int64_t Place(uint32_t p) const {
+    const auto& packet = traffic_.packets()[p];
+    const int64_t d = model_.Duration(packet.words);
+    const std::span<const int> receivers = traffic_.ReceiversOf(packet);
+    int64_t t = std::max(w_send_, w_select_);
+    for (;;) {
+      const int64_t before = t;
+      t = send_[packet.sender].EarliestFree(t, d);
+      t = issue_[packet.sender].EarliestFree(t - w_send_, w_send_) + w_send_;
+      if (cover_of_packet_[p] >= 0) {
+        const Cover& cover = covers_[cover_of_packet_[p]];
+        for (int u : cover.unions) t = EarliestReceivable(unions_[u], t, d);
+        for (int r : cover.tiles) t = EarliestReceivable(r, t, d);
+      } else {
+        for (int r : receivers) t = EarliestReceivable(r, t, d);
+      }
+      if (t == before) return t;
+    }
+  }
+
+  // The earliest start from `t` that tile r's receive lane and issue slots
+  // admit for a packet of d cycles.
+  int64_t EarliestReceivable(int r, int64_t t, int64_t d) const {
+    t = receive_[r].EarliestFree(t, d);
+    t = issue_[r].EarliestFree(t - w_select_, w_select_) + w_select_;
+    const int64_t latency = model_.RouteLatency(r);
+    return issue_[r].EarliestFree(t + latency - w_pointer_, w_pointer_) +
+           w_pointer_ - latency;
+  }
+
+  // The same for every tile of a union at once.
+  int64_t EarliestReceivable(const TileUnion& u, int64_t t, int64_t d) const {
+    t = u.receive.EarliestFree(t, d);
+    t = u.select.EarliestFree(t - w_select_, w_select_) + w_select_;
+    return u.pointer.EarliestFree(t - w_pointer_, w_pointer_) + w_pointer_;
+  }
+
+  // Marks packet `p` placed at `t`; returns where its last word lands.
+  int64_t Commit(uint32_t p, int64_t t) {
+    const auto& packet = traffic_.packets()[p];
+    const int64_t d = model_.Duration(packet.words);
+    const uint32_t cycle = static_cast<uint32_t>(t);
+    send_[packet.sender].Add(t, t + d);
+    AddIssue(packet.sender, t - w_send_, t);
+    if (record_) {
+      starts_[p] = cycle;
+      control_[packet.sender].emplace_back(cycle, p, 0, fb::ControlKind::Send);
+    }
+    int64_t end = t + d;
+    const std::span<const int> receivers = traffic_.ReceiversOf(packet);
+    for (uint32_t i = 0; i < receivers.size(); ++i) {
+      const int r = receivers[i];
+      const int64_t latency = model_.RouteLatency(r);
+      AddReceiver(r, p, t, d);
+      if (record_) {
+        control_[r].emplace_back(cycle, p, i, fb::ControlKind::Select);
+        control_[r].emplace_back(static_cast<uint32_t>(t + latency), p, i,
+                                 fb::ControlKind::Pointer);
+      }
+      end = std::max(end, t + latency + d);
+    }
+    return end;
+  }
+
+  // Receiver sets of at least this many tiles are searched through unions:
+  // below it, the receivers' own lanes are searched as fast as unions are
+  // kept.
+  static constexpr uint32_t kWideReceivers = 64;
+  // The smallest aligned tile range kept as a union: smaller runs cost
+  // more to keep (every busy interval of a tile goes into each union
+  // holding it) than they save.
+  static constexpr int kSmallestRange = 16;
+
+  // A wide packet's receivers: unions and the tiles no union of it holds.
+  struct Cover {
+    std::vector<int> unions;  // into unions_
+    std::vector<int> tiles;
+  };
+
+  // Each distinct wide receiver set is covered by aligned tile ranges
+  // [i * 2^k, (i + 1) * 2^k) of at least kSmallestRange tiles (a broadcast
+  // to every tile but its sender: two runs, about 2 log(tiles) ranges), so
+  // that each tile is in at most one range per size whatever the sets. A
+  // set whose runs are too short for that (every other tile) gets a union
+  // of its own where two or more packets share it.
+  void CoverWideReceiverSets() {
+    const auto& packets = traffic_.packets();
+    std::map<std::vector<int>, std::vector<uint32_t>> sharing;
+    for (uint32_t p = 0; p < packets.size(); ++p) {
+      if (packets[p].receiver_count < kWideReceivers) continue;
+      const std::span<const int> r = traffic_.ReceiversOf(packets[p]);
+      std::vector<int> set(r.begin(), r.end());
+      std::sort(set.begin(), set.end());
+      sharing[std::move(set)].push_back(p);
+    }
+    std::map<std::pair<int, int>, int> range_unions;  // (first, size) -> union
+    for (const auto& [set, members] : sharing) {
+      Cover cover;
+      const AlignedRanges ranges = AlignedRangesOf(set);
+      // Ranges, where they leave fewer tiles than a wide set to search one
+      // by one.
+      if (ranges.tiles.size() < kWideReceivers) {
+        for (const auto& [first, size] : ranges.ranges) {
+          auto [it, added] = range_unions.try_emplace({first, size}, 0);
+          if (added) {
+            std::vector<int> range(size);
+            std::iota(range.begin(), range.end(), first);
+            it->second = NewUnion(range);
+          }
+          cover.unions.push_back(it->second);
+        }
+        cover.tiles = ranges.tiles;
+      } else if (members.size() >= 2) {
+        cover.unions.push_back(NewUnion(set));
+      } else {
+        continue;
+      }
+      const int c = static_cast<int>(covers_.size());
+      covers_.push_back(std::move(cover));
+      for (uint32_t p : members) cover_of_packet_[p] = c;
+    }
+  }
+
+  struct AlignedRanges {
+    std::vector<std::pair<int, int>> ranges;  // (first, size)
+    std::vector<int> tiles;                   // in no range
+  };
+
+  // `tiles` (sorted, distinct) as the fewest aligned ranges of at least
+  // kSmallestRange tiles, and the tiles left over.
+  static AlignedRanges AlignedRangesOf(const std::vector<int>& tiles) {
+    AlignedRanges out;
+    for (size_t i = 0; i < tiles.size();) {
+      size_t run = i + 1;
+      while (run < tiles.size() && tiles[run] == tiles[run - 1] + 1) ++run;
+      const int end = tiles[run - 1] + 1;
+      for (int first = tiles[i]; first < end;) {
+        int size = 1;
+        while (first % (2 * size) == 0 && first + 2 * size <= end) size *= 2;
+        if (size < kSmallestRange) {
+          out.tiles.push_back(first++);
+        } else {
+          out.ranges.emplace_back(first, size);
+          first += size;
+        }
+      }
+      i = run;
+    }
+    return out;
+  }
+
+  int NewUnion(const std::vector<int>& tiles) {
+    const int u = static_cast<int>(unions_.size());
+    unions_.emplace_back();
+    if (unions_of_tile_.empty()) unions_of_tile_.resize(model_.tiles);
+    for (int tile : tiles) unions_of_tile_[tile].push_back(u);
+    return u;
+  }
+
+  // Receiver r's windows and instructions for packet p at t. Every
+  // receiver of a packet has the same windows but for those its route
+  // latency shifts, so a union takes each window once per packet and
+  // latency, not once per tile.
+  void AddReceiver(int r, uint32_t p, int64_t t, int64_t d) {
+    const int64_t latency = model_.RouteLatency(r);
+    receive_[r].Add(t, t + d);
+    issue_[r].Add(t - w_select_, t);
+    issue_[r].Add(t + latency - w_pointer_, t + latency);
+    if (unions_of_tile_.empty()) return;
+    for (int u : unions_of_tile_[r]) {
+      TileUnion& x = unions_[u];
+      if (x.last_packet != p) {
+        x.last_packet = p;
+        x.last_latency = -1;
+        x.receive.Add(t, t + d);
+        x.select.Add(t - w_select_, t);
+        x.pointer.Add(t - w_pointer_, t);
+      }
+      if (x.last_latency != latency) {
+        x.last_latency = latency;
+        x.select.Add(t + latency - w_pointer_, t + latency);
+        x.pointer.Add(t - w_select_ - latency, t - latency);
+      }
+    }
+  }
+
+  void AddIssue(int tile, int64_t begin, int64_t end) {
+    issue_[tile].Add(begin, end);
+    if (unions_of_tile_.empty()) return;
+    const int64_t latency = model_.RouteLatency(tile);
+    for (int u : unions_of_tile_[tile]) {
+      unions_[u].select.Add(begin, end);
+      unions_[u].pointer.Add(begin - latency, end - latency);
+    }
+  }
+
+  const PhaseTraffic& traffic_;
+  const ExchangeModel& model_;
+  const bool record_;
+  std::vector<int> cover_of_packet_;  // into covers_; -1: each receiver
+  std::vector<Cover> covers_;
+  std::vector<TileUnion> unions_;
+  std::vector<std::vector<int>> unions_of_tile_;  // empty: no unions
+  std::vector<uint32_t> starts_;
+  std::vector<std::vector<fb::ControlInstruction>> control_;
+  std::vector<BusyIntervals> send_, receive_, issue_;
+  const int64_t w_send_, w_select_, w_pointer_;
+};
+
+// Orders in which the scheduler places packets (SchedulePhase keeps the
+// shortest schedule of them).
+
+// Each packet's priority: the largest load among the lanes it uses, a
+// lane's load being the cycles its tile must send, receive or issue.
+std::vector<int64_t> PacketPriorities(const PhaseTraffic& traffic) {
+  const ExchangeModel& model = traffic.model();
+  const auto& packets = traffic.packets();
+  const int64_t w_send = model.IssueWidth(fb::ControlKind::Send);
+  const int64_t w_receive = model.IssueWidth(fb::ControlKind::Select) +
+                            model.IssueWidth(fb::ControlKind::Pointer);
+  std::vector<int64_t> send_load(model.tiles, 0), receive_load(model.tiles, 0),
+      issue_load(model.tiles, 0);
+  for (const auto& p : packets) {
+    const int64_t d = model.Duration(p.words);
+    send_load[p.sender] += d;
+    issue_load[p.sender] += w_send;
+    for (int r : traffic.ReceiversOf(p)) {
+      receive_load[r] += d;
+      issue_load[r] += w_receive;
+    }
+  }
+  std::vector<int64_t> priority(packets.size());
+  for (size_t i = 0; i < packets.size(); ++i) {
+    const auto& p = packets[i];
+    int64_t key = std::max(send_load[p.sender], issue_load[p.sender]);
+    for (int r : traffic.ReceiversOf(p)) {
+      key = std::max({key, receive_load[r], issue_load[r]});
+    }
+    priority[i] = key;
+  }
+  return priority;
+}
+
+// The packets of the busiest lanes first, then larger multicasts, then
+// longer packets.
+std::vector<uint32_t> BusiestLaneFirst(const PhaseTraffic& traffic,
+                                       const std::vector<int64_t>& priority) {
+  const auto& packets = traffic.packets();
+  std::vector<uint32_t> order(packets.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    if (priority[a] != priority[b]) return priority[a] > priority[b];
+    if (packets[a].receiver_count != packets[b].receiver_count) {
+      return packets[a].receiver_count > packets[b].receiver_count;
+    }
+    return packets[a].words > packets[b].words;
+  });
+  return order;
+}
+
+// Rounds: every sender's packets in order of how far their first receiver
+// lies after it (tile numbers taken cyclically), then the k-th packet of
+// every sender before any (k+1)-th, the busiest lanes first within a round.
+// A group of tiles that exchange with each other then sends around a cycle
+// (a to b, b to c, c to a) instead of pairing off and leaving a tile idle.
+std::vector<uint32_t> Rounds(const PhaseTraffic& traffic,
+                             const std::vector<int64_t>& priority) {
+  const auto& packets = traffic.packets();
+  const int64_t tiles = traffic.model().tiles;
+  auto distance = [&](uint32_t p) {
+    const auto& packet = packets[p];
+    if (packet.receiver_count == 0) return int64_t{0};
+    const int r = traffic.ReceiversOf(packet)[0];
+    return ((r - packet.sender) % tiles + tiles) % tiles;
+  };
+  std::vector<uint32_t> by_sender(packets.size());
+  std::iota(by_sender.begin(), by_sender.end(), 0);
+  std::stable_sort(by_sender.begin(), by_sender.end(),
+                   [&](uint32_t a, uint32_t b) {
+                     if (packets[a].sender != packets[b].sender) {
+                       return packets[a].sender < packets[b].sender;
+                     }
+                     return distance(a) < distance(b);
+                   });
+  std::vector<int64_t> round(packets.size(), 0);
+  for (size_t i = 1; i < by_sender.size(); ++i) {
+    const bool same =
+        packets[by_sender[i]].sender == packets[by_sender[i - 1]].sender;
+    round[by_sender[i]] = same ? round[by_sender[i - 1]] + 1 : 0;
+  }
+  std::vector<uint32_t> order = by_sender;
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    if (round[a] != round[b]) return round[a] < round[b];
+    return priority[a] > priority[b];
+  });
+  return order;
+}
+
+// The orders SchedulePhase tries, in order.
+enum class Order { kBusiestLaneFirst, kRounds, kEarliestFirst };
+constexpr Order kOrders[] = {Order::kBusiestLaneFirst, Order::kRounds,
+                             Order::kEarliestFirst};
+
+// Schedules `traffic` in `order` on `scheduler`; nullopt where
+// earliest-first gives up. Earliest-first is tried only where it stays near
+// linear: at most four re-placements per packet (deterministic, unlike a
+// time limit).
+std::optional<int64_t> RunOrder(Scheduler& scheduler, Order order,
+                                const PhaseTraffic& traffic,
+                                const std::vector<int64_t>& priority) {
+  switch (order) {
+    case Order::kBusiestLaneFirst:
+      return scheduler.Run(BusiestLaneFirst(traffic, priority));
+    case Order::kRounds:
+      return scheduler.Run(Rounds(traffic, priority));
+    case Order::kEarliestFirst:
+      return scheduler.RunEarliestFirst(
+          priority, 4 * static_cast<int64_t>(traffic.packets().size()));
+  }
+  return std::nullopt;
+}
+
+struct Shortest {
+  Order order;
+  int64_t length;
+};
+
+// The order giving the shortest schedule (the first of equals).
+// Phases with fewer packet-receiver pairs are scheduled on one thread: a
+// thread's start would cost more than it saves.
+constexpr int64_t kParallelScheduleWork = 4096;
+
+// The order giving the shortest schedule (the first of equals). The orders
+// are independent, so on a large phase the first runs on a thread of its
+// own beside the others: the same result, sooner on two cores.
+Shortest ShortestOrder(const PhaseTraffic& traffic,
+                       const std::vector<int64_t>& priority,
+                       bool receiver_unions) {
+  std::optional<int64_t> lengths[std::size(kOrders)];
+  auto run = [&](size_t i) {
+    Scheduler scheduler(traffic, /*record=*/false, receiver_unions);
+    lengths[i] = RunOrder(scheduler, kOrders[i], traffic, priority);
+  };
+  int64_t work = 0;
+  for (const auto& p : traffic.packets()) work += 1 + p.receiver_count;
+  size_t first = 0;
+  std::thread beside;
+  if (work >= kParallelScheduleWork) beside = std::thread(run, first++);
+  for (size_t i = first; i < std::size(kOrders); ++i) run(i);
+  if (beside.joinable()) beside.join();
+  std::optional<Shortest> best;
+  for (size_t i = 0; i < std::size(kOrders); ++i) {
+    if (lengths[i] && (!best || *lengths[i] < best->length)) {
+      best = {kOrders[i], *lengths[i]};
+    }
+  }
+  return *best;  // the first two orders never give up
+}
+
+}  // namespace
+
+fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
+                                    bool receiver_unions) {
+  const std::vector<int64_t> priority = PacketPriorities(traffic);
+  // Found without recording, then scheduled once more to record it.
+  const Shortest best = ShortestOrder(traffic, priority, receiver_unions);
+  Scheduler recorder(traffic, /*record=*/true, receiver_unions);
+  RunOrder(recorder, best.order, traffic, priority);
+  return recorder.Take(best.length);
+}
+
+int64_t PlannedPhaseLength(const PhaseTraffic& traffic) {
+  if (traffic.empty()) return 0;
+  const ExchangeModel& model = traffic.model();
+  if (traffic.packets().size() > kExactPlanningPackets) {
+    return traffic.EndpointBound() + model.IssueWidth(fb::ControlKind::Send) +
+           model.RouteLatency(model.tiles - 1);
+  }
+  return ShortestOrder(traffic, PacketPriorities(traffic),
+                       /*receiver_unions=*/true)
+      .length;
+}
+
+}  // namespace tilec::kernels
