@@ -2,27 +2,27 @@
 
 #include <algorithm>
 
+#include "passes/core/pass_table.h"
+
 namespace tilec::passes {
 namespace {
 
-bool HasRun(const fb::ModuleT& module, std::string_view pass) {
+// Whether a pass that makes `stage` has run on `module`.
+bool HasRunMakerOf(const fb::ModuleT& module, Stage stage) {
   return std::any_of(module.log.begin(), module.log.end(),
-                     [&](const auto& run) { return run->pass == pass; });
+                     [&](const auto& run) {
+                       const PassInfo* info = FindPassInfo(run->pass);
+                       return info && info->makes == stage;
+                     });
 }
 
-// The pass whose output is the first module at `stage`.
+// The tool whose output is the first module at `stage`: graphs come from
+// import-model, which is not a pass.
 std::string_view MakerOf(Stage stage) {
-  switch (stage) {
-    case Stage::kGraph:
-      return "import-model";
-    case Stage::kPlanned:
-      return "plan-ownership";
-    case Stage::kReduced:
-      return "expand-reduce";
-    case Stage::kProgram:
-      return "emit-device";
+  for (const PassInfo* info : AllPassInfos()) {
+    if (info->makes == stage) return info->name;
   }
-  return "";
+  return "import-model";
 }
 
 }  // namespace
@@ -46,8 +46,8 @@ Stage StageOf(const fb::ModuleT& module) {
   const bool owned = std::any_of(module.values.begin(), module.values.end(),
                                  [](const auto& v) { return v->ownership != nullptr; });
   if (!owned) return Stage::kGraph;
-  return HasRun(module, MakerOf(Stage::kReduced)) ? Stage::kReduced
-                                                  : Stage::kPlanned;
+  return HasRunMakerOf(module, Stage::kReduced) ? Stage::kReduced
+                                                : Stage::kPlanned;
 }
 
 Status RequireStage(const fb::ModuleT& module, std::string_view pass,
@@ -71,7 +71,7 @@ Status RequireStage(const fb::ModuleT& module, std::string_view pass,
 }
 
 StatusOr<bool> Pass::Run(fb::ModuleT* module) {
-  TILEC_RETURN_IF_ERROR(RequireStage(*module, name(), Accepts()));
+  TILEC_RETURN_IF_ERROR(RequireStage(*module, name(), info_.accepts));
   DecisionLog log(std::string(name()), options_.max_decisions,
                   options_.explain, options_.messages);
   StatusOr<bool> changed = Transform(module, &log);

@@ -1,14 +1,15 @@
 // One shape for every transforming pass, in the spirit of XLA's
-// HloModulePass: a name, the stages of input it accepts, and
-// Run(module) -> whether it changed anything, or an error. The options every
-// pass shares (--max-decisions, --explain, the recorded flags) and its
-// decision log come from here, so a new pass is its own directory, a thin
-// main (tools/common/pass_tool.h) and a line in passes/PIPELINE.
+// HloModulePass: what identifies it (a PassInfo of passes/core/pass_table.h:
+// its name, the stages of input it accepts) and Run(module) -> whether it
+// changed anything, or an error. The options every pass shares
+// (--max-decisions, --explain, the recorded flags) and its decision log come
+// from here. docs/workflow.md lists the steps of adding a pass.
 
 #ifndef TILEC_PASSES_CORE_PASS_H_
 #define TILEC_PASSES_CORE_PASS_H_
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -34,6 +35,16 @@ std::string_view StageName(Stage stage);
 // the passes that need ownerships name the value that lacks one.
 Stage StageOf(const fb::ModuleT& module);
 
+// What identifies a pass; one entry per pass in passes/core/pass_table.cc.
+struct PassInfo {
+  std::string_view name;  // the tool's name, also the pass run's name
+  std::vector<Stage> accepts;  // the stages this pass takes as input
+  // The stage whose first modules this pass makes (the stage check's "run
+  // it first"); none for a pass that keeps its input's stage.
+  std::optional<Stage> makes;
+  std::string_view usage;  // the tool's usage line
+};
+
 // The options every pass shares.
 struct PassOptions {
   // Apply only the first N transforming decisions (like LLVM's
@@ -52,13 +63,13 @@ struct PassOptions {
 
 class Pass {
  public:
-  explicit Pass(PassOptions options) : options_(std::move(options)) {}
+  Pass(const PassInfo& info, PassOptions options)
+      : info_(info), options_(std::move(options)) {}
   virtual ~Pass() = default;
 
-  // The tool's name, e.g. "expand-reduce", also the pass run's name.
-  virtual std::string_view name() const = 0;
-  // The stages this pass takes as input.
-  virtual std::vector<Stage> Accepts() const = 0;
+  const PassInfo& info() const { return info_; }
+  // e.g. "expand-reduce"
+  std::string_view name() const { return info_.name; }
 
   // Checks the input's stage (BadInput naming what it is and which pass
   // must run first), runs the pass with a fresh decision log and appends
@@ -77,6 +88,7 @@ class Pass {
   }
 
  private:
+  const PassInfo& info_;
   PassOptions options_;
 };
 

@@ -27,6 +27,7 @@
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "passes/core/pass.h"
+#include "passes/core/pass_table.h"
 #include "passes/plan/cost.h"
 #include "passes/plan/graph.h"
 #include "passes/plan/plan.h"
@@ -79,11 +80,8 @@ class FuseElementwisePass : public passes::Pass {
  public:
   explicit FuseElementwisePass(FuseOptions options = {},
                                passes::PassOptions common = {})
-      : Pass(std::move(common)), options_(options) {}
-  std::string_view name() const override { return "fuse-elementwise"; }
-  std::vector<passes::Stage> Accepts() const override {
-    return {passes::Stage::kPlanned};
-  }
+      : Pass(passes::kFuseElementwiseInfo, std::move(common)),
+        options_(options) {}
 
  protected:
   StatusOr<bool> Transform(fb::ModuleT* module,

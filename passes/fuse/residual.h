@@ -22,17 +22,14 @@
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "passes/core/pass.h"
+#include "passes/core/pass_table.h"
 
 namespace tilec::fuse {
 
 class FuseResidualPass : public passes::Pass {
  public:
   explicit FuseResidualPass(passes::PassOptions common = {})
-      : Pass(std::move(common)) {}
-  std::string_view name() const override { return "fuse-residual"; }
-  std::vector<passes::Stage> Accepts() const override {
-    return {passes::Stage::kPlanned};
-  }
+      : Pass(passes::kFuseResidualInfo, std::move(common)) {}
 
  protected:
   StatusOr<bool> Transform(fb::ModuleT* module,

@@ -31,6 +31,7 @@
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "passes/core/pass.h"
+#include "passes/core/pass_table.h"
 
 namespace tilec::lower {
 
@@ -68,12 +69,7 @@ class EmitDevicePass : public passes::Pass {
  public:
   explicit EmitDevicePass(EmitOptions options = {},
                           passes::PassOptions common = {})
-      : Pass(std::move(common)), options_(options) {}
-  std::string_view name() const override { return "emit-device"; }
-  std::vector<passes::Stage> Accepts() const override {
-    return {passes::Stage::kPlanned, passes::Stage::kReduced,
-            passes::Stage::kProgram};
-  }
+      : Pass(passes::kEmitDeviceInfo, std::move(common)), options_(options) {}
   // The figures of the last program emitted.
   const EmitSummary& summary() const { return summary_; }
 

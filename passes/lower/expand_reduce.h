@@ -27,6 +27,7 @@
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "passes/core/pass.h"
+#include "passes/core/pass_table.h"
 
 namespace tilec::lower {
 
@@ -45,11 +46,7 @@ class ExpandReducePass : public passes::Pass {
  public:
   explicit ExpandReducePass(ExpandReduceOptions options = {},
                             passes::PassOptions common = {})
-      : Pass(std::move(common)), options_(options) {}
-  std::string_view name() const override { return "expand-reduce"; }
-  std::vector<passes::Stage> Accepts() const override {
-    return {passes::Stage::kPlanned, passes::Stage::kReduced};
-  }
+      : Pass(passes::kExpandReduceInfo, std::move(common)), options_(options) {}
 
  protected:
   StatusOr<bool> Transform(fb::ModuleT* module,

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "passes/core/pass_table.h"
 #include "passes/fuse/fuse.h"
 #include "passes/fuse/residual.h"
 #include "passes/lower/emit_device.h"
@@ -28,30 +29,47 @@ const std::vector<std::string>& DefaultPipeline() {
   return *names;
 }
 
+namespace {
+
+// A pass with its options' defaults, for a registry entry.
+template <typename PassType, typename Options>
+std::unique_ptr<Pass> WithDefaults(PassOptions common) {
+  return std::make_unique<PassType>(Options{}, std::move(common));
+}
+
+struct Registered {
+  const PassInfo& info;
+  std::unique_ptr<Pass> (*make)(PassOptions common);
+};
+
+// Every pass of passes/core/pass_table.h with its maker.
+const std::vector<Registered>& Registry() {
+  static const auto* registry = new std::vector<Registered>{
+      {kQuantizeFp8Info,
+       WithDefaults<quantize::QuantizeFp8Pass, quantize::QuantizeOptions>},
+      {kPlanOwnershipInfo,
+       WithDefaults<plan::PlanOwnershipPass, plan::PlannerOptions>},
+      {kFuseElementwiseInfo,
+       WithDefaults<fuse::FuseElementwisePass, fuse::FuseOptions>},
+      {kFuseResidualInfo,
+       [](PassOptions common) -> std::unique_ptr<Pass> {
+         return std::make_unique<fuse::FuseResidualPass>(std::move(common));
+       }},
+      {kExpandReduceInfo,
+       WithDefaults<lower::ExpandReducePass, lower::ExpandReduceOptions>},
+      {kEmitDeviceInfo, WithDefaults<lower::EmitDevicePass, lower::EmitOptions>},
+  };
+  return *registry;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Pass>> MakePass(std::string_view name,
                                          PassOptions common) {
-  std::unique_ptr<Pass> pass;
-  if (name == "quantize-fp8") {
-    pass = std::make_unique<quantize::QuantizeFp8Pass>(
-        quantize::QuantizeOptions{}, std::move(common));
-  } else if (name == "plan-ownership") {
-    pass = std::make_unique<plan::PlanOwnershipPass>(plan::PlannerOptions{},
-                                                     std::move(common));
-  } else if (name == "fuse-elementwise") {
-    pass = std::make_unique<fuse::FuseElementwisePass>(fuse::FuseOptions{},
-                                                       std::move(common));
-  } else if (name == "fuse-residual") {
-    pass = std::make_unique<fuse::FuseResidualPass>(std::move(common));
-  } else if (name == "expand-reduce") {
-    pass = std::make_unique<lower::ExpandReducePass>(
-        lower::ExpandReduceOptions{}, std::move(common));
-  } else if (name == "emit-device") {
-    pass = std::make_unique<lower::EmitDevicePass>(lower::EmitOptions{},
-                                                   std::move(common));
-  } else {
-    return Status::BadInput("unknown pass '" + std::string(name) + "'");
+  for (const Registered& entry : Registry()) {
+    if (entry.info.name == name) return entry.make(std::move(common));
   }
-  return pass;
+  return Status::BadInput("unknown pass '" + std::string(name) + "'");
 }
 
 Status RunPipeline(fb::ModuleT* module, const PassFactory& custom) {

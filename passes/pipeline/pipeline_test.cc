@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/ir.h"
+#include "passes/core/pass_table.h"
 #include "passes/import/model_builder.h"
 
 namespace tilec::passes {
@@ -16,6 +17,14 @@ TEST(PipelineTest, EveryPassOfThePipelineExistsUnderItsName) {
     EXPECT_EQ((*pass)->name(), name);
   }
   EXPECT_EQ(MakePass("no-such-pass").status().code(), StatusCode::kBadInput);
+}
+
+TEST(PipelineTest, EveryPassOfTheTableHasAMaker) {
+  for (const PassInfo* info : AllPassInfos()) {
+    StatusOr<std::unique_ptr<Pass>> pass = MakePass(info->name);
+    ASSERT_TRUE(pass.ok()) << pass.status().message();
+    EXPECT_EQ(&(*pass)->info(), info);
+  }
 }
 
 TEST(PipelineTest, RunsEveryPassInOrderAndLogsEach) {

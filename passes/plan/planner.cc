@@ -15,7 +15,7 @@
 namespace tilec::plan {
 namespace {
 
-constexpr char kPassName[] = "plan-ownership";
+std::string_view PassName() { return passes::kPlanOwnershipInfo.name; }
 
 }  // namespace
 
@@ -125,8 +125,8 @@ namespace {
 // The search parameters of a run, after resolving unset ones against a
 // checkpoint.
 struct Parameters {
-  uint64_t seed = 1;
-  int proposals_per_op = 4;
+  uint64_t seed = SearchOptions{}.seed;
+  int proposals_per_op = SearchOptions{}.proposals_per_op;
   std::string gemm_dtype_text = "native";
   std::optional<fb::DType> gemm_dtype;
   std::optional<int64_t> max_decisions;
@@ -160,7 +160,7 @@ class Planning {
 
  private:
   void Say(const std::string& line) const {
-    if (common_.messages) *common_.messages << kPassName << ": " << line << "\n";
+    if (common_.messages) *common_.messages << PassName() << ": " << line << "\n";
   }
   Status Refuse(const std::string& why) const {
     return Status::BadInput("checkpoint " + options_.resume_name + ": " + why);
@@ -216,7 +216,7 @@ class Planning {
     if (!checkpoint.checkpoint) {
       return Refuse("has no search checkpoint (is it a --checkpoint file?)");
     }
-    if (checkpoint.log.empty() || checkpoint.log.back()->pass != kPassName) {
+    if (checkpoint.log.empty() || checkpoint.log.back()->pass != PassName()) {
       return Refuse("has no plan-ownership pass in its log");
     }
     StatusOr<Graph> saved = Graph::Build(checkpoint);
@@ -263,13 +263,13 @@ class Planning {
     StatusOr<std::string> seed = Pick(
         "seed", IfSet(options_.seed.has_value(),
                       std::to_string(options_.seed.value_or(0))),
-        "1");
+        std::to_string(SearchOptions{}.seed));
     if (!seed.ok()) return seed.status();
     StatusOr<std::string> k =
         Pick("proposals-per-op",
              IfSet(options_.proposals_per_op.has_value(),
                    std::to_string(options_.proposals_per_op.value_or(0))),
-             "4");
+             std::to_string(SearchOptions{}.proposals_per_op));
     if (!k.ok()) return k.status();
     StatusOr<std::string> dtype = Pick("gemm_dtype", options_.gemm_dtype, "native");
     if (!dtype.ok()) return dtype.status();
@@ -342,7 +342,7 @@ class Planning {
                                       const Decisions& decisions) {
         fb::ModuleT saved = input_;
         auto run = std::make_unique<fb::PassRunT>();
-        run->pass = kPassName;
+        run->pass = PassName();
         run->flags = flags_;
         for (const auto& d : decisions) {
           run->decisions.push_back(std::make_unique<fb::DecisionT>(*d));
@@ -422,7 +422,7 @@ class Planning {
         search.Alternatives(explain_op_);
     if (!alternatives.ok()) return alternatives.status();
     std::ostream& os = *common_.messages;
-    os << kPassName << ": alternatives for " << graph_->OpLabel(explain_op_)
+    os << PassName() << ": alternatives for " << graph_->OpLabel(explain_op_)
        << " in the final plan (plan cycles, op cycles, peak bytes per tile):\n";
     for (const Search::Alternative& a : *alternatives) {
       os << (a.chosen ? "  * " : "    ") << a.recipe.Text() << ": plan "

@@ -20,6 +20,7 @@
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "passes/core/pass.h"
+#include "passes/core/pass_table.h"
 #include "passes/plan/cost.h"
 #include "passes/plan/graph.h"
 
@@ -71,12 +72,8 @@ class PlanOwnershipPass : public passes::Pass {
  public:
   explicit PlanOwnershipPass(PlannerOptions options = {},
                              passes::PassOptions common = {})
-      : Pass(std::move(common)), options_(std::move(options)) {}
-  std::string_view name() const override { return "plan-ownership"; }
-  std::vector<passes::Stage> Accepts() const override {
-    return {passes::Stage::kGraph, passes::Stage::kPlanned,
-            passes::Stage::kReduced, passes::Stage::kProgram};
-  }
+      : Pass(passes::kPlanOwnershipInfo, std::move(common)),
+        options_(std::move(options)) {}
 
  protected:
   StatusOr<bool> Transform(fb::ModuleT* module,

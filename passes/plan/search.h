@@ -1,8 +1,9 @@
-// The search of plan-ownership (docs/planner.md): candidate recipes per op,
-// a greedy initial plan, a memory repair when that plan does not fit, and
-// a seeded local search over proposals (single-op changes and joint
-// producer/consumer changes) that accepts only feasible improvements. Its
-// state can be saved to and restored from a SearchCheckpoint.
+// The search of plan-ownership (docs/planner.md): candidate recipes per op
+// (search_candidates.h), a greedy initial plan, a memory repair when that
+// plan does not fit (search_initial.cc), and a seeded local search over
+// proposals (single-op changes and joint producer/consumer changes,
+// search_offers.cc) that accepts only feasible improvements. Its state can
+// be saved to and restored from a SearchCheckpoint.
 
 #ifndef TILEC_PASSES_PLAN_SEARCH_H_
 #define TILEC_PASSES_PLAN_SEARCH_H_
@@ -23,24 +24,13 @@
 #include "passes/plan/cost.h"
 #include "passes/plan/graph.h"
 #include "passes/plan/plan.h"
+#include "passes/plan/search_candidates.h"
 
 namespace tilec::plan {
 
 // The version of the search state this build writes in SearchCheckpoint
 // (independent of the module schema version).
 inline constexpr uint32_t kCheckpointVersion = 1;
-
-// Context-free candidate recipes of one op, best first by their own cost:
-// GEMM grids (each with Complete, Streamed and Batched staging), elementwise
-// blocked and flat layouts, row-wise row splits.
-std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
-                               int op);
-
-// Layouts an op could adopt from its neighbours in `plan`: its producer's
-// result ownership and what its consumers need of its result.
-std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
-                                     const Plan& plan, const Evaluation& eval,
-                                     int op);
 
 // A change to the incumbent: new recipes for one or more ops.
 struct Proposal {

@@ -41,6 +41,7 @@
 #include "formats/tilec_generated.h"
 #include "kernels/reference.h"
 #include "passes/core/pass.h"
+#include "passes/core/pass_table.h"
 
 namespace tilec::quantize {
 
@@ -69,11 +70,8 @@ class QuantizeFp8Pass : public passes::Pass {
  public:
   explicit QuantizeFp8Pass(QuantizeOptions options = {},
                            passes::PassOptions common = {})
-      : Pass(std::move(common)), options_(std::move(options)) {}
-  std::string_view name() const override { return "quantize-fp8"; }
-  std::vector<passes::Stage> Accepts() const override {
-    return {passes::Stage::kGraph};
-  }
+      : Pass(passes::kQuantizeFp8Info, std::move(common)),
+        options_(std::move(options)) {}
 
  protected:
   StatusOr<bool> Transform(fb::ModuleT* module,

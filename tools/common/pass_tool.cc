@@ -100,13 +100,15 @@ Status CheckPlannable(const fb::ModuleT& module) {
       "ops)");
 }
 
-int PassToolMain(int argc, char** argv, const char* usage,
+int PassToolMain(int argc, char** argv, const passes::PassInfo& pass,
                  const PassMaker& make, const InputCheck& check) {
   std::vector<std::string> storage = ExpandBareExplain(argc, argv);
   std::vector<char*> rewritten;
   for (std::string& arg : storage) rewritten.push_back(arg.data());
   rewritten.push_back(nullptr);
-  std::vector<std::string> args = InitTool(argc, rewritten.data(), usage);
+  const std::string usage(pass.usage);
+  std::vector<std::string> args =
+      InitTool(argc, rewritten.data(), usage.c_str());
   return RunAndFinish([&] { return RunPass(args, make, check); });
 }
 

@@ -4,10 +4,12 @@
 // The main of every transforming pass's tool: the flags all passes share
 // (--max-decisions, --explain), reading the input module, running the pass
 // (passes/core/pass.h) and writing the result. A pass tool's main.cc
-// defines its own flags and turns them into the pass:
+// defines its own flags (their defaults those of the pass's options struct)
+// and turns them into the pass; its usage line is the pass's PassInfo's
+// (passes/core/pass_table.h):
 //
 //   int main(int argc, char** argv) {
-//     return tilec::tools::PassToolMain(argc, argv, kUsage,
+//     return tilec::tools::PassToolMain(argc, argv, passes::kFooInfo,
 //         [](tilec::passes::PassOptions common) { return ...; });
 //   }
 
@@ -16,6 +18,7 @@
 
 #include "formats/status.h"
 #include "passes/core/pass.h"
+#include "passes/core/pass_table.h"
 
 namespace tilec::tools {
 
@@ -35,7 +38,7 @@ using InputCheck = std::function<Status(const fb::ModuleT& module)>;
 inline constexpr size_t kMaxPlannedOps = 2048;
 Status CheckPlannable(const fb::ModuleT& module);
 
-int PassToolMain(int argc, char** argv, const char* usage,
+int PassToolMain(int argc, char** argv, const passes::PassInfo& pass,
                  const PassMaker& make, const InputCheck& check = nullptr);
 
 }  // namespace tilec::tools

@@ -7,19 +7,22 @@
 #include "passes/lower/verify_planned.h"
 #include "tools/common/pass_tool.h"
 
-DEFINE_bool(share_supersteps, true,
+namespace {
+
+const tilec::lower::EmitOptions kDefaults;
+
+}  // namespace
+
+DEFINE_bool(share_supersteps, kDefaults.share_supersteps,
             "Let independent work of different ops share supersteps (undone "
             "automatically when memory does not fit).");
-DEFINE_bool(alias_in_place, true,
+DEFINE_bool(alias_in_place, kDefaults.alias_in_place,
             "Use an operand's buffer in place when a tile already holds "
             "exactly the data an op needs.");
 
 int main(int argc, char** argv) {
   return tilec::tools::PassToolMain(
-      argc, argv,
-      "emit-device [flags] [INPUT|-] [-o OUT]: build the device program of a "
-      "lowered planned module (buffers, addresses, supersteps, host "
-      "bindings)",
+      argc, argv, tilec::passes::kEmitDeviceInfo,
       [](tilec::passes::PassOptions common)
           -> tilec::StatusOr<std::unique_ptr<tilec::passes::Pass>> {
         tilec::lower::EmitOptions options;

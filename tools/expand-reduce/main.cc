@@ -7,19 +7,23 @@
 #include "passes/lower/verify_planned.h"
 #include "tools/common/pass_tool.h"
 
-DEFINE_int32(partials_per_epoch, 0,
+namespace {
+
+const tilec::lower::ExpandReduceOptions kDefaults;
+
+}  // namespace
+
+DEFINE_int32(partials_per_epoch, kDefaults.partials_per_epoch,
              "Remote partials received per exchange phase: 0 decides (all at "
              "once unless a tile's memory does not fit), N caps it at N.");
-DEFINE_bool(f16_partials, true,
+DEFINE_bool(f16_partials, kDefaults.allow_16bit_partials,
             "Allow K-split GEMM partials in the result's 16-bit dtype where "
             "each tile writes its partial with one call (half the exchange "
             "of F32; each partial rounded once). false: always F32.");
 
 int main(int argc, char** argv) {
   return tilec::tools::PassToolMain(
-      argc, argv,
-      "expand-reduce [flags] [INPUT|-] [-o OUT]: lower every reduction of a "
-      "planned module (seed partials, remote partials, results, epochs)",
+      argc, argv, tilec::passes::kExpandReduceInfo,
       [](tilec::passes::PassOptions common)
           -> tilec::StatusOr<std::unique_ptr<tilec::passes::Pass>> {
         if (FLAGS_partials_per_epoch < 0) {

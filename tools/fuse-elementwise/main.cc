@@ -4,12 +4,42 @@
 #include <gflags/gflags.h>
 
 #include <sstream>
+#include <string>
 
 #include "passes/fuse/fuse.h"
 #include "passes/lower/verify_planned.h"
 #include "tools/common/pass_tool.h"
 
-DEFINE_string(placements, "producer,consumer,proposals",
+namespace {
+
+// --placements' names of FuseOptions' placements, in the flag's order.
+struct Placement {
+  const char* name;
+  bool tilec::fuse::FuseOptions::*allowed;
+};
+constexpr Placement kPlacements[] = {
+    {"producer", &tilec::fuse::FuseOptions::producer_owners},
+    {"consumer", &tilec::fuse::FuseOptions::consumer_owners},
+    {"proposals", &tilec::fuse::FuseOptions::proposals},
+};
+
+// The placements `options` allows, comma separated.
+std::string PlacementsText(const tilec::fuse::FuseOptions& options) {
+  std::string text;
+  for (const Placement& placement : kPlacements) {
+    if (!(options.*placement.allowed)) continue;
+    if (!text.empty()) text += ",";
+    text += placement.name;
+  }
+  return text;
+}
+
+const std::string kDefaultPlacements =
+    PlacementsText(tilec::fuse::FuseOptions{});
+
+}  // namespace
+
+DEFINE_string(placements, kDefaultPlacements.c_str(),
               "Which placements of a fused region may be chosen, comma "
               "separated: producer (the producer's owners, the copy after "
               "the region), consumer (the consumer's owners, the copy "
@@ -18,29 +48,26 @@ DEFINE_string(placements, "producer,consumer,proposals",
 
 int main(int argc, char** argv) {
   return tilec::tools::PassToolMain(
-      argc, argv,
-      "fuse-elementwise [flags] [INPUT|-] [-o OUT]: fuse chains of "
-      "elementwise ops of a planned module into Fused ops where that lowers "
-      "the plan's cycles and fits tile memory",
+      argc, argv, tilec::passes::kFuseElementwiseInfo,
       [](tilec::passes::PassOptions common)
           -> tilec::StatusOr<std::unique_ptr<tilec::passes::Pass>> {
         tilec::fuse::FuseOptions options;
-        options.producer_owners = options.consumer_owners =
-            options.proposals = false;
+        for (const Placement& placement : kPlacements) {
+          options.*placement.allowed = false;
+        }
         std::stringstream list(FLAGS_placements);
         std::string item;
         while (std::getline(list, item, ',')) {
-          if (item == "producer") {
-            options.producer_owners = true;
-          } else if (item == "consumer") {
-            options.consumer_owners = true;
-          } else if (item == "proposals") {
-            options.proposals = true;
-          } else {
+          const Placement* named = nullptr;
+          for (const Placement& placement : kPlacements) {
+            if (item == placement.name) named = &placement;
+          }
+          if (!named) {
             return tilec::Status::BadInput(
                 "--placements: unknown placement '" + item +
                 "' (producer, consumer, proposals)");
           }
+          options.*named->allowed = true;
         }
         return std::unique_ptr<tilec::passes::Pass>(
             new tilec::fuse::FuseElementwisePass(options, std::move(common)));

@@ -8,10 +8,7 @@
 
 int main(int argc, char** argv) {
   return tilec::tools::PassToolMain(
-      argc, argv,
-      "fuse-residual [flags] [INPUT|-] [-o OUT]: fuse a residual add with "
-      "the statistics of the LayerNorm it feeds (residual_moments, then "
-      "normalize) where the lowered cycles say it pays",
+      argc, argv, tilec::passes::kFuseResidualInfo,
       [](tilec::passes::PassOptions common)
           -> tilec::StatusOr<std::unique_ptr<tilec::passes::Pass>> {
         return std::unique_ptr<tilec::passes::Pass>(

@@ -9,17 +9,26 @@
 
 #include "formats/ir.h"
 #include "passes/plan/planner.h"
+#include "passes/plan/search.h"
 #include "tools/common/pass_tool.h"
 #include "tools/common/tool.h"
+
+namespace {
+
+const tilec::plan::PlannerOptions kDefaults;
+const tilec::plan::SearchOptions kSearchDefaults;
+
+}  // namespace
 
 DEFINE_string(target, "",
               "Target to plan for: a preset (ipu21, tiny) or a JSON path. "
               "Default: the module's own target.");
-DEFINE_uint64(seed, 1, "Seed of the search's random choices.");
-DEFINE_int64(attempts, 64,
+DEFINE_uint64(seed, kSearchDefaults.seed,
+              "Seed of the search's random choices.");
+DEFINE_int64(attempts, kDefaults.attempts,
              "Proposals to evaluate (on --resume: additional ones; 0 keeps "
              "the initial or saved plan).");
-DEFINE_int32(proposals_per_op, 4,
+DEFINE_int32(proposals_per_op, kSearchDefaults.proposals_per_op,
              "Alternatives offered per op for each incumbent plan.");
 DEFINE_string(gemm_dtype, "",
               "Price GEMM inputs in this dtype: fp8 (E4M3), f16, f32 or "
@@ -33,7 +42,8 @@ DEFINE_string(recipe, "",
 DEFINE_string(checkpoint, "",
               "Save the search state to this file (atomically) every "
               "--checkpoint_every attempts and at the end.");
-DEFINE_int64(checkpoint_every, 16, "Attempts between checkpoints.");
+DEFINE_int64(checkpoint_every, kDefaults.checkpoint_every,
+             "Attempts between checkpoints.");
 DEFINE_string(resume, "",
               "Continue the search saved in this checkpoint (the input must "
               "be the same graph).");
@@ -118,8 +128,6 @@ StatusOr<std::unique_ptr<passes::Pass>> MakePlanner(
 
 int main(int argc, char** argv) {
   return tilec::tools::PassToolMain(
-      argc, argv,
-      "plan-ownership [flags] [INPUT|-] [-o OUT]: plan ownerships and "
-      "recipes for a tilec module",
+      argc, argv, tilec::passes::kPlanOwnershipInfo,
       tilec::tools::MakePlanner, tilec::tools::CheckPlannable);
 }

@@ -9,7 +9,18 @@
 #include "tools/common/pass_tool.h"
 #include "tools/common/tool.h"
 
-DEFINE_bool(fp8, true,
+namespace {
+
+const tilec::quantize::QuantizeOptions kDefaults;
+
+// --activation_format's spelling of an FP8 dtype.
+const char* FormatFlag(tilec::fb::DType format) {
+  return format == tilec::fb::DType::FP8E5M2 ? "e5m2" : "e4m3";
+}
+
+}  // namespace
+
+DEFINE_bool(fp8, kDefaults.enabled,
             "Quantize. --fp8=false leaves every value in its dtype (the F16 "
             "pipeline) and only logs that it did.");
 DEFINE_string(policy, "",
@@ -19,20 +30,21 @@ DEFINE_string(calibration, "",
               "Directory of .npy files, one per graph input (the layout of "
               "run-reference --inputs), to calibrate activation scales on; "
               "default: the model's seeded inputs.");
-DEFINE_string(activation_format, "e4m3",
+DEFINE_string(activation_format, FormatFlag(kDefaults.activation_format),
               "FP8 format of activations: e4m3 or e5m2 (weights are e4m3 "
               "unless the policy says otherwise).");
-DEFINE_int32(weight_margin, 0,
+DEFINE_int32(weight_margin, kDefaults.weight_margin,
              "Bits of headroom below the exponent that just fits a weight's "
              "amax (weights are known exactly, so 0).");
-DEFINE_int32(activation_margin, 1,
+DEFINE_int32(activation_margin, kDefaults.activation_margin,
              "Bits of headroom below the exponent that just fits an "
              "activation's calibrated amax (1: inputs up to twice the "
              "calibrated range do not saturate).");
 DEFINE_string(sidecar_dir, "",
               "Directory that weight sidecar paths are relative to (default: "
               "the input file's directory, or . for stdin).");
-DEFINE_int32(threads, 2, "Threads of the calibration reference runs.");
+DEFINE_int32(threads, kDefaults.threads,
+             "Threads of the calibration reference runs.");
 
 namespace {
 
@@ -82,9 +94,6 @@ tilec::StatusOr<std::unique_ptr<tilec::passes::Pass>> MakePass(
 
 int main(int argc, char** argv) {
   return tilec::tools::PassToolMain(
-      argc, argv,
-      "quantize-fp8 [flags] [INPUT|-] [-o OUT]: make the GEMM operands of an "
-      "unplanned graph FP8 (calibrated power-of-two scales, casts placed by "
-      "cost)",
-      MakePass, tilec::tools::CheckPlannable);
+      argc, argv, tilec::passes::kQuantizeFp8Info, MakePass,
+      tilec::tools::CheckPlannable);
 }

@@ -1,0 +1,298 @@
+// The candidate recipes of one op that the planner's search considers
+// (search_candidates.h): GEMM and attention grids ranked by their bounds,
+// elementwise and row-wise layouts, and the layouts an op could adopt from
+// its neighbours in a plan.
+
+#include "passes/plan/search_candidates.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "formats/basics.h"
+#include "kernels/kernels.h"
+#include "passes/plan/gemm_bound.h"
+
+namespace tilec::plan {
+
+// Part counts 1..min(extent, max_parts) that give distinct block sizes: for
+// each block size the smallest count (fewest tiles for the same work).
+Recipe LayoutRecipe(fb::RecipeKind kind, fb::OwnershipT layout) {
+  Recipe r;
+  r.kind = kind;
+  r.layout = std::move(layout);
+  return r;
+}
+
+fb::RecipeKind KindOf(OpClass c) {
+  switch (c) {
+    case OpClass::kAttention:
+      return fb::RecipeKind::Attention;
+    case OpClass::kGemm:
+      return fb::RecipeKind::Gemm;
+    case OpClass::kRowWise:
+      return fb::RecipeKind::RowWise;
+    case OpClass::kCopy:
+      return fb::RecipeKind::Copy;
+    case OpClass::kHost:
+      return fb::RecipeKind::Host;
+    default:
+      return fb::RecipeKind::Elementwise;
+  }
+}
+
+namespace {
+
+struct Scored {
+  int64_t score;
+  int64_t tiebreak;
+  Recipe recipe;
+};
+
+void SortScored(std::vector<Scored>& v) {
+  std::stable_sort(v.begin(), v.end(), [](const Scored& a, const Scored& b) {
+    if (a.score != b.score) return a.score < b.score;
+    if (a.tiebreak != b.tiebreak) return a.tiebreak < b.tiebreak;
+    return a.recipe.Text() < b.recipe.Text();
+  });
+}
+
+}  // namespace
+
+void AddUnique(std::vector<Recipe>& list, std::set<std::string>& seen,
+               const Recipe& r) {
+  if (seen.insert(r.Text()).second) list.push_back(r);
+}
+
+namespace {
+
+// The grids with the best bounds (passes/plan/gemm_bound.h: kernel,
+// delivery and reduction from the formulas alone), and the ones that need
+// the least memory.
+std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
+                                   int op) {
+  const OpNode& node = graph.op(op);
+  const auto& a = graph.value(node.operands[0]).shape;
+  const auto& b = graph.value(node.operands[1]).shape;
+  GemmShapeDTypes gemm;
+  gemm.M = a[0];
+  gemm.K = a[1];
+  gemm.N = b[1];
+  gemm.inputs = coster.GemmDType(graph, op);
+  gemm.result = graph.value(node.result).dtype;
+  const int64_t K = gemm.K;
+  const int granule = coster.KGranule(gemm.inputs);
+  std::vector<GemmBound> by_time = GridBounds(
+      coster.model(), gemm, coster.tiles(), std::numeric_limits<int64_t>::max());
+  std::vector<GemmBound> by_memory = by_time;
+  std::stable_sort(by_memory.begin(), by_memory.end(),
+                   [](const GemmBound& x, const GemmBound& y) {
+                     return x.bytes < y.bytes;
+                   });
+  auto grid_recipe = [](const GemmBound& bound) {
+    Recipe r;
+    r.kind = fb::RecipeKind::Gemm;
+    r.m = bound.m;
+    r.k = bound.k;
+    r.n = bound.n;
+    return r;
+  };
+  std::vector<Recipe> grids;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < by_time.size() && i < 32; ++i) {
+    AddUnique(grids, seen, grid_recipe(by_time[i]));
+  }
+  for (size_t i = 0; i < by_memory.size() && i < 6; ++i) {
+    AddUnique(grids, seen, grid_recipe(by_memory[i]));
+  }
+  // Every grid with every staging: Complete; Streamed with 1, 2 and 4
+  // granules per chunk; Batched(2) and Batched(4) of one-granule chunks.
+  std::vector<Recipe> out;
+  for (const Recipe& grid : grids) {
+    const int64_t bk = ir::CeilDiv(K, grid.k);
+    out.push_back(grid);
+    for (int g : {1, 2, 4}) {
+      if (g > 1 && g * granule >= bk) break;
+      Recipe s = grid;
+      s.staging = fb::Staging::Streamed;
+      s.chunk_k = g * granule;
+      out.push_back(s);
+    }
+    for (int batch : {2, 4}) {
+      if (batch > 2 && batch * granule >= bk) break;
+      Recipe s = grid;
+      s.staging = fb::Staging::Batched;
+      s.chunk_k = granule;
+      s.batch_chunks = batch;
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+// The dtypes an attention op's bound is priced in.
+AttentionDTypes AttentionDTypesOf(const Graph& graph, int op) {
+  const OpNode& node = graph.op(op);
+  AttentionDTypes d;
+  d.qkv = graph.value(node.operands[node.staged]).dtype;
+  d.probs = node.kind == fb::OpKind::AttentionContext
+                ? graph.value(node.operands[0]).dtype
+                : d.qkv;
+  d.result = graph.value(node.result).dtype;
+  return d;
+}
+
+// Per-head grids ranked by their bound (passes/plan/gemm_bound.h: one
+// kernel call on the largest block plus its operand blocks received at the
+// exchange rate, ignoring where qkv and the probabilities lie); the
+// fastest and the ones needing the least memory.
+std::vector<Recipe> AttentionCandidates(const Graph& graph,
+                                        const Coster& coster, int op) {
+  Recipe unit;
+  unit.kind = fb::RecipeKind::Attention;
+  StatusOr<passes::AttentionGrid> base = AttentionGridOf(graph, op, unit);
+  if (!base.ok()) return {};
+  std::vector<GemmBound> by_time =
+      AttentionGridBounds(coster.model(), *base,
+                          AttentionDTypesOf(graph, op), coster.tiles(),
+                          coster.capacity());
+  std::vector<GemmBound> by_memory = by_time;
+  std::stable_sort(by_memory.begin(), by_memory.end(),
+                   [](const GemmBound& x, const GemmBound& y) {
+                     return x.bytes < y.bytes;
+                   });
+  std::vector<Recipe> out;
+  std::set<std::string> seen;
+  auto add = [&](const GemmBound& bound) {
+    Recipe r = unit;
+    r.m = bound.m;
+    r.n = bound.n;
+    if (coster.CheckRecipe(graph, op, r).ok()) AddUnique(out, seen, r);
+  };
+  for (size_t i = 0; i < by_time.size() && i < 16; ++i) add(by_time[i]);
+  for (size_t i = 0; i < by_memory.size() && i < 4; ++i) add(by_memory[i]);
+  return out;
+}
+
+std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
+                                     int op) {
+  const OpNode& node = graph.op(op);
+  const ValueNode& out = graph.value(node.result);
+  const int64_t T = coster.tiles();
+  const fb::RecipeKind kind = KindOf(node.op_class);
+  std::vector<Scored> scored;
+  auto score = [&](const Recipe& r) -> int64_t {
+    if (!coster.CheckRecipe(graph, op, r).ok()) return -1;
+    if (node.op_class == OpClass::kCopy) return 0;
+    StatusOr<OpCost> c = coster.PriceOp(graph, op, r, nullptr);
+    return c.ok() ? c->Cycles() : -1;
+  };
+  auto add = [&](fb::OwnershipT layout, int64_t tiles_used) {
+    const Recipe r = LayoutRecipe(kind, std::move(layout));
+    const int64_t s = score(r);
+    if (s >= 0) scored.push_back({s, tiles_used, r});
+  };
+  const auto& shape = out.shape;
+  if (node.op_class == OpClass::kRowWise) {
+    if (shape.size() == 2) {
+      for (int p : DistinctSplits(shape[0], T)) {
+        add(passes::BlockedOwnership({p, 1}), p);
+      }
+    } else if (shape.size() == 4) {
+      for (int b : DistinctSplits(shape[0], T)) {
+        for (int h : DistinctSplits(shape[1], T / b)) {
+          for (int p : DistinctSplits(shape[2], T / (int64_t{b} * h))) {
+            add(passes::BlockedOwnership({b, h, p, 1}), int64_t{b} * h * p);
+          }
+        }
+      }
+    }
+    SortScored(scored);
+    std::vector<Recipe> list;
+    for (size_t i = 0; i < scored.size() && i < 24; ++i) {
+      list.push_back(scored[i].recipe);
+    }
+    return list;
+  }
+  // Elementwise and copies: row groups x channel groups, rows only, and
+  // flat grains of whole vectors over all tiles.
+  for (int r : DistinctSplits(shape[0], T)) {
+    for (int c : DistinctSplits(shape[1], T / r)) {
+      add(passes::BlockedOwnership({r, c}), int64_t{r} * c);
+    }
+  }
+  SortScored(scored);
+  std::vector<Recipe> list;
+  std::set<std::string> seen;
+  if (node.op_class == OpClass::kCopy && out.given) {
+    AddUnique(list, seen, LayoutRecipe(kind, *out.given));
+  }
+  for (size_t i = 0; i < scored.size() && i < 16; ++i) {
+    AddUnique(list, seen, scored[i].recipe);
+  }
+  const int rows = static_cast<int>(std::min<int64_t>(shape[0], T));
+  const Recipe rows_only =
+      LayoutRecipe(kind, passes::BlockedOwnership({rows, 1}));
+  if (coster.CheckRecipe(graph, op, rows_only).ok()) {
+    AddUnique(list, seen, rows_only);
+  }
+  const int vector = std::max(1, coster.target().vector_elements);
+  for (int grain : {vector, 2 * vector, 4 * vector, 16 * vector}) {
+    const Recipe flat =
+        LayoutRecipe(kind, passes::FlatOwnership(grain, static_cast<int>(T)));
+    if (coster.CheckRecipe(graph, op, flat).ok()) AddUnique(list, seen, flat);
+  }
+  return list;
+}
+
+}  // namespace
+
+std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
+                               int op) {
+  switch (graph.op(op).op_class) {
+    case OpClass::kGemm:
+      return GemmCandidates(graph, coster, op);
+    case OpClass::kAttention:
+      return AttentionCandidates(graph, coster, op);
+    case OpClass::kHost: {
+      Recipe host;
+      host.kind = fb::RecipeKind::Host;
+      return {host};
+    }
+    default:
+      return LayoutCandidates(graph, coster, op);
+  }
+}
+
+std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
+                                     const Plan& plan, const Evaluation& eval,
+                                     int op) {
+  const OpNode& node = graph.op(op);
+  std::vector<Recipe> out;
+  if (node.op_class == OpClass::kGemm || node.op_class == OpClass::kAttention ||
+      node.op_class == OpClass::kHost) {
+    return out;
+  }
+  const fb::RecipeKind kind = KindOf(node.op_class);
+  std::set<std::string> seen;
+  auto consider = [&](const fb::OwnershipT& layout) {
+    const Recipe r = LayoutRecipe(kind, layout);
+    if (coster.CheckRecipe(graph, op, r).ok()) AddUnique(out, seen, r);
+  };
+  for (size_t slot = 0; slot < node.operands.size(); ++slot) {
+    const SlotRole role = node.slots[slot];
+    if (role != SlotRole::kLayout && role != SlotRole::kSource) continue;
+    const int v = node.operands[slot];
+    if (eval.owned[v]) consider(eval.owners[v]);
+  }
+  const int last = static_cast<int>(eval.ops.size()) - 1;
+  for (const auto& [c, slot] : graph.value(node.result).uses) {
+    if (c > last) continue;
+    std::optional<fb::OwnershipT> need =
+        coster.Required(graph, c, plan.recipes[c], slot);
+    if (need) consider(*need);
+  }
+  return out;
+}
+
+}  // namespace tilec::plan

@@ -1,0 +1,41 @@
+// The candidate recipes of one op that plan-ownership's search
+// (passes/plan/search.h) considers: context-free ones from the op alone,
+// and the layouts it could adopt from its neighbours in a plan.
+
+#ifndef TILEC_PASSES_PLAN_SEARCH_CANDIDATES_H_
+#define TILEC_PASSES_PLAN_SEARCH_CANDIDATES_H_
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "formats/tilec_generated.h"
+#include "passes/plan/cost.h"
+#include "passes/plan/graph.h"
+#include "passes/plan/plan.h"
+
+namespace tilec::plan {
+
+// Context-free candidate recipes of one op, best first by their own cost:
+// GEMM grids (each with Complete, Streamed and Batched staging), elementwise
+// blocked and flat layouts, row-wise row splits.
+std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
+                               int op);
+
+// Layouts an op could adopt from its neighbours in `plan`: its producer's
+// result ownership and what its consumers need of its result.
+std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
+                                     const Plan& plan, const Evaluation& eval,
+                                     int op);
+
+// A recipe of `kind` in `layout`.
+Recipe LayoutRecipe(fb::RecipeKind kind, fb::OwnershipT layout);
+// The recipe kind of an op of class `c`.
+fb::RecipeKind KindOf(OpClass c);
+// Appends `r` to `list` unless a recipe of the same text is in `seen`.
+void AddUnique(std::vector<Recipe>& list, std::set<std::string>& seen,
+               const Recipe& r);
+
+}  // namespace tilec::plan
+
+#endif  // TILEC_PASSES_PLAN_SEARCH_CANDIDATES_H_

@@ -1,0 +1,272 @@
+// The initial plan of plan-ownership's search (passes/plan/search.h): the
+// greedy plan, weights moved to their homes when the resident plan does not
+// fit, and the memory repair by single-op changes.
+
+#include "passes/plan/search.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "formats/basics.h"
+#include "passes/plan/search_candidates.h"
+#include "passes/plan/weight_homes.h"
+
+namespace tilec::plan {
+
+Status Search::Initialize() {
+  for (int op = 0; op < graph_.num_ops(); ++op) {
+    if (candidates_[op].empty()) {
+      return Status::Infeasible(graph_.OpLabel(op) +
+                                ": no recipe fits the target");
+    }
+  }
+  incumbent_.recipes.clear();
+  for (int op = 0; op < graph_.num_ops(); ++op) {
+    incumbent_.recipes.push_back(candidates_[op][0]);
+  }
+  {
+    std::vector<fb::DecisionT> greedy;
+    TILEC_RETURN_IF_ERROR(Greedy(&greedy));
+    for (fb::DecisionT& d : greedy) Record(std::move(d));
+  }
+  StatusOr<Evaluation> e =
+      Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
+  if (!e.ok()) return e.status();
+  eval_ = std::move(*e);
+  std::optional<Evaluation> homes_closest;
+  if (!eval_.feasible()) TILEC_RETURN_IF_ERROR(MoveWeightsHome(&homes_closest));
+  if (!eval_.feasible()) {
+    // A lower bound that no recipe can beat: the weights alone.
+    int64_t weights = 0;
+    for (int v = 0; v < graph_.num_values(); ++v) {
+      const ValueNode& value = graph_.value(v);
+      if (value.role != fb::ValueRole::Weight) continue;
+      int64_t n = 1;
+      for (int64_t e : value.shape) n *= e;
+      weights += n * coster_.StoredBytes(graph_, v);
+    }
+    const int64_t floor = ir::CeilDiv(weights, coster_.tiles());
+    std::string bound;
+    if (floor > coster_.capacity()) {
+      bound = " (the weights alone need at least " + std::to_string(floor) +
+              " B per tile)";
+    }
+    // Past that bound no repair can succeed: refuse at once.
+    StatusOr<bool> repaired = false;
+    if (bound.empty() && options_.repair) repaired = Repair();
+    if (!repaired.ok()) return repaired.status();
+    if (!*repaired) {
+      const Evaluation& closest =
+          homes_closest && homes_closest->Excess() < eval_.Excess()
+              ? *homes_closest
+              : eval_;
+      closest_peak_bytes_ = closest.peak_bytes;
+      return Status::Infeasible("no plan fits tile memory" + bound +
+                                "; the closest found: " + closest.Diagnosis());
+    }
+  }
+  if (CountHomes(graph_, incumbent_) > 0) {
+    TILEC_RETURN_IF_ERROR(PromoteWeights(
+        graph_, coster_, &incumbent_, &eval_,
+        [this](fb::DecisionT d) { Record(std::move(d)); }));
+  }
+  fb::DecisionT d;
+  d.action = "initial plan";
+  d.outcome = fb::Outcome::Info;
+  d.reason = "total " + std::to_string(eval_.total_cycles) + " cycles, peak " +
+             std::to_string(eval_.peak_bytes) + " B per tile of " +
+             std::to_string(eval_.capacity);
+  const int homes = CountHomes(graph_, incumbent_);
+  if (homes > 0) {
+    d.reason += "; " + std::to_string(homes) + " weights in homes";
+  }
+  d.cycles_before = d.cycles_after = eval_.total_cycles;
+  d.bytes_before = d.bytes_after = eval_.peak_bytes;
+  Record(std::move(d));
+  return Status::Ok();
+}
+
+// The resident plan does not fit: every weight to its home and the greedy
+// plan again, the redistributions from the homes priced in, homes spread
+// where that brings it closer to fitting (SpreadHomes). Taken if it fits or
+// is closer to fitting than the resident plan (memory repair then starts
+// from it); else the resident plan stays and `closest` keeps the homes plan
+// for the diagnosis.
+Status Search::MoveWeightsHome(std::optional<Evaluation>* closest) {
+  const Plan resident_plan = incumbent_;
+  const Evaluation resident = eval_;
+  incumbent_ = WithAllHomes(graph_, coster_, incumbent_);
+  std::vector<fb::DecisionT> decisions;
+  TILEC_RETURN_IF_ERROR(Greedy(&decisions));
+  StatusOr<Evaluation> e =
+      Evaluate(graph_, coster_, incumbent_, EvalMode::kFull);
+  if (!e.ok()) return e.status();
+  const int64_t greedy_cycles = e->total_cycles;
+  const int64_t greedy_peak = e->peak_bytes;
+  TILEC_RETURN_IF_ERROR(SpreadHomes(
+      graph_, coster_, &incumbent_, &*e,
+      [&decisions](fb::DecisionT d) { decisions.push_back(std::move(d)); }));
+  fb::DecisionT d;
+  d.action = "every weight to a home (" +
+             std::to_string(CountHomes(graph_, incumbent_)) +
+             " weights, each element once, shaped for delivery where its "
+             "consumer's layout allows), redistributed to "
+             "its compute layout before each use";
+  d.cycles_before = resident.total_cycles;
+  d.cycles_after = greedy_cycles;
+  d.bytes_before = resident.peak_bytes;
+  d.bytes_after = greedy_peak;
+  if (!e->feasible() && e->Excess() >= resident.Excess()) {
+    d.outcome = fb::Outcome::Rejected;
+    d.reason = "rejected by memory: the greedy plan with homes does not fit "
+               "either (" + e->Diagnosis() + "), and is no closer to "
+               "fitting; memory repair starts from the resident plan";
+    Record(std::move(d));
+    *closest = std::move(*e);
+    incumbent_ = resident_plan;
+    return Status::Ok();
+  }
+  d.outcome = fb::Outcome::Accepted;
+  d.reason = "the plan with every weight resident in compute layout does not "
+             "fit (" + resident.Diagnosis() + ")";
+  if (!e->feasible()) {
+    d.reason += "; with homes it does not fit either but is closer (" +
+                std::to_string(e->Excess()) + " B over capacity against " +
+                std::to_string(resident.Excess()) +
+                "): memory repair starts from it";
+  }
+  Record(std::move(d));
+  for (fb::DecisionT& g : decisions) Record(std::move(g));
+  eval_ = std::move(*e);
+  return Status::Ok();
+}
+
+// Greedy: each op in program order takes its cheapest recipe given the ops
+// before it (their ownerships and the redistributions it would need).
+Plan Search::WithRecipe(int op, const Recipe& recipe) const {
+  Plan trial = incumbent_;
+  trial.recipes[op] = recipe;
+  return trial;
+}
+
+// The first of the options giving the fewest cycles up to `op`, and those
+// cycles. Each is first priced at its lower bound (bounds_), then by its
+// schedule in order of those bounds; one whose bound cannot beat the best
+// found so far (or, equal to it, comes later in `options`) is never
+// scheduled. The same choice as pricing every
+// option by its schedule, without scheduling most of them.
+StatusOr<std::pair<int64_t, size_t>> Search::CheapestOption(
+    int op, const std::vector<Recipe>& options) {
+  std::vector<std::pair<int64_t, size_t>> bounded;  // (lower bound, index)
+  for (size_t i = 0; i < options.size(); ++i) {
+    StatusOr<Evaluation> e = Evaluate(graph_, bounds_, WithRecipe(op, options[i]),
+                                      EvalMode::kCyclesOnly, op);
+    if (!e.ok()) return e.status();
+    bounded.emplace_back(e->total_cycles, i);
+  }
+  std::sort(bounded.begin(), bounded.end());
+  std::optional<std::pair<int64_t, size_t>> best;  // (cycles, index)
+  for (const auto& [bound, i] : bounded) {
+    if (best && std::pair(bound, i) > *best) {
+      if (bound > best->first) break;  // and so is every later bound
+      continue;
+    }
+    StatusOr<Evaluation> e = Evaluate(graph_, coster_, WithRecipe(op, options[i]),
+                                      EvalMode::kCyclesOnly, op);
+    if (!e.ok()) return e.status();
+    if (!best || std::pair(e->total_cycles, i) < *best) {
+      best = std::pair(e->total_cycles, i);
+    }
+  }
+  return *best;
+}
+
+Status Search::Greedy(std::vector<fb::DecisionT>* decisions) {
+  int64_t before = 0;
+  for (int op = 0; op < graph_.num_ops(); ++op) {
+    StatusOr<Evaluation> prefix =
+        Evaluate(graph_, coster_, incumbent_, EvalMode::kCyclesOnly, op);
+    if (!prefix.ok()) return prefix.status();
+    std::vector<Recipe> options = candidates_[op];
+    if (!options_.pinned.count(op)) {
+      for (const Recipe& r :
+           NeighbourRecipes(graph_, coster_, incumbent_, *prefix, op)) {
+        options.push_back(r);
+      }
+    }
+    StatusOr<std::pair<int64_t, size_t>> chosen = CheapestOption(op, options);
+    if (!chosen.ok()) return chosen.status();
+    const auto [best, index] = *chosen;
+    const Recipe best_recipe = options[index];
+    incumbent_.recipes[op] = best_recipe;
+    fb::DecisionT d;
+    d.ops = {graph_.op(op).id};
+    d.action = "initial recipe: " + best_recipe.Text();
+    d.outcome = fb::Outcome::Info;
+    d.reason = options_.pinned.count(op)
+                   ? "pinned by --recipe"
+                   : "greedy: cheapest of " + std::to_string(options.size()) +
+                         " recipes given the ops before it";
+    d.cycles_before = before;
+    d.cycles_after = best;
+    decisions->push_back(std::move(d));
+    before = best;
+  }
+  return Status::Ok();
+}
+
+
+StatusOr<bool> Search::Repair() {
+  // Until the plan fits: the single-op change that brings it closest to
+  // fitting (least total excess over capacity, then the lowest peak, then
+  // the fewest cycles); once a change fits, the fastest that fits.
+  for (int round = 0; round < 4 * graph_.num_ops() && !eval_.feasible();
+       ++round) {
+    // Spreading homes changes no recipe: tried before every recipe.
+    TILEC_RETURN_IF_ERROR(
+        SpreadHomes(graph_, coster_, &incumbent_, &eval_,
+                    [this](fb::DecisionT d) { Record(std::move(d)); }));
+    if (eval_.feasible()) break;
+    bool found = false;
+    std::tuple<int64_t, int64_t, int64_t> best = eval_.RepairRank();
+    int best_op = -1;
+    Recipe best_recipe;
+    Evaluation best_eval;
+    for (int op = 0; op < graph_.num_ops(); ++op) {
+      for (const Recipe& r : AllRecipes(op, incumbent_, eval_)) {
+        if (r == incumbent_.recipes[op]) continue;
+        Plan trial = incumbent_;
+        trial.recipes[op] = r;
+        StatusOr<Evaluation> e =
+            Evaluate(graph_, coster_, trial, EvalMode::kFull);
+        if (!e.ok()) return e.status();
+        const std::tuple<int64_t, int64_t, int64_t> key = e->RepairRank();
+        if (key < best) {
+          found = true;
+          best = key;
+          best_op = op;
+          best_recipe = r;
+          best_eval = std::move(*e);
+        }
+      }
+    }
+    if (!found) break;
+    fb::DecisionT d;
+    d.ops = {graph_.op(best_op).id};
+    d.action = graph_.OpLabel(best_op) + ": " +
+               incumbent_.recipes[best_op].Text() + " -> " + best_recipe.Text();
+    d.outcome = fb::Outcome::Accepted;
+    d.reason = std::string("memory repair: the initial plan does not fit (") +
+               eval_.Diagnosis() + ")";
+    d.cycles_before = eval_.total_cycles;
+    d.cycles_after = best_eval.total_cycles;
+    d.bytes_before = eval_.peak_bytes;
+    d.bytes_after = best_eval.peak_bytes;
+    Record(std::move(d));
+    incumbent_.recipes[best_op] = best_recipe;
+    eval_ = std::move(best_eval);
+  }
+  return eval_.feasible();
+}
+
+}  // namespace tilec::plan

@@ -1,0 +1,272 @@
+// The proposals plan-ownership's local search (passes/plan/search.h) offers
+// for the incumbent: single-op, carry and joint changes, ranked by the
+// plan's cycles with each and drawn in bands.
+
+#include "passes/plan/search.h"
+
+#include <algorithm>
+#include <set>
+
+#include "passes/plan/search_candidates.h"
+
+namespace tilec::plan {
+
+std::string Proposal::Key() const {
+  std::string s;
+  for (const auto& [op, recipe] : changes) {
+    s += std::to_string(op) + "=" + recipe.Text() + ";";
+  }
+  return s;
+}
+
+std::string Search::Describe(const Proposal& p) const {
+  std::string s;
+  for (const auto& [op, recipe] : p.changes) {
+    if (!s.empty()) s += "; ";
+    s += graph_.OpLabel(op) + ": " + incumbent_.recipes[op].Text() + " -> " +
+         recipe.Text();
+  }
+  return p.kind + ": " + s;
+}
+
+StatusOr<Plan> Search::Apply(const Proposal& proposal) const {
+  Plan plan = incumbent_;
+  for (const auto& [op, recipe] : proposal.changes) plan.recipes[op] = recipe;
+  return plan;
+}
+
+namespace {
+
+// An op's proposals, each once. Every op a proposal names changes (a joint
+// proposal that would leave one op as it is, is that other op's single
+// proposal).
+struct OfferPool {
+  const Plan& incumbent;
+  std::vector<Proposal> proposals;
+  std::set<std::string> keys;
+
+  void Add(Proposal p) {
+    for (const auto& [o, r] : p.changes) {
+      if (r == incumbent.recipes[o]) return;
+    }
+    if (keys.insert(p.Key()).second) proposals.push_back(std::move(p));
+  }
+};
+
+// Followers: elementwise consumers (transitively) that share this op's
+// result ownership; "carry" proposals move them along with it. Sorted.
+std::vector<int> FollowersOf(const Graph& graph,
+                             const std::map<int, Recipe>& pinned,
+                             const Plan& incumbent, const Evaluation& eval,
+                             int op) {
+  std::vector<int> followers;
+  std::vector<int> frontier = {op};
+  while (!frontier.empty()) {
+    const int from = frontier.back();
+    frontier.pop_back();
+    const fb::OwnershipT& owner = eval.owners[graph.op(from).result];
+    for (const auto& [c, slot] : graph.value(graph.op(from).result).uses) {
+      const OpClass follower = graph.op(c).op_class;
+      if ((follower != OpClass::kElementwise &&
+           follower != OpClass::kRowWise) ||
+          graph.op(c).slots[slot] != SlotRole::kLayout || pinned.count(c) ||
+          std::find(followers.begin(), followers.end(), c) != followers.end() ||
+          !passes::SameOwnership(incumbent.recipes[c].layout, owner)) {
+        continue;
+      }
+      followers.push_back(c);
+      frontier.push_back(c);
+    }
+  }
+  std::sort(followers.begin(), followers.end());
+  return followers;
+}
+
+// For each recipe of the op: the op alone ("single"), and the op with its
+// followers in the layout of its new result ("carry"), if they all accept it.
+void AddSingleAndCarry(const Graph& graph, const Coster& coster, int op,
+                       const std::vector<Recipe>& recipes,
+                       const std::vector<int>& followers, OfferPool* pool) {
+  for (const Recipe& r : recipes) {
+    Proposal single;
+    single.kind = "single";
+    single.changes = {{op, r}};
+    pool->Add(single);
+    if (followers.empty()) continue;
+    const fb::OwnershipT moved = coster.ResultOwnership(graph, op, r);
+    Proposal carry;
+    carry.kind = "carry";
+    carry.changes = {{op, r}};
+    for (int f : followers) {
+      Recipe fr = LayoutRecipe(KindOf(graph.op(f).op_class), moved);
+      if (!coster.CheckRecipe(graph, f, fr).ok()) {
+        carry.changes.clear();
+        break;
+      }
+      carry.changes.push_back({f, fr});
+    }
+    if (!carry.changes.empty()) pool->Add(carry);
+  }
+}
+
+// Joint: this op and one layout consumer take one layout, so that the
+// redistribution between them disappears.
+void AddJoint(const Graph& graph, const Coster& coster,
+              const std::map<int, Recipe>& pinned,
+              const std::vector<std::vector<Recipe>>& candidates,
+              const Plan& incumbent, int op, OfferPool* pool) {
+  if (graph.op(op).op_class == OpClass::kGemm ||
+      graph.op(op).op_class == OpClass::kAttention) {
+    return;
+  }
+  for (const auto& [c, slot] : graph.value(graph.op(op).result).uses) {
+    const OpNode& consumer = graph.op(c);
+    if (consumer.slots[slot] != SlotRole::kLayout || pinned.count(c) ||
+        consumer.op_class == OpClass::kGemm) {
+      continue;
+    }
+    std::vector<Recipe> layouts;
+    for (size_t i = 0; i < candidates[op].size() && i < 8; ++i) {
+      layouts.push_back(candidates[op][i]);
+    }
+    for (size_t i = 0; i < candidates[c].size() && i < 8; ++i) {
+      layouts.push_back(candidates[c][i]);
+    }
+    layouts.push_back(incumbent.recipes[op]);
+    layouts.push_back(incumbent.recipes[c]);
+    for (const Recipe& l : layouts) {
+      const Recipe mine = LayoutRecipe(KindOf(graph.op(op).op_class), l.layout);
+      const Recipe theirs = LayoutRecipe(KindOf(consumer.op_class), l.layout);
+      if (!coster.CheckRecipe(graph, op, mine).ok() ||
+          !coster.CheckRecipe(graph, c, theirs).ok()) {
+        continue;
+      }
+      Proposal joint;
+      joint.kind = "joint";
+      joint.changes = {{std::min(op, c), op < c ? mine : theirs},
+                       {std::max(op, c), op < c ? theirs : mine}};
+      pool->Add(joint);
+    }
+  }
+}
+
+// The ranked (cycles, pool index) an op offers: at depth 0, K of its best
+// 2K, its best always among them and the rest drawn with `rng`; deeper,
+// the next band of K in rank order.
+std::vector<std::pair<int64_t, size_t>> ChooseBand(
+    std::vector<std::pair<int64_t, size_t>> ranked, int k, int depth,
+    std::mt19937_64& rng) {
+  if (depth > 0) {
+    // Deeper bands, in rank order: the budget goes to the next-best
+    // proposals once the best ones were all rejected.
+    const size_t begin = static_cast<size_t>(k) * (depth + 1);
+    const size_t end = begin + static_cast<size_t>(k);
+    std::vector<std::pair<int64_t, size_t>> band;
+    for (size_t i = begin; i < end && i < ranked.size(); ++i) {
+      band.push_back(ranked[i]);
+    }
+    return band;
+  }
+  if (ranked.size() > static_cast<size_t>(2 * k)) ranked.resize(2 * k);
+  if (ranked.size() > static_cast<size_t>(k)) {
+    // The op's best proposal always, the other K - 1 drawn from the rest
+    // of its best 2K: a draw that left the best out would leave it to a
+    // later round, which a small budget may never reach.
+    std::vector<size_t> pick(ranked.size() - 1);
+    for (size_t i = 0; i < pick.size(); ++i) pick[i] = i + 1;
+    std::shuffle(pick.begin(), pick.end(), rng);
+    pick.resize(k - 1);
+    pick.push_back(0);
+    std::sort(pick.begin(), pick.end());
+    std::vector<std::pair<int64_t, size_t>> chosen;
+    for (size_t i : pick) chosen.push_back(ranked[i]);
+    ranked = std::move(chosen);
+  }
+  return ranked;
+}
+
+// Ranks the pool by the plan's cycles with each change (cheap: prices are
+// cached); ties by key. `apply` is Search::Apply.
+template <typename ApplyFn>
+// The best `top` proposals of `pool` (all, if fewer) by their plans'
+// cycles, ties by key, best first; more may follow, not in rank. Each
+// proposal is priced first at its lower bound (`bounds`) and then, in
+// order of those bounds, by its schedule until no remaining bound can
+// enter the best `top`: the same ranks as pricing every proposal by its
+// schedule.
+StatusOr<std::vector<std::pair<int64_t, size_t>>> RankByCycles(
+    const Graph& graph, const Coster& coster, const Coster& bounds,
+    const std::vector<Proposal>& pool, size_t top, const ApplyFn& apply) {
+  std::vector<std::string> keys(pool.size());
+  std::vector<Plan> plans(pool.size());
+  std::vector<std::pair<int64_t, size_t>> bounded;
+  for (size_t i = 0; i < pool.size(); ++i) {
+    keys[i] = pool[i].Key();
+    StatusOr<Plan> plan = apply(pool[i]);
+    if (!plan.ok()) return plan.status();
+    plans[i] = std::move(*plan);
+    StatusOr<Evaluation> e =
+        Evaluate(graph, bounds, plans[i], EvalMode::kCyclesOnly);
+    if (!e.ok()) return e.status();
+    bounded.push_back({e->total_cycles, i});
+  }
+  auto before = [&](const std::pair<int64_t, size_t>& a,
+                    const std::pair<int64_t, size_t>& b) {
+    if (a.first != b.first) return a.first < b.first;
+    return keys[a.second] < keys[b.second];
+  };
+  std::stable_sort(bounded.begin(), bounded.end(), before);
+  std::vector<std::pair<int64_t, size_t>> ranked;
+  for (const auto& next : bounded) {
+    // Every proposal from here on costs at least `next`.
+    if (ranked.size() >= top && before(ranked[top - 1], next)) break;
+    StatusOr<Evaluation> e =
+        Evaluate(graph, coster, plans[next.second], EvalMode::kCyclesOnly);
+    if (!e.ok()) return e.status();
+    const std::pair<int64_t, size_t> priced = {e->total_cycles, next.second};
+    ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), priced, before),
+                  priced);
+  }
+  return ranked;
+}
+
+}  // namespace
+
+StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
+                                                   int depth) {
+  std::mt19937_64 rng(offer_seed);
+  std::vector<int> order(graph_.num_ops());
+  for (int i = 0; i < graph_.num_ops(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  const int k = std::max(1, options_.proposals_per_op);
+  std::vector<std::pair<int64_t, Proposal>> ranked_offers;
+  for (int op : order) {
+    if (options_.pinned.count(op)) continue;
+    OfferPool pool{incumbent_};
+    const std::vector<int> followers =
+        FollowersOf(graph_, options_.pinned, incumbent_, eval_, op);
+    AddSingleAndCarry(graph_, coster_, op, AllRecipes(op, incumbent_, eval_),
+                      followers, &pool);
+    AddJoint(graph_, coster_, options_.pinned, candidates_, incumbent_, op,
+             &pool);
+    // The band at this depth reaches the first `top` ranks.
+    const size_t top = static_cast<size_t>(k) * (depth + 2);
+    StatusOr<std::vector<std::pair<int64_t, size_t>>> ranked =
+        RankByCycles(graph_, coster_, bounds_, pool.proposals, top,
+                     [this](const Proposal& p) { return Apply(p); });
+    if (!ranked.ok()) return ranked.status();
+    for (const auto& [cycles, i] :
+         ChooseBand(std::move(*ranked), k, depth, rng)) {
+      ranked_offers.push_back({cycles, pool.proposals[i]});
+    }
+  }
+  // The budget goes to the most promising proposals of every op first
+  // (their plans' cycles); ties keep the seeded op order.
+  std::stable_sort(ranked_offers.begin(), ranked_offers.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Proposal> offers;
+  for (auto& [cycles, p] : ranked_offers) offers.push_back(std::move(p));
+  return offers;
+}
+
+}  // namespace tilec::plan
