@@ -1,4 +1,4 @@
-#include "kernels/simulate_device.h"
+#include "sim/simulate_device.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +9,9 @@
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
 #include "formats/print.h"
-#include "kernels/inputs.h"
-#include "kernels/reference.h"
-#include "kernels/tensor_data.h"
+#include "sim/inputs.h"
+#include "sim/reference.h"
+#include "sim/tensor_data.h"
 
 namespace tilec::sim {
 namespace {

@@ -1,4 +1,4 @@
-#include "kernels/reference.h"
+#include "sim/reference.h"
 
 #include <glog/logging.h>
 
@@ -18,9 +18,9 @@
 #include "formats/repeat.h"
 #include "kernels/blas.h"
 #include "kernels/kernels.h"
-#include "kernels/npy.h"
-#include "kernels/patchify.h"
-#include "kernels/tensor_data.h"
+#include "sim/npy.h"
+#include "sim/patchify.h"
+#include "sim/tensor_data.h"
 
 namespace tilec::kernels {
 namespace {
@@ -910,7 +910,7 @@ class Executor {
     return Status::Ok();
   }
 
-  // kernels/patchify.h: the gather the simulator's host also applies.
+  // sim/patchify.h: the gather the simulator's host also applies.
   Status RunPatchify(const fb::OperationT& op) {
     const ReferenceTensor* image;
     ReferenceTensor* patches;

@@ -1,4 +1,4 @@
-#include "kernels/simulator.h"
+#include "sim/simulator.h"
 
 #include <glog/logging.h>
 
@@ -23,7 +23,7 @@
 #include "kernels/exchange_schedule.h"
 #include "kernels/kernels.h"
 #include "kernels/numerics.h"
-#include "kernels/patchify.h"
+#include "sim/patchify.h"
 #include "kernels/registry.h"
 
 namespace tilec::sim {
