@@ -275,6 +275,24 @@ class Executor {
                      const ReferenceTensor** tensor) const;
 
   Status RunFused(const fb::OperationT& op);
+  // A Fused op's operand 0, its result 0 (of the same shape) and its
+  // optional moments result, checked, with operand 0's rows and width.
+  struct FusedValues {
+    const ReferenceTensor* x = nullptr;
+    ReferenceTensor* y = nullptr;
+    ReferenceTensor* moments_out = nullptr;  // result 1; null without
+    int64_t rows = 0, w = 0;
+  };
+  Status FusedValuesOf(const fb::OperationT& op, FusedValues* f);
+  // What the body carries from step to step: the running value and, once
+  // its Moments step ran, the statistics of result 0.
+  struct FusedState {
+    std::vector<float> v;
+    std::vector<float> moments;
+    bool moments_done = false;
+  };
+  Status RunFusedStep(const fb::OperationT& op, size_t i,
+                      const FusedValues& f, FusedState* state);
 
   const fb::ModuleT& module_;
   const ReferenceOptions& options_;
