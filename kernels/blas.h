@@ -1,6 +1,6 @@
 // F32 matrix products through OpenBLAS (Debian's libopenblas-dev), for the
 // reference executor's GEMMs whose summation order no contract fixes (those
-// without an FP8 operand; kernels/reference.h).
+// without an FP8 operand; sim/reference.h).
 //
 // Numbers. cblas_sgemm sums each element in its own order: fused
 // multiply-adds, several partial sums, k in blocks, chosen by the kernel

@@ -83,7 +83,7 @@ int main() {
   tilec::kernels::Bench(DType::kF32, 82, 192, 160, 300);
   tilec::kernels::Bench(DType::kF32, 7, 13, 21, 100000);
   // The reference executor's shapes: one thread's half of the so400m MLP
-  // up- and down-projections (kernels/reference.cc splits rows of FP8
+  // up- and down-projections (sim/reference_ops.cc splits rows of FP8
   // GEMMs)...
   tilec::kernels::Bench(DType::kF32, 365, 1152, 4304, 1);
   tilec::kernels::Bench(DType::kF32, 365, 4304, 1152, 1);

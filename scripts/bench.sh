@@ -24,8 +24,8 @@ fusion_passes() { tilec_passes_after plan-ownership | grep '^fuse-'; }
 # simulated MACs per second of host time (the so400m MLP block, 7.22 G MACs,
 # should simulate in seconds).
 bench_simulator() {
-  bazel build --noshow_progress --ui_event_filters=-info //kernels:simulator_bench
-  bazel-bin/kernels/simulator_bench --threads=2 --runs=3
+  bazel build --noshow_progress --ui_event_filters=-info //sim:simulator_bench
+  bazel-bin/sim/simulator_bench --threads=2 --runs=3
 }
 
 # The exchange scheduler (kernels/exchange_schedule_bench.cc) on the so400m
@@ -383,7 +383,7 @@ bench_model() {
     model_stage_line "$pass" "$dir/time" "$dir/$i-$pass.tilec"
     if [ "$pass" = quantize-fp8 ]; then
       # The reference on the quantized graph (FP8 MatMuls in the tile
-      # kernels' k order, the rest on OpenBLAS; kernels/reference.h), before
+      # kernels' k order, the rest on OpenBLAS; sim/reference.h), before
       # a later stage can fail.
       /usr/bin/time -f "%e %M" -o "$dir/time" "$bin/run-reference/run-reference" \
         "$dir/$i-$pass.tilec" -o "$dir/reference.txt"

@@ -9,7 +9,7 @@
 #   scripts/run.sh OUT_DIR [--f16] --onnx=MODEL.onnx [--inputs=DIR]
 #                  [--expect=DIR] [import-onnx flags, e.g. --batch=N]
 # --onnx and every importer flag go to scripts/compile.sh (the default
-# pipeline). --inputs=DIR: the graph inputs as .npy (kernels/inputs.h),
+# pipeline). --inputs=DIR: the graph inputs as .npy (sim/inputs.h),
 # simulated on and, FP8, calibrated on (quantize-fp8 --calibration);
 # otherwise the inputs' seeded ones. --expect=DIR: one float32 .npy per
 # graph output, named after it (e.g. PyTorch's), each compared with the

@@ -1,7 +1,7 @@
 // Weights that importers read from outside (ONNX initializers, safetensors
 // checkpoints) go into one sidecar file next to the IR: little-endian F32,
 // one contiguous range per weight, named by each Value's Sidecar with its
-// offset, size and FNV-1a 64 checksum (kernels/tensor_data.h reads them).
+// offset, size and FNV-1a 64 checksum (sim/tensor_data.h reads them).
 
 #ifndef TILEC_PASSES_IMPORT_SIDECAR_H_
 #define TILEC_PASSES_IMPORT_SIDECAR_H_

@@ -8,7 +8,7 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
-#include "kernels/simulator.h"
+#include "sim/simulator.h"
 
 namespace tilec::inspect {
 

@@ -9,7 +9,7 @@
 #include "formats/print.h"
 #include "kernels/cost.h"
 #include "passes/core/decisions.h"
-#include "kernels/simulator.h"
+#include "sim/simulator.h"
 #include "passes/inspect/tile_list.h"
 #include "passes/lower/lowering.h"
 

@@ -9,7 +9,7 @@
 #include "formats/repeat.h"
 #include "kernels/cost.h"
 #include "kernels/kernel_names.h"
-#include "kernels/simulator.h"
+#include "sim/simulator.h"
 #include "passes/core/decisions.h"
 #include "passes/inspect/amp.h"
 

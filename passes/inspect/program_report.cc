@@ -11,7 +11,7 @@
 #include "kernels/fb_dtype.h"
 #include "kernels/kernel_names.h"
 #include "kernels/registry.h"
-#include "kernels/simulator.h"
+#include "sim/simulator.h"
 #include "passes/inspect/amp.h"
 #include "passes/inspect/device_module.h"
 #include "passes/inspect/exchange_totals.h"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "formats/status.h"
-#include "kernels/simulator.h"
+#include "sim/simulator.h"
 
 namespace tilec::inspect {
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "formats/ir.h"
-#include "kernels/reference.h"
-#include "kernels/tensor_data.h"
+#include "sim/reference.h"
+#include "sim/tensor_data.h"
 #include "passes/core/ownership.h"
 #include "passes/core/tile_plan.h"
 #include "passes/import/model_builder.h"

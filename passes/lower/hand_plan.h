@@ -13,7 +13,7 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
-#include "kernels/simulator.h"
+#include "sim/simulator.h"
 
 namespace tilec::lower::testing {
 

@@ -39,7 +39,7 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
-#include "kernels/reference.h"
+#include "sim/reference.h"
 #include "passes/core/pass.h"
 #include "passes/core/pass_table.h"
 
@@ -57,7 +57,7 @@ struct QuantizeOptions {
   // --policy: the file's text and the name its errors cite ("" : none).
   std::string policy_text;
   std::string policy_name;
-  // --calibration=DIR (kernels/inputs.h layout); "" : the seeded inputs.
+  // --calibration=DIR (sim/inputs.h layout); "" : the seeded inputs.
   std::string calibration_dir;
   std::string sidecar_dir = ".";
   int threads = 2;

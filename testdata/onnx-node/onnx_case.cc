@@ -27,10 +27,10 @@
 
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
-#include "kernels/inputs.h"
-#include "kernels/npy.h"
+#include "sim/inputs.h"
+#include "sim/npy.h"
 #include "kernels/numerics.h"
-#include "kernels/reference.h"
+#include "sim/reference.h"
 #include "passes/onnx/onnx_tensor.h"
 
 namespace tilec {

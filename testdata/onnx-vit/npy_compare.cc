@@ -1,7 +1,7 @@
 // npy_compare EXPECTED.npy ACTUAL.npy MAX_ABS MIN_COSINE
 // Compares two float32 .npy files of the same element count (shapes may
 // differ: tilec's [rows, width] against PyTorch's [B, T, W]) with the
-// simulator's comparison (kernels/simulator.h) and prints one line:
+// simulator's comparison (sim/simulator.h) and prints one line:
 //   max_abs_err E (scale S) cosine C
 // Exit 0 when max_abs_err <= MAX_ABS and cosine >= MIN_COSINE, else 1.
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/npy.h"
-#include "kernels/simulator.h"
+#include "sim/npy.h"
+#include "sim/simulator.h"
 
 int main(int argc, char** argv) {
   if (argc != 5) {

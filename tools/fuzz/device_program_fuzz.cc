@@ -1,4 +1,4 @@
-// libFuzzer target: the device-program verifier (kernels/simulator.h) that
+// libFuzzer target: the device-program verifier (sim/simulator.h) that
 // simulate-device, inspect-exchanges, inspect-program and inspect-gemms run
 // on a module read from bytes. A program it accepts must also be costed by
 // the simulator without touching data (the same checks, then the cycle
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "formats/ir.h"
-#include "kernels/simulator.h"
+#include "sim/simulator.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);

@@ -1,5 +1,5 @@
-// libFuzzer target: the .npy reader (kernels/npy.h, ParseNpy) and
-// LoadInputs (kernels/inputs.h), the reader behind run-reference and
+// libFuzzer target: the .npy reader (sim/npy.h, ParseNpy) and
+// LoadInputs (sim/inputs.h), the reader behind run-reference and
 // simulate-device --inputs=DIR and quantize-fp8 --calibration=DIR. The
 // input is parsed as bytes, then stands as the file of each input of a
 // small module (F16, F32 and FP8 values) in an --inputs directory.
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "formats/test_graph.h"
-#include "kernels/inputs.h"
-#include "kernels/npy.h"
+#include "sim/inputs.h"
+#include "sim/npy.h"
 #include "tools/fuzz/fuzz_support.h"
 
 namespace {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "formats/ir.h"
-#include "kernels/inputs.h"
-#include "kernels/reference.h"
+#include "sim/inputs.h"
+#include "sim/reference.h"
 #include "tools/common/tool.h"
 
 DEFINE_string(out_dir, "",
@@ -27,7 +27,7 @@ DEFINE_string(inputs, "",
               "Directory with one .npy per graph input, named as "
               "--out_dir names them (<name>.npy), in the model's declared "
               "shape or tilec's rows, float32 or the input's "
-              "own dtype (kernels/inputs.h). Empty: inputs from their "
+              "own dtype (sim/inputs.h). Empty: inputs from their "
               "recorded seeds.");
 DEFINE_bool(allow_nonfinite, false,
             "Exit 0 even when an output has NaN or infinite elements (for "

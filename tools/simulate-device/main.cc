@@ -3,7 +3,7 @@
 
 #include <gflags/gflags.h>
 
-#include "kernels/simulate_device.h"
+#include "sim/simulate_device.h"
 #include "tools/common/tool.h"
 
 DEFINE_string(report, "text", "Report format: text or json.");
@@ -57,7 +57,7 @@ DEFINE_string(inputs, "",
               "Directory with one .npy per graph input, named as "
               "--dump-tensors names them (<name>.npy), in the model's "
               "declared shape or tilec's rows, float32 or the "
-              "input's own dtype (kernels/inputs.h); the simulator and the "
+              "input's own dtype (sim/inputs.h); the simulator and the "
               "reference both run on them. Empty: inputs from their "
               "recorded seeds.");
 DEFINE_string(expect, "",

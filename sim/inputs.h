@@ -21,8 +21,8 @@
 // directory, dot files included), a shape or dtype that does not match:
 // BadInput (exit 2) naming the file.
 
-#ifndef TILEC_KERNELS_INPUTS_H_
-#define TILEC_KERNELS_INPUTS_H_
+#ifndef TILEC_SIM_INPUTS_H_
+#define TILEC_SIM_INPUTS_H_
 
 #include <cstdint>
 #include <map>
@@ -51,4 +51,4 @@ Status LoadExpectedOutputs(const fb::ModuleT& module, const std::string& dir,
 
 }  // namespace tilec::kernels
 
-#endif  // TILEC_KERNELS_INPUTS_H_
+#endif  // TILEC_SIM_INPUTS_H_

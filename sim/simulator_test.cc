@@ -1,4 +1,4 @@
-#include "kernels/simulator.h"
+#include "sim/simulator.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

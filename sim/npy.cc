@@ -1,11 +1,11 @@
-#include "kernels/npy.h"
+#include "sim/npy.h"
 
 #include <cctype>
 #include <cstring>
 
 #include "formats/ir.h"
 #include "kernels/numerics.h"
-#include "kernels/tensor_data.h"
+#include "sim/tensor_data.h"
 
 namespace tilec::kernels {
 namespace {

@@ -3,8 +3,8 @@
 // binding asks for it (HostBinding.patch: the host writes the patches of an
 // image input, docs/import-onnx.md).
 
-#ifndef TILEC_KERNELS_PATCHIFY_H_
-#define TILEC_KERNELS_PATCHIFY_H_
+#ifndef TILEC_SIM_PATCHIFY_H_
+#define TILEC_SIM_PATCHIFY_H_
 
 #include <cstdint>
 #include <span>
@@ -26,4 +26,4 @@ std::vector<float> Patchify(std::span<const float> image,
 
 }  // namespace tilec::kernels
 
-#endif  // TILEC_KERNELS_PATCHIFY_H_
+#endif  // TILEC_SIM_PATCHIFY_H_

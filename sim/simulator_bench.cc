@@ -22,7 +22,7 @@
 #include "formats/ir.h"
 #include "kernels/kernel_names.h"
 #include "kernels/numerics.h"
-#include "kernels/simulator.h"
+#include "sim/simulator.h"
 
 namespace tilec::sim {
 namespace {

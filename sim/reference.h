@@ -88,8 +88,8 @@
 // reference cannot run (naming the op or value), Internal for kernel
 // failures on checked shapes.
 
-#ifndef TILEC_KERNELS_REFERENCE_H_
-#define TILEC_KERNELS_REFERENCE_H_
+#ifndef TILEC_SIM_REFERENCE_H_
+#define TILEC_SIM_REFERENCE_H_
 
 #include <cstdint>
 #include <functional>
@@ -226,4 +226,4 @@ Status WriteTensorFiles(std::span<const ReferenceTensor* const> tensors,
 
 }  // namespace tilec::kernels
 
-#endif  // TILEC_KERNELS_REFERENCE_H_
+#endif  // TILEC_SIM_REFERENCE_H_

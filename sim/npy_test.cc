@@ -1,4 +1,4 @@
-#include "kernels/npy.h"
+#include "sim/npy.h"
 
 #include <gtest/gtest.h>
 

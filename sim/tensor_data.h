@@ -21,8 +21,8 @@
 //
 // Errors are the project's Status (formats/status.h), naming the value.
 
-#ifndef TILEC_KERNELS_TENSOR_DATA_H_
-#define TILEC_KERNELS_TENSOR_DATA_H_
+#ifndef TILEC_SIM_TENSOR_DATA_H_
+#define TILEC_SIM_TENSOR_DATA_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -81,4 +81,4 @@ Status MaterializeValue(const fb::ValueT& value, std::vector<float>* data);
 
 }  // namespace tilec::kernels
 
-#endif  // TILEC_KERNELS_TENSOR_DATA_H_
+#endif  // TILEC_SIM_TENSOR_DATA_H_

@@ -1,4 +1,4 @@
-#include "kernels/simulate_device.h"
+#include "sim/simulate_device.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "kernels/reference.h"
+#include "sim/reference.h"
 
 #include <gtest/gtest.h>
 
@@ -13,9 +13,9 @@
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
 #include "formats/repeat.h"
-#include "kernels/npy.h"
+#include "sim/npy.h"
 #include "kernels/numerics.h"
-#include "kernels/tensor_data.h"
+#include "sim/tensor_data.h"
 #include "passes/import/model_builder.h"
 
 namespace tilec::kernels {

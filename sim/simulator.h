@@ -26,8 +26,8 @@
 // kernel that reads bytes nobody wrote shows up as NaN in the outputs
 // instead of as a plausible zero.
 
-#ifndef TILEC_KERNELS_SIMULATOR_H_
-#define TILEC_KERNELS_SIMULATOR_H_
+#ifndef TILEC_SIM_SIMULATOR_H_
+#define TILEC_SIM_SIMULATOR_H_
 
 #include <cstdint>
 #include <map>
@@ -245,4 +245,4 @@ Comparison CompareTensors(std::span<const float> sim,
 
 }  // namespace tilec::sim
 
-#endif  // TILEC_KERNELS_SIMULATOR_H_
+#endif  // TILEC_SIM_SIMULATOR_H_

@@ -1,4 +1,4 @@
-#include "kernels/inputs.h"
+#include "sim/inputs.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "kernels/npy.h"
+#include "sim/npy.h"
 #include "kernels/numerics.h"
 
 namespace tilec::kernels {

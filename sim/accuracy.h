@@ -1,5 +1,5 @@
-#ifndef TILEC_KERNELS_ACCURACY_H_
-#define TILEC_KERNELS_ACCURACY_H_
+#ifndef TILEC_SIM_ACCURACY_H_
+#define TILEC_SIM_ACCURACY_H_
 
 // The accuracy of a quantized graph (quantize-fp8, docs/quantize.md)
 // against the unquantized one it came from: the unquantized graph rebuilt
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "formats/tilec_generated.h"
-#include "kernels/reference.h"
-#include "kernels/simulator.h"
+#include "sim/reference.h"
+#include "sim/simulator.h"
 
 namespace tilec::sim {
 
@@ -72,4 +72,4 @@ std::string AccuracyText(const Comparison& c);
 
 }  // namespace tilec::sim
 
-#endif  // TILEC_KERNELS_ACCURACY_H_
+#endif  // TILEC_SIM_ACCURACY_H_

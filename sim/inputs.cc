@@ -1,4 +1,4 @@
-#include "kernels/inputs.h"
+#include "sim/inputs.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,9 +8,9 @@
 #include "formats/basics.h"
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
-#include "kernels/npy.h"
-#include "kernels/reference.h"
-#include "kernels/tensor_data.h"
+#include "sim/npy.h"
+#include "sim/reference.h"
+#include "sim/tensor_data.h"
 
 namespace tilec::kernels {
 namespace {

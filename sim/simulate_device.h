@@ -1,9 +1,9 @@
-#ifndef TILEC_KERNELS_SIMULATE_DEVICE_H_
-#define TILEC_KERNELS_SIMULATE_DEVICE_H_
+#ifndef TILEC_SIM_SIMULATE_DEVICE_H_
+#define TILEC_SIM_SIMULATE_DEVICE_H_
 
 // simulate-device's library (tools/simulate-device/main.cc parses the
 // flags and calls SimulateDevice): runs a module's device program on the
-// simulator (kernels/simulator.h), runs the reference on its graph, compares
+// simulator (sim/simulator.h), runs the reference on its graph, compares
 // every output and writes the report, a Chrome trace and tensor dumps.
 // docs/device-program.md describes the semantics, the report and the
 // tolerances.
@@ -13,8 +13,8 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
-#include "kernels/accuracy.h"
-#include "kernels/simulator.h"
+#include "sim/accuracy.h"
+#include "sim/simulator.h"
 
 namespace tilec::sim {
 
@@ -41,8 +41,8 @@ struct SimulateDeviceOptions {
   int top_tiles = 8;
   std::string sidecar_dir;  // "" = the input's directory
   std::string
-      inputs_dir;  // graph inputs as .npy (kernels/inputs.h), "" = seeds
-  // Expected outputs as .npy (kernels/inputs.h, e.g. PyTorch's), compared
+      inputs_dir;  // graph inputs as .npy (sim/inputs.h), "" = seeds
+  // Expected outputs as .npy (sim/inputs.h, e.g. PyTorch's), compared
   // with the simulated ones at the same tolerance; "" = none.
   std::string expect_dir;
 };
@@ -89,4 +89,4 @@ std::string TraceJson(const sim::SimResult& result);
 
 }  // namespace tilec::sim
 
-#endif  // TILEC_KERNELS_SIMULATE_DEVICE_H_
+#endif  // TILEC_SIM_SIMULATE_DEVICE_H_

@@ -1,4 +1,4 @@
-#include "kernels/tensor_data.h"
+#include "sim/tensor_data.h"
 
 #include <array>
 #include <bit>

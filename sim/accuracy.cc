@@ -1,4 +1,4 @@
-#include "kernels/accuracy.h"
+#include "sim/accuracy.h"
 
 #include <cstdio>
 #include <map>

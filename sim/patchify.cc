@@ -1,4 +1,4 @@
-#include "kernels/patchify.h"
+#include "sim/patchify.h"
 
 #include <algorithm>
 

@@ -10,8 +10,8 @@
 // Files are written atomically (ir::WriteFileAtomically). Errors are
 // tilec::Status (formats/status.h) naming the file.
 
-#ifndef TILEC_KERNELS_NPY_H_
-#define TILEC_KERNELS_NPY_H_
+#ifndef TILEC_SIM_NPY_H_
+#define TILEC_SIM_NPY_H_
 
 #include <cstdint>
 #include <span>
@@ -74,4 +74,4 @@ Status ReadNpyF32(const std::string& path, std::vector<int64_t>* shape,
 
 }  // namespace tilec::kernels
 
-#endif  // TILEC_KERNELS_NPY_H_
+#endif  // TILEC_SIM_NPY_H_
