@@ -14,7 +14,7 @@ namespace {
 constexpr std::array<std::string_view, 8> kVariables = {
     "M", "K", "N", "n", "rows", "w", "P", "B"};
 
-constexpr std::array<std::string_view, 19> kRequiredKernels = {
+constexpr std::string_view kRequiredKernels[] = {
     formula::kGemmFp8,
     formula::kGemmF16,
     formula::kGemmF32,

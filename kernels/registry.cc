@@ -267,7 +267,7 @@ constexpr std::array<std::string_view, 1> kCopyFormulas = {formula::kCopy};
 constexpr std::array<std::string_view, 2> kElementwiseFormulas = {
     formula::kAdd, formula::kGelu};
 
-const std::array<KernelInfo, 23> kKernels = {{
+const KernelInfo kKernels[] = {
     {names::kGemm, RunGemm, GemmCost, "A[M,K] B[K,N] C[M,N]",
      "M K N accumulate", "", 3, 3, 4, 0, kGemmFormulas,
      MemoryRule::kGemmAccumulator},
@@ -326,7 +326,7 @@ const std::array<KernelInfo, 23> kKernels = {{
      0, kElementwiseFormulas, MemoryRule::kBinaryInputs},
     {names::kScale, RunScale, ScaleCost, "x[rows,w] out[rows,w]", "rows w",
      "scale", 2, 2, 2, 1, kAddFormulas},
-}};
+};
 
 // Counts of args, params and fparams, and params that must not be negative
 // (every param is a size, a flag or a form).
