@@ -32,156 +32,237 @@ int64_t MemoryMap::ElementStart(int64_t element) const {
   return standard_end + (element - standard_elements) * interleaved_element_bytes;
 }
 
+namespace {
+
+// One tile's first-fit placement in start order: the state AllocateTile's
+// phases share.
+class TileAllocator {
+ public:
+  TileAllocator(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
+                const std::vector<AllocRule>& rules, AllocResult* result,
+                int64_t floor)
+      : map_(map),
+        buffers_(buffers),
+        rules_(rules),
+        result_(result),
+        floor_(floor),
+        n_(buffers.size()),
+        partners_(n_),
+        size_(n_),
+        placed_(n_, false),
+        dropped_(rules.size(), false) {
+    result_->offsets.assign(n_, 0);
+    result_->soft_dropped.clear();
+    result_->peak = 0;
+    for (size_t i = 0; i < n_; ++i) size_[i] = map_.AlignUp(buffers_[i].bytes);
+    IndexRules();
+  }
+
+  bool Run(AllocFailure* failure) {
+    for (size_t i : PlacementOrder()) {
+      RetireBefore(buffers_[i].start);
+      std::optional<int64_t> at = Place(i, /*soft=*/true);
+      if (!at) {
+        at = Place(i, /*soft=*/false);
+        if (at) DropClashingSoftRules(i, *at);
+      }
+      if (!at) {
+        DescribeFailure(i, failure);
+        return false;
+      }
+      result_->offsets[i] = *at;
+      placed_[i] = true;
+      active_.push_back(i);
+      result_->peak = std::max(result_->peak, *at + size_[i]);
+    }
+    std::sort(result_->soft_dropped.begin(), result_->soft_dropped.end());
+    return true;
+  }
+
+ private:
+  // Rules by buffer position: (other position, rule index).
+  void IndexRules() {
+    std::map<int, size_t> index;  // id -> position
+    for (size_t i = 0; i < n_; ++i) index[buffers_[i].id] = i;
+    for (size_t r = 0; r < rules_.size(); ++r) {
+      auto a = index.find(rules_[r].a), b = index.find(rules_[r].b);
+      if (a == index.end() || b == index.end() || a->second == b->second) continue;
+      partners_[a->second].push_back({b->second, r});
+      partners_[b->second].push_back({a->second, r});
+    }
+  }
+
+  // By start slot, larger first among equal starts.
+  std::vector<size_t> PlacementOrder() const {
+    std::vector<size_t> order(n_);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      if (buffers_[x].start != buffers_[y].start) {
+        return buffers_[x].start < buffers_[y].start;
+      }
+      return size_[x] > size_[y];
+    });
+    return order;
+  }
+
+  // Placed buffers whose lifetime ended before `start` no longer block.
+  void RetireBefore(int64_t start) {
+    active_.erase(std::remove_if(active_.begin(), active_.end(),
+                                 [&](size_t j) { return buffers_[j].end < start; }),
+                  active_.end());
+  }
+
+  int64_t LowestAddress(size_t i) const {
+    return buffers_[i].interleaved
+               ? map_.AlignUp(std::max(map_.standard_end, map_.base))
+               : map_.base;
+  }
+
+  bool ElementClash(size_t i, int64_t at, size_t j) const {
+    if (size_[i] == 0 || buffers_[j].bytes == 0) return false;
+    const int64_t a0 = map_.ElementOf(at), a1 = map_.ElementOf(at + buffers_[i].bytes - 1);
+    const int64_t b0 = map_.ElementOf(result_->offsets[j]);
+    const int64_t b1 = map_.ElementOf(result_->offsets[j] + buffers_[j].bytes - 1);
+    return a0 <= b1 && b0 <= a1;
+  }
+
+  bool RuleApplies(size_t j, size_t r, bool soft) const {
+    return placed_[j] && (rules_[r].hard || soft);
+  }
+
+  // With a floor, data from before the program is packed downwards from
+  // the end of standard memory, no lower than the floor, then upwards
+  // from the start of interleaved memory: the bottom of standard memory
+  // stays free for buffers that must not share the interleaved element
+  // of a GEMM's output (its staged left operand).
+  std::optional<int64_t> Place(size_t i, bool soft) const {
+    const AllocBuffer& buf = buffers_[i];
+    const bool around_boundary = floor_ >= 0 && buf.start < 0 && !buf.interleaved;
+    for (int pass = around_boundary ? 0 : 2; pass <= 2; ++pass) {
+      if (std::optional<int64_t> at = TryPlace(i, soft, pass)) return at;
+    }
+    return std::nullopt;
+  }
+
+  // Pass 0: downwards from the end of standard memory; pass 1: upwards
+  // from interleaved memory; pass 2: upwards from the lowest address.
+  std::optional<int64_t> TryPlace(size_t i, bool soft, int pass) const {
+    int64_t min_at = LowestAddress(i), max_end = map_.capacity;
+    if (pass == 0) {
+      min_at = std::max(floor_, map_.base);
+      max_end = map_.standard_end;
+    } else if (pass == 1) {
+      min_at = map_.AlignUp(map_.standard_end);
+    }
+    for (int64_t at : Candidates(i, soft, pass, min_at)) {
+      if (at < min_at) continue;
+      if (at + size_[i] > max_end) {
+        if (pass == 0) continue;
+        break;
+      }
+      if (Fits(i, at, soft)) return at;
+    }
+    return std::nullopt;
+  }
+
+  // Addresses worth trying: the region's edge, the edges of live buffers
+  // and the first element after each ruled partner; in trying order.
+  std::vector<int64_t> Candidates(size_t i, bool soft, int pass,
+                                  int64_t min_at) const {
+    std::vector<int64_t> candidates;
+    if (pass == 0) {
+      candidates.push_back(map_.AlignDown(map_.standard_end - size_[i]));
+      for (size_t j : active_) {
+        candidates.push_back(map_.AlignDown(result_->offsets[j] - size_[i]));
+      }
+    } else {
+      candidates.push_back(min_at);
+      for (size_t j : active_) {
+        candidates.push_back(map_.AlignUp(result_->offsets[j] + size_[j]));
+      }
+      for (const auto& [j, r] : partners_[i]) {
+        if (!RuleApplies(j, r, soft)) continue;
+        const int64_t last = map_.ElementOf(result_->offsets[j] + std::max<int64_t>(buffers_[j].bytes, 1) - 1);
+        candidates.push_back(map_.AlignUp(map_.ElementStart(last + 1)));
+      }
+    }
+    std::sort(candidates.begin(), candidates.end());
+    candidates.erase(std::unique(candidates.begin(), candidates.end()),
+                     candidates.end());
+    if (pass == 0) std::reverse(candidates.begin(), candidates.end());
+    return candidates;
+  }
+
+  bool Fits(size_t i, int64_t at, bool soft) const {
+    for (size_t j : active_) {
+      if (size_[i] > 0 && size_[j] > 0 && at < result_->offsets[j] + size_[j] &&
+          result_->offsets[j] < at + size_[i]) {
+        return false;
+      }
+    }
+    for (const auto& [j, r] : partners_[i]) {
+      if (RuleApplies(j, r, soft) && ElementClash(i, at, j)) return false;
+    }
+    return true;
+  }
+
+  // Placed ignoring soft rules: record each soft rule the place breaks.
+  void DropClashingSoftRules(size_t i, int64_t at) {
+    for (const auto& [j, r] : partners_[i]) {
+      if (placed_[j] && !rules_[r].hard && !dropped_[r] && ElementClash(i, at, j)) {
+        dropped_[r] = true;
+        result_->soft_dropped.push_back(static_cast<int>(r));
+      }
+    }
+  }
+
+  // What was live and how fragmented the region was when `i` did not fit.
+  void DescribeFailure(size_t i, AllocFailure* failure) const {
+    const AllocBuffer& buf = buffers_[i];
+    const int64_t lo = LowestAddress(i);
+    failure->buffer = buf.id;
+    failure->bytes = size_[i];
+    failure->interleaved = buf.interleaved;
+    failure->slot = buf.start;
+    failure->live.clear();
+    failure->live_bytes = 0;
+    std::vector<std::pair<int64_t, int64_t>> used;
+    for (size_t j : active_) {
+      failure->live.push_back(buffers_[j].id);
+      failure->live_bytes += size_[j];
+      used.push_back({result_->offsets[j], result_->offsets[j] + size_[j]});
+    }
+    std::sort(used.begin(), used.end());
+    failure->region_bytes = map_.capacity - lo;
+    int64_t cursor = lo, gap = 0;
+    for (const auto& [b, e] : used) {
+      if (e <= lo) continue;
+      gap = std::max(gap, std::max<int64_t>(b, lo) - cursor);
+      cursor = std::max(cursor, e);
+    }
+    gap = std::max(gap, map_.capacity - cursor);
+    failure->largest_gap = std::max<int64_t>(gap, 0);
+  }
+
+  const MemoryMap& map_;
+  const std::vector<AllocBuffer>& buffers_;
+  const std::vector<AllocRule>& rules_;
+  AllocResult* result_;
+  const int64_t floor_;
+  const size_t n_;
+  std::vector<std::vector<std::pair<size_t, size_t>>> partners_;
+  std::vector<int64_t> size_;  // aligned bytes
+  std::vector<bool> placed_;
+  std::vector<size_t> active_;  // placed and possibly still live
+  std::vector<bool> dropped_;
+};
+
+}  // namespace
+
 bool AllocateTile(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
                   const std::vector<AllocRule>& rules, AllocResult* result,
                   AllocFailure* failure, int64_t floor) {
-  const size_t n = buffers.size();
-  result->offsets.assign(n, 0);
-  result->soft_dropped.clear();
-  result->peak = 0;
-  std::map<int, size_t> index;  // id -> position
-  for (size_t i = 0; i < n; ++i) index[buffers[i].id] = i;
-  // Rules by buffer position: (other position, rule index).
-  std::vector<std::vector<std::pair<size_t, size_t>>> partners(n);
-  for (size_t r = 0; r < rules.size(); ++r) {
-    auto a = index.find(rules[r].a), b = index.find(rules[r].b);
-    if (a == index.end() || b == index.end() || a->second == b->second) continue;
-    partners[a->second].push_back({b->second, r});
-    partners[b->second].push_back({a->second, r});
-  }
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::vector<int64_t> size(n);
-  for (size_t i = 0; i < n; ++i) size[i] = map.AlignUp(buffers[i].bytes);
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-    if (buffers[x].start != buffers[y].start) {
-      return buffers[x].start < buffers[y].start;
-    }
-    return size[x] > size[y];
-  });
-  std::vector<bool> placed(n, false);
-  std::vector<size_t> active;  // placed and possibly still live
-  std::vector<bool> dropped(rules.size(), false);
-  for (size_t i : order) {
-    const AllocBuffer& buf = buffers[i];
-    active.erase(std::remove_if(active.begin(), active.end(),
-                                [&](size_t j) { return buffers[j].end < buf.start; }),
-                 active.end());
-    const int64_t lo =
-        buf.interleaved ? map.AlignUp(std::max(map.standard_end, map.base))
-                        : map.base;
-    auto element_clash = [&](int64_t at, size_t j) {
-      if (size[i] == 0 || buffers[j].bytes == 0) return false;
-      const int64_t a0 = map.ElementOf(at), a1 = map.ElementOf(at + buffers[i].bytes - 1);
-      const int64_t b0 = map.ElementOf(result->offsets[j]);
-      const int64_t b1 = map.ElementOf(result->offsets[j] + buffers[j].bytes - 1);
-      return a0 <= b1 && b0 <= a1;
-    };
-    // With a floor, data from before the program is packed downwards from
-    // the end of standard memory, no lower than the floor, then upwards
-    // from the start of interleaved memory: the bottom of standard memory
-    // stays free for buffers that must not share the interleaved element
-    // of a GEMM's output (its staged left operand).
-    const bool around_boundary = floor >= 0 && buf.start < 0 && !buf.interleaved;
-    auto try_place = [&](bool soft, int pass) -> std::optional<int64_t> {
-      std::vector<int64_t> candidates;
-      int64_t min_at = lo, max_end = map.capacity;
-      if (pass == 0) {
-        candidates.push_back(map.AlignDown(map.standard_end - size[i]));
-        for (size_t j : active) {
-          candidates.push_back(map.AlignDown(result->offsets[j] - size[i]));
-        }
-        min_at = std::max(floor, map.base);
-        max_end = map.standard_end;
-      } else {
-        if (pass == 1) min_at = map.AlignUp(map.standard_end);
-        candidates.push_back(min_at);
-        for (size_t j : active) {
-          candidates.push_back(map.AlignUp(result->offsets[j] + size[j]));
-        }
-        for (const auto& [j, r] : partners[i]) {
-          if (!placed[j] || (!rules[r].hard && !soft)) continue;
-          const int64_t last = map.ElementOf(result->offsets[j] + std::max<int64_t>(buffers[j].bytes, 1) - 1);
-          candidates.push_back(map.AlignUp(map.ElementStart(last + 1)));
-        }
-      }
-      std::sort(candidates.begin(), candidates.end());
-      candidates.erase(std::unique(candidates.begin(), candidates.end()),
-                       candidates.end());
-      if (pass == 0) std::reverse(candidates.begin(), candidates.end());
-      for (int64_t at : candidates) {
-        if (at < min_at) continue;
-        if (at + size[i] > max_end) {
-          if (pass == 0) continue;
-          break;
-        }
-        bool ok = true;
-        for (size_t j : active) {
-          if (size[i] > 0 && size[j] > 0 && at < result->offsets[j] + size[j] &&
-              result->offsets[j] < at + size[i]) {
-            ok = false;
-            break;
-          }
-        }
-        for (const auto& [j, r] : partners[i]) {
-          if (!ok) break;
-          if (!placed[j] || (!rules[r].hard && !soft)) continue;
-          if (element_clash(at, j)) ok = false;
-        }
-        if (ok) return at;
-      }
-      return std::nullopt;
-    };
-    auto place = [&](bool soft) -> std::optional<int64_t> {
-      for (int pass = around_boundary ? 0 : 2; pass <= 2; ++pass) {
-        if (std::optional<int64_t> at = try_place(soft, pass)) return at;
-      }
-      return std::nullopt;
-    };
-    std::optional<int64_t> at = place(true);
-    if (!at) {
-      at = place(false);
-      if (at) {
-        for (const auto& [j, r] : partners[i]) {
-          if (placed[j] && !rules[r].hard && !dropped[r] && element_clash(*at, j)) {
-            dropped[r] = true;
-            result->soft_dropped.push_back(static_cast<int>(r));
-          }
-        }
-      }
-    }
-    if (!at) {
-      failure->buffer = buf.id;
-      failure->bytes = size[i];
-      failure->interleaved = buf.interleaved;
-      failure->slot = buf.start;
-      failure->live.clear();
-      failure->live_bytes = 0;
-      std::vector<std::pair<int64_t, int64_t>> used;
-      for (size_t j : active) {
-        failure->live.push_back(buffers[j].id);
-        failure->live_bytes += size[j];
-        used.push_back({result->offsets[j], result->offsets[j] + size[j]});
-      }
-      std::sort(used.begin(), used.end());
-      failure->region_bytes = map.capacity - lo;
-      int64_t cursor = lo, gap = 0;
-      for (const auto& [b, e] : used) {
-        if (e <= lo) continue;
-        gap = std::max(gap, std::max<int64_t>(b, lo) - cursor);
-        cursor = std::max(cursor, e);
-      }
-      gap = std::max(gap, map.capacity - cursor);
-      failure->largest_gap = std::max<int64_t>(gap, 0);
-      return false;
-    }
-    result->offsets[i] = *at;
-    placed[i] = true;
-    active.push_back(i);
-    result->peak = std::max(result->peak, *at + size[i]);
-  }
-  std::sort(result->soft_dropped.begin(), result->soft_dropped.end());
-  return true;
+  return TileAllocator(map, buffers, rules, result, floor).Run(failure);
 }
 
 }  // namespace tilec::lower
