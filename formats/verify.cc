@@ -1,5 +1,5 @@
-// Structural checks every reader and writer runs (ARCHITECTURE.md: "verify
-// on read and on write").
+// Structural checks every reader and writer runs (formats/README.md,
+// "Reading a file").
 
 #include <cmath>
 #include <map>
@@ -235,6 +235,145 @@ Status CheckAttributes(const fb::OperationT& op, const std::string& where) {
 
 }  // namespace
 
+namespace {
+
+// One value's own fields; inputs and weights are defined from the start.
+Status CheckValue(const fb::ValueT& value, const fb::TargetT* target) {
+  const std::string where = "value %" + std::to_string(value.id);
+  if (value.shape.empty() || value.shape.size() > 4) {
+    return Status::BadInput(where + " has rank " +
+                            std::to_string(value.shape.size()) +
+                            "; ranks 1 to 4 are supported");
+  }
+  if (value.dtype < fb::DType::MIN || value.dtype > fb::DType::MAX) {
+    return Status::BadInput(where + " has unknown dtype " +
+                            std::to_string(static_cast<int>(value.dtype)));
+  }
+  if (value.role < fb::ValueRole::MIN || value.role > fb::ValueRole::MAX) {
+    return Status::BadInput(where + " has unknown role " +
+                            std::to_string(static_cast<int>(value.role)));
+  }
+  TILEC_RETURN_IF_ERROR(CheckValueSize(value, target));
+  TILEC_RETURN_IF_ERROR(CheckScaleExp(where, value.dtype, value.fp8_scale_exp));
+  if (value.init) TILEC_RETURN_IF_ERROR(CheckWeightInit(where, *value.init));
+  if (value.sidecar && !IsPlainFileName(value.sidecar->path)) {
+    // Readers resolve it in the IR's directory; a path could reach out.
+    return Status::BadInput(where + ": sidecar path '" +
+                            value.sidecar->path.substr(0, 80) +
+                            "' is not a plain file name");
+  }
+  if (value.ownership) {
+    TILEC_RETURN_IF_ERROR(CheckOwnership(*value.ownership, value,
+                                         target ? target->tiles : 0));
+  }
+  return Status::Ok();
+}
+
+// Each operand declared and defined before `op`; each result declared and
+// defined here for the first time (`defined` gains the results).
+Status BindOperandsAndResults(const fb::OperationT& op, const std::string& where,
+                              const std::map<uint32_t, const fb::ValueT*>& values,
+                              std::set<uint32_t>* defined,
+                              std::vector<const fb::ValueT*>* operands,
+                              std::vector<const fb::ValueT*>* results) {
+  for (uint32_t id : op.operands) {
+    auto it = values.find(id);
+    if (it == values.end()) {
+      return Status::BadInput(where + " uses undefined value %" +
+                              std::to_string(id));
+    }
+    if (!defined->count(id)) {
+      return Status::BadInput(where + " uses value %" + std::to_string(id) +
+                              " before it is defined");
+    }
+    operands->push_back(it->second);
+  }
+  for (uint32_t id : op.results) {
+    auto it = values.find(id);
+    if (it == values.end()) {
+      return Status::BadInput(where + " defines undeclared value %" +
+                              std::to_string(id));
+    }
+    if (!defined->insert(id).second) {
+      return Status::BadInput(where + " redefines value %" + std::to_string(id));
+    }
+    results->push_back(it->second);
+  }
+  return Status::Ok();
+}
+
+Status CheckShapes(const fb::OperationT& op, const std::string& where,
+                   const std::vector<const fb::ValueT*>& operands,
+                   const std::vector<const fb::ValueT*>& results) {
+  OpShapeQuery query;
+  query.id = op.id;
+  query.kind = op.kind;
+  query.name = op.name;
+  query.heads = op.heads;
+  query.head_dim = op.head_dim;
+  query.patch = op.patch;
+  for (const auto& r : op.rows) {
+    if (r == nullptr) return Status::BadInput(where + " has a null row segment");
+  }
+  if (!op.rows.empty() && op.kind != fb::OpKind::CopyRows) {
+    return Status::BadInput(where + " has row segments but is not CopyRows");
+  }
+  query.rows = RowSegments(op);
+  for (const fb::ValueT* v : operands) query.operands.push_back(v->shape);
+  for (const fb::ValueT* v : results) query.results.push_back(v->shape);
+  return CheckOpShapes(query);
+}
+
+// A row copy moves bytes: every row it writes must already be in the
+// result's encoding.
+Status CheckRowCopyEncoding(const std::string& where,
+                            const std::vector<const fb::ValueT*>& operands,
+                            const std::vector<const fb::ValueT*>& results) {
+  for (size_t i = 0; i < operands.size(); ++i) {
+    for (const fb::ValueT* r : results) {
+      if (operands[i]->dtype != r->dtype ||
+          operands[i]->fp8_scale_exp != r->fp8_scale_exp) {
+        return Status::BadInput(
+            where + ": operand " + std::to_string(i) + " is " +
+            fb::EnumNameDType(operands[i]->dtype) + " scale " +
+            std::to_string(operands[i]->fp8_scale_exp) + ", result is " +
+            fb::EnumNameDType(r->dtype) + " scale " +
+            std::to_string(r->fp8_scale_exp) +
+            " (CopyRows keeps dtype and scale)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckOp(const fb::OperationT& op,
+               const std::map<uint32_t, const fb::ValueT*>& values,
+               std::set<uint32_t>* defined) {
+  const std::string where = "op " + std::to_string(op.id) + " (" + op.name + ")";
+  if (op.kind < fb::OpKind::MIN || op.kind > fb::OpKind::MAX) {
+    return Status::BadInput(where + " has unknown kind " +
+                            std::to_string(static_cast<int>(op.kind)));
+  }
+  TILEC_RETURN_IF_ERROR(CheckAttributes(op, where));
+  std::vector<const fb::ValueT*> operands, results;
+  TILEC_RETURN_IF_ERROR(BindOperandsAndResults(op, where, values, defined,
+                                               &operands, &results));
+  TILEC_RETURN_IF_ERROR(CheckShapes(op, where, operands, results));
+  if (op.kind == fb::OpKind::CopyRows) {
+    TILEC_RETURN_IF_ERROR(CheckRowCopyEncoding(where, operands, results));
+  }
+  for (const auto& step : op.body) {
+    if (step && step->operand >= static_cast<int>(operands.size())) {
+      return Status::BadInput(where + " body step names operand " +
+                              std::to_string(step->operand) + " of " +
+                              std::to_string(operands.size()));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status VerifyModule(const fb::ModuleT& module) {
   if (module.target) {
     // Modules of older builds lack formulas added since: not an error here.
@@ -242,7 +381,6 @@ Status VerifyModule(const fb::ModuleT& module) {
         ValidateTarget(*module.target, /*require_kernels=*/false)
             .WithContext("invalid target"));
   }
-  int target_tiles = module.target ? module.target->tiles : 0;
   std::map<uint32_t, const fb::ValueT*> values;
   std::set<uint32_t> defined;
   for (const auto& value : module.values) {
@@ -251,123 +389,20 @@ Status VerifyModule(const fb::ModuleT& module) {
       return Status::BadInput("value id %" + std::to_string(value->id) +
                               " is defined twice");
     }
-    if (value->shape.empty() || value->shape.size() > 4) {
-      return Status::BadInput("value %" + std::to_string(value->id) +
-                              " has rank " + std::to_string(value->shape.size()) +
-                              "; ranks 1 to 4 are supported");
-    }
-    if (value->dtype < fb::DType::MIN || value->dtype > fb::DType::MAX) {
-      return Status::BadInput("value %" + std::to_string(value->id) +
-                              " has unknown dtype " +
-                              std::to_string(static_cast<int>(value->dtype)));
-    }
-    if (value->role < fb::ValueRole::MIN || value->role > fb::ValueRole::MAX) {
-      return Status::BadInput("value %" + std::to_string(value->id) +
-                              " has unknown role " +
-                              std::to_string(static_cast<int>(value->role)));
-    }
-    TILEC_RETURN_IF_ERROR(CheckValueSize(*value, module.target.get()));
-    TILEC_RETURN_IF_ERROR(CheckScaleExp("value %" + std::to_string(value->id),
-                                        value->dtype, value->fp8_scale_exp));
-    if (value->init) {
-      TILEC_RETURN_IF_ERROR(CheckWeightInit(
-          "value %" + std::to_string(value->id), *value->init));
-    }
-    if (value->sidecar && !IsPlainFileName(value->sidecar->path)) {
-      // Readers resolve it in the IR's directory; a path could reach out.
-      return Status::BadInput("value %" + std::to_string(value->id) +
-                              ": sidecar path '" +
-                              value->sidecar->path.substr(0, 80) +
-                              "' is not a plain file name");
-    }
+    TILEC_RETURN_IF_ERROR(CheckValue(*value, module.target.get()));
     if (value->role == fb::ValueRole::Input ||
         value->role == fb::ValueRole::Weight) {
       defined.insert(value->id);
-    }
-    if (value->ownership) {
-      TILEC_RETURN_IF_ERROR(
-          CheckOwnership(*value->ownership, *value, target_tiles));
     }
   }
   std::set<uint32_t> op_ids;
   for (const auto& op : module.ops) {
     if (!op) return Status::BadInput("null op entry");
-    std::string where = "op " + std::to_string(op->id) + " (" + op->name + ")";
     if (!op_ids.insert(op->id).second) {
-      return Status::BadInput(where + " id is used twice");
+      return Status::BadInput("op " + std::to_string(op->id) + " (" + op->name +
+                              ") id is used twice");
     }
-    if (op->kind < fb::OpKind::MIN || op->kind > fb::OpKind::MAX) {
-      return Status::BadInput(where + " has unknown kind " +
-                              std::to_string(static_cast<int>(op->kind)));
-    }
-    TILEC_RETURN_IF_ERROR(CheckAttributes(*op, where));
-    std::vector<const fb::ValueT*> operands, results;
-    for (uint32_t id : op->operands) {
-      auto it = values.find(id);
-      if (it == values.end()) {
-        return Status::BadInput(where + " uses undefined value %" +
-                                std::to_string(id));
-      }
-      if (!defined.count(id)) {
-        return Status::BadInput(where + " uses value %" + std::to_string(id) +
-                                " before it is defined");
-      }
-      operands.push_back(it->second);
-    }
-    for (uint32_t id : op->results) {
-      auto it = values.find(id);
-      if (it == values.end()) {
-        return Status::BadInput(where + " defines undeclared value %" +
-                                std::to_string(id));
-      }
-      if (!defined.insert(id).second) {
-        return Status::BadInput(where + " redefines value %" +
-                                std::to_string(id));
-      }
-      results.push_back(it->second);
-    }
-    OpShapeQuery query;
-    query.id = op->id;
-    query.kind = op->kind;
-    query.name = op->name;
-    query.heads = op->heads;
-    query.head_dim = op->head_dim;
-    query.patch = op->patch;
-    for (const auto& r : op->rows) {
-      if (r == nullptr) return Status::BadInput(where + " has a null row segment");
-    }
-    if (!op->rows.empty() && op->kind != fb::OpKind::CopyRows) {
-      return Status::BadInput(where + " has row segments but is not CopyRows");
-    }
-    query.rows = RowSegments(*op);
-    for (const fb::ValueT* v : operands) query.operands.push_back(v->shape);
-    for (const fb::ValueT* v : results) query.results.push_back(v->shape);
-    TILEC_RETURN_IF_ERROR(CheckOpShapes(query));
-    if (op->kind == fb::OpKind::CopyRows) {
-      // A row copy moves bytes: every row it writes must already be in the
-      // result's encoding.
-      for (size_t i = 0; i < operands.size(); ++i) {
-        for (const fb::ValueT* r : results) {
-          if (operands[i]->dtype != r->dtype ||
-              operands[i]->fp8_scale_exp != r->fp8_scale_exp) {
-            return Status::BadInput(
-                where + ": operand " + std::to_string(i) + " is " +
-                fb::EnumNameDType(operands[i]->dtype) + " scale " +
-                std::to_string(operands[i]->fp8_scale_exp) + ", result is " +
-                fb::EnumNameDType(r->dtype) + " scale " +
-                std::to_string(r->fp8_scale_exp) +
-                " (CopyRows keeps dtype and scale)");
-          }
-        }
-      }
-    }
-    for (const auto& step : op->body) {
-      if (step && step->operand >= static_cast<int>(operands.size())) {
-        return Status::BadInput(where + " body step names operand " +
-                                std::to_string(step->operand) + " of " +
-                                std::to_string(operands.size()));
-      }
-    }
+    TILEC_RETURN_IF_ERROR(CheckOp(*op, values, &defined));
   }
   for (const auto& [id, value] : values) {
     if (!defined.count(id)) {

@@ -1,6 +1,6 @@
 // The reference executor: a module's graph run whole, without tiles, with
-// the numerics of the device (ARCHITECTURE.md, "Cost model, simulator,
-// reference" and "Numerics"). Every end-to-end test compares the simulator's
+// the numerics of the device (kernels/numerics.h: F32 math, rounding where
+// the device stores F16 or FP8). Every end-to-end test compares the simulator's
 // outputs with it.
 //
 // How it computes
