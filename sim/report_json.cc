@@ -206,6 +206,13 @@ void to_json(Json& j, const OutputCheck& c) {
   j["worst_ref"] = Number(m.worst_ref);
 }
 
+bool ExpectedPass(const SimulateDeviceReport& report) {
+  for (const OutputCheck& c : report.expected) {
+    if (!c.comparison.pass) return false;
+  }
+  return true;
+}
+
 Json ReportToJson(const SimResult& r, const SimulateDeviceReport& report) {
   Json o = Json::object();
   o["module"] = report.module_name;
@@ -242,16 +249,12 @@ Json ReportToJson(const SimResult& r, const SimulateDeviceReport& report) {
   if (!report.expect_dir.empty()) {
     // The tolerance is written here too: with --compare=false there is no
     // "comparison" to read it from.
-    bool pass = true;
-    for (const OutputCheck& c : report.expected) {
-      pass = pass && c.comparison.pass;
-    }
     Json& e = o["expected"];
     e["dir"] = report.expect_dir;
     e["atol"] = Number(report.tolerance.atol);
     e["rtol"] = Number(report.tolerance.rtol);
     e["min_cosine"] = Number(report.tolerance.min_cosine);
-    e["pass"] = pass;
+    e["pass"] = ExpectedPass(report);
     e["outputs"] = ChecksJson(report.expected);
   }
   if (!report.compared) {
