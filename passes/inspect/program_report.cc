@@ -203,6 +203,58 @@ Status ProgramFigures(const fb::ModuleT& module, const ReportOptions& options,
   return CountWork(module, f);
 }
 
+std::string Mismatch(const std::string& what, int64_t report, int64_t program) {
+  return what + " is " + std::to_string(report) + " in the report but " +
+         std::to_string(program) +
+         " for this program: a report of another program (or of an older "
+         "build of it)";
+}
+
+// kBadInput unless the report's tile count, number of supersteps, total,
+// compute and exchange cycles and every op's compute and exchange cycles
+// equal `timing`'s (the same program's cycles counted without data).
+Status CheckReportMatches(const sim::SimResult& r,
+                          const sim::SimResult& timing) {
+  const std::pair<const char*, std::pair<int64_t, int64_t>> totals[] = {
+      {"the tile count", {r.tiles, timing.tiles}},
+      {"the number of supersteps",
+       {static_cast<int64_t>(r.supersteps.size()),
+        static_cast<int64_t>(timing.supersteps.size())}},
+      {"total_cycles", {r.total_cycles, timing.total_cycles}},
+      {"compute_cycles", {r.compute_cycles, timing.compute_cycles}},
+      {"exchange_cycles", {r.exchange_cycles, timing.exchange_cycles}},
+      {"the number of ops",
+       {static_cast<int64_t>(r.ops.size()),
+        static_cast<int64_t>(timing.ops.size())}},
+  };
+  for (const auto& [what, values] : totals) {
+    if (values.first != values.second) {
+      return Status::BadInput(Mismatch(what, values.first, values.second));
+    }
+  }
+  std::map<uint32_t, const sim::OpReport*> ops;
+  for (const sim::OpReport& o : timing.ops) ops[o.op] = &o;
+  for (const sim::OpReport& o : r.ops) {
+    auto it = ops.find(o.op);
+    if (it == ops.end()) {
+      return Status::BadInput("op " + std::to_string(o.op) +
+                              " is in the report but not in this program: a "
+                              "report of another program");
+    }
+    const std::string op = "op " + std::to_string(o.op) + "'s ";
+    if (o.compute_cycles != it->second->compute_cycles) {
+      return Status::BadInput(Mismatch(op + "compute_cycles", o.compute_cycles,
+                                       it->second->compute_cycles));
+    }
+    if (o.exchange_cycles != it->second->exchange_cycles) {
+      return Status::BadInput(Mismatch(op + "exchange_cycles",
+                                       o.exchange_cycles,
+                                       it->second->exchange_cycles));
+    }
+  }
+  return Status::Ok();
+}
+
 // Errors name the file they are about: the module, or the simulation
 // report that does not describe it.
 Status ComputeFigures(const fb::ModuleT& module, const ReportOptions& options,
@@ -210,7 +262,7 @@ Status ComputeFigures(const fb::ModuleT& module, const ReportOptions& options,
   TILEC_RETURN_IF_ERROR(
       ProgramFigures(module, options, f).WithContext(options.module_name));
   if (options.simulation == nullptr) return Status::Ok();
-  return CheckReportMatches(*options.simulation, f->timing)
+  return CheckReportMatches(options.simulation->result, f->timing)
       .WithContext(options.simulation_name);
 }
 
@@ -290,42 +342,45 @@ std::string SummaryJson(const fb::ModuleT& m, const Figures& f) {
          ",\"busiest_tiles\":[" + busy + "]}";
 }
 
-std::string OutputsJson(const std::vector<SimulationReport::Output>& outputs) {
-  return List(outputs, [](const SimulationReport::Output& x) {
+std::string OutputsJson(const std::vector<sim::OutputCheck>& checks) {
+  return List(checks, [](const sim::OutputCheck& x) {
+    const sim::Comparison& c = x.comparison;
     return "{\"value\":" + Int(x.value) + ",\"name\":" + Quote(x.name) +
-           ",\"type\":" + Quote(x.type) + ",\"pass\":" + Bool(x.pass) +
-           ",\"elements\":" + Int(x.elements) +
-           ",\"mismatches\":" + Int(x.mismatches) +
-           ",\"nonfinite\":" + Int(x.nonfinite) +
-           ",\"scale\":" + Number(x.scale) +
-           ",\"max_abs_err\":" + Number(x.max_abs_err) +
-           ",\"max_rel_err\":" + Number(x.max_rel_err) +
-           ",\"cosine\":" + Number(x.cosine) + "}";
+           ",\"type\":" + Quote(x.type) + ",\"pass\":" + Bool(c.pass) +
+           ",\"elements\":" + Int(c.elements) +
+           ",\"mismatches\":" + Int(c.mismatches) +
+           ",\"nonfinite\":" + Int(c.nonfinite) +
+           ",\"scale\":" + Number(c.scale) +
+           ",\"max_abs_err\":" + Number(c.max_abs_err) +
+           ",\"max_rel_err\":" + Number(c.max_rel_err) +
+           ",\"cosine\":" + Number(c.cosine) + "}";
   });
 }
 
 // simulate-device --expect's comparison, null without it.
-std::string ExpectedJson(const SimulationReport& s) {
-  if (!s.has_expected) return "null";
-  const SimulationReport::Expected& e = s.expected;
-  return "{\"dir\":" + Quote(e.dir) + ",\"pass\":" + Bool(e.pass) +
-         ",\"atol\":" + Number(e.atol) + ",\"rtol\":" + Number(e.rtol) +
-         ",\"min_cosine\":" + Number(e.min_cosine) +
-         ",\"outputs\":" + OutputsJson(e.outputs) + "}";
+std::string ExpectedJson(const sim::SimulateDeviceReport& s) {
+  if (s.expect_dir.empty()) return "null";
+  const sim::Tolerance& t = s.tolerance;
+  return "{\"dir\":" + Quote(s.expect_dir) +
+         ",\"pass\":" + Bool(sim::ExpectedPass(s)) +
+         ",\"atol\":" + Number(t.atol) + ",\"rtol\":" + Number(t.rtol) +
+         ",\"min_cosine\":" + Number(t.min_cosine) +
+         ",\"outputs\":" + OutputsJson(s.expected) + "}";
 }
 
 std::string SimulationJson(const ReportOptions& o) {
   if (o.simulation == nullptr) return "null";
-  const SimulationReport& s = *o.simulation;
+  const sim::SimulateDeviceReport& s = o.simulation->device;
   std::string out = "{\"file\":" + Quote(o.simulation_name) +
-                    ",\"module\":" + Quote(s.module) +
+                    ",\"module\":" + Quote(s.module_name) +
                     ",\"compared\":" + Bool(s.compared);
   if (s.compared) {
-    out += ",\"pass\":" + Bool(s.pass) + ",\"atol\":" + Number(s.atol) +
-           ",\"rtol\":" + Number(s.rtol) +
-           ",\"min_cosine\":" + Number(s.min_cosine) +
-           ",\"fp8_defaults\":" + Bool(s.fp8_defaults) +
-           ",\"outputs\":" + OutputsJson(s.outputs);
+    out += ",\"pass\":" + Bool(s.pass) +
+           ",\"atol\":" + Number(s.tolerance.atol) +
+           ",\"rtol\":" + Number(s.tolerance.rtol) +
+           ",\"min_cosine\":" + Number(s.tolerance.min_cosine) +
+           ",\"fp8_defaults\":" + Bool(s.fp8) +
+           ",\"outputs\":" + OutputsJson(s.checks);
   }
   return out + ",\"expected\":" + ExpectedJson(s) + "}";
 }

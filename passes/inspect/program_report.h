@@ -27,14 +27,16 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
-#include "passes/inspect/simulation_report.h"
+#include "sim/report_json.h"
 
 namespace tilec::inspect {
 
 struct ReportOptions {
   std::string module_name;  // the input as the page names it
-  // simulate-device's report of this program, or null.
-  const SimulationReport* simulation = nullptr;
+  // simulate-device's report of this program (sim::ReportFromJson), or
+  // null. It only adds what needs data (the comparisons): the page counts
+  // the cycles itself, and the report's must equal them.
+  const sim::SimulationReport* simulation = nullptr;
   std::string simulation_name;
   // Host wall-clock seconds of compiling and simulating; negative: unknown.
   double compile_seconds = -1;

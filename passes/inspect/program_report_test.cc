@@ -138,19 +138,31 @@ TEST(ProgramReport, OptionsChooseTilesAndHostTimes) {
   EXPECT_THAT(s.message(), HasSubstr("--tiles: tile 16 is outside"));
 }
 
-TEST(ProgramReport, SimulationReportMustMatchTheProgram) {
-  SimulationReport sim;
-  sim.tiles = 16;
-  sim.supersteps = 2;
-  sim.total_cycles = 1625;
-  sim.compute_cycles = 1166;
-  sim.exchange_cycles = 459;
-  sim.ops = {{1, 646, 459}, {2, 520, 0}};
-  sim.compared = true;
-  sim.pass = true;
-  sim.outputs.push_back({});
-  sim.outputs[0].name = "y";
-  sim.outputs[0].cosine = 0.99995;
+// simulate-device's report of GemmThenCast, as sim::ReportFromJson reads
+// it: the cycles the page checks, one output compared.
+sim::SimulationReport GemmThenCastReport() {
+  sim::SimulationReport sim;
+  sim.result.tiles = 16;
+  sim.result.supersteps.resize(2);
+  sim.result.total_cycles = 1625;
+  sim.result.compute_cycles = 1166;
+  sim.result.exchange_cycles = 459;
+  sim.result.ops.resize(2);
+  sim.result.ops[0].op = 1;
+  sim.result.ops[0].compute_cycles = 646;
+  sim.result.ops[0].exchange_cycles = 459;
+  sim.result.ops[1].op = 2;
+  sim.result.ops[1].compute_cycles = 520;
+  sim.device.compared = true;
+  sim.device.pass = true;
+  sim.device.checks.push_back({});
+  sim.device.checks[0].name = "y";
+  sim.device.checks[0].comparison.cosine = 0.99995;
+  return sim;
+}
+
+TEST(ProgramReport, SimulationReportIsShown) {
+  sim::SimulationReport sim = GemmThenCastReport();
   ReportOptions options;
   options.simulation = &sim;
   options.simulation_name = "sim.json";
@@ -159,29 +171,51 @@ TEST(ProgramReport, SimulationReportMustMatchTheProgram) {
                         "\"compared\":true,\"pass\":true,"));
   // Without --expect the page has no expected comparison to show.
   EXPECT_THAT(Data(GemmThenCast(), options), HasSubstr(",\"expected\":null}"));
-  sim.has_expected = true;
-  sim.expected.dir = "torch";
-  sim.expected.atol = 0.05;
-  sim.expected.min_cosine = 0.999;
-  sim.expected.outputs.push_back({});
-  sim.expected.outputs[0].name = "y";
-  sim.expected.outputs[0].cosine = 0.5;
-  sim.expected.outputs[0].max_abs_err = 0.25;
+  sim.device.expect_dir = "torch";
+  sim.device.tolerance.atol = 0.05;
+  sim.device.tolerance.min_cosine = 0.999;
+  sim.device.expected.push_back({});
+  sim.device.expected[0].name = "y";
+  sim.device.expected[0].comparison.pass = false;
+  sim.device.expected[0].comparison.cosine = 0.5;
+  sim.device.expected[0].comparison.max_abs_err = 0.25;
   EXPECT_THAT(
       Data(GemmThenCast(), options),
       HasSubstr(",\"expected\":{\"dir\":\"torch\",\"pass\":false,"
                 "\"atol\":0.05,\"rtol\":0,\"min_cosine\":0.999,\"outputs\":"
                 "[{\"value\":0,\"name\":\"y\",\"type\":\"\",\"pass\":false,"));
   // Also when the run did not compare with the reference.
-  sim.compared = false;
+  sim.device.compared = false;
   EXPECT_THAT(Data(GemmThenCast(), options),
               HasSubstr("\"compared\":false,\"expected\":{\"dir\":\"torch\""));
-  sim.compared = true;
-  sim.ops[1].compute_cycles = 521;
+}
+
+// The report's error for `sim`, named "sim.json".
+std::string MismatchError(const sim::SimulationReport& sim) {
+  ReportOptions options;
+  options.simulation = &sim;
+  options.simulation_name = "sim.json";
   std::string ignored;
   const Status s = ReportData(GemmThenCast().Completed(), options, &ignored);
   EXPECT_EQ(s.code(), StatusCode::kBadInput);
-  EXPECT_THAT(s.message(), HasSubstr("sim.json: op 2's compute_cycles is 521"));
+  return s.message();
+}
+
+TEST(ProgramReport, SimulationReportMustMatchTheProgram) {
+  sim::SimulationReport moved = GemmThenCastReport();
+  moved.result.ops[1].compute_cycles = 521;
+  EXPECT_THAT(MismatchError(moved),
+              HasSubstr("sim.json: op 2's compute_cycles is 521 in the report "
+                        "but 520 for this program"));
+  sim::SimulationReport longer = GemmThenCastReport();
+  longer.result.total_cycles = 1626;
+  EXPECT_THAT(MismatchError(longer),
+              HasSubstr("sim.json: total_cycles is 1626 in the report but "
+                        "1625 for this program: a report of another program"));
+  sim::SimulationReport renumbered = GemmThenCastReport();
+  renumbered.result.ops[1].op = 3;
+  EXPECT_THAT(MismatchError(renumbered),
+              HasSubstr("op 3 is in the report but not in this program"));
 }
 
 TEST(ProgramReport, MalformedProgramIsBadInput) {

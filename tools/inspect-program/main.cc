@@ -8,7 +8,6 @@
 
 #include "formats/ir.h"
 #include "passes/inspect/program_report.h"
-#include "passes/inspect/simulation_report.h"
 #include "tools/common/tool.h"
 
 DEFINE_string(simulation, "",
@@ -74,7 +73,7 @@ Status Run(const std::vector<std::string>& args) {
       {{"-o", FLAGS_o}}));
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ir::ReadModule(input, &module));
-  inspect::SimulationReport simulation;
+  sim::SimulationReport simulation;
   if (input == "-" && FLAGS_simulation == "-") {
     return Status::BadInput(
         "the program and --simulation cannot both be read from stdin");
@@ -83,8 +82,9 @@ Status Run(const std::vector<std::string>& args) {
     options.simulation_name = ir::DisplayName(FLAGS_simulation);
     std::string json;
     TILEC_RETURN_IF_ERROR(ir::ReadFile(FLAGS_simulation, &json));
-    TILEC_RETURN_IF_ERROR(inspect::ParseSimulationReport(json, &simulation)
-                              .WithContext(options.simulation_name));
+    StatusOr<sim::SimulationReport> read = sim::ReportFromJson(json);
+    if (!read.ok()) return read.status().WithContext(options.simulation_name);
+    simulation = std::move(*read);
     options.simulation = &simulation;
   }
   std::string data;
