@@ -1,9 +1,13 @@
 #include "passes/inspect/program_report.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "formats/print.h"
 #include "formats/target.h"
@@ -23,6 +27,8 @@ namespace tilec::inspect {
 namespace {
 
 // ---------------------------------------------------------------- JSON text
+
+using Json = nlohmann::ordered_json;
 
 // '<' is escaped too, so the data can sit inside a <script> element.
 std::string Quote(const std::string& s) {
@@ -44,39 +50,64 @@ std::string Quote(const std::string& s) {
   return out + "\"";
 }
 
-std::string Int(int64_t v) { return std::to_string(v); }
+// Null where JSON has no number.
+Json Number(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
 
-// Shortest text that reads back exactly; null where JSON has no number.
-std::string Number(double v) {
-  return std::isfinite(v) ? ir::NumberText(v) : "null";
+Json Columns(std::initializer_list<const char*> names) {
+  Json out = Json::array();
+  for (const char* n : names) out.push_back(n);
+  return out;
 }
 
-std::string Bool(bool v) { return v ? "true" : "false"; }
+// Arrays of table rows (and of tiles, pass runs and tile maps): one
+// element per line, so that goldens diff row by row.
+bool OneElementPerLine(std::string_view key) {
+  static const std::string_view kKeys[] = {
+      "rows",    "tiles", "buffers",   "op_received", "step_ops",
+      "largest", "runs",  "decisions", "tile_maps"};
+  return std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys);
+}
 
-template <typename T, typename F>
-std::string List(const std::vector<T>& items, F text) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) {
-    out += (i ? "," : "") + text(items[i]);
+// `j`, the value of `key` ("" for an array's element), as the data has
+// always been written: without spaces; strings by Quote; floating-point
+// numbers as the shortest text that reads back exactly (ir::NumberText,
+// not nlohmann's formatting); rows one per line; at the top level every
+// member after the format line ("format" and "version") on its own line.
+void Write(const Json& j, std::string_view key, bool top_level,
+           std::string* out) {
+  switch (j.type()) {
+    case Json::value_t::object: {
+      *out += "{";
+      bool first = true;
+      for (const auto& [k, v] : j.items()) {
+        if (!first) *out += top_level && k != "version" ? ",\n" : ",";
+        first = false;
+        *out += Quote(k) + ":";
+        Write(v, k, false, out);
+      }
+      *out += "}";
+      return;
+    }
+    case Json::value_t::array: {
+      const bool lines = OneElementPerLine(key) && !j.empty();
+      *out += lines ? "[\n" : "[";
+      for (size_t i = 0; i < j.size(); ++i) {
+        if (i) *out += lines ? ",\n" : ",";
+        Write(j[i], "", false, out);
+      }
+      *out += lines ? "\n]" : "]";
+      return;
+    }
+    case Json::value_t::string:
+      *out += Quote(j.get_ref<const std::string&>());
+      return;
+    case Json::value_t::number_float:
+      *out += ir::NumberText(j.get<double>());
+      return;
+    default:  // integers, booleans, null
+      *out += j.dump();
+      return;
   }
-  return out + "]";
-}
-
-std::string Ints(const std::vector<int64_t>& v) { return List(v, Int); }
-
-// Rows of a table, one per line so that goldens diff row by row.
-std::string Rows(const std::vector<std::string>& rows) {
-  std::string out = "[";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    out += std::string(i ? ",\n" : "\n") + rows[i];
-  }
-  return out + (rows.empty() ? "]" : "\n]");
-}
-
-std::string Columns(std::initializer_list<const char*> names) {
-  std::string out = "[";
-  for (const char* n : names) out += (out.size() > 1 ? "," : "") + Quote(n);
-  return out + "]";
 }
 
 // Per-tile arrays, run-length encoded ([value, count, value, count, ...])
@@ -92,16 +123,15 @@ class TileMaps {
       runs.push_back(static_cast<int64_t>(u - t));
       t = u;
     }
-    const std::string text = Ints(runs);
-    auto [it, added] = index_.emplace(text, static_cast<int>(maps_.size()));
-    if (added) maps_.push_back(text);
+    auto [it, added] = index_.emplace(runs, static_cast<int>(maps_.size()));
+    if (added) maps_.push_back(runs);
     return it->second;
   }
-  std::string Json() const { return Rows(maps_); }
+  const Json& maps() const { return maps_; }
 
  private:
-  std::map<std::string, int> index_;
-  std::vector<std::string> maps_;
+  std::map<std::vector<int64_t>, int> index_;
+  Json maps_ = Json::array();
 };
 
 // ---------------------------------------------------------------- figures
@@ -268,35 +298,41 @@ Status ComputeFigures(const fb::ModuleT& module, const ReportOptions& options,
 
 // ---------------------------------------------------------------- sections
 
-std::string ModuleJson(const fb::ModuleT& m, const ReportOptions& options) {
-  return "{\"name\":" + Quote(options.module_name) +
-         ",\"producer\":" + Quote(m.producer) +
-         ",\"model\":" + (m.model ? Quote(ir::ModelText(*m.model)) : "null") +
-         "}";
+Json ModuleJson(const fb::ModuleT& m, const ReportOptions& options) {
+  Json j;
+  j["name"] = options.module_name;
+  j["producer"] = m.producer;
+  j["model"] = m.model ? Json(ir::ModelText(*m.model)) : Json(nullptr);
+  return j;
 }
 
-std::string TargetJson(const fb::TargetT& t) {
-  return "{\"name\":" + Quote(t.name) + ",\"tiles\":" + Int(t.tiles) +
-         ",\"clock_hz\":" + Number(t.clock_hz) +
-         ",\"sram_bytes\":" + Int(t.sram_bytes) +
-         ",\"runtime_code_bytes\":" + Int(t.runtime_code_bytes) +
-         ",\"tensor_bytes\":" + Int(ir::MaxTileTensorBytes(t)) +
-         ",\"element_bytes\":" + Int(t.element_bytes) +
-         ",\"standard_elements\":" + Int(t.standard_elements) +
-         ",\"interleaved_element_bytes\":" + Int(t.interleaved_element_bytes) +
-         ",\"amp_macs_fp8\":" + Int(t.amp_macs_fp8) +
-         ",\"amp_macs_f16\":" + Int(t.amp_macs_f16) +
-         ",\"amp_macs_f32\":" + Int(t.amp_macs_f32) +
-         ",\"sync_cycles\":" + Int(t.sync_cycles) + "}";
+Json TargetJson(const fb::TargetT& t) {
+  Json j;
+  j["name"] = t.name;
+  j["tiles"] = t.tiles;
+  j["clock_hz"] = Number(t.clock_hz);
+  j["sram_bytes"] = t.sram_bytes;
+  j["runtime_code_bytes"] = t.runtime_code_bytes;
+  j["tensor_bytes"] = ir::MaxTileTensorBytes(t);
+  j["element_bytes"] = t.element_bytes;
+  j["standard_elements"] = t.standard_elements;
+  j["interleaved_element_bytes"] = t.interleaved_element_bytes;
+  j["amp_macs_fp8"] = t.amp_macs_fp8;
+  j["amp_macs_f16"] = t.amp_macs_f16;
+  j["amp_macs_f32"] = t.amp_macs_f32;
+  j["sync_cycles"] = t.sync_cycles;
+  return j;
 }
 
-std::string HostJson(const ReportOptions& o) {
-  auto seconds = [](double s) { return s < 0 ? "null" : Number(s); };
-  return "{\"compile_seconds\":" + seconds(o.compile_seconds) +
-         ",\"simulate_seconds\":" + seconds(o.simulate_seconds) + "}";
+Json HostJson(const ReportOptions& o) {
+  auto seconds = [](double s) { return s < 0 ? Json(nullptr) : Number(s); };
+  Json j;
+  j["compile_seconds"] = seconds(o.compile_seconds);
+  j["simulate_seconds"] = seconds(o.simulate_seconds);
+  return j;
 }
 
-std::string SummaryJson(const fb::ModuleT& m, const Figures& f) {
+Json SummaryJson(const fb::ModuleT& m, const Figures& f) {
   const sim::SimResult& r = f.timing;
   int64_t estimate = 0;
   for (const auto& op : m.ops) {
@@ -305,84 +341,93 @@ std::string SummaryJson(const fb::ModuleT& m, const Figures& f) {
   const auto& peak = f.memory.peak_live;
   const int peak_tile = static_cast<int>(
       std::max_element(peak.begin(), peak.end()) - peak.begin());
-  std::string busy;
+  Json busy = Json::array();
   for (const sim::TileReport& t : r.slowest_tiles) {
-    busy += std::string(busy.empty() ? "" : ",") + "[" + Int(t.tile) + "," +
-            Int(t.busy_cycles) + "," + Int(t.compute_cycles) + "," +
-            Int(t.exchange_cycles) + "," + Int(t.kernel_calls) + "]";
+    busy.push_back(Json::array({t.tile, t.busy_cycles, t.compute_cycles,
+                                t.exchange_cycles, t.kernel_calls}));
   }
-  return "{\"cycles\":" + Int(r.total_cycles) +
-         ",\"compute_cycles\":" + Int(r.compute_cycles) +
-         ",\"exchange_cycles\":" + Int(r.exchange_cycles) +
-         ",\"exchange_bound_cycles\":" + Int(r.exchange_bound_cycles) +
-         ",\"exchange_scheduled_cycles\":" +
-         Int(r.exchange_scheduled_cycles) +
-         ",\"sync_cycles\":" + Int(r.sync_cycles) +
-         ",\"update_cycles\":" + Int(r.update_cycles) +
-         ",\"exchange_phases\":" + Int(r.exchange_phases) +
-         ",\"supersteps\":" + Int(static_cast<int64_t>(r.supersteps.size())) +
-         ",\"estimate_cycles\":" + Int(estimate) +
-         ",\"kernel_calls\":" + Int(r.kernel_calls) +
-         ",\"transfers\":" + Int(r.transfers) + ",\"pieces\":" + Int(r.pieces) +
-         ",\"bytes_sent\":" + Int(r.bytes_sent) +
-         ",\"bytes_received\":" + Int(r.bytes_received) +
-         ",\"gemm_macs\":" + Int(r.gemm_macs) +
-         ",\"slow_path_calls\":" + Int(r.slow_path_calls) +
-         ",\"buffers\":" + Int(static_cast<int64_t>(f.memory.buffers.size())) +
-         ",\"never_live_buffers\":" + Int(f.memory.never_live) +
-         ",\"peak_live_bytes\":" + Int(peak.empty() ? 0 : peak[peak_tile]) +
-         ",\"peak_live_tile\":" + Int(peak.empty() ? -1 : peak_tile) +
-         ",\"highest_end_bytes\":" + Int(r.peak_memory_bytes) +
-         ",\"highest_end_tile\":" + Int(r.peak_memory_tile) +
-         ",\"code_bytes_max\":" + Int(r.code_bytes_max) +
-         ",\"exchange_code_bytes_max\":" + Int(r.exchange_code_bytes_max) +
-         ",\"tensor_bytes\":" + Int(r.tensor_bytes) +
-         ",\"busy_columns\":" +
-         Columns({"tile", "busy", "compute", "exchange", "calls"}) +
-         ",\"busiest_tiles\":[" + busy + "]}";
+  Json j;
+  j["cycles"] = r.total_cycles;
+  j["compute_cycles"] = r.compute_cycles;
+  j["exchange_cycles"] = r.exchange_cycles;
+  j["exchange_bound_cycles"] = r.exchange_bound_cycles;
+  j["exchange_scheduled_cycles"] = r.exchange_scheduled_cycles;
+  j["sync_cycles"] = r.sync_cycles;
+  j["update_cycles"] = r.update_cycles;
+  j["exchange_phases"] = r.exchange_phases;
+  j["supersteps"] = r.supersteps.size();
+  j["estimate_cycles"] = estimate;
+  j["kernel_calls"] = r.kernel_calls;
+  j["transfers"] = r.transfers;
+  j["pieces"] = r.pieces;
+  j["bytes_sent"] = r.bytes_sent;
+  j["bytes_received"] = r.bytes_received;
+  j["gemm_macs"] = r.gemm_macs;
+  j["slow_path_calls"] = r.slow_path_calls;
+  j["buffers"] = f.memory.buffers.size();
+  j["never_live_buffers"] = f.memory.never_live;
+  j["peak_live_bytes"] = peak.empty() ? 0 : peak[peak_tile];
+  j["peak_live_tile"] = peak.empty() ? -1 : peak_tile;
+  j["highest_end_bytes"] = r.peak_memory_bytes;
+  j["highest_end_tile"] = r.peak_memory_tile;
+  j["code_bytes_max"] = r.code_bytes_max;
+  j["exchange_code_bytes_max"] = r.exchange_code_bytes_max;
+  j["tensor_bytes"] = r.tensor_bytes;
+  j["busy_columns"] = Columns({"tile", "busy", "compute", "exchange", "calls"});
+  j["busiest_tiles"] = std::move(busy);
+  return j;
 }
 
-std::string OutputsJson(const std::vector<sim::OutputCheck>& checks) {
-  return List(checks, [](const sim::OutputCheck& x) {
+Json OutputsJson(const std::vector<sim::OutputCheck>& checks) {
+  Json out = Json::array();
+  for (const sim::OutputCheck& x : checks) {
     const sim::Comparison& c = x.comparison;
-    return "{\"value\":" + Int(x.value) + ",\"name\":" + Quote(x.name) +
-           ",\"type\":" + Quote(x.type) + ",\"pass\":" + Bool(c.pass) +
-           ",\"elements\":" + Int(c.elements) +
-           ",\"mismatches\":" + Int(c.mismatches) +
-           ",\"nonfinite\":" + Int(c.nonfinite) +
-           ",\"scale\":" + Number(c.scale) +
-           ",\"max_abs_err\":" + Number(c.max_abs_err) +
-           ",\"max_rel_err\":" + Number(c.max_rel_err) +
-           ",\"cosine\":" + Number(c.cosine) + "}";
-  });
+    Json& j = out.emplace_back();
+    j["value"] = x.value;
+    j["name"] = x.name;
+    j["type"] = x.type;
+    j["pass"] = c.pass;
+    j["elements"] = c.elements;
+    j["mismatches"] = c.mismatches;
+    j["nonfinite"] = c.nonfinite;
+    j["scale"] = Number(c.scale);
+    j["max_abs_err"] = Number(c.max_abs_err);
+    j["max_rel_err"] = Number(c.max_rel_err);
+    j["cosine"] = Number(c.cosine);
+  }
+  return out;
 }
 
 // simulate-device --expect's comparison, null without it.
-std::string ExpectedJson(const sim::SimulateDeviceReport& s) {
-  if (s.expect_dir.empty()) return "null";
-  const sim::Tolerance& t = s.tolerance;
-  return "{\"dir\":" + Quote(s.expect_dir) +
-         ",\"pass\":" + Bool(sim::ExpectedPass(s)) +
-         ",\"atol\":" + Number(t.atol) + ",\"rtol\":" + Number(t.rtol) +
-         ",\"min_cosine\":" + Number(t.min_cosine) +
-         ",\"outputs\":" + OutputsJson(s.expected) + "}";
+Json ExpectedJson(const sim::SimulateDeviceReport& s) {
+  if (s.expect_dir.empty()) return nullptr;
+  Json j;
+  j["dir"] = s.expect_dir;
+  j["pass"] = sim::ExpectedPass(s);
+  j["atol"] = Number(s.tolerance.atol);
+  j["rtol"] = Number(s.tolerance.rtol);
+  j["min_cosine"] = Number(s.tolerance.min_cosine);
+  j["outputs"] = OutputsJson(s.expected);
+  return j;
 }
 
-std::string SimulationJson(const ReportOptions& o) {
-  if (o.simulation == nullptr) return "null";
+Json SimulationJson(const ReportOptions& o) {
+  if (o.simulation == nullptr) return nullptr;
   const sim::SimulateDeviceReport& s = o.simulation->device;
-  std::string out = "{\"file\":" + Quote(o.simulation_name) +
-                    ",\"module\":" + Quote(s.module_name) +
-                    ",\"compared\":" + Bool(s.compared);
+  Json j;
+  j["file"] = o.simulation_name;
+  j["module"] = s.module_name;
+  j["compared"] = s.compared;
   if (s.compared) {
-    out += ",\"pass\":" + Bool(s.pass) +
-           ",\"atol\":" + Number(s.tolerance.atol) +
-           ",\"rtol\":" + Number(s.tolerance.rtol) +
-           ",\"min_cosine\":" + Number(s.tolerance.min_cosine) +
-           ",\"fp8_defaults\":" + Bool(s.fp8) +
-           ",\"outputs\":" + OutputsJson(s.checks);
+    j["pass"] = s.pass;
+    j["atol"] = Number(s.tolerance.atol);
+    j["rtol"] = Number(s.tolerance.rtol);
+    j["min_cosine"] = Number(s.tolerance.min_cosine);
+    j["fp8_defaults"] = s.fp8;
+    j["outputs"] = OutputsJson(s.checks);
   }
-  return out + ",\"expected\":" + ExpectedJson(s) + "}";
+  j["expected"] = ExpectedJson(s);
+  return j;
 }
 
 std::string OwnersOf(const fb::ModuleT& m, const fb::OperationT& op) {
@@ -395,7 +440,7 @@ std::string OwnersOf(const fb::ModuleT& m, const fb::OperationT& op) {
   return "";
 }
 
-std::string OpsJson(const fb::ModuleT& m, const Figures& f) {
+Json OpsJson(const fb::ModuleT& m, const Figures& f) {
   std::map<uint32_t, const sim::OpReport*> simulated;
   for (const sim::OpReport& o : f.timing.ops) simulated[o.op] = &o;
   // Graph ops in execution order, then any op only the program names.
@@ -408,7 +453,7 @@ std::string OpsJson(const fb::ModuleT& m, const Figures& f) {
   for (const sim::OpReport& o : f.timing.ops) {
     if (!graph.count(o.op)) order.push_back(o.op);
   }
-  std::vector<std::string> rows;
+  Json rows = Json::array();
   for (uint32_t id : order) {
     const fb::OperationT* op = graph.count(id) ? graph[id] : nullptr;
     const sim::OpReport empty;
@@ -418,110 +463,106 @@ std::string OpsJson(const fb::ModuleT& m, const Figures& f) {
     const fb::EstimateT no_estimate;
     const fb::EstimateT& e =
         op != nullptr && op->estimate ? *op->estimate : no_estimate;
-    rows.push_back("[" + Int(id) + "," + Quote(op ? op->name : s.name) + "," +
-                   Quote(op ? ir::OpKindText(op->kind) : s.kind) + "," +
-                   Quote(op ? OwnersOf(m, *op) : "") + "," +
-                   Quote(op && op->recipe ? ir::RecipeText(*op->recipe) : "") +
-                   "," + Int(e.cycles) + "," + Int(e.compute_cycles) + "," +
-                   Int(e.exchange_cycles) + "," + Int(e.exchange_bytes) + "," +
-                   Int(e.peak_bytes) + "," + Int(s.compute_cycles) + "," +
-                   Int(s.exchange_cycles) + "," + Int(s.kernel_calls) + "," +
-                   Int(static_cast<int64_t>(w.tiles.size())) + "," +
-                   Int(s.transfers) + "," + Int(s.pieces) + "," +
-                   Int(s.bytes_received) + "," + Int(s.macs) + "," +
-                   Int(w.gemm_cycles) + "," + Int(w.amp_macs_per_cycle) + "," +
-                   Int(s.slow_path_calls) + "," + Int(w.first_step) + "," +
-                   Int(w.last_step) + "]");
+    rows.push_back(Json::array(
+        {id, op ? op->name : s.name, op ? ir::OpKindText(op->kind) : s.kind,
+         op ? OwnersOf(m, *op) : "",
+         op && op->recipe ? ir::RecipeText(*op->recipe) : "", e.cycles,
+         e.compute_cycles, e.exchange_cycles, e.exchange_bytes, e.peak_bytes,
+         s.compute_cycles, s.exchange_cycles, s.kernel_calls, w.tiles.size(),
+         s.transfers, s.pieces, s.bytes_received, s.macs, w.gemm_cycles,
+         w.amp_macs_per_cycle, s.slow_path_calls, w.first_step,
+         w.last_step}));
   }
-  return "{\"columns\":" +
-         Columns({"id",
-                  "name",
-                  "kind",
-                  "owners",
-                  "recipe",
-                  "est_cycles",
-                  "est_compute",
-                  "est_exchange",
-                  "est_exchange_bytes",
-                  "est_peak_bytes",
-                  "compute",
-                  "exchange",
-                  "calls",
-                  "compute_tiles",
-                  "transfers",
-                  "pieces",
-                  "bytes_received",
-                  "macs",
-                  "gemm_cycles",
-                  "amp_macs_per_cycle",
-                  "slow_calls",
-                  "first_step",
-                  "last_step"}) +
-         ",\"rows\":" + Rows(rows) + "}";
+  Json j;
+  j["columns"] = Columns({"id",
+                          "name",
+                          "kind",
+                          "owners",
+                          "recipe",
+                          "est_cycles",
+                          "est_compute",
+                          "est_exchange",
+                          "est_exchange_bytes",
+                          "est_peak_bytes",
+                          "compute",
+                          "exchange",
+                          "calls",
+                          "compute_tiles",
+                          "transfers",
+                          "pieces",
+                          "bytes_received",
+                          "macs",
+                          "gemm_cycles",
+                          "amp_macs_per_cycle",
+                          "slow_calls",
+                          "first_step",
+                          "last_step"});
+  j["rows"] = std::move(rows);
+  return j;
 }
 
-std::string StepsJson(const Figures& f, TileMaps* maps) {
-  std::vector<std::string> rows;
+// Every op with work in the superstep, hidden behind the slowest tile or
+// not: [op, kernel calls, transfers, bytes received].
+Json StepOpsJson(const std::map<uint32_t, StepOp>& computes,
+                 const StepExchange& x) {
+  std::map<uint32_t, std::vector<int64_t>> present;
+  for (const auto& [op, so] : computes) present[op] = {so.calls, 0, 0};
+  for (const OpExchange& o : x.ops) {
+    std::vector<int64_t>& p = present[o.op];
+    p.resize(3, 0);
+    p[1] = o.transfers;
+    p[2] = o.bytes_received;
+  }
+  Json ops = Json::array();
+  for (const auto& [op, p] : present) {
+    ops.push_back(Json::array({op, p[0], p[1], p[2]}));
+  }
+  return ops;
+}
+
+Json StepsJson(const Figures& f, TileMaps* maps) {
+  Json rows = Json::array();
   for (size_t s = 0; s < f.timing.supersteps.size(); ++s) {
     // Run steps: a repeat's supersteps appear once per iteration.
     const sim::SuperstepReport& r = f.timing.supersteps[s];
     const StepExchange& x = f.exchange.steps[r.index];
-    std::string spans;
+    Json spans = Json::array();
     for (const sim::SuperstepReport::Span& sp : r.compute_spans) {
-      spans += std::string(spans.empty() ? "" : ",") + "[" + Int(sp.op) + "," +
-               Quote(sp.kernel) + "," + Int(sp.cycles) + "," + Int(sp.calls) +
-               "]";
+      spans.push_back(Json::array({sp.op, sp.kernel, sp.cycles, sp.calls}));
     }
-    std::string split;
+    Json split = Json::array();
     for (const auto& [op, cycles] : r.exchange_split) {
-      split += std::string(split.empty() ? "" : ",") + "[" + Int(op) + "," +
-               Int(cycles) + "]";
-    }
-    // Every op with work in the superstep, hidden behind the slowest tile
-    // or not: [op, kernel calls, transfers, bytes received].
-    std::map<uint32_t, std::vector<int64_t>> present;
-    for (const auto& [op, so] : f.step_ops[r.index]) {
-      present[op] = {so.calls, 0, 0};
-    }
-    for (const OpExchange& o : x.ops) {
-      std::vector<int64_t>& p = present[o.op];
-      p.resize(3, 0);
-      p[1] = o.transfers;
-      p[2] = o.bytes_received;
-    }
-    std::string ops;
-    for (const auto& [op, p] : present) {
-      ops += std::string(ops.empty() ? "" : ",") + "[" + Int(op) + "," +
-             Int(p[0]) + "," + Int(p[1]) + "," + Int(p[2]) + "]";
+      split.push_back(Json::array({op, cycles}));
     }
     const bool moved = x.transfers > 0;
+    // The fragments' map is added before the received bytes' (the maps'
+    // numbering as the data has always had it).
+    const int fragments_map = moved ? maps->Add(x.tiles.fragments) : -1;
+    const int received_map = moved ? maps->Add(x.tiles.received) : -1;
     const std::string label =
         r.iteration < 0 ? r.label
                         : "[iteration " + std::to_string(r.iteration) + "] " +
                               r.label;
-    rows.push_back("[" + Quote(label) + "," + Int(r.start_cycle) + "," +
-                   Int(r.compute_cycles) + "," + Int(r.exchange_cycles) + "," +
-                   Int(r.slowest_tile) + "," + Int(r.exchange_slowest_tile) +
-                   "," + Int(r.kernel_calls) + "," + Int(r.transfers) + "," +
-                   Int(r.pieces) + "," + Int(r.bytes_received) + "," +
-                   Int(x.fragments) + ",[" + spans + "],[" + split + "],[" +
-                   ops + "]," + Int(moved ? maps->Add(x.tiles.received) : -1) +
-                   "," + Int(moved ? maps->Add(x.tiles.fragments) : -1) + "," +
-                   Int(r.exchange_bound_cycles) + "," +
-                   Int(r.exchange_scheduled_cycles) + "," +
-                   Int(r.sync_cycles) + "," + Int(r.update_cycles) + "]");
+    rows.push_back(Json::array(
+        {label, r.start_cycle, r.compute_cycles, r.exchange_cycles,
+         r.slowest_tile, r.exchange_slowest_tile, r.kernel_calls, r.transfers,
+         r.pieces, r.bytes_received, x.fragments, std::move(spans),
+         std::move(split), StepOpsJson(f.step_ops[r.index], x), received_map,
+         fragments_map, r.exchange_bound_cycles, r.exchange_scheduled_cycles,
+         r.sync_cycles, r.update_cycles}));
   }
-  return "{\"columns\":" +
-         Columns({"label", "start", "compute", "exchange", "slowest_tile",
-                  "exchange_slowest_tile", "calls", "transfers", "pieces",
-                  "bytes_received", "fragments", "compute_spans",
-                  "exchange_split", "ops", "received_map", "fragments_map",
-                  "exchange_bound", "exchange_scheduled", "sync", "update"}) +
-         ",\"span_columns\":" + Columns({"op", "kernel", "cycles", "calls"}) +
-         ",\"split_columns\":" + Columns({"op", "cycles"}) +
-         ",\"op_columns\":" +
-         Columns({"op", "calls", "transfers", "bytes_received"}) +
-         ",\"rows\":" + Rows(rows) + "}";
+  Json j;
+  j["columns"] = Columns({"label", "start", "compute", "exchange",
+                          "slowest_tile", "exchange_slowest_tile", "calls",
+                          "transfers", "pieces", "bytes_received", "fragments",
+                          "compute_spans", "exchange_split", "ops",
+                          "received_map", "fragments_map", "exchange_bound",
+                          "exchange_scheduled", "sync", "update"});
+  j["span_columns"] = Columns({"op", "kernel", "cycles", "calls"});
+  j["split_columns"] = Columns({"op", "cycles"});
+  j["op_columns"] = Columns({"op", "calls", "transfers", "bytes_received"});
+  j["rows"] = std::move(rows);
+  return j;
 }
 
 // The tiles whose buffers are laid out: the `busiest` with the most live
@@ -548,57 +589,64 @@ StatusOr<std::vector<int>> DetailTiles(const MemoryUse& memory,
   return std::vector<int>(chosen.begin(), chosen.end());
 }
 
-std::string BufferRow(const BufferLife& b) {
+Json BufferRow(const BufferLife& b) {
   const int flags =
       (b.host_written ? 1 : 0) | (b.weight ? 2 : 0) | (b.host_read ? 4 : 0);
-  return "[" + Int(b.id) + "," + Int(b.offset) + "," + Int(b.bytes) + "," +
-         Int(b.first) + "," + Int(b.last) + "," + Int(b.op) + "," +
-         Int(b.value) + "," + Int(flags) + "," + Quote(b.name) + "]";
+  return Json::array({b.id, b.offset, b.bytes, b.first, b.last, b.op, b.value,
+                      flags, b.name});
 }
 
-StatusOr<std::string> MemoryJson(const Figures& f, const ReportOptions& options,
-                                 TileMaps* maps) {
+StatusOr<Json> MemoryJson(const Figures& f, const ReportOptions& options,
+                          TileMaps* maps) {
   const MemoryUse& m = f.memory;
   StatusOr<std::vector<int>> detail = DetailTiles(m, options);
   if (!detail.ok()) return detail.status();
   std::vector<std::vector<const BufferLife*>> by_tile(m.peak_live.size());
   for (const BufferLife& b : m.buffers) by_tile[b.tile].push_back(&b);
-  std::vector<std::string> tiles;
+  Json tiles = Json::array();
   for (int t : *detail) {
-    std::vector<std::string> buffers;
+    Json buffers = Json::array();
     for (const BufferLife* b : by_tile[t]) {
       if (b->live()) buffers.push_back(BufferRow(*b));
     }
-    tiles.push_back("{\"tile\":" + Int(t) + ",\"live\":" + Ints(m.live[t]) +
-                    ",\"buffers\":" + Rows(buffers) + "}");
+    Json& tile = tiles.emplace_back();
+    tile["tile"] = t;
+    tile["live"] = m.live[t];
+    tile["buffers"] = std::move(buffers);
   }
-  std::vector<int64_t> peak_step(m.peak_step.begin(), m.peak_step.end());
-  return "{\"code_map\":" + Int(maps->Add(f.code_reserved)) +
-         ",\"exchange_code_map\":" +
-         Int(maps->Add(f.timing.exchange_code_bytes)) +
-         ",\"peak_live_map\":" + Int(maps->Add(m.peak_live)) +
-         ",\"peak_step_map\":" + Int(maps->Add(peak_step)) +
-         ",\"highest_end_map\":" + Int(maps->Add(m.highest_end)) +
-         ",\"buffer_columns\":" +
-         Columns({"id", "offset", "bytes", "first", "last", "op", "value",
-                  "flags", "name"}) +
-         ",\"flags\":{\"host_written\":1,\"weight\":2,\"host_read\":4}" +
-         ",\"tiles\":" + Rows(tiles) + "}";
+  // Added last to first (the maps' numbering as the data has always had
+  // it).
+  const std::vector<int64_t> peak_step(m.peak_step.begin(), m.peak_step.end());
+  const int highest_end_map = maps->Add(m.highest_end);
+  const int peak_step_map = maps->Add(peak_step);
+  const int peak_live_map = maps->Add(m.peak_live);
+  const int exchange_code_map = maps->Add(f.timing.exchange_code_bytes);
+  const int code_map = maps->Add(f.code_reserved);
+  Json j;
+  j["code_map"] = code_map;
+  j["exchange_code_map"] = exchange_code_map;
+  j["peak_live_map"] = peak_live_map;
+  j["peak_step_map"] = peak_step_map;
+  j["highest_end_map"] = highest_end_map;
+  j["buffer_columns"] = Columns({"id", "offset", "bytes", "first", "last",
+                                 "op", "value", "flags", "name"});
+  j["flags"] = {{"host_written", 1}, {"weight", 2}, {"host_read", 4}};
+  j["tiles"] = std::move(tiles);
+  return j;
 }
 
-std::string TransferRow(const TransferInfo& t) {
-  return "[" + Int(t.step) + "," + Int(t.op) + "," + Int(t.index) + "," +
-         Int(t.src_tile) + "," + Int(t.src_buffer) + "," + Int(t.bytes) + "," +
-         Int(t.rows) + "," + Int(static_cast<int64_t>(t.destinations.size())) +
-         "," + Quote(ir::DTypeText(t.dtype)) + "," +
-         Quote(TileListText(t.destinations)) + "]";
+Json TransferRow(const TransferInfo& t) {
+  return Json::array({t.step, t.op, t.index, t.src_tile, t.src_buffer, t.bytes,
+                      t.rows, t.destinations.size(), ir::DTypeText(t.dtype),
+                      TileListText(t.destinations)});
 }
 
-std::string ExchangeJson(const Figures& f, TileMaps* maps) {
+Json ExchangeJson(const Figures& f, TileMaps* maps) {
   const ExchangeTotals& x = f.exchange;
-  std::vector<std::string> by_op, per_step_op, largest;
+  Json by_op = Json::array(), per_step_op = Json::array(),
+       largest = Json::array();
   for (const auto& [op, received] : x.received_by_op) {
-    by_op.push_back("[" + Int(op) + "," + Int(maps->Add(received)) + "]");
+    by_op.push_back(Json::array({op, maps->Add(received)}));
   }
   for (size_t s = 0; s < x.steps.size(); ++s) {
     for (const OpExchange& o : x.steps[s].ops) {
@@ -606,48 +654,56 @@ std::string ExchangeJson(const Figures& f, TileMaps* maps) {
       for (fb::DType d : o.dtypes) {
         dtypes += (dtypes.empty() ? "" : ",") + ir::DTypeText(d);
       }
-      per_step_op.push_back(
-          "[" + Int(static_cast<int64_t>(s)) + "," + Int(o.op) + "," +
-          Int(o.transfers) + "," + Int(o.pieces) + "," + Int(o.fragments) +
-          "," + Int(o.bytes_sent) + "," + Int(o.bytes_received) + "," +
-          Int(o.source_tiles) + "," + Int(o.destination_tiles) + "," +
-          Quote(dtypes) + "]");
+      per_step_op.push_back(Json::array(
+          {s, o.op, o.transfers, o.pieces, o.fragments, o.bytes_sent,
+           o.bytes_received, o.source_tiles, o.destination_tiles, dtypes}));
       for (const TransferInfo& t : o.largest) largest.push_back(TransferRow(t));
     }
   }
-  return "{\"received_map\":" + Int(maps->Add(x.program.received)) +
-         ",\"sent_map\":" + Int(maps->Add(x.program.sent)) +
-         ",\"fragments_map\":" + Int(maps->Add(x.program.fragments)) +
-         ",\"op_received\":" + Rows(by_op) + ",\"step_op_columns\":" +
-         Columns({"step", "op", "transfers", "pieces", "fragments",
-                  "bytes_sent", "bytes_received", "source_tiles",
-                  "destination_tiles", "dtypes"}) +
-         ",\"step_ops\":" + Rows(per_step_op) + ",\"transfer_columns\":" +
-         Columns({"step", "op", "index", "src_tile", "src_buffer", "bytes",
-                  "rows", "destinations", "dtype", "destination_tiles"}) +
-         ",\"largest\":" + Rows(largest) + "}";
+  // Added last to first (the maps' numbering as the data has always had
+  // it).
+  const int fragments_map = maps->Add(x.program.fragments);
+  const int sent_map = maps->Add(x.program.sent);
+  const int received_map = maps->Add(x.program.received);
+  Json j;
+  j["received_map"] = received_map;
+  j["sent_map"] = sent_map;
+  j["fragments_map"] = fragments_map;
+  j["op_received"] = std::move(by_op);
+  j["step_op_columns"] =
+      Columns({"step", "op", "transfers", "pieces", "fragments", "bytes_sent",
+               "bytes_received", "source_tiles", "destination_tiles",
+               "dtypes"});
+  j["step_ops"] = std::move(per_step_op);
+  j["transfer_columns"] =
+      Columns({"step", "op", "index", "src_tile", "src_buffer", "bytes",
+               "rows", "destinations", "dtype", "destination_tiles"});
+  j["largest"] = std::move(largest);
+  return j;
 }
 
-std::string PassesJson(const fb::ModuleT& m) {
-  std::vector<std::string> runs;
+Json PassesJson(const fb::ModuleT& m) {
+  Json runs = Json::array();
   for (const auto& run : m.log) {
-    std::vector<std::string> decisions;
+    Json decisions = Json::array();
     for (const auto& d : run->decisions) {
-      std::vector<int64_t> ops(d->ops.begin(), d->ops.end());
-      decisions.push_back("[" + Ints(ops) + "," + Quote(d->action) + "," +
-                          Quote(fb::EnumNameOutcome(d->outcome)) + "," +
-                          Quote(d->reason) + "," + Int(d->cycles_before) + "," +
-                          Int(d->cycles_after) + "," + Int(d->bytes_before) +
-                          "," + Int(d->bytes_after) + "]");
+      decisions.push_back(Json::array(
+          {Json(std::vector<int64_t>(d->ops.begin(), d->ops.end())),
+           d->action, fb::EnumNameOutcome(d->outcome), d->reason,
+           d->cycles_before, d->cycles_after, d->bytes_before,
+           d->bytes_after}));
     }
-    runs.push_back("{\"pass\":" + Quote(run->pass) +
-                   ",\"flags\":" + List(run->flags, Quote) +
-                   ",\"decisions\":" + Rows(decisions) + "}");
+    Json& r = runs.emplace_back();
+    r["pass"] = run->pass;
+    r["flags"] = run->flags;
+    r["decisions"] = std::move(decisions);
   }
-  return "{\"decision_columns\":" +
-         Columns({"ops", "action", "outcome", "reason", "cycles_before",
-                  "cycles_after", "bytes_before", "bytes_after"}) +
-         ",\"runs\":" + Rows(runs) + "}";
+  Json j;
+  j["decision_columns"] =
+      Columns({"ops", "action", "outcome", "reason", "cycles_before",
+               "cycles_after", "bytes_before", "bytes_after"});
+  j["runs"] = std::move(runs);
+  return j;
 }
 
 }  // namespace
@@ -658,20 +714,27 @@ Status ReportData(const fb::ModuleT& module, const ReportOptions& options,
   TILEC_RETURN_IF_ERROR(ComputeFigures(module, options, &f));
   TileMaps maps;
   // Sections that add tile maps come before the maps themselves.
-  const std::string steps = StepsJson(f, &maps);
-  StatusOr<std::string> memory = MemoryJson(f, options, &maps);
+  Json steps = StepsJson(f, &maps);
+  StatusOr<Json> memory = MemoryJson(f, options, &maps);
   if (!memory.ok()) return memory.status();
-  const std::string exchange = ExchangeJson(f, &maps);
-  *json = "{\"format\":\"tilec-program-report\",\"version\":1,\n\"module\":" +
-          ModuleJson(module, options) +
-          ",\n\"target\":" + TargetJson(*module.target) +
-          ",\n\"host\":" + HostJson(options) +
-          ",\n\"summary\":" + SummaryJson(module, f) +
-          ",\n\"simulation\":" + SimulationJson(options) +
-          ",\n\"ops\":" + OpsJson(module, f) + ",\n\"steps\":" + steps +
-          ",\n\"memory\":" + *memory + ",\n\"exchange\":" + exchange +
-          ",\n\"passes\":" + PassesJson(module) +
-          ",\n\"tile_maps\":" + maps.Json() + "}\n";
+  Json exchange = ExchangeJson(f, &maps);
+  Json data;
+  data["format"] = "tilec-program-report";
+  data["version"] = 1;
+  data["module"] = ModuleJson(module, options);
+  data["target"] = TargetJson(*module.target);
+  data["host"] = HostJson(options);
+  data["summary"] = SummaryJson(module, f);
+  data["simulation"] = SimulationJson(options);
+  data["ops"] = OpsJson(module, f);
+  data["steps"] = std::move(steps);
+  data["memory"] = std::move(*memory);
+  data["exchange"] = std::move(exchange);
+  data["passes"] = PassesJson(module);
+  data["tile_maps"] = maps.maps();
+  json->clear();
+  Write(data, "", /*top_level=*/true, json);
+  *json += "\n";
   return Status::Ok();
 }
 
