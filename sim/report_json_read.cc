@@ -279,11 +279,14 @@ void ReadChecks(Fields& f, Status* status, SimulateDeviceReport* d) {
 // nlohmann's "[json.exception.parse_error.101] parse error at line 3,
 // column 4: syntax error ...; last read: '...'; expected ..." as "line 3,
 // column 4: syntax error ...; expected ...": what was last read can be
-// many lines (comments included).
+// many lines (comments included). Other errors lose their "[json...] " too.
 std::string ParseErrorText(std::string what) {
+  const size_t id_end = what.find("] ");
+  if (what.rfind("[json.exception.", 0) == 0 && id_end != std::string::npos) {
+    what.erase(0, id_end + 2);
+  }
   const std::string at = "parse error at ";
-  const size_t found = what.find(at);
-  if (found != std::string::npos) what.erase(0, found + at.size());
+  if (what.rfind(at, 0) == 0) what.erase(0, at.size());
   const size_t read = what.find("; last read: '");
   if (read != std::string::npos) {
     const size_t expected = what.rfind("'; expected ");
@@ -304,7 +307,8 @@ StatusOr<SimulationReport> ReportFromJson(const std::string& text) {
     // before skipped them.
     json = Json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/true,
                        /*ignore_comments=*/true);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
+    // A syntax error, or a number too large for a double (out_of_range).
     return Status::BadInput("not JSON: " + ParseErrorText(e.what()));
   }
   if (!json.is_object()) {

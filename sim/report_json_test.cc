@@ -153,6 +153,8 @@ TEST(ReportFromJson, BadInputNamesTheKey) {
 TEST(ReportFromJson, NotAReport) {
   EXPECT_THAT(ReportFromJson("{\"total_cycles\": 3").status().message(),
               HasSubstr("not JSON: line 1, column 19"));
+  EXPECT_EQ(ReportFromJson("{\"tiles\": 1e400}").status().message(),
+            "not JSON: number overflow parsing '1e400'");
   EXPECT_THAT(ReportFromJson("[1, 2]").status().message(),
               HasSubstr("the top level is not an object"));
   EXPECT_THAT(ReportFromJson("{}").status().message(),
