@@ -1,6 +1,7 @@
 // ReportFromJson (sim/report_json.h): simulate-device's --report=json read
 // back into the structs report_json.cc writes it from, key for key.
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -8,6 +9,19 @@
 
 namespace tilec::sim {
 namespace {
+
+// Whether the integer `v` is a T.
+template <typename T>
+bool FitsIn(const Json& v) {
+  if (v.is_number_unsigned()) {
+    return v.get<uint64_t>() <=
+           static_cast<uint64_t>(std::numeric_limits<T>::max());
+  }
+  return v.get<int64_t>() >=
+             static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+         v.get<int64_t>() <=
+             static_cast<int64_t>(std::numeric_limits<T>::max());
+}
 
 // Typed reads of one JSON object's members. The first problem is kept, and
 // names the member by its path ("ops[3].compute_cycles"); later reads of a
@@ -22,15 +36,7 @@ class Fields {
     const Json* v = Member(key);
     if (v == nullptr) return;
     if (!v->is_number_integer()) return Fail(key, "is not an integer");
-    const bool fits =
-        v->is_number_unsigned()
-            ? v->get<uint64_t>() <=
-                  static_cast<uint64_t>(std::numeric_limits<T>::max())
-            : v->get<int64_t>() >=
-                      static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-                  v->get<int64_t>() <=
-                      static_cast<int64_t>(std::numeric_limits<T>::max());
-    if (!fits) return Fail(key, "is out of range");
+    if (!FitsIn<T>(*v)) return Fail(key, "is out of range");
     *out = v->get<T>();
   }
   // Non-finite numbers are the strings "nan", "inf" and "-inf" (JSON cannot
@@ -53,6 +59,9 @@ class Fields {
   void Number(const char* key, float* out) {
     double v = *out;
     Number(key, &v);
+    if (std::isfinite(v) && std::abs(v) > std::numeric_limits<float>::max()) {
+      return Fail(key, "is out of range");
+    }
     *out = static_cast<float>(v);
   }
   void Bool(const char* key, bool* out) {
@@ -87,10 +96,7 @@ class Fields {
     if (!v->is_array()) return Fail(key, "is not an array");
     out->clear();
     for (const Json& e : *v) {
-      if (!e.is_number_integer() ||
-          (e.is_number_unsigned() &&
-           e.get<uint64_t>() >
-               static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+      if (!e.is_number_integer() || !FitsIn<int64_t>(e)) {
         return Fail(key, "is not an array of integers");
       }
       out->push_back(e.get<int64_t>());

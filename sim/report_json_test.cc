@@ -136,6 +136,8 @@ TEST(ReportFromJson, BadInputNamesTheKey) {
               HasSubstr("key ops[0].compute_cycles is not an integer"));
   EXPECT_THAT(ErrorAfter("\"op\": 4000000000", "\"op\": 5000000000"),
               HasSubstr("key ops[0].op is out of range"));
+  EXPECT_THAT(ErrorAfter("\"worst_sim\": -0.970214844", "\"worst_sim\": -1e39"),
+              HasSubstr("key expected.outputs[0].worst_sim is out of range"));
   EXPECT_THAT(ErrorAfter("\"cosine\": 0.5", "\"cosine\": \"high\""),
               HasSubstr("key expected.outputs[0].cosine is not a number"));
   EXPECT_THAT(ErrorAfter("\"fp8_defaults\": true", "\"fp8_defaults\": 1"),
