@@ -66,50 +66,61 @@ void DecisionLog::Explain(const fb::DecisionT& decision) {
   }
 }
 
-void DecisionLog::Add(std::vector<uint32_t> ops, const std::string& action,
-                      fb::Outcome outcome, const std::string& reason,
-                      const Numbers& numbers) {
-  auto d = std::make_unique<fb::DecisionT>();
-  d->ops = std::move(ops);
-  d->action = action;
-  d->outcome = outcome;
-  d->reason = reason;
-  d->cycles_before = numbers.cycles_before;
-  d->cycles_after = numbers.cycles_after;
-  d->bytes_before = numbers.bytes_before;
-  d->bytes_after = numbers.bytes_after;
-  decisions_.push_back(std::move(d));
+namespace {
+
+fb::DecisionT MakeDecision(std::vector<uint32_t> ops, const std::string& action,
+                           fb::Outcome outcome, const std::string& reason,
+                           const Numbers& numbers) {
+  fb::DecisionT d;
+  d.ops = std::move(ops);
+  d.action = action;
+  d.outcome = outcome;
+  d.reason = reason;
+  d.cycles_before = numbers.cycles_before;
+  d.cycles_after = numbers.cycles_after;
+  d.bytes_before = numbers.bytes_before;
+  d.bytes_after = numbers.bytes_after;
+  return d;
 }
+
+}  // namespace
 
 bool DecisionLog::Apply(std::vector<uint32_t> ops, const std::string& action,
                         const std::string& reason, const Numbers& numbers) {
-  if (LimitReached()) {
-    Numbers unchanged{numbers.cycles_before, numbers.cycles_before,
-                      numbers.bytes_before, numbers.bytes_before};
-    Add(std::move(ops), action, fb::Outcome::Rejected,
-        "beyond --max-decisions=" + std::to_string(max_decisions_) +
-            " (would apply: " + reason + ")",
-        unchanged);
-    Explain(*decisions_.back());
-    return false;
+  return TryApply(MakeDecision(std::move(ops), action, fb::Outcome::Accepted,
+                               reason, numbers));
+}
+
+bool DecisionLog::TryApply(fb::DecisionT decision) {
+  const bool apply = !LimitReached();
+  if (apply) {
+    decision.outcome = fb::Outcome::Accepted;
+    decision.limit_index = ++applied_;
+  } else {
+    // Held back: it changes nothing.
+    decision.outcome = fb::Outcome::Rejected;
+    decision.limit_index = 0;
+    decision.reason = "beyond --max-decisions=" +
+                      std::to_string(max_decisions_) +
+                      " (would apply: " + decision.reason + ")";
+    decision.cycles_after = decision.cycles_before;
+    decision.bytes_after = decision.bytes_before;
   }
-  ++applied_;
-  Add(std::move(ops), action, fb::Outcome::Accepted, reason, numbers);
-  decisions_.back()->limit_index = applied_;
+  decisions_.push_back(std::make_unique<fb::DecisionT>(std::move(decision)));
   Explain(*decisions_.back());
-  return true;
+  return apply;
 }
 
 void DecisionLog::Reject(std::vector<uint32_t> ops, const std::string& action,
                          const std::string& reason, const Numbers& numbers) {
-  Add(std::move(ops), action, fb::Outcome::Rejected, reason, numbers);
-  Explain(*decisions_.back());
+  Record(MakeDecision(std::move(ops), action, fb::Outcome::Rejected, reason,
+                      numbers));
 }
 
 void DecisionLog::Info(std::vector<uint32_t> ops, const std::string& action,
                        const std::string& reason, const Numbers& numbers) {
-  Add(std::move(ops), action, fb::Outcome::Info, reason, numbers);
-  Explain(*decisions_.back());
+  Record(MakeDecision(std::move(ops), action, fb::Outcome::Info, reason,
+                      numbers));
 }
 
 void DecisionLog::Record(const fb::DecisionT& decision) {

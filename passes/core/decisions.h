@@ -8,6 +8,7 @@
 #ifndef TILEC_PASSES_CORE_DECISIONS_H_
 #define TILEC_PASSES_CORE_DECISIONS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <ostream>
@@ -49,6 +50,10 @@ class DecisionLog {
   // rejected with the limit as the reason, numbers unchanged).
   bool Apply(std::vector<uint32_t> ops, const std::string& action,
              const std::string& reason, const Numbers& numbers);
+  // Apply for a decision the pass built itself, its reason the one it would
+  // be applied for (outcome and limit_index are set here). The one place
+  // the limit is checked.
+  bool TryApply(fb::DecisionT decision);
   // A decision not to transform, with its reason.
   void Reject(std::vector<uint32_t> ops, const std::string& action,
               const std::string& reason, const Numbers& numbers);
@@ -63,8 +68,17 @@ class DecisionLog {
   // Transforming decisions applied so far.
   int64_t applied() const { return applied_; }
   int64_t max_decisions() const { return max_decisions_; }
+  // For a pass that learns its limit late (plan-ownership resuming from a
+  // checkpoint that recorded one); < 0: no limit.
+  void set_max_decisions(int64_t max_decisions) {
+    max_decisions_ = max_decisions;
+  }
   bool limited() const { return max_decisions_ >= 0; }
   bool LimitReached() const { return limited() && applied_ >= max_decisions_; }
+  // Transforming decisions that may still apply; -1: no limit.
+  int64_t remaining() const {
+    return limited() ? std::max<int64_t>(0, max_decisions_ - applied_) : -1;
+  }
   const std::vector<std::unique_ptr<fb::DecisionT>>& decisions() const {
     return decisions_;
   }
@@ -72,9 +86,6 @@ class DecisionLog {
   std::unique_ptr<fb::PassRunT> TakeRun(std::vector<std::string> flags);
 
  private:
-  void Add(std::vector<uint32_t> ops, const std::string& action,
-           fb::Outcome outcome, const std::string& reason,
-           const Numbers& numbers);
   void Explain(const fb::DecisionT& decision);
 
   std::string pass_;

@@ -71,6 +71,52 @@ TEST(DecisionLogTest, LimitNumbersAppliedDecisionsAndHoldsBackTheRest) {
   EXPECT_EQ(d[3]->cycles_after, 5) << "a held-back decision changes nothing";
 }
 
+fb::DecisionT Prepared(const std::string& action) {
+  fb::DecisionT d;
+  d.ops = {4};
+  d.action = action;
+  d.reason = "improves by 3 cycles";
+  d.cycles_before = 10;
+  d.cycles_after = 7;
+  d.bytes_before = 100;
+  d.bytes_after = 120;
+  return d;
+}
+
+TEST(DecisionLogTest, TryApplyAcceptsUnderTheLimitAndHoldsBackBeyondIt) {
+  DecisionLog log("p", /*max_decisions=*/1);
+  EXPECT_TRUE(log.TryApply(Prepared("first")));
+  EXPECT_EQ(log.remaining(), 0);
+  EXPECT_FALSE(log.TryApply(Prepared("second")));
+  EXPECT_EQ(log.applied(), 1);
+  const auto& d = log.decisions();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0]->outcome, fb::Outcome::Accepted);
+  EXPECT_EQ(d[0]->limit_index, 1);
+  EXPECT_EQ(d[0]->reason, "improves by 3 cycles");
+  EXPECT_EQ(d[0]->cycles_after, 7);
+  EXPECT_EQ(d[1]->outcome, fb::Outcome::Rejected);
+  EXPECT_EQ(d[1]->limit_index, 0);
+  EXPECT_EQ(d[1]->reason,
+            "beyond --max-decisions=1 (would apply: improves by 3 cycles)");
+  EXPECT_EQ(d[1]->cycles_after, 10) << "a held-back decision changes nothing";
+  EXPECT_EQ(d[1]->bytes_after, 100);
+}
+
+TEST(DecisionLogTest, ALimitSetLateCountsWhatWasRecordedBefore) {
+  DecisionLog log("p");
+  EXPECT_EQ(log.remaining(), -1);
+  fb::DecisionT restored = Prepared("restored");
+  restored.outcome = fb::Outcome::Accepted;
+  restored.limit_index = 2;
+  log.Record(restored);
+  log.set_max_decisions(3);
+  EXPECT_EQ(log.remaining(), 1);
+  EXPECT_TRUE(log.TryApply(Prepared("third")));
+  EXPECT_EQ(log.decisions().back()->limit_index, 3);
+  EXPECT_FALSE(log.TryApply(Prepared("fourth")));
+}
+
 TEST(DecisionLogTest, ExplainPrintsTheDecisionsItSelects) {
   StatusOr<ExplainFilter> op7 = ExplainFilter::Parse("7");
   ASSERT_TRUE(op7.ok());

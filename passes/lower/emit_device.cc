@@ -166,9 +166,7 @@ Status Emitter::Run(EmitSummary* summary) {
   TILEC_RETURN_IF_ERROR(LowerAll());
   TILEC_RETURN_IF_ERROR(LowerRepeats());
   std::vector<ShareEvent> events;
-  const int64_t remaining = log_.limited()
-                                ? log_.max_decisions() - log_.applied()
-                                : -1;
+  const int64_t remaining = log_.remaining();
   Schedule(options_.share_supersteps, remaining, &events);
   std::string failure;
   bool fits = false;

@@ -16,6 +16,7 @@
 #include "formats/print.h"
 #include "formats/target.h"
 #include "kernels/kernels.h"
+#include "passes/core/decisions.h"
 #include "passes/core/ownership.h"
 #include "passes/import/model_builder.h"
 #include "passes/plan/cost.h"
@@ -1095,7 +1096,8 @@ TEST(PlannerTest, MaxDecisionsStopsApplyingChanges) {
     if (d->outcome == fb::Outcome::Accepted) {
       EXPECT_EQ(d->limit_index, 1);
     }
-    held_back += d->reason.rfind("not applied: --max-decisions=1", 0) == 0;
+    held_back +=
+        d->reason.rfind("beyond --max-decisions=1 (would apply: ", 0) == 0;
   }
   EXPECT_EQ(accepted, 1);
   EXPECT_GT(held_back, 0);
@@ -1395,14 +1397,15 @@ TEST(PlanCopyRowsTest, WeightsOnlyCopiedAreWeighedForPromotion) {
     EXPECT_NE(r.value, 1);
     EXPECT_NE(r.value, 2);
   }
-  std::vector<fb::DecisionT> decisions;
-  ASSERT_TRUE(PromoteWeights(f.graph, f.coster, &homes, &*e,
-                             [&](fb::DecisionT d) {
-                               decisions.push_back(std::move(d));
-                             })
+  passes::DecisionLog log;
+  ASSERT_TRUE(PromoteWeights(
+                  f.graph, f.coster, &homes, &*e,
+                  [&](fb::DecisionT d) { log.Record(d); },
+                  [&](fb::DecisionT d) { return log.TryApply(std::move(d)); })
                   .ok());
   int weighed = 0;
-  for (const fb::DecisionT& d : decisions) {
+  for (const auto& decision : log.decisions()) {
+    const fb::DecisionT& d = *decision;
     if (d.action.find("embed.") == std::string::npos) continue;
     ++weighed;
     EXPECT_EQ(d.action.find("stays in its home"), std::string::npos)

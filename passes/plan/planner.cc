@@ -290,6 +290,9 @@ class Planning {
           ParseRecorded("max-decisions", *max, int64_t{0}, &limit));
       params_.max_decisions = limit;
     }
+    // The log was made with the flag; on resume the limit may be the
+    // checkpoint's.
+    log_.set_max_decisions(params_.max_decisions.value_or(-1));
     StatusOr<std::optional<fb::DType>> gemm_dtype =
         ParseGemmDType(std::optional<std::string>(*dtype));
     if (!gemm_dtype.ok()) return gemm_dtype.status();
@@ -330,7 +333,6 @@ class Planning {
     search.seed = params_.seed;
     search.attempts = options_.attempts;
     search.proposals_per_op = params_.proposals_per_op;
-    search.max_decisions = params_.max_decisions.value_or(-1);
     search.pinned = pinned_;
     search.checkpoint_every = options_.checkpoint_every;
     search.log = &log_;

@@ -50,6 +50,12 @@ void Search::Record(const fb::DecisionT& decision) {
   log_->Record(decision);
 }
 
+bool Search::TryApply(fb::DecisionT decision) {
+  const bool applied = log_->TryApply(std::move(decision));
+  VLOG(1) << ir::DecisionText(*log_->decisions().back());
+  return applied;
+}
+
 std::vector<Recipe> Search::AllRecipes(int op, const Plan& plan,
                                        const Evaluation& eval) const {
   std::vector<Recipe> list;
@@ -131,24 +137,17 @@ Status Search::Run() {
     if (!e->feasible()) {
       d.outcome = fb::Outcome::Rejected;
       d.reason = "rejected by memory: " + e->Diagnosis();
+      Record(d);
     } else if (e->total_cycles >= eval_.total_cycles) {
       d.outcome = fb::Outcome::Rejected;
       d.reason = "rejected by cost: " + numbers;
-    } else if (options_.max_decisions >= 0 &&
-               accepted_ >= options_.max_decisions) {
-      d.outcome = fb::Outcome::Rejected;
-      d.reason = "not applied: --max-decisions=" +
-                 std::to_string(options_.max_decisions) +
-                 " reached (would improve: " + numbers + ")";
+      Record(d);
     } else {
-      d.outcome = fb::Outcome::Accepted;
-      d.limit_index = accepted_ + 1;
       d.reason = "improves by " +
                  std::to_string(eval_.total_cycles - e->total_cycles) +
                  " cycles: " + numbers;
-      accept = true;
+      accept = TryApply(std::move(d));
     }
-    Record(std::move(d));
     if (accept) {
       incumbent_ = std::move(*plan);
       eval_ = std::move(*e);

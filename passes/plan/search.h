@@ -45,7 +45,6 @@ struct SearchOptions {
   uint64_t seed = 1;
   int64_t attempts = 0;  // proposals to evaluate in this run
   int proposals_per_op = 4;
-  int64_t max_decisions = -1;    // accepted changes applied; -1: no limit
   std::map<int, Recipe> pinned;  // by op index
   int64_t checkpoint_every = 16;
   // Called with the checkpoint table and the decisions so far every
@@ -53,7 +52,8 @@ struct SearchOptions {
   std::function<Status(const fb::SearchCheckpointT&, const Decisions&)>
       save_checkpoint;
   // Where decisions are recorded as they are made (the pass's log, which
-  // also explains them); null: a log of the search's own.
+  // also explains them and holds the --max-decisions limit); null: a log of
+  // the search's own, without a limit.
   passes::DecisionLog* log = nullptr;
   // Called with progress lines (if set).
   std::function<void(const std::string&)> on_progress;
@@ -119,7 +119,11 @@ class Search {
  private:
   StatusOr<std::vector<Proposal>> MakeOffers(uint64_t offer_seed, int depth);
   StatusOr<Plan> Apply(const Proposal& proposal) const;
+  // Logs a decision as it is (a rejection, a figure or a required repair).
   void Record(const fb::DecisionT& decision);
+  // Logs a transforming decision under the log's --max-decisions limit
+  // (DecisionLog::TryApply); true if it may be applied.
+  bool TryApply(fb::DecisionT decision);
   std::string Describe(const Proposal& proposal) const;
   StatusOr<bool> Repair();
   Status Greedy(std::vector<fb::DecisionT>* decisions);

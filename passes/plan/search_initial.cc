@@ -68,7 +68,8 @@ Status Search::Initialize() {
   if (CountHomes(graph_, incumbent_) > 0) {
     TILEC_RETURN_IF_ERROR(PromoteWeights(
         graph_, coster_, &incumbent_, &eval_,
-        [this](fb::DecisionT d) { Record(std::move(d)); }));
+        [this](fb::DecisionT d) { Record(std::move(d)); },
+        [this](fb::DecisionT d) { return TryApply(std::move(d)); }));
   }
   fb::DecisionT d;
   d.action = "initial plan";
@@ -126,6 +127,8 @@ Status Search::MoveWeightsHome(std::optional<Evaluation>* closest) {
     incumbent_ = resident_plan;
     return Status::Ok();
   }
+  // A required repair (the resident plan does not fit): accepted outside
+  // --max-decisions (limit_index 0), as the spreads recorded with it.
   d.outcome = fb::Outcome::Accepted;
   d.reason = "the plan with every weight resident in compute layout does not "
              "fit (" + resident.Diagnosis() + ")";
@@ -255,6 +258,8 @@ StatusOr<bool> Search::Repair() {
     d.ops = {graph_.op(best_op).id};
     d.action = graph_.OpLabel(best_op) + ": " +
                incumbent_.recipes[best_op].Text() + " -> " + best_recipe.Text();
+    // A required repair (no plan without it fits): accepted outside
+    // --max-decisions (limit_index 0).
     d.outcome = fb::Outcome::Accepted;
     d.reason = std::string("memory repair: the initial plan does not fit (") +
                eval_.Diagnosis() + ")";

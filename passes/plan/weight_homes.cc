@@ -103,6 +103,8 @@ Status SpreadHomes(const Graph& graph, const Coster& coster, Plan* plan,
                passes::FormatOwnership(eval->owners[best_weight]) + " -> " +
                passes::FormatOwnership(best_eval.owners[best_weight]) +
                ", delivered to it before each use";
+    // A required repair (the plan does not fit without it): recorded as
+    // accepted outside --max-decisions (limit_index 0).
     d.outcome = fb::Outcome::Accepted;
     d.reason = "memory repair: the plan does not fit (" + eval->Diagnosis() +
                "); of the weights there, spreading this one brings it "
@@ -120,7 +122,8 @@ Status SpreadHomes(const Graph& graph, const Coster& coster, Plan* plan,
 
 Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
                       Evaluation* eval,
-                      const std::function<void(fb::DecisionT)>& record) {
+                      const std::function<void(fb::DecisionT)>& record,
+                      const std::function<bool(fb::DecisionT)>& try_apply) {
   // Rank by the cycles each promotion alone saves (its redistribution; the
   // cycles-only evaluation is cheap) per byte of compute layout it keeps.
   std::vector<Candidate> ranked;
@@ -196,22 +199,26 @@ Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
     if (!e->feasible()) {
       d.outcome = fb::Outcome::Rejected;
       d.reason = "rejected by memory: " + e->Diagnosis();
+      record(std::move(d));
     } else if (e->total_cycles >= eval->total_cycles) {
       d.outcome = fb::Outcome::Rejected;
       d.reason = c.row_copied ? "rejected by cost: its row copies are no "
                                 "cheaper from compute layout"
                               : "rejected by cost: the redistribution from "
                                 "its home saves nothing";
+      record(std::move(d));
     } else {
-      d.outcome = fb::Outcome::Accepted;
       d.reason = "the whole program still fits; saves " +
                  std::to_string(eval->total_cycles - e->total_cycles) +
                  (c.row_copied ? " cycles of its row copies"
                                : " cycles of redistribution from its home");
-      *plan = std::move(trial);
-      *eval = std::move(*e);
+      // The plan fits either way: a promotion only saves cycles, so it is
+      // an optimization under --max-decisions, not a repair.
+      if (try_apply(std::move(d))) {
+        *plan = std::move(trial);
+        *eval = std::move(*e);
+      }
     }
-    record(std::move(d));
   }
   return Status::Ok();
 }

@@ -35,7 +35,8 @@ int CountHomes(const Graph& graph, const Plan& plan);
 // tile whose home is their consumer's layout of one replica per block, the
 // one whose spread home (WeightHome::spread) brings the plan closest to
 // fitting (least excess, then lowest peak, then fewest cycles) is spread;
-// it stops when none brings it closer. Each spread is a decision.
+// it stops when none brings it closer. Each spread is a decision, a
+// required repair (accepted, not subject to --max-decisions).
 Status SpreadHomes(const Graph& graph, const Coster& coster, Plan* plan,
                    Evaluation* eval,
                    const std::function<void(fb::DecisionT)>& record);
@@ -44,11 +45,14 @@ Status SpreadHomes(const Graph& graph, const Coster& coster, Plan* plan,
 // home to resident compute layout: ranked by cycles saved per byte added on
 // the busiest tile (a repeat's body weight counts its count copies: its
 // twins take its ownership), each accepted if the whole program still fits and the
-// plan gets faster. Every weight's choice is recorded as a decision with
-// cycles and peak bytes before and after.
+// plan gets faster. Every weight's choice is a decision with cycles and
+// peak bytes before and after: a promotion goes to `try_apply` (an
+// optimization under --max-decisions: DecisionLog::TryApply), which says
+// whether it may be applied; the others to `record`.
 Status PromoteWeights(const Graph& graph, const Coster& coster, Plan* plan,
                       Evaluation* eval,
-                      const std::function<void(fb::DecisionT)>& record);
+                      const std::function<void(fb::DecisionT)>& record,
+                      const std::function<bool(fb::DecisionT)>& try_apply);
 
 }  // namespace tilec::plan
 

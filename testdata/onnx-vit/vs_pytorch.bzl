@@ -1,18 +1,14 @@
 """tilec against PyTorch on the exported encoder (vs_pytorch_test.sh)."""
 
+load("//passes/pipeline:pipeline_tools.bzl", "pipeline_tools")
+
 # import-onnx, every pass of passes/pipeline/PIPELINE and the two that run
 # a result (also what run_expect_test.sh needs).
-PIPELINE_TOOLS = [
-    "//tools/emit-device",
-    "//tools/expand-reduce",
-    "//tools/fuse-elementwise",
-    "//tools/fuse-residual",
-    "//tools/import-onnx",
-    "//tools/plan-ownership",
-    "//tools/quantize-fp8",
-    "//tools/run-reference",
-    "//tools/simulate-device",
-]
+PIPELINE_TOOLS = pipeline_tools(
+    "import-onnx",
+    "run-reference",
+    "simulate-device",
+)
 
 # What run_expect_test.sh needs besides its model and files (scripts/run.sh
 # with prebuilt tools).
