@@ -371,6 +371,18 @@ std::vector<RowSegment> RowSegments(const fb::OperationT& op) {
   return out;
 }
 
+OpShapeQuery ShapeQueryOf(const fb::OperationT& op) {
+  OpShapeQuery query;
+  query.id = op.id;
+  query.kind = op.kind;
+  query.name = op.name;
+  query.heads = op.heads;
+  query.head_dim = op.head_dim;
+  query.patch = op.patch;
+  query.rows = RowSegments(op);
+  return query;
+}
+
 void AppendRowSegment(const RowSegment& segment, fb::OperationT* op) {
   auto r = std::make_unique<fb::RowCopyT>();
   r->operand = segment.operand;
@@ -445,14 +457,7 @@ std::string ShapeProblem(const OpShapeQuery& op) {
 }
 
 std::string ShapeProblem(const fb::OperationT& op, const fb::ModuleT& module) {
-  OpShapeQuery query;
-  query.id = op.id;
-  query.kind = op.kind;
-  query.name = op.name;
-  query.heads = op.heads;
-  query.head_dim = op.head_dim;
-  query.patch = op.patch;
-  query.rows = RowSegments(op);
+  OpShapeQuery query = ShapeQueryOf(op);
   const auto& values = module.values;
   // Ids are normally dense (values[i]->id == i); fall back to a scan so that
   // a module with sparse ids is still checked rather than misread.

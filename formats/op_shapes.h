@@ -93,6 +93,9 @@ Status CheckOpShapes(const fb::Operation& op, const fb::Module& module);
 std::vector<RowSegment> RowSegments(const fb::OperationT& op);
 std::vector<RowSegment> RowSegments(const fb::Operation& op);
 
+// The query of an object-API op, operands and results not filled in.
+OpShapeQuery ShapeQueryOf(const fb::OperationT& op);
+
 // Appends `segment` to a CopyRows op's segments.
 void AppendRowSegment(const RowSegment& segment, fb::OperationT* op);
 

@@ -79,19 +79,6 @@ Status CheckOwnership(const fb::OwnershipT& owner, const fb::ValueT& value,
   return Status::Ok();
 }
 
-// Bytes of one element as stored (F32 4, F16/BF16 2, FP8 1).
-int64_t StoredBytes(fb::DType dtype) {
-  switch (dtype) {
-    case fb::DType::F32:
-      return 4;
-    case fb::DType::F16:
-    case fb::DType::BF16:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
 // FP8 per-tensor scales are powers of two 2^exp; beyond this the scaled
 // values are not representable in F32 either.
 constexpr int kMaxScaleExp = 64;
@@ -148,7 +135,7 @@ Status CheckValueSize(const fb::ValueT& value, const fb::TargetT* target) {
     elements *= extent;
   }
   TILEC_RETURN_IF_ERROR(CheckDeclaredShape(value, elements));
-  const int64_t bytes = elements * StoredBytes(value.dtype);
+  const int64_t bytes = elements * DTypeBytes(value.dtype);
   if (target != nullptr && bytes > TargetTensorBytes(*target)) {
     return Status::Infeasible(
         where + " \"" + value.name + "\" needs " + std::to_string(bytes) +
@@ -305,20 +292,13 @@ Status BindOperandsAndResults(const fb::OperationT& op, const std::string& where
 Status CheckShapes(const fb::OperationT& op, const std::string& where,
                    const std::vector<const fb::ValueT*>& operands,
                    const std::vector<const fb::ValueT*>& results) {
-  OpShapeQuery query;
-  query.id = op.id;
-  query.kind = op.kind;
-  query.name = op.name;
-  query.heads = op.heads;
-  query.head_dim = op.head_dim;
-  query.patch = op.patch;
   for (const auto& r : op.rows) {
     if (r == nullptr) return Status::BadInput(where + " has a null row segment");
   }
   if (!op.rows.empty() && op.kind != fb::OpKind::CopyRows) {
     return Status::BadInput(where + " has row segments but is not CopyRows");
   }
-  query.rows = RowSegments(op);
+  OpShapeQuery query = ShapeQueryOf(op);
   for (const fb::ValueT* v : operands) query.operands.push_back(v->shape);
   for (const fb::ValueT* v : results) query.results.push_back(v->shape);
   return CheckOpShapes(query);
