@@ -6,6 +6,7 @@
 # bisect.
 set -euo pipefail
 export BIN=tools
+. scripts/lib/pipeline.sh
 stages=testdata/pipelines/vit-ksplit
 planted=testdata/bisect/planted_check.sh
 work=$(mktemp -d)
@@ -41,7 +42,7 @@ within_bound "$work/one.txt"
 scripts/bisect.sh --bin=tools --out="$work/all" --pipeline "$stages/0-import.tilec" \
   -- "$planted" 7 "share supersteps" >"$work/all.txt"
 cat "$work/all.txt"
-expect "$work/all.txt" 'first bad decision: emit-device #2 (#6 of 9 across quantize-fp8 plan-ownership fuse-elementwise fuse-residual expand-reduce emit-device)'
+expect "$work/all.txt" "first bad decision: emit-device #2 (#6 of 9 across $(tilec_passes | paste -sd ' '))"
 within_bound "$work/all.txt"
 
 # --fixed: the first decision after which the check passes.
