@@ -98,12 +98,13 @@ class Parser {
                    " of a repeat: name that weight, whose rule rules every "
                    "iteration");
     }
-    if (!IsMatMulOperand(value->id)) {
+    if (!IsGemmOperand(value->id)) {
       // quantize-fp8 makes only GEMM operands FP8: the rule would be
       // silently ignored.
       return Error("value '" + Shown(ref) +
-                   "' is no MatMul operand; only MatMul operands are "
-                   "quantized, so the rule would do nothing");
+                   "' is no GEMM operand; only the operands of MatMuls and "
+                   "attention GEMMs are quantized, so the rule would do "
+                   "nothing");
     }
     if (policy_.values.count(value->id)) {
       return Error("value '" + Shown(ref) + "' is already given on line " +
@@ -149,21 +150,35 @@ class Parser {
       if (id && o->id == *id) op = o.get();
     }
     if (op == nullptr) return Error("no op '" + Shown(ref) + "' in the module");
-    if (op->kind != fb::OpKind::MatMul) {
-      return Error("op " + ref + " is not a MatMul (only MatMuls are quantized)");
+    if (!IsQuantizableGemm(op->kind)) {
+      return Error("op " + ref +
+                   " is not a GEMM (only MatMuls and attention GEMMs are "
+                   "quantized)");
     }
-    if (rule.size() != 1 || rule[0] != "exclude") {
-      return Error("expected 'exclude' for op " + ref);
+    if (rule.size() != 1 || (rule[0] != "exclude" && rule[0] != "fp8")) {
+      return Error("expected 'exclude' or 'fp8' for op " + ref);
     }
-    if (!policy_.excluded_ops.insert(op->id).second) {
-      return Error("op " + ref + " is already excluded");
+    if (policy_.excluded_ops.count(op->id) ||
+        policy_.forced_ops.count(op->id)) {
+      return Error("op " + ref + " is already given");
+    }
+    if (rule[0] == "exclude") {
+      policy_.excluded_ops.insert(op->id);
+    } else if (op->kind == fb::OpKind::MatMul) {
+      // A MatMul is quantized whenever it fits; only attention's GEMMs are
+      // decided by cost.
+      return Error("op " + ref +
+                   " is a MatMul, quantized whenever it fits: 'fp8' is for "
+                   "attention GEMMs");
+    } else {
+      policy_.forced_ops.insert(op->id);
     }
     return Status::Ok();
   }
 
-  bool IsMatMulOperand(uint32_t id) const {
+  bool IsGemmOperand(uint32_t id) const {
     for (const auto& op : module_.ops) {
-      if (op->kind != fb::OpKind::MatMul) continue;
+      if (!IsQuantizableGemm(op->kind)) continue;
       for (uint32_t operand : op->operands) {
         if (operand == id) return true;
       }

@@ -35,7 +35,7 @@ using sim::OutputAccuracy;
 
 namespace {
 
-fb::ValueT* FindValue(fb::ModuleT& module, uint32_t id) {
+fb::ValueT* FindValue(const fb::ModuleT& module, uint32_t id) {
   for (auto& v : module.values) {
     if (v->id == id) return v.get();
   }
@@ -76,6 +76,10 @@ std::string Fraction(double f) {
   std::snprintf(buf, sizeof buf, "%.4g%%", f * 100);
   return buf;
 }
+
+// Why one operand kept in its dtype keeps its GEMM's others too.
+constexpr char kAllOrNone[] =
+    "; the GEMM kernel takes both operands FP8 or both in their own dtype";
 
 std::string StatsText(const fb::ValueT& v) {
   return ir::DTypeText(v.dtype, v.fp8_scale_exp) + " (amax " +
@@ -231,6 +235,9 @@ class Quantizer {
       if (!q.ok()) return q.status();
       changed = changed || *q;
     }
+    StatusOr<bool> attention = QuantizeAttentionGemms();
+    if (!attention.ok()) return attention.status();
+    changed = changed || *attention;
     for (const Cast& cast : casts_) TILEC_RETURN_IF_ERROR(PlaceCast(cast));
     if (changed) TILEC_RETURN_IF_ERROR(LogAccuracy());
     LogSummary();
@@ -275,6 +282,10 @@ class Quantizer {
       if (op->kind == fb::OpKind::MatMul && op->operands.size() > 1) {
         weights_[op->operands[1]];
         for (uint32_t twin : TwinsOf(op->operands[1])) weights_[twin];
+      }
+      // An attention GEMM's operands are all activations.
+      if (op->kind != fb::OpKind::MatMul && IsQuantizableGemm(op->kind)) {
+        for (uint32_t id : op->operands) calibration_[id];
       }
     }
     kernels::ReferenceOptions run = reference_;
@@ -449,9 +460,7 @@ class Quantizer {
       refusal = ac.refusal;
     }
     if (!refusal.empty()) {
-      log_->Reject(ids, action,
-                   refusal + "; the GEMM kernel takes both operands FP8 or "
-                   "both in their own dtype", Unchanged());
+      log_->Reject(ids, action, refusal + kAllOrNone, Unchanged());
       return false;
     }
     // Price the quantized graph (cast as a Cast op, the conservative form;
@@ -600,6 +609,213 @@ class Quantizer {
     return nullptr;
   }
 
+  // The attention GEMMs, contexts first: P V has the most to gain (the
+  // softmax stores FP8 probabilities, halving their delivery), and the
+  // scores then share its FP8 copy of qkv instead of paying the cast alone.
+  std::vector<uint32_t> AttentionOrder() const {
+    std::vector<uint32_t> order;
+    for (fb::OpKind kind :
+         {fb::OpKind::AttentionContext, fb::OpKind::AttentionScores}) {
+      for (const auto& op : module_->ops) {
+        if (op->kind == kind) order.push_back(op->id);
+      }
+    }
+    return order;
+  }
+
+  // Every attention GEMM by QuantizeAttention, in AttentionOrder. One
+  // refused while it would pay for a cast alone is priced once more if
+  // another has made that cast since (the scores' FP8 qkv serves the
+  // context too).
+  StatusOr<bool> QuantizeAttentionGemms() {
+    bool changed = false;
+    std::map<uint32_t, int> refused;  // op -> its operands cast then
+    auto cast_operands = [this](uint32_t id) {
+      int n = 0;
+      for (uint32_t a : FindOp(id)->operands) {
+        n += quantized_activation_.count(a);
+      }
+      return n;
+    };
+    for (int round = 0; round < 2; ++round) {
+      for (uint32_t id : AttentionOrder()) {
+        if (round == 1 &&
+            (!refused.count(id) || policy_.excluded_ops.count(id) ||
+             cast_operands(id) == refused[id])) {
+          continue;
+        }
+        StatusOr<bool> q = QuantizeAttention(id);
+        if (!q.ok()) return q.status();
+        changed = changed || *q;
+        if (*q) {
+          refused.erase(id);
+        } else {
+          refused[id] = cast_operands(id);
+        }
+      }
+    }
+    return changed;
+  }
+
+  // One operand of an attention GEMM: an earlier cast's FP8 value serves
+  // it, or `choice` says how to cast it.
+  struct AttentionOperand {
+    uint32_t value = 0;
+    bool shared = false;
+    Choice choice;
+  };
+
+  // Attention op `id` (scores or context) on FP8 operands when that plans
+  // cheaper: every operand cast (the GEMM kernels take all FP8 or none),
+  // each cast stored by its producer's FP8-output kernel where it can be
+  // (the softmax's softmax_fp8 for the probabilities: a Cast op would read
+  // and write the whole score tensor again), else a Cast op the planner
+  // places (qkv: its producer has no FP8 form, and the scores may read it
+  // in F16). Unlike a MatMul's, this is decided by cost alone, unless the
+  // policy forces it ("op ID: fp8").
+  StatusOr<bool> QuantizeAttention(uint32_t id) {
+    const fb::OperationT* op = FindOp(id);
+    const std::vector<uint32_t> ids = {id};
+    const std::string action = "run " + OpLabel(*op) + " on FP8 operands";
+    if (policy_.excluded_ops.count(id)) {
+      log_->Reject(ids, action, "excluded by " + options_.policy_name,
+                   Unchanged());
+      return false;
+    }
+    std::vector<AttentionOperand> operands;
+    std::string refusal;
+    for (uint32_t a : op->operands) {
+      AttentionOperand o;
+      o.value = a;
+      o.shared = quantized_activation_.count(a) > 0;
+      if (!o.shared) {
+        o.choice = Choose(*FindValue(*module_, a), false, Rule(a));
+        if (refusal.empty()) refusal = o.choice.refusal;
+        FitProbabilities(a, &o.choice);
+      }
+      operands.push_back(std::move(o));
+    }
+    if (!refusal.empty()) {
+      log_->Reject(ids, action, refusal + kAllOrNone, Unchanged());
+      return false;
+    }
+    std::unique_ptr<fb::ModuleT> trial = CloneModule(*module_);
+    std::map<uint32_t, uint32_t> fp8_of;  // this op's F16 operand -> FP8
+    std::vector<Cast> kept;               // new casts left as Cast ops
+    std::string reason = ApplyAttention(trial.get(), id, operands, &fp8_of,
+                                        &kept);
+    if (Status rolled = ir::VerifyRepeats(*trial); !rolled.ok()) {
+      log_->Reject(ids, action, "quantized, " + rolled.message(), Unchanged());
+      return false;
+    }
+    StatusOr<Priced> after = Price(*trial);
+    if (!after.ok()) return after.status();
+    reason += "; planned: F16 " + PricedText(current_) + ", FP8 " +
+              PricedText(*after);
+    const Numbers numbers{current_.cycles, after->cycles, current_.peak,
+                          after->peak};
+    const bool nearer = !after->feasible && !current_.feasible &&
+                        after->peak > 0 && after->peak < current_.peak;
+    const bool cheaper =
+        after->feasible &&
+        (!current_.feasible || after->cycles < current_.cycles);
+    const bool forced = policy_.forced_ops.count(id) && after->feasible;
+    if (!cheaper && !nearer && !forced) {
+      log_->Reject(ids, action, "by cost: " + reason, numbers);
+      return false;
+    }
+    if (!cheaper && !nearer) reason += "; forced by " + options_.policy_name;
+    if (!log_->Apply(ids, action, reason, numbers)) return false;
+    module_->values.swap(trial->values);
+    module_->ops.swap(trial->ops);
+    current_ = *after;
+    for (const auto& [f16, fp8] : fp8_of) quantized_activation_[f16] = fp8;
+    casts_.insert(casts_.end(), kept.begin(), kept.end());
+    return true;
+  }
+
+  // A softmax's probabilities lie in [0, 1] whatever the input: unless the
+  // policy fixes it, their exponent fits 1 exactly (no margin), so that no
+  // input saturates them where calibration saw only smaller ones.
+  void FitProbabilities(uint32_t value, Choice* c) const {
+    const int p = ProducerIndex(*module_, value);
+    const ValueRule* rule = Rule(value);
+    if (!c->refusal.empty() || p < 0 ||
+        module_->ops[p]->kind != fb::OpKind::Softmax ||
+        (rule != nullptr && rule->scale_exp)) {
+      return;
+    }
+    c->scale_exp = ChooseScaleExp(1.0f, FormatOf(c->dtype), 0);
+    c->source = "exponent fits the probabilities' bound 1, no margin";
+  }
+
+  // In `m`: attention op `id` reads every operand in FP8 (a new cast, fused
+  // into its producer where FuseRefusal allows, or the shared one), each
+  // Cast op before its first reader. Returns the decision's text for the
+  // operands; fills `fp8_of` with the new casts and `kept` with those left
+  // as Cast ops.
+  std::string ApplyAttention(fb::ModuleT* m, uint32_t id,
+                             const std::vector<AttentionOperand>& operands,
+                             std::map<uint32_t, uint32_t>* fp8_of,
+                             std::vector<Cast>* kept) const {
+    auto index = [m](uint32_t op_id) {
+      int at = 0;
+      while (m->ops[at]->id != op_id) ++at;
+      return at;
+    };
+    fb::OperationT* op = m->ops[index(id)].get();
+    std::string text;
+    for (const AttentionOperand& o : operands) {
+      if (!text.empty()) text += "; ";
+      text += ValueLabel(*FindValue(*m, o.value));
+      uint32_t fp8 = 0;
+      std::string how;
+      if (o.shared) {
+        fp8 = quantized_activation_.at(o.value);
+        how = " (cast for an earlier GEMM)";
+      } else if (fp8_of->count(o.value)) {
+        fp8 = fp8_of->at(o.value);  // read twice (self-attention's qkv)
+        how = " (cast above)";
+      } else {
+        const Cast cast = InsertCast(m, index(id), o.value, o.choice);
+        std::replace(op->operands.begin(), op->operands.end(), o.value,
+                     cast.output);
+        std::string kernel;
+        const std::string no_fuse = FuseRefusal(*m, cast, &kernel);
+        if (no_fuse.empty()) {
+          Fuse(m, cast);
+          fp8 = o.value;
+          how = ", " + o.choice.source + ", stored FP8 by its producer (" +
+                kernel + ")";
+        } else {
+          fp8 = cast.output;
+          kept->push_back(cast);
+          how = ", " + o.choice.source + ", a Cast op (" + no_fuse + ")";
+        }
+        (*fp8_of)[o.value] = fp8;
+      }
+      std::replace(op->operands.begin(), op->operands.end(), o.value, fp8);
+      MoveCastBeforeReaders(m, fp8);
+      const fb::ValueT* v = FindValue(*m, fp8);
+      text += (fp8 == o.value ? " " : " -> " + ValueLabel(*v) + " ") +
+              StatsText(*v) + how;
+    }
+    return text;
+  }
+
+  // Keeps the op order topological: a Cast op that a reader before it now
+  // reads (a cast made for a later GEMM) moves just before that reader.
+  static void MoveCastBeforeReaders(fb::ModuleT* m, uint32_t value) {
+    const int c = ProducerIndex(*m, value);
+    if (c < 0 || m->ops[c]->kind != fb::OpKind::Cast) return;
+    int first = c;
+    for (const auto& [i, slot] : Uses(*m, value)) first = std::min(first, i);
+    if (first == c) return;
+    std::unique_ptr<fb::OperationT> cast = std::move(m->ops[c]);
+    m->ops.erase(m->ops.begin() + c);
+    m->ops.insert(m->ops.begin() + first, std::move(cast));
+  }
+
   // In `m`: the weight quantized in place (if `wc`), the activation cast
   // into a new FP8 value by a new Cast op just before the GEMM (if `ac`;
   // otherwise the earlier cast's value is read), the GEMM rewired to it.
@@ -621,6 +837,14 @@ class Quantizer {
       cast->output = op->operands[0];
       return;
     }
+    *cast = InsertCast(m, at, a, *ac);
+    op->operands[0] = cast->output;
+  }
+
+  // In `m`: a Cast op of value `a` into a new FP8 value (`<name>.fp8`, as
+  // `choice` says) inserted at op index `at`; nothing reads it yet.
+  static Cast InsertCast(fb::ModuleT* m, int at, uint32_t a,
+                         const Choice& choice) {
     uint32_t value_id = 0, op_id = 0;
     for (const auto& v : m->values) value_id = std::max(value_id, v->id + 1);
     for (const auto& o : m->ops) op_id = std::max(op_id, o->id + 1);
@@ -631,22 +855,20 @@ class Quantizer {
     out->shape = in->shape;
     out->dtype = in->dtype;
     out->role = fb::ValueRole::Activation;
-    MarkQuantized(out.get(), ac->dtype, ac->scale_exp, ac->magnitudes);
+    MarkQuantized(out.get(), choice.dtype, choice.scale_exp,
+                  choice.magnitudes);
     auto c = std::make_unique<fb::OperationT>();
     c->id = op_id;
     c->kind = fb::OpKind::Cast;
     c->name = in->name + ".cast";
     c->operands = {a};
     c->results = {value_id};
-    op->operands[0] = value_id;
-    cast->op = op_id;
-    cast->input = a;
-    cast->output = value_id;
     // Values are listed with the value they are cast from, for dump-ir.
     auto pos = std::find_if(m->values.begin(), m->values.end(),
                             [&](const auto& v) { return v->id == a; });
     m->values.insert(pos + 1, std::move(out));
     m->ops.insert(m->ops.begin() + at, std::move(c));
+    return Cast{op_id, a, value_id};
   }
 
   // Fused into the producer's FP8-output kernel, or a Cast op: by planning
@@ -670,26 +892,8 @@ class Quantizer {
     const fb::OperationT& producer = *module_->ops[p];
     const std::string action =
         subject + ": fuse into " + OpLabel(producer) + ", which stores FP8";
-    const std::string kernel = Fp8OutputKernel(producer);
-    std::string refusal;
-    if (kernel.empty()) {
-      refusal = OpLabel(producer) + " (" + ir::OpKindText(producer.kind) +
-                ") has no FP8-output kernel";
-    }
-    for (const auto& r : module_->repeats) {
-      if (refusal.empty() &&
-          (cast.input == r->carried_in || cast.input == r->carried_out)) {
-        refusal = ValueLabel(*in) +
-                  " is carried from one iteration of a "
-                  "repeat to the next, whose two ends keep one dtype";
-      }
-    }
-    for (const auto& [i, slot] : Uses(*module_, cast.input)) {
-      if (refusal.empty() && module_->ops[i]->id != cast.op) {
-        refusal = ValueLabel(*in) + " is also read in " +
-                  ir::DTypeText(in->dtype) + " by " + OpLabel(*module_->ops[i]);
-      }
-    }
+    std::string kernel;
+    const std::string refusal = FuseRefusal(*module_, cast, &kernel);
     const std::string kept =
         "; kept as a Cast op (cast kernel), which the planner places: at the "
         "producer's owners when that is cheapest, so the copy to the GEMM "
@@ -722,6 +926,35 @@ class Quantizer {
     module_->ops.swap(fused->ops);
     current_ = *priced;
     return Status::Ok();
+  }
+
+  // Why the producer of `cast`'s input in `m` cannot store the FP8 value
+  // itself ("" if it can), and its FP8-output kernel.
+  static std::string FuseRefusal(const fb::ModuleT& m, const Cast& cast,
+                                 std::string* kernel) {
+    const fb::ValueT* in = FindValue(m, cast.input);
+    const int p = ProducerIndex(m, cast.input);
+    if (p < 0) return ValueLabel(*in) + " is a graph input";
+    const fb::OperationT& producer = *m.ops[p];
+    *kernel = Fp8OutputKernel(producer);
+    if (kernel->empty()) {
+      return OpLabel(producer) + " (" + ir::OpKindText(producer.kind) +
+             ") has no FP8-output kernel";
+    }
+    for (const auto& r : m.repeats) {
+      if (cast.input == r->carried_in || cast.input == r->carried_out) {
+        return ValueLabel(*in) +
+               " is carried from one iteration of a "
+               "repeat to the next, whose two ends keep one dtype";
+      }
+    }
+    for (const auto& [i, slot] : Uses(m, cast.input)) {
+      if (m.ops[i]->id != cast.op) {
+        return ValueLabel(*in) + " is also read in " +
+               ir::DTypeText(in->dtype) + " by " + OpLabel(*m.ops[i]);
+      }
+    }
+    return "";
   }
 
   // In `m`: the producer stores the cast's FP8 value directly (the input

@@ -21,6 +21,10 @@
 //     when that is cheapest, so the copy to the GEMM moves FP8 bytes). Both
 //     are priced by planning the whole graph with plan-ownership's greedy
 //     initial plan (memory repaired), and the cheaper that fits is kept;
+//   - attention's GEMMs (context P V, then scores Q K^T) run on FP8
+//     operands when the graph planned so is cheaper: the probabilities
+//     stored FP8 by softmax_fp8 (exponent fitting their bound 1), qkv cast
+//     once to FP8 for every attention GEMM that runs FP8;
 //   - every quantized value records amax, exponent and the saturated and
 //     flushed fractions (Value.fp8_*), shown by dump-ir;
 //   - the accuracy of the quantized graph against the unquantized one (same

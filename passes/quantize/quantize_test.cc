@@ -127,13 +127,20 @@ TEST(ScaleTest, HistogramMeasuresExactlyAsEachElement) {
   }
 }
 
+// A small SigLIP `part` on the tiny target.
+fb::ModuleT TinySiglip(const std::string& part,
+                       const passes::ModelOverrides& o) {
+  fb::ModuleT module;
+  module.target = std::make_unique<fb::TargetT>();
+  EXPECT_TRUE(ir::LoadTarget("tiny", module.target.get()).ok());
+  EXPECT_TRUE(passes::BuildModel("siglip-so400m-384", part, o, &module).ok());
+  return module;
+}
+
 // A small SigLIP MLP block on the tiny target (`layers` of them, rolled
 // into a repeat or written out).
 fb::ModuleT TinyBlock(int tokens = 8, int width = 32, int mlp = 64,
                       int layers = 1, bool repeat = false) {
-  fb::ModuleT module;
-  module.target = std::make_unique<fb::TargetT>();
-  EXPECT_TRUE(ir::LoadTarget("tiny", module.target.get()).ok());
   passes::ModelOverrides o;
   o.tokens = tokens;
   o.width = width;
@@ -141,9 +148,7 @@ fb::ModuleT TinyBlock(int tokens = 8, int width = 32, int mlp = 64,
   o.heads = 1;
   o.layers = layers;
   o.repeat = repeat;
-  EXPECT_TRUE(
-      passes::BuildModel("siglip-so400m-384", "mlp-block", o, &module).ok());
-  return module;
+  return TinySiglip("mlp-block", o);
 }
 
 const fb::ValueT* ByName(const fb::ModuleT& m, const std::string& name) {
@@ -354,11 +359,144 @@ TEST(PolicyTest, ErrorsNameFileAndLine) {
   EXPECT_EQ(error("value l0.ln2.out: f16\nvalue l0.ln2.out: e4m3\n"),
             "p.policy:2: value 'l0.ln2.out' is already given on line 1");
   EXPECT_EQ(error("op 0: exclude\n"),
-            "p.policy:1: op 0 is not a MatMul (only MatMuls are quantized)");
+            "p.policy:1: op 0 is not a GEMM (only MatMuls and attention "
+            "GEMMs are quantized)");
   EXPECT_EQ(error("gemm 1: exclude\n"),
             "p.policy:1: unknown keyword 'gemm' (expected value or op)");
   EXPECT_EQ(error("value l0.ln2.out\n"),
             "p.policy:1: expected 'value NAME: RULE' or 'op ID: exclude'");
+}
+
+// A SigLIP layer on the tiny target (testdata/quantize-fp8/layer.golden's).
+fb::ModuleT TinyLayer() {
+  passes::ModelOverrides o;
+  o.tokens = 12;
+  o.width = 32;
+  o.mlp_width = 64;
+  o.heads = 4;
+  return TinySiglip("layer", o);
+}
+
+int OpIndex(const fb::ModuleT& m, uint32_t id) {
+  for (size_t i = 0; i < m.ops.size(); ++i) {
+    if (m.ops[i]->id == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const fb::OperationT* Producer(const fb::ModuleT& m, uint32_t value) {
+  for (const auto& op : m.ops) {
+    if (op->results.size() == 1 && op->results[0] == value) return op.get();
+  }
+  return nullptr;
+}
+
+// The last decision whose action starts with `action`.
+const fb::DecisionT* LastDecision(const fb::ModuleT& m,
+                                  const std::string& action) {
+  const fb::DecisionT* found = nullptr;
+  for (const fb::DecisionT* d : Decisions(m)) {
+    if (d->action.rfind(action, 0) == 0) found = d;
+  }
+  return found;
+}
+
+TEST(QuantizeAttentionTest, EachAttentionGemmIsDecidedByItsPlannedCycles) {
+  fb::ModuleT m = TinyLayer();
+  QuantizeFp8Pass pass;
+  ASSERT_TRUE(pass.Run(&m).ok());
+  const fb::OperationT* scores = OpByName(m, "l0.attn.scores");
+  const fb::OperationT* ctx = OpByName(m, "l0.attn.ctx");
+  for (const fb::OperationT* op : {scores, ctx}) {
+    const fb::DecisionT* d = LastDecision(
+        m, "run op " + std::to_string(op->id) + " (" + op->name + ")");
+    ASSERT_NE(d, nullptr) << op->name;
+    EXPECT_GT(d->cycles_before, 0) << d->reason;
+    EXPECT_GT(d->cycles_after, 0) << d->reason;
+    EXPECT_EQ(d->outcome == fb::Outcome::Accepted,
+              d->cycles_after < d->cycles_before)
+        << d->reason;
+    const fb::DType want = d->outcome == fb::Outcome::Accepted
+                               ? fb::DType::FP8E4M3
+                               : fb::DType::F16;
+    for (uint32_t id : op->operands) {
+      const fb::ValueT* v = nullptr;
+      for (const auto& value : m.values) {
+        if (value->id == id) v = value.get();
+      }
+      EXPECT_EQ(v->dtype, want) << op->name << " reads " << v->name;
+    }
+  }
+}
+
+TEST(QuantizeAttentionTest, ContextReadsSoftmaxFp8AndSharesTheQkvCast) {
+  fb::ModuleT m = TinyLayer();
+  fb::ModuleT original = TinyLayer();
+  const fb::OperationT* ctx = OpByName(m, "l0.attn.ctx");
+  QuantizeOptions options;
+  options.policy_name = "p.policy";
+  options.policy_text = "op " + std::to_string(ctx->id) + ": fp8\n";
+  QuantizeFp8Pass pass(options);
+  ASSERT_TRUE(pass.Run(&m).ok());
+  ctx = OpByName(m, "l0.attn.ctx");
+  const fb::OperationT* scores = OpByName(m, "l0.attn.scores");
+  // The softmax stores the probabilities in FP8 (softmax_fp8), scaled to
+  // their bound 1: no Cast op.
+  const fb::ValueT* probs = ByName(m, "l0.attn.softmax.out");
+  EXPECT_EQ(ctx->operands[0], probs->id);
+  EXPECT_EQ(probs->dtype, fb::DType::FP8E4M3);
+  EXPECT_EQ(probs->fp8_scale_exp,
+            ChooseScaleExp(1.0f, Fp8Format::kE4M3, 0));
+  EXPECT_EQ(OpByName(m, "l0.attn.softmax.out.cast"), nullptr);
+  // v comes from one FP8 cast of qkv, which the scores read too, placed
+  // before them.
+  const fb::ValueT* qkv = ByName(m, "l0.attn.qkv_bias.out.fp8");
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_EQ(ctx->operands[1], qkv->id);
+  EXPECT_EQ(scores->operands[0], qkv->id);
+  const fb::OperationT* cast = Producer(m, qkv->id);
+  ASSERT_NE(cast, nullptr);
+  EXPECT_EQ(cast->kind, fb::OpKind::Cast);
+  EXPECT_LT(OpIndex(m, cast->id), OpIndex(m, scores->id));
+  const fb::DecisionT* d =
+      LastDecision(m, "run op " + std::to_string(ctx->id) + " (l0.attn.ctx)");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->outcome, fb::Outcome::Accepted);
+  EXPECT_NE(d->reason.find("softmax_fp8"), std::string::npos) << d->reason;
+  EXPECT_NE(d->reason.find("planned: F16 "), std::string::npos) << d->reason;
+  // The reference runs it, and Unquantized() gives the original back.
+  kernels::ReferenceResult q, u, o;
+  ASSERT_TRUE(kernels::RunReference(m, &q).ok());
+  ASSERT_TRUE(kernels::RunReference(*sim::Unquantized(m), &u).ok());
+  ASSERT_TRUE(kernels::RunReference(original, &o).ok());
+  for (const kernels::ReferenceTensor* out : o.Outputs()) {
+    EXPECT_EQ(u.Find(out->id)->data, out->data);
+  }
+  for (const sim::OutputAccuracy& a : sim::CompareOutputs(m, q, o)) {
+    EXPECT_TRUE(sim::WithinUnquantizedTolerance(a, {}))
+        << sim::AccuracyText(a.full);
+  }
+}
+
+TEST(QuantizeAttentionTest, PolicyExcludesOrForcesOnlyGemms) {
+  fb::ModuleT m = TinyLayer();
+  const std::string scores = std::to_string(OpByName(m, "l0.attn.scores")->id);
+  const fb::OperationT* qkv = OpByName(m, "l0.attn.qkv");
+  StatusOr<Policy> bad = ParsePolicy(
+      "op " + std::to_string(qkv->id) + ": fp8\n", "p.policy", m);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("is a MatMul"), std::string::npos);
+  QuantizeOptions options;
+  options.policy_name = "p.policy";
+  options.policy_text = "op " + scores + ": exclude\n";
+  QuantizeFp8Pass pass(options);
+  ASSERT_TRUE(pass.Run(&m).ok());
+  const fb::DecisionT* d =
+      LastDecision(m, "run op " + scores + " (l0.attn.scores)");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->outcome, fb::Outcome::Rejected);
+  EXPECT_NE(d->reason.find("excluded by p.policy"), std::string::npos);
+  EXPECT_EQ(ByName(m, "l0.attn.qkv_bias.out")->dtype, fb::DType::F16);
 }
 
 class CalibrationTest : public ::testing::Test {
