@@ -25,7 +25,7 @@ DEFINE_bool(fp8, kDefaults.enabled,
             "pipeline) and only logs that it did.");
 DEFINE_string(policy, "",
               "Policy file: lines 'value NAME: f16|e4m3|e5m2 [exp=N]' (NAME or "
-              "%ID) and 'op ID: exclude' (docs/quantize.md).");
+              "%ID) and 'op ID: exclude|fp8' (docs/quantize.md).");
 DEFINE_string(calibration, "",
               "Directory of .npy files, one per graph input (the layout of "
               "run-reference --inputs), to calibrate activation scales on; "
