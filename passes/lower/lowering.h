@@ -204,6 +204,11 @@ class Lowering {
     Box box;
     int partial;  // buffer of its partial moments
   };
+  // The partial moments of `box` of the op's operand 0 on `tile`: one
+  // ln_moments call in `phase` into a new F32 [rows, 3] buffer, returned.
+  StatusOr<int> PartialMoments(const fb::OperationT& op, int tile,
+                               const Box& box, std::string_view role,
+                               Phase* phase);
   Status SplitMomentPartials(const fb::OperationT& op,
                              const passes::SplitRowPlan& plan, Phase* stats,
                              std::vector<LayerNormSlice>* slices);

@@ -340,6 +340,24 @@ Box MomentRows(int64_t r0, int64_t r1) { return Box2(r0, r1, 0, 3); }
 
 }  // namespace
 
+StatusOr<int> Lowering::PartialMoments(const fb::OperationT& op, int tile,
+                                       const Box& box, std::string_view role,
+                                       Phase* phase) {
+  StatusOr<VSlice> x = Contiguous(op.operands[0], tile, box, op, role, phase);
+  if (!x.ok()) return x.status();
+  const int buffer = NewBuffer(tile, BoxRows(box) * 3, fb::DType::F32, 0, -1,
+                               op.id, BufferKind::kPartial,
+                               op.name + ".partial", false);
+  VCall call;
+  call.tile = tile;
+  call.kernel = kernels::names::kLnMoments;
+  call.op = op.id;
+  call.args = {*x, {buffer, 0, BoxRows(box) * 12}};
+  call.params = {BoxRows(box), BoxWidth(box)};
+  AddCall(phase, std::move(call));
+  return buffer;
+}
+
 Status Lowering::CombineMoments(const fb::OperationT& op, uint32_t m_id,
                                 const std::vector<MomentPartial>& partials,
                                 std::deque<Phase>* list) {
@@ -436,22 +454,13 @@ Status Lowering::LowerMoments(const fb::OperationT& op, const ReductionChoice&,
   std::vector<MomentPartial> partials;
   for (int t : TilesUsed(layout, X->shape)) {
     for (const Box& box : HeldBoxes(layout, X->shape, t)) {
-      StatusOr<VSlice> x = Contiguous(op.operands[0], t, box, op, "operand", compute);
-      if (!x.ok()) return x.status();
+      StatusOr<int> buffer = PartialMoments(op, t, box, "operand", compute);
+      if (!buffer.ok()) return buffer.status();
       MomentPartial p;
       p.tile = t;
       p.rows = box;
       p.storage.segments = {Segment{MomentRows(box.begin[0], box.end[0]), 0}};
-      p.storage.buffer = NewBuffer(t, BoxRows(box) * 3, fb::DType::F32, 0, -1,
-                                   op.id, BufferKind::kPartial,
-                                   op.name + ".partial", false);
-      VCall call;
-      call.tile = t;
-      call.kernel = kernels::names::kLnMoments;
-      call.op = op.id;
-      call.args = {*x, {p.storage.buffer, 0, BoxRows(box) * 12}};
-      call.params = {BoxRows(box), BoxWidth(box)};
-      AddCall(compute, std::move(call));
+      p.storage.buffer = *buffer;
       partials.push_back(std::move(p));
     }
   }
@@ -513,21 +522,10 @@ Status Lowering::SplitMomentPartials(const fb::OperationT& op,
                                      Phase* stats,
                                      std::vector<LayerNormSlice>* slices) {
   for (const passes::RowSlice& slice : plan.slices) {
-    const int t = slice.tile;
-    const Box& box = slice.box;
-    StatusOr<VSlice> x = Contiguous(op.operands[0], t, box, op, "x", stats);
-    if (!x.ok()) return x.status();
-    const int buf = NewBuffer(t, BoxRows(box) * 3, fb::DType::F32, 0, -1,
-                              op.id, BufferKind::kPartial,
-                              op.name + ".partial", false);
-    VCall call;
-    call.tile = t;
-    call.kernel = kernels::names::kLnMoments;
-    call.op = op.id;
-    call.args = {*x, {buf, 0, BoxRows(box) * 12}};
-    call.params = {BoxRows(box), BoxWidth(box)};
-    AddCall(stats, std::move(call));
-    slices->push_back({t, box, buf});
+    StatusOr<int> buffer =
+        PartialMoments(op, slice.tile, slice.box, "x", stats);
+    if (!buffer.ok()) return buffer.status();
+    slices->push_back({slice.tile, slice.box, *buffer});
   }
   return Status::Ok();
 }

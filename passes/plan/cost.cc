@@ -24,6 +24,18 @@ using passes::TransferCost;
 
 std::string OwnKey(const fb::OwnershipT& o) { return FormatOwnership(o); }
 
+// An op of `compute` cycles and `phases` (0 or 1) exchange phases priced
+// `exchange`.
+OpCost WithExchange(int64_t compute, const TransferCost& exchange,
+                    int phases) {
+  OpCost cost;
+  cost.compute = compute;
+  cost.exchange = exchange.phase_cycles;
+  cost.phases = phases;
+  cost.exchange_bytes = exchange.bytes_received;
+  cost.code = exchange.tile_code;
+  return cost;
+}
 
 }  // namespace
 
@@ -588,12 +600,7 @@ StatusOr<OpCost> Coster::PriceSplitLayerNorm(const Graph& graph, int op,
   StatusOr<passes::SplitRowCost> c =
       passes::PriceSplitRows(*plan, out.dtype, model(), target(), timing_);
   if (!c.ok()) return c.status();
-  OpCost cost;
-  cost.compute = c->compute;
-  cost.exchange = c->exchange.phase_cycles;
-  cost.phases = c->phases;
-  cost.exchange_bytes = c->exchange.bytes_received;
-  cost.code = c->exchange.tile_code;
+  OpCost cost = WithExchange(c->compute, c->exchange, c->phases);
   cost.max_scratch =
       *std::max_element(c->scratch.begin(), c->scratch.end());
   cost.scratch = std::make_shared<std::vector<int64_t>>(std::move(c->scratch));
@@ -624,12 +631,7 @@ StatusOr<OpCost> Coster::PriceAttention(const Graph& graph, int op,
       passes::PriceAttention(*grid, qkv_owner, qkv.shape, qkv.dtype,
                              probs_dtype, model(), target(), timing_);
   if (!a.ok()) return a.status();
-  OpCost cost;
-  cost.compute = a->compute;
-  cost.exchange = a->exchange.phase_cycles;
-  cost.phases = a->phases;
-  cost.exchange_bytes = a->exchange.bytes_received;
-  cost.code = a->exchange.tile_code;
+  OpCost cost = WithExchange(a->compute, a->exchange, a->phases);
   auto scratch = std::make_shared<std::vector<int64_t>>(tiles(), 0);
   const int eb = DTypeBytes(qkv.dtype);
   grid->ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {
