@@ -178,7 +178,7 @@ std::vector<Recipe> AttentionCandidates(const Graph& graph,
 
 // A LayerNorm over column slices of its rows (passes/core/split_row_plan.h),
 // ranked by `score`: per row split the two column splits that use the most
-// tiles (fewer leave tiles idle for the same gather), except those whose
+// tiles (fewer column parts leave tiles idle), except those whose
 // gather alone, each tile receiving the other slices' partials at the
 // exchange rate, takes longer than `best`, the cheapest row split.
 std::vector<Scored> SplitRowCandidates(
