@@ -507,6 +507,26 @@ TEST(FuseEndToEndTest, TwoMlpBlocks) {
 }
 
 
+// A LayerNorm over column slices of its rows takes its statistics from the
+// residual add too: each row block's moments on every slice of it.
+TEST(FuseEndToEndTest, SplitLayerNormTakesTheResidualsStatistics) {
+  passes::ModelOverrides o = plan::TinyOverrides(64, 4);
+  o.layers = 2;
+  const fb::ModuleT m = plan::Model("tiny", "vit-b16-224", o);
+  const std::string recipe = "op 7: rowwise blocked(8x2)\n";
+  Compiled fused = Compile(m, recipe, true);
+  ASSERT_EQ(Count(fused.module, fb::OpKind::Normalize), 1);
+  for (const auto& op : fused.module.ops) {
+    if (op->kind != fb::OpKind::Normalize) continue;
+    for (const auto& v : fused.module.values) {
+      if (v->id != op->operands[1]) continue;
+      EXPECT_EQ(ir::OwnershipText(*v->ownership), "blocked(8x1, rep=2)");
+    }
+  }
+  ExpectFusedLikeUnfused(m, recipe, 1);
+}
+
+
 // ---------------------------------------------------------------- repeats
 
 fb::ModuleT RolledBlocks(int layers, int64_t tokens = 64) {

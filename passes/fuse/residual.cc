@@ -9,6 +9,7 @@
 #include "formats/target.h"
 #include "formats/print.h"
 #include "kernels/cost.h"
+#include "passes/core/ownership.h"
 #include "passes/fuse/boundary.h"
 #include "passes/lower/lowering.h"
 #include "passes/lower/program.h"
@@ -115,8 +116,10 @@ StatusOr<Lowered> LowerOps(const fb::ModuleT& m,
 }
 
 // `m` with the site fused: the add gains a Moments step and a moments
-// result (owned by the LayerNorm's row owners), the LayerNorm becomes a
-// Normalize of the sum with them. The fused op gets `fused_id`.
+// result (owned by the LayerNorm's row owners: a LayerNorm over column
+// slices of its rows gets each row block's moments on every slice of it),
+// the LayerNorm becomes a Normalize of the sum with them. The fused op gets
+// `fused_id`.
 fb::ModuleT FuseSite(const fb::ModuleT& m, const Site& site,
                      uint32_t fused_id, uint32_t moments_id) {
   fb::ModuleT out = m;
@@ -132,8 +135,9 @@ fb::ModuleT FuseSite(const fb::ModuleT& m, const Site& site,
   moments->shape = {sum->shape[0], 3};
   moments->dtype = fb::DType::F32;
   moments->role = fb::ValueRole::Activation;
-  moments->ownership =
-      std::make_unique<fb::OwnershipT>(*ln.recipe->layout);
+  moments->ownership = std::make_unique<fb::OwnershipT>(
+      passes::RowColumnOwnership(*ln.recipe->layout)
+          .value_or(*ln.recipe->layout));
   if (add.kind == fb::OpKind::Add) {
     auto step = std::make_unique<fb::FusedStepT>();
     step->kind = fb::FusedStepKind::ResidualAdd;

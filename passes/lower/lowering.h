@@ -40,6 +40,7 @@
 #include "formats/tilec_generated.h"
 #include "kernels/cost.h"
 #include "passes/core/attention_plan.h"
+#include "passes/core/split_row_plan.h"
 #include "passes/core/tile_plan.h"
 #include "passes/lower/layout.h"
 #include "passes/lower/program.h"
@@ -203,15 +204,18 @@ class Lowering {
     Box box;
     int partial;  // buffer of its partial moments
   };
-  Status SplitMomentPartials(const fb::OperationT& op, const fb::ValueT& Y,
-                             Phase* stats, std::vector<LayerNormSlice>* slices);
-  static StatusOr<std::map<int64_t, const LayerNormSlice*>> RowGroup(
-      const std::vector<LayerNormSlice>& slices, const LayerNormSlice& s,
-      const std::string& where);
-  StatusOr<int> CombineRowGroup(
-      const fb::OperationT& op, const LayerNormSlice& s,
-      const std::map<int64_t, const LayerNormSlice*>& group, Phase* exchange,
-      Phase* norm);
+  // The partial moments of `box` of the op's operand 0 on `tile`: one
+  // ln_moments call in `phase` into a new F32 [rows, 3] buffer, returned.
+  StatusOr<int> PartialMoments(const fb::OperationT& op, int tile,
+                               const Box& box, std::string_view role,
+                               Phase* phase);
+  Status SplitMomentPartials(const fb::OperationT& op,
+                             const passes::SplitRowPlan& plan, Phase* stats,
+                             std::vector<LayerNormSlice>* slices);
+  StatusOr<int> CombineRowGroup(const fb::OperationT& op,
+                                const std::vector<LayerNormSlice>& slices,
+                                int s, const std::vector<int>& group,
+                                Phase* exchange, Phase* norm);
   Status NormalizeSlice(const fb::OperationT& op, const LayerNormSlice& s,
                         int full, Phase* norm);
   Status LowerMoments(const fb::OperationT& op, const ReductionChoice& choice,

@@ -340,6 +340,24 @@ Box MomentRows(int64_t r0, int64_t r1) { return Box2(r0, r1, 0, 3); }
 
 }  // namespace
 
+StatusOr<int> Lowering::PartialMoments(const fb::OperationT& op, int tile,
+                                       const Box& box, std::string_view role,
+                                       Phase* phase) {
+  StatusOr<VSlice> x = Contiguous(op.operands[0], tile, box, op, role, phase);
+  if (!x.ok()) return x.status();
+  const int buffer = NewBuffer(tile, BoxRows(box) * 3, fb::DType::F32, 0, -1,
+                               op.id, BufferKind::kPartial,
+                               op.name + ".partial", false);
+  VCall call;
+  call.tile = tile;
+  call.kernel = kernels::names::kLnMoments;
+  call.op = op.id;
+  call.args = {*x, {buffer, 0, BoxRows(box) * 12}};
+  call.params = {BoxRows(box), BoxWidth(box)};
+  AddCall(phase, std::move(call));
+  return buffer;
+}
+
 Status Lowering::CombineMoments(const fb::OperationT& op, uint32_t m_id,
                                 const std::vector<MomentPartial>& partials,
                                 std::deque<Phase>* list) {
@@ -436,22 +454,13 @@ Status Lowering::LowerMoments(const fb::OperationT& op, const ReductionChoice&,
   std::vector<MomentPartial> partials;
   for (int t : TilesUsed(layout, X->shape)) {
     for (const Box& box : HeldBoxes(layout, X->shape, t)) {
-      StatusOr<VSlice> x = Contiguous(op.operands[0], t, box, op, "operand", compute);
-      if (!x.ok()) return x.status();
+      StatusOr<int> buffer = PartialMoments(op, t, box, "operand", compute);
+      if (!buffer.ok()) return buffer.status();
       MomentPartial p;
       p.tile = t;
       p.rows = box;
       p.storage.segments = {Segment{MomentRows(box.begin[0], box.end[0]), 0}};
-      p.storage.buffer = NewBuffer(t, BoxRows(box) * 3, fb::DType::F32, 0, -1,
-                                   op.id, BufferKind::kPartial,
-                                   op.name + ".partial", false);
-      VCall call;
-      call.tile = t;
-      call.kernel = kernels::names::kLnMoments;
-      call.op = op.id;
-      call.args = {*x, {p.storage.buffer, 0, BoxRows(box) * 12}};
-      call.params = {BoxRows(box), BoxWidth(box)};
-      AddCall(compute, std::move(call));
+      p.storage.buffer = *buffer;
       partials.push_back(std::move(p));
     }
   }
@@ -507,91 +516,56 @@ Status Lowering::LowerNormalize(const fb::OperationT& op, OpProgram* out) {
   return Status::Ok();
 }
 
-// Partial moments of every column slice of `Y` (the op's result), in
-// `stats`.
+// Partial moments of every column slice of the plan, in `stats`.
 Status Lowering::SplitMomentPartials(const fb::OperationT& op,
-                                     const fb::ValueT& Y, Phase* stats,
+                                     const passes::SplitRowPlan& plan,
+                                     Phase* stats,
                                      std::vector<LayerNormSlice>* slices) {
-  for (int t : TilesUsed(*Y.ownership, Y.shape)) {
-    for (const Box& box : HeldBoxes(*Y.ownership, Y.shape, t)) {
-      StatusOr<VSlice> x = Contiguous(op.operands[0], t, box, op, "x", stats);
-      if (!x.ok()) return x.status();
-      const int buf =
-          NewBuffer(t, BoxRows(box) * 3, fb::DType::F32, 0, -1, op.id,
-                    BufferKind::kPartial, op.name + ".partial", false);
-      VCall call;
-      call.tile = t;
-      call.kernel = kernels::names::kLnMoments;
-      call.op = op.id;
-      call.args = {*x, {buf, 0, BoxRows(box) * 12}};
-      call.params = {BoxRows(box), BoxWidth(box)};
-      AddCall(stats, std::move(call));
-      slices->push_back({t, box, buf});
-    }
+  for (const passes::RowSlice& slice : plan.slices) {
+    StatusOr<int> buffer =
+        PartialMoments(op, slice.tile, slice.box, "x", stats);
+    if (!buffer.ok()) return buffer.status();
+    slices->push_back({slice.tile, slice.box, *buffer});
   }
   return Status::Ok();
 }
 
-// The row group of slice `s`: one slice per column block over the same
-// rows, by first column (`s` itself for its own block, else the first
-// slice found, preferring one on `s`'s tile).
-StatusOr<std::map<int64_t, const Lowering::LayerNormSlice*>> Lowering::RowGroup(
-    const std::vector<LayerNormSlice>& slices, const LayerNormSlice& s,
-    const std::string& where) {
-  std::map<int64_t, const LayerNormSlice*> group;
-  for (const LayerNormSlice& o : slices) {
-    if (o.box.begin[0] != s.box.begin[0] || o.box.end[0] != s.box.end[0]) {
-      if (o.box.begin[0] < s.box.end[0] && s.box.begin[0] < o.box.end[0]) {
-        return Status::BadInput(where +
-                                ": column slices of different row "
-                                "blocks overlap; LayerNorm over split "
-                                "rows needs aligned row blocks");
-      }
-      continue;
-    }
-    if (o.tile == s.tile) {
-      group[o.box.begin[1]] = &o;
-    } else if (!group.count(o.box.begin[1])) {
-      group[o.box.begin[1]] = &o;
-    }
-  }
-  group[s.box.begin[1]] = &s;
-  return group;
-}
-
-// The group's partials gathered on `s`'s tile (exchange into a remote
-// buffer) and combined in column order into the rows' moments; returns that
-// buffer.
+// Slice `s`'s row group (indices into `slices`, in column order) gathered
+// on its tile (exchange into a remote buffer, local copies from its own
+// tile's other slices) and combined in column order into the rows'
+// moments; returns that buffer.
 StatusOr<int> Lowering::CombineRowGroup(
-    const fb::OperationT& op, const LayerNormSlice& s,
-    const std::map<int64_t, const LayerNormSlice*>& group, Phase* exchange,
-    Phase* norm) {
+    const fb::OperationT& op, const std::vector<LayerNormSlice>& slices,
+    int s, const std::vector<int>& group, Phase* exchange, Phase* norm) {
   OpNotes& notes = notes_[op.id];
-  const int64_t rows = BoxRows(s.box), n = rows * 3;
-  const Box mrows = MomentRows(s.box.begin[0], s.box.end[0]);
+  const LayerNormSlice& self = slices[s];
+  const int64_t rows = BoxRows(self.box), n = rows * 3;
+  const Box mrows = MomentRows(self.box.begin[0], self.box.end[0]);
   const int remote = static_cast<int>(group.size()) - 1;
   const int rbuf =
-      remote > 0 ? NewBuffer(s.tile, remote * n, fb::DType::F32, 0, -1, op.id,
-                             BufferKind::kRemote, op.name + ".remote", false)
+      remote > 0 ? NewBuffer(self.tile, remote * n, fb::DType::F32, 0, -1,
+                             op.id, BufferKind::kRemote, op.name + ".remote",
+                             false)
                  : -1;
-  const int full = NewBuffer(s.tile, n, fb::DType::F32, 0, -1, op.id,
+  const int full = NewBuffer(self.tile, n, fb::DType::F32, 0, -1, op.id,
                              BufferKind::kResult, op.name + ".moments", false);
   VCall combine;
-  combine.tile = s.tile;
+  combine.tile = self.tile;
   combine.kernel = kernels::names::kMomentsCombine;
   combine.op = op.id;
   combine.params = {rows};
   int slot = 0;
-  for (const auto& [c0, o] : group) {
-    if (o == &s) {
-      combine.args.push_back({s.partial, 0, n * 4});
+  for (int i : group) {
+    if (i == s) {
+      combine.args.push_back({self.partial, 0, n * 4});
       ++notes.seeds_in_place;
       continue;
     }
-    Storage src{o->partial, {Segment{mrows, 0}}};
+    const LayerNormSlice& o = slices[i];
+    Storage src{o.partial, {Segment{mrows, 0}}};
     Storage dst{rbuf, {Segment{mrows, int64_t{slot} * n}}};
-    TILEC_RETURN_IF_ERROR(Move(mrows, o->tile, src, s.tile, dst, fb::DType::F32,
-                               op.id, norm, exchange));
+    TILEC_RETURN_IF_ERROR(Move(mrows, o.tile, src, self.tile, dst,
+                               fb::DType::F32, op.id, norm, exchange));
     combine.args.push_back({rbuf, int64_t{slot} * n * 4, n * 4});
     ++slot;
   }
@@ -663,16 +637,19 @@ Status Lowering::LowerSplitLayerNorm(const fb::OperationT& op, OpProgram* out) {
   Phase* stats = NewPhase(&list, Phase::Kind::kCompute, "moments");
   Phase* exchange = NewPhase(&list, Phase::Kind::kExchange, "moments");
   Phase* norm = NewPhase(&list, Phase::Kind::kCompute, "normalize");
+  // The slices, their row groups and the gather are passes/core's plan,
+  // the one the planner prices.
+  StatusOr<passes::SplitRowPlan> plan =
+      passes::PlanSplitRows(*Y->ownership, Y->shape, where);
+  if (!plan.ok()) return plan.status();
   std::vector<LayerNormSlice> slices;
-  TILEC_RETURN_IF_ERROR(SplitMomentPartials(op, *Y, stats, &slices));
-  for (const LayerNormSlice& s : slices) {
+  TILEC_RETURN_IF_ERROR(SplitMomentPartials(op, *plan, stats, &slices));
+  for (size_t s = 0; s < slices.size(); ++s) {
     ++notes.tiles;
-    StatusOr<std::map<int64_t, const LayerNormSlice*>> group =
-        RowGroup(slices, s, where);
-    if (!group.ok()) return group.status();
-    StatusOr<int> full = CombineRowGroup(op, s, *group, exchange, norm);
+    StatusOr<int> full = CombineRowGroup(op, slices, static_cast<int>(s),
+                                         plan->groups[s], exchange, norm);
     if (!full.ok()) return full.status();
-    TILEC_RETURN_IF_ERROR(NormalizeSlice(op, s, *full, norm));
+    TILEC_RETURN_IF_ERROR(NormalizeSlice(op, slices[s], *full, norm));
   }
   out->phases = Normalize(&list);
   return Status::Ok();

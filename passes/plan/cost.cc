@@ -10,6 +10,7 @@
 #include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 #include "passes/core/row_plan.h"
+#include "passes/core/split_row_plan.h"
 #include "passes/core/tile_plan.h"
 
 namespace tilec::plan {
@@ -23,6 +24,18 @@ using passes::TransferCost;
 
 std::string OwnKey(const fb::OwnershipT& o) { return FormatOwnership(o); }
 
+// An op of `compute` cycles and `phases` (0 or 1) exchange phases priced
+// `exchange`.
+OpCost WithExchange(int64_t compute, const TransferCost& exchange,
+                    int phases) {
+  OpCost cost;
+  cost.compute = compute;
+  cost.exchange = exchange.phase_cycles;
+  cost.phases = phases;
+  cost.exchange_bytes = exchange.bytes_received;
+  cost.code = exchange.tile_code;
+  return cost;
+}
 
 }  // namespace
 
@@ -214,12 +227,18 @@ Status Coster::CheckRecipe(const Graph& graph, int op, const Recipe& r) const {
       }
     }
   } else if (r.kind == fb::RecipeKind::RowWise) {
+    // A LayerNorm of [rows, w] also runs over column slices of its rows
+    // (passes/core/split_row_plan.h); a softmax has no such lowering.
+    const bool split = node.kind == fb::OpKind::LayerNorm &&
+                       result.shape.size() == 2;
     if (r.layout.kind != fb::OwnershipKind::Blocked || r.layout.replicas != 1 ||
-        r.layout.partitions.back() != 1 || !r.layout.sub_partitions.empty()) {
+        (!split && r.layout.partitions.back() != 1) ||
+        !r.layout.sub_partitions.empty()) {
       return Status::BadInput(
-          "a row-wise op needs complete rows: blocked(p x 1) without "
-          "replicas, not " +
-          FormatOwnership(r.layout));
+          std::string(split ? "a LayerNorm needs blocked(p x c)"
+                            : "a row-wise op needs complete rows: "
+                              "blocked(p x 1)") +
+          " without replicas, not " + FormatOwnership(r.layout));
     }
   }
   return Status::Ok();
@@ -364,6 +383,10 @@ std::optional<std::string> Coster::ShapeKeyOf(const Graph& graph, int op,
            value_key(node.operands[1]) + " -> " + value_key(node.result) +
            " in " + std::to_string(static_cast<int>(GemmDType(graph, op)));
   }
+  if (node.op_class == OpClass::kRowWise) {
+    // PriceRowWise reads the kind and the result's shape and dtype.
+    return "rowwise " + key + " -> " + value_key(node.result);
+  }
   if (node.op_class != OpClass::kAttention) return std::nullopt;
   // PriceAttention reads the grid, the staged operand and the
   // probabilities' dtype: every field of each is in the key.
@@ -388,7 +411,7 @@ StatusOr<OpCost> Coster::PriceOp(
   const bool needs_source = node.op_class == OpClass::kGemm ||
                             node.op_class == OpClass::kCopy ||
                             node.op_class == OpClass::kAttention;
-  // A GEMM's or attention op's price depends on its operands' shapes and
+  // A GEMM's, attention op's or row-wise op's price depends on its shapes and
   // dtypes alone, not on where the op is: cached for every graph on the
   // target (quantize-fp8 plans a trial graph per decision,
   // fuse-elementwise one per candidate).
@@ -539,6 +562,10 @@ StatusOr<OpCost> Coster::PriceRowWise(const Graph& graph, int op,
                                       const Recipe& r) const {
   const OpNode& node = graph.op(op);
   const ValueNode& out = graph.value(node.result);
+  if (node.kind == fb::OpKind::LayerNorm &&
+      passes::HasSplitRows(r.layout, out.shape)) {
+    return PriceSplitLayerNorm(graph, op, r);
+  }
   int64_t rows = 1;
   const size_t rank = out.shape.size();
   for (size_t a = 0; a + 1 < rank; ++a) {
@@ -561,6 +588,33 @@ StatusOr<OpCost> Coster::PriceRowWise(const Graph& graph, int op,
   return cost;
 }
 
+// A LayerNorm over split rows as the lowering emits it
+// (passes/core/split_row_plan.h): partial moments per slice, their gather
+// within each row group, then combine and normalize per slice.
+StatusOr<OpCost> Coster::PriceSplitLayerNorm(const Graph& graph, int op,
+                                             const Recipe& r) const {
+  const ValueNode& out = graph.value(graph.op(op).result);
+  StatusOr<passes::SplitRowPlan> plan =
+      passes::PlanSplitRows(r.layout, out.shape, graph.OpLabel(op));
+  if (!plan.ok()) return plan.status();
+  StatusOr<passes::SplitRowCost> c =
+      passes::PriceSplitRows(*plan, out.dtype, model(), target(), timing_);
+  if (!c.ok()) return c.status();
+  OpCost cost = WithExchange(c->compute, c->exchange, c->phases);
+  cost.max_scratch =
+      *std::max_element(c->scratch.begin(), c->scratch.end());
+  cost.scratch = std::make_shared<std::vector<int64_t>>(std::move(c->scratch));
+  cost.scratch_text =
+      "moments " + std::to_string(cost.max_scratch) + " B";
+  cost.detail = std::string(kernels::names::kLnMoments) + " " +
+                std::to_string(c->moments) + ", gather " +
+                std::to_string(c->exchange.phase_cycles) + ", " +
+                std::string(kernels::names::kMomentsCombine) + "+" +
+                std::string(kernels::names::kNormalize) + " " +
+                std::to_string(c->normalize);
+  return cost;
+}
+
 // The attention op as the lowering emits it (passes/core/attention_plan.h):
 // each tile gathers its q/k or v block of qkv, then one kernel call.
 StatusOr<OpCost> Coster::PriceAttention(const Graph& graph, int op,
@@ -577,12 +631,7 @@ StatusOr<OpCost> Coster::PriceAttention(const Graph& graph, int op,
       passes::PriceAttention(*grid, qkv_owner, qkv.shape, qkv.dtype,
                              probs_dtype, model(), target(), timing_);
   if (!a.ok()) return a.status();
-  OpCost cost;
-  cost.compute = a->compute;
-  cost.exchange = a->exchange.phase_cycles;
-  cost.phases = a->phases;
-  cost.exchange_bytes = a->exchange.bytes_received;
-  cost.code = a->exchange.tile_code;
+  OpCost cost = WithExchange(a->compute, a->exchange, a->phases);
   auto scratch = std::make_shared<std::vector<int64_t>>(tiles(), 0);
   const int eb = DTypeBytes(qkv.dtype);
   grid->ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int t) {

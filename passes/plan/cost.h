@@ -164,6 +164,8 @@ class Coster {
                                   const fb::OwnershipT& qkv_owner) const;
   StatusOr<OpCost> PriceRowWise(const Graph& graph, int op,
                                 const Recipe& recipe) const;
+  StatusOr<OpCost> PriceSplitLayerNorm(const Graph& graph, int op,
+                                       const Recipe& recipe) const;
   // A CopyRows as the lowering emits it (passes/core/row_plan.h).
   StatusOr<OpCost> PriceRows(
       const Graph& graph, int op, const Recipe& recipe,
@@ -171,8 +173,9 @@ class Coster {
   StatusOr<OpCost> PriceCopy(const Graph& graph, int op, const Recipe& recipe,
                              const fb::OwnershipT& source) const;
   // The price cache key, but for recipe and source, of an op whose price
-  // depends on its operands' shapes and dtypes alone (a GEMM, attention),
-  // valid for every graph on the target; nullopt for other ops.
+  // depends on its operands' shapes and dtypes alone (a GEMM, attention, a
+  // row-wise op), valid for every graph on the target; nullopt for other
+  // ops.
   std::optional<std::string> ShapeKeyOf(const Graph& graph, int op,
                                         const Recipe& recipe) const;
   // Cycles of one elementwise step on a [rows, w] piece.

@@ -212,6 +212,10 @@ INSTANTIATE_TEST_SUITE_P(
         // A class token prepended, a position table broadcast, class rows
         // picked (CopyRows).
         Case{"copy_rows", "vit-b16-224", 10, 48, 96, "", RowMovements},
+        // LayerNorm over column slices of its rows (partial moments
+        // gathered in each row group).
+        Case{"split_layernorm", "vit-b16-224", 10, 48, 96,
+             "op 0: rowwise blocked(5x3)\n"},
         // Strided local parts: rows of the LayerNorm output copied into
         // K-split panels.
         Case{"strided_local_parts", "vit-b16-224", 16, 64, 128,

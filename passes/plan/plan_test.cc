@@ -736,6 +736,34 @@ TEST(PlanCandidatesTest, EveryGemmGetsAllThreeStagings) {
   }
 }
 
+// A LayerNorm's candidates include column slices of its rows, priced as
+// passes/core/split_row_plan.h lowers them.
+TEST(PlanCandidatesTest, LayerNormAlsoSplitsItsRows) {
+  Fixture f(Siglip());
+  bool split = false;
+  for (const Recipe& r : Candidates(f.graph, f.coster, 0)) {
+    EXPECT_TRUE(f.coster.CheckRecipe(f.graph, 0, r).ok()) << r.Text();
+    split = split || r.layout.partitions.back() > 1;
+  }
+  EXPECT_TRUE(split);
+  // 729 x 2 slices of one row and 576 columns: ln_moments, the gather of
+  // one 12-byte partial per tile, moments_combine of two and normalize.
+  StatusOr<OpCost> ln =
+      f.coster.PriceOp(f.graph, 0, R("rowwise blocked(729x2)"), nullptr);
+  ASSERT_TRUE(ln.ok()) << ln.status().message();
+  const kernels::CostModel& m = f.coster.model();
+  EXPECT_EQ(ln->compute,
+            *kernels::LnMomentsCycles(m, 1, 576) +
+                *kernels::CombineMomentsCycles(m, 1, 2) +
+                *kernels::NormalizeCycles(m, kernels::DType::kF16, 1, 576));
+  EXPECT_EQ(ln->phases, 1);
+  EXPECT_EQ(ln->exchange_bytes, 1458 * 12);
+  StatusOr<OpCost> whole =
+      f.coster.PriceOp(f.graph, 0, R("rowwise blocked(729x1)"), nullptr);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_LT(ln->Cycles(), whole->Cycles());
+}
+
 TEST(PlanCandidatesTest, RecipeTextRoundTrips) {
   for (const char* text :
        {"gemm m=9 k=6 n=27 staging=complete",

@@ -6,11 +6,13 @@
 #include "passes/plan/search_candidates.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <set>
 
 #include "formats/basics.h"
 #include "kernels/kernels.h"
+#include "passes/core/split_row_plan.h"
 #include "passes/plan/gemm_bound.h"
 
 namespace tilec::plan {
@@ -174,6 +176,35 @@ std::vector<Recipe> AttentionCandidates(const Graph& graph,
   return out;
 }
 
+// A LayerNorm over column slices of its rows (passes/core/split_row_plan.h),
+// ranked by `score`: per row split the two column splits that use the most
+// tiles (fewer column parts leave tiles idle), except those whose
+// gather alone, each tile receiving the other slices' partials at the
+// exchange rate, takes longer than `best`, the cheapest row split.
+std::vector<Scored> SplitRowCandidates(
+    const Graph& graph, const Coster& coster, int op, int64_t best,
+    const std::function<int64_t(const Recipe&)>& score) {
+  const auto& shape = graph.value(graph.op(op).result).shape;
+  const int64_t T = coster.tiles();
+  std::vector<Scored> split;
+  for (int p : DistinctSplits(shape[0], T)) {
+    const std::vector<int> columns = DistinctSplits(shape[1], T / p);
+    for (size_t i = columns.size(); i-- > 1 && i + 2 >= columns.size();) {
+      const int c = columns[i];
+      if (passes::GatherReceiveBound(ir::CeilDiv(shape[0], p), c,
+                                     coster.target()) >= best) {
+        continue;
+      }
+      const Recipe r = LayoutRecipe(fb::RecipeKind::RowWise,
+                                    passes::BlockedOwnership({p, c}));
+      const int64_t s = score(r);
+      if (s >= 0) split.push_back({s, int64_t{p} * c, r});
+    }
+  }
+  SortScored(split);
+  return split;
+}
+
 std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
                                      int op) {
   const OpNode& node = graph.op(op);
@@ -211,6 +242,14 @@ std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
     std::vector<Recipe> list;
     for (size_t i = 0; i < scored.size() && i < 24; ++i) {
       list.push_back(scored[i].recipe);
+    }
+    if (node.kind == fb::OpKind::LayerNorm && shape.size() == 2 &&
+        !scored.empty()) {
+      std::vector<Scored> split = SplitRowCandidates(
+          graph, coster, op, scored.front().score, score);
+      for (size_t i = 0; i < split.size() && i < 8; ++i) {
+        list.push_back(split[i].recipe);
+      }
     }
     return list;
   }
