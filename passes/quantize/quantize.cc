@@ -20,6 +20,7 @@
 #include "passes/plan/cost.h"
 #include "passes/plan/graph.h"
 #include "passes/plan/search.h"
+#include "passes/quantize/support.h"
 #include "passes/quantize/policy.h"
 #include "passes/quantize/scale.h"
 
@@ -35,163 +36,9 @@ using sim::OutputAccuracy;
 
 namespace {
 
-fb::ValueT* FindValue(const fb::ModuleT& module, uint32_t id) {
-  for (auto& v : module.values) {
-    if (v->id == id) return v.get();
-  }
-  return nullptr;
-}
-
-// Index of the op producing value `id`, -1 for inputs and weights.
-int ProducerIndex(const fb::ModuleT& module, uint32_t id) {
-  for (size_t i = 0; i < module.ops.size(); ++i) {
-    const auto& r = module.ops[i]->results;
-    if (std::find(r.begin(), r.end(), id) != r.end()) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-// (op index, operand slot) of every read of value `id`.
-std::vector<std::pair<int, int>> Uses(const fb::ModuleT& module, uint32_t id) {
-  std::vector<std::pair<int, int>> uses;
-  for (size_t i = 0; i < module.ops.size(); ++i) {
-    const auto& ops = module.ops[i]->operands;
-    for (size_t s = 0; s < ops.size(); ++s) {
-      if (ops[s] == id) uses.emplace_back(static_cast<int>(i), static_cast<int>(s));
-    }
-  }
-  return uses;
-}
-
-std::string ValueLabel(const fb::ValueT& v) {
-  return "%" + std::to_string(v.id) + " " + v.name;
-}
-
-std::string OpLabel(const fb::OperationT& op) {
-  return "op " + std::to_string(op.id) + " (" + op.name + ")";
-}
-
-std::string Fraction(double f) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g%%", f * 100);
-  return buf;
-}
-
 // Why one operand kept in its dtype keeps its GEMM's others too.
 constexpr char kAllOrNone[] =
     "; the GEMM kernel takes both operands FP8 or both in their own dtype";
-
-std::string StatsText(const fb::ValueT& v) {
-  return ir::DTypeText(v.dtype, v.fp8_scale_exp) + " (amax " +
-         ir::NumberText(v.fp8_amax) + ", saturated " +
-         Fraction(v.fp8_saturated) + ", flushed " + Fraction(v.fp8_flushed) +
-         ")";
-}
-
-void MarkQuantized(fb::ValueT* v, fb::DType dtype, int scale_exp,
-                   const MagnitudeHistogram& magnitudes) {
-  const QuantStats stats = magnitudes.Measure(FormatOf(dtype), scale_exp);
-  v->unquantized_dtype = v->dtype;
-  v->fp8_quantized = true;
-  v->dtype = dtype;
-  v->fp8_scale_exp = scale_exp;
-  v->fp8_amax = stats.amax;
-  v->fp8_saturated = static_cast<float>(stats.saturated);
-  v->fp8_flushed = static_cast<float>(stats.flushed);
-}
-
-// The FP8-output kernel the op would run if it stored its result in FP8,
-// or "" if it has none (MACHINE.md: LayerNorm, bias add + GELU and softmax
-// have FP8-output forms).
-std::string Fp8OutputKernel(const fb::OperationT& op) {
-  switch (op.kind) {
-    case fb::OpKind::LayerNorm:
-      return std::string(kernels::formula::kLayerNormFp8);
-    case fb::OpKind::Normalize:
-      return std::string(kernels::formula::kNormalizeFp8);
-    case fb::OpKind::Softmax:
-      return std::string(kernels::formula::kSoftmaxFp8);
-    case fb::OpKind::Fused: {
-      const auto& body = op.body;
-      const size_t n = body.size();
-      if (n >= 2 && body[n - 2]->kind == fb::FusedStepKind::BiasAdd &&
-          body[n - 1]->kind == fb::FusedStepKind::Gelu) {
-        return std::string(kernels::formula::kBiasGeluFp8);
-      }
-      return "";
-    }
-    default:
-      return "";
-  }
-}
-
-// The whole graph planned by plan-ownership's greedy initial plan (memory
-// repaired): what the placement of a cast is priced by.
-struct Priced {
-  bool feasible = false;
-  int64_t cycles = 0;
-  int64_t peak = 0;
-  std::string why;  // infeasible: the planner's diagnosis
-};
-
-// `base`: the pass's coster (its transfer caches serve every trial; op
-// prices are cached per graph).
-StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
-                                 const plan::Coster& base) {
-  StatusOr<plan::Graph> graph = plan::Graph::Build(module);
-  if (!graph.ok()) return graph.status();
-  const plan::Coster coster = base.ForAnotherGraph();
-  // Without memory repair: its rounds price every alternative of every op,
-  // hours on a whole model; a placement that fits only after repair is
-  // priced by its closest plan, which the nearer-to-fitting rule compares.
-  plan::SearchOptions options;
-  options.repair = false;
-  plan::Search search(*graph, coster, options);
-  Priced p;
-  Status s = search.Initialize();
-  if (s.code() == StatusCode::kInfeasible) {
-    p.why = s.message();
-    p.peak = search.closest_peak_bytes();
-    return p;
-  }
-  TILEC_RETURN_IF_ERROR(s);
-  p.feasible = true;
-  p.cycles = search.evaluation().total_cycles;
-  p.peak = search.evaluation().peak_bytes;
-  return p;
-}
-
-std::string PricedText(const Priced& p) {
-  if (!p.feasible) return "does not fit (" + p.why + ")";
-  return Thousands(p.cycles) + " cycles, peak " + Thousands(p.peak) +
-         " B per tile";
-}
-
-Status CheckCalibration(const fb::ModuleT& module, const std::string& dir,
-                        const std::map<uint32_t, std::vector<float>>& inputs) {
-  for (const auto& v : module.values) {
-    if (v->role != fb::ValueRole::Input) continue;
-    auto it = inputs.find(v->id);
-    if (it == inputs.end()) continue;
-    const std::string file = dir + "/" + kernels::InputFileName(*v);
-    const std::vector<float>& data = it->second;
-    bool nonzero = false;
-    for (size_t i = 0; i < data.size(); ++i) {
-      if (!std::isfinite(data[i])) {
-        return Status::BadInput(
-            file + ": element " + std::to_string(i) + " of " + ValueLabel(*v) +
-            " is " + (std::isnan(data[i]) ? "NaN" : "infinite") +
-            " (in its dtype): calibration needs finite inputs");
-      }
-      nonzero = nonzero || data[i] != 0;
-    }
-    if (!nonzero) {
-      return Status::BadInput(file + ": every element of " + ValueLabel(*v) +
-                              " is zero: an all-zero input calibrates no scale");
-    }
-  }
-  return Status::Ok();
-}
 
 class Quantizer {
  public:
