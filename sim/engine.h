@@ -149,6 +149,7 @@ class Engine {
 
   // Every check of the program against its target and graph; no data.
   Status Check();
+  // Checks first unless Check succeeded already.
   Status Run(const HostTensors& inputs, SimResult* result);
 
  private:
@@ -229,6 +230,7 @@ class Engine {
 
   const fb::ModuleT& module_;
   const SimOptions options_;
+  bool checked_ = false;  // Check succeeded: Run does not repeat it
   const fb::TargetT* target_ = nullptr;
   const fb::DeviceProgramT* program_ = nullptr;
   std::unique_ptr<CostModel> model_;

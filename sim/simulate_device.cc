@@ -5,6 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <memory>
 
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
@@ -254,8 +255,8 @@ std::string ReportText(const sim::SimResult& r,
 
 namespace {
 
-// The module's device program, read and verified before the reference or
-// the simulator allocates anything for it.
+// The module's device program (verified by the caller's Simulator before
+// the reference or the simulator allocates anything for it).
 Status ReadProgram(const SimulateDeviceOptions& options,
                    const std::string& name, fb::ModuleT* module) {
   TILEC_RETURN_IF_ERROR(ir::ReadModule(options.input, module));
@@ -264,7 +265,7 @@ Status ReadProgram(const SimulateDeviceOptions& options,
                             ": module has no device program (emit-device "
                             "writes one)");
   }
-  return VerifyDeviceProgram(*module).WithContext(name);
+  return Status::Ok();
 }
 
 // A simulated output (empty if the simulator produced none).
@@ -385,17 +386,29 @@ void CheckExpected(const fb::ModuleT& module, const SimResult& result,
   }
 }
 
+// The unquantized graph of `module`, whose device program is set aside
+// while it is cloned: Unquantized drops the program, and copying it (most
+// of a device file) only to drop it cost seconds on a whole model.
+std::unique_ptr<fb::ModuleT> UnquantizedGraph(fb::ModuleT* module) {
+  std::unique_ptr<fb::DeviceProgramT> program = std::move(module->program);
+  std::unique_ptr<fb::ModuleT> graph = Unquantized(*module);
+  module->program = std::move(program);
+  return graph;
+}
+
 // A quantized program's outputs against the unquantized graph's reference
 // (docs/quantize.md's floors).
-Status CheckUnquantized(const fb::ModuleT& module, const std::string& name,
+Status CheckUnquantized(fb::ModuleT* program_module, const std::string& name,
                         const SimResult& result,
                         const kernels::ReferenceOptions& ref_options,
                         SimulateDeviceReport* report,
                         std::string* first_failure) {
   kernels::ReferenceResult unquantized;
   TILEC_RETURN_IF_ERROR(
-      kernels::RunReference(*Unquantized(module), ref_options, &unquantized)
+      kernels::RunReference(*UnquantizedGraph(program_module), ref_options,
+                            &unquantized)
           .WithContext(name));
+  const fb::ModuleT& module = *program_module;
   for (const auto& binding : module.program->outputs) {
     OutputAccuracy a = CompareOutput(
         module, binding->value, OutputOf(result, binding->value), unquantized);
@@ -469,6 +482,12 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   const std::string name = ir::DisplayName(options.input);
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ReadProgram(options, name, &module));
+  SimOptions sim_options;
+  sim_options.execute = options.execute;
+  sim_options.threads = options.threads;
+  sim_options.top_tiles = options.top_tiles;
+  auto simulator = std::make_unique<Simulator>(module, sim_options);
+  TILEC_RETURN_IF_ERROR(simulator->Verify().WithContext(name));
 
   const std::string sidecar_dir = options.sidecar_dir.empty()
                                       ? ir::DirectoryOf(options.input)
@@ -508,13 +527,9 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
         HostInputs(module, name, ran, given_inputs, sidecar_dir, &host));
   }
 
-  SimOptions sim_options;
-  sim_options.execute = options.execute;
-  sim_options.threads = options.threads;
-  sim_options.top_tiles = options.top_tiles;
   SimResult result;
-  TILEC_RETURN_IF_ERROR(
-      Simulate(module, host, sim_options, &result).WithContext(name));
+  TILEC_RETURN_IF_ERROR(simulator->Run(host, &result).WithContext(name));
+  simulator.reset();  // its plans are not needed by the checks below
 
   SimulateDeviceReport report;
   report.module_name = name;
@@ -537,8 +552,9 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
     TILEC_RETURN_IF_ERROR(
         CheckOutputs(module, name, result, reference, &report, &first_failure));
     if (IsQuantized(module)) {
-      TILEC_RETURN_IF_ERROR(CheckUnquantized(module, name, result, ref_options,
-                                             &report, &first_failure));
+      TILEC_RETURN_IF_ERROR(CheckUnquantized(&module, name, result,
+                                             ref_options, &report,
+                                             &first_failure));
     }
   }
   report.expect_dir = options.expect_dir;
