@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
@@ -287,18 +288,26 @@ kernels::ReferenceOptions ReferenceRunOptions(
 }
 
 // What the host writes for each bound input and weight: the reference's
-// own contents when it ran (so both runs see exactly the same numbers),
-// else the --inputs given, else the value's seeded or sidecar contents.
+// own contents when it ran (so both runs see exactly the same numbers;
+// moved out of the reference, which needs only its outputs afterwards: a
+// whole model's weights are 1.6 GB as F32), else the --inputs given, else
+// the value's seeded or sidecar contents.
 Status HostInputs(const fb::ModuleT& module, const std::string& name,
-                  const kernels::ReferenceResult* reference,
+                  kernels::ReferenceResult* reference,
                   const std::map<uint32_t, std::vector<float>>& given_inputs,
                   const std::string& sidecar_dir, HostTensors* host) {
+  std::set<uint32_t> outputs;
+  for (const auto& binding : module.program->outputs) {
+    if (binding) outputs.insert(binding->value);
+  }
   for (const auto& binding : module.program->inputs) {
-    if (!binding) continue;
-    const kernels::ReferenceTensor* t =
-        reference != nullptr ? reference->Find(binding->value) : nullptr;
+    if (!binding || host->count(binding->value)) continue;
+    kernels::ReferenceTensor* t =
+        reference != nullptr ? reference->Mutable(binding->value) : nullptr;
     if (t != nullptr) {
-      (*host)[binding->value] = t->data;
+      (*host)[binding->value] = outputs.count(binding->value)
+                                    ? t->data
+                                    : std::move(t->data);
       continue;
     }
     if (auto given = given_inputs.find(binding->value);
@@ -524,7 +533,8 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   HostTensors host;
   if (options.execute) {
     TILEC_RETURN_IF_ERROR(
-        HostInputs(module, name, ran, given_inputs, sidecar_dir, &host));
+        HostInputs(module, name, compare ? &reference : nullptr,
+                   given_inputs, sidecar_dir, &host));
   }
 
   SimResult result;
