@@ -314,7 +314,6 @@ void ParallelFor(size_t n, int threads, Fn fn) {
   for (std::thread& t : pool) t.join();
 }
 
-
 // Calls fn(flat index of the row's first element in the value, elements in
 // the row, row number within the box) for every innermost row of the box.
 template <typename Fn>
