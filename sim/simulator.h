@@ -213,10 +213,10 @@ class Simulator {
 // The device-program verifier: the checks Simulate runs before it touches
 // any data (the target, every buffer, binding, compute and transfer,
 // docs/device-program.md), alone. Every reader of a device program runs it
-// (simulate-device, inspect-exchanges, inspect-program, inspect-gemms), so
-// a program one accepts the others accept too. Bounded memory: nothing is
-// allocated per transfer row or per byte of a claimed size that the target
-// cannot hold.
+// (simulate-device through Simulator::Verify, inspect-exchanges,
+// inspect-program, inspect-gemms), so a program one accepts the others
+// accept too. Bounded memory: nothing is allocated per transfer row or per
+// byte of a claimed size that the target cannot hold.
 Status VerifyDeviceProgram(const fb::ModuleT& module);
 
 // ---------------------------------------------------------------- checking
