@@ -113,12 +113,10 @@ TEST(TensorDataTest, PinnedValues) {
 // pinned from the generator before it was made faster, so speed work on it
 // keeps every weight bit.
 TEST(TensorDataTest, PinnedDigestOfALargeTensor) {
-  fb::WeightInitT init;
-  init.distribution = fb::Distribution::Gaussian;
-  init.seed = 7;
-  init.mean = 0.25f;
-  init.stddev = 0.02f;
-  const std::vector<float> g = GenerateInit(init, (size_t{1} << 21) + 3);
+  constexpr int64_t kCount = (int64_t{1} << 21) + 3;
+  const fb::ValueT v = MakeValue({kCount}, fb::DType::F32,
+                                 fb::Distribution::Gaussian, 7, 0.25f, 0.02f);
+  const std::vector<float> g = GenerateInit(*v.init, kCount);
   const std::string_view bytes(reinterpret_cast<const char*>(g.data()),
                                g.size() * sizeof(float));
   EXPECT_EQ(Fnv1a64(bytes), 0x50E94347DA180E2EULL);
