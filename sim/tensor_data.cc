@@ -77,13 +77,12 @@ constexpr std::array<double, 24> Reciprocals() {
 }
 constexpr std::array<double, 24> kInv = Reciprocals();
 
-// ln(x) for finite x > 0: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), then
-// ln m = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, whose odd series
-// has converged to double precision by s^23.
-// Branch-free (the generator's inputs are random, so branches on them
-// mispredict): for a normal x, frexp's m in [0.5, 1) is x's significand
-// under exponent field 1022, and doubling it adds 1 to that field; both
-// exact. Every x here is a UnitOpen0 value, normal.
+// ln(x) for normal x > 0 (UnitOpen0's values are): x = m * 2^e with m in
+// [sqrt(1/2), sqrt(2)), then ln m = 2 atanh(s), s = (m - 1) / (m + 1),
+// |s| < 0.172, whose odd series has converged to double precision by s^23.
+// Branch-free, since branches on random inputs mispredict: frexp's m in
+// [0.5, 1) is x's significand under exponent field 1022, and doubling it
+// adds 1 to that field, both exact.
 double Log(double x) {
   constexpr uint64_t kExponentField = uint64_t{0x7FF} << 52;
   const uint64_t bits = std::bit_cast<uint64_t>(x);
