@@ -142,6 +142,24 @@ struct CycleTally {
   std::map<std::string, SlowPathReport> slow;
 };
 
+inline std::string StepWhere(int s, int tile, uint32_t op) {
+  return "superstep " + std::to_string(s) + " tile " + std::to_string(tile) +
+         " op " + std::to_string(op);
+}
+
+// Where a transfer is, as message text made only when a check fails: every
+// transfer and destination of every superstep is checked, and making the
+// text up front took about a tenth of a cycles-only run.
+struct TransferWhere {
+  int s = 0;
+  int t = 0;
+  const fb::TransferT* tr = nullptr;
+  std::string operator()() const {
+    return StepWhere(s, static_cast<int>(tr->src_tile), tr->op) +
+           " transfer " + std::to_string(t);
+  }
+};
+
 class Engine {
  public:
   Engine(const fb::ModuleT& module, const SimOptions& options)
@@ -149,6 +167,7 @@ class Engine {
 
   // Every check of the program against its target and graph; no data.
   Status Check();
+  // Checks first unless Check succeeded already.
   Status Run(const HostTensors& inputs, SimResult* result);
 
  private:
@@ -169,11 +188,11 @@ class Engine {
   Status CheckSchedule(int s);
   // One transfer's source, pieces and destinations, planned into *tp.
   Status CheckTransfer(int s, int t, TransferPlan* tp);
-  Status CheckTransferSource(const std::string& where, const fb::TransferT& tr,
-                             const BufferInfo** src);
-  Status PlanTransferPieces(const std::string& where, const fb::TransferT& tr,
+  Status CheckTransferSource(const TransferWhere& where,
+                             const fb::TransferT& tr, const BufferInfo** src);
+  Status PlanTransferPieces(const TransferWhere& where, const fb::TransferT& tr,
                             const BufferInfo& src, TransferPlan* tp);
-  Status CheckTransferDestination(const std::string& where,
+  Status CheckTransferDestination(const TransferWhere& where,
                                   const fb::TransferT& tr, int d,
                                   const BufferInfo& src, TransferPlan* tp);
   Status CheckBindingFragment(const std::string& where,
@@ -229,6 +248,7 @@ class Engine {
 
   const fb::ModuleT& module_;
   const SimOptions options_;
+  bool checked_ = false;  // Check succeeded: Run does not repeat it
   const fb::TargetT* target_ = nullptr;
   const fb::DeviceProgramT* program_ = nullptr;
   std::unique_ptr<CostModel> model_;
@@ -292,11 +312,6 @@ void ParallelFor(size_t n, int threads, Fn fn) {
   for (size_t t = 1; t < count; ++t) pool.emplace_back(worker);
   worker();
   for (std::thread& t : pool) t.join();
-}
-
-inline std::string StepWhere(int s, int tile, uint32_t op) {
-  return "superstep " + std::to_string(s) + " tile " + std::to_string(tile) +
-         " op " + std::to_string(op);
 }
 
 // Calls fn(flat index of the row's first element in the value, elements in

@@ -284,8 +284,7 @@ Status Engine::CheckTransfer(int s, int t, TransferPlan* tp) {
     return Status::BadInput("superstep " + std::to_string(s) + " transfer " +
                             std::to_string(t) + " is null");
   }
-  const std::string where = StepWhere(s, static_cast<int>(tr->src_tile), tr->op) +
-                            " transfer " + std::to_string(t);
+  const TransferWhere where{s, t, tr};
   const BufferInfo* src = nullptr;
   TILEC_RETURN_IF_ERROR(CheckTransferSource(where, *tr, &src));
   TILEC_RETURN_IF_ERROR(PlanTransferPieces(where, *tr, *src, tp));
@@ -296,34 +295,37 @@ Status Engine::CheckTransfer(int s, int t, TransferPlan* tp) {
   return Status::Ok();
 }
 
-Status Engine::CheckTransferSource(const std::string& where,
+Status Engine::CheckTransferSource(const TransferWhere& where,
                                    const fb::TransferT& tr,
                                    const BufferInfo** src) {
   if (tr.src_tile >= static_cast<uint32_t>(tiles_)) {
-    return Status::BadInput(where + ": source tile out of range (target has " +
+    return Status::BadInput(where() +
+                            ": source tile out of range (target has " +
                             std::to_string(tiles_) + " tiles)");
   }
   *src = FindBuffer(tr.src_buffer);
-  const std::string src_text = "source " + BufferText(tr.src_buffer);
+  auto src_text = [&] { return "source " + BufferText(tr.src_buffer); };
   if (*src == nullptr) {
-    return Status::BadInput(where + ": " + src_text + " does not exist");
+    return Status::BadInput(where() + ": " + src_text() + " does not exist");
   }
   if ((*src)->buffer->tile != tr.src_tile) {
-    return Status::BadInput(where + ": " + src_text + " lives on tile " +
+    return Status::BadInput(where() + ": " + src_text() + " lives on tile " +
                             std::to_string((*src)->buffer->tile));
   }
   return Status::Ok();
 }
 
-Status Engine::PlanTransferPieces(const std::string& where,
+Status Engine::PlanTransferPieces(const TransferWhere& where,
                                   const fb::TransferT& tr,
                                   const BufferInfo& src, TransferPlan* tp) {
-  const std::string src_text = "source " + BufferText(tr.src_buffer);
+  auto src_text = [&] { return "source " + BufferText(tr.src_buffer); };
   if (tr.bytes == 0) {
-    return Status::BadInput(where + ": " + src_text + ": transfer of 0 bytes");
+    return Status::BadInput(where() + ": " + src_text() +
+                            ": transfer of 0 bytes");
   }
   if (tr.rows == 0) {
-    return Status::BadInput(where + ": " + src_text + ": transfer of 0 rows");
+    return Status::BadInput(where() + ": " + src_text() +
+                            ": transfer of 0 rows");
   }
   const int64_t rows = tr.rows;
   const int64_t bytes = tr.bytes;
@@ -333,7 +335,7 @@ Status Engine::PlanTransferPieces(const std::string& where,
   const int64_t src_out = FirstPieceOutside(tr.src_offset, src_pitch, rows,
                                             bytes, src.buffer->bytes);
   if (src_out >= 0) {
-    return Status::BadInput(where + ": " + src_text + ": " +
+    return Status::BadInput(where() + ": " + src_text() + ": " +
                             PieceText(rows, src_out,
                                       tr.src_offset + src_out * src_pitch,
                                       bytes) +
@@ -343,13 +345,13 @@ Status Engine::PlanTransferPieces(const std::string& where,
   kernels::StatusOr<DType> dtype = kernels::DTypeFromFb(tr.dtype);
   if (!dtype.ok() || *dtype != src.dtype) {
     return Status::BadInput(
-        where + ": " + src_text + ": transfer dtype " +
+        where() + ": " + src_text() + ": transfer dtype " +
         ir::DTypeText(tr.dtype) + " differs from the buffer's " +
         ir::DTypeText(src.buffer->dtype, src.buffer->fp8_scale_exp));
   }
   if (tr.src_offset % src.element_bytes != 0 ||
       tr.bytes % src.element_bytes != 0) {
-    return Status::BadInput(where + ": " + src_text + ": offset " +
+    return Status::BadInput(where() + ": " + src_text() + ": offset " +
                             std::to_string(tr.src_offset) + " or bytes " +
                             std::to_string(tr.bytes) +
                             " is not a whole number of elements");
@@ -358,13 +360,13 @@ Status Engine::PlanTransferPieces(const std::string& where,
   // so one element size serves both pitches.
   if (src_pitch % src.element_bytes != 0 ||
       dst_pitch % src.element_bytes != 0) {
-    return Status::BadInput(where + ": " + src_text + ": src_pitch " +
+    return Status::BadInput(where() + ": " + src_text() + ": src_pitch " +
                             std::to_string(src_pitch) + " or dst_pitch " +
                             std::to_string(dst_pitch) +
                             " is not a whole number of elements");
   }
   if (tr.destinations.empty()) {
-    return Status::BadInput(where + ": " + src_text + ": no destinations");
+    return Status::BadInput(where() + ": " + src_text() + ": no destinations");
   }
   tp->transfer = &tr;
   tp->src_addr = int64_t{src.buffer->offset} + tr.src_offset;
@@ -375,30 +377,31 @@ Status Engine::PlanTransferPieces(const std::string& where,
   return Status::Ok();
 }
 
-Status Engine::CheckTransferDestination(const std::string& where,
+Status Engine::CheckTransferDestination(const TransferWhere& where,
                                         const fb::TransferT& tr, int d,
                                         const BufferInfo& src,
                                         TransferPlan* tp) {
   const fb::DestinationT* dst = tr.destinations[d].get();
   if (dst == nullptr) {
-    return Status::BadInput(where + ": destination " + std::to_string(d) +
+    return Status::BadInput(where() + ": destination " + std::to_string(d) +
                             " is null");
   }
-  const std::string dwhere = where + ": destination " + std::to_string(d) +
-                             " tile " + std::to_string(dst->tile) + " " +
-                             BufferText(dst->buffer);
+  auto dwhere = [&] {
+    return where() + ": destination " + std::to_string(d) + " tile " +
+           std::to_string(dst->tile) + " " + BufferText(dst->buffer);
+  };
   if (dst->tile >= static_cast<uint32_t>(tiles_)) {
-    return Status::BadInput(dwhere + ": tile out of range (target has " +
+    return Status::BadInput(dwhere() + ": tile out of range (target has " +
                             std::to_string(tiles_) + " tiles)");
   }
   if (dst->tile == tr.src_tile) {
     return Status::BadInput(
-        dwhere + ": a transfer to its own source tile (use the copy kernel)");
+        dwhere() + ": a transfer to its own source tile (use the copy kernel)");
   }
   const BufferInfo* db = FindBuffer(dst->buffer);
-  if (db == nullptr) return Status::BadInput(dwhere + " does not exist");
+  if (db == nullptr) return Status::BadInput(dwhere() + " does not exist");
   if (db->buffer->tile != dst->tile) {
-    return Status::BadInput(dwhere + " lives on tile " +
+    return Status::BadInput(dwhere() + " lives on tile " +
                             std::to_string(db->buffer->tile));
   }
   const int64_t dst_out = FirstPieceOutside(dst->offset, tp->dst_pitch,
@@ -406,7 +409,7 @@ Status Engine::CheckTransferDestination(const std::string& where,
                                             db->buffer->bytes);
   if (dst_out >= 0) {
     return Status::BadInput(
-        dwhere + ": " +
+        dwhere() + ": " +
         PieceText(tp->rows, dst_out, dst->offset + dst_out * tp->dst_pitch,
                   tp->bytes) +
         " outside the buffer's " + std::to_string(db->buffer->bytes) +
@@ -414,13 +417,13 @@ Status Engine::CheckTransferDestination(const std::string& where,
   }
   if (db->dtype != src.dtype || db->scale_exp != src.scale_exp) {
     return Status::BadInput(
-        dwhere + ": buffer is " +
+        dwhere() + ": buffer is " +
         ir::DTypeText(db->buffer->dtype, db->buffer->fp8_scale_exp) +
         " but source " + BufferText(tr.src_buffer) + " is " +
         ir::DTypeText(src.buffer->dtype, src.buffer->fp8_scale_exp));
   }
   if (dst->offset % db->element_bytes != 0) {
-    return Status::BadInput(dwhere + ": offset " +
+    return Status::BadInput(dwhere() + ": offset " +
                             std::to_string(dst->offset) +
                             " is not a whole number of elements");
   }

@@ -5,6 +5,8 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <set>
 
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
@@ -254,8 +256,8 @@ std::string ReportText(const sim::SimResult& r,
 
 namespace {
 
-// The module's device program, read and verified before the reference or
-// the simulator allocates anything for it.
+// The module's device program (verified by the caller's Simulator before
+// the reference or the simulator allocates anything for it).
 Status ReadProgram(const SimulateDeviceOptions& options,
                    const std::string& name, fb::ModuleT* module) {
   TILEC_RETURN_IF_ERROR(ir::ReadModule(options.input, module));
@@ -264,7 +266,7 @@ Status ReadProgram(const SimulateDeviceOptions& options,
                             ": module has no device program (emit-device "
                             "writes one)");
   }
-  return VerifyDeviceProgram(*module).WithContext(name);
+  return Status::Ok();
 }
 
 // A simulated output (empty if the simulator produced none).
@@ -286,18 +288,26 @@ kernels::ReferenceOptions ReferenceRunOptions(
 }
 
 // What the host writes for each bound input and weight: the reference's
-// own contents when it ran (so both runs see exactly the same numbers),
-// else the --inputs given, else the value's seeded or sidecar contents.
+// own contents when it ran (so both runs see exactly the same numbers;
+// moved out of the reference, which needs only its outputs afterwards: a
+// whole model's weights are 1.6 GB as F32), else the --inputs given, else
+// the value's seeded or sidecar contents.
 Status HostInputs(const fb::ModuleT& module, const std::string& name,
-                  const kernels::ReferenceResult* reference,
+                  kernels::ReferenceResult* reference,
                   const std::map<uint32_t, std::vector<float>>& given_inputs,
                   const std::string& sidecar_dir, HostTensors* host) {
+  std::set<uint32_t> outputs;
+  for (const auto& binding : module.program->outputs) {
+    if (binding) outputs.insert(binding->value);
+  }
   for (const auto& binding : module.program->inputs) {
-    if (!binding) continue;
-    const kernels::ReferenceTensor* t =
-        reference != nullptr ? reference->Find(binding->value) : nullptr;
+    if (!binding || host->count(binding->value)) continue;
+    kernels::ReferenceTensor* t =
+        reference != nullptr ? reference->Mutable(binding->value) : nullptr;
     if (t != nullptr) {
-      (*host)[binding->value] = t->data;
+      (*host)[binding->value] = outputs.count(binding->value)
+                                    ? t->data
+                                    : std::move(t->data);
       continue;
     }
     if (auto given = given_inputs.find(binding->value);
@@ -385,17 +395,29 @@ void CheckExpected(const fb::ModuleT& module, const SimResult& result,
   }
 }
 
+// The unquantized graph of `module`, whose device program is set aside
+// while it is cloned: Unquantized drops the program, and copying it (most
+// of a device file) only to drop it cost seconds on a whole model.
+std::unique_ptr<fb::ModuleT> UnquantizedGraph(fb::ModuleT* module) {
+  std::unique_ptr<fb::DeviceProgramT> program = std::move(module->program);
+  std::unique_ptr<fb::ModuleT> graph = Unquantized(*module);
+  module->program = std::move(program);
+  return graph;
+}
+
 // A quantized program's outputs against the unquantized graph's reference
 // (docs/quantize.md's floors).
-Status CheckUnquantized(const fb::ModuleT& module, const std::string& name,
+Status CheckUnquantized(fb::ModuleT* program_module, const std::string& name,
                         const SimResult& result,
                         const kernels::ReferenceOptions& ref_options,
                         SimulateDeviceReport* report,
                         std::string* first_failure) {
   kernels::ReferenceResult unquantized;
   TILEC_RETURN_IF_ERROR(
-      kernels::RunReference(*Unquantized(module), ref_options, &unquantized)
+      kernels::RunReference(*UnquantizedGraph(program_module), ref_options,
+                            &unquantized)
           .WithContext(name));
+  const fb::ModuleT& module = *program_module;
   for (const auto& binding : module.program->outputs) {
     OutputAccuracy a = CompareOutput(
         module, binding->value, OutputOf(result, binding->value), unquantized);
@@ -469,6 +491,12 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   const std::string name = ir::DisplayName(options.input);
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ReadProgram(options, name, &module));
+  SimOptions sim_options;
+  sim_options.execute = options.execute;
+  sim_options.threads = options.threads;
+  sim_options.top_tiles = options.top_tiles;
+  auto simulator = std::make_unique<Simulator>(module, sim_options);
+  TILEC_RETURN_IF_ERROR(simulator->Verify().WithContext(name));
 
   const std::string sidecar_dir = options.sidecar_dir.empty()
                                       ? ir::DirectoryOf(options.input)
@@ -505,16 +533,13 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   HostTensors host;
   if (options.execute) {
     TILEC_RETURN_IF_ERROR(
-        HostInputs(module, name, ran, given_inputs, sidecar_dir, &host));
+        HostInputs(module, name, compare ? &reference : nullptr,
+                   given_inputs, sidecar_dir, &host));
   }
 
-  SimOptions sim_options;
-  sim_options.execute = options.execute;
-  sim_options.threads = options.threads;
-  sim_options.top_tiles = options.top_tiles;
   SimResult result;
-  TILEC_RETURN_IF_ERROR(
-      Simulate(module, host, sim_options, &result).WithContext(name));
+  TILEC_RETURN_IF_ERROR(simulator->Run(host, &result).WithContext(name));
+  simulator.reset();  // its plans are not needed by the checks below
 
   SimulateDeviceReport report;
   report.module_name = name;
@@ -537,8 +562,9 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
     TILEC_RETURN_IF_ERROR(
         CheckOutputs(module, name, result, reference, &report, &first_failure));
     if (IsQuantized(module)) {
-      TILEC_RETURN_IF_ERROR(CheckUnquantized(module, name, result, ref_options,
-                                             &report, &first_failure));
+      TILEC_RETURN_IF_ERROR(CheckUnquantized(&module, name, result,
+                                             ref_options, &report,
+                                             &first_failure));
     }
   }
   report.expect_dir = options.expect_dir;

@@ -24,11 +24,13 @@ Status Engine::Check() {
   for (const RunStep& rs : schedule_) TILEC_RETURN_IF_ERROR(PlanStep(rs));
   TILEC_RETURN_IF_ERROR(CheckCodeSizes());
   TILEC_RETURN_IF_ERROR(CheckIterationUpdates());
-  return CheckBindings(/*outputs=*/true);
+  TILEC_RETURN_IF_ERROR(CheckBindings(/*outputs=*/true));
+  checked_ = true;
+  return Status::Ok();
 }
 
 Status Engine::Run(const HostTensors& inputs, SimResult* result) {
-  TILEC_RETURN_IF_ERROR(Check());
+  if (!checked_) TILEC_RETURN_IF_ERROR(Check());
   SimResult r;
   r.target = target_->name;
   r.tiles = tiles_;
@@ -64,10 +66,20 @@ Status Engine::Run(const HostTensors& inputs, SimResult* result) {
 
 }  // namespace engine
 
+Simulator::Simulator(const fb::ModuleT& module, const SimOptions& options)
+    : engine_(std::make_unique<engine::Engine>(module, options)) {}
+
+Simulator::~Simulator() = default;
+
+Status Simulator::Verify() { return engine_->Check(); }
+
+Status Simulator::Run(const HostTensors& inputs, SimResult* result) {
+  return engine_->Run(inputs, result);
+}
+
 Status Simulate(const fb::ModuleT& module, const HostTensors& inputs,
                 const SimOptions& options, SimResult* result) {
-  engine::Engine engine(module, options);
-  return engine.Run(inputs, result);
+  return Simulator(module, options).Run(inputs, result);
 }
 
 Status VerifyDeviceProgram(const fb::ModuleT& module) {

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -190,13 +191,32 @@ struct SimResult {
 Status Simulate(const fb::ModuleT& module, const HostTensors& inputs,
                 const SimOptions& options, SimResult* result);
 
+namespace engine {
+class Engine;
+}
+
+// Simulate in two steps, the checks done once: Verify (VerifyDeviceProgram's
+// checks, before the caller allocates anything for the program, e.g. the
+// reference's run) and Run, which reuses them. `module` must outlive it.
+class Simulator {
+ public:
+  Simulator(const fb::ModuleT& module, const SimOptions& options);
+  ~Simulator();
+  Status Verify();
+  // Verifies first unless Verify succeeded.
+  Status Run(const HostTensors& inputs, SimResult* result);
+
+ private:
+  std::unique_ptr<engine::Engine> engine_;
+};
+
 // The device-program verifier: the checks Simulate runs before it touches
 // any data (the target, every buffer, binding, compute and transfer,
 // docs/device-program.md), alone. Every reader of a device program runs it
-// (simulate-device, inspect-exchanges, inspect-program, inspect-gemms), so
-// a program one accepts the others accept too. Bounded memory: nothing is
-// allocated per transfer row or per byte of a claimed size that the target
-// cannot hold.
+// (simulate-device through Simulator::Verify, inspect-exchanges,
+// inspect-program, inspect-gemms), so a program one accepts the others
+// accept too. Bounded memory: nothing is allocated per transfer row or per
+// byte of a claimed size that the target cannot hold.
 Status VerifyDeviceProgram(const fb::ModuleT& module);
 
 // ---------------------------------------------------------------- checking

@@ -353,6 +353,22 @@ TEST(SimulatorTest, DeterministicAcrossRunsAndThreadCounts) {
   }
 }
 
+// Verify then Run (checks done once, as simulate-device does) gives what
+// Simulate gives.
+TEST(SimulatorTest, VerifiedRunMatchesSimulate) {
+  GemmProgram p;
+  const fb::ModuleT module = Completed(p.b.module);
+  SimResult direct, verified;
+  ASSERT_TRUE(Simulate(module, p.inputs, {}, &direct).ok());
+  Simulator simulator(module, {});
+  ASSERT_TRUE(simulator.Verify().ok());
+  ASSERT_TRUE(simulator.Run(p.inputs, &verified).ok());
+  EXPECT_EQ(verified.outputs, direct.outputs);
+  EXPECT_EQ(verified.total_cycles, direct.total_cycles);
+  EXPECT_EQ(verified.kernel_calls, direct.kernel_calls);
+  EXPECT_EQ(verified.transfers, direct.transfers);
+}
+
 // FP8 buffers with a scale: the host encodes into the buffer's dtype and
 // scale, the GEMM is charged the FP8 formula.
 TEST(SimulatorTest, Fp8GemmWithScaledOperands) {

@@ -67,20 +67,35 @@ constexpr std::array<double, 20> InverseFactorials() {
 }
 constexpr std::array<double, 20> kInvFact = InverseFactorials();
 
-// ln(x) for finite x > 0: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), then
-// ln m = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, whose odd series
-// has converged to double precision by s^23.
+// 1/n for n < 24, computed at compile time: the same correctly rounded
+// quotients Log's series divided out at run time, 11 divisions per pair
+// (the generator's hottest instructions under perf).
+constexpr std::array<double, 24> Reciprocals() {
+  std::array<double, 24> table{};
+  for (int n = 1; n < 24; ++n) table[n] = 1.0 / n;
+  return table;
+}
+constexpr std::array<double, 24> kInv = Reciprocals();
+
+// ln(x) for normal x > 0 (UnitOpen0's values are): x = m * 2^e with m in
+// [sqrt(1/2), sqrt(2)), then ln m = 2 atanh(s), s = (m - 1) / (m + 1),
+// |s| < 0.172, whose odd series has converged to double precision by s^23.
+// Branch-free, since branches on random inputs mispredict: frexp's m in
+// [0.5, 1) is x's significand under exponent field 1022, and doubling it
+// adds 1 to that field, both exact.
 double Log(double x) {
-  int e = 0;
-  double m = std::frexp(x, &e);  // exact: m in [0.5, 1)
-  if (m < kSqrtHalf) {
-    m *= 2.0;
-    e -= 1;
-  }
+  constexpr uint64_t kExponentField = uint64_t{0x7FF} << 52;
+  const uint64_t bits = std::bit_cast<uint64_t>(x);
+  int64_t e = static_cast<int64_t>(bits >> 52) - 1022;
+  double m = std::bit_cast<double>((bits & ~kExponentField) |
+                                   (uint64_t{1022} << 52));
+  const uint64_t low = m < kSqrtHalf;
+  m = std::bit_cast<double>(std::bit_cast<uint64_t>(m) + (low << 52));
+  e -= static_cast<int64_t>(low);
   const double s = (m - 1.0) / (m + 1.0);
   const double s2 = s * s;
-  double series = 1.0 / 23.0;
-  for (int k = 21; k >= 1; k -= 2) series = 1.0 / k + s2 * series;
+  double series = kInv[23];
+  for (int k = 21; k >= 1; k -= 2) series = kInv[k] + s2 * series;
   return static_cast<double>(e) * kLn2 + 2.0 * s * series;
 }
 
@@ -103,30 +118,24 @@ void SinCosTurns(double u, double* sin_t, double* cos_t) {
   const double four_u = 4.0 * u;  // exact
   const int q = static_cast<int>(four_u);
   const double f = four_u - q;  // exact
+  // Branch-free, as Log: bit masks choose between the folded and unfolded
+  // angle, and between sine and cosine; a sign flip is a negation.
+  const uint64_t folded = -static_cast<uint64_t>(!(f <= 0.5));
+  const double angle = std::bit_cast<double>(
+      (std::bit_cast<uint64_t>(1.0 - f) & folded) |
+      (std::bit_cast<uint64_t>(f) & ~folded));
   double s, c;
-  if (f <= 0.5) {
-    SinCosSmall(f * kHalfPi, &s, &c);
-  } else {
-    SinCosSmall((1.0 - f) * kHalfPi, &c, &s);
-  }
-  switch (q & 3) {
-    case 0:
-      *sin_t = s;
-      *cos_t = c;
-      break;
-    case 1:
-      *sin_t = c;
-      *cos_t = -s;
-      break;
-    case 2:
-      *sin_t = -s;
-      *cos_t = -c;
-      break;
-    default:
-      *sin_t = -c;
-      *cos_t = s;
-      break;
-  }
+  SinCosSmall(angle * kHalfPi, &s, &c);
+  // Quadrants 0..3 give (s, c), (c, -s), (-s, -c), (-c, s) of the unfolded
+  // pair; folding swaps s and c first.
+  const uint64_t swap = folded ^ -static_cast<uint64_t>(q & 1);
+  const uint64_t sb = std::bit_cast<uint64_t>(s);
+  const uint64_t cb = std::bit_cast<uint64_t>(c);
+  constexpr uint64_t kSign = uint64_t{1} << 63;
+  const uint64_t sin_sign = (q & 2) ? kSign : 0;
+  const uint64_t cos_sign = ((q + 1) & 2) ? kSign : 0;
+  *sin_t = std::bit_cast<double>(((cb & swap) | (sb & ~swap)) ^ sin_sign);
+  *cos_t = std::bit_cast<double>(((sb & swap) | (cb & ~swap)) ^ cos_sign);
 }
 
 }  // namespace
