@@ -69,15 +69,14 @@ last=$(cd "$caller" && "$repo/scripts/compile.sh" "$out" ${compile_flags[@]+"${c
 compiled=$(date +%s.%N)
 bin=${TILEC_TOOLS:-bazel-bin/tools}  # compile.sh built them
 status=0
-"$bin/simulate-device/simulate-device" ${sim_flags[@]+"${sim_flags[@]}"} "$last" -o "$out/simulate.txt" || status=$?
+"$bin/simulate-device/simulate-device" ${sim_flags[@]+"${sim_flags[@]}"} "$last" -o "$out/simulate.txt" \
+  --json-report="$out/simulate.json" || status=$?
 simulated=$(date +%s.%N)
 [ -s "$out/simulate.txt" ] || { echo "run.sh: simulate-device wrote no report (exit $status)" >&2; exit "$status"; }
 compile_s=$(awk -v a="$start" -v b="$compiled" 'BEGIN { print b - a }')
 simulate_s=$(awk -v a="$compiled" -v b="$simulated" 'BEGIN { print b - a }')
 # The report page (docs/report.md) with the accuracy from simulate-device's
-# JSON report (a second run: the tool writes one format per run) and the
-# host times measured above.
-"$bin/simulate-device/simulate-device" ${sim_flags[@]+"${sim_flags[@]}"} "$last" --report=json -o "$out/simulate.json" || true
+# JSON report (written by the same run) and the host times measured above.
 "$bin/inspect-program/inspect-program" "$last" --simulation="$out/simulate.json" \
   --compile-seconds="$compile_s" --simulate-seconds="$simulate_s" \
   -o "$out/report.html"

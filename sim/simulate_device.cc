@@ -582,6 +582,10 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   TILEC_RETURN_IF_ERROR(ir::WriteFileAtomically(
       options.output,
       options.json ? ReportJson(result, report) : ReportText(result, report)));
+  if (!options.json_output.empty()) {
+    TILEC_RETURN_IF_ERROR(ir::WriteFileAtomically(options.json_output,
+                                                  ReportJson(result, report)));
+  }
   if (!first_failure.empty()) {
     return Status::Infeasible(name + ": " + first_failure);
   }

@@ -23,6 +23,9 @@ struct SimulateDeviceOptions {
   std::string output = "-";  // report path or "-"
   bool json = false;         // report as JSON instead of text
   std::string trace;         // Chrome trace-event JSON path, "" for none
+  // The JSON report also written here ("" for none), beside `output`'s
+  // report, from the same run.
+  std::string json_output;
   std::string dump_dir;      // .npy directory, "" for none
   bool compare = true;       // run the reference and compare outputs
   // false: check the program and count its cycles without running kernels

@@ -7,6 +7,10 @@
 #include "tools/common/tool.h"
 
 DEFINE_string(report, "text", "Report format: text or json.");
+DEFINE_string(json_report, "",
+              "Also write the report as JSON to this file, from the same run "
+              "(scripts/run.sh: the text report and the page's data without "
+              "simulating twice).");
 DEFINE_string(trace, "",
               "Write a Chrome trace-event JSON file (open it in Perfetto or "
               "chrome://tracing): a track of superstep phases, a track of "
@@ -114,7 +118,7 @@ int main(int argc, char** argv) {
   auto args = tilec::tools::InitTool(
       argc, argv,
       "simulate-device [FILE|-] [-o REPORT] [--report=text|json] "
-      "[--trace=FILE] [--dump-tensors=DIR]: run a module's device program "
+      "[--json-report=FILE] [--trace=FILE] [--dump-tensors=DIR]: run a module's device program "
       "on the tile simulator, count its cycles and compare its outputs with "
       "the reference.\n"
       "Exit 0: outputs within tolerance; 2: bad module or malformed program "
@@ -132,12 +136,15 @@ int main(int argc, char** argv) {
   if (status.ok()) status = CheckFlags();
   if (status.ok()) {
     status = tilec::tools::CheckOutputs({{"the input", options.input}},
-                                        {{"-o", FLAGS_o}, {"--trace", FLAGS_trace}});
+                                        {{"-o", FLAGS_o},
+                                         {"--trace", FLAGS_trace},
+                                         {"--json-report", FLAGS_json_report}});
   }
   if (!status.ok()) return tilec::tools::Finish(status);
   options.output = FLAGS_o;
   options.json = FLAGS_report == "json";
   options.trace = FLAGS_trace;
+  options.json_output = FLAGS_json_report;
   options.dump_dir = FLAGS_dump_tensors;
   options.compare = FLAGS_compare;
   options.execute = FLAGS_execute;
