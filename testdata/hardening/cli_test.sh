@@ -83,6 +83,9 @@ case_ plan-ownership --max-decisions=-5 small.tilec -o result.tilec
 case_ inspect-exchanges --op=999 good-program.tilec
 case_ inspect-exchanges --superstep=999 good-program.tilec
 case_ run-reference --sidecar_dir=/nonexistent small.tilec
+# An output without its directory is refused before any work: the text
+# report (result.tilec here) is not written either.
+case_ simulate-device good-program.tilec -o result.tilec --json-report=nodir/report.json
 
 # 6: attribute domains.
 case_ dump-ir eps-negative.tilec

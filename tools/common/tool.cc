@@ -230,12 +230,28 @@ std::string Named(const NamedPath& p) {
                                                       : p.what + " " + p.path;
 }
 
+// Every output is written through a temporary beside it, so its directory
+// must exist; checked before any work, so that a tool never writes one
+// output and then fails on the next.
+Status CheckOutputDirectory(const NamedPath& out) {
+  if (out.path.empty() || out.path == "-") return Status::Ok();
+  std::filesystem::path dir = std::filesystem::path(out.path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code error;
+  if (!std::filesystem::is_directory(dir, error)) {
+    return Status::BadInput(Named(out) + ": no directory " + dir.string() +
+                            " to write it in");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckOutputs(const std::vector<NamedPath>& inputs,
                     const std::vector<NamedPath>& outputs) {
   std::vector<std::pair<std::string, const NamedPath*>> seen;
   for (const NamedPath& out : outputs) {
+    TILEC_RETURN_IF_ERROR(CheckOutputDirectory(out));
     std::string id;
     if (!FileIdentity(out.path, true, &id)) continue;
     for (const NamedPath& in : inputs) {

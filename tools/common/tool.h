@@ -79,7 +79,8 @@ struct NamedPath {
 // exist yet, as its canonical name). "-", "" and devices or FIFOs (written
 // in place, never replaced) are skipped. BadInput naming both otherwise.
 // A transforming pass may still write its module in place (-o equal to its
-// input): it replaces the module it read with its own result.
+// input): it replaces the module it read with its own result. Every
+// output's directory must exist.
 Status CheckOutputs(const std::vector<NamedPath>& inputs,
                     const std::vector<NamedPath>& outputs);
 

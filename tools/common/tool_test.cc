@@ -130,5 +130,18 @@ TEST(CheckOutputsTest, RefusesAnInputOrTwoOutputsOnOnePath) {
                   .ok());
 }
 
+TEST(CheckOutputsTest, RefusesAnOutputWithoutItsDirectory) {
+  const std::string dir = ::testing::TempDir();
+  EXPECT_TRUE(CheckOutputs({}, {{"-o", dir + "/report.txt"}}).ok());
+  EXPECT_TRUE(CheckOutputs({}, {{"-o", "relative.txt"}}).ok());
+  const Status missing = CheckOutputs(
+      {}, {{"-o", dir + "/report.txt"},
+           {"--json-report", dir + "/no-such-dir/report.json"}});
+  EXPECT_EQ(missing.code(), StatusCode::kBadInput);
+  EXPECT_EQ(missing.message(), "--json-report=" + dir +
+                                   "/no-such-dir/report.json: no directory " +
+                                   dir + "/no-such-dir to write it in");
+}
+
 }  // namespace
 }  // namespace tilec::tools
