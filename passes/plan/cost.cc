@@ -115,27 +115,29 @@ int Coster::StoredBytes(const Graph& graph, int value) const {
   return DTypeBytes(v.dtype);
 }
 
-Status Coster::CheckRecipe(const Graph& graph, int op, const Recipe& r) const {
+namespace {
+
+const char* OpClassName(OpClass c) {
+  switch (c) {
+    case OpClass::kGemm:
+      return "gemm";
+    case OpClass::kElementwise:
+      return "elementwise";
+    case OpClass::kRowWise:
+      return "rowwise";
+    case OpClass::kCopy:
+      return "copy";
+    case OpClass::kAttention:
+      return "attention";
+    case OpClass::kHost:
+      return "host";
+  }
+  return "?";
+}
+
+// The recipe kind an op of this class takes.
+Status CheckRecipeKind(const Graph& graph, int op, const Recipe& r) {
   const OpNode& node = graph.op(op);
-  const ValueNode& result = graph.value(node.result);
-  const int tiles = target().tiles;
-  auto kind_name = [](OpClass c) {
-    switch (c) {
-      case OpClass::kGemm:
-        return "gemm";
-      case OpClass::kElementwise:
-        return "elementwise";
-      case OpClass::kRowWise:
-        return "rowwise";
-      case OpClass::kCopy:
-        return "copy";
-      case OpClass::kAttention:
-        return "attention";
-      case OpClass::kHost:
-        return "host";
-    }
-    return "?";
-  };
   const fb::RecipeKind expected =
       node.op_class == OpClass::kGemm          ? fb::RecipeKind::Gemm
       : node.op_class == OpClass::kElementwise ? fb::RecipeKind::Elementwise
@@ -143,103 +145,136 @@ Status Coster::CheckRecipe(const Graph& graph, int op, const Recipe& r) const {
       : node.op_class == OpClass::kAttention   ? fb::RecipeKind::Attention
       : node.op_class == OpClass::kHost        ? fb::RecipeKind::Host
                                                : fb::RecipeKind::Copy;
-  if (r.kind != expected) {
-    const std::string kind = kind_name(node.op_class);
-    return Status::BadInput(graph.OpLabel(op) + " is a " +
-                            ir::OpKindText(node.kind) + " and needs " +
-                            (kind[0] == 'e' || kind[0] == 'a' ? "an " : "a ") +
-                            kind + " recipe");
+  if (r.kind == expected) return Status::Ok();
+  const std::string kind = OpClassName(node.op_class);
+  return Status::BadInput(graph.OpLabel(op) + " is a " +
+                          ir::OpKindText(node.kind) + " and needs " +
+                          (kind[0] == 'e' || kind[0] == 'a' ? "an " : "a ") +
+                          kind + " recipe");
+}
+
+Status CheckAttentionRecipe(const Graph& graph, int op, const Recipe& r,
+                            int tiles) {
+  StatusOr<passes::AttentionGrid> grid = AttentionGridOf(graph, op, r);
+  if (!grid.ok()) return Status::BadInput(grid.status().message());
+  if (r.first_tile + grid->Tiles() > tiles) {
+    return Status::BadInput(
+        "attention grid of " + std::to_string(grid->Tiles()) +
+        " tiles (batch x heads x m x n) from tile " +
+        std::to_string(r.first_tile) + " exceeds the target's " +
+        std::to_string(tiles) + " tiles");
   }
-  if (r.kind == fb::RecipeKind::Gemm) {
-    const auto& a = graph.value(node.operands[0]).shape;
-    const auto& b = graph.value(node.operands[1]).shape;
-    const int64_t M = a[0], K = a[1], N = b[1];
-    if (r.m > M || r.k > K || r.n > N || int64_t{r.m} * r.k > M) {
+  return Status::Ok();
+}
+
+// An elementwise layout whose per-column and per-row operands can follow it.
+Status CheckElementwiseLayout(const OpNode& node, const fb::OwnershipT& layout) {
+  if (layout.kind == fb::OwnershipKind::Blocked && layout.replicas != 1) {
+    return Status::BadInput(
+        "an elementwise layout is blocked(rows x channels) without "
+        "replicas or flat, not " +
+        FormatOwnership(layout));
+  }
+  for (SlotRole role : node.slots) {
+    if (role == SlotRole::kVector && !passes::ColumnVectorOwnership(layout)) {
       return Status::BadInput(
-          "gemm m=" + std::to_string(r.m) + " k=" + std::to_string(r.k) +
-          " n=" + std::to_string(r.n) + " does not fit [" + std::to_string(M) +
-          "," + std::to_string(K) + "] x [" + std::to_string(K) + "," +
-          std::to_string(N) +
-          "] (needs n <= N, k <= K and m*k <= M: the k tiles of a block "
-          "reduce a share of its rows each)");
+          "a per-column operand cannot follow " + FormatOwnership(layout) +
+          ": the tiles of one column block are not one run of its grid");
     }
-    const int64_t used = int64_t{r.m} * r.n * r.k;
-    if (r.first_tile < 0 || r.first_tile + used > tiles) {
+    if (role == SlotRole::kColumn && !passes::RowColumnOwnership(layout)) {
       return Status::BadInput(
-          "gemm grid of " + std::to_string(used) + " tiles from tile " +
-          std::to_string(r.first_tile) + " exceeds the target's " +
-          std::to_string(tiles) + " tiles");
+          "a per-row column operand cannot follow " + FormatOwnership(layout) +
+          ": the tiles of one row block are not one run of its grid");
     }
-    if (r.staging != fb::Staging::Complete) {
-      const int granule = KGranule(GemmDType(graph, op));
-      if (r.chunk_k < 1 || r.chunk_k % granule != 0) {
-        return Status::BadInput(
-            "chunk_k=" + std::to_string(r.chunk_k) +
-            " must be a positive multiple of the kernel's K granule " +
-            std::to_string(granule));
-      }
-    }
-    if (r.staging == fb::Staging::Batched && r.batch_chunks < 1) {
-      return Status::BadInput("batched(N) needs N >= 1");
-    }
-    return Status::Ok();
   }
-  if (r.kind == fb::RecipeKind::Host) {
-    // The result's ownership comes from its consumers (plan.cc).
-    return passes::SameOwnership(r.layout, fb::OwnershipT{})
-               ? Status::Ok()
-               : Status::BadInput("a host recipe has no layout");
+  return Status::Ok();
+}
+
+// Complete rows, except that a LayerNorm of [rows, w] also runs over column
+// slices of its rows (passes/core/split_row_plan.h); a softmax has no such
+// lowering.
+Status CheckRowWiseLayout(const OpNode& node, const ValueNode& result,
+                          const fb::OwnershipT& layout) {
+  const bool split =
+      node.kind == fb::OpKind::LayerNorm && result.shape.size() == 2;
+  if (layout.kind != fb::OwnershipKind::Blocked || layout.replicas != 1 ||
+      (!split && layout.partitions.back() != 1) ||
+      !layout.sub_partitions.empty()) {
+    return Status::BadInput(
+        std::string(split ? "a LayerNorm needs blocked(p x c)"
+                          : "a row-wise op needs complete rows: "
+                            "blocked(p x 1)") +
+        " without replicas, not " + FormatOwnership(layout));
   }
-  if (r.kind == fb::RecipeKind::Attention) {
-    StatusOr<passes::AttentionGrid> grid = AttentionGridOf(graph, op, r);
-    if (!grid.ok()) return Status::BadInput(grid.status().message());
-    if (r.first_tile + grid->Tiles() > tiles) {
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Coster::CheckGemmRecipe(const Graph& graph, int op,
+                               const Recipe& r) const {
+  const OpNode& node = graph.op(op);
+  const int tiles = target().tiles;
+  const auto& a = graph.value(node.operands[0]).shape;
+  const auto& b = graph.value(node.operands[1]).shape;
+  const int64_t M = a[0], K = a[1], N = b[1];
+  if (r.m > M || r.k > K || r.n > N || int64_t{r.m} * r.k > M) {
+    return Status::BadInput(
+        "gemm m=" + std::to_string(r.m) + " k=" + std::to_string(r.k) +
+        " n=" + std::to_string(r.n) + " does not fit [" + std::to_string(M) +
+        "," + std::to_string(K) + "] x [" + std::to_string(K) + "," +
+        std::to_string(N) +
+        "] (needs n <= N, k <= K and m*k <= M: the k tiles of a block "
+        "reduce a share of its rows each)");
+  }
+  const int64_t used = int64_t{r.m} * r.n * r.k;
+  if (r.first_tile < 0 || r.first_tile + used > tiles) {
+    return Status::BadInput(
+        "gemm grid of " + std::to_string(used) + " tiles from tile " +
+        std::to_string(r.first_tile) + " exceeds the target's " +
+        std::to_string(tiles) + " tiles");
+  }
+  if (r.staging != fb::Staging::Complete) {
+    const int granule = KGranule(GemmDType(graph, op));
+    if (r.chunk_k < 1 || r.chunk_k % granule != 0) {
       return Status::BadInput(
-          "attention grid of " + std::to_string(grid->Tiles()) +
-          " tiles (batch x heads x m x n) from tile " +
-          std::to_string(r.first_tile) + " exceeds the target's " +
-          std::to_string(tiles) + " tiles");
+          "chunk_k=" + std::to_string(r.chunk_k) +
+          " must be a positive multiple of the kernel's K granule " +
+          std::to_string(granule));
     }
-    return Status::Ok();
   }
+  if (r.staging == fb::Staging::Batched && r.batch_chunks < 1) {
+    return Status::BadInput("batched(N) needs N >= 1");
+  }
+  return Status::Ok();
+}
+
+Status Coster::CheckRecipe(const Graph& graph, int op, const Recipe& r) const {
+  TILEC_RETURN_IF_ERROR(CheckRecipeKind(graph, op, r));
+  const OpNode& node = graph.op(op);
+  const int tiles = target().tiles;
+  switch (r.kind) {
+    case fb::RecipeKind::Gemm:
+      return CheckGemmRecipe(graph, op, r);
+    case fb::RecipeKind::Host:
+      // The result's ownership comes from its consumers (plan.cc).
+      return passes::SameOwnership(r.layout, fb::OwnershipT{})
+                 ? Status::Ok()
+                 : Status::BadInput("a host recipe has no layout");
+    case fb::RecipeKind::Attention:
+      return CheckAttentionRecipe(graph, op, r, tiles);
+    default:
+      break;
+  }
+  const ValueNode& result = graph.value(node.result);
   const std::string invalid =
       passes::ValidateOwnership(r.layout, result.shape, tiles);
   if (!invalid.empty()) return Status::BadInput(invalid);
   if (r.kind == fb::RecipeKind::Elementwise) {
-    if (r.layout.kind == fb::OwnershipKind::Blocked && r.layout.replicas != 1) {
-      return Status::BadInput(
-          "an elementwise layout is blocked(rows x channels) without "
-          "replicas or flat, not " +
-          FormatOwnership(r.layout));
-    }
-    for (SlotRole role : node.slots) {
-      if (role == SlotRole::kVector &&
-          !passes::ColumnVectorOwnership(r.layout)) {
-        return Status::BadInput(
-            "a per-column operand cannot follow " + FormatOwnership(r.layout) +
-            ": the tiles of one column block are not one run of its grid");
-      }
-      if (role == SlotRole::kColumn && !passes::RowColumnOwnership(r.layout)) {
-        return Status::BadInput(
-            "a per-row column operand cannot follow " +
-            FormatOwnership(r.layout) +
-            ": the tiles of one row block are not one run of its grid");
-      }
-    }
-  } else if (r.kind == fb::RecipeKind::RowWise) {
-    // A LayerNorm of [rows, w] also runs over column slices of its rows
-    // (passes/core/split_row_plan.h); a softmax has no such lowering.
-    const bool split = node.kind == fb::OpKind::LayerNorm &&
-                       result.shape.size() == 2;
-    if (r.layout.kind != fb::OwnershipKind::Blocked || r.layout.replicas != 1 ||
-        (!split && r.layout.partitions.back() != 1) ||
-        !r.layout.sub_partitions.empty()) {
-      return Status::BadInput(
-          std::string(split ? "a LayerNorm needs blocked(p x c)"
-                            : "a row-wise op needs complete rows: "
-                              "blocked(p x 1)") +
-          " without replicas, not " + FormatOwnership(r.layout));
-    }
+    return CheckElementwiseLayout(node, r.layout);
+  }
+  if (r.kind == fb::RecipeKind::RowWise) {
+    return CheckRowWiseLayout(node, result, r.layout);
   }
   return Status::Ok();
 }

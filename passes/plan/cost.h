@@ -112,6 +112,8 @@ class Coster {
   // (weights read only as GEMM right operands are resident in gemm_dtype;
   // a repeat's twins as their body weight).
   int StoredBytes(const Graph& graph, int value) const;
+  // A GEMM recipe's grid, staging and chunks against its operands' shapes.
+  Status CheckGemmRecipe(const Graph& graph, int op, const Recipe& r) const;
   // The K granule of the GEMM kernel for `dtype`: the divisor of K in its
   // formula (32 for FP8, 16 for F16 on ipu21).
   int KGranule(fb::DType dtype) const;
