@@ -66,7 +66,8 @@ PhaseTraffic TrafficOfStep(const ExchangeModel& model, const fb::SuperstepT& ste
     traffic.AddTransfer(static_cast<int>(tr.src_tile), receivers,
                         address_of(tr.src_buffer) + tr.src_offset, addresses,
                         tr.bytes, rows, rows > 1 ? tr.src_pitch : 0,
-                        rows > 1 ? tr.dst_pitch : 0, static_cast<uint32_t>(t));
+                        rows > 1 ? tr.dst_pitch : 0, static_cast<uint32_t>(t),
+                        tr.op);
   }
   return traffic;
 }

@@ -74,9 +74,9 @@ int64_t WordsSpanned(int64_t address, int64_t bytes) {
 
 void PhaseTraffic::AddPiece(int sender, std::span<const int> receivers,
                             int64_t bytes, int64_t words, uint32_t transfer,
-                            uint32_t row) {
+                            uint32_t row, uint32_t op) {
   const uint32_t piece = static_cast<uint32_t>(pieces_.size());
-  pieces_.push_back({transfer, row, bytes});
+  pieces_.push_back({transfer, row, bytes, op});
   piece_senders_.push_back(sender);
   piece_first_receiver_.push_back(static_cast<uint32_t>(piece_receivers_.size()));
   piece_receivers_.insert(piece_receivers_.end(), receivers.begin(),
@@ -117,14 +117,15 @@ void PhaseTraffic::AddTransfer(int sender, std::span<const int> receivers,
                                int64_t src_address,
                                std::span<const int64_t> dst_addresses,
                                int64_t bytes, int64_t rows, int64_t src_pitch,
-                               int64_t dst_pitch, uint32_t transfer) {
+                               int64_t dst_pitch, uint32_t transfer,
+                               uint32_t op) {
   for (int64_t row = 0; row < rows; ++row) {
     int64_t words = WordsSpanned(src_address + row * src_pitch, bytes);
     for (int64_t dst : dst_addresses) {
       words = std::max(words, WordsSpanned(dst + row * dst_pitch, bytes));
     }
     AddPiece(sender, receivers, bytes, words, transfer,
-             static_cast<uint32_t>(row));
+             static_cast<uint32_t>(row), op);
   }
 }
 

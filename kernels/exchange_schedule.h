@@ -100,6 +100,7 @@ class PhaseTraffic {
     uint32_t transfer = 0;  // the caller's numbering (program order)
     uint32_t row = 0;
     int64_t bytes = 0;
+    uint32_t op = 0;  // the op its transfer serves (orders by op)
   };
 
   explicit PhaseTraffic(const ExchangeModel& model) : model_(model) {}
@@ -109,14 +110,15 @@ class PhaseTraffic {
   // max_packet_words words carry it to each receiver once; a tile named
   // twice gets it again in packets of their own.
   void AddPiece(int sender, std::span<const int> receivers, int64_t bytes,
-                int64_t words, uint32_t transfer, uint32_t row);
+                int64_t words, uint32_t transfer, uint32_t row,
+                uint32_t op = 0);
   // Every row of a (strided) transfer as a piece: row i of `bytes` at
   // src_address + i * src_pitch, written at each dst_addresses[d] + i *
   // dst_pitch; each piece spans the most words it touches at either end.
   void AddTransfer(int sender, std::span<const int> receivers,
                    int64_t src_address, std::span<const int64_t> dst_addresses,
                    int64_t bytes, int64_t rows, int64_t src_pitch,
-                   int64_t dst_pitch, uint32_t transfer);
+                   int64_t dst_pitch, uint32_t transfer, uint32_t op = 0);
 
   const ExchangeModel& model() const { return model_; }
   const std::vector<Packet>& packets() const { return packets_; }
@@ -148,11 +150,12 @@ class PhaseTraffic {
 // placed, the packets of the most loaded lanes first (a tile's lane load is
 // the cycles it must send, receive or issue in the phase; a packet's
 // priority is the largest load among the lanes it uses, then larger
-// multicasts, then longer packets). Three orders are tried and the shortest
-// schedule kept: by priority alone, in rounds of cyclic sender-to-receiver
-// distance, and the packet that can start earliest first (skipped on phases
-// where it would re-place packets more than four times each on average).
-// Deterministic.
+// multicasts, then longer packets). Four orders are tried and the shortest
+// schedule kept (the first of equals): by priority alone, in rounds of
+// cyclic sender-to-receiver distance, the packet that can start earliest
+// first (skipped on phases where it would re-place packets more than four
+// times each on average), and each op's packets in turn by the op's own
+// priorities (phases of two or more ops: Piece::op). Deterministic.
 // receiver_unions = false searches every receiver's lanes one by one, as
 // the unions kept for wide multicasts must match (tests compare them).
 fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,

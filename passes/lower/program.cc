@@ -102,7 +102,7 @@ kernels::PhaseTraffic TrafficOf(const kernels::CostModel& model,
     }
     traffic.AddTransfer(t.src_tile, receivers, base(t.src.buffer) + t.src.offset,
                         addresses, t.src.bytes, t.rows, t.src_pitch,
-                        t.dst_pitch, static_cast<uint32_t>(i));
+                        t.dst_pitch, static_cast<uint32_t>(i), t.op);
   }
   return traffic;
 }
