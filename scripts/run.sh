@@ -2,9 +2,10 @@
 # The main job: compile the default model (SigLIP so400m MLP block, batch 1,
 # ipu21) through every stage, FP8 GEMMs by default (quantize-fp8), run the
 # device program in simulate-device against the reference, and print
-# simulated cycles, time at the target's clock, the planner's estimate and
-# the accuracy against the quantized graph's reference and the unquantized
-# graph.
+# simulated cycles, time at the target's clock, the throughput (cycles per
+# image, images per second, the fraction of the FP8 peak), the planner's
+# estimate and the accuracy against the quantized graph's reference and the
+# unquantized graph.
 #   scripts/run.sh [OUT_DIR] [--f16] [import-model flags...]
 #   scripts/run.sh OUT_DIR [--f16] --onnx=MODEL.onnx [--inputs=DIR]
 #                  [--expect=DIR] [import-onnx flags, e.g. --batch=N]
@@ -93,11 +94,37 @@ echo "== simulate-device ($out/simulate.txt)"
 sed -n '/^total:/,/^slow path/p' "$out/simulate.txt"
 sed -n '/^ops (/,/^$/p' "$out/simulate.txt"
 sed -n '/^comparison/,$p' "$out/simulate.txt"
+# The throughput inspect-program worked out (docs/report.md, "Throughput"):
+# the members of its data section's "throughput" line in the page, where
+# every top-level key has a line of its own.
+throughput=$(sed -n 's/^"throughput":{\(.*\)},$/\1/p' "$out/report.html")
+[ -n "$throughput" ] || { echo "run.sh: $out/report.html has no throughput line" >&2; exit 1; }
 awk -v sim="$(sed -n 's/^total: \([0-9]*\) cycles.*/\1/p' "$out/simulate.txt")" \
-    -v est="$estimate" -v clock="$clock" \
-    -v tc="$compile_s" -v ts="$simulate_s" 'BEGIN {
+    -v est="$estimate" -v clock="$clock" -v throughput="$throughput" \
+    -v tc="$compile_s" -v ts="$simulate_s" '
+function thousands(n,   s, out) {
+  s = sprintf("%.0f", n)
+  while (length(s) > 3) {
+    out = "," substr(s, length(s) - 2) out
+    s = substr(s, 1, length(s) - 3)
+  }
+  return s out
+}
+BEGIN {
+  n = split(throughput, members, ",")
+  for (i = 1; i <= n; i++) {
+    split(members[i], kv, ":")
+    gsub(/"/, "", kv[1])
+    t[kv[1]] = kv[2]
+  }
+  peak = sprintf("%.1f %% of FP8 peak (%s GEMM MACs)", 100 * t["fp8_peak_fraction"], thousands(t["gemm_macs"]))
   printf "== summary\n"
   printf "simulated: %d cycles = %.3f us at %.3g GHz\n", sim, sim / clock * 1e6, clock / 1e9
+  if (t["batch"] == "null")
+    printf "throughput: batch not recorded, %s\n", peak
+  else
+    printf "throughput: batch %d, %s cycles per image, %.1f images/s at %.3g GHz, %s\n", t["batch"],
+      thousands(t["cycles_per_image"]), t["images_per_second"], clock / 1e9, peak
   printf "planner estimate: %d cycles (simulated / estimated = %.3f)\n", est, (est > 0 ? sim / est : 0)
   printf "host time: compile %.1f s, simulate %.1f s\n", tc, ts
 }'

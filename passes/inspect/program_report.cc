@@ -21,6 +21,7 @@
 #include "passes/inspect/exchange_totals.h"
 #include "passes/inspect/memory_use.h"
 #include "passes/inspect/page_assets.h"
+#include "passes/inspect/throughput.h"
 #include "passes/inspect/tile_list.h"
 
 namespace tilec::inspect {
@@ -378,6 +379,21 @@ Json SummaryJson(const fb::ModuleT& m, const Figures& f) {
   return j;
 }
 
+// Per-image figures are null when the module records no batch.
+Json ThroughputJson(const Throughput& t) {
+  auto per_image = [&](double v) {
+    return t.batch > 0 ? Number(v) : Json(nullptr);
+  };
+  Json j;
+  j["batch"] = t.batch > 0 ? Json(t.batch) : Json(nullptr);
+  j["gemm_macs"] = t.gemm_macs;
+  j["cycles_per_image"] = per_image(t.cycles_per_image);
+  j["images_per_second"] = per_image(t.images_per_second);
+  j["fp8_peak_macs_per_cycle"] = t.fp8_peak_macs_per_cycle;
+  j["fp8_peak_fraction"] = Number(t.fp8_peak_fraction);
+  return j;
+}
+
 Json OutputsJson(const std::vector<sim::OutputCheck>& checks) {
   Json out = Json::array();
   for (const sim::OutputCheck& x : checks) {
@@ -712,6 +728,10 @@ Status ReportData(const fb::ModuleT& module, const ReportOptions& options,
                   std::string* json) {
   Figures f;
   TILEC_RETURN_IF_ERROR(ComputeFigures(module, options, &f));
+  StatusOr<Throughput> throughput = ThroughputOf(module, f.timing.total_cycles);
+  if (!throughput.ok()) {
+    return throughput.status().WithContext(options.module_name);
+  }
   TileMaps maps;
   // Sections that add tile maps come before the maps themselves.
   Json steps = StepsJson(f, &maps);
@@ -725,6 +745,7 @@ Status ReportData(const fb::ModuleT& module, const ReportOptions& options,
   data["target"] = TargetJson(*module.target);
   data["host"] = HostJson(options);
   data["summary"] = SummaryJson(module, f);
+  data["throughput"] = ThroughputJson(*throughput);
   data["simulation"] = SimulationJson(options);
   data["ops"] = OpsJson(module, f);
   data["steps"] = std::move(steps);

@@ -6,6 +6,8 @@
 //
 // What the data holds (docs/report.md has every field):
 //   - summary: cycles and time, planner estimate, accuracy, peak memory;
+//   - throughput: cycles per image, images per second and the fraction of
+//     the FP8 peak (throughput.h);
 //   - timeline: every superstep's compute (the slowest tile's kernels by
 //     op) and exchange (cycles by op), as the simulator counts them;
 //   - ops: owners, recipe, estimate against simulated cycles, bytes, GEMM

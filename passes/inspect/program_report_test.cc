@@ -33,8 +33,14 @@ TestProgram GemmThenCast() {
       p.AddValue("w", {16, 32}, fb::DType::F16, fb::ValueRole::Weight);
   const uint32_t y =
       p.AddValue("y", {4, 32}, fb::DType::F16, fb::ValueRole::Output);
+  const uint32_t c32 =
+      p.AddValue("c", {4, 32}, fb::DType::F32, fb::ValueRole::Activation);
   p.AddOp(1, fb::OpKind::MatMul, "mm");
   p.AddOp(2, fb::OpKind::Cast, "cast");
+  p.module.ops[0]->operands = {x, w};
+  p.module.ops[0]->results = {c32};
+  p.module.ops[1]->operands = {c32};
+  p.module.ops[1]->results = {y};
   p.module.ops[0]->estimate = std::make_unique<fb::EstimateT>();
   p.module.ops[0]->estimate->cycles = 1300;
   const uint32_t a = p.AddBuffer(0, 0, 128);
@@ -89,6 +95,25 @@ TEST(ProgramReport, OpRowsCarryEstimateSimulatedAndGemmWork) {
                               "646,459,1,1,1,1,512,2048,646,64,0,0,0]"));
   EXPECT_THAT(json, HasSubstr("[2,\"cast\",\"cast\",\"\",\"\",0,0,0,0,0,"
                               "520,0,1,1,0,0,0,0,0,0,0,1,1]"));
+}
+
+TEST(ProgramReport, ThroughputOfTheGraphsGemms) {
+  TestProgram p = GemmThenCast();
+  // No model recorded: no batch, so only the peak's fraction, 2,048 MACs
+  // over 1,625 cycles x 16 tiles x 128.
+  EXPECT_THAT(Data(p), HasSubstr("\"throughput\":{\"batch\":null,"
+                                 "\"gemm_macs\":2048,"
+                                 "\"cycles_per_image\":null,"
+                                 "\"images_per_second\":null,"
+                                 "\"fp8_peak_macs_per_cycle\":2048,"
+                                 "\"fp8_peak_fraction\":0.0006153846153846154}"));
+  // Two images: 812.5 cycles each, 1.5e9 / 812.5 a second.
+  p.module.model = std::make_unique<fb::ModelT>();
+  p.module.model->batch = 2;
+  EXPECT_THAT(Data(p), HasSubstr("\"throughput\":{\"batch\":2,"
+                                 "\"gemm_macs\":2048,"
+                                 "\"cycles_per_image\":812.5,"
+                                 "\"images_per_second\":1846153.8461538462,"));
 }
 
 TEST(ProgramReport, TimelineAndExchangeBySuperstep) {

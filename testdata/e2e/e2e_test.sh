@@ -6,8 +6,9 @@
 # simulate-device against the reference with its default tolerances
 # (docs/device-program.md). Also checks that the emitted program's
 # predicted cycles (emit-device's "program" decision) are exactly what the
-# simulator counts, and that inspect-exchanges and inspect-program read
-# the program.
+# simulator counts, that inspect-exchanges and inspect-program read the
+# program, and that the page's GEMM MACs counted from the graph equal the
+# simulator's.
 set -euo pipefail
 . scripts/lib/pipeline.sh
 tools=$1 recipe=$2
@@ -59,3 +60,8 @@ grep -q '^totals: ' "$out/exchanges.txt"
 tilec_tool "$tools" simulate-device "$program" --report=json -o "$out/report.json"
 tilec_tool "$tools" inspect-program "$program" --simulation="$out/report.json" -o "$out/page.html"
 grep -q '"simulation":{"file":' "$out/page.html"
+# The throughput's GEMM MACs, counted from the graph's shapes, are what
+# the program's GEMM calls did (the simulator's count in the summary).
+macs=$(sed -n 's/^"summary":.*"gemm_macs":\([0-9]*\),.*/\1/p' "$out/page.html")
+grep -q "^\"throughput\":{.*\"gemm_macs\":$macs," "$out/page.html" ||
+  { echo "the graph's GEMM MACs are not the simulator's $macs" >&2; grep '^"throughput"' "$out/page.html" >&2; exit 1; }

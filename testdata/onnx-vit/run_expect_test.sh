@@ -8,8 +8,8 @@
 # RUN_FLAGS: --onnx=MODEL, or a preset's flags with --weights=CKPT; --f16
 # for the F16 pipeline (else FP8). The run must exit EXIT (0, or 3 for an
 # expected output it does not match) and, either way, write the report
-# page and the comparison with the expected output, which is printed; a
-# failure must name the expected file.
+# page, the summary's throughput and the comparison with the expected
+# output, which are printed; a failure must name the expected file.
 set -euo pipefail
 output=$1 expected=$2 want_exit=$3 image=$4
 shift 4
@@ -34,6 +34,10 @@ if [ "$status" -ne "$want_exit" ]; then
   exit 1
 fi
 [ -s "$work/out/report.html" ] || { echo "no report page"; exit 1; }
+# The summary's throughput, from the page's data (every import records
+# the batch).
+grep -E '^throughput: batch [1-9][0-9]*, [0-9,]+ cycles per image, [0-9.]+ images/s at [0-9.]+ GHz, [0-9.]+ % of FP8 peak \([0-9,]+ GEMM MACs\)$' "$work/log" ||
+  { echo "no throughput line in the summary"; sed -n '/^== summary/,$p' "$work/log"; exit 1; }
 verdict=PASS
 [ "$want_exit" = 0 ] || verdict=FAIL
 grep -q "^  %[0-9]* $output f16\[.*: $verdict " "$work/log" ||

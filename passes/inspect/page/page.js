@@ -298,6 +298,20 @@
         el('div', {class: 'd'}, lines, 'expected outputs from ' + e.dir + ' (simulate-device --expect)'));
   }
 
+  // Per image at the target's clock; the GEMMs' MACs as the graph states
+  // them against every tile's FP8 rate.
+  function throughputCard() {
+    var t = D.throughput;
+    var peak = pct(t.fp8_peak_fraction, 1) + ' of the FP8 peak';
+    var work = num(t.gemm_macs) + ' GEMM MACs in the graph over ' + num(S.cycles) + ' cycles x ' +
+        num(t.fp8_peak_macs_per_cycle) + ' FP8 MACs a cycle (' + num(T.tiles) + ' tiles x ' +
+        T.amp_macs_fp8 + ')';
+    if (t.batch === null) return card('Throughput', peak, 'batch not recorded in the module; ' + work);
+    return card('Throughput', t.images_per_second.toFixed(1) + ' images/s',
+        'batch ' + t.batch + ', ' + num(t.cycles_per_image) + ' cycles per image at ' + (T.clock_hz / 1e9) +
+        ' GHz; ' + peak + ': ' + work);
+  }
+
   function renderSummary() {
     var b = body('summary');
     var floor = computeFloor();
@@ -308,6 +322,7 @@
     b.appendChild(el('div', {class: 'cards'},
         card('Simulated', num(S.cycles) + ' cycles', micros(S.cycles) + ' at ' + (T.clock_hz / 1e9) +
             ' GHz on ' + T.name + ' (' + num(T.tiles) + ' tiles)'),
+        throughputCard(),
         card('Compute / exchange', pct(S.compute_cycles, S.cycles) + ' / ' + pct(S.exchange_cycles, S.cycles),
             num(S.compute_cycles) + ' + ' + num(S.exchange_cycles) + ' cycles' +
             (S.update_cycles > 0 ? ' + ' + num(S.update_cycles) + ' of repeat address updates' : '') + '; ' +
