@@ -26,8 +26,9 @@ inline constexpr int64_t kMaxTileSramBytes = int64_t{64} << 20;
 // The variable names a kernel formula may use: M, K, N, n, rows, w, P, B.
 std::span<const std::string_view> FormulaVariables();
 
-// The names of the kernel formulas (MACHINE.md), the keys of a target's
-// "kernels" table: defined here once, since the target data is formats'.
+// The names of the kernel formulas (docs/machine.md), the keys of a
+// target's "kernels" table: defined here once, since the target data is
+// formats'.
 // kernels/kernel_names.h names the device kernels that are charged with them
 // (kernels/registry.h: which kernel uses which formula).
 namespace formula {

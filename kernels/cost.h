@@ -9,8 +9,8 @@
 //
 // where path_multiplier is 1 on a kernel's fast path and the formula's
 // slow_path_term_multiplier on its slow path (a binary kernel whose two
-// inputs share a memory element, MACHINE.md). Variables are the work sizes
-// of one call on one tile: M, K, N (GEMM), n (elements), rows, w (row
+// inputs share a memory element, docs/machine.md). Variables are the work
+// sizes of one call on one tile: M, K, N (GEMM), n (elements), rows, w (row
 // width), P (partials), B (bytes).
 //
 // Rounding: a formula's value is a double (multipliers such as 1.06 make it
@@ -95,7 +95,7 @@ class CostModel {
                   path);
   }
 
-  // ---- the target's exchange, copy and vector numbers (MACHINE.md).
+  // ---- the target's exchange, copy and vector numbers (docs/machine.md).
 
   // Elements per vector: rows that are not whole groups pay a tail.
   int vector_elements() const { return target_->vector_elements; }

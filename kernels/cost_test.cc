@@ -11,8 +11,8 @@
 namespace tilec::kernels {
 namespace {
 
-// The expectations below are MACHINE.md's formulas worked by hand, never
-// computed by the code under test.
+// The expectations below are docs/machine.md's formulas worked by hand,
+// never computed by the code under test.
 
 class CostModelTest : public ::testing::Test {
  protected:
@@ -90,7 +90,7 @@ TEST_F(CostModelTest, RowFormulas) {
   EXPECT_EQ(Cycles("normalize", {{"rows", 3}, {"w", 192}}), 1812);
   EXPECT_EQ(Cycles("normalize_fp8", {{"rows", 3}, {"w", 192}}), 1921);
   // softmax: 300 + ceil(2/6)*(100 + 34*ceil(729/2)) = 300 + 100 + 34*365;
-  // 8 rows (two rounds of the 6 workers) as MACHINE.md: 25,320.
+  // 8 rows (two rounds of the 6 workers) as docs/machine.md: 25,320.
   EXPECT_EQ(Cycles("softmax", {{"rows", 2}, {"w", 729}}), 12810);
   EXPECT_EQ(Cycles("softmax", {{"rows", 8}, {"w", 729}}), 25320);
   EXPECT_EQ(Cycles("softmax", {{"rows", 7}, {"w", 729}}), 25320);

@@ -77,7 +77,7 @@ TEST(FusedBodyTest, ResidualAddThenMomentsIsResidualMoments) {
   StatusOr<int64_t> fused =
       BodyKernelCycles(*model, calls[0], fb::DType::F16, 1, 1152);
   ASSERT_TRUE(fused.ok()) << fused.status().message();
-  // MACHINE.md: 250 + rows (40 + 7 ceil(w/2)).
+  // docs/machine.md: 250 + rows (40 + 7 ceil(w/2)).
   EXPECT_EQ(*fused, 250 + 1 * (40 + 7 * 576));
 }
 
@@ -215,7 +215,7 @@ TEST(FusedBodyTest, CyclesFollowTheOutputVariant) {
   call.kernel = "bias_gelu";
   call.operand = 1;
   call.bias = true;
-  // MACHINE.md's formulas on 1 x 2152: 8,550 for F16 (as measured) and
+  // docs/machine.md's formulas on 1 x 2152: 8,550 for F16 (as measured) and
   // 480 + 25 * 538 = 13,930 for an FP8 output (13,776 measured).
   EXPECT_EQ(*BodyKernelCycles(*model, call, fb::DType::F16, 1, 2152), 8550);
   EXPECT_EQ(*BodyKernelCycles(*model, call, fb::DType::FP8E4M3, 1, 2152),

@@ -111,7 +111,8 @@ Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
 // C[M,N] (+)= scale * A[M,K] * B[N,K]^T: B row-major as [N, K] (the keys
 // of attention scores, as delivered), the product summed in F32 in k order
 // like Gemm, scaled in F32, then stored once. Charged Gemm's formulas: the
-// AMP work is the same M*K*N (MACHINE.md: Q*K^T uses the GEMM formulas).
+// AMP work is the same M*K*N (docs/machine.md: Q*K^T uses the GEMM
+// formulas).
 Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
               int64_t k, int64_t n, bool accumulate, float scale);
 // "gemm_fp8", "gemm_f16" or "gemm_f32" by A's dtype, or an error.
@@ -140,7 +141,7 @@ Status Add(const Operand& a, const Operand& b, const Operand& out,
 Status BiasAdd(const Operand& x, const Operand& bias, const Operand& out,
                int64_t rows, int64_t w);
 // Both use the "add" formula with the tail cost; `path` is kSlow when the two
-// inputs share a memory element (MACHINE.md).
+// inputs share a memory element (docs/machine.md).
 StatusOr<int64_t> AddCycles(const CostModel& model, int64_t rows, int64_t w,
                             KernelPath path = KernelPath::kFast);
 
@@ -237,14 +238,15 @@ StatusOr<int64_t> NormalizeCycles(const CostModel& model, DType out_dtype,
 
 // ---------------------------------------------------------------- softmax.cc
 // Per row: z = x * scale, out = exp(z - max z) / sum exp(z - max z); out
-// F16 ("softmax") or FP8 ("softmax_fp8", MACHINE.md: x 1.11).
+// F16 ("softmax") or FP8 ("softmax_fp8", docs/machine.md: x 1.11).
 Status Softmax(const Operand& x, const Operand& out, int64_t rows, int64_t w,
                float scale);
 StatusOr<int64_t> SoftmaxCycles(const CostModel& model, DType out_dtype,
                                 int64_t rows, int64_t w);
 // Softmax over split rows, in three kernels. State of a column slice
 // x [rows, w] (scaled by `scale`): state [rows] x {max, sum exp(z - max)},
-// F32 (MACHINE.md: modelled as LayerNorm partial moments, "ln_moments").
+// F32 (docs/machine.md: modelled as LayerNorm partial moments,
+// "ln_moments").
 Status SoftmaxState(const Operand& x, const Operand& state, int64_t rows,
                     int64_t w, float scale);
 StatusOr<int64_t> SoftmaxStateCycles(const CostModel& model, int64_t rows,

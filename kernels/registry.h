@@ -90,9 +90,9 @@ using KernelCyclesFn = StatusOr<int64_t> (*)(const CostModel& model,
                                              std::span<const int64_t> params,
                                              KernelPath path);
 
-// The memory-element rules of the target (MACHINE.md) that apply to a
-// kernel's operands: emit-device places buffers by them, the simulator
-// checks them.
+// The memory-element rules of the target (docs/machine.md, "Memory") that
+// apply to a kernel's operands: emit-device places buffers by them, the
+// simulator checks them.
 enum class MemoryRule {
   kNone,
   // Args 0 and 1 are two input streams: in the same element the kernel

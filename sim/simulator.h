@@ -1,8 +1,9 @@
 // The device simulator: executes a module's device program tile by tile on
 // per-tile byte arrays, checks every access and every memory rule of the
-// target, and counts cycles with the target's formulas (MACHINE.md, "Costs
-// of a program"). It is tilec's analogue of Poplar's IPU Model: without a
-// chip, this is how a compiled program is proven correct and timed.
+// target, and counts cycles with the target's formulas (docs/machine.md,
+// "Costs of a program"). It is tilec's analogue of Poplar's IPU Model:
+// without a chip, this is how a compiled program is proven correct and
+// timed.
 //
 // The contract between emit-device and this engine (what a buffer, a
 // compute, a transfer and a host binding mean, which programs are rejected,

@@ -143,7 +143,7 @@ Status BuildModule(fb::ModuleT* module) {
         const uint32_t bytes = static_cast<uint32_t>(rows * n * 4);
         const uint32_t remote_buf = AddBuffer(
             p, tile, 65536, bytes * (kKParts - 1), fb::DType::F32);
-        // Buffers start 8-byte aligned (MACHINE.md).
+        // Buffers start 8-byte aligned (docs/machine.md).
         const uint32_t out_offset =
             (65536 + bytes * (kKParts - 1) + 7) / 8 * 8;
         const uint32_t out =

@@ -270,7 +270,7 @@ struct GemmProgram {
   }
 };
 
-// MACHINE.md by hand, on tiny (every formula as ipu21):
+// docs/machine.md by hand, on tiny (every formula as ipu21):
 //   gemm_f16 M8 K32 N16: 294 + ceil(32/16)*ceil(16/16)*(4*8+160) = 678
 //   exchange: one 512 B partial (128 words) per receiving tile, both on
 //     row 0: the Sends issue in cycles [0, 2), the payloads arrive in

@@ -166,7 +166,7 @@ TransferCost ReferenceCost(const TransferPlan& plan,
       ++fragments[d];
     }
   }
-  // ipu21's copy kernel (MACHINE.md): 288 + ceil(B / 8) per call.
+  // ipu21's copy kernel (docs/machine.md): 288 + ceil(B / 8) per call.
   for (const LocalCopy& c : plan.local_copies) {
     copy_cycles[c.tile] += 288 + (c.bytes + 7) / 8;
   }

@@ -1,6 +1,6 @@
 // Per-tile GEMM decisions and their cycles, worked out by hand from
-// MACHINE.md's formulas on ipu21 (copy: 288 per call + 1 per 8 B; F16 GEMM:
-// 294 + ceil(K/16) * ceil(N/16) * (4M + 160)).
+// docs/machine.md's formulas on ipu21 (copy: 288 per call + 1 per 8 B; F16
+// GEMM: 294 + ceil(K/16) * ceil(N/16) * (4M + 160)).
 
 #include "passes/core/tile_plan.h"
 

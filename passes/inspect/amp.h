@@ -1,6 +1,6 @@
 // The AMP rate a GEMM runs at on the target: multiply-accumulates per
-// tile-cycle for its left operand's dtype (MACHINE.md: FP8 128, F16 64,
-// F32 16 on ipu21), what "% of AMP peak" is measured against.
+// tile-cycle for its left operand's dtype (docs/machine.md: FP8 128, F16
+// 64, F32 16 on ipu21), what "% of AMP peak" is measured against.
 
 #ifndef TILEC_PASSES_INSPECT_AMP_H_
 #define TILEC_PASSES_INSPECT_AMP_H_

@@ -22,7 +22,7 @@ kernels::CostModel Ipu21() {
 // residual (277) (kernels/exchange_schedule.h).
 constexpr int64_t kPhase = 2 + 52 + 277;
 
-// MACHINE.md's formulas on ipu21 by hand, for the so400m up projection
+// docs/machine.md's formulas on ipu21 by hand, for the so400m up projection
 // [729, 1152] x [1152, 4304] in FP8 on m9 x k3 x n54: blocks 81 x 384 x 80.
 TEST(GemmBoundTest, OneGridByHand) {
   const plan::GemmShapeDTypes up{729, 1152, 4304, fb::DType::FP8E4M3,

@@ -11,7 +11,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Two tiles, two supersteps, every number from MACHINE.md's formulas:
+// Two tiles, two supersteps, every number from docs/machine.md's formulas:
 //   superstep 0 "mm": tile 0 runs op 1's F16 GEMM M=4 K=16 N=32 into F32 C
 //     in interleaved memory: 294 + ceil(16/16) * ceil(32/16) * (4*4 + 160)
 //     = 646 cycles, 2,048 MACs; then sends C (512 B, 128 words) to tile 1:

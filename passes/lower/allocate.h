@@ -22,7 +22,7 @@
 
 namespace tilec::lower {
 
-// The target's memory layout (MACHINE.md, "memory elements").
+// The target's memory layout (docs/machine.md, "Memory elements").
 struct MemoryMap {
   int64_t base = 0;          // the first tensor byte (code lies below it)
   int64_t capacity = 0;      // the end of the tile's memory

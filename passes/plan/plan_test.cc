@@ -1,6 +1,6 @@
-// Costs of known recipes worked out by hand from MACHINE.md's formulas,
-// memory accounting, infeasibility, candidates, joint proposals, and the
-// search's checkpoint / resume / refusal behaviour.
+// Costs of known recipes worked out by hand from docs/machine.md's
+// formulas, memory accounting, infeasibility, candidates, joint proposals,
+// and the search's checkpoint / resume / refusal behaviour.
 
 #include "passes/plan/plan.h"
 
@@ -92,7 +92,7 @@ fb::ModuleT OneGemm() {
 
 // ---------------------------------------------------------------- costs
 
-TEST(PlanCostTest, ElementwiseAndRowWiseMatchMachineMd) {
+TEST(PlanCostTest, ElementwiseAndRowWiseMatchTheMachineModel) {
   Fixture f(Siglip());
   // GELU on flat 4-element grains over 1472 tiles: 729*4304/4 = 784,404
   // grains, 533 on the first tiles = 2132 elements:
@@ -123,7 +123,7 @@ TEST(PlanCostTest, ElementwiseAndRowWiseMatchMachineMd) {
 }
 
 TEST(PlanCostTest, FusedBiasGeluIsTheMeasuredKernel) {
-  // MACHINE.md: bias add + GELU fused, 1 x 2152: 8,550 measured.
+  // docs/machine.md: bias add + GELU fused, 1 x 2152: 8,550 measured.
   fb::ModuleT m = Siglip();
   fb::OperationT& bias = *m.ops[2];
   bias.kind = fb::OpKind::Fused;
@@ -284,8 +284,9 @@ TEST(PlanCostTest, LowerBoundsNeverExceedScheduledPrices) {
   }
 }
 
-TEST(PlanCostTest, FitsMachineMdOnTheUpProjection) {
-  // MACHINE.md: up-projection GEMM on one tile, FP8, M82 K192 N160: 29,508.
+TEST(PlanCostTest, FitsTheMachineModelOnTheUpProjection) {
+  // docs/machine.md: up-projection GEMM on one tile, FP8, M82 K192 N160:
+  // 29,508.
   PriceOptions fp8;
   fp8.gemm_dtype = fb::DType::FP8E4M3;
   Fixture f(Siglip(), fp8);

@@ -38,8 +38,8 @@ void MarkQuantized(fb::ValueT* v, fb::DType dtype, int scale_exp,
                    const MagnitudeHistogram& magnitudes);
 
 // The FP8-output kernel the op would run if it stored its result in FP8,
-// or "" if it has none (MACHINE.md: LayerNorm, bias add + GELU and softmax
-// have FP8-output forms).
+// or "" if it has none (docs/machine.md: LayerNorm, bias add + GELU and
+// softmax have FP8-output forms).
 std::string Fp8OutputKernel(const fb::OperationT& op);
 
 // The whole graph planned by plan-ownership's greedy initial plan (memory
