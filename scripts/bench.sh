@@ -417,6 +417,27 @@ bench_model() {
   return $status
 }
 
+# The host-time table (wall seconds and peak RSS): every stage of the whole
+# so400m model at batch 1 and at batch 2 (bench_model, the reference and
+# the simulator with and without execution), then the README's main
+# command (scripts/run.sh, the MLP block) from the built tree. Each line
+# starts "host: batch N:" or "host: run.sh:".
+bench_host() {
+  local batch status=0 out start end
+  out=$(mktemp -d)
+  for batch in 1 2; do
+    BENCH_MODEL_FLAGS="--batch=$batch" bench_model >"$out/model.txt" || status=1
+    sed "s/^model: /host: batch $batch: /" "$out/model.txt"
+  done
+  start=$(date +%s.%N)
+  scripts/run.sh "$out/mlp" >"$out/run.log" 2>&1 || { cat "$out/run.log" >&2; status=1; }
+  end=$(date +%s.%N)
+  awk -v a="$start" -v b="$end" -v cycles="$(sed -n 's/^simulated: \([0-9]*\) cycles.*/\1/p' "$out/run.log")" \
+    'BEGIN { printf "host: run.sh: the README main command (MLP block, %s cycles): %.1f s wall\n", cycles, b - a }'
+  rm -rf "$out"
+  return $status
+}
+
 # model_stage_line NAME TIME_FILE [OUTPUT]: "model: NAME: S s, R MB peak RSS[, output B]".
 model_stage_line() {
   local seconds kbytes size=""
