@@ -75,7 +75,7 @@ bench_gemm() {
 # plan-ownership on the so400m MLP block (batch 1, ipu21), F16 and after
 # quantize-fp8 (FP8 GEMM operands in the graph): the chosen GEMM splits and
 # staging, per-op estimated cycles, total and peak bytes per tile against
-# docs/machine.md's FP8 compute floor (38,366 cycles); host time for 0, 64 and
+# docs/machine.md's FP8 compute floor (38,367.6 cycles); host time for 0, 64 and
 # 1,000 attempts; and the trace's pinned plan
 # (testdata/plan-ownership/siglip-trace.recipe) against the searched one.
 bench_planner() {
@@ -114,7 +114,7 @@ bench_planner() {
           printf "planner:   %s %-6s %-12s %-62s %8d cycles\n", (p == "trace" ? "trace " : "search"), id, kind, recipe, cycles
         }
         END {
-          printf "planner: %s %s plan: total %d cycles, peak %d B per tile of 481152; FP8 compute floor 38366 (docs/machine.md), hardware MLP block 151998\n", d, (p == "trace" ? "trace-pinned" : "searched (1000 attempts)"), total, max
+          printf "planner: %s %s plan: total %d cycles, peak %d B per tile of 481152; FP8 compute floor 38367.6 (docs/machine.md), hardware MLP block 151998\n", d, (p == "trace" ? "trace-pinned" : "searched (1000 attempts)"), total, max
         }'
     done
   done
