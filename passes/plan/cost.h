@@ -66,10 +66,12 @@ class Coster {
   // prices by op index cached afresh; transfers, placements, bytes per tile
   // and GEMM prices (keyed by shapes) shared with this one.
   Coster ForAnotherGraph() const;
-  // This coster pricing every exchange phase at its endpoint bound, except
-  // where this one has already priced the same thing by its schedule
-  // (which it then takes): each price no higher than this coster's, and
-  // exact for everything already priced. The greedy plan skips, without
+  // This coster pricing every exchange phase at its endpoint bound (a
+  // redistribution's with each transfer one fragment, made without its
+  // pieces, and no exchange tables: for cycles only), except where this one
+  // has already priced the same thing by its schedule (which it then
+  // takes): each price no higher than this coster's, and exact for
+  // everything already priced. The greedy plan skips, without
   // scheduling them, candidates whose lower bound cannot beat the best.
   // It sees what this coster prices later; its own prices by op index are
   // its own, its shape-keyed ones shared with every LowerBounds() coster of

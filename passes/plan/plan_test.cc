@@ -284,6 +284,38 @@ TEST(PlanCostTest, LowerBoundsNeverExceedScheduledPrices) {
   }
 }
 
+// A redistribution's lower bound counts each transfer as one fragment
+// without building its pieces: never above its schedule, with the same
+// transfers and bytes, and below it where the pieces are many (a
+// transpose of blocks moves one piece per row).
+TEST(PlanCostTest, TransferBoundsNeverExceedSchedules) {
+  Fixture f(Siglip());
+  const Coster bounds = f.coster.LowerBounds();
+  const std::vector<int64_t> shape = {729, 1152};
+  const std::vector<fb::OwnershipT> owners = {
+      BlockedOwnership({64, 1}), BlockedOwnership({1, 64}),
+      BlockedOwnership({16, 8}), BlockedOwnership({8, 4}, 3),
+      FlatOwnership(16, 1472)};
+  int below = 0;
+  for (const fb::OwnershipT& from : owners) {
+    for (const fb::OwnershipT& to : owners) {
+      // The bound first: once scheduled, the bounds coster takes the
+      // schedule's price.
+      const passes::TransferCost lower = bounds.Transfer(shape, 2, from, to);
+      const passes::TransferCost exact = f.coster.Transfer(shape, 2, from, to);
+      const std::string pair = passes::FormatOwnership(from) + " -> " +
+                               passes::FormatOwnership(to);
+      EXPECT_LE(lower.phase_cycles, exact.phase_cycles) << pair;
+      EXPECT_EQ(lower.phase_cycles > 0, exact.phase_cycles > 0) << pair;
+      EXPECT_EQ(lower.transfers, exact.transfers) << pair;
+      EXPECT_EQ(lower.bytes_received, exact.bytes_received) << pair;
+      below += lower.phase_cycles < exact.phase_cycles;
+      EXPECT_EQ(bounds.Transfer(shape, 2, from, to), exact) << pair;
+    }
+  }
+  EXPECT_GT(below, 0);
+}
+
 TEST(PlanCostTest, FitsMachineMdOnTheUpProjection) {
   // MACHINE.md: up-projection GEMM on one tile, FP8, M82 K192 N160: 29,508.
   PriceOptions fp8;
