@@ -392,6 +392,14 @@ TransferCost Coster::Transfer(std::span<const int64_t> shape, int element_bytes,
   return cost;
 }
 
+TransferCost Coster::Phase(const std::string& key,
+                          const std::function<TransferCost()>& time) const {
+  if (const TransferCost* cached = Cached(&Cache::phases, key)) return *cached;
+  TransferCost cost = time();
+  cache_->phases.emplace(key, cost);
+  return cost;
+}
+
 bool Coster::SamePlacement(std::span<const int64_t> shape,
                            const fb::OwnershipT& a,
                            const fb::OwnershipT& b) const {

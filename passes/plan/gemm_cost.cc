@@ -140,12 +140,29 @@ class GemmPricing {
 
   // The partials' exchange (k > 1): tile (mi, ki, ni) sends each other
   // tile of its block the rows that tile reduces, one contiguous piece
-  // each, timed by its schedule.
+  // each, timed by its schedule. It depends on the grid's rows, columns and
+  // tiles and the partials' dtype alone: memoized for every source, operand
+  // dtype and staging (quantize-fp8's FP8 trials reduce as F16 did).
   ExchangePhase PartialsExchange(fb::DType partials) const {
     ExchangePhase phase;
     if (r_.k <= 1) return phase;
+    const std::string key =
+        "partials " + std::to_string(g_.M) + "x" + std::to_string(g_.N) +
+        " grid " + std::to_string(g_.m) + "," + std::to_string(g_.k) + "," +
+        std::to_string(g_.n) + " tiles " + std::to_string(g_.first) + "+" +
+        std::to_string(g_.stride) + " in " + ir::DTypeText(partials);
+    const passes::TransferCost timed =
+        coster_.Phase(key, [&] { return TimePartials(partials); });
+    phase.cycles = timed.phase_cycles;
+    phase.bytes = timed.bytes_received;
+    phase.code = timed.tile_code;
+    return phase;
+  }
+
+  passes::TransferCost TimePartials(fb::DType partials) const {
     const int pb = DTypeBytes(partials);
     kernels::PhaseTraffic traffic(kernels::ExchangeModel::FromTarget(target()));
+    int64_t received = 0;
     uint32_t piece = 0;
     for (int mi = 0; mi < g_.m; ++mi) {
       const passes::Split part = g_.ReduceRows(mi);
@@ -163,16 +180,15 @@ class GemmPricing {
             const int to[] = {g_.Tile(mi, kj, ni)};
             traffic.AddPiece(from, to, bytes, kernels::WordsSpanned(0, bytes),
                              piece++, 0);
-            phase.bytes += bytes;
+            received += bytes;
           }
         }
       }
     }
     passes::TransferCost timed;
     passes::TimeExchange(traffic, target(), &timed, coster_.timing());
-    phase.cycles = timed.phase_cycles;
-    phase.code = timed.tile_code;
-    return phase;
+    timed.bytes_received = received;
+    return timed;
   }
 
   // Every tile's reduction calls (all partials in one epoch) and, for a
