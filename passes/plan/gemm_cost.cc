@@ -4,6 +4,9 @@
 // expand-reduce's partials dtype, then emit-device's K pieces.
 
 #include <algorithm>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "formats/basics.h"
 #include "formats/print.h"
@@ -265,8 +268,24 @@ class GemmPricing {
     v.k_pieced += k_pieced;
   }
 
-  // Every grid tile's calls and copies with or without K pieces.
+  // Every grid tile's calls and copies with or without K pieces, and
+  // whether every tile uses its local part in place (all_aliased_, which
+  // the last call leaves): memoized by that and the phase groups, which
+  // are all they depend on (the two partials dtypes' variants often share
+  // both).
   StatusOr<Variant> PriceTiles(bool k_pieces) {
+    const std::pair<bool, std::vector<int>> key = {k_pieces, group_};
+    auto it = tiles_.find(key);
+    if (it == tiles_.end()) {
+      StatusOr<Variant> v = PlanTiles(k_pieces);
+      if (!v.ok()) return v.status();
+      it = tiles_.emplace(key, std::pair(*std::move(v), all_aliased_)).first;
+    }
+    all_aliased_ = it->second.second;
+    return it->second.first;
+  }
+
+  StatusOr<Variant> PlanTiles(bool k_pieces) {
     Variant v;
     v.group_max.assign(group_.back() + 1, 0);
     passes::GemmTilePlanner planner(g_, model(), kdtype_, ab_, align_);
@@ -470,6 +489,8 @@ class GemmPricing {
   std::vector<int64_t> reduce_, convert_;
   std::vector<int> group_;
   bool all_aliased_ = true;
+  // PriceTiles' variants and all_aliased_, by K pieces and groups.
+  std::map<std::pair<bool, std::vector<int>>, std::pair<Variant, bool>> tiles_;
   fb::DType partials_ = fb::DType::F32;
   ExchangePhase reduction_;
   Variant best_;
