@@ -263,32 +263,6 @@ TEST(PlanCostTest, AGemmThatWinsOnlyUnderTheBoundLoses) {
   EXPECT_GT(wide.scheduled, narrow.scheduled);
 }
 
-// The greedy plan skips options by their lower bounds: every price of a
-// LowerBounds coster must be at most the scheduled one (on GEMMs with
-// every staging and partials variant), and exactly it once the scheduled
-// coster has priced the same thing.
-TEST(PlanCostTest, LowerBoundsNeverExceedScheduledPrices) {
-  for (const char* target : {"ipu21", "tiny"}) {
-    Fixture f(target == std::string("tiny") ? Small() : Siglip());
-    const Coster bounds = f.coster.LowerBounds();
-    const fb::OwnershipT rows = BlockedOwnership({5, 1});
-    int below = 0;
-    for (int op = 0; op < f.graph.num_ops(); ++op) {
-      for (const Recipe& r : Candidates(f.graph, f.coster, op)) {
-        StatusOr<OpCost> lower = bounds.PriceOp(f.graph, op, r, &rows);
-        StatusOr<OpCost> exact = f.coster.PriceOp(f.graph, op, r, &rows);
-        ASSERT_TRUE(lower.ok() && exact.ok()) << r.Text();
-        EXPECT_LE(lower->Cycles(), exact->Cycles()) << op << " " << r.Text();
-        below += lower->Cycles() < exact->Cycles();
-        StatusOr<OpCost> again = bounds.PriceOp(f.graph, op, r, &rows);
-        ASSERT_TRUE(again.ok());
-        EXPECT_EQ(again->Cycles(), exact->Cycles()) << op << " " << r.Text();
-      }
-    }
-    EXPECT_GT(below, 0) << target;  // bounds below schedules, so it can skip
-  }
-}
-
 // A redistribution's lower bound counts each transfer as one fragment
 // without building its pieces: never above its schedule, with the same
 // transfers and bytes, and below it where the pieces are many (a
@@ -319,6 +293,32 @@ TEST(PlanCostTest, TransferBoundsNeverExceedSchedules) {
     }
   }
   EXPECT_GT(below, 0);
+}
+
+// The greedy plan skips options by their lower bounds: every price of a
+// LowerBounds coster must be at most the scheduled one (on GEMMs with
+// every staging and partials variant), and exactly it once the scheduled
+// coster has priced the same thing.
+TEST(PlanCostTest, LowerBoundsNeverExceedScheduledPrices) {
+  for (const char* target : {"ipu21", "tiny"}) {
+    Fixture f(target == std::string("tiny") ? Small() : Siglip());
+    const Coster bounds = f.coster.LowerBounds();
+    const fb::OwnershipT rows = BlockedOwnership({5, 1});
+    int below = 0;
+    for (int op = 0; op < f.graph.num_ops(); ++op) {
+      for (const Recipe& r : Candidates(f.graph, f.coster, op)) {
+        StatusOr<OpCost> lower = bounds.PriceOp(f.graph, op, r, &rows);
+        StatusOr<OpCost> exact = f.coster.PriceOp(f.graph, op, r, &rows);
+        ASSERT_TRUE(lower.ok() && exact.ok()) << r.Text();
+        EXPECT_LE(lower->Cycles(), exact->Cycles()) << op << " " << r.Text();
+        below += lower->Cycles() < exact->Cycles();
+        StatusOr<OpCost> again = bounds.PriceOp(f.graph, op, r, &rows);
+        ASSERT_TRUE(again.ok());
+        EXPECT_EQ(again->Cycles(), exact->Cycles()) << op << " " << r.Text();
+      }
+    }
+    EXPECT_GT(below, 0) << target;  // bounds below schedules, so it can skip
+  }
 }
 
 TEST(PlanCostTest, FitsMachineMdOnTheUpProjection) {
