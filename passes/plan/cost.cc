@@ -37,6 +37,23 @@ OpCost WithExchange(int64_t compute, const TransferCost& exchange,
   return cost;
 }
 
+// A lower bound of RedistributionCost's phase, made without its pieces: each
+// transfer counted as one fragment at its sender and at each receiver (the
+// lowering sends one piece per run, at least one), which no schedule beats;
+// without exchange tables, which a lower bound's cycles do not need. Building
+// the pieces took most of the time a schedule did.
+TransferCost TransferBound(const fb::OwnershipT& from, const fb::OwnershipT& to,
+                           std::span<const int64_t> shape, int element_bytes,
+                           const fb::TargetT& target) {
+  TransferCost cost =
+      passes::EstimateTransferCost(from, to, shape, element_bytes, target);
+  if (cost.transfers > 0) {
+    cost.scheduled_cycles = cost.bound_cycles;
+    cost.phase_cycles = cost.bound_cycles + target.sync_cycles;
+  }
+  return cost;
+}
+
 }  // namespace
 
 std::string ShapeKey(std::span<const int64_t> shape) {
@@ -366,9 +383,20 @@ TransferCost Coster::Transfer(std::span<const int64_t> shape, int element_bytes,
   if (const TransferCost* cached = Cached(&Cache::transfers, key)) {
     return *cached;
   }
-  TransferCost cost = passes::RedistributionCost(
-      from, to, shape, element_bytes, target(), nullptr, timing_);
+  TransferCost cost =
+      timing_ == passes::PhaseTiming::kLowerBound
+          ? TransferBound(from, to, shape, element_bytes, target())
+          : passes::RedistributionCost(from, to, shape, element_bytes,
+                                       target());
   cache_->transfers.emplace(std::move(key), cost);
+  return cost;
+}
+
+TransferCost Coster::Phase(const std::string& key,
+                          const std::function<TransferCost()>& time) const {
+  if (const TransferCost* cached = Cached(&Cache::phases, key)) return *cached;
+  TransferCost cost = time();
+  cache_->phases.emplace(key, cost);
   return cost;
 }
 

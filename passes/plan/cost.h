@@ -9,6 +9,7 @@
 #define TILEC_PASSES_PLAN_COST_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -66,10 +67,12 @@ class Coster {
   // prices by op index cached afresh; transfers, placements, bytes per tile
   // and GEMM prices (keyed by shapes) shared with this one.
   Coster ForAnotherGraph() const;
-  // This coster pricing every exchange phase at its endpoint bound, except
-  // where this one has already priced the same thing by its schedule
-  // (which it then takes): each price no higher than this coster's, and
-  // exact for everything already priced. The greedy plan skips, without
+  // This coster pricing every exchange phase at its endpoint bound (a
+  // redistribution's with each transfer one fragment, made without its
+  // pieces, and no exchange tables: for cycles only), except where this one
+  // has already priced the same thing by its schedule (which it then
+  // takes): each price no higher than this coster's, and exact for
+  // everything already priced. The greedy plan skips, without
   // scheduling them, candidates whose lower bound cannot beat the best.
   // It sees what this coster prices later; its own prices by op index are
   // its own, its shape-keyed ones shared with every LowerBounds() coster of
@@ -139,6 +142,13 @@ class Coster {
                                                 const fb::OwnershipT& from,
                                                 const fb::OwnershipT& to) const;
 
+  // An exchange phase that `time` builds and times (at this coster's
+  // timing), memoized by `key`, which must name everything the phase
+  // depends on: valid for every graph on the target.
+  passes::TransferCost Phase(
+      const std::string& key,
+      const std::function<passes::TransferCost()>& time) const;
+
   // Memoized ownership algebra.
   passes::TransferCost Transfer(std::span<const int64_t> shape,
                                 int element_bytes, const fb::OwnershipT& from,
@@ -194,6 +204,7 @@ class Coster {
     std::unordered_map<std::string, bool> placements;
     std::unordered_map<std::string, TileBytes> bytes;
     std::unordered_map<std::string, OpCost> shape_prices;  // by ShapeKeyOf
+    std::unordered_map<std::string, passes::TransferCost> phases;  // Phase
   };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
   // The LowerBounds() costers' own cache, shared by every coster made from

@@ -4,6 +4,9 @@
 // expand-reduce's partials dtype, then emit-device's K pieces.
 
 #include <algorithm>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "formats/basics.h"
 #include "formats/print.h"
@@ -140,12 +143,29 @@ class GemmPricing {
 
   // The partials' exchange (k > 1): tile (mi, ki, ni) sends each other
   // tile of its block the rows that tile reduces, one contiguous piece
-  // each, timed by its schedule.
+  // each, timed by its schedule. It depends on the grid's rows, columns and
+  // tiles and the partials' dtype alone: memoized for every source, operand
+  // dtype and staging (quantize-fp8's FP8 trials reduce as F16 did).
   ExchangePhase PartialsExchange(fb::DType partials) const {
     ExchangePhase phase;
     if (r_.k <= 1) return phase;
+    const std::string key =
+        "partials " + std::to_string(g_.M) + "x" + std::to_string(g_.N) +
+        " grid " + std::to_string(g_.m) + "," + std::to_string(g_.k) + "," +
+        std::to_string(g_.n) + " tiles " + std::to_string(g_.first) + "+" +
+        std::to_string(g_.stride) + " in " + ir::DTypeText(partials);
+    const passes::TransferCost timed =
+        coster_.Phase(key, [&] { return TimePartials(partials); });
+    phase.cycles = timed.phase_cycles;
+    phase.bytes = timed.bytes_received;
+    phase.code = timed.tile_code;
+    return phase;
+  }
+
+  passes::TransferCost TimePartials(fb::DType partials) const {
     const int pb = DTypeBytes(partials);
     kernels::PhaseTraffic traffic(kernels::ExchangeModel::FromTarget(target()));
+    int64_t received = 0;
     uint32_t piece = 0;
     for (int mi = 0; mi < g_.m; ++mi) {
       const passes::Split part = g_.ReduceRows(mi);
@@ -163,16 +183,15 @@ class GemmPricing {
             const int to[] = {g_.Tile(mi, kj, ni)};
             traffic.AddPiece(from, to, bytes, kernels::WordsSpanned(0, bytes),
                              piece++, 0);
-            phase.bytes += bytes;
+            received += bytes;
           }
         }
       }
     }
     passes::TransferCost timed;
     passes::TimeExchange(traffic, target(), &timed, coster_.timing());
-    phase.cycles = timed.phase_cycles;
-    phase.code = timed.tile_code;
-    return phase;
+    timed.bytes_received = received;
+    return timed;
   }
 
   // Every tile's reduction calls (all partials in one epoch) and, for a
@@ -249,8 +268,24 @@ class GemmPricing {
     v.k_pieced += k_pieced;
   }
 
-  // Every grid tile's calls and copies with or without K pieces.
+  // Every grid tile's calls and copies with or without K pieces, and
+  // whether every tile uses its local part in place (all_aliased_, which
+  // the last call leaves): memoized by that and the phase groups, which
+  // are all they depend on (the two partials dtypes' variants often share
+  // both).
   StatusOr<Variant> PriceTiles(bool k_pieces) {
+    const std::pair<bool, std::vector<int>> key = {k_pieces, group_};
+    auto it = tiles_.find(key);
+    if (it == tiles_.end()) {
+      StatusOr<Variant> v = PlanTiles(k_pieces);
+      if (!v.ok()) return v.status();
+      it = tiles_.emplace(key, std::pair(*std::move(v), all_aliased_)).first;
+    }
+    all_aliased_ = it->second.second;
+    return it->second.first;
+  }
+
+  StatusOr<Variant> PlanTiles(bool k_pieces) {
     Variant v;
     v.group_max.assign(group_.back() + 1, 0);
     passes::GemmTilePlanner planner(g_, model(), kdtype_, ab_, align_);
@@ -454,6 +489,8 @@ class GemmPricing {
   std::vector<int64_t> reduce_, convert_;
   std::vector<int> group_;
   bool all_aliased_ = true;
+  // PriceTiles' variants and all_aliased_, by K pieces and groups.
+  std::map<std::pair<bool, std::vector<int>>, std::pair<Variant, bool>> tiles_;
   fb::DType partials_ = fb::DType::F32;
   ExchangePhase reduction_;
   Variant best_;

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <limits>
 #include <string>
+#include <tuple>
 
 #include "formats/ir.h"
 #include "formats/print.h"
@@ -18,12 +20,15 @@
 #include "kernels/kernels.h"
 #include "passes/core/decisions.h"
 #include "passes/core/ownership.h"
+#include "passes/core/split_row_plan.h"
 #include "passes/import/model_builder.h"
 #include "passes/plan/cost.h"
+#include "passes/plan/gemm_bound.h"
 #include "passes/plan/graph.h"
 #include "passes/plan/planner.h"
 #include "passes/plan/test_modules.h"
 #include "passes/plan/search.h"
+#include "passes/plan/search_candidates.h"
 #include "passes/plan/weight_homes.h"
 
 namespace tilec::plan {
@@ -256,6 +261,38 @@ TEST(PlanCostTest, AGemmThatWinsOnlyUnderTheBoundLoses) {
   const Priced narrow = price("gemm m=5 k=6 n=49 staging=complete");
   EXPECT_LT(wide.bounded, narrow.bounded);
   EXPECT_GT(wide.scheduled, narrow.scheduled);
+}
+
+// A redistribution's lower bound counts each transfer as one fragment
+// without building its pieces: never above its schedule, with the same
+// transfers and bytes, and below it where the pieces are many (a
+// transpose of blocks moves one piece per row).
+TEST(PlanCostTest, TransferBoundsNeverExceedSchedules) {
+  Fixture f(Siglip());
+  const Coster bounds = f.coster.LowerBounds();
+  const std::vector<int64_t> shape = {729, 1152};
+  const std::vector<fb::OwnershipT> owners = {
+      BlockedOwnership({64, 1}), BlockedOwnership({1, 64}),
+      BlockedOwnership({16, 8}), BlockedOwnership({8, 4}, 3),
+      FlatOwnership(16, 1472)};
+  int below = 0;
+  for (const fb::OwnershipT& from : owners) {
+    for (const fb::OwnershipT& to : owners) {
+      // The bound first: once scheduled, the bounds coster takes the
+      // schedule's price.
+      const passes::TransferCost lower = bounds.Transfer(shape, 2, from, to);
+      const passes::TransferCost exact = f.coster.Transfer(shape, 2, from, to);
+      const std::string pair = passes::FormatOwnership(from) + " -> " +
+                               passes::FormatOwnership(to);
+      EXPECT_LE(lower.phase_cycles, exact.phase_cycles) << pair;
+      EXPECT_EQ(lower.phase_cycles > 0, exact.phase_cycles > 0) << pair;
+      EXPECT_EQ(lower.transfers, exact.transfers) << pair;
+      EXPECT_EQ(lower.bytes_received, exact.bytes_received) << pair;
+      below += lower.phase_cycles < exact.phase_cycles;
+      EXPECT_EQ(bounds.Transfer(shape, 2, from, to), exact) << pair;
+    }
+  }
+  EXPECT_GT(below, 0);
 }
 
 // The greedy plan skips options by their lower bounds: every price of a
@@ -763,6 +800,54 @@ TEST(PlanCandidatesTest, LayerNormAlsoSplitsItsRows) {
       f.coster.PriceOp(f.graph, 0, R("rowwise blocked(729x1)"), nullptr);
   ASSERT_TRUE(whole.ok());
   EXPECT_LT(ln->Cycles(), whole->Cycles());
+}
+
+// The split-row candidates, found by bounds first, are the best 8 by
+// their schedules of every split the candidates consider: per row split
+// the two column splits using the most tiles, whose gather alone could
+// beat the best complete-row layout.
+TEST(PlanCandidatesTest, SplitRowsAreTheBestEightByTheirSchedules) {
+  Fixture f(Siglip());
+  std::vector<std::string> chosen;
+  for (const Recipe& r : Candidates(f.graph, f.coster, 0)) {
+    if (r.layout.partitions.back() > 1) chosen.push_back(r.Text());
+  }
+  // Every split priced by its schedule, on a coster of its own.
+  const Coster every = *Coster::Create(*f.module.target, {});
+  const std::vector<int64_t>& shape = f.graph.value(f.graph.op(0).result).shape;
+  const int64_t T = every.tiles();
+  auto cycles = [&](const fb::OwnershipT& layout) {
+    StatusOr<OpCost> c =
+        every.PriceOp(f.graph, 0, LayoutRecipe(fb::RecipeKind::RowWise, layout),
+                      nullptr);
+    EXPECT_TRUE(c.ok()) << passes::FormatOwnership(layout);
+    return c.ok() ? c->Cycles() : 0;
+  };
+  int64_t best = std::numeric_limits<int64_t>::max();
+  for (int p : DistinctSplits(shape[0], T)) {
+    best = std::min(best, cycles(BlockedOwnership({p, 1})));
+  }
+  std::vector<std::tuple<int64_t, int64_t, std::string>> all;
+  for (int p : DistinctSplits(shape[0], T)) {
+    const std::vector<int> columns = DistinctSplits(shape[1], T / p);
+    for (size_t i = columns.size(); i-- > 1 && i + 2 >= columns.size();) {
+      const int c = columns[i];
+      if (passes::GatherReceiveBound(ir::CeilDiv(shape[0], int64_t{p}), c,
+                                     every.target()) >= best) {
+        continue;
+      }
+      const fb::OwnershipT layout = BlockedOwnership({p, c});
+      all.emplace_back(cycles(layout), int64_t{p} * c,
+                       LayoutRecipe(fb::RecipeKind::RowWise, layout).Text());
+    }
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<std::string> expected;
+  for (size_t i = 0; i < all.size() && i < 8; ++i) {
+    expected.push_back(std::get<2>(all[i]));
+  }
+  EXPECT_GT(all.size(), 8u);
+  EXPECT_EQ(chosen, expected);
 }
 
 TEST(PlanCandidatesTest, RecipeTextRoundTrips) {

@@ -51,12 +51,15 @@ struct Scored {
   Recipe recipe;
 };
 
+// Candidates' order: by score, then tiebreak, then recipe text.
+bool Before(const Scored& a, const Scored& b) {
+  if (a.score != b.score) return a.score < b.score;
+  if (a.tiebreak != b.tiebreak) return a.tiebreak < b.tiebreak;
+  return a.recipe.Text() < b.recipe.Text();
+}
+
 void SortScored(std::vector<Scored>& v) {
-  std::stable_sort(v.begin(), v.end(), [](const Scored& a, const Scored& b) {
-    if (a.score != b.score) return a.score < b.score;
-    if (a.tiebreak != b.tiebreak) return a.tiebreak < b.tiebreak;
-    return a.recipe.Text() < b.recipe.Text();
-  });
+  std::stable_sort(v.begin(), v.end(), Before);
 }
 
 }  // namespace
@@ -176,17 +179,22 @@ std::vector<Recipe> AttentionCandidates(const Graph& graph,
   return out;
 }
 
-// A LayerNorm over column slices of its rows (passes/core/split_row_plan.h),
-// ranked by `score`: per row split the two column splits that use the most
-// tiles (fewer column parts leave tiles idle), except those whose
-// gather alone, each tile receiving the other slices' partials at the
-// exchange rate, takes longer than `best`, the cheapest row split.
+// A LayerNorm over column slices of its rows (passes/core/split_row_plan.h):
+// the best `count` by `score` (ties by tiles used, then text) of, per row
+// split, the two column splits that use the most tiles (fewer column parts
+// leave tiles idle), except those whose gather alone, each tile receiving
+// the other slices' partials at the exchange rate, takes longer than
+// `best`, the cheapest row split. Each is priced first at its lower bound
+// (`bound`) and then, in order of those bounds, by `score` until no
+// remaining bound can enter the best `count`: the same list as scoring
+// every one, without scheduling most gathers.
 std::vector<Scored> SplitRowCandidates(
     const Graph& graph, const Coster& coster, int op, int64_t best,
-    const std::function<int64_t(const Recipe&)>& score) {
+    size_t count, const std::function<int64_t(const Recipe&)>& score,
+    const std::function<int64_t(const Recipe&)>& bound) {
   const auto& shape = graph.value(graph.op(op).result).shape;
   const int64_t T = coster.tiles();
-  std::vector<Scored> split;
+  std::vector<Scored> bounded;
   for (int p : DistinctSplits(shape[0], T)) {
     const std::vector<int> columns = DistinctSplits(shape[1], T / p);
     for (size_t i = columns.size(); i-- > 1 && i + 2 >= columns.size();) {
@@ -197,11 +205,22 @@ std::vector<Scored> SplitRowCandidates(
       }
       const Recipe r = LayoutRecipe(fb::RecipeKind::RowWise,
                                     passes::BlockedOwnership({p, c}));
-      const int64_t s = score(r);
-      if (s >= 0) split.push_back({s, int64_t{p} * c, r});
+      const int64_t b = bound(r);
+      if (b >= 0) bounded.push_back({b, int64_t{p} * c, r});
     }
   }
-  SortScored(split);
+  SortScored(bounded);
+  std::vector<Scored> split;
+  for (Scored& next : bounded) {
+    // Every candidate from here on scores at least next.score.
+    if (split.size() >= count && Before(split[count - 1], next)) break;
+    const int64_t s = score(next.recipe);
+    if (s < 0) continue;
+    next.score = s;
+    split.insert(std::upper_bound(split.begin(), split.end(), next, Before),
+                 std::move(next));
+  }
+  if (split.size() > count) split.resize(count);
   return split;
 }
 
@@ -212,12 +231,13 @@ std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
   const int64_t T = coster.tiles();
   const fb::RecipeKind kind = KindOf(node.op_class);
   std::vector<Scored> scored;
-  auto score = [&](const Recipe& r) -> int64_t {
-    if (!coster.CheckRecipe(graph, op, r).ok()) return -1;
+  auto price = [&](const Coster& by, const Recipe& r) -> int64_t {
+    if (!by.CheckRecipe(graph, op, r).ok()) return -1;
     if (node.op_class == OpClass::kCopy) return 0;
-    StatusOr<OpCost> c = coster.PriceOp(graph, op, r, nullptr);
+    StatusOr<OpCost> c = by.PriceOp(graph, op, r, nullptr);
     return c.ok() ? c->Cycles() : -1;
   };
+  auto score = [&](const Recipe& r) { return price(coster, r); };
   auto add = [&](fb::OwnershipT layout, int64_t tiles_used) {
     const Recipe r = LayoutRecipe(kind, std::move(layout));
     const int64_t s = score(r);
@@ -245,10 +265,13 @@ std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
     }
     if (node.kind == fb::OpKind::LayerNorm && shape.size() == 2 &&
         !scored.empty()) {
-      std::vector<Scored> split = SplitRowCandidates(
-          graph, coster, op, scored.front().score, score);
-      for (size_t i = 0; i < split.size() && i < 8; ++i) {
-        list.push_back(split[i].recipe);
+      const Coster bounds = coster.timing() == passes::PhaseTiming::kScheduled
+                                ? coster.LowerBounds()
+                                : coster;
+      for (const Scored& split : SplitRowCandidates(
+               graph, coster, op, scored.front().score, 8, score,
+               [&](const Recipe& r) { return price(bounds, r); })) {
+        list.push_back(split.recipe);
       }
     }
     return list;

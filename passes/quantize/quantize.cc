@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "flatbuffers/flatbuffers.h"
 #include "formats/ir.h"
@@ -67,8 +68,7 @@ class Quantizer {
       if (!policy.ok()) return policy.status();
       policy_ = std::move(*policy);
     }
-    TILEC_RETURN_IF_ERROR(Calibrate());
-    StatusOr<Priced> base = Price(*module_);
+    StatusOr<Priced> base = CalibrateAndPriceBase();
     if (!base.ok()) return base.status();
     baseline_ = current_ = *base;
     bool changed = false;
@@ -106,6 +106,27 @@ class Quantizer {
   StatusOr<Priced> Price(const fb::ModuleT& m) {
     if (!options_.place_by_cost) return Priced{true, 0, 0, ""};
     return PriceByPlanning(m, *coster_);
+  }
+
+  // Calibrate, and the unquantized graph's price. Neither reads what the
+  // other writes (the planner only reads the module; the reference run
+  // only fills the calibration's members), so with two threads or more
+  // the graph is planned while the reference runs; a calibration error
+  // comes first either way.
+  StatusOr<Priced> CalibrateAndPriceBase() {
+    StatusOr<Priced> base = Status::Internal("not priced");
+    std::optional<std::thread> planning;
+    if (options_.threads > 1) {
+      planning.emplace([this, &base] { base = Price(*module_); });
+    }
+    const Status calibrated = Calibrate();
+    if (planning) {
+      planning->join();
+    } else if (calibrated.ok()) {
+      base = Price(*module_);
+    }
+    TILEC_RETURN_IF_ERROR(calibrated);
+    return base;
   }
 
   // One reference run of the unquantized graph: the magnitudes of every

@@ -64,6 +64,8 @@ struct QuantizeOptions {
   // --calibration=DIR (sim/inputs.h layout); "" : the seeded inputs.
   std::string calibration_dir;
   std::string sidecar_dir = ".";
+  // Threads of the reference runs; 2 or more also plan the unquantized
+  // graph beside the calibration run (the same output).
   int threads = 2;
   // Price cast placements by planning (false: keep every cast a Cast op;
   // for tests of the rest of the pass).

@@ -401,6 +401,28 @@ const fb::DecisionT* LastDecision(const fb::ModuleT& m,
   return found;
 }
 
+// With two threads the unquantized graph is planned beside the calibration
+// run: the output is every byte the one thread's, on the MLP block and on
+// the layer.
+TEST(QuantizeTest, ThreadsChangeNoByte) {
+  for (fb::ModuleT (*make)() :
+       {+[] { return TinyBlock(); }, +[] { return TinyLayer(); }}) {
+    std::string bytes[2];
+    for (int threads : {1, 2}) {
+      fb::ModuleT m = make();
+      QuantizeOptions options;
+      options.threads = threads;
+      QuantizeFp8Pass pass(options);
+      StatusOr<bool> ran = pass.Run(&m);
+      ASSERT_TRUE(ran.ok()) << ran.status().message();
+      ASSERT_TRUE(*ran);
+      ASSERT_TRUE(
+          ir::SerializeModule(std::move(m), "test", &bytes[threads - 1]).ok());
+    }
+    EXPECT_EQ(bytes[0], bytes[1]);
+  }
+}
+
 TEST(QuantizeAttentionTest, EachAttentionGemmIsDecidedByItsPlannedCycles) {
   fb::ModuleT m = TinyLayer();
   QuantizeFp8Pass pass;
