@@ -242,6 +242,13 @@ class TileAllocator {
     }
     gap = std::max(gap, map_.capacity - cursor);
     failure->largest_gap = std::max<int64_t>(gap, 0);
+    failure->element_partners.clear();
+    for (const auto& [j, r] : partners_[i]) {
+      if (rules_[r].hard && std::find(active_.begin(), active_.end(), j) !=
+                                active_.end()) {
+        failure->element_partners.push_back(buffers_[j].id);
+      }
+    }
   }
 
   const MemoryMap& map_;

@@ -75,6 +75,9 @@ struct AllocFailure {
   int64_t live_bytes = 0;
   int64_t region_bytes = 0;    // bytes of the region it may use
   int64_t largest_gap = 0;     // largest free gap in that region
+  // Live buffers it must not share a memory element with (hard rules): when
+  // largest_gap is big enough, these are what kept it out of every gap.
+  std::vector<int> element_partners;
 };
 
 // Allocates one tile. `rules` may name ids not in `buffers` (ignored).

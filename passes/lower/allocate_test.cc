@@ -85,6 +85,25 @@ TEST(AllocateTest, FailureNamesTheBufferAndLiveSet) {
   EXPECT_EQ(f.live, std::vector<int>{3});
   EXPECT_EQ(f.live_bytes, 50000);
   EXPECT_EQ(f.largest_gap, m.capacity - m.base - 50000);
+  EXPECT_TRUE(f.element_partners.empty());
+}
+
+// A gap large enough in bytes, but only beside a live buffer whose memory
+// element the new one must not share: the failure names that buffer.
+TEST(AllocateTest, FailureNamesTheElementPartnerThatBlocksAGap) {
+  const MemoryMap m = Tiny();
+  const int64_t tensor = m.capacity - m.base;
+  // Buffer 3 takes all but 4,096 B of the tiles' tensor memory; buffer 4
+  // (1,024 B) fits in the rest only inside buffer 3's last element.
+  std::vector<AllocBuffer> bufs = {{3, tensor - 4096, -1, 10, false},
+                                   {4, 1024, 2, 4, false}};
+  AllocResult r;
+  AllocFailure f;
+  ASSERT_GE(m.element_bytes, 8192);
+  EXPECT_FALSE(AllocateTile(m, bufs, {{3, 4, true}}, &r, &f));
+  EXPECT_EQ(f.buffer, 4);
+  EXPECT_GE(f.largest_gap, f.bytes);
+  EXPECT_EQ(f.element_partners, std::vector<int>{3});
 }
 
 }  // namespace

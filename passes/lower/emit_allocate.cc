@@ -238,7 +238,8 @@ std::vector<Emitter::TileAllocation> Emitter::PlaceTiles(
 }
 
 // Names the tile, the buffer that does not fit, the live buffers (largest
-// first) and the shortfall.
+// first) and the shortfall, or, where a free gap is large enough, the live
+// buffers whose memory elements it may not share.
 std::string Emitter::OutOfMemoryMessage(int t,
                                         const AllocFailure& failure) const {
   const std::vector<VBuffer>& buffers = lowering_.buffers();
@@ -263,10 +264,24 @@ std::string Emitter::OutOfMemoryMessage(int t,
          (failure.interleaved ? ", interleaved memory" : "") +
          ") does not fit; live buffers " + Thousands(failure.live_bytes) +
          " B of " + Thousands(failure.region_bytes) +
-         " B, largest free gap " + Thousands(failure.largest_gap) +
-         " B, shortfall " +
-         Thousands(std::max<int64_t>(failure.bytes - failure.largest_gap, 0)) +
-         " B; live: " + live_text;
+         " B, largest free gap " + Thousands(failure.largest_gap) + " B, " +
+         ShortfallText(failure) + "; live: " + live_text;
+}
+
+std::string Emitter::ShortfallText(const AllocFailure& failure) const {
+  if (failure.bytes > failure.largest_gap) {
+    return "shortfall " + Thousands(failure.bytes - failure.largest_gap) +
+           " B";
+  }
+  std::string partners;
+  for (int id : failure.element_partners) {
+    partners += (partners.empty() ? "\"" : ", \"") +
+                lowering_.buffers()[id].name + "\"";
+  }
+  if (partners.empty()) return "no shortfall in bytes, but no gap admits it";
+  return "no shortfall in bytes, but every gap large enough shares a memory "
+         "element with a buffer it must not share one with (" +
+         partners + ")";
 }
 
 std::string Emitter::SlotText(int64_t slot) const {

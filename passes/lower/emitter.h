@@ -128,6 +128,7 @@ class Emitter {
       const std::vector<std::vector<AllocBuffer>>& per_tile,
       const std::vector<std::vector<AllocRule>>& rules) const;
   std::string OutOfMemoryMessage(int tile, const AllocFailure& failure) const;
+  std::string ShortfallText(const AllocFailure& failure) const;
   std::string SlotText(int64_t slot) const;
   void TakePlacement(int tile, const std::vector<AllocBuffer>& buffers,
                      const std::vector<AllocRule>& rules,
