@@ -607,6 +607,14 @@ std::vector<int64_t> PacketPriorities(const PhaseTraffic& traffic) {
 std::vector<uint32_t> OpsInTurn(const PhaseTraffic& traffic) {
   const auto& packets = traffic.packets();
   const auto& pieces = traffic.pieces();
+  // Most phases serve one op (every phase the planner prices): nothing to
+  // order, found without a map.
+  const bool several_ops =
+      std::any_of(pieces.begin(), pieces.end(),
+                  [&](const PhaseTraffic::Piece& p) {
+                    return p.op != pieces.front().op;
+                  });
+  if (!several_ops) return {};
   std::vector<uint32_t> op_rank(packets.size());
   std::map<uint32_t, uint32_t> rank_of_op;  // op -> order of appearance
   for (size_t i = 0; i < packets.size(); ++i) {
