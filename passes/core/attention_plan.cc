@@ -245,18 +245,28 @@ StatusOr<AttentionCost> PriceAttention(const AttentionGrid& grid,
   AttentionCost cost;
   cost.exchange = CostOfPlan(plan, target);
   cost.phases = plan.transfers.empty() ? 0 : 1;
-  OwnershipStorage held(qkv_owner, qkv_shape);
-  std::map<int, Segments> staged_storage;
-  TimeExchange(
-      TrafficOfTransfers(plan.transfers, eb, target,
-                         [&](int tile, bool source) -> const Segments& {
-                           if (source) return held.Of(tile);
-                           auto it = staged_storage.find(tile);
-                           if (it != staged_storage.end()) return it->second;
-                           return staged_storage[tile] =
-                                      Consecutive(StagedBoxesOf(grid, tile));
-                         }),
-      target, &cost.exchange, timing);
+  if (timing == PhaseTiming::kLowerBound) {
+    // Each transfer one fragment at either end, which no schedule beats;
+    // building the pieces took most of the time a schedule did.
+    if (cost.phases > 0) {
+      cost.exchange.scheduled_cycles = cost.exchange.bound_cycles;
+      cost.exchange.phase_cycles =
+          cost.exchange.bound_cycles + target.sync_cycles;
+    }
+  } else {
+    OwnershipStorage held(qkv_owner, qkv_shape);
+    std::map<int, Segments> staged_storage;
+    TimeExchange(
+        TrafficOfTransfers(plan.transfers, eb, target,
+                           [&](int tile, bool source) -> const Segments& {
+                             if (source) return held.Of(tile);
+                             auto it = staged_storage.find(tile);
+                             if (it != staged_storage.end()) return it->second;
+                             return staged_storage[tile] =
+                                        Consecutive(StagedBoxesOf(grid, tile));
+                           }),
+        target, &cost.exchange, timing);
+  }
   // Local copies, per tile into the staging buffer of the box they fill.
   std::vector<int64_t> copies(target.tiles, 0);
   CopyPricer pricer(model);

@@ -131,7 +131,9 @@ struct AttentionCost {
 // Cycles of the op as the lowering emits it: local copies (one copy call
 // per run, CopyPricer) in a first compute phase, the delivery exchange,
 // then one kernel call per tile (its formula by the staged dtype). With no
-// transfers the copies and calls share one compute phase.
+// transfers the copies and calls share one compute phase. kLowerBound
+// prices the delivery by its transfers alone (each one fragment at either
+// end), without its pieces or exchange tables: never above its schedule.
 StatusOr<AttentionCost> PriceAttention(const AttentionGrid& grid,
                                        const fb::OwnershipT& qkv_owner,
                                        std::span<const int64_t> qkv_shape,

@@ -201,6 +201,18 @@ TEST(AttentionPlanTest, PriceCountsOneKernelPerTileAndTheDelivery) {
   EXPECT_EQ(cost->kernel_cycles, *kernel);  // 9 rows x 16 x 17 keys
   EXPECT_EQ(cost->stage_bytes, (9 * 16 + 17 * 16) * 2);
   EXPECT_EQ(cost->Cycles(), cost->compute + cost->exchange.phase_cycles);
+
+  // The lower bound (each transfer one fragment, no pieces built) is never
+  // above the schedule, and the compute is the same.
+  StatusOr<AttentionCost> bound =
+      PriceAttention(*g, BlockedOwnership({1, 1}), qkv, fb::DType::F16,
+                     fb::DType::F16, *model, *target, PhaseTiming::kLowerBound);
+  ASSERT_TRUE(bound.ok()) << bound.status().message();
+  EXPECT_EQ(bound->phases, 1);
+  EXPECT_GT(bound->exchange.phase_cycles, 0);
+  EXPECT_LE(bound->exchange.phase_cycles, cost->exchange.phase_cycles);
+  EXPECT_EQ(bound->exchange.bytes_received, cost->exchange.bytes_received);
+  EXPECT_EQ(bound->compute, cost->compute);
 }
 
 }  // namespace
