@@ -116,6 +116,10 @@ Status Emitter::Allocate(std::string* failure_message, bool* fits) {
     if (placed[t].around_boundary) ++boundary_tiles_;
     if (!placed[t].fits) {
       *fits = false;
+      const AllocFailure& failure = placed[t].failure;
+      const std::vector<VBuffer>& buffers = lowering_.buffers();
+      failure_ops_ = {buffers[failure.buffer].op};
+      for (int id : failure.live) failure_ops_.insert(buffers[id].op);
       *failure_message = OutOfMemoryMessage(t, placed[t].failure);
       return Status::Ok();
     }

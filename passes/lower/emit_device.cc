@@ -19,6 +19,12 @@ namespace {
 using passes::Numbers;
 using passes::Thousands;
 
+// The out-of-memory message up to its list of live buffers, which a
+// whole model's makes thousands of characters long.
+std::string WithoutLiveList(const std::string& failure) {
+  return failure.substr(0, failure.find("; live: "));
+}
+
 }  // namespace
 
 Status Emitter::LowerAll() {
@@ -161,28 +167,58 @@ Status Emitter::LowerRepeats() {
   return Status::Ok();
 }
 
+std::set<uint32_t> Emitter::SharedOpsAtFailure(
+    const std::vector<ShareEvent>& events) const {
+  std::set<uint32_t> ops;
+  for (const ShareEvent& e : events) {
+    if (failure_ops_.count(e.op)) ops.insert(e.op);
+  }
+  return ops;
+}
+
+Status Emitter::ScheduleWithinMemory(int64_t remaining,
+                                     std::vector<ShareEvent>* events,
+                                     std::string* failure, bool* fits) {
+  const bool share = options_.share_supersteps;
+  for (;;) {
+    events->clear();
+    Schedule(share, remaining, events);
+    TILEC_RETURN_IF_ERROR(Allocate(failure, fits));
+    if (*fits || !share || events->empty()) return Status::Ok();
+    std::set<uint32_t> apart = SharedOpsAtFailure(*events);
+    for (uint32_t op : kept_apart_) apart.erase(op);
+    if (apart.empty()) break;
+    kept_apart_.insert(apart.begin(), apart.end());
+    std::string ids;
+    for (uint32_t op : apart) {
+      ids += (ids.empty() ? "" : ",") + std::to_string(op);
+    }
+    log_.Reject(std::vector<uint32_t>(apart.begin(), apart.end()),
+                "keep ops (" + ids + ") in supersteps of their own",
+                "memory does not fit with them sharing (" +
+                    WithoutLiveList(*failure) + ")",
+                {0, 0, 0, 0});
+  }
+  log_.Reject({}, "share supersteps between ops",
+              "memory does not fit with shared supersteps (" + *failure +
+                  "); rebuilt with one op per superstep",
+              {0, 0, 0, 0});
+  events->clear();
+  Schedule(false, remaining, events);
+  return Allocate(failure, fits);
+}
+
 Status Emitter::Run(EmitSummary* summary) {
   TILEC_RETURN_IF_ERROR(FindBodies());
   TILEC_RETURN_IF_ERROR(LowerAll());
   TILEC_RETURN_IF_ERROR(LowerRepeats());
   std::vector<ShareEvent> events;
-  const int64_t remaining = log_.remaining();
-  Schedule(options_.share_supersteps, remaining, &events);
   std::string failure;
   bool fits = false;
-  TILEC_RETURN_IF_ERROR(Allocate(&failure, &fits));
-  bool shared = options_.share_supersteps && !events.empty();
-  if (!fits && shared) {
-    log_.Reject({}, "share supersteps between ops",
-                "memory does not fit with shared supersteps (" + failure +
-                    "); rebuilt with one op per superstep",
-                {0, 0, 0, 0});
-    events.clear();
-    shared = false;
-    Schedule(false, remaining, &events);
-    TILEC_RETURN_IF_ERROR(Allocate(&failure, &fits));
-  }
+  TILEC_RETURN_IF_ERROR(
+      ScheduleWithinMemory(log_.remaining(), &events, &failure, &fits));
   if (!fits) return Status::Infeasible(failure);
+  const bool shared = options_.share_supersteps && !events.empty();
   for (const ShareEvent& e : events) {
     log_.Apply({e.op}, e.action, e.reason, e.numbers);
   }

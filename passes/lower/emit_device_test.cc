@@ -220,6 +220,38 @@ TEST(EmitDeviceTest, EveryFallbackStillComputesTheSameOutput) {
   EXPECT_GT(c.result.total_cycles, a.result.total_cycles);
 }
 
+// Sharing every superstep it could does not fit this block's memory:
+// emit-device keeps the shared ops whose buffers were live where a tile ran
+// out to supersteps of their own and still shares the rest, instead of
+// sharing none; the outputs are the same.
+TEST(EmitDeviceTest, SharesWhatMemoryAllowsWhenAllDoesNotFit) {
+  MlpPlan plan;
+  plan.up = GemmShape{1, 2, 2};
+  plan.down = GemmShape{2, 2, 1};
+  fb::ModuleT partly = PlannedMlp(plan, 48, 64, 256);
+  const SimCheck a = EmitAndSimulate(&partly, kDefault);
+  bool kept = false, shared = false, none = false;
+  for (const auto& run : partly.log) {
+    for (const auto& d : run->decisions) {
+      kept |= d->action.rfind("keep ops (", 0) == 0 &&
+              d->outcome == fb::Outcome::Rejected;
+      shared |= d->action.rfind("share supersteps ", 0) == 0 &&
+                d->outcome == fb::Outcome::Accepted;
+      none |= d->action == "share supersteps between ops";
+    }
+  }
+  EXPECT_TRUE(kept);
+  EXPECT_TRUE(shared);
+  EXPECT_FALSE(none);
+  fb::ModuleT apart = PlannedMlp(plan, 48, 64, 256);
+  EmitOptions options;
+  options.share_supersteps = false;
+  const SimCheck b = EmitAndSimulate(&apart, kDefault, options);
+  EXPECT_LT(a.result.supersteps.size(), b.result.supersteps.size());
+  EXPECT_LE(a.result.total_cycles, b.result.total_cycles);
+  EXPECT_EQ(a.result.outputs, b.result.outputs);
+}
+
 TEST(EmitDeviceTest, Deterministic) {
   MlpPlan plan;
   plan.up = GemmShape{2, 2, 2, 0, 1, fb::Staging::Streamed, 16};

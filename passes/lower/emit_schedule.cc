@@ -66,7 +66,7 @@ void Emitter::Schedule(bool share, int64_t remaining,
     const int earliest = std::max(EarliestStep(w, st), floor);
     const int fresh = std::max(earliest, st.last_used + 1);
     int start = fresh;
-    if (share && earliest < fresh) {
+    if (share && earliest < fresh && !kept_apart_.count(w.op->id)) {
       start = ChooseSharedStart(w, offset, earliest, fresh, remaining, &st,
                                 events);
     }

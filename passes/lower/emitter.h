@@ -96,6 +96,17 @@ class Emitter {
     passes::Numbers numbers;
   };
   void Schedule(bool share, int64_t remaining, std::vector<ShareEvent>* events);
+  // Schedule and Allocate, sharing supersteps where memory allows: the
+  // shared ops whose buffers are live where a tile runs out of memory are
+  // kept to supersteps of their own (kept_apart_) and the program is
+  // scheduled again; when none is, no op shares.
+  Status ScheduleWithinMemory(int64_t remaining,
+                              std::vector<ShareEvent>* events,
+                              std::string* failure, bool* fits);
+  // The ops of `events` that own a buffer live where allocation failed, or
+  // the buffer that did not fit.
+  std::set<uint32_t> SharedOpsAtFailure(
+      const std::vector<ShareEvent>& events) const;
   // Schedule's phases, per op in order.
   void PassReadinessThrough(const OpWork& w, ScheduleState* st) const;
   int EarliestStep(const OpWork& w, const ScheduleState& st) const;
@@ -110,6 +121,8 @@ class Emitter {
   void PlacePhases(int start, const std::vector<int>& offset, OpWork* w,
                    ScheduleState* st) const;
   void MarkResultsReady(const OpWork& w, ScheduleState* st) const;
+  // On failure, failure_ops_ are the ops owning the buffer that did not
+  // fit and the buffers live there.
   Status Allocate(std::string* failure_message, bool* fits);
   // Allocate's phases. Allocation slots: the compute of op r (in work_
   // order) in superstep s is slot s * SlotsPerStep() + r; the superstep's
@@ -197,7 +210,9 @@ class Emitter {
   MemoryMap map_;
   std::vector<OpWork> work_;
   int steps_ = 0;
+  std::set<uint32_t> kept_apart_;  // ops Schedule may not share (memory)
   // Allocation results.
+  std::set<uint32_t> failure_ops_;
   std::vector<int64_t> offset_;     // per virtual buffer, -1 if unused
   std::vector<int64_t> first_, last_;  // lifetimes in slots
   std::set<std::pair<int, int>> slow_pairs_;  // soft rules not honoured
