@@ -167,8 +167,9 @@ class Engine {
 
   // Every check of the program against its target and graph; no data.
   Status Check();
-  // Checks first unless Check succeeded already.
-  Status Run(const HostTensors& inputs, SimResult* result);
+  // Checks first unless Check succeeded already. The inputs are freed once
+  // they are in tile memory.
+  Status Run(HostTensors inputs, SimResult* result);
 
  private:
   // ---- checking (no data touched)
@@ -223,8 +224,9 @@ class Engine {
   Status PlanStep(const RunStep& rs);
 
   // ---- execution
-  // Allocates every tile's memory and writes the host's inputs into it.
-  Status AllocateAndWriteInputs(const HostTensors& inputs);
+  // Allocates every tile's memory and writes the host's inputs into it,
+  // freeing them once encoded, before the tiles' memory is allocated.
+  Status AllocateAndWriteInputs(HostTensors inputs);
   Status RunComputePhase(int s);
   void RunExchangePhase(int s);
   Status ReadOutputs(SimResult* result);

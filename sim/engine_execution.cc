@@ -20,7 +20,7 @@
 
 namespace tilec::sim::engine {
 
-Status Engine::AllocateAndWriteInputs(const HostTensors& inputs) {
+Status Engine::AllocateAndWriteInputs(HostTensors inputs) {
   // Host data first, so that a missing tensor is reported before any work.
   std::vector<const float*> data(input_plans_.size());
   std::deque<std::vector<float>> patched;  // stable addresses
@@ -85,6 +85,9 @@ Status Engine::AllocateAndWriteInputs(const HostTensors& inputs) {
                                         static_cast<size_t>(n * eb)));
                });
   });
+  // Every box is encoded: the host's F32 data is no longer read.
+  inputs.clear();
+  patched.clear();
   memory_.resize(tiles_);
   ParallelFor(static_cast<size_t>(tiles_), options_.threads, [&](size_t t) {
     // 0xFF is NaN in F32, F16, BF16 and both FP8s: unwritten reads show.

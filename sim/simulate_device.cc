@@ -538,7 +538,12 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   }
 
   SimResult result;
-  TILEC_RETURN_IF_ERROR(simulator->Run(host, &result).WithContext(name));
+  // --dump reads the host's data after the run; otherwise the simulator
+  // frees it once it is in tile memory.
+  TILEC_RETURN_IF_ERROR((options.dump_dir.empty()
+                             ? simulator->Run(std::move(host), &result)
+                             : simulator->Run(host, &result))
+                            .WithContext(name));
   simulator.reset();  // its plans are not needed by the checks below
 
   SimulateDeviceReport report;

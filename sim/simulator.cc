@@ -29,7 +29,7 @@ Status Engine::Check() {
   return Status::Ok();
 }
 
-Status Engine::Run(const HostTensors& inputs, SimResult* result) {
+Status Engine::Run(HostTensors inputs, SimResult* result) {
   if (!checked_) TILEC_RETURN_IF_ERROR(Check());
   SimResult r;
   r.target = target_->name;
@@ -41,7 +41,9 @@ Status Engine::Run(const HostTensors& inputs, SimResult* result) {
                          static_cast<int>(rep->count),
                          std::vector<int64_t>(rep->iterations.size(), 0)});
   }
-  if (options_.execute) TILEC_RETURN_IF_ERROR(AllocateAndWriteInputs(inputs));
+  if (options_.execute) {
+    TILEC_RETURN_IF_ERROR(AllocateAndWriteInputs(std::move(inputs)));
+  }
   CycleTally tally(tiles_, static_cast<int>(schedule_.size()));
   int64_t clock = 0;
   for (size_t k = 0; k < schedule_.size(); ++k) {
@@ -74,7 +76,11 @@ Simulator::~Simulator() = default;
 Status Simulator::Verify() { return engine_->Check(); }
 
 Status Simulator::Run(const HostTensors& inputs, SimResult* result) {
-  return engine_->Run(inputs, result);
+  return engine_->Run(HostTensors(inputs), result);
+}
+
+Status Simulator::Run(HostTensors&& inputs, SimResult* result) {
+  return engine_->Run(std::move(inputs), result);
 }
 
 Status Simulate(const fb::ModuleT& module, const HostTensors& inputs,

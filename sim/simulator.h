@@ -206,6 +206,9 @@ class Simulator {
   Status Verify();
   // Verifies first unless Verify succeeded.
   Status Run(const HostTensors& inputs, SimResult* result);
+  // The same, freeing the host's data once it is in tile memory: a whole
+  // model's F32 weights need not live beside every tile's memory.
+  Status Run(HostTensors&& inputs, SimResult* result);
 
  private:
   std::unique_ptr<engine::Engine> engine_;
