@@ -224,9 +224,19 @@ class Engine {
   Status PlanStep(const RunStep& rs);
 
   // ---- execution
-  // Allocates every tile's memory and writes the host's inputs into it,
-  // freeing them once encoded, before the tiles' memory is allocated.
+  // Allocates every tile's memory, then writes the host's inputs into it
+  // one binding at a time, each freed once written.
   Status AllocateAndWriteInputs(HostTensors inputs);
+  // A binding's host data, taken out of `inputs` or made by
+  // SimOptions::host_data, and checked against the value (patched where the
+  // host patchifies).
+  Status TakeHostData(const BindingPlan& b, HostTensors* inputs,
+                      std::vector<float>* data) const;
+  // Appends the distinct boxes of b's fragments, encoded from `data`, to
+  // `boxes`; fragment_box gets each fragment's box.
+  void EncodeBinding(const BindingPlan& b, const std::vector<float>& data,
+                     std::vector<std::vector<uint8_t>>* boxes,
+                     std::vector<size_t>* fragment_box) const;
   Status RunComputePhase(int s);
   void RunExchangePhase(int s);
   Status ReadOutputs(SimResult* result);

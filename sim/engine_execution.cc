@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <string>
 #include <tuple>
@@ -21,86 +20,88 @@
 namespace tilec::sim::engine {
 
 Status Engine::AllocateAndWriteInputs(HostTensors inputs) {
-  // Host data first, so that a missing tensor is reported before any work.
-  std::vector<const float*> data(input_plans_.size());
-  std::deque<std::vector<float>> patched;  // stable addresses
-  for (size_t i = 0; i < input_plans_.size(); ++i) {
-    const BindingPlan& b = input_plans_[i];
-    auto it = inputs.find(b.value->id);
-    const std::string where = "input value %" + std::to_string(b.value->id) +
-                              " \"" + b.value->name + "\"";
-    if (it == inputs.end()) {
-      return Status::BadInput(where + ": no host data");
-    }
-    if (static_cast<int64_t>(it->second.size()) != b.value_elements) {
-      return Status::BadInput(where + ": host data has " +
-                              std::to_string(it->second.size()) +
-                              " elements, the value " +
-                              std::to_string(b.value_elements));
-    }
-    data[i] = it->second.data();
-    if (b.patch > 0) {
-      // The host's layout transform: it writes the image's patches.
-      patched.push_back(
-          kernels::Patchify(it->second, b.value->shape, b.patch));
-      data[i] = patched.back().data();
-    }
-  }
-  // Replicas write the same box many times (a weight on every tile of a
-  // group): each distinct (box, dtype, scale) is encoded once.
-  using BoxKey = std::tuple<size_t, std::vector<int64_t>, std::vector<int64_t>,
-                            DType, int>;
-  std::map<BoxKey, size_t> box_index;
-  std::vector<std::pair<size_t, size_t>> box_source;  // (binding, fragment)
-  std::vector<std::vector<size_t>> fragment_box(input_plans_.size());
-  // Each tile's (binding, fragment) pairs, so that tiles fill in parallel.
-  std::vector<std::vector<std::pair<size_t, size_t>>> by_tile(tiles_);
-  for (size_t i = 0; i < input_plans_.size(); ++i) {
-    for (size_t f = 0; f < input_plans_[i].fragments.size(); ++f) {
-      const FragmentPlan& fp = input_plans_[i].fragments[f];
-      BoxKey key{i, fp.begin, fp.end, fp.dtype, fp.scale_exp};
-      auto [it, added] = box_index.emplace(key, box_source.size());
-      if (added) box_source.push_back({i, f});
-      fragment_box[i].push_back(it->second);
-      by_tile[fp.tile].push_back({i, f});
-    }
-  }
-  std::vector<std::vector<uint8_t>> boxes(box_source.size());
-  ParallelFor(boxes.size(), options_.threads, [&](size_t u) {
-    // Not a structured binding: clang 14 (the fuzz build) cannot capture
-    // one in the lambda below.
-    const size_t i = box_source[u].first, fi = box_source[u].second;
-    const BindingPlan& b = input_plans_[i];
-    const FragmentPlan& f = b.fragments[fi];
-    const int eb = kernels::DTypeBytes(f.dtype);
-    int64_t elements = 1;
-    for (size_t d = 0; d < f.begin.size(); ++d) elements *= f.end[d] - f.begin[d];
-    boxes[u].resize(static_cast<size_t>(elements * eb));
-    ForEachRow(b.shape, f.begin, f.end,
-               [&](int64_t flat, int64_t n, int64_t r) {
-                 kernels::StoreArrayAs(
-                     f.dtype, std::span<const float>(data[i] + flat, n),
-                     f.scale_exp,
-                     std::span<uint8_t>(boxes[u].data() + r * n * eb,
-                                        static_cast<size_t>(n * eb)));
-               });
-  });
-  // Every box is encoded: the host's F32 data is no longer read.
-  inputs.clear();
-  patched.clear();
   memory_.resize(tiles_);
   ParallelFor(static_cast<size_t>(tiles_), options_.threads, [&](size_t t) {
     // 0xFF is NaN in F32, F16, BF16 and both FP8s: unwritten reads show.
     memory_[t].assign(static_cast<size_t>(tile_extent_[t]), 0xFF);
-    for (const auto& [i, fi] : by_tile[t]) {
-      const std::vector<uint8_t>& box = boxes[fragment_box[i][fi]];
-      if (!box.empty()) {
-        std::memcpy(memory_[t].data() + input_plans_[i].fragments[fi].addr,
-                    box.data(), box.size());
-      }
-    }
   });
+  // Bindings go one at a time, each one's host data taken (or made by
+  // SimOptions::host_data only then), encoded, written and freed, so that
+  // a whole model's F32 weights never live at once beside the tiles'
+  // memory.
+  for (const BindingPlan& b : input_plans_) {
+    std::vector<float> data;
+    TILEC_RETURN_IF_ERROR(TakeHostData(b, &inputs, &data));
+    std::vector<std::vector<uint8_t>> boxes;
+    std::vector<size_t> fragment_box;
+    EncodeBinding(b, data, &boxes, &fragment_box);
+    data = std::vector<float>();
+    // Fragments are disjoint ranges of tile memory: written in parallel.
+    ParallelFor(b.fragments.size(), options_.threads, [&](size_t f) {
+      const std::vector<uint8_t>& box = boxes[fragment_box[f]];
+      if (box.empty()) return;
+      std::memcpy(memory_[b.fragments[f].tile].data() + b.fragments[f].addr,
+                  box.data(), box.size());
+    });
+  }
   return Status::Ok();
+}
+
+Status Engine::TakeHostData(const BindingPlan& b, HostTensors* inputs,
+                            std::vector<float>* data) const {
+  const std::string where = "input value %" + std::to_string(b.value->id) +
+                            " \"" + b.value->name + "\"";
+  if (auto it = inputs->find(b.value->id); it != inputs->end()) {
+    *data = std::move(it->second);
+    inputs->erase(it);
+  } else if (options_.host_data) {
+    TILEC_RETURN_IF_ERROR(options_.host_data(*b.value, data));
+  } else {
+    return Status::BadInput(where + ": no host data");
+  }
+  if (static_cast<int64_t>(data->size()) != b.value_elements) {
+    return Status::BadInput(where + ": host data has " +
+                            std::to_string(data->size()) +
+                            " elements, the value " +
+                            std::to_string(b.value_elements));
+  }
+  // The host's layout transform: it writes the image's patches.
+  if (b.patch > 0) *data = kernels::Patchify(*data, b.value->shape, b.patch);
+  return Status::Ok();
+}
+
+void Engine::EncodeBinding(const BindingPlan& b, const std::vector<float>& data,
+                           std::vector<std::vector<uint8_t>>* boxes,
+                           std::vector<size_t>* fragment_box) const {
+  using BoxKey = std::tuple<std::vector<int64_t>, std::vector<int64_t>, DType,
+                            int>;
+  std::map<BoxKey, size_t> box_index;
+  std::vector<size_t> sources;  // the fragment each new box is encoded from
+  for (size_t f = 0; f < b.fragments.size(); ++f) {
+    const FragmentPlan& fp = b.fragments[f];
+    BoxKey key{fp.begin, fp.end, fp.dtype, fp.scale_exp};
+    auto [it, added] = box_index.emplace(key, boxes->size() + sources.size());
+    if (added) sources.push_back(f);
+    fragment_box->push_back(it->second);
+  }
+  const size_t first = boxes->size();
+  boxes->resize(first + sources.size());
+  ParallelFor(sources.size(), options_.threads, [&](size_t u) {
+    const FragmentPlan& f = b.fragments[sources[u]];
+    const int eb = kernels::DTypeBytes(f.dtype);
+    int64_t elements = 1;
+    for (size_t d = 0; d < f.begin.size(); ++d) elements *= f.end[d] - f.begin[d];
+    std::vector<uint8_t>& box = (*boxes)[first + u];
+    box.resize(static_cast<size_t>(elements * eb));
+    ForEachRow(b.shape, f.begin, f.end,
+               [&](int64_t flat, int64_t n, int64_t r) {
+                 kernels::StoreArrayAs(
+                     f.dtype, std::span<const float>(data.data() + flat, n),
+                     f.scale_exp,
+                     std::span<uint8_t>(box.data() + r * n * eb,
+                                        static_cast<size_t>(n * eb)));
+               });
+  });
 }
 
 Status Engine::RunComputePhase(int s) {

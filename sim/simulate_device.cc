@@ -288,14 +288,17 @@ kernels::ReferenceOptions ReferenceRunOptions(
 }
 
 // What the host writes for each bound input and weight: the reference's
-// own contents when it ran (so both runs see exactly the same numbers;
-// moved out of the reference, which needs only its outputs afterwards: a
-// whole model's weights are 1.6 GB as F32), else the --inputs given, else
-// the value's seeded or sidecar contents.
+// own contents where it kept them (moved out of the reference, which needs
+// only its outputs afterwards), else the --inputs given, else, with
+// `materialize_rest`, the value's seeded or sidecar contents. Without it
+// the simulator makes those as it writes each (SimOptions::host_data, the
+// same MaterializeValue): a whole model's weights are 1.6 GB as F32 and
+// need not all live at once.
 Status HostInputs(const fb::ModuleT& module, const std::string& name,
                   kernels::ReferenceResult* reference,
                   const std::map<uint32_t, std::vector<float>>& given_inputs,
-                  const std::string& sidecar_dir, HostTensors* host) {
+                  const std::string& sidecar_dir, bool materialize_rest,
+                  HostTensors* host) {
   std::set<uint32_t> outputs;
   for (const auto& binding : module.program->outputs) {
     if (binding) outputs.insert(binding->value);
@@ -304,7 +307,8 @@ Status HostInputs(const fb::ModuleT& module, const std::string& name,
     if (!binding || host->count(binding->value)) continue;
     kernels::ReferenceTensor* t =
         reference != nullptr ? reference->Mutable(binding->value) : nullptr;
-    if (t != nullptr) {
+    // A weight the reference freed after its last read is listed empty.
+    if (t != nullptr && !t->data.empty()) {
       (*host)[binding->value] = outputs.count(binding->value)
                                     ? t->data
                                     : std::move(t->data);
@@ -315,6 +319,7 @@ Status HostInputs(const fb::ModuleT& module, const std::string& name,
       (*host)[binding->value] = given->second;
       continue;
     }
+    if (!materialize_rest) continue;
     for (const auto& v : module.values) {
       if (v && v->id == binding->value) {
         TILEC_RETURN_IF_ERROR(
@@ -413,8 +418,12 @@ Status CheckUnquantized(fb::ModuleT* program_module, const std::string& name,
                         SimulateDeviceReport* report,
                         std::string* first_failure) {
   kernels::ReferenceResult unquantized;
+  // CompareOutput reads the outputs and their residual graph inputs only:
+  // every weight and activation is freed after its last read.
+  kernels::ReferenceOptions run = ref_options;
+  run.keep = kernels::ReferenceOptions::Keep::kInputsAndOutputs;
   TILEC_RETURN_IF_ERROR(
-      kernels::RunReference(*UnquantizedGraph(program_module), ref_options,
+      kernels::RunReference(*UnquantizedGraph(program_module), run,
                             &unquantized)
           .WithContext(name));
   const fb::ModuleT& module = *program_module;
@@ -491,16 +500,21 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   const std::string name = ir::DisplayName(options.input);
   fb::ModuleT module;
   TILEC_RETURN_IF_ERROR(ReadProgram(options, name, &module));
+  const std::string sidecar_dir = options.sidecar_dir.empty()
+                                      ? ir::DirectoryOf(options.input)
+                                      : options.sidecar_dir;
   SimOptions sim_options;
   sim_options.execute = options.execute;
   sim_options.threads = options.threads;
   sim_options.top_tiles = options.top_tiles;
+  sim_options.host_data = [&](const fb::ValueT& value,
+                              std::vector<float>* data) {
+    return kernels::MaterializeValue(value, sidecar_dir, data)
+        .WithContext(name);
+  };
   auto simulator = std::make_unique<Simulator>(module, sim_options);
   TILEC_RETURN_IF_ERROR(simulator->Verify().WithContext(name));
 
-  const std::string sidecar_dir = options.sidecar_dir.empty()
-                                      ? ir::DirectoryOf(options.input)
-                                      : options.sidecar_dir;
   std::map<uint32_t, std::vector<float>> given_inputs;
   if (!options.inputs_dir.empty()) {
     TILEC_RETURN_IF_ERROR(
@@ -520,29 +534,32 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
       ReferenceRunOptions(options, given_inputs, sidecar_dir);
   kernels::ReferenceResult reference;
   const bool compare = options.compare && options.execute;
+  // --dump writes the host's data after the run, so all of it is made up
+  // front (the reference's, kept). Otherwise the reference keeps only the
+  // graph's inputs and outputs, freeing each weight after its last read,
+  // and the simulator makes each weight's data as it writes it and frees
+  // it (the same MaterializeValue): a whole model's F32 weights never
+  // live at once.
+  const bool dump = !options.dump_dir.empty();
   if (compare) {
-    kernels::ReferenceOptions keep_sources = ref_options;
-    // The host writes the reference's inputs and weights; only those and
-    // the outputs are read back, so activations are freed as they die.
-    keep_sources.keep = kernels::ReferenceOptions::Keep::kSourcesAndOutputs;
+    kernels::ReferenceOptions run = ref_options;
+    run.keep = dump ? kernels::ReferenceOptions::Keep::kSourcesAndOutputs
+                    : kernels::ReferenceOptions::Keep::kInputsAndOutputs;
     TILEC_RETURN_IF_ERROR(
-        kernels::RunReference(module, keep_sources, &reference)
-            .WithContext(name));
+        kernels::RunReference(module, run, &reference).WithContext(name));
   }
   const kernels::ReferenceResult* ran = compare ? &reference : nullptr;
   HostTensors host;
   if (options.execute) {
-    TILEC_RETURN_IF_ERROR(
-        HostInputs(module, name, compare ? &reference : nullptr,
-                   given_inputs, sidecar_dir, &host));
+    TILEC_RETURN_IF_ERROR(HostInputs(module, name,
+                                     compare ? &reference : nullptr,
+                                     given_inputs, sidecar_dir,
+                                     /*materialize_rest=*/dump, &host));
   }
 
   SimResult result;
-  // --dump reads the host's data after the run; otherwise the simulator
-  // frees it once it is in tile memory.
-  TILEC_RETURN_IF_ERROR((options.dump_dir.empty()
-                             ? simulator->Run(std::move(host), &result)
-                             : simulator->Run(host, &result))
+  TILEC_RETURN_IF_ERROR((dump ? simulator->Run(host, &result)
+                              : simulator->Run(std::move(host), &result))
                             .WithContext(name));
   simulator.reset();  // its plans are not needed by the checks below
 

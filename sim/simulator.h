@@ -31,6 +31,7 @@
 #define TILEC_SIM_SIMULATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -52,6 +53,11 @@ struct SimOptions {
   bool execute = true;
   // How many tiles SimResult::slowest_tiles lists.
   int top_tiles = 8;
+  // Makes the host data of an input binding the run's inputs lack (e.g.
+  // simulate-device: the value's init or sidecar), when the run writes it
+  // into tile memory; empty: such a binding is an error.
+  std::function<Status(const fb::ValueT& value, std::vector<float>* data)>
+      host_data;
 };
 
 // Host-side contents of inputs and weights by value id: the value's
