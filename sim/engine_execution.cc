@@ -36,12 +36,21 @@ Status Engine::AllocateAndWriteInputs(HostTensors inputs) {
     std::vector<size_t> fragment_box;
     EncodeBinding(b, data, &boxes, &fragment_box);
     data = std::vector<float>();
-    // Fragments are disjoint ranges of tile memory: written in parallel.
-    ParallelFor(b.fragments.size(), options_.threads, [&](size_t f) {
-      const std::vector<uint8_t>& box = boxes[fragment_box[f]];
-      if (box.empty()) return;
-      std::memcpy(memory_[b.fragments[f].tile].data() + b.fragments[f].addr,
-                  box.data(), box.size());
+    // Tiles in parallel, each tile's fragments in order.
+    std::map<int, std::vector<size_t>> by_tile;
+    for (size_t f = 0; f < b.fragments.size(); ++f) {
+      by_tile[b.fragments[f].tile].push_back(f);
+    }
+    const std::vector<std::pair<int, std::vector<size_t>>> tiles(
+        by_tile.begin(), by_tile.end());
+    ParallelFor(tiles.size(), options_.threads, [&](size_t k) {
+      const int tile = tiles[k].first;
+      for (size_t f : tiles[k].second) {
+        const std::vector<uint8_t>& box = boxes[fragment_box[f]];
+        if (box.empty()) continue;
+        std::memcpy(memory_[tile].data() + b.fragments[f].addr, box.data(),
+                    box.size());
+      }
     });
   }
   return Status::Ok();
