@@ -159,7 +159,7 @@ struct ReferenceOptions {
   // model's: run-reference on so400m's 27 layers needed 5.8 GB with kAll.
   enum class Keep {
     kAll,                // every value (run-reference --all, tests)
-    kSourcesAndOutputs,  // inputs, weights and outputs (simulate-device)
+    kSourcesAndOutputs,  // inputs, weights and outputs (simulate-device --dump)
     kInputsAndOutputs,   // graph inputs and outputs (quantize-fp8's
                          // accuracy, which reads the residual input)
     kOutputs,            // the graph's outputs only (run-reference)
