@@ -161,7 +161,8 @@ struct ReferenceOptions {
     kAll,                // every value (run-reference --all, tests)
     kSourcesAndOutputs,  // inputs, weights and outputs (simulate-device --dump)
     kInputsAndOutputs,   // graph inputs and outputs (quantize-fp8's
-                         // accuracy, which reads the residual input)
+                         // accuracy and simulate-device's comparisons,
+                         // which read the residual input)
     kOutputs,            // the graph's outputs only (run-reference)
   };
   Keep keep = Keep::kAll;
