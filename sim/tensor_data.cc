@@ -167,10 +167,13 @@ DType KernelDType(fb::DType dtype) {
   return known.ok() ? *known : DType::kF32;
 }
 
-void RoundToStored(fb::DType dtype, int fp8_scale_exp, std::span<float> data) {
-  const DType kd = KernelDType(dtype);
-  if (kd == DType::kF32 || data.empty()) return;
-  const int scale = ir::StorageScaleExp(dtype, fp8_scale_exp);
+namespace {
+
+// Tensors of this many elements or more (a whole model's weights are 10^8)
+// are generated and rounded on two threads: every element is independent.
+constexpr size_t kParallelFrom = size_t{1} << 20;
+
+void RoundRange(DType kd, int scale, std::span<float> data) {
   // Chunks keep the byte staging small for large tensors.
   constexpr size_t kChunk = 1 << 14;
   std::vector<uint8_t> bytes(kChunk * DTypeBytes(kd));
@@ -181,6 +184,22 @@ void RoundToStored(fb::DType dtype, int fp8_scale_exp, std::span<float> data) {
     StoreArrayAs(kd, part, scale, staged);
     LoadArrayAs(kd, staged, scale, part);
   }
+}
+
+}  // namespace
+
+void RoundToStored(fb::DType dtype, int fp8_scale_exp, std::span<float> data) {
+  const DType kd = KernelDType(dtype);
+  if (kd == DType::kF32 || data.empty()) return;
+  const int scale = ir::StorageScaleExp(dtype, fp8_scale_exp);
+  if (data.size() < kParallelFrom) {
+    RoundRange(kd, scale, data);
+    return;
+  }
+  const size_t half = data.size() / 2;
+  std::thread second([&] { RoundRange(kd, scale, data.subspan(half)); });
+  RoundRange(kd, scale, data.first(half));
+  second.join();
 }
 
 std::string EncodeStored(fb::DType dtype, int fp8_scale_exp,
@@ -237,9 +256,8 @@ std::vector<float> GenerateInit(const fb::WeightInitT& init, size_t count) {
   std::vector<float> data(count);
   // Pre-mixing the seed decorrelates streams of nearby seeds (1, 2, ...).
   const uint64_t key = Mix64(init.seed);
-  // Large weights (a whole model's are 10^8 elements) on two threads; the
-  // split point is even so each Box-Muller pair stays on one thread.
-  constexpr size_t kParallelFrom = size_t{1} << 20;
+  // Large weights on two threads; the split point is even so each
+  // Box-Muller pair stays on one thread.
   if (count < kParallelFrom) {
     GenerateRange(init, key, 0, count, data.data());
     return data;
