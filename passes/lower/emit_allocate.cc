@@ -120,7 +120,8 @@ Status Emitter::Allocate(std::string* failure_message, bool* fits) {
       const std::vector<VBuffer>& buffers = lowering_.buffers();
       failure_ops_ = {buffers[failure.buffer].op};
       for (int id : failure.live) failure_ops_.insert(buffers[id].op);
-      *failure_message = OutOfMemoryMessage(t, placed[t].failure);
+      failure_summary_ = OutOfMemorySummary(t, failure);
+      *failure_message = OutOfMemoryMessage(t, failure);
       return Status::Ok();
     }
     TakePlacement(t, per_tile[t], rules[t], placed[t].result);
@@ -241,13 +242,27 @@ std::vector<Emitter::TileAllocation> Emitter::PlaceTiles(
   return placed;
 }
 
-// Names the tile, the buffer that does not fit, the live buffers (largest
-// first) and the shortfall, or, where a free gap is large enough, the live
-// buffers whose memory elements it may not share.
+// Names the tile, the buffer that does not fit and the shortfall, or,
+// where a free gap is large enough, the live buffers whose memory elements
+// it may not share.
+std::string Emitter::OutOfMemorySummary(int t,
+                                        const AllocFailure& failure) const {
+  const VBuffer& b = lowering_.buffers()[failure.buffer];
+  return "tile " + std::to_string(t) + " is out of memory at " +
+         SlotText(failure.slot) + ": buffer \"" + b.name + "\" (op " +
+         std::to_string(b.op) + ", " + BufferKindName(b.kind) + ", " +
+         Thousands(failure.bytes) + " B" +
+         (failure.interleaved ? ", interleaved memory" : "") +
+         ") does not fit; live buffers " + Thousands(failure.live_bytes) +
+         " B of " + Thousands(failure.region_bytes) +
+         " B, largest free gap " + Thousands(failure.largest_gap) + " B, " +
+         ShortfallText(failure);
+}
+
+// The summary and the live buffers, largest first.
 std::string Emitter::OutOfMemoryMessage(int t,
                                         const AllocFailure& failure) const {
   const std::vector<VBuffer>& buffers = lowering_.buffers();
-  const VBuffer& b = buffers[failure.buffer];
   std::vector<int> live = failure.live;
   std::sort(live.begin(), live.end(), [&](int x, int y) {
     return buffers[x].bytes != buffers[y].bytes
@@ -261,15 +276,7 @@ std::string Emitter::OutOfMemoryMessage(int t,
                  l.name + "\" op " + std::to_string(l.op) + " " +
                  BufferKindName(l.kind) + " " + Thousands(l.bytes) + " B";
   }
-  return "tile " + std::to_string(t) + " is out of memory at " +
-         SlotText(failure.slot) + ": buffer \"" + b.name + "\" (op " +
-         std::to_string(b.op) + ", " + BufferKindName(b.kind) + ", " +
-         Thousands(failure.bytes) + " B" +
-         (failure.interleaved ? ", interleaved memory" : "") +
-         ") does not fit; live buffers " + Thousands(failure.live_bytes) +
-         " B of " + Thousands(failure.region_bytes) +
-         " B, largest free gap " + Thousands(failure.largest_gap) + " B, " +
-         ShortfallText(failure) + "; live: " + live_text;
+  return OutOfMemorySummary(t, failure) + "; live: " + live_text;
 }
 
 std::string Emitter::ShortfallText(const AllocFailure& failure) const {

@@ -19,12 +19,6 @@ namespace {
 using passes::Numbers;
 using passes::Thousands;
 
-// The out-of-memory message up to its list of live buffers, which a
-// whole model's makes thousands of characters long.
-std::string WithoutLiveList(const std::string& failure) {
-  return failure.substr(0, failure.find("; live: "));
-}
-
 }  // namespace
 
 Status Emitter::LowerAll() {
@@ -196,7 +190,7 @@ Status Emitter::ScheduleWithinMemory(int64_t remaining,
     log_.Reject(std::vector<uint32_t>(apart.begin(), apart.end()),
                 "keep ops (" + ids + ") in supersteps of their own",
                 "memory does not fit with them sharing (" +
-                    WithoutLiveList(*failure) + ")",
+                    failure_summary_ + ")",
                 {0, 0, 0, 0});
   }
   log_.Reject({}, "share supersteps between ops",

@@ -122,7 +122,9 @@ class Emitter {
                    ScheduleState* st) const;
   void MarkResultsReady(const OpWork& w, ScheduleState* st) const;
   // On failure, failure_ops_ are the ops owning the buffer that did not
-  // fit and the buffers live there.
+  // fit and the buffers live there, and failure_summary_ the message
+  // without its list of live buffers (thousands of characters on a whole
+  // model).
   Status Allocate(std::string* failure_message, bool* fits);
   // Allocate's phases. Allocation slots: the compute of op r (in work_
   // order) in superstep s is slot s * SlotsPerStep() + r; the superstep's
@@ -140,6 +142,7 @@ class Emitter {
   std::vector<TileAllocation> PlaceTiles(
       const std::vector<std::vector<AllocBuffer>>& per_tile,
       const std::vector<std::vector<AllocRule>>& rules) const;
+  std::string OutOfMemorySummary(int tile, const AllocFailure& failure) const;
   std::string OutOfMemoryMessage(int tile, const AllocFailure& failure) const;
   std::string ShortfallText(const AllocFailure& failure) const;
   std::string SlotText(int64_t slot) const;
@@ -213,6 +216,7 @@ class Emitter {
   std::set<uint32_t> kept_apart_;  // ops Schedule may not share (memory)
   // Allocation results.
   std::set<uint32_t> failure_ops_;
+  std::string failure_summary_;
   std::vector<int64_t> offset_;     // per virtual buffer, -1 if unused
   std::vector<int64_t> first_, last_;  // lifetimes in slots
   std::set<std::pair<int, int>> slow_pairs_;  // soft rules not honoured
