@@ -9,6 +9,25 @@ namespace tilec::passes {
 
 // ---------------------------------------------------------------- grid
 
+std::pair<int64_t, int64_t> GemmGrid::StepRows(int mi, int step) const {
+  const Split part{rows.Size(mi), steps};
+  return {rows.Begin(mi) + part.Begin(step), rows.Begin(mi) + part.End(step)};
+}
+
+Box GemmGrid::StepABox(int mi, int ki, int step) const {
+  const auto [r0, r1] = StepRows(mi, step);
+  return Box2(r0, r1, depth.Begin(ki), depth.End(ki));
+}
+
+Box GemmGrid::StepCBox(int mi, int ni, int step) const {
+  const auto [r0, r1] = StepRows(mi, step);
+  return Box2(r0, r1, cols.Begin(ni), cols.End(ni));
+}
+
+Box GemmGrid::StepResultBox(int mi, int ki, int ni, int step) const {
+  return IntersectBoxes(ResultBox(mi, ki, ni), StepCBox(mi, ni, step));
+}
+
 Box GemmGrid::ABox(int mi, int ki) const {
   return Box2(rows.Begin(mi), rows.End(mi), depth.Begin(ki), depth.End(ki));
 }
@@ -62,8 +81,9 @@ int GemmGrid::Chunks(int ki) const {
 
 GemmGrid MakeGemmGrid(int64_t M, int64_t K, int64_t N, int m, int k, int n,
                       int first, int stride, fb::Staging staging, int chunk_k,
-                      int batch_chunks) {
+                      int batch_chunks, int steps) {
   GemmGrid g;
+  g.steps = steps;
   g.M = M;
   g.K = K;
   g.N = N;
@@ -170,8 +190,8 @@ Status GemmTilePlanner::Geometry(const GemmTileInput& in,
   geo.aliased = false;
   geo.local = false;
   const int64_t bk = g.depth.Size(in.ki), kb0 = g.depth.Begin(in.ki);
-  const int64_t r0 = g.rows.Begin(in.mi), r1 = g.rows.End(in.mi);
-  const Box a_box = g.ABox(in.mi, in.ki);
+  const auto [r0, r1] = g.StepRows(in.mi, in.step);
+  const Box a_box = g.StepABox(in.mi, in.ki, in.step);
   if (in.alias_in_place && in.a_storage != nullptr &&
       ContiguousOffset(a_box, *in.a_storage)) {
     geo.aliased = true;
@@ -256,7 +276,8 @@ StatusOr<GemmTilePlan> GemmTilePlanner::Plan(const GemmTileGeometry& geo,
 
 Status GemmTilePlanner::Plan(const GemmTileGeometry& geo,
                              const GemmTileInput& in, GemmTilePlan* plan) {
-  const int64_t bm = grid_.rows.Size(in.mi), bn = grid_.cols.Size(in.ni);
+  const auto [r0, r1] = grid_.StepRows(in.mi, in.step);
+  const int64_t bm = r1 - r0, bn = grid_.cols.Size(in.ni);
   plan->aliased = geo.aliased;
   plan->chunks.resize(geo.chunks.size());
   // Both ways on this tile: one panel per chunk, or K pieces.

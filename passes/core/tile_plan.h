@@ -39,11 +39,21 @@ struct GemmGrid {
   // Columns of K per staged exchange phase (the whole block for Complete).
   int64_t phase_k = 0;
   bool staged = false;  // Streamed or Batched
+  // Serial row steps: each tile computes block mi's rows in `steps`
+  // balanced contiguous parts, one after another (a block of fewer rows
+  // has empty trailing steps).
+  int steps = 1;
 
   int Tile(int mi, int ki, int ni) const {
     return first + ((mi * k + ki) * n + ni) * stride;
   }
+  // Rows [first, second) of block mi that step j computes.
+  std::pair<int64_t, int64_t> StepRows(int mi, int step) const;
   Box ABox(int mi, int ki) const;
+  // Step `step`'s part of ABox, of CBox, and of ResultBox.
+  Box StepABox(int mi, int ki, int step) const;
+  Box StepCBox(int mi, int ni, int step) const;
+  Box StepResultBox(int mi, int ki, int ni, int step) const;
   Box BBox(int ki, int ni) const;
   Box CBox(int mi, int ni) const;
   // The rows of block mi that tile ki reduces: part ki of k.
@@ -67,7 +77,7 @@ struct GemmGrid {
 // matter for Streamed and Batched staging.
 GemmGrid MakeGemmGrid(int64_t M, int64_t K, int64_t N, int m, int k, int n,
                       int first, int stride, fb::Staging staging, int chunk_k,
-                      int batch_chunks);
+                      int batch_chunks, int steps = 1);
 
 // The dtype a K-split GEMM's partial sums are kept and exchanged in. The
 // result's own 16-bit dtype (half the exchange of F32) when every tile
@@ -101,6 +111,7 @@ class CopyPricer {
 
 struct GemmTileInput {
   int mi = 0, ni = 0, ki = 0;
+  int step = 0;  // the serial row step whose rows are planned
   // How the tile stores A, null if it holds none of it.
   const Segments* a_storage = nullptr;
   // The boxes of A the tile copies locally into its panel (PlanTransfers'

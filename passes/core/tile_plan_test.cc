@@ -161,6 +161,34 @@ TEST(TilePlanTest, GridPlacesOperandsAndTheReducedRows) {
   EXPECT_EQ(FormatOwnership(even.ResultOwnership()), "blocked(6x2)");
 }
 
+// Serial steps cut each block's rows: blocks of 5 and 4 rows over m2 (9
+// rows) in 3 steps are 2 + 2 + 1 and 2 + 1 + 1 rows; in 6 steps the last
+// steps are empty. A step's result rows are the tile's reduced rows within
+// it: with k3 tile ki reduces rows 2 + 2 + 1 of block 0.
+TEST(TilePlanTest, SerialStepsCutEachBlocksRows) {
+  const GemmGrid g =
+      MakeGemmGrid(9, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Complete, 0, 1, 3);
+  EXPECT_EQ(g.StepRows(0, 0), std::make_pair(int64_t{0}, int64_t{2}));
+  EXPECT_EQ(g.StepRows(0, 2), std::make_pair(int64_t{4}, int64_t{5}));
+  EXPECT_EQ(g.StepRows(1, 1), std::make_pair(int64_t{7}, int64_t{8}));
+  EXPECT_EQ(g.StepABox(1, 2, 0), B2(5, 7, 32, 48));
+  EXPECT_EQ(g.StepCBox(0, 1, 1), B2(2, 4, 16, 32));
+  // Block 0's rows 0-1 go to ki 0, 2-3 to ki 1, 4 to ki 2.
+  EXPECT_EQ(g.StepResultBox(0, 0, 0, 0), B2(0, 2, 0, 16));
+  EXPECT_TRUE(g.StepResultBox(0, 0, 0, 1).Empty());
+  EXPECT_EQ(g.StepResultBox(0, 1, 0, 1), B2(2, 4, 0, 16));
+  EXPECT_EQ(g.StepResultBox(0, 2, 0, 2), B2(4, 5, 0, 16));
+  const GemmGrid many =
+      MakeGemmGrid(9, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Complete, 0, 1, 6);
+  EXPECT_EQ(many.StepRows(1, 3), std::make_pair(int64_t{8}, int64_t{9}));
+  EXPECT_EQ(many.StepRows(1, 4), std::make_pair(int64_t{9}, int64_t{9}));
+  EXPECT_TRUE(many.StepABox(1, 0, 5).Empty());
+  // One step is the whole block.
+  const GemmGrid one =
+      MakeGemmGrid(9, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Complete, 0, 1);
+  EXPECT_EQ(one.StepABox(1, 1, 0), one.ABox(1, 1));
+}
+
 TEST(TilePlanTest, PartialsAre16BitOnlyWhereEveryTileMakesOneCall) {
   const GemmGrid complete =
       MakeGemmGrid(10, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Complete, 0, 1);

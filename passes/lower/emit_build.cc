@@ -443,6 +443,10 @@ std::string Emitter::DescribeLowering(const OpWork& w) {
               Count(n.reduce_epochs, "reduction epoch");
     }
     if (!n.converter.empty()) what += "; accumulator -> output by " + n.converter;
+    if (n.steps > 1) {
+      what += "; rows in " + Count(n.steps, "serial step") +
+              ", each reusing the same buffers";
+    }
   } else if (n.aliased_tiles > 0) {
     what += ", in place on " + std::to_string(n.aliased_tiles) + " tiles";
   }

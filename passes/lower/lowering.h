@@ -115,7 +115,8 @@ struct OpNotes {
   int ranges = 0;          // tiles that reduce rows
   int seeds_in_place = 0;
   int direct_writes = 0;
-  int reduce_epochs = 0;
+  int reduce_epochs = 0;  // per serial step
+  int steps = 1;          // GEMM: serial row steps
   std::string partials;    // K-split GEMM: the partials' dtype
   std::string converter;        // k=1 staged GEMM: accumulator -> output
   int64_t local_copy_runs = 0;
@@ -183,6 +184,7 @@ class Lowering {
                    OpProgram* out);
   Status StartGemm(const fb::OperationT& op, const ReductionChoice& choice,
                    GemmState* s);
+  Status StartGemmStep(int step, GemmState* s);
   Status PlanGemmTiles(GemmState* s);
   Status PlaceGemmOutput(GemmState* s, int mi, int ki, int ni, Storage* out);
   StatusOr<int64_t> StageGemmChunks(GemmState* s, int tile, int mi,

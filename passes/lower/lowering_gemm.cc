@@ -91,8 +91,12 @@ StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
   if (r.staging != fb::Staging::Complete && r.chunk_k < 1) {
     return Status::BadInput(where + ": staged recipe without chunk_k");
   }
+  if (r.steps < 1) {
+    return Status::BadInput(where + ": recipe has " + std::to_string(r.steps) +
+                            " serial row steps (at least 1)");
+  }
   g = passes::MakeGemmGrid(g.M, g.K, g.N, g.m, g.k, g.n, g.first, g.stride,
-                           r.staging, r.chunk_k, r.batch_chunks);
+                           r.staging, r.chunk_k, r.batch_chunks, r.steps);
   return g;
 }
 
@@ -112,15 +116,26 @@ struct Lowering::GemmState {
   // round an F16 output again.
   bool to_value = false;
   fb::DType partials = fb::DType::F32;  // the partial / accumulator dtype
-  // Phases: C0 X0 C1 X1 ... X(L-1) CL, then the reduction epochs.
+  // Every step's phases, one step after another: C0 X0 C1 X1 ... X(L-1)
+  // CL, then the reduction epochs.
   PhaseList list;
+  // The serial row step being lowered, and its phases and tiles.
+  int step = 0;
   std::vector<Phase*> cphase, xphase;
   // The left operand's delivery plan (the whole panel; chunks clip it).
   passes::TransferPlan a_plan;
+  // A grid tile's storage. The buffers are made by the first step that
+  // needs them and reused by the later ones (a later step never has more
+  // rows; a buffer grows where K pieces align differently).
   struct Tile {
-    bool aliased = false;
-    std::vector<Storage> chunk;  // staged chunk c -> its buffer and box
-    Storage partial;             // accumulator / partials (or C's storage)
+    bool aliased = false;        // this step
+    std::vector<Storage> chunk;  // this step's chunk c -> its buffer and box
+    Storage partial;  // this step's accumulator / partials (or C's storage)
+    int stage[2] = {-1, -1};
+    int partial_buffer = -1;
+    int remote = -1, accumulator = -1;
+    const Storage* result = nullptr;  // C on this tile, once made
+    bool counted = false;             // in the reduction's notes
   };
   std::map<int, Tile> tiles;
 };
@@ -129,13 +144,19 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
                            const ReductionChoice& choice, OpProgram* out) {
   GemmState s;
   TILEC_RETURN_IF_ERROR(StartGemm(op, choice, &s));
-  TILEC_RETURN_IF_ERROR(PlanGemmTiles(&s));
-  TILEC_RETURN_IF_ERROR(DeliverLeftOperand(&s));
-  if (s.g.k == 1) {
-    TILEC_RETURN_IF_ERROR(ConvertAccumulators(&s));
-  } else {
-    TILEC_RETURN_IF_ERROR(ReducePartials(&s));
+  // Each step in buffers of its own, live only while it runs: the steps
+  // reuse the same memory.
+  for (int step = 0; step < s.g.steps; ++step) {
+    TILEC_RETURN_IF_ERROR(StartGemmStep(step, &s));
+    TILEC_RETURN_IF_ERROR(PlanGemmTiles(&s));
+    TILEC_RETURN_IF_ERROR(DeliverLeftOperand(&s));
+    if (s.g.k == 1) {
+      TILEC_RETURN_IF_ERROR(ConvertAccumulators(&s));
+    } else {
+      TILEC_RETURN_IF_ERROR(ReducePartials(&s));
+    }
   }
+  notes_[op.id].steps = s.g.steps;
   out->phases = Normalize(&s.list);
   return Status::Ok();
 }
@@ -168,17 +189,35 @@ Status Lowering::StartGemm(const fb::OperationT& op,
   const GemmGrid& g = s->g;
   s->to_value = g.k == 1 && (!g.staged || s->C->dtype == fb::DType::F32);
   s->partials = g.k > 1 ? choice.partials : fb::DType::F32;
+  s->a_plan = passes::PlanTransfers(*s->A->ownership, g.ANeeded(), s->A->shape,
+                                    ir::DTypeBytes(s->A->dtype));
+  return Status::Ok();
+}
+
+// Step `step`'s staging and GEMM phases, after the previous step's.
+Status Lowering::StartGemmStep(int step, GemmState* s) {
+  const GemmGrid& g = s->g;
+  s->step = step;
+  s->cphase.clear();
+  s->xphase.clear();
+  for (auto& [t, ts] : s->tiles) {
+    ts.aliased = false;
+    ts.chunk.clear();
+    ts.partial = Storage();
+  }
+  const std::string suffix =
+      g.steps > 1 ? " (step " + std::to_string(step) + ")" : "";
   int chunks = 1;
   for (int ki = 0; ki < g.k; ++ki) chunks = std::max(chunks, g.Chunks(ki));
-  s->cphase.push_back(NewPhase(&s->list, Phase::Kind::kCompute, "stage"));
+  s->cphase.push_back(NewPhase(&s->list, Phase::Kind::kCompute, "stage" + suffix));
   for (int c = 0; c < chunks; ++c) {
     s->xphase.push_back(NewPhase(
         &s->list, Phase::Kind::kExchange,
-        chunks == 1 ? std::string("stage A") : "stage A " + std::to_string(c)));
-    s->cphase.push_back(NewPhase(&s->list, Phase::Kind::kCompute, "gemm"));
+        (chunks == 1 ? std::string("stage A") : "stage A " + std::to_string(c)) +
+            suffix));
+    s->cphase.push_back(
+        NewPhase(&s->list, Phase::Kind::kCompute, "gemm" + suffix));
   }
-  s->a_plan = passes::PlanTransfers(*s->A->ownership, g.ANeeded(), s->A->shape,
-                                    ir::DTypeBytes(s->A->dtype));
   return Status::Ok();
 }
 
@@ -207,9 +246,13 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
     for (int ki = 0; ki < g.k; ++ki) {
       for (int ni = 0; ni < g.n; ++ni) {
         const int t = g.Tile(mi, ki, ni);
+        const auto [r0, r1] = g.StepRows(mi, s->step);
+        const int64_t bm = r1 - r0, bn = g.cols.Size(ni);
+        if (bm == 0) continue;  // a block of fewer rows than steps
         GemmState::Tile& ts = s->tiles[t];
-        const int64_t bm = g.rows.Size(mi), bn = g.cols.Size(ni);
-        ++notes.tiles;
+        // Tiles are counted once, in the step they first compute.
+        const bool first_step = s->step == 0;
+        notes.tiles += first_step;
         StatusOr<const Storage*> b_store = Operand(s->b_id, t, op_id);
         if (!b_store.ok()) return b_store.status();
         const Storage& bs = **b_store;
@@ -229,6 +272,7 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
         in.mi = mi;
         in.ni = ni;
         in.ki = ki;
+        in.step = s->step;
         in.a_storage = a_here ? &a_here->segments : nullptr;
         in.local = local;
         in.alias_in_place =
@@ -261,7 +305,9 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
             call.kernel = kernels::names::kGemm;
             call.args = {{a_store.buffer, piece.offset * a_eb, bm * w * a_eb},
                          {bs.buffer, *b_off * b_eb, w * bn * b_eb},
-                         {ts.partial.buffer, 0, bm * bn * p_eb}};
+                         {ts.partial.buffer,
+                          ts.partial.segments[0].offset * p_eb,
+                          bm * bn * p_eb}};
             call.params = {bm, w, bn, accumulate ? 1 : 0};
             call.op = op_id;
             AddCall(phase, std::move(call));
@@ -271,8 +317,8 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
         };
         if (plan->aliased) {
           ts.aliased = true;
-          ++notes.aliased_tiles;
-          const Box a_box = g.ABox(mi, ki);
+          notes.aliased_tiles += first_step;
+          const Box a_box = g.StepABox(mi, ki, s->step);
           Storage view;
           view.buffer = a_here->buffer;
           view.segments = {
@@ -280,18 +326,18 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
           TILEC_RETURN_IF_ERROR(gemm_calls(&in_place, view, false));
           continue;
         }
-        notes.k_pieced_tiles += plan->k_pieced;
+        notes.k_pieced_tiles += first_step && plan->k_pieced;
         StatusOr<int64_t> bytes = StageGemmChunks(s, t, mi, *plan);
         if (!bytes.ok()) return bytes.status();
         stage_bytes = std::max(stage_bytes, *bytes);
-        ++notes.staged_tiles;
+        notes.staged_tiles += first_step;
         for (size_t c = 0; c < ts.chunk.size(); ++c) {
           TILEC_RETURN_IF_ERROR(gemm_calls(s->cphase[c + 1], ts.chunk[c], c > 0));
         }
       }
     }
   }
-  notes.stage_bytes_per_tile = stage_bytes;
+  notes.stage_bytes_per_tile = std::max(notes.stage_bytes_per_tile, stage_bytes);
   Phase* target = notes.staged_tiles > 0 ? s->cphase[1] : s->cphase[0];
   for (VCall& c : in_place.calls) target->calls.push_back(std::move(c));
   return Status::Ok();
@@ -303,22 +349,35 @@ Status Lowering::PlaceGemmOutput(GemmState* s, int mi, int ki, int ni,
                                  Storage* out) {
   const GemmGrid& g = s->g;
   const int t = g.Tile(mi, ki, ni);
-  const Box block = g.CBox(mi, ni);
+  GemmState::Tile& ts = s->tiles[t];
+  const Box rows = g.StepCBox(mi, ni, s->step);
   if (s->to_value) {
-    Storage* cs = NewValueStorage(s->c_id, t, s->op->id, BufferKind::kValue,
+    const Box block = g.CBox(mi, ni);
+    if (ts.result == nullptr) {
+      ts.result = NewValueStorage(s->c_id, t, s->op->id, BufferKind::kValue,
                                   nullptr, /*interleaved=*/true);
-    if (cs->segments.size() != 1 || !(cs->segments[0].box == block)) {
+    }
+    const Storage& cs = *ts.result;
+    if (cs.segments.size() != 1 || !(cs.segments[0].box == block)) {
       return Status::Internal(s->where + ": tile " + std::to_string(t) +
                               " does not hold its block of the result");
     }
-    *out = *cs;
+    out->buffer = cs.buffer;
+    out->segments = {Segment{
+        rows, cs.segments[0].offset +
+                  (rows.begin[0] - block.begin[0]) * BoxWidth(block)}};
     return Status::Ok();
   }
-  out->segments = {Segment{block, 0}};
-  out->buffer = NewBuffer(t, block.Elements(), s->partials, 0, -1, s->op->id,
-                          BufferKind::kPartial,
-                          s->op->name + (g.k > 1 ? ".partials" : ".accumulator"),
-                          /*interleaved=*/true);
+  // The first step has the most rows.
+  if (ts.partial_buffer < 0) {
+    ts.partial_buffer =
+        NewBuffer(t, rows.Elements(), s->partials, 0, -1, s->op->id,
+                  BufferKind::kPartial,
+                  s->op->name + (g.k > 1 ? ".partials" : ".accumulator"),
+                  /*interleaved=*/true);
+  }
+  out->segments = {Segment{rows, 0}};
+  out->buffer = ts.partial_buffer;
   return Status::Ok();
 }
 
@@ -332,29 +391,34 @@ StatusOr<int64_t> Lowering::StageGemmChunks(GemmState* s, int t, int mi,
   const int chunks = static_cast<int>(plan.chunks.size());
   std::vector<Segments> segments(chunks);
   int64_t extent[2] = {0, 0};
+  const auto [r0, r1] = g.StepRows(mi, s->step);
   for (int c = 0; c < chunks; ++c) {
     const std::vector<int64_t>& cuts = plan.chunks[c].cuts;
     std::vector<Box> boxes;
     for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-      boxes.push_back(Box2(g.rows.Begin(mi), g.rows.End(mi), cuts[i], cuts[i + 1]));
+      boxes.push_back(Box2(r0, r1, cuts[i], cuts[i + 1]));
     }
     segments[c] = AlignedPieces(boxes, a_eb, align);
     extent[c % 2] = std::max(extent[c % 2], Extent(segments[c]));
   }
   const int nbuf = std::min(chunks, 2);
-  int buf[2] = {-1, -1};
+  GemmState::Tile& ts = s->tiles[t];
   int64_t bytes = 0;
   for (int i = 0; i < nbuf; ++i) {
-    buf[i] = NewBuffer(t, extent[i], s->A->dtype, s->A->fp8_scale_exp, -1,
-                       s->op->id, BufferKind::kStage,
-                       s->op->name + ".stage" + (nbuf > 1 ? std::to_string(i) : ""),
-                       false);
-    bytes += buffers_[buf[i]].bytes;
+    int& buf = ts.stage[i];
+    if (buf < 0) {
+      buf = NewBuffer(t, extent[i], s->A->dtype, s->A->fp8_scale_exp, -1,
+                      s->op->id, BufferKind::kStage,
+                      s->op->name + ".stage" + (nbuf > 1 ? std::to_string(i) : ""),
+                      false);
+    }
+    VBuffer& b = buffers_[buf];
+    b.bytes = std::max(b.bytes, extent[i] * ir::DTypeBytes(s->A->dtype));
+    bytes += b.bytes;
   }
-  GemmState::Tile& ts = s->tiles[t];
   for (int c = 0; c < chunks; ++c) {
     Storage chunk;
-    chunk.buffer = buf[c % 2];
+    chunk.buffer = ts.stage[c % 2];
     chunk.segments = segments[c];
     ts.chunk.push_back(chunk);
   }
@@ -402,14 +466,20 @@ Status Lowering::ConvertAccumulators(GemmState* s) {
   const int c_eb = ir::DTypeBytes(s->C->dtype);
   Phase* last = s->cphase.back();
   for (auto& [t, ts] : s->tiles) {
+    if (ts.partial.segments.empty()) continue;  // no rows in this step
     const Box cbox = ts.partial.segments[0].box;
-    Storage* cs = NewValueStorage(s->c_id, t, s->op->id, BufferKind::kValue,
+    if (ts.result == nullptr) {
+      ts.result = NewValueStorage(s->c_id, t, s->op->id, BufferKind::kValue,
                                   nullptr, false);
+    }
+    const Storage& cs = *ts.result;
     const int64_t n = cbox.Elements();
+    const int64_t at = *ContiguousOffset(cbox, cs.segments);
     VCall cast;
     cast.tile = t;
     cast.kernel = kernels::names::kCast;
-    cast.args = {{ts.partial.buffer, 0, n * 4}, {cs->buffer, 0, n * c_eb}};
+    cast.args = {{ts.partial.buffer, 0, n * 4},
+                 {cs.buffer, at * c_eb, n * c_eb}};
     cast.params = {BoxRows(cbox), BoxWidth(cbox)};
     cast.op = s->op->id;
     VCall reduce = cast;
@@ -468,12 +538,15 @@ Status Lowering::ReducePartials(GemmState* s) {
   }
   notes.reduce_epochs = epochs;
   notes.partials = ir::DTypeText(s->partials);
+  const std::string suffix =
+      g.steps > 1 ? " (step " + std::to_string(s->step) + ")" : "";
   std::vector<Phase*> rx, rc;
   for (int e = 0; e < epochs; ++e) {
     rx.push_back(NewPhase(&s->list, Phase::Kind::kExchange,
-                          epochs == 1 ? std::string("partials")
-                                      : "partials " + std::to_string(e)));
-    rc.push_back(NewPhase(&s->list, Phase::Kind::kCompute, "reduce"));
+                          (epochs == 1 ? std::string("partials")
+                                       : "partials " + std::to_string(e)) +
+                              suffix));
+    rc.push_back(NewPhase(&s->list, Phase::Kind::kCompute, "reduce" + suffix));
   }
   const int pb = ir::DTypeBytes(s->partials);
   const int c_eb = ir::DTypeBytes(s->C->dtype);
@@ -481,34 +554,50 @@ Status Lowering::ReducePartials(GemmState* s) {
     for (int ki = 0; ki < g.k; ++ki) {
       for (int ni = 0; ni < g.n; ++ni) {
         const int R = g.Tile(mi, ki, ni);
-        const Box rows = g.ResultBox(mi, ki, ni);
+        const Box rows = g.StepResultBox(mi, ki, ni, s->step);
         if (rows.Empty()) continue;
+        GemmState::Tile& ts = s->tiles[R];
         const int64_t n = rows.Elements();
         const int64_t seed_offset =
-            (rows.begin[0] - g.rows.Begin(mi)) * BoxWidth(rows);
-        ++notes.ranges;
-        ++notes.seeds_in_place;
-        ++notes.direct_writes;
-        Storage* cs = NewValueStorage(s->c_id, R, op_id, BufferKind::kValue,
+            (rows.begin[0] - g.StepRows(mi, s->step).first) * BoxWidth(rows);
+        if (!ts.counted) {
+          ts.counted = true;
+          ++notes.ranges;
+          ++notes.seeds_in_place;
+          ++notes.direct_writes;
+        }
+        if (ts.result == nullptr) {
+          ts.result = NewValueStorage(s->c_id, R, op_id, BufferKind::kValue,
                                       nullptr, false);
-        const VSlice seed = {s->tiles[R].partial.buffer, seed_offset * pb,
-                             n * pb};
-        const VSlice result = {cs->buffer, 0, n * c_eb};
+        }
+        const int64_t at = *ContiguousOffset(rows, ts.result->segments);
+        const VSlice seed = {ts.partial.buffer, seed_offset * pb, n * pb};
+        const VSlice result = {ts.result->buffer, at * c_eb, n * c_eb};
+        // The reduction buffers hold the step with the most rows here.
+        int64_t most = 0;
+        for (int step = 0; step < g.steps; ++step) {
+          most = std::max(most, g.StepResultBox(mi, ki, ni, step).Elements());
+        }
         const std::vector<std::vector<int>> groups = groups_of(ki);
         int slots = 0;
         for (const auto& group : groups) {
           slots = std::max<int>(slots, group.size() -
                                            std::count(group.begin(), group.end(), ki));
         }
-        const int remote = NewBuffer(R, int64_t{slots} * n, s->partials, 0, -1,
-                                     op_id, BufferKind::kRemote,
-                                     s->op->name + ".remote", false);
+        if (ts.remote < 0) {
+          ts.remote = NewBuffer(R, int64_t{slots} * most, s->partials, 0, -1,
+                                op_id, BufferKind::kRemote,
+                                s->op->name + ".remote", false);
+        }
+        const int remote = ts.remote;
         VSlice accumulator;
         if (groups.size() > 1) {
-          const int acc = NewBuffer(R, n, fb::DType::F32, 0, -1, op_id,
-                                    BufferKind::kResult,
-                                    s->op->name + ".accumulator", false);
-          accumulator = {acc, 0, n * 4};
+          if (ts.accumulator < 0) {
+            ts.accumulator = NewBuffer(R, most, fb::DType::F32, 0, -1, op_id,
+                                       BufferKind::kResult,
+                                       s->op->name + ".accumulator", false);
+          }
+          accumulator = {ts.accumulator, 0, n * 4};
         }
         for (size_t e = 0; e < groups.size(); ++e) {
           VCall call;

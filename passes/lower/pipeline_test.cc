@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 
 #include "formats/ir.h"
 #include "passes/quantize/quantize.h"
@@ -156,8 +157,78 @@ INSTANTIATE_TEST_SUITE_P(
         // Pinned: no K split anywhere, streamed: exact.
         Case{"exact_streamed", "siglip-so400m-384", 12, 32, 64, 4,
              "op 1: gemm m=2 k=1 n=4 staging=streamed chunk_k=16\n"
-             "op 4: gemm m=4 k=1 n=2 staging=batched(2) chunk_k=16\n"}),
+             "op 4: gemm m=4 k=1 n=2 staging=batched(2) chunk_k=16\n"},
+        // Pinned: serial row steps with K splits, more steps than some
+        // blocks have rows (empty steps), and staged chunks.
+        Case{"serial_steps", "siglip-so400m-384", 13, 40, 72, 4,
+             "op 1: gemm m=3 k=2 n=2 staging=complete steps=2\n"
+             "op 4: gemm m=2 k=2 n=3 staging=streamed chunk_k=16 steps=5\n"},
+        // Pinned: serial row steps without K splits: exact.
+        Case{"exact_serial_steps", "siglip-so400m-384", 12, 32, 64, 4,
+             "op 1: gemm m=2 k=1 n=4 staging=streamed chunk_k=16 steps=2\n"
+             "op 4: gemm m=2 k=1 n=2 staging=complete steps=4\n"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// An F16 MLP block of 480 tokens on tiny fits only when the down
+// projection runs its rows in serial steps: memory repair chooses them (a
+// Decision), each step reuses one set of scratch buffers, and the program
+// simulates like the reference, as predicted. At 768 tokens even the steps
+// leave it short: plan-ownership refuses with the closest plan's tile.
+fb::ModuleT TinyMlpBlock(int64_t tokens) {
+  return testing::Import("siglip-so400m-384", "mlp-block", "tiny", tokens, 64,
+                         256, 4);
+}
+
+TEST(PipelineSerialStepsTest, MemoryRepairChoosesSerialSteps) {
+  fb::ModuleT m = TinyMlpBlock(480);
+  Status s = RunDefaultPipeline(&m, /*fp8=*/false);
+  ASSERT_TRUE(s.ok()) << s.message();
+  const fb::OperationT* stepped = nullptr;
+  for (const auto& op : m.ops) {
+    if (op->recipe && op->recipe->steps > 1) stepped = op.get();
+  }
+  ASSERT_NE(stepped, nullptr) << "no GEMM runs in serial steps";
+  bool decided = false;
+  for (const auto& run : m.log) {
+    for (const auto& d : run->decisions) {
+      decided |= d->outcome == fb::Outcome::Accepted &&
+                 d->action.find(" steps=") != std::string::npos &&
+                 d->reason.find("memory repair") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(decided) << "no memory repair decision chose the steps";
+  // One partials buffer per grid tile, not one per step.
+  std::map<uint32_t, int> partials_per_tile;
+  for (const auto& b : m.program->buffers) {
+    if (b->op == stepped->id && b->name == stepped->name + ".partials") {
+      ++partials_per_tile[b->tile];
+    }
+  }
+  EXPECT_EQ(partials_per_tile.size(),
+            static_cast<size_t>(stepped->recipe->m_split *
+                                stepped->recipe->k_split *
+                                stepped->recipe->n_split));
+  for (const auto& [tile, n] : partials_per_tile) EXPECT_EQ(n, 1) << tile;
+  testing::SimCheck check;
+  s = testing::SimulateAgainstReference(m, sim::Tolerance{2e-2, 1e-2, 0.9999},
+                                        &check);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_TRUE(check.pass) << check.message;
+  EXPECT_EQ(check.result.total_cycles,
+            testing::ProgramFiguresOf(m).predicted);
+}
+
+TEST(PipelineSerialStepsTest, TooLargeEvenInStepsExitsWithTheTile) {
+  fb::ModuleT m = TinyMlpBlock(768);
+  const Status s = RunDefaultPipeline(&m, /*fp8=*/false);
+  ASSERT_EQ(s.code(), StatusCode::kInfeasible) << s.message();
+  EXPECT_NE(s.message().find("no plan fits tile memory; the closest found: "
+                             "tile "),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("B vs capacity 77824 B"), std::string::npos)
+      << s.message();
+}
 
 // A patch embedding: image [1,3,34,34] (input; the last 2 pixels of each
 // side are dropped) -> Patchify p=8 -> [16,192] x w [192,64] -> y. The

@@ -302,7 +302,7 @@ passes::GemmGrid Coster::Grid(const Graph& graph, int op,
   const auto& a = graph.value(node.operands[0]).shape;
   const auto& b = graph.value(node.operands[1]).shape;
   return passes::MakeGemmGrid(a[0], a[1], b[1], r.m, r.k, r.n, r.first_tile, 1,
-                              r.staging, r.chunk_k, r.batch_chunks);
+                              r.staging, r.chunk_k, r.batch_chunks, r.steps);
 }
 
 fb::OwnershipT Coster::StagedOwnership(const Recipe& r) const {

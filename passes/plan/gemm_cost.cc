@@ -43,12 +43,23 @@ class GemmPricing {
               const Recipe& recipe, const fb::OwnershipT& source)
       : coster_(coster), graph_(graph), op_(op), r_(recipe), source_(source) {}
 
+  // Serial row steps run one after another: each is priced as the lowering
+  // emits it (its own staging, calls and reduction over its rows) and the
+  // op costs their sum. The partials' dtype is chosen per step here, for
+  // the op as a whole by expand-reduce; the steps differ by a row at most.
   StatusOr<OpCost> Price() {
     TILEC_RETURN_IF_ERROR(Prepare());
     FindLocalParts();
-    PriceStaging();
-    TILEC_RETURN_IF_ERROR(PriceConversionsAndReductions());
-    TILEC_RETURN_IF_ERROR(ChooseVariant());
+    OpCost total;
+    for (step_ = 0; step_ < r_.steps; ++step_) {
+      cost_ = OpCost();
+      tiles_.clear();
+      PriceStaging();
+      TILEC_RETURN_IF_ERROR(PriceConversionsAndReductions());
+      TILEC_RETURN_IF_ERROR(ChooseVariant());
+      AddStep(&total);
+    }
+    cost_ = std::move(total);
     Describe();
     Scratch();
     return cost_;
@@ -72,7 +83,7 @@ class GemmPricing {
     align_ = std::max(1, target().alignment);
     g_ = passes::MakeGemmGrid(a_->shape[0], a_->shape[1], b_->shape[1], r_.m,
                               r_.k, r_.n, r_.first_tile, 1, r_.staging,
-                              r_.chunk_k, r_.batch_chunks);
+                              r_.chunk_k, r_.batch_chunks, r_.steps);
     // Calls write the output directly (no K pieces then: an F16 output is
     // rounded once) unless staged calls accumulate in F32.
     to_value_ = r_.k == 1 && (!g_.staged || out_->dtype == fb::DType::F32);
@@ -113,15 +124,29 @@ class GemmPricing {
             static_cast<size_t>(local_at_[t + 1] - local_at_[t])};
   }
 
+  // Step step_'s figures added to the op's.
+  void AddStep(OpCost* total) {
+    total->compute += cost_.compute;
+    total->exchange += cost_.exchange;
+    total->phases += cost_.phases;
+    total->exchange_bytes += cost_.exchange_bytes;
+    total->code = passes::AddTileCode(total->code, cost_.code);
+    gemm_ += best_.gemm;
+    copies_ += best_.copies;
+    k_pieced_ = std::max(k_pieced_, best_.k_pieced);
+  }
+
   // One phase for Complete staging; per chunk a phase carrying its share
-  // of every tile's bytes and, at most, all of its fragments.
+  // of every tile's bytes and, at most, all of its fragments. Serial steps
+  // cut the panel by rows the way chunks cut it by K.
   void PriceStaging() {
     chunks_ = g_.Chunks(0);  // part 0 has the largest depth
     const passes::TransferCost stage =
         coster_.Transfer(a_->shape, ab_, source_, staged_);
     staging_exchange_ = stage.transfers > 0;
     if (!staging_exchange_) return;
-    if (chunks_ == 1) {
+    const int64_t parts = int64_t{chunks_} * r_.steps;
+    if (parts == 1) {
       cost_.exchange += stage.phase_cycles;
     } else {
       // Each chunk's phase carries its share of the payload and pays the
@@ -130,15 +155,19 @@ class GemmPricing {
           kernels::ExchangeModel::FromTarget(target());
       const int64_t latency = x.RouteLatency(x.tiles - 1);
       const int64_t body = std::max<int64_t>(stage.scheduled_cycles - latency, 0);
-      cost_.exchange += chunks_ * (ir::CeilDiv(body, chunks_) + latency +
+      cost_.exchange += chunks_ * (ir::CeilDiv(body, parts) + latency +
                                    target().sync_cycles);
     }
     cost_.phases += chunks_;
-    cost_.exchange_bytes += stage.bytes_received;
-    // Chunks split the same pieces; each further phase adds its header.
-    cost_.code = passes::AddTileCode(
-        cost_.code, stage.tile_code,
-        (chunks_ - 1) * target().exchange_code_phase_bytes);
+    const passes::Split bytes{stage.bytes_received, r_.steps};
+    cost_.exchange_bytes += bytes.Size(step_);
+    // Chunks and steps split the same pieces; each further phase adds its
+    // header.
+    if (step_ == 0) {
+      cost_.code = passes::AddTileCode(
+          cost_.code, stage.tile_code,
+          (parts - 1) * target().exchange_code_phase_bytes);
+    }
   }
 
   // The partials' exchange (k > 1): tile (mi, ki, ni) sends each other
@@ -153,7 +182,10 @@ class GemmPricing {
         "partials " + std::to_string(g_.M) + "x" + std::to_string(g_.N) +
         " grid " + std::to_string(g_.m) + "," + std::to_string(g_.k) + "," +
         std::to_string(g_.n) + " tiles " + std::to_string(g_.first) + "+" +
-        std::to_string(g_.stride) + " in " + ir::DTypeText(partials);
+        std::to_string(g_.stride) + " in " + ir::DTypeText(partials) +
+        (r_.steps > 1 ? " step " + std::to_string(step_) + " of " +
+                            std::to_string(r_.steps)
+                      : std::string());
     const passes::TransferCost timed =
         coster_.Phase(key, [&] { return TimePartials(partials); });
     phase.cycles = timed.phase_cycles;
@@ -168,14 +200,15 @@ class GemmPricing {
     int64_t received = 0;
     uint32_t piece = 0;
     for (int mi = 0; mi < g_.m; ++mi) {
-      const passes::Split part = g_.ReduceRows(mi);
       for (int ni = 0; ni < g_.n; ++ni) {
         const int64_t row_bytes = g_.cols.Size(ni) * pb;
         if (row_bytes == 0) continue;
         for (int ki = 0; ki < r_.k; ++ki) {
           const int from = g_.Tile(mi, ki, ni);
           for (int kj = 0; kj < r_.k; ++kj) {
-            const int64_t bytes = part.Size(kj) * row_bytes;
+            const int64_t bytes =
+                passes::BoxRows(g_.StepResultBox(mi, kj, ni, step_)) *
+                row_bytes;
             if (kj == ki || bytes == 0 || from >= T_ ||
                 g_.Tile(mi, kj, ni) >= T_) {
               continue;
@@ -205,9 +238,11 @@ class GemmPricing {
         for (int ni = 0; ni < g_.n; ++ni) {
           const int t = g_.Tile(mi, ki, ni);
           if (t >= T_) continue;
-          const int64_t bm = g_.rows.Size(mi), bn = g_.cols.Size(ni);
+          const auto [r0, r1] = g_.StepRows(mi, step_);
+          const int64_t bm = r1 - r0, bn = g_.cols.Size(ni);
+          if (bm == 0) continue;
           if (r_.k > 1) {
-            const int64_t n = g_.ReduceRows(mi).Size(ki) * bn;
+            const int64_t n = g_.StepResultBox(mi, ki, ni, step_).Elements();
             if (n == 0) continue;
             StatusOr<int64_t> c = kernels::ReducePartialsCycles(model(), n, r_.k);
             if (!c.ok()) return c.status();
@@ -300,11 +335,13 @@ class GemmPricing {
       for (int ki = 0; ki < g_.k; ++ki) {
         for (int ni = 0; ni < g_.n; ++ni) {
           const int t = g_.Tile(mi, ki, ni);
-          if (t >= T_) continue;
+          const auto [r0, r1] = g_.StepRows(mi, step_);
+          if (t >= T_ || r1 == r0) continue;
           passes::GemmTileInput in;
           in.mi = mi;
           in.ni = ni;
           in.ki = ki;
+          in.step = step_;
           in.local = LocalOf(t);
           in.a_storage = in.local.empty() ? nullptr : &a_storage_[t];
           in.k_pieces = k_pieces;
@@ -393,21 +430,23 @@ class GemmPricing {
       cost_.exchange_bytes += reduction_.bytes;
       cost_.code = passes::AddTileCode(cost_.code, reduction_.code);
     }
-    cost_.compute = best_.compute + operand_cast_;
+    // The operand is cast once, before the first step.
+    cost_.compute = best_.compute + (step_ == 0 ? operand_cast_ : 0);
     return Status::Ok();
   }
 
   void Describe() {
     std::string& d = cost_.detail;
-    d = "gemm " + std::to_string(best_.gemm) + " (" +
+    d = "gemm " + std::to_string(gemm_) + " (" +
         std::to_string(g_.rows.Largest()) + "x" +
         std::to_string(g_.depth.Largest()) + "x" +
         std::to_string(g_.cols.Largest()) + " blocks";
-    if (best_.k_pieced > 0) {
-      d += ", K pieces on " + std::to_string(best_.k_pieced) + " tiles";
+    if (r_.steps > 1) d += " in " + std::to_string(r_.steps) + " row steps";
+    if (k_pieced_ > 0) {
+      d += ", K pieces on " + std::to_string(k_pieced_) + " tiles";
     }
     d += ")";
-    if (best_.copies > 0) d += " +local copies " + std::to_string(best_.copies);
+    if (copies_ > 0) d += " +local copies " + std::to_string(copies_);
     if (operand_cast_ > 0) {
       d += " +operand cast " + std::to_string(operand_cast_);
     }
@@ -421,12 +460,13 @@ class GemmPricing {
     }
   }
 
-  // Scratch per grid tile at the largest block: the staging buffer (the
-  // panel, or two chunk buffers) and the accumulator while the calls run;
-  // the accumulator and the k - 1 remote partials of the tile's rows after.
+  // Scratch per grid tile at the largest block and step (the steps reuse
+  // one set of buffers): the staging buffer (the panel, or two chunk
+  // buffers) and the accumulator while the calls run; the accumulator and
+  // the k - 1 remote partials of the tile's rows after.
   void Scratch() {
-    const int64_t bm = g_.rows.Largest(), bk = g_.depth.Largest(),
-                  bn = g_.cols.Largest();
+    const int64_t bm = passes::Split{g_.rows.Largest(), r_.steps}.Largest(),
+                  bk = g_.depth.Largest(), bn = g_.cols.Largest();
     const int pb = DTypeBytes(partials_);
     const int64_t partial_bytes = to_value_ ? 0 : bm * bn * pb;
     int64_t receive_bytes = 0;
@@ -437,7 +477,15 @@ class GemmPricing {
     }
     int64_t remote_bytes = 0;
     if (r_.k > 1) {
-      remote_bytes = (r_.k - 1) * g_.ReduceRows(0).Largest() * bn * pb;
+      // Block 0 is a largest one.
+      int64_t rows = 0;
+      for (int ki = 0; ki < r_.k; ++ki) {
+        for (int step = 0; step < r_.steps; ++step) {
+          rows = std::max(rows,
+                          passes::BoxRows(g_.StepResultBox(0, ki, 0, step)));
+        }
+      }
+      remote_bytes = (r_.k - 1) * rows * bn * pb;
     }
     const int64_t peak =
         std::max(receive_bytes + partial_bytes, partial_bytes + remote_bytes);
@@ -495,6 +543,10 @@ class GemmPricing {
   ExchangePhase reduction_;
   Variant best_;
   OpCost cost_;
+  int step_ = 0;  // the serial step being priced
+  // Over the steps: the slowest tiles' GEMM calls and copies, and the most
+  // K-pieced tiles of a step.
+  int64_t gemm_ = 0, copies_ = 0, k_pieced_ = 0;
 };
 
 }  // namespace

@@ -383,6 +383,7 @@ std::string Recipe::Text() const {
                ") chunk_k=" + std::to_string(chunk_k);
           break;
       }
+      if (steps > 1) s += " steps=" + std::to_string(steps);
       if (first_tile != 0) s += " first=" + std::to_string(first_tile);
       return s;
     }
@@ -456,7 +457,7 @@ StatusOr<Recipe> ParseGemmRecipe(std::string_view rest) {
   Recipe r;
   r.kind = fb::RecipeKind::Gemm;
   bool seen_m = false, seen_k = false, seen_n = false, seen_staging = false,
-       seen_chunk = false;
+       seen_chunk = false, seen_steps = false;
   TILEC_RETURN_IF_ERROR(ForEachOption(
       rest, [&](std::string_view key, std::string_view value) -> Status {
         if (key == "m" && !seen_m) {
@@ -472,6 +473,10 @@ StatusOr<Recipe> ParseGemmRecipe(std::string_view rest) {
           return ParseCount(key, value, 1, &r.n);
         }
         if (key == "first") return ParseCount(key, value, 0, &r.first_tile);
+        if (key == "steps" && !seen_steps) {
+          seen_steps = true;
+          return ParseCount(key, value, 1, &r.steps);
+        }
         if (key == "chunk_k" && !seen_chunk) {
           seen_chunk = true;
           return ParseCount(key, value, 1, &r.chunk_k);
@@ -498,7 +503,7 @@ StatusOr<Recipe> ParseGemmRecipe(std::string_view rest) {
         }
         return Status::BadInput(
             "unknown or repeated gemm option '" + std::string(key) +
-            "' (options: m, k, n, staging, chunk_k, first)");
+            "' (options: m, k, n, staging, chunk_k, steps, first)");
       }));
   if (!seen_m || !seen_k || !seen_n) {
     return Status::BadInput("gemm needs m=, k= and n=");
@@ -616,6 +621,7 @@ fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op) {
     out.batch_chunks =
         recipe.staging == fb::Staging::Batched ? recipe.batch_chunks : 1;
     out.chunk_k = recipe.staging == fb::Staging::Complete ? 0 : recipe.chunk_k;
+    out.steps = recipe.steps;
     out.layout = std::make_unique<fb::OwnershipT>(passes::BlockedOwnership(
         {recipe.m, recipe.k, recipe.n}, 1, recipe.first_tile));
   } else if (recipe.kind != fb::RecipeKind::Host) {
@@ -634,8 +640,9 @@ StatusOr<Recipe> RecipeFromFb(const fb::RecipeT& in) {
     r.staging = in.staging;
     r.chunk_k = in.chunk_k;
     r.batch_chunks = in.batch_chunks;
+    r.steps = in.steps;
     r.first_tile = in.layout ? in.layout->first_tile : 0;
-    if (r.m < 1 || r.k < 1 || r.n < 1 ||
+    if (r.m < 1 || r.k < 1 || r.n < 1 || r.steps < 1 ||
         (r.staging != fb::Staging::Complete && r.chunk_k < 1) ||
         r.batch_chunks < 1) {
       return Status::BadInput("bad gemm recipe: " + ir::RecipeText(in));

@@ -158,10 +158,11 @@ struct Recipe {
   fb::Staging staging = fb::Staging::Complete;
   int chunk_k = 0;       // Streamed / Batched
   int batch_chunks = 1;  // Batched
+  int steps = 1;         // serial row steps (Gemm)
   fb::OwnershipT layout;
 
   // The recipe-file text, e.g. "gemm m=9 k=6 n=27 staging=batched(2)
-  // chunk_k=32", "attention m=92 n=1", "elementwise blocked(729x2)" or
+  // chunk_k=32" (" steps=2" for serial row steps), "attention m=92 n=1", "elementwise blocked(729x2)" or
   // "host".
   // Also the recipe's identity.
   std::string Text() const;

@@ -357,4 +357,19 @@ std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
   return out;
 }
 
+std::vector<Recipe> SerialStepVariants(const Graph& graph, int op,
+                                       const Recipe& recipe) {
+  std::vector<Recipe> out;
+  if (recipe.kind != fb::RecipeKind::Gemm) return out;
+  const int64_t M = graph.value(graph.op(op).operands[0]).shape[0];
+  const int64_t block_rows = ir::CeilDiv(M, recipe.m);
+  for (int steps : {2, 4, 8}) {
+    if (steps > block_rows) break;
+    Recipe r = recipe;
+    r.steps = steps;
+    out.push_back(r);
+  }
+  return out;
+}
+
 }  // namespace tilec::plan

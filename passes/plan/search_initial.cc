@@ -236,7 +236,13 @@ StatusOr<bool> Search::Repair() {
     Recipe best_recipe;
     Evaluation best_eval;
     for (int op = 0; op < graph_.num_ops(); ++op) {
-      for (const Recipe& r : AllRecipes(op, incumbent_, eval_)) {
+      std::vector<Recipe> options = AllRecipes(op, incumbent_, eval_);
+      if (!options_.pinned.count(op)) {
+        for (Recipe& r : SerialStepVariants(graph_, op, incumbent_.recipes[op])) {
+          options.push_back(std::move(r));
+        }
+      }
+      for (const Recipe& r : options) {
         if (r == incumbent_.recipes[op]) continue;
         Plan trial = incumbent_;
         trial.recipes[op] = r;

@@ -37,7 +37,8 @@ DEFINE_string(gemm_dtype, "",
               "in the graph, and the planner prices the graph's dtypes.");
 DEFINE_string(recipe, "",
               "File pinning recipes: lines 'op ID: RECIPE', e.g. "
-              "'op 1: gemm m=9 k=6 n=27 staging=complete', "
+              "'op 1: gemm m=9 k=6 n=27 staging=complete' (add steps=S "
+              "to run its rows in S serial steps), "
               "'op 2: elementwise blocked(729x2)'.");
 DEFINE_string(checkpoint, "",
               "Save the search state to this file (atomically) every "
