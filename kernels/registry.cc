@@ -300,7 +300,7 @@ const KernelInfo kKernels[] = {
      5, 5, 2, 1, kNormalizeFormulas},
     {names::kResidualMoments, RunResidualMoments, ResidualMomentsCost,
      "a[rows,w] b[rows,w] sum[rows,w] moments[rows,3]", "rows w", "", 4, 4, 2,
-     0, kResidualMomentsFormulas, MemoryRule::kBinaryInputs},
+     0, kResidualMomentsFormulas, MemoryRule::kBinaryInputs, /*outputs=*/2},
     {names::kSoftmax, RunSoftmax, SoftmaxCost, "x[rows,w] out[rows,w]",
      "rows w", "scale", 2, 2, 2, 1, kSoftmaxFormulas},
     {names::kSoftmaxState, RunSoftmaxState, SoftmaxStateCost,

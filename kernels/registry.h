@@ -120,6 +120,9 @@ struct KernelInfo {
   // Every target formula the kernel may be charged with.
   std::span<const std::string_view> formulas;
   MemoryRule memory_rule = MemoryRule::kNone;
+  // The last `outputs` args are written, the others read (a GEMM that
+  // accumulates reads its output too).
+  int outputs = 1;
 };
 
 // Every registered kernel, in the order of the table above.

@@ -184,6 +184,9 @@ class Engine {
   Status CheckCodeEntries();
   Status CheckCodeSizes();
   Status CheckIterationUpdates();
+  // No two buffers share tile memory while both are live (after every
+  // superstep is checked: it reads the program's references as valid).
+  Status CheckBufferLifetimes() const;
   Status CheckTransfers(int s);
   kernels::PhaseTraffic TrafficOf(int s) const;
   Status CheckSchedule(int s);

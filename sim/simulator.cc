@@ -22,6 +22,7 @@ Status Engine::Check() {
   planned_for_.assign(steps, -2);
   schedules_.assign(steps, {});
   for (const RunStep& rs : schedule_) TILEC_RETURN_IF_ERROR(PlanStep(rs));
+  TILEC_RETURN_IF_ERROR(CheckBufferLifetimes());
   TILEC_RETURN_IF_ERROR(CheckCodeSizes());
   TILEC_RETURN_IF_ERROR(CheckIterationUpdates());
   TILEC_RETURN_IF_ERROR(CheckBindings(/*outputs=*/true));

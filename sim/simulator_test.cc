@@ -416,6 +416,32 @@ Status RunExpectingError(const fb::ModuleT& module, const HostTensors& inputs) {
   return s;
 }
 
+// Memory may be reused once its value has been read for the last time:
+// tile 0's C block may take A's bytes (A is read in superstep 0, C written
+// in superstep 1), and the product is still exact.
+TEST(SimulatorTest, MemoryOfADeadBufferMayBeReused) {
+  GemmProgram p;
+  p.b.BufferRef(p.out[0]).offset = p.b.BufferRef(p.a_buf[0]).offset;
+  SimResult r;
+  Status s = RunSim(p.b.module, p.inputs, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(r.outputs[p.c], p.expected);
+}
+
+// ... but not while the value is still to be read: C's block on the bytes
+// of the remote partial that its reduction reads is refused before any
+// data moves, naming both buffers and their lifetimes.
+TEST(SimulatorErrorTest, MemoryReusedWhileLiveIsRefused) {
+  GemmProgram p;
+  p.b.BufferRef(p.out[0]).offset = p.b.BufferRef(p.remote[0]).offset + 128;
+  Status s = RunExpectingError(p.b.module, p.inputs);
+  EXPECT_EQ(s.message(),
+            "tile 0: buffer #12 \"remote\", live from superstep 0 to "
+            "superstep 1, and buffer #13 \"c\", live from superstep 1 to the "
+            "program end, share bytes [18048, 18304): memory reused while its "
+            "value is still to be read");
+}
+
 TEST(SimulatorErrorTest, SliceOutsideBuffer) {
   GemmProgram p;
   p.Compute(0, 1).args[1]->bytes = 2048;  // B block holds 1024 bytes
