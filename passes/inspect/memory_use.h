@@ -10,8 +10,9 @@
 //    tile's highest buffer end, as the simulator counts it).
 //
 // A tile's live bytes in a superstep are the bytes of the union of its live
-// buffers' address ranges: buffers that alias (in-place work, or memory that
-// one op frees and the next reuses within the same superstep) count once.
+// buffers' address ranges: buffers that alias (memory that one op frees and
+// a later one reuses within the same superstep; the simulator's check
+// refuses any other aliasing) count once.
 // At superstep granularity, two buffers that are live in different parts of
 // one superstep both count, so this is at least emit-device's finer "most
 // bytes live at once" and at most the tile's highest buffer end.

@@ -91,19 +91,22 @@ TEST(MemoryUse, HostBindingsExtendLifetimesToTheProgramsEnds) {
   EXPECT_EQ(use.highest_end[0], kTensorBase + 40008);
 }
 
-// In-place work and reuse: aliasing buffers count once, as the union of
-// their address ranges.
+// Memory one op frees and a later op reuses within the same superstep:
+// the aliasing buffers count once, as the union of their address ranges.
 TEST(MemoryUse, AliasingBuffersCountTheirUnion) {
   TestProgram p;
+  p.AddOp(1, fb::OpKind::Add, "first");
+  p.AddOp(2, fb::OpKind::Add, "second");
   const uint32_t x = p.AddBuffer(0, 0, 256);     // [0, 256), steps 0-1
   const uint32_t y = p.AddBuffer(0, 128, 256);   // [128, 384), steps 1-2
   const uint32_t z = p.AddBuffer(0, 0, 64);      // [0, 64), step 1
   const uint32_t far = p.AddBuffer(0, 4096, 8);  // apart, steps 0-2
   for (int s = 0; s < 3; ++s) p.AddStep("s" + std::to_string(s));
   p.AddCompute(0, 0, "copy", {x, far}, {8}, 1);
-  p.AddCompute(1, 0, "copy", {x, y}, {256}, 1);
-  p.AddCompute(1, 0, "copy", {z, z}, {64}, 1);
-  p.AddCompute(2, 0, "copy", {y, far}, {8}, 1);
+  p.AddCompute(1, 0, "copy", {x, far}, {8}, 1);
+  // Op 2 runs after op 1's last read of x.
+  p.AddCompute(1, 0, "copy", {z, y}, {64}, 2);
+  p.AddCompute(2, 0, "copy", {y, far}, {8}, 2);
   const MemoryUse use = Use(p);
   // Step 1: [0, 384) once (the sum would be 256 + 256 + 64), plus 8.
   EXPECT_THAT(use.live[0], ElementsAre(264, 392, 264));
@@ -112,12 +115,16 @@ TEST(MemoryUse, AliasingBuffersCountTheirUnion) {
 
 TEST(MemoryUse, ReusedAddressesInSuccessiveSupersteps) {
   TestProgram p;
+  p.AddOp(1, fb::OpKind::Add, "first");
+  p.AddOp(2, fb::OpKind::Add, "second");
   const uint32_t a = p.AddBuffer(3, 1000, 100);  // steps 0-1
   const uint32_t b = p.AddBuffer(3, 1000, 100);  // the same bytes, steps 2-3
-  const uint32_t c = p.AddBuffer(3, 1048, 100);  // over the upper half, step 1
+  // Over a's upper half, step 1 after op 1's last read of a.
+  const uint32_t c = p.AddBuffer(3, 1048, 100);
   for (int s = 0; s < 4; ++s) p.AddStep("s" + std::to_string(s));
   p.AddCompute(0, 3, "copy", {a, a}, {100}, 1);
-  p.AddCompute(1, 3, "copy", {a, c}, {100}, 1);
+  p.AddCompute(1, 3, "copy", {a, a}, {100}, 1);
+  p.AddCompute(1, 3, "copy", {c, c}, {100}, 2);
   p.AddCompute(2, 3, "copy", {b, b}, {100}, 1);
   p.AddCompute(3, 3, "copy", {b, b}, {100}, 1);
   const MemoryUse use = Use(p);
