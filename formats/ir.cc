@@ -227,29 +227,44 @@ std::unique_ptr<fb::ModuleT> CloneModule(const fb::ModuleT& module) {
       fb::GetModule(builder.GetBufferPointer())->UnPack());
 }
 
-Status SerializeModule(fb::ModuleT module, const std::string& producer,
-                       std::string* bytes) {
-  module.schema_version = kSchemaVersion;
-  module.producer = producer;
-  Status verified = VerifyModule(module);
+namespace {
+
+// SerializeModule's work, into `builder`.
+Status PackModule(const std::string& producer, fb::ModuleT* module,
+                  flatbuffers::FlatBufferBuilder* builder) {
+  module->schema_version = kSchemaVersion;
+  module->producer = producer;
+  Status verified = VerifyModule(*module);
   if (verified.code() == StatusCode::kInfeasible) return verified;
   if (!verified.ok()) {
     // A tool built something invalid: that is our bug, not the user's.
     return Status::Internal("refusing to write invalid IR: " +
                             verified.message());
   }
+  builder->Finish(fb::Module::Pack(*builder, module), kFileIdentifier);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SerializeModule(fb::ModuleT module, const std::string& producer,
+                       std::string* bytes) {
   flatbuffers::FlatBufferBuilder builder(1 << 16);
-  builder.Finish(fb::Module::Pack(builder, &module), kFileIdentifier);
+  TILEC_RETURN_IF_ERROR(PackModule(producer, &module, &builder));
   bytes->assign(reinterpret_cast<const char*>(builder.GetBufferPointer()),
                 builder.GetSize());
   return Status::Ok();
 }
 
-Status WriteModule(const fb::ModuleT& module, const std::string& producer,
+Status WriteModule(fb::ModuleT module, const std::string& producer,
                    const std::string& path) {
-  std::string bytes;
-  TILEC_RETURN_IF_ERROR(SerializeModule(module, producer, &bytes));
-  return WriteFileAtomically(path, bytes);
+  flatbuffers::FlatBufferBuilder builder(1 << 16);
+  TILEC_RETURN_IF_ERROR(PackModule(producer, &module, &builder));
+  module = fb::ModuleT();
+  return WriteFileAtomically(
+      path, std::string_view(
+                reinterpret_cast<const char*>(builder.GetBufferPointer()),
+                builder.GetSize()));
 }
 
 Status ModuleToJson(const std::string& bytes, std::string* json) {
