@@ -411,11 +411,11 @@ void Emitter::LogRepeats() {
 // One decision per op: how it was lowered and where it landed.
 void Emitter::LogLoweredOps() {
   for (const OpWork& w : work_) {
-    StatusOr<ProgramCost> alone =
-        CostOfOp(model_, lowering_.buffers(), w.program, tiles_);
     const int64_t first = w.step.empty() ? -1 : w.step.front();
     const int64_t last = w.step.empty() ? -1 : w.step.back();
-    const int64_t cycles = alone.ok() ? alone->cycles : 0;
+    // The op alone: its phases' costs as LowerAll priced them (CostOfOp).
+    int64_t cycles = 0;
+    for (int64_t c : w.alone) cycles += c;
     log_.Info({w.op->id}, "lowered " + OpText(*w.op),
               DescribeLowering(w) + "; supersteps " + std::to_string(first) +
                   ".." + std::to_string(last) + (w.op->estimate

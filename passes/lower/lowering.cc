@@ -81,7 +81,7 @@ StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
 StatusOr<int> Lowering::AliasableTiles(const fb::OperationT& op) {
   int count = 0;
   if (op.kind == fb::OpKind::MatMul) {
-    StatusOr<GemmGrid> g = ReadGemmGrid(module_, op);
+    StatusOr<GemmGrid> g = ReadGemmGrid(*module_, op);
     if (!g.ok()) return g.status();
     const fb::ValueT* A = value(op.operands[0]);
     if (!A || !A->ownership) return 0;
