@@ -214,6 +214,9 @@ std::unique_ptr<fb::SuperstepT> Emitter::EmitSuperstep(
   if (!transfers.empty()) {
     step->schedule = std::make_unique<fb::ExchangeScheduleT>(
         kernels::SchedulePhase(TrafficOf(model_, transfers, offset_)));
+    // A whole model's program holds ~10^7 instructions: none of the spare
+    // capacity the scheduler's appends left is kept with it.
+    for (auto& tile : step->schedule->tiles) tile->instructions.shrink_to_fit();
     e = step->schedule->length + model_.sync_cycles();
     sum->exchange_bound_cycles += runs * int64_t{step->schedule->bound};
     sum->exchange_scheduled_cycles += runs * int64_t{step->schedule->length};
@@ -313,6 +316,7 @@ std::unique_ptr<fb::TransferT> Emitter::EmitTransfer(
   out->rows = static_cast<uint32_t>(t.rows);
   out->src_pitch = static_cast<uint32_t>(t.src_pitch);
   out->dst_pitch = static_cast<uint32_t>(t.dst_pitch);
+  out->destinations.reserve(t.destinations.size());
   for (const VDestination& d : t.destinations) {
     auto dst = std::make_unique<fb::DestinationT>();
     dst->tile = static_cast<uint32_t>(d.tile);

@@ -5,6 +5,7 @@
 #include "passes/lower/emit_device.h"
 
 #include <glog/logging.h>
+#include <malloc.h>
 
 #include <vector>
 
@@ -274,8 +275,14 @@ StatusOr<bool> EmitDevicePass::Transform(fb::ModuleT* module,
     return Status::BadInput("target '" + module->target->name +
                             "': " + model.status().message());
   }
-  Emitter emitter(module, options_, *model, log);
-  TILEC_RETURN_IF_ERROR(emitter.Run(&summary_));
+  {
+    Emitter emitter(module, options_, *model, log);
+    TILEC_RETURN_IF_ERROR(emitter.Run(&summary_));
+  }
+  // The emitter's data (hundreds of MB on a whole model) was freed in small
+  // blocks among the program's: give the free pages back before the
+  // program is packed beside it.
+  malloc_trim(0);
   return true;
 }
 
