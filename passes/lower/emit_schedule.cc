@@ -168,6 +168,9 @@ Numbers Emitter::PriceMerge(const OpWork& w, const std::vector<int>& offset,
       AddTransfers(ph.transfers, &merged);
       numbers.cycles_before += ExchangeCost(&l) + w.alone[i];
       numbers.cycles_after += ExchangeCost(&merged);
+      l.priced_phase = &ph;
+      l.priced_base = l.transfers.size();
+      l.priced_cycles = merged.exchange_cycles;
     }
     if (shared_steps->empty() || shared_steps->back() != s) {
       shared_steps->push_back(s);
@@ -207,7 +210,10 @@ void Emitter::PlacePhases(int start, const std::vector<int>& offset,
       }
     } else {
       l.has_exchange = l.has_exchange || !ph.transfers.empty();
+      const bool priced = l.priced_phase == &ph &&
+                          l.priced_base == l.transfers.size();
       AddTransfers(ph.transfers, &l);
+      if (priced && l.has_exchange) l.exchange_cycles = l.priced_cycles;
     }
     st->last_used = std::max(st->last_used, s);
   }

@@ -49,6 +49,11 @@ struct StepLoad {
   // Their cycles (CostOfExchange), -1 until priced: a superstep is priced
   // again for every later op that could share it.
   int64_t exchange_cycles = -1;
+  // The cycles PriceMerge found with one more phase's transfers appended to
+  // the first `priced_base`: that phase placed here right after costs them.
+  const Phase* priced_phase = nullptr;
+  size_t priced_base = 0;
+  int64_t priced_cycles = -1;
   bool has_compute = false;
   bool has_exchange = false;
 };
@@ -101,9 +106,8 @@ class Emitter {
   };
   // The ways priced for the op being lowered, by (in place, K pieces).
   using PricedWays = std::map<std::pair<bool, bool>, PricedLowering>;
-  StatusOr<PricedLowering*> Price(const fb::OperationT& op,
-                                        bool in_place, bool k_pieces,
-                                        PricedWays* priced) const;
+  StatusOr<PricedLowering*> Price(const fb::OperationT& op, bool in_place,
+                                  bool k_pieces, PricedWays* priced) const;
   StatusOr<bool> ChooseInPlace(const fb::OperationT& op, PricedWays* priced);
   StatusOr<bool> ChooseKPieces(const fb::OperationT& op, bool alias,
                                PricedWays* priced);
