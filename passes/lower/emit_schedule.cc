@@ -212,8 +212,11 @@ void Emitter::PlacePhases(int start, const std::vector<int>& offset,
       l.has_exchange = l.has_exchange || !ph.transfers.empty();
       const bool priced = l.priced_phase == &ph &&
                           l.priced_base == l.transfers.size();
+      const bool alone = l.transfers.empty();
       AddTransfers(ph.transfers, &l);
       if (priced && l.has_exchange) l.exchange_cycles = l.priced_cycles;
+      // The phase in an exchange of its own costs what LowerAll priced.
+      if (alone && l.has_exchange) l.exchange_cycles = w->alone[i];
     }
     st->last_used = std::max(st->last_used, s);
   }
