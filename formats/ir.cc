@@ -304,7 +304,7 @@ Status WriteModule(fb::ModuleT module, const std::string& producer,
   MappedAllocator allocator;
   flatbuffers::FlatBufferBuilder builder(1 << 16, &allocator);
   TILEC_RETURN_IF_ERROR(PackModule(producer, &module, &builder));
-  module = fb::ModuleT();
+  module = fb::ModuleT();  // the builder holds it now
   return WriteFileAtomically(
       path, std::string_view(
                 reinterpret_cast<const char*>(builder.GetBufferPointer()),
