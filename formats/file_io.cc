@@ -60,7 +60,7 @@ const char* FileKind(mode_t mode) {
   return "not a regular file";
 }
 
-Status WriteAll(int fd, const std::string& bytes, const std::string& path) {
+Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
   size_t written = 0;
   while (written < bytes.size()) {
     ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
@@ -73,7 +73,7 @@ Status WriteAll(int fd, const std::string& bytes, const std::string& path) {
   return Status::Ok();
 }
 
-Status WriteStdout(const std::string& bytes) {
+Status WriteStdout(std::string_view bytes) {
   std::cout.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   std::cout.flush();
   if (!std::cout) return Status::BadInput("<stdout>: write error");
@@ -108,7 +108,7 @@ Status ResolveSymlinks(const std::string& path, std::string* resolved) {
 
 // Devices and FIFOs are written in place: replacing them with a regular
 // file would, for /dev/null as root, break every later process.
-Status WriteInPlace(const std::string& path, const std::string& bytes) {
+Status WriteInPlace(const std::string& path, std::string_view bytes) {
   int fd = open(path.c_str(), O_WRONLY | O_NOCTTY);
   if (fd < 0) return Status::BadInput(path + ": cannot open: " + ErrnoText());
   Status status = WriteAll(fd, bytes, path);
@@ -154,7 +154,7 @@ Status PendingFile::Create(const std::string& path,
   return Status::Ok();
 }
 
-Status PendingFile::Append(const std::string& bytes) {
+Status PendingFile::Append(std::string_view bytes) {
   if (fd_ < 0) return Status::Internal("append to a file that is not open");
   Status status = WriteAll(fd_, bytes, path_);
   if (!status.ok()) Abandon();
@@ -286,16 +286,16 @@ Status ResolveInside(const std::string& dir, const std::string& relative,
   return Status::Ok();
 }
 
-Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  return WriteFilesTogether({{path, &bytes}});
+Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
+  return WriteFilesTogether({{path, bytes}});
 }
 
 Status WriteFilesTogether(const std::vector<FileToWrite>& files) {
   std::vector<std::unique_ptr<PendingFile>> pending;
   // Written after the renames: stdout, devices and FIFOs (in place).
-  std::vector<std::pair<std::string, const std::string*>> in_place;
+  std::vector<std::pair<std::string, std::string_view>> in_place;
   bool to_stdout = false;
-  const std::string* stdout_bytes = nullptr;
+  std::string_view stdout_bytes;
   for (const FileToWrite& file : files) {
     const std::string& path = file.path;
     if (path == "-") {
@@ -325,13 +325,13 @@ Status WriteFilesTogether(const std::vector<FileToWrite>& files) {
     pending.push_back(std::make_unique<PendingFile>());
     TILEC_RETURN_IF_ERROR(
         PendingFile::Create(target, keep_mode, pending.back().get()));
-    TILEC_RETURN_IF_ERROR(pending.back()->Append(*file.bytes));
+    TILEC_RETURN_IF_ERROR(pending.back()->Append(file.bytes));
   }
   for (auto& file : pending) TILEC_RETURN_IF_ERROR(file->Commit());
   for (const auto& [target, bytes] : in_place) {
-    TILEC_RETURN_IF_ERROR(WriteInPlace(target, *bytes));
+    TILEC_RETURN_IF_ERROR(WriteInPlace(target, bytes));
   }
-  if (to_stdout) return WriteStdout(*stdout_bytes);
+  if (to_stdout) return WriteStdout(stdout_bytes);
   return Status::Ok();
 }
 

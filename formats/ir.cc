@@ -1,6 +1,7 @@
 #include "formats/ir.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <new>
 #include <sstream>
 
 #include "flatbuffers/idl.h"
@@ -227,29 +229,86 @@ std::unique_ptr<fb::ModuleT> CloneModule(const fb::ModuleT& module) {
       fb::GetModule(builder.GetBufferPointer())->UnPack());
 }
 
-Status SerializeModule(fb::ModuleT module, const std::string& producer,
-                       std::string* bytes) {
-  module.schema_version = kSchemaVersion;
-  module.producer = producer;
-  Status verified = VerifyModule(module);
+namespace {
+
+// FlatBuffers builds downward, from the end of its buffer, and by default
+// grows into a second buffer it copies into: a device program's bytes
+// (hundreds of MB) would be held twice at the last growth. Here each buffer
+// ends at the end of its own mapping, so growing moves the old pages to
+// the top of a larger mapping (mremap, no copy); only the scratch part at
+// the buffer's start is copied.
+class MappedAllocator : public flatbuffers::Allocator {
+ public:
+  uint8_t* allocate(size_t size) override {
+    void* map = mmap(nullptr, Mapped(size), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) throw std::bad_alloc();
+    return static_cast<uint8_t*>(map) + (Mapped(size) - size);
+  }
+
+  void deallocate(uint8_t* p, size_t size) override {
+    munmap(p - (Mapped(size) - size), Mapped(size));
+  }
+
+  uint8_t* reallocate_downward(uint8_t* old_p, size_t old_size,
+                               size_t new_size, size_t in_use_back,
+                               size_t in_use_front) override {
+    (void)in_use_back;  // at the end of the mapping, where it stays
+    uint8_t* new_p = allocate(new_size);
+    uint8_t* old_end = old_p + old_size;
+    uint8_t* new_end = new_p + new_size;
+    void* moved = mremap(old_end - Mapped(old_size), Mapped(old_size),
+                         Mapped(old_size), MREMAP_MAYMOVE | MREMAP_FIXED,
+                         new_end - Mapped(old_size));
+    if (moved == MAP_FAILED) throw std::bad_alloc();
+    std::memmove(new_p, new_end - old_size, in_use_front);
+    return new_p;
+  }
+
+ private:
+  static size_t Mapped(size_t size) {
+    static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    return (size + page - 1) / page * page;
+  }
+};
+
+// SerializeModule's work, into `builder`.
+Status PackModule(const std::string& producer, fb::ModuleT* module,
+                  flatbuffers::FlatBufferBuilder* builder) {
+  module->schema_version = kSchemaVersion;
+  module->producer = producer;
+  Status verified = VerifyModule(*module);
   if (verified.code() == StatusCode::kInfeasible) return verified;
   if (!verified.ok()) {
     // A tool built something invalid: that is our bug, not the user's.
     return Status::Internal("refusing to write invalid IR: " +
                             verified.message());
   }
+  builder->Finish(fb::Module::Pack(*builder, module), kFileIdentifier);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SerializeModule(fb::ModuleT module, const std::string& producer,
+                       std::string* bytes) {
   flatbuffers::FlatBufferBuilder builder(1 << 16);
-  builder.Finish(fb::Module::Pack(builder, &module), kFileIdentifier);
+  TILEC_RETURN_IF_ERROR(PackModule(producer, &module, &builder));
   bytes->assign(reinterpret_cast<const char*>(builder.GetBufferPointer()),
                 builder.GetSize());
   return Status::Ok();
 }
 
-Status WriteModule(const fb::ModuleT& module, const std::string& producer,
+Status WriteModule(fb::ModuleT module, const std::string& producer,
                    const std::string& path) {
-  std::string bytes;
-  TILEC_RETURN_IF_ERROR(SerializeModule(module, producer, &bytes));
-  return WriteFileAtomically(path, bytes);
+  MappedAllocator allocator;
+  flatbuffers::FlatBufferBuilder builder(1 << 16, &allocator);
+  TILEC_RETURN_IF_ERROR(PackModule(producer, &module, &builder));
+  module = fb::ModuleT();  // the builder holds it now
+  return WriteFileAtomically(
+      path, std::string_view(
+                reinterpret_cast<const char*>(builder.GetBufferPointer()),
+                builder.GetSize()));
 }
 
 Status ModuleToJson(const std::string& bytes, std::string* json) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "formats/status.h"
@@ -52,14 +53,14 @@ bool IsPlainFileName(const std::string& name);
 // A character device or FIFO (/dev/null, a pipe): written in place, never
 // replaced. Anything else (a directory, a socket, a block device) is refused.
 // "-" writes stdout.
-Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 // Outputs that belong together (an IR and its sidecar): every regular file
 // or new path is written to its temporary first, and they are renamed only
 // once all are complete, so a failure replaces none of them. Devices, FIFOs
 // and "-" are written after the renames. `bytes` must outlive the call.
 struct FileToWrite {
   std::string path;
-  const std::string* bytes;
+  std::string_view bytes;
 };
 Status WriteFilesTogether(const std::vector<FileToWrite>& files);
 // PATH.tilec-tmp.PID: only SIGKILL can leave one behind.
@@ -79,7 +80,7 @@ class PendingFile {
   // file gets 0666 less the umask.
   static Status Create(const std::string& path,
                        std::optional<mode_t> keep_mode, PendingFile* file);
-  Status Append(const std::string& bytes);
+  Status Append(std::string_view bytes);
   Status Commit();
   void Abandon();
 
@@ -117,7 +118,11 @@ std::unique_ptr<fb::ModuleT> CloneModule(const fb::ModuleT& module);
 // Stamps the schema version and producer, verifies, serializes.
 Status SerializeModule(fb::ModuleT module, const std::string& producer,
                        std::string* bytes);
-Status WriteModule(const fb::ModuleT& module, const std::string& producer,
+// SerializeModule to `path` (WriteFileAtomically). `module` is freed once
+// serialized and the bytes are written from the builder, so a caller that
+// moves its module in never holds the program twice (a device program is
+// hundreds of MB).
+Status WriteModule(fb::ModuleT module, const std::string& producer,
                    const std::string& path);
 
 // JSON through the schema (the same field names as tilec.fbs).

@@ -264,6 +264,29 @@ TEST(IrTest, AtomicWriteReplacesWholeFile) {
   EXPECT_TRUE(ReadModule(path, &m).ok());
 }
 
+TEST(IrTest, WrittenBytesAreTheSerializedOnesWhenTheBuilderGrows) {
+  // Megabytes of decisions: the builder's buffer grows many times, moving
+  // its pages (WriteModule's allocator) with scratch data at its start.
+  fb::ModuleT m = SmallModule();
+  auto run = std::make_unique<fb::PassRunT>();
+  run->pass = "grow";
+  for (int i = 0; i < 20000; ++i) {
+    auto d = std::make_unique<fb::DecisionT>();
+    d->ops = {static_cast<uint32_t>(i % 2)};
+    d->action = "decision " + std::to_string(i);
+    d->reason = std::string(static_cast<size_t>(i % 97), 'r');
+    run->decisions.push_back(std::move(d));
+  }
+  m.log.push_back(std::move(run));
+  const std::string expected = Serialized(m);
+  ASSERT_GT(expected.size(), size_t{1} << 20);
+  const std::string path = TempPath("grown.tilec");
+  ASSERT_TRUE(WriteModule(std::move(m), "test", path).ok());
+  std::string written;
+  ASSERT_TRUE(ReadFile(path, &written).ok());
+  EXPECT_TRUE(written == expected);
+}
+
 TEST(IrTest, FailedWriteLeavesOldFileIntact) {
   std::string path = TempPath("intact.tilec");
   ASSERT_TRUE(WriteFileAtomically(path, "old contents").ok());

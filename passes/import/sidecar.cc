@@ -69,8 +69,8 @@ Status WriteModuleAndSidecar(const fb::ModuleT& module,
   TILEC_RETURN_IF_ERROR(ir::SerializeModule(module, producer, &ir_bytes));
   std::vector<ir::FileToWrite> files;
   // The sidecar first: a device or FIFO output is written in that order.
-  if (!bytes.empty()) files.push_back({paths.write, &bytes});
-  files.push_back({ir_path, &ir_bytes});
+  if (!bytes.empty()) files.push_back({paths.write, bytes});
+  files.push_back({ir_path, ir_bytes});
   return ir::WriteFilesTogether(files);
 }
 

@@ -61,6 +61,7 @@ class TileAllocator {
   bool Run(AllocFailure* failure) {
     for (size_t i : PlacementOrder()) {
       RetireBefore(buffers_[i].start);
+      IndexLive();
       std::optional<int64_t> at = Place(i, /*soft=*/true);
       if (!at) {
         at = Place(i, /*soft=*/false);
@@ -110,6 +111,35 @@ class TileAllocator {
     active_.erase(std::remove_if(active_.begin(), active_.end(),
                                  [&](size_t j) { return buffers_[j].end < start; }),
                   active_.end());
+  }
+
+  // The live buffers' extents by start (empty buffers never overlap), with
+  // the furthest end among each prefix: Fits tries many addresses.
+  void IndexLive() {
+    std::vector<std::pair<int64_t, int64_t>> extents;
+    for (size_t j : active_) {
+      if (size_[j] > 0) {
+        extents.push_back({result_->offsets[j], result_->offsets[j] + size_[j]});
+      }
+    }
+    std::sort(extents.begin(), extents.end());
+    live_starts_.clear();
+    live_max_end_.clear();
+    for (const auto& [start, end] : extents) {
+      live_starts_.push_back(start);
+      live_max_end_.push_back(
+          std::max(end, live_max_end_.empty() ? end : live_max_end_.back()));
+    }
+  }
+
+  // Whether [at, at + size) overlaps a live buffer: those starting before
+  // its end, one of which ends after `at`.
+  bool OverlapsLive(int64_t at, int64_t size) const {
+    if (size == 0) return false;
+    const size_t before = static_cast<size_t>(
+        std::lower_bound(live_starts_.begin(), live_starts_.end(), at + size) -
+        live_starts_.begin());
+    return before > 0 && live_max_end_[before - 1] > at;
   }
 
   int64_t LowestAddress(size_t i) const {
@@ -194,12 +224,7 @@ class TileAllocator {
   }
 
   bool Fits(size_t i, int64_t at, bool soft) const {
-    for (size_t j : active_) {
-      if (size_[i] > 0 && size_[j] > 0 && at < result_->offsets[j] + size_[j] &&
-          result_->offsets[j] < at + size_[i]) {
-        return false;
-      }
-    }
+    if (OverlapsLive(at, size_[i])) return false;
     for (const auto& [j, r] : partners_[i]) {
       if (RuleApplies(j, r, soft) && ElementClash(i, at, j)) return false;
     }
@@ -261,6 +286,7 @@ class TileAllocator {
   std::vector<int64_t> size_;  // aligned bytes
   std::vector<bool> placed_;
   std::vector<size_t> active_;  // placed and possibly still live
+  std::vector<int64_t> live_starts_, live_max_end_;  // IndexLive
   std::vector<bool> dropped_;
 };
 

@@ -214,6 +214,9 @@ std::unique_ptr<fb::SuperstepT> Emitter::EmitSuperstep(
   if (!transfers.empty()) {
     step->schedule = std::make_unique<fb::ExchangeScheduleT>(
         kernels::SchedulePhase(TrafficOf(model_, transfers, offset_)));
+    // A whole model's program holds ~10^7 instructions: none of the spare
+    // capacity the scheduler's appends left is kept with it.
+    for (auto& tile : step->schedule->tiles) tile->instructions.shrink_to_fit();
     e = step->schedule->length + model_.sync_cycles();
     sum->exchange_bound_cycles += runs * int64_t{step->schedule->bound};
     sum->exchange_scheduled_cycles += runs * int64_t{step->schedule->length};
@@ -313,6 +316,7 @@ std::unique_ptr<fb::TransferT> Emitter::EmitTransfer(
   out->rows = static_cast<uint32_t>(t.rows);
   out->src_pitch = static_cast<uint32_t>(t.src_pitch);
   out->dst_pitch = static_cast<uint32_t>(t.dst_pitch);
+  out->destinations.reserve(t.destinations.size());
   for (const VDestination& d : t.destinations) {
     auto dst = std::make_unique<fb::DestinationT>();
     dst->tile = static_cast<uint32_t>(d.tile);
@@ -411,11 +415,11 @@ void Emitter::LogRepeats() {
 // One decision per op: how it was lowered and where it landed.
 void Emitter::LogLoweredOps() {
   for (const OpWork& w : work_) {
-    StatusOr<ProgramCost> alone =
-        CostOfOp(model_, lowering_.buffers(), w.program, tiles_);
     const int64_t first = w.step.empty() ? -1 : w.step.front();
     const int64_t last = w.step.empty() ? -1 : w.step.back();
-    const int64_t cycles = alone.ok() ? alone->cycles : 0;
+    // The op alone: its phases' costs as LowerAll priced them (CostOfOp).
+    int64_t cycles = 0;
+    for (int64_t c : w.alone) cycles += c;
     log_.Info({w.op->id}, "lowered " + OpText(*w.op),
               DescribeLowering(w) + "; supersteps " + std::to_string(first) +
                   ".." + std::to_string(last) + (w.op->estimate

@@ -5,6 +5,7 @@
 #include "passes/lower/emit_device.h"
 
 #include <glog/logging.h>
+#include <malloc.h>
 
 #include <vector>
 
@@ -21,6 +22,137 @@ using passes::Thousands;
 
 }  // namespace
 
+StatusOr<Emitter::PricedLowering*> Emitter::Price(
+    const fb::OperationT& op, bool in_place, bool k_pieces,
+    PricedWays* priced) const {
+  auto found = priced->find({in_place, k_pieces});
+  if (found != priced->end()) return &found->second;
+  PricedLowering way{lowering_, {}, {}, 0};
+  StatusOr<OpProgram> p = way.state.Lower(
+      op, ChoiceFromReduction(op.reduction.get()), in_place, k_pieces);
+  if (!p.ok()) return p.status();
+  for (const Phase& ph : p->phases) {
+    StatusOr<PhaseCost> c = CostOfPhase(model_, way.state.buffers(), ph, tiles_);
+    if (!c.ok()) return c.status();
+    way.alone.push_back(c->cycles);
+    way.cycles += c->cycles;
+  }
+  way.program = std::move(*p);
+  return &priced->emplace(std::make_pair(in_place, k_pieces), std::move(way))
+              .first->second;
+}
+
+// Whether to use the op's operand in place, priced both ways on the op
+// alone, its operands stored as the ops before it left them.
+StatusOr<bool> Emitter::ChooseInPlace(const fb::OperationT& op,
+                                      PricedWays* priced) {
+  StatusOr<int> aliasable = lowering_.AliasableTiles(op);
+  if (!aliasable.ok()) return aliasable.status();
+  if (!options_.alias_in_place || *aliasable == 0) {
+    return options_.alias_in_place;
+  }
+  Numbers numbers;
+  for (bool in_place : {false, true}) {
+    StatusOr<PricedLowering*> p = Price(op, in_place, false, priced);
+    if (!p.ok()) return p.status();
+    (in_place ? numbers.cycles_after : numbers.cycles_before) = (*p)->cycles;
+    (in_place ? numbers.bytes_after : numbers.bytes_before) =
+        (*p)->state.ScratchBytesPerTile(op.id);
+  }
+  const std::string what = op.kind == fb::OpKind::MatMul
+                               ? "use the left operand in place"
+                               : "use the source buffer in place";
+  const bool alias = log_.Apply(
+      {op.id}, what,
+      std::to_string(*aliasable) +
+          " tiles already hold exactly the block they need, contiguous "
+          "and in the right order: no staging copy or transfer",
+      numbers);
+  priced->erase({!alias, false});
+  return alias;
+}
+
+// K pieces in staged panels: per tile they trade GEMM calls for row copies;
+// whether the op gains depends on its slowest tiles, so the op is priced
+// both ways, on the real storage of the left operand (where it is stored
+// in pieces, K pieces save a copy per row of each piece).
+StatusOr<bool> Emitter::ChooseKPieces(const fb::OperationT& op, bool alias,
+                                      PricedWays* priced) {
+  if (op.kind != fb::OpKind::MatMul) return false;
+  Numbers numbers;
+  int pieced = 0;
+  for (bool on : {false, true}) {
+    StatusOr<PricedLowering*> p = Price(op, alias, on, priced);
+    if (!p.ok()) return p.status();
+    (on ? numbers.cycles_after : numbers.cycles_before) = (*p)->cycles;
+    (on ? numbers.bytes_after : numbers.bytes_before) =
+        (*p)->state.ScratchBytesPerTile(op.id);
+    if (on) pieced = (*p)->state.notes(op.id).k_pieced_tiles;
+  }
+  const std::string action =
+      "cut staged panels into K pieces at locally held columns";
+  if (pieced == 0) return false;  // nothing to decide: no tile would gain
+  if (numbers.cycles_after < numbers.cycles_before) {
+    return log_.Apply(
+        {op.id}, action,
+        std::to_string(pieced) +
+            " tiles copy their local part of the left operand in one "
+            "call per piece instead of one per row, for extra GEMM calls",
+        numbers);
+  }
+  log_.Reject({op.id}, action,
+              std::to_string(pieced) +
+                  " tiles would gain, but the op's slowest phases do "
+                  "not: rejected by cost, before " +
+                  Thousands(numbers.cycles_before) + ", after " +
+                  Thousands(numbers.cycles_after),
+              numbers);
+  return false;
+}
+
+// Lowers `op` the chosen way: the priced copy when there is one (the same
+// lowering), else on the lowering itself.
+Status Emitter::LowerOp(const fb::OperationT& op, bool alias, bool k_pieces,
+                        PricedWays* priced) {
+  OpWork w;
+  w.op = &op;
+  auto chosen = priced->find({alias, k_pieces});
+  if (chosen != priced->end()) {
+    lowering_ = std::move(chosen->second.state);
+    w.program = std::move(chosen->second.program);
+    w.alone = std::move(chosen->second.alone);
+  } else {
+    StatusOr<OpProgram> p = lowering_.Lower(
+        op, ChoiceFromReduction(op.reduction.get()), alias, k_pieces);
+    if (!p.ok()) return p.status();
+    w.program = std::move(*p);
+    for (const Phase& ph : w.program.phases) {
+      StatusOr<PhaseCost> pc =
+          CostOfPhase(model_, lowering_.buffers(), ph, tiles_);
+      if (!pc.ok()) return pc.status();
+      w.alone.push_back(pc->cycles);
+    }
+  }
+  priced->clear();
+  for (const Phase& ph : w.program.phases) {
+    std::vector<int64_t> cycles;
+    for (const VCall& c : ph.calls) {
+      StatusOr<int64_t> cc = CallCycles(model_, lowering_.buffers(), c);
+      if (!cc.ok()) {
+        return Status::Internal("op " + std::to_string(c.op) + " " +
+                                c.kernel + ": " + cc.status().message());
+      }
+      cycles.push_back(*cc);
+    }
+    w.call_cycles.push_back(std::move(cycles));
+  }
+  VLOG(1) << "lowered op " << op.id << " " << op.name << ": "
+          << w.program.phases.size() << " phases, "
+          << lowering_.buffers().size() << " buffers so far";
+  work_.push_back(std::move(w));
+  return Status::Ok();
+}
+
 Status Emitter::LowerAll() {
   for (const auto& op : module_.ops) {
     if (op->kind == fb::OpKind::MatMul && op->recipe &&
@@ -30,103 +162,12 @@ Status Emitter::LowerAll() {
                               std::to_string(op->recipe->k_split) +
                               " but no reduction: run expand-reduce first");
     }
-    bool alias = options_.alias_in_place;
-    StatusOr<int> aliasable = lowering_.AliasableTiles(*op);
-    if (!aliasable.ok()) return aliasable.status();
-    if (alias && *aliasable > 0) {
-      // Price both ways on the op alone, its operands stored as the ops
-      // before it left them.
-      Numbers numbers;
-      for (bool in_place : {false, true}) {
-        Lowering pricing = lowering_;
-        StatusOr<OpProgram> p = pricing.Lower(
-            *op, ChoiceFromReduction(op->reduction.get()), in_place, false);
-        if (!p.ok()) return p.status();
-        StatusOr<ProgramCost> c =
-            CostOfOp(model_, pricing.buffers(), *p, tiles_);
-        if (!c.ok()) return c.status();
-        (in_place ? numbers.cycles_after : numbers.cycles_before) = c->cycles;
-        (in_place ? numbers.bytes_after : numbers.bytes_before) =
-            pricing.ScratchBytesPerTile(op->id);
-      }
-      const std::string what = op->kind == fb::OpKind::MatMul
-                                   ? "use the left operand in place"
-                                   : "use the source buffer in place";
-      alias = log_.Apply(
-          {op->id}, what,
-          std::to_string(*aliasable) +
-              " tiles already hold exactly the block they need, contiguous "
-              "and in the right order: no staging copy or transfer",
-          numbers);
-    }
-    // K pieces in staged panels: per tile they trade GEMM calls for row
-    // copies; whether the op gains depends on its slowest tiles, so price
-    // the op both ways.
-    bool k_pieces = false;
-    if (op->kind == fb::OpKind::MatMul) {
-      Numbers numbers;
-      int pieced = 0;
-      for (bool on : {false, true}) {
-        // On the real storage of the left operand: where it is stored in
-        // pieces, K pieces save a copy per row of each piece.
-        Lowering pricing = lowering_;
-        StatusOr<OpProgram> p = pricing.Lower(
-            *op, ChoiceFromReduction(op->reduction.get()), alias, on);
-        if (!p.ok()) return p.status();
-        StatusOr<ProgramCost> c = CostOfOp(model_, pricing.buffers(), *p, tiles_);
-        if (!c.ok()) return c.status();
-        (on ? numbers.cycles_after : numbers.cycles_before) = c->cycles;
-        (on ? numbers.bytes_after : numbers.bytes_before) =
-            pricing.ScratchBytesPerTile(op->id);
-        if (on) pieced = pricing.notes(op->id).k_pieced_tiles;
-      }
-      const std::string action =
-          "cut staged panels into K pieces at locally held columns";
-      if (pieced == 0) {
-        // Nothing to decide: no tile would gain.
-      } else if (numbers.cycles_after < numbers.cycles_before) {
-        k_pieces = log_.Apply(
-            {op->id}, action,
-            std::to_string(pieced) +
-                " tiles copy their local part of the left operand in one "
-                "call per piece instead of one per row, for extra GEMM calls",
-            numbers);
-      } else {
-        log_.Reject({op->id}, action,
-                    std::to_string(pieced) +
-                        " tiles would gain, but the op's slowest phases do "
-                        "not: rejected by cost, before " +
-                        Thousands(numbers.cycles_before) + ", after " +
-                        Thousands(numbers.cycles_after),
-                    numbers);
-      }
-    }
-    OpWork w;
-    w.op = op.get();
-    StatusOr<OpProgram> p = lowering_.Lower(
-        *op, ChoiceFromReduction(op->reduction.get()), alias, k_pieces);
-    if (!p.ok()) return p.status();
-    w.program = std::move(*p);
-    for (const Phase& ph : w.program.phases) {
-      std::vector<int64_t> cycles;
-      for (const VCall& c : ph.calls) {
-        StatusOr<int64_t> cc = CallCycles(model_, lowering_.buffers(), c);
-        if (!cc.ok()) {
-          return Status::Internal("op " + std::to_string(c.op) + " " +
-                                  c.kernel + ": " + cc.status().message());
-        }
-        cycles.push_back(*cc);
-      }
-      w.call_cycles.push_back(std::move(cycles));
-      StatusOr<PhaseCost> pc =
-          CostOfPhase(model_, lowering_.buffers(), ph, tiles_);
-      if (!pc.ok()) return pc.status();
-      w.alone.push_back(pc->cycles);
-    }
-    VLOG(1) << "lowered op " << op->id << " " << op->name << ": "
-            << w.program.phases.size() << " phases, "
-            << lowering_.buffers().size() << " buffers so far";
-    work_.push_back(std::move(w));
+    PricedWays priced;
+    StatusOr<bool> alias = ChooseInPlace(*op, &priced);
+    if (!alias.ok()) return alias.status();
+    StatusOr<bool> k_pieces = ChooseKPieces(*op, *alias, &priced);
+    if (!k_pieces.ok()) return k_pieces.status();
+    TILEC_RETURN_IF_ERROR(LowerOp(*op, *alias, *k_pieces, &priced));
   }
   return Status::Ok();
 }
@@ -234,8 +275,14 @@ StatusOr<bool> EmitDevicePass::Transform(fb::ModuleT* module,
     return Status::BadInput("target '" + module->target->name +
                             "': " + model.status().message());
   }
-  Emitter emitter(module, options_, *model, log);
-  TILEC_RETURN_IF_ERROR(emitter.Run(&summary_));
+  {
+    Emitter emitter(module, options_, *model, log);
+    TILEC_RETURN_IF_ERROR(emitter.Run(&summary_));
+  }
+  // The emitter's data (hundreds of MB on a whole model) was freed in small
+  // blocks among the program's: give the free pages back before the
+  // program is packed beside it.
+  malloc_trim(0);
   return true;
 }
 

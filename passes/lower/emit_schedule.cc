@@ -33,13 +33,17 @@ std::vector<int> PhaseOffsets(const std::vector<Phase>& phases) {
 // Adds `transfers` to a superstep's exchange phase.
 void AddTransfers(const std::vector<VTransfer>& transfers, StepLoad* load) {
   for (const VTransfer& t : transfers) load->transfers.push_back(&t);
+  if (!transfers.empty()) load->exchange_cycles = -1;
 }
 
 }  // namespace
 
-int64_t Emitter::ExchangeCost(const StepLoad& l) const {
-  if (!l.has_exchange) return 0;
-  return CostOfExchange(model_, l.transfers).cycles;
+int64_t Emitter::ExchangeCost(StepLoad* l) const {
+  if (!l->has_exchange) return 0;
+  if (l->exchange_cycles < 0) {
+    l->exchange_cycles = CostOfExchange(model_, l->transfers).cycles;
+  }
+  return l->exchange_cycles;
 }
 
 void Emitter::Schedule(bool share, int64_t remaining,
@@ -162,8 +166,11 @@ Numbers Emitter::PriceMerge(const OpWork& w, const std::vector<int>& offset,
       if (!l.has_exchange) continue;
       StepLoad merged = l;
       AddTransfers(ph.transfers, &merged);
-      numbers.cycles_before += ExchangeCost(l) + w.alone[i];
-      numbers.cycles_after += ExchangeCost(merged);
+      numbers.cycles_before += ExchangeCost(&l) + w.alone[i];
+      numbers.cycles_after += ExchangeCost(&merged);
+      l.priced_phase = &ph;
+      l.priced_base = l.transfers.size();
+      l.priced_cycles = merged.exchange_cycles;
     }
     if (shared_steps->empty() || shared_steps->back() != s) {
       shared_steps->push_back(s);
@@ -203,7 +210,13 @@ void Emitter::PlacePhases(int start, const std::vector<int>& offset,
       }
     } else {
       l.has_exchange = l.has_exchange || !ph.transfers.empty();
+      const bool priced = l.priced_phase == &ph &&
+                          l.priced_base == l.transfers.size();
+      const bool alone = l.transfers.empty();
       AddTransfers(ph.transfers, &l);
+      if (priced && l.has_exchange) l.exchange_cycles = l.priced_cycles;
+      // The phase in an exchange of its own costs what LowerAll priced.
+      if (alone && l.has_exchange) l.exchange_cycles = w->alone[i];
     }
     st->last_used = std::max(st->last_used, s);
   }

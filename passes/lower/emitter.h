@@ -46,6 +46,14 @@ struct OpWork {
 struct StepLoad {
   std::vector<int64_t> compute;  // per tile
   std::vector<const VTransfer*> transfers;  // its exchange phase, in order
+  // Their cycles (CostOfExchange), -1 until priced: a superstep is priced
+  // again for every later op that could share it.
+  int64_t exchange_cycles = -1;
+  // The cycles PriceMerge found with one more phase's transfers appended to
+  // the first `priced_base`: that phase placed here right after costs them.
+  const Phase* priced_phase = nullptr;
+  size_t priced_base = 0;
+  int64_t priced_cycles = -1;
   bool has_compute = false;
   bool has_exchange = false;
 };
@@ -88,6 +96,23 @@ class Emitter {
 
  private:
   Status LowerAll();
+  // One way of lowering an op, on a copy of the lowering state, with its
+  // phases' costs; the chosen one becomes the lowering (LowerAll).
+  struct PricedLowering {
+    Lowering state;
+    OpProgram program;
+    std::vector<int64_t> alone;  // per phase, its own superstep
+    int64_t cycles = 0;
+  };
+  // The ways priced for the op being lowered, by (in place, K pieces).
+  using PricedWays = std::map<std::pair<bool, bool>, PricedLowering>;
+  StatusOr<PricedLowering*> Price(const fb::OperationT& op, bool in_place,
+                                  bool k_pieces, PricedWays* priced) const;
+  StatusOr<bool> ChooseInPlace(const fb::OperationT& op, PricedWays* priced);
+  StatusOr<bool> ChooseKPieces(const fb::OperationT& op, bool alias,
+                               PricedWays* priced);
+  Status LowerOp(const fb::OperationT& op, bool alias, bool k_pieces,
+                 PricedWays* priced);
   // Places every op's phases; `share` lets ops share supersteps. Decisions
   // are collected in `events` (applied through the log afterwards).
   struct ShareEvent {
@@ -192,7 +217,7 @@ class Emitter {
     for (int64_t v : per_tile) m = std::max(m, v);
     return m;
   }
-  int64_t ExchangeCost(const StepLoad& load) const;
+  int64_t ExchangeCost(StepLoad* load) const;
 
   // Repeats (docs/repeat.md): each body's lowering, and per op (in work_
   // order) the body it is in, -1 outside bodies.

@@ -81,7 +81,7 @@ StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
 StatusOr<int> Lowering::AliasableTiles(const fb::OperationT& op) {
   int count = 0;
   if (op.kind == fb::OpKind::MatMul) {
-    StatusOr<GemmGrid> g = ReadGemmGrid(module_, op);
+    StatusOr<GemmGrid> g = ReadGemmGrid(*module_, op);
     if (!g.ok()) return g.status();
     const fb::ValueT* A = value(op.operands[0]);
     if (!A || !A->ownership) return 0;
@@ -173,7 +173,14 @@ StatusOr<OpProgram> Lowering::Lower(const fb::OperationT& op,
   }
   if (!status.ok()) return status;
   transfers_.Clear();
-  for (Phase& ph : out.phases) CompactTransfers(&ph.transfers);
+  for (Phase& ph : out.phases) {
+    CompactTransfers(&ph.transfers);
+    // Compaction joins many transfers, and the program is kept to the end
+    // of emit-device (10^6 transfers on a whole model): no spare capacity.
+    ph.transfers.shrink_to_fit();
+    for (VTransfer& t : ph.transfers) t.destinations.shrink_to_fit();
+    ph.calls.shrink_to_fit();
+  }
   return out;
 }
 

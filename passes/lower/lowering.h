@@ -260,7 +260,9 @@ class Lowering {
                               const fb::OperationT& op, std::string_view role,
                               Phase* phase);
 
-  const fb::ModuleT& module_;
+  // A pointer, not a reference: emit-device replaces its lowering with a
+  // priced copy.
+  const fb::ModuleT* module_;
   kernels::CostModel model_;
   LoweringOptions options_;
   int tiles_ = 0;

@@ -163,7 +163,7 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
 
 Status Lowering::StartGemm(const fb::OperationT& op,
                            const ReductionChoice& choice, GemmState* s) {
-  StatusOr<GemmGrid> grid = ReadGemmGrid(module_, op);
+  StatusOr<GemmGrid> grid = ReadGemmGrid(*module_, op);
   if (!grid.ok()) return grid.status();
   s->op = &op;
   s->choice = choice;
@@ -236,7 +236,7 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
   const int b_eb = ir::DTypeBytes(s->B->dtype);
   StatusOr<kernels::DType> a_kdtype = kernels::DTypeFromFb(s->A->dtype);
   if (!a_kdtype.ok()) return a_kdtype.status();
-  const int align = module_.target ? module_.target->alignment : 8;
+  const int align = module_->target ? module_->target->alignment : 8;
   passes::GemmTilePlanner planner(g, model_, *a_kdtype, a_eb, align);
   // Calls of tiles that use their left operand in place join the first
   // GEMM phase of the staged tiles (or run alone if none is staged).
@@ -387,7 +387,7 @@ StatusOr<int64_t> Lowering::StageGemmChunks(GemmState* s, int t, int mi,
                                             const passes::GemmTilePlan& plan) {
   const GemmGrid& g = s->g;
   const int a_eb = ir::DTypeBytes(s->A->dtype);
-  const int align = module_.target ? module_.target->alignment : 8;
+  const int align = module_->target ? module_->target->alignment : 8;
   const int chunks = static_cast<int>(plan.chunks.size());
   std::vector<Segments> segments(chunks);
   int64_t extent[2] = {0, 0};

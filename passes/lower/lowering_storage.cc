@@ -29,7 +29,7 @@ bool IsBinaryKernel(const std::string& kernel) {
 
 Lowering::Lowering(const fb::ModuleT& module, const kernels::CostModel& model,
                    LoweringOptions options)
-    : module_(module), model_(model), options_(options) {
+    : module_(&module), model_(model), options_(options) {
   tiles_ = module.target ? module.target->tiles : 0;
   for (const auto& v : module.values) values_[v->id] = v.get();
   for (const auto& op : module.ops) {
@@ -178,8 +178,8 @@ StatusOr<const Storage*> Lowering::Operand(uint32_t value, int tile,
 // (another GEMM's result) can be used in place only if that region has a
 // second element.
 bool Lowering::CanUseInPlace(const Storage& a) const {
-  if (!buffers_[a.buffer].interleaved || !module_.target) return true;
-  const fb::TargetT& t = *module_.target;
+  if (!buffers_[a.buffer].interleaved || !module_->target) return true;
+  const fb::TargetT& t = *module_->target;
   const int64_t interleaved =
       int64_t{t.sram_bytes} - int64_t{t.standard_elements} * t.element_bytes;
   return t.interleaved_element_bytes > 0 &&

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/ir.h"
@@ -86,7 +87,7 @@ Status RunPass(const std::vector<std::string>& args, const PassMaker& make,
   }
   StatusOr<bool> ran = (*pass)->Run(&module);
   if (!ran.ok()) return ran.status().WithContext(ir::DisplayName(input));
-  return ir::WriteModule(module, ToolName(), FLAGS_o);
+  return ir::WriteModule(std::move(module), ToolName(), FLAGS_o);
 }
 
 }  // namespace
