@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <random>
 
 #include "formats/ir.h"
@@ -322,6 +323,53 @@ TEST(ExchangeSchedule, MergedOpsScheduleOneAfterAnother) {
     shorter += s.length < blind.length;
   }
   EXPECT_GE(shorter, 10);  // 12 of the 50
+}
+
+// `rounds` random permutations of the tiles, each tile sending a piece of
+// 15 or 16 words to its image under each (seeded), to each tile of the
+// image's group of `group_size` but itself: with groups of one, the
+// unicasts an attention's scores make, every tile sending and receiving
+// alike; with groups of five, the multicasts of a softmax's probabilities.
+PhaseTraffic Permutations(const ExchangeModel& model, int rounds,
+                          int group_size, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  PhaseTraffic traffic(model);
+  const int groups = model.tiles / group_size;
+  std::vector<int> image(groups);
+  uint32_t transfer = 0;
+  for (int k = 0; k < rounds; ++k) {
+    std::iota(image.begin(), image.end(), 0);
+    std::shuffle(image.begin(), image.end(), rng);
+    for (int sender = 0; sender < groups * group_size; ++sender) {
+      std::vector<int> receivers;
+      const int g = image[sender % groups];
+      for (int tile = g * group_size; tile < (g + 1) * group_size; ++tile) {
+        if (tile != sender) receivers.push_back(tile);
+      }
+      if (receivers.empty()) continue;
+      const int64_t words = 15 + static_cast<int64_t>(rng() % 2);
+      traffic.AddPiece(sender, receivers, 4 * words, words, transfer++, 0);
+    }
+  }
+  return traffic;
+}
+
+// Rounds in which no tile sends or receives twice (an edge colouring of
+// senders to receiver groups) keep such phases near their bound, where
+// the other orders leave receivers idle between packets their senders
+// could not start: 118 to 121 cycles above it with groups of one (199 to
+// 223 without the order), 104 to 118 with groups of five (139 to 201).
+TEST(ExchangeSchedule, PermutationPhasesScheduleInMatchings) {
+  for (int group_size : {1, 5}) {
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+      const ExchangeModel model = Model(60);
+      const PhaseTraffic traffic = Permutations(model, 30, group_size, seed);
+      const fb::ExchangeScheduleT s = SchedulePhase(traffic);
+      ASSERT_TRUE(Verify(traffic, s).ok()) << Verify(traffic, s).message();
+      EXPECT_LE(s.length, s.bound + 125)
+          << "groups of " << group_size << ", seed " << seed;
+    }
+  }
 }
 
 // Wide multicasts to receiver sets that several packets share are placed
