@@ -803,10 +803,27 @@ std::vector<uint32_t> Matchings(const PhaseTraffic& traffic,
       3 * std::max(largest(send_degree), largest(receive_degree))) {
     return {};
   }
-  const std::vector<int> colour =
-      EdgeColours(sender, group, 2 * tiles, colours);
+  // The packets by what they carry where, not by their index: the planner
+  // and emit-device list the same packets in different orders, and must
+  // price them alike.
   std::vector<uint32_t> order(packets.size());
   std::iota(order.begin(), order.end(), 0);
+  auto what_where = [&](uint32_t p) {
+    const std::span<const int> r = traffic.ReceiversOf(packets[p]);
+    return std::tuple(sender[p], group[p], r[0], r.size(), packets[p].words);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
+    return what_where(x) < what_where(y);
+  });
+  std::vector<int> from(packets.size()), to(packets.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    from[i] = sender[order[i]];
+    to[i] = group[order[i]];
+  }
+  const std::vector<int> edge_colour =
+      EdgeColours(from, to, 2 * tiles, colours);
+  std::vector<int> colour(packets.size());
+  for (size_t i = 0; i < order.size(); ++i) colour[order[i]] = edge_colour[i];
   std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
     if (colour[x] != colour[y]) return colour[x] < colour[y];
     return priority[x] > priority[y];
