@@ -804,8 +804,8 @@ std::vector<uint32_t> Matchings(const PhaseTraffic& traffic,
     return {};
   }
   // The packets by what they carry where, not by their index: the planner
-  // and emit-device list the same packets in different orders, and must
-  // price them alike.
+  // and emit-device may list the same packets in different orders, and
+  // must price them alike.
   std::vector<uint32_t> order(packets.size());
   std::iota(order.begin(), order.end(), 0);
   auto what_where = [&](uint32_t p) {
