@@ -722,11 +722,11 @@ std::vector<int> ReceiverGroups(const PhaseTraffic& traffic) {
 }
 
 // A proper colouring in `colours` colours (at least the largest degree) of
-// the bipartite multigraph whose edge p joins vertices from[p] and to[p]
-// (of `vertices`; no vertex is in both lists): each edge takes a colour
-// free at both ends, after the path from its second end alternating that
-// colour and one free there swaps them (Konig's proof, so no more colours
-// than the largest degree are needed).
+// the bipartite multigraph whose edge e joins vertices from[e] and to[e]
+// (of `vertices`; no vertex is in both lists). Edge e takes a colour a free
+// at from[e]; where a is taken at to[e], a and a colour b free there are
+// first swapped along the path from to[e] that alternates them (Konig's
+// proof that the largest degree's colours suffice).
 std::vector<int> EdgeColours(const std::vector<int>& from,
                              const std::vector<int>& to, int vertices,
                              int colours) {
