@@ -150,12 +150,16 @@ class PhaseTraffic {
 // placed, the packets of the most loaded lanes first (a tile's lane load is
 // the cycles it must send, receive or issue in the phase; a packet's
 // priority is the largest load among the lanes it uses, then larger
-// multicasts, then longer packets). Four orders are tried and the shortest
+// multicasts, then longer packets). Five orders are tried and the shortest
 // schedule kept (the first of equals): by priority alone, in rounds of
 // cyclic sender-to-receiver distance, the packet that can start earliest
 // first (skipped on phases where it would re-place packets more than four
-// times each on average), and each op's packets in turn by the op's own
-// priorities (phases of two or more ops: Piece::op). Deterministic.
+// times each on average), each op's packets in turn by the op's own
+// priorities (phases of two or more ops: Piece::op), and colour by colour
+// of an edge colouring of senders to receiver groups, each colour a round
+// in which no tile sends or receives twice (skipped where receiver sets
+// link so many tiles that the colours would outnumber the busiest tile's
+// packets by half). Deterministic.
 // receiver_unions = false searches every receiver's lanes one by one, as
 // the unions kept for wide multicasts must match (tests compare them).
 fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <queue>
@@ -695,10 +696,152 @@ std::vector<uint32_t> Rounds(const PhaseTraffic& traffic,
   return order;
 }
 
+// Each packet's receiver group, numbered from `tiles` on (where packets
+// are unicast, its receiver's tile + tiles): a receiver group is a
+// connected set of tiles that packets' receiver sets link, so packets to
+// different groups share no receiver. Empty where a packet has none.
+std::vector<int> ReceiverGroups(const PhaseTraffic& traffic) {
+  const auto& packets = traffic.packets();
+  const int tiles = traffic.model().tiles;
+  std::vector<int> root(tiles);
+  std::iota(root.begin(), root.end(), 0);
+  auto find = [&](int x) {
+    while (root[x] != x) x = root[x] = root[root[x]];
+    return x;
+  };
+  for (const auto& p : packets) {
+    const std::span<const int> r = traffic.ReceiversOf(p);
+    if (r.empty()) return {};
+    for (int x : r.subspan(1)) root[find(x)] = find(r[0]);
+  }
+  std::vector<int> group(packets.size());
+  for (size_t p = 0; p < packets.size(); ++p) {
+    group[p] = tiles + find(traffic.ReceiversOf(packets[p])[0]);
+  }
+  return group;
+}
+
+// A proper colouring in `colours` colours (at least the largest degree) of
+// the bipartite multigraph whose edge e joins vertices from[e] and to[e]
+// (of `vertices`; no vertex is in both lists). Edge e takes a colour a free
+// at from[e]; where a is taken at to[e], a and a colour b free there are
+// first swapped along the path from to[e] that alternates them (Konig's
+// proof that the largest degree's colours suffice).
+std::vector<int> EdgeColours(const std::vector<int>& from,
+                             const std::vector<int>& to, int vertices,
+                             int colours) {
+  const size_t edges = from.size();
+  // at[v * colours + c]: the edge of colour c at vertex v; -1: none.
+  std::vector<int64_t> at(static_cast<size_t>(vertices) * colours, -1);
+  std::vector<int> colour(edges, -1);
+  std::vector<int> first_free(vertices, 0);  // no free colour below it
+  auto slot = [&](int v, int c) -> int64_t& {
+    return at[static_cast<size_t>(v) * colours + c];
+  };
+  auto free_colour = [&](int v) {
+    int& c = first_free[v];
+    while (slot(v, c) >= 0) ++c;
+    return c;
+  };
+  std::vector<size_t> path;
+  for (size_t e = 0; e < edges; ++e) {
+    const int u = from[e], v = to[e];
+    const int a = free_colour(u), b = free_colour(v);
+    if (slot(v, a) >= 0) {
+      // Swap a and b along the path from v that alternates them: then a
+      // is free at v, and still at u (bipartite: the path cannot end there).
+      path.clear();
+      for (int w = v, c = a; slot(w, c) >= 0; c = c == a ? b : a) {
+        const size_t f = static_cast<size_t>(slot(w, c));
+        path.push_back(f);
+        w = w == from[f] ? to[f] : from[f];
+      }
+      for (size_t f : path) {
+        slot(from[f], colour[f]) = slot(to[f], colour[f]) = -1;
+      }
+      for (size_t f : path) {
+        const int old = colour[f];
+        colour[f] = old == a ? b : a;
+        slot(from[f], colour[f]) = slot(to[f], colour[f]) =
+            static_cast<int64_t>(f);
+        first_free[from[f]] = std::min(first_free[from[f]], old);
+        first_free[to[f]] = std::min(first_free[to[f]], old);
+      }
+    }
+    colour[e] = a;
+    slot(u, a) = slot(v, a) = static_cast<int64_t>(e);
+  }
+  return colour;
+}
+
+// Matchings: the packets coloured as edges from their senders to their
+// receiver groups (EdgeColours), colour by colour, the busiest lanes first
+// within one. Each colour is a round in which no tile sends or receives
+// twice, so every tile's lanes are taken round after round without a
+// receiver's packets queueing behind each other. Empty where a packet has
+// no receivers or the groups are so large that the colours outnumber the
+// busiest tile's packets by half (a broadcast's group is every tile).
+std::vector<uint32_t> Matchings(const PhaseTraffic& traffic,
+                                const std::vector<int64_t>& priority) {
+  const auto& packets = traffic.packets();
+  const int tiles = traffic.model().tiles;
+  const std::vector<int> group = ReceiverGroups(traffic);
+  if (group.empty()) return {};
+  std::vector<int> sender(packets.size()), send_degree(tiles, 0),
+      receive_degree(tiles, 0), group_degree(2 * tiles, 0);
+  for (size_t p = 0; p < packets.size(); ++p) {
+    sender[p] = packets[p].sender;
+    ++send_degree[sender[p]];
+    for (int r : traffic.ReceiversOf(packets[p])) ++receive_degree[r];
+    ++group_degree[group[p]];
+  }
+  auto largest = [](const std::vector<int>& v) {
+    return *std::max_element(v.begin(), v.end());
+  };
+  const int colours = std::max(largest(send_degree), largest(group_degree));
+  if (2 * colours >
+      3 * std::max(largest(send_degree), largest(receive_degree))) {
+    return {};
+  }
+  // The packets by what they carry where, not by their index: the planner
+  // and emit-device may list the same packets in different orders, and
+  // must price them alike.
+  std::vector<uint32_t> order(packets.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto what_where = [&](uint32_t p) {
+    const std::span<const int> r = traffic.ReceiversOf(packets[p]);
+    return std::tuple(sender[p], group[p], r[0], r.size(), packets[p].words);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
+    return what_where(x) < what_where(y);
+  });
+  std::vector<int> from(packets.size()), to(packets.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    from[i] = sender[order[i]];
+    to[i] = group[order[i]];
+  }
+  const std::vector<int> edge_colour =
+      EdgeColours(from, to, 2 * tiles, colours);
+  std::vector<int> colour(packets.size());
+  for (size_t i = 0; i < order.size(); ++i) colour[order[i]] = edge_colour[i];
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
+    if (colour[x] != colour[y]) return colour[x] < colour[y];
+    return priority[x] > priority[y];
+  });
+  return order;
+}
+
 // The orders SchedulePhase tries, in order.
-enum class Order { kBusiestLaneFirst, kRounds, kEarliestFirst, kOpsInTurn };
+enum class Order {
+  kBusiestLaneFirst,
+  kRounds,
+  kEarliestFirst,
+  kOpsInTurn,
+  kMatchings
+};
 constexpr Order kOrders[] = {Order::kBusiestLaneFirst, Order::kRounds,
-                             Order::kEarliestFirst, Order::kOpsInTurn};
+                             Order::kEarliestFirst, Order::kOpsInTurn,
+                             Order::kMatchings};
 
 // Schedules `traffic` in `order` on `scheduler`; nullopt where
 // earliest-first gives up, and ops-in-turn on a phase of one op (it would
@@ -721,57 +864,81 @@ std::optional<int64_t> RunOrder(Scheduler& scheduler, Order order,
       if (order.empty()) return std::nullopt;
       return scheduler.Run(order);
     }
+    case Order::kMatchings: {
+      const std::vector<uint32_t> order = Matchings(traffic, priority);
+      if (order.empty()) return std::nullopt;
+      return scheduler.Run(order);
+    }
   }
   return std::nullopt;
 }
 
-struct Shortest {
-  Order order;
-  int64_t length;
+// An order's schedule: its length, nullopt where the order gives up; the
+// scheduler that placed it where it recorded.
+struct Tried {
+  std::optional<int64_t> length;
+  std::unique_ptr<Scheduler> scheduler;
 };
 
-// The order giving the shortest schedule (the first of equals).
+Tried TryOrder(const PhaseTraffic& traffic,
+               const std::vector<int64_t>& priority, Order order, bool record,
+               bool receiver_unions) {
+  Tried tried;
+  tried.scheduler =
+      std::make_unique<Scheduler>(traffic, record, receiver_unions);
+  tried.length = RunOrder(*tried.scheduler, order, traffic, priority);
+  if (!record) tried.scheduler.reset();
+  return tried;
+}
+
 // Phases with fewer packet-receiver pairs are scheduled on one thread: a
 // thread's start would cost more than it saves.
 constexpr int64_t kParallelScheduleWork = 4096;
 
-// The order giving the shortest schedule (the first of equals). The orders
-// are independent, so on a large phase the first runs on a thread of its
-// own beside the others: the same result, sooner on two cores.
-Shortest ShortestOrder(const PhaseTraffic& traffic,
-                       const std::vector<int64_t>& priority,
-                       bool receiver_unions) {
-  std::optional<int64_t> lengths[std::size(kOrders)];
-  auto run = [&](size_t i) {
-    Scheduler scheduler(traffic, /*record=*/false, receiver_unions);
-    lengths[i] = RunOrder(scheduler, kOrders[i], traffic, priority);
+// The shortest schedule of the orders (the first of equals), recorded if
+// `record`: every order records as it goes, which costs less than placing
+// the packets once more in the order found. The orders are independent,
+// so on a large phase the first runs on a thread of its own beside the
+// others: the same result, sooner on two cores. Only the shortest so far
+// is kept beside the one being tried.
+Tried ShortestOrder(const PhaseTraffic& traffic,
+                    const std::vector<int64_t>& priority, bool record,
+                    bool receiver_unions) {
+  auto shorter = [](const Tried& a, const Tried& b) {
+    return a.length && (!b.length || *a.length < *b.length);
   };
   int64_t work = 0;
   for (const auto& p : traffic.packets()) work += 1 + p.receiver_count;
-  size_t first = 0;
+  Tried first;
   std::thread beside;
-  if (work >= kParallelScheduleWork) beside = std::thread(run, first++);
-  for (size_t i = first; i < std::size(kOrders); ++i) run(i);
-  if (beside.joinable()) beside.join();
-  std::optional<Shortest> best;
-  for (size_t i = 0; i < std::size(kOrders); ++i) {
-    if (lengths[i] && (!best || *lengths[i] < best->length)) {
-      best = {kOrders[i], *lengths[i]};
-    }
+  size_t next = 0;
+  if (work >= kParallelScheduleWork) {
+    beside = std::thread([&] {
+      first = TryOrder(traffic, priority, kOrders[0], record, receiver_unions);
+    });
+    next = 1;
   }
-  return *best;  // the first two orders never give up
+  Tried best;
+  for (size_t i = next; i < std::size(kOrders); ++i) {
+    Tried tried =
+        TryOrder(traffic, priority, kOrders[i], record, receiver_unions);
+    if (shorter(tried, best)) best = std::move(tried);
+  }
+  if (beside.joinable()) {
+    beside.join();
+    // The first order wins its ties.
+    if (!shorter(best, first)) best = std::move(first);
+  }
+  return best;  // the first two orders never give up
 }
 
 }  // namespace
 
 fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
                                     bool receiver_unions) {
-  const std::vector<int64_t> priority = PacketPriorities(traffic);
-  // Found without recording, then scheduled once more to record it.
-  const Shortest best = ShortestOrder(traffic, priority, receiver_unions);
-  Scheduler recorder(traffic, /*record=*/true, receiver_unions);
-  RunOrder(recorder, best.order, traffic, priority);
-  return recorder.Take(best.length);
+  Tried best = ShortestOrder(traffic, PacketPriorities(traffic),
+                             /*record=*/true, receiver_unions);
+  return best.scheduler->Take(*best.length);
 }
 
 int64_t PlannedPhaseLength(const PhaseTraffic& traffic) {
@@ -781,9 +948,9 @@ int64_t PlannedPhaseLength(const PhaseTraffic& traffic) {
     return traffic.EndpointBound() + model.IssueWidth(fb::ControlKind::Send) +
            model.RouteLatency(model.tiles - 1);
   }
-  return ShortestOrder(traffic, PacketPriorities(traffic),
-                       /*receiver_unions=*/true)
-      .length;
+  return *ShortestOrder(traffic, PacketPriorities(traffic), /*record=*/false,
+                        /*receiver_unions=*/true)
+              .length;
 }
 
 }  // namespace tilec::kernels

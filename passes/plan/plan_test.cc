@@ -231,11 +231,13 @@ TEST(PlanCostTest, StagingPhasesFollowTheExchangeFormula) {
   EXPECT_EQ(s->phases, 3);
 }
 
-// The up projection's staging as multicasts to 8 row blocks (m=8, k=4)
-// has the smaller endpoint bound than to 5 (m=5, k=6), but its receivers'
-// windows collide: scheduled, the phase is a third longer than its bound.
-// Priced at the bound, the m=8 recipe would win; the planner prices the
-// schedule, so it loses.
+// The up projection's staging for m=12, k=8 has the smaller endpoint
+// bound than for m=8, k=2 (the op's price 15 cycles lower), but its
+// schedule is further above its bound (98 cycles against 64). Priced at
+// the bound, the m=12 recipe would win; the planner prices the schedule,
+// so it loses. (Before the scheduler's Matchings order, m=8, k=4 against
+// m=5, k=6 showed it by a third of the phase: its multicasts' receive
+// windows collided.)
 TEST(PlanCostTest, AGemmThatWinsOnlyUnderTheBoundLoses) {
   Fixture f(Siglip());
   const int op = 1;
@@ -257,8 +259,8 @@ TEST(PlanCostTest, AGemmThatWinsOnlyUnderTheBoundLoses) {
     return Priced{cycles,
                   cycles - staging.scheduled_cycles + staging.bound_cycles};
   };
-  const Priced wide = price("gemm m=8 k=4 n=46 staging=complete");
-  const Priced narrow = price("gemm m=5 k=6 n=49 staging=complete");
+  const Priced wide = price("gemm m=12 k=8 n=15 staging=complete");
+  const Priced narrow = price("gemm m=8 k=2 n=92 staging=complete");
   EXPECT_LT(wide.bounded, narrow.bounded);
   EXPECT_GT(wide.scheduled, narrow.scheduled);
 }
