@@ -6,6 +6,7 @@
 #include "kernels/exchange_schedule.h"
 
 #include <algorithm>
+#include <array>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -67,10 +68,18 @@ class BusyIntervals {
   }
 
   // Marks [begin, end), which is free, busy.
+  // Nothing busy, keeping the first block's memory for the next schedule.
+  void Clear() {
+    if (spans_.empty()) return;
+    spans_.clear();
+    blocks_.resize(1);
+    blocks_[0].clear();
+  }
+
   void Add(int64_t begin, int64_t end) {
     if (end <= begin) return;
-    if (blocks_.empty()) {
-      blocks_.emplace_back();
+    if (spans_.empty()) {
+      if (blocks_.empty()) blocks_.emplace_back();  // else Clear left one
       spans_.emplace_back();
     }
     // The first block with an interval ending at or after `begin`, else
@@ -258,12 +267,10 @@ class Scheduler {
       : traffic_(traffic),
         model_(traffic.model()),
         record_(record),
-        send_(model_.tiles),
-        receive_(model_.tiles),
-        issue_(model_.tiles),
         w_send_(model_.IssueWidth(fb::ControlKind::Send)),
         w_select_(model_.IssueWidth(fb::ControlKind::Select)),
         w_pointer_(model_.IssueWidth(fb::ControlKind::Pointer)) {
+    TakeLanes();
     if (record_) {
       starts_.assign(traffic_.packets().size(), 0);
       control_.resize(model_.tiles);
@@ -271,6 +278,10 @@ class Scheduler {
     cover_of_packet_.assign(traffic_.packets().size(), -1);
     if (receiver_unions) CoverWideReceiverSets();
   }
+
+  ~Scheduler() { GiveLanesBack(); }
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
 
   // Places the packets in `order`, each at its earliest start; returns the
   // schedule's length.
@@ -527,6 +538,38 @@ class Scheduler {
       unions_[u].select.Add(begin, end);
       unions_[u].pointer.Add(begin - latency, end - latency);
     }
+  }
+
+  // Every tile's lanes, kept on the thread from one schedule to the next:
+  // a phase touches few of them, and making 3 x tiles interval sets afresh
+  // for each order of every phase the planner prices was a sixth of its
+  // time in malloc and free.
+  using Lanes = std::array<std::vector<BusyIntervals>, 3>;
+  static std::vector<Lanes>& LanePool() {
+    thread_local std::vector<Lanes> pool;
+    return pool;
+  }
+  void TakeLanes() {
+    std::vector<Lanes>& pool = LanePool();
+    if (!pool.empty()) {
+      send_.swap(pool.back()[0]);
+      receive_.swap(pool.back()[1]);
+      issue_.swap(pool.back()[2]);
+      pool.pop_back();
+    }
+    send_.resize(model_.tiles);
+    receive_.resize(model_.tiles);
+    issue_.resize(model_.tiles);
+  }
+  void GiveLanesBack() {
+    Lanes lanes;
+    lanes[0].swap(send_);
+    lanes[1].swap(receive_);
+    lanes[2].swap(issue_);
+    for (std::vector<BusyIntervals>& v : lanes) {
+      for (BusyIntervals& b : v) b.Clear();
+    }
+    LanePool().push_back(std::move(lanes));
   }
 
   const PhaseTraffic& traffic_;
