@@ -28,6 +28,14 @@ Box GemmGrid::StepResultBox(int mi, int ki, int ni, int step) const {
   return IntersectBoxes(ResultBox(mi, ki, ni), StepCBox(mi, ni, step));
 }
 
+int64_t GemmGrid::MostStepResultRows(int mi, int ki) const {
+  int64_t most = 0;
+  for (int step = 0; step < steps; ++step) {
+    most = std::max(most, BoxRows(StepResultBox(mi, ki, 0, step)));
+  }
+  return most;
+}
+
 Box GemmGrid::ABox(int mi, int ki) const {
   return Box2(rows.Begin(mi), rows.End(mi), depth.Begin(ki), depth.End(ki));
 }

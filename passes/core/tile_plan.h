@@ -54,6 +54,9 @@ struct GemmGrid {
   Box StepABox(int mi, int ki, int step) const;
   Box StepCBox(int mi, int ni, int step) const;
   Box StepResultBox(int mi, int ki, int ni, int step) const;
+  // The most rows tile ki of block mi reduces in one step (what its
+  // reduction buffers, reused by every step, hold).
+  int64_t MostStepResultRows(int mi, int ki) const;
   Box BBox(int ki, int ni) const;
   Box CBox(int mi, int ni) const;
   // The rows of block mi that tile ki reduces: part ki of k.

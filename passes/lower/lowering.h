@@ -187,11 +187,17 @@ class Lowering {
   Status StartGemmStep(int step, GemmState* s);
   Status PlanGemmTiles(GemmState* s);
   Status PlaceGemmOutput(GemmState* s, int mi, int ki, int ni, Storage* out);
+  Status AddGemmCalls(const GemmState& s, int t, int ni, const Storage& b_store,
+                      const Storage& a_store, bool accumulate, Phase* phase);
   StatusOr<int64_t> StageGemmChunks(GemmState* s, int tile, int mi,
                                     const passes::GemmTilePlan& plan);
   Status DeliverLeftOperand(GemmState* s);
   Status ConvertAccumulators(GemmState* s);
   Status ReducePartials(GemmState* s);
+  Status ReduceTileRows(GemmState* s, int mi, int ki, int ni,
+                        const std::vector<std::vector<int>>& groups,
+                        const std::vector<Phase*>& rx,
+                        const std::vector<Phase*>& rc);
   Status LowerElementwise(const fb::OperationT& op, OpProgram* out);
   struct ElementwiseState;  // one elementwise op being lowered
   Status StartElementwise(const fb::OperationT& op, ElementwiseState* s);

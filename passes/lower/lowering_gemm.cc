@@ -18,6 +18,33 @@ namespace {
 using passes::Box2;
 using passes::HeldBoxes;
 
+// The ki of each epoch's partials for the tile that reduces part seed_ki:
+// at most per_epoch remote partials an epoch, in ki order, the seed in the
+// epoch it falls in.
+std::vector<std::vector<int>> EpochGroups(int k, int per_epoch, int seed_ki) {
+  std::vector<std::vector<int>> groups;
+  std::vector<int> cur;
+  int remote = 0;
+  for (int ki = 0; ki < k; ++ki) {
+    cur.push_back(ki);
+    if (ki != seed_ki && ++remote == per_epoch) {
+      groups.push_back(cur);
+      cur.clear();
+      remote = 0;
+    }
+  }
+  if (!cur.empty()) {
+    const bool has_remote = std::any_of(
+        cur.begin(), cur.end(), [&](int ki) { return ki != seed_ki; });
+    if (!groups.empty() && !has_remote) {
+      groups.back().insert(groups.back().end(), cur.begin(), cur.end());
+    } else {
+      groups.push_back(cur);
+    }
+  }
+  return groups;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- GEMM grid
@@ -119,8 +146,10 @@ struct Lowering::GemmState {
   // Every step's phases, one step after another: C0 X0 C1 X1 ... X(L-1)
   // CL, then the reduction epochs.
   PhaseList list;
-  // The serial row step being lowered, and its phases and tiles.
+  // The serial row step being lowered, its phases' label suffix, and its
+  // phases and tiles.
   int step = 0;
+  std::string step_label;
   std::vector<Phase*> cphase, xphase;
   // The left operand's delivery plan (the whole panel; chunks clip it).
   passes::TransferPlan a_plan;
@@ -144,8 +173,7 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
                            const ReductionChoice& choice, OpProgram* out) {
   GemmState s;
   TILEC_RETURN_IF_ERROR(StartGemm(op, choice, &s));
-  // Each step in buffers of its own, live only while it runs: the steps
-  // reuse the same memory.
+  // One step after another, each tile's buffers reused by every step.
   for (int step = 0; step < s.g.steps; ++step) {
     TILEC_RETURN_IF_ERROR(StartGemmStep(step, &s));
     TILEC_RETURN_IF_ERROR(PlanGemmTiles(&s));
@@ -205,8 +233,8 @@ Status Lowering::StartGemmStep(int step, GemmState* s) {
     ts.chunk.clear();
     ts.partial = Storage();
   }
-  const std::string suffix =
-      g.steps > 1 ? " (step " + std::to_string(step) + ")" : "";
+  s->step_label = g.steps > 1 ? " (step " + std::to_string(step) + ")" : "";
+  const std::string& suffix = s->step_label;
   int chunks = 1;
   for (int ki = 0; ki < g.k; ++ki) chunks = std::max(chunks, g.Chunks(ki));
   s->cphase.push_back(NewPhase(&s->list, Phase::Kind::kCompute, "stage" + suffix));
@@ -233,7 +261,6 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
     local_boxes.insert({lc.tile, lc.box});
   }
   const int a_eb = ir::DTypeBytes(s->A->dtype);
-  const int b_eb = ir::DTypeBytes(s->B->dtype);
   StatusOr<kernels::DType> a_kdtype = kernels::DTypeFromFb(s->A->dtype);
   if (!a_kdtype.ok()) return a_kdtype.status();
   const int align = module_->target ? module_->target->alignment : 8;
@@ -247,8 +274,7 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
       for (int ni = 0; ni < g.n; ++ni) {
         const int t = g.Tile(mi, ki, ni);
         const auto [r0, r1] = g.StepRows(mi, s->step);
-        const int64_t bm = r1 - r0, bn = g.cols.Size(ni);
-        if (bm == 0) continue;  // a block of fewer rows than steps
+        if (r1 == r0) continue;  // a block of fewer rows than steps
         GemmState::Tile& ts = s->tiles[t];
         // Tiles are counted once, in the step they first compute.
         const bool first_step = s->step == 0;
@@ -283,38 +309,6 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
                       s->partials == fb::DType::F32;
         StatusOr<passes::GemmTilePlan> plan = planner.Plan(in);
         if (!plan.ok()) return plan.status();
-        // One GEMM call per K piece of the operand: [bm, w] x [w, bn].
-        auto gemm_calls = [&](Phase* phase, const Storage& a_store,
-                              bool accumulate) -> Status {
-          for (const Segment& piece : a_store.segments) {
-            const int64_t kc0 = piece.box.begin[1], kc1 = piece.box.end[1];
-            const int64_t w = kc1 - kc0;
-            const std::optional<int64_t> b_off = ContiguousOffset(
-                Box2(kc0, kc1, g.cols.Begin(ni), g.cols.End(ni)), bs.segments);
-            if (!b_off) {
-              return Status::BadInput(
-                  s->where + ": right operand %" + std::to_string(s->b_id) +
-                  " on tile " + std::to_string(t) + " does not hold rows [" +
-                  std::to_string(kc0) + ", " + std::to_string(kc1) +
-                  ") of its block contiguously (resident blocks must follow "
-                  "the grid, docs/planning.md)");
-            }
-            const int p_eb = ir::DTypeBytes(buffers_[ts.partial.buffer].dtype);
-            VCall call;
-            call.tile = t;
-            call.kernel = kernels::names::kGemm;
-            call.args = {{a_store.buffer, piece.offset * a_eb, bm * w * a_eb},
-                         {bs.buffer, *b_off * b_eb, w * bn * b_eb},
-                         {ts.partial.buffer,
-                          ts.partial.segments[0].offset * p_eb,
-                          bm * bn * p_eb}};
-            call.params = {bm, w, bn, accumulate ? 1 : 0};
-            call.op = op_id;
-            AddCall(phase, std::move(call));
-            accumulate = true;
-          }
-          return Status::Ok();
-        };
         if (plan->aliased) {
           ts.aliased = true;
           notes.aliased_tiles += first_step;
@@ -323,7 +317,7 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
           view.buffer = a_here->buffer;
           view.segments = {
               Segment{a_box, *ContiguousOffset(a_box, a_here->segments)}};
-          TILEC_RETURN_IF_ERROR(gemm_calls(&in_place, view, false));
+          TILEC_RETURN_IF_ERROR(AddGemmCalls(*s, t, ni, bs, view, false, &in_place));
           continue;
         }
         notes.k_pieced_tiles += first_step && plan->k_pieced;
@@ -332,7 +326,8 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
         stage_bytes = std::max(stage_bytes, *bytes);
         notes.staged_tiles += first_step;
         for (size_t c = 0; c < ts.chunk.size(); ++c) {
-          TILEC_RETURN_IF_ERROR(gemm_calls(s->cphase[c + 1], ts.chunk[c], c > 0));
+          TILEC_RETURN_IF_ERROR(
+              AddGemmCalls(*s, t, ni, bs, ts.chunk[c], c > 0, s->cphase[c + 1]));
         }
       }
     }
@@ -340,6 +335,45 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
   notes.stage_bytes_per_tile = std::max(notes.stage_bytes_per_tile, stage_bytes);
   Phase* target = notes.staged_tiles > 0 ? s->cphase[1] : s->cphase[0];
   for (VCall& c : in_place.calls) target->calls.push_back(std::move(c));
+  return Status::Ok();
+}
+
+// Tile t's GEMM calls over a_store into its partial (or C) of this step:
+// one per K piece of the operand, [rows, w] x [w, bn], the first
+// accumulating only if `accumulate`.
+Status Lowering::AddGemmCalls(const GemmState& s, int t, int ni,
+                              const Storage& b_store, const Storage& a_store,
+                              bool accumulate, Phase* phase) {
+  const GemmGrid& g = s.g;
+  const Storage& out = s.tiles.at(t).partial;
+  const int a_eb = ir::DTypeBytes(s.A->dtype);
+  const int b_eb = ir::DTypeBytes(s.B->dtype);
+  const int p_eb = ir::DTypeBytes(buffers_[out.buffer].dtype);
+  const int64_t bm = BoxRows(out.segments[0].box), bn = g.cols.Size(ni);
+  for (const Segment& piece : a_store.segments) {
+    const int64_t kc0 = piece.box.begin[1], kc1 = piece.box.end[1];
+    const int64_t w = kc1 - kc0;
+    const std::optional<int64_t> b_off = ContiguousOffset(
+        Box2(kc0, kc1, g.cols.Begin(ni), g.cols.End(ni)), b_store.segments);
+    if (!b_off) {
+      return Status::BadInput(
+          s.where + ": right operand %" + std::to_string(s.b_id) +
+          " on tile " + std::to_string(t) + " does not hold rows [" +
+          std::to_string(kc0) + ", " + std::to_string(kc1) +
+          ") of its block contiguously (resident blocks must follow "
+          "the grid, docs/planning.md)");
+    }
+    VCall call;
+    call.tile = t;
+    call.kernel = kernels::names::kGemm;
+    call.args = {{a_store.buffer, piece.offset * a_eb, bm * w * a_eb},
+                 {b_store.buffer, *b_off * b_eb, w * bn * b_eb},
+                 {out.buffer, out.segments[0].offset * p_eb, bm * bn * p_eb}};
+    call.params = {bm, w, bn, accumulate ? 1 : 0};
+    call.op = s.op->id;
+    AddCall(phase, std::move(call));
+    accumulate = true;
+  }
   return Status::Ok();
 }
 
@@ -504,128 +538,110 @@ Status Lowering::ConvertAccumulators(GemmState* s) {
 // straight into C.
 Status Lowering::ReducePartials(GemmState* s) {
   const GemmGrid& g = s->g;
-  const uint32_t op_id = s->op->id;
-  OpNotes& notes = notes_[op_id];
+  OpNotes& notes = notes_[s->op->id];
   const int per_epoch =
       s->choice.partials_per_epoch > 0 ? s->choice.partials_per_epoch : g.k;
-  // The ki of each epoch's partials (the seed joins the first epoch).
-  auto groups_of = [&](int seed_ki) {
-    std::vector<std::vector<int>> groups;
-    std::vector<int> cur;
-    int remote = 0;
-    for (int ki = 0; ki < g.k; ++ki) {
-      cur.push_back(ki);
-      if (ki != seed_ki && ++remote == per_epoch) {
-        groups.push_back(cur);
-        cur.clear();
-        remote = 0;
-      }
-    }
-    if (!cur.empty()) {
-      const bool has_remote = std::any_of(
-          cur.begin(), cur.end(), [&](int ki) { return ki != seed_ki; });
-      if (!groups.empty() && !has_remote) {
-        groups.back().insert(groups.back().end(), cur.begin(), cur.end());
-      } else {
-        groups.push_back(cur);
-      }
-    }
-    return groups;
-  };
   int epochs = 1;
   for (int ki = 0; ki < g.k; ++ki) {
-    epochs = std::max<int>(epochs, groups_of(ki).size());
+    epochs = std::max<int>(epochs, EpochGroups(g.k, per_epoch, ki).size());
   }
   notes.reduce_epochs = epochs;
   notes.partials = ir::DTypeText(s->partials);
-  const std::string suffix =
-      g.steps > 1 ? " (step " + std::to_string(s->step) + ")" : "";
   std::vector<Phase*> rx, rc;
   for (int e = 0; e < epochs; ++e) {
     rx.push_back(NewPhase(&s->list, Phase::Kind::kExchange,
                           (epochs == 1 ? std::string("partials")
                                        : "partials " + std::to_string(e)) +
-                              suffix));
-    rc.push_back(NewPhase(&s->list, Phase::Kind::kCompute, "reduce" + suffix));
+                              s->step_label));
+    rc.push_back(
+        NewPhase(&s->list, Phase::Kind::kCompute, "reduce" + s->step_label));
   }
-  const int pb = ir::DTypeBytes(s->partials);
-  const int c_eb = ir::DTypeBytes(s->C->dtype);
   for (int mi = 0; mi < g.m; ++mi) {
     for (int ki = 0; ki < g.k; ++ki) {
       for (int ni = 0; ni < g.n; ++ni) {
-        const int R = g.Tile(mi, ki, ni);
-        const Box rows = g.StepResultBox(mi, ki, ni, s->step);
-        if (rows.Empty()) continue;
-        GemmState::Tile& ts = s->tiles[R];
-        const int64_t n = rows.Elements();
-        const int64_t seed_offset =
-            (rows.begin[0] - g.StepRows(mi, s->step).first) * BoxWidth(rows);
-        if (!ts.counted) {
-          ts.counted = true;
-          ++notes.ranges;
-          ++notes.seeds_in_place;
-          ++notes.direct_writes;
-        }
-        if (ts.result == nullptr) {
-          ts.result = NewValueStorage(s->c_id, R, op_id, BufferKind::kValue,
-                                      nullptr, false);
-        }
-        const int64_t at = *ContiguousOffset(rows, ts.result->segments);
-        const VSlice seed = {ts.partial.buffer, seed_offset * pb, n * pb};
-        const VSlice result = {ts.result->buffer, at * c_eb, n * c_eb};
-        // The reduction buffers hold the step with the most rows here.
-        int64_t most = 0;
-        for (int step = 0; step < g.steps; ++step) {
-          most = std::max(most, g.StepResultBox(mi, ki, ni, step).Elements());
-        }
-        const std::vector<std::vector<int>> groups = groups_of(ki);
-        int slots = 0;
-        for (const auto& group : groups) {
-          slots = std::max<int>(slots, group.size() -
-                                           std::count(group.begin(), group.end(), ki));
-        }
-        if (ts.remote < 0) {
-          ts.remote = NewBuffer(R, int64_t{slots} * most, s->partials, 0, -1,
-                                op_id, BufferKind::kRemote,
-                                s->op->name + ".remote", false);
-        }
-        const int remote = ts.remote;
-        VSlice accumulator;
-        if (groups.size() > 1) {
-          if (ts.accumulator < 0) {
-            ts.accumulator = NewBuffer(R, most, fb::DType::F32, 0, -1, op_id,
-                                       BufferKind::kResult,
-                                       s->op->name + ".accumulator", false);
-          }
-          accumulator = {ts.accumulator, 0, n * 4};
-        }
-        for (size_t e = 0; e < groups.size(); ++e) {
-          VCall call;
-          call.tile = R;
-          call.kernel = kernels::names::kReducePartials;
-          call.op = op_id;
-          call.params = {n};
-          if (e > 0) call.args.push_back(accumulator);
-          int slot = 0;
-          for (int kj : groups[e]) {
-            if (kj == ki) {
-              call.args.push_back(seed);
-              continue;
-            }
-            Storage dst;
-            dst.buffer = remote;
-            dst.segments = {Segment{rows, int64_t{slot} * n}};
-            const int T = g.Tile(mi, kj, ni);
-            TILEC_RETURN_IF_ERROR(Move(rows, T, s->tiles[T].partial, R, dst,
-                                       s->partials, op_id, rc[e], rx[e]));
-            call.args.push_back({remote, int64_t{slot} * n * pb, n * pb});
-            ++slot;
-          }
-          call.args.push_back(e + 1 == groups.size() ? result : accumulator);
-          AddCall(rc[e], std::move(call));
-        }
+        TILEC_RETURN_IF_ERROR(ReduceTileRows(
+            s, mi, ki, ni, EpochGroups(g.k, per_epoch, ki), rx, rc));
       }
     }
+  }
+  return Status::Ok();
+}
+
+// Tile (mi, ki, ni)'s rows of this step: the other partials' pieces into its
+// remote buffer, epoch by epoch, and one reduce_partials call per epoch.
+Status Lowering::ReduceTileRows(GemmState* s, int mi, int ki, int ni,
+                                const std::vector<std::vector<int>>& groups,
+                                const std::vector<Phase*>& rx,
+                                const std::vector<Phase*>& rc) {
+  const GemmGrid& g = s->g;
+  const uint32_t op_id = s->op->id;
+  const int R = g.Tile(mi, ki, ni);
+  const Box rows = g.StepResultBox(mi, ki, ni, s->step);
+  if (rows.Empty()) return Status::Ok();
+  GemmState::Tile& ts = s->tiles[R];
+  OpNotes& notes = notes_[op_id];
+  if (!ts.counted) {
+    ts.counted = true;
+    ++notes.ranges;
+    ++notes.seeds_in_place;
+    ++notes.direct_writes;
+  }
+  const int pb = ir::DTypeBytes(s->partials);
+  const int c_eb = ir::DTypeBytes(s->C->dtype);
+  const int64_t n = rows.Elements();
+  const int64_t seed_offset =
+      (rows.begin[0] - g.StepRows(mi, s->step).first) * BoxWidth(rows);
+  if (ts.result == nullptr) {
+    ts.result = NewValueStorage(s->c_id, R, op_id, BufferKind::kValue,
+                                nullptr, false);
+  }
+  const int64_t at = *ContiguousOffset(rows, ts.result->segments);
+  const VSlice seed = {ts.partial.buffer, seed_offset * pb, n * pb};
+  const VSlice result = {ts.result->buffer, at * c_eb, n * c_eb};
+  // The reduction buffers hold the step with the most rows here.
+  const int64_t most = g.MostStepResultRows(mi, ki) * BoxWidth(rows);
+  int slots = 0;
+  for (const auto& group : groups) {
+    slots = std::max<int>(
+        slots, group.size() - std::count(group.begin(), group.end(), ki));
+  }
+  if (ts.remote < 0) {
+    ts.remote = NewBuffer(R, int64_t{slots} * most, s->partials, 0, -1, op_id,
+                          BufferKind::kRemote, s->op->name + ".remote", false);
+  }
+  VSlice accumulator;
+  if (groups.size() > 1) {
+    if (ts.accumulator < 0) {
+      ts.accumulator = NewBuffer(R, most, fb::DType::F32, 0, -1, op_id,
+                                 BufferKind::kResult,
+                                 s->op->name + ".accumulator", false);
+    }
+    accumulator = {ts.accumulator, 0, n * 4};
+  }
+  for (size_t e = 0; e < groups.size(); ++e) {
+    VCall call;
+    call.tile = R;
+    call.kernel = kernels::names::kReducePartials;
+    call.op = op_id;
+    call.params = {n};
+    if (e > 0) call.args.push_back(accumulator);
+    int slot = 0;
+    for (int kj : groups[e]) {
+      if (kj == ki) {
+        call.args.push_back(seed);
+        continue;
+      }
+      Storage dst;
+      dst.buffer = ts.remote;
+      dst.segments = {Segment{rows, int64_t{slot} * n}};
+      const int T = g.Tile(mi, kj, ni);
+      TILEC_RETURN_IF_ERROR(Move(rows, T, s->tiles[T].partial, R, dst,
+                                 s->partials, op_id, rc[e], rx[e]));
+      call.args.push_back({ts.remote, int64_t{slot} * n * pb, n * pb});
+      ++slot;
+    }
+    call.args.push_back(e + 1 == groups.size() ? result : accumulator);
+    AddCall(rc[e], std::move(call));
   }
   return Status::Ok();
 }

@@ -480,10 +480,7 @@ class GemmPricing {
       // Block 0 is a largest one.
       int64_t rows = 0;
       for (int ki = 0; ki < r_.k; ++ki) {
-        for (int step = 0; step < r_.steps; ++step) {
-          rows = std::max(rows,
-                          passes::BoxRows(g_.StepResultBox(0, ki, 0, step)));
-        }
+        rows = std::max(rows, g_.MostStepResultRows(0, ki));
       }
       remote_bytes = (r_.k - 1) * rows * bn * pb;
     }
