@@ -86,6 +86,8 @@ class Search {
   // After Initialize found no plan that fits: the peak bytes per tile of
   // the closest plan it found (how far from fitting the graph is).
   int64_t closest_peak_bytes() const { return closest_peak_bytes_; }
+  // Initialize's plan fits only after memory repair.
+  bool repaired() const { return repaired_; }
   const Decisions& decisions() const { return log_->decisions(); }
   int64_t attempts() const { return attempts_; }
   int64_t accepted() const { return accepted_; }
@@ -145,6 +147,7 @@ class Search {
   Plan incumbent_;
   Evaluation eval_;
   int64_t closest_peak_bytes_ = 0;
+  bool repaired_ = false;
   passes::DecisionLog own_log_;
   passes::DecisionLog* log_;
   int64_t attempts_ = 0;

@@ -55,6 +55,7 @@ Status Search::Initialize() {
     StatusOr<bool> repaired = false;
     if (bound.empty() && options_.repair) repaired = Repair();
     if (!repaired.ok()) return repaired.status();
+    repaired_ = *repaired;
     if (!*repaired) {
       const Evaluation& closest =
           homes_closest && homes_closest->Excess() < eval_.Excess()

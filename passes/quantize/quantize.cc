@@ -82,6 +82,7 @@ class Quantizer {
       if (!q.ok()) return q.status();
       changed = changed || *q;
     }
+    TILEC_RETURN_IF_ERROR(RepairFromNowOnIfNeeded());
     StatusOr<bool> attention = QuantizeAttentionGemms();
     if (!attention.ok()) return attention.status();
     changed = changed || *attention;
@@ -104,8 +105,29 @@ class Quantizer {
   }
 
   StatusOr<Priced> Price(const fb::ModuleT& m) {
-    if (!options_.place_by_cost) return Priced{true, 0, 0, ""};
-    return PriceByPlanning(m, *coster_);
+    if (!options_.place_by_cost) return Priced{.feasible = true};
+    return PriceByPlanning(m, *coster_, repair_);
+  }
+
+  // The decisions by cost compare plans that fit: when the graph with its
+  // GEMMs decided does not fit as the greedy plan leaves it (a batch whose
+  // activations crowd the weights), they compare the plans memory repair
+  // makes of it, as plan-ownership will. Before that point repair is not
+  // run: a graph whose weights do not fit yet is priced by its closest
+  // plan (docs/quantize.md).
+  Status RepairFromNowOnIfNeeded() {
+    if (current_.feasible || !options_.place_by_cost) return Status::Ok();
+    repair_ = true;
+    StatusOr<Priced> repaired = Price(*module_);
+    if (!repaired.ok()) return repaired.status();
+    log_->Info({}, "price the decisions by cost after memory repair",
+               "the graph with its GEMMs decided " + PricedText(current_) +
+                   " as the greedy plan leaves it; repaired: " +
+                   PricedText(*repaired),
+               {current_.cycles, repaired->cycles, current_.peak,
+                repaired->peak});
+    current_ = *repaired;
+    return Status::Ok();
   }
 
   // Calibrate, and the unquantized graph's price. Neither reads what the
@@ -915,6 +937,7 @@ class Quantizer {
   // empty where the run did not make it.
   std::map<uint32_t, std::optional<MagnitudeHistogram>> weights_;
   Priced baseline_, current_;
+  bool repair_ = false;  // price with memory repair (RepairFromNowOnIfNeeded)
   std::map<uint32_t, uint32_t> quantized_activation_;  // F16 id -> FP8 id
   std::vector<Cast> casts_;
 };

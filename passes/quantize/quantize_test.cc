@@ -451,6 +451,40 @@ TEST(QuantizeAttentionTest, EachAttentionGemmIsDecidedByItsPlannedCycles) {
   }
 }
 
+// A layer of 224 tokens whose quantized graph fits the tiny target only
+// after memory repair: the decisions by cost compare repaired plans, which
+// both fit, instead of rejecting every change because neither side fits.
+TEST(QuantizeAttentionTest, DecisionsByCostComparePlansAfterMemoryRepair) {
+  passes::ModelOverrides o;
+  o.tokens = 224;
+  o.width = 32;
+  o.mlp_width = 64;
+  o.heads = 4;
+  fb::ModuleT m = TinySiglip("layer", o);
+  QuantizeFp8Pass pass;
+  StatusOr<bool> ran = pass.Run(&m);
+  ASSERT_TRUE(ran.ok()) << ran.status().message();
+  const fb::DecisionT* repair =
+      LastDecision(m, "price the decisions by cost after memory repair");
+  ASSERT_NE(repair, nullptr);
+  EXPECT_NE(repair->reason.find("does not fit"), std::string::npos);
+  const fb::DecisionT* ln1 = LastDecision(m, "cast %3 l0.ln1.out");
+  ASSERT_NE(ln1, nullptr);
+  EXPECT_EQ(ln1->outcome, fb::Outcome::Accepted) << ln1->reason;
+  EXPECT_GT(ln1->cycles_before, ln1->cycles_after) << ln1->reason;
+  EXPECT_NE(ln1->reason.find("after memory repair"), std::string::npos);
+  for (const std::string& name : {"l0.attn.scores", "l0.attn.ctx"}) {
+    const fb::OperationT* op = OpByName(m, name);
+    const fb::DecisionT* d = LastDecision(
+        m, "run op " + std::to_string(op->id) + " (" + name + ")");
+    ASSERT_NE(d, nullptr) << name;
+    EXPECT_GT(d->cycles_before, 0) << d->reason;
+    EXPECT_GT(d->cycles_after, 0) << d->reason;
+  }
+  StatusOr<bool> planned = plan::PlanOwnershipPass().Run(&m);
+  EXPECT_TRUE(planned.ok()) << planned.status().message();
+}
+
 TEST(QuantizeAttentionTest, ContextReadsSoftmaxFp8AndSharesTheQkvCast) {
   fb::ModuleT m = TinyLayer();
   fb::ModuleT original = TinyLayer();

@@ -98,15 +98,13 @@ std::string Fp8OutputKernel(const fb::OperationT& op) {
 
 
 StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
-                                 const plan::Coster& base) {
+                                 const plan::Coster& base, bool repair) {
   StatusOr<plan::Graph> graph = plan::Graph::Build(module);
   if (!graph.ok()) return graph.status();
   const plan::Coster coster = base.ForAnotherGraph();
-  // Without memory repair: its rounds price every alternative of every op,
-  // hours on a whole model; a placement that fits only after repair is
-  // priced by its closest plan, which the nearer-to-fitting rule compares.
   plan::SearchOptions options;
-  options.repair = false;
+  // Repair runs only where the greedy plan does not fit.
+  options.repair = repair;
   plan::Search search(*graph, coster, options);
   Priced p;
   Status s = search.Initialize();
@@ -117,6 +115,7 @@ StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
   }
   TILEC_RETURN_IF_ERROR(s);
   p.feasible = true;
+  p.repaired = search.repaired();
   p.cycles = search.evaluation().total_cycles;
   p.peak = search.evaluation().peak_bytes;
   return p;
@@ -125,7 +124,7 @@ StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
 std::string PricedText(const Priced& p) {
   if (!p.feasible) return "does not fit (" + p.why + ")";
   return Thousands(p.cycles) + " cycles, peak " + Thousands(p.peak) +
-         " B per tile";
+         " B per tile" + (p.repaired ? " after memory repair" : "");
 }
 
 Status CheckCalibration(const fb::ModuleT& module, const std::string& dir,

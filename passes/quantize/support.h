@@ -42,10 +42,12 @@ void MarkQuantized(fb::ValueT* v, fb::DType dtype, int scale_exp,
 // softmax have FP8-output forms).
 std::string Fp8OutputKernel(const fb::OperationT& op);
 
-// The whole graph planned by plan-ownership's greedy initial plan (memory
-// not repaired): what the placement of a cast is priced by.
+// The whole graph planned by plan-ownership's greedy initial plan: what
+// the placement of a cast is priced by. Memory is repaired only when asked
+// and the greedy plan does not fit.
 struct Priced {
   bool feasible = false;
+  bool repaired = false;  // fits only after memory repair
   int64_t cycles = 0;
   int64_t peak = 0;
   std::string why;  // infeasible: the planner's diagnosis
@@ -54,7 +56,7 @@ struct Priced {
 // `base`: the pass's coster (its transfer caches serve every trial; op
 // prices are cached per graph).
 StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
-                                 const plan::Coster& base);
+                                 const plan::Coster& base, bool repair);
 std::string PricedText(const Priced& p);
 
 // Every calibration input in `inputs` (read from `dir`) is finite and not
