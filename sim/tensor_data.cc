@@ -25,9 +25,11 @@ constexpr int64_t kMaxElements = int64_t{1} << 48;
 constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ULL;
 
 // The splitmix64 output function (Steele, Lea, Flood 2014).
+constexpr uint64_t kMixMultiplier1 = 0xBF58476D1CE4E5B9ULL;
+constexpr uint64_t kMixMultiplier2 = 0x94D049BB133111EBULL;
 constexpr uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  z = (z ^ (z >> 30)) * kMixMultiplier1;
+  z = (z ^ (z >> 27)) * kMixMultiplier2;
   return z ^ (z >> 31);
 }
 
@@ -269,12 +271,8 @@ constexpr int kLanes = 4;
 // (their vectors are YMM registers, never passed in memory).
 #define TILEC_AVX2_INLINE __attribute__((always_inline, target("avx2"))) inline
 
-TILEC_AVX2_INLINE Doubles Splat(double x) {
-  return Doubles{x, x, x, x};
-}
-TILEC_AVX2_INLINE Words SplatWord(uint64_t x) {
-  return Words{x, x, x, x};
-}
+TILEC_AVX2_INLINE Doubles Splat(double x) { return Doubles{x, x, x, x}; }
+TILEC_AVX2_INLINE Words SplatWord(uint64_t x) { return Words{x, x, x, x}; }
 TILEC_AVX2_INLINE Doubles AsDoubles(Words w) {
   return reinterpret_cast<Doubles>(w);
 }
@@ -283,8 +281,8 @@ TILEC_AVX2_INLINE Words AsWords(Doubles d) {
 }
 
 TILEC_AVX2_INLINE Words Mix64(Words z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  z = (z ^ (z >> 30)) * kMixMultiplier1;
+  z = (z ^ (z >> 27)) * kMixMultiplier2;
   return z ^ (z >> 31);
 }
 
@@ -312,7 +310,8 @@ TILEC_AVX2_INLINE Doubles LogLanes(Doubles x) {
   Masks e = reinterpret_cast<Masks>(bits >> 52) - 1022;
   Doubles m = AsDoubles((bits & ~kExponentField) | (uint64_t{1022} << 52));
   const Masks low = m < Splat(kSqrtHalf);  // -1 where true
-  m = AsDoubles(AsWords(m) + (reinterpret_cast<Words>(low) & (uint64_t{1} << 52)));
+  m = AsDoubles(AsWords(m) +
+                (reinterpret_cast<Words>(low) & (uint64_t{1} << 52)));
   e += low;
   const Doubles s = (m - 1.0) / (m + 1.0);
   const Doubles s2 = s * s;
@@ -323,14 +322,14 @@ TILEC_AVX2_INLINE Doubles LogLanes(Doubles x) {
 
 // SinCosTurns above, lane by lane (u in [0, 1)).
 TILEC_AVX2_INLINE void SinCosTurnsLanes(Doubles u, Doubles* sin_t,
-                                                    Doubles* cos_t) {
+                                        Doubles* cos_t) {
   const Doubles four_u = 4.0 * u;
   // The quadrant, as static_cast<int> truncates four_u in [0, 4).
   const Masks q = -((four_u >= 1.0) + (four_u >= 2.0) + (four_u >= 3.0));
   const Doubles f = four_u - SmallToDouble(q);
   const Words folded = reinterpret_cast<Words>(~(f <= 0.5));
-  const Doubles angle = AsDoubles((AsWords(1.0 - f) & folded) |
-                                  (AsWords(f) & ~folded));
+  const Doubles angle =
+      AsDoubles((AsWords(1.0 - f) & folded) | (AsWords(f) & ~folded));
   const Doubles a = angle * kHalfPi;
   const Doubles a2 = a * a;
   Doubles sa = Splat(kInvFact[19]);
@@ -372,7 +371,8 @@ __attribute__((target("avx2"))) size_t GaussianPairsAvx2(
     r = __builtin_ia32_sqrtpd256(r);
     Doubles s, c;
     SinCosTurnsLanes(u2, &s, &c);
-    const Floats even = __builtin_convertvector(mean + stddev * (r * c), Floats);
+    const Floats even =
+        __builtin_convertvector(mean + stddev * (r * c), Floats);
     const Floats odd = __builtin_convertvector(mean + stddev * (r * s), Floats);
     float* out = data + 2 * p;
     for (int l = 0; l < kLanes; ++l) {

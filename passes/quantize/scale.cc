@@ -48,7 +48,7 @@ void MagnitudeHistogram::Add(std::span<const float> data) {
   for (size_t i = 0; i < data.size(); ++i) {
     const float x = data[i];
     const uint32_t bits = std::bit_cast<uint32_t>(x) & 0x7fffffffu;
-    uint32_t exponent = bits >> 23;
+    const uint32_t exponent = bits >> 23;
     uint32_t fraction = bits & 0x7fffffu;
     int binade = static_cast<int>(exponent) - 127;
     if (exponent - 1 >= 254) {  // not normal: zero, subnormal, inf, NaN
