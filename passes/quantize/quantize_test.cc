@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -123,6 +124,38 @@ TEST(ScaleTest, HistogramMeasuresExactlyAsEachElement) {
       EXPECT_EQ(got.saturated, want.saturated) << "exp " << e;
       EXPECT_EQ(got.flushed, want.flushed) << "exp " << e;
       EXPECT_GT(want.saturated + want.flushed, 0) << "exp " << e;
+    }
+  }
+}
+
+// Any bit pattern (every binade, subnormals, zeros, infinities, NaNs),
+// added in parts of odd sizes: the counts are those of each element.
+TEST(ScaleTest, HistogramCountsEveryBitPatternAsItsElement) {
+  std::vector<float> data;
+  uint64_t state = 987654321;
+  for (int i = 0; i < 20000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    data.push_back(std::bit_cast<float>(static_cast<uint32_t>(state >> 32)));
+  }
+  for (uint32_t bits : {0x00000000u, 0x80000000u, 0x00000001u, 0x007fffffu,
+                        0x00400000u, 0x7f7fffffu, 0x7f800000u, 0xff800000u}) {
+    data.push_back(std::bit_cast<float>(bits));
+  }
+  MagnitudeHistogram h;
+  std::span<const float> rest(data);
+  for (size_t part : {1, 3, 7, 4, 5}) {
+    h.Add(rest.first(part));
+    rest = rest.subspan(part);
+  }
+  h.Add(rest);
+  EXPECT_EQ(h.count(), data.size());
+  for (Fp8Format fmt : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    for (int e = -150; e <= 150; e += 3) {
+      const QuantStats want = MeasureEachElement(data, fmt, e);
+      const QuantStats got = h.Measure(fmt, e);
+      EXPECT_EQ(got.amax, want.amax);
+      EXPECT_EQ(got.saturated, want.saturated) << "exp " << e;
+      EXPECT_EQ(got.flushed, want.flushed) << "exp " << e;
     }
   }
 }

@@ -39,20 +39,34 @@ QuantStats Measure(std::span<const float> data, kernels::Fp8Format fmt,
 
 void MagnitudeHistogram::Add(std::span<const float> data) {
   count_ += data.size();
-  for (float x : data) {
+  // Consecutive elements of one tensor mostly fall in a few bins, and each
+  // increment would wait for the last one of its bin: interleaved copies of
+  // the counts, added up at the end, keep kWays increments independent.
+  constexpr size_t kWays = 4;
+  std::array<std::array<uint64_t, kBinades * kClasses>, kWays> ways{};
+  uint32_t amax_bits = std::bit_cast<uint32_t>(amax_);
+  for (size_t i = 0; i < data.size(); ++i) {
+    const float x = data[i];
     const uint32_t bits = std::bit_cast<uint32_t>(x) & 0x7fffffffu;
-    if (bits == 0 || bits >= 0x7f800000u) continue;  // zero, inf, NaN
-    amax_ = std::max(amax_, std::bit_cast<float>(bits));
-    int binade = static_cast<int>(bits >> 23) - 127;
+    const uint32_t exponent = bits >> 23;
     uint32_t fraction = bits & 0x7fffffu;
-    if (binade == -127) {  // subnormal: normalize exactly
+    int binade = static_cast<int>(exponent) - 127;
+    if (exponent - 1 >= 254) {  // not normal: zero, subnormal, inf, NaN
+      if (bits == 0 || exponent == 255) continue;
+      // Subnormal: normalize exactly.
       binade = std::ilogb(std::fabs(x));
       fraction = std::bit_cast<uint32_t>(std::ldexp(std::fabs(x), -binade)) &
                  0x7fffffu;
     }
-    // 0x600000 is the fraction of 1.75.
-    const int cls = fraction == 0 ? 0 : fraction <= 0x600000u ? 1 : 2;
-    ++counts_[(binade - kMinBinade) * kClasses + cls];
+    // Finite magnitudes order as their bits do.
+    amax_bits = std::max(amax_bits, bits);
+    // Exactly 1, in (1, 1.75] (0x600000 is the fraction of 1.75), above.
+    const int cls = (fraction != 0) + (fraction > 0x600000u);
+    ++ways[i % kWays][(binade - kMinBinade) * kClasses + cls];
+  }
+  amax_ = std::bit_cast<float>(amax_bits);
+  for (const auto& way : ways) {
+    for (size_t b = 0; b < counts_.size(); ++b) counts_[b] += way[b];
   }
 }
 
