@@ -120,13 +120,18 @@ class Quantizer {
     repair_ = true;
     StatusOr<Priced> repaired = Price(*module_);
     if (!repaired.ok()) return repaired.status();
-    log_->Info({}, "price the decisions by cost after memory repair",
+    // Where even repair finds no plan that fits, repairing each trial would
+    // cost minutes for nothing: they compare closest plans, as before.
+    repair_ = repaired->feasible;
+    log_->Info({},
+               repair_ ? "price the decisions by cost after memory repair"
+                       : "price the decisions by cost by their closest plans",
                "the graph with its GEMMs decided " + PricedText(current_) +
                    " as the greedy plan leaves it; repaired: " +
                    PricedText(*repaired),
                {current_.cycles, repaired->cycles, current_.peak,
                 repaired->peak});
-    current_ = *repaired;
+    if (repair_) current_ = *repaired;
     return Status::Ok();
   }
 

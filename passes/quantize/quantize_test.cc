@@ -518,6 +518,32 @@ TEST(QuantizeAttentionTest, DecisionsByCostComparePlansAfterMemoryRepair) {
   EXPECT_TRUE(planned.ok()) << planned.status().message();
 }
 
+// At 288 tokens not even memory repair fits the quantized layer: one
+// repaired plan says so, and the decisions by cost compare closest plans
+// instead of repairing every trial.
+TEST(QuantizeAttentionTest, WhereRepairCannotFitTrialsAreNotRepaired) {
+  passes::ModelOverrides o;
+  o.tokens = 288;
+  o.width = 32;
+  o.mlp_width = 64;
+  o.heads = 4;
+  fb::ModuleT m = TinySiglip("layer", o);
+  QuantizeFp8Pass pass;
+  StatusOr<bool> ran = pass.Run(&m);
+  ASSERT_TRUE(ran.ok()) << ran.status().message();
+  EXPECT_EQ(LastDecision(m, "price the decisions by cost after memory repair"),
+            nullptr);
+  const fb::DecisionT* closest =
+      LastDecision(m, "price the decisions by cost by their closest plans");
+  ASSERT_NE(closest, nullptr);
+  EXPECT_NE(closest->reason.find("repaired: does not fit"), std::string::npos)
+      << closest->reason;
+  for (const fb::DecisionT* d : Decisions(m)) {
+    EXPECT_EQ(d->reason.find("after memory repair"), std::string::npos)
+        << d->action << ": " << d->reason;
+  }
+}
+
 TEST(QuantizeAttentionTest, ContextReadsSoftmaxFp8AndSharesTheQkvCast) {
   fb::ModuleT m = TinyLayer();
   fb::ModuleT original = TinyLayer();
