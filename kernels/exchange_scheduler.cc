@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -23,42 +24,70 @@
 namespace tilec::kernels {
 namespace {
 
+// Where a search found room: the earliest start that fits, and the latest
+// start at which the same free gap still holds it (kNever: no end), so that
+// a start moved later by another constraint is checked without searching
+// again.
+struct Room {
+  int64_t start = 0;
+  int64_t latest = 0;
+};
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max() / 4;
+
 // Busy time of one resource (a lane or a tile's issue slots): sorted,
 // disjoint, non-touching intervals [begin, end), in blocks of at most
 // 2 x kBlock, so that an insertion moves at most one block and a search for
 // a gap skips every block whose gaps are all too narrow. Phases of
 // thousands of small pieces per tile would otherwise be scheduled in time
-// quadratic in their pieces.
+// quadratic in their pieces. Most searches start and most intervals are
+// added at or after the last busy cycle: the end is kept beside the blocks
+// and answers those without a search.
 class BusyIntervals {
  public:
-  // The earliest t' >= t with [t', t' + d) free.
-  int64_t EarliestFree(int64_t t, int64_t d) const {
-    if (d <= 0 || spans_.empty()) return t;
-    size_t b = std::upper_bound(spans_.begin(), spans_.end(), t,
-                                [](int64_t v, const Span& x) {
-                                  return v < x.end;
-                                }) -
-               spans_.begin();
-    if (b == spans_.size()) return t;
-    const Intervals& first = blocks_[b];
-    size_t i = std::upper_bound(first.begin(), first.end(), t,
-                                [](int64_t v, const Interval& x) {
-                                  return v < x.second;
-                                }) -
-               first.begin();
-    if (first[i].first >= t + d) return t;
+  // An interval by block and index: where a search from one cycle stopped,
+  // so that a search from a later cycle, with nothing added in between,
+  // goes on from there rather than from the start (kUnset: no search yet).
+  struct Position {
+    static constexpr uint32_t kUnset = UINT32_MAX;
+    uint32_t block = kUnset;
+    uint32_t index = 0;
+  };
+
+  // The earliest t' >= t with [t', t' + d) free, and the latest start the
+  // gap it lies in admits. `cursor` (if any) is where a search from an
+  // earlier cycle stopped, and is moved to where this one stops.
+  Room EarliestFree(int64_t t, int64_t d, Position* cursor = nullptr) const {
+    if (d <= 0 || spans_.empty() || t >= end_) return {t, kNever};
+    Position unset;
+    Position& at = cursor ? *cursor : unset;
+    at = FirstEndingAfter(t, at);
+    size_t b = at.block, i = at.index;
+    if (blocks_[b][i].first >= t + d) return {t, blocks_[b][i].first - d};
     // Interval (b, i) is in the way: the answer is the end of the first
     // interval from it on whose following gap is at least d.
     for (;;) {
       // A block none of whose gaps is wide enough is not searched.
-      const Intervals& v = blocks_[b];
-      for (; i + 1 < v.size() && spans_[b].widest_gap >= d; ++i) {
-        if (v[i + 1].first - v[i].second >= d) return v[i].second;
+      if (spans_[b].widest_gap >= d) {
+        const Intervals& v = blocks_[b];
+        const bool whole_block = i == 0;
+        int64_t widest = 0;
+        for (; i + 1 < v.size(); ++i) {
+          const int64_t gap = v[i + 1].first - v[i].second;
+          if (gap >= d) {
+            at = {static_cast<uint32_t>(b), static_cast<uint32_t>(i + 1)};
+            return {v[i].second, v[i + 1].first - d};
+          }
+          widest = std::max(widest, gap);
+        }
+        // Every gap of the block was read: its bound is made exact.
+        if (whole_block) spans_[b].widest_gap = widest;
       }
       for (;;) {
         const int64_t last_end = spans_[b].end;
-        if (b + 1 == spans_.size() || spans_[b + 1].begin - last_end >= d) {
-          return last_end;
+        if (b + 1 == spans_.size()) return {last_end, kNever};
+        if (spans_[b + 1].begin - last_end >= d) {
+          at = {static_cast<uint32_t>(b + 1), 0};
+          return {last_end, spans_[b + 1].begin - d};
         }
         ++b;
         if (spans_[b].widest_gap >= d) break;
@@ -67,7 +96,6 @@ class BusyIntervals {
     }
   }
 
-  // Marks [begin, end), which is free, busy.
   // Nothing busy, keeping the first block's memory for the next schedule.
   void Clear() {
     if (spans_.empty()) return;
@@ -76,69 +104,135 @@ class BusyIntervals {
     blocks_[0].clear();
   }
 
+  // Marks [begin, end), which is free, busy.
   void Add(int64_t begin, int64_t end) {
     if (end <= begin) return;
     if (spans_.empty()) {
       if (blocks_.empty()) blocks_.emplace_back();  // else Clear left one
-      spans_.emplace_back();
+      blocks_[0].emplace_back(begin, end);
+      spans_.push_back({begin, end, 0});
+      end_ = end;
+      return;
     }
-    // The first block with an interval ending at or after `begin`, else
-    // the last block.
-    size_t b = std::lower_bound(spans_.begin(), spans_.end(), begin,
-                                [](const Span& x, int64_t v) {
-                                  return x.end < v;
-                                }) -
-               spans_.begin();
-    if (b == spans_.size()) --b;
-    const GapChange change = Insert(b, begin, end);
-    Refresh(b, change);
+    if (begin >= end_) {
+      Append(begin, end);
+      return;
+    }
+    // Before the end, so the end stays. The first block with an interval
+    // ending at or after `begin`.
+    const size_t b = std::lower_bound(spans_.begin(), spans_.end(), begin,
+                                      [](const Span& x, int64_t v) {
+                                        return x.end < v;
+                                      }) -
+                     spans_.begin();
+    Insert(b, begin, end);
     if (blocks_[b].size() > 2 * kBlock) Split(b);
   }
 
  private:
-  // Only the gap [begin, end) lies in changes: where it is inside the
-  // block and was its widest, the block is measured again; a new interval
-  // beyond either end of the block makes a new gap (-1: none).
-  struct GapChange {
-    int64_t old_gap = -1;
-    int64_t new_gap = -1;
+  static constexpr size_t kBlock = 64;
+  using Interval = std::pair<int64_t, int64_t>;
+  using Intervals = std::vector<Interval>;
+  // A block's extent and a bound on its inner gaps, kept apart from its
+  // intervals so that searches over blocks read one contiguous array. The
+  // bound is no less than the widest gap between two of the block's own
+  // intervals: a gap made raises it, one taken leaves it, and a search
+  // that reads every gap of the block makes it exact (it is the searches'
+  // filter, not a fact they report: measuring the block again each time
+  // its widest gap was taken cost more than the searches it saved).
+  struct Span {
+    int64_t begin = 0;
+    int64_t end = 0;
+    int64_t widest_gap = 0;
   };
 
-  // Puts [begin, end) into block b, merging with the intervals it touches.
-  GapChange Insert(size_t b, int64_t begin, int64_t end) {
+  // The first interval ending after t (< end_), from `from` on: every
+  // interval before `from` ends at or before t. A placement's searches of
+  // one lane move a few intervals on each time: steps of 1, 2, 4, ... from
+  // where the last one stopped stay near what it read.
+  Position FirstEndingAfter(int64_t t, Position from) const {
+    auto by_end = [](int64_t v, const Interval& x) { return v < x.second; };
+    size_t b = from.block;
+    size_t lo = 0, hi = 0;  // the answer is in [lo, hi) of block b
+    if (b == Position::kUnset) {
+      b = std::upper_bound(spans_.begin(), spans_.end(), t,
+                           [](int64_t v, const Span& x) { return v < x.end; }) -
+          spans_.begin();
+      hi = blocks_[b].size();
+    } else {
+      lo = from.index;
+      if (spans_[b].end <= t) {
+        do ++b;
+        while (spans_[b].end <= t);
+        lo = 0;
+      }
+      const Intervals& v = blocks_[b];
+      // The block ends after t, so its answer is at or after `lo`.
+      for (size_t step = 1; v[lo].second <= t; step *= 2) {
+        if (lo + step >= v.size() || v[lo + step].second > t) {
+          hi = std::min(lo + step, v.size());
+          ++lo;
+          break;
+        }
+        lo += step;
+      }
+      if (hi == 0) hi = lo + 1;
+    }
+    const Intervals& v = blocks_[b];
+    const size_t i =
+        std::upper_bound(v.begin() + static_cast<std::ptrdiff_t>(lo),
+                         v.begin() + static_cast<std::ptrdiff_t>(hi), t,
+                         by_end) -
+        v.begin();
+    return {static_cast<uint32_t>(b), static_cast<uint32_t>(i)};
+  }
+
+  // [begin, end) at or after the last busy cycle.
+  void Append(int64_t begin, int64_t end) {
+    const size_t b = blocks_.size() - 1;
     Intervals& v = blocks_[b];
+    Span& span = spans_[b];
+    if (begin == end_) {
+      v.back().second = end;
+    } else {
+      span.widest_gap = std::max(span.widest_gap, begin - end_);
+      v.emplace_back(begin, end);
+    }
+    span.end = end_ = end;
+    if (v.size() > 2 * kBlock) Split(b);
+  }
+
+  // Puts [begin, end), which ends before the last busy cycle, into block
+  // b (whose last interval ends at or after `begin`), merging with the
+  // intervals it touches. Gaps it takes leave the block's bound; a gap it
+  // makes before the block's first interval raises it.
+  void Insert(size_t b, int64_t begin, int64_t end) {
+    Intervals& v = blocks_[b];
+    Span& span = spans_[b];
     auto it = std::lower_bound(v.begin(), v.end(), begin,
                                [](const Interval& x, int64_t value) {
                                  return x.second < value;
                                });
-    GapChange change;
-    if (it != v.end() && it->second == begin) {
+    if (it->second == begin) {
       // Touches its left neighbour, and maybe its right one as well.
-      if (std::next(it) == v.end()) {
-        it->second = end;
-        AbsorbNextFront(b);
-        return change;
-      }
-      change.old_gap = std::next(it)->first - it->second;
       it->second = end;
-      if (std::next(it)->first == end) {
+      if (std::next(it) == v.end()) {
+        span.end = end;
+        AbsorbNextFront(b);
+      } else if (std::next(it)->first == end) {
         it->second = std::next(it)->second;
         v.erase(std::next(it));
       }
-    } else if (it != v.end() && it->first == end) {
-      if (it != v.begin()) change.old_gap = it->first - std::prev(it)->second;
+    } else if (it->first == end) {
       it->first = begin;
+      span.begin = v.front().first;
     } else {
-      if (it == v.end()) {
-        if (!v.empty()) change.new_gap = begin - v.back().second;
-      } else if (it == v.begin()) {
-        change.new_gap = it->first - end;
-      } else {
-        change.old_gap = it->first - std::prev(it)->second;
+      if (it == v.begin()) {
+        span.widest_gap = std::max(span.widest_gap, it->first - end);
+        span.begin = begin;
       }
       v.insert(it, {begin, end});
     }
-    return change;
   }
 
   // Block b's last interval now reaches the next block's first: one
@@ -149,59 +243,34 @@ class BusyIntervals {
       return;
     }
     Intervals& next = blocks_[b + 1];
-    blocks_[b].back().second = next.front().second;
+    blocks_[b].back().second = spans_[b].end = next.front().second;
     next.erase(next.begin());
     if (next.empty()) {
       blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1));
       spans_.erase(spans_.begin() + static_cast<std::ptrdiff_t>(b + 1));
     } else {
-      Measure(b + 1);
+      spans_[b + 1].begin = next.front().first;
     }
   }
 
-  void Refresh(size_t b, const GapChange& change) {
-    Span& span = spans_[b];
-    if (change.old_gap >= span.widest_gap) {
-      Measure(b);
-      return;
-    }
-    span.begin = blocks_[b].front().first;
-    span.end = blocks_[b].back().second;
-    span.widest_gap = std::max(span.widest_gap, change.new_gap);
-  }
-
-  static constexpr size_t kBlock = 64;
-  using Interval = std::pair<int64_t, int64_t>;
-  using Intervals = std::vector<Interval>;
-  // A block's extent and widest inner gap, kept apart from its intervals
-  // so that searches over blocks read one contiguous array.
-  struct Span {
-    int64_t begin = 0;
-    int64_t end = 0;
-    int64_t widest_gap = 0;  // between two of its own intervals
-  };
-
-  void Measure(size_t b) {
-    const Intervals& v = blocks_[b];
-    int64_t widest = 0;
-    for (size_t i = 1; i < v.size(); ++i) {
-      widest = std::max(widest, v[i].first - v[i - 1].second);
-    }
-    spans_[b] = {v.front().first, v.back().second, widest};
-  }
-
+  // Block b's upper half as a block of its own; each half keeps b's bound.
   void Split(size_t b) {
     Intervals upper(blocks_[b].begin() + kBlock, blocks_[b].end());
     blocks_[b].resize(kBlock);
+    const Span lower{blocks_[b].front().first, blocks_[b].back().second,
+                     spans_[b].widest_gap};
+    const Span higher{upper.front().first, upper.back().second,
+                      spans_[b].widest_gap};
     blocks_.insert(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1),
                    std::move(upper));
-    spans_.insert(spans_.begin() + static_cast<std::ptrdiff_t>(b + 1), Span{});
-    Measure(b);
-    Measure(b + 1);
+    spans_[b] = lower;
+    spans_.insert(spans_.begin() + static_cast<std::ptrdiff_t>(b + 1), higher);
   }
 
   std::vector<Intervals> blocks_;
-  std::vector<Span> spans_;  // by block
+  // By block; searches make bounds exact where they read a whole block.
+  mutable std::vector<Span> spans_;
+  int64_t end_ = 0;  // the last interval's end, when there is one
 };
 
 // Busy time that several resources add to, so intervals may overlap: kept
@@ -209,14 +278,17 @@ class BusyIntervals {
 // the earliest start every one of them admits.
 class MergedIntervals {
  public:
-  // The earliest t' >= t with [t', t' + d) free.
-  int64_t EarliestFree(int64_t t, int64_t d) const {
+  // The earliest t' >= t with [t', t' + d) free, and the latest start the
+  // gap it lies in admits. A window of no cycles may not start inside busy
+  // time either: it is searched as one of a cycle.
+  Room EarliestFree(int64_t t, int64_t d) const {
+    d = std::max<int64_t>(d, 1);
     auto it = busy_.upper_bound(t);
     if (it != busy_.begin() && std::prev(it)->second > t) {
       t = std::prev(it)->second;
     }
     for (; it != busy_.end() && it->first < t + d; ++it) t = it->second;
-    return t;
+    return {t, it == busy_.end() ? kNever : it->first - d};
   }
 
   void Add(int64_t begin, int64_t end) {
@@ -287,7 +359,9 @@ class Scheduler {
   // schedule's length.
   int64_t Run(const std::vector<uint32_t>& order) {
     int64_t length = 0;
-    for (uint32_t p : order) length = std::max(length, Commit(p, Place(p)));
+    for (uint32_t p : order) {
+      length = std::max(length, Commit(p, Place(p, first_start_)));
+    }
     return length;
   }
 
@@ -307,9 +381,10 @@ class Scheduler {
     while (!queue.empty()) {
       auto [start, key, p] = queue.top();
       queue.pop();
-      // Starts only move later as packets are placed: recheck, and place
-      // it only if it is still the earliest.
-      const int64_t t = Place(p);
+      // Starts only move later as packets are placed: recheck from where
+      // it could start before, and place it only if it is still the
+      // earliest.
+      const int64_t t = Place(p, std::max(start, first_start_));
       if (t > start) {
         if (--budget < 0) return std::nullopt;
         queue.emplace(t, key, p);
@@ -343,42 +418,101 @@ class Scheduler {
   }
 
  private:
-  // The earliest start of packet `p` around what is placed.
-  int64_t Place(uint32_t p) const {
+  // The earliest start from `from` on that every constraint on packet p
+  // admits: its sender's lane and issue slot (site 0), then for each union
+  // and each tile it is received through (sites 1, ...), the receive lane,
+  // the Select's issue and the Pointer's. That least common start does not
+  // depend on the order the constraints are met in, so each is searched
+  // again only when the start has moved past the room it last found (from
+  // where its lane's last search stopped), and the constraints are gone
+  // through from the first again whenever the start moves, until every one
+  // admits it: the sender's, which bind most often, are searched the least.
+  int64_t Place(uint32_t p, int64_t from) {
     const auto& packet = traffic_.packets()[p];
     const int64_t d = model_.Duration(packet.words);
-    const std::span<const int> receivers = traffic_.ReceiversOf(packet);
-    int64_t t = std::max(w_send_, w_select_);
-    for (;;) {
-      const int64_t before = t;
-      t = send_[packet.sender].EarliestFree(t, d);
-      t = issue_[packet.sender].EarliestFree(t - w_send_, w_send_) + w_send_;
-      if (cover_of_packet_[p] >= 0) {
-        const Cover& cover = covers_[cover_of_packet_[p]];
-        for (int u : cover.unions) t = EarliestReceivable(unions_[u], t, d);
-        for (int r : cover.tiles) t = EarliestReceivable(r, t, d);
-      } else {
-        for (int r : receivers) t = EarliestReceivable(r, t, d);
+    const Cover* cover =
+        cover_of_packet_[p] >= 0 ? &covers_[cover_of_packet_[p]] : nullptr;
+    const std::span<const int> tiles =
+        cover ? std::span<const int>(cover->tiles) : traffic_.ReceiversOf(packet);
+    const size_t unions = cover ? cover->unions.size() : 0;
+    const size_t constraints = kPerSite * (1 + unions + tiles.size());
+    latest_.assign(constraints, std::numeric_limits<int64_t>::min());
+    cursors_.assign(constraints, BusyIntervals::Position());
+    int64_t t = from;
+    for (size_t k = 0; k < constraints;) {
+      if (t > latest_[k]) {
+        const size_t site = k / kPerSite;
+        const int kind = static_cast<int>(k % kPerSite);
+        BusyIntervals::Position* cursor = &cursors_[k];
+        const Room room =
+            site == 0 ? SendRoom(packet.sender, kind, t, d, cursor)
+            : site <= unions
+                ? ReceiveRoom(unions_[cover->unions[site - 1]], kind, t, d)
+                : ReceiveRoom(tiles[site - 1 - unions], kind, t, d, cursor);
+        latest_[k] = room.latest;
+        if (room.start != t) {
+          t = room.start;
+          k = 0;
+          continue;
+        }
       }
-      if (t == before) return t;
+      ++k;
     }
+    return t;
   }
 
-  // The earliest start from `t` that tile r's receive lane and issue slots
-  // admit for a packet of d cycles.
-  int64_t EarliestReceivable(int r, int64_t t, int64_t d) const {
-    t = receive_[r].EarliestFree(t, d);
-    t = issue_[r].EarliestFree(t - w_select_, w_select_) + w_select_;
+  // Constraints per site: a sender has two, the third admits any start.
+  static constexpr size_t kPerSite = 3;
+
+  // Room for a packet of d cycles starting at t on its sender's lane (kind
+  // 0) and issue slot (kind 1).
+  Room SendRoom(int sender, int kind, int64_t t, int64_t d,
+                BusyIntervals::Position* cursor) const {
+    switch (kind) {
+      case 0:
+        return send_[sender].EarliestFree(t, d, cursor);
+      case 1:
+        return Shifted(
+            issue_[sender].EarliestFree(t - w_send_, w_send_, cursor),
+            w_send_);
+    }
+    return {t, kNever};
+  }
+
+  // Room on tile r's receive lane (kind 0), and its issue slot for the
+  // Select (kind 1) and the Pointer (kind 2).
+  Room ReceiveRoom(int r, int kind, int64_t t, int64_t d,
+                   BusyIntervals::Position* cursor) const {
+    switch (kind) {
+      case 0:
+        return receive_[r].EarliestFree(t, d, cursor);
+      case 1:
+        return Shifted(
+            issue_[r].EarliestFree(t - w_select_, w_select_, cursor),
+            w_select_);
+    }
     const int64_t latency = model_.RouteLatency(r);
-    return issue_[r].EarliestFree(t + latency - w_pointer_, w_pointer_) +
-           w_pointer_ - latency;
+    return Shifted(
+        issue_[r].EarliestFree(t + latency - w_pointer_, w_pointer_, cursor),
+        w_pointer_ - latency);
   }
 
   // The same for every tile of a union at once.
-  int64_t EarliestReceivable(const TileUnion& u, int64_t t, int64_t d) const {
-    t = u.receive.EarliestFree(t, d);
-    t = u.select.EarliestFree(t - w_select_, w_select_) + w_select_;
-    return u.pointer.EarliestFree(t - w_pointer_, w_pointer_) + w_pointer_;
+  Room ReceiveRoom(const TileUnion& u, int kind, int64_t t, int64_t d) const {
+    switch (kind) {
+      case 0:
+        return u.receive.EarliestFree(t, d);
+      case 1:
+        return Shifted(u.select.EarliestFree(t - w_select_, w_select_),
+                       w_select_);
+    }
+    return Shifted(u.pointer.EarliestFree(t - w_pointer_, w_pointer_),
+                   w_pointer_);
+  }
+
+  // A window's room as room for the packet's start, `offset` after it.
+  static Room Shifted(Room room, int64_t offset) {
+    return {room.start + offset, room.latest + offset};
   }
 
   // Marks packet `p` placed at `t`; returns where its last word lands.
@@ -583,6 +717,12 @@ class Scheduler {
   std::vector<std::vector<fb::ControlInstruction>> control_;
   std::vector<BusyIntervals> send_, receive_, issue_;
   const int64_t w_send_, w_select_, w_pointer_;
+  // No packet starts before its Send and its Selects have issued.
+  const int64_t first_start_ = std::max(w_send_, w_select_);
+  // Place's, by constraint: the latest start its room admits, and where
+  // its lane's search stopped.
+  std::vector<int64_t> latest_;
+  std::vector<BusyIntervals::Position> cursors_;
 };
 
 // Orders in which the scheduler places packets (SchedulePhase keeps the
