@@ -129,6 +129,65 @@ class BusyIntervals {
     if (blocks_[b].size() > 2 * kBlock) Split(b);
   }
 
+  // Marks [begin, end) busy, free or not: it and the intervals it overlaps
+  // or touches become one.
+  void Merge(int64_t begin, int64_t end) {
+    if (end <= begin) return;
+    if (spans_.empty() || begin >= end_) {
+      Add(begin, end);
+      return;
+    }
+    // The first interval ending at or after `begin`, and the last starting
+    // at or before `end`: those it merges with, if the first is not past
+    // `end`.
+    const size_t b = std::lower_bound(spans_.begin(), spans_.end(), begin,
+                                      [](const Span& x, int64_t v) {
+                                        return x.end < v;
+                                      }) -
+                     spans_.begin();
+    Intervals& v = blocks_[b];
+    const size_t i = std::lower_bound(v.begin(), v.end(), begin,
+                                      [](const Interval& x, int64_t value) {
+                                        return x.second < value;
+                                      }) -
+                     v.begin();
+    if (v[i].first > end) {
+      Add(begin, end);
+      return;
+    }
+    const size_t last_b = std::upper_bound(spans_.begin(), spans_.end(), end,
+                                           [](int64_t value, const Span& x) {
+                                             return value < x.begin;
+                                           }) -
+                          spans_.begin() - 1;
+    Intervals& w = blocks_[last_b];
+    const size_t last_i = std::upper_bound(w.begin(), w.end(), end,
+                                           [](int64_t value, const Interval& x) {
+                                             return value < x.first;
+                                           }) -
+                          w.begin() - 1;
+    const Interval merged{std::min(begin, v[i].first),
+                          std::max(end, w[last_i].second)};
+    // Gaps only go: every block's bound still holds.
+    if (last_b == b) {
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(i + 1),
+              v.begin() + static_cast<std::ptrdiff_t>(last_i + 1));
+    } else {
+      w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(last_i + 1));
+      v.resize(i + 1);
+      const size_t first_gone = b + 1, end_gone = w.empty() ? last_b + 1 : last_b;
+      blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(first_gone),
+                    blocks_.begin() + static_cast<std::ptrdiff_t>(end_gone));
+      spans_.erase(spans_.begin() + static_cast<std::ptrdiff_t>(first_gone),
+                   spans_.begin() + static_cast<std::ptrdiff_t>(end_gone));
+      if (b + 1 < blocks_.size()) spans_[b + 1].begin = blocks_[b + 1].front().first;
+    }
+    blocks_[b][i] = merged;
+    spans_[b].begin = blocks_[b].front().first;
+    spans_[b].end = blocks_[b].back().second;
+    end_ = std::max(end_, merged.second);
+  }
+
  private:
   static constexpr size_t kBlock = 64;
   using Interval = std::pair<int64_t, int64_t>;
@@ -281,33 +340,15 @@ class MergedIntervals {
   // The earliest t' >= t with [t', t' + d) free, and the latest start the
   // gap it lies in admits. A window of no cycles may not start inside busy
   // time either: it is searched as one of a cycle.
-  Room EarliestFree(int64_t t, int64_t d) const {
-    d = std::max<int64_t>(d, 1);
-    auto it = busy_.upper_bound(t);
-    if (it != busy_.begin() && std::prev(it)->second > t) {
-      t = std::prev(it)->second;
-    }
-    for (; it != busy_.end() && it->first < t + d; ++it) t = it->second;
-    return {t, it == busy_.end() ? kNever : it->first - d};
+  Room EarliestFree(int64_t t, int64_t d,
+                    BusyIntervals::Position* cursor = nullptr) const {
+    return busy_.EarliestFree(t, std::max<int64_t>(d, 1), cursor);
   }
 
-  void Add(int64_t begin, int64_t end) {
-    if (end <= begin) return;
-    auto it = busy_.upper_bound(begin);
-    if (it != busy_.begin() && std::prev(it)->second >= begin) {
-      --it;
-      begin = it->first;
-      end = std::max(end, it->second);
-    }
-    while (it != busy_.end() && it->first <= end) {
-      end = std::max(end, it->second);
-      it = busy_.erase(it);
-    }
-    busy_.emplace(begin, end);
-  }
+  void Add(int64_t begin, int64_t end) { busy_.Merge(begin, end); }
 
  private:
-  std::map<int64_t, int64_t> busy_;  // begin -> end, disjoint, not touching
+  BusyIntervals busy_;
 };
 
 // The lanes of a set of tiles that wide multicasts receive on: the union
@@ -447,7 +488,8 @@ class Scheduler {
         const Room room =
             site == 0 ? SendRoom(packet.sender, kind, t, d, cursor)
             : site <= unions
-                ? ReceiveRoom(unions_[cover->unions[site - 1]], kind, t, d)
+                ? ReceiveRoom(unions_[cover->unions[site - 1]], kind, t, d,
+                              cursor)
                 : ReceiveRoom(tiles[site - 1 - unions], kind, t, d, cursor);
         latest_[k] = room.latest;
         if (room.start != t) {
@@ -498,15 +540,16 @@ class Scheduler {
   }
 
   // The same for every tile of a union at once.
-  Room ReceiveRoom(const TileUnion& u, int kind, int64_t t, int64_t d) const {
+  Room ReceiveRoom(const TileUnion& u, int kind, int64_t t, int64_t d,
+                   BusyIntervals::Position* cursor) const {
     switch (kind) {
       case 0:
-        return u.receive.EarliestFree(t, d);
+        return u.receive.EarliestFree(t, d, cursor);
       case 1:
-        return Shifted(u.select.EarliestFree(t - w_select_, w_select_),
+        return Shifted(u.select.EarliestFree(t - w_select_, w_select_, cursor),
                        w_select_);
     }
-    return Shifted(u.pointer.EarliestFree(t - w_pointer_, w_pointer_),
+    return Shifted(u.pointer.EarliestFree(t - w_pointer_, w_pointer_, cursor),
                    w_pointer_);
   }
 
