@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <queue>
@@ -369,17 +372,127 @@ struct TileUnion {
   int64_t last_latency = -1;
 };
 
+// How a phase's wide receiver sets are searched through unions of lanes
+// (TileUnion): made once per phase, shared by every order's scheduler.
+struct ReceiverUnions {
+  // A wide packet's receivers: unions and the tiles no union of it holds.
+  struct Cover {
+    std::vector<int> unions;
+    std::vector<int> tiles;
+  };
+  // None: every packet searched receiver by receiver.
+  explicit ReceiverUnions(size_t packets) : cover_of_packet(packets, -1) {}
+
+  std::vector<int> cover_of_packet;  // into covers; -1: each receiver
+  std::vector<Cover> covers;
+  int count = 0;
+  std::vector<std::vector<int>> unions_of_tile;  // empty: no unions
+};
+
+// Receiver sets of at least this many tiles are searched through unions:
+// below it, the receivers' own lanes are searched as fast as unions are
+// kept.
+constexpr uint32_t kWideReceivers = 64;
+// The smallest aligned tile range kept as a union: smaller runs cost more
+// to keep (every busy interval of a tile goes into each union holding it)
+// than they save.
+constexpr int kSmallestRange = 16;
+
+struct AlignedRanges {
+  std::vector<std::pair<int, int>> ranges;  // (first, size)
+  std::vector<int> tiles;                   // in no range
+};
+
+// `tiles` (sorted, distinct) as the fewest aligned ranges of at least
+// kSmallestRange tiles, and the tiles left over.
+AlignedRanges AlignedRangesOf(const std::vector<int>& tiles) {
+  AlignedRanges out;
+  for (size_t i = 0; i < tiles.size();) {
+    size_t run = i + 1;
+    while (run < tiles.size() && tiles[run] == tiles[run - 1] + 1) ++run;
+    const int end = tiles[run - 1] + 1;
+    for (int first = tiles[i]; first < end;) {
+      int size = 1;
+      while (first % (2 * size) == 0 && first + 2 * size <= end) size *= 2;
+      if (size < kSmallestRange) {
+        out.tiles.push_back(first++);
+      } else {
+        out.ranges.emplace_back(first, size);
+        first += size;
+      }
+    }
+    i = run;
+  }
+  return out;
+}
+
+// Each distinct wide receiver set is covered by aligned tile ranges
+// [i * 2^k, (i + 1) * 2^k) of at least kSmallestRange tiles (a broadcast
+// to every tile but its sender: two runs, about 2 log(tiles) ranges), so
+// that each tile is in at most one range per size whatever the sets. A
+// set whose runs are too short for that (every other tile) gets a union
+// of its own where two or more packets share it.
+ReceiverUnions CoverWideReceiverSets(const PhaseTraffic& traffic) {
+  const auto& packets = traffic.packets();
+  ReceiverUnions out(packets.size());
+  auto new_union = [&](const std::vector<int>& tiles) {
+    if (out.unions_of_tile.empty()) {
+      out.unions_of_tile.resize(traffic.model().tiles);
+    }
+    for (int tile : tiles) out.unions_of_tile[tile].push_back(out.count);
+    return out.count++;
+  };
+  std::map<std::vector<int>, std::vector<uint32_t>> sharing;
+  for (uint32_t p = 0; p < packets.size(); ++p) {
+    if (packets[p].receiver_count < kWideReceivers) continue;
+    const std::span<const int> r = traffic.ReceiversOf(packets[p]);
+    std::vector<int> set(r.begin(), r.end());
+    std::sort(set.begin(), set.end());
+    sharing[std::move(set)].push_back(p);
+  }
+  std::map<std::pair<int, int>, int> range_unions;  // (first, size) -> union
+  for (const auto& [set, members] : sharing) {
+    ReceiverUnions::Cover cover;
+    const AlignedRanges ranges = AlignedRangesOf(set);
+    // Ranges, where they leave fewer tiles than a wide set to search one
+    // by one.
+    if (ranges.tiles.size() < kWideReceivers) {
+      for (const auto& [first, size] : ranges.ranges) {
+        auto [it, added] = range_unions.try_emplace({first, size}, 0);
+        if (added) {
+          std::vector<int> range(size);
+          std::iota(range.begin(), range.end(), first);
+          it->second = new_union(range);
+        }
+        cover.unions.push_back(it->second);
+      }
+      cover.tiles = ranges.tiles;
+    } else if (members.size() >= 2) {
+      cover.unions.push_back(new_union(set));
+    } else {
+      continue;
+    }
+    const int c = static_cast<int>(out.covers.size());
+    out.covers.push_back(std::move(cover));
+    for (uint32_t p : members) out.cover_of_packet[p] = c;
+  }
+  return out;
+}
+
 // The scheduler's state: every lane's and issue slot's busy time and, when
 // it records (emit-device's schedules, not the planner's prices), every
 // packet's start and every tile's control instructions.
 class Scheduler {
  public:
-  // receiver_unions: search wide multicasts' receivers through unions of
-  // their lanes (TileUnion) rather than each receiver's; the same starts.
-  Scheduler(const PhaseTraffic& traffic, bool record, bool receiver_unions)
+  // Wide multicasts' receivers are searched through `unions` of their
+  // lanes where it has them, rather than each receiver's: the same starts.
+  Scheduler(const PhaseTraffic& traffic, const ReceiverUnions& unions,
+            bool record)
       : traffic_(traffic),
         model_(traffic.model()),
         record_(record),
+        cover_(unions),
+        unions_(unions.count),
         w_send_(model_.IssueWidth(fb::ControlKind::Send)),
         w_select_(model_.IssueWidth(fb::ControlKind::Select)),
         w_pointer_(model_.IssueWidth(fb::ControlKind::Pointer)) {
@@ -388,20 +501,25 @@ class Scheduler {
       starts_.assign(traffic_.packets().size(), 0);
       control_.resize(model_.tiles);
     }
-    cover_of_packet_.assign(traffic_.packets().size(), -1);
-    if (receiver_unions) CoverWideReceiverSets();
   }
 
   ~Scheduler() { GiveLanesBack(); }
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
+  // Whether a schedule at least this long so far may stop: one that is
+  // longer at the end could not be kept.
+  using Lost = std::function<bool(int64_t)>;
+
   // Places the packets in `order`, each at its earliest start; returns the
-  // schedule's length.
-  int64_t Run(const std::vector<uint32_t>& order) {
+  // schedule's length, nullopt once `lost` says so (a schedule only gets
+  // longer as packets are placed).
+  std::optional<int64_t> Run(const std::vector<uint32_t>& order,
+                             const Lost& lost) {
     int64_t length = 0;
     for (uint32_t p : order) {
       length = std::max(length, Commit(p, Place(p, first_start_)));
+      if (lost(length)) return std::nullopt;
     }
     return length;
   }
@@ -413,7 +531,7 @@ class Scheduler {
   // Nullopt when its packets were re-placed more than `budget` times: a
   // phase whose packets keep overtaking each other makes it quadratic.
   std::optional<int64_t> RunEarliestFirst(const std::vector<int64_t>& priority,
-                                          int64_t budget) {
+                                          int64_t budget, const Lost& lost) {
     const size_t n = traffic_.packets().size();
     using Entry = std::tuple<int64_t, int64_t, uint32_t>;  // start, -prio, p
     std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
@@ -432,6 +550,7 @@ class Scheduler {
         continue;
       }
       length = std::max(length, Commit(p, t));
+      if (lost(length)) return std::nullopt;
     }
     return length;
   }
@@ -471,8 +590,10 @@ class Scheduler {
   int64_t Place(uint32_t p, int64_t from) {
     const auto& packet = traffic_.packets()[p];
     const int64_t d = model_.Duration(packet.words);
-    const Cover* cover =
-        cover_of_packet_[p] >= 0 ? &covers_[cover_of_packet_[p]] : nullptr;
+    const ReceiverUnions::Cover* cover =
+        cover_.cover_of_packet[p] >= 0
+            ? &cover_.covers[cover_.cover_of_packet[p]]
+            : nullptr;
     const std::span<const int> tiles =
         cover ? std::span<const int>(cover->tiles) : traffic_.ReceiversOf(packet);
     const size_t unions = cover ? cover->unions.size() : 0;
@@ -585,101 +706,6 @@ class Scheduler {
     return end;
   }
 
-  // Receiver sets of at least this many tiles are searched through unions:
-  // below it, the receivers' own lanes are searched as fast as unions are
-  // kept.
-  static constexpr uint32_t kWideReceivers = 64;
-  // The smallest aligned tile range kept as a union: smaller runs cost
-  // more to keep (every busy interval of a tile goes into each union
-  // holding it) than they save.
-  static constexpr int kSmallestRange = 16;
-
-  // A wide packet's receivers: unions and the tiles no union of it holds.
-  struct Cover {
-    std::vector<int> unions;  // into unions_
-    std::vector<int> tiles;
-  };
-
-  // Each distinct wide receiver set is covered by aligned tile ranges
-  // [i * 2^k, (i + 1) * 2^k) of at least kSmallestRange tiles (a broadcast
-  // to every tile but its sender: two runs, about 2 log(tiles) ranges), so
-  // that each tile is in at most one range per size whatever the sets. A
-  // set whose runs are too short for that (every other tile) gets a union
-  // of its own where two or more packets share it.
-  void CoverWideReceiverSets() {
-    const auto& packets = traffic_.packets();
-    std::map<std::vector<int>, std::vector<uint32_t>> sharing;
-    for (uint32_t p = 0; p < packets.size(); ++p) {
-      if (packets[p].receiver_count < kWideReceivers) continue;
-      const std::span<const int> r = traffic_.ReceiversOf(packets[p]);
-      std::vector<int> set(r.begin(), r.end());
-      std::sort(set.begin(), set.end());
-      sharing[std::move(set)].push_back(p);
-    }
-    std::map<std::pair<int, int>, int> range_unions;  // (first, size) -> union
-    for (const auto& [set, members] : sharing) {
-      Cover cover;
-      const AlignedRanges ranges = AlignedRangesOf(set);
-      // Ranges, where they leave fewer tiles than a wide set to search one
-      // by one.
-      if (ranges.tiles.size() < kWideReceivers) {
-        for (const auto& [first, size] : ranges.ranges) {
-          auto [it, added] = range_unions.try_emplace({first, size}, 0);
-          if (added) {
-            std::vector<int> range(size);
-            std::iota(range.begin(), range.end(), first);
-            it->second = NewUnion(range);
-          }
-          cover.unions.push_back(it->second);
-        }
-        cover.tiles = ranges.tiles;
-      } else if (members.size() >= 2) {
-        cover.unions.push_back(NewUnion(set));
-      } else {
-        continue;
-      }
-      const int c = static_cast<int>(covers_.size());
-      covers_.push_back(std::move(cover));
-      for (uint32_t p : members) cover_of_packet_[p] = c;
-    }
-  }
-
-  struct AlignedRanges {
-    std::vector<std::pair<int, int>> ranges;  // (first, size)
-    std::vector<int> tiles;                   // in no range
-  };
-
-  // `tiles` (sorted, distinct) as the fewest aligned ranges of at least
-  // kSmallestRange tiles, and the tiles left over.
-  static AlignedRanges AlignedRangesOf(const std::vector<int>& tiles) {
-    AlignedRanges out;
-    for (size_t i = 0; i < tiles.size();) {
-      size_t run = i + 1;
-      while (run < tiles.size() && tiles[run] == tiles[run - 1] + 1) ++run;
-      const int end = tiles[run - 1] + 1;
-      for (int first = tiles[i]; first < end;) {
-        int size = 1;
-        while (first % (2 * size) == 0 && first + 2 * size <= end) size *= 2;
-        if (size < kSmallestRange) {
-          out.tiles.push_back(first++);
-        } else {
-          out.ranges.emplace_back(first, size);
-          first += size;
-        }
-      }
-      i = run;
-    }
-    return out;
-  }
-
-  int NewUnion(const std::vector<int>& tiles) {
-    const int u = static_cast<int>(unions_.size());
-    unions_.emplace_back();
-    if (unions_of_tile_.empty()) unions_of_tile_.resize(model_.tiles);
-    for (int tile : tiles) unions_of_tile_[tile].push_back(u);
-    return u;
-  }
-
   // Receiver r's windows and instructions for packet p at t. Every
   // receiver of a packet has the same windows but for those its route
   // latency shifts, so a union takes each window once per packet and
@@ -689,8 +715,8 @@ class Scheduler {
     receive_[r].Add(t, t + d);
     issue_[r].Add(t - w_select_, t);
     issue_[r].Add(t + latency - w_pointer_, t + latency);
-    if (unions_of_tile_.empty()) return;
-    for (int u : unions_of_tile_[r]) {
+    if (cover_.unions_of_tile.empty()) return;
+    for (int u : cover_.unions_of_tile[r]) {
       TileUnion& x = unions_[u];
       if (x.last_packet != p) {
         x.last_packet = p;
@@ -709,30 +735,38 @@ class Scheduler {
 
   void AddIssue(int tile, int64_t begin, int64_t end) {
     issue_[tile].Add(begin, end);
-    if (unions_of_tile_.empty()) return;
+    if (cover_.unions_of_tile.empty()) return;
     const int64_t latency = model_.RouteLatency(tile);
-    for (int u : unions_of_tile_[tile]) {
+    for (int u : cover_.unions_of_tile[tile]) {
       unions_[u].select.Add(begin, end);
       unions_[u].pointer.Add(begin - latency, end - latency);
     }
   }
 
-  // Every tile's lanes, kept on the thread from one schedule to the next:
-  // a phase touches few of them, and making 3 x tiles interval sets afresh
-  // for each order of every phase the planner prices was a sixth of its
-  // time in malloc and free.
+  // Every tile's lanes, kept from one schedule to the next: a phase
+  // touches few of them, and making 3 x tiles interval sets afresh for each
+  // order of every phase the planner prices was a sixth of its time in
+  // malloc and free. Shared by the threads that try orders, which would
+  // otherwise make their own afresh for each large phase.
   using Lanes = std::array<std::vector<BusyIntervals>, 3>;
-  static std::vector<Lanes>& LanePool() {
-    thread_local std::vector<Lanes> pool;
+  struct LanePool {
+    std::mutex mutex;
+    std::vector<Lanes> lanes;
+  };
+  static LanePool& Pool() {
+    static LanePool pool;
     return pool;
   }
   void TakeLanes() {
-    std::vector<Lanes>& pool = LanePool();
-    if (!pool.empty()) {
-      send_.swap(pool.back()[0]);
-      receive_.swap(pool.back()[1]);
-      issue_.swap(pool.back()[2]);
-      pool.pop_back();
+    LanePool& pool = Pool();
+    {
+      std::lock_guard<std::mutex> lock(pool.mutex);
+      if (!pool.lanes.empty()) {
+        send_.swap(pool.lanes.back()[0]);
+        receive_.swap(pool.lanes.back()[1]);
+        issue_.swap(pool.lanes.back()[2]);
+        pool.lanes.pop_back();
+      }
     }
     send_.resize(model_.tiles);
     receive_.resize(model_.tiles);
@@ -746,16 +780,16 @@ class Scheduler {
     for (std::vector<BusyIntervals>& v : lanes) {
       for (BusyIntervals& b : v) b.Clear();
     }
-    LanePool().push_back(std::move(lanes));
+    LanePool& pool = Pool();
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    pool.lanes.push_back(std::move(lanes));
   }
 
   const PhaseTraffic& traffic_;
   const ExchangeModel& model_;
   const bool record_;
-  std::vector<int> cover_of_packet_;  // into covers_; -1: each receiver
-  std::vector<Cover> covers_;
-  std::vector<TileUnion> unions_;
-  std::vector<std::vector<int>> unions_of_tile_;  // empty: no unions
+  const ReceiverUnions& cover_;
+  std::vector<TileUnion> unions_;  // by cover_'s numbers
   std::vector<uint32_t> starts_;
   std::vector<std::vector<fb::ControlInstruction>> control_;
   std::vector<BusyIntervals> send_, receive_, issue_;
@@ -1057,7 +1091,8 @@ std::vector<uint32_t> Matchings(const PhaseTraffic& traffic,
   return order;
 }
 
-// The orders SchedulePhase tries, in order.
+// The orders SchedulePhase tries: of schedules of equal length, the one of
+// the first order here is kept.
 enum class Order {
   kBusiestLaneFirst,
   kRounds,
@@ -1065,54 +1100,104 @@ enum class Order {
   kOpsInTurn,
   kMatchings
 };
-constexpr Order kOrders[] = {Order::kBusiestLaneFirst, Order::kRounds,
-                             Order::kEarliestFirst, Order::kOpsInTurn,
-                             Order::kMatchings};
+constexpr size_t kOrderCount = 5;
+// The sequence they are tried in, which changes nothing but how soon the
+// others give up: matchings, the shortest on most of the costliest phases
+// (so400m's layer, where it ends the others early), then rounds, the
+// shortest on most others.
+constexpr Order kTrialSequence[kOrderCount] = {
+    Order::kMatchings, Order::kRounds, Order::kBusiestLaneFirst,
+    Order::kEarliestFirst, Order::kOpsInTurn};
 
 // Schedules `traffic` in `order` on `scheduler`; nullopt where
 // earliest-first gives up, and ops-in-turn on a phase of one op (it would
-// be busiest-lane-first again). Earliest-first is tried only where it stays near
-// linear: at most four re-placements per packet (deterministic, unlike a
-// time limit).
+// be busiest-lane-first again), and where `lost` stops it. Earliest-first
+// is tried only where it stays near linear: at most four re-placements per
+// packet (deterministic, unlike a time limit).
 std::optional<int64_t> RunOrder(Scheduler& scheduler, Order order,
                                 const PhaseTraffic& traffic,
-                                const std::vector<int64_t>& priority) {
+                                const std::vector<int64_t>& priority,
+                                const Scheduler::Lost& lost) {
   switch (order) {
     case Order::kBusiestLaneFirst:
-      return scheduler.Run(BusiestLaneFirst(traffic, priority));
+      return scheduler.Run(BusiestLaneFirst(traffic, priority), lost);
     case Order::kRounds:
-      return scheduler.Run(Rounds(traffic, priority));
+      return scheduler.Run(Rounds(traffic, priority), lost);
     case Order::kEarliestFirst:
       return scheduler.RunEarliestFirst(
-          priority, 4 * static_cast<int64_t>(traffic.packets().size()));
+          priority, 4 * static_cast<int64_t>(traffic.packets().size()), lost);
     case Order::kOpsInTurn: {
       const std::vector<uint32_t> order = OpsInTurn(traffic);
       if (order.empty()) return std::nullopt;
-      return scheduler.Run(order);
+      return scheduler.Run(order, lost);
     }
     case Order::kMatchings: {
       const std::vector<uint32_t> order = Matchings(traffic, priority);
       if (order.empty()) return std::nullopt;
-      return scheduler.Run(order);
+      return scheduler.Run(order, lost);
     }
   }
   return std::nullopt;
 }
 
-// An order's schedule: its length, nullopt where the order gives up; the
-// scheduler that placed it where it recorded.
+// The lengths of one phase's finished orders, shared by the threads that
+// try them. The order kept is the shortest, the first (Order) of equals: an
+// order whose schedule so far is already longer than a finished later
+// order's, or as long as a finished earlier order's, cannot be it, and
+// stops. Whatever finishes first, the order kept is the same.
+class Race {
+ public:
+  Race() {
+    for (std::atomic<int64_t>& length : lengths_) length = kUnfinished;
+  }
+
+  void Finish(Order order, std::optional<int64_t> length) {
+    if (length) lengths_[static_cast<size_t>(order)] = *length;
+  }
+
+  bool Lost(Order order, int64_t length_so_far) const {
+    const size_t i = static_cast<size_t>(order);
+    for (size_t j = 0; j < kOrderCount; ++j) {
+      const int64_t length = lengths_[j].load(std::memory_order_relaxed);
+      if (length == kUnfinished || j == i) continue;
+      if (j < i ? length_so_far >= length : length_so_far > length) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  static constexpr int64_t kUnfinished = -1;
+  std::array<std::atomic<int64_t>, kOrderCount> lengths_;
+};
+
+// An order's schedule: its length, nullopt where the order gives up or
+// lost; the scheduler that placed it where it recorded.
 struct Tried {
+  Order order = Order::kBusiestLaneFirst;
   std::optional<int64_t> length;
   std::unique_ptr<Scheduler> scheduler;
 };
 
+// Whether `a` is kept before `b`.
+bool Better(const Tried& a, const Tried& b) {
+  if (!a.length) return false;
+  if (!b.length) return true;
+  return std::tuple(*a.length, a.order) < std::tuple(*b.length, b.order);
+}
+
 Tried TryOrder(const PhaseTraffic& traffic,
-               const std::vector<int64_t>& priority, Order order, bool record,
-               bool receiver_unions) {
+               const std::vector<int64_t>& priority,
+               const ReceiverUnions& unions, Order order, bool record,
+               Race& race) {
   Tried tried;
-  tried.scheduler =
-      std::make_unique<Scheduler>(traffic, record, receiver_unions);
-  tried.length = RunOrder(*tried.scheduler, order, traffic, priority);
+  tried.order = order;
+  tried.scheduler = std::make_unique<Scheduler>(traffic, unions, record);
+  tried.length =
+      RunOrder(*tried.scheduler, order, traffic, priority,
+               [&](int64_t length) { return race.Lost(order, length); });
+  race.Finish(order, tried.length);
   if (!record) tried.scheduler.reset();
   return tried;
 }
@@ -1124,38 +1209,37 @@ constexpr int64_t kParallelScheduleWork = 4096;
 // The shortest schedule of the orders (the first of equals), recorded if
 // `record`: every order records as it goes, which costs less than placing
 // the packets once more in the order found. The orders are independent,
-// so on a large phase the first runs on a thread of its own beside the
-// others: the same result, sooner on two cores. Only the shortest so far
-// is kept beside the one being tried.
+// so on a large phase two threads take them in turn: the same result,
+// sooner on two cores. Each keeps only its shortest so far beside the one
+// it is trying.
 Tried ShortestOrder(const PhaseTraffic& traffic,
                     const std::vector<int64_t>& priority, bool record,
                     bool receiver_unions) {
-  auto shorter = [](const Tried& a, const Tried& b) {
-    return a.length && (!b.length || *a.length < *b.length);
+  const ReceiverUnions unions = receiver_unions
+                                    ? CoverWideReceiverSets(traffic)
+                                    : ReceiverUnions(traffic.packets().size());
+  Race race;
+  std::atomic<size_t> next = 0;
+  auto try_in_turn = [&](Tried& best) {
+    for (size_t k; (k = next++) < kOrderCount;) {
+      Tried tried = TryOrder(traffic, priority, unions, kTrialSequence[k],
+                             record, race);
+      if (Better(tried, best)) best = std::move(tried);
+    }
   };
   int64_t work = 0;
   for (const auto& p : traffic.packets()) work += 1 + p.receiver_count;
-  Tried first;
-  std::thread beside;
-  size_t next = 0;
+  Tried mine, beside;
   if (work >= kParallelScheduleWork) {
-    beside = std::thread([&] {
-      first = TryOrder(traffic, priority, kOrders[0], record, receiver_unions);
-    });
-    next = 1;
+    std::thread thread([&] { try_in_turn(beside); });
+    try_in_turn(mine);
+    thread.join();
+  } else {
+    try_in_turn(mine);
   }
-  Tried best;
-  for (size_t i = next; i < std::size(kOrders); ++i) {
-    Tried tried =
-        TryOrder(traffic, priority, kOrders[i], record, receiver_unions);
-    if (shorter(tried, best)) best = std::move(tried);
-  }
-  if (beside.joinable()) {
-    beside.join();
-    // The first order wins its ties.
-    if (!shorter(best, first)) best = std::move(first);
-  }
-  return best;  // the first two orders never give up
+  // The order kept has a length: busiest-lane-first and rounds never give
+  // up, and the shortest never loses.
+  return Better(beside, mine) ? std::move(beside) : std::move(mine);
 }
 
 }  // namespace
