@@ -533,12 +533,22 @@ class Scheduler {
   std::optional<int64_t> RunEarliestFirst(const std::vector<int64_t>& priority,
                                           int64_t budget, const Lost& lost) {
     const size_t n = traffic_.packets().size();
-    using Entry = std::tuple<int64_t, int64_t, uint32_t>;  // start, -prio, p
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
-    for (uint32_t p = 0; p < n; ++p) queue.emplace(0, -priority[p], p);
+    // The packets by priority, then index: ties between starts go by rank
+    // there, so that an entry is two words.
+    std::vector<uint32_t> by_rank(n);
+    std::iota(by_rank.begin(), by_rank.end(), 0);
+    std::stable_sort(by_rank.begin(), by_rank.end(), [&](uint32_t a, uint32_t b) {
+      return priority[a] > priority[b];
+    });
+    using Entry = std::pair<int64_t, uint32_t>;  // start, rank
+    std::vector<Entry> entries(n);
+    for (uint32_t rank = 0; rank < n; ++rank) entries[rank] = {0, rank};
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue(
+        std::greater<Entry>(), std::move(entries));
     int64_t length = 0;
     while (!queue.empty()) {
-      auto [start, key, p] = queue.top();
+      const auto [start, rank] = queue.top();
+      const uint32_t p = by_rank[rank];
       queue.pop();
       // Starts only move later as packets are placed: recheck from where
       // it could start before, and place it only if it is still the
@@ -546,7 +556,7 @@ class Scheduler {
       const int64_t t = Place(p, std::max(start, first_start_));
       if (t > start) {
         if (--budget < 0) return std::nullopt;
-        queue.emplace(t, key, p);
+        queue.emplace(t, rank);
         continue;
       }
       length = std::max(length, Commit(p, t));
@@ -991,12 +1001,17 @@ std::vector<int> EdgeColours(const std::vector<int>& from,
                              const std::vector<int>& to, int vertices,
                              int colours) {
   const size_t edges = from.size();
-  // at[v * colours + c]: the edge of colour c at vertex v; -1: none.
-  std::vector<int64_t> at(static_cast<size_t>(vertices) * colours, -1);
+  // A swap's path reads an edge's two ends together, and the edges of two
+  // colours at many vertices: ends side by side, edges by colour, then
+  // vertex.
+  std::vector<std::pair<int, int>> ends(edges);
+  for (size_t e = 0; e < edges; ++e) ends[e] = {from[e], to[e]};
+  // at[c * vertices + v]: the edge of colour c at vertex v; -1: none.
+  std::vector<int32_t> at(static_cast<size_t>(vertices) * colours, -1);
   std::vector<int> colour(edges, -1);
   std::vector<int> first_free(vertices, 0);  // no free colour below it
-  auto slot = [&](int v, int c) -> int64_t& {
-    return at[static_cast<size_t>(v) * colours + c];
+  auto slot = [&](int v, int c) -> int32_t& {
+    return at[static_cast<size_t>(c) * vertices + v];
   };
   auto free_colour = [&](int v) {
     int& c = first_free[v];
@@ -1005,7 +1020,7 @@ std::vector<int> EdgeColours(const std::vector<int>& from,
   };
   std::vector<size_t> path;
   for (size_t e = 0; e < edges; ++e) {
-    const int u = from[e], v = to[e];
+    const auto [u, v] = ends[e];
     const int a = free_colour(u), b = free_colour(v);
     if (slot(v, a) >= 0) {
       // Swap a and b along the path from v that alternates them: then a
@@ -1014,22 +1029,22 @@ std::vector<int> EdgeColours(const std::vector<int>& from,
       for (int w = v, c = a; slot(w, c) >= 0; c = c == a ? b : a) {
         const size_t f = static_cast<size_t>(slot(w, c));
         path.push_back(f);
-        w = w == from[f] ? to[f] : from[f];
+        w = w == ends[f].first ? ends[f].second : ends[f].first;
       }
       for (size_t f : path) {
-        slot(from[f], colour[f]) = slot(to[f], colour[f]) = -1;
+        slot(ends[f].first, colour[f]) = slot(ends[f].second, colour[f]) = -1;
       }
       for (size_t f : path) {
         const int old = colour[f];
         colour[f] = old == a ? b : a;
-        slot(from[f], colour[f]) = slot(to[f], colour[f]) =
-            static_cast<int64_t>(f);
-        first_free[from[f]] = std::min(first_free[from[f]], old);
-        first_free[to[f]] = std::min(first_free[to[f]], old);
+        slot(ends[f].first, colour[f]) = slot(ends[f].second, colour[f]) =
+            static_cast<int32_t>(f);
+        first_free[ends[f].first] = std::min(first_free[ends[f].first], old);
+        first_free[ends[f].second] = std::min(first_free[ends[f].second], old);
       }
     }
     colour[e] = a;
-    slot(u, a) = slot(v, a) = static_cast<int64_t>(e);
+    slot(u, a) = slot(v, a) = static_cast<int32_t>(e);
   }
   return colour;
 }
