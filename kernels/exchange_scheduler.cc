@@ -496,6 +496,10 @@ class Scheduler {
         w_send_(model_.IssueWidth(fb::ControlKind::Send)),
         w_select_(model_.IssueWidth(fb::ControlKind::Select)),
         w_pointer_(model_.IssueWidth(fb::ControlKind::Pointer)) {
+    route_latency_.resize(model_.tiles);
+    for (int tile = 0; tile < model_.tiles; ++tile) {
+      route_latency_[tile] = model_.RouteLatency(tile);
+    }
     TakeLanes();
     if (record_) {
       starts_.assign(traffic_.packets().size(), 0);
@@ -608,13 +612,20 @@ class Scheduler {
         cover ? std::span<const int>(cover->tiles) : traffic_.ReceiversOf(packet);
     const size_t unions = cover ? cover->unions.size() : 0;
     const size_t constraints = kPerSite * (1 + unions + tiles.size());
-    latest_.assign(constraints, std::numeric_limits<int64_t>::min());
-    cursors_.assign(constraints, BusyIntervals::Position());
+    if (latest_.size() < constraints) {
+      latest_.resize(constraints);
+      cursors_.resize(constraints);
+    }
     int64_t t = from;
-    for (size_t k = 0; k < constraints;) {
-      if (t > latest_[k]) {
-        const size_t site = k / kPerSite;
-        const int kind = static_cast<int>(k % kPerSite);
+    // The constraints are gone through from the first whenever the start
+    // moves, so those from `met` on have not been searched yet.
+    size_t met = 0;
+    for (size_t k = 0, site = 0, kind = 0; k < constraints;) {
+      if (k == met || t > latest_[k]) {
+        if (k == met) {
+          cursors_[k] = BusyIntervals::Position();
+          ++met;
+        }
         BusyIntervals::Position* cursor = &cursors_[k];
         const Room room =
             site == 0 ? SendRoom(packet.sender, kind, t, d, cursor)
@@ -625,11 +636,15 @@ class Scheduler {
         latest_[k] = room.latest;
         if (room.start != t) {
           t = room.start;
-          k = 0;
+          k = site = kind = 0;
           continue;
         }
       }
       ++k;
+      if (++kind == kPerSite) {
+        kind = 0;
+        ++site;
+      }
     }
     return t;
   }
@@ -639,7 +654,7 @@ class Scheduler {
 
   // Room for a packet of d cycles starting at t on its sender's lane (kind
   // 0) and issue slot (kind 1).
-  Room SendRoom(int sender, int kind, int64_t t, int64_t d,
+  Room SendRoom(int sender, size_t kind, int64_t t, int64_t d,
                 BusyIntervals::Position* cursor) const {
     switch (kind) {
       case 0:
@@ -654,7 +669,7 @@ class Scheduler {
 
   // Room on tile r's receive lane (kind 0), and its issue slot for the
   // Select (kind 1) and the Pointer (kind 2).
-  Room ReceiveRoom(int r, int kind, int64_t t, int64_t d,
+  Room ReceiveRoom(int r, size_t kind, int64_t t, int64_t d,
                    BusyIntervals::Position* cursor) const {
     switch (kind) {
       case 0:
@@ -664,14 +679,14 @@ class Scheduler {
             issue_[r].EarliestFree(t - w_select_, w_select_, cursor),
             w_select_);
     }
-    const int64_t latency = model_.RouteLatency(r);
+    const int64_t latency = route_latency_[r];
     return Shifted(
         issue_[r].EarliestFree(t + latency - w_pointer_, w_pointer_, cursor),
         w_pointer_ - latency);
   }
 
   // The same for every tile of a union at once.
-  Room ReceiveRoom(const TileUnion& u, int kind, int64_t t, int64_t d,
+  Room ReceiveRoom(const TileUnion& u, size_t kind, int64_t t, int64_t d,
                    BusyIntervals::Position* cursor) const {
     switch (kind) {
       case 0:
@@ -704,7 +719,7 @@ class Scheduler {
     const std::span<const int> receivers = traffic_.ReceiversOf(packet);
     for (uint32_t i = 0; i < receivers.size(); ++i) {
       const int r = receivers[i];
-      const int64_t latency = model_.RouteLatency(r);
+      const int64_t latency = route_latency_[r];
       AddReceiver(r, p, t, d);
       if (record_) {
         control_[r].emplace_back(cycle, p, i, fb::ControlKind::Select);
@@ -721,7 +736,7 @@ class Scheduler {
   // latency shifts, so a union takes each window once per packet and
   // latency, not once per tile.
   void AddReceiver(int r, uint32_t p, int64_t t, int64_t d) {
-    const int64_t latency = model_.RouteLatency(r);
+    const int64_t latency = route_latency_[r];
     receive_[r].Add(t, t + d);
     issue_[r].Add(t - w_select_, t);
     issue_[r].Add(t + latency - w_pointer_, t + latency);
@@ -746,7 +761,7 @@ class Scheduler {
   void AddIssue(int tile, int64_t begin, int64_t end) {
     issue_[tile].Add(begin, end);
     if (cover_.unions_of_tile.empty()) return;
-    const int64_t latency = model_.RouteLatency(tile);
+    const int64_t latency = route_latency_[tile];
     for (int u : cover_.unions_of_tile[tile]) {
       unions_[u].select.Add(begin, end);
       unions_[u].pointer.Add(begin - latency, end - latency);
@@ -804,6 +819,7 @@ class Scheduler {
   std::vector<std::vector<fb::ControlInstruction>> control_;
   std::vector<BusyIntervals> send_, receive_, issue_;
   const int64_t w_send_, w_select_, w_pointer_;
+  std::vector<int64_t> route_latency_;  // by tile, found without dividing
   // No packet starts before its Send and its Selects have issued.
   const int64_t first_start_ = std::max(w_send_, w_select_);
   // Place's, by constraint: the latest start its room admits, and where
