@@ -60,18 +60,18 @@ class BusyIntervals {
   // gap it lies in admits. `cursor` (if any) is where a search from an
   // earlier cycle stopped, and is moved to where this one stops.
   Room EarliestFree(int64_t t, int64_t d, Position* cursor = nullptr) const {
-    if (d <= 0 || spans_.empty() || t >= end_) return {t, kNever};
+    if (d <= 0 || t >= end_) return {t, kNever};  // also where none is busy
     Position unset;
     Position& at = cursor ? *cursor : unset;
     at = FirstEndingAfter(t, at);
     size_t b = at.block, i = at.index;
-    if (blocks_[b][i].first >= t + d) return {t, blocks_[b][i].first - d};
+    if (blocks_[b].v[i].first >= t + d) return {t, blocks_[b].v[i].first - d};
     // Interval (b, i) is in the way: the answer is the end of the first
     // interval from it on whose following gap is at least d.
     for (;;) {
       // A block none of whose gaps is wide enough is not searched.
-      if (spans_[b].widest_gap >= d) {
-        const Intervals& v = blocks_[b];
+      if (blocks_[b].widest_gap >= d) {
+        const Intervals& v = blocks_[b].v;
         const bool whole_block = i == 0;
         int64_t widest = 0;
         for (; i + 1 < v.size(); ++i) {
@@ -83,17 +83,17 @@ class BusyIntervals {
           widest = std::max(widest, gap);
         }
         // Every gap of the block was read: its bound is made exact.
-        if (whole_block) spans_[b].widest_gap = widest;
+        if (whole_block) blocks_[b].widest_gap = widest;
       }
       for (;;) {
-        const int64_t last_end = spans_[b].end;
-        if (b + 1 == spans_.size()) return {last_end, kNever};
-        if (spans_[b + 1].begin - last_end >= d) {
+        const int64_t last_end = blocks_[b].end;
+        if (b + 1 == blocks_.size()) return {last_end, kNever};
+        if (blocks_[b + 1].begin - last_end >= d) {
           at = {static_cast<uint32_t>(b + 1), 0};
-          return {last_end, spans_[b + 1].begin - d};
+          return {last_end, blocks_[b + 1].begin - d};
         }
         ++b;
-        if (spans_[b].widest_gap >= d) break;
+        if (blocks_[b].widest_gap >= d) break;
       }
       i = 0;
     }
@@ -101,54 +101,47 @@ class BusyIntervals {
 
   // Nothing busy, keeping the first block's memory for the next schedule.
   void Clear() {
-    if (spans_.empty()) return;
-    spans_.clear();
+    if (end_ == kNoneBusy) return;
     blocks_.resize(1);
-    blocks_[0].clear();
+    blocks_[0].v.clear();
+    end_ = kNoneBusy;
   }
 
   // Marks [begin, end), which is free, busy.
   void Add(int64_t begin, int64_t end) {
     if (end <= begin) return;
-    if (spans_.empty()) {
-      if (blocks_.empty()) blocks_.emplace_back();  // else Clear left one
-      blocks_[0].emplace_back(begin, end);
-      spans_.push_back({begin, end, 0});
-      end_ = end;
-      return;
-    }
     if (begin >= end_) {
       Append(begin, end);
       return;
     }
     // Before the end, so the end stays. The first block with an interval
     // ending at or after `begin`.
-    const size_t b = std::lower_bound(spans_.begin(), spans_.end(), begin,
-                                      [](const Span& x, int64_t v) {
+    const size_t b = std::lower_bound(blocks_.begin(), blocks_.end(), begin,
+                                      [](const Block& x, int64_t v) {
                                         return x.end < v;
                                       }) -
-                     spans_.begin();
+                     blocks_.begin();
     Insert(b, begin, end);
-    if (blocks_[b].size() > 2 * kBlock) Split(b);
+    if (blocks_[b].v.size() > 2 * kBlock) Split(b);
   }
 
   // Marks [begin, end) busy, free or not: it and the intervals it overlaps
   // or touches become one.
   void Merge(int64_t begin, int64_t end) {
     if (end <= begin) return;
-    if (spans_.empty() || begin >= end_) {
+    if (begin >= end_) {
       Add(begin, end);
       return;
     }
     // The first interval ending at or after `begin`, and the last starting
     // at or before `end`: those it merges with, if the first is not past
     // `end`.
-    const size_t b = std::lower_bound(spans_.begin(), spans_.end(), begin,
-                                      [](const Span& x, int64_t v) {
+    const size_t b = std::lower_bound(blocks_.begin(), blocks_.end(), begin,
+                                      [](const Block& x, int64_t v) {
                                         return x.end < v;
                                       }) -
-                     spans_.begin();
-    Intervals& v = blocks_[b];
+                     blocks_.begin();
+    Intervals& v = blocks_[b].v;
     const size_t i = std::lower_bound(v.begin(), v.end(), begin,
                                       [](const Interval& x, int64_t value) {
                                         return x.second < value;
@@ -158,54 +151,60 @@ class BusyIntervals {
       Add(begin, end);
       return;
     }
-    const size_t last_b = std::upper_bound(spans_.begin(), spans_.end(), end,
-                                           [](int64_t value, const Span& x) {
+    const size_t last_b = std::upper_bound(blocks_.begin(), blocks_.end(), end,
+                                           [](int64_t value, const Block& x) {
                                              return value < x.begin;
                                            }) -
-                          spans_.begin() - 1;
-    Intervals& w = blocks_[last_b];
-    const size_t last_i = std::upper_bound(w.begin(), w.end(), end,
-                                           [](int64_t value, const Interval& x) {
-                                             return value < x.first;
-                                           }) -
-                          w.begin() - 1;
+                          blocks_.begin() - 1;
+    Intervals& w = blocks_[last_b].v;
+    const size_t last_i =
+        std::upper_bound(w.begin(), w.end(), end,
+                         [](int64_t value, const Interval& x) {
+                           return value < x.first;
+                         }) -
+        w.begin() - 1;
     const Interval merged{std::min(begin, v[i].first),
                           std::max(end, w[last_i].second)};
     // Gaps only go: every block's bound still holds.
     if (last_b == b) {
       v.erase(v.begin() + static_cast<std::ptrdiff_t>(i + 1),
               v.begin() + static_cast<std::ptrdiff_t>(last_i + 1));
+      v[i] = merged;
     } else {
       w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(last_i + 1));
+      if (!w.empty()) blocks_[last_b].begin = w.front().first;
       v.resize(i + 1);
-      const size_t first_gone = b + 1, end_gone = w.empty() ? last_b + 1 : last_b;
-      blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(first_gone),
-                    blocks_.begin() + static_cast<std::ptrdiff_t>(end_gone));
-      spans_.erase(spans_.begin() + static_cast<std::ptrdiff_t>(first_gone),
-                   spans_.begin() + static_cast<std::ptrdiff_t>(end_gone));
-      if (b + 1 < blocks_.size()) spans_[b + 1].begin = blocks_[b + 1].front().first;
+      v[i] = merged;
+      // The blocks between, and block last_b if nothing is left of it.
+      blocks_.erase(
+          blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1),
+          blocks_.begin() +
+              static_cast<std::ptrdiff_t>(w.empty() ? last_b + 1 : last_b));
     }
-    blocks_[b][i] = merged;
-    spans_[b].begin = blocks_[b].front().first;
-    spans_[b].end = blocks_[b].back().second;
+    Block& block = blocks_[b];
+    block.begin = block.v.front().first;
+    block.end = block.v.back().second;
     end_ = std::max(end_, merged.second);
   }
 
  private:
   static constexpr size_t kBlock = 64;
+  // end_ of a lane where nothing is busy: every search starts after it.
+  static constexpr int64_t kNoneBusy = std::numeric_limits<int64_t>::min();
   using Interval = std::pair<int64_t, int64_t>;
   using Intervals = std::vector<Interval>;
-  // A block's extent and a bound on its inner gaps, kept apart from its
-  // intervals so that searches over blocks read one contiguous array. The
-  // bound is no less than the widest gap between two of the block's own
-  // intervals: a gap made raises it, one taken leaves it, and a search
-  // that reads every gap of the block makes it exact (it is the searches'
-  // filter, not a fact they report: measuring the block again each time
-  // its widest gap was taken cost more than the searches it saved).
-  struct Span {
+  // A block's intervals, their extent and a bound on their inner gaps, no
+  // less than the widest gap between two of them: a gap made raises it,
+  // one taken leaves it, and a search that reads every gap of the block
+  // makes it exact (it is the searches' filter, not a fact they report:
+  // measuring the block again each time its widest gap was taken cost more
+  // than the searches it saved). The extent beside the intervals' vector:
+  // adding at a lane's end reads one block's line and the last interval's.
+  struct Block {
     int64_t begin = 0;
     int64_t end = 0;
-    int64_t widest_gap = 0;
+    mutable int64_t widest_gap = 0;
+    Intervals v;
   };
 
   // The first interval ending after t (< end_), from `from` on: every
@@ -217,18 +216,18 @@ class BusyIntervals {
     size_t b = from.block;
     size_t lo = 0, hi = 0;  // the answer is in [lo, hi) of block b
     if (b == Position::kUnset) {
-      b = std::upper_bound(spans_.begin(), spans_.end(), t,
-                           [](int64_t v, const Span& x) { return v < x.end; }) -
-          spans_.begin();
-      hi = blocks_[b].size();
+      b = std::upper_bound(blocks_.begin(), blocks_.end(), t,
+                           [](int64_t v, const Block& x) { return v < x.end; }) -
+          blocks_.begin();
+      hi = blocks_[b].v.size();
     } else {
       lo = from.index;
-      if (spans_[b].end <= t) {
+      if (blocks_[b].end <= t) {
         do ++b;
-        while (spans_[b].end <= t);
+        while (blocks_[b].end <= t);
         lo = 0;
       }
-      const Intervals& v = blocks_[b];
+      const Intervals& v = blocks_[b].v;
       // The block ends after t, so its answer is at or after `lo`.
       for (size_t step = 1; v[lo].second <= t; step *= 2) {
         if (lo + step >= v.size() || v[lo + step].second > t) {
@@ -240,7 +239,7 @@ class BusyIntervals {
       }
       if (hi == 0) hi = lo + 1;
     }
-    const Intervals& v = blocks_[b];
+    const Intervals& v = blocks_[b].v;
     const size_t i =
         std::upper_bound(v.begin() + static_cast<std::ptrdiff_t>(lo),
                          v.begin() + static_cast<std::ptrdiff_t>(hi), t,
@@ -251,17 +250,24 @@ class BusyIntervals {
 
   // [begin, end) at or after the last busy cycle.
   void Append(int64_t begin, int64_t end) {
-    const size_t b = blocks_.size() - 1;
-    Intervals& v = blocks_[b];
-    Span& span = spans_[b];
-    if (begin == end_) {
-      v.back().second = end;
-    } else {
-      span.widest_gap = std::max(span.widest_gap, begin - end_);
-      v.emplace_back(begin, end);
+    if (end_ == kNoneBusy) {
+      if (blocks_.empty()) blocks_.emplace_back();  // else Clear left one
+      blocks_[0].v.emplace_back(begin, end);
+      blocks_[0].begin = begin;
+      blocks_[0].end = end_ = end;
+      blocks_[0].widest_gap = 0;
+      return;
     }
-    span.end = end_ = end;
-    if (v.size() > 2 * kBlock) Split(b);
+    const size_t b = blocks_.size() - 1;
+    Block& block = blocks_[b];
+    if (begin == end_) {
+      block.v.back().second = end;
+    } else {
+      block.widest_gap = std::max(block.widest_gap, begin - end_);
+      block.v.emplace_back(begin, end);
+    }
+    block.end = end_ = end;
+    if (block.v.size() > 2 * kBlock) Split(b);
   }
 
   // Puts [begin, end), which ends before the last busy cycle, into block
@@ -269,8 +275,8 @@ class BusyIntervals {
   // intervals it touches. Gaps it takes leave the block's bound; a gap it
   // makes before the block's first interval raises it.
   void Insert(size_t b, int64_t begin, int64_t end) {
-    Intervals& v = blocks_[b];
-    Span& span = spans_[b];
+    Block& block = blocks_[b];
+    Intervals& v = block.v;
     auto it = std::lower_bound(v.begin(), v.end(), begin,
                                [](const Interval& x, int64_t value) {
                                  return x.second < value;
@@ -279,7 +285,7 @@ class BusyIntervals {
       // Touches its left neighbour, and maybe its right one as well.
       it->second = end;
       if (std::next(it) == v.end()) {
-        span.end = end;
+        block.end = end;
         AbsorbNextFront(b);
       } else if (std::next(it)->first == end) {
         it->second = std::next(it)->second;
@@ -287,11 +293,11 @@ class BusyIntervals {
       }
     } else if (it->first == end) {
       it->first = begin;
-      span.begin = v.front().first;
+      block.begin = v.front().first;
     } else {
       if (it == v.begin()) {
-        span.widest_gap = std::max(span.widest_gap, it->first - end);
-        span.begin = begin;
+        block.widest_gap = std::max(block.widest_gap, it->first - end);
+        block.begin = begin;
       }
       v.insert(it, {begin, end});
     }
@@ -301,38 +307,34 @@ class BusyIntervals {
   // interval, kept in block b.
   void AbsorbNextFront(size_t b) {
     if (b + 1 == blocks_.size() ||
-        spans_[b + 1].begin != blocks_[b].back().second) {
+        blocks_[b + 1].begin != blocks_[b].v.back().second) {
       return;
     }
-    Intervals& next = blocks_[b + 1];
-    blocks_[b].back().second = spans_[b].end = next.front().second;
-    next.erase(next.begin());
-    if (next.empty()) {
+    Block& next = blocks_[b + 1];
+    blocks_[b].v.back().second = blocks_[b].end = next.v.front().second;
+    next.v.erase(next.v.begin());
+    if (next.v.empty()) {
       blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1));
-      spans_.erase(spans_.begin() + static_cast<std::ptrdiff_t>(b + 1));
     } else {
-      spans_[b + 1].begin = next.front().first;
+      next.begin = next.v.front().first;
     }
   }
 
   // Block b's upper half as a block of its own; each half keeps b's bound.
   void Split(size_t b) {
-    Intervals upper(blocks_[b].begin() + kBlock, blocks_[b].end());
-    blocks_[b].resize(kBlock);
-    const Span lower{blocks_[b].front().first, blocks_[b].back().second,
-                     spans_[b].widest_gap};
-    const Span higher{upper.front().first, upper.back().second,
-                      spans_[b].widest_gap};
+    Block upper;
+    upper.v.assign(blocks_[b].v.begin() + kBlock, blocks_[b].v.end());
+    upper.begin = upper.v.front().first;
+    upper.end = upper.v.back().second;
+    upper.widest_gap = blocks_[b].widest_gap;
+    blocks_[b].v.resize(kBlock);
+    blocks_[b].end = blocks_[b].v.back().second;
     blocks_.insert(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1),
                    std::move(upper));
-    spans_[b] = lower;
-    spans_.insert(spans_.begin() + static_cast<std::ptrdiff_t>(b + 1), higher);
   }
 
-  std::vector<Intervals> blocks_;
-  // By block; searches make bounds exact where they read a whole block.
-  mutable std::vector<Span> spans_;
-  int64_t end_ = 0;  // the last interval's end, when there is one
+  std::vector<Block> blocks_;
+  int64_t end_ = kNoneBusy;  // the last interval's end
 };
 
 // Busy time that several resources add to, so intervals may overlap: kept
