@@ -13,25 +13,6 @@
 #include "formats/basics.h"
 
 namespace tilec::kernels {
-namespace {
-
-// Whether no tile is named twice (the common case, checked without
-// allocating for small multicasts).
-bool Distinct(std::span<const int> tiles) {
-  if (tiles.size() <= 16) {
-    for (size_t i = 1; i < tiles.size(); ++i) {
-      for (size_t j = 0; j < i; ++j) {
-        if (tiles[i] == tiles[j]) return false;
-      }
-    }
-    return true;
-  }
-  std::vector<int> sorted(tiles.begin(), tiles.end());
-  std::sort(sorted.begin(), sorted.end());
-  return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
-}
-
-}  // namespace
 
 ExchangeModel ExchangeModel::FromTarget(const fb::TargetT& target) {
   ExchangeModel m;
@@ -78,27 +59,26 @@ void PhaseTraffic::AddPiece(int sender, std::span<const int> receivers,
   const uint32_t piece = static_cast<uint32_t>(pieces_.size());
   pieces_.push_back({transfer, row, bytes, op});
   piece_senders_.push_back(sender);
-  piece_first_receiver_.push_back(static_cast<uint32_t>(piece_receivers_.size()));
-  piece_receivers_.insert(piece_receivers_.end(), receivers.begin(),
-                          receivers.end());
+  const uint32_t first = static_cast<uint32_t>(receivers_.size());
+  piece_first_receiver_.push_back(first);
+  piece_receiver_count_.push_back(static_cast<uint32_t>(receivers.size()));
+  receivers_.insert(receivers_.end(), receivers.begin(), receivers.end());
   const int64_t packets =
       std::max<int64_t>(1, ir::CeilDiv(words, model_.max_packet_words));
-  auto add_round = [&](std::span<const int> round) {
-    const uint32_t first = static_cast<uint32_t>(receivers_.size());
-    receivers_.insert(receivers_.end(), round.begin(), round.end());
+  auto add_round = [&](uint32_t round_first, uint32_t round_size) {
     for (int64_t k = 0; k < packets; ++k) {
       Packet p;
       p.sender = sender;
-      p.first_receiver = first;
-      p.receiver_count = static_cast<uint32_t>(round.size());
+      p.first_receiver = round_first;
+      p.receiver_count = round_size;
       p.words = std::min(model_.max_packet_words,
                          words - k * model_.max_packet_words);
       p.piece = piece;
       packets_.push_back(p);
     }
   };
-  if (Distinct(receivers)) {
-    add_round(receivers);
+  if (NamesDistinctTiles(piece, receivers)) {
+    add_round(first, static_cast<uint32_t>(receivers.size()));
     return;
   }
   // A receiver takes one source at a time: a tile named twice gets the
@@ -110,7 +90,30 @@ void PhaseTraffic::AddPiece(int sender, std::span<const int> receivers,
     if (rounds.size() <= k) rounds.emplace_back();
     rounds[k].push_back(r);
   }
-  for (const std::vector<int>& round : rounds) add_round(round);
+  for (const std::vector<int>& round : rounds) {
+    const uint32_t round_first = static_cast<uint32_t>(receivers_.size());
+    receivers_.insert(receivers_.end(), round.begin(), round.end());
+    add_round(round_first, static_cast<uint32_t>(round.size()));
+  }
+}
+
+bool PhaseTraffic::NamesDistinctTiles(uint32_t piece,
+                                      std::span<const int> tiles) {
+  // Few tiles (the common case): compared pairwise.
+  if (tiles.size() <= 16) {
+    for (size_t i = 1; i < tiles.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (tiles[i] == tiles[j]) return false;
+      }
+    }
+    return true;
+  }
+  if (named_by_.empty()) named_by_.assign(model_.tiles, 0);
+  for (int tile : tiles) {
+    if (named_by_[tile] == piece + 1) return false;
+    named_by_[tile] = piece + 1;
+  }
+  return true;
 }
 
 void PhaseTraffic::AddTransfer(int sender, std::span<const int> receivers,
@@ -131,25 +134,28 @@ void PhaseTraffic::AddTransfer(int sender, std::span<const int> receivers,
 
 int64_t PhaseTraffic::EndpointBound() const {
   if (pieces_.empty()) return 0;
-  const int tiles = model_.tiles;
-  std::vector<int64_t> sent(tiles, 0), received(tiles, 0), fragments(tiles, 0);
+  struct Load {
+    int64_t sent = 0;
+    int64_t received = 0;
+    int64_t fragments = 0;  // none: no bytes either
+  };
+  std::vector<Load> load(model_.tiles);
   for (size_t i = 0; i < pieces_.size(); ++i) {
     const int64_t bytes = pieces_[i].bytes;
-    const int s = piece_senders_[i];
-    sent[s] += bytes;
-    ++fragments[s];
-    const uint32_t end = i + 1 < pieces_.size()
-                             ? piece_first_receiver_[i + 1]
-                             : static_cast<uint32_t>(piece_receivers_.size());
-    for (uint32_t r = piece_first_receiver_[i]; r < end; ++r) {
-      received[piece_receivers_[r]] += bytes;
-      ++fragments[piece_receivers_[r]];
+    Load& sender = load[piece_senders_[i]];
+    sender.sent += bytes;
+    ++sender.fragments;
+    const uint32_t first = piece_first_receiver_[i];
+    for (uint32_t r = first; r < first + piece_receiver_count_[i]; ++r) {
+      load[receivers_[r]].received += bytes;
+      ++load[receivers_[r]].fragments;
     }
   }
   int64_t bound = 0;
-  for (int t = 0; t < tiles; ++t) {
-    bound = std::max(bound, EndpointTileCycles(model_, sent[t], received[t],
-                                               fragments[t]));
+  for (const Load& tile : load) {
+    if (tile.fragments == 0) continue;
+    bound = std::max(bound, EndpointTileCycles(model_, tile.sent,
+                                               tile.received, tile.fragments));
   }
   return bound;
 }

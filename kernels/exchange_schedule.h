@@ -135,13 +135,22 @@ class PhaseTraffic {
   int64_t EndpointBound() const;
 
  private:
+  // Whether piece `piece` names no tile of `tiles` twice.
+  bool NamesDistinctTiles(uint32_t piece, std::span<const int> tiles);
+
   ExchangeModel model_;
   std::vector<Packet> packets_;
   std::vector<Piece> pieces_;
-  std::vector<int> receivers_;  // by packet, each tile once per packet
+  // Each piece's receivers as given, followed, where it names a tile
+  // twice, by the receivers of each of its rounds; packets of a piece that
+  // names none twice share its receivers.
+  std::vector<int> receivers_;
   std::vector<int> piece_senders_;
-  std::vector<uint32_t> piece_first_receiver_;  // into piece_receivers_
-  std::vector<int> piece_receivers_;            // as given, by piece
+  std::vector<uint32_t> piece_first_receiver_;  // into receivers_
+  std::vector<uint32_t> piece_receiver_count_;
+  // Per tile, the last piece (+ 1) found to name it: finds a tile named
+  // twice without sorting a wide multicast's receivers.
+  std::vector<uint32_t> named_by_;
 };
 
 // A valid static schedule of `traffic`, made to be short: packets are placed

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
 #include <numeric>
 #include <random>
+#include <vector>
 
 #include "formats/ir.h"
 
@@ -432,6 +435,260 @@ TEST(ExchangeSchedule, WideReceiverSetsScheduleAsEachReceiverWould) {
     ASSERT_TRUE(length.ok()) << length.status().message();
     EXPECT_EQ(grouped.starts, each.starts) << "trial " << trial;
     EXPECT_EQ(grouped.length, each.length) << "trial " << trial;
+  }
+}
+
+// ---------------------------------------------------------------- fixed
+// schedules. Phases of every shape the scheduler meets (unicasts,
+// multicasts, fragments of a word or two that leave hundreds of busy
+// intervals on a lane, wide receiver sets searched through unions, merged
+// ops, tiles named twice, pieces without receivers, permutations,
+// few senders broadcasting long split pieces), each pinned to the
+// fingerprint of the schedule the scheduler made when it was written: a
+// change to how it searches or keeps busy time must leave every schedule
+// as it was.
+
+// The model without a target file, so that target edits leave these
+// schedules alone.
+ExchangeModel FixedModel(int tiles, int fragment_cycles, int tiles_per_row,
+                         int64_t max_packet_words) {
+  ExchangeModel model;
+  model.tiles = tiles;
+  model.bytes_per_cycle = 4;
+  model.fragment_cycles = fragment_cycles;
+  model.latency = 52;
+  model.latency_per_row = 2;
+  model.tiles_per_row = tiles_per_row;
+  model.max_packet_words = max_packet_words;
+  return model;
+}
+
+// `fan` distinct tiles of [0, tiles) but `sender`, seeded.
+std::vector<int> Receivers(std::mt19937_64& rng, int tiles, int sender,
+                           int fan) {
+  std::vector<int> receivers;
+  while (static_cast<int>(receivers.size()) < fan) {
+    const int tile = static_cast<int>(rng() % tiles);
+    if (tile != sender && std::find(receivers.begin(), receivers.end(),
+                                    tile) == receivers.end()) {
+      receivers.push_back(tile);
+    }
+  }
+  return receivers;
+}
+
+// Phase `seed` of the fixed set: its shape is seed % 8.
+PhaseTraffic VariedPhase(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto below = [&](uint64_t n) { return static_cast<int>(rng() % n); };
+  switch (seed % 8) {
+    case 0: {  // unicasts of up to 3,000 bytes at odd addresses
+      PhaseTraffic traffic(FixedModel(64, 2, 16, 4148));
+      for (int p = 0, n = 50 + below(350); p < n; ++p) {
+        const int sender = below(64);
+        const int64_t bytes = 1 + below(3000);
+        const int64_t words = WordsSpanned(below(4), bytes);
+        traffic.AddPiece(sender, Receivers(rng, 64, sender, 1), bytes, words,
+                         p, 0);
+      }
+      return traffic;
+    }
+    case 1: {  // multicasts to up to 20 tiles, split in 64-word packets
+      PhaseTraffic traffic(FixedModel(64, 2, 16, 64));
+      for (int p = 0, n = 50 + below(250); p < n; ++p) {
+        const int sender = below(64);
+        const int64_t words = 1 + below(400);
+        traffic.AddPiece(sender, Receivers(rng, 64, sender, 1 + below(20)),
+                         4 * words, words, p, 0);
+      }
+      return traffic;
+    }
+    case 2: {  // fragments: issue slots bind, lanes hold hundreds each
+      PhaseTraffic traffic(FixedModel(16, 2, 4, 4148));
+      for (int p = 0, n = 1500 + below(1500); p < n; ++p) {
+        const int sender = below(16);
+        const int64_t bytes = 2 + 2 * below(4);
+        const int64_t words = WordsSpanned(2 * below(2), bytes);
+        traffic.AddPiece(sender, Receivers(rng, 16, sender, 1 + below(3)),
+                         bytes, words, p, 0);
+      }
+      return traffic;
+    }
+    case 3: {  // wide sets, shared (unions) or a sender's own, amid others
+      PhaseTraffic traffic(FixedModel(256, 2, 64, 4148));
+      std::vector<int> ranged, even;
+      for (int t = 0; t < 150; ++t) ranged.push_back(t);
+      for (int t = 40; t < 250; t += 2) even.push_back(t);
+      for (int p = 0, n = 30 + below(60); p < n; ++p) {
+        const int64_t words = 1 + below(p % 2 ? 3 : 64);
+        int sender = below(256);
+        std::vector<int> receivers;
+        switch (below(5)) {
+          case 0:
+            sender = 150 + below(106);
+            receivers = ranged;
+            break;
+          case 1:
+            sender = 41 + 2 * below(100);
+            receivers = even;
+            break;
+          case 2:
+            for (int t = 0; t < 200; ++t) {
+              if (t != sender) receivers.push_back(t);
+            }
+            break;
+          default:
+            receivers = Receivers(rng, 256, sender, 1 + below(30));
+        }
+        traffic.AddPiece(sender, receivers, 4 * words, words, p, 0);
+      }
+      return traffic;
+    }
+    case 4: {  // several ops' deliveries merged into one phase
+      PhaseTraffic traffic(FixedModel(48, 2, 16, 16));
+      uint32_t transfer = 0;
+      for (uint32_t op = 0, ops = 2 + below(4); op < ops; ++op) {
+        const int fan = 1 + below(6);
+        const int64_t words = 4 + below(60);
+        const int step = 1 + below(4);
+        for (int sender = 0; sender < 48; sender += step) {
+          traffic.AddPiece(sender, Receivers(rng, 48, sender, fan), 4 * words,
+                           words, transfer++, 0, op);
+        }
+      }
+      return traffic;
+    }
+    case 5: {  // tiles named twice, pieces without receivers; odd issue widths
+      PhaseTraffic traffic(FixedModel(32, 3, 8, 32));
+      for (int p = 0, n = 40 + below(200); p < n; ++p) {
+        const int sender = below(32);
+        std::vector<int> receivers = Receivers(rng, 32, sender, below(6));
+        if (!receivers.empty() && below(3) == 0) {
+          receivers.push_back(receivers[below(receivers.size())]);
+        }
+        const int64_t bytes = 1 + below(600);
+        traffic.AddPiece(sender, receivers, bytes, WordsSpanned(0, bytes), p,
+                         0, p % 2);
+      }
+      return traffic;
+    }
+    case 6: {  // permutations of groups of one or five tiles
+      const ExchangeModel model = FixedModel(60, 2, 16, 4148);
+      return seed % 16 == 6 ? Permutations(model, 30, 1, 15, seed)
+                            : Permutations(model, 8, 5, 180, seed);
+    }
+    default: {  // few senders broadcasting long pieces (threads, unions)
+      PhaseTraffic traffic(FixedModel(512, 2, 64, 256));
+      uint32_t transfer = 0;
+      for (int sender = 0, senders = 2 + below(6); sender < senders;
+           ++sender) {
+        std::vector<int> receivers;
+        for (int t = 0; t < 512; ++t) {
+          if (t != sender) receivers.push_back(t);
+        }
+        for (int k = 0, n = 1 + below(4); k < n; ++k) {
+          const int64_t words = 16 + below(700);
+          traffic.AddPiece(sender, receivers, 4 * words, words, transfer++,
+                           0);
+        }
+        const int64_t words = 1 + below(8);
+        traffic.AddPiece(sender, Receivers(rng, 512, sender, 1 + below(8)),
+                         4 * words, words, transfer++, 0);
+      }
+      return traffic;
+    }
+  }
+}
+
+// FNV-1a of a schedule's length, bound, starts and instructions.
+uint64_t Fingerprint(const fb::ExchangeScheduleT& s) {
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+    }
+  };
+  mix(s.length);
+  mix(s.bound);
+  for (uint32_t start : s.starts) mix(start);
+  for (const auto& tc : s.tiles) {
+    mix(tc->tile);
+    for (const fb::ControlInstruction& ins : tc->instructions) {
+      mix(ins.cycle());
+      mix(ins.packet());
+      mix(ins.destination());
+      mix(static_cast<uint64_t>(ins.kind()));
+    }
+  }
+  return h;
+}
+
+TEST(ExchangeSchedule, VariedPhasesKeepTheirSchedules) {
+  struct Fixed {
+    uint32_t length;
+    uint64_t fingerprint;
+  };
+  const Fixed fixed[] = {
+      {2997, 1911260870015325492ull},
+      {6707, 175225336185381532ull},
+      {1231, 1846203632884125721ull},
+      {1209, 1658690744631761699ull},
+      {600, 4592502117286702891ull},
+      {2473, 7816656226107816895ull},
+      {589, 5129897430108105824ull},
+      {3765, 15824302751250079760ull},
+      {4963, 7781235785503252177ull},
+      {17934, 17965569909745894562ull},
+      {1473, 4520087579093533569ull},
+      {915, 8955009447865879894ull},
+      {141, 1578438264386559825ull},
+      {2934, 9492586130941350846ull},
+      {7304, 9449957682113101990ull},
+      {2206, 2892552829366089268ull},
+      {1705, 11592981182104828142ull},
+      {6717, 2336241135776169648ull},
+      {996, 2709524838488072814ull},
+      {1182, 7634864166927987108ull},
+      {446, 9040414879153299223ull},
+      {990, 7741915639488197746ull},
+      {590, 8401984598522902062ull},
+      {5836, 16631029327319559512ull},
+      {4122, 13284886714295538047ull},
+      {10272, 2789053971445685090ull},
+      {1024, 17536142870113287245ull},
+      {583, 4745157680959540440ull},
+      {505, 11442757194609328600ull},
+      {1820, 13688698000649098854ull},
+      {7310, 8165583706391490949ull},
+      {2507, 9715668511525194705ull},
+      {5347, 9353860619716040300ull},
+      {7627, 14322305455550401858ull},
+      {963, 2841468018720745585ull},
+      {1033, 2949323384065747064ull},
+      {405, 182710122908618417ull},
+      {1858, 14816524352889466362ull},
+      {590, 10819446618404020845ull},
+      {6831, 296867530729364157ull},
+      {2815, 2234575057320031314ull},
+      {22862, 8300503150372725564ull},
+      {1295, 8630649958449886273ull},
+      {728, 16641656550341107412ull},
+      {585, 17025387651660104379ull},
+      {809, 13291783420919251184ull},
+      {7307, 6664256954006481381ull},
+      {1952, 16357177042809337192ull},
+  };
+  for (uint64_t seed = 0; seed < std::size(fixed); ++seed) {
+    const PhaseTraffic traffic = VariedPhase(seed);
+    const fb::ExchangeScheduleT s = SchedulePhase(traffic);
+    StatusOr<int64_t> length = VerifySchedule(traffic, s, "varied");
+    ASSERT_TRUE(length.ok()) << "seed " << seed << ": "
+                             << length.status().message();
+    EXPECT_EQ(s.length, fixed[seed].length) << "seed " << seed;
+    EXPECT_EQ(Fingerprint(s), fixed[seed].fingerprint) << "seed " << seed;
+    if (traffic.packets().size() <= kExactPlanningPackets) {
+      EXPECT_EQ(PlannedPhaseLength(traffic), *length) << "seed " << seed;
+    }
   }
 }
 

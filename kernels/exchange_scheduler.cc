@@ -7,9 +7,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <functional>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <queue>
@@ -23,185 +27,314 @@
 namespace tilec::kernels {
 namespace {
 
+// Where a search found room: the earliest start that fits, and the latest
+// start at which the same free gap still holds it (kNever: no end), so that
+// a start moved later by another constraint is checked without searching
+// again.
+struct Room {
+  int64_t start = 0;
+  int64_t latest = 0;
+};
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max() / 4;
+
 // Busy time of one resource (a lane or a tile's issue slots): sorted,
 // disjoint, non-touching intervals [begin, end), in blocks of at most
 // 2 x kBlock, so that an insertion moves at most one block and a search for
 // a gap skips every block whose gaps are all too narrow. Phases of
 // thousands of small pieces per tile would otherwise be scheduled in time
-// quadratic in their pieces.
+// quadratic in their pieces. Most searches start and most intervals are
+// added at or after the last busy cycle: the end is kept beside the blocks
+// and answers those without a search.
 class BusyIntervals {
  public:
-  // The earliest t' >= t with [t', t' + d) free.
-  int64_t EarliestFree(int64_t t, int64_t d) const {
-    if (d <= 0 || spans_.empty()) return t;
-    size_t b = std::upper_bound(spans_.begin(), spans_.end(), t,
-                                [](int64_t v, const Span& x) {
-                                  return v < x.end;
-                                }) -
-               spans_.begin();
-    if (b == spans_.size()) return t;
-    const Intervals& first = blocks_[b];
-    size_t i = std::upper_bound(first.begin(), first.end(), t,
-                                [](int64_t v, const Interval& x) {
-                                  return v < x.second;
-                                }) -
-               first.begin();
-    if (first[i].first >= t + d) return t;
+  // An interval by block and index: where a search from one cycle stopped,
+  // so that a search from a later cycle, with nothing added in between,
+  // goes on from there rather than from the start (kUnset: no search yet).
+  struct Position {
+    static constexpr uint32_t kUnset = UINT32_MAX;
+    uint32_t block = kUnset;
+    uint32_t index = 0;
+  };
+
+  // The earliest t' >= t with [t', t' + d) free, and the latest start the
+  // gap it lies in admits. `cursor` (if any) is where a search from an
+  // earlier cycle stopped, and is moved to where this one stops.
+  Room EarliestFree(int64_t t, int64_t d, Position* cursor = nullptr) const {
+    if (d <= 0 || t >= end_) return {t, kNever};  // also where none is busy
+    Position unset;
+    Position& at = cursor ? *cursor : unset;
+    at = FirstEndingAfter(t, at);
+    size_t b = at.block, i = at.index;
+    if (blocks_[b].v[i].first >= t + d) return {t, blocks_[b].v[i].first - d};
     // Interval (b, i) is in the way: the answer is the end of the first
     // interval from it on whose following gap is at least d.
     for (;;) {
       // A block none of whose gaps is wide enough is not searched.
-      const Intervals& v = blocks_[b];
-      for (; i + 1 < v.size() && spans_[b].widest_gap >= d; ++i) {
-        if (v[i + 1].first - v[i].second >= d) return v[i].second;
+      if (blocks_[b].widest_gap >= d) {
+        const Intervals& v = blocks_[b].v;
+        const bool whole_block = i == 0;
+        int64_t widest = 0;
+        for (; i + 1 < v.size(); ++i) {
+          const int64_t gap = v[i + 1].first - v[i].second;
+          if (gap >= d) {
+            at = {static_cast<uint32_t>(b), static_cast<uint32_t>(i + 1)};
+            return {v[i].second, v[i + 1].first - d};
+          }
+          widest = std::max(widest, gap);
+        }
+        // Every gap of the block was read: its bound is made exact.
+        if (whole_block) blocks_[b].widest_gap = widest;
       }
       for (;;) {
-        const int64_t last_end = spans_[b].end;
-        if (b + 1 == spans_.size() || spans_[b + 1].begin - last_end >= d) {
-          return last_end;
+        const int64_t last_end = blocks_[b].end;
+        if (b + 1 == blocks_.size()) return {last_end, kNever};
+        if (blocks_[b + 1].begin - last_end >= d) {
+          at = {static_cast<uint32_t>(b + 1), 0};
+          return {last_end, blocks_[b + 1].begin - d};
         }
         ++b;
-        if (spans_[b].widest_gap >= d) break;
+        if (blocks_[b].widest_gap >= d) break;
       }
       i = 0;
     }
   }
 
-  // Marks [begin, end), which is free, busy.
   // Nothing busy, keeping the first block's memory for the next schedule.
   void Clear() {
-    if (spans_.empty()) return;
-    spans_.clear();
+    if (end_ == kNoneBusy) return;
     blocks_.resize(1);
-    blocks_[0].clear();
+    blocks_[0].v.clear();
+    end_ = kNoneBusy;
   }
 
+  // Marks [begin, end), which is free, busy.
   void Add(int64_t begin, int64_t end) {
     if (end <= begin) return;
-    if (spans_.empty()) {
-      if (blocks_.empty()) blocks_.emplace_back();  // else Clear left one
-      spans_.emplace_back();
+    if (begin >= end_) {
+      Append(begin, end);
+      return;
     }
-    // The first block with an interval ending at or after `begin`, else
-    // the last block.
-    size_t b = std::lower_bound(spans_.begin(), spans_.end(), begin,
-                                [](const Span& x, int64_t v) {
-                                  return x.end < v;
-                                }) -
-               spans_.begin();
-    if (b == spans_.size()) --b;
-    const GapChange change = Insert(b, begin, end);
-    Refresh(b, change);
-    if (blocks_[b].size() > 2 * kBlock) Split(b);
+    // Before the end, so the end stays. The first block with an interval
+    // ending at or after `begin`.
+    const size_t b = std::lower_bound(blocks_.begin(), blocks_.end(), begin,
+                                      [](const Block& x, int64_t v) {
+                                        return x.end < v;
+                                      }) -
+                     blocks_.begin();
+    Insert(b, begin, end);
+    if (blocks_[b].v.size() > 2 * kBlock) Split(b);
+  }
+
+  // Marks [begin, end) busy, free or not: it and the intervals it overlaps
+  // or touches become one.
+  void Merge(int64_t begin, int64_t end) {
+    if (end <= begin) return;
+    if (begin >= end_) {
+      Add(begin, end);
+      return;
+    }
+    // The first interval ending at or after `begin`, and the last starting
+    // at or before `end`: those it merges with, if the first is not past
+    // `end`.
+    const size_t b = std::lower_bound(blocks_.begin(), blocks_.end(), begin,
+                                      [](const Block& x, int64_t v) {
+                                        return x.end < v;
+                                      }) -
+                     blocks_.begin();
+    Intervals& v = blocks_[b].v;
+    const size_t i = std::lower_bound(v.begin(), v.end(), begin,
+                                      [](const Interval& x, int64_t value) {
+                                        return x.second < value;
+                                      }) -
+                     v.begin();
+    if (v[i].first > end) {
+      Add(begin, end);
+      return;
+    }
+    const size_t last_b = std::upper_bound(blocks_.begin(), blocks_.end(), end,
+                                           [](int64_t value, const Block& x) {
+                                             return value < x.begin;
+                                           }) -
+                          blocks_.begin() - 1;
+    Intervals& w = blocks_[last_b].v;
+    const size_t last_i =
+        std::upper_bound(w.begin(), w.end(), end,
+                         [](int64_t value, const Interval& x) {
+                           return value < x.first;
+                         }) -
+        w.begin() - 1;
+    const Interval merged{std::min(begin, v[i].first),
+                          std::max(end, w[last_i].second)};
+    // Gaps only go: every block's bound still holds.
+    if (last_b == b) {
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(i + 1),
+              v.begin() + static_cast<std::ptrdiff_t>(last_i + 1));
+      v[i] = merged;
+    } else {
+      w.erase(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(last_i + 1));
+      if (!w.empty()) blocks_[last_b].begin = w.front().first;
+      v.resize(i + 1);
+      v[i] = merged;
+      // The blocks between, and block last_b if nothing is left of it.
+      blocks_.erase(
+          blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1),
+          blocks_.begin() +
+              static_cast<std::ptrdiff_t>(w.empty() ? last_b + 1 : last_b));
+    }
+    Block& block = blocks_[b];
+    block.begin = block.v.front().first;
+    block.end = block.v.back().second;
+    end_ = std::max(end_, merged.second);
   }
 
  private:
-  // Only the gap [begin, end) lies in changes: where it is inside the
-  // block and was its widest, the block is measured again; a new interval
-  // beyond either end of the block makes a new gap (-1: none).
-  struct GapChange {
-    int64_t old_gap = -1;
-    int64_t new_gap = -1;
+  static constexpr size_t kBlock = 64;
+  // end_ of a lane where nothing is busy: every search starts after it.
+  static constexpr int64_t kNoneBusy = std::numeric_limits<int64_t>::min();
+  using Interval = std::pair<int64_t, int64_t>;
+  using Intervals = std::vector<Interval>;
+  // A block's intervals, their extent and a bound on their inner gaps, no
+  // less than the widest gap between two of them: a gap made raises it,
+  // one taken leaves it, and a search that reads every gap of the block
+  // makes it exact (it is the searches' filter, not a fact they report:
+  // measuring the block again each time its widest gap was taken cost more
+  // than the searches it saved). The extent beside the intervals' vector:
+  // adding at a lane's end reads one block's line and the last interval's.
+  struct Block {
+    int64_t begin = 0;
+    int64_t end = 0;
+    mutable int64_t widest_gap = 0;
+    Intervals v;
   };
 
-  // Puts [begin, end) into block b, merging with the intervals it touches.
-  GapChange Insert(size_t b, int64_t begin, int64_t end) {
-    Intervals& v = blocks_[b];
+  // The first interval ending after t (< end_), from `from` on: every
+  // interval before `from` ends at or before t. A placement's searches of
+  // one lane move a few intervals on each time: steps of 1, 2, 4, ... from
+  // where the last one stopped stay near what it read.
+  Position FirstEndingAfter(int64_t t, Position from) const {
+    auto by_end = [](int64_t v, const Interval& x) { return v < x.second; };
+    size_t b = from.block;
+    size_t lo = 0, hi = 0;  // the answer is in [lo, hi) of block b
+    if (b == Position::kUnset) {
+      b = std::upper_bound(blocks_.begin(), blocks_.end(), t,
+                           [](int64_t v, const Block& x) { return v < x.end; }) -
+          blocks_.begin();
+      hi = blocks_[b].v.size();
+    } else {
+      lo = from.index;
+      if (blocks_[b].end <= t) {
+        do ++b;
+        while (blocks_[b].end <= t);
+        lo = 0;
+      }
+      const Intervals& v = blocks_[b].v;
+      // The block ends after t, so its answer is at or after `lo`.
+      for (size_t step = 1; v[lo].second <= t; step *= 2) {
+        if (lo + step >= v.size() || v[lo + step].second > t) {
+          hi = std::min(lo + step, v.size());
+          ++lo;
+          break;
+        }
+        lo += step;
+      }
+      if (hi == 0) hi = lo + 1;
+    }
+    const Intervals& v = blocks_[b].v;
+    const size_t i =
+        std::upper_bound(v.begin() + static_cast<std::ptrdiff_t>(lo),
+                         v.begin() + static_cast<std::ptrdiff_t>(hi), t,
+                         by_end) -
+        v.begin();
+    return {static_cast<uint32_t>(b), static_cast<uint32_t>(i)};
+  }
+
+  // [begin, end) at or after the last busy cycle.
+  void Append(int64_t begin, int64_t end) {
+    if (end_ == kNoneBusy) {
+      if (blocks_.empty()) blocks_.emplace_back();  // else Clear left one
+      blocks_[0].v.emplace_back(begin, end);
+      blocks_[0].begin = begin;
+      blocks_[0].end = end_ = end;
+      blocks_[0].widest_gap = 0;
+      return;
+    }
+    const size_t b = blocks_.size() - 1;
+    Block& block = blocks_[b];
+    if (begin == end_) {
+      block.v.back().second = end;
+    } else {
+      block.widest_gap = std::max(block.widest_gap, begin - end_);
+      block.v.emplace_back(begin, end);
+    }
+    block.end = end_ = end;
+    if (block.v.size() > 2 * kBlock) Split(b);
+  }
+
+  // Puts [begin, end), which ends before the last busy cycle, into block
+  // b (whose last interval ends at or after `begin`), merging with the
+  // intervals it touches. Gaps it takes leave the block's bound; a gap it
+  // makes before the block's first interval raises it.
+  void Insert(size_t b, int64_t begin, int64_t end) {
+    Block& block = blocks_[b];
+    Intervals& v = block.v;
     auto it = std::lower_bound(v.begin(), v.end(), begin,
                                [](const Interval& x, int64_t value) {
                                  return x.second < value;
                                });
-    GapChange change;
-    if (it != v.end() && it->second == begin) {
+    if (it->second == begin) {
       // Touches its left neighbour, and maybe its right one as well.
-      if (std::next(it) == v.end()) {
-        it->second = end;
-        AbsorbNextFront(b);
-        return change;
-      }
-      change.old_gap = std::next(it)->first - it->second;
       it->second = end;
-      if (std::next(it)->first == end) {
+      if (std::next(it) == v.end()) {
+        block.end = end;
+        AbsorbNextFront(b);
+      } else if (std::next(it)->first == end) {
         it->second = std::next(it)->second;
         v.erase(std::next(it));
       }
-    } else if (it != v.end() && it->first == end) {
-      if (it != v.begin()) change.old_gap = it->first - std::prev(it)->second;
+    } else if (it->first == end) {
       it->first = begin;
+      block.begin = v.front().first;
     } else {
-      if (it == v.end()) {
-        if (!v.empty()) change.new_gap = begin - v.back().second;
-      } else if (it == v.begin()) {
-        change.new_gap = it->first - end;
-      } else {
-        change.old_gap = it->first - std::prev(it)->second;
+      if (it == v.begin()) {
+        block.widest_gap = std::max(block.widest_gap, it->first - end);
+        block.begin = begin;
       }
       v.insert(it, {begin, end});
     }
-    return change;
   }
 
   // Block b's last interval now reaches the next block's first: one
   // interval, kept in block b.
   void AbsorbNextFront(size_t b) {
     if (b + 1 == blocks_.size() ||
-        spans_[b + 1].begin != blocks_[b].back().second) {
+        blocks_[b + 1].begin != blocks_[b].v.back().second) {
       return;
     }
-    Intervals& next = blocks_[b + 1];
-    blocks_[b].back().second = next.front().second;
-    next.erase(next.begin());
-    if (next.empty()) {
+    Block& next = blocks_[b + 1];
+    blocks_[b].v.back().second = blocks_[b].end = next.v.front().second;
+    next.v.erase(next.v.begin());
+    if (next.v.empty()) {
       blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1));
-      spans_.erase(spans_.begin() + static_cast<std::ptrdiff_t>(b + 1));
     } else {
-      Measure(b + 1);
+      next.begin = next.v.front().first;
     }
   }
 
-  void Refresh(size_t b, const GapChange& change) {
-    Span& span = spans_[b];
-    if (change.old_gap >= span.widest_gap) {
-      Measure(b);
-      return;
-    }
-    span.begin = blocks_[b].front().first;
-    span.end = blocks_[b].back().second;
-    span.widest_gap = std::max(span.widest_gap, change.new_gap);
-  }
-
-  static constexpr size_t kBlock = 64;
-  using Interval = std::pair<int64_t, int64_t>;
-  using Intervals = std::vector<Interval>;
-  // A block's extent and widest inner gap, kept apart from its intervals
-  // so that searches over blocks read one contiguous array.
-  struct Span {
-    int64_t begin = 0;
-    int64_t end = 0;
-    int64_t widest_gap = 0;  // between two of its own intervals
-  };
-
-  void Measure(size_t b) {
-    const Intervals& v = blocks_[b];
-    int64_t widest = 0;
-    for (size_t i = 1; i < v.size(); ++i) {
-      widest = std::max(widest, v[i].first - v[i - 1].second);
-    }
-    spans_[b] = {v.front().first, v.back().second, widest};
-  }
-
+  // Block b's upper half as a block of its own; each half keeps b's bound.
   void Split(size_t b) {
-    Intervals upper(blocks_[b].begin() + kBlock, blocks_[b].end());
-    blocks_[b].resize(kBlock);
+    Block upper;
+    upper.v.assign(blocks_[b].v.begin() + kBlock, blocks_[b].v.end());
+    upper.begin = upper.v.front().first;
+    upper.end = upper.v.back().second;
+    upper.widest_gap = blocks_[b].widest_gap;
+    blocks_[b].v.resize(kBlock);
+    blocks_[b].end = blocks_[b].v.back().second;
     blocks_.insert(blocks_.begin() + static_cast<std::ptrdiff_t>(b + 1),
                    std::move(upper));
-    spans_.insert(spans_.begin() + static_cast<std::ptrdiff_t>(b + 1), Span{});
-    Measure(b);
-    Measure(b + 1);
   }
 
-  std::vector<Intervals> blocks_;
-  std::vector<Span> spans_;  // by block
+  std::vector<Block> blocks_;
+  int64_t end_ = kNoneBusy;  // the last interval's end
 };
 
 // Busy time that several resources add to, so intervals may overlap: kept
@@ -209,33 +342,18 @@ class BusyIntervals {
 // the earliest start every one of them admits.
 class MergedIntervals {
  public:
-  // The earliest t' >= t with [t', t' + d) free.
-  int64_t EarliestFree(int64_t t, int64_t d) const {
-    auto it = busy_.upper_bound(t);
-    if (it != busy_.begin() && std::prev(it)->second > t) {
-      t = std::prev(it)->second;
-    }
-    for (; it != busy_.end() && it->first < t + d; ++it) t = it->second;
-    return t;
+  // The earliest t' >= t with [t', t' + d) free, and the latest start the
+  // gap it lies in admits. A window of no cycles may not start inside busy
+  // time either: it is searched as one of a cycle.
+  Room EarliestFree(int64_t t, int64_t d,
+                    BusyIntervals::Position* cursor = nullptr) const {
+    return busy_.EarliestFree(t, std::max<int64_t>(d, 1), cursor);
   }
 
-  void Add(int64_t begin, int64_t end) {
-    if (end <= begin) return;
-    auto it = busy_.upper_bound(begin);
-    if (it != busy_.begin() && std::prev(it)->second >= begin) {
-      --it;
-      begin = it->first;
-      end = std::max(end, it->second);
-    }
-    while (it != busy_.end() && it->first <= end) {
-      end = std::max(end, it->second);
-      it = busy_.erase(it);
-    }
-    busy_.emplace(begin, end);
-  }
+  void Add(int64_t begin, int64_t end) { busy_.Merge(begin, end); }
 
  private:
-  std::map<int64_t, int64_t> busy_;  // begin -> end, disjoint, not touching
+  BusyIntervals busy_;
 };
 
 // The lanes of a set of tiles that wide multicasts receive on: the union
@@ -256,38 +374,159 @@ struct TileUnion {
   int64_t last_latency = -1;
 };
 
+// How a phase's wide receiver sets are searched through unions of lanes
+// (TileUnion): made once per phase, shared by every order's scheduler.
+struct ReceiverUnions {
+  // A wide packet's receivers: unions and the tiles no union of it holds.
+  struct Cover {
+    std::vector<int> unions;
+    std::vector<int> tiles;
+  };
+  // None: every packet searched receiver by receiver.
+  explicit ReceiverUnions(size_t packets) : cover_of_packet(packets, -1) {}
+
+  std::vector<int> cover_of_packet;  // into covers; -1: each receiver
+  std::vector<Cover> covers;
+  int count = 0;
+  std::vector<std::vector<int>> unions_of_tile;  // empty: no unions
+};
+
+// Receiver sets of at least this many tiles are searched through unions:
+// below it, the receivers' own lanes are searched as fast as unions are
+// kept.
+constexpr uint32_t kWideReceivers = 64;
+// The smallest aligned tile range kept as a union: smaller runs cost more
+// to keep (every busy interval of a tile goes into each union holding it)
+// than they save.
+constexpr int kSmallestRange = 16;
+
+struct AlignedRanges {
+  std::vector<std::pair<int, int>> ranges;  // (first, size)
+  std::vector<int> tiles;                   // in no range
+};
+
+// `tiles` (sorted, distinct) as the fewest aligned ranges of at least
+// kSmallestRange tiles, and the tiles left over.
+AlignedRanges AlignedRangesOf(const std::vector<int>& tiles) {
+  AlignedRanges out;
+  for (size_t i = 0; i < tiles.size();) {
+    size_t run = i + 1;
+    while (run < tiles.size() && tiles[run] == tiles[run - 1] + 1) ++run;
+    const int end = tiles[run - 1] + 1;
+    for (int first = tiles[i]; first < end;) {
+      int size = 1;
+      while (first % (2 * size) == 0 && first + 2 * size <= end) size *= 2;
+      if (size < kSmallestRange) {
+        out.tiles.push_back(first++);
+      } else {
+        out.ranges.emplace_back(first, size);
+        first += size;
+      }
+    }
+    i = run;
+  }
+  return out;
+}
+
+// Each distinct wide receiver set is covered by aligned tile ranges
+// [i * 2^k, (i + 1) * 2^k) of at least kSmallestRange tiles (a broadcast
+// to every tile but its sender: two runs, about 2 log(tiles) ranges), so
+// that each tile is in at most one range per size whatever the sets. A
+// set whose runs are too short for that (every other tile) gets a union
+// of its own where two or more packets share it.
+ReceiverUnions CoverWideReceiverSets(const PhaseTraffic& traffic) {
+  const auto& packets = traffic.packets();
+  ReceiverUnions out(packets.size());
+  auto new_union = [&](const std::vector<int>& tiles) {
+    if (out.unions_of_tile.empty()) {
+      out.unions_of_tile.resize(traffic.model().tiles);
+    }
+    for (int tile : tiles) out.unions_of_tile[tile].push_back(out.count);
+    return out.count++;
+  };
+  std::map<std::vector<int>, std::vector<uint32_t>> sharing;
+  for (uint32_t p = 0; p < packets.size(); ++p) {
+    if (packets[p].receiver_count < kWideReceivers) continue;
+    const std::span<const int> r = traffic.ReceiversOf(packets[p]);
+    std::vector<int> set(r.begin(), r.end());
+    std::sort(set.begin(), set.end());
+    sharing[std::move(set)].push_back(p);
+  }
+  std::map<std::pair<int, int>, int> range_unions;  // (first, size) -> union
+  for (const auto& [set, members] : sharing) {
+    ReceiverUnions::Cover cover;
+    const AlignedRanges ranges = AlignedRangesOf(set);
+    // Ranges, where they leave fewer tiles than a wide set to search one
+    // by one.
+    if (ranges.tiles.size() < kWideReceivers) {
+      for (const auto& [first, size] : ranges.ranges) {
+        auto [it, added] = range_unions.try_emplace({first, size}, 0);
+        if (added) {
+          std::vector<int> range(size);
+          std::iota(range.begin(), range.end(), first);
+          it->second = new_union(range);
+        }
+        cover.unions.push_back(it->second);
+      }
+      cover.tiles = ranges.tiles;
+    } else if (members.size() >= 2) {
+      cover.unions.push_back(new_union(set));
+    } else {
+      continue;
+    }
+    const int c = static_cast<int>(out.covers.size());
+    out.covers.push_back(std::move(cover));
+    for (uint32_t p : members) out.cover_of_packet[p] = c;
+  }
+  return out;
+}
+
 // The scheduler's state: every lane's and issue slot's busy time and, when
 // it records (emit-device's schedules, not the planner's prices), every
 // packet's start and every tile's control instructions.
 class Scheduler {
  public:
-  // receiver_unions: search wide multicasts' receivers through unions of
-  // their lanes (TileUnion) rather than each receiver's; the same starts.
-  Scheduler(const PhaseTraffic& traffic, bool record, bool receiver_unions)
+  // Wide multicasts' receivers are searched through `unions` of their
+  // lanes where it has them, rather than each receiver's: the same starts.
+  Scheduler(const PhaseTraffic& traffic, const ReceiverUnions& unions,
+            bool record)
       : traffic_(traffic),
         model_(traffic.model()),
         record_(record),
+        cover_(unions),
+        unions_(unions.count),
         w_send_(model_.IssueWidth(fb::ControlKind::Send)),
         w_select_(model_.IssueWidth(fb::ControlKind::Select)),
         w_pointer_(model_.IssueWidth(fb::ControlKind::Pointer)) {
+    route_latency_.resize(model_.tiles);
+    for (int tile = 0; tile < model_.tiles; ++tile) {
+      route_latency_[tile] = model_.RouteLatency(tile);
+    }
     TakeLanes();
     if (record_) {
       starts_.assign(traffic_.packets().size(), 0);
       control_.resize(model_.tiles);
     }
-    cover_of_packet_.assign(traffic_.packets().size(), -1);
-    if (receiver_unions) CoverWideReceiverSets();
   }
 
   ~Scheduler() { GiveLanesBack(); }
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
+  // Whether a schedule at least this long so far may stop: one that is
+  // longer at the end could not be kept.
+  using Lost = std::function<bool(int64_t)>;
+
   // Places the packets in `order`, each at its earliest start; returns the
-  // schedule's length.
-  int64_t Run(const std::vector<uint32_t>& order) {
+  // schedule's length, nullopt once `lost` says so (a schedule only gets
+  // longer as packets are placed).
+  std::optional<int64_t> Run(const std::vector<uint32_t>& order,
+                             const Lost& lost) {
     int64_t length = 0;
-    for (uint32_t p : order) length = std::max(length, Commit(p, Place(p)));
+    for (uint32_t p : order) {
+      length = std::max(length, Commit(p, Place(p, first_start_)));
+      if (lost(length)) return std::nullopt;
+    }
     return length;
   }
 
@@ -298,24 +537,36 @@ class Scheduler {
   // Nullopt when its packets were re-placed more than `budget` times: a
   // phase whose packets keep overtaking each other makes it quadratic.
   std::optional<int64_t> RunEarliestFirst(const std::vector<int64_t>& priority,
-                                          int64_t budget) {
+                                          int64_t budget, const Lost& lost) {
     const size_t n = traffic_.packets().size();
-    using Entry = std::tuple<int64_t, int64_t, uint32_t>;  // start, -prio, p
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
-    for (uint32_t p = 0; p < n; ++p) queue.emplace(0, -priority[p], p);
+    // The packets by priority, then index: ties between starts go by rank
+    // there, so that an entry is two words.
+    std::vector<uint32_t> by_rank(n);
+    std::iota(by_rank.begin(), by_rank.end(), 0);
+    std::stable_sort(by_rank.begin(), by_rank.end(), [&](uint32_t a, uint32_t b) {
+      return priority[a] > priority[b];
+    });
+    using Entry = std::pair<int64_t, uint32_t>;  // start, rank
+    std::vector<Entry> entries(n);
+    for (uint32_t rank = 0; rank < n; ++rank) entries[rank] = {0, rank};
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue(
+        std::greater<Entry>(), std::move(entries));
     int64_t length = 0;
     while (!queue.empty()) {
-      auto [start, key, p] = queue.top();
+      const auto [start, rank] = queue.top();
+      const uint32_t p = by_rank[rank];
       queue.pop();
-      // Starts only move later as packets are placed: recheck, and place
-      // it only if it is still the earliest.
-      const int64_t t = Place(p);
+      // Starts only move later as packets are placed: recheck from where
+      // it could start before, and place it only if it is still the
+      // earliest.
+      const int64_t t = Place(p, std::max(start, first_start_));
       if (t > start) {
         if (--budget < 0) return std::nullopt;
-        queue.emplace(t, key, p);
+        queue.emplace(t, rank);
         continue;
       }
       length = std::max(length, Commit(p, t));
+      if (lost(length)) return std::nullopt;
     }
     return length;
   }
@@ -343,42 +594,116 @@ class Scheduler {
   }
 
  private:
-  // The earliest start of packet `p` around what is placed.
-  int64_t Place(uint32_t p) const {
+  // The earliest start from `from` on that every constraint on packet p
+  // admits: its sender's lane and issue slot (site 0), then for each union
+  // and each tile it is received through (sites 1, ...), the receive lane,
+  // the Select's issue and the Pointer's. That least common start does not
+  // depend on the order the constraints are met in, so each is searched
+  // again only when the start has moved past the room it last found (from
+  // where its lane's last search stopped), and the constraints are gone
+  // through from the first again whenever the start moves, until every one
+  // admits it: the sender's, which bind most often, are searched the least.
+  int64_t Place(uint32_t p, int64_t from) {
     const auto& packet = traffic_.packets()[p];
     const int64_t d = model_.Duration(packet.words);
-    const std::span<const int> receivers = traffic_.ReceiversOf(packet);
-    int64_t t = std::max(w_send_, w_select_);
-    for (;;) {
-      const int64_t before = t;
-      t = send_[packet.sender].EarliestFree(t, d);
-      t = issue_[packet.sender].EarliestFree(t - w_send_, w_send_) + w_send_;
-      if (cover_of_packet_[p] >= 0) {
-        const Cover& cover = covers_[cover_of_packet_[p]];
-        for (int u : cover.unions) t = EarliestReceivable(unions_[u], t, d);
-        for (int r : cover.tiles) t = EarliestReceivable(r, t, d);
-      } else {
-        for (int r : receivers) t = EarliestReceivable(r, t, d);
-      }
-      if (t == before) return t;
+    const ReceiverUnions::Cover* cover =
+        cover_.cover_of_packet[p] >= 0
+            ? &cover_.covers[cover_.cover_of_packet[p]]
+            : nullptr;
+    const std::span<const int> tiles =
+        cover ? std::span<const int>(cover->tiles) : traffic_.ReceiversOf(packet);
+    const size_t unions = cover ? cover->unions.size() : 0;
+    const size_t constraints = kPerSite * (1 + unions + tiles.size());
+    if (latest_.size() < constraints) {
+      latest_.resize(constraints);
+      cursors_.resize(constraints);
     }
+    int64_t t = from;
+    // The constraints are gone through from the first whenever the start
+    // moves, so those from `met` on have not been searched yet.
+    size_t met = 0;
+    for (size_t k = 0, site = 0, kind = 0; k < constraints;) {
+      if (k == met || t > latest_[k]) {
+        if (k == met) {
+          cursors_[k] = BusyIntervals::Position();
+          ++met;
+        }
+        BusyIntervals::Position* cursor = &cursors_[k];
+        const Room room =
+            site == 0 ? SendRoom(packet.sender, kind, t, d, cursor)
+            : site <= unions
+                ? ReceiveRoom(unions_[cover->unions[site - 1]], kind, t, d,
+                              cursor)
+                : ReceiveRoom(tiles[site - 1 - unions], kind, t, d, cursor);
+        latest_[k] = room.latest;
+        if (room.start != t) {
+          t = room.start;
+          k = site = kind = 0;
+          continue;
+        }
+      }
+      ++k;
+      if (++kind == kPerSite) {
+        kind = 0;
+        ++site;
+      }
+    }
+    return t;
   }
 
-  // The earliest start from `t` that tile r's receive lane and issue slots
-  // admit for a packet of d cycles.
-  int64_t EarliestReceivable(int r, int64_t t, int64_t d) const {
-    t = receive_[r].EarliestFree(t, d);
-    t = issue_[r].EarliestFree(t - w_select_, w_select_) + w_select_;
-    const int64_t latency = model_.RouteLatency(r);
-    return issue_[r].EarliestFree(t + latency - w_pointer_, w_pointer_) +
-           w_pointer_ - latency;
+  // Constraints per site: a sender has two, the third admits any start.
+  static constexpr size_t kPerSite = 3;
+
+  // Room for a packet of d cycles starting at t on its sender's lane (kind
+  // 0) and issue slot (kind 1).
+  Room SendRoom(int sender, size_t kind, int64_t t, int64_t d,
+                BusyIntervals::Position* cursor) const {
+    switch (kind) {
+      case 0:
+        return send_[sender].EarliestFree(t, d, cursor);
+      case 1:
+        return Shifted(
+            issue_[sender].EarliestFree(t - w_send_, w_send_, cursor),
+            w_send_);
+    }
+    return {t, kNever};
+  }
+
+  // Room on tile r's receive lane (kind 0), and its issue slot for the
+  // Select (kind 1) and the Pointer (kind 2).
+  Room ReceiveRoom(int r, size_t kind, int64_t t, int64_t d,
+                   BusyIntervals::Position* cursor) const {
+    switch (kind) {
+      case 0:
+        return receive_[r].EarliestFree(t, d, cursor);
+      case 1:
+        return Shifted(
+            issue_[r].EarliestFree(t - w_select_, w_select_, cursor),
+            w_select_);
+    }
+    const int64_t latency = route_latency_[r];
+    return Shifted(
+        issue_[r].EarliestFree(t + latency - w_pointer_, w_pointer_, cursor),
+        w_pointer_ - latency);
   }
 
   // The same for every tile of a union at once.
-  int64_t EarliestReceivable(const TileUnion& u, int64_t t, int64_t d) const {
-    t = u.receive.EarliestFree(t, d);
-    t = u.select.EarliestFree(t - w_select_, w_select_) + w_select_;
-    return u.pointer.EarliestFree(t - w_pointer_, w_pointer_) + w_pointer_;
+  Room ReceiveRoom(const TileUnion& u, size_t kind, int64_t t, int64_t d,
+                   BusyIntervals::Position* cursor) const {
+    switch (kind) {
+      case 0:
+        return u.receive.EarliestFree(t, d, cursor);
+      case 1:
+        return Shifted(u.select.EarliestFree(t - w_select_, w_select_, cursor),
+                       w_select_);
+    }
+    return Shifted(u.pointer.EarliestFree(t - w_pointer_, w_pointer_, cursor),
+                   w_pointer_);
+  }
+
+  // A window's room as room for the packet's start, `offset` after it.
+  static Room Shifted(Room room, int64_t offset) {
+    return {room.start + offset, room.latest + offset};
   }
 
   // Marks packet `p` placed at `t`; returns where its last word lands.
@@ -396,7 +721,7 @@ class Scheduler {
     const std::span<const int> receivers = traffic_.ReceiversOf(packet);
     for (uint32_t i = 0; i < receivers.size(); ++i) {
       const int r = receivers[i];
-      const int64_t latency = model_.RouteLatency(r);
+      const int64_t latency = route_latency_[r];
       AddReceiver(r, p, t, d);
       if (record_) {
         control_[r].emplace_back(cycle, p, i, fb::ControlKind::Select);
@@ -408,112 +733,17 @@ class Scheduler {
     return end;
   }
 
-  // Receiver sets of at least this many tiles are searched through unions:
-  // below it, the receivers' own lanes are searched as fast as unions are
-  // kept.
-  static constexpr uint32_t kWideReceivers = 64;
-  // The smallest aligned tile range kept as a union: smaller runs cost
-  // more to keep (every busy interval of a tile goes into each union
-  // holding it) than they save.
-  static constexpr int kSmallestRange = 16;
-
-  // A wide packet's receivers: unions and the tiles no union of it holds.
-  struct Cover {
-    std::vector<int> unions;  // into unions_
-    std::vector<int> tiles;
-  };
-
-  // Each distinct wide receiver set is covered by aligned tile ranges
-  // [i * 2^k, (i + 1) * 2^k) of at least kSmallestRange tiles (a broadcast
-  // to every tile but its sender: two runs, about 2 log(tiles) ranges), so
-  // that each tile is in at most one range per size whatever the sets. A
-  // set whose runs are too short for that (every other tile) gets a union
-  // of its own where two or more packets share it.
-  void CoverWideReceiverSets() {
-    const auto& packets = traffic_.packets();
-    std::map<std::vector<int>, std::vector<uint32_t>> sharing;
-    for (uint32_t p = 0; p < packets.size(); ++p) {
-      if (packets[p].receiver_count < kWideReceivers) continue;
-      const std::span<const int> r = traffic_.ReceiversOf(packets[p]);
-      std::vector<int> set(r.begin(), r.end());
-      std::sort(set.begin(), set.end());
-      sharing[std::move(set)].push_back(p);
-    }
-    std::map<std::pair<int, int>, int> range_unions;  // (first, size) -> union
-    for (const auto& [set, members] : sharing) {
-      Cover cover;
-      const AlignedRanges ranges = AlignedRangesOf(set);
-      // Ranges, where they leave fewer tiles than a wide set to search one
-      // by one.
-      if (ranges.tiles.size() < kWideReceivers) {
-        for (const auto& [first, size] : ranges.ranges) {
-          auto [it, added] = range_unions.try_emplace({first, size}, 0);
-          if (added) {
-            std::vector<int> range(size);
-            std::iota(range.begin(), range.end(), first);
-            it->second = NewUnion(range);
-          }
-          cover.unions.push_back(it->second);
-        }
-        cover.tiles = ranges.tiles;
-      } else if (members.size() >= 2) {
-        cover.unions.push_back(NewUnion(set));
-      } else {
-        continue;
-      }
-      const int c = static_cast<int>(covers_.size());
-      covers_.push_back(std::move(cover));
-      for (uint32_t p : members) cover_of_packet_[p] = c;
-    }
-  }
-
-  struct AlignedRanges {
-    std::vector<std::pair<int, int>> ranges;  // (first, size)
-    std::vector<int> tiles;                   // in no range
-  };
-
-  // `tiles` (sorted, distinct) as the fewest aligned ranges of at least
-  // kSmallestRange tiles, and the tiles left over.
-  static AlignedRanges AlignedRangesOf(const std::vector<int>& tiles) {
-    AlignedRanges out;
-    for (size_t i = 0; i < tiles.size();) {
-      size_t run = i + 1;
-      while (run < tiles.size() && tiles[run] == tiles[run - 1] + 1) ++run;
-      const int end = tiles[run - 1] + 1;
-      for (int first = tiles[i]; first < end;) {
-        int size = 1;
-        while (first % (2 * size) == 0 && first + 2 * size <= end) size *= 2;
-        if (size < kSmallestRange) {
-          out.tiles.push_back(first++);
-        } else {
-          out.ranges.emplace_back(first, size);
-          first += size;
-        }
-      }
-      i = run;
-    }
-    return out;
-  }
-
-  int NewUnion(const std::vector<int>& tiles) {
-    const int u = static_cast<int>(unions_.size());
-    unions_.emplace_back();
-    if (unions_of_tile_.empty()) unions_of_tile_.resize(model_.tiles);
-    for (int tile : tiles) unions_of_tile_[tile].push_back(u);
-    return u;
-  }
-
   // Receiver r's windows and instructions for packet p at t. Every
   // receiver of a packet has the same windows but for those its route
   // latency shifts, so a union takes each window once per packet and
   // latency, not once per tile.
   void AddReceiver(int r, uint32_t p, int64_t t, int64_t d) {
-    const int64_t latency = model_.RouteLatency(r);
+    const int64_t latency = route_latency_[r];
     receive_[r].Add(t, t + d);
     issue_[r].Add(t - w_select_, t);
     issue_[r].Add(t + latency - w_pointer_, t + latency);
-    if (unions_of_tile_.empty()) return;
-    for (int u : unions_of_tile_[r]) {
+    if (cover_.unions_of_tile.empty()) return;
+    for (int u : cover_.unions_of_tile[r]) {
       TileUnion& x = unions_[u];
       if (x.last_packet != p) {
         x.last_packet = p;
@@ -532,30 +762,38 @@ class Scheduler {
 
   void AddIssue(int tile, int64_t begin, int64_t end) {
     issue_[tile].Add(begin, end);
-    if (unions_of_tile_.empty()) return;
-    const int64_t latency = model_.RouteLatency(tile);
-    for (int u : unions_of_tile_[tile]) {
+    if (cover_.unions_of_tile.empty()) return;
+    const int64_t latency = route_latency_[tile];
+    for (int u : cover_.unions_of_tile[tile]) {
       unions_[u].select.Add(begin, end);
       unions_[u].pointer.Add(begin - latency, end - latency);
     }
   }
 
-  // Every tile's lanes, kept on the thread from one schedule to the next:
-  // a phase touches few of them, and making 3 x tiles interval sets afresh
-  // for each order of every phase the planner prices was a sixth of its
-  // time in malloc and free.
+  // Every tile's lanes, kept from one schedule to the next: a phase
+  // touches few of them, and making 3 x tiles interval sets afresh for each
+  // order of every phase the planner prices was a sixth of its time in
+  // malloc and free. Shared by the threads that try orders, which would
+  // otherwise make their own afresh for each large phase.
   using Lanes = std::array<std::vector<BusyIntervals>, 3>;
-  static std::vector<Lanes>& LanePool() {
-    thread_local std::vector<Lanes> pool;
+  struct LanePool {
+    std::mutex mutex;
+    std::vector<Lanes> lanes;
+  };
+  static LanePool& Pool() {
+    static LanePool pool;
     return pool;
   }
   void TakeLanes() {
-    std::vector<Lanes>& pool = LanePool();
-    if (!pool.empty()) {
-      send_.swap(pool.back()[0]);
-      receive_.swap(pool.back()[1]);
-      issue_.swap(pool.back()[2]);
-      pool.pop_back();
+    LanePool& pool = Pool();
+    {
+      std::lock_guard<std::mutex> lock(pool.mutex);
+      if (!pool.lanes.empty()) {
+        send_.swap(pool.lanes.back()[0]);
+        receive_.swap(pool.lanes.back()[1]);
+        issue_.swap(pool.lanes.back()[2]);
+        pool.lanes.pop_back();
+      }
     }
     send_.resize(model_.tiles);
     receive_.resize(model_.tiles);
@@ -569,20 +807,27 @@ class Scheduler {
     for (std::vector<BusyIntervals>& v : lanes) {
       for (BusyIntervals& b : v) b.Clear();
     }
-    LanePool().push_back(std::move(lanes));
+    LanePool& pool = Pool();
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    pool.lanes.push_back(std::move(lanes));
   }
 
   const PhaseTraffic& traffic_;
   const ExchangeModel& model_;
   const bool record_;
-  std::vector<int> cover_of_packet_;  // into covers_; -1: each receiver
-  std::vector<Cover> covers_;
-  std::vector<TileUnion> unions_;
-  std::vector<std::vector<int>> unions_of_tile_;  // empty: no unions
+  const ReceiverUnions& cover_;
+  std::vector<TileUnion> unions_;  // by cover_'s numbers
   std::vector<uint32_t> starts_;
   std::vector<std::vector<fb::ControlInstruction>> control_;
   std::vector<BusyIntervals> send_, receive_, issue_;
   const int64_t w_send_, w_select_, w_pointer_;
+  std::vector<int64_t> route_latency_;  // by tile, found without dividing
+  // No packet starts before its Send and its Selects have issued.
+  const int64_t first_start_ = std::max(w_send_, w_select_);
+  // Place's, by constraint: the latest start its room admits, and where
+  // its lane's search stopped.
+  std::vector<int64_t> latest_;
+  std::vector<BusyIntervals::Position> cursors_;
 };
 
 // Orders in which the scheduler places packets (SchedulePhase keeps the
@@ -774,12 +1019,17 @@ std::vector<int> EdgeColours(const std::vector<int>& from,
                              const std::vector<int>& to, int vertices,
                              int colours) {
   const size_t edges = from.size();
-  // at[v * colours + c]: the edge of colour c at vertex v; -1: none.
-  std::vector<int64_t> at(static_cast<size_t>(vertices) * colours, -1);
+  // A swap's path reads an edge's two ends together, and the edges of two
+  // colours at many vertices: ends side by side, edges by colour, then
+  // vertex.
+  std::vector<std::pair<int, int>> ends(edges);
+  for (size_t e = 0; e < edges; ++e) ends[e] = {from[e], to[e]};
+  // at[c * vertices + v]: the edge of colour c at vertex v; -1: none.
+  std::vector<int32_t> at(static_cast<size_t>(vertices) * colours, -1);
   std::vector<int> colour(edges, -1);
   std::vector<int> first_free(vertices, 0);  // no free colour below it
-  auto slot = [&](int v, int c) -> int64_t& {
-    return at[static_cast<size_t>(v) * colours + c];
+  auto slot = [&](int v, int c) -> int32_t& {
+    return at[static_cast<size_t>(c) * vertices + v];
   };
   auto free_colour = [&](int v) {
     int& c = first_free[v];
@@ -788,7 +1038,7 @@ std::vector<int> EdgeColours(const std::vector<int>& from,
   };
   std::vector<size_t> path;
   for (size_t e = 0; e < edges; ++e) {
-    const int u = from[e], v = to[e];
+    const auto [u, v] = ends[e];
     const int a = free_colour(u), b = free_colour(v);
     if (slot(v, a) >= 0) {
       // Swap a and b along the path from v that alternates them: then a
@@ -797,22 +1047,22 @@ std::vector<int> EdgeColours(const std::vector<int>& from,
       for (int w = v, c = a; slot(w, c) >= 0; c = c == a ? b : a) {
         const size_t f = static_cast<size_t>(slot(w, c));
         path.push_back(f);
-        w = w == from[f] ? to[f] : from[f];
+        w = w == ends[f].first ? ends[f].second : ends[f].first;
       }
       for (size_t f : path) {
-        slot(from[f], colour[f]) = slot(to[f], colour[f]) = -1;
+        slot(ends[f].first, colour[f]) = slot(ends[f].second, colour[f]) = -1;
       }
       for (size_t f : path) {
         const int old = colour[f];
         colour[f] = old == a ? b : a;
-        slot(from[f], colour[f]) = slot(to[f], colour[f]) =
-            static_cast<int64_t>(f);
-        first_free[from[f]] = std::min(first_free[from[f]], old);
-        first_free[to[f]] = std::min(first_free[to[f]], old);
+        slot(ends[f].first, colour[f]) = slot(ends[f].second, colour[f]) =
+            static_cast<int32_t>(f);
+        first_free[ends[f].first] = std::min(first_free[ends[f].first], old);
+        first_free[ends[f].second] = std::min(first_free[ends[f].second], old);
       }
     }
     colour[e] = a;
-    slot(u, a) = slot(v, a) = static_cast<int64_t>(e);
+    slot(u, a) = slot(v, a) = static_cast<int32_t>(e);
   }
   return colour;
 }
@@ -874,7 +1124,8 @@ std::vector<uint32_t> Matchings(const PhaseTraffic& traffic,
   return order;
 }
 
-// The orders SchedulePhase tries, in order.
+// The orders SchedulePhase tries: of schedules of equal length, the one of
+// the first order here is kept.
 enum class Order {
   kBusiestLaneFirst,
   kRounds,
@@ -882,54 +1133,104 @@ enum class Order {
   kOpsInTurn,
   kMatchings
 };
-constexpr Order kOrders[] = {Order::kBusiestLaneFirst, Order::kRounds,
-                             Order::kEarliestFirst, Order::kOpsInTurn,
-                             Order::kMatchings};
+constexpr size_t kOrderCount = 5;
+// The sequence they are tried in, which changes nothing but how soon the
+// others give up: matchings, the shortest on most of the costliest phases
+// (so400m's layer, where it ends the others early), then rounds, the
+// shortest on most others.
+constexpr Order kTrialSequence[kOrderCount] = {
+    Order::kMatchings, Order::kRounds, Order::kBusiestLaneFirst,
+    Order::kEarliestFirst, Order::kOpsInTurn};
 
 // Schedules `traffic` in `order` on `scheduler`; nullopt where
 // earliest-first gives up, and ops-in-turn on a phase of one op (it would
-// be busiest-lane-first again). Earliest-first is tried only where it stays near
-// linear: at most four re-placements per packet (deterministic, unlike a
-// time limit).
+// be busiest-lane-first again), and where `lost` stops it. Earliest-first
+// is tried only where it stays near linear: at most four re-placements per
+// packet (deterministic, unlike a time limit).
 std::optional<int64_t> RunOrder(Scheduler& scheduler, Order order,
                                 const PhaseTraffic& traffic,
-                                const std::vector<int64_t>& priority) {
+                                const std::vector<int64_t>& priority,
+                                const Scheduler::Lost& lost) {
   switch (order) {
     case Order::kBusiestLaneFirst:
-      return scheduler.Run(BusiestLaneFirst(traffic, priority));
+      return scheduler.Run(BusiestLaneFirst(traffic, priority), lost);
     case Order::kRounds:
-      return scheduler.Run(Rounds(traffic, priority));
+      return scheduler.Run(Rounds(traffic, priority), lost);
     case Order::kEarliestFirst:
       return scheduler.RunEarliestFirst(
-          priority, 4 * static_cast<int64_t>(traffic.packets().size()));
+          priority, 4 * static_cast<int64_t>(traffic.packets().size()), lost);
     case Order::kOpsInTurn: {
       const std::vector<uint32_t> order = OpsInTurn(traffic);
       if (order.empty()) return std::nullopt;
-      return scheduler.Run(order);
+      return scheduler.Run(order, lost);
     }
     case Order::kMatchings: {
       const std::vector<uint32_t> order = Matchings(traffic, priority);
       if (order.empty()) return std::nullopt;
-      return scheduler.Run(order);
+      return scheduler.Run(order, lost);
     }
   }
   return std::nullopt;
 }
 
-// An order's schedule: its length, nullopt where the order gives up; the
-// scheduler that placed it where it recorded.
+// The lengths of one phase's finished orders, shared by the threads that
+// try them. The order kept is the shortest, the first (Order) of equals: an
+// order whose schedule so far is already longer than a finished later
+// order's, or as long as a finished earlier order's, cannot be it, and
+// stops. Whatever finishes first, the order kept is the same.
+class Race {
+ public:
+  Race() {
+    for (std::atomic<int64_t>& length : lengths_) length = kUnfinished;
+  }
+
+  void Finish(Order order, std::optional<int64_t> length) {
+    if (length) lengths_[static_cast<size_t>(order)] = *length;
+  }
+
+  bool Lost(Order order, int64_t length_so_far) const {
+    const size_t i = static_cast<size_t>(order);
+    for (size_t j = 0; j < kOrderCount; ++j) {
+      const int64_t length = lengths_[j].load(std::memory_order_relaxed);
+      if (length == kUnfinished || j == i) continue;
+      if (j < i ? length_so_far >= length : length_so_far > length) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  static constexpr int64_t kUnfinished = -1;
+  std::array<std::atomic<int64_t>, kOrderCount> lengths_;
+};
+
+// An order's schedule: its length, nullopt where the order gives up or
+// lost; the scheduler that placed it where it recorded.
 struct Tried {
+  Order order = Order::kBusiestLaneFirst;
   std::optional<int64_t> length;
   std::unique_ptr<Scheduler> scheduler;
 };
 
+// Whether `a` is kept before `b`.
+bool Better(const Tried& a, const Tried& b) {
+  if (!a.length) return false;
+  if (!b.length) return true;
+  return std::tuple(*a.length, a.order) < std::tuple(*b.length, b.order);
+}
+
 Tried TryOrder(const PhaseTraffic& traffic,
-               const std::vector<int64_t>& priority, Order order, bool record,
-               bool receiver_unions) {
+               const std::vector<int64_t>& priority,
+               const ReceiverUnions& unions, Order order, bool record,
+               Race& race) {
   Tried tried;
-  tried.scheduler =
-      std::make_unique<Scheduler>(traffic, record, receiver_unions);
-  tried.length = RunOrder(*tried.scheduler, order, traffic, priority);
+  tried.order = order;
+  tried.scheduler = std::make_unique<Scheduler>(traffic, unions, record);
+  tried.length =
+      RunOrder(*tried.scheduler, order, traffic, priority,
+               [&](int64_t length) { return race.Lost(order, length); });
+  race.Finish(order, tried.length);
   if (!record) tried.scheduler.reset();
   return tried;
 }
@@ -941,38 +1242,37 @@ constexpr int64_t kParallelScheduleWork = 4096;
 // The shortest schedule of the orders (the first of equals), recorded if
 // `record`: every order records as it goes, which costs less than placing
 // the packets once more in the order found. The orders are independent,
-// so on a large phase the first runs on a thread of its own beside the
-// others: the same result, sooner on two cores. Only the shortest so far
-// is kept beside the one being tried.
+// so on a large phase two threads take them in turn: the same result,
+// sooner on two cores. Each keeps only its shortest so far beside the one
+// it is trying.
 Tried ShortestOrder(const PhaseTraffic& traffic,
                     const std::vector<int64_t>& priority, bool record,
                     bool receiver_unions) {
-  auto shorter = [](const Tried& a, const Tried& b) {
-    return a.length && (!b.length || *a.length < *b.length);
+  const ReceiverUnions unions = receiver_unions
+                                    ? CoverWideReceiverSets(traffic)
+                                    : ReceiverUnions(traffic.packets().size());
+  Race race;
+  std::atomic<size_t> next = 0;
+  auto try_in_turn = [&](Tried& best) {
+    for (size_t k; (k = next++) < kOrderCount;) {
+      Tried tried = TryOrder(traffic, priority, unions, kTrialSequence[k],
+                             record, race);
+      if (Better(tried, best)) best = std::move(tried);
+    }
   };
   int64_t work = 0;
   for (const auto& p : traffic.packets()) work += 1 + p.receiver_count;
-  Tried first;
-  std::thread beside;
-  size_t next = 0;
+  Tried mine, beside;
   if (work >= kParallelScheduleWork) {
-    beside = std::thread([&] {
-      first = TryOrder(traffic, priority, kOrders[0], record, receiver_unions);
-    });
-    next = 1;
+    std::thread thread([&] { try_in_turn(beside); });
+    try_in_turn(mine);
+    thread.join();
+  } else {
+    try_in_turn(mine);
   }
-  Tried best;
-  for (size_t i = next; i < std::size(kOrders); ++i) {
-    Tried tried =
-        TryOrder(traffic, priority, kOrders[i], record, receiver_unions);
-    if (shorter(tried, best)) best = std::move(tried);
-  }
-  if (beside.joinable()) {
-    beside.join();
-    // The first order wins its ties.
-    if (!shorter(best, first)) best = std::move(first);
-  }
-  return best;  // the first two orders never give up
+  // The order kept has a length: busiest-lane-first and rounds never give
+  // up, and the shortest never loses.
+  return Better(beside, mine) ? std::move(beside) : std::move(mine);
 }
 
 }  // namespace
