@@ -216,8 +216,9 @@ class BusyIntervals {
     size_t b = from.block;
     size_t lo = 0, hi = 0;  // the answer is in [lo, hi) of block b
     if (b == Position::kUnset) {
-      b = std::upper_bound(blocks_.begin(), blocks_.end(), t,
-                           [](int64_t v, const Block& x) { return v < x.end; }) -
+      b = std::upper_bound(
+              blocks_.begin(), blocks_.end(), t,
+              [](int64_t v, const Block& x) { return v < x.end; }) -
           blocks_.begin();
       hi = blocks_[b].v.size();
     } else {
@@ -543,9 +544,10 @@ class Scheduler {
     // there, so that an entry is two words.
     std::vector<uint32_t> by_rank(n);
     std::iota(by_rank.begin(), by_rank.end(), 0);
-    std::stable_sort(by_rank.begin(), by_rank.end(), [&](uint32_t a, uint32_t b) {
-      return priority[a] > priority[b];
-    });
+    std::stable_sort(by_rank.begin(), by_rank.end(),
+                     [&](uint32_t a, uint32_t b) {
+                       return priority[a] > priority[b];
+                     });
     using Entry = std::pair<int64_t, uint32_t>;  // start, rank
     std::vector<Entry> entries(n);
     for (uint32_t rank = 0; rank < n; ++rank) entries[rank] = {0, rank};
@@ -601,8 +603,8 @@ class Scheduler {
   // depend on the order the constraints are met in, so each is searched
   // again only when the start has moved past the room it last found (from
   // where its lane's last search stopped), and the constraints are gone
-  // through from the first again whenever the start moves, until every one
-  // admits it: the sender's, which bind most often, are searched the least.
+  // through from the first again whenever the start moves (fewer searches,
+  // measured, than going round), until every one admits it.
   int64_t Place(uint32_t p, int64_t from) {
     const auto& packet = traffic_.packets()[p];
     const int64_t d = model_.Duration(packet.words);
@@ -611,7 +613,8 @@ class Scheduler {
             ? &cover_.covers[cover_.cover_of_packet[p]]
             : nullptr;
     const std::span<const int> tiles =
-        cover ? std::span<const int>(cover->tiles) : traffic_.ReceiversOf(packet);
+        cover ? std::span<const int>(cover->tiles)
+              : traffic_.ReceiversOf(packet);
     const size_t unions = cover ? cover->unions.size() : 0;
     const size_t constraints = kPerSite * (1 + unions + tiles.size());
     if (latest_.size() < constraints) {
