@@ -114,13 +114,8 @@ class BusyIntervals {
       Append(begin, end);
       return;
     }
-    // Before the end, so the end stays. The first block with an interval
-    // ending at or after `begin`.
-    const size_t b = std::lower_bound(blocks_.begin(), blocks_.end(), begin,
-                                      [](const Block& x, int64_t v) {
-                                        return x.end < v;
-                                      }) -
-                     blocks_.begin();
+    // Before the end, so the end stays.
+    const size_t b = BlockEndingFrom(begin);
     Insert(b, begin, end);
     if (blocks_[b].v.size() > 2 * kBlock) Split(b);
   }
@@ -136,17 +131,9 @@ class BusyIntervals {
     // The first interval ending at or after `begin`, and the last starting
     // at or before `end`: those it merges with, if the first is not past
     // `end`.
-    const size_t b = std::lower_bound(blocks_.begin(), blocks_.end(), begin,
-                                      [](const Block& x, int64_t v) {
-                                        return x.end < v;
-                                      }) -
-                     blocks_.begin();
+    const size_t b = BlockEndingFrom(begin);
     Intervals& v = blocks_[b].v;
-    const size_t i = std::lower_bound(v.begin(), v.end(), begin,
-                                      [](const Interval& x, int64_t value) {
-                                        return x.second < value;
-                                      }) -
-                     v.begin();
+    const size_t i = IndexEndingFrom(v, begin);
     if (v[i].first > end) {
       Add(begin, end);
       return;
@@ -206,6 +193,23 @@ class BusyIntervals {
     mutable int64_t widest_gap = 0;
     Intervals v;
   };
+
+  // The first block with an interval ending at or after t (<= end_).
+  size_t BlockEndingFrom(int64_t t) const {
+    return std::lower_bound(
+               blocks_.begin(), blocks_.end(), t,
+               [](const Block& x, int64_t value) { return x.end < value; }) -
+           blocks_.begin();
+  }
+
+  // The first of `v` ending at or after t.
+  static size_t IndexEndingFrom(const Intervals& v, int64_t t) {
+    return std::lower_bound(v.begin(), v.end(), t,
+                            [](const Interval& x, int64_t value) {
+                              return x.second < value;
+                            }) -
+           v.begin();
+  }
 
   // The first interval ending after t (< end_), from `from` on: every
   // interval before `from` ends at or before t. A placement's searches of
@@ -278,10 +282,8 @@ class BusyIntervals {
   void Insert(size_t b, int64_t begin, int64_t end) {
     Block& block = blocks_[b];
     Intervals& v = block.v;
-    auto it = std::lower_bound(v.begin(), v.end(), begin,
-                               [](const Interval& x, int64_t value) {
-                                 return x.second < value;
-                               });
+    const auto it =
+        v.begin() + static_cast<std::ptrdiff_t>(IndexEndingFrom(v, begin));
     if (it->second == begin) {
       // Touches its left neighbour, and maybe its right one as well.
       it->second = end;
