@@ -114,13 +114,8 @@ class BusyIntervals {
       Append(begin, end);
       return;
     }
-    // Before the end, so the end stays. The first block with an interval
-    // ending at or after `begin`.
-    const size_t b = std::lower_bound(blocks_.begin(), blocks_.end(), begin,
-                                      [](const Block& x, int64_t v) {
-                                        return x.end < v;
-                                      }) -
-                     blocks_.begin();
+    // Before the end, so the end stays.
+    const size_t b = BlockEndingFrom(begin);
     Insert(b, begin, end);
     if (blocks_[b].v.size() > 2 * kBlock) Split(b);
   }
@@ -136,17 +131,9 @@ class BusyIntervals {
     // The first interval ending at or after `begin`, and the last starting
     // at or before `end`: those it merges with, if the first is not past
     // `end`.
-    const size_t b = std::lower_bound(blocks_.begin(), blocks_.end(), begin,
-                                      [](const Block& x, int64_t v) {
-                                        return x.end < v;
-                                      }) -
-                     blocks_.begin();
+    const size_t b = BlockEndingFrom(begin);
     Intervals& v = blocks_[b].v;
-    const size_t i = std::lower_bound(v.begin(), v.end(), begin,
-                                      [](const Interval& x, int64_t value) {
-                                        return x.second < value;
-                                      }) -
-                     v.begin();
+    const size_t i = IndexEndingFrom(v, begin);
     if (v[i].first > end) {
       Add(begin, end);
       return;
@@ -207,6 +194,23 @@ class BusyIntervals {
     Intervals v;
   };
 
+  // The first block with an interval ending at or after t (<= end_).
+  size_t BlockEndingFrom(int64_t t) const {
+    return std::lower_bound(
+               blocks_.begin(), blocks_.end(), t,
+               [](const Block& x, int64_t value) { return x.end < value; }) -
+           blocks_.begin();
+  }
+
+  // The first of `v` ending at or after t.
+  static size_t IndexEndingFrom(const Intervals& v, int64_t t) {
+    return std::lower_bound(v.begin(), v.end(), t,
+                            [](const Interval& x, int64_t value) {
+                              return x.second < value;
+                            }) -
+           v.begin();
+  }
+
   // The first interval ending after t (< end_), from `from` on: every
   // interval before `from` ends at or before t. A placement's searches of
   // one lane move a few intervals on each time: steps of 1, 2, 4, ... from
@@ -216,8 +220,9 @@ class BusyIntervals {
     size_t b = from.block;
     size_t lo = 0, hi = 0;  // the answer is in [lo, hi) of block b
     if (b == Position::kUnset) {
-      b = std::upper_bound(blocks_.begin(), blocks_.end(), t,
-                           [](int64_t v, const Block& x) { return v < x.end; }) -
+      b = std::upper_bound(
+              blocks_.begin(), blocks_.end(), t,
+              [](int64_t v, const Block& x) { return v < x.end; }) -
           blocks_.begin();
       hi = blocks_[b].v.size();
     } else {
@@ -277,10 +282,8 @@ class BusyIntervals {
   void Insert(size_t b, int64_t begin, int64_t end) {
     Block& block = blocks_[b];
     Intervals& v = block.v;
-    auto it = std::lower_bound(v.begin(), v.end(), begin,
-                               [](const Interval& x, int64_t value) {
-                                 return x.second < value;
-                               });
+    const auto it =
+        v.begin() + static_cast<std::ptrdiff_t>(IndexEndingFrom(v, begin));
     if (it->second == begin) {
       // Touches its left neighbour, and maybe its right one as well.
       it->second = end;
@@ -543,9 +546,10 @@ class Scheduler {
     // there, so that an entry is two words.
     std::vector<uint32_t> by_rank(n);
     std::iota(by_rank.begin(), by_rank.end(), 0);
-    std::stable_sort(by_rank.begin(), by_rank.end(), [&](uint32_t a, uint32_t b) {
-      return priority[a] > priority[b];
-    });
+    std::stable_sort(by_rank.begin(), by_rank.end(),
+                     [&](uint32_t a, uint32_t b) {
+                       return priority[a] > priority[b];
+                     });
     using Entry = std::pair<int64_t, uint32_t>;  // start, rank
     std::vector<Entry> entries(n);
     for (uint32_t rank = 0; rank < n; ++rank) entries[rank] = {0, rank};
@@ -601,8 +605,8 @@ class Scheduler {
   // depend on the order the constraints are met in, so each is searched
   // again only when the start has moved past the room it last found (from
   // where its lane's last search stopped), and the constraints are gone
-  // through from the first again whenever the start moves, until every one
-  // admits it: the sender's, which bind most often, are searched the least.
+  // through from the first again whenever the start moves (fewer searches,
+  // measured, than going round), until every one admits it.
   int64_t Place(uint32_t p, int64_t from) {
     const auto& packet = traffic_.packets()[p];
     const int64_t d = model_.Duration(packet.words);
@@ -611,7 +615,8 @@ class Scheduler {
             ? &cover_.covers[cover_.cover_of_packet[p]]
             : nullptr;
     const std::span<const int> tiles =
-        cover ? std::span<const int>(cover->tiles) : traffic_.ReceiversOf(packet);
+        cover ? std::span<const int>(cover->tiles)
+              : traffic_.ReceiversOf(packet);
     const size_t unions = cover ? cover->unions.size() : 0;
     const size_t constraints = kPerSite * (1 + unions + tiles.size());
     if (latest_.size() < constraints) {
