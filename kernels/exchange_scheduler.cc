@@ -1258,26 +1258,34 @@ Tried ShortestOrder(const PhaseTraffic& traffic,
                                     : ReceiverUnions(traffic.packets().size());
   Race race;
   std::atomic<size_t> next = 0;
-  auto try_in_turn = [&](Tried& best) {
+  // One best for both threads: a recorded schedule of a large phase takes
+  // tens of megabytes, so only the best and each thread's current one are
+  // held. Better is a strict order, so the one kept does not depend on
+  // which thread finishes first.
+  std::mutex mutex;
+  Tried best;
+  auto try_in_turn = [&] {
     for (size_t k; (k = next++) < kOrderCount;) {
       Tried tried = TryOrder(traffic, priority, unions, kTrialSequence[k],
                              record, race);
-      if (Better(tried, best)) best = std::move(tried);
+      Tried dropped;  // freed outside the lock
+      std::lock_guard<std::mutex> lock(mutex);
+      if (Better(tried, best)) std::swap(tried, best);
+      dropped = std::move(tried);
     }
   };
   int64_t work = 0;
   for (const auto& p : traffic.packets()) work += 1 + p.receiver_count;
-  Tried mine, beside;
   if (work >= kParallelScheduleWork) {
-    std::thread thread([&] { try_in_turn(beside); });
-    try_in_turn(mine);
+    std::thread thread(try_in_turn);
+    try_in_turn();
     thread.join();
   } else {
-    try_in_turn(mine);
+    try_in_turn();
   }
   // The order kept has a length: busiest-lane-first and rounds never give
   // up, and the shortest never loses.
-  return Better(beside, mine) ? std::move(beside) : std::move(mine);
+  return best;
 }
 
 }  // namespace
