@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/host_cpu.h"
 #include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
 
@@ -194,13 +195,6 @@ __attribute__((target("avx2"))) void MultiplyBodyAvx2(const float* a,
   MultiplyBody(a, b, c, m, k_depth, n, bp);
 }
 
-bool HostHasAvx2() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return has;
-}
 #endif
 
 void MultiplyBodyDefault(const float* a, const float* b, float* c, int64_t m,

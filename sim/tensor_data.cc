@@ -12,6 +12,7 @@
 #include "formats/basics.h"
 #include "formats/ir.h"
 #include "kernels/fb_dtype.h"
+#include "kernels/host_cpu.h"
 
 namespace tilec::kernels {
 namespace {
@@ -403,13 +404,6 @@ __attribute__((target("avx2"))) size_t UniformAvx2(const fb::WeightInitT& init,
   return i;
 }
 
-bool HostHasAvx2() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return has;
-}
 #endif
 
 // GenerateRangeScalar's elements, most of them by the vectorized loops

@@ -401,9 +401,9 @@ TEST(PolicyTest, ErrorsNameFileAndLine) {
 }
 
 // A SigLIP layer on the tiny target (testdata/quantize-fp8/layer.golden's).
-fb::ModuleT TinyLayer() {
+fb::ModuleT TinyLayer(int tokens = 12) {
   passes::ModelOverrides o;
-  o.tokens = 12;
+  o.tokens = tokens;
   o.width = 32;
   o.mlp_width = 64;
   o.heads = 4;
@@ -488,12 +488,7 @@ TEST(QuantizeAttentionTest, EachAttentionGemmIsDecidedByItsPlannedCycles) {
 // after memory repair: the decisions by cost compare repaired plans, which
 // both fit, instead of rejecting every change because neither side fits.
 TEST(QuantizeAttentionTest, DecisionsByCostComparePlansAfterMemoryRepair) {
-  passes::ModelOverrides o;
-  o.tokens = 224;
-  o.width = 32;
-  o.mlp_width = 64;
-  o.heads = 4;
-  fb::ModuleT m = TinySiglip("layer", o);
+  fb::ModuleT m = TinyLayer(224);
   QuantizeFp8Pass pass;
   StatusOr<bool> ran = pass.Run(&m);
   ASSERT_TRUE(ran.ok()) << ran.status().message();
@@ -522,12 +517,7 @@ TEST(QuantizeAttentionTest, DecisionsByCostComparePlansAfterMemoryRepair) {
 // repaired plan says so, and the decisions by cost compare closest plans
 // instead of repairing every trial.
 TEST(QuantizeAttentionTest, WhereRepairCannotFitTrialsAreNotRepaired) {
-  passes::ModelOverrides o;
-  o.tokens = 288;
-  o.width = 32;
-  o.mlp_width = 64;
-  o.heads = 4;
-  fb::ModuleT m = TinySiglip("layer", o);
+  fb::ModuleT m = TinyLayer(288);
   QuantizeFp8Pass pass;
   StatusOr<bool> ran = pass.Run(&m);
   ASSERT_TRUE(ran.ok()) << ran.status().message();

@@ -1,0 +1,23 @@
+// What the host CPU can run, for code that picks an instruction set at run
+// time (the reference GEMM, the seeded weight generator). Each caller keeps
+// a portable path with the same results.
+
+#ifndef TILEC_KERNELS_HOST_CPU_H_
+#define TILEC_KERNELS_HOST_CPU_H_
+
+namespace tilec::kernels {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Whether the host has AVX2 (asked once).
+inline bool HostHasAvx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has;
+}
+#endif
+
+}  // namespace tilec::kernels
+
+#endif  // TILEC_KERNELS_HOST_CPU_H_
