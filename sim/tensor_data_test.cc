@@ -351,17 +351,24 @@ TEST_F(SidecarTest, RangeAndSizeErrors) {
 namespace tilec::kernels {
 namespace {
 
+// A generated init of distribution `d`.
+fb::WeightInitT Init(fb::Distribution d, uint64_t seed, float mean,
+                     float stddev) {
+  fb::WeightInitT init;
+  init.distribution = d;
+  init.seed = seed;
+  init.mean = mean;
+  init.stddev = stddev;
+  return init;
+}
+
 // Large inits are generated on two threads; every element still depends
 // only on its counter, so it equals the element of a shorter stream that
 // one thread made (checked at the start, around the split and at the end).
 TEST(GenerateInitTest, LargeInitsMatchTheSingleThreadedStream) {
   for (fb::Distribution d : {fb::Distribution::Gaussian,
                              fb::Distribution::Uniform}) {
-    fb::WeightInitT init;
-    init.distribution = d;
-    init.seed = 77;
-    init.mean = 0.5f;
-    init.stddev = 2.0f;
+    const fb::WeightInitT init = Init(d, 77, 0.5f, 2.0f);
     const size_t count = (size_t{1} << 20) + 7;
     const std::vector<float> big = GenerateInit(init, count);
     for (size_t k : {size_t{0}, size_t{1}, count / 2 - 3, count / 2 - 1,
@@ -388,11 +395,8 @@ TEST(GenerateInitTest, VectorizedRangesMatchTheScalarLoop) {
     for (uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{42},
                           ~uint64_t{0}}) {
       for (size_t m = 0; m < std::size(kMeans); ++m) {
-        fb::WeightInitT init;
-        init.distribution = d;
-        init.seed = seed;
-        init.mean = kMeans[m];
-        init.stddev = kStddevs[(m + seed) % std::size(kStddevs)];
+        const float stddev = kStddevs[(m + seed) % std::size(kStddevs)];
+        const fb::WeightInitT init = Init(d, seed, kMeans[m], stddev);
         for (size_t begin : {0, 2, 6, 8, 14, 1000}) {
           for (size_t length : {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 1025}) {
             const size_t end = begin + length;
@@ -419,11 +423,7 @@ TEST(GenerateInitTest, VectorizedRangesMatchTheScalarLoop) {
 TEST(GenerateInitTest, VectorizedStreamMatchesTheScalarLoop) {
   for (fb::Distribution d : {fb::Distribution::Gaussian,
                              fb::Distribution::Uniform}) {
-    fb::WeightInitT init;
-    init.distribution = d;
-    init.seed = 12345;
-    init.mean = 0.125f;
-    init.stddev = 0.75f;
+    const fb::WeightInitT init = Init(d, 12345, 0.125f, 0.75f);
     constexpr size_t kCount = (size_t{1} << 20) + 5;
     std::vector<float> fast(kCount), slow(kCount);
     GenerateInitRange(init, 0, kCount, fast.data());
