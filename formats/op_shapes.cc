@@ -221,6 +221,34 @@ std::string CheckScoresShape(const Checker& c, const OpShapeQuery& op,
                 std::to_string(key_rows) + " (the rows of q and kv)");
 }
 
+// The staged operand's rows the op reads (`rows`: all of them on entry).
+// Self-attention in image steps (first_image >= 0) reads images
+// [first_image, first_image + B) of qkv [N*T, 3HD], where scores or
+// probabilities are [B,H,T,T]; otherwise (first_image -1) all of qkv or kv,
+// which CheckScoresShape compares with B.
+std::string CheckImagesRead(const Checker& c, const OpShapeQuery& op,
+                            bool cross, const Shape& scores, int64_t* rows) {
+  const int64_t first = op.first_image;
+  if (first == -1 || (first >= 0 && scores.size() != 4)) return "";
+  if (cross || first < 0) {
+    return c.Fail("attribute first_image=" + std::to_string(first) +
+                  (cross ? ": cross-attention does not run in image steps"
+                         : " must be -1 or an image"));
+  }
+  const int64_t tokens = scores[3], images = scores[0];
+  int64_t read = 0, end = 0;
+  if (tokens > 0 && *rows % tokens == 0 && CheckedMul(images, tokens, &read) &&
+      CheckedMul(first + images, tokens, &end) && end <= *rows) {
+    *rows = read;
+    return "";
+  }
+  return c.Fail("attribute first_image=" + std::to_string(first) +
+                ": images [" + std::to_string(first) + ", " +
+                std::to_string(first + images) + ") of " +
+                std::to_string(tokens) + " tokens do not lie in the " +
+                std::to_string(*rows) + " rows of the qkv operand");
+}
+
 // Self: qkv -> [B,H,T,T]. Cross: q [B*Tq, H*D], kv [B*Tk, 2*H*D] ->
 // [B,H,Tq,Tk].
 std::string CheckAttentionScores(const Checker& c, const OpShapeQuery& op) {
@@ -236,8 +264,13 @@ std::string CheckAttentionScores(const Checker& c, const OpShapeQuery& op) {
   if (std::string e = CheckKeys(c, op, keys, cross, &inner); !e.empty()) {
     return e;
   }
+  int64_t rows = op.operands[keys][0];
+  if (std::string e = CheckImagesRead(c, op, cross, op.results[0], &rows);
+      !e.empty()) {
+    return e;
+  }
   return CheckScoresShape(c, op, "result", 0, op.results[0],
-                          op.operands[0][0], op.operands[keys][0]);
+                          cross ? op.operands[0][0] : rows, rows);
 }
 
 // probs [B,H,Tq,Tk] and qkv [B*T, 3*H*D] (Tq = Tk = T) or kv
@@ -257,9 +290,14 @@ std::string CheckAttentionContext(const Checker& c, const OpShapeQuery& op) {
   if (!CheckedMul(probs[0], probs[2], &query_rows)) {
     return c.Fail("operand 0 " + ShapeToString(probs) + " is too large");
   }
-  if (!cross) query_rows = keys[0];  // self: Tq = Tk
+  int64_t key_rows = keys[0];
+  if (std::string e = CheckImagesRead(c, op, cross, probs, &key_rows);
+      !e.empty()) {
+    return e;
+  }
+  if (!cross) query_rows = key_rows;  // self: Tq = Tk
   if (std::string e = CheckScoresShape(c, op, "operand", 0, probs,
-                                       query_rows, keys[0]);
+                                       query_rows, key_rows);
       !e.empty()) {
     return e;
   }
@@ -379,6 +417,7 @@ OpShapeQuery ShapeQueryOf(const fb::OperationT& op) {
   query.heads = op.heads;
   query.head_dim = op.head_dim;
   query.patch = op.patch;
+  query.first_image = op.first_image;
   query.rows = RowSegments(op);
   return query;
 }
@@ -503,6 +542,7 @@ std::string ShapeProblem(const fb::Operation& op, const fb::Module& module) {
   query.heads = op.heads();
   query.head_dim = op.head_dim();
   query.patch = op.patch();
+  query.first_image = op.first_image();
   query.rows = RowSegments(op);
   const auto* values = module.values();
   auto find = [values](uint32_t id) -> const fb::Value* {

@@ -17,9 +17,9 @@
 //   Softmax           x                                  -> shape of x
 //   Redistribute      x                                  -> shape of x
 //   Add               a, b (same shape)                  -> that shape
-//   AttentionScores   qkv [B*T, 3*H*D]                   -> [B, H, T, T]
+//   AttentionScores   qkv [N*T, 3*H*D]                   -> [B, H, T, T]
 //                     q [B*Tq, H*D], kv [B*Tk, 2*H*D]     -> [B, H, Tq, Tk]
-//   AttentionContext  probs [B, H, T, T], qkv [B*T, 3*H*D] -> [B*T, H*D]
+//   AttentionContext  probs [B, H, T, T], qkv [N*T, 3*H*D] -> [B*T, H*D]
 //                     probs [B, H, Tq, Tk], kv [B*Tk, 2*H*D] -> [B*Tq, H*D]
 //   Patchify          image [B, C, H, W] -> [B*floor(H/p)*floor(W/p), C*p*p]
 //   CopyRows          x_0 [r_0,w], ..., x_k [r_k,w]        -> [r,w]
@@ -29,7 +29,9 @@
 // [k | v] heads: the MAP head's probe over the tokens); the staged operand's
 // column count (3HD or 2HD) tells them apart.
 // For the attention kinds H and D are the op's `heads` and `head_dim`
-// attributes; for Patchify p is the `patch` attribute, at most H and W
+// attributes; the self form reads images [F, F + B) of qkv's N images (F
+// the `first_image` attribute, F + B <= N, when attention runs in image
+// steps; else F = -1 and N = B), the cross form all of kv (F = -1); for Patchify p is the `patch` attribute, at most H and W
 // (trailing rows and columns that fill no patch are dropped, as a
 // stride = kernel convolution drops them). Every dimension of every shape must be positive.
 // CopyRows's segments (`rows`) must be sorted by `at` and tile the result's
@@ -69,6 +71,7 @@ struct OpShapeQuery {
   int32_t heads = 0;
   int32_t head_dim = 0;
   int32_t patch = 0;
+  int32_t first_image = -1;      // self-attention in image steps
   std::vector<RowSegment> rows;  // CopyRows
   std::vector<std::vector<int64_t>> operands;
   std::vector<std::vector<int64_t>> results;

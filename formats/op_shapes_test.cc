@@ -251,6 +251,39 @@ TEST(OpShapes, AttentionScores) {
               HasSubstr("expected rank 4"));
 }
 
+// Attention in image steps: images [first_image, first_image + B) of qkv.
+TEST(OpShapes, AttentionInImageSteps) {
+  const auto s = fb::OpKind::AttentionScores;
+  const auto c = fb::OpKind::AttentionContext;
+  auto scores = [&](int first_image, std::vector<int64_t> result) {
+    OpShapeQuery q = Query(s, {{4 * 729, 3456}}, {result}, 16, 72);
+    q.first_image = first_image;
+    return CheckOpShapes(q).message();
+  };
+  EXPECT_EQ(scores(0, {2, 16, 729, 729}), "");
+  EXPECT_EQ(scores(2, {2, 16, 729, 729}), "");
+  EXPECT_THAT(scores(3, {2, 16, 729, 729}),
+              HasSubstr("first_image=3: images [3, 5) of 729 tokens do not "
+                        "lie in the 2916 rows of the qkv operand"));
+  EXPECT_THAT(scores(-2, {2, 16, 729, 729}),
+              HasSubstr("first_image=-2 must be -1 or an image"));
+  // Not in steps (-1), the op reads every image.
+  EXPECT_THAT(scores(-1, {2, 16, 729, 729}), HasSubstr("batch*tokens = 2916"));
+  OpShapeQuery context =
+      Query(c, {{2, 16, 729, 729}, {4 * 729, 3456}}, {{1458, 1152}}, 16, 72);
+  context.first_image = 2;
+  EXPECT_EQ(CheckOpShapes(context).message(), "");
+  context.results = {{2916, 1152}};
+  EXPECT_THAT(CheckOpShapes(context).message(),
+              HasSubstr("result 0 has shape [2916,1152], expected [1458,1152]"));
+  // Cross-attention does not run in steps.
+  OpShapeQuery cross = Query(s, {{2, 1152}, {1458, 2304}}, {{2, 16, 1, 729}},
+                             16, 72);
+  cross.first_image = 0;
+  EXPECT_THAT(CheckOpShapes(cross).message(),
+              HasSubstr("cross-attention does not run in image steps"));
+}
+
 TEST(OpShapes, AttentionContext) {
   const auto k = fb::OpKind::AttentionContext;
   EXPECT_EQ(CheckOpShapes(Query(k, {{1, 16, 729, 729}, {729, 3456}},

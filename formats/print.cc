@@ -475,6 +475,9 @@ std::string PrintModule(const fb::ModuleT& m, const PrintOptions& opts) {
       case fb::OpKind::AttentionContext:
         out += " heads=" + std::to_string(op->heads) +
                " head_dim=" + std::to_string(op->head_dim);
+        if (op->first_image >= 0) {
+          out += " first_image=" + std::to_string(op->first_image);
+        }
         break;
       case fb::OpKind::Patchify:
         out += " patch=" + std::to_string(op->patch);

@@ -297,26 +297,28 @@ Status Executor::RunAttentionScores(const fb::OperationT& op) {
       k_t.resize(static_cast<size_t>(d * tk));
     }
     for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t b = pair / heads, h = pair % heads;
+      // Image b of the result is image first_image + b of the operands.
+      const int64_t b = pair / heads, h = pair % heads,
+                    image = std::max(op.first_image, 0) + b;
       float* s = out.data() + pair * tq * tk;
       if (!exact) {
         // q [tq, d] times k [tk, d] transposed, read in place in the
         // fused operands.
         BlasProduct p;
         p.m = tq, p.k = d, p.n = tk;
-        p.a = q->data.data() + b * tq * cols.q_stride + h * d;
+        p.a = q->data.data() + image * tq * cols.q_stride + h * d;
         p.lda = cols.q_stride;
-        p.b =
-            kv->data.data() + b * tk * cols.kv_stride + cols.k_column + h * d;
+        p.b = kv->data.data() + image * tk * cols.kv_stride + cols.k_column +
+              h * d;
         p.ldb = cols.kv_stride;
         p.transpose_b = true;
         p.c = s, p.ldc = tk;
         TILEC_RETURN_IF_ERROR(BlasMultiply(p));
       } else {
-        Gather(q->data.data(), cols.q_stride, b * tq, h * d, tq, d, false,
-               qh.data());
-        Gather(kv->data.data(), cols.kv_stride, b * tk, cols.k_column + h * d,
-               tk, d, true, k_t.data());
+        Gather(q->data.data(), cols.q_stride, image * tq, h * d, tq, d,
+               false, qh.data());
+        Gather(kv->data.data(), cols.kv_stride, image * tk,
+               cols.k_column + h * d, tk, d, true, k_t.data());
         TILEC_RETURN_IF_ERROR(
             Gemm(In(qh), In(k_t), Out(s, tq * tk), tq, d, tk, false));
       }
@@ -351,7 +353,8 @@ Status Executor::RunAttentionContext(const fb::OperationT& op) {
       c.resize(static_cast<size_t>(tq * d));
     }
     for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t b = pair / heads, h = pair % heads;
+      const int64_t b = pair / heads, h = pair % heads,
+                    image = std::max(op.first_image, 0) + b;
       const float* p = probs->data.data() + pair * tq * tk;
       if (!exact) {
         // probs [tq, tk] times the v slice [tk, d] of kv, into columns
@@ -359,16 +362,16 @@ Status Executor::RunAttentionContext(const fb::OperationT& op) {
         BlasProduct product;
         product.m = tq, product.k = tk, product.n = d;
         product.a = p, product.lda = tk;
-        product.b =
-            kv->data.data() + b * tk * cols.kv_stride + cols.v_column + h * d;
+        product.b = kv->data.data() + image * tk * cols.kv_stride +
+                    cols.v_column + h * d;
         product.ldb = cols.kv_stride;
         product.c = out.data() + b * tq * heads * d + h * d;
         product.ldc = heads * d;
         TILEC_RETURN_IF_ERROR(BlasMultiply(product));
         continue;
       }
-      Gather(kv->data.data(), cols.kv_stride, b * tk, cols.v_column + h * d,
-             tk, d, false, v.data());
+      Gather(kv->data.data(), cols.kv_stride, image * tk,
+             cols.v_column + h * d, tk, d, false, v.data());
       if (Status st =
               Gemm(In(p, tq * tk), In(v), Out(c), tq, tk, d, false);
           !st.ok()) {

@@ -49,7 +49,10 @@ fb::OwnershipT HeadBlocks(const AttentionGrid& g, int row_parts,
 }  // namespace
 
 Box AttentionGrid::View(int which) const {
-  if (!cross) return Box2(0, B * Tk, which * H * D, (which + 1) * H * D);
+  if (!cross) {
+    return Box2(first_image * Tk, (first_image + B) * Tk, which * H * D,
+                (which + 1) * H * D);
+  }
   // kv [B*Tk, 2HD]: k heads, then v heads; q is an operand of its own.
   if (which == 0) return Box2(0, B * Tq, 0, H * D);
   return Box2(0, B * Tk, (which - 1) * H * D, which * H * D);
@@ -65,18 +68,21 @@ std::vector<int> AttentionGrid::StagedViews() const {
 std::vector<Box> AttentionGrid::StagedBoxes(int64_t b, int64_t h, int mi,
                                             int ni) const {
   const int64_t k0 = (cross ? 0 : H) * D, v0 = (cross ? H : 2 * H) * D;
+  const int64_t image = first_image + b;
   if (part == AttentionPart::kScores) {
-    const Box k = Box2(b * Tk + cols.Begin(ni), b * Tk + cols.End(ni),
+    const Box k = Box2(image * Tk + cols.Begin(ni), image * Tk + cols.End(ni),
                        k0 + h * D, k0 + (h + 1) * D);
     if (cross) return {k};
     return {QueryBox(b, h, mi), k};
   }
   const int64_t c0 = v0 + h * D;
-  return {Box2(b * Tk, (b + 1) * Tk, c0 + cols.Begin(ni), c0 + cols.End(ni))};
+  return {Box2(image * Tk, (image + 1) * Tk, c0 + cols.Begin(ni),
+               c0 + cols.End(ni))};
 }
 
 Box AttentionGrid::QueryBox(int64_t b, int64_t h, int mi) const {
-  return Box2(b * Tq + rows.Begin(mi), b * Tq + rows.End(mi), h * D,
+  const int64_t image = first_image + b;
+  return Box2(image * Tq + rows.Begin(mi), image * Tq + rows.End(mi), h * D,
               (h + 1) * D);
 }
 
@@ -136,7 +142,8 @@ StatusOr<AttentionGrid> MakeAttentionGrid(AttentionPart part,
                                           std::span<const int64_t> qkv_shape,
                                           std::span<const int64_t> probs_shape,
                                           int64_t heads, int64_t head_dim,
-                                          int m, int n, int first) {
+                                          int m, int n, int first,
+                                          int64_t first_image) {
   auto shape_text = [](std::span<const int64_t> s) {
     std::string t = "[";
     for (size_t i = 0; i < s.size(); ++i) {
@@ -149,12 +156,19 @@ StatusOr<AttentionGrid> MakeAttentionGrid(AttentionPart part,
   const bool cross = qkv_shape.size() == 2 && heads >= 1 && head_dim >= 1 &&
                      qkv_shape[1] == 2 * heads * head_dim;
   if (probs_shape.size() != 4 || qkv_shape.size() != 2 || heads < 1 ||
-      head_dim < 1 || probs_shape[1] != heads ||
+      head_dim < 1 || probs_shape[1] != heads || probs_shape[3] < 1 ||
       (!cross && probs_shape[2] != probs_shape[3]) ||
-      qkv_shape[0] != probs_shape[0] * probs_shape[3] ||
+      (cross && first_image != -1) || first_image < -1 ||
+      (first_image == -1 &&
+       qkv_shape[0] != probs_shape[0] * probs_shape[3]) ||
+      (first_image >= 0 &&
+       (qkv_shape[0] % probs_shape[3] != 0 ||
+        qkv_shape[0] < (first_image + probs_shape[0]) * probs_shape[3])) ||
       (!cross && qkv_shape[1] != 3 * heads * head_dim)) {
     return Status::BadInput(
         "attention shapes disagree: qkv " + shape_text(qkv_shape) +
+        (first_image >= 0 ? " from image " + std::to_string(first_image)
+                          : std::string()) +
         ", scores/probabilities " + shape_text(probs_shape) + ", " +
         std::to_string(heads) + " heads of " + std::to_string(head_dim) +
         " (expected qkv [B*T, 3*H*D] and [B, H, T, T], or kv [B*Tk, 2*H*D] "
@@ -168,6 +182,7 @@ StatusOr<AttentionGrid> MakeAttentionGrid(AttentionPart part,
   g.Tq = probs_shape[2];
   g.Tk = probs_shape[3];
   g.D = head_dim;
+  g.first_image = std::max<int64_t>(first_image, 0);
   g.first = first;
   if (first < 0) {
     return Status::BadInput("attention first=" + std::to_string(first) +

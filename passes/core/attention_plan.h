@@ -49,6 +49,10 @@ struct AttentionGrid {
   AttentionPart part = AttentionPart::kScores;
   bool cross = false;  // staged operand kv [B*Tk, 2HD] rather than qkv
   int64_t B = 1, H = 1, Tq = 1, Tk = 1, D = 1;
+  // Self-attention in image steps: the op's image b is image
+  // first_image + b of qkv (its staged rows); its own result's are not
+  // offset. 0 otherwise.
+  int64_t first_image = 0;
   int m = 1, n = 1, first = 0;
   Split rows;  // query rows of Tq, m parts
   Split cols;  // scores: key rows of Tk; context: columns of D; n parts
@@ -98,7 +102,9 @@ struct AttentionGrid {
 };
 
 // The grid of an m x n recipe for `part` with the staged operand's shape
-// (qkv [B*T, 3*H*D], or kv [B*Tk, 2*H*D] for cross-attention) and the
+// (qkv [N*T, 3*H*D] of which the op reads images [first_image,
+// first_image + B), or all N = B of them for first_image -1 (Operation's
+// attribute); or kv [B*Tk, 2*H*D] for cross-attention) and the
 // scores or probabilities shape [B,H,Tq,Tk]. An error (one sentence) when
 // the shapes disagree with heads/head_dim or m, n do not fit (m <= Tq,
 // n <= Tk for scores and n <= D for context).
@@ -106,7 +112,8 @@ StatusOr<AttentionGrid> MakeAttentionGrid(AttentionPart part,
                                           std::span<const int64_t> qkv_shape,
                                           std::span<const int64_t> probs_shape,
                                           int64_t heads, int64_t head_dim,
-                                          int m, int n, int first);
+                                          int m, int n, int first,
+                                          int64_t first_image = -1);
 
 // The delivery of every staged box: PlanTransfers from qkv's ownership to
 // each view's need, merged into one exchange phase (a tile's staged boxes

@@ -18,9 +18,12 @@ struct Case {
   int64_t B, H, Tq, Tk, D;
   int m, n, first;
   bool cross = false;
+  // Self-attention in image steps: the op's B images are images
+  // [first_image, first_image + B) of qkv's staged_images (0: B).
+  int64_t first_image = -1, staged_images = 0;
 
   std::vector<int64_t> Staged() const {
-    return {B * Tk, (cross ? 2 : 3) * H * D};
+    return {(staged_images ? staged_images : B) * Tk, (cross ? 2 : 3) * H * D};
   }
   std::vector<int64_t> Probs() const { return {B, H, Tq, Tk}; }
 };
@@ -34,6 +37,8 @@ std::vector<Case> Cases() {
         cases.push_back({part, 2, 3, 9, 9, 8, std::min(m, 9), n, 7});
         cases.push_back({part, 1, 4, 1, 17, 16, 1, n, 0, true});
         cases.push_back({part, 2, 3, 3, 9, 8, std::min(m, 3), n, 7, true});
+        cases.push_back({part, 2, 3, 9, 9, 8, std::min(m, 9), n, 7, false,
+                         3, 6});
       }
     }
   }
@@ -42,7 +47,8 @@ std::vector<Case> Cases() {
 
 AttentionGrid Grid(const Case& c) {
   StatusOr<AttentionGrid> g = MakeAttentionGrid(
-      c.part, c.Staged(), c.Probs(), c.H, c.D, c.m, c.n, c.first);
+      c.part, c.Staged(), c.Probs(), c.H, c.D, c.m, c.n, c.first,
+      c.first_image);
   EXPECT_TRUE(g.ok()) << g.status().message();
   EXPECT_EQ(g->cross, c.cross);
   return *g;
@@ -53,7 +59,7 @@ std::string Label(const Case& c) {
          (c.cross ? " cross" : "") + " B" + std::to_string(c.B) + " H" +
          std::to_string(c.H) + " Tq" + std::to_string(c.Tq) + " Tk" +
          std::to_string(c.Tk) + " m" + std::to_string(c.m) + " n" +
-         std::to_string(c.n);
+         std::to_string(c.n) + " from image " + std::to_string(c.first_image);
 }
 
 // Every result element is written by exactly one tile, and the result
@@ -146,6 +152,45 @@ TEST(AttentionPlanTest, DeliveryFillsEveryStagedBoxOnce) {
       });
     }
   }
+}
+
+// An image step's tile reads of qkv exactly what the same position of the
+// op over every image reads for image first_image + b.
+TEST(AttentionPlanTest, ImageStepsReadTheirImagesOfQkv) {
+  for (const Case& c : Cases()) {
+    if (c.first_image < 0) continue;
+    const AttentionGrid step = Grid(c);
+    Case whole_case = c;
+    whole_case.B = c.staged_images;
+    whole_case.first_image = -1;
+    whole_case.staged_images = 0;
+    const AttentionGrid whole = Grid(whole_case);
+    step.ForEachTile([&](int64_t b, int64_t h, int mi, int ni, int) {
+      EXPECT_EQ(step.StagedBoxes(b, h, mi, ni),
+                whole.StagedBoxes(c.first_image + b, h, mi, ni))
+          << Label(c);
+    });
+  }
+  // Images past qkv's, or a step of cross-attention, are refused.
+  const std::vector<int64_t> qkv = {4 * 9, 3 * 3 * 8};
+  const std::vector<int64_t> probs = {2, 3, 9, 9};
+  for (int first_image : {0, 2}) {
+    EXPECT_TRUE(MakeAttentionGrid(AttentionPart::kScores, qkv, probs, 3, 8, 1,
+                                  1, 0, first_image)
+                    .ok());
+  }
+  // Not in image steps, the op reads every image of qkv.
+  EXPECT_FALSE(
+      MakeAttentionGrid(AttentionPart::kScores, qkv, probs, 3, 8, 1, 1, 0)
+          .ok());
+  EXPECT_FALSE(MakeAttentionGrid(AttentionPart::kScores, qkv, probs, 3, 8, 1,
+                                 1, 0, 3)
+                   .ok());
+  const std::vector<int64_t> kv = {2 * 9, 2 * 3 * 8};
+  const std::vector<int64_t> probe = {2, 3, 1, 9};
+  EXPECT_FALSE(
+      MakeAttentionGrid(AttentionPart::kScores, kv, probe, 3, 8, 1, 1, 0, 1)
+          .ok());
 }
 
 TEST(AttentionPlanTest, RefusesGridsThatDoNotFit) {

@@ -113,7 +113,7 @@ StatusOr<GemmReport> DescribeAttention(const fb::ModuleT& module,
              : passes::AttentionPart::kContext,
       qkv->shape, scores ? c->shape : probs->shape, op.heads, op.head_dim,
       op.recipe->m_split, op.recipe->n_split,
-      op.recipe->layout ? op.recipe->layout->first_tile : 0);
+      op.recipe->layout ? op.recipe->layout->first_tile : 0, op.first_image);
   if (!grid.ok()) return grid.status().WithContext(where);
   GemmReport g;
   g.op = op.id;

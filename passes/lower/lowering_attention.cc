@@ -48,7 +48,8 @@ Status Lowering::LowerAttention(const fb::OperationT& op, OpProgram* out) {
       scores ? passes::AttentionPart::kScores
              : passes::AttentionPart::kContext,
       QKV->shape, scores ? Y->shape : P->shape, op.heads, op.head_dim,
-      r.m_split, r.n_split, r.layout ? r.layout->first_tile : 0);
+      r.m_split, r.n_split, r.layout ? r.layout->first_tile : 0,
+      op.first_image);
   if (!grid.ok()) return Status::BadInput(where + ": " + grid.status().message());
   const passes::AttentionGrid& g = *grid;
   if (g.first + g.Tiles() > tiles_) {

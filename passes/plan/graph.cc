@@ -79,6 +79,7 @@ Status ClassifyAttention(const fb::OperationT& op,
   node.op_class = OpClass::kAttention;
   node.heads = op.heads;
   node.head_dim = op.head_dim;
+  node.first_image = op.first_image;
   node.staged = scores && !cross_scores ? 0 : 1;
   node.slots = !scores       ? std::vector<SlotRole>{SlotRole::kProbs,
                                                      SlotRole::kStaged}
@@ -89,7 +90,7 @@ Status ClassifyAttention(const fb::OperationT& op,
   const auto& probs = scores ? result.shape : values[node.operands[0]].shape;
   StatusOr<passes::AttentionGrid> grid = passes::MakeAttentionGrid(
       scores ? passes::AttentionPart::kScores : passes::AttentionPart::kContext,
-      qkv, probs, op.heads, op.head_dim, 1, 1, 0);
+      qkv, probs, op.heads, op.head_dim, 1, 1, 0, op.first_image);
   if (!grid.ok()) return Unsupported(op, grid.status().message());
   if (!scores && result.shape != std::vector<int64_t>{
                                      grid->B * grid->Tq,
@@ -216,6 +217,9 @@ std::string OpLine(const fb::OperationT& op) {
     line += " rows " + std::to_string(r->operand) + ":" +
             std::to_string(r->first) + "+" + std::to_string(r->count) + "@" +
             std::to_string(r->at);
+  }
+  if (op.first_image >= 0) {
+    line += " first_image=" + std::to_string(op.first_image);
   }
   return line;
 }
@@ -589,7 +593,7 @@ StatusOr<passes::AttentionGrid> AttentionGridOf(const Graph& graph, int op,
   return passes::MakeAttentionGrid(
       scores ? passes::AttentionPart::kScores : passes::AttentionPart::kContext,
       qkv, probs, node.heads, node.head_dim, recipe.m, recipe.n,
-      recipe.first_tile);
+      recipe.first_tile, node.first_image);
 }
 
 fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op) {

@@ -73,8 +73,10 @@ struct OpNode {
   int result = -1;            // value index
   std::vector<SlotRole> slots;
   std::vector<ElementwiseStep> steps;  // elementwise only
-  // Attention: heads and head size; `staged` is the qkv operand's slot.
+  // Attention: heads and head size; `staged` is the qkv operand's slot;
+  // the first image of qkv it reads (image steps).
   int heads = 0, head_dim = 0;
+  int64_t first_image = -1;
   int staged = 0;
   // CopyRows: its segments (Operation.rows).
   std::vector<ir::RowSegment> rows;

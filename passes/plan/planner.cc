@@ -8,6 +8,7 @@
 
 #include "formats/ir.h"
 #include "formats/print.h"
+#include "passes/plan/attention_steps.h"
 #include "passes/plan/cost.h"
 #include "passes/plan/plan.h"
 #include "passes/plan/search.h"
@@ -42,10 +43,14 @@ namespace {
 std::vector<std::string> RecordedFlags(uint64_t seed, int proposals_per_op,
                                        const std::string& gemm_dtype,
                                        std::optional<int64_t> max_decisions,
-                                       const std::string& recipe_name) {
+                                       const std::string& recipe_name,
+                                       int attention_steps) {
   std::vector<std::string> flags = {
       "--seed=" + std::to_string(seed),
       "--proposals-per-op=" + std::to_string(proposals_per_op)};
+  if (attention_steps > 1) {
+    flags.push_back("--attention-steps=" + std::to_string(attention_steps));
+  }
   if (!gemm_dtype.empty() && gemm_dtype != "native") {
     flags.push_back("--gemm_dtype=" + gemm_dtype);
   }
@@ -145,17 +150,25 @@ class Planning {
 
   Status Run(std::vector<std::string>* recorded_flags) {
     TILEC_RETURN_IF_ERROR(PrepareModule());
+    TILEC_RETURN_IF_ERROR(ReadCheckpoint());
+    TILEC_RETURN_IF_ERROR(ResolveAttentionSteps());
     TILEC_RETURN_IF_ERROR(BuildGraph());
     TILEC_RETURN_IF_ERROR(CheckCheckpointGraph());
     TILEC_RETURN_IF_ERROR(ResolveParameters());
     TILEC_RETURN_IF_ERROR(LoadPins());
+    auto search =
+        std::make_unique<Search>(*graph_, *coster_, MakeSearchOptions());
+    Status started = StartSearch(search.get());
+    if (started.code() == StatusCode::kInfeasible && MayStepAttention()) {
+      started = PlanAttentionInImageSteps(
+          started, search->closest_peak_bytes(), &search);
+    }
+    TILEC_RETURN_IF_ERROR(started);
     *recorded_flags = flags_;
-    Search search(*graph_, *coster_, MakeSearchOptions());
-    TILEC_RETURN_IF_ERROR(StartSearch(&search));
-    TILEC_RETURN_IF_ERROR(search.Run());
-    Summarize(search);
-    TILEC_RETURN_IF_ERROR(ExplainOp(search));
-    return WriteResult(search);
+    TILEC_RETURN_IF_ERROR(search->Run());
+    Summarize(*search);
+    TILEC_RETURN_IF_ERROR(ExplainOp(*search));
+    return WriteResult(*search);
   }
 
  private:
@@ -209,8 +222,9 @@ class Planning {
     return Status::Ok();
   }
 
-  // On resume, the checkpoint must hold this graph and a planner run.
-  Status CheckCheckpointGraph() {
+  // On resume, the checkpoint must hold a planner run: its recorded flags
+  // decide the parameters left unset.
+  Status ReadCheckpoint() {
     if (!options_.resume) return Status::Ok();
     const fb::ModuleT& checkpoint = *options_.resume;
     if (!checkpoint.checkpoint) {
@@ -219,6 +233,90 @@ class Planning {
     if (checkpoint.log.empty() || checkpoint.log.back()->pass != PassName()) {
       return Refuse("has no plan-ownership pass in its log");
     }
+    checkpoint_flags_ = checkpoint.log.back()->flags;
+    return Status::Ok();
+  }
+
+  // --attention-steps, given or the checkpoint's: the graph is planned with
+  // its attention in that many image steps. Unset, attention runs in steps
+  // only when no plan fits without (PlanAttentionInImageSteps).
+  Status ResolveAttentionSteps() {
+    StatusOr<std::string> text = Pick(
+        "attention-steps",
+        IfSet(options_.attention_steps.has_value(),
+              std::to_string(options_.attention_steps.value_or(0))),
+        "");
+    if (!text.ok()) return text.status();
+    if (text->empty()) return Status::Ok();
+    attention_steps_given_ = true;
+    TILEC_RETURN_IF_ERROR(
+        ParseRecorded("attention-steps", *text, 1, &attention_steps_));
+    TILEC_RETURN_IF_ERROR(
+        SplitAttentionIntoImageSteps(attention_steps_, &module_));
+    input_ = module_;
+    return Status::Ok();
+  }
+
+  bool MayStepAttention() const {
+    return !attention_steps_given_ && !options_.resume && pinned_.empty() &&
+           !AttentionStepCounts(input_).empty();
+  }
+
+  // No plan fits: plan again with every self-attention in image steps, the
+  // fewest steps whose plan fits (fewer steps, fewer phases and calls).
+  // Each count tried is a Decision with the peak bytes both ways.
+  Status PlanAttentionInImageSteps(const Status& unsplit, int64_t unsplit_peak,
+                                   std::unique_ptr<Search>* search) {
+    const fb::ModuleT whole = input_;
+    Status last = unsplit;
+    for (int steps : AttentionStepCounts(whole)) {
+      search->reset();  // it reads the graph rebuilt below
+      module_ = whole;
+      TILEC_RETURN_IF_ERROR(SplitAttentionIntoImageSteps(steps, &module_));
+      input_ = module_;
+      attention_steps_ = steps;
+      TILEC_RETURN_IF_ERROR(BuildGraph());
+      TILEC_RETURN_IF_ERROR(LoadPins());
+      *search =
+          std::make_unique<Search>(*graph_, *coster_, MakeSearchOptions());
+      last = (*search)->Initialize();
+      const std::string action = "run attention in " + std::to_string(steps) +
+                                 " image steps";
+      if (last.ok()) {
+        const Evaluation& e = (*search)->evaluation();
+        fb::DecisionT d;
+        d.action = action;
+        d.outcome = fb::Outcome::Accepted;
+        d.reason = "no plan fits with every image's attention at once (the "
+                   "closest needs " +
+                   std::to_string(unsplit_peak) + " B on a tile); in " +
+                   std::to_string(steps) + " steps the plan fits: " +
+                   std::to_string(e.total_cycles) + " cycles, peak " +
+                   std::to_string(e.peak_bytes) + " B per tile of " +
+                   std::to_string(e.capacity);
+        d.bytes_before = unsplit_peak;
+        d.bytes_after = e.peak_bytes;
+        d.cycles_after = e.total_cycles;
+        log_.Record(d);
+        return Status::Ok();
+      }
+      if (last.code() != StatusCode::kInfeasible) return last;
+      log_.Reject({}, action,
+                  "no plan fits in " + std::to_string(steps) +
+                      " steps either: the closest needs " +
+                      std::to_string((*search)->closest_peak_bytes()) +
+                      " B on a tile",
+                  {0, 0, unsplit_peak, (*search)->closest_peak_bytes()});
+    }
+    return Status::Infeasible(unsplit.message() +
+                              " (nor with attention in image steps: " +
+                              last.message() + ")");
+  }
+
+  // On resume, the checkpoint must hold this graph.
+  Status CheckCheckpointGraph() {
+    if (!options_.resume) return Status::Ok();
+    const fb::ModuleT& checkpoint = *options_.resume;
     StatusOr<Graph> saved = Graph::Build(checkpoint);
     if (!saved.ok()) return Refuse(saved.status().message());
     const std::string difference = graph_->Difference(*saved);
@@ -226,7 +324,6 @@ class Planning {
       return Refuse("its graph does not match the input: input " + difference +
                     " in the checkpoint");
     }
-    checkpoint_flags_ = checkpoint.log.back()->flags;
     return Status::Ok();
   }
 
@@ -314,7 +411,7 @@ class Planning {
     }
     flags_ = RecordedFlags(params_.seed, params_.proposals_per_op,
                            params_.gemm_dtype_text, params_.max_decisions,
-                           options_.recipe_name);
+                           options_.recipe_name, attention_steps_);
     if (!options_.resume) return Status::Ok();
     std::optional<std::string> saved_recipe =
         RecordedValue(checkpoint_flags_, "recipe");
@@ -504,6 +601,8 @@ class Planning {
   Parameters params_;
   std::map<int, Recipe> pinned_;
   std::vector<std::string> flags_;
+  int attention_steps_ = 1;
+  bool attention_steps_given_ = false;
 };
 
 }  // namespace

@@ -35,6 +35,9 @@ struct PlannerOptions {
   std::optional<uint64_t> seed;           // default 1
   std::optional<int> proposals_per_op;    // default 4
   std::optional<std::string> gemm_dtype;  // "fp8" (E4M3), "f16", "f32"
+  // Self-attention in this many image steps (attention_steps.h); unset:
+  // in steps only when no plan fits without them, the fewest that fit.
+  std::optional<int> attention_steps;
   // Proposals to evaluate in this run (additional ones on resume).
   int64_t attempts = 64;
   // --recipe: the text of a recipe file and the name its errors cite.

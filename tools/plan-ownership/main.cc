@@ -40,6 +40,11 @@ DEFINE_string(recipe, "",
               "'op 1: gemm m=9 k=6 n=27 staging=complete' (add steps=S "
               "to run its rows in S serial steps), "
               "'op 2: elementwise blocked(729x2)'.");
+DEFINE_int32(attention_steps, 1,
+             "Run every self-attention in this many image steps (each "
+             "step's scores and probabilities one group of images; must "
+             "divide the batch). Unset: 1, or the fewest steps that fit "
+             "when no plan fits without.");
 DEFINE_string(checkpoint, "",
               "Save the search state to this file (atomically) every "
               "--checkpoint_every attempts and at the end.");
@@ -117,6 +122,7 @@ StatusOr<std::unique_ptr<passes::Pass>> MakePlanner(
     options.proposals_per_op = FLAGS_proposals_per_op;
   }
   if (Given("gemm_dtype")) options.gemm_dtype = FLAGS_gemm_dtype;
+  if (Given("attention_steps")) options.attention_steps = FLAGS_attention_steps;
   options.attempts = FLAGS_attempts;
   options.checkpoint_every = FLAGS_checkpoint_every;
   TILEC_RETURN_IF_ERROR(ReadFlagFiles(&options));
