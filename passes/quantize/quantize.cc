@@ -614,7 +614,10 @@ class Quantizer {
     const bool cheaper =
         after->feasible &&
         (!current_.feasible || after->cycles < current_.cycles);
-    const bool forced = policy_.forced_ops.count(id) && after->feasible;
+    // Forced whatever the price, unless the forcing alone breaks a plan
+    // that fit.
+    const bool forced = policy_.forced_ops.count(id) &&
+                        (after->feasible || !current_.feasible);
     if (!cheaper && !nearer && !forced) {
       log_->Reject(ids, action, "by cost: " + reason, numbers);
       return false;

@@ -534,6 +534,23 @@ TEST(QuantizeAttentionTest, WhereRepairCannotFitTrialsAreNotRepaired) {
   }
 }
 
+// Where no plan fits either way, a forced attention GEMM still runs FP8.
+TEST(QuantizeAttentionTest, ForcedWhereNothingFits) {
+  fb::ModuleT m = TinyLayer(288);
+  const uint32_t ctx = OpByName(m, "l0.attn.ctx")->id;
+  QuantizeOptions options;
+  options.policy_name = "p.policy";
+  options.policy_text = "op " + std::to_string(ctx) + ": fp8\n";
+  QuantizeFp8Pass pass(options);
+  ASSERT_TRUE(pass.Run(&m).ok());
+  const std::string action =
+      "run op " + std::to_string(ctx) + " (l0.attn.ctx) on FP8 operands";
+  const fb::DecisionT* d = LastDecision(m, action);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->outcome, fb::Outcome::Accepted) << d->reason;
+  EXPECT_EQ(ByName(m, "l0.attn.softmax.out")->dtype, fb::DType::FP8E4M3);
+}
+
 TEST(QuantizeAttentionTest, ContextReadsSoftmaxFp8AndSharesTheQkvCast) {
   fb::ModuleT m = TinyLayer();
   fb::ModuleT original = TinyLayer();
