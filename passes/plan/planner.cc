@@ -277,6 +277,8 @@ class Planning {
       attention_steps_ = steps;
       TILEC_RETURN_IF_ERROR(BuildGraph());
       TILEC_RETURN_IF_ERROR(LoadPins());
+      Say("no plan fits yet: planning with attention in " +
+          std::to_string(steps) + " image steps");
       *search =
           std::make_unique<Search>(*graph_, *coster_, MakeSearchOptions());
       last = (*search)->Initialize();
@@ -301,6 +303,8 @@ class Planning {
         return Status::Ok();
       }
       if (last.code() != StatusCode::kInfeasible) return last;
+      Say("attention in " + std::to_string(steps) + " image steps: " +
+          last.message());
       log_.Reject({}, action,
                   "no plan fits in " + std::to_string(steps) +
                       " steps either: the closest needs " +
