@@ -5,6 +5,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "formats/op_shapes.h"
@@ -175,6 +176,32 @@ void SplitChain(const AttentionChain& chain, int steps, uint32_t* next_value,
 }
 
 }  // namespace
+
+bool ChainsOverCapacity(const fb::ModuleT& module, const Graph& graph,
+                        const Evaluation& closest) {
+  std::set<uint32_t> made;  // the values the chains' ops make
+  for (const AttentionChain& chain : FindAttentionChains(module)) {
+    for (int op : chain.ops) {
+      const fb::OperationT& o = *module.ops[op];
+      made.insert(o.results.begin(), o.results.end());
+      const int index = graph.OpIndex(o.id);
+      if (index >= 0 && index < static_cast<int>(closest.op_peak.size()) &&
+          closest.op_peak[index] > closest.capacity) {
+        return true;
+      }
+    }
+  }
+  for (size_t i = 0; i < closest.redistributions.size() &&
+                     i < closest.redistribution_peak.size();
+       ++i) {
+    const int value = closest.redistributions[i].value;
+    if (made.count(graph.value(value).id) &&
+        closest.redistribution_peak[i] > closest.capacity) {
+      return true;
+    }
+  }
+  return false;
+}
 
 std::vector<AttentionChain> FindAttentionChains(const fb::ModuleT& module) {
   const Index index = IndexOf(module);

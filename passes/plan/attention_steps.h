@@ -21,6 +21,8 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
+#include "passes/plan/graph.h"
+#include "passes/plan/plan.h"
 
 namespace tilec::plan {
 
@@ -40,6 +42,13 @@ std::vector<int> AttentionStepCounts(const fb::ModuleT& module);
 // Runs every chain in `steps` image steps (1: unchanged). An error (one
 // sentence) when `steps` does not divide a chain's image count.
 Status SplitAttentionIntoImageSteps(int steps, fb::ModuleT* module);
+
+// Whether `closest`, a plan of `graph` (built from `module`) that does not
+// fit, is over capacity at an op of a chain or at a redistribution of a
+// value a chain makes: all that more image steps shrink. Elsewhere they
+// only add phases and exchange tables.
+bool ChainsOverCapacity(const fb::ModuleT& module, const Graph& graph,
+                        const Evaluation& closest);
 
 }  // namespace tilec::plan
 

@@ -305,12 +305,19 @@ class Planning {
       if (last.code() != StatusCode::kInfeasible) return last;
       Say("attention in " + std::to_string(steps) + " image steps: " +
           last.message());
+      const bool chains_over =
+          ChainsOverCapacity(module_, *graph_, (*search)->closest());
       log_.Reject({}, action,
                   "no plan fits in " + std::to_string(steps) +
                       " steps either: the closest needs " +
                       std::to_string((*search)->closest_peak_bytes()) +
-                      " B on a tile",
+                      " B on a tile" +
+                      (chains_over ? ""
+                                   : "; its attention steps fit, so more "
+                                     "steps would only add phases and "
+                                     "exchange tables: none tried"),
                   {0, 0, unsplit_peak, (*search)->closest_peak_bytes()});
+      if (!chains_over) break;
     }
     return Status::Infeasible(unsplit.message() +
                               " (nor with attention in image steps: " +

@@ -86,6 +86,8 @@ class Search {
   // After Initialize found no plan that fits: the peak bytes per tile of
   // the closest plan it found (how far from fitting the graph is).
   int64_t closest_peak_bytes() const { return closest_peak_bytes_; }
+  // That closest plan's evaluation (its per-op peaks, its capacity).
+  const Evaluation& closest() const { return closest_; }
   // Initialize's plan fits only after memory repair.
   bool repaired() const { return repaired_; }
   const Decisions& decisions() const { return log_->decisions(); }
@@ -147,6 +149,7 @@ class Search {
   Plan incumbent_;
   Evaluation eval_;
   int64_t closest_peak_bytes_ = 0;
+  Evaluation closest_;
   bool repaired_ = false;
   passes::DecisionLog own_log_;
   passes::DecisionLog* log_;

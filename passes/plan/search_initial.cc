@@ -62,6 +62,7 @@ Status Search::Initialize() {
               ? *homes_closest
               : eval_;
       closest_peak_bytes_ = closest.peak_bytes;
+      closest_ = closest;
       return Status::Infeasible("no plan fits tile memory" + bound +
                                 "; the closest found: " + closest.Diagnosis());
     }
