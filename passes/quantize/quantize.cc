@@ -70,14 +70,15 @@ class Quantizer {
       if (!policy.ok()) return policy.status();
       policy_ = std::move(*policy);
     }
-    StatusOr<Priced> base = CalibrateAndPriceBase();
-    if (!base.ok()) return base.status();
-    baseline_ = current_ = *base;
     std::optional<AheadThread> ahead;
     if (options_.place_by_cost && options_.threads > 1) {
       prices_ = std::make_shared<TrialPrices>(*coster_);
       ahead.emplace(prices_, StartPricingAhead());
     }
+    StatusOr<Priced> base = CalibrateAndPriceBase();
+    if (!base.ok()) return base.status();
+    baseline_ = current_ = *base;
+    if (prices_) prices_->PassDeciding();
     StatusOr<bool> changed = Decide();
     if (prices_) prices_->Stop();
     if (!changed.ok()) return changed.status();
@@ -87,6 +88,23 @@ class Quantizer {
   }
 
  private:
+  struct Calibration {
+    MagnitudeHistogram magnitudes;
+    uint32_t iterations = 0;  // tensors added
+  };
+  // The calibration run and what it measured: written by Calibrate, then
+  // only read (the replays pricing ahead have stand-ins).
+  struct Measured {
+    kernels::ReferenceOptions reference;
+    kernels::ReferenceResult unquantized;  // its inputs and outputs
+    // The magnitudes of each GEMM's left operand over every iteration.
+    std::map<uint32_t, Calibration> activations;
+    // The unrounded magnitudes of each GEMM's right operand and its twins,
+    // taken from the calibration run so that no weight is generated again;
+    // empty where the run did not make it.
+    std::map<uint32_t, std::optional<MagnitudeHistogram>> weights;
+  };
+
   // The thread pricing trials ahead of the decisions (Speculate): stopped
   // and joined wherever Run returns.
   class AheadThread {
@@ -125,25 +143,43 @@ class Quantizer {
     return changed;
   }
 
-  // A thread replaying the decisions from here (before the first) on a
-  // copy of the module: it prices the trial the pass is expected to make
-  // next while the pass prices its current one. Each decision takes the
-  // price of exactly its trial graph, whoever made it, so the decisions
-  // are the ones a single thread makes.
+  // A thread that plans the unquantized graph while the pass calibrates,
+  // then replays the decisions on a copy of the module, pricing the trial
+  // the pass is expected to make next: while the reference run still
+  // calibrates, and then while the pass prices its own trial. A trial's
+  // price does not depend on the scales and statistics the calibration
+  // measures (TrialPrices), so the replays take stand-ins for them. Each
+  // decision takes the price of exactly its trial graph, whoever made it,
+  // so the decisions are the ones a single thread makes.
   std::thread StartPricingAhead() const {
     Quantizer start = *this;
     start.ahead_ = true;
+    start.measured_ = std::make_shared<Measured>();
+    ListMeasured(start.measured_.get());
+    const std::vector<float> unit = {1.0f};
+    for (auto& [id, c] : start.measured_->activations) {
+      c.magnitudes.Add(unit);
+      c.iterations = 1;
+    }
+    for (auto& [id, w] : start.measured_->weights) {
+      w.emplace();
+      w->Add(unit);
+    }
     return std::thread(
-        [start = std::move(start), module = CloneModule(*module_)] {
+        [start = std::move(start), module = CloneModule(*module_)]() mutable {
           start.Speculate(*module);
         });
   }
 
-  // Replays Decide from this copy's state on copies of `module` until the
-  // prices stop, each replay priced by PriceAhead. A replay that priced a
-  // trial restarts at once, with every price made meanwhile; one that
-  // found none to price waits for the next price claimed or made.
-  void Speculate(const fb::ModuleT& module) const {
+  // Prices `module` (the unquantized graph), then replays Decide from
+  // there on copies of it until the prices stop, each replay priced by
+  // PriceAhead. A replay that priced a trial restarts at once, with every
+  // price made meanwhile; one that found none to price waits for the next
+  // price claimed or made.
+  void Speculate(const fb::ModuleT& module) {
+    const StatusOr<Priced> base = prices_->Price(module, repair_);
+    if (!base.ok()) return;  // the pass reports it
+    baseline_ = current_ = *base;
     while (!prices_->stopped()) {
       const int64_t seen = prices_->version();
       std::unique_ptr<fb::ModuleT> copy = CloneModule(module);
@@ -161,13 +197,14 @@ class Quantizer {
 
   // A replay's price: a trial's made by any thread; a trial the pass is
   // pricing counts as accepted (the usual outcome: just cheaper than now),
-  // so that the replay reaches the one after it; a trial that no thread
-  // has reached is priced here if the replay is past such a guess (else it
-  // is the pass's next, and the replay waits for the pass to claim it).
-  // The replay ends (an error) once it has priced or waits.
+  // so that the replay reaches the one after it; a trial no thread has
+  // reached is priced here while the pass calibrates or past such a guess
+  // (else it is the pass's next: the replay waits for the pass to claim
+  // it). The replay ends (an error) once it has priced or waits.
   StatusOr<Priced> PriceAhead(const fb::ModuleT& m) {
     std::optional<StatusOr<Priced>> price;
-    switch (prices_->PriceAhead(m, repair_, guessed_, &price)) {
+    const bool claim = guessed_ || !prices_->pass_deciding();
+    switch (prices_->PriceAhead(m, repair_, claim, &price)) {
       case TrialPrices::Ahead::kKnown:
         return *price;
       case TrialPrices::Ahead::kPending:
@@ -185,7 +222,6 @@ class Quantizer {
     return Status::Internal("the replay ends here");
   }
 
- private:
   struct Cast {
     uint32_t op = 0;      // the Cast op
     uint32_t input = 0;   // the F16 value
@@ -230,25 +266,32 @@ class Quantizer {
     return Status::Ok();
   }
 
-  // Calibrate, and the unquantized graph's price. Neither reads what the
-  // other writes (the planner only reads the module; the reference run
-  // only fills the calibration's members), so with two threads or more
-  // the graph is planned while the reference runs; a calibration error
-  // comes first either way.
+  // Calibrate, and the unquantized graph's price, which with two threads
+  // or more the thread pricing ahead plans while the reference runs (it
+  // only reads the module; the run only fills the measurements); a
+  // calibration error comes first either way.
   StatusOr<Priced> CalibrateAndPriceBase() {
-    StatusOr<Priced> base = Status::Internal("not priced");
-    std::optional<std::thread> planning;
-    if (options_.threads > 1) {
-      planning.emplace([this, &base] { base = Price(*module_); });
+    TILEC_RETURN_IF_ERROR(Calibrate());
+    return Price(*module_);
+  }
+
+  // The values calibration measures, as keys of `m`'s maps: every GEMM's
+  // left operand and every attention GEMM's operands (activations), every
+  // MatMul's right operand and its twins (weights).
+  void ListMeasured(Measured* m) const {
+    for (const auto& op : module_->ops) {
+      if (op->kind == fb::OpKind::MatMul && !op->operands.empty()) {
+        m->activations[op->operands[0]];
+      }
+      if (op->kind == fb::OpKind::MatMul && op->operands.size() > 1) {
+        m->weights[op->operands[1]];
+        for (uint32_t twin : TwinsOf(op->operands[1])) m->weights[twin];
+      }
+      // An attention GEMM's operands are all activations.
+      if (op->kind != fb::OpKind::MatMul && IsQuantizableGemm(op->kind)) {
+        for (uint32_t id : op->operands) m->activations[id];
+      }
     }
-    const Status calibrated = Calibrate();
-    if (planning) {
-      planning->join();
-    } else if (calibrated.ok()) {
-      base = Price(*module_);
-    }
-    TILEC_RETURN_IF_ERROR(calibrated);
-    return base;
   }
 
   // One reference run of the unquantized graph: the magnitudes of every
@@ -265,19 +308,7 @@ class Quantizer {
       TILEC_RETURN_IF_ERROR(CheckCalibration(*module_, options_.calibration_dir,
                                              measured_->reference.provided));
     }
-    for (const auto& op : module_->ops) {
-      if (op->kind == fb::OpKind::MatMul && !op->operands.empty()) {
-        measured_->activations[op->operands[0]];
-      }
-      if (op->kind == fb::OpKind::MatMul && op->operands.size() > 1) {
-        measured_->weights[op->operands[1]];
-        for (uint32_t twin : TwinsOf(op->operands[1])) measured_->weights[twin];
-      }
-      // An attention GEMM's operands are all activations.
-      if (op->kind != fb::OpKind::MatMul && IsQuantizableGemm(op->kind)) {
-        for (uint32_t id : op->operands) measured_->activations[id];
-      }
-    }
+    ListMeasured(measured_.get());
     kernels::ReferenceOptions run = measured_->reference;
     run.keep = kernels::ReferenceOptions::Keep::kInputsAndOutputs;
     run.observe = [this](const kernels::ReferenceTensor& t,
@@ -1029,22 +1060,6 @@ class Quantizer {
   passes::DecisionLog* log_;
   Policy policy_;
   std::optional<plan::Coster> coster_;  // for PriceByPlanning
-  struct Calibration {
-    MagnitudeHistogram magnitudes;
-    uint32_t iterations = 0;  // tensors added
-  };
-  // The calibration run and what it measured: written by Calibrate, then
-  // only read, here and by the replays pricing ahead.
-  struct Measured {
-    kernels::ReferenceOptions reference;
-    kernels::ReferenceResult unquantized;  // its inputs and outputs
-    // The magnitudes of each GEMM's left operand over every iteration.
-    std::map<uint32_t, Calibration> activations;
-    // The unrounded magnitudes of each GEMM's right operand and its twins,
-    // taken from the calibration run so that no weight is generated again;
-    // empty where the run did not make it.
-    std::map<uint32_t, std::optional<MagnitudeHistogram>> weights;
-  };
   std::shared_ptr<Measured> measured_ = std::make_shared<Measured>();
   Priced baseline_, current_;
   bool repair_ = false;  // price with memory repair (RepairFromNowOnIfNeeded)

@@ -551,6 +551,35 @@ TEST(TrialPricesTest, EachGraphAndFlagIsPlannedOnce) {
   EXPECT_TRUE(prices.stopped());
 }
 
+// The planner reads dtypes, not FP8 scales or statistics: a graph priced
+// before calibration (the thread pricing ahead) serves the calibrated one.
+TEST(TrialPricesTest, ScalesAndStatisticsDoNotChangeAPrice) {
+  fb::ModuleT m = TinyLayer();
+  ASSERT_TRUE(QuantizeFp8Pass().Run(&m).ok());
+  StatusOr<plan::Coster> coster = plan::Coster::Create(*m.target, {});
+  ASSERT_TRUE(coster.ok());
+  TrialPrices prices(*coster);
+  const StatusOr<Priced> price = prices.Price(m, false);
+  fb::ModuleT rescaled = *ir::CloneModule(m);
+  fb::ValueT* fp8 = nullptr;
+  for (auto& v : rescaled.values) {
+    if (!v->fp8_quantized) continue;
+    v->fp8_scale_exp += 3;
+    v->fp8_amax *= 2;
+    v->fp8_saturated = 0.5f;
+    v->fp8_flushed = 0.25f;
+    fp8 = v.get();
+  }
+  ASSERT_NE(fp8, nullptr);
+  ExpectSamePrice(PriceByPlanning(rescaled, *coster, false), price);
+  std::optional<StatusOr<Priced>> known;
+  EXPECT_EQ(prices.PriceAhead(rescaled, false, /*claim=*/false, &known),
+            TrialPrices::Ahead::kKnown);
+  fp8->dtype = fb::DType::FP8E5M2;
+  EXPECT_EQ(prices.PriceAhead(rescaled, false, /*claim=*/false, &known),
+            TrialPrices::Ahead::kAbsent);
+}
+
 TEST(QuantizeAttentionTest, EachAttentionGemmIsDecidedByItsPlannedCycles) {
   fb::ModuleT m = TinyLayer();
   QuantizeFp8Pass pass;

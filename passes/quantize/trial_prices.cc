@@ -1,14 +1,23 @@
 #include "passes/quantize/trial_prices.h"
 
 #include <exception>
+#include <memory>
 
 #include "flatbuffers/flatbuffers.h"
+#include "formats/ir.h"
 
 namespace tilec::quantize {
 
 std::string TrialPrices::Key(const fb::ModuleT& module, bool repair) {
+  std::unique_ptr<fb::ModuleT> plain = ir::CloneModule(module);
+  for (auto& v : plain->values) {
+    v->fp8_scale_exp = 0;
+    v->fp8_amax = 0;
+    v->fp8_saturated = 0;
+    v->fp8_flushed = 0;
+  }
   flatbuffers::FlatBufferBuilder builder;
-  builder.Finish(fb::Module::Pack(builder, &module));
+  builder.Finish(fb::Module::Pack(builder, plain.get()));
   std::string key(reinterpret_cast<const char*>(builder.GetBufferPointer()),
                   builder.GetSize());
   key += repair ? 'r' : 'g';
@@ -94,6 +103,16 @@ void TrialPrices::Stop() {
 bool TrialPrices::stopped() const {
   std::lock_guard lock(mutex_);
   return stopped_;
+}
+
+void TrialPrices::PassDeciding() {
+  std::lock_guard lock(mutex_);
+  pass_deciding_ = true;
+}
+
+bool TrialPrices::pass_deciding() const {
+  std::lock_guard lock(mutex_);
+  return pass_deciding_;
 }
 
 }  // namespace tilec::quantize

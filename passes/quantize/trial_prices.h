@@ -3,7 +3,9 @@
 // price another thread is making, or a thread pricing ahead the trial the
 // pass is expected to make next, which never waits. A price depends on the
 // graph and the repair flag alone, so the pass decides exactly as if it
-// had made every price itself.
+// had made every price itself. Not on the FP8 values' scales and
+// statistics either (the planner reads dtypes, not scales), so the thread
+// pricing ahead may make prices while the pass still calibrates.
 
 #ifndef TILEC_PASSES_QUANTIZE_TRIAL_PRICES_H_
 #define TILEC_PASSES_QUANTIZE_TRIAL_PRICES_H_
@@ -46,9 +48,13 @@ class TrialPrices {
   // Pricing ahead ends: waiting threads return, stopped() is true.
   void Stop();
   bool stopped() const;
+  // The pass has calibrated and makes its decisions from now on.
+  void PassDeciding();
+  bool pass_deciding() const;
 
  private:
-  // Everything the price depends on: the module's bytes and the flag.
+  // Everything the price depends on: the module's bytes, but for the
+  // FP8 scales and statistics, and the flag.
   static std::string Key(const fb::ModuleT& module, bool repair);
   // Plans the claimed `key` and publishes its price.
   StatusOr<Priced> Make(const std::string& key, const fb::ModuleT& module,
@@ -61,6 +67,7 @@ class TrialPrices {
   std::unordered_map<std::string, std::optional<StatusOr<Priced>>> prices_;
   int64_t version_ = 0;
   bool stopped_ = false;
+  bool pass_deciding_ = false;
 };
 
 }  // namespace tilec::quantize
