@@ -148,9 +148,11 @@ class Quantizer {
   // the pass is expected to make next: while the reference run still
   // calibrates, and then while the pass prices its own trial. A trial's
   // price does not depend on the scales and statistics the calibration
-  // measures (TrialPrices), so the replays take stand-ins for them. Each
-  // decision takes the price of exactly its trial graph, whoever made it,
-  // so the decisions are the ones a single thread makes.
+  // measures (TrialPrices), so the replays take stand-ins for them (where
+  // one changes a decision, a value calibrated all zero, the replays price
+  // trials the pass never asks for: time lost, not bytes). Each decision
+  // takes the price of exactly its trial graph, whoever made it, so the
+  // decisions are the ones a single thread makes.
   std::thread StartPricingAhead() const {
     Quantizer start = *this;
     start.ahead_ = true;
