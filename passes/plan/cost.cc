@@ -3,6 +3,8 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <mutex>
+#include <shared_mutex>
 #include <unordered_map>
 
 #include "formats/basics.h"
@@ -353,17 +355,22 @@ std::optional<fb::OwnershipT> Coster::Required(const Graph& graph, int op,
 
 namespace {
 
+// What `key` maps to in `map`; null if nothing.
+template <typename Map>
+const typename Map::mapped_type* Find(const Map& map, const std::string& key) {
+  auto it = map.find(key);
+  return it != map.end() ? &it->second : nullptr;
+}
+
 // What `key` maps to in `first` (a lower-bound coster's scheduled caches:
 // exact prices beat bounds), else in `own`; null if in neither.
 template <typename Map>
 const typename Map::mapped_type* Lookup(const Map* first, const Map& own,
                                         const std::string& key) {
   if (first != nullptr) {
-    auto it = first->find(key);
-    if (it != first->end()) return &it->second;
+    if (const auto* found = Find(*first, key)) return found;
   }
-  auto it = own.find(key);
-  return it != own.end() ? &it->second : nullptr;
+  return Find(own, key);
 }
 
 }  // namespace
@@ -371,8 +378,29 @@ const typename Map::mapped_type* Lookup(const Map* first, const Map& own,
 template <typename Map>
 const typename Map::mapped_type* Coster::Cached(Map Cache::*map,
                                                 const std::string& key) const {
-  return Lookup(scheduled_cache_ ? &((*scheduled_cache_).*map) : nullptr,
-                (*cache_).*map, key);
+  if (scheduled_cache_) {
+    std::shared_lock lock(scheduled_cache_->mutex);
+    if (const auto* found = Find((*scheduled_cache_).*map, key)) return found;
+  }
+  std::shared_lock lock(cache_->mutex);
+  return Find((*cache_).*map, key);
+}
+
+template <typename Map>
+void Coster::Store(Map Cache::*map, std::string key,
+                   typename Map::mapped_type value) const {
+  std::unique_lock lock(cache_->mutex);
+  ((*cache_).*map).emplace(std::move(key), std::move(value));
+}
+
+size_t Coster::cached_transfers() const {
+  std::shared_lock lock(cache_->mutex);
+  return cache_->transfers.size();
+}
+
+size_t Coster::cached_prices() const {
+  std::shared_lock lock(cache_->mutex);
+  return prices_->size() + cache_->shape_prices.size();
 }
 
 TransferCost Coster::Transfer(std::span<const int64_t> shape, int element_bytes,
@@ -388,7 +416,7 @@ TransferCost Coster::Transfer(std::span<const int64_t> shape, int element_bytes,
           ? TransferBound(from, to, shape, element_bytes, target())
           : passes::RedistributionCost(from, to, shape, element_bytes,
                                        target());
-  cache_->transfers.emplace(std::move(key), cost);
+  Store(&Cache::transfers, std::move(key), cost);
   return cost;
 }
 
@@ -396,7 +424,7 @@ TransferCost Coster::Phase(const std::string& key,
                           const std::function<TransferCost()>& time) const {
   if (const TransferCost* cached = Cached(&Cache::phases, key)) return *cached;
   TransferCost cost = time();
-  cache_->phases.emplace(key, cost);
+  Store(&Cache::phases, key, cost);
   return cost;
 }
 
@@ -409,7 +437,7 @@ bool Coster::SamePlacement(std::span<const int64_t> shape,
     return *cached;
   }
   const bool same = passes::SamePlacement(a, b, shape);
-  cache_->placements.emplace(std::move(key), same);
+  Store(&Cache::placements, std::move(key), same);
   return same;
 }
 
@@ -423,7 +451,7 @@ TileBytes Coster::BytesPerTile(std::span<const int64_t> shape,
   }
   auto bytes = std::make_shared<const std::vector<int64_t>>(
       passes::BytesPerTile(ownership, shape, element_bytes, tiles()));
-  cache_->bytes.emplace(std::move(key), bytes);
+  Store(&Cache::bytes, std::move(key), bytes);
   return bytes;
 }
 
@@ -480,11 +508,6 @@ StatusOr<OpCost> Coster::PriceOp(
   // fuse-elementwise one per candidate).
   const std::optional<std::string> shape_key = ShapeKeyOf(graph, op, recipe);
   const bool by_shapes = shape_key.has_value();
-  Prices& prices = by_shapes ? cache_->shape_prices : *prices_;
-  const Prices* scheduled =
-      !scheduled_cache_ ? nullptr
-      : by_shapes       ? &scheduled_cache_->shape_prices
-                        : scheduled_prices_.get();
   std::string key =
       (by_shapes ? *shape_key : std::to_string(op)) + " " + recipe.Text();
   if (needs_source) {
@@ -507,7 +530,11 @@ StatusOr<OpCost> Coster::PriceOp(
       key += " , " + OwnKey(*sources[i]);
     }
   }
-  if (const OpCost* cached = Lookup(scheduled, prices, key)) return *cached;
+  if (const OpCost* cached =
+          by_shapes ? Cached(&Cache::shape_prices, key)
+                    : Lookup(scheduled_prices_.get(), *prices_, key)) {
+    return *cached;
+  }
   if (Status invalid = CheckRecipe(graph, op, recipe); !invalid.ok()) {
     return Status::Internal(graph.OpLabel(op) + ": " + invalid.message());
   }
@@ -545,7 +572,11 @@ StatusOr<OpCost> Coster::PriceOp(
           << cost->compute << " + exchange " << cost->exchange << " ("
           << cost->phases << " phases), scratch " << cost->max_scratch
           << " B; " << cost->detail;
-  prices.emplace(std::move(key), *cost);
+  if (by_shapes) {
+    Store(&Cache::shape_prices, std::move(key), *cost);
+  } else {
+    prices_->emplace(std::move(key), *cost);
+  }
   return cost;
 }
 
@@ -772,7 +803,7 @@ StatusOr<TransferCost> Coster::Redistribution(std::span<const int64_t> shape,
       cost.copy_bottleneck_tile = t;
     }
   }
-  cache_->redistributions.emplace(std::move(key), cost);
+  Store(&Cache::redistributions, std::move(key), cost);
   return cost;
 }
 

@@ -4,6 +4,13 @@
 // algebra, and each op's scratch memory per tile. Transfer costs, per-tile
 // byte counts and op prices are cached, so that a search re-prices only
 // what a proposal changes.
+//
+// Threads: costers made from one another (ForAnotherGraph, LowerBounds,
+// copies) share their graph-independent caches, which are locked, so that
+// each thread may plan its own graph with its own coster of one family
+// (quantize-fp8 prices two trial graphs at once). One coster's prices by op
+// index are not locked: a coster and the LowerBounds() costers made from it
+// belong to one thread.
 
 #ifndef TILEC_PASSES_PLAN_COST_H_
 #define TILEC_PASSES_PLAN_COST_H_
@@ -13,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <tuple>
@@ -159,10 +167,8 @@ class Coster {
                          const fb::OwnershipT& ownership) const;
 
   // Cache sizes, for progress and tests.
-  size_t cached_transfers() const { return cache_->transfers.size(); }
-  size_t cached_prices() const {
-    return prices_->size() + cache_->shape_prices.size();
-  }
+  size_t cached_transfers() const;
+  size_t cached_prices() const;
 
  private:
   Coster() = default;
@@ -205,6 +211,9 @@ class Coster {
     std::unordered_map<std::string, TileBytes> bytes;
     std::unordered_map<std::string, OpCost> shape_prices;  // by ShapeKeyOf
     std::unordered_map<std::string, passes::TransferCost> phases;  // Phase
+    // Held shared to look up, exclusively to add. An entry is never
+    // changed or erased, so what a lookup points to stays valid unlocked.
+    mutable std::shared_mutex mutex;
   };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
   // The LowerBounds() costers' own cache, shared by every coster made from
@@ -218,6 +227,11 @@ class Coster {
   template <typename Map>
   const typename Map::mapped_type* Cached(Map Cache::*map,
                                           const std::string& key) const;
+  // Adds `key` to this coster's `map` (an entry another thread added
+  // meanwhile, priced alike, is kept).
+  template <typename Map>
+  void Store(Map Cache::*map, std::string key,
+             typename Map::mapped_type value) const;
   // Other ops' prices, keyed by op index: valid for one graph.
   using Prices = std::unordered_map<std::string, OpCost>;
   std::shared_ptr<Prices> prices_ = std::make_shared<Prices>();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <thread>
@@ -24,6 +25,7 @@
 #include "passes/quantize/support.h"
 #include "passes/quantize/policy.h"
 #include "passes/quantize/scale.h"
+#include "passes/quantize/trial_prices.h"
 
 namespace tilec::quantize {
 
@@ -68,9 +70,60 @@ class Quantizer {
       if (!policy.ok()) return policy.status();
       policy_ = std::move(*policy);
     }
+    std::optional<AheadThread> ahead;
+    if (options_.place_by_cost && options_.threads > 1) {
+      prices_ = std::make_shared<TrialPrices>(*coster_);
+      ahead.emplace(prices_, StartPricingAhead());
+    }
     StatusOr<Priced> base = CalibrateAndPriceBase();
     if (!base.ok()) return base.status();
     baseline_ = current_ = *base;
+    if (prices_) prices_->PassDeciding();
+    StatusOr<bool> changed = Decide();
+    if (prices_) prices_->Stop();
+    if (!changed.ok()) return changed.status();
+    if (*changed) TILEC_RETURN_IF_ERROR(LogAccuracy());
+    LogSummary();
+    return *changed;
+  }
+
+ private:
+  struct Calibration {
+    MagnitudeHistogram magnitudes;
+    uint32_t iterations = 0;  // tensors added
+  };
+  // The calibration run and what it measured: written by Calibrate, then
+  // only read (the replays pricing ahead have stand-ins).
+  struct Measured {
+    kernels::ReferenceOptions reference;
+    kernels::ReferenceResult unquantized;  // its inputs and outputs
+    // The magnitudes of each GEMM's left operand over every iteration.
+    std::map<uint32_t, Calibration> activations;
+    // The unrounded magnitudes of each GEMM's right operand and its twins,
+    // taken from the calibration run so that no weight is generated again;
+    // empty where the run did not make it.
+    std::map<uint32_t, std::optional<MagnitudeHistogram>> weights;
+  };
+
+  // The thread pricing trials ahead of the decisions (Speculate): stopped
+  // and joined wherever Run returns.
+  class AheadThread {
+   public:
+    AheadThread(std::shared_ptr<TrialPrices> prices, std::thread thread)
+        : prices_(std::move(prices)), thread_(std::move(thread)) {}
+    ~AheadThread() {
+      prices_->Stop();
+      thread_.join();
+    }
+
+   private:
+    std::shared_ptr<TrialPrices> prices_;
+    std::thread thread_;
+  };
+
+  // Every decision in order: each MatMul's operands, attention's GEMMs,
+  // each kept cast's place. Whether any changed the module.
+  StatusOr<bool> Decide() {
     bool changed = false;
     // Ids of the MatMuls first: the loop inserts Cast ops.
     std::vector<uint32_t> gemms;
@@ -87,12 +140,90 @@ class Quantizer {
     if (!attention.ok()) return attention.status();
     changed = changed || *attention;
     for (const Cast& cast : casts_) TILEC_RETURN_IF_ERROR(PlaceCast(cast));
-    if (changed) TILEC_RETURN_IF_ERROR(LogAccuracy());
-    LogSummary();
     return changed;
   }
 
- private:
+  // A thread that plans the unquantized graph while the pass calibrates,
+  // then replays the decisions on a copy of the module, pricing the trial
+  // the pass is expected to make next: while the reference run still
+  // calibrates, and then while the pass prices its own trial. A trial's
+  // price does not depend on the scales and statistics the calibration
+  // measures (TrialPrices), so the replays take stand-ins for them (where
+  // one changes a decision, a value calibrated all zero, the replays price
+  // trials the pass never asks for: time lost, not bytes). Each decision
+  // takes the price of exactly its trial graph, whoever made it, so the
+  // decisions are the ones a single thread makes.
+  std::thread StartPricingAhead() const {
+    Quantizer start = *this;
+    start.ahead_ = true;
+    start.measured_ = std::make_shared<Measured>();
+    ListMeasured(start.measured_.get());
+    const std::vector<float> unit = {1.0f};
+    for (auto& [id, c] : start.measured_->activations) {
+      c.magnitudes.Add(unit);
+      c.iterations = 1;
+    }
+    for (auto& [id, w] : start.measured_->weights) {
+      w.emplace();
+      w->Add(unit);
+    }
+    return std::thread(
+        [start = std::move(start), module = CloneModule(*module_)]() mutable {
+          start.Speculate(*module);
+        });
+  }
+
+  // Prices `module` (the unquantized graph), then replays Decide from
+  // there on copies of it until the prices stop, each replay priced by
+  // PriceAhead. A replay that priced a trial restarts at once, with every
+  // price made meanwhile; one that found none to price waits for the next
+  // price claimed or made.
+  void Speculate(const fb::ModuleT& module) {
+    const StatusOr<Priced> base = prices_->Price(module, repair_);
+    if (!base.ok()) return;  // the pass reports it
+    baseline_ = current_ = *base;
+    while (!prices_->stopped()) {
+      const int64_t seen = prices_->version();
+      std::unique_ptr<fb::ModuleT> copy = CloneModule(module);
+      // No limit: the pass's --max-decisions only makes some guesses
+      // wrong.
+      passes::DecisionLog scratch;
+      Quantizer replay = *this;
+      replay.module_ = copy.get();
+      replay.log_ = &scratch;
+      // The pass reports the decisions' outcome; a replay's only prices.
+      static_cast<void>(replay.Decide());
+      if (!replay.priced_ahead_) prices_->WaitForChange(seen);
+    }
+  }
+
+  // A replay's price: a trial's made by any thread; a trial the pass is
+  // pricing counts as accepted (the usual outcome: just cheaper than now),
+  // so that the replay reaches the one after it; a trial no thread has
+  // reached is priced here while the pass calibrates or past such a guess
+  // (else it is the pass's next: the replay waits for the pass to claim
+  // it). The replay ends (an error) once it has priced or waits.
+  StatusOr<Priced> PriceAhead(const fb::ModuleT& m) {
+    std::optional<StatusOr<Priced>> price;
+    const bool claim = guessed_ || !prices_->pass_deciding();
+    switch (prices_->PriceAhead(m, repair_, claim, &price)) {
+      case TrialPrices::Ahead::kKnown:
+        return *price;
+      case TrialPrices::Ahead::kPending:
+        guessed_ = true;
+        return Priced{.feasible = true,
+                      .repaired = repair_,
+                      .cycles = current_.cycles - 1,
+                      .peak = current_.peak};
+      case TrialPrices::Ahead::kMadeHere:
+        priced_ahead_ = true;
+        break;
+      case TrialPrices::Ahead::kAbsent:
+        break;
+    }
+    return Status::Internal("the replay ends here");
+  }
+
   struct Cast {
     uint32_t op = 0;      // the Cast op
     uint32_t input = 0;   // the F16 value
@@ -106,7 +237,9 @@ class Quantizer {
 
   StatusOr<Priced> Price(const fb::ModuleT& m) {
     if (!options_.place_by_cost) return Priced{.feasible = true};
-    return PriceByPlanning(m, *coster_, repair_);
+    if (!prices_) return PriceByPlanning(m, *coster_, repair_);
+    if (ahead_) return PriceAhead(m);
+    return prices_->Price(m, repair_);
   }
 
   // The decisions by cost compare plans that fit: when the graph with its
@@ -135,25 +268,32 @@ class Quantizer {
     return Status::Ok();
   }
 
-  // Calibrate, and the unquantized graph's price. Neither reads what the
-  // other writes (the planner only reads the module; the reference run
-  // only fills the calibration's members), so with two threads or more
-  // the graph is planned while the reference runs; a calibration error
-  // comes first either way.
+  // Calibrate, and the unquantized graph's price, which with two threads
+  // or more the thread pricing ahead plans while the reference runs (it
+  // only reads the module; the run only fills the measurements); a
+  // calibration error comes first either way.
   StatusOr<Priced> CalibrateAndPriceBase() {
-    StatusOr<Priced> base = Status::Internal("not priced");
-    std::optional<std::thread> planning;
-    if (options_.threads > 1) {
-      planning.emplace([this, &base] { base = Price(*module_); });
+    TILEC_RETURN_IF_ERROR(Calibrate());
+    return Price(*module_);
+  }
+
+  // The values calibration measures, as keys of `m`'s maps: every GEMM's
+  // left operand and every attention GEMM's operands (activations), every
+  // MatMul's right operand and its twins (weights).
+  void ListMeasured(Measured* m) const {
+    for (const auto& op : module_->ops) {
+      if (op->kind == fb::OpKind::MatMul && !op->operands.empty()) {
+        m->activations[op->operands[0]];
+      }
+      if (op->kind == fb::OpKind::MatMul && op->operands.size() > 1) {
+        m->weights[op->operands[1]];
+        for (uint32_t twin : TwinsOf(op->operands[1])) m->weights[twin];
+      }
+      // An attention GEMM's operands are all activations.
+      if (op->kind != fb::OpKind::MatMul && IsQuantizableGemm(op->kind)) {
+        for (uint32_t id : op->operands) m->activations[id];
+      }
     }
-    const Status calibrated = Calibrate();
-    if (planning) {
-      planning->join();
-    } else if (calibrated.ok()) {
-      base = Price(*module_);
-    }
-    TILEC_RETURN_IF_ERROR(calibrated);
-    return base;
   }
 
   // One reference run of the unquantized graph: the magnitudes of every
@@ -162,28 +302,16 @@ class Quantizer {
   // and outputs that LogAccuracy compares with (nothing else is kept:
   // memory does not grow with the layers).
   Status Calibrate() {
-    reference_.sidecar_dir = options_.sidecar_dir;
-    reference_.threads = options_.threads;
+    measured_->reference.sidecar_dir = options_.sidecar_dir;
+    measured_->reference.threads = options_.threads;
     if (!options_.calibration_dir.empty()) {
       TILEC_RETURN_IF_ERROR(kernels::LoadInputs(
-          *module_, options_.calibration_dir, &reference_.provided));
-      TILEC_RETURN_IF_ERROR(CheckCalibration(
-          *module_, options_.calibration_dir, reference_.provided));
+          *module_, options_.calibration_dir, &measured_->reference.provided));
+      TILEC_RETURN_IF_ERROR(CheckCalibration(*module_, options_.calibration_dir,
+                                             measured_->reference.provided));
     }
-    for (const auto& op : module_->ops) {
-      if (op->kind == fb::OpKind::MatMul && !op->operands.empty()) {
-        calibration_[op->operands[0]];
-      }
-      if (op->kind == fb::OpKind::MatMul && op->operands.size() > 1) {
-        weights_[op->operands[1]];
-        for (uint32_t twin : TwinsOf(op->operands[1])) weights_[twin];
-      }
-      // An attention GEMM's operands are all activations.
-      if (op->kind != fb::OpKind::MatMul && IsQuantizableGemm(op->kind)) {
-        for (uint32_t id : op->operands) calibration_[id];
-      }
-    }
-    kernels::ReferenceOptions run = reference_;
+    ListMeasured(measured_.get());
+    kernels::ReferenceOptions run = measured_->reference;
     run.keep = kernels::ReferenceOptions::Keep::kInputsAndOutputs;
     run.observe = [this](const kernels::ReferenceTensor& t,
                          uint32_t iteration) { Observe(t, iteration); };
@@ -191,13 +319,14 @@ class Quantizer {
     // write different entries; a value made again is measured afresh.
     run.observe_source = [this](const fb::ValueT& v,
                                 std::span<const float> unrounded) {
-      auto it = weights_.find(v.id);
-      if (it == weights_.end()) return;
+      auto it = measured_->weights.find(v.id);
+      if (it == measured_->weights.end()) return;
       MagnitudeHistogram h;
       h.Add(unrounded);
       it->second = h;
     };
-    TILEC_RETURN_IF_ERROR(kernels::RunReference(*module_, run, &unquantized_));
+    TILEC_RETURN_IF_ERROR(
+        kernels::RunReference(*module_, run, &measured_->unquantized));
     return CalibrateSources();
   }
 
@@ -205,8 +334,8 @@ class Quantizer {
   // is also what its carried_in holds in the next iteration.
   void Observe(const kernels::ReferenceTensor& t, uint32_t iteration) {
     auto add = [&](uint32_t id) {
-      auto it = calibration_.find(id);
-      if (it == calibration_.end()) return;
+      auto it = measured_->activations.find(id);
+      if (it == measured_->activations.end()) return;
       it->second.magnitudes.Add(t.data);
       ++it->second.iterations;
     };
@@ -221,9 +350,9 @@ class Quantizer {
   // Activations no op makes (graph inputs, a carried_in's first data): the
   // run's kept inputs, or the value's own contents.
   Status CalibrateSources() {
-    for (auto& [id, c] : calibration_) {
+    for (auto& [id, c] : measured_->activations) {
       if (ProducerIndex(*module_, id) >= 0) continue;
-      const kernels::ReferenceTensor* t = unquantized_.Find(id);
+      const kernels::ReferenceTensor* t = measured_->unquantized.Find(id);
       std::vector<float> data;
       if (t != nullptr && !t->data.empty()) {
         c.magnitudes.Add(t->data);
@@ -273,8 +402,8 @@ class Quantizer {
     }
     uint32_t iterations = 1;
     if (weight) {
-      auto it = weights_.find(v.id);
-      if (it != weights_.end() && it->second.has_value()) {
+      auto it = measured_->weights.find(v.id);
+      if (it != measured_->weights.end() && it->second.has_value()) {
         c.magnitudes = *it->second;
       } else {
         // Not made by the calibration run: from its own contents.
@@ -287,7 +416,8 @@ class Quantizer {
         }
         c.magnitudes.Add(contents);
       }
-    } else if (auto it = calibration_.find(v.id); it != calibration_.end()) {
+    } else if (auto it = measured_->activations.find(v.id);
+               it != measured_->activations.end()) {
       c.magnitudes = it->second.magnitudes;
       iterations = it->second.iterations;
     }
@@ -880,11 +1010,11 @@ class Quantizer {
 
   Status LogAccuracy() {
     kernels::ReferenceResult quantized;
-    kernels::ReferenceOptions run = reference_;
+    kernels::ReferenceOptions run = measured_->reference;
     run.keep = kernels::ReferenceOptions::Keep::kOutputs;
     TILEC_RETURN_IF_ERROR(kernels::RunReference(*module_, run, &quantized));
     for (const OutputAccuracy& a :
-         CompareOutputs(*module_, quantized, unquantized_)) {
+         CompareOutputs(*module_, quantized, measured_->unquantized)) {
       std::string reason = "against the unquantized graph on the " +
                            std::string(options_.calibration_dir.empty()
                                            ? "seeded inputs"
@@ -932,22 +1062,19 @@ class Quantizer {
   passes::DecisionLog* log_;
   Policy policy_;
   std::optional<plan::Coster> coster_;  // for PriceByPlanning
-  kernels::ReferenceOptions reference_;
-  kernels::ReferenceResult unquantized_;  // its inputs and outputs
-  // The magnitudes of each GEMM's left operand over every iteration.
-  struct Calibration {
-    MagnitudeHistogram magnitudes;
-    uint32_t iterations = 0;  // tensors added
-  };
-  std::map<uint32_t, Calibration> calibration_;
-  // The unrounded magnitudes of each GEMM's right operand and its twins,
-  // taken from the calibration run so that no weight is generated again;
-  // empty where the run did not make it.
-  std::map<uint32_t, std::optional<MagnitudeHistogram>> weights_;
+  std::shared_ptr<Measured> measured_ = std::make_shared<Measured>();
   Priced baseline_, current_;
   bool repair_ = false;  // price with memory repair (RepairFromNowOnIfNeeded)
   std::map<uint32_t, uint32_t> quantized_activation_;  // F16 id -> FP8 id
   std::vector<Cast> casts_;
+  // With two threads or more: every trial's price, shared with the thread
+  // pricing ahead.
+  std::shared_ptr<TrialPrices> prices_;
+  // A copy replaying the decisions ahead (Speculate) and, in one replay,
+  // whether it counted a pending trial as accepted and priced one.
+  bool ahead_ = false;
+  bool guessed_ = false;
+  bool priced_ahead_ = false;
 };
 
 }  // namespace

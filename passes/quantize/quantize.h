@@ -65,7 +65,9 @@ struct QuantizeOptions {
   std::string calibration_dir;
   std::string sidecar_dir = ".";
   // Threads of the reference runs; 2 or more also plan the unquantized
-  // graph beside the calibration run (the same output).
+  // graph beside the calibration run, and then price on a second thread
+  // the trial graph the decisions are expected to make next (the same
+  // output).
   int threads = 2;
   // Price cast placements by planning (false: keep every cast a Cast op;
   // for tests of the rest of the pass).

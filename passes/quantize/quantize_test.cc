@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <optional>
+#include <thread>
 
 #include "formats/ir.h"
 #include "formats/repeat.h"
@@ -18,6 +20,8 @@
 #include "passes/plan/planner.h"
 #include "passes/quantize/policy.h"
 #include "passes/quantize/scale.h"
+#include "passes/quantize/support.h"
+#include "passes/quantize/trial_prices.h"
 
 namespace tilec::quantize {
 namespace {
@@ -434,26 +438,146 @@ const fb::DecisionT* LastDecision(const fb::ModuleT& m,
   return found;
 }
 
-// With two threads the unquantized graph is planned beside the calibration
-// run: the output is every byte the one thread's, on the MLP block and on
-// the layer.
+// Every byte of `m` quantized with `threads`.
+std::string QuantizedBytes(fb::ModuleT m, int threads,
+                           QuantizeOptions options = {},
+                           passes::PassOptions common = {}) {
+  options.threads = threads;
+  QuantizeFp8Pass pass(options, common);
+  StatusOr<bool> ran = pass.Run(&m);
+  EXPECT_TRUE(ran.ok()) << ran.status().message();
+  std::string bytes;
+  EXPECT_TRUE(ir::SerializeModule(std::move(m), "test", &bytes).ok());
+  return bytes;
+}
+
+// With two threads or more the unquantized graph is planned beside the
+// calibration run, and the trial the decisions are expected to make next
+// (the current one taken as accepted) is priced beside the current one:
+// the output is every byte the one thread's, on graphs whose decisions are
+// accepted and rejected, priced by closest plans, bring a graph nearer to
+// fitting, are excluded or forced by a policy, or cut short by
+// --max-decisions (each a guess gone wrong for the thread pricing ahead).
 TEST(QuantizeTest, ThreadsChangeNoByte) {
-  for (fb::ModuleT (*make)() :
-       {+[] { return TinyBlock(); }, +[] { return TinyLayer(); }}) {
-    std::string bytes[2];
-    for (int threads : {1, 2}) {
-      fb::ModuleT m = make();
-      QuantizeOptions options;
-      options.threads = threads;
-      QuantizeFp8Pass pass(options);
-      StatusOr<bool> ran = pass.Run(&m);
-      ASSERT_TRUE(ran.ok()) << ran.status().message();
-      ASSERT_TRUE(*ran);
-      ASSERT_TRUE(
-          ir::SerializeModule(std::move(m), "test", &bytes[threads - 1]).ok());
+  struct Case {
+    std::string name;
+    fb::ModuleT module;
+    QuantizeOptions options;
+    passes::PassOptions common;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"MLP block", TinyBlock()});
+  cases.push_back({"layer", TinyLayer()});
+  cases.push_back({"layer of 288 tokens", TinyLayer(288)});
+  cases.push_back({"46 rolled blocks",
+                   TinyBlock(/*tokens=*/16, /*width=*/64, /*mlp=*/128,
+                             /*layers=*/46, /*repeat=*/true)});
+  Case policy{"layer with a policy", TinyLayer()};
+  policy.options.policy_name = "p.policy";
+  policy.options.policy_text =
+      "op " + std::to_string(OpByName(policy.module, "l0.attn.qkv")->id) +
+      ": exclude\nop " +
+      std::to_string(OpByName(policy.module, "l0.attn.ctx")->id) + ": fp8\n";
+  cases.push_back(std::move(policy));
+  Case limited{"layer with --max-decisions=2", TinyLayer()};
+  limited.common.max_decisions = 2;
+  cases.push_back(std::move(limited));
+  for (const Case& c : cases) {
+    const std::string one = QuantizedBytes(*ir::CloneModule(c.module), 1,
+                                           c.options, c.common);
+    for (int threads : {2, 3}) {
+      EXPECT_EQ(QuantizedBytes(*ir::CloneModule(c.module), threads, c.options,
+                               c.common),
+                one)
+          << c.name << ", " << threads << " threads";
     }
-    EXPECT_EQ(bytes[0], bytes[1]);
   }
+}
+
+void ExpectSamePrice(const StatusOr<Priced>& a, const StatusOr<Priced>& b) {
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(PricedText(*a), PricedText(*b));
+  EXPECT_EQ(a->cycles, b->cycles);
+  EXPECT_EQ(a->peak, b->peak);
+}
+
+// Each graph and repair flag is planned once, by the first thread to come
+// to it; the others take its price (claiming and making a price each count
+// in version(), taking one does not).
+TEST(TrialPricesTest, EachGraphAndFlagIsPlannedOnce) {
+  fb::ModuleT m = TinyBlock();
+  StatusOr<plan::Coster> coster = plan::Coster::Create(*m.target, {});
+  ASSERT_TRUE(coster.ok());
+  TrialPrices prices(*coster);
+  using Ahead = TrialPrices::Ahead;
+  std::optional<StatusOr<Priced>> ahead;
+  EXPECT_EQ(prices.PriceAhead(m, false, /*claim=*/false, &ahead),
+            Ahead::kAbsent);
+  EXPECT_EQ(prices.version(), 0);
+  std::thread([&] {
+    EXPECT_EQ(prices.PriceAhead(m, false, /*claim=*/true, &ahead),
+              Ahead::kMadeHere);
+  }).join();
+  EXPECT_EQ(prices.version(), 2);
+  ExpectSamePrice(prices.Price(m, false), *ahead);
+  ExpectSamePrice(*ahead, PriceByPlanning(m, *coster, false));
+  EXPECT_EQ(prices.version(), 2);
+  std::optional<StatusOr<Priced>> known;
+  EXPECT_EQ(prices.PriceAhead(m, false, /*claim=*/true, &known),
+            Ahead::kKnown);
+  ExpectSamePrice(*known, *ahead);
+  // Another flag, another graph: priced afresh.
+  ExpectSamePrice(prices.Price(m, true), PriceByPlanning(m, *coster, true));
+  EXPECT_EQ(prices.version(), 4);
+  m.values[0]->name += "'";
+  EXPECT_EQ(prices.PriceAhead(m, false, /*claim=*/false, &known),
+            Ahead::kAbsent);
+  // While one thread plans a graph, another finds it pending, or else
+  // made; the pass's own thread waits for it.
+  std::thread pass([&] { ExpectSamePrice(prices.Price(m, false), *ahead); });
+  Ahead seen = Ahead::kAbsent;
+  while (seen == Ahead::kAbsent) {
+    seen = prices.PriceAhead(m, false, /*claim=*/false, &known);
+  }
+  EXPECT_TRUE(seen == Ahead::kPending || seen == Ahead::kKnown);
+  ExpectSamePrice(prices.Price(m, false), *ahead);
+  pass.join();
+  EXPECT_EQ(prices.version(), 6);
+  EXPECT_FALSE(prices.stopped());
+  std::thread waiting([&] { prices.WaitForChange(prices.version()); });
+  prices.Stop();
+  waiting.join();
+  EXPECT_TRUE(prices.stopped());
+}
+
+// The planner reads dtypes, not FP8 scales or statistics: a graph priced
+// before calibration (the thread pricing ahead) serves the calibrated one.
+TEST(TrialPricesTest, ScalesAndStatisticsDoNotChangeAPrice) {
+  fb::ModuleT m = TinyLayer();
+  ASSERT_TRUE(QuantizeFp8Pass().Run(&m).ok());
+  StatusOr<plan::Coster> coster = plan::Coster::Create(*m.target, {});
+  ASSERT_TRUE(coster.ok());
+  TrialPrices prices(*coster);
+  const StatusOr<Priced> price = prices.Price(m, false);
+  fb::ModuleT rescaled = *ir::CloneModule(m);
+  fb::ValueT* fp8 = nullptr;
+  for (auto& v : rescaled.values) {
+    if (!v->fp8_quantized) continue;
+    v->fp8_scale_exp += 3;
+    v->fp8_amax *= 2;
+    v->fp8_saturated = 0.5f;
+    v->fp8_flushed = 0.25f;
+    fp8 = v.get();
+  }
+  ASSERT_NE(fp8, nullptr);
+  ExpectSamePrice(PriceByPlanning(rescaled, *coster, false), price);
+  std::optional<StatusOr<Priced>> known;
+  EXPECT_EQ(prices.PriceAhead(rescaled, false, /*claim=*/false, &known),
+            TrialPrices::Ahead::kKnown);
+  fp8->dtype = fb::DType::FP8E5M2;
+  EXPECT_EQ(prices.PriceAhead(rescaled, false, /*claim=*/false, &known),
+            TrialPrices::Ahead::kAbsent);
 }
 
 TEST(QuantizeAttentionTest, EachAttentionGemmIsDecidedByItsPlannedCycles) {

@@ -1,0 +1,75 @@
+// quantize-fp8's trial graphs priced by planning (PriceByPlanning), each
+// once, by whichever thread comes to it first: the pass, which waits for a
+// price another thread is making, or a thread pricing ahead the trial the
+// pass is expected to make next, which never waits. A price depends on the
+// graph and the repair flag alone, so the pass decides exactly as if it
+// had made every price itself. Not on the FP8 values' scales and
+// statistics either (the planner reads dtypes, not scales), so the thread
+// pricing ahead may make prices while the pass still calibrates.
+
+#ifndef TILEC_PASSES_QUANTIZE_TRIAL_PRICES_H_
+#define TILEC_PASSES_QUANTIZE_TRIAL_PRICES_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "formats/status.h"
+#include "formats/tilec_generated.h"
+#include "passes/plan/cost.h"
+#include "passes/quantize/support.h"
+
+namespace tilec::quantize {
+
+class TrialPrices {
+ public:
+  // `coster`: the pass's, which must outlive this; each price is planned
+  // with a coster made from it (its caches are shared and locked).
+  explicit TrialPrices(const plan::Coster& coster) : coster_(coster) {}
+
+  // The price of `module`, planned here or by another thread (waited for).
+  StatusOr<Priced> Price(const fb::ModuleT& module, bool repair);
+
+  // For a thread pricing ahead: the price if made (kKnown, in `*price`);
+  // kPending while another thread makes it; otherwise, if `claim`, planned
+  // here (kMadeHere, in `*price`), else kAbsent.
+  enum class Ahead { kKnown, kPending, kMadeHere, kAbsent };
+  Ahead PriceAhead(const fb::ModuleT& module, bool repair, bool claim,
+                   std::optional<StatusOr<Priced>>* price);
+
+  // Counts every price claimed or made: a thread that found nothing to
+  // price ahead waits for it to change (WaitForChange).
+  int64_t version() const;
+  // Returns once version() is not `seen` or Stop() was called.
+  void WaitForChange(int64_t seen);
+  // Pricing ahead ends: waiting threads return, stopped() is true.
+  void Stop();
+  bool stopped() const;
+  // The pass has calibrated and makes its decisions from now on.
+  void PassDeciding();
+  bool pass_deciding() const;
+
+ private:
+  // Everything the price depends on: the module's bytes, but for the
+  // FP8 scales and statistics, and the flag.
+  static std::string Key(const fb::ModuleT& module, bool repair);
+  // Plans the claimed `key` and publishes its price.
+  StatusOr<Priced> Make(const std::string& key, const fb::ModuleT& module,
+                        bool repair);
+
+  const plan::Coster& coster_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  // By Key; nullopt while being made.
+  std::unordered_map<std::string, std::optional<StatusOr<Priced>>> prices_;
+  int64_t version_ = 0;
+  bool stopped_ = false;
+  bool pass_deciding_ = false;
+};
+
+}  // namespace tilec::quantize
+
+#endif  // TILEC_PASSES_QUANTIZE_TRIAL_PRICES_H_
