@@ -44,8 +44,9 @@ DEFINE_string(sidecar_dir, "",
               "Directory that weight sidecar paths are relative to (default: "
               "the input file's directory, or . for stdin).");
 DEFINE_int32(threads, kDefaults.threads,
-             "Threads of the calibration reference runs; with 2 or more "
-             "the unquantized graph is planned beside the calibration run.");
+             "Threads of the calibration reference runs; with 2 or more, "
+             "a second thread prices the trial plans ahead (the output is "
+             "the same bytes).");
 
 namespace {
 
