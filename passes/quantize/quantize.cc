@@ -516,16 +516,13 @@ class Quantizer {
     // FP8 (a whole model's weights): while nothing fits, a GEMM is
     // quantized when its FP8 weights bring the closest plan nearer to
     // fitting.
-    const bool nearer = !after->feasible && !current_.feasible &&
-                        after->peak > 0 && after->peak < current_.peak;
+    const bool nearer = NearerToFitting(*after, current_);
     if (!after->feasible && !nearer) {
       log_->Reject(ids, action, reason, {current_.cycles, current_.cycles, 0, 0});
       return false;
     }
     if (nearer) {
-      reason += "; neither fits yet, FP8 brings the closest plan's peak from " +
-                Thousands(current_.peak) + " to " + Thousands(after->peak) +
-                " B per tile";
+      reason += "; neither fits yet, FP8 brings " + NearerText(*after, current_);
     }
     const Numbers numbers{current_.cycles, after->cycles, current_.peak,
                           after->peak};
@@ -739,8 +736,10 @@ class Quantizer {
               PricedText(*after);
     const Numbers numbers{current_.cycles, after->cycles, current_.peak,
                           after->peak};
-    const bool nearer = !after->feasible && !current_.feasible &&
-                        after->peak > 0 && after->peak < current_.peak;
+    const bool nearer = NearerToFitting(*after, current_);
+    if (nearer) {
+      reason += "; neither fits yet, FP8 brings " + NearerText(*after, current_);
+    }
     const bool cheaper =
         after->feasible &&
         (!current_.feasible || after->cycles < current_.cycles);

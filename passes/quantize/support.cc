@@ -111,6 +111,7 @@ StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
   if (s.code() == StatusCode::kInfeasible) {
     p.why = s.message();
     p.peak = search.closest_peak_bytes();
+    p.excess = search.closest().Excess();
     return p;
   }
   TILEC_RETURN_IF_ERROR(s);
@@ -119,6 +120,20 @@ StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
   p.cycles = search.evaluation().total_cycles;
   p.peak = search.evaluation().peak_bytes;
   return p;
+}
+
+bool NearerToFitting(const Priced& after, const Priced& before) {
+  return !after.feasible && !before.feasible && after.peak > 0 &&
+         std::pair(after.excess, after.peak) <
+             std::pair(before.excess, before.peak);
+}
+
+std::string NearerText(const Priced& after, const Priced& before) {
+  auto closest = [](const Priced& p) {
+    return Thousands(p.excess) + " B over capacity summed over its steps "
+           "(peak " + Thousands(p.peak) + " B per tile)";
+  };
+  return "the closest plan from " + closest(before) + " to " + closest(after);
 }
 
 std::string PricedText(const Priced& p) {

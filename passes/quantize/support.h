@@ -50,6 +50,9 @@ struct Priced {
   bool repaired = false;  // fits only after memory repair
   int64_t cycles = 0;
   int64_t peak = 0;
+  // Infeasible: the closest plan's bytes over capacity summed over its
+  // steps (Evaluation::Excess), the planner's first measure of nearness.
+  int64_t excess = 0;
   std::string why;  // infeasible: the planner's diagnosis
 };
 
@@ -58,6 +61,12 @@ struct Priced {
 StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
                                  const plan::Coster& base, bool repair);
 std::string PricedText(const Priced& p);
+
+// Neither fits, and `after`'s closest plan is nearer to fitting than
+// `before`'s by memory repair's order: less excess, then a lower peak.
+bool NearerToFitting(const Priced& after, const Priced& before);
+// "the closest plan from 1,234 B over capacity (peak ...) to ...".
+std::string NearerText(const Priced& after, const Priced& before);
 
 // Every calibration input in `inputs` (read from `dir`) is finite and not
 // all zero.
