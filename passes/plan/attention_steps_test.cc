@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,37 @@ TEST(AttentionStepsTest, PlannerRunsAttentionInTheFewestStepsThatFit) {
   PlannerOptions one;
   one.attention_steps = 1;
   EXPECT_EQ(PlanIt(one, &at_once).code(), StatusCode::kInfeasible);
+}
+
+// A checkpoint of a plan in image steps carries the stepped graph and the
+// step count among its flags: resuming the unstepped input reproduces the
+// plan byte for byte.
+TEST(AttentionStepsTest, ResumeStepsTheInputAsTheCheckpointDid) {
+  const fb::ModuleT input = Layer(4, 176);
+  auto saved = std::make_shared<std::string>();
+  PlannerOptions first;
+  first.attempts = 4;
+  first.save_checkpoint = [saved](const fb::ModuleT& m) {
+    return ir::SerializeModule(m, "plan-ownership", saved.get());
+  };
+  fb::ModuleT whole = input;
+  ASSERT_TRUE(PlanIt(first, &whole).ok());
+  PlannerOptions resume;
+  resume.attempts = 0;
+  resume.resume.emplace();
+  ASSERT_TRUE(ir::ParseModule(*saved, "ck.tilec", &*resume.resume).ok());
+  resume.resume_name = "ck.tilec";
+  fb::ModuleT resumed = input;
+  const Status s = PlanIt(resume, &resumed);
+  ASSERT_TRUE(s.ok()) << s.message();
+  std::string a, b;
+  ASSERT_TRUE(ir::SerializeModule(whole, "plan-ownership", &a).ok());
+  ASSERT_TRUE(ir::SerializeModule(resumed, "plan-ownership", &b).ok());
+  EXPECT_EQ(a, b);
+  // A different count than the checkpoint's is refused.
+  resume.attention_steps = 2;
+  fb::ModuleT other = input;
+  EXPECT_EQ(PlanIt(resume, &other).code(), StatusCode::kBadInput);
 }
 
 TEST(AttentionStepsTest, GivenStepsAreUsedAsTheyAre) {

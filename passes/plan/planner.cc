@@ -262,6 +262,25 @@ class Planning {
            !AttentionStepCounts(input_).empty();
   }
 
+  // The steps memory requires: accepted, not subject to --max-decisions.
+  void RecordImageSteps(const std::string& action, int64_t unsplit_peak,
+                        const Evaluation& e) {
+    fb::DecisionT d;
+    d.action = action;
+    d.outcome = fb::Outcome::Accepted;
+    d.reason = "no plan fits with every image's attention at once (the "
+               "closest needs " +
+               std::to_string(unsplit_peak) + " B on a tile); in steps the "
+               "plan fits: " +
+               std::to_string(e.total_cycles) + " cycles, peak " +
+               std::to_string(e.peak_bytes) + " B per tile of " +
+               std::to_string(e.capacity);
+    d.bytes_before = unsplit_peak;
+    d.bytes_after = e.peak_bytes;
+    d.cycles_after = e.total_cycles;
+    log_.Record(d);
+  }
+
   // No plan fits: plan again with every self-attention in image steps, the
   // fewest steps whose plan fits (fewer steps, fewer phases and calls).
   // Each count tried is a Decision with the peak bytes both ways.
@@ -285,21 +304,7 @@ class Planning {
       const std::string action = "run attention in " + std::to_string(steps) +
                                  " image steps";
       if (last.ok()) {
-        const Evaluation& e = (*search)->evaluation();
-        fb::DecisionT d;
-        d.action = action;
-        d.outcome = fb::Outcome::Accepted;
-        d.reason = "no plan fits with every image's attention at once (the "
-                   "closest needs " +
-                   std::to_string(unsplit_peak) + " B on a tile); in " +
-                   std::to_string(steps) + " steps the plan fits: " +
-                   std::to_string(e.total_cycles) + " cycles, peak " +
-                   std::to_string(e.peak_bytes) + " B per tile of " +
-                   std::to_string(e.capacity);
-        d.bytes_before = unsplit_peak;
-        d.bytes_after = e.peak_bytes;
-        d.cycles_after = e.total_cycles;
-        log_.Record(d);
+        RecordImageSteps(action, unsplit_peak, (*search)->evaluation());
         return Status::Ok();
       }
       if (last.code() != StatusCode::kInfeasible) return last;
