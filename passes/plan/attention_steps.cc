@@ -109,7 +109,8 @@ std::unique_ptr<fb::ValueT> GroupValue(const fb::ValueT& whole, uint32_t id,
   return v;
 }
 
-// Rewrites one chain in place of its ops; `ids` hands out new ids.
+// The steps and join of one chain, into `made`; its values are replaced
+// and added in `module` (next_value and next_op hand out new ids).
 void SplitChain(const AttentionChain& chain, int steps, uint32_t* next_value,
                 uint32_t* next_op, fb::ModuleT* module,
                 std::vector<std::unique_ptr<fb::OperationT>>* made) {
