@@ -1056,6 +1056,66 @@ TEST(PlanSearchTest, CheckpointRoundTrips) {
   EXPECT_EQ(cb.schema_version, kCheckpointVersion);
 }
 
+// Everything a search leaves behind, as bytes: its decisions and its
+// checkpoint (plan, ownerships, RNG state, visited proposals).
+std::string SearchOutput(const Fixture& f, const Search& search) {
+  std::string out;
+  for (const auto& d : search.decisions()) out += ir::DecisionText(*d) + "\n";
+  fb::ModuleT saved = f.module;
+  saved.checkpoint =
+      std::make_unique<fb::SearchCheckpointT>(search.Checkpoint());
+  std::string bytes;
+  EXPECT_TRUE(ir::SerializeModule(saved, "test", &bytes).ok());
+  return out + bytes;
+}
+
+// Runs a search of `attempts` from the initial plan on `threads`; with
+// `resume_after` > 0, stops there, saves a checkpoint and resumes it in a
+// new search (on `threads` too) for the rest.
+std::string SearchWithThreads(const Fixture& f, int threads, int64_t attempts,
+                              int64_t resume_after = 0) {
+  SearchOptions options;
+  options.threads = threads;
+  options.attempts = resume_after > 0 ? resume_after : attempts;
+  // The last checkpoint saved (as plan-ownership writes it).
+  fb::SearchCheckpointT saved;
+  options.save_checkpoint = [&](const fb::SearchCheckpointT& c,
+                                const Decisions&) {
+    saved = c;
+    return Status::Ok();
+  };
+  Search first(f.graph, f.coster, options);
+  EXPECT_TRUE(first.Initialize().ok());
+  EXPECT_TRUE(first.Run().ok());
+  if (resume_after <= 0) return SearchOutput(f, first);
+  options.attempts = attempts - resume_after;
+  Search resumed(f.graph, f.coster, options);
+  EXPECT_TRUE(resumed.Restore(saved, first.decisions()).ok());
+  EXPECT_TRUE(resumed.Run().ok());
+  return SearchOutput(f, resumed);
+}
+
+// The threads only rank proposals: decisions, their order, the RNG and the
+// checkpoint are those of one thread, byte for byte, with and without
+// rejections and across a checkpoint.
+TEST(PlanSearchTest, ThreadCountChangesNoOutputByte) {
+  Fixture small(Small());
+  Fixture layer(Model("tiny", "siglip-so400m-384", TinyOverrides(17, 4),
+                      "layer"));
+  std::string all;
+  for (const Fixture* f : {&small, &layer}) {
+    const std::string one = SearchWithThreads(*f, 1, 40);
+    all += one;
+    EXPECT_NE(one.find("rejected by"), std::string::npos);
+    EXPECT_EQ(SearchWithThreads(*f, 2, 40), one);
+    EXPECT_EQ(SearchWithThreads(*f, 3, 40), one);
+    EXPECT_EQ(SearchWithThreads(*f, 2, 40, 17), one);
+    EXPECT_EQ(SearchWithThreads(*f, 1, 40, 17), one);
+  }
+  // Accepted proposals too, which start new offer rounds.
+  EXPECT_NE(all.find("improves by"), std::string::npos);
+}
+
 // ---------------------------------------------------------------- planner
 
 // A checkpoint file as the tool keeps it: serialized on every save and

@@ -57,12 +57,13 @@ bool Search::TryApply(fb::DecisionT decision) {
 }
 
 std::vector<Recipe> Search::AllRecipes(int op, const Plan& plan,
-                                       const Evaluation& eval) const {
+                                       const Evaluation& eval,
+                                       const Coster& coster) const {
   std::vector<Recipe> list;
   std::set<std::string> seen;
   if (options_.pinned.count(op)) return list;
   for (const Recipe& r : candidates_[op]) AddUnique(list, seen, r);
-  for (const Recipe& r : NeighbourRecipes(graph_, coster_, plan, eval, op)) {
+  for (const Recipe& r : NeighbourRecipes(graph_, coster, plan, eval, op)) {
     AddUnique(list, seen, r);
   }
   return list;

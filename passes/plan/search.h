@@ -61,6 +61,9 @@ struct SearchOptions {
   // round pricing every alternative of every op: false stops at the
   // closest plan without it (a price, not a plan to keep).
   bool repair = true;
+  // Threads ranking each op's proposals for an offer round (the search's
+  // time); the same offers, decisions and plan with any count.
+  int threads = 2;
 };
 
 class Search {
@@ -122,6 +125,17 @@ class Search {
 
  private:
   StatusOr<std::vector<Proposal>> MakeOffers(uint64_t offer_seed, int depth);
+  // One op's proposals for the incumbent and their ranks (RankByCycles).
+  struct OpOffers {
+    std::vector<Proposal> proposals;
+    std::vector<std::pair<int64_t, size_t>> ranked;  // (cycles, index)
+  };
+  // Prices with `coster` and its `bounds` only: may run on any thread.
+  StatusOr<OpOffers> RankOpOffers(int op, int depth, const Coster& coster,
+                                  const Coster& bounds) const;
+  // RankOpOffers of each of `ops`, in that order, on options_.threads.
+  std::vector<StatusOr<OpOffers>> RankAllOffers(const std::vector<int>& ops,
+                                                int depth);
   StatusOr<Plan> Apply(const Proposal& proposal) const;
   // Logs a decision as it is (a rejection, a figure or a required repair).
   void Record(const fb::DecisionT& decision);
@@ -138,12 +152,17 @@ class Search {
   Status RestoreHomes(const fb::SearchCheckpointT& checkpoint,
                       Plan* plan) const;
   std::vector<Recipe> AllRecipes(int op, const Plan& plan,
-                                 const Evaluation& eval) const;
+                                 const Evaluation& eval,
+                                 const Coster& coster) const;
 
   const Graph& graph_;
   const Coster& coster_;
   // coster_'s lower bounds (Coster::LowerBounds), for the greedy plan.
   const Coster bounds_;
+  // For the threads beyond the first: a coster of coster_'s family and its
+  // lower bounds each (RankAllOffers).
+  std::vector<std::pair<std::unique_ptr<Coster>, std::unique_ptr<Coster>>>
+      helper_costers_;
   SearchOptions options_;
   std::vector<std::vector<Recipe>> candidates_;  // by op
   Plan incumbent_;

@@ -238,7 +238,7 @@ StatusOr<bool> Search::Repair() {
     Recipe best_recipe;
     Evaluation best_eval;
     for (int op = 0; op < graph_.num_ops(); ++op) {
-      std::vector<Recipe> options = AllRecipes(op, incumbent_, eval_);
+      std::vector<Recipe> options = AllRecipes(op, incumbent_, eval_, coster_);
       if (!options_.pinned.count(op)) {
         for (Recipe& r : SerialStepVariants(graph_, op, incumbent_.recipes[op])) {
           options.push_back(std::move(r));

@@ -5,7 +5,9 @@
 #include "passes/plan/search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include "passes/plan/search_candidates.h"
 
@@ -232,32 +234,78 @@ StatusOr<std::vector<std::pair<int64_t, size_t>>> RankByCycles(
 
 }  // namespace
 
+StatusOr<Search::OpOffers> Search::RankOpOffers(int op, int depth,
+                                                const Coster& coster,
+                                                const Coster& bounds) const {
+  OfferPool pool{incumbent_};
+  const std::vector<int> followers =
+      FollowersOf(graph_, options_.pinned, incumbent_, eval_, op);
+  AddSingleAndCarry(graph_, coster, op, AllRecipes(op, incumbent_, eval_, coster),
+                    followers, &pool);
+  AddJoint(graph_, coster, options_.pinned, candidates_, incumbent_, op,
+           &pool);
+  // The band at this depth reaches the first `top` ranks.
+  const size_t top =
+      static_cast<size_t>(std::max(1, options_.proposals_per_op)) * (depth + 2);
+  StatusOr<std::vector<std::pair<int64_t, size_t>>> ranked =
+      RankByCycles(graph_, coster, bounds, pool.proposals, top,
+                   [this](const Proposal& p) { return Apply(p); });
+  if (!ranked.ok()) return ranked.status();
+  return OpOffers{std::move(pool.proposals), std::move(*ranked)};
+}
+
+std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
+    const std::vector<int>& ops, int depth) {
+  const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
+  // Each extra thread prices with costers of its own (their caches by op
+  // index are not locked), kept warm from round to round.
+  while (helper_costers_.size() + 1 < threads) {
+    auto helper = std::make_unique<Coster>(coster_.ForAnotherGraph());
+    auto helper_bounds = std::make_unique<Coster>(helper->LowerBounds());
+    helper_costers_.push_back({std::move(helper), std::move(helper_bounds)});
+  }
+  std::vector<StatusOr<OpOffers>> results(ops.size(),
+                                          Status::Internal("not ranked"));
+  // Thread t ranks op t first (so that every thread takes part, as the
+  // tests require), then whichever op is next when it is free: a ranking's
+  // result does not depend on which coster's caches made it (RankByCycles
+  // is exact).
+  const size_t used = std::min(threads, ops.size());
+  std::atomic<size_t> next{used};
+  auto work = [&](size_t first, const Coster& coster, const Coster& bounds) {
+    for (size_t i = first; i < ops.size(); i = next++) {
+      results[i] = RankOpOffers(ops[i], depth, coster, bounds);
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < used; ++t) {
+    helpers.emplace_back(work, t, std::cref(*helper_costers_[t - 1].first),
+                         std::cref(*helper_costers_[t - 1].second));
+  }
+  work(0, coster_, bounds_);
+  for (std::thread& h : helpers) h.join();
+  return results;
+}
+
 StatusOr<std::vector<Proposal>> Search::MakeOffers(uint64_t offer_seed,
                                                    int depth) {
   std::mt19937_64 rng(offer_seed);
   std::vector<int> order(graph_.num_ops());
   for (int i = 0; i < graph_.num_ops(); ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int> ops;
+  for (int op : order) {
+    if (!options_.pinned.count(op)) ops.push_back(op);
+  }
+  std::vector<StatusOr<OpOffers>> per_op = RankAllOffers(ops, depth);
+  // The bands are drawn in the seeded op order, one thread's RNG use.
   const int k = std::max(1, options_.proposals_per_op);
   std::vector<std::pair<int64_t, Proposal>> ranked_offers;
-  for (int op : order) {
-    if (options_.pinned.count(op)) continue;
-    OfferPool pool{incumbent_};
-    const std::vector<int> followers =
-        FollowersOf(graph_, options_.pinned, incumbent_, eval_, op);
-    AddSingleAndCarry(graph_, coster_, op, AllRecipes(op, incumbent_, eval_),
-                      followers, &pool);
-    AddJoint(graph_, coster_, options_.pinned, candidates_, incumbent_, op,
-             &pool);
-    // The band at this depth reaches the first `top` ranks.
-    const size_t top = static_cast<size_t>(k) * (depth + 2);
-    StatusOr<std::vector<std::pair<int64_t, size_t>>> ranked =
-        RankByCycles(graph_, coster_, bounds_, pool.proposals, top,
-                     [this](const Proposal& p) { return Apply(p); });
-    if (!ranked.ok()) return ranked.status();
+  for (StatusOr<OpOffers>& offers : per_op) {
+    if (!offers.ok()) return offers.status();
     for (const auto& [cycles, i] :
-         ChooseBand(std::move(*ranked), k, depth, rng)) {
-      ranked_offers.push_back({cycles, pool.proposals[i]});
+         ChooseBand(std::move(offers->ranked), k, depth, rng)) {
+      ranked_offers.push_back({cycles, offers->proposals[i]});
     }
   }
   // The budget goes to the most promising proposals of every op first
