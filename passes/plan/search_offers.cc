@@ -240,8 +240,9 @@ StatusOr<Search::OpOffers> Search::RankOpOffers(int op, int depth,
   OfferPool pool{incumbent_};
   const std::vector<int> followers =
       FollowersOf(graph_, options_.pinned, incumbent_, eval_, op);
-  AddSingleAndCarry(graph_, coster, op, AllRecipes(op, incumbent_, eval_, coster),
-                    followers, &pool);
+  AddSingleAndCarry(graph_, coster, op,
+                    AllRecipes(op, incumbent_, eval_, coster), followers,
+                    &pool);
   AddJoint(graph_, coster, options_.pinned, candidates_, incumbent_, op,
            &pool);
   // The band at this depth reaches the first `top` ranks.
