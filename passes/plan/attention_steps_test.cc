@@ -110,6 +110,38 @@ TEST(AttentionStepsTest, StepsComputeTheSameOutputBitForBit) {
   }
 }
 
+// Steps of one shape read different rows of qkv: each is priced for its
+// own images, not given the other's cached price.
+TEST(AttentionStepsTest, EachStepIsPricedForItsOwnImages) {
+  fb::ModuleT m = Layer(4, 8);
+  ASSERT_TRUE(SplitAttentionIntoImageSteps(2, &m).ok());
+  StatusOr<Graph> graph = Graph::Build(m);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  const int step0 = graph->OpIndex(FindOp(m, "l0.attn.scores.step0")->id);
+  const int step1 = graph->OpIndex(FindOp(m, "l0.attn.scores.step1")->id);
+  StatusOr<Recipe> recipe = ParseRecipe("attention m=2 n=1");
+  ASSERT_TRUE(recipe.ok());
+  // qkv's 32 rows in uneven blocks: the two steps' rows come from
+  // different tiles in different pieces.
+  fb::OwnershipT qkv;
+  qkv.kind = fb::OwnershipKind::Blocked;
+  qkv.partitions = {3, 1};
+  qkv.replicas = 1;
+  auto price = [&](const Coster& coster, int op) {
+    StatusOr<OpCost> c = coster.PriceOp(*graph, op, *recipe, &qkv);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return c.ok() ? c->exchange + c->compute : -1;
+  };
+  const StatusOr<Coster> fresh = Coster::Create(*m.target, {});
+  ASSERT_TRUE(fresh.ok());
+  const int64_t alone = price(*fresh, step1);
+  const StatusOr<Coster> warm = Coster::Create(*m.target, {});
+  ASSERT_TRUE(warm.ok());
+  const int64_t first = price(*warm, step0);
+  EXPECT_NE(first, alone) << "the steps should differ on this ownership";
+  EXPECT_EQ(price(*warm, step1), alone);
+}
+
 const fb::DecisionT* FindDecision(const fb::ModuleT& m,
                                   const std::string& action) {
   for (const auto& d : m.log.back()->decisions) {
@@ -122,10 +154,10 @@ Status PlanIt(PlannerOptions options, fb::ModuleT* m) {
   return PlanOwnershipPass(std::move(options), {}).Run(m).status();
 }
 
-// Four images of 176 tokens fit the tiny target only with their attention
+// Four images of 192 tokens fit the tiny target only with their attention
 // in 4 steps; the planner tries 2 first, and logs both.
 TEST(AttentionStepsTest, PlannerRunsAttentionInTheFewestStepsThatFit) {
-  fb::ModuleT m = Layer(4, 176);
+  fb::ModuleT m = Layer(4, 192);
   ASSERT_TRUE(PlanIt({}, &m).ok());
   const fb::DecisionT* two = FindDecision(m, "run attention in 2 image steps");
   const fb::DecisionT* four =
@@ -139,7 +171,7 @@ TEST(AttentionStepsTest, PlannerRunsAttentionInTheFewestStepsThatFit) {
   EXPECT_EQ(m.log.back()->flags.back(), "--attention-steps=4");
   EXPECT_TRUE(ir::VerifyModule(m).ok());
   // The plan fits where the images' attention at once does not.
-  fb::ModuleT at_once = Layer(4, 176);
+  fb::ModuleT at_once = Layer(4, 192);
   PlannerOptions one;
   one.attention_steps = 1;
   EXPECT_EQ(PlanIt(one, &at_once).code(), StatusCode::kInfeasible);
@@ -170,8 +202,9 @@ TEST(AttentionStepsTest, ResumeStepsTheInputAsTheCheckpointDid) {
   ASSERT_TRUE(ir::SerializeModule(whole, "plan-ownership", &a).ok());
   ASSERT_TRUE(ir::SerializeModule(resumed, "plan-ownership", &b).ok());
   EXPECT_EQ(a, b);
+  EXPECT_EQ(whole.log.back()->flags.back(), "--attention-steps=2");
   // A different count than the checkpoint's is refused.
-  resume.attention_steps = 2;
+  resume.attention_steps = 4;
   fb::ModuleT other = input;
   EXPECT_EQ(PlanIt(resume, &other).code(), StatusCode::kBadInput);
 }

@@ -486,7 +486,7 @@ std::optional<std::string> Coster::ShapeKeyOf(const Graph& graph, int op,
   const passes::AttentionGrid& g = *grid;
   for (int64_t field :
        {int64_t{static_cast<int>(g.part)}, int64_t{g.cross}, g.B, g.H, g.Tq,
-        g.Tk, g.D, int64_t{g.m}, int64_t{g.n}, int64_t{g.first},
+        g.Tk, g.D, g.first_image, int64_t{g.m}, int64_t{g.n}, int64_t{g.first},
         g.rows.extent, g.rows.parts, g.cols.extent, g.cols.parts}) {
     key += "," + std::to_string(field);
   }

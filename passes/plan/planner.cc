@@ -294,6 +294,8 @@ class Planning {
       TILEC_RETURN_IF_ERROR(SplitAttentionIntoImageSteps(steps, &module_));
       input_ = module_;
       attention_steps_ = steps;
+      // Its prices by op index belong to the graph it priced.
+      coster_.emplace(coster_->ForAnotherGraph());
       TILEC_RETURN_IF_ERROR(BuildGraph());
       TILEC_RETURN_IF_ERROR(LoadPins());
       Say("no plan fits yet: planning with attention in " +
