@@ -170,9 +170,38 @@ Status Search::Run() {
   return save();
 }
 
-// A weight whose saved ownership is not what its first consumer's recipe
-// needs was in a home (the checkpoint records ownerships, not choices).
+// The homes as the checkpoint records them (in_home); from a checkpoint of
+// an older build, which records ownerships only, by inference: a weight
+// whose saved ownership is not what its first consumer's recipe needs was
+// in a home, taken as fixed there.
 Status Search::RestoreHomes(const fb::SearchCheckpointT& c, Plan* plan) const {
+  bool recorded = false;
+  for (const auto& vp : c.values) {
+    if (!vp->in_home) continue;
+    recorded = true;
+    const int v = graph_.ValueIndex(vp->value);
+    if (v < 0 || graph_.value(v).role != fb::ValueRole::Weight ||
+        !vp->home_fixed) {
+      return Status::BadInput("the checkpoint's home of value %" +
+                              std::to_string(vp->value) +
+                              " is not a weight's home");
+    }
+    const std::string invalid = passes::ValidateOwnership(
+        *vp->home_fixed, graph_.value(v).shape, coster_.tiles());
+    if (!invalid.empty()) {
+      return Status::BadInput("the checkpoint's home of value %" +
+                              std::to_string(vp->value) + ": " + invalid);
+    }
+    plan->homes.resize(graph_.num_values());
+    plan->homes[v] = WeightHome{.delivery = vp->home_delivery,
+                                .spread = vp->home_spread,
+                                .first_replica = vp->home_first_replica,
+                                .fixed = *vp->home_fixed};
+  }
+  return recorded ? Status::Ok() : InferHomes(c, plan);
+}
+
+Status Search::InferHomes(const fb::SearchCheckpointT& c, Plan* plan) const {
   StatusOr<Evaluation> resident =
       Evaluate(graph_, coster_, *plan, EvalMode::kCyclesOnly);
   if (!resident.ok()) return resident.status();
@@ -220,6 +249,13 @@ fb::SearchCheckpointT Search::Checkpoint() const {
     auto p = std::make_unique<fb::ValuePlanT>();
     p->value = graph_.value(v).id;
     p->ownership = std::make_unique<fb::OwnershipT>(eval_.owners[v]);
+    if (const WeightHome* home = incumbent_.Home(v)) {
+      p->in_home = true;
+      p->home_delivery = home->delivery;
+      p->home_spread = home->spread;
+      p->home_first_replica = home->first_replica;
+      p->home_fixed = std::make_unique<fb::OwnershipT>(home->fixed);
+    }
     c.values.push_back(std::move(p));
   }
   return c;

@@ -149,6 +149,7 @@ class Search {
       int op, const std::vector<Recipe>& options);
   Plan WithRecipe(int op, const Recipe& recipe) const;
   Status MoveWeightsHome(std::optional<Evaluation>* closest);
+  Status InferHomes(const fb::SearchCheckpointT& c, Plan* plan) const;
   Status RestoreHomes(const fb::SearchCheckpointT& checkpoint,
                       Plan* plan) const;
   std::vector<Recipe> AllRecipes(int op, const Plan& plan,
