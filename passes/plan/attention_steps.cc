@@ -237,7 +237,8 @@ Status SplitAttentionIntoImageSteps(int steps, fb::ModuleT* module) {
       return Status::BadInput(
           "attention in " + std::to_string(steps) + " image steps: " +
           module->ops[c.ops[0]]->name + " has " + std::to_string(c.images) +
-          " images, which " + std::to_string(steps) + " does not divide");
+          (c.images == 1 ? " image" : " images") + ", which " +
+          std::to_string(steps) + " does not divide");
     }
   }
   uint32_t next_value = NextValueId(*module), next_op = NextOpId(*module);

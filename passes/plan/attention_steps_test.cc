@@ -219,6 +219,11 @@ TEST(AttentionStepsTest, GivenStepsAreUsedAsTheyAre) {
   fb::ModuleT odd = Layer(4, 16);
   options.attention_steps = 3;
   EXPECT_EQ(PlanIt(options, &odd).code(), StatusCode::kBadInput);
+  fb::ModuleT none = Layer(4, 16);
+  options.attention_steps = 0;
+  const Status zero = PlanIt(options, &none);
+  EXPECT_EQ(zero.code(), StatusCode::kBadInput);
+  EXPECT_EQ(zero.message(), "--attention_steps=0 must be at least 1");
 }
 
 // Where no step count fits, the exit names the closest plan both ways.

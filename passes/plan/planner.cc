@@ -195,6 +195,11 @@ class Planning {
     if (options_.proposals_per_op && *options_.proposals_per_op < 1) {
       return Status::BadInput("--proposals-per-op must be at least 1");
     }
+    if (options_.attention_steps && *options_.attention_steps < 1) {
+      return Status::BadInput("--attention_steps=" +
+                              std::to_string(*options_.attention_steps) +
+                              " must be at least 1");
+    }
     for (auto& v : module_.values) v->ownership.reset();
     for (auto& op : module_.ops) {
       op->recipe.reset();
