@@ -378,7 +378,11 @@ std::string RecipeText(const fb::RecipeT& r) {
     } else if (r.staging == fb::Staging::Streamed) {
       out += "(k" + std::to_string(r.chunk_k) + ")";
     }
-    if (r.steps > 1) out += " steps " + std::to_string(r.steps);
+    if (r.steps > 1) {
+      out += r.interleaved_steps
+                 ? " steps interleaved(" + std::to_string(r.steps) + ")"
+                 : " steps " + std::to_string(r.steps);
+    }
     out += ")";
   } else if (r.kind == fb::RecipeKind::Attention) {
     out += "(m" + std::to_string(r.m_split) + " n" + std::to_string(r.n_split) +

@@ -9,23 +9,85 @@ namespace tilec::passes {
 
 // ---------------------------------------------------------------- grid
 
-std::pair<int64_t, int64_t> GemmGrid::StepRows(int mi, int step) const {
-  const Split part{rows.Size(mi), steps};
-  return {rows.Begin(mi) + part.Begin(step), rows.Begin(mi) + part.End(step)};
+GemmGrid::RowRuns GemmGrid::StepRuns(int mi, int step) const {
+  RowRuns runs;
+  if (!interleaved) {
+    const Split part{rows.Size(mi), steps};
+    if (part.Size(step) > 0) {
+      runs.push_back({rows.Begin(mi) + part.Begin(step),
+                      rows.Begin(mi) + part.End(step)});
+    }
+    return runs;
+  }
+  const Split reduced = ReduceRows(mi);
+  for (int ki = 0; ki < k; ++ki) {
+    const Split part{reduced.Size(ki), steps};
+    if (part.Size(step) == 0) continue;
+    const int64_t begin = rows.Begin(mi) + reduced.Begin(ki);
+    runs.push_back({begin + part.Begin(step), begin + part.End(step)});
+  }
+  return runs;
 }
 
-Box GemmGrid::StepABox(int mi, int ki, int step) const {
-  const auto [r0, r1] = StepRows(mi, step);
-  return Box2(r0, r1, depth.Begin(ki), depth.End(ki));
+int64_t GemmGrid::StepRowCount(int mi, int step) const {
+  if (!interleaved) return Split{rows.Size(mi), steps}.Size(step);
+  const Split reduced = ReduceRows(mi);
+  int64_t count = 0;
+  for (int ki = 0; ki < k; ++ki) count += Split{reduced.Size(ki), steps}.Size(step);
+  return count;
 }
 
-Box GemmGrid::StepCBox(int mi, int ni, int step) const {
-  const auto [r0, r1] = StepRows(mi, step);
-  return Box2(r0, r1, cols.Begin(ni), cols.End(ni));
+int64_t GemmGrid::PanelRow(int mi, int step, int64_t row) const {
+  int64_t before = 0;
+  for (const auto& [r0, r1] : StepRuns(mi, step)) {
+    if (row >= r0 && row < r1) return before + row - r0;
+    before += r1 - r0;
+  }
+  return before;
+}
+
+Segments GemmGrid::StepPanel(int mi, int step, int64_t c0, int64_t c1) const {
+  Segments panel;
+  int64_t offset = 0;
+  for (const auto& [r0, r1] : StepRuns(mi, step)) {
+    panel.push_back({Box2(r0, r1, c0, c1), offset});
+    offset += (r1 - r0) * (c1 - c0);
+  }
+  return panel;
+}
+
+Segments GemmGrid::StepPanelPieces(int mi, int step,
+                                   std::span<const int64_t> cuts,
+                                   int element_bytes, int alignment) const {
+  Segments out;
+  StepPanelPieces(StepRuns(mi, step), cuts, element_bytes, alignment, &out);
+  return out;
+}
+
+void GemmGrid::StepPanelPieces(const RowRuns& runs,
+                               std::span<const int64_t> cuts,
+                               int element_bytes, int alignment,
+                               Segments* out) {
+  out->clear();
+  int64_t bytes = 0;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    bytes = ir::RoundUp(bytes, alignment);
+    for (const auto& [r0, r1] : runs) {
+      const Box piece = Box2(r0, r1, cuts[i], cuts[i + 1]);
+      out->push_back({piece, bytes / element_bytes});
+      bytes += piece.Elements() * element_bytes;
+    }
+  }
 }
 
 Box GemmGrid::StepResultBox(int mi, int ki, int ni, int step) const {
-  return IntersectBoxes(ResultBox(mi, ki, ni), StepCBox(mi, ni, step));
+  const Box reduced = ResultBox(mi, ki, ni);
+  for (const auto& [r0, r1] : StepRuns(mi, step)) {
+    const Box part =
+        IntersectBoxes(reduced, Box2(r0, r1, cols.Begin(ni), cols.End(ni)));
+    if (!part.Empty()) return part;
+  }
+  return Box2(0, 0, cols.Begin(ni), cols.End(ni));
 }
 
 int64_t GemmGrid::MostStepResultRows(int mi, int ki) const {
@@ -89,9 +151,11 @@ int GemmGrid::Chunks(int ki) const {
 
 GemmGrid MakeGemmGrid(int64_t M, int64_t K, int64_t N, int m, int k, int n,
                       int first, int stride, fb::Staging staging, int chunk_k,
-                      int batch_chunks, int steps) {
+                      int batch_chunks, int steps, bool interleaved) {
   GemmGrid g;
   g.steps = steps;
+  // With one part of the rows per block, interleaving is contiguous.
+  g.interleaved = interleaved && k > 1;
   g.M = M;
   g.K = K;
   g.N = N;
@@ -198,9 +262,16 @@ Status GemmTilePlanner::Geometry(const GemmTileInput& in,
   geo.aliased = false;
   geo.local = false;
   const int64_t bk = g.depth.Size(in.ki), kb0 = g.depth.Begin(in.ki);
-  const auto [r0, r1] = g.StepRows(in.mi, in.step);
-  const Box a_box = g.StepABox(in.mi, in.ki, in.step);
-  if (in.alias_in_place && in.a_storage != nullptr &&
+  const GemmGrid::RowRuns runs = g.StepRuns(in.mi, in.step);
+  if (runs.empty()) {  // a block of fewer rows than steps
+    geo.chunks.clear();
+    return Status::Ok();
+  }
+  // In place needs the panel to be one run of rows.
+  const Box a_box = runs.size() == 1 ? Box2(runs[0].first, runs[0].second,
+                                            kb0, kb0 + bk)
+                                     : Box();
+  if (in.alias_in_place && in.a_storage != nullptr && runs.size() == 1 &&
       ContiguousOffset(a_box, *in.a_storage)) {
     geo.aliased = true;
     geo.chunks.resize(1);
@@ -216,26 +287,27 @@ Status GemmTilePlanner::Geometry(const GemmTileInput& in,
   const int tile_chunks = g.Chunks(in.ki);
   geo.chunks.resize(tile_chunks);
   std::vector<Box>& parts = parts_;
-  std::vector<Box>& piece_boxes = piece_boxes_;
   for (int c = 0; c < tile_chunks; ++c) {
     GemmTileGeometry::Chunk& chunk = geo.chunks[c];
     const int64_t kc0 = kb0 + c * g.phase_k;
     const int64_t kc1 = std::min(kb0 + bk, kc0 + g.phase_k);
-    chunk.span = Box2(r0, r1, kc0, kc1);
+    chunk.span = Box2(runs.front().first, runs.back().second, kc0, kc1);
     chunk.cuts.assign({kc0, kc1});
     chunk.local = false;
     chunk.whole_copy_cycles = chunk.whole_copy_runs = 0;
     chunk.piece_copy_cycles = chunk.piece_copy_runs = 0;
     parts.clear();
     for (const Box& local : in.local) {
-      const Box part = IntersectBoxes(local, chunk.span);
-      if (part.Empty()) continue;
-      parts.push_back(part);
-      for (const Segment& s : *in.a_storage) {
-        const Box stored = IntersectBoxes(part, s.box);
-        if (stored.Empty()) continue;
-        chunk.cuts.push_back(stored.begin[1]);
-        chunk.cuts.push_back(stored.end[1]);
+      for (const auto& [r0, r1] : runs) {
+        const Box part = IntersectBoxes(local, Box2(r0, r1, kc0, kc1));
+        if (part.Empty()) continue;
+        parts.push_back(part);
+        for (const Segment& s : *in.a_storage) {
+          const Box stored = IntersectBoxes(part, s.box);
+          if (stored.Empty()) continue;
+          chunk.cuts.push_back(stored.begin[1]);
+          chunk.cuts.push_back(stored.end[1]);
+        }
       }
     }
     if (parts.empty()) continue;
@@ -244,21 +316,13 @@ Status GemmTilePlanner::Geometry(const GemmTileInput& in,
     std::sort(chunk.cuts.begin(), chunk.cuts.end());
     chunk.cuts.erase(std::unique(chunk.cuts.begin(), chunk.cuts.end()),
                      chunk.cuts.end());
-    piece_boxes.clear();
-    for (size_t i = 0; i + 1 < chunk.cuts.size(); ++i) {
-      piece_boxes.push_back(Box2(r0, r1, chunk.cuts[i], chunk.cuts[i + 1]));
-    }
+    const int64_t whole_cuts[] = {kc0, kc1};
     Segments& whole = whole_;
-    whole.assign(1, Segment{chunk.span, 0});
-    // AlignedPieces(piece_boxes), into reused memory.
     Segments& cut = cut_;
-    cut.clear();
-    int64_t bytes = 0;
-    for (const Box& b : piece_boxes) {
-      bytes = ir::RoundUp(bytes, alignment_);
-      cut.push_back({b, bytes / a_element_bytes_});
-      bytes += b.Elements() * a_element_bytes_;
-    }
+    GemmGrid::StepPanelPieces(runs, whole_cuts, a_element_bytes_, alignment_,
+                              &whole);
+    GemmGrid::StepPanelPieces(runs, chunk.cuts, a_element_bytes_, alignment_,
+                              &cut);
     for (const Box& part : parts) {
       StatusOr<int64_t> rows = CopyCycles(part, *in.a_storage, whole,
                                           a_element_bytes_,
@@ -284,8 +348,8 @@ StatusOr<GemmTilePlan> GemmTilePlanner::Plan(const GemmTileGeometry& geo,
 
 Status GemmTilePlanner::Plan(const GemmTileGeometry& geo,
                              const GemmTileInput& in, GemmTilePlan* plan) {
-  const auto [r0, r1] = grid_.StepRows(in.mi, in.step);
-  const int64_t bm = r1 - r0, bn = grid_.cols.Size(in.ni);
+  const int64_t bm = grid_.StepRowCount(in.mi, in.step),
+                bn = grid_.cols.Size(in.ni);
   plan->aliased = geo.aliased;
   plan->chunks.resize(geo.chunks.size());
   // Both ways on this tile: one panel per chunk, or K pieces.

@@ -40,18 +40,43 @@ struct GemmGrid {
   int64_t phase_k = 0;
   bool staged = false;  // Streamed or Batched
   // Serial row steps: each tile computes block mi's rows in `steps`
-  // balanced contiguous parts, one after another (a block of fewer rows
-  // has empty trailing steps).
+  // parts, one after another (a block of fewer rows has empty trailing
+  // steps). Contiguous steps cut the block into balanced runs; interleaved
+  // ones (k > 1) take the j-th of `steps` balanced parts of every
+  // reducer's rows, so that every reducer works in every step.
   int steps = 1;
+  bool interleaved = false;
 
   int Tile(int mi, int ki, int ni) const {
     return first + ((mi * k + ki) * n + ni) * stride;
   }
-  // Rows [first, second) of block mi that step j computes.
-  std::pair<int64_t, int64_t> StepRows(int mi, int step) const;
+  // The row runs [first, second) of block mi that step j computes, in the
+  // order they are stacked in the step's panel and partial (empty runs
+  // left out): one run for contiguous steps, up to k when interleaved.
+  using RowRuns = std::vector<std::pair<int64_t, int64_t>>;
+  RowRuns StepRuns(int mi, int step) const;
+  // The rows of block mi that step j computes (the runs' total).
+  int64_t StepRowCount(int mi, int step) const;
+  // Where row `row` (of one of step j's runs) lies in the step's panel.
+  int64_t PanelRow(int mi, int step, int64_t row) const;
+  // Columns [c0, c1) of step j's runs stacked one after another from
+  // offset 0: the layout of its staged panel (K columns) and of its
+  // partial (C columns).
+  Segments StepPanel(int mi, int step, int64_t c0, int64_t c1) const;
+  // The same cut into K pieces at `cuts`: each piece's runs stacked, the
+  // pieces aligned to `alignment` bytes (with one run, AlignedPieces).
+  Segments StepPanelPieces(int mi, int step, std::span<const int64_t> cuts,
+                           int element_bytes, int alignment) const;
+  // The same for given runs, into *out (reusing its memory).
+  static void StepPanelPieces(const RowRuns& runs,
+                              std::span<const int64_t> cuts, int element_bytes,
+                              int alignment, Segments* out);
+  // The most rows a step of block mi computes (what its panel and partial
+  // buffers, reused by every step, hold): the first step's.
+  int64_t MostStepRows(int mi) const { return StepRowCount(mi, 0); }
   Box ABox(int mi, int ki) const;
-  // Step `step`'s part of ABox, of CBox, and of ResultBox.
-  Box StepABox(int mi, int ki, int step) const;
+  // Step `step`'s part of CBox, and of ResultBox (contiguous: the rows
+  // tile ki reduces lie in one run of every step).
   Box StepCBox(int mi, int ni, int step) const;
   Box StepResultBox(int mi, int ki, int ni, int step) const;
   // The most rows tile ki of block mi reduces in one step (what its
@@ -80,7 +105,8 @@ struct GemmGrid {
 // matter for Streamed and Batched staging.
 GemmGrid MakeGemmGrid(int64_t M, int64_t K, int64_t N, int m, int k, int n,
                       int first, int stride, fb::Staging staging, int chunk_k,
-                      int batch_chunks, int steps = 1);
+                      int batch_chunks, int steps = 1,
+                      bool interleaved = false);
 
 // The dtype a K-split GEMM's partial sums are kept and exchanged in. The
 // result's own 16-bit dtype (half the exchange of F32) when every tile
@@ -129,7 +155,7 @@ struct GemmTileInput {
 
 // One staged chunk (exchange phase) of a tile's panel.
 struct GemmChunkPlan {
-  Box span;                   // rows x K columns of the chunk
+  Box span;  // rows x K columns of the chunk (of its row runs' bounds)
   std::vector<int64_t> cuts;  // K boundaries of its pieces, front to back
   int64_t gemm_cycles = 0;    // its GEMM calls (one per K piece)
   int64_t calls = 0;
@@ -214,7 +240,7 @@ class GemmTilePlanner {
   std::vector<GemmEntry> gemm_cache_;
   CopyPricer copies_;
   // Scratch of Geometry.
-  std::vector<Box> parts_, piece_boxes_;
+  std::vector<Box> parts_;
   Segments whole_, cut_;
 };
 

@@ -168,25 +168,73 @@ TEST(TilePlanTest, GridPlacesOperandsAndTheReducedRows) {
 TEST(TilePlanTest, SerialStepsCutEachBlocksRows) {
   const GemmGrid g =
       MakeGemmGrid(9, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Complete, 0, 1, 3);
-  EXPECT_EQ(g.StepRows(0, 0), std::make_pair(int64_t{0}, int64_t{2}));
-  EXPECT_EQ(g.StepRows(0, 2), std::make_pair(int64_t{4}, int64_t{5}));
-  EXPECT_EQ(g.StepRows(1, 1), std::make_pair(int64_t{7}, int64_t{8}));
-  EXPECT_EQ(g.StepABox(1, 2, 0), B2(5, 7, 32, 48));
-  EXPECT_EQ(g.StepCBox(0, 1, 1), B2(2, 4, 16, 32));
+  using Runs = GemmGrid::RowRuns;
+  EXPECT_EQ(g.StepRuns(0, 0), (Runs{{0, 2}}));
+  EXPECT_EQ(g.StepRuns(0, 2), (Runs{{4, 5}}));
+  EXPECT_EQ(g.StepRuns(1, 1), (Runs{{7, 8}}));
+  EXPECT_EQ(g.StepRowCount(1, 0), 2);
+  EXPECT_EQ(g.PanelRow(1, 1, 7), 0);
+  EXPECT_EQ(g.StepPanel(0, 1, 16, 32), (Segments{{B2(2, 4, 16, 32), 0}}));
   // Block 0's rows 0-1 go to ki 0, 2-3 to ki 1, 4 to ki 2.
   EXPECT_EQ(g.StepResultBox(0, 0, 0, 0), B2(0, 2, 0, 16));
   EXPECT_TRUE(g.StepResultBox(0, 0, 0, 1).Empty());
   EXPECT_EQ(g.StepResultBox(0, 1, 0, 1), B2(2, 4, 0, 16));
   EXPECT_EQ(g.StepResultBox(0, 2, 0, 2), B2(4, 5, 0, 16));
+  EXPECT_EQ(g.MostStepResultRows(0, 0), 2);
   const GemmGrid many =
       MakeGemmGrid(9, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Complete, 0, 1, 6);
-  EXPECT_EQ(many.StepRows(1, 3), std::make_pair(int64_t{8}, int64_t{9}));
-  EXPECT_EQ(many.StepRows(1, 4), std::make_pair(int64_t{9}, int64_t{9}));
-  EXPECT_TRUE(many.StepABox(1, 0, 5).Empty());
+  EXPECT_EQ(many.StepRuns(1, 3), (Runs{{8, 9}}));
+  EXPECT_TRUE(many.StepRuns(1, 4).empty());
+  EXPECT_EQ(many.StepRowCount(1, 5), 0);
   // One step is the whole block.
   const GemmGrid one =
       MakeGemmGrid(9, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Complete, 0, 1);
-  EXPECT_EQ(one.StepABox(1, 1, 0), one.ABox(1, 1));
+  EXPECT_EQ(one.StepRuns(1, 0), (Runs{{5, 9}}));
+  EXPECT_EQ(one.MostStepRows(0), 5);
+}
+
+// Interleaved steps take the j-th part of every reducer's rows: block 0
+// (rows 0-4, reduced as 0-1, 2-3, 4 by k3) in 2 steps is rows 0, 2, 4 and
+// then 1, 3, stacked in that order in the step's panel and partial. Each
+// reducer reduces one run in each step, so its remote partials hold one row
+// where contiguous steps (0-2, 3-4) leave tile ki 0 both of its rows.
+TEST(TilePlanTest, InterleavedStepsTakeEveryReducersPart) {
+  const GemmGrid g = MakeGemmGrid(9, 48, 32, 2, 3, 2, 0, 1,
+                                  fb::Staging::Complete, 0, 1, 2, true);
+  using Runs = GemmGrid::RowRuns;
+  EXPECT_TRUE(g.interleaved);
+  EXPECT_EQ(g.StepRuns(0, 0), (Runs{{0, 1}, {2, 3}, {4, 5}}));
+  EXPECT_EQ(g.StepRuns(0, 1), (Runs{{1, 2}, {3, 4}}));
+  EXPECT_EQ(g.StepRowCount(0, 0), 3);
+  EXPECT_EQ(g.StepRowCount(0, 1), 2);
+  EXPECT_EQ(g.MostStepRows(0), 3);
+  EXPECT_EQ(g.PanelRow(0, 0, 4), 2);
+  EXPECT_EQ(g.PanelRow(0, 1, 3), 1);
+  EXPECT_EQ(g.StepResultBox(0, 1, 0, 1), B2(3, 4, 0, 16));
+  EXPECT_TRUE(g.StepResultBox(0, 2, 0, 1).Empty());
+  EXPECT_EQ(g.MostStepResultRows(0, 0), 1);
+  const GemmGrid contiguous =
+      MakeGemmGrid(9, 48, 32, 2, 3, 2, 0, 1, fb::Staging::Complete, 0, 1, 2);
+  EXPECT_EQ(contiguous.MostStepResultRows(0, 0), 2);
+  // The partial stacks the runs; K pieces stack them per piece, each piece
+  // aligned (3-byte runs: 0, 3, 6, then the next piece at 16).
+  EXPECT_EQ(g.StepPanel(0, 0, 0, 16),
+            (Segments{{B2(0, 1, 0, 16), 0},
+                      {B2(2, 3, 0, 16), 16},
+                      {B2(4, 5, 0, 16), 32}}));
+  const int64_t cuts[] = {16, 19, 22};
+  EXPECT_EQ(g.StepPanelPieces(0, 0, cuts, 1, 8),
+            (Segments{{B2(0, 1, 16, 19), 0},
+                      {B2(2, 3, 16, 19), 3},
+                      {B2(4, 5, 16, 19), 6},
+                      {B2(0, 1, 19, 22), 16},
+                      {B2(2, 3, 19, 22), 19},
+                      {B2(4, 5, 19, 22), 22}}));
+  // Without a K split there is one part per block: contiguous.
+  const GemmGrid k1 = MakeGemmGrid(9, 48, 32, 2, 1, 2, 0, 1,
+                                   fb::Staging::Complete, 0, 1, 2, true);
+  EXPECT_FALSE(k1.interleaved);
+  EXPECT_EQ(k1.StepRuns(0, 0), (Runs{{0, 3}}));
 }
 
 TEST(TilePlanTest, PartialsAre16BitOnlyWhereEveryTileMakesOneCall) {

@@ -448,7 +448,9 @@ std::string Emitter::DescribeLowering(const OpWork& w) {
     }
     if (!n.converter.empty()) what += "; accumulator -> output by " + n.converter;
     if (n.steps > 1) {
-      what += "; rows in " + Count(n.steps, "serial step") +
+      what += "; rows in " +
+              Count(n.steps, n.interleaved_steps ? "interleaved serial step"
+                                                 : "serial step") +
               ", each reusing the same buffers";
     }
   } else if (n.aliased_tiles > 0) {

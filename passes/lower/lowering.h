@@ -117,6 +117,7 @@ struct OpNotes {
   int direct_writes = 0;
   int reduce_epochs = 0;  // per serial step
   int steps = 1;          // GEMM: serial row steps
+  bool interleaved_steps = false;  // each step every reducer's j-th part
   std::string partials;    // K-split GEMM: the partials' dtype
   std::string converter;        // k=1 staged GEMM: accumulator -> output
   int64_t local_copy_runs = 0;

@@ -45,6 +45,19 @@ std::vector<std::vector<int>> EpochGroups(int k, int per_epoch, int seed_ki) {
   return groups;
 }
 
+// The row runs of a staged chunk (GemmGrid::StepPanelPieces), each over
+// the chunk's columns, in panel order: one box for contiguous steps.
+std::vector<Box> RowRunSpans(const passes::Segments& chunk) {
+  std::vector<Box> spans;
+  const int64_t c0 = chunk.front().box.begin[1],
+                c1 = chunk.back().box.end[1];
+  for (const passes::Segment& s : chunk) {
+    if (s.box.begin[1] != c0) break;  // the first piece has every run
+    spans.push_back(Box2(s.box.begin[0], s.box.end[0], c0, c1));
+  }
+  return spans;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- GEMM grid
@@ -122,8 +135,13 @@ StatusOr<GemmGrid> ReadGemmGrid(const fb::ModuleT& module,
     return Status::BadInput(where + ": recipe has " + std::to_string(r.steps) +
                             " serial row steps (at least 1)");
   }
+  if (r.interleaved_steps && g.k == 1) {
+    return Status::BadInput(where +
+                            ": interleaved row steps need a K split (k > 1)");
+  }
   g = passes::MakeGemmGrid(g.M, g.K, g.N, g.m, g.k, g.n, g.first, g.stride,
-                           r.staging, r.chunk_k, r.batch_chunks, r.steps);
+                           r.staging, r.chunk_k, r.batch_chunks, r.steps,
+                           r.interleaved_steps);
   return g;
 }
 
@@ -185,6 +203,7 @@ Status Lowering::LowerGemm(const fb::OperationT& op,
     }
   }
   notes_[op.id].steps = s.g.steps;
+  notes_[op.id].interleaved_steps = s.g.interleaved;
   out->phases = Normalize(&s.list);
   return Status::Ok();
 }
@@ -273,8 +292,8 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
     for (int ki = 0; ki < g.k; ++ki) {
       for (int ni = 0; ni < g.n; ++ni) {
         const int t = g.Tile(mi, ki, ni);
-        const auto [r0, r1] = g.StepRows(mi, s->step);
-        if (r1 == r0) continue;  // a block of fewer rows than steps
+        // A block of fewer rows than steps computes none in later ones.
+        if (g.StepRowCount(mi, s->step) == 0) continue;
         GemmState::Tile& ts = s->tiles[t];
         // Tiles are counted once, in the step they first compute.
         const bool first_step = s->step == 0;
@@ -312,7 +331,8 @@ Status Lowering::PlanGemmTiles(GemmState* s) {
         if (plan->aliased) {
           ts.aliased = true;
           notes.aliased_tiles += first_step;
-          const Box a_box = g.StepABox(mi, ki, s->step);
+          // In place: the step's rows are one run (tile_plan.h).
+          const Box a_box = plan->chunks[0].span;
           Storage view;
           view.buffer = a_here->buffer;
           view.segments = {
@@ -349,10 +369,20 @@ Status Lowering::AddGemmCalls(const GemmState& s, int t, int ni,
   const int a_eb = ir::DTypeBytes(s.A->dtype);
   const int b_eb = ir::DTypeBytes(s.B->dtype);
   const int p_eb = ir::DTypeBytes(buffers_[out.buffer].dtype);
-  const int64_t bm = BoxRows(out.segments[0].box), bn = g.cols.Size(ni);
-  for (const Segment& piece : a_store.segments) {
+  int64_t bm = 0;
+  for (const Segment& run : out.segments) bm += BoxRows(run.box);
+  const int64_t bn = g.cols.Size(ni);
+  // A K piece is the step's row runs stacked: consecutive segments of the
+  // same columns (GemmGrid::StepPanelPieces).
+  for (size_t i = 0; i < a_store.segments.size();) {
+    const Segment& piece = a_store.segments[i];
     const int64_t kc0 = piece.box.begin[1], kc1 = piece.box.end[1];
     const int64_t w = kc1 - kc0;
+    for (++i; i < a_store.segments.size() &&
+              a_store.segments[i].box.begin[1] == kc0 &&
+              a_store.segments[i].box.end[1] == kc1;
+         ++i) {
+    }
     const std::optional<int64_t> b_off = ContiguousOffset(
         Box2(kc0, kc1, g.cols.Begin(ni), g.cols.End(ni)), b_store.segments);
     if (!b_off) {
@@ -384,9 +414,12 @@ Status Lowering::PlaceGemmOutput(GemmState* s, int mi, int ki, int ni,
   const GemmGrid& g = s->g;
   const int t = g.Tile(mi, ki, ni);
   GemmState::Tile& ts = s->tiles[t];
-  const Box rows = g.StepCBox(mi, ni, s->step);
+  // The step's rows stacked run after run (one run without a K split).
+  const passes::Segments panel =
+      g.StepPanel(mi, s->step, g.cols.Begin(ni), g.cols.End(ni));
   if (s->to_value) {
     const Box block = g.CBox(mi, ni);
+    const Box rows = panel.front().box;
     if (ts.result == nullptr) {
       ts.result = NewValueStorage(s->c_id, t, s->op->id, BufferKind::kValue,
                                   nullptr, /*interleaved=*/true);
@@ -405,12 +438,12 @@ Status Lowering::PlaceGemmOutput(GemmState* s, int mi, int ki, int ni,
   // The first step has the most rows.
   if (ts.partial_buffer < 0) {
     ts.partial_buffer =
-        NewBuffer(t, rows.Elements(), s->partials, 0, -1, s->op->id,
+        NewBuffer(t, Extent(panel), s->partials, 0, -1, s->op->id,
                   BufferKind::kPartial,
                   s->op->name + (g.k > 1 ? ".partials" : ".accumulator"),
                   /*interleaved=*/true);
   }
-  out->segments = {Segment{rows, 0}};
+  out->segments = panel;
   out->buffer = ts.partial_buffer;
   return Status::Ok();
 }
@@ -425,14 +458,9 @@ StatusOr<int64_t> Lowering::StageGemmChunks(GemmState* s, int t, int mi,
   const int chunks = static_cast<int>(plan.chunks.size());
   std::vector<Segments> segments(chunks);
   int64_t extent[2] = {0, 0};
-  const auto [r0, r1] = g.StepRows(mi, s->step);
   for (int c = 0; c < chunks; ++c) {
-    const std::vector<int64_t>& cuts = plan.chunks[c].cuts;
-    std::vector<Box> boxes;
-    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-      boxes.push_back(Box2(r0, r1, cuts[i], cuts[i + 1]));
-    }
-    segments[c] = AlignedPieces(boxes, a_eb, align);
+    segments[c] =
+        g.StepPanelPieces(mi, s->step, plan.chunks[c].cuts, a_eb, align);
     extent[c % 2] = std::max(extent[c % 2], Extent(segments[c]));
   }
   const int nbuf = std::min(chunks, 2);
@@ -470,13 +498,13 @@ Status Lowering::DeliverLeftOperand(GemmState* s) {
       if (!from.ok()) return from.status();
       const std::vector<Storage>& chunk = it->second.chunk;
       for (size_t c = 0; c < chunk.size(); ++c) {
-        Box span = chunk[c].segments.front().box;
-        span.end[1] = chunk[c].segments.back().box.end[1];
-        const Box part = IntersectBoxes(box, span);
-        if (part.Empty()) continue;
-        TILEC_RETURN_IF_ERROR(Move(part, src, **from, dst, chunk[c],
-                                   s->A->dtype, s->op->id, s->cphase[c],
-                                   s->xphase[c]));
+        for (const Box& span : RowRunSpans(chunk[c].segments)) {
+          const Box part = IntersectBoxes(box, span);
+          if (part.Empty()) continue;
+          TILEC_RETURN_IF_ERROR(Move(part, src, **from, dst, chunk[c],
+                                     s->A->dtype, s->op->id, s->cphase[c],
+                                     s->xphase[c]));
+        }
       }
       return Status::Ok();
     };
@@ -590,7 +618,7 @@ Status Lowering::ReduceTileRows(GemmState* s, int mi, int ki, int ni,
   const int c_eb = ir::DTypeBytes(s->C->dtype);
   const int64_t n = rows.Elements();
   const int64_t seed_offset =
-      (rows.begin[0] - g.StepRows(mi, s->step).first) * BoxWidth(rows);
+      g.PanelRow(mi, s->step, rows.begin[0]) * BoxWidth(rows);
   if (ts.result == nullptr) {
     ts.result = NewValueStorage(s->c_id, R, op_id, BufferKind::kValue,
                                 nullptr, false);

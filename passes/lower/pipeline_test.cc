@@ -163,6 +163,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"serial_steps", "siglip-so400m-384", 13, 40, 72, 4,
              "op 1: gemm m=3 k=2 n=2 staging=complete steps=2\n"
              "op 4: gemm m=2 k=2 n=3 staging=streamed chunk_k=16 steps=5\n"},
+        // Pinned: interleaved row steps, with runs of uneven and of no
+        // rows (k3 parts of 3, 2 and 2 rows in 2 steps; 5 steps of parts
+        // of 4 and 3 rows) and staged chunks.
+        Case{"interleaved_steps", "siglip-so400m-384", 13, 40, 72, 4,
+             "op 1: gemm m=2 k=3 n=2 staging=complete steps=interleaved(2)\n"
+             "op 4: gemm m=2 k=2 n=3 staging=streamed chunk_k=16 "
+             "steps=interleaved(5)\n"},
         // Pinned: serial row steps without K splits: exact.
         Case{"exact_serial_steps", "siglip-so400m-384", 12, 32, 64, 4,
              "op 1: gemm m=2 k=1 n=4 staging=streamed chunk_k=16 steps=2\n"
@@ -172,31 +179,38 @@ INSTANTIATE_TEST_SUITE_P(
 // An F16 MLP block of 480 tokens on tiny fits only when the down
 // projection runs its rows in serial steps: memory repair chooses them (a
 // Decision), each step reuses one set of scratch buffers, and the program
-// simulates like the reference, as predicted. At 768 tokens even the steps
-// leave it short: plan-ownership refuses with the closest plan's tile.
+// simulates like the reference, as predicted. At 768 tokens only
+// interleaved steps fit (every reducer's remote partials shrink by the
+// step count); at 1024 even the steps leave it short: plan-ownership
+// refuses with the closest plan's tile.
 fb::ModuleT TinyMlpBlock(int64_t tokens) {
   return testing::Import("siglip-so400m-384", "mlp-block", "tiny", tokens, 64,
                          256, 4);
 }
 
-TEST(PipelineSerialStepsTest, MemoryRepairChoosesSerialSteps) {
-  fb::ModuleT m = TinyMlpBlock(480);
+// Compiles `tokens` and checks that memory repair chose steps whose
+// recipe text contains `steps` for a GEMM, and that the program matches
+// the reference as predicted.
+void ExpectRepairChoosesSteps(int64_t tokens, std::string_view steps) {
+  fb::ModuleT m = TinyMlpBlock(tokens);
   Status s = RunDefaultPipeline(&m, /*fp8=*/false);
   ASSERT_TRUE(s.ok()) << s.message();
   const fb::OperationT* stepped = nullptr;
   for (const auto& op : m.ops) {
-    if (op->recipe && op->recipe->steps > 1) stepped = op.get();
+    if (op->recipe && op->recipe->k_split > 1 && op->recipe->steps > 1) {
+      stepped = op.get();
+    }
   }
-  ASSERT_NE(stepped, nullptr) << "no GEMM runs in serial steps";
+  ASSERT_NE(stepped, nullptr) << "no K-split GEMM runs in serial steps";
   bool decided = false;
   for (const auto& run : m.log) {
     for (const auto& d : run->decisions) {
       decided |= d->outcome == fb::Outcome::Accepted &&
-                 d->action.find(" steps=") != std::string::npos &&
+                 d->action.find(steps) != std::string::npos &&
                  d->reason.find("memory repair") != std::string::npos;
     }
   }
-  EXPECT_TRUE(decided) << "no memory repair decision chose the steps";
+  EXPECT_TRUE(decided) << "no memory repair decision chose " << steps;
   // One partials buffer per grid tile, not one per step.
   std::map<uint32_t, int> partials_per_tile;
   for (const auto& b : m.program->buffers) {
@@ -218,8 +232,16 @@ TEST(PipelineSerialStepsTest, MemoryRepairChoosesSerialSteps) {
             testing::ProgramFiguresOf(m).predicted);
 }
 
+TEST(PipelineSerialStepsTest, MemoryRepairChoosesSerialSteps) {
+  ExpectRepairChoosesSteps(480, " steps=");
+}
+
+TEST(PipelineSerialStepsTest, MemoryRepairChoosesInterleavedSteps) {
+  ExpectRepairChoosesSteps(768, " steps=interleaved(");
+}
+
 TEST(PipelineSerialStepsTest, TooLargeEvenInStepsExitsWithTheTile) {
-  fb::ModuleT m = TinyMlpBlock(768);
+  fb::ModuleT m = TinyMlpBlock(1024);
   const Status s = RunDefaultPipeline(&m, /*fp8=*/false);
   ASSERT_EQ(s.code(), StatusCode::kInfeasible) << s.message();
   EXPECT_NE(s.message().find("no plan fits tile memory; the closest found: "

@@ -304,7 +304,8 @@ passes::GemmGrid Coster::Grid(const Graph& graph, int op,
   const auto& a = graph.value(node.operands[0]).shape;
   const auto& b = graph.value(node.operands[1]).shape;
   return passes::MakeGemmGrid(a[0], a[1], b[1], r.m, r.k, r.n, r.first_tile, 1,
-                              r.staging, r.chunk_k, r.batch_chunks, r.steps);
+                              r.staging, r.chunk_k, r.batch_chunks, r.steps,
+                              r.interleaved_steps);
 }
 
 fb::OwnershipT Coster::StagedOwnership(const Recipe& r) const {

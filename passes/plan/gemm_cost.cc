@@ -81,9 +81,7 @@ class GemmPricing {
     kdtype_ = *kdtype;
     T_ = coster_.tiles();
     align_ = std::max(1, target().alignment);
-    g_ = passes::MakeGemmGrid(a_->shape[0], a_->shape[1], b_->shape[1], r_.m,
-                              r_.k, r_.n, r_.first_tile, 1, r_.staging,
-                              r_.chunk_k, r_.batch_chunks, r_.steps);
+    g_ = coster_.Grid(graph_, op_, r_);
     // Calls write the output directly (no K pieces then: an F16 output is
     // rounded once) unless staged calls accumulate in F32.
     to_value_ = r_.k == 1 && (!g_.staged || out_->dtype == fb::DType::F32);
@@ -184,7 +182,8 @@ class GemmPricing {
         std::to_string(g_.n) + " tiles " + std::to_string(g_.first) + "+" +
         std::to_string(g_.stride) + " in " + ir::DTypeText(partials) +
         (r_.steps > 1 ? " step " + std::to_string(step_) + " of " +
-                            std::to_string(r_.steps)
+                            std::to_string(r_.steps) +
+                            (g_.interleaved ? " interleaved" : "")
                       : std::string());
     const passes::TransferCost timed =
         coster_.Phase(key, [&] { return TimePartials(partials); });
@@ -238,8 +237,8 @@ class GemmPricing {
         for (int ni = 0; ni < g_.n; ++ni) {
           const int t = g_.Tile(mi, ki, ni);
           if (t >= T_) continue;
-          const auto [r0, r1] = g_.StepRows(mi, step_);
-          const int64_t bm = r1 - r0, bn = g_.cols.Size(ni);
+          const int64_t bm = g_.StepRowCount(mi, step_),
+                        bn = g_.cols.Size(ni);
           if (bm == 0) continue;
           if (r_.k > 1) {
             const int64_t n = g_.StepResultBox(mi, ki, ni, step_).Elements();
@@ -335,8 +334,7 @@ class GemmPricing {
       for (int ki = 0; ki < g_.k; ++ki) {
         for (int ni = 0; ni < g_.n; ++ni) {
           const int t = g_.Tile(mi, ki, ni);
-          const auto [r0, r1] = g_.StepRows(mi, step_);
-          if (t >= T_ || r1 == r0) continue;
+          if (t >= T_ || g_.StepRowCount(mi, step_) == 0) continue;
           passes::GemmTileInput in;
           in.mi = mi;
           in.ni = ni;
@@ -441,7 +439,10 @@ class GemmPricing {
         std::to_string(g_.rows.Largest()) + "x" +
         std::to_string(g_.depth.Largest()) + "x" +
         std::to_string(g_.cols.Largest()) + " blocks";
-    if (r_.steps > 1) d += " in " + std::to_string(r_.steps) + " row steps";
+    if (r_.steps > 1) {
+      d += " in " + std::to_string(r_.steps) +
+           (g_.interleaved ? " interleaved row steps" : " row steps");
+    }
     if (k_pieced_ > 0) {
       d += ", K pieces on " + std::to_string(k_pieced_) + " tiles";
     }
@@ -465,8 +466,8 @@ class GemmPricing {
   // buffers) and the accumulator while the calls run; the accumulator and
   // the k - 1 remote partials of the tile's rows after.
   void Scratch() {
-    const int64_t bm = passes::Split{g_.rows.Largest(), r_.steps}.Largest(),
-                  bk = g_.depth.Largest(), bn = g_.cols.Largest();
+    const int64_t bm = g_.MostStepRows(0), bk = g_.depth.Largest(),
+                  bn = g_.cols.Largest();
     const int pb = DTypeBytes(partials_);
     const int64_t partial_bytes = to_value_ ? 0 : bm * bn * pb;
     int64_t receive_bytes = 0;

@@ -387,7 +387,11 @@ std::string Recipe::Text() const {
                ") chunk_k=" + std::to_string(chunk_k);
           break;
       }
-      if (steps > 1) s += " steps=" + std::to_string(steps);
+      if (steps > 1) {
+        s += interleaved_steps
+                 ? " steps=interleaved(" + std::to_string(steps) + ")"
+                 : " steps=" + std::to_string(steps);
+      }
       if (first_tile != 0) s += " first=" + std::to_string(first_tile);
       return s;
     }
@@ -479,6 +483,15 @@ StatusOr<Recipe> ParseGemmRecipe(std::string_view rest) {
         if (key == "first") return ParseCount(key, value, 0, &r.first_tile);
         if (key == "steps" && !seen_steps) {
           seen_steps = true;
+          if (value.substr(0, 12) == "interleaved(" && value.back() == ')') {
+            r.interleaved_steps = true;
+            const std::string_view inner = value.substr(12, value.size() - 13);
+            if (!ParseCount("interleaved", inner, 2, &r.steps).ok()) {
+              return Status::BadInput("steps=" + std::string(value) +
+                                      ": expected interleaved(N) with N >= 2");
+            }
+            return Status::Ok();
+          }
           return ParseCount(key, value, 1, &r.steps);
         }
         if (key == "chunk_k" && !seen_chunk) {
@@ -511,6 +524,11 @@ StatusOr<Recipe> ParseGemmRecipe(std::string_view rest) {
       }));
   if (!seen_m || !seen_k || !seen_n) {
     return Status::BadInput("gemm needs m=, k= and n=");
+  }
+  if (r.interleaved_steps && r.k == 1) {
+    return Status::BadInput(
+        "steps=interleaved(N) needs k > 1 (with one part of the rows per "
+        "block, steps are contiguous: steps=N)");
   }
   if (r.staging == fb::Staging::Complete && seen_chunk) {
     return Status::BadInput("chunk_k is for streamed or batched staging");
@@ -626,6 +644,7 @@ fb::RecipeT RecipeToFb(const Recipe& recipe, const Graph& graph, int op) {
         recipe.staging == fb::Staging::Batched ? recipe.batch_chunks : 1;
     out.chunk_k = recipe.staging == fb::Staging::Complete ? 0 : recipe.chunk_k;
     out.steps = recipe.steps;
+    out.interleaved_steps = recipe.interleaved_steps && recipe.steps > 1;
     out.layout = std::make_unique<fb::OwnershipT>(passes::BlockedOwnership(
         {recipe.m, recipe.k, recipe.n}, 1, recipe.first_tile));
   } else if (recipe.kind != fb::RecipeKind::Host) {
@@ -645,8 +664,10 @@ StatusOr<Recipe> RecipeFromFb(const fb::RecipeT& in) {
     r.chunk_k = in.chunk_k;
     r.batch_chunks = in.batch_chunks;
     r.steps = in.steps;
+    r.interleaved_steps = in.interleaved_steps && in.steps > 1;
     r.first_tile = in.layout ? in.layout->first_tile : 0;
     if (r.m < 1 || r.k < 1 || r.n < 1 || r.steps < 1 ||
+        (r.interleaved_steps && r.k == 1) ||
         (r.staging != fb::Staging::Complete && r.chunk_k < 1) ||
         r.batch_chunks < 1) {
       return Status::BadInput("bad gemm recipe: " + ir::RecipeText(in));

@@ -161,11 +161,13 @@ struct Recipe {
   int chunk_k = 0;       // Streamed / Batched
   int batch_chunks = 1;  // Batched
   int steps = 1;         // serial row steps (Gemm)
+  bool interleaved_steps = false;  // each step every reducer's j-th part
   fb::OwnershipT layout;
 
   // The recipe-file text, e.g. "gemm m=9 k=6 n=27 staging=batched(2)
-  // chunk_k=32" (" steps=2" for serial row steps), "attention m=92 n=1", "elementwise blocked(729x2)" or
-  // "host".
+  // chunk_k=32" (" steps=2" for serial row steps, " steps=interleaved(2)"
+  // for interleaved ones), "attention m=92 n=1", "elementwise
+  // blocked(729x2)" or "host".
   // Also the recipe's identity.
   std::string Text() const;
 };

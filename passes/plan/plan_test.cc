@@ -866,6 +866,7 @@ TEST(PlanCandidatesTest, RecipeTextRoundTrips) {
         "gemm m=9 k=6 n=27 staging=streamed chunk_k=32",
         "gemm m=6 k=27 n=9 staging=batched(4) chunk_k=32 first=3",
         "gemm m=9 k=3 n=54 staging=complete steps=2 first=7",
+        "gemm m=9 k=3 n=54 staging=complete steps=interleaved(4)",
         "elementwise blocked(729x2)", "elementwise flat(grain=4, tiles=1472)",
         "rowwise blocked(729x1)", "copy blocked(9x6, rep=27, order=0,2,1)",
         "attention m=92 n=1", "attention m=4 n=23 first=8"}) {
@@ -875,6 +876,13 @@ TEST(PlanCandidatesTest, RecipeTextRoundTrips) {
                           "gemm m=9 k=6 n=27 staging=streamed",
                           "gemm m=0 k=6 n=27 staging=complete",
                           "gemm m=9 k=6 n=27 staging=complete steps=0",
+                          "gemm m=9 k=6 n=27 staging=complete "
+                          "steps=interleaved(1)",
+                          "gemm m=9 k=6 n=27 staging=complete "
+                          "steps=interleaved(x)",
+                          // One part of the rows per block: contiguous.
+                          "gemm m=9 k=1 n=27 staging=complete "
+                          "steps=interleaved(2)",
                           "tiled blocked(2x2)", "elementwise blocked(2x)",
                           "attention m=2", "attention m=0 n=1",
                           "attention m=2 n=1 k=2"}) {

@@ -363,11 +363,18 @@ std::vector<Recipe> SerialStepVariants(const Graph& graph, int op,
   if (recipe.kind != fb::RecipeKind::Gemm) return out;
   const int64_t M = graph.value(graph.op(op).operands[0]).shape[0];
   const int64_t block_rows = ir::CeilDiv(M, recipe.m);
+  // Interleaved steps cut every reducer's part: at least a row each.
+  const int64_t reduced_rows = M / recipe.m / recipe.k;
   for (int steps : {2, 4, 8}) {
     if (steps > block_rows) break;
     Recipe r = recipe;
     r.steps = steps;
+    r.interleaved_steps = false;
     out.push_back(r);
+    if (recipe.k > 1 && steps <= reduced_rows) {
+      r.interleaved_steps = true;
+      out.push_back(r);
+    }
   }
   return out;
 }

@@ -23,9 +23,10 @@ std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
                                int op);
 
 // A GEMM recipe with its rows in 2, 4 and 8 serial steps, as many as its
-// largest row block has rows (docs/planning.md, "Serial row steps"). Each
-// step costs its own phases and saves scratch, so memory repair offers
-// them; the searched candidates do not.
+// largest row block has rows, and with a K split the same interleaved, as
+// many as each reducer has rows (docs/planning.md, "Serial row steps").
+// Each step costs its own phases and saves scratch, so memory repair
+// offers them; the searched candidates do not.
 std::vector<Recipe> SerialStepVariants(const Graph& graph, int op,
                                        const Recipe& recipe);
 
