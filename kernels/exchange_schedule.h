@@ -174,6 +174,14 @@ class PhaseTraffic {
 fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
                                     bool receiver_unions = true);
 
+// The schedule of `traffic` that starts packet i at starts[i] (one start
+// per packet, as a schedule's `starts` holds them): every tile's control
+// instructions as the rules above place them, its length and its bound.
+// SchedulePhase's schedule is this of the starts it chose, so a caller that
+// kept only the starts of a traffic's schedule gets the same schedule back.
+fb::ExchangeScheduleT ScheduleFromStarts(const PhaseTraffic& traffic,
+                                         std::vector<uint32_t> starts);
+
 // The planner's price of a phase's length (without sync): its schedule's
 // for phases of at most kExactPlanningPackets packets; above that, where
 // scheduling every candidate a search prices would take the planner
