@@ -27,7 +27,7 @@ StatusOr<Emitter::PricedLowering*> Emitter::Price(
     PricedWays* priced) const {
   auto found = priced->find({in_place, k_pieces});
   if (found != priced->end()) return &found->second;
-  PricedLowering way{lowering_, {}, {}, 0};
+  PricedLowering way{lowering_, {}, {}, {}, 0};
   StatusOr<OpProgram> p = way.state.Lower(
       op, ChoiceFromReduction(op.reduction.get()), in_place, k_pieces);
   if (!p.ok()) return p.status();
@@ -35,6 +35,7 @@ StatusOr<Emitter::PricedLowering*> Emitter::Price(
     StatusOr<PhaseCost> c = CostOfPhase(model_, way.state.buffers(), ph, tiles_);
     if (!c.ok()) return c.status();
     way.alone.push_back(c->cycles);
+    way.alone_starts.push_back(Keep(std::move(c->starts)));
     way.cycles += c->cycles;
   }
   way.program = std::move(*p);
@@ -121,6 +122,7 @@ Status Emitter::LowerOp(const fb::OperationT& op, bool alias, bool k_pieces,
     lowering_ = std::move(chosen->second.state);
     w.program = std::move(chosen->second.program);
     w.alone = std::move(chosen->second.alone);
+    w.alone_starts = std::move(chosen->second.alone_starts);
   } else {
     StatusOr<OpProgram> p = lowering_.Lower(
         op, ChoiceFromReduction(op.reduction.get()), alias, k_pieces);
@@ -131,6 +133,7 @@ Status Emitter::LowerOp(const fb::OperationT& op, bool alias, bool k_pieces,
           CostOfPhase(model_, lowering_.buffers(), ph, tiles_);
       if (!pc.ok()) return pc.status();
       w.alone.push_back(pc->cycles);
+      w.alone_starts.push_back(Keep(std::move(pc->starts)));
     }
   }
   priced->clear();

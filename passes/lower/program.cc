@@ -76,10 +76,11 @@ StatusOr<PhaseCost> CostOfPhase(const kernels::CostModel& model,
     cost.bytes_received += t.Bytes() * static_cast<int64_t>(t.destinations.size());
     ++cost.transfers;
   }
-  const ExchangeCost exchange = CostOfExchange(model, transfers);
+  ExchangeCost exchange = CostOfExchange(model, transfers);
   cost.cycles = exchange.cycles;
   cost.bound = exchange.bound;
   cost.slowest_tile = exchange.last_tile;
+  cost.starts = std::move(exchange.starts);
   return cost;
 }
 
@@ -112,7 +113,7 @@ ExchangeCost CostOfExchange(const kernels::CostModel& model,
   ExchangeCost cost;
   if (transfers.empty()) return cost;
   const kernels::PhaseTraffic traffic = TrafficOf(model, transfers);
-  const fb::ExchangeScheduleT schedule = kernels::SchedulePhase(traffic);
+  fb::ExchangeScheduleT schedule = kernels::SchedulePhase(traffic);
   cost.scheduled = schedule.length;
   cost.bound = schedule.bound;
   cost.cycles = cost.scheduled + model.sync_cycles();
@@ -127,6 +128,7 @@ ExchangeCost CostOfExchange(const kernels::CostModel& model,
       }
     }
   }
+  cost.starts = std::move(schedule.starts);
   return cost;
 }
 

@@ -131,6 +131,8 @@ struct PhaseCost {
   int64_t bytes_received = 0;  // exchange: over all receivers
   int64_t transfers = 0;
   int64_t calls = 0;
+  // exchange: each packet's start in its schedule (ExchangeCost::starts).
+  std::vector<uint32_t> starts;
 };
 
 // A phase on its own superstep, as the simulator counts it.
@@ -147,6 +149,10 @@ struct ExchangeCost {
   int64_t scheduled = 0;
   int64_t bound = 0;      // the endpoint bound, without sync
   int last_tile = -1;     // whose part of the phase ends last
+  // Each packet's start in the schedule: kernels::ScheduleFromStarts makes
+  // the schedule again from them, for the same transfers wherever their
+  // buffers lie on word boundaries (TrafficOf).
+  std::vector<uint32_t> starts;
 };
 ExchangeCost CostOfExchange(const kernels::CostModel& model,
                             std::span<const VTransfer* const> transfers);
