@@ -73,6 +73,8 @@ struct ExchangeModel {
     return IssueWidth(fb::ControlKind::Send) + Duration((bytes + 3) / 4) +
            latency + sync_cycles;
   }
+
+  bool operator==(const ExchangeModel&) const = default;
 };
 
 // One tile's term of the endpoint bound: the largest of ceil(sent / rate),
@@ -95,12 +97,14 @@ class PhaseTraffic {
     uint32_t receiver_count = 0;
     int64_t words = 0;
     uint32_t piece = 0;  // the piece it is part of
+    bool operator==(const Packet&) const = default;
   };
   struct Piece {
     uint32_t transfer = 0;  // the caller's numbering (program order)
     uint32_t row = 0;
     int64_t bytes = 0;
     uint32_t op = 0;  // the op its transfer serves (orders by op)
+    bool operator==(const Piece&) const = default;
   };
 
   explicit PhaseTraffic(const ExchangeModel& model) : model_(model) {}
@@ -127,6 +131,10 @@ class PhaseTraffic {
     return {receivers_.data() + p.first_receiver, p.receiver_count};
   }
   bool empty() const { return pieces_.empty(); }
+
+  // The same pieces and packets on the same model: SchedulePhase makes the
+  // same schedule of both.
+  bool operator==(const PhaseTraffic& other) const;
 
   // The endpoint bound without sync: over the tiles, the largest of
   // ceil(bytes sent / rate), ceil(bytes received / rate) and

@@ -25,21 +25,23 @@ using passes::Thousands;
 StatusOr<Emitter::PricedLowering*> Emitter::Price(
     const fb::OperationT& op, bool in_place, bool k_pieces,
     PricedWays* priced) const {
-  auto found = priced->find({in_place, k_pieces});
-  if (found != priced->end()) return &found->second;
+  auto found = priced->ways.find({in_place, k_pieces});
+  if (found != priced->ways.end()) return &found->second;
   PricedLowering way{lowering_, {}, {}, {}, 0};
   StatusOr<OpProgram> p = way.state.Lower(
       op, ChoiceFromReduction(op.reduction.get()), in_place, k_pieces);
   if (!p.ok()) return p.status();
   for (const Phase& ph : p->phases) {
-    StatusOr<PhaseCost> c = CostOfPhase(model_, way.state.buffers(), ph, tiles_);
+    StatusOr<PhaseCost> c = CostOfPhase(model_, way.state.buffers(), ph,
+                                        tiles_, &priced->exchanges);
     if (!c.ok()) return c.status();
     way.alone.push_back(c->cycles);
     way.alone_starts.push_back(Keep(std::move(c->starts)));
     way.cycles += c->cycles;
   }
   way.program = std::move(*p);
-  return &priced->emplace(std::make_pair(in_place, k_pieces), std::move(way))
+  return &priced->ways
+              .emplace(std::make_pair(in_place, k_pieces), std::move(way))
               .first->second;
 }
 
@@ -69,7 +71,7 @@ StatusOr<bool> Emitter::ChooseInPlace(const fb::OperationT& op,
           " tiles already hold exactly the block they need, contiguous "
           "and in the right order: no staging copy or transfer",
       numbers);
-  priced->erase({!alias, false});
+  priced->ways.erase({!alias, false});
   return alias;
 }
 
@@ -117,8 +119,8 @@ Status Emitter::LowerOp(const fb::OperationT& op, bool alias, bool k_pieces,
                         PricedWays* priced) {
   OpWork w;
   w.op = &op;
-  auto chosen = priced->find({alias, k_pieces});
-  if (chosen != priced->end()) {
+  auto chosen = priced->ways.find({alias, k_pieces});
+  if (chosen != priced->ways.end()) {
     lowering_ = std::move(chosen->second.state);
     w.program = std::move(chosen->second.program);
     w.alone = std::move(chosen->second.alone);
@@ -136,7 +138,7 @@ Status Emitter::LowerOp(const fb::OperationT& op, bool alias, bool k_pieces,
       w.alone_starts.push_back(Keep(std::move(pc->starts)));
     }
   }
-  priced->clear();
+  priced->ways.clear();
   for (const Phase& ph : w.program.phases) {
     std::vector<int64_t> cycles;
     for (const VCall& c : ph.calls) {

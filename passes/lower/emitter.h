@@ -117,8 +117,12 @@ class Emitter {
     std::vector<KeptStarts> alone_starts;
     int64_t cycles = 0;
   };
-  // The ways priced for the op being lowered, by (in place, K pieces).
-  using PricedWays = std::map<std::pair<bool, bool>, PricedLowering>;
+  // The ways priced for the op being lowered, by (in place, K pieces), and
+  // their exchanges' prices: most phases are the same in every way.
+  struct PricedWays {
+    std::map<std::pair<bool, bool>, PricedLowering> ways;
+    ExchangePrices exchanges;
+  };
   StatusOr<PricedLowering*> Price(const fb::OperationT& op, bool in_place,
                                   bool k_pieces, PricedWays* priced) const;
   StatusOr<bool> ChooseInPlace(const fb::OperationT& op, PricedWays* priced);

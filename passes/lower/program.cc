@@ -47,7 +47,8 @@ StatusOr<int64_t> CallCycles(const kernels::CostModel& model,
 
 StatusOr<PhaseCost> CostOfPhase(const kernels::CostModel& model,
                                 const std::vector<VBuffer>& buffers,
-                                const Phase& phase, int tiles) {
+                                const Phase& phase, int tiles,
+                                ExchangePrices* prices) {
   PhaseCost cost;
   if (phase.kind == Phase::Kind::kCompute) {
     std::vector<int64_t> per_tile(tiles, 0);
@@ -76,7 +77,8 @@ StatusOr<PhaseCost> CostOfPhase(const kernels::CostModel& model,
     cost.bytes_received += t.Bytes() * static_cast<int64_t>(t.destinations.size());
     ++cost.transfers;
   }
-  ExchangeCost exchange = CostOfExchange(model, transfers);
+  ExchangeCost exchange = prices ? prices->Cost(model, transfers)
+                                 : CostOfExchange(model, transfers);
   cost.cycles = exchange.cycles;
   cost.bound = exchange.bound;
   cost.slowest_tile = exchange.last_tile;
@@ -108,11 +110,11 @@ kernels::PhaseTraffic TrafficOf(const kernels::CostModel& model,
   return traffic;
 }
 
-ExchangeCost CostOfExchange(const kernels::CostModel& model,
-                            std::span<const VTransfer* const> transfers) {
+namespace {
+
+ExchangeCost CostOfTraffic(const kernels::CostModel& model,
+                           const kernels::PhaseTraffic& traffic) {
   ExchangeCost cost;
-  if (transfers.empty()) return cost;
-  const kernels::PhaseTraffic traffic = TrafficOf(model, transfers);
   fb::ExchangeScheduleT schedule = kernels::SchedulePhase(traffic);
   cost.scheduled = schedule.length;
   cost.bound = schedule.bound;
@@ -129,6 +131,28 @@ ExchangeCost CostOfExchange(const kernels::CostModel& model,
     }
   }
   cost.starts = std::move(schedule.starts);
+  return cost;
+}
+
+}  // namespace
+
+ExchangeCost CostOfExchange(const kernels::CostModel& model,
+                            std::span<const VTransfer* const> transfers) {
+  if (transfers.empty()) return {};
+  return CostOfTraffic(model, TrafficOf(model, transfers));
+}
+
+ExchangeCost ExchangePrices::Cost(const kernels::CostModel& model,
+                                  std::span<const VTransfer* const> transfers) {
+  if (transfers.empty()) return {};
+  kernels::PhaseTraffic traffic = TrafficOf(model, transfers);
+  for (const auto& [made, cost] : made_) {
+    if (made.packets().size() == traffic.packets().size() && made == traffic) {
+      return cost;
+    }
+  }
+  ExchangeCost cost = CostOfTraffic(model, traffic);
+  made_.emplace_back(std::move(traffic), cost);
   return cost;
 }
 
