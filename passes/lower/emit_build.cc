@@ -60,6 +60,7 @@ void Emitter::Build(EmitSummary* summary) {
   EmitSummary sum;
   for (int s = 0; s < steps_; ++s) {
     program->supersteps.push_back(EmitSuperstep(s, id_of, &slow_calls, &sum));
+    ReleaseStep(s);
   }
   for (const BodyLowering& b : bodies_) {
     program->repeats.push_back(EmitRepeat(b, id_of));
@@ -230,6 +231,24 @@ std::unique_ptr<fb::SuperstepT> Emitter::EmitSuperstep(
   }
   sum->bytes_received += (runs - 1) * (sum->bytes_received - received_before);
   return step;
+}
+
+// Frees what superstep s's phases hold once the program has them (the
+// phases stay, empty): the program's objects then take the memory the
+// emitter's gave up, instead of adding as much again beside it (so400m:
+// 868,066 transfers to 4,478,311 destinations).
+void Emitter::ReleaseStep(int s) {
+  for (OpWork& w : work_) {
+    for (size_t i = 0; i < w.program.phases.size(); ++i) {
+      if (w.step[i] != s) continue;
+      Phase& ph = w.program.phases[i];
+      std::vector<VCall>().swap(ph.calls);
+      std::vector<VTransfer>().swap(ph.transfers);
+      std::vector<int64_t>().swap(w.call_cycles[i]);
+      w.alone_starts[i].reset();
+    }
+  }
+  step_starts_[s].reset();
 }
 
 // Superstep s's exchange of `transfers` (in program order) as placed: the

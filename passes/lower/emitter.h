@@ -201,9 +201,12 @@ class Emitter {
   // when a tile's code does not fit in standard memory.
   Status SizeCode();
   std::vector<const VTransfer*> TransfersOf(int superstep) const;
+  // The emitter's last step: it gives up each superstep's calls and
+  // transfers once they are in the program.
   void Build(EmitSummary* summary);
   // Build's phases: the program in order, then the decisions about it.
   std::vector<int64_t> EmitBuffers(fb::DeviceProgramT* program) const;
+  void ReleaseStep(int s);
   std::unique_ptr<fb::ExchangeScheduleT> ScheduleStep(
       int s, std::span<const VTransfer* const> transfers) const;
   std::unique_ptr<fb::SuperstepT> EmitSuperstep(
