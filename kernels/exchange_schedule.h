@@ -190,6 +190,22 @@ fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
 fb::ExchangeScheduleT ScheduleFromStarts(const PhaseTraffic& traffic,
                                          std::vector<uint32_t> starts);
 
+// SchedulePhase's starts alone, for a caller that needs the schedule's
+// figures (FiguresOfStarts) before, or instead of, its instructions.
+std::vector<uint32_t> SchedulePhaseStarts(const PhaseTraffic& traffic,
+                                          bool receiver_unions = true);
+
+// ScheduleFromStarts' length and bound, and the tile of its latest control
+// instruction (the lowest tile of equals; -1 without packets), without
+// making the instructions.
+struct ScheduleFigures {
+  int64_t length = 0;
+  int64_t bound = 0;
+  int last_tile = -1;
+};
+ScheduleFigures FiguresOfStarts(const PhaseTraffic& traffic,
+                                std::span<const uint32_t> starts);
+
 // The planner's price of a phase's length (without sync): its schedule's
 // for phases of at most kExactPlanningPackets packets; above that, where
 // scheduling every candidate a search prices would take the planner

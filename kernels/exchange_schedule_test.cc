@@ -91,8 +91,25 @@ TEST(ExchangeSchedule, ScheduleFromItsStartsIsTheSchedule) {
   const ExchangeModel model = Model();
   const PhaseTraffic traffic = Small(model);
   const fb::ExchangeScheduleT s = SchedulePhase(traffic);
+  EXPECT_EQ(SchedulePhaseStarts(traffic), s.starts);
   const fb::ExchangeScheduleT again = ScheduleFromStarts(traffic, s.starts);
   EXPECT_EQ(again.starts, s.starts);
+  // The figures without the instructions: the latest instruction's tile
+  // (the lowest of equals) read off the schedule.
+  const ScheduleFigures figures = FiguresOfStarts(traffic, s.starts);
+  EXPECT_EQ(figures.length, s.length);
+  EXPECT_EQ(figures.bound, s.bound);
+  int64_t last = -1;
+  int last_tile = -1;
+  for (const auto& tc : s.tiles) {
+    for (const fb::ControlInstruction& ins : tc->instructions) {
+      if (int64_t{ins.cycle()} > last) {
+        last = ins.cycle();
+        last_tile = static_cast<int>(tc->tile);
+      }
+    }
+  }
+  EXPECT_EQ(figures.last_tile, last_tile);
   EXPECT_EQ(again.length, s.length);
   EXPECT_EQ(again.bound, s.bound);
   ASSERT_EQ(again.tiles.size(), s.tiles.size());

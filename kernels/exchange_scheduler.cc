@@ -1260,52 +1260,72 @@ Tried ShortestOrder(const PhaseTraffic& traffic,
   return best;
 }
 
-}  // namespace
-
-fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
-                                    bool receiver_unions) {
-  Tried best = ShortestOrder(traffic, PacketPriorities(traffic),
-                             /*record=*/true, receiver_unions);
-  return ScheduleFromStarts(traffic, best.scheduler->TakeStarts());
-}
-
-fb::ExchangeScheduleT ScheduleFromStarts(const PhaseTraffic& traffic,
-                                         std::vector<uint32_t> starts) {
+// Calls place(tile, instruction) for every control instruction of the
+// schedule that starts packet p of `traffic` at starts[p], packet by packet
+// (the rules of exchange_schedule.h: the Send on the sender, the Select and
+// the Pointer on each receiver); returns the schedule's length.
+template <typename Place>
+int64_t PlaceInstructions(const PhaseTraffic& traffic,
+                          std::span<const uint32_t> starts, Place place) {
   const ExchangeModel& model = traffic.model();
   const auto& packets = traffic.packets();
-  // Each tile's instructions, counted first so that each vector is made
-  // once at its size: a whole model's program holds ~10^7 of them.
-  std::vector<uint32_t> count(model.tiles, 0);
-  for (const auto& packet : packets) {
-    ++count[packet.sender];
-    for (int r : traffic.ReceiversOf(packet)) count[r] += 2;
-  }
-  std::vector<std::vector<fb::ControlInstruction>> control(model.tiles);
-  for (int tile = 0; tile < model.tiles; ++tile) {
-    control[tile].reserve(count[tile]);
-  }
   int64_t length = 0;
   for (uint32_t p = 0; p < packets.size(); ++p) {
     const auto& packet = packets[p];
     const int64_t t = starts[p];
     const uint32_t cycle = starts[p];
-    control[packet.sender].emplace_back(cycle, p, 0, fb::ControlKind::Send);
+    place(packet.sender, fb::ControlInstruction(cycle, p, 0,
+                                                fb::ControlKind::Send));
     const std::span<const int> receivers = traffic.ReceiversOf(packet);
     int64_t latest = 0;
     for (uint32_t i = 0; i < receivers.size(); ++i) {
       const int r = receivers[i];
       const int64_t latency = model.RouteLatency(r);
-      control[r].emplace_back(cycle, p, i, fb::ControlKind::Select);
-      control[r].emplace_back(static_cast<uint32_t>(t + latency), p, i,
-                              fb::ControlKind::Pointer);
+      place(r, fb::ControlInstruction(cycle, p, i, fb::ControlKind::Select));
+      place(r, fb::ControlInstruction(static_cast<uint32_t>(t + latency), p, i,
+                                      fb::ControlKind::Pointer));
       latest = std::max(latest, latency);
     }
     length = std::max(length, PacketEnd(!receivers.empty(), t, latest,
                                         model.Duration(packet.words)));
   }
+  return length;
+}
+
+}  // namespace
+
+fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
+                                    bool receiver_unions) {
+  return ScheduleFromStarts(traffic,
+                            SchedulePhaseStarts(traffic, receiver_unions));
+}
+
+std::vector<uint32_t> SchedulePhaseStarts(const PhaseTraffic& traffic,
+                                          bool receiver_unions) {
+  Tried best = ShortestOrder(traffic, PacketPriorities(traffic),
+                             /*record=*/true, receiver_unions);
+  return best.scheduler->TakeStarts();
+}
+
+fb::ExchangeScheduleT ScheduleFromStarts(const PhaseTraffic& traffic,
+                                         std::vector<uint32_t> starts) {
+  const int tiles = traffic.model().tiles;
+  // Each tile's instructions, counted first so that each vector is made
+  // once at its size: a whole model's program holds ~10^7 of them.
+  std::vector<uint32_t> count(tiles, 0);
+  PlaceInstructions(traffic, starts,
+                    [&](int tile, const fb::ControlInstruction&) {
+                      ++count[tile];
+                    });
+  std::vector<std::vector<fb::ControlInstruction>> control(tiles);
+  for (int tile = 0; tile < tiles; ++tile) control[tile].reserve(count[tile]);
+  const int64_t length = PlaceInstructions(
+      traffic, starts, [&](int tile, const fb::ControlInstruction& ins) {
+        control[tile].push_back(ins);
+      });
   fb::ExchangeScheduleT schedule;
   schedule.starts = std::move(starts);
-  for (int tile = 0; tile < model.tiles; ++tile) {
+  for (int tile = 0; tile < tiles; ++tile) {
     if (control[tile].empty()) continue;
     auto tc = std::make_unique<fb::TileControlT>();
     tc->tile = static_cast<uint32_t>(tile);
@@ -1323,6 +1343,22 @@ fb::ExchangeScheduleT ScheduleFromStarts(const PhaseTraffic& traffic,
   schedule.length = static_cast<uint32_t>(length);
   schedule.bound = static_cast<uint32_t>(traffic.EndpointBound());
   return schedule;
+}
+
+ScheduleFigures FiguresOfStarts(const PhaseTraffic& traffic,
+                                std::span<const uint32_t> starts) {
+  ScheduleFigures figures;
+  int64_t last = -1;
+  figures.length = PlaceInstructions(
+      traffic, starts, [&](int tile, const fb::ControlInstruction& ins) {
+        const int64_t cycle = ins.cycle();
+        if (cycle > last || (cycle == last && tile < figures.last_tile)) {
+          last = cycle;
+          figures.last_tile = tile;
+        }
+      });
+  figures.bound = traffic.EndpointBound();
+  return figures;
 }
 
 int64_t PlannedPhaseLength(const PhaseTraffic& traffic) {

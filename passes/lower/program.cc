@@ -115,22 +115,15 @@ namespace {
 ExchangeCost CostOfTraffic(const kernels::CostModel& model,
                            const kernels::PhaseTraffic& traffic) {
   ExchangeCost cost;
-  fb::ExchangeScheduleT schedule = kernels::SchedulePhase(traffic);
-  cost.scheduled = schedule.length;
-  cost.bound = schedule.bound;
-  cost.cycles = cost.scheduled + model.sync_cycles();
+  cost.starts = kernels::SchedulePhaseStarts(traffic);
   // The tile whose part ends last: the last Pointer's receiver, else the
   // last Send's sender.
-  int64_t last = -1;
-  for (const auto& tc : schedule.tiles) {
-    for (const fb::ControlInstruction& ins : tc->instructions) {
-      if (int64_t{ins.cycle()} > last) {
-        last = ins.cycle();
-        cost.last_tile = static_cast<int>(tc->tile);
-      }
-    }
-  }
-  cost.starts = std::move(schedule.starts);
+  const kernels::ScheduleFigures figures =
+      kernels::FiguresOfStarts(traffic, cost.starts);
+  cost.scheduled = figures.length;
+  cost.bound = figures.bound;
+  cost.cycles = cost.scheduled + model.sync_cycles();
+  cost.last_tile = figures.last_tile;
   return cost;
 }
 
