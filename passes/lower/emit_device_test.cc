@@ -310,6 +310,24 @@ TEST(EmitDeviceTest, KeptSchedulesAreTheirTrafficsSchedules) {
   EXPECT_GT(scheduled, 1);
 }
 
+// WriteModule frees a device program's supersteps as it packs them
+// (formats/ir.cc, PackGivingUp): the file holds SerializeModule's bytes.
+TEST(EmitDeviceTest, WrittenProgramIsTheSerializedOne) {
+  MlpPlan plan;
+  plan.up = GemmShape{2, 2, 2};
+  plan.down = GemmShape{2, 2, 1};
+  fb::ModuleT m = PlannedMlp(plan);
+  ASSERT_TRUE(EmitDevicePass().Run(&m).status().ok());
+  ASSERT_GE(m.program->supersteps.size(), 4u);  // one trim at least
+  std::string serialized, written;
+  ASSERT_TRUE(
+      ir::SerializeModule(*ir::CloneModule(m), "test", &serialized).ok());
+  const std::string path = ::testing::TempDir() + "/written.tilec";
+  ASSERT_TRUE(ir::WriteModule(std::move(m), "test", path).ok());
+  ASSERT_TRUE(ir::ReadFile(path, &written).ok());
+  EXPECT_EQ(written, serialized);
+}
+
 TEST(EmitDeviceTest, OutOfMemoryNamesTileBuffersAndShortfall) {
   // 256 x 256 x 1024 on two tiles cannot fit 56 KiB per tile.
   MlpPlan plan;
