@@ -712,7 +712,7 @@ class Scheduler {
     return PacketEnd(packet.receiver_count > 0, t, latest, d);
   }
 
-  // Receiver r's windows and instructions for packet p at t. Every
+  // Receiver r's windows for packet p at t. Every
   // receiver of a packet has the same windows but for those its route
   // latency shifts, so a union takes each window once per packet and
   // latency, not once per tile.
@@ -1219,9 +1219,9 @@ constexpr int64_t kParallelScheduleWork = 4096;
 
 // The shortest schedule of the orders (the first of equals), recorded if
 // `record`: every order records its starts as it goes, which costs less
-// than placing the packets once more in the order found. The orders are independent,
-// so on a large phase two threads take them in turn: the same result,
-// sooner on two cores. Each keeps only its shortest so far beside the one
+// than placing the packets once more in the order found. The orders are
+// independent, so on a large phase two threads take them in turn: the
+// same result, sooner on two cores. Each keeps only its shortest so far beside the one
 // it is trying.
 Tried ShortestOrder(const PhaseTraffic& traffic,
                     const std::vector<int64_t>& priority, bool record,
