@@ -1,6 +1,7 @@
 #include "formats/ir.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <iostream>
 #include <iterator>
 #include <new>
+#include <optional>
 #include <sstream>
 
 #include "flatbuffers/idl.h"
@@ -272,9 +274,84 @@ class MappedAllocator : public flatbuffers::Allocator {
   }
 };
 
-// SerializeModule's work, into `builder`.
+// The fields of Module and DeviceProgram that PackGivingUp writes out.
+constexpr size_t kModuleFields = 10;
+constexpr size_t kDeviceProgramFields = 6;
+
+// A vector of `items`' tables as the generated Pack makes it (none when
+// empty).
+template <typename T>
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<typename T::TableType>>>
+PackEach(flatbuffers::FlatBufferBuilder& fbb,
+         const std::vector<std::unique_ptr<T>>& items) {
+  if (items.empty()) return 0;
+  std::vector<flatbuffers::Offset<typename T::TableType>> offsets(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    offsets[i] = T::TableType::Pack(fbb, items[i].get());
+  }
+  return fbb.CreateVector(offsets);
+}
+
+// CreateDeviceProgram(fbb, program) of tilec_generated.h, call for call (so
+// byte for byte), but each superstep freed once packed and, every
+// kTrimSteps of them, the freed memory given back to the system.
+flatbuffers::Offset<fb::DeviceProgram> PackProgramGivingUp(
+    flatbuffers::FlatBufferBuilder& fbb, fb::DeviceProgramT* o) {
+  constexpr size_t kTrimSteps = 4;
+  auto buffers = PackEach(fbb, o->buffers);
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Superstep>>>
+      supersteps = 0;
+  if (!o->supersteps.empty()) {
+    std::vector<flatbuffers::Offset<fb::Superstep>> offsets(
+        o->supersteps.size());
+    for (size_t i = 0; i < o->supersteps.size(); ++i) {
+      offsets[i] = fb::Superstep::Pack(fbb, o->supersteps[i].get());
+      o->supersteps[i].reset();
+      if (i % kTrimSteps == kTrimSteps - 1) malloc_trim(0);
+    }
+    supersteps = fbb.CreateVector(offsets);
+  }
+  auto inputs = PackEach(fbb, o->inputs);
+  auto outputs = PackEach(fbb, o->outputs);
+  auto repeats = PackEach(fbb, o->repeats);
+  auto code = o->code.empty() ? 0 : fbb.CreateVectorOfStructs(o->code);
+  return fb::CreateDeviceProgram(fbb, buffers, supersteps, inputs, outputs,
+                                 repeats, code);
+}
+
+// fb::Module::Pack(fbb, module) for a module given up as it is packed:
+// CreateModule of tilec_generated.h call for call, so the same bytes, with
+// the device program packed by PackProgramGivingUp, so that a whole
+// model's program (~10^7 control instructions) is not held twice, as
+// objects and as bytes, at the peak. While the schema's Module and
+// DeviceProgram have just the fields written out here (else nullopt: the
+// caller packs as usual).
+std::optional<flatbuffers::Offset<fb::Module>> PackGivingUp(
+    flatbuffers::FlatBufferBuilder& fbb, fb::ModuleT* o) {
+  if (fb::ModuleTypeTable()->num_elems != kModuleFields ||
+      fb::DeviceProgramTypeTable()->num_elems != kDeviceProgramFields) {
+    return std::nullopt;
+  }
+  auto producer = o->producer.empty() ? 0 : fbb.CreateString(o->producer);
+  auto model = o->model ? fb::Model::Pack(fbb, o->model.get()) : 0;
+  auto target = o->target ? fb::Target::Pack(fbb, o->target.get()) : 0;
+  auto values = PackEach(fbb, o->values);
+  auto ops = PackEach(fbb, o->ops);
+  auto log = PackEach(fbb, o->log);
+  auto checkpoint = o->checkpoint ? fb::SearchCheckpoint::Pack(
+                                        fbb, o->checkpoint.get())
+                                  : 0;
+  auto program = o->program ? PackProgramGivingUp(fbb, o->program.get()) : 0;
+  auto repeats = PackEach(fbb, o->repeats);
+  return fb::CreateModule(fbb, o->schema_version, producer, model, target,
+                          values, ops, log, checkpoint, program, repeats);
+}
+
+// SerializeModule's work, into `builder`; with `give_up`, the module is
+// left empty (its program freed as it is packed: PackGivingUp).
 Status PackModule(const std::string& producer, fb::ModuleT* module,
-                  flatbuffers::FlatBufferBuilder* builder) {
+                  flatbuffers::FlatBufferBuilder* builder,
+                  bool give_up = false) {
   module->schema_version = kSchemaVersion;
   module->producer = producer;
   Status verified = VerifyModule(*module);
@@ -284,7 +361,11 @@ Status PackModule(const std::string& producer, fb::ModuleT* module,
     return Status::Internal("refusing to write invalid IR: " +
                             verified.message());
   }
-  builder->Finish(fb::Module::Pack(*builder, module), kFileIdentifier);
+  std::optional<flatbuffers::Offset<fb::Module>> packed;
+  if (give_up) packed = PackGivingUp(*builder, module);
+  if (!packed) packed = fb::Module::Pack(*builder, module);
+  builder->Finish(*packed, kFileIdentifier);
+  if (give_up) *module = fb::ModuleT();
   return Status::Ok();
 }
 
@@ -303,8 +384,9 @@ Status WriteModule(fb::ModuleT module, const std::string& producer,
                    const std::string& path) {
   MappedAllocator allocator;
   flatbuffers::FlatBufferBuilder builder(1 << 16, &allocator);
-  TILEC_RETURN_IF_ERROR(PackModule(producer, &module, &builder));
-  module = fb::ModuleT();  // the builder holds it now
+  // The builder holds the module now.
+  TILEC_RETURN_IF_ERROR(
+      PackModule(producer, &module, &builder, /*give_up=*/true));
   return WriteFileAtomically(
       path, std::string_view(
                 reinterpret_cast<const char*>(builder.GetBufferPointer()),

@@ -118,8 +118,9 @@ std::unique_ptr<fb::ModuleT> CloneModule(const fb::ModuleT& module);
 // Stamps the schema version and producer, verifies, serializes.
 Status SerializeModule(fb::ModuleT module, const std::string& producer,
                        std::string* bytes);
-// SerializeModule to `path` (WriteFileAtomically). `module` is freed once
-// serialized and the bytes are written from the builder, so a caller that
+// SerializeModule to `path` (WriteFileAtomically), the same bytes. `module`
+// is freed as it is serialized (its device program superstep by
+// superstep) and the bytes are written from the builder, so a caller that
 // moves its module in never holds the program twice (a device program is
 // hundreds of MB).
 Status WriteModule(fb::ModuleT module, const std::string& producer,

@@ -132,6 +132,15 @@ void PhaseTraffic::AddTransfer(int sender, std::span<const int> receivers,
   }
 }
 
+bool PhaseTraffic::operator==(const PhaseTraffic& other) const {
+  // named_by_ is scratch that the pieces determine.
+  return model_ == other.model_ && packets_ == other.packets_ &&
+         pieces_ == other.pieces_ && receivers_ == other.receivers_ &&
+         piece_senders_ == other.piece_senders_ &&
+         piece_first_receiver_ == other.piece_first_receiver_ &&
+         piece_receiver_count_ == other.piece_receiver_count_;
+}
+
 int64_t PhaseTraffic::EndpointBound() const {
   if (pieces_.empty()) return 0;
   struct Load {

@@ -73,6 +73,8 @@ struct ExchangeModel {
     return IssueWidth(fb::ControlKind::Send) + Duration((bytes + 3) / 4) +
            latency + sync_cycles;
   }
+
+  bool operator==(const ExchangeModel&) const = default;
 };
 
 // One tile's term of the endpoint bound: the largest of ceil(sent / rate),
@@ -95,12 +97,14 @@ class PhaseTraffic {
     uint32_t receiver_count = 0;
     int64_t words = 0;
     uint32_t piece = 0;  // the piece it is part of
+    bool operator==(const Packet&) const = default;
   };
   struct Piece {
     uint32_t transfer = 0;  // the caller's numbering (program order)
     uint32_t row = 0;
     int64_t bytes = 0;
     uint32_t op = 0;  // the op its transfer serves (orders by op)
+    bool operator==(const Piece&) const = default;
   };
 
   explicit PhaseTraffic(const ExchangeModel& model) : model_(model) {}
@@ -127,6 +131,10 @@ class PhaseTraffic {
     return {receivers_.data() + p.first_receiver, p.receiver_count};
   }
   bool empty() const { return pieces_.empty(); }
+
+  // The same pieces and packets on the same model: SchedulePhase makes the
+  // same schedule of both.
+  bool operator==(const PhaseTraffic& other) const;
 
   // The endpoint bound without sync: over the tiles, the largest of
   // ceil(bytes sent / rate), ceil(bytes received / rate) and
@@ -173,6 +181,30 @@ class PhaseTraffic {
 // the unions kept for wide multicasts must match (tests compare them).
 fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
                                     bool receiver_unions = true);
+
+// The schedule of `traffic` that starts packet i at starts[i] (one start
+// per packet, as a schedule's `starts` holds them): every tile's control
+// instructions as the rules above place them, its length and its bound.
+// SchedulePhase's schedule is this of the starts it chose, so a caller that
+// kept only the starts of a traffic's schedule gets the same schedule back.
+fb::ExchangeScheduleT ScheduleFromStarts(const PhaseTraffic& traffic,
+                                         std::vector<uint32_t> starts);
+
+// SchedulePhase's starts alone, for a caller that needs the schedule's
+// figures (FiguresOfStarts) before, or instead of, its instructions.
+std::vector<uint32_t> SchedulePhaseStarts(const PhaseTraffic& traffic,
+                                          bool receiver_unions = true);
+
+// ScheduleFromStarts' length and bound, and the tile of its latest control
+// instruction (the lowest tile of equals; -1 without packets), without
+// making the instructions.
+struct ScheduleFigures {
+  int64_t length = 0;
+  int64_t bound = 0;
+  int last_tile = -1;
+};
+ScheduleFigures FiguresOfStarts(const PhaseTraffic& traffic,
+                                std::span<const uint32_t> starts);
 
 // The planner's price of a phase's length (without sync): its schedule's
 // for phases of at most kExactPlanningPackets packets; above that, where

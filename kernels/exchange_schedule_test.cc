@@ -86,6 +86,65 @@ TEST(ExchangeSchedule, ScheduleIsValidAndTimesTheReceiver) {
   EXPECT_GE(*length, static_cast<int64_t>(s.bound));
 }
 
+// The schedule rebuilt from its starts is the schedule.
+TEST(ExchangeSchedule, ScheduleFromItsStartsIsTheSchedule) {
+  const ExchangeModel model = Model();
+  const PhaseTraffic traffic = Small(model);
+  const fb::ExchangeScheduleT s = SchedulePhase(traffic);
+  EXPECT_EQ(SchedulePhaseStarts(traffic), s.starts);
+  const fb::ExchangeScheduleT again = ScheduleFromStarts(traffic, s.starts);
+  EXPECT_EQ(again.starts, s.starts);
+  // The figures without the instructions: the latest instruction's tile
+  // (the lowest of equals) read off the schedule.
+  const ScheduleFigures figures = FiguresOfStarts(traffic, s.starts);
+  EXPECT_EQ(figures.length, s.length);
+  EXPECT_EQ(figures.bound, s.bound);
+  int64_t last = -1;
+  int last_tile = -1;
+  for (const auto& tc : s.tiles) {
+    for (const fb::ControlInstruction& ins : tc->instructions) {
+      if (int64_t{ins.cycle()} > last) {
+        last = ins.cycle();
+        last_tile = static_cast<int>(tc->tile);
+      }
+    }
+  }
+  EXPECT_EQ(figures.last_tile, last_tile);
+  EXPECT_EQ(again.length, s.length);
+  EXPECT_EQ(again.bound, s.bound);
+  ASSERT_EQ(again.tiles.size(), s.tiles.size());
+  for (size_t t = 0; t < s.tiles.size(); ++t) {
+    EXPECT_EQ(again.tiles[t]->tile, s.tiles[t]->tile);
+    EXPECT_EQ(again.tiles[t]->instructions.size(),
+              s.tiles[t]->instructions.size());
+    for (size_t i = 0; i < s.tiles[t]->instructions.size(); ++i) {
+      const fb::ControlInstruction& a = again.tiles[t]->instructions[i];
+      const fb::ControlInstruction& b = s.tiles[t]->instructions[i];
+      EXPECT_EQ(a.cycle(), b.cycle());
+      EXPECT_EQ(a.packet(), b.packet());
+      EXPECT_EQ(a.destination(), b.destination());
+      EXPECT_EQ(a.kind(), b.kind());
+    }
+  }
+}
+
+TEST(ExchangeSchedule, TrafficsAreEqualPieceForPiece) {
+  const ExchangeModel model = Model();
+  EXPECT_EQ(Small(model), Small(model));
+  PhaseTraffic more = Small(model);
+  const int to6[] = {6};
+  more.AddPiece(7, to6, 4, 1, 3, 0);
+  EXPECT_FALSE(more == Small(model));
+  PhaseTraffic other_op(model);
+  const int to2[] = {2};
+  const int to45[] = {4, 5};
+  other_op.AddPiece(0, to2, 40, 10, 0, 0);
+  other_op.AddPiece(1, to2, 40, 10, 1, 0);
+  other_op.AddPiece(3, to45, 16, 4, 2, 0, /*op=*/1);
+  EXPECT_FALSE(other_op == Small(model));
+  EXPECT_FALSE(Small(Model(16)) == Small(model));
+}
+
 TEST(ExchangeSchedule, RouteLatencyGrowsByRow) {
   const ExchangeModel model = Model(1472);
   EXPECT_EQ(model.RouteLatency(0), 52);

@@ -484,9 +484,17 @@ ReceiverUnions CoverWideReceiverSets(const PhaseTraffic& traffic) {
   return out;
 }
 
+// Where a packet of d cycles started at t lands its last word: the send's
+// end, or with receivers, the arrival's at the farthest (route latency
+// `latest`).
+int64_t PacketEnd(bool has_receivers, int64_t t, int64_t latest, int64_t d) {
+  return has_receivers ? t + latest + d : t + d;
+}
+
 // The scheduler's state: every lane's and issue slot's busy time and, when
 // it records (emit-device's schedules, not the planner's prices), every
-// packet's start and every tile's control instructions.
+// packet's start (ScheduleFromStarts makes the control instructions of the
+// one schedule kept, not every order's as it is tried).
 class Scheduler {
  public:
   // Wide multicasts' receivers are searched through `unions` of their
@@ -506,10 +514,7 @@ class Scheduler {
       route_latency_[tile] = model_.RouteLatency(tile);
     }
     TakeLanes();
-    if (record_) {
-      starts_.assign(traffic_.packets().size(), 0);
-      control_.resize(model_.tiles);
-    }
+    if (record_) starts_.assign(traffic_.packets().size(), 0);
   }
 
   ~Scheduler() { GiveLanesBack(); }
@@ -575,27 +580,8 @@ class Scheduler {
     return length;
   }
 
-  // The recorded schedule of length `length` (a recording scheduler, once).
-  fb::ExchangeScheduleT Take(int64_t length) {
-    fb::ExchangeScheduleT schedule;
-    schedule.starts = std::move(starts_);
-    for (int tile = 0; tile < model_.tiles; ++tile) {
-      if (control_[tile].empty()) continue;
-      auto tc = std::make_unique<fb::TileControlT>();
-      tc->tile = static_cast<uint32_t>(tile);
-      tc->instructions = std::move(control_[tile]);
-      std::sort(tc->instructions.begin(), tc->instructions.end(),
-                [](const fb::ControlInstruction& a,
-                   const fb::ControlInstruction& b) {
-                  return std::tuple(a.cycle(), a.packet(), a.kind()) <
-                         std::tuple(b.cycle(), b.packet(), b.kind());
-                });
-      schedule.tiles.push_back(std::move(tc));
-    }
-    schedule.length = static_cast<uint32_t>(length);
-    schedule.bound = static_cast<uint32_t>(traffic_.EndpointBound());
-    return schedule;
-  }
+  // The recorded starts (a recording scheduler, once).
+  std::vector<uint32_t> TakeStarts() { return std::move(starts_); }
 
  private:
   // The earliest start from `from` on that every constraint on packet p
@@ -715,30 +701,18 @@ class Scheduler {
   int64_t Commit(uint32_t p, int64_t t) {
     const auto& packet = traffic_.packets()[p];
     const int64_t d = model_.Duration(packet.words);
-    const uint32_t cycle = static_cast<uint32_t>(t);
     send_[packet.sender].Add(t, t + d);
     AddIssue(packet.sender, t - w_send_, t);
-    if (record_) {
-      starts_[p] = cycle;
-      control_[packet.sender].emplace_back(cycle, p, 0, fb::ControlKind::Send);
-    }
-    int64_t end = t + d;
-    const std::span<const int> receivers = traffic_.ReceiversOf(packet);
-    for (uint32_t i = 0; i < receivers.size(); ++i) {
-      const int r = receivers[i];
-      const int64_t latency = route_latency_[r];
+    if (record_) starts_[p] = static_cast<uint32_t>(t);
+    int64_t latest = 0;  // the longest route latency of its receivers
+    for (int r : traffic_.ReceiversOf(packet)) {
       AddReceiver(r, p, t, d);
-      if (record_) {
-        control_[r].emplace_back(cycle, p, i, fb::ControlKind::Select);
-        control_[r].emplace_back(static_cast<uint32_t>(t + latency), p, i,
-                                 fb::ControlKind::Pointer);
-      }
-      end = std::max(end, t + latency + d);
+      latest = std::max(latest, route_latency_[r]);
     }
-    return end;
+    return PacketEnd(packet.receiver_count > 0, t, latest, d);
   }
 
-  // Receiver r's windows and instructions for packet p at t. Every
+  // Receiver r's windows for packet p at t. Every
   // receiver of a packet has the same windows but for those its route
   // latency shifts, so a union takes each window once per packet and
   // latency, not once per tile.
@@ -823,7 +797,6 @@ class Scheduler {
   const ReceiverUnions& cover_;
   std::vector<TileUnion> unions_;  // by cover_'s numbers
   std::vector<uint32_t> starts_;
-  std::vector<std::vector<fb::ControlInstruction>> control_;
   std::vector<BusyIntervals> send_, receive_, issue_;
   const int64_t w_send_, w_select_, w_pointer_;
   std::vector<int64_t> route_latency_;  // by tile, found without dividing
@@ -1245,10 +1218,10 @@ Tried TryOrder(const PhaseTraffic& traffic,
 constexpr int64_t kParallelScheduleWork = 4096;
 
 // The shortest schedule of the orders (the first of equals), recorded if
-// `record`: every order records as it goes, which costs less than placing
-// the packets once more in the order found. The orders are independent,
-// so on a large phase two threads take them in turn: the same result,
-// sooner on two cores. Each keeps only its shortest so far beside the one
+// `record`: every order records its starts as it goes, which costs less
+// than placing the packets once more in the order found. The orders are
+// independent, so on a large phase two threads take them in turn: the
+// same result, sooner on two cores. Each keeps only its shortest so far beside the one
 // it is trying.
 Tried ShortestOrder(const PhaseTraffic& traffic,
                     const std::vector<int64_t>& priority, bool record,
@@ -1258,10 +1231,9 @@ Tried ShortestOrder(const PhaseTraffic& traffic,
                                     : ReceiverUnions(traffic.packets().size());
   Race race;
   std::atomic<size_t> next = 0;
-  // One best for both threads: a recorded schedule of a large phase takes
-  // tens of megabytes, so only the best and each thread's current one are
-  // held. Better is a strict order, so the one kept does not depend on
-  // which thread finishes first.
+  // One best for both threads: only the best and each thread's current
+  // scheduler are held. Better is a strict order, so the one kept does not
+  // depend on which thread finishes first.
   std::mutex mutex;
   Tried best;
   auto try_in_turn = [&] {
@@ -1288,13 +1260,105 @@ Tried ShortestOrder(const PhaseTraffic& traffic,
   return best;
 }
 
+// Calls place(tile, instruction) for every control instruction of the
+// schedule that starts packet p of `traffic` at starts[p], packet by packet
+// (the rules of exchange_schedule.h: the Send on the sender, the Select and
+// the Pointer on each receiver); returns the schedule's length.
+template <typename Place>
+int64_t PlaceInstructions(const PhaseTraffic& traffic,
+                          std::span<const uint32_t> starts, Place place) {
+  const ExchangeModel& model = traffic.model();
+  const auto& packets = traffic.packets();
+  int64_t length = 0;
+  for (uint32_t p = 0; p < packets.size(); ++p) {
+    const auto& packet = packets[p];
+    const int64_t t = starts[p];
+    const uint32_t cycle = starts[p];
+    place(packet.sender, fb::ControlInstruction(cycle, p, 0,
+                                                fb::ControlKind::Send));
+    const std::span<const int> receivers = traffic.ReceiversOf(packet);
+    int64_t latest = 0;
+    for (uint32_t i = 0; i < receivers.size(); ++i) {
+      const int r = receivers[i];
+      const int64_t latency = model.RouteLatency(r);
+      place(r, fb::ControlInstruction(cycle, p, i, fb::ControlKind::Select));
+      place(r, fb::ControlInstruction(static_cast<uint32_t>(t + latency), p, i,
+                                      fb::ControlKind::Pointer));
+      latest = std::max(latest, latency);
+    }
+    length = std::max(length, PacketEnd(!receivers.empty(), t, latest,
+                                        model.Duration(packet.words)));
+  }
+  return length;
+}
+
 }  // namespace
 
 fb::ExchangeScheduleT SchedulePhase(const PhaseTraffic& traffic,
                                     bool receiver_unions) {
+  return ScheduleFromStarts(traffic,
+                            SchedulePhaseStarts(traffic, receiver_unions));
+}
+
+std::vector<uint32_t> SchedulePhaseStarts(const PhaseTraffic& traffic,
+                                          bool receiver_unions) {
   Tried best = ShortestOrder(traffic, PacketPriorities(traffic),
                              /*record=*/true, receiver_unions);
-  return best.scheduler->Take(*best.length);
+  return best.scheduler->TakeStarts();
+}
+
+fb::ExchangeScheduleT ScheduleFromStarts(const PhaseTraffic& traffic,
+                                         std::vector<uint32_t> starts) {
+  const int tiles = traffic.model().tiles;
+  // Each tile's instructions, counted first so that each vector is made
+  // once at its size: a whole model's program holds ~10^7 of them.
+  std::vector<uint32_t> count(tiles, 0);
+  PlaceInstructions(traffic, starts,
+                    [&](int tile, const fb::ControlInstruction&) {
+                      ++count[tile];
+                    });
+  std::vector<std::vector<fb::ControlInstruction>> control(tiles);
+  for (int tile = 0; tile < tiles; ++tile) control[tile].reserve(count[tile]);
+  const int64_t length = PlaceInstructions(
+      traffic, starts, [&](int tile, const fb::ControlInstruction& ins) {
+        control[tile].push_back(ins);
+      });
+  fb::ExchangeScheduleT schedule;
+  schedule.starts = std::move(starts);
+  for (int tile = 0; tile < tiles; ++tile) {
+    if (control[tile].empty()) continue;
+    auto tc = std::make_unique<fb::TileControlT>();
+    tc->tile = static_cast<uint32_t>(tile);
+    tc->instructions = std::move(control[tile]);
+    // A total order: a packet's receivers are distinct tiles, so no tile
+    // holds two instructions of one packet and kind.
+    std::sort(tc->instructions.begin(), tc->instructions.end(),
+              [](const fb::ControlInstruction& a,
+                 const fb::ControlInstruction& b) {
+                return std::tuple(a.cycle(), a.packet(), a.kind()) <
+                       std::tuple(b.cycle(), b.packet(), b.kind());
+              });
+    schedule.tiles.push_back(std::move(tc));
+  }
+  schedule.length = static_cast<uint32_t>(length);
+  schedule.bound = static_cast<uint32_t>(traffic.EndpointBound());
+  return schedule;
+}
+
+ScheduleFigures FiguresOfStarts(const PhaseTraffic& traffic,
+                                std::span<const uint32_t> starts) {
+  ScheduleFigures figures;
+  int64_t last = -1;
+  figures.length = PlaceInstructions(
+      traffic, starts, [&](int tile, const fb::ControlInstruction& ins) {
+        const int64_t cycle = ins.cycle();
+        if (cycle > last || (cycle == last && tile < figures.last_tile)) {
+          last = cycle;
+          figures.last_tile = tile;
+        }
+      });
+  figures.bound = traffic.EndpointBound();
+  return figures;
 }
 
 int64_t PlannedPhaseLength(const PhaseTraffic& traffic) {

@@ -25,20 +25,23 @@ using passes::Thousands;
 StatusOr<Emitter::PricedLowering*> Emitter::Price(
     const fb::OperationT& op, bool in_place, bool k_pieces,
     PricedWays* priced) const {
-  auto found = priced->find({in_place, k_pieces});
-  if (found != priced->end()) return &found->second;
-  PricedLowering way{lowering_, {}, {}, 0};
+  auto found = priced->ways.find({in_place, k_pieces});
+  if (found != priced->ways.end()) return &found->second;
+  PricedLowering way{lowering_, {}, {}, {}, 0};
   StatusOr<OpProgram> p = way.state.Lower(
       op, ChoiceFromReduction(op.reduction.get()), in_place, k_pieces);
   if (!p.ok()) return p.status();
   for (const Phase& ph : p->phases) {
-    StatusOr<PhaseCost> c = CostOfPhase(model_, way.state.buffers(), ph, tiles_);
+    StatusOr<PhaseCost> c = CostOfPhase(model_, way.state.buffers(), ph,
+                                        tiles_, &priced->exchanges);
     if (!c.ok()) return c.status();
     way.alone.push_back(c->cycles);
+    way.alone_starts.push_back(Keep(std::move(c->starts)));
     way.cycles += c->cycles;
   }
   way.program = std::move(*p);
-  return &priced->emplace(std::make_pair(in_place, k_pieces), std::move(way))
+  return &priced->ways
+              .emplace(std::make_pair(in_place, k_pieces), std::move(way))
               .first->second;
 }
 
@@ -68,7 +71,7 @@ StatusOr<bool> Emitter::ChooseInPlace(const fb::OperationT& op,
           " tiles already hold exactly the block they need, contiguous "
           "and in the right order: no staging copy or transfer",
       numbers);
-  priced->erase({!alias, false});
+  priced->ways.erase({!alias, false});
   return alias;
 }
 
@@ -116,11 +119,12 @@ Status Emitter::LowerOp(const fb::OperationT& op, bool alias, bool k_pieces,
                         PricedWays* priced) {
   OpWork w;
   w.op = &op;
-  auto chosen = priced->find({alias, k_pieces});
-  if (chosen != priced->end()) {
+  auto chosen = priced->ways.find({alias, k_pieces});
+  if (chosen != priced->ways.end()) {
     lowering_ = std::move(chosen->second.state);
     w.program = std::move(chosen->second.program);
     w.alone = std::move(chosen->second.alone);
+    w.alone_starts = std::move(chosen->second.alone_starts);
   } else {
     StatusOr<OpProgram> p = lowering_.Lower(
         op, ChoiceFromReduction(op.reduction.get()), alias, k_pieces);
@@ -131,9 +135,10 @@ Status Emitter::LowerOp(const fb::OperationT& op, bool alias, bool k_pieces,
           CostOfPhase(model_, lowering_.buffers(), ph, tiles_);
       if (!pc.ok()) return pc.status();
       w.alone.push_back(pc->cycles);
+      w.alone_starts.push_back(Keep(std::move(pc->starts)));
     }
   }
-  priced->clear();
+  priced->ways.clear();
   for (const Phase& ph : w.program.phases) {
     std::vector<int64_t> cycles;
     for (const VCall& c : ph.calls) {

@@ -15,11 +15,13 @@
 #include <array>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 
 #include "formats/ir.h"
 #include "formats/test_graph.h"
 #include "formats/op_shapes.h"
 #include "formats/print.h"
+#include "kernels/exchange_schedule.h"
 #include "passes/import/model_builder.h"
 #include "passes/lower/expand_reduce.h"
 #include "passes/core/ownership.h"
@@ -263,6 +265,67 @@ TEST(EmitDeviceTest, Deterministic) {
     ASSERT_TRUE(ir::SerializeModule(std::move(m), "test", &b).ok());
   }
   EXPECT_EQ(bytes[0], bytes[1]);
+}
+
+// Every superstep's schedule is the one its traffic gets scheduled afresh:
+// the schedules emit-device kept from pricing (ScheduleStep) are those of
+// exactly the superstep's transfers, here also after ops were kept apart
+// and the program scheduled again.
+TEST(EmitDeviceTest, KeptSchedulesAreTheirTrafficsSchedules) {
+  MlpPlan plan;
+  plan.up = GemmShape{1, 2, 2};
+  plan.down = GemmShape{2, 2, 1};
+  fb::ModuleT m = PlannedMlp(plan, 48, 64, 256);
+  ASSERT_TRUE(EmitDevicePass().Run(&m).status().ok());
+  const fb::DeviceProgramT& program = *m.program;
+  const kernels::ExchangeModel model =
+      kernels::ExchangeModel::FromTarget(*m.target);
+  auto address_of = [&](uint32_t buffer) -> int64_t {
+    return program.buffers[buffer]->offset;
+  };
+  int scheduled = 0;
+  for (const auto& step : program.supersteps) {
+    if (step->exchange.empty()) continue;
+    ++scheduled;
+    const fb::ExchangeScheduleT fresh = kernels::SchedulePhase(
+        kernels::TrafficOfStep(model, *step, address_of));
+    const fb::ExchangeScheduleT& kept = *step->schedule;
+    EXPECT_EQ(kept.starts, fresh.starts);
+    EXPECT_EQ(kept.length, fresh.length);
+    EXPECT_EQ(kept.bound, fresh.bound);
+    ASSERT_EQ(kept.tiles.size(), fresh.tiles.size());
+    for (size_t t = 0; t < kept.tiles.size(); ++t) {
+      EXPECT_EQ(kept.tiles[t]->tile, fresh.tiles[t]->tile);
+      const auto& a = kept.tiles[t]->instructions;
+      const auto& b = fresh.tiles[t]->instructions;
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(std::tuple(a[i].cycle(), a[i].packet(), a[i].destination(),
+                             a[i].kind()),
+                  std::tuple(b[i].cycle(), b[i].packet(), b[i].destination(),
+                             b[i].kind()));
+      }
+    }
+  }
+  EXPECT_GT(scheduled, 1);
+}
+
+// WriteModule frees a device program's supersteps as it packs them
+// (formats/ir.cc, PackGivingUp): the file holds SerializeModule's bytes.
+TEST(EmitDeviceTest, WrittenProgramIsTheSerializedOne) {
+  MlpPlan plan;
+  plan.up = GemmShape{2, 2, 2};
+  plan.down = GemmShape{2, 2, 1};
+  fb::ModuleT m = PlannedMlp(plan);
+  ASSERT_TRUE(EmitDevicePass().Run(&m).status().ok());
+  ASSERT_GE(m.program->supersteps.size(), 4u);  // one trim at least
+  std::string serialized, written;
+  ASSERT_TRUE(
+      ir::SerializeModule(*ir::CloneModule(m), "test", &serialized).ok());
+  const std::string path = ::testing::TempDir() + "/written.tilec";
+  ASSERT_TRUE(ir::WriteModule(std::move(m), "test", path).ok());
+  ASSERT_TRUE(ir::ReadFile(path, &written).ok());
+  EXPECT_EQ(written, serialized);
 }
 
 TEST(EmitDeviceTest, OutOfMemoryNamesTileBuffersAndShortfall) {

@@ -33,15 +33,24 @@ std::vector<int> PhaseOffsets(const std::vector<Phase>& phases) {
 // Adds `transfers` to a superstep's exchange phase.
 void AddTransfers(const std::vector<VTransfer>& transfers, StepLoad* load) {
   for (const VTransfer& t : transfers) load->transfers.push_back(&t);
-  if (!transfers.empty()) load->exchange_cycles = -1;
+  if (!transfers.empty()) {
+    load->exchange_cycles = -1;
+    load->exchange_starts.reset();
+  }
 }
 
 }  // namespace
 
+KeptStarts Keep(std::vector<uint32_t> starts) {
+  return std::make_shared<const std::vector<uint32_t>>(std::move(starts));
+}
+
 int64_t Emitter::ExchangeCost(StepLoad* l) const {
   if (!l->has_exchange) return 0;
   if (l->exchange_cycles < 0) {
-    l->exchange_cycles = CostOfExchange(model_, l->transfers).cycles;
+    lower::ExchangeCost cost = CostOfExchange(model_, l->transfers);
+    l->exchange_cycles = cost.cycles;
+    l->exchange_starts = Keep(std::move(cost.starts));
   }
   return l->exchange_cycles;
 }
@@ -79,6 +88,12 @@ void Emitter::Schedule(bool share, int64_t remaining,
   }
   if (region >= 0) bodies_[region].last_step = st.last_used;
   steps_ = st.last_used + 1;
+  step_starts_.assign(steps_, nullptr);
+  for (int s = 0; s < steps_ && s < static_cast<int>(st.loads.size()); ++s) {
+    if (st.loads[s].exchange_cycles >= 0) {
+      step_starts_[s] = std::move(st.loads[s].exchange_starts);
+    }
+  }
 }
 
 // Fully in place: results are ready when the operands are.
@@ -171,6 +186,7 @@ Numbers Emitter::PriceMerge(const OpWork& w, const std::vector<int>& offset,
       l.priced_phase = &ph;
       l.priced_base = l.transfers.size();
       l.priced_cycles = merged.exchange_cycles;
+      l.priced_starts = merged.exchange_starts;
     }
     if (shared_steps->empty() || shared_steps->back() != s) {
       shared_steps->push_back(s);
@@ -214,9 +230,15 @@ void Emitter::PlacePhases(int start, const std::vector<int>& offset,
                           l.priced_base == l.transfers.size();
       const bool alone = l.transfers.empty();
       AddTransfers(ph.transfers, &l);
-      if (priced && l.has_exchange) l.exchange_cycles = l.priced_cycles;
+      if (priced && l.has_exchange) {
+        l.exchange_cycles = l.priced_cycles;
+        l.exchange_starts = l.priced_starts;
+      }
       // The phase in an exchange of its own costs what LowerAll priced.
-      if (alone && l.has_exchange) l.exchange_cycles = w->alone[i];
+      if (alone && l.has_exchange) {
+        l.exchange_cycles = w->alone[i];
+        l.exchange_starts = w->alone_starts[i];
+      }
     }
     st->last_used = std::max(st->last_used, s);
   }

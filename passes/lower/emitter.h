@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,12 +34,20 @@ namespace tilec::lower {
 // A lifetime bound beyond every allocation slot.
 constexpr int64_t kForever = std::numeric_limits<int64_t>::max() / 4;
 
+// An exchange phase's schedule as its packets' starts (ExchangeCost), kept
+// with its price so that the program's superstep of exactly those
+// transfers is not scheduled again (kernels::ScheduleFromStarts); shared by
+// the prices that are the same schedule. Null: none kept.
+using KeptStarts = std::shared_ptr<const std::vector<uint32_t>>;
+KeptStarts Keep(std::vector<uint32_t> starts);
+
 // One lowered op and where its phases went.
 struct OpWork {
   const fb::OperationT* op = nullptr;
   OpProgram program;
   std::vector<std::vector<int64_t>> call_cycles;  // per phase, per call
   std::vector<int64_t> alone;                     // per phase, own superstep
+  std::vector<KeptStarts> alone_starts;           // per phase, alone's
   std::vector<int> step;                          // per phase
 };
 
@@ -47,13 +56,16 @@ struct StepLoad {
   std::vector<int64_t> compute;  // per tile
   std::vector<const VTransfer*> transfers;  // its exchange phase, in order
   // Their cycles (CostOfExchange), -1 until priced: a superstep is priced
-  // again for every later op that could share it.
+  // again for every later op that could share it. The schedule's starts
+  // beside them.
   int64_t exchange_cycles = -1;
+  KeptStarts exchange_starts;
   // The cycles PriceMerge found with one more phase's transfers appended to
   // the first `priced_base`: that phase placed here right after costs them.
   const Phase* priced_phase = nullptr;
   size_t priced_base = 0;
   int64_t priced_cycles = -1;
+  KeptStarts priced_starts;
   bool has_compute = false;
   bool has_exchange = false;
 };
@@ -102,10 +114,15 @@ class Emitter {
     Lowering state;
     OpProgram program;
     std::vector<int64_t> alone;  // per phase, its own superstep
+    std::vector<KeptStarts> alone_starts;
     int64_t cycles = 0;
   };
-  // The ways priced for the op being lowered, by (in place, K pieces).
-  using PricedWays = std::map<std::pair<bool, bool>, PricedLowering>;
+  // The ways priced for the op being lowered, by (in place, K pieces), and
+  // their exchanges' prices: most phases are the same in every way.
+  struct PricedWays {
+    std::map<std::pair<bool, bool>, PricedLowering> ways;
+    ExchangePrices exchanges;
+  };
   StatusOr<PricedLowering*> Price(const fb::OperationT& op, bool in_place,
                                   bool k_pieces, PricedWays* priced) const;
   StatusOr<bool> ChooseInPlace(const fb::OperationT& op, PricedWays* priced);
@@ -184,9 +201,14 @@ class Emitter {
   // when a tile's code does not fit in standard memory.
   Status SizeCode();
   std::vector<const VTransfer*> TransfersOf(int superstep) const;
+  // The emitter's last step: it gives up each superstep's calls and
+  // transfers once they are in the program.
   void Build(EmitSummary* summary);
   // Build's phases: the program in order, then the decisions about it.
   std::vector<int64_t> EmitBuffers(fb::DeviceProgramT* program) const;
+  void ReleaseStep(int s);
+  std::unique_ptr<fb::ExchangeScheduleT> ScheduleStep(
+      int s, std::span<const VTransfer* const> transfers) const;
   std::unique_ptr<fb::SuperstepT> EmitSuperstep(
       int s, const std::vector<int64_t>& id_of, SlowCalls* slow_calls,
       EmitSummary* sum) const;
@@ -238,6 +260,9 @@ class Emitter {
   MemoryMap map_;
   std::vector<OpWork> work_;
   int steps_ = 0;
+  // Per superstep as Schedule left it: its exchange's schedule where one
+  // was priced for exactly its transfers (null: none).
+  std::vector<KeptStarts> step_starts_;
   std::set<uint32_t> kept_apart_;  // ops Schedule may not share (memory)
   // Allocation results.
   std::set<uint32_t> failure_ops_;

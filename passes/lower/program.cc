@@ -47,7 +47,8 @@ StatusOr<int64_t> CallCycles(const kernels::CostModel& model,
 
 StatusOr<PhaseCost> CostOfPhase(const kernels::CostModel& model,
                                 const std::vector<VBuffer>& buffers,
-                                const Phase& phase, int tiles) {
+                                const Phase& phase, int tiles,
+                                ExchangePrices* prices) {
   PhaseCost cost;
   if (phase.kind == Phase::Kind::kCompute) {
     std::vector<int64_t> per_tile(tiles, 0);
@@ -76,10 +77,12 @@ StatusOr<PhaseCost> CostOfPhase(const kernels::CostModel& model,
     cost.bytes_received += t.Bytes() * static_cast<int64_t>(t.destinations.size());
     ++cost.transfers;
   }
-  const ExchangeCost exchange = CostOfExchange(model, transfers);
+  ExchangeCost exchange = prices ? prices->Cost(model, transfers)
+                                 : CostOfExchange(model, transfers);
   cost.cycles = exchange.cycles;
   cost.bound = exchange.bound;
   cost.slowest_tile = exchange.last_tile;
+  cost.starts = std::move(exchange.starts);
   return cost;
 }
 
@@ -107,26 +110,42 @@ kernels::PhaseTraffic TrafficOf(const kernels::CostModel& model,
   return traffic;
 }
 
-ExchangeCost CostOfExchange(const kernels::CostModel& model,
-                            std::span<const VTransfer* const> transfers) {
+namespace {
+
+ExchangeCost CostOfTraffic(const kernels::CostModel& model,
+                           const kernels::PhaseTraffic& traffic) {
   ExchangeCost cost;
-  if (transfers.empty()) return cost;
-  const kernels::PhaseTraffic traffic = TrafficOf(model, transfers);
-  const fb::ExchangeScheduleT schedule = kernels::SchedulePhase(traffic);
-  cost.scheduled = schedule.length;
-  cost.bound = schedule.bound;
-  cost.cycles = cost.scheduled + model.sync_cycles();
+  cost.starts = kernels::SchedulePhaseStarts(traffic);
   // The tile whose part ends last: the last Pointer's receiver, else the
   // last Send's sender.
-  int64_t last = -1;
-  for (const auto& tc : schedule.tiles) {
-    for (const fb::ControlInstruction& ins : tc->instructions) {
-      if (int64_t{ins.cycle()} > last) {
-        last = ins.cycle();
-        cost.last_tile = static_cast<int>(tc->tile);
-      }
+  const kernels::ScheduleFigures figures =
+      kernels::FiguresOfStarts(traffic, cost.starts);
+  cost.scheduled = figures.length;
+  cost.bound = figures.bound;
+  cost.cycles = cost.scheduled + model.sync_cycles();
+  cost.last_tile = figures.last_tile;
+  return cost;
+}
+
+}  // namespace
+
+ExchangeCost CostOfExchange(const kernels::CostModel& model,
+                            std::span<const VTransfer* const> transfers) {
+  if (transfers.empty()) return {};
+  return CostOfTraffic(model, TrafficOf(model, transfers));
+}
+
+ExchangeCost ExchangePrices::Cost(const kernels::CostModel& model,
+                                  std::span<const VTransfer* const> transfers) {
+  if (transfers.empty()) return {};
+  kernels::PhaseTraffic traffic = TrafficOf(model, transfers);
+  for (const auto& [made, cost] : made_) {
+    if (made.packets().size() == traffic.packets().size() && made == traffic) {
+      return cost;
     }
   }
+  ExchangeCost cost = CostOfTraffic(model, traffic);
+  made_.emplace_back(std::move(traffic), cost);
   return cost;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/status.h"
@@ -131,12 +132,18 @@ struct PhaseCost {
   int64_t bytes_received = 0;  // exchange: over all receivers
   int64_t transfers = 0;
   int64_t calls = 0;
+  // exchange: each packet's start in its schedule (ExchangeCost::starts).
+  std::vector<uint32_t> starts;
 };
 
-// A phase on its own superstep, as the simulator counts it.
+class ExchangePrices;
+
+// A phase on its own superstep, as the simulator counts it; an exchange
+// priced through `prices` where given.
 StatusOr<PhaseCost> CostOfPhase(const kernels::CostModel& model,
                                 const std::vector<VBuffer>& buffers,
-                                const Phase& phase, int tiles);
+                                const Phase& phase, int tiles,
+                                ExchangePrices* prices = nullptr);
 
 // An exchange phase of `transfers` as the chip runs it
 // (kernels/exchange_schedule.h): the length of the schedule emit-device
@@ -147,9 +154,25 @@ struct ExchangeCost {
   int64_t scheduled = 0;
   int64_t bound = 0;      // the endpoint bound, without sync
   int last_tile = -1;     // whose part of the phase ends last
+  // Each packet's start in the schedule: kernels::ScheduleFromStarts makes
+  // the schedule again from them, for the same transfers wherever their
+  // buffers lie on word boundaries (TrafficOf).
+  std::vector<uint32_t> starts;
 };
 ExchangeCost CostOfExchange(const kernels::CostModel& model,
                             std::span<const VTransfer* const> transfers);
+
+// CostOfExchange for a caller that prices the same traffic more than once
+// (emit-device's ways of lowering one op share most of their phases): each
+// distinct traffic is scheduled once while this lives.
+class ExchangePrices {
+ public:
+  ExchangeCost Cost(const kernels::CostModel& model,
+                    std::span<const VTransfer* const> transfers);
+
+ private:
+  std::vector<std::pair<kernels::PhaseTraffic, ExchangeCost>> made_;
+};
 
 // The phase's traffic: transfer i of `transfers` is the schedule's
 // transfer i. `buffer_offsets` (by virtual buffer) places the buffers;
