@@ -863,18 +863,26 @@ TEST(PlanCandidatesTest, SplitRowsAreTheBestEightByTheirSchedules) {
 // Memory repair's step offers on x [8,64] x w [64,64]: the current grid
 // in 2, 4 and 8 steps as its blocks have rows (4), interleaved too where
 // each reducer has the rows (m2 k2: 2 rows a reducer, so interleaved(2)
-// only).
+// only) when interleaved steps are asked for (repair's second pass).
 TEST(PlanCandidatesTest, RepairOffersSerialSteps) {
   Fixture f(OneGemm());
   std::vector<std::string> texts;
   for (const Recipe& r : SerialStepVariants(
-           f.graph, 0, R("gemm m=2 k=2 n=2 staging=complete"))) {
+           f.graph, 0, R("gemm m=2 k=2 n=2 staging=complete"), true)) {
     texts.push_back(r.Text());
   }
   EXPECT_EQ(texts, (std::vector<std::string>{
                        "gemm m=2 k=2 n=2 staging=complete steps=2",
                        "gemm m=2 k=2 n=2 staging=complete "
                        "steps=interleaved(2)",
+                       "gemm m=2 k=2 n=2 staging=complete steps=4"}));
+  texts.clear();
+  for (const Recipe& r : SerialStepVariants(
+           f.graph, 0, R("gemm m=2 k=2 n=2 staging=complete"), false)) {
+    texts.push_back(r.Text());
+  }
+  EXPECT_EQ(texts, (std::vector<std::string>{
+                       "gemm m=2 k=2 n=2 staging=complete steps=2",
                        "gemm m=2 k=2 n=2 staging=complete steps=4"}));
 }
 

@@ -144,6 +144,8 @@ class Search {
   bool TryApply(fb::DecisionT decision);
   std::string Describe(const Proposal& proposal) const;
   StatusOr<bool> Repair();
+  // Repair's rounds, offering interleaved serial steps or not.
+  StatusOr<bool> RepairRounds(bool interleaved_steps);
   Status Greedy(std::vector<fb::DecisionT>* decisions);
   StatusOr<std::pair<int64_t, size_t>> CheapestOption(
       int op, const std::vector<Recipe>& options);

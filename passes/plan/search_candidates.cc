@@ -358,7 +358,8 @@ std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
 }
 
 std::vector<Recipe> SerialStepVariants(const Graph& graph, int op,
-                                       const Recipe& recipe) {
+                                       const Recipe& recipe,
+                                       bool interleaved) {
   std::vector<Recipe> out;
   if (recipe.kind != fb::RecipeKind::Gemm) return out;
   const int64_t M = graph.value(graph.op(op).operands[0]).shape[0];
@@ -371,7 +372,7 @@ std::vector<Recipe> SerialStepVariants(const Graph& graph, int op,
     r.steps = steps;
     r.interleaved_steps = false;
     out.push_back(r);
-    if (recipe.k > 1 && steps <= reduced_rows) {
+    if (interleaved && recipe.k > 1 && steps <= reduced_rows) {
       r.interleaved_steps = true;
       out.push_back(r);
     }

@@ -23,12 +23,13 @@ std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
                                int op);
 
 // A GEMM recipe with its rows in 2, 4 and 8 serial steps, as many as its
-// largest row block has rows, and with a K split the same interleaved, as
-// many as each reducer has rows (docs/planning.md, "Serial row steps").
+// largest row block has rows, and if `interleaved` with a K split the same
+// interleaved, as many as each reducer has rows (docs/planning.md, "Serial
+// row steps").
 // Each step costs its own phases and saves scratch, so memory repair
 // offers them; the searched candidates do not.
 std::vector<Recipe> SerialStepVariants(const Graph& graph, int op,
-                                       const Recipe& recipe);
+                                       const Recipe& recipe, bool interleaved);
 
 // Layouts an op could adopt from its neighbours in `plan`: its producer's
 // result ownership and what its consumers need of its result.

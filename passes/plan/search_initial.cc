@@ -222,6 +222,14 @@ Status Search::Greedy(std::vector<fb::DecisionT>* decisions) {
 
 
 StatusOr<bool> Search::Repair() {
+  // Interleaved steps stage more fragments than contiguous ones: offered
+  // only where repair without them leaves the plan short.
+  StatusOr<bool> fits = RepairRounds(/*interleaved_steps=*/false);
+  if (!fits.ok() || *fits) return fits;
+  return RepairRounds(/*interleaved_steps=*/true);
+}
+
+StatusOr<bool> Search::RepairRounds(bool interleaved_steps) {
   // Until the plan fits: the single-op change that brings it closest to
   // fitting (least total excess over capacity, then the lowest peak, then
   // the fewest cycles); once a change fits, the fastest that fits.
@@ -240,7 +248,8 @@ StatusOr<bool> Search::Repair() {
     for (int op = 0; op < graph_.num_ops(); ++op) {
       std::vector<Recipe> options = AllRecipes(op, incumbent_, eval_, coster_);
       if (!options_.pinned.count(op)) {
-        for (Recipe& r : SerialStepVariants(graph_, op, incumbent_.recipes[op])) {
+        for (Recipe& r : SerialStepVariants(graph_, op, incumbent_.recipes[op],
+                                            interleaved_steps)) {
           options.push_back(std::move(r));
         }
       }
