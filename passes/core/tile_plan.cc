@@ -11,22 +11,32 @@ namespace tilec::passes {
 
 GemmGrid::RowRuns GemmGrid::StepRuns(int mi, int step) const {
   RowRuns runs;
+  StepRuns(mi, step, &runs);
+  return runs;
+}
+
+void GemmGrid::StepRuns(int mi, int step, RowRuns* runs) const {
+  runs->clear();
   if (!interleaved) {
     const Split part{rows.Size(mi), steps};
     if (part.Size(step) > 0) {
-      runs.push_back({rows.Begin(mi) + part.Begin(step),
-                      rows.Begin(mi) + part.End(step)});
+      runs->push_back({rows.Begin(mi) + part.Begin(step),
+                       rows.Begin(mi) + part.End(step)});
     }
-    return runs;
+    return;
   }
-  const Split reduced = ReduceRows(mi);
   for (int ki = 0; ki < k; ++ki) {
-    const Split part{reduced.Size(ki), steps};
-    if (part.Size(step) == 0) continue;
-    const int64_t begin = rows.Begin(mi) + reduced.Begin(ki);
-    runs.push_back({begin + part.Begin(step), begin + part.End(step)});
+    const auto [r0, r1] = ReducerStepRows(mi, ki, step);
+    if (r1 > r0) runs->push_back({r0, r1});
   }
-  return runs;
+}
+
+std::pair<int64_t, int64_t> GemmGrid::ReducerStepRows(int mi, int ki,
+                                                      int step) const {
+  const Split reduced = ReduceRows(mi);
+  const Split part{reduced.Size(ki), steps};
+  const int64_t begin = rows.Begin(mi) + reduced.Begin(ki);
+  return {begin + part.Begin(step), begin + part.End(step)};
 }
 
 int64_t GemmGrid::StepRowCount(int mi, int step) const {
@@ -81,13 +91,15 @@ void GemmGrid::StepPanelPieces(const RowRuns& runs,
 }
 
 Box GemmGrid::StepResultBox(int mi, int ki, int ni, int step) const {
-  const Box reduced = ResultBox(mi, ki, ni);
-  for (const auto& [r0, r1] : StepRuns(mi, step)) {
-    const Box part =
-        IntersectBoxes(reduced, Box2(r0, r1, cols.Begin(ni), cols.End(ni)));
-    if (!part.Empty()) return part;
+  if (interleaved) {
+    const auto [r0, r1] = ReducerStepRows(mi, ki, step);
+    return Box2(r0, r1, cols.Begin(ni), cols.End(ni));
   }
-  return Box2(0, 0, cols.Begin(ni), cols.End(ni));
+  const Split part{rows.Size(mi), steps};
+  return IntersectBoxes(
+      ResultBox(mi, ki, ni),
+      Box2(rows.Begin(mi) + part.Begin(step), rows.Begin(mi) + part.End(step),
+           cols.Begin(ni), cols.End(ni)));
 }
 
 int64_t GemmGrid::MostStepResultRows(int mi, int ki) const {
@@ -262,7 +274,8 @@ Status GemmTilePlanner::Geometry(const GemmTileInput& in,
   geo.aliased = false;
   geo.local = false;
   const int64_t bk = g.depth.Size(in.ki), kb0 = g.depth.Begin(in.ki);
-  const GemmGrid::RowRuns runs = g.StepRuns(in.mi, in.step);
+  GemmGrid::RowRuns& runs = runs_;
+  g.StepRuns(in.mi, in.step, &runs);
   if (runs.empty()) {  // a block of fewer rows than steps
     geo.chunks.clear();
     return Status::Ok();

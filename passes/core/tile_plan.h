@@ -55,6 +55,7 @@ struct GemmGrid {
   // left out): one run for contiguous steps, up to k when interleaved.
   using RowRuns = std::vector<std::pair<int64_t, int64_t>>;
   RowRuns StepRuns(int mi, int step) const;
+  void StepRuns(int mi, int step, RowRuns* runs) const;  // into *runs
   // The rows of block mi that step j computes (the runs' total).
   int64_t StepRowCount(int mi, int step) const;
   // Where row `row` (of one of step j's runs) lies in the step's panel.
@@ -75,10 +76,12 @@ struct GemmGrid {
   // buffers, reused by every step, hold): the first step's.
   int64_t MostStepRows(int mi) const { return StepRowCount(mi, 0); }
   Box ABox(int mi, int ki) const;
-  // Step `step`'s part of CBox, and of ResultBox (contiguous: the rows
-  // tile ki reduces lie in one run of every step).
-  Box StepCBox(int mi, int ni, int step) const;
+  // Step `step`'s part of ResultBox: the rows tile ki reduces lie in one
+  // run of every step.
   Box StepResultBox(int mi, int ki, int ni, int step) const;
+  // Interleaved: the rows of tile ki's part that step j takes.
+  std::pair<int64_t, int64_t> ReducerStepRows(int mi, int ki,
+                                              int step) const;
   // The most rows tile ki of block mi reduces in one step (what its
   // reduction buffers, reused by every step, hold).
   int64_t MostStepResultRows(int mi, int ki) const;
@@ -241,6 +244,7 @@ class GemmTilePlanner {
   CopyPricer copies_;
   // Scratch of Geometry.
   std::vector<Box> parts_;
+  GemmGrid::RowRuns runs_;
   Segments whole_, cut_;
 };
 
