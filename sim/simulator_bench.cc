@@ -11,6 +11,7 @@
 // simulated cycles, and checks a sample of outputs against a direct dot
 // product. Usage: simulator_bench [--threads=N] [--runs=N]
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include <string>
 
 #include "formats/ir.h"
+#include "kernels/exchange_schedule.h"
 #include "kernels/kernel_names.h"
 #include "kernels/numerics.h"
 #include "sim/simulator.h"
@@ -66,6 +68,17 @@ std::unique_ptr<fb::FragmentT> Fragment(uint32_t tile, uint32_t buffer,
   f->begin = std::move(begin);
   f->end = std::move(end);
   return f;
+}
+
+// BuildModule lays out standard memory from 0: shift those buffers past
+// the largest code region (interleaved ones start past it already).
+void MoveAboveCode(const fb::TargetT& target, fb::DeviceProgramT* p) {
+  uint32_t code = 0;
+  for (const fb::TileCode& c : p->code) code = std::max(code, c.reserved_bytes());
+  const uint32_t standard_end = target.standard_elements * target.element_bytes;
+  for (auto& b : p->buffers) {
+    if (b->offset < standard_end) b->offset += code;
+  }
 }
 
 Status BuildModule(fb::ModuleT* module) {
@@ -196,6 +209,10 @@ int Main(int argc, char** argv) {
   }
   fb::ModuleT module;
   Status s = BuildModule(&module);
+  // Its exchanges scheduled and its code sized, as emit-device would, and
+  // the buffers laid out in standard memory moved above the code.
+  if (s.ok()) s = kernels::CompleteProgram(*module.target, module.program.get());
+  if (s.ok()) MoveAboveCode(*module.target, module.program.get());
   if (!s.ok()) {
     std::fprintf(stderr, "simulator_bench: %s\n", s.message().c_str());
     return 1;
