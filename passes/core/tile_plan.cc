@@ -41,9 +41,11 @@ std::pair<int64_t, int64_t> GemmGrid::ReducerStepRows(int mi, int ki,
 
 int64_t GemmGrid::StepRowCount(int mi, int step) const {
   if (!interleaved) return Split{rows.Size(mi), steps}.Size(step);
-  const Split reduced = ReduceRows(mi);
   int64_t count = 0;
-  for (int ki = 0; ki < k; ++ki) count += Split{reduced.Size(ki), steps}.Size(step);
+  for (int ki = 0; ki < k; ++ki) {
+    const auto [r0, r1] = ReducerStepRows(mi, ki, step);
+    count += r1 - r0;
+  }
   return count;
 }
 
@@ -281,9 +283,7 @@ Status GemmTilePlanner::Geometry(const GemmTileInput& in,
     return Status::Ok();
   }
   // In place needs the panel to be one run of rows.
-  const Box a_box = runs.size() == 1 ? Box2(runs[0].first, runs[0].second,
-                                            kb0, kb0 + bk)
-                                     : Box();
+  const Box a_box = Box2(runs[0].first, runs[0].second, kb0, kb0 + bk);
   if (in.alias_in_place && in.a_storage != nullptr && runs.size() == 1 &&
       ContiguousOffset(a_box, *in.a_storage)) {
     geo.aliased = true;

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <functional>
 #include <map>
+#include <optional>
+#include <string_view>
 
 #include "formats/basics.h"
 #include "formats/print.h"
@@ -461,6 +463,16 @@ Status ParseCount(std::string_view key, std::string_view value, int minimum,
   return Status::Ok();
 }
 
+// "NAME(INNER)" -> INNER, for option values such as batched(2).
+std::optional<std::string_view> Wrapped(std::string_view value,
+                                        std::string_view name) {
+  if (value.size() < name.size() + 2 || value.substr(0, name.size()) != name ||
+      value[name.size()] != '(' || value.back() != ')') {
+    return std::nullopt;
+  }
+  return value.substr(name.size() + 1, value.size() - name.size() - 2);
+}
+
 StatusOr<Recipe> ParseGemmRecipe(std::string_view rest) {
   Recipe r;
   r.kind = fb::RecipeKind::Gemm;
@@ -483,10 +495,9 @@ StatusOr<Recipe> ParseGemmRecipe(std::string_view rest) {
         if (key == "first") return ParseCount(key, value, 0, &r.first_tile);
         if (key == "steps" && !seen_steps) {
           seen_steps = true;
-          if (value.substr(0, 12) == "interleaved(" && value.back() == ')') {
+          if (const auto inner = Wrapped(value, "interleaved")) {
             r.interleaved_steps = true;
-            const std::string_view inner = value.substr(12, value.size() - 13);
-            if (!ParseCount("interleaved", inner, 2, &r.steps).ok()) {
+            if (!ParseCount("interleaved", *inner, 2, &r.steps).ok()) {
               return Status::BadInput("steps=" + std::string(value) +
                                       ": expected interleaved(N) with N >= 2");
             }
@@ -504,10 +515,9 @@ StatusOr<Recipe> ParseGemmRecipe(std::string_view rest) {
             r.staging = fb::Staging::Complete;
           } else if (value == "streamed") {
             r.staging = fb::Staging::Streamed;
-          } else if (value.substr(0, 8) == "batched(" && value.back() == ')') {
+          } else if (const auto inner = Wrapped(value, "batched")) {
             r.staging = fb::Staging::Batched;
-            const std::string_view inner = value.substr(8, value.size() - 9);
-            if (!ParseCount("batched", inner, 1, &r.batch_chunks).ok()) {
+            if (!ParseCount("batched", *inner, 1, &r.batch_chunks).ok()) {
               return Status::BadInput("staging=" + std::string(value) +
                                       ": expected batched(N) with N >= 1");
             }
