@@ -188,11 +188,20 @@ fb::ModuleT TinyMlpBlock(int64_t tokens) {
                          256, 4);
 }
 
-// Compiles `tokens` and checks that memory repair chose steps whose
-// recipe text contains `steps` for a GEMM, and that the program matches
-// the reference as predicted.
-void ExpectRepairChoosesSteps(int64_t tokens, std::string_view steps) {
-  fb::ModuleT m = TinyMlpBlock(tokens);
+// The grid of a GEMM recipe's text, "m=2 k=1 n=8" of "gemm m=2 k=1 n=8
+// staging=complete".
+std::string GridOf(std::string_view recipe) {
+  const size_t at = recipe.find("m=");
+  const size_t end = recipe.find(" staging=");
+  if (at == std::string_view::npos || end == std::string_view::npos) return "";
+  return std::string(recipe.substr(at, end - at));
+}
+
+// Compiles `m` and checks that memory repair chose steps whose recipe text
+// contains `steps` for a GEMM (if `regrid`, with another grid in the same
+// decision), and that the program matches the reference as predicted.
+void ExpectRepairChoosesSteps(fb::ModuleT m, std::string_view steps,
+                              bool regrid = false) {
   Status s = RunDefaultPipeline(&m, /*fp8=*/false);
   ASSERT_TRUE(s.ok()) << s.message();
   const fb::OperationT* stepped = nullptr;
@@ -205,9 +214,16 @@ void ExpectRepairChoosesSteps(int64_t tokens, std::string_view steps) {
   bool decided = false;
   for (const auto& run : m.log) {
     for (const auto& d : run->decisions) {
-      decided |= d->outcome == fb::Outcome::Accepted &&
-                 d->action.find(steps) != std::string::npos &&
-                 d->reason.find("memory repair") != std::string::npos;
+      const size_t arrow = d->action.find(" -> ");
+      if (d->outcome != fb::Outcome::Accepted ||
+          d->reason.find("memory repair") == std::string::npos ||
+          arrow == std::string::npos ||
+          d->action.find(steps, arrow) == std::string::npos) {
+        continue;
+      }
+      const std::string before = GridOf(d->action.substr(0, arrow));
+      const std::string after = GridOf(d->action.substr(arrow));
+      decided |= !regrid || (!before.empty() && before != after);
     }
   }
   EXPECT_TRUE(decided) << "no memory repair decision chose " << steps;
@@ -233,11 +249,23 @@ void ExpectRepairChoosesSteps(int64_t tokens, std::string_view steps) {
 }
 
 TEST(PipelineSerialStepsTest, MemoryRepairChoosesSerialSteps) {
-  ExpectRepairChoosesSteps(480, " steps=");
+  ExpectRepairChoosesSteps(TinyMlpBlock(480), " steps=");
 }
 
 TEST(PipelineSerialStepsTest, MemoryRepairChoosesInterleavedSteps) {
-  ExpectRepairChoosesSteps(768, " steps=interleaved(");
+  ExpectRepairChoosesSteps(TinyMlpBlock(768), " steps=interleaved(");
+}
+
+// A wider block (width 128, MLP 512) of 240 tokens fits only if repair
+// moves the down projection (then m=2 k=2 n=4, streamed) to another grid in
+// interleaved steps (m=1 k=8 n=2, interleaved(4)) in one decision:
+// unstepped, that grid needs more memory than the incumbent, so no single
+// move reaches the pair. Without such moves plan-ownership exits 3.
+TEST(PipelineSerialStepsTest, MemoryRepairChangesGridAndStepsAtOnce) {
+  ExpectRepairChoosesSteps(
+      testing::Import("siglip-so400m-384", "mlp-block", "tiny", 240, 128,
+                      512, 4),
+      " steps=interleaved(", /*regrid=*/true);
 }
 
 TEST(PipelineSerialStepsTest, TooLargeEvenInStepsExitsWithTheTile) {

@@ -56,7 +56,8 @@ StatusOr<GemmBound> BoundOfGrid(const kernels::CostModel& model,
   b.kernel = *kernel;
   const kernels::ExchangeModel x = kernels::ExchangeModel::FromTarget(t);
   b.delivery = x.PhaseLowerBound(bm * bk * ab);
-  b.bytes = bk * bn * ab + bm * bk * ab;
+  b.weight_bytes = bk * bn * ab;
+  b.bytes = b.weight_bytes + bm * bk * ab;
   if (k > 1) {
     const int64_t received = (k - 1) * share * bn * pb;
     const int64_t sent = (bm - share) * bn * pb;

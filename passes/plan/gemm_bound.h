@@ -42,6 +42,7 @@ struct GemmBound {
   int64_t partials = 0;  // sync + (k-1) partial shares / rate
   int64_t reduce = 0;    // reduce_partials on the largest share
   int64_t bytes = 0;     // per tile: B, A, partial and remote partials
+  int64_t weight_bytes = 0;  // of which B's block
   int64_t Cycles() const { return kernel + delivery + partials + reduce; }
 };
 

@@ -886,6 +886,27 @@ TEST(PlanCandidatesTest, RepairOffersSerialSteps) {
                        "gemm m=2 k=2 n=2 staging=complete steps=4"}));
 }
 
+// The grids repair offers in steps with a new grid, on x [8,64] x w [64,64]
+// (16 tiles): K-split only, unstepped, Complete staging. The one that
+// needs least in 8 steps is m1 k8 n2: its weight block 8 x 32 (512 B, as
+// small as any grid on 16 tiles makes it) and 1/8 of its A block (128 B),
+// partial (32 B) and 7 remote partial shares (28 B): 535 B, against 558
+// for m1 k4 n4 and 600 for m1 k2 n8.
+TEST(PlanCandidatesTest, SteppedGridsSplitKAndIncludeTheLeastMemoryInSteps) {
+  Fixture f(OneGemm());
+  std::vector<std::string> texts;
+  for (const Recipe& r : SteppedGridCandidates(f.graph, f.coster, 0)) {
+    EXPECT_GT(r.k, 1) << r.Text();
+    EXPECT_EQ(r.steps, 1) << r.Text();
+    EXPECT_EQ(r.staging, fb::Staging::Complete) << r.Text();
+    texts.push_back(r.Text());
+  }
+  EXPECT_LE(texts.size(), 22u);
+  EXPECT_NE(std::find(texts.begin(), texts.end(),
+                      "gemm m=1 k=8 n=2 staging=complete"),
+            texts.end());
+}
+
 TEST(PlanCandidatesTest, RecipeTextRoundTrips) {
   for (const char* text :
        {"gemm m=9 k=6 n=27 staging=complete",

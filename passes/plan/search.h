@@ -146,6 +146,8 @@ class Search {
   StatusOr<bool> Repair();
   // Repair's rounds, offering interleaved serial steps or not.
   StatusOr<bool> RepairRounds(bool interleaved_steps);
+  // The recipes a repair round tries for `op` (docs/planner.md, step 4).
+  std::vector<Recipe> RepairOptions(int op, bool interleaved_steps) const;
   Status Greedy(std::vector<fb::DecisionT>* decisions);
   StatusOr<std::pair<int64_t, size_t>> CheapestOption(
       int op, const std::vector<Recipe>& options);

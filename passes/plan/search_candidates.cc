@@ -6,6 +6,7 @@
 #include "passes/plan/search_candidates.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <limits>
 #include <set>
@@ -71,11 +72,11 @@ void AddUnique(std::vector<Recipe>& list, std::set<std::string>& seen,
 
 namespace {
 
-// The grids with the best bounds (passes/plan/gemm_bound.h: kernel,
-// delivery and reduction from the formulas alone), and the ones that need
-// the least memory.
-std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
-                                   int op) {
+// The step counts memory repair offers a GEMM, fewest first.
+constexpr std::array<int, 3> kRepairStepCounts = {2, 4, 8};
+
+GemmShapeDTypes GemmShapeOf(const Graph& graph, const Coster& coster,
+                            int op) {
   const OpNode& node = graph.op(op);
   const auto& a = graph.value(node.operands[0]).shape;
   const auto& b = graph.value(node.operands[1]).shape;
@@ -85,6 +86,24 @@ std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
   gemm.N = b[1];
   gemm.inputs = coster.GemmDType(graph, op);
   gemm.result = graph.value(node.result).dtype;
+  return gemm;
+}
+
+Recipe GridRecipe(const GemmBound& bound) {
+  Recipe r;
+  r.kind = fb::RecipeKind::Gemm;
+  r.m = bound.m;
+  r.k = bound.k;
+  r.n = bound.n;
+  return r;
+}
+
+// The grids with the best bounds (passes/plan/gemm_bound.h: kernel,
+// delivery and reduction from the formulas alone), and the ones that need
+// the least memory.
+std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
+                                   int op) {
+  const GemmShapeDTypes gemm = GemmShapeOf(graph, coster, op);
   const int64_t K = gemm.K;
   const int granule = coster.KGranule(gemm.inputs);
   std::vector<GemmBound> by_time = GridBounds(
@@ -94,21 +113,13 @@ std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
                    [](const GemmBound& x, const GemmBound& y) {
                      return x.bytes < y.bytes;
                    });
-  auto grid_recipe = [](const GemmBound& bound) {
-    Recipe r;
-    r.kind = fb::RecipeKind::Gemm;
-    r.m = bound.m;
-    r.k = bound.k;
-    r.n = bound.n;
-    return r;
-  };
   std::vector<Recipe> grids;
   std::set<std::string> seen;
   for (size_t i = 0; i < by_time.size() && i < 32; ++i) {
-    AddUnique(grids, seen, grid_recipe(by_time[i]));
+    AddUnique(grids, seen, GridRecipe(by_time[i]));
   }
   for (size_t i = 0; i < by_memory.size() && i < 6; ++i) {
-    AddUnique(grids, seen, grid_recipe(by_memory[i]));
+    AddUnique(grids, seen, GridRecipe(by_memory[i]));
   }
   // Every grid with every staging: Complete; Streamed with 1, 2 and 4
   // granules per chunk; Batched(2) and Batched(4) of one-granule chunks.
@@ -357,6 +368,38 @@ std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
   return out;
 }
 
+std::vector<Recipe> SteppedGridCandidates(const Graph& graph,
+                                          const Coster& coster, int op) {
+  if (graph.op(op).op_class != OpClass::kGemm) return {};
+  std::vector<GemmBound> split;
+  for (const GemmBound& b :
+       GridBounds(coster.model(), GemmShapeOf(graph, coster, op),
+                  coster.tiles(), std::numeric_limits<int64_t>::max())) {
+    if (b.k > 1) split.push_back(b);
+  }
+  // In S steps a tile holds its whole weight block and about 1/S of the
+  // rest (A rows, partial, remote partials): ranked at the most steps
+  // repair offers.
+  auto stepped_bytes = [](const GemmBound& b) {
+    return b.weight_bytes +
+           (b.bytes - b.weight_bytes) / kRepairStepCounts.back();
+  };
+  std::vector<GemmBound> by_memory = split;
+  std::stable_sort(by_memory.begin(), by_memory.end(),
+                   [&](const GemmBound& x, const GemmBound& y) {
+                     return stepped_bytes(x) < stepped_bytes(y);
+                   });
+  std::vector<Recipe> grids;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < split.size() && i < 16; ++i) {
+    AddUnique(grids, seen, GridRecipe(split[i]));
+  }
+  for (size_t i = 0; i < by_memory.size() && i < 6; ++i) {
+    AddUnique(grids, seen, GridRecipe(by_memory[i]));
+  }
+  return grids;
+}
+
 std::vector<Recipe> SerialStepVariants(const Graph& graph, int op,
                                        const Recipe& recipe,
                                        bool interleaved) {
@@ -366,7 +409,7 @@ std::vector<Recipe> SerialStepVariants(const Graph& graph, int op,
   const int64_t block_rows = ir::CeilDiv(M, recipe.m);
   // Interleaved steps cut every reducer's part: at least a row each.
   const int64_t reduced_rows = M / recipe.m / recipe.k;
-  for (int steps : {2, 4, 8}) {
+  for (int steps : kRepairStepCounts) {
     if (steps > block_rows) break;
     Recipe r = recipe;
     r.steps = steps;

@@ -31,6 +31,15 @@ std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
 std::vector<Recipe> SerialStepVariants(const Graph& graph, int op,
                                        const Recipe& recipe, bool interleaved);
 
+// The grids memory repair offers in serial steps to a GEMM that does not
+// fit at its own step, with a new grid and steps in one move: K-split grids
+// (interleaved steps need one), the 16 fastest by bound
+// (passes/plan/gemm_bound.h) and the 6 that need the least memory in 8
+// steps, where only the weight block does not shrink. Complete staging: a
+// step stages only its rows.
+std::vector<Recipe> SteppedGridCandidates(const Graph& graph,
+                                          const Coster& coster, int op);
+
 // Layouts an op could adopt from its neighbours in `plan`: its producer's
 // result ownership and what its consumers need of its result.
 std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,

@@ -5,7 +5,10 @@
 #include "passes/plan/search.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "formats/basics.h"
 #include "passes/plan/search_candidates.h"
@@ -229,6 +232,34 @@ StatusOr<bool> Search::Repair() {
   return RepairRounds(/*interleaved_steps=*/true);
 }
 
+std::vector<Recipe> Search::RepairOptions(int op,
+                                          bool interleaved_steps) const {
+  std::vector<Recipe> options = AllRecipes(op, incumbent_, eval_, coster_);
+  if (options_.pinned.count(op)) return options;
+  std::set<std::string> seen;
+  for (const Recipe& r : options) seen.insert(r.Text());
+  auto add_steps_of = [&](const Recipe& recipe) {
+    for (Recipe& r :
+         SerialStepVariants(graph_, op, recipe, interleaved_steps)) {
+      AddUnique(options, seen, r);
+    }
+  };
+  add_steps_of(incumbent_.recipes[op]);
+  // A GEMM that does not fit at its own step may need another grid and
+  // steps at once: a K-split grid with a smaller weight block fits in
+  // steps, but unstepped it needs more memory than the incumbent, so no
+  // single move through it reaches the pair. Offered in the last tier, and
+  // only to such GEMMs, as it multiplies the trials.
+  const bool over_at_op = op < static_cast<int>(eval_.op_peak.size()) &&
+                          eval_.op_peak[op] > eval_.capacity;
+  if (interleaved_steps && over_at_op) {
+    for (const Recipe& grid : SteppedGridCandidates(graph_, coster_, op)) {
+      add_steps_of(grid);
+    }
+  }
+  return options;
+}
+
 StatusOr<bool> Search::RepairRounds(bool interleaved_steps) {
   // Until the plan fits: the single-op change that brings it closest to
   // fitting (least total excess over capacity, then the lowest peak, then
@@ -246,14 +277,7 @@ StatusOr<bool> Search::RepairRounds(bool interleaved_steps) {
     Recipe best_recipe;
     Evaluation best_eval;
     for (int op = 0; op < graph_.num_ops(); ++op) {
-      std::vector<Recipe> options = AllRecipes(op, incumbent_, eval_, coster_);
-      if (!options_.pinned.count(op)) {
-        for (Recipe& r : SerialStepVariants(graph_, op, incumbent_.recipes[op],
-                                            interleaved_steps)) {
-          options.push_back(std::move(r));
-        }
-      }
-      for (const Recipe& r : options) {
+      for (const Recipe& r : RepairOptions(op, interleaved_steps)) {
         if (r == incumbent_.recipes[op]) continue;
         Plan trial = incumbent_;
         trial.recipes[op] = r;
