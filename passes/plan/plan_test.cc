@@ -1179,6 +1179,32 @@ TEST(PlanSearchTest, ThreadCountChangesNoOutputByte) {
   EXPECT_NE(all.find("improves by"), std::string::npos);
 }
 
+// Memory repair evaluates its trials on the threads; which one it takes
+// (the closest to fitting, ties to the earliest) and so every decision are
+// those of one thread. The block (width 128, MLP 512, 240 tokens, F16)
+// fits only after repair rounds that move a GEMM to another grid in
+// interleaved steps.
+TEST(PlanSearchTest, RepairIsTheSameOnAnyThreadCount) {
+  passes::ModelOverrides o = TinyOverrides(240, 4, 512);
+  o.width = 128;
+  Fixture f(Model("tiny", "siglip-so400m-384", o));
+  auto repaired = [&f](int threads) {
+    SearchOptions options;
+    options.threads = threads;
+    options.attempts = 0;
+    Search search(f.graph, f.coster, options);
+    EXPECT_TRUE(search.Initialize().ok());
+    EXPECT_TRUE(search.repaired());
+    EXPECT_TRUE(search.evaluation().feasible());
+    return SearchOutput(f, search);
+  };
+  const std::string one = repaired(1);
+  EXPECT_NE(one.find("memory repair"), std::string::npos);
+  EXPECT_NE(one.find("steps=interleaved("), std::string::npos);
+  EXPECT_EQ(repaired(2), one);
+  EXPECT_EQ(repaired(3), one);
+}
+
 // ---------------------------------------------------------------- planner
 
 // A checkpoint file as the tool keeps it: serialized on every save and

@@ -148,6 +148,19 @@ class Search {
   StatusOr<bool> RepairRounds(bool interleaved_steps);
   // The recipes a repair round tries for `op` (docs/planner.md, step 4).
   std::vector<Recipe> RepairOptions(int op, bool interleaved_steps) const;
+  // A repair round's trial (an index into its list of (op, recipe)) and
+  // the incumbent's evaluation with it.
+  struct RepairTrial {
+    size_t index = 0;
+    Evaluation eval;
+  };
+  // Of `trials`, each applied alone to the incumbent, the one closest to
+  // fitting (Evaluation::RepairRank; ties: the earliest), if it is closer
+  // than the incumbent. Evaluated on options_.threads.
+  StatusOr<std::optional<RepairTrial>> ClosestRepairTrial(
+      const std::vector<std::pair<int, Recipe>>& trials);
+  // Makes the costers of the threads beyond the first (helper_costers_).
+  void EnsureHelperCosters();
   Status Greedy(std::vector<fb::DecisionT>* decisions);
   StatusOr<std::pair<int64_t, size_t>> CheapestOption(
       int op, const std::vector<Recipe>& options);

@@ -5,8 +5,11 @@
 #include "passes/plan/search.h"
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -260,6 +263,53 @@ std::vector<Recipe> Search::RepairOptions(int op,
   return options;
 }
 
+StatusOr<std::optional<Search::RepairTrial>> Search::ClosestRepairTrial(
+    const std::vector<std::pair<int, Recipe>>& trials) {
+  EnsureHelperCosters();
+  const size_t used = std::min<size_t>(
+      static_cast<size_t>(std::max(1, options_.threads)), trials.size());
+  // Each thread keeps the closest of the trials it took; ties go to the
+  // earliest trial, so the choice is the sequential one on any thread
+  // count.
+  std::vector<std::optional<RepairTrial>> closest(used);
+  std::vector<Status> failed(used, Status::Ok());
+  std::atomic<size_t> next{used};
+  auto work = [&](size_t first, const Coster& coster) {
+    std::optional<RepairTrial>& mine = closest[first];
+    for (size_t i = first; i < trials.size(); i = next++) {
+      Plan trial = incumbent_;
+      trial.recipes[trials[i].first] = trials[i].second;
+      StatusOr<Evaluation> e = Evaluate(graph_, coster, trial, EvalMode::kFull);
+      if (!e.ok()) {
+        failed[first] = e.status();
+        return;
+      }
+      const auto key = std::make_pair(e->RepairRank(), i);
+      if (!mine || key < std::make_pair(mine->eval.RepairRank(), mine->index)) {
+        mine = RepairTrial{i, std::move(*e)};
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < used; ++t) {
+    helpers.emplace_back(work, t, std::cref(*helper_costers_[t - 1].first));
+  }
+  if (used > 0) work(0, coster_);
+  for (std::thread& h : helpers) h.join();
+  std::optional<RepairTrial> best;
+  for (size_t t = 0; t < used; ++t) {
+    TILEC_RETURN_IF_ERROR(failed[t]);
+    if (!closest[t]) continue;
+    const auto key =
+        std::make_pair(closest[t]->eval.RepairRank(), closest[t]->index);
+    if (!best || key < std::make_pair(best->eval.RepairRank(), best->index)) {
+      best = std::move(closest[t]);
+    }
+  }
+  if (best && !(best->eval.RepairRank() < eval_.RepairRank())) best.reset();
+  return best;
+}
+
 StatusOr<bool> Search::RepairRounds(bool interleaved_steps) {
   // Until the plan fits: the single-op change that brings it closest to
   // fitting (least total excess over capacity, then the lowest peak, then
@@ -271,30 +321,18 @@ StatusOr<bool> Search::RepairRounds(bool interleaved_steps) {
         SpreadHomes(graph_, coster_, &incumbent_, &eval_,
                     [this](fb::DecisionT d) { Record(std::move(d)); }));
     if (eval_.feasible()) break;
-    bool found = false;
-    std::tuple<int64_t, int64_t, int64_t> best = eval_.RepairRank();
-    int best_op = -1;
-    Recipe best_recipe;
-    Evaluation best_eval;
+    std::vector<std::pair<int, Recipe>> trials;
     for (int op = 0; op < graph_.num_ops(); ++op) {
-      for (const Recipe& r : RepairOptions(op, interleaved_steps)) {
-        if (r == incumbent_.recipes[op]) continue;
-        Plan trial = incumbent_;
-        trial.recipes[op] = r;
-        StatusOr<Evaluation> e =
-            Evaluate(graph_, coster_, trial, EvalMode::kFull);
-        if (!e.ok()) return e.status();
-        const std::tuple<int64_t, int64_t, int64_t> key = e->RepairRank();
-        if (key < best) {
-          found = true;
-          best = key;
-          best_op = op;
-          best_recipe = r;
-          best_eval = std::move(*e);
-        }
+      for (Recipe& r : RepairOptions(op, interleaved_steps)) {
+        if (r != incumbent_.recipes[op]) trials.push_back({op, std::move(r)});
       }
     }
-    if (!found) break;
+    StatusOr<std::optional<RepairTrial>> closest = ClosestRepairTrial(trials);
+    if (!closest.ok()) return closest.status();
+    if (!*closest) break;
+    const int best_op = trials[(*closest)->index].first;
+    const Recipe& best_recipe = trials[(*closest)->index].second;
+    Evaluation& best_eval = (*closest)->eval;
     fb::DecisionT d;
     d.ops = {graph_.op(best_op).id};
     d.action = graph_.OpLabel(best_op) + ": " +

@@ -255,8 +255,7 @@ StatusOr<Search::OpOffers> Search::RankOpOffers(int op, int depth,
   return OpOffers{std::move(pool.proposals), std::move(*ranked)};
 }
 
-std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
-    const std::vector<int>& ops, int depth) {
+void Search::EnsureHelperCosters() {
   const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
   // Each extra thread prices with costers of its own (their caches by op
   // index are not locked), kept warm from round to round.
@@ -265,6 +264,12 @@ std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
     auto helper_bounds = std::make_unique<Coster>(helper->LowerBounds());
     helper_costers_.push_back({std::move(helper), std::move(helper_bounds)});
   }
+}
+
+std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
+    const std::vector<int>& ops, int depth) {
+  const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
+  EnsureHelperCosters();
   std::vector<StatusOr<OpOffers>> results(ops.size(),
                                           Status::Internal("not ranked"));
   // Thread t ranks op t first (so that every thread takes part, as the
