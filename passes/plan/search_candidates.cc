@@ -98,6 +98,27 @@ Recipe GridRecipe(const GemmBound& bound) {
   return r;
 }
 
+// The grids of the first `fastest` of `bounds` (fastest first) and of the
+// `leanest` that need the fewest `bytes`, each once.
+std::vector<Recipe> FastestAndLeanest(
+    const std::vector<GemmBound>& bounds, size_t fastest, size_t leanest,
+    const std::function<int64_t(const GemmBound&)>& bytes) {
+  std::vector<GemmBound> by_memory = bounds;
+  std::stable_sort(by_memory.begin(), by_memory.end(),
+                   [&](const GemmBound& x, const GemmBound& y) {
+                     return bytes(x) < bytes(y);
+                   });
+  std::vector<Recipe> grids;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < bounds.size() && i < fastest; ++i) {
+    AddUnique(grids, seen, GridRecipe(bounds[i]));
+  }
+  for (size_t i = 0; i < by_memory.size() && i < leanest; ++i) {
+    AddUnique(grids, seen, GridRecipe(by_memory[i]));
+  }
+  return grids;
+}
+
 // The grids with the best bounds (passes/plan/gemm_bound.h: kernel,
 // delivery and reduction from the formulas alone), and the ones that need
 // the least memory.
@@ -106,21 +127,10 @@ std::vector<Recipe> GemmCandidates(const Graph& graph, const Coster& coster,
   const GemmShapeDTypes gemm = GemmShapeOf(graph, coster, op);
   const int64_t K = gemm.K;
   const int granule = coster.KGranule(gemm.inputs);
-  std::vector<GemmBound> by_time = GridBounds(
-      coster.model(), gemm, coster.tiles(), std::numeric_limits<int64_t>::max());
-  std::vector<GemmBound> by_memory = by_time;
-  std::stable_sort(by_memory.begin(), by_memory.end(),
-                   [](const GemmBound& x, const GemmBound& y) {
-                     return x.bytes < y.bytes;
-                   });
-  std::vector<Recipe> grids;
-  std::set<std::string> seen;
-  for (size_t i = 0; i < by_time.size() && i < 32; ++i) {
-    AddUnique(grids, seen, GridRecipe(by_time[i]));
-  }
-  for (size_t i = 0; i < by_memory.size() && i < 6; ++i) {
-    AddUnique(grids, seen, GridRecipe(by_memory[i]));
-  }
+  const std::vector<Recipe> grids = FastestAndLeanest(
+      GridBounds(coster.model(), gemm, coster.tiles(),
+                 std::numeric_limits<int64_t>::max()),
+      32, 6, [](const GemmBound& b) { return b.bytes; });
   // Every grid with every staging: Complete; Streamed with 1, 2 and 4
   // granules per chunk; Batched(2) and Batched(4) of one-granule chunks.
   std::vector<Recipe> out;
@@ -380,24 +390,10 @@ std::vector<Recipe> SteppedGridCandidates(const Graph& graph,
   // In S steps a tile holds its whole weight block and about 1/S of the
   // rest (A rows, partial, remote partials): ranked at the most steps
   // repair offers.
-  auto stepped_bytes = [](const GemmBound& b) {
+  return FastestAndLeanest(split, 16, 6, [](const GemmBound& b) {
     return b.weight_bytes +
            (b.bytes - b.weight_bytes) / kRepairStepCounts.back();
-  };
-  std::vector<GemmBound> by_memory = split;
-  std::stable_sort(by_memory.begin(), by_memory.end(),
-                   [&](const GemmBound& x, const GemmBound& y) {
-                     return stepped_bytes(x) < stepped_bytes(y);
-                   });
-  std::vector<Recipe> grids;
-  std::set<std::string> seen;
-  for (size_t i = 0; i < split.size() && i < 16; ++i) {
-    AddUnique(grids, seen, GridRecipe(split[i]));
-  }
-  for (size_t i = 0; i < by_memory.size() && i < 6; ++i) {
-    AddUnique(grids, seen, GridRecipe(by_memory[i]));
-  }
-  return grids;
+  });
 }
 
 std::vector<Recipe> SerialStepVariants(const Graph& graph, int op,
