@@ -159,8 +159,13 @@ class Search {
   // than the incumbent. Evaluated on options_.threads.
   StatusOr<std::optional<RepairTrial>> ClosestRepairTrial(
       const std::vector<std::pair<int, Recipe>>& trials);
-  // Makes the costers of the threads beyond the first (helper_costers_).
-  void EnsureHelperCosters();
+  // Calls run(thread, i, coster, bounds) for every i < count on
+  // options_.threads threads, each beyond the first with a coster and
+  // lower bounds of its own (helper_costers_).
+  using ThreadWork = std::function<void(size_t thread, size_t i,
+                                        const Coster& coster,
+                                        const Coster& bounds)>;
+  void OnThreads(size_t count, const ThreadWork& run);
   Status Greedy(std::vector<fb::DecisionT>* decisions);
   StatusOr<std::pair<int64_t, size_t>> CheapestOption(
       int op, const std::vector<Recipe>& options);

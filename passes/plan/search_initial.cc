@@ -5,11 +5,9 @@
 #include "passes/plan/search.h"
 
 #include <algorithm>
-#include <atomic>
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -265,44 +263,35 @@ std::vector<Recipe> Search::RepairOptions(int op,
 
 StatusOr<std::optional<Search::RepairTrial>> Search::ClosestRepairTrial(
     const std::vector<std::pair<int, Recipe>>& trials) {
-  EnsureHelperCosters();
-  const size_t used = std::min<size_t>(
-      static_cast<size_t>(std::max(1, options_.threads)), trials.size());
   // Each thread keeps the closest of the trials it took; ties go to the
   // earliest trial, so the choice is the sequential one on any thread
   // count.
-  std::vector<std::optional<RepairTrial>> closest(used);
-  std::vector<Status> failed(used, Status::Ok());
-  std::atomic<size_t> next{used};
-  auto work = [&](size_t first, const Coster& coster) {
-    std::optional<RepairTrial>& mine = closest[first];
-    for (size_t i = first; i < trials.size(); i = next++) {
-      Plan trial = incumbent_;
-      trial.recipes[trials[i].first] = trials[i].second;
-      StatusOr<Evaluation> e = Evaluate(graph_, coster, trial, EvalMode::kFull);
-      if (!e.ok()) {
-        failed[first] = e.status();
-        return;
-      }
-      const auto key = std::make_pair(e->RepairRank(), i);
-      if (!mine || key < std::make_pair(mine->eval.RepairRank(), mine->index)) {
-        mine = RepairTrial{i, std::move(*e)};
-      }
-    }
+  const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
+  std::vector<std::optional<RepairTrial>> closest(threads);
+  std::vector<Status> failed(threads, Status::Ok());
+  auto closer = [](const RepairTrial& a, const RepairTrial& b) {
+    return std::make_pair(a.eval.RepairRank(), a.index) <
+           std::make_pair(b.eval.RepairRank(), b.index);
   };
-  std::vector<std::thread> helpers;
-  for (size_t t = 1; t < used; ++t) {
-    helpers.emplace_back(work, t, std::cref(*helper_costers_[t - 1].first));
-  }
-  if (used > 0) work(0, coster_);
-  for (std::thread& h : helpers) h.join();
+  OnThreads(trials.size(), [&](size_t thread, size_t i, const Coster& coster,
+                               const Coster&) {
+    if (!failed[thread].ok()) return;
+    Plan trial = incumbent_;
+    trial.recipes[trials[i].first] = trials[i].second;
+    StatusOr<Evaluation> e = Evaluate(graph_, coster, trial, EvalMode::kFull);
+    if (!e.ok()) {
+      failed[thread] = e.status();
+      return;
+    }
+    RepairTrial t{i, std::move(*e)};
+    if (!closest[thread] || closer(t, *closest[thread])) {
+      closest[thread] = std::move(t);
+    }
+  });
   std::optional<RepairTrial> best;
-  for (size_t t = 0; t < used; ++t) {
+  for (size_t t = 0; t < threads; ++t) {
     TILEC_RETURN_IF_ERROR(failed[t]);
-    if (!closest[t]) continue;
-    const auto key =
-        std::make_pair(closest[t]->eval.RepairRank(), closest[t]->index);
-    if (!best || key < std::make_pair(best->eval.RepairRank(), best->index)) {
+    if (closest[t] && (!best || closer(*closest[t], *best))) {
       best = std::move(closest[t]);
     }
   }

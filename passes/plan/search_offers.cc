@@ -255,32 +255,22 @@ StatusOr<Search::OpOffers> Search::RankOpOffers(int op, int depth,
   return OpOffers{std::move(pool.proposals), std::move(*ranked)};
 }
 
-void Search::EnsureHelperCosters() {
+void Search::OnThreads(size_t count, const ThreadWork& run) {
   const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
   // Each extra thread prices with costers of its own (their caches by op
-  // index are not locked), kept warm from round to round.
+  // index are not locked), kept warm from call to call.
   while (helper_costers_.size() + 1 < threads) {
     auto helper = std::make_unique<Coster>(coster_.ForAnotherGraph());
     auto helper_bounds = std::make_unique<Coster>(helper->LowerBounds());
     helper_costers_.push_back({std::move(helper), std::move(helper_bounds)});
   }
-}
-
-std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
-    const std::vector<int>& ops, int depth) {
-  const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
-  EnsureHelperCosters();
-  std::vector<StatusOr<OpOffers>> results(ops.size(),
-                                          Status::Internal("not ranked"));
-  // Thread t ranks op t first (so that every thread takes part, as the
-  // tests require), then whichever op is next when it is free: a ranking's
-  // result does not depend on which coster's caches made it (RankByCycles
-  // is exact).
-  const size_t used = std::min(threads, ops.size());
+  // Thread t takes item t first (so that every thread takes part, as the
+  // tests require), then whichever item is next when it is free.
+  const size_t used = std::min(threads, count);
   std::atomic<size_t> next{used};
-  auto work = [&](size_t first, const Coster& coster, const Coster& bounds) {
-    for (size_t i = first; i < ops.size(); i = next++) {
-      results[i] = RankOpOffers(ops[i], depth, coster, bounds);
+  auto work = [&](size_t thread, const Coster& coster, const Coster& bounds) {
+    for (size_t i = thread; i < count; i = next++) {
+      run(thread, i, coster, bounds);
     }
   };
   std::vector<std::thread> helpers;
@@ -288,8 +278,20 @@ std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
     helpers.emplace_back(work, t, std::cref(*helper_costers_[t - 1].first),
                          std::cref(*helper_costers_[t - 1].second));
   }
-  work(0, coster_, bounds_);
+  if (used > 0) work(0, coster_, bounds_);
   for (std::thread& h : helpers) h.join();
+}
+
+std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
+    const std::vector<int>& ops, int depth) {
+  std::vector<StatusOr<OpOffers>> results(ops.size(),
+                                          Status::Internal("not ranked"));
+  // A ranking's result does not depend on which coster's caches made it
+  // (RankByCycles is exact).
+  OnThreads(ops.size(), [&](size_t, size_t i, const Coster& coster,
+                            const Coster& bounds) {
+    results[i] = RankOpOffers(ops[i], depth, coster, bounds);
+  });
   return results;
 }
 
