@@ -34,18 +34,19 @@ int64_t MemoryMap::ElementStart(int64_t element) const {
 
 namespace {
 
-// One tile's first-fit placement in start order: the state AllocateTile's
+// One tile's first-fit placement in `order`: the state AllocateTile's
 // phases share.
 class TileAllocator {
  public:
   TileAllocator(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
                 const std::vector<AllocRule>& rules, AllocResult* result,
-                int64_t floor)
+                int64_t floor, AllocOrder order)
       : map_(map),
         buffers_(buffers),
         rules_(rules),
         result_(result),
         floor_(floor),
+        order_(order),
         n_(buffers.size()),
         partners_(n_),
         size_(n_),
@@ -60,7 +61,11 @@ class TileAllocator {
 
   bool Run(AllocFailure* failure) {
     for (size_t i : PlacementOrder()) {
-      RetireBefore(buffers_[i].start);
+      if (order_ == AllocOrder::kLifetime) {
+        RetireBefore(buffers_[i].start);
+      } else {
+        OverlappingOnly(i);
+      }
       IndexLive();
       std::optional<int64_t> at = Place(i, /*soft=*/true);
       if (!at) {
@@ -93,24 +98,45 @@ class TileAllocator {
     }
   }
 
-  // By start slot, larger first among equal starts.
+  // Lifetime order: by start slot, larger first among equal starts.
+  // Largest first: data from before the program first, then by size, then
+  // by start slot.
   std::vector<size_t> PlacementOrder() const {
     std::vector<size_t> order(n_);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-      if (buffers_[x].start != buffers_[y].start) {
-        return buffers_[x].start < buffers_[y].start;
+      const AllocBuffer& a = buffers_[x];
+      const AllocBuffer& b = buffers_[y];
+      if (order_ == AllocOrder::kLargestFirst) {
+        if ((a.start < 0) != (b.start < 0)) return a.start < 0;
+        if (size_[x] != size_[y]) return size_[x] > size_[y];
+        return a.start < b.start;
       }
+      if (a.start != b.start) return a.start < b.start;
       return size_[x] > size_[y];
     });
     return order;
   }
 
-  // Placed buffers whose lifetime ended before `start` no longer block.
+  // In lifetime order every placed buffer starts no later than the one
+  // being placed: those whose lifetime ended before `start` no longer
+  // block.
   void RetireBefore(int64_t start) {
     active_.erase(std::remove_if(active_.begin(), active_.end(),
                                  [&](size_t j) { return buffers_[j].end < start; }),
                   active_.end());
+  }
+
+  // In any other order the placed buffers that block `i` are those whose
+  // lifetimes overlap its own (placed_ keeps them all).
+  void OverlappingOnly(size_t i) {
+    active_.clear();
+    for (size_t j = 0; j < n_; ++j) {
+      if (placed_[j] && buffers_[j].start <= buffers_[i].end &&
+          buffers_[i].start <= buffers_[j].end) {
+        active_.push_back(j);
+      }
+    }
   }
 
   // The live buffers' extents by start (empty buffers never overlap), with
@@ -281,6 +307,7 @@ class TileAllocator {
   const std::vector<AllocRule>& rules_;
   AllocResult* result_;
   const int64_t floor_;
+  const AllocOrder order_;
   const size_t n_;
   std::vector<std::vector<std::pair<size_t, size_t>>> partners_;
   std::vector<int64_t> size_;  // aligned bytes
@@ -294,8 +321,8 @@ class TileAllocator {
 
 bool AllocateTile(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
                   const std::vector<AllocRule>& rules, AllocResult* result,
-                  AllocFailure* failure, int64_t floor) {
-  return TileAllocator(map, buffers, rules, result, floor).Run(failure);
+                  AllocFailure* failure, int64_t floor, AllocOrder order) {
+  return TileAllocator(map, buffers, rules, result, floor, order).Run(failure);
 }
 
 }  // namespace tilec::lower

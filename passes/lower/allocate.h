@@ -5,11 +5,16 @@
 // (hard) or should not (soft) share a memory element do not. Soft pairs are
 // dropped one buffer at a time when nothing else fits, and reported.
 //
-// The strategy is first fit in lifetime order: buffers sorted by the slot
-// where they become live (then larger first), each placed at the lowest
-// offset that satisfies every rule against the buffers already placed.
-// Resident and host-written buffers start before the program and so are
-// placed first, at the bottom of memory.
+// The strategy is first fit: each buffer placed at the lowest offset that
+// satisfies every rule against the buffers already placed whose lifetimes
+// overlap its own. The order is lifetime order by default (by the slot
+// where a buffer becomes live, then larger first): resident and
+// host-written buffers start before the program and so are placed first,
+// at the bottom of memory. Lifetime order leaves gaps where a short-lived
+// buffer sat between long-lived ones; largest first (those from before
+// the program still first, then by size) packs the large buffers before
+// small ones can split the free space: the classic remedy for that
+// fragmentation, tried where lifetime order fails (emit-device).
 
 #ifndef TILEC_PASSES_LOWER_ALLOCATE_H_
 #define TILEC_PASSES_LOWER_ALLOCATE_H_
@@ -54,6 +59,8 @@ struct AllocBuffer {
   bool interleaved = false;
 };
 
+enum class AllocOrder { kLifetime, kLargestFirst };
+
 struct AllocRule {
   int a = 0;  // buffer ids
   int b = 0;
@@ -89,11 +96,12 @@ struct AllocFailure {
 // keeps [0, floor) for buffers the program allocates as it runs, e.g. a
 // GEMM's staged left operand, which must not share the interleaved element
 // of the GEMM's output (on a target with one interleaved element: standard
-// memory). emit-device tries floors only for a tile where the default
-// fails.
+// memory). emit-device tries floors and then largest first only for a
+// tile where the default fails.
 bool AllocateTile(const MemoryMap& map, const std::vector<AllocBuffer>& buffers,
                   const std::vector<AllocRule>& rules, AllocResult* result,
-                  AllocFailure* failure, int64_t floor = -1);
+                  AllocFailure* failure, int64_t floor = -1,
+                  AllocOrder order = AllocOrder::kLifetime);
 
 }  // namespace tilec::lower
 

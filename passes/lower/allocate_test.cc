@@ -106,5 +106,63 @@ TEST(AllocateTest, FailureNamesTheElementPartnerThatBlocksAGap) {
   EXPECT_EQ(f.element_partners, std::vector<int>{3});
 }
 
+// No two buffers whose lifetimes overlap share a byte.
+void ExpectNoOverlap(const std::vector<AllocBuffer>& bufs,
+                     const AllocResult& r) {
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    for (size_t j = i + 1; j < bufs.size(); ++j) {
+      const bool live_together =
+          bufs[i].start <= bufs[j].end && bufs[j].start <= bufs[i].end;
+      const bool share = r.offsets[i] < r.offsets[j] + bufs[j].bytes &&
+                         r.offsets[j] < r.offsets[i] + bufs[i].bytes;
+      EXPECT_FALSE(live_together && share) << "buffers " << bufs[i].id
+                                           << " and " << bufs[j].id;
+    }
+  }
+}
+
+// Lifetime order leaves a long-lived buffer above a short-lived one: the
+// free space after the short one dies is split in two, neither part large
+// enough for the next buffer. Largest first places that buffer before the
+// small ones can split the memory (64 KiB of tensor memory on tiny).
+TEST(AllocateTest, LargestFirstPlacesWhatLifetimeOrderFragments) {
+  const MemoryMap m = Tiny();
+  ASSERT_EQ(m.capacity - m.base, 65536);
+  const std::vector<AllocBuffer> bufs = {{0, 16384, 0, 1, false},
+                                         {1, 8192, 0, 3, false},
+                                         {2, 49152, 2, 3, false}};
+  AllocResult r;
+  AllocFailure f;
+  EXPECT_FALSE(AllocateTile(m, bufs, {}, &r, &f));
+  EXPECT_EQ(f.buffer, 2);
+  EXPECT_EQ(f.live_bytes, 8192);
+  EXPECT_EQ(f.largest_gap, 65536 - 16384 - 8192);
+  ASSERT_TRUE(AllocateTile(m, bufs, {}, &r, &f, -1, AllocOrder::kLargestFirst));
+  EXPECT_EQ(r.offsets[2], m.base);
+  EXPECT_EQ(r.offsets[0], m.base);  // not live beside buffer 2
+  EXPECT_EQ(r.offsets[1], m.base + 49152);
+  EXPECT_EQ(r.peak, m.base + 49152 + 8192);
+  ExpectNoOverlap(bufs, r);
+}
+
+// Largest first keeps the rules and places data from before the program
+// first, at the bottom, whatever its size.
+TEST(AllocateTest, LargestFirstKeepsRulesAndDataFromBeforeTheProgram) {
+  const MemoryMap m = Tiny();
+  const std::vector<AllocBuffer> bufs = {{0, 1024, -1, 9, false},
+                                         {1, 4096, 0, 5, false},
+                                         {2, 8192, 1, 5, true},
+                                         {3, 20000, 6, 8, false}};
+  AllocResult r;
+  AllocFailure f;
+  ASSERT_TRUE(AllocateTile(m, bufs, {{1, 2, true}}, &r, &f, -1,
+                           AllocOrder::kLargestFirst));
+  EXPECT_EQ(r.offsets[0], m.base);
+  EXPECT_GE(r.offsets[2], m.standard_end);
+  EXPECT_NE(m.ElementOf(r.offsets[1]), m.ElementOf(r.offsets[2]));
+  EXPECT_EQ(r.offsets[3], m.base + 1024);  // reuses what 1 and 2 held
+  ExpectNoOverlap(bufs, r);
+}
+
 }  // namespace
 }  // namespace tilec::lower

@@ -22,20 +22,32 @@ using passes::Thousands;
 
 // A tile where first fit from the bottom fails: the data from before the
 // program packed around the interleaved boundary, the lowest floor (of
-// eight steps over standard memory) that fits.
-bool Emitter::AllocateAroundBoundary(const MemoryMap& map,
-                                     const std::vector<AllocBuffer>& buffers,
-                                     const std::vector<AllocRule>& rules,
-                                     AllocResult* result) const {
-  for (int step = 0; step <= 8; ++step) {
+// eight steps over standard memory) that fits; failing that, the same in
+// largest-first order (allocate.h), from the bottom first. The first that
+// fits is taken: the default where it fits keeps every program that
+// placed before byte-identical.
+Emitter::Fallback Emitter::AllocateHarder(const MemoryMap& map,
+                                          const std::vector<AllocBuffer>& buffers,
+                                          const std::vector<AllocRule>& rules,
+                                          AllocResult* result) const {
+  auto at_floors = [&](AllocOrder order, bool from_bottom) {
     AllocFailure ignored;
-    const int64_t floor = map.AlignDown(
-        map.base + (map.standard_end - map.base) * step / 8);
-    if (AllocateTile(map, buffers, rules, result, &ignored, floor)) {
+    if (from_bottom &&
+        AllocateTile(map, buffers, rules, result, &ignored, -1, order)) {
       return true;
     }
-  }
-  return false;
+    for (int step = 0; step <= 8; ++step) {
+      const int64_t floor = map.AlignDown(
+          map.base + (map.standard_end - map.base) * step / 8);
+      if (AllocateTile(map, buffers, rules, result, &ignored, floor, order)) {
+        return true;
+      }
+    }
+    return false;
+  };
+  if (at_floors(AllocOrder::kLifetime, false)) return Fallback::kAroundBoundary;
+  if (at_floors(AllocOrder::kLargestFirst, true)) return Fallback::kLargestFirst;
+  return Fallback::kNone;
 }
 
 // The transfers of superstep `s` in the order EmitSuperstep emits them.
@@ -109,11 +121,13 @@ Status Emitter::Allocate(std::string* failure_message, bool* fits) {
   offset_.assign(lowering_.buffers().size(), -1);
   tile_peak_.assign(tiles_, 0);
   boundary_tiles_ = 0;
+  largest_first_tiles_ = 0;
   slow_pairs_.clear();
   const std::vector<TileAllocation> placed = PlaceTiles(per_tile, rules);
   for (int t = 0; t < tiles_; ++t) {
     if (per_tile[t].empty()) continue;
-    if (placed[t].around_boundary) ++boundary_tiles_;
+    if (placed[t].fallback == Fallback::kAroundBoundary) ++boundary_tiles_;
+    if (placed[t].fallback == Fallback::kLargestFirst) ++largest_first_tiles_;
     if (!placed[t].fits) {
       *fits = false;
       const AllocFailure& failure = placed[t].failure;
@@ -224,8 +238,8 @@ std::vector<Emitter::TileAllocation> Emitter::PlaceTiles(
       map.base = code_[t].reserved;
       a.fits = AllocateTile(map, per_tile[t], rules[t], &a.result, &a.failure);
       if (!a.fits) {
-        a.fits = a.around_boundary =
-            AllocateAroundBoundary(map, per_tile[t], rules[t], &a.result);
+        a.fallback = AllocateHarder(map, per_tile[t], rules[t], &a.result);
+        a.fits = a.fallback != Fallback::kNone;
       }
       if (!a.fits) {
         int seen = first_unfit;

@@ -84,6 +84,14 @@ void Emitter::Build(EmitSummary* summary) {
                   "that must not share an interleaved element (allocate.h)",
               {0, 0, 0, 0});
   }
+  if (largest_first_tiles_ > 0) {
+    log_.Info({}, "buffers placed largest first",
+              Count(largest_first_tiles_, "tile") +
+                  ": first fit in lifetime order, from the bottom or around "
+                  "the interleaved boundary, left no gap for a buffer "
+                  "(allocate.h)",
+              {0, 0, 0, 0});
+  }
   log_.Info({}, "program",
             Count(sum.supersteps, "superstep") + ", " +
                 Count(sum.exchange_phases, "exchange phase") + ", " +

@@ -176,8 +176,12 @@ class Emitter {
   void ComputeLifetimes();
   std::vector<std::vector<AllocBuffer>> BuffersPerTile() const;
   std::vector<std::vector<AllocRule>> RulesPerTile() const;
+  // How a tile was placed where the default (lifetime order from the
+  // bottom) failed.
+  enum class Fallback { kNone, kAroundBoundary, kLargestFirst };
   struct TileAllocation {
-    bool fits = false, around_boundary = false;
+    bool fits = false;
+    Fallback fallback = Fallback::kNone;
     AllocResult result;
     AllocFailure failure;
   };
@@ -191,10 +195,10 @@ class Emitter {
   void TakePlacement(int tile, const std::vector<AllocBuffer>& buffers,
                      const std::vector<AllocRule>& rules,
                      const AllocResult& result);
-  bool AllocateAroundBoundary(const MemoryMap& map,
-                              const std::vector<AllocBuffer>& buffers,
-                              const std::vector<AllocRule>& rules,
-                              AllocResult* result) const;
+  Fallback AllocateHarder(const MemoryMap& map,
+                          const std::vector<AllocBuffer>& buffers,
+                          const std::vector<AllocRule>& rules,
+                          AllocResult* result) const;
   // Code in tile memory (docs/device-program.md, "Memory"): each tile's
   // runtime, program code and exchange tables for the supersteps as
   // scheduled, in whole standard elements below its tensors. Infeasible
@@ -278,6 +282,7 @@ class Emitter {
   // Tiles whose data from before the program went around the boundary of
   // standard and interleaved memory (allocate.h).
   int boundary_tiles_ = 0;
+  int largest_first_tiles_ = 0;
 };
 
 }  // namespace tilec::lower
