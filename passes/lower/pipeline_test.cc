@@ -199,9 +199,11 @@ std::string GridOf(std::string_view recipe) {
 
 // Compiles `m` and checks that memory repair chose steps whose recipe text
 // contains `steps` for a GEMM (if `regrid`, with another grid in the same
-// decision), and that the program matches the reference as predicted.
+// decision), and that the program matches the reference as predicted. The
+// compiled module goes to `compiled` if given.
 void ExpectRepairChoosesSteps(fb::ModuleT m, std::string_view steps,
-                              bool regrid = false) {
+                              bool regrid = false,
+                              fb::ModuleT* compiled = nullptr) {
   Status s = RunDefaultPipeline(&m, /*fp8=*/false);
   ASSERT_TRUE(s.ok()) << s.message();
   const fb::OperationT* stepped = nullptr;
@@ -246,14 +248,38 @@ void ExpectRepairChoosesSteps(fb::ModuleT m, std::string_view steps,
   EXPECT_TRUE(check.pass) << check.message;
   EXPECT_EQ(check.result.total_cycles,
             testing::ProgramFiguresOf(m).predicted);
-}
-
-TEST(PipelineSerialStepsTest, MemoryRepairChoosesSerialSteps) {
-  ExpectRepairChoosesSteps(TinyMlpBlock(480), " steps=");
+  if (compiled) *compiled = std::move(m);
 }
 
 TEST(PipelineSerialStepsTest, MemoryRepairChoosesInterleavedSteps) {
   ExpectRepairChoosesSteps(TinyMlpBlock(768), " steps=interleaved(");
+}
+
+// Repair takes contiguous steps first and stops once the plan fits: at 480
+// tokens the down projection in 2 contiguous steps. Its 2 interleaved
+// steps fit too and are faster (each step's partials spread over every
+// reducer): the planner then takes them, a Decision with cycles both ways,
+// and the program matches the reference as predicted.
+TEST(PipelineSerialStepsTest, MemoryRepairChoosesStepsThenTheFastestThatFit) {
+  fb::ModuleT m;
+  ExpectRepairChoosesSteps(TinyMlpBlock(480), " steps=2", false, &m);
+  int relaxed = 0;
+  for (const auto& run : m.log) {
+    for (const auto& d : run->decisions) {
+      if (d->reason.find("fewer or other serial steps") == std::string::npos) {
+        continue;
+      }
+      ++relaxed;
+      EXPECT_EQ(d->outcome, fb::Outcome::Accepted);
+      EXPECT_LT(d->cycles_after, d->cycles_before);
+      EXPECT_NE(d->action.find("steps=2 -> "), std::string::npos) << d->action;
+      EXPECT_NE(d->action.find("-> gemm m=4 k=4 n=1 staging=complete "
+                               "steps=interleaved(2)"),
+                std::string::npos)
+          << d->action;
+    }
+  }
+  EXPECT_EQ(relaxed, 1);
 }
 
 // A wider block (width 128, MLP 512) of 240 tokens fits only if repair

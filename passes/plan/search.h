@@ -61,6 +61,12 @@ struct SearchOptions {
   // round pricing every alternative of every op: false stops at the
   // closest plan without it (a price, not a plan to keep).
   bool repair = true;
+  // After a repair that put GEMMs in serial steps: each stepped GEMM's other
+  // step counts and interleaving, and no steps, the fastest that keeps the
+  // plan fitting (Search::RelaxSteps). quantize-fp8's trial prices skip it:
+  // they compare decisions, and it would add rounds of whole-plan
+  // evaluations to every repaired trial.
+  bool relax_steps = true;
   // Threads ranking each op's proposals for an offer round (the search's
   // time); the same offers, decisions and plan with any count.
   int threads = 2;
@@ -144,6 +150,9 @@ class Search {
   bool TryApply(fb::DecisionT decision);
   std::string Describe(const Proposal& proposal) const;
   StatusOr<bool> Repair();
+  // Once repair fits the plan, the steps it took that memory no longer
+  // needs in that form (SearchOptions::relax_steps).
+  Status RelaxSteps();
   // Repair's rounds, offering interleaved serial steps or not.
   StatusOr<bool> RepairRounds(bool interleaved_steps);
   // The recipes a repair round tries for `op` (docs/planner.md, step 4).

@@ -60,6 +60,7 @@ Status Search::Initialize() {
     if (bound.empty() && options_.repair) repaired = Repair();
     if (!repaired.ok()) return repaired.status();
     repaired_ = *repaired;
+    if (*repaired && options_.relax_steps) TILEC_RETURN_IF_ERROR(RelaxSteps());
     if (!*repaired) {
       const Evaluation& closest =
           homes_closest && homes_closest->Excess() < eval_.Excess()
@@ -297,6 +298,58 @@ StatusOr<std::optional<Search::RepairTrial>> Search::ClosestRepairTrial(
   }
   if (best && !(best->eval.RepairRank() < eval_.RepairRank())) best.reset();
   return best;
+}
+
+// Repair stops at the first plan that fits, and takes contiguous steps
+// before it offers interleaved ones, so a GEMM may keep more steps, or
+// steps of the costlier kind, than the plan needs: batch 4's down
+// projection in 8 contiguous steps where 2 interleaved ones fit too. Each
+// round: of every stepped GEMM's variants on its grid (every count repair
+// offers, contiguous and interleaved, and none), the fastest that keeps the
+// plan fitting, if faster; a Decision under --max-decisions.
+Status Search::RelaxSteps() {
+  for (int round = 0; round < graph_.num_ops(); ++round) {
+    std::vector<std::pair<int, Recipe>> trials;
+    for (int op = 0; op < graph_.num_ops(); ++op) {
+      const Recipe& now = incumbent_.recipes[op];
+      if (options_.pinned.count(op) || now.kind != fb::RecipeKind::Gemm ||
+          now.steps <= 1) {
+        continue;
+      }
+      Recipe unstepped = now;
+      unstepped.steps = 1;
+      unstepped.interleaved_steps = false;
+      trials.push_back({op, unstepped});
+      for (Recipe& r : SerialStepVariants(graph_, op, unstepped,
+                                          /*interleaved=*/true)) {
+        if (r != now) trials.push_back({op, std::move(r)});
+      }
+    }
+    if (trials.empty()) return Status::Ok();
+    // Among plans that fit, the closest to fitting is the fastest.
+    StatusOr<std::optional<RepairTrial>> fastest = ClosestRepairTrial(trials);
+    if (!fastest.ok()) return fastest.status();
+    if (!*fastest || !(*fastest)->eval.feasible()) return Status::Ok();
+    const auto& [op, recipe] = trials[(*fastest)->index];
+    Evaluation& e = (*fastest)->eval;
+    fb::DecisionT d;
+    d.ops = {graph_.op(op).id};
+    d.action = graph_.OpLabel(op) + ": " + incumbent_.recipes[op].Text() +
+               " -> " + recipe.Text();
+    d.outcome = fb::Outcome::Accepted;
+    d.reason = "fewer or other serial steps: the fastest of the op's step "
+               "variants that keeps the plan fitting (peak " +
+               std::to_string(e.peak_bytes) + " of " +
+               std::to_string(e.capacity) + " B)";
+    d.cycles_before = eval_.total_cycles;
+    d.cycles_after = e.total_cycles;
+    d.bytes_before = eval_.peak_bytes;
+    d.bytes_after = e.peak_bytes;
+    if (!TryApply(std::move(d))) return Status::Ok();
+    incumbent_.recipes[op] = recipe;
+    eval_ = std::move(e);
+  }
+  return Status::Ok();
 }
 
 StatusOr<bool> Search::RepairRounds(bool interleaved_steps) {
