@@ -1205,6 +1205,40 @@ TEST(PlanSearchTest, RepairIsTheSameOnAnyThreadCount) {
   EXPECT_EQ(repaired(3), one);
 }
 
+// Repair fits this block (480 tokens, F16) with the down projection in 2
+// contiguous steps; 2 interleaved steps fit too and are faster, and the
+// search takes them after repair (a Decision), the same on any thread
+// count. Without relax_steps the repaired steps stay.
+TEST(PlanSearchTest, RelaxStepsTakesTheFastestStepsThatFit) {
+  Fixture f(Model("tiny", "siglip-so400m-384", TinyOverrides(480, 4, 256)));
+  const int down = f.graph.OpIndex(4);
+  ASSERT_GE(down, 0);
+  auto initial = [&f, down](bool relax, int threads, Recipe* recipe,
+                            int64_t* cycles) {
+    SearchOptions options;
+    options.relax_steps = relax;
+    options.threads = threads;
+    Search search(f.graph, f.coster, options);
+    EXPECT_TRUE(search.Initialize().ok());
+    EXPECT_TRUE(search.repaired());
+    EXPECT_TRUE(search.evaluation().feasible());
+    *recipe = search.incumbent().recipes[down];
+    *cycles = search.evaluation().total_cycles;
+    return SearchOutput(f, search);
+  };
+  Recipe repaired, relaxed;
+  int64_t repaired_cycles = 0, relaxed_cycles = 0;
+  initial(false, 2, &repaired, &repaired_cycles);
+  EXPECT_EQ(repaired.steps, 2);
+  EXPECT_FALSE(repaired.interleaved_steps);
+  const std::string one = initial(true, 1, &relaxed, &relaxed_cycles);
+  EXPECT_EQ(relaxed.steps, 2);
+  EXPECT_TRUE(relaxed.interleaved_steps);
+  EXPECT_LT(relaxed_cycles, repaired_cycles);
+  EXPECT_NE(one.find("fewer or other serial steps"), std::string::npos);
+  EXPECT_EQ(initial(true, 2, &relaxed, &relaxed_cycles), one);
+}
+
 // ---------------------------------------------------------------- planner
 
 // A checkpoint file as the tool keeps it: serialized on every save and
