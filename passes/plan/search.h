@@ -63,9 +63,7 @@ struct SearchOptions {
   bool repair = true;
   // After a repair that put GEMMs in serial steps: each stepped GEMM's other
   // step counts and interleaving, and no steps, the fastest that keeps the
-  // plan fitting (Search::RelaxSteps). quantize-fp8's trial prices skip it:
-  // they compare decisions, and it would add rounds of whole-plan
-  // evaluations to every repaired trial.
+  // plan fitting (Search::RelaxSteps).
   bool relax_steps = true;
   // Threads ranking each op's proposals for an offer round (the search's
   // time); the same offers, decisions and plan with any count.

@@ -105,7 +105,6 @@ StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
   plan::SearchOptions options;
   // Repair runs only where the greedy plan does not fit.
   options.repair = repair;
-  options.relax_steps = false;
   plan::Search search(*graph, coster, options);
   Priced p;
   Status s = search.Initialize();
