@@ -255,6 +255,33 @@ TEST(EmitDeviceTest, SharesWhatMemoryAllowsWhenAllDoesNotFit) {
   EXPECT_EQ(a.result.outputs, b.result.outputs);
 }
 
+// At MLP width 256 the same block shares every superstep it could: first
+// fit in lifetime order leaves a tile no gap for one buffer, and largest
+// first places it (a logged fallback); the program computes the same
+// outputs as with no sharing.
+TEST(EmitDeviceTest, LargestFirstPlacesWhatLifetimeOrderCannot) {
+  MlpPlan plan;
+  plan.up = GemmShape{1, 2, 2};
+  plan.down = GemmShape{2, 2, 1};
+  fb::ModuleT shared = PlannedMlp(plan, 48, 64, 256);
+  const SimCheck a = EmitAndSimulate(&shared, kDefault);
+  bool largest_first = false, kept = false;
+  for (const auto& run : shared.log) {
+    for (const auto& d : run->decisions) {
+      largest_first |= d->action == "buffers placed largest first" &&
+                       d->outcome == fb::Outcome::Info;
+      kept |= d->action.rfind("keep ops (", 0) == 0;
+    }
+  }
+  EXPECT_TRUE(largest_first);
+  EXPECT_FALSE(kept);
+  fb::ModuleT apart = PlannedMlp(plan, 48, 64, 256);
+  EmitOptions options;
+  options.share_supersteps = false;
+  const SimCheck b = EmitAndSimulate(&apart, kDefault, options);
+  EXPECT_EQ(a.result.outputs, b.result.outputs);
+}
+
 TEST(EmitDeviceTest, Deterministic) {
   MlpPlan plan;
   plan.up = GemmShape{2, 2, 2, 0, 1, fb::Staging::Streamed, 16};
