@@ -301,9 +301,10 @@ StatusOr<std::optional<Search::RepairTrial>> Search::ClosestRepairTrial(
 }
 
 // Repair stops at the first plan that fits, and takes contiguous steps
-// before it offers interleaved ones, so a GEMM may keep more steps, or
-// steps of the costlier kind, than the plan needs: batch 4's down
-// projection in 8 contiguous steps where 2 interleaved ones fit too. Each
+// before it offers interleaved ones, so a GEMM may keep more steps than
+// the plan needs, or contiguous ones where interleaved ones are faster:
+// batch 4's down projection in 8 contiguous steps where 2 interleaved
+// ones fit too. Each
 // round: of every stepped GEMM's variants on its grid (every count repair
 // offers, contiguous and interleaved, and none), the fastest that keeps the
 // plan fitting, if faster; a Decision under --max-decisions.
