@@ -15,6 +15,8 @@
 #include <array>
 #include <cstdlib>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <tuple>
 
 #include "formats/ir.h"
@@ -222,64 +224,72 @@ TEST(EmitDeviceTest, EveryFallbackStillComputesTheSameOutput) {
   EXPECT_GT(c.result.total_cycles, a.result.total_cycles);
 }
 
-// Sharing every superstep it could does not fit this block's memory, in
-// any placement order (with an MLP of 256 it fits largest first):
-// emit-device keeps the shared ops whose buffers were live where a tile ran
-// out to supersteps of their own and still shares the rest, instead of
-// sharing none; the outputs are the same.
-TEST(EmitDeviceTest, SharesWhatMemoryAllowsWhenAllDoesNotFit) {
+// A block (48 tokens, width 64, MLP `mlp`; up m1 k2 n2, down m2 k2 n1)
+// emitted sharing supersteps (`shared`, its module in `module`) and not
+// (`apart`).
+struct SharedAndApart {
+  fb::ModuleT module;
+  SimCheck shared, apart;
+};
+
+SharedAndApart EmitSharedAndApart(int64_t mlp) {
   MlpPlan plan;
   plan.up = GemmShape{1, 2, 2};
   plan.down = GemmShape{2, 2, 1};
-  fb::ModuleT partly = PlannedMlp(plan, 48, 64, 288);
-  const SimCheck a = EmitAndSimulate(&partly, kDefault);
-  bool kept = false, shared = false, none = false;
-  for (const auto& run : partly.log) {
-    for (const auto& d : run->decisions) {
-      kept |= d->action.rfind("keep ops (", 0) == 0 &&
-              d->outcome == fb::Outcome::Rejected;
-      shared |= d->action.rfind("share supersteps ", 0) == 0 &&
-                d->outcome == fb::Outcome::Accepted;
-      none |= d->action == "share supersteps between ops";
-    }
-  }
-  EXPECT_TRUE(kept);
-  EXPECT_TRUE(shared);
-  EXPECT_FALSE(none);
-  fb::ModuleT apart = PlannedMlp(plan, 48, 64, 288);
+  SharedAndApart r;
+  r.module = PlannedMlp(plan, 48, 64, mlp);
+  r.shared = EmitAndSimulate(&r.module, kDefault);
+  fb::ModuleT apart = PlannedMlp(plan, 48, 64, mlp);
   EmitOptions options;
   options.share_supersteps = false;
-  const SimCheck b = EmitAndSimulate(&apart, kDefault, options);
-  EXPECT_LT(a.result.supersteps.size(), b.result.supersteps.size());
-  EXPECT_LE(a.result.total_cycles, b.result.total_cycles);
-  EXPECT_EQ(a.result.outputs, b.result.outputs);
+  r.apart = EmitAndSimulate(&apart, kDefault, options);
+  return r;
 }
 
-// At MLP width 256 the same block shares every superstep it could: first
-// fit in lifetime order leaves a tile no gap for one buffer, and largest
-// first places it (a logged fallback); the program computes the same
-// outputs as with no sharing.
-TEST(EmitDeviceTest, LargestFirstPlacesWhatLifetimeOrderCannot) {
-  MlpPlan plan;
-  plan.up = GemmShape{1, 2, 2};
-  plan.down = GemmShape{2, 2, 1};
-  fb::ModuleT shared = PlannedMlp(plan, 48, 64, 256);
-  const SimCheck a = EmitAndSimulate(&shared, kDefault);
-  bool largest_first = false, kept = false;
-  for (const auto& run : shared.log) {
+// Whether a decision of `m`'s log has an action starting with `action`
+// (and outcome `outcome`, if given).
+bool Logged(const fb::ModuleT& m, std::string_view action,
+            std::optional<fb::Outcome> outcome = std::nullopt) {
+  for (const auto& run : m.log) {
     for (const auto& d : run->decisions) {
-      largest_first |= d->action == "buffers placed largest first" &&
-                       d->outcome == fb::Outcome::Info;
-      kept |= d->action.rfind("keep ops (", 0) == 0;
+      if (d->action.rfind(action, 0) == 0 &&
+          (!outcome || d->outcome == *outcome)) {
+        return true;
+      }
     }
   }
-  EXPECT_TRUE(largest_first);
-  EXPECT_FALSE(kept);
-  fb::ModuleT apart = PlannedMlp(plan, 48, 64, 256);
-  EmitOptions options;
-  options.share_supersteps = false;
-  const SimCheck b = EmitAndSimulate(&apart, kDefault, options);
-  EXPECT_EQ(a.result.outputs, b.result.outputs);
+  return false;
+}
+
+// Sharing every superstep it could does not fit this block's memory, in
+// any placement order: emit-device keeps the shared ops whose buffers were
+// live where a tile ran out to supersteps of their own and still shares
+// the rest, instead of sharing none; the outputs are the same.
+TEST(EmitDeviceTest, SharesWhatMemoryAllowsWhenAllDoesNotFit) {
+  const SharedAndApart r = EmitSharedAndApart(288);
+  EXPECT_TRUE(Logged(r.module, "keep ops (", fb::Outcome::Rejected));
+  EXPECT_TRUE(Logged(r.module, "share supersteps ", fb::Outcome::Accepted));
+  for (const auto& run : r.module.log) {
+    for (const auto& d : run->decisions) {
+      EXPECT_NE(d->action, "share supersteps between ops");
+    }
+  }
+  EXPECT_LT(r.shared.result.supersteps.size(),
+            r.apart.result.supersteps.size());
+  EXPECT_LE(r.shared.result.total_cycles, r.apart.result.total_cycles);
+  EXPECT_EQ(r.shared.result.outputs, r.apart.result.outputs);
+}
+
+// With an MLP of 256 the same block shares every superstep it could: first
+// fit in lifetime order leaves a tile no gap for one buffer, and largest
+// first places it (a logged fallback); the outputs are the unshared
+// program's.
+TEST(EmitDeviceTest, LargestFirstPlacesWhatLifetimeOrderCannot) {
+  const SharedAndApart r = EmitSharedAndApart(256);
+  EXPECT_TRUE(
+      Logged(r.module, "buffers placed largest first", fb::Outcome::Info));
+  EXPECT_FALSE(Logged(r.module, "keep ops ("));
+  EXPECT_EQ(r.shared.result.outputs, r.apart.result.outputs);
 }
 
 TEST(EmitDeviceTest, Deterministic) {
