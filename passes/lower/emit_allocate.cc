@@ -273,7 +273,8 @@ std::string Emitter::OutOfMemorySummary(int t,
          ShortfallText(failure);
 }
 
-// The summary and the live buffers, largest first.
+// The summary, the orders tried (the live set is lifetime order's, where
+// it failed) and the live buffers, largest first.
 std::string Emitter::OutOfMemoryMessage(int t,
                                         const AllocFailure& failure) const {
   const std::vector<VBuffer>& buffers = lowering_.buffers();
@@ -290,7 +291,10 @@ std::string Emitter::OutOfMemoryMessage(int t,
                  l.name + "\" op " + std::to_string(l.op) + " " +
                  BufferKindName(l.kind) + " " + Thousands(l.bytes) + " B";
   }
-  return OutOfMemorySummary(t, failure) + "; live: " + live_text;
+  return OutOfMemorySummary(t, failure) +
+         " (in lifetime order; placed around the interleaved boundary or "
+         "largest first, the tile does not fit either); live: " +
+         live_text;
 }
 
 std::string Emitter::ShortfallText(const AllocFailure& failure) const {
