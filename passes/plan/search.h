@@ -151,6 +151,7 @@ class Search {
   // Once repair fits the plan, the steps it took that memory no longer
   // needs in that form (SearchOptions::relax_steps).
   Status RelaxSteps();
+  std::vector<std::pair<int, Recipe>> StepVariantTrials() const;
   // Repair's rounds, offering interleaved serial steps or not.
   StatusOr<bool> RepairRounds(bool interleaved_steps);
   // The recipes a repair round tries for `op` (docs/planner.md, step 4).

@@ -310,22 +310,7 @@ StatusOr<std::optional<Search::RepairTrial>> Search::ClosestRepairTrial(
 // plan fitting, if faster; a Decision under --max-decisions.
 Status Search::RelaxSteps() {
   for (int round = 0; round < graph_.num_ops(); ++round) {
-    std::vector<std::pair<int, Recipe>> trials;
-    for (int op = 0; op < graph_.num_ops(); ++op) {
-      const Recipe& now = incumbent_.recipes[op];
-      if (options_.pinned.count(op) || now.kind != fb::RecipeKind::Gemm ||
-          now.steps <= 1) {
-        continue;
-      }
-      Recipe unstepped = now;
-      unstepped.steps = 1;
-      unstepped.interleaved_steps = false;
-      trials.push_back({op, unstepped});
-      for (Recipe& r : SerialStepVariants(graph_, op, unstepped,
-                                          /*interleaved=*/true)) {
-        if (r != now) trials.push_back({op, std::move(r)});
-      }
-    }
+    const std::vector<std::pair<int, Recipe>> trials = StepVariantTrials();
     if (trials.empty()) return Status::Ok();
     // Among plans that fit, the closest to fitting is the fastest.
     StatusOr<std::optional<RepairTrial>> fastest = ClosestRepairTrial(trials);
@@ -351,6 +336,27 @@ Status Search::RelaxSteps() {
     eval_ = std::move(e);
   }
   return Status::Ok();
+}
+
+// Every stepped GEMM's other step variants on its grid, and none.
+std::vector<std::pair<int, Recipe>> Search::StepVariantTrials() const {
+  std::vector<std::pair<int, Recipe>> trials;
+  for (int op = 0; op < graph_.num_ops(); ++op) {
+    const Recipe& now = incumbent_.recipes[op];
+    if (options_.pinned.count(op) || now.kind != fb::RecipeKind::Gemm ||
+        now.steps <= 1) {
+      continue;
+    }
+    Recipe unstepped = now;
+    unstepped.steps = 1;
+    unstepped.interleaved_steps = false;
+    trials.push_back({op, unstepped});
+    for (Recipe& r :
+         SerialStepVariants(graph_, op, unstepped, /*interleaved=*/true)) {
+      if (r != now) trials.push_back({op, std::move(r)});
+    }
+  }
+  return trials;
 }
 
 StatusOr<bool> Search::RepairRounds(bool interleaved_steps) {
