@@ -62,7 +62,7 @@ double Bound(const std::vector<float>& a, const std::vector<float>& b,
 }
 
 TEST(BlasTest, AgreesWithTheKOrderLoopWithinSummationError) {
-  UsePortableGemmForTesting(true);
+  UseGemmPathForTesting(GemmPath::kPortable);
   uint32_t seed = 1;
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(Name(s));
@@ -87,7 +87,7 @@ TEST(BlasTest, AgreesWithTheKOrderLoopWithinSummationError) {
       }
     }
   }
-  UsePortableGemmForTesting(false);
+  UseGemmPathForTesting(GemmPath::kFastest);
 }
 
 // B read transposed and every operand inside a wider matrix (strides), as

@@ -57,8 +57,9 @@ DTypeClass ClassOf(DType d) {
 //    blocks every element keeps one running F32 sum.
 // Each C element is therefore still c, then c + a[0]*b[0], then ... in
 // ascending k, every product rounded to F32 and then added (no FMA: the
-// build enables no FMA instructions, and the AVX2 path below enables AVX2
-// only), exactly what a plain i-j-k triple loop computes.
+// library is built with -ffp-contract=off, so not even the AVX-512 path,
+// whose instruction set has FMA, fuses them), exactly what a plain i-j-k
+// triple loop computes.
 constexpr int64_t kRows = 6;
 constexpr int64_t kPanel = 16;
 constexpr int64_t kDepthBlock = 256;
@@ -111,6 +112,42 @@ typedef float Vec8 __attribute__((vector_size(32)));
 static_assert(kRows == 6, "MicroKernel is written out for six rows");
 static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
 
+// Sixteen floats: one ZMM register under target("avx512f").
+typedef float Vec16 __attribute__((vector_size(64)));
+
+// MicroKernel with each row's panel in one Vec16: the same product and sum
+// for every element, in half the instructions where AVX-512 holds a panel
+// row in one register.
+[[gnu::always_inline]] inline void MicroKernelWide(const float* const* a,
+                                                   const float* bp, int64_t kc,
+                                                   float* c, int64_t ldc) {
+  Vec16 acc[kRows];
+  for (int64_t r = 0; r < kRows; ++r) {
+    std::memcpy(&acc[r], c + r * ldc, sizeof(Vec16));
+  }
+  const float* a0 = a[0];
+  const float* a1 = a[1];
+  const float* a2 = a[2];
+  const float* a3 = a[3];
+  const float* a4 = a[4];
+  const float* a5 = a[5];
+  for (int64_t k = 0; k < kc; ++k) {
+    Vec16 b;
+    std::memcpy(&b, bp + k * kPanel, sizeof(Vec16));
+    // acc + (a * b): the product rounds, then the sum rounds.
+    acc[0] += b * a0[k];
+    acc[1] += b * a1[k];
+    acc[2] += b * a2[k];
+    acc[3] += b * a3[k];
+    acc[4] += b * a4[k];
+    acc[5] += b * a5[k];
+  }
+  for (int64_t r = 0; r < kRows; ++r) {
+    std::memcpy(c + r * ldc, &acc[r], sizeof(Vec16));
+  }
+}
+static_assert(kPanel == 16, "MicroKernelWide holds a panel row in one Vec16");
+
 // B[k0 .. k0+kc) x [j_begin, j_end) into panels: panel p holds columns
 // [j_begin + p*kPanel, + kPanel) as bp[(p*kc + k)*kPanel + j], zero past
 // j_end.
@@ -138,10 +175,20 @@ static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
   }
 }
 
+// kWide: MicroKernelWide for the full blocks (AVX-512 hosts).
+template <bool kWide>
 [[gnu::always_inline]] inline void MultiplyBody(const float* a, const float* b,
                                                 float* c, int64_t m,
                                                 int64_t k_depth, int64_t n,
                                                 float* bp) {
+  const auto micro = [](const float* const* rows, const float* panel,
+                        int64_t kc, float* out, int64_t ldc) {
+    if constexpr (kWide) {
+      MicroKernelWide(rows, panel, kc, out, ldc);
+    } else {
+      MicroKernel(rows, panel, kc, out, ldc);
+    }
+  };
   for (int64_t jb = 0; jb < n; jb += kColumnBlock) {
     const int64_t j_end = std::min(n, jb + kColumnBlock);
     const int64_t panels = (j_end - jb + kPanel - 1) / kPanel;
@@ -162,7 +209,7 @@ static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
               arows[r] = a + (i + std::min(r, rows - 1)) * k_depth + k0;
             }
             if (rows == kRows && width == kPanel) {
-              MicroKernel(arows, panel, kc, c + i * n + j0, n);
+              micro(arows, panel, kc, c + i * n + j0, n);
               continue;
             }
             // An edge block: through a full-size copy of the C block.
@@ -171,7 +218,7 @@ static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
               std::memcpy(tile + r * kPanel, c + (i + r) * n + j0,
                           static_cast<size_t>(width) * sizeof(float));
             }
-            MicroKernel(arows, panel, kc, tile, kPanel);
+            micro(arows, panel, kc, tile, kPanel);
             for (int64_t r = 0; r < rows; ++r) {
               std::memcpy(c + (i + r) * n + j0, tile + r * kPanel,
                           static_cast<size_t>(width) * sizeof(float));
@@ -186,24 +233,32 @@ static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TILEC_GEMM_AVX2 1
 // The same code with AVX2 enabled (and not FMA: products and sums still
-// round separately), chosen at run time when the host has it.
+// round separately), chosen at run time when the host has it and not
+// AVX-512F.
 __attribute__((target("avx2"))) void MultiplyBodyAvx2(const float* a,
                                                       const float* b, float* c,
                                                       int64_t m,
                                                       int64_t k_depth,
                                                       int64_t n, float* bp) {
-  MultiplyBody(a, b, c, m, k_depth, n, bp);
+  MultiplyBody<false>(a, b, c, m, k_depth, n, bp);
+}
+
+// With AVX-512F (and again not FMA): a panel row per register.
+__attribute__((target("avx512f"))) void MultiplyBodyAvx512(
+    const float* a, const float* b, float* c, int64_t m, int64_t k_depth,
+    int64_t n, float* bp) {
+  MultiplyBody<true>(a, b, c, m, k_depth, n, bp);
 }
 
 #endif
 
 void MultiplyBodyDefault(const float* a, const float* b, float* c, int64_t m,
                          int64_t k_depth, int64_t n, float* bp) {
-  MultiplyBody(a, b, c, m, k_depth, n, bp);
+  MultiplyBody<false>(a, b, c, m, k_depth, n, bp);
 }
 
-// Set by UsePortableGemmForTesting.
-std::atomic<bool> portable_only{false};
+// Set by UseGemmPathForTesting: the fastest path tests allow.
+std::atomic<GemmPath> path_limit{GemmPath::kFastest};
 
 // C[m, n] += A[m, k_depth] * B[k_depth, n], all row-major F32.
 void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
@@ -216,7 +271,12 @@ void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
       static_cast<size_t>(std::min(kDepthBlock, k_depth) * panels * kPanel);
   if (packed.size() < need) packed.resize(need);
 #ifdef TILEC_GEMM_AVX2
-  if (HostHasAvx2() && !portable_only.load(std::memory_order_relaxed)) {
+  const GemmPath limit = path_limit.load(std::memory_order_relaxed);
+  if (HostHasAvx512f() && limit == GemmPath::kFastest) {
+    MultiplyBodyAvx512(a, b, c, m, k_depth, n, packed.data());
+    return;
+  }
+  if (HostHasAvx2() && limit != GemmPath::kPortable) {
     MultiplyBodyAvx2(a, b, c, m, k_depth, n, packed.data());
     return;
   }
@@ -299,8 +359,8 @@ Scratch& ThreadScratch() {
 
 }  // namespace
 
-void UsePortableGemmForTesting(bool portable) {
-  portable_only.store(portable, std::memory_order_relaxed);
+void UseGemmPathForTesting(GemmPath path) {
+  path_limit.store(path, std::memory_order_relaxed);
 }
 
 StatusOr<std::string_view> GemmKernelName(DType a_dtype) {

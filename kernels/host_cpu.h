@@ -16,6 +16,15 @@ inline bool HostHasAvx2() {
   }();
   return has;
 }
+
+// Whether the host has AVX-512F (asked once).
+inline bool HostHasAvx512f() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+}
 #endif
 
 }  // namespace tilec::kernels

@@ -118,10 +118,12 @@ Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
 // "gemm_fp8", "gemm_f16" or "gemm_f32" by A's dtype, or an error.
 StatusOr<std::string_view> GemmKernelName(DType a_dtype);
 // Gemm and GemmNt pick a vectorized code path by the host's instruction set
-// (AVX2 on x86-64) at run time; every path gives the same bits. Tests call
-// this with true to run the portable path where a faster one exists, and
-// with false to go back to choosing. Not for use while GEMMs are running.
-void UsePortableGemmForTesting(bool portable);
+// (AVX-512F, else AVX2, on x86-64) at run time; every path gives the same
+// bits. Tests limit the choice to a slower path where the host has a
+// faster one, and set kFastest to go back to choosing. Not for use while
+// GEMMs are running.
+enum class GemmPath { kFastest, kAvx2, kPortable };
+void UseGemmPathForTesting(GemmPath path);
 StatusOr<int64_t> GemmCycles(const CostModel& model, DType a_dtype, int64_t m,
                              int64_t k, int64_t n);
 

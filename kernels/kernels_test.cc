@@ -251,9 +251,12 @@ TEST_F(KernelsTest, GemmKSplitAccumulate) {
 // depths past 256, heights past 72 and widths past 2048 cross the depth,
 // row and column blocks.
 TEST_F(KernelsTest, GemmIsBitIdenticalToAPlainLoop) {
-  for (bool portable : {false, true}) {
-    SCOPED_TRACE(portable ? "portable path" : "host's fastest path");
-    UsePortableGemmForTesting(portable);
+  for (GemmPath path :
+       {GemmPath::kFastest, GemmPath::kAvx2, GemmPath::kPortable}) {
+    SCOPED_TRACE(path == GemmPath::kFastest ? "host's fastest path"
+                 : path == GemmPath::kAvx2  ? "AVX2 path (or slower)"
+                                            : "portable path");
+    UseGemmPathForTesting(path);
     struct Case {
       DType in, out;
       int a_scale, b_scale;
@@ -309,7 +312,7 @@ TEST_F(KernelsTest, GemmIsBitIdenticalToAPlainLoop) {
       }
     }
   }
-  UsePortableGemmForTesting(false);
+  UseGemmPathForTesting(GemmPath::kFastest);
 }
 
 // F32 operands are read in place and an F32 C accumulates in place, unless
