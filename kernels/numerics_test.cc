@@ -772,6 +772,50 @@ TEST(BulkTest, F16EncodeArrayMatchesScalarOnEveryExponent) {
   }
 }
 
+// The bulk FP8 encoder may encode eight floats at a time in integer lanes;
+// it must give Fp8Encode's code for every float, format, saturation and
+// scale (checked once over all 2^32 patterns at scales -9, 0 and 11; here
+// every sign and exponent with mantissas around each rounding boundary the
+// formats' normals and subnormals drop to, groups with float subnormals,
+// infinities and NaNs, and an odd length for the scalar tail).
+TEST(BulkTest, Fp8EncodeArrayMatchesScalarOnEveryExponent) {
+  std::vector<uint32_t> mantissas = {0u, 1u, 0x7FFFFFu, 0x400000u, 0x3FFFFFu};
+  for (int shift = 20; shift <= 23; ++shift) {
+    for (uint32_t kept : {0u, 1u, 2u, 3u, 7u}) {
+      const uint32_t half = 1u << (shift - 1);
+      for (int64_t d : {-1, 0, 1}) {
+        const uint64_t m = (uint64_t{kept} << shift) + half + d;
+        if (m <= 0x7FFFFF) mantissas.push_back(static_cast<uint32_t>(m));
+      }
+    }
+  }
+  uint32_t state = 777;
+  for (int i = 0; i < 300; ++i) {
+    state = state * 1664525u + 1013904223u;
+    mantissas.push_back(state >> 9);
+  }
+  std::vector<float> xs;
+  for (uint32_t sign_exp = 0; sign_exp < 512; ++sign_exp) {
+    for (uint32_t m : mantissas) {
+      xs.push_back(std::bit_cast<float>((sign_exp << 23) | m));
+    }
+  }
+  xs.push_back(0.75f);  // An odd count: the last elements take the tail.
+  std::vector<uint8_t> codes(xs.size());
+  for (int s : {-30, -9, 0, 5, 11, 40}) {
+    for (Fp8Format fmt : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+      for (Saturation sat :
+           {Saturation::kSaturate, Saturation::kNonSaturating}) {
+        Fp8EncodeArray(xs, codes, fmt, s, sat);
+        for (size_t i = 0; i < xs.size(); ++i) {
+          ASSERT_EQ(codes[i], Fp8Encode(xs[i], fmt, s, sat))
+              << "float bits " << Bits(xs[i]) << " scale " << s;
+        }
+      }
+    }
+  }
+}
+
 // The bulk FP8 decoder may decode sixteen codes at a time through the
 // host's F16 conversion; it must give Fp8Decode's exact bits (NaN payloads
 // included) for every code, format and scale, in groups with and without
