@@ -216,8 +216,31 @@ void Executor::FreeDeadOperands(const fb::OperationT& op, size_t index) {
         ReadAgain(id) || (t != carried_.get() && Kept(*t))) {
       continue;
     }
-    std::vector<float>().swap(t->data);
+    Recycle(std::move(t->data));
+    t->data = {};
   }
+}
+
+std::vector<float> Executor::NewBuffer(size_t n) {
+  auto best = spare_.end();
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    const size_t c = it->capacity();
+    if (c >= n && c <= 2 * n &&
+        (best == spare_.end() || c < best->capacity())) {
+      best = it;
+    }
+  }
+  if (best == spare_.end()) return std::vector<float>(n);
+  std::vector<float> v = std::move(*best);
+  spare_.erase(best);
+  v.assign(n, 0.0f);
+  return v;
+}
+
+void Executor::Recycle(std::vector<float> data) {
+  if (data.capacity() < kMinSpareElements) return;
+  if (spare_.size() == kSpareBuffers) spare_.erase(spare_.begin());
+  spare_.push_back(std::move(data));
 }
 
 Status Executor::CheckProvided() {

@@ -29,6 +29,9 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 22;
 // Nor row-wise kernels (LayerNorm, Softmax, GELU, adds) below this many
 // elements.
 constexpr int64_t kMinParallelElements = int64_t{1} << 16;
+// Row-wise kernels run on blocks of about this many elements (at least one
+// row): 256 KB of F32, which stays in a core's cache.
+constexpr int64_t kRowBlockElements = int64_t{1} << 16;
 
 // Whether a GEMM must sum in the tile kernels' k order (kernels.h Gemm)
 // rather than OpenBLAS's (kernels/blas.h). FP8: the simulator's FP8 tile
@@ -189,6 +192,18 @@ class Executor {
   // Stores an op's F32 result in the value's dtype: where the device rounds.
   void Store(ReferenceTensor* t, std::vector<float> data);
 
+  // A buffer of n zeros for an op's result: the memory of a value freed
+  // earlier in the run (Recycle) that holds n to 2n elements, else new. A
+  // layer's values recur every iteration, and memory in use is mapped
+  // already, where the fresh pages of a batch 8 value (up to hundreds of
+  // MB) cost a page fault each, every time.
+  std::vector<float> NewBuffer(size_t n);
+  // Keeps the memory of a freed value for NewBuffer (the kSpareBuffers
+  // last ones, of kMinSpareElements or more).
+  void Recycle(std::vector<float> data);
+  static constexpr size_t kSpareBuffers = 4;
+  static constexpr size_t kMinSpareElements = size_t{1} << 16;
+
   Status Elements(const fb::OperationT& op, const std::vector<int64_t>& shape,
                   size_t* count) const;
 
@@ -309,6 +324,7 @@ class Executor {
   std::unordered_map<uint32_t, uint32_t> twins_;
   std::unique_ptr<ReferenceTensor> carried_;
   std::unordered_set<uint32_t> invariant_;
+  std::vector<std::vector<float>> spare_;  // oldest first
 };
 
 }  // namespace tilec::kernels::executor
