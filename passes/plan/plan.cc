@@ -1,6 +1,8 @@
 #include "passes/plan/plan.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <map>
 #include <span>
 #include <tuple>
@@ -541,6 +543,65 @@ std::vector<Live> LiveBuffers(const Graph& graph, const Coster& coster,
 // Sums the live buffers (and an op's scratch) per tile at every step,
 // records each step's peak and the overall peak; returns the peak step, -1
 // if there are no steps.
+// Per-tile byte sums over every tile, FindPeak's inner loops: a batch 8
+// repair evaluates thousands of plans of a thousand steps on 1,472 tiles.
+// Four tiles a vector; integer sums, so every instruction set gives the
+// same numbers, and the AVX2 clone (chosen at load time where the host has
+// it) does the four in one instruction.
+typedef int64_t Int64x4 __attribute__((vector_size(32)));
+
+inline Int64x4 Load4(const int64_t* p) {
+  Int64x4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void Store4(int64_t* p, Int64x4 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// to[t] += count * bytes[t].
+__attribute__((target_clones("avx2", "default"))) void AddTimes(
+    int64_t* to, const int64_t* bytes, int64_t count, int tiles) {
+  int t = 0;
+  if (count == 1) {
+    for (; t + 4 <= tiles; t += 4)
+      Store4(to + t, Load4(to + t) + Load4(bytes + t));
+  } else if (count == -1) {
+    for (; t + 4 <= tiles; t += 4)
+      Store4(to + t, Load4(to + t) - Load4(bytes + t));
+  } else {
+    for (; t + 4 <= tiles; t += 4) {
+      Store4(to + t, Load4(to + t) + count * Load4(bytes + t));
+    }
+  }
+  for (; t < tiles; ++t) to[t] += count * bytes[t];
+}
+
+// to[t] = from[t] + bytes[t].
+__attribute__((target_clones("avx2", "default"))) void AddEach(
+    int64_t* to, const int64_t* from, const int64_t* bytes, int tiles) {
+  int t = 0;
+  for (; t + 4 <= tiles; t += 4)
+    Store4(to + t, Load4(from + t) + Load4(bytes + t));
+  for (; t < tiles; ++t) to[t] = from[t] + bytes[t];
+}
+
+// The largest of v[0, tiles), tiles >= 1.
+__attribute__((target_clones("avx2", "default"))) int64_t Largest(
+    const int64_t* v, int tiles) {
+  int64_t largest = v[0];
+  int t = 0;
+  if (tiles >= 4) {
+    Int64x4 m = Load4(v);
+    for (t = 4; t + 4 <= tiles; t += 4) {
+      const Int64x4 x = Load4(v + t);
+      m = m > x ? m : x;
+    }
+    for (int i = 0; i < 4; ++i) largest = std::max(largest, m[i]);
+  }
+  for (; t < tiles; ++t) largest = std::max(largest, v[t]);
+  return largest;
+}
+
 int FindPeak(int num_ops, const Coster& coster, const std::vector<Live>& live,
              const ProgramSteps& s, Evaluation* e) {
   e->op_peak.assign(num_ops, 0);
@@ -567,21 +628,15 @@ int FindPeak(int num_ops, const Coster& coster, const std::vector<Live>& live,
   int peak_step = -1;
   for (int step = 0; step < s.steps; ++step) {
     for (const auto& [bytes, count] : starting[step]) {
-      const std::vector<int64_t>& b = *bytes;
-      for (int t = 0; t < tiles; ++t) running[t] += count * b[t];
-    }
-    sum = running;
-    for (const auto& [bytes, count] : ending[step]) {
-      const std::vector<int64_t>& b = *bytes;
-      for (int t = 0; t < tiles; ++t) running[t] -= count * b[t];
+      AddTimes(running.data(), bytes->data(), count, tiles);
     }
     const int op = s.step_op[step];
-    if (op >= 0 && e->ops[op].scratch) {
-      const std::vector<int64_t>& b = *e->ops[op].scratch;
-      for (int t = 0; t < tiles; ++t) sum[t] += b[t];
-    }
-    const auto max_it = std::max_element(sum.begin(), sum.end());
-    const int64_t peak = *max_it;
+    const std::vector<int64_t>* scratch =
+        op >= 0 ? e->ops[op].scratch.get() : nullptr;
+    // What is live at this step: every buffer ending here still is.
+    const std::vector<int64_t>& live_now = scratch ? sum : running;
+    if (scratch) AddEach(sum.data(), running.data(), scratch->data(), tiles);
+    const int64_t peak = Largest(live_now.data(), tiles);
     if (op >= 0) {
       e->op_peak[op] = peak;
     } else {
@@ -589,8 +644,12 @@ int FindPeak(int num_ops, const Coster& coster, const std::vector<Live>& live,
     }
     if (peak > e->peak_bytes || peak_step < 0) {
       e->peak_bytes = peak;
-      e->peak_tile = static_cast<int>(max_it - sum.begin());
+      e->peak_tile = static_cast<int>(
+          std::find(live_now.begin(), live_now.end(), peak) - live_now.begin());
       peak_step = step;
+    }
+    for (const auto& [bytes, count] : ending[step]) {
+      AddTimes(running.data(), bytes->data(), -count, tiles);
     }
   }
   return peak_step;
