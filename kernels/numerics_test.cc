@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -728,30 +729,27 @@ TEST(BulkTest, ArraysMatchScalar) {
   }
 }
 
-// The bulk F16 encoder may use the host's conversion instruction for
-// unscaled data; it must give EncodeF16's bits for every float. (Checked
-// once over all 2^32 patterns; here every sign and exponent with mantissas
-// around each rounding boundary, odd lengths for the scalar tail.)
-TEST(BulkTest, F16EncodeArrayMatchesScalarOnEveryExponent) {
-  std::vector<uint32_t> mantissas;
-  for (uint32_t m : {0u, 1u, 0x7FFFFFu, 0x400000u, 0x3FFFFFu, 0x200000u}) {
-    mantissas.push_back(m);
-  }
-  // Around the half-way points of every dropped-bit count (13 for normals,
-  // up to 24 for F16 subnormals): below, at and above, odd and even kept LSB.
-  for (int shift = 13; shift <= 23; ++shift) {
-    for (uint32_t kept : {0u, 1u, 2u, 3u, 0x3FFu}) {
+// Floats of every sign and exponent with each of `mantissas`, the
+// mantissas around the half-way points of dropping first_shift to 23 bits
+// (below, at and above, with each of `kept` above them: odd and even kept
+// LSBs) and `random` pseudo-random ones from `seed`; then `tail`, for an
+// odd count whose last elements take the scalar tail of a bulk converter.
+std::vector<float> EveryExponentAroundHalfWays(
+    std::vector<uint32_t> mantissas, int first_shift,
+    std::initializer_list<uint32_t> kept, int random, uint32_t seed,
+    float tail) {
+  for (int shift = first_shift; shift <= 23; ++shift) {
+    for (uint32_t k : kept) {
       const uint32_t half = 1u << (shift - 1);
       for (int64_t d : {-1, 0, 1}) {
-        const uint64_t m = (uint64_t{kept} << shift) + half + d;
+        const uint64_t m = (uint64_t{k} << shift) + half + d;
         if (m <= 0x7FFFFF) mantissas.push_back(static_cast<uint32_t>(m));
       }
     }
   }
-  uint32_t state = 12345;
-  for (int i = 0; i < 2000; ++i) {
-    state = state * 1664525u + 1013904223u;
-    mantissas.push_back(state >> 9);
+  for (int i = 0; i < random; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    mantissas.push_back(seed >> 9);
   }
   std::vector<float> xs;
   for (uint32_t sign_exp = 0; sign_exp < 512; ++sign_exp) {
@@ -759,7 +757,19 @@ TEST(BulkTest, F16EncodeArrayMatchesScalarOnEveryExponent) {
       xs.push_back(std::bit_cast<float>((sign_exp << 23) | m));
     }
   }
-  xs.push_back(1.0f);  // An odd count: the last elements take the tail.
+  xs.push_back(tail);
+  return xs;
+}
+
+// The bulk F16 encoder may use the host's conversion instruction for
+// unscaled data; it must give EncodeF16's bits for every float. (Checked
+// once over all 2^32 patterns; here every sign and exponent with mantissas
+// around each rounding boundary, odd lengths for the scalar tail.)
+TEST(BulkTest, F16EncodeArrayMatchesScalarOnEveryExponent) {
+  // 13 dropped bits for normals, up to 24 for F16 subnormals.
+  const std::vector<float> xs = EveryExponentAroundHalfWays(
+      {0u, 1u, 0x7FFFFFu, 0x400000u, 0x3FFFFFu, 0x200000u}, 13,
+      {0u, 1u, 2u, 3u, 0x3FFu}, 2000, 12345, 1.0f);
   std::vector<uint16_t> codes(xs.size());
   F16EncodeArray(xs, codes);
   std::vector<uint8_t> bytes(xs.size() * 2);
@@ -779,28 +789,10 @@ TEST(BulkTest, F16EncodeArrayMatchesScalarOnEveryExponent) {
 // formats' normals and subnormals drop to, groups with float subnormals,
 // infinities and NaNs, and an odd length for the scalar tail).
 TEST(BulkTest, Fp8EncodeArrayMatchesScalarOnEveryExponent) {
-  std::vector<uint32_t> mantissas = {0u, 1u, 0x7FFFFFu, 0x400000u, 0x3FFFFFu};
-  for (int shift = 20; shift <= 23; ++shift) {
-    for (uint32_t kept : {0u, 1u, 2u, 3u, 7u}) {
-      const uint32_t half = 1u << (shift - 1);
-      for (int64_t d : {-1, 0, 1}) {
-        const uint64_t m = (uint64_t{kept} << shift) + half + d;
-        if (m <= 0x7FFFFF) mantissas.push_back(static_cast<uint32_t>(m));
-      }
-    }
-  }
-  uint32_t state = 777;
-  for (int i = 0; i < 300; ++i) {
-    state = state * 1664525u + 1013904223u;
-    mantissas.push_back(state >> 9);
-  }
-  std::vector<float> xs;
-  for (uint32_t sign_exp = 0; sign_exp < 512; ++sign_exp) {
-    for (uint32_t m : mantissas) {
-      xs.push_back(std::bit_cast<float>((sign_exp << 23) | m));
-    }
-  }
-  xs.push_back(0.75f);  // An odd count: the last elements take the tail.
+  // 20 (E4M3) or 21 (E5M2) dropped bits for normals, more for subnormals.
+  const std::vector<float> xs = EveryExponentAroundHalfWays(
+      {0u, 1u, 0x7FFFFFu, 0x400000u, 0x3FFFFFu}, 20, {0u, 1u, 2u, 3u, 7u}, 300,
+      777, 0.75f);
   std::vector<uint8_t> codes(xs.size());
   for (int s : {-30, -9, 0, 5, 11, 40}) {
     for (Fp8Format fmt : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
