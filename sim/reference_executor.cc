@@ -209,6 +209,8 @@ bool Executor::Kept(const ReferenceTensor& t) const {
 }
 
 void Executor::FreeDeadOperands(const fb::OperationT& op, size_t index) {
+  // The op's operands and results are all held here: the step's peak.
+  most_held_ = std::max(most_held_, HeldElements());
   for (uint32_t id : op.operands) {
     auto last = last_use_.find(id);
     ReferenceTensor* t = Bound(id);
@@ -230,7 +232,10 @@ std::vector<float> Executor::NewBuffer(size_t n) {
       best = it;
     }
   }
-  if (best == spare_.end()) return std::vector<float>(n);
+  if (best == spare_.end()) {
+    TrimSpares(n);
+    return std::vector<float>(n);
+  }
   std::vector<float> v = std::move(*best);
   spare_.erase(best);
   v.assign(n, 0.0f);
@@ -241,6 +246,24 @@ void Executor::Recycle(std::vector<float> data) {
   if (data.capacity() < kMinSpareElements) return;
   if (spare_.size() == kSpareBuffers) spare_.erase(spare_.begin());
   spare_.push_back(std::move(data));
+  TrimSpares(0);
+}
+
+void Executor::TrimSpares(size_t coming) {
+  const size_t held = HeldElements() + coming;
+  most_held_ = std::max(most_held_, held);
+  size_t spares = 0;
+  for (const std::vector<float>& v : spare_) spares += v.capacity();
+  while (!spare_.empty() && held + spares > most_held_) {
+    spares -= spare_.front().capacity();
+    spare_.erase(spare_.begin());
+  }
+}
+
+size_t Executor::HeldElements() const {
+  size_t held = carried_ ? carried_->data.capacity() : 0;
+  for (const ReferenceTensor& t : result_->values()) held += t.data.capacity();
+  return held;
 }
 
 Status Executor::CheckProvided() {

@@ -199,8 +199,15 @@ class Executor {
   // MB) cost a page fault each, every time.
   std::vector<float> NewBuffer(size_t n);
   // Keeps the memory of a freed value for NewBuffer (the kSpareBuffers
-  // last ones, of kMinSpareElements or more).
+  // last ones, of kMinSpareElements or more), as far as TrimSpares allows.
   void Recycle(std::vector<float> data);
+  // Drops the oldest spares until the values held, `coming` more elements
+  // and the spares take no more memory than the most the values have held
+  // so far (most_held_, raised to held + coming): spares fill the room the
+  // run's own peak leaves, and never raise it.
+  void TrimSpares(size_t coming);
+  // Elements the values' memory holds now.
+  size_t HeldElements() const;
   static constexpr size_t kSpareBuffers = 4;
   static constexpr size_t kMinSpareElements = size_t{1} << 16;
 
@@ -325,6 +332,7 @@ class Executor {
   std::unique_ptr<ReferenceTensor> carried_;
   std::unordered_set<uint32_t> invariant_;
   std::vector<std::vector<float>> spare_;  // oldest first
+  size_t most_held_ = 0;                   // see TrimSpares
 };
 
 }  // namespace tilec::kernels::executor
