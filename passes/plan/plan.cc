@@ -540,9 +540,6 @@ std::vector<Live> LiveBuffers(const Graph& graph, const Coster& coster,
   return live;
 }
 
-// Sums the live buffers (and an op's scratch) per tile at every step,
-// records each step's peak and the overall peak; returns the peak step, -1
-// if there are no steps.
 // Per-tile byte sums over every tile, FindPeak's inner loops: a batch 8
 // repair evaluates thousands of plans of a thousand steps on 1,472 tiles.
 // Four tiles a vector; integer sums, so every instruction set gives the
@@ -602,6 +599,9 @@ __attribute__((target_clones("avx2", "default"))) int64_t Largest(
   return largest;
 }
 
+// Sums the live buffers (and an op's scratch) per tile at every step,
+// records each step's peak and the overall peak; returns the peak step, -1
+// if there are no steps.
 int FindPeak(int num_ops, const Coster& coster, const std::vector<Live>& live,
              const ProgramSteps& s, Evaluation* e) {
   e->op_peak.assign(num_ops, 0);
