@@ -394,6 +394,15 @@ void Coster::Store(Map Cache::*map, std::string key,
   ((*cache_).*map).emplace(std::move(key), std::move(value));
 }
 
+const std::vector<Recipe>* Coster::CachedCandidates(
+    const std::string& key) const {
+  return Cached(&Cache::candidates, key);
+}
+
+void Coster::StoreCandidates(std::string key, std::vector<Recipe> list) const {
+  Store(&Cache::candidates, std::move(key), std::move(list));
+}
+
 size_t Coster::cached_transfers() const {
   std::shared_lock lock(cache_->mutex);
   return cache_->transfers.size();

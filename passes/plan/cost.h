@@ -166,6 +166,12 @@ class Coster {
   TileBytes BytesPerTile(std::span<const int64_t> shape, int element_bytes,
                          const fb::OwnershipT& ownership) const;
 
+  // An op's candidate recipes (plan::Candidates), kept under a key naming
+  // everything they depend on: quantize-fp8 plans a graph per trial, and
+  // most ops are the same in each.
+  const std::vector<Recipe>* CachedCandidates(const std::string& key) const;
+  void StoreCandidates(std::string key, std::vector<Recipe> list) const;
+
   // Cache sizes, for progress and tests.
   size_t cached_transfers() const;
   size_t cached_prices() const;
@@ -211,6 +217,7 @@ class Coster {
     std::unordered_map<std::string, TileBytes> bytes;
     std::unordered_map<std::string, OpCost> shape_prices;  // by ShapeKeyOf
     std::unordered_map<std::string, passes::TransferCost> phases;  // Phase
+    std::unordered_map<std::string, std::vector<Recipe>> candidates;
     // Held shared to look up, exclusively to add. An entry is never
     // changed or erased, so what a lookup points to stays valid unlocked.
     mutable std::shared_mutex mutex;

@@ -784,6 +784,40 @@ TEST(PlanCandidatesTest, EveryGemmGetsAllThreeStagings) {
   }
 }
 
+// Candidate lists are cached by the coster family under what they depend
+// on: a graph whose up projection runs FP8 gets FP8's list (chunks of 32
+// K), not the one cached for the F16 graph's op of the same shapes (16),
+// and each list is the one a fresh coster makes.
+TEST(PlanCandidatesTest, CachedListsAreAFreshCostersOwn) {
+  auto texts = [](const std::vector<Recipe>& list) {
+    std::vector<std::string> out;
+    for (const Recipe& r : list) out.push_back(r.Text());
+    return out;
+  };
+  fb::ModuleT f16 = Siglip();
+  fb::ModuleT fp8 = Siglip();
+  for (uint32_t id : fp8.ops[1]->operands) {
+    for (auto& v : fp8.values) {
+      if (v->id == id) v->dtype = fb::DType::FP8E4M3;
+    }
+  }
+  const Graph g16 = *Graph::Build(f16);
+  const Graph g8 = *Graph::Build(fp8);
+  const Coster shared = *Coster::Create(*f16.target, {});
+  for (int op : {0, 1}) {
+    SCOPED_TRACE("op " + std::to_string(op));
+    const std::vector<std::string> first = texts(Candidates(g16, shared, op));
+    const std::vector<std::string> again =
+        texts(Candidates(g16, shared.ForAnotherGraph(), op));
+    const std::vector<std::string> other =
+        texts(Candidates(g8, shared.ForAnotherGraph(), op));
+    EXPECT_EQ(again, first);
+    EXPECT_EQ(other,
+              texts(Candidates(g8, *Coster::Create(*f16.target, {}), op)));
+    if (op == 1) EXPECT_NE(other, first);
+  }
+}
+
 // A LayerNorm's candidates include column slices of its rows, priced as
 // passes/core/split_row_plan.h lowers them.
 TEST(PlanCandidatesTest, LayerNormAlsoSplitsItsRows) {

@@ -328,10 +328,56 @@ std::vector<Recipe> LayoutCandidates(const Graph& graph, const Coster& coster,
   return list;
 }
 
-}  // namespace
+// The key of op's candidates in the coster's cache, naming everything
+// GemmCandidates, AttentionCandidates and LayoutCandidates' row-wise lists
+// read: the op's kind, its operands' and result's shapes and dtypes, the
+// GEMM's kernel dtype or the attention grid's fields, and the coster's
+// timing and capacity; nullopt for the other ops (an elementwise op's
+// prices depend on more than shapes).
+std::optional<std::string> CandidatesKey(const Graph& graph,
+                                         const Coster& coster, int op) {
+  const OpNode& node = graph.op(op);
+  std::string key = std::to_string(static_cast<int>(node.kind));
+  switch (node.op_class) {
+    case OpClass::kGemm:
+      key += " gemm in " +
+             std::to_string(static_cast<int>(coster.GemmDType(graph, op)));
+      break;
+    case OpClass::kRowWise:
+      key += " rowwise";
+      break;
+    case OpClass::kAttention: {
+      Recipe unit;
+      unit.kind = fb::RecipeKind::Attention;
+      StatusOr<passes::AttentionGrid> grid = AttentionGridOf(graph, op, unit);
+      if (!grid.ok()) return std::nullopt;
+      const passes::AttentionGrid& g = *grid;
+      key += " attention staged " + std::to_string(node.staged);
+      for (int64_t field :
+           {int64_t{static_cast<int>(g.part)}, int64_t{g.cross}, g.B, g.H, g.Tq,
+            g.Tk, g.D, g.first_image, int64_t{g.m}, int64_t{g.n},
+            int64_t{g.first}, g.rows.extent, g.rows.parts, g.cols.extent,
+            g.cols.parts}) {
+        key += "," + std::to_string(field);
+      }
+      break;
+    }
+    default:
+      return std::nullopt;
+  }
+  auto add_value = [&](int v) {
+    key += " " + ShapeKey(graph.value(v).shape) + "/" +
+           std::to_string(static_cast<int>(graph.value(v).dtype));
+  };
+  for (int v : node.operands) add_value(v);
+  key += " ->";
+  add_value(node.result);
+  return key + " timing " + std::to_string(static_cast<int>(coster.timing())) +
+         " capacity " + std::to_string(coster.capacity());
+}
 
-std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
-                               int op) {
+std::vector<Recipe> UncachedCandidates(const Graph& graph, const Coster& coster,
+                                       int op) {
   switch (graph.op(op).op_class) {
     case OpClass::kGemm:
       return GemmCandidates(graph, coster, op);
@@ -345,6 +391,21 @@ std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
     default:
       return LayoutCandidates(graph, coster, op);
   }
+}
+
+}  // namespace
+
+std::vector<Recipe> Candidates(const Graph& graph, const Coster& coster,
+                               int op) {
+  const std::optional<std::string> key = CandidatesKey(graph, coster, op);
+  if (key) {
+    if (const std::vector<Recipe>* cached = coster.CachedCandidates(*key)) {
+      return *cached;
+    }
+  }
+  std::vector<Recipe> list = UncachedCandidates(graph, coster, op);
+  if (key) coster.StoreCandidates(*key, list);
+  return list;
 }
 
 std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
