@@ -58,6 +58,17 @@ TransferCost TransferBound(const fb::OwnershipT& from, const fb::OwnershipT& to,
 
 }  // namespace
 
+std::string AttentionGridKey(const passes::AttentionGrid& g) {
+  std::string key;
+  for (int64_t field :
+       {int64_t{static_cast<int>(g.part)}, int64_t{g.cross}, g.B, g.H, g.Tq,
+        g.Tk, g.D, g.first_image, int64_t{g.m}, int64_t{g.n}, int64_t{g.first},
+        g.rows.extent, g.rows.parts, g.cols.extent, g.cols.parts}) {
+    key += "," + std::to_string(field);
+  }
+  return key;
+}
+
 std::string ShapeKey(std::span<const int64_t> shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -493,13 +504,7 @@ std::optional<std::string> Coster::ShapeKeyOf(const Graph& graph, int op,
   // probabilities' dtype: every field of each is in the key.
   StatusOr<passes::AttentionGrid> grid = AttentionGridOf(graph, op, recipe);
   if (!grid.ok()) return std::nullopt;
-  const passes::AttentionGrid& g = *grid;
-  for (int64_t field :
-       {int64_t{static_cast<int>(g.part)}, int64_t{g.cross}, g.B, g.H, g.Tq,
-        g.Tk, g.D, g.first_image, int64_t{g.m}, int64_t{g.n}, int64_t{g.first},
-        g.rows.extent, g.rows.parts, g.cols.extent, g.cols.parts}) {
-    key += "," + std::to_string(field);
-  }
+  key += AttentionGridKey(*grid);
   for (int v : node.operands) key += " " + value_key(v);
   return "attention " + key + " staged " + std::to_string(node.staged);
 }

@@ -250,6 +250,8 @@ class Coster {
 };
 
 std::string ShapeKey(std::span<const int64_t> shape);
+// Every field of an attention grid, for cache keys: ",part,cross,B,...".
+std::string AttentionGridKey(const passes::AttentionGrid& g);
 
 }  // namespace tilec::plan
 

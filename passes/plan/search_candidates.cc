@@ -351,15 +351,8 @@ std::optional<std::string> CandidatesKey(const Graph& graph,
       unit.kind = fb::RecipeKind::Attention;
       StatusOr<passes::AttentionGrid> grid = AttentionGridOf(graph, op, unit);
       if (!grid.ok()) return std::nullopt;
-      const passes::AttentionGrid& g = *grid;
-      key += " attention staged " + std::to_string(node.staged);
-      for (int64_t field :
-           {int64_t{static_cast<int>(g.part)}, int64_t{g.cross}, g.B, g.H, g.Tq,
-            g.Tk, g.D, g.first_image, int64_t{g.m}, int64_t{g.n},
-            int64_t{g.first}, g.rows.extent, g.rows.parts, g.cols.extent,
-            g.cols.parts}) {
-        key += "," + std::to_string(field);
-      }
+      key += " attention staged " + std::to_string(node.staged) +
+             AttentionGridKey(*grid);
       break;
     }
     default:
