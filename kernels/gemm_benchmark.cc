@@ -1,10 +1,12 @@
 // Host speed of the GEMM kernel on the per-tile shapes of the SigLIP MLP
 // (the simulator's hot loop) and on the reference executor's whole-layer
-// shapes, and of OpenBLAS on the latter. Run: bazel run -c opt
+// shapes, and of OpenBLAS on the latter; then the host's slower code paths
+// on one shape. Run: bazel run -c opt
 // //kernels:gemm_benchmark (the default build already uses -O2).
 
 #include <chrono>
 #include <cstdio>
+#include <tuple>
 #include <vector>
 
 #include "kernels/blas.h"
@@ -93,5 +95,18 @@ int main() {
   tilec::kernels::BenchBlas(365, 4304, 1152, 1);
   tilec::kernels::BenchBlas(729, 1152, 4304, 2);
   tilec::kernels::BenchBlas(729, 4304, 1152, 2);
+  // The slower code paths on the first shape, each labelled, so a path the
+  // host does not pick by itself stays measured (a path that only the
+  // tests exercise can lose its speed unseen).
+  using tilec::kernels::GemmPath;
+  for (const auto& [path, name, reps] :
+       {std::tuple{GemmPath::kAvx2, "avx2 or slower path:", 300},
+        std::tuple{GemmPath::kPortable, "portable path:", 10}}) {
+    tilec::kernels::UseGemmPathForTesting(path);
+    std::printf("%s ", name);
+    std::fflush(stdout);
+    tilec::kernels::Bench(DType::kFp8E4M3, 82, 192, 160, reps);
+  }
+  tilec::kernels::UseGemmPathForTesting(GemmPath::kFastest);
   return 0;
 }
