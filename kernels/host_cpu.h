@@ -17,6 +17,10 @@ inline bool HostHasAvx2() {
   return has;
 }
 
+// A helper inlined into an AVX2 loop and compiled for AVX2 itself, so its
+// vectors stay YMM registers and are never passed in memory.
+#define TILEC_AVX2_INLINE __attribute__((always_inline, target("avx2"))) inline
+
 // Whether the host has AVX-512F (asked once).
 inline bool HostHasAvx512f() {
   static const bool has = [] {

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "glog/logging.h"
+#include "kernels/host_cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
@@ -351,82 +352,96 @@ __attribute__((target("avx2,f16c"))) size_t Fp8DecodeHardware(
   return i;
 }
 
-// FP8 codes of eight floats at a time for hosts with AVX2: RoundMagnitude
-// and EncodeFp8 in integer lanes, the same operations on the same bits, so
-// every code is EncodeFp8's. Groups holding a float subnormal (which
-// RoundMagnitude normalizes by counting zeros), an infinity or a NaN go
+// Whether any of eight float bit patterns (their absolute values) is a
+// float subnormal, an infinity or a NaN: RoundMagnitude normalizes the
+// first by counting zeros, EncodeFp8 sends the others to fixed codes.
+TILEC_AVX2_INLINE bool AnyNotNormalOrZero(__m256i abs) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i subnormal =
+      _mm256_andnot_si256(_mm256_cmpeq_epi32(abs, zero),
+                          _mm256_cmpeq_epi32(_mm256_srli_epi32(abs, 23), zero));
+  // abs >= infinity, as signed lanes (abs has no sign bit).
+  const __m256i special = _mm256_or_si256(
+      subnormal, _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F7FFFFF)));
+  return !_mm256_testz_si256(special, special);
+}
+
+// RoundMagnitude<kMantBits, kBias> of eight normal floats' absolute bits,
+// operation for operation.
+template <int kMantBits, int kBias>
+TILEC_AVX2_INLINE __m256i RoundMagnitude8(__m256i abs, int scale_exp) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i min_normal = _mm256_set1_epi32(1 - kBias);
+  const __m256i sig =
+      _mm256_or_si256(_mm256_and_si256(abs, _mm256_set1_epi32(0x7FFFFF)),
+                      _mm256_set1_epi32(0x800000));
+  const __m256i exp =
+      _mm256_add_epi32(_mm256_srli_epi32(abs, 23),
+                       _mm256_set1_epi32(ClampScale(scale_exp) - 127));
+  const __m256i denormal_bits =
+      _mm256_max_epi32(_mm256_sub_epi32(min_normal, exp), zero);
+  const __m256i shift = _mm256_min_epi32(
+      _mm256_add_epi32(_mm256_set1_epi32(23 - kMantBits), denormal_bits),
+      _mm256_set1_epi32(25));
+  const __m256i lsb = _mm256_and_si256(_mm256_srlv_epi32(sig, shift), one);
+  const __m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(shift, one));
+  const __m256i q = _mm256_srlv_epi32(
+      _mm256_add_epi32(_mm256_sub_epi32(_mm256_add_epi32(sig, half), one), lsb),
+      shift);
+  const __m256i exp_field_minus_one =
+      _mm256_max_epi32(_mm256_sub_epi32(exp, min_normal), zero);
+  return _mm256_add_epi32(_mm256_slli_epi32(exp_field_minus_one, kMantBits), q);
+}
+
+// The low byte of each of eight 32-bit lanes, in order, at dst[0, 8).
+TILEC_AVX2_INLINE void StoreLowBytes(__m256i lanes, uint8_t* dst) {
+  const __m256i low_bytes = _mm256_setr_epi8(
+      0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
+      0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i packed = _mm256_shuffle_epi8(lanes, low_bytes);
+  const uint32_t lo =
+      static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(packed)));
+  const uint32_t hi = static_cast<uint32_t>(
+      _mm_cvtsi128_si32(_mm256_extracti128_si256(packed, 1)));
+  std::memcpy(dst, &lo, 4);
+  std::memcpy(dst + 4, &hi, 4);
+}
+
+// FP8 codes of eight floats at a time for hosts with AVX2: EncodeFp8 in
+// integer lanes, the same operations on the same bits, so every code is
+// EncodeFp8's. Groups holding a float subnormal, an infinity or a NaN go
 // through EncodeFp8. Returns how many leading elements it encoded (a
 // multiple of 8).
 template <typename Traits>
 __attribute__((target("avx2"))) size_t Fp8EncodeHardware(
     const float* src, size_t n, int scale_exp, Saturation sat, uint8_t* dst) {
-  constexpr int kMinNormalExp = 1 - Traits::kBias;
   const __m256i overflow =
       _mm256_set1_epi32(sat == Saturation::kSaturate ? Traits::kMaxCode
                                                      : Traits::kNonSatOverflow);
-  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-  const __m256i infinity = _mm256_set1_epi32(0x7F800000);
-  const __m256i zero = _mm256_setzero_si256();
-  const __m256i one = _mm256_set1_epi32(1);
-  // exp + scale, less the float bias: exp_field + exp_offset.
-  const __m256i exp_offset = _mm256_set1_epi32(ClampScale(scale_exp) - 127);
-  const __m256i min_normal = _mm256_set1_epi32(kMinNormalExp);
-  const __m256i base_shift = _mm256_set1_epi32(23 - Traits::kMantBits);
-  const __m256i max_shift = _mm256_set1_epi32(25);
-  const __m256i max_code = _mm256_set1_epi32(Traits::kMaxCode);
-  // The low byte of each 32-bit lane, in order, to the low 8 bytes.
-  const __m256i low_bytes = _mm256_setr_epi8(
-      0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
-      0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256i bits =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    const __m256i abs = _mm256_and_si256(bits, abs_mask);
-    const __m256i exp_field = _mm256_srli_epi32(abs, 23);
-    const __m256i is_zero = _mm256_cmpeq_epi32(abs, zero);
-    const __m256i subnormal =
-        _mm256_andnot_si256(is_zero, _mm256_cmpeq_epi32(exp_field, zero));
-    // abs >= infinity, as signed lanes (abs has no sign bit).
-    const __m256i special = _mm256_or_si256(
-        subnormal, _mm256_cmpgt_epi32(abs, _mm256_sub_epi32(infinity, one)));
-    if (!_mm256_testz_si256(special, special)) {
+    const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
+    if (AnyNotNormalOrZero(abs)) {
       for (size_t j = i; j < i + 8; ++j) {
         dst[j] = EncodeFp8<Traits>(src[j], scale_exp, sat);
       }
       continue;
     }
-    const __m256i sig =
-        _mm256_or_si256(_mm256_and_si256(abs, _mm256_set1_epi32(0x7FFFFF)),
-                        _mm256_set1_epi32(0x800000));
-    const __m256i exp = _mm256_add_epi32(exp_field, exp_offset);
-    const __m256i denormal_bits =
-        _mm256_max_epi32(_mm256_sub_epi32(min_normal, exp), zero);
-    const __m256i shift = _mm256_min_epi32(
-        _mm256_add_epi32(base_shift, denormal_bits), max_shift);
-    const __m256i lsb = _mm256_and_si256(_mm256_srlv_epi32(sig, shift), one);
-    const __m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(shift, one));
-    const __m256i q = _mm256_srlv_epi32(
-        _mm256_add_epi32(_mm256_sub_epi32(_mm256_add_epi32(sig, half), one),
-                         lsb),
-        shift);
-    const __m256i exp_field_minus_one =
-        _mm256_max_epi32(_mm256_sub_epi32(exp, min_normal), zero);
-    const __m256i mag = _mm256_add_epi32(
-        _mm256_slli_epi32(exp_field_minus_one, Traits::kMantBits), q);
-    // mag > kMaxCode, unsigned: mag is below 2^31 here.
-    __m256i code =
-        _mm256_blendv_epi8(mag, overflow, _mm256_cmpgt_epi32(mag, max_code));
-    code = _mm256_andnot_si256(is_zero, code);
+    const __m256i mag =
+        RoundMagnitude8<Traits::kMantBits, Traits::kBias>(abs, scale_exp);
+    // mag > kMaxCode (unsigned; mag is below 2^31 here) overflows; zeros
+    // keep only their sign.
+    __m256i code = _mm256_blendv_epi8(
+        mag, overflow,
+        _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(Traits::kMaxCode)));
+    code = _mm256_andnot_si256(_mm256_cmpeq_epi32(abs, _mm256_setzero_si256()),
+                               code);
     code = _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi32(bits, 24),
                                                   _mm256_set1_epi32(0x80)));
-    const __m256i packed = _mm256_shuffle_epi8(code, low_bytes);
-    const uint32_t lo = static_cast<uint32_t>(
-        _mm_cvtsi128_si32(_mm256_castsi256_si128(packed)));
-    const uint32_t hi = static_cast<uint32_t>(
-        _mm_cvtsi128_si32(_mm256_extracti128_si256(packed, 1)));
-    std::memcpy(dst + i, &lo, 4);
-    std::memcpy(dst + i + 4, &hi, 4);
+    StoreLowBytes(code, dst + i);
   }
   return i;
 }

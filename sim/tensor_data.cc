@@ -268,9 +268,7 @@ typedef int64_t Masks __attribute__((vector_size(32)));
 typedef float Floats __attribute__((vector_size(16)));
 constexpr int kLanes = 4;
 
-// Helpers inlined into the AVX2 loops below, compiled for AVX2 themselves
-// (their vectors are YMM registers, never passed in memory).
-#define TILEC_AVX2_INLINE __attribute__((always_inline, target("avx2"))) inline
+// Helpers inlined into the AVX2 loops below (TILEC_AVX2_INLINE).
 
 TILEC_AVX2_INLINE Doubles Splat(double x) { return Doubles{x, x, x, x}; }
 TILEC_AVX2_INLINE Words SplatWord(uint64_t x) { return Words{x, x, x, x}; }
