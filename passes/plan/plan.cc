@@ -547,13 +547,15 @@ std::vector<Live> LiveBuffers(const Graph& graph, const Coster& coster,
 // it) does the four in one instruction.
 typedef int64_t Int64x4 __attribute__((vector_size(32)));
 
-inline Int64x4 Load4(const int64_t* p) {
+[[gnu::always_inline]] inline Int64x4 Load4(const int64_t* p) {
   Int64x4 v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
-inline void Store4(int64_t* p, Int64x4 v) { std::memcpy(p, &v, sizeof(v)); }
+[[gnu::always_inline]] inline void Store4(int64_t* p, Int64x4 v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 
 // to[t] += count * bytes[t].
 __attribute__((target_clones("avx2", "default"))) void AddTimes(
