@@ -192,7 +192,9 @@ lower_and_report() {
       id = $0; sub(/.*"lowered \(/, "", id); sub(/\).*/, "", id)
       a = $0; sub(/.* cycles [0-9]+ -> /, "", a); sub(/ .*/, "", a); alone[id] = a }
     file == 3 && /^ops \(/ { on = 1; next }
-    file == 3 && on && /^ *[0-9]+ / { sim[$1] = $4 }
+    # The column headed "total", wherever the report puts it.
+    file == 3 && on && $1 == "op" { for (c = 1; c <= NF; c++) if ($c == "total") col = c; next }
+    file == 3 && on && /^ *[0-9]+ / { sim[$1] = $col }
     file == 3 && on && /^$/ { on = 0 }
     END {
       printf "%s: %s: %4s %-40s %9s %9s %9s %6s\n", bench, n, "op", "name", "estimate", "alone", "simulated", "ratio"
