@@ -1192,9 +1192,10 @@ std::string SearchWithThreads(const Fixture& f, int threads, int64_t attempts,
   return SearchOutput(f, resumed);
 }
 
-// The threads only rank proposals: decisions, their order, the RNG and the
-// checkpoint are those of one thread, byte for byte, with and without
-// rejections and across a checkpoint.
+// The threads price the greedy plan's options and rank proposals:
+// decisions, their order, the RNG and the checkpoint are those of one
+// thread, byte for byte, with and without rejections and across a
+// checkpoint.
 TEST(PlanSearchTest, ThreadCountChangesNoOutputByte) {
   Fixture small(Small());
   Fixture layer(Model("tiny", "siglip-so400m-384", TinyOverrides(17, 4),

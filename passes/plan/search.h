@@ -14,6 +14,7 @@
 #include <optional>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -175,6 +176,10 @@ class Search {
                                         const Coster& bounds)>;
   void OnThreads(size_t count, const ThreadWork& run);
   Status Greedy(std::vector<fb::DecisionT>* decisions);
+  StatusOr<std::vector<int64_t>> OptionCycles(int op,
+                                              const std::vector<Recipe>& options,
+                                              std::span<const size_t> which,
+                                              bool bounds);
   StatusOr<std::pair<int64_t, size_t>> CheapestOption(
       int op, const std::vector<Recipe>& options);
   Plan WithRecipe(int op, const Recipe& recipe) const;

@@ -5,8 +5,10 @@
 #include "passes/plan/search.h"
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -159,33 +161,71 @@ Plan Search::WithRecipe(int op, const Recipe& recipe) const {
   return trial;
 }
 
+// The cycles up to `op` with each option `which` names in its place,
+// priced on options_.threads: at each thread's lower bounds if `bounds`,
+// else by each thread's schedule.
+StatusOr<std::vector<int64_t>> Search::OptionCycles(
+    int op, const std::vector<Recipe>& options, std::span<const size_t> which,
+    bool bounds) {
+  std::vector<int64_t> cycles(which.size(), 0);
+  std::vector<Status> failed(which.size(), Status::Ok());
+  OnThreads(which.size(), [&](size_t, size_t k, const Coster& scheduled,
+                              const Coster& bound) {
+    StatusOr<Evaluation> e =
+        Evaluate(graph_, bounds ? bound : scheduled,
+                 WithRecipe(op, options[which[k]]), EvalMode::kCyclesOnly, op);
+    if (!e.ok()) {
+      failed[k] = e.status();
+      return;
+    }
+    cycles[k] = e->total_cycles;
+  });
+  // The first failure in `which`'s order, whichever thread met it.
+  for (const Status& s : failed) TILEC_RETURN_IF_ERROR(s);
+  return cycles;
+}
+
 // The first of the options giving the fewest cycles up to `op`, and those
-// cycles. Each is first priced at its lower bound (bounds_), then by its
-// schedule in order of those bounds; one whose bound cannot beat the best
-// found so far (or, equal to it, comes later in `options`) is never
-// scheduled. The same choice as pricing every
-// option by its schedule, without scheduling most of them.
+// cycles. Each is first priced at its lower bound, then by its schedule in
+// order of those bounds; one whose bound cannot beat the best found so far
+// (or, equal to it, comes later in `options`) is never scheduled. That is
+// the choice pricing every option by its schedule would make, whatever
+// each bound is as long as it is one, and however many are scheduled
+// beyond those needed: so the threads price the bounds with costers of
+// their own (tighter or looser where their caches differ), and schedule
+// the next options not ruled out one a thread at a time.
 StatusOr<std::pair<int64_t, size_t>> Search::CheapestOption(
     int op, const std::vector<Recipe>& options) {
+  std::vector<size_t> all(options.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  StatusOr<std::vector<int64_t>> bounds =
+      OptionCycles(op, options, all, /*bounds=*/true);
+  if (!bounds.ok()) return bounds.status();
   std::vector<std::pair<int64_t, size_t>> bounded;  // (lower bound, index)
   for (size_t i = 0; i < options.size(); ++i) {
-    StatusOr<Evaluation> e = Evaluate(graph_, bounds_, WithRecipe(op, options[i]),
-                                      EvalMode::kCyclesOnly, op);
-    if (!e.ok()) return e.status();
-    bounded.emplace_back(e->total_cycles, i);
+    bounded.emplace_back((*bounds)[i], i);
   }
   std::sort(bounded.begin(), bounded.end());
+  const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
   std::optional<std::pair<int64_t, size_t>> best;  // (cycles, index)
-  for (const auto& [bound, i] : bounded) {
-    if (best && std::pair(bound, i) > *best) {
-      if (bound > best->first) break;  // and so is every later bound
-      continue;
+  bool ruled_out = false;  // every option from `next` on
+  for (size_t next = 0; !ruled_out && next < bounded.size();) {
+    std::vector<size_t> batch;
+    for (; next < bounded.size() && batch.size() < threads; ++next) {
+      const auto& [bound, i] = bounded[next];
+      if (best && std::pair(bound, i) > *best) {
+        ruled_out = bound > best->first;  // and so is every later bound
+        if (ruled_out) break;
+        continue;
+      }
+      batch.push_back(i);
     }
-    StatusOr<Evaluation> e = Evaluate(graph_, coster_, WithRecipe(op, options[i]),
-                                      EvalMode::kCyclesOnly, op);
-    if (!e.ok()) return e.status();
-    if (!best || std::pair(e->total_cycles, i) < *best) {
-      best = std::pair(e->total_cycles, i);
+    StatusOr<std::vector<int64_t>> cycles =
+        OptionCycles(op, options, batch, /*bounds=*/false);
+    if (!cycles.ok()) return cycles.status();
+    for (size_t k = 0; k < batch.size(); ++k) {
+      const std::pair<int64_t, size_t> priced((*cycles)[k], batch[k]);
+      if (!best || priced < *best) best = priced;
     }
   }
   return *best;
