@@ -6,6 +6,7 @@
 #include "kernels/exchange_schedule.h"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <string>
 #include <vector>
@@ -139,6 +140,54 @@ bool PhaseTraffic::operator==(const PhaseTraffic& other) const {
          piece_senders_ == other.piece_senders_ &&
          piece_first_receiver_ == other.piece_first_receiver_ &&
          piece_receiver_count_ == other.piece_receiver_count_;
+}
+
+std::pair<uint64_t, uint64_t> PhaseTraffic::Digest() const {
+  // Two lanes with different multipliers and mixing, each finished with
+  // splitmix64's avalanche; every vector's length goes in before its
+  // elements, so no two different field lists feed the same words.
+  uint64_t a = 0x243F6A8885A308D3u, b = 0x13198A2E03707344u;
+  auto add = [&a, &b](uint64_t v) {
+    a = (a ^ v) * 0x9E3779B97F4A7C15u;
+    a ^= a >> 29;
+    b = std::rotl(b + v, 23) * 0xC2B2AE3D27D4EB4Fu;
+  };
+  auto finish = [](uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9u;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBu;
+    return x ^ (x >> 31);
+  };
+  for (int64_t v : {int64_t{model_.tiles}, int64_t{model_.bytes_per_cycle},
+                    int64_t{model_.fragment_cycles},
+                    int64_t{model_.sync_cycles}, int64_t{model_.latency},
+                    int64_t{model_.latency_per_row},
+                    int64_t{model_.tiles_per_row}, model_.max_packet_words}) {
+    add(static_cast<uint64_t>(v));
+  }
+  add(packets_.size());
+  for (const Packet& p : packets_) {
+    add(static_cast<uint64_t>(p.sender));
+    add(p.first_receiver);
+    add(p.receiver_count);
+    add(static_cast<uint64_t>(p.words));
+    add(p.piece);
+  }
+  add(pieces_.size());
+  for (const Piece& p : pieces_) {
+    add(p.transfer);
+    add(p.row);
+    add(static_cast<uint64_t>(p.bytes));
+    add(p.op);
+  }
+  for (const auto* ints : {&receivers_, &piece_senders_}) {
+    add(ints->size());
+    for (int v : *ints) add(static_cast<uint64_t>(v));
+  }
+  for (const auto* ints : {&piece_first_receiver_, &piece_receiver_count_}) {
+    add(ints->size());
+    for (uint32_t v : *ints) add(v);
+  }
+  return {finish(a), finish(b)};
 }
 
 int64_t PhaseTraffic::EndpointBound() const {

@@ -751,6 +751,50 @@ TEST(ExchangeSchedule, VariedPhasesKeepTheirSchedules) {
   }
 }
 
+// Every tile's `words` words to every other tile (an all-gather, the
+// planner's costliest kind of phase to schedule), but tile 0 sends
+// `first_words` and not to tile `skip` (none if -1).
+PhaseTraffic AllGather(int tiles, int64_t words, int64_t first_words,
+                       int skip = -1) {
+  PhaseTraffic traffic(Model(tiles));
+  for (int sender = 0; sender < tiles; ++sender) {
+    std::vector<int> to;
+    for (int r = 0; r < tiles; ++r) {
+      if (r != sender && !(sender == 0 && r == skip)) to.push_back(r);
+    }
+    const int64_t w = sender == 0 ? first_words : words;
+    traffic.AddPiece(sender, to, 4 * w, w, sender, 0);
+  }
+  return traffic;
+}
+
+// Large phases' planned lengths are remembered by their digest: the same
+// traffic gets the length it was planned with, and traffic differing in
+// one packet's length or in which tile one packet skips gets its own.
+TEST(ExchangeSchedule, PlannedLengthsAreRememberedByContent) {
+  const PhaseTraffic base = AllGather(160, 1, 1);
+  const PhaseTraffic longer = AllGather(160, 1, 400);
+  const PhaseTraffic skip_last = AllGather(160, 1, 1, 159);
+  const PhaseTraffic skip_other = AllGather(160, 1, 1, 158);
+  int64_t work = 0;
+  for (const auto& p : base.packets()) work += 1 + p.receiver_count;
+  ASSERT_GE(work, kMemoPlanningWork);
+  EXPECT_EQ(base.Digest(), AllGather(160, 1, 1).Digest());
+  EXPECT_NE(base.Digest(), longer.Digest());
+  EXPECT_NE(base.Digest(), skip_last.Digest());
+  EXPECT_NE(skip_last.Digest(), skip_other.Digest());
+  auto scheduled = [](const PhaseTraffic& t) {
+    return static_cast<int64_t>(SchedulePhase(t).length);
+  };
+  const int64_t planned = PlannedPhaseLength(base);
+  EXPECT_EQ(planned, scheduled(base));
+  EXPECT_EQ(PlannedPhaseLength(AllGather(160, 1, 1)), planned);
+  EXPECT_GT(scheduled(longer), planned);
+  for (const PhaseTraffic* t : {&longer, &skip_last, &skip_other}) {
+    EXPECT_EQ(PlannedPhaseLength(*t), scheduled(*t));
+  }
+}
+
 TEST(ExchangeSchedule, CodeBytesFollowTheByteModel) {
   fb::TargetT target;
   ASSERT_TRUE(ir::LoadTarget("ipu21", &target).ok());

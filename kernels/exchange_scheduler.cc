@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -20,6 +21,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -1217,6 +1219,13 @@ Tried TryOrder(const PhaseTraffic& traffic,
 // thread's start would cost more than it saves.
 constexpr int64_t kParallelScheduleWork = 4096;
 
+// A phase's packets and packet-receiver pairs: what scheduling it costs.
+int64_t ScheduleWork(const PhaseTraffic& traffic) {
+  int64_t work = 0;
+  for (const auto& p : traffic.packets()) work += 1 + p.receiver_count;
+  return work;
+}
+
 // The shortest schedule of the orders (the first of equals), recorded if
 // `record`: every order records its starts as it goes, which costs less
 // than placing the packets once more in the order found. The orders are
@@ -1246,9 +1255,7 @@ Tried ShortestOrder(const PhaseTraffic& traffic,
       dropped = std::move(tried);
     }
   };
-  int64_t work = 0;
-  for (const auto& p : traffic.packets()) work += 1 + p.receiver_count;
-  if (work >= kParallelScheduleWork) {
+  if (ScheduleWork(traffic) >= kParallelScheduleWork) {
     std::thread thread(try_in_turn);
     try_in_turn();
     thread.join();
@@ -1361,6 +1368,71 @@ ScheduleFigures FiguresOfStarts(const PhaseTraffic& traffic,
   return figures;
 }
 
+namespace {
+
+// PlannedPhaseLength's lengths of large phases, by PhaseTraffic::Digest.
+// One thread schedules a phase; another that needs the same one meanwhile
+// waits for it (its cores are better spent on the first one's orders).
+class PlannedLengths {
+ public:
+  using Digest = std::pair<uint64_t, uint64_t>;
+
+  int64_t Get(const Digest& digest, const std::function<int64_t()>& schedule) {
+    std::unique_lock lock(mutex_);
+    auto [it, claimed] = entries_.try_emplace(digest);
+    Entry* entry = &it->second;  // stays valid as others are added
+    if (!claimed) {
+      done_.wait(lock, [entry] { return entry->state != State::kPending; });
+      if (entry->state == State::kKnown) return entry->length;
+      lock.unlock();  // the thread that claimed it failed: schedule here
+      return schedule();
+    }
+    lock.unlock();
+    int64_t length = 0;
+    try {
+      length = schedule();
+    } catch (...) {
+      Settle(entry, State::kFailed, 0);
+      throw;
+    }
+    Settle(entry, State::kKnown, length);
+    return length;
+  }
+
+ private:
+  enum class State { kPending, kKnown, kFailed };
+  struct Entry {
+    State state = State::kPending;
+    int64_t length = 0;
+  };
+  struct Hash {
+    size_t operator()(const Digest& d) const {
+      return static_cast<size_t>(d.first);
+    }
+  };
+
+  void Settle(Entry* entry, State state, int64_t length) {
+    {
+      std::lock_guard lock(mutex_);
+      entry->state = state;
+      entry->length = length;
+    }
+    done_.notify_all();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::unordered_map<Digest, Entry, Hash> entries_;
+};
+
+int64_t ShortestLength(const PhaseTraffic& traffic) {
+  return *ShortestOrder(traffic, PacketPriorities(traffic), /*record=*/false,
+                        /*receiver_unions=*/true)
+              .length;
+}
+
+}  // namespace
+
 int64_t PlannedPhaseLength(const PhaseTraffic& traffic) {
   if (traffic.empty()) return 0;
   const ExchangeModel& model = traffic.model();
@@ -1368,9 +1440,10 @@ int64_t PlannedPhaseLength(const PhaseTraffic& traffic) {
     return traffic.EndpointBound() + model.IssueWidth(fb::ControlKind::Send) +
            model.RouteLatency(model.tiles - 1);
   }
-  return *ShortestOrder(traffic, PacketPriorities(traffic), /*record=*/false,
-                        /*receiver_unions=*/true)
-              .length;
+  if (ScheduleWork(traffic) < kMemoPlanningWork) return ShortestLength(traffic);
+  static PlannedLengths* const memo = new PlannedLengths;
+  return memo->Get(traffic.Digest(),
+                   [&traffic] { return ShortestLength(traffic); });
 }
 
 }  // namespace tilec::kernels
