@@ -3,8 +3,13 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "formats/basics.h"
 #include "formats/print.h"
@@ -409,12 +414,10 @@ class Fuser {
       if (!base.ok()) return base.status();
       VLOG(1) << "plan: " << base->total_cycles << " cycles, peak "
               << base->peak_bytes << " B";
-      std::vector<Priced> priced;
-      for (const auto& [region, why] : RegionCandidates(pg->module)) {
-        StatusOr<Priced> p = Price(*pg, *graph, *base, region, why);
-        if (!p.ok()) return p.status();
-        priced.push_back(std::move(*p));
-      }
+      StatusOr<std::vector<Priced>> priced_or =
+          PriceAll(*pg, *graph, *base, RegionCandidates(pg->module));
+      if (!priced_or.ok()) return priced_or.status();
+      std::vector<Priced>& priced = *priced_or;
       // The largest saving first (XLA's priority fusion), then program
       // order for ties.
       Priced* chosen = nullptr;
@@ -444,9 +447,40 @@ class Fuser {
   }
 
  private:
+  // Each candidate priced (Price) on options_.threads threads, in the
+  // candidates' order. A candidate's price depends on nothing another
+  // computes (its own graph and coster; the family caches only hold what
+  // any thread would compute), so the result is one thread's.
+  StatusOr<std::vector<Priced>> PriceAll(
+      const PlannedGraph& pg, const plan::Graph& graph,
+      const plan::Evaluation& base,
+      const std::vector<std::pair<Region, std::string>>& candidates) const {
+    std::vector<StatusOr<Priced>> priced(candidates.size(),
+                                         Status::Internal("not priced"));
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i; (i = next++) < candidates.size();) {
+        priced[i] = Price(pg, graph, base, candidates[i].first,
+                          candidates[i].second);
+      }
+    };
+    std::vector<std::thread> helpers;
+    const size_t threads = std::min<size_t>(
+        static_cast<size_t>(std::max(1, options_.threads)), candidates.size());
+    for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+    work();
+    for (std::thread& h : helpers) h.join();
+    std::vector<Priced> out;
+    for (StatusOr<Priced>& p : priced) {
+      if (!p.ok()) return p.status();
+      out.push_back(std::move(*p));
+    }
+    return out;
+  }
+
   StatusOr<Priced> Price(const PlannedGraph& pg, const plan::Graph& graph,
                          const plan::Evaluation& base, const Region& region,
-                         const std::string& why) {
+                         const std::string& why) const {
     // `graph` is the plan before this region: the other ops' recipes are
     // carried over by id.
     Priced out;

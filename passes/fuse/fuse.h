@@ -74,6 +74,9 @@ struct FuseOptions {
   bool producer_owners = true;
   bool consumer_owners = true;
   bool proposals = true;
+  // Threads pricing a round's candidate regions; the output is the same
+  // bytes on any count.
+  int threads = 2;
 };
 
 class FuseElementwisePass : public passes::Pass {

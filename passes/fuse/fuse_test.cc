@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "formats/ir.h"
 #include "formats/print.h"
@@ -366,6 +367,25 @@ TEST(FuseElementwiseTest, GeneralStepsFuseAndArePricedAsTheirKernels) {
     priced |= d.reason.find("bias_add+binary_row") != std::string::npos;
   }
   EXPECT_TRUE(priced);
+}
+
+// A round's candidate regions are priced on the threads: the module and
+// every decision (one fusion, three refusals in candidate order on this
+// layer) are those of one thread.
+TEST(FuseElementwiseTest, ThreadCountChangesNoOutputByte) {
+  const fb::ModuleT planned = Planned(lower::testing::Import(
+      "vit-b16-224", "layer", "tiny", 64, 96, 384, 3));
+  std::vector<std::string> bytes;
+  for (int threads : {1, 2, 3}) {
+    FuseOptions options;
+    options.threads = threads;
+    Fused fused = RunFuse(planned, options);
+    EXPECT_TRUE(fused.changed);
+    bytes.emplace_back();
+    ASSERT_TRUE(ir::SerializeModule(fused.module, "test", &bytes.back()).ok());
+  }
+  EXPECT_EQ(bytes[1], bytes[0]);
+  EXPECT_EQ(bytes[2], bytes[0]);
 }
 
 TEST(FuseElementwiseTest, RefusesStagesOtherThanPlanned) {
