@@ -7,6 +7,11 @@
 
 namespace tilec::kernels {
 
+// The code paths of such a caller: the fastest the host runs, else at most
+// AVX2, else the portable loop. Tests pick a slower one where the host has
+// a faster, to check that every path gives the same bits.
+enum class SimdPath { kFastest, kAvx2, kPortable };
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // Whether the host has AVX2 (asked once).
 inline bool HostHasAvx2() {
@@ -26,6 +31,17 @@ inline bool HostHasAvx512f() {
   static const bool has = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+}
+
+// Whether it has AVX-512F and AVX-512DQ (64-bit integer products), asked
+// once.
+inline bool HostHasAvx512dq() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0 &&
+           __builtin_cpu_supports("avx512dq") != 0;
   }();
   return has;
 }

@@ -40,6 +40,7 @@
 #include "formats/tilec_generated.h"
 #include "kernels/cost.h"
 #include "kernels/fb_dtype.h"
+#include "kernels/host_cpu.h"
 #include "kernels/numerics.h"
 #include "kernels/status.h"
 
@@ -122,7 +123,7 @@ StatusOr<std::string_view> GemmKernelName(DType a_dtype);
 // bits. Tests limit the choice to a slower path where the host has a
 // faster one, and set kFastest to go back to choosing. Not for use while
 // GEMMs are running.
-enum class GemmPath { kFastest, kAvx2, kPortable };
+using GemmPath = SimdPath;
 void UseGemmPathForTesting(GemmPath path);
 StatusOr<int64_t> GemmCycles(const CostModel& model, DType a_dtype, int64_t m,
                              int64_t k, int64_t n);

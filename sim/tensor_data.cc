@@ -9,6 +9,7 @@
 #include <limits>
 #include <thread>
 
+
 #include "formats/basics.h"
 #include "formats/ir.h"
 #include "kernels/fb_dtype.h"
@@ -255,31 +256,64 @@ void GenerateRangeScalar(const fb::WeightInitT& init, uint64_t key,
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TILEC_GENERATE_AVX2 1
+#define TILEC_GENERATE_VECTORS 1
 
-// The scalar generator four lanes at a time (GCC vector extensions under
-// AVX2, no FMA): the same IEEE operations on the same operands in the same
-// order, so every lane rounds exactly as GenerateRangeScalar does; integer
-// steps are exact either way. Conversions between integers and doubles go
-// through exact bit tricks, since AVX2 has no 64-bit ones.
-typedef double Doubles __attribute__((vector_size(32)));
-typedef uint64_t Words __attribute__((vector_size(32)));
-typedef int64_t Masks __attribute__((vector_size(32)));
-typedef float Floats __attribute__((vector_size(16)));
-constexpr int kLanes = 4;
+// The scalar generator several lanes at a time (GCC vector extensions, no
+// FMA): the same IEEE operations on the same operands in the same order, so
+// every lane rounds exactly as GenerateRangeScalar does; integer steps are
+// exact either way. Conversions between integers and doubles go through
+// exact bit tricks, since AVX2 has no 64-bit ones. Written once over the
+// lane count: four lanes under AVX2, eight under AVX-512 (whose DQ
+// extension multiplies 64-bit integers, Mix64's two products, in one
+// instruction instead of AVX2's three).
+// The eight-lane helpers take and return ZMM-sized vectors while compiled
+// for AVX2 (so that the four-lane loop can share them); they are always
+// inlined into the AVX-512 loop, so no call passes one by an ABI. (GCC
+// warns where it instantiates them, at the end of the file: the warning
+// stays off from here on.)
+#pragma GCC diagnostic ignored "-Wpsabi"
 
-// Helpers inlined into the AVX2 loops below (TILEC_AVX2_INLINE).
+struct FourLanes {
+  static constexpr int kCount = 4;
+  typedef double Doubles __attribute__((vector_size(32)));
+  typedef uint64_t Words __attribute__((vector_size(32)));
+  typedef int64_t Masks __attribute__((vector_size(32)));
+  typedef float Floats __attribute__((vector_size(16)));
+};
+struct EightLanes {
+  static constexpr int kCount = 8;
+  typedef double Doubles __attribute__((vector_size(64)));
+  typedef uint64_t Words __attribute__((vector_size(64)));
+  typedef int64_t Masks __attribute__((vector_size(64)));
+  typedef float Floats __attribute__((vector_size(32)));
+};
 
-TILEC_AVX2_INLINE Doubles Splat(double x) { return Doubles{x, x, x, x}; }
-TILEC_AVX2_INLINE Words SplatWord(uint64_t x) { return Words{x, x, x, x}; }
-TILEC_AVX2_INLINE Doubles AsDoubles(Words w) {
-  return reinterpret_cast<Doubles>(w);
+// Helpers inlined into the vector loops below (TILEC_AVX2_INLINE: compiled
+// as AVX2 at least, as AVX-512 inside the AVX-512 loops).
+
+template <typename L>
+TILEC_AVX2_INLINE typename L::Doubles Splat(double x) {
+  typename L::Doubles v;
+  for (int l = 0; l < L::kCount; ++l) v[l] = x;
+  return v;
 }
-TILEC_AVX2_INLINE Words AsWords(Doubles d) {
-  return reinterpret_cast<Words>(d);
+template <typename L>
+TILEC_AVX2_INLINE typename L::Words SplatWord(uint64_t x) {
+  typename L::Words v;
+  for (int l = 0; l < L::kCount; ++l) v[l] = x;
+  return v;
+}
+template <typename L>
+TILEC_AVX2_INLINE typename L::Doubles AsDoubles(typename L::Words w) {
+  return reinterpret_cast<typename L::Doubles>(w);
+}
+template <typename L>
+TILEC_AVX2_INLINE typename L::Words AsWords(typename L::Doubles d) {
+  return reinterpret_cast<typename L::Words>(d);
 }
 
-TILEC_AVX2_INLINE Words Mix64(Words z) {
+template <typename L>
+TILEC_AVX2_INLINE typename L::Words Mix64(typename L::Words z) {
   z = (z ^ (z >> 30)) * kMixMultiplier1;
   z = (z ^ (z >> 27)) * kMixMultiplier2;
   return z ^ (z >> 31);
@@ -288,93 +322,123 @@ TILEC_AVX2_INLINE Words Mix64(Words z) {
 // An integer below 2^53 as a double, exactly: its two halves below 2^32
 // each become 2^52 + half by their bits, and the sum of the exact halves
 // is exact.
-TILEC_AVX2_INLINE Doubles ToDouble53(Words x) {
-  const Words two52 = SplatWord(0x4330000000000000ULL);
-  const Doubles high = AsDoubles((x >> 32) | two52) - Splat(0x1.0p52);
-  const Doubles low =
-      AsDoubles((x & SplatWord(0xFFFFFFFFULL)) | two52) - Splat(0x1.0p52);
-  return high * Splat(0x1.0p32) + low;
+template <typename L>
+TILEC_AVX2_INLINE typename L::Doubles ToDouble53(typename L::Words x) {
+  const typename L::Words two52 = SplatWord<L>(0x4330000000000000ULL);
+  const typename L::Doubles high =
+      AsDoubles<L>((x >> 32) | two52) - Splat<L>(0x1.0p52);
+  const typename L::Doubles low =
+      AsDoubles<L>((x & SplatWord<L>(0xFFFFFFFFULL)) | two52) -
+      Splat<L>(0x1.0p52);
+  return high * Splat<L>(0x1.0p32) + low;
 }
 // A small signed integer (|x| < 2^51) as a double, exactly.
-TILEC_AVX2_INLINE Doubles SmallToDouble(Masks x) {
-  const Words biased =
-      reinterpret_cast<Words>(x) + SplatWord(0x4338000000000000ULL);
-  return AsDoubles(biased) - Splat(0x1.8p52);
+template <typename L>
+TILEC_AVX2_INLINE typename L::Doubles SmallToDouble(typename L::Masks x) {
+  const typename L::Words biased = reinterpret_cast<typename L::Words>(x) +
+                                   SplatWord<L>(0x4338000000000000ULL);
+  return AsDoubles<L>(biased) - Splat<L>(0x1.8p52);
 }
 
 // Log above, lane by lane.
-TILEC_AVX2_INLINE Doubles LogLanes(Doubles x) {
+template <typename L>
+TILEC_AVX2_INLINE typename L::Doubles LogLanes(typename L::Doubles x) {
+  using Doubles = typename L::Doubles;
+  using Words = typename L::Words;
+  using Masks = typename L::Masks;
   constexpr uint64_t kExponentField = uint64_t{0x7FF} << 52;
-  const Words bits = AsWords(x);
+  const Words bits = AsWords<L>(x);
   Masks e = reinterpret_cast<Masks>(bits >> 52) - 1022;
-  Doubles m = AsDoubles((bits & ~kExponentField) | (uint64_t{1022} << 52));
-  const Masks low = m < Splat(kSqrtHalf);  // -1 where true
-  m = AsDoubles(AsWords(m) +
-                (reinterpret_cast<Words>(low) & (uint64_t{1} << 52)));
+  Doubles m = AsDoubles<L>((bits & ~kExponentField) | (uint64_t{1022} << 52));
+  const Masks low = m < Splat<L>(kSqrtHalf);  // -1 where true
+  m = AsDoubles<L>(AsWords<L>(m) +
+                   (reinterpret_cast<Words>(low) & (uint64_t{1} << 52)));
   e += low;
   const Doubles s = (m - 1.0) / (m + 1.0);
   const Doubles s2 = s * s;
-  Doubles series = Splat(kInv[23]);
+  Doubles series = Splat<L>(kInv[23]);
   for (int k = 21; k >= 1; k -= 2) series = kInv[k] + s2 * series;
-  return SmallToDouble(e) * kLn2 + 2.0 * s * series;
+  return SmallToDouble<L>(e) * kLn2 + 2.0 * s * series;
 }
 
 // SinCosTurns above, lane by lane (u in [0, 1)).
-TILEC_AVX2_INLINE void SinCosTurnsLanes(Doubles u, Doubles* sin_t,
-                                        Doubles* cos_t) {
+template <typename L>
+TILEC_AVX2_INLINE void SinCosTurnsLanes(typename L::Doubles u,
+                                        typename L::Doubles* sin_t,
+                                        typename L::Doubles* cos_t) {
+  using Doubles = typename L::Doubles;
+  using Words = typename L::Words;
+  using Masks = typename L::Masks;
   const Doubles four_u = 4.0 * u;
   // The quadrant, as static_cast<int> truncates four_u in [0, 4).
   const Masks q = -((four_u >= 1.0) + (four_u >= 2.0) + (four_u >= 3.0));
-  const Doubles f = four_u - SmallToDouble(q);
+  const Doubles f = four_u - SmallToDouble<L>(q);
   const Words folded = reinterpret_cast<Words>(~(f <= 0.5));
-  const Doubles angle =
-      AsDoubles((AsWords(1.0 - f) & folded) | (AsWords(f) & ~folded));
+  const Doubles angle = AsDoubles<L>((AsWords<L>(1.0 - f) & folded) |
+                                     (AsWords<L>(f) & ~folded));
   const Doubles a = angle * kHalfPi;
   const Doubles a2 = a * a;
-  Doubles sa = Splat(kInvFact[19]);
+  Doubles sa = Splat<L>(kInvFact[19]);
   for (int n = 17; n >= 1; n -= 2) sa = kInvFact[n] - a2 * sa;
-  Doubles ca = Splat(kInvFact[18]);
+  Doubles ca = Splat<L>(kInvFact[18]);
   for (int n = 16; n >= 0; n -= 2) ca = kInvFact[n] - a2 * ca;
   sa = a * sa;
   const Words qw = reinterpret_cast<Words>(q);
   const Words swap = folded ^ -(qw & 1);
-  const Words sb = AsWords(sa);
-  const Words cb = AsWords(ca);
+  const Words sb = AsWords<L>(sa);
+  const Words cb = AsWords<L>(ca);
   const Words sin_sign = (qw & 2) << 62;
   const Words cos_sign = ((qw + 1) & 2) << 62;
-  *sin_t = AsDoubles(((cb & swap) | (sb & ~swap)) ^ sin_sign);
-  *cos_t = AsDoubles(((sb & swap) | (cb & ~swap)) ^ cos_sign);
+  *sin_t = AsDoubles<L>(((cb & swap) | (sb & ~swap)) ^ sin_sign);
+  *cos_t = AsDoubles<L>(((sb & swap) | (cb & ~swap)) ^ cos_sign);
 }
 
-// Pairs [p_begin, p_end) of a Gaussian init, kLanes pairs a step; returns
-// the first pair it left to the scalar loop.
-__attribute__((target("avx2"))) size_t GaussianPairsAvx2(
-    const fb::WeightInitT& init, uint64_t key, size_t p_begin, size_t p_end,
-    float* data) {
-  const Doubles mean = Splat(init.mean);
-  const Doubles stddev = Splat(init.stddev);
+// The correctly rounded square root of each lane (IEEE, as std::sqrt);
+// eight lanes as two halves, since a helper shared with the AVX2 loop may
+// not use AVX-512 instructions itself.
+TILEC_AVX2_INLINE FourLanes::Doubles SqrtLanes(FourLanes::Doubles x) {
+  return __builtin_ia32_sqrtpd256(x);
+}
+TILEC_AVX2_INLINE EightLanes::Doubles SqrtLanes(EightLanes::Doubles x) {
+  const FourLanes::Doubles low =
+      SqrtLanes(__builtin_shufflevector(x, x, 0, 1, 2, 3));
+  const FourLanes::Doubles high =
+      SqrtLanes(__builtin_shufflevector(x, x, 4, 5, 6, 7));
+  return __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+
+// Pairs [p_begin, p_end) of a Gaussian init, L::kCount pairs a step;
+// returns the first pair it left to the scalar loop.
+template <typename L>
+TILEC_AVX2_INLINE size_t GaussianPairs(const fb::WeightInitT& init,
+                                       uint64_t key, size_t p_begin,
+                                       size_t p_end, float* data) {
+  using Doubles = typename L::Doubles;
+  using Words = typename L::Words;
+  using Floats = typename L::Floats;
+  const Doubles mean = Splat<L>(init.mean);
+  const Doubles stddev = Splat<L>(init.stddev);
   // StreamBits' key + (counter + 1) * gamma for counters 2p (u1) and
   // 2p + 1 (u2) of the lanes' pairs, advanced by addition (exact modulo
   // 2^64, as the product is).
   Words x1, x2;
-  for (int l = 0; l < kLanes; ++l) {
+  for (int l = 0; l < L::kCount; ++l) {
     x1[l] = key + (2 * (p_begin + l) + 1) * kGoldenGamma;
     x2[l] = x1[l] + kGoldenGamma;
   }
-  const Words step = SplatWord(2 * kLanes * kGoldenGamma);
+  const Words step = SplatWord<L>(2 * L::kCount * kGoldenGamma);
   size_t p = p_begin;
-  for (; p + kLanes <= p_end; p += kLanes, x1 += step, x2 += step) {
-    const Doubles u1 = ToDouble53((Mix64(x1) >> 11) + 1) * 0x1.0p-53;
-    const Doubles u2 = ToDouble53(Mix64(x2) >> 11) * 0x1.0p-53;
-    Doubles r = -2.0 * LogLanes(u1);
-    r = __builtin_ia32_sqrtpd256(r);
+  for (; p + L::kCount <= p_end; p += L::kCount, x1 += step, x2 += step) {
+    const Doubles u1 = ToDouble53<L>((Mix64<L>(x1) >> 11) + 1) * 0x1.0p-53;
+    const Doubles u2 = ToDouble53<L>(Mix64<L>(x2) >> 11) * 0x1.0p-53;
+    const Doubles r = SqrtLanes(-2.0 * LogLanes<L>(u1));
     Doubles s, c;
-    SinCosTurnsLanes(u2, &s, &c);
+    SinCosTurnsLanes<L>(u2, &s, &c);
     const Floats even =
         __builtin_convertvector(mean + stddev * (r * c), Floats);
     const Floats odd = __builtin_convertvector(mean + stddev * (r * s), Floats);
     float* out = data + 2 * p;
-    for (int l = 0; l < kLanes; ++l) {
+    for (int l = 0; l < L::kCount; ++l) {
       out[2 * l] = even[l];
       out[2 * l + 1] = odd[l];
     }
@@ -382,19 +446,25 @@ __attribute__((target("avx2"))) size_t GaussianPairsAvx2(
   return p;
 }
 
-// Elements [begin, end) of a uniform init, kLanes a step; returns the first
-// element it left to the scalar loop.
-__attribute__((target("avx2"))) size_t UniformAvx2(const fb::WeightInitT& init,
-                                                   uint64_t key, size_t begin,
-                                                   size_t end, float* data) {
-  const Doubles mean = Splat(init.mean);
-  const Doubles stddev = Splat(init.stddev);
+// Elements [begin, end) of a uniform init, L::kCount a step; returns the
+// first element it left to the scalar loop.
+template <typename L>
+TILEC_AVX2_INLINE size_t UniformLanes(const fb::WeightInitT& init,
+                                      uint64_t key, size_t begin, size_t end,
+                                      float* data) {
+  using Doubles = typename L::Doubles;
+  using Words = typename L::Words;
+  using Floats = typename L::Floats;
+  const Doubles mean = Splat<L>(init.mean);
+  const Doubles stddev = Splat<L>(init.stddev);
   Words x;
-  for (int l = 0; l < kLanes; ++l) x[l] = key + (begin + l + 1) * kGoldenGamma;
-  const Words step = SplatWord(kLanes * kGoldenGamma);
+  for (int l = 0; l < L::kCount; ++l) {
+    x[l] = key + (begin + l + 1) * kGoldenGamma;
+  }
+  const Words step = SplatWord<L>(L::kCount * kGoldenGamma);
   size_t i = begin;
-  for (; i + kLanes <= end; i += kLanes, x += step) {
-    const Doubles u = ToDouble53(Mix64(x) >> 11) * 0x1.0p-53;
+  for (; i + L::kCount <= end; i += L::kCount, x += step) {
+    const Doubles u = ToDouble53<L>(Mix64<L>(x) >> 11) * 0x1.0p-53;
     const Floats v =
         __builtin_convertvector(mean + stddev * (2.0 * u - 1.0), Floats);
     std::memcpy(data + i, &v, sizeof(v));
@@ -402,20 +472,45 @@ __attribute__((target("avx2"))) size_t UniformAvx2(const fb::WeightInitT& init,
   return i;
 }
 
+// The first element of [begin, end) the vector loops of L's width left to
+// the scalar loop, having filled those before it.
+template <typename L>
+TILEC_AVX2_INLINE size_t GenerateLanes(const fb::WeightInitT& init,
+                                       uint64_t key, size_t begin, size_t end,
+                                       float* data) {
+  if (init.distribution == fb::Distribution::Gaussian) {
+    // Whole pairs only: an odd end's last pair is left to the scalar loop.
+    return 2 * GaussianPairs<L>(init, key, begin / 2, end / 2, data);
+  }
+  if (init.distribution == fb::Distribution::Uniform) {
+    return UniformLanes<L>(init, key, begin, end, data);
+  }
+  return begin;
+}
+
+__attribute__((target("avx2"))) size_t GenerateAvx2(
+    const fb::WeightInitT& init, uint64_t key, size_t begin, size_t end,
+    float* data) {
+  return GenerateLanes<FourLanes>(init, key, begin, end, data);
+}
+
+__attribute__((target("avx512f,avx512dq"))) size_t GenerateAvx512(
+    const fb::WeightInitT& init, uint64_t key, size_t begin, size_t end,
+    float* data) {
+  return GenerateLanes<EightLanes>(init, key, begin, end, data);
+}
+
 #endif
 
-// GenerateRangeScalar's elements, most of them by the vectorized loops
-// where the host has AVX2 (unless `portable`).
+// GenerateRangeScalar's elements, most of them by the vector loops where
+// the host has AVX-512 (with DQ) or AVX2 and `path` allows them.
 void GenerateRange(const fb::WeightInitT& init, uint64_t key, size_t begin,
-                   size_t end, float* data, bool portable) {
-#ifdef TILEC_GENERATE_AVX2
-  if (!portable && HostHasAvx2()) {
-    if (init.distribution == fb::Distribution::Gaussian) {
-      // Whole pairs only: an odd end's last pair is left to the scalar loop.
-      begin = 2 * GaussianPairsAvx2(init, key, begin / 2, end / 2, data);
-    } else if (init.distribution == fb::Distribution::Uniform) {
-      begin = UniformAvx2(init, key, begin, end, data);
-    }
+                   size_t end, float* data, kernels::SimdPath path) {
+#ifdef TILEC_GENERATE_VECTORS
+  if (path == kernels::SimdPath::kFastest && HostHasAvx512dq()) {
+    begin = GenerateAvx512(init, key, begin, end, data);
+  } else if (path != kernels::SimdPath::kPortable && HostHasAvx2()) {
+    begin = GenerateAvx2(init, key, begin, end, data);
   }
 #endif
   GenerateRangeScalar(init, key, begin, end, data);
@@ -427,8 +522,8 @@ uint64_t StreamKey(const fb::WeightInitT& init) { return Mix64(init.seed); }
 }  // namespace
 
 void GenerateInitRange(const fb::WeightInitT& init, size_t begin, size_t end,
-                       float* data, bool portable) {
-  GenerateRange(init, StreamKey(init), begin, end, data, portable);
+                       float* data, kernels::SimdPath path) {
+  GenerateRange(init, StreamKey(init), begin, end, data, path);
 }
 
 std::vector<float> GenerateInit(const fb::WeightInitT& init, size_t count) {
@@ -437,13 +532,17 @@ std::vector<float> GenerateInit(const fb::WeightInitT& init, size_t count) {
   // Large weights on two threads; the split point is even so each
   // Box-Muller pair stays on one thread.
   if (count < kParallelFrom) {
-    GenerateRange(init, key, 0, count, data.data(), false);
+    GenerateRange(init, key, 0, count, data.data(),
+                  kernels::SimdPath::kFastest);
     return data;
   }
   const size_t half = (count / 2) & ~size_t{1};
   std::thread second(
-      [&] { GenerateRange(init, key, half, count, data.data(), false); });
-  GenerateRange(init, key, 0, half, data.data(), false);
+      [&] {
+    GenerateRange(init, key, half, count, data.data(),
+                  kernels::SimdPath::kFastest);
+  });
+  GenerateRange(init, key, 0, half, data.data(), kernels::SimdPath::kFastest);
   second.join();
   return data;
 }

@@ -34,6 +34,7 @@
 #include "formats/basics.h"
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
+#include "kernels/host_cpu.h"
 #include "kernels/numerics.h"
 
 namespace tilec::kernels {
@@ -68,11 +69,12 @@ using ir::Fnv1a64;
 std::vector<float> GenerateInit(const fb::WeightInitT& init, size_t count);
 
 // Elements [begin, end) (begin even) of GenerateInit(init, n) for any
-// n >= end, into data[begin, end). Vectorized where the host has AVX2, with
-// the same bits as the element-by-element loop that `portable` forces
-// (tests compare the two).
+// n >= end, into data[begin, end). Vectorized where the host has AVX-512
+// (with DQ) or AVX2, with the same bits as the element-by-element loop;
+// `path` limits the choice, for tests that compare the paths.
 void GenerateInitRange(const fb::WeightInitT& init, size_t begin, size_t end,
-                       float* data, bool portable = false);
+                       float* data,
+                       kernels::SimdPath path = kernels::SimdPath::kFastest);
 
 // The contents of an input or weight value, rounded to its stored dtype.
 // A value with a sidecar reads it (the sidecar wins over an init, which may
