@@ -67,8 +67,11 @@ struct SearchOptions {
   // plan fitting (Search::RelaxSteps).
   bool relax_steps = true;
   // Threads ranking each op's proposals for an offer round (the search's
-  // time); the same offers, decisions and plan with any count.
+  // time), pricing memory repair's trials and, if greedy_on_threads, the
+  // greedy plan's options; the same offers, decisions and plan with any
+  // count.
   int threads = 2;
+  bool greedy_on_threads = true;
 };
 
 class Search {
@@ -169,12 +172,17 @@ class Search {
   StatusOr<std::optional<RepairTrial>> ClosestRepairTrial(
       const std::vector<std::pair<int, Recipe>>& trials);
   // Calls run(thread, i, coster, bounds) for every i < count on
-  // options_.threads threads, each beyond the first with a coster and
-  // lower bounds of its own (helper_costers_).
+  // `threads_wanted` threads (options_.threads if 0), each beyond the first
+  // with a coster and lower bounds of its own (helper_costers_).
   using ThreadWork = std::function<void(size_t thread, size_t i,
                                         const Coster& coster,
                                         const Coster& bounds)>;
-  void OnThreads(size_t count, const ThreadWork& run);
+  void OnThreads(size_t count, const ThreadWork& run,
+                 int threads_wanted = 0);
+  // The threads the greedy plan prices its options on.
+  int GreedyThreads() const {
+    return options_.greedy_on_threads ? options_.threads : 1;
+  }
   Status Greedy(std::vector<fb::DecisionT>* decisions);
   StatusOr<std::vector<int64_t>> OptionCycles(int op,
                                               const std::vector<Recipe>& options,

@@ -162,7 +162,7 @@ Plan Search::WithRecipe(int op, const Recipe& recipe) const {
 }
 
 // The cycles up to `op` with each option `which` names in its place,
-// priced on options_.threads: at each thread's lower bounds if `bounds`,
+// priced on GreedyThreads(): at each thread's lower bounds if `bounds`,
 // else by each thread's schedule.
 StatusOr<std::vector<int64_t>> Search::OptionCycles(
     int op, const std::vector<Recipe>& options, std::span<const size_t> which,
@@ -179,7 +179,7 @@ StatusOr<std::vector<int64_t>> Search::OptionCycles(
       return;
     }
     cycles[k] = e->total_cycles;
-  });
+  }, GreedyThreads());
   // The first failure in `which`'s order, whichever thread met it.
   for (const Status& s : failed) TILEC_RETURN_IF_ERROR(s);
   return cycles;
@@ -191,9 +191,9 @@ StatusOr<std::vector<int64_t>> Search::OptionCycles(
 // (or, equal to it, comes later in `options`) is never scheduled. That is
 // the choice pricing every option by its schedule would make, whatever
 // each bound is as long as it is one, and however many are scheduled
-// beyond those needed: so the threads price the bounds with costers of
-// their own (tighter or looser where their caches differ), and schedule
-// the next options not ruled out one a thread at a time.
+// beyond those needed: so the threads (GreedyThreads) price the bounds
+// with costers of their own (tighter or looser where their caches differ),
+// and schedule the next options not ruled out one a thread at a time.
 StatusOr<std::pair<int64_t, size_t>> Search::CheapestOption(
     int op, const std::vector<Recipe>& options) {
   std::vector<size_t> all(options.size());
@@ -206,7 +206,7 @@ StatusOr<std::pair<int64_t, size_t>> Search::CheapestOption(
     bounded.emplace_back((*bounds)[i], i);
   }
   std::sort(bounded.begin(), bounded.end());
-  const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
+  const size_t threads = static_cast<size_t>(std::max(1, GreedyThreads()));
   std::optional<std::pair<int64_t, size_t>> best;  // (cycles, index)
   bool ruled_out = false;  // every option from `next` on
   for (size_t next = 0; !ruled_out && next < bounded.size();) {

@@ -255,8 +255,10 @@ StatusOr<Search::OpOffers> Search::RankOpOffers(int op, int depth,
   return OpOffers{std::move(pool.proposals), std::move(*ranked)};
 }
 
-void Search::OnThreads(size_t count, const ThreadWork& run) {
-  const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
+void Search::OnThreads(size_t count, const ThreadWork& run,
+                       int threads_wanted) {
+  const size_t threads = static_cast<size_t>(
+      std::max(1, threads_wanted > 0 ? threads_wanted : options_.threads));
   // Each extra thread prices with costers of its own (their caches by op
   // index are not locked), kept warm from call to call.
   while (helper_costers_.size() + 1 < threads) {

@@ -105,10 +105,11 @@ StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
   plan::SearchOptions options;
   // Repair runs only where the greedy plan does not fit.
   options.repair = repair;
-  // One thread a trial: with --threads=2 the pass prices two trials at once
-  // (TrialPrices), which keeps both cores busy; a search on threads of its
-  // own as well only crowded them (docs/quantize.md).
-  options.threads = 1;
+  // The greedy plan on one thread: with --threads=2 the pass prices two
+  // trials at once (TrialPrices), which keeps both cores busy, and greedy
+  // plans on two threads each only crowded them; memory repair's trials,
+  // minutes of a trial at batch 8, stay on two (docs/quantize.md).
+  options.greedy_on_threads = false;
   plan::Search search(*graph, coster, options);
   Priced p;
   Status s = search.Initialize();
