@@ -273,20 +273,16 @@ void GenerateRangeScalar(const fb::WeightInitT& init, uint64_t key,
 // stays off from here on.)
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-struct FourLanes {
-  static constexpr int kCount = 4;
-  typedef double Doubles __attribute__((vector_size(32)));
-  typedef uint64_t Words __attribute__((vector_size(32)));
-  typedef int64_t Masks __attribute__((vector_size(32)));
-  typedef float Floats __attribute__((vector_size(16)));
+template <int N>
+struct Lanes {
+  static constexpr int kCount = N;
+  typedef double Doubles __attribute__((vector_size(8 * N)));
+  typedef uint64_t Words __attribute__((vector_size(8 * N)));
+  typedef int64_t Masks __attribute__((vector_size(8 * N)));
+  typedef float Floats __attribute__((vector_size(4 * N)));
 };
-struct EightLanes {
-  static constexpr int kCount = 8;
-  typedef double Doubles __attribute__((vector_size(64)));
-  typedef uint64_t Words __attribute__((vector_size(64)));
-  typedef int64_t Masks __attribute__((vector_size(64)));
-  typedef float Floats __attribute__((vector_size(32)));
-};
+using FourLanes = Lanes<4>;
+using EightLanes = Lanes<8>;
 
 // Helpers inlined into the vector loops below (TILEC_AVX2_INLINE: compiled
 // as AVX2 at least, as AVX-512 inside the AVX-512 loops).
