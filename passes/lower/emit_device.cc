@@ -7,6 +7,7 @@
 #include <glog/logging.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/cost.h"
@@ -211,7 +212,7 @@ std::set<uint32_t> Emitter::SharedOpsAtFailure(
     const std::vector<ShareEvent>& events) const {
   std::set<uint32_t> ops;
   for (const ShareEvent& e : events) {
-    if (failure_ops_.count(e.op)) ops.insert(e.op);
+    if (e.shared && failure_ops_.count(e.op)) ops.insert(e.op);
   }
   return ops;
 }
@@ -258,9 +259,16 @@ Status Emitter::Run(EmitSummary* summary) {
   TILEC_RETURN_IF_ERROR(
       ScheduleWithinMemory(log_.remaining(), &events, &failure, &fits));
   if (!fits) return Status::Infeasible(failure);
-  const bool shared = options_.share_supersteps && !events.empty();
+  const bool shared =
+      options_.share_supersteps &&
+      std::any_of(events.begin(), events.end(),
+                  [](const ShareEvent& e) { return e.shared; });
   for (const ShareEvent& e : events) {
-    log_.Apply({e.op}, e.action, e.reason, e.numbers);
+    if (e.shared) {
+      log_.Apply({e.op}, e.action, e.reason, e.numbers);
+    } else {
+      log_.Reject({e.op}, e.action, e.reason, e.numbers);
+    }
   }
   EmitSummary sum;
   Build(&sum);

@@ -76,7 +76,7 @@ void Emitter::Schedule(bool share, int64_t remaining,
       continue;
     }
     const std::vector<int> offset = PhaseOffsets(phases);
-    const int earliest = std::max(EarliestStep(w, st), floor);
+    const int earliest = std::max(EarliestStep(w, offset, st), floor);
     const int fresh = std::max(earliest, st.last_used + 1);
     int start = fresh;
     if (share && earliest < fresh && !kept_apart_.count(w.op->id)) {
@@ -109,20 +109,53 @@ void Emitter::PassReadinessThrough(const OpWork& w, ScheduleState* st) const {
   }
 }
 
-// The first superstep where all operands are ready for the op's first phase.
-int Emitter::EarliestStep(const OpWork& w, const ScheduleState& st) const {
+// The first superstep the op can start at, its phases consecutive from
+// there: each phase reads the operands it touches no earlier than they are
+// ready, so a staging phase need not wait for an operand that only a later
+// phase reads (the attention context stages v while the probabilities are
+// still being delivered). An operand no phase touches counts for the
+// first phase.
+int Emitter::EarliestStep(const OpWork& w, const std::vector<int>& offset,
+                          const ScheduleState& st) const {
+  const std::vector<uint32_t>& reads = w.program.reads;
+  const std::vector<VBuffer>& buffers = lowering_.buffers();
+  std::vector<char> touched(reads.size(), 0);
+  int earliest = 0;
+  auto read = [&](int buffer, size_t phase) {
+    const int64_t value = buffers[buffer].value;
+    if (value < 0) return;
+    const auto it = std::find(reads.begin(), reads.end(), value);
+    if (it == reads.end()) return;
+    touched[it - reads.begin()] = 1;
+    const bool compute =
+        w.program.phases[phase].kind == Phase::Kind::kCompute;
+    const int ready = ReadyAt(compute ? st.ready_c : st.ready_x,
+                              static_cast<uint32_t>(value));
+    earliest = std::max(earliest, ready - offset[phase]);
+  };
+  for (size_t i = 0; i < w.program.phases.size(); ++i) {
+    const Phase& ph = w.program.phases[i];
+    for (const VCall& c : ph.calls) {
+      for (const VSlice& a : c.args) read(a.buffer, i);
+    }
+    for (const VTransfer& t : ph.transfers) read(t.src.buffer, i);
+  }
   const bool first_compute =
       w.program.phases[0].kind == Phase::Kind::kCompute;
-  int earliest = 0;
-  for (uint32_t v : w.program.reads) {
-    earliest = std::max(earliest, first_compute ? ReadyAt(st.ready_c, v)
-                                                : ReadyAt(st.ready_x, v));
+  for (size_t r = 0; r < reads.size(); ++r) {
+    if (touched[r]) continue;
+    earliest = std::max(earliest, first_compute
+                                      ? ReadyAt(st.ready_c, reads[r])
+                                      : ReadyAt(st.ready_x, reads[r]));
   }
   return earliest;
 }
 
-// Starts the op at `earliest` (sharing used supersteps) if the decision
-// budget allows it, else at `fresh`; a proposed share becomes an event.
+// Starts the op at `earliest` (sharing used supersteps) if merged its
+// phases cost no more than apart and the decision budget allows it, else at
+// `fresh`; a proposed share becomes an event. An exchange can cost more
+// merged than apart: the scheduler must fit both ops' packets around the
+// same receivers.
 int Emitter::ChooseSharedStart(const OpWork& w, const std::vector<int>& offset,
                                int earliest, int fresh, int64_t limit,
                                ScheduleState* st,
@@ -141,15 +174,20 @@ int Emitter::ChooseSharedStart(const OpWork& w, const std::vector<int>& offset,
   ShareEvent e;
   e.op = w.op->id;
   e.action = "share supersteps " + steps_text + " with ops (" + with_text + ")";
-  e.reason = "operands ready in superstep " + std::to_string(earliest) +
-             ", " + std::to_string(fresh - earliest) +
-             " supersteps before the program's end; merged phases cost "
-             "their slowest tile, never more than apart";
   e.numbers = numbers;
+  e.shared = numbers.cycles_after <= numbers.cycles_before;
+  const std::string ready = "operands ready in superstep " +
+                            std::to_string(earliest) + ", " +
+                            std::to_string(fresh - earliest) +
+                            " supersteps before the program's end; ";
+  e.reason = ready + (e.shared ? "merged phases cost their slowest tile, "
+                                 "never more than apart"
+                               : "merged phases would cost more than apart: "
+                                 "the op starts a superstep of its own");
   if (shared_steps.empty()) return earliest;  // only empty slots of used steps
   int start = fresh;
   const bool allowed = limit < 0 || st->budget_used < limit;
-  if (allowed) {
+  if (e.shared && allowed) {
     ++st->budget_used;
     start = earliest;
   }

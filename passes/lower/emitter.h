@@ -136,6 +136,7 @@ class Emitter {
     uint32_t op;
     std::string action, reason;
     passes::Numbers numbers;
+    bool shared = true;  // false: merged would cost more, kept apart
   };
   void Schedule(bool share, int64_t remaining, std::vector<ShareEvent>* events);
   // Schedule and Allocate, sharing supersteps where memory allows: the
@@ -151,7 +152,8 @@ class Emitter {
       const std::vector<ShareEvent>& events) const;
   // Schedule's phases, per op in order.
   void PassReadinessThrough(const OpWork& w, ScheduleState* st) const;
-  int EarliestStep(const OpWork& w, const ScheduleState& st) const;
+  int EarliestStep(const OpWork& w, const std::vector<int>& offset,
+                   const ScheduleState& st) const;
   int ChooseSharedStart(const OpWork& w, const std::vector<int>& offset,
                         int earliest, int fresh, int64_t limit,
                         ScheduleState* st, std::vector<ShareEvent>* events);

@@ -461,5 +461,58 @@ TEST(PipelineRowGateTest, RowGateLayerSimulatesLikeTheReference) {
   }
 }
 
+// The first superstep with a compute call (compute) or transfer of op `id`,
+// -1 if none.
+int FirstStepOf(const fb::ModuleT& m, uint32_t id, bool compute) {
+  const auto& steps = m.program->supersteps;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (compute) {
+      for (const auto& c : steps[s]->compute) {
+        if (c->op == id) return static_cast<int>(s);
+      }
+    } else {
+      for (const auto& t : steps[s]->exchange) {
+        if (t->op == id) return static_cast<int>(s);
+      }
+    }
+  }
+  return -1;
+}
+
+// emit-device places each phase of an op when the operands that phase
+// reads are ready: the attention context's probabilities are ready where
+// the softmax computes them, and its v arrives before that, in the exchange
+// of an earlier superstep (placed by all its operands, v would wait for
+// them). It shares a superstep only where merged its phases cost no more
+// than apart, which every share decision's cycles show.
+TEST(PipelineShareTest, StagingWaitsOnlyForWhatItReads) {
+  fb::ModuleT m = testing::Import("siglip-so400m-384", "layer", "tiny", 17,
+                                  64, 128, 4);
+  ASSERT_TRUE(RunDefaultPipeline(&m, false).ok());
+  uint32_t softmax = 0, context = 0;
+  for (const auto& op : m.ops) {
+    if (op->kind == fb::OpKind::Softmax) softmax = op->id;
+    if (op->kind == fb::OpKind::AttentionContext) context = op->id;
+  }
+  ASSERT_NE(context, 0u);
+  const int softmax_step = FirstStepOf(m, softmax, true);
+  ASSERT_GE(softmax_step, 0);
+  EXPECT_LT(FirstStepOf(m, context, false), softmax_step);
+  int shares = 0;
+  for (const auto& run : m.log) {
+    for (const auto& d : run->decisions) {
+      if (d->action.rfind("share supersteps ", 0) != 0) continue;
+      ++shares;
+      if (d->outcome == fb::Outcome::Accepted) {
+        EXPECT_LE(d->cycles_after, d->cycles_before) << d->action;
+      } else {
+        EXPECT_GT(d->cycles_after, d->cycles_before) << d->action;
+      }
+    }
+  }
+  EXPECT_GT(shares, 0);
+  ExpectSimulatesAsPredicted(m, false, "layer", "phases placed by readiness");
+}
+
 }  // namespace
 }  // namespace tilec::lower
