@@ -112,9 +112,8 @@ void Emitter::PassReadinessThrough(const OpWork& w, ScheduleState* st) const {
 // The first superstep the op can start at, its phases consecutive from
 // there: each phase reads the operands it touches no earlier than they are
 // ready, so a staging phase need not wait for an operand that only a later
-// phase reads (the attention context stages v while the probabilities are
-// still being delivered). An operand no phase touches counts for the
-// first phase.
+// phase reads (the attention context can stage v while its probabilities
+// are made). An operand no phase touches counts for the first phase.
 int Emitter::EarliestStep(const OpWork& w, const std::vector<int>& offset,
                           const ScheduleState& st) const {
   const std::vector<uint32_t>& reads = w.program.reads;
