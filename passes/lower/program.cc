@@ -1,5 +1,7 @@
 #include "passes/lower/program.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <map>
 
@@ -133,6 +135,27 @@ ExchangeCost CostOfExchange(const kernels::CostModel& model,
                             std::span<const VTransfer* const> transfers) {
   if (transfers.empty()) return {};
   return CostOfTraffic(model, TrafficOf(model, transfers));
+}
+
+ExchangeCost CostBackToBack(const kernels::CostModel& model,
+                            std::span<const VTransfer* const> transfers,
+                            std::span<const uint32_t> first_starts,
+                            int64_t first_length,
+                            std::span<const uint32_t> second_starts) {
+  const kernels::PhaseTraffic traffic = TrafficOf(model, transfers);
+  ExchangeCost cost;
+  cost.starts.assign(first_starts.begin(), first_starts.end());
+  for (uint32_t start : second_starts) {
+    cost.starts.push_back(start + static_cast<uint32_t>(first_length));
+  }
+  CHECK_EQ(cost.starts.size(), traffic.packets().size());
+  const kernels::ScheduleFigures figures =
+      kernels::FiguresOfStarts(traffic, cost.starts);
+  cost.scheduled = figures.length;
+  cost.bound = figures.bound;
+  cost.cycles = cost.scheduled + model.sync_cycles();
+  cost.last_tile = figures.last_tile;
+  return cost;
 }
 
 ExchangeCost ExchangePrices::Cost(const kernels::CostModel& model,

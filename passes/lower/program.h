@@ -162,6 +162,18 @@ struct ExchangeCost {
 ExchangeCost CostOfExchange(const kernels::CostModel& model,
                             std::span<const VTransfer* const> transfers);
 
+// The phase of `transfers` run as two phases back to back: its first
+// `first_starts.size()` packets at `first_starts` (a schedule of length
+// `first_length` of the transfers that carry them), the rest at
+// `second_starts` shifted past it. A schedule of the merged phase, so a
+// merged exchange never needs to cost more than its parts one after the
+// other, whatever the scheduler finds for the merged traffic.
+ExchangeCost CostBackToBack(const kernels::CostModel& model,
+                            std::span<const VTransfer* const> transfers,
+                            std::span<const uint32_t> first_starts,
+                            int64_t first_length,
+                            std::span<const uint32_t> second_starts);
+
 // CostOfExchange for a caller that prices the same traffic more than once
 // (emit-device's ways of lowering one op share most of their phases): each
 // distinct traffic is scheduled once while this lives.

@@ -359,5 +359,41 @@ TEST(StridedProgramTest, MlpBlockCostsExactlyWhatItsPiecesCost) {
   }
 }
 
+// ---------------------------------------------------------------- back to back
+
+// Two phases' transfers run back to back in one phase: the second's packets
+// start after the first's schedule ends, a valid schedule of the merged
+// traffic as long as the two apart less one sync.
+TEST(CostBackToBackTest, TheSecondPhaseStartsWhereTheFirstEnds) {
+  fb::TargetT target;
+  ASSERT_TRUE(ir::LoadTarget("tiny", &target).ok());
+  StatusOr<kernels::CostModel> model = kernels::CostModel::Create(target);
+  ASSERT_TRUE(model.ok());
+  // Tile 0 multicasts to 1-3 and tile 4 to 1 (a shared receiver), then
+  // tile 1 sends to 0 and 5 to 2.
+  const std::vector<VTransfer> first = {
+      T(0, 0, 256, 1, 0, 0, {{1, 3, 0}, {2, 3, 0}, {3, 3, 0}}, 1),
+      T(4, 0, 128, 1, 0, 0, {{1, 3, 256}}, 1)};
+  const std::vector<VTransfer> second = {
+      T(1, 0, 512, 1, 0, 0, {{0, 3, 512}}, 2),
+      T(5, 0, 64, 1, 0, 0, {{2, 3, 512}}, 2)};
+  std::vector<const VTransfer*> a, b, merged;
+  for (const VTransfer& t : first) a.push_back(&t);
+  for (const VTransfer& t : second) b.push_back(&t);
+  merged = a;
+  merged.insert(merged.end(), b.begin(), b.end());
+  const ExchangeCost cost_a = CostOfExchange(*model, a);
+  const ExchangeCost cost_b = CostOfExchange(*model, b);
+  const ExchangeCost both = CostBackToBack(*model, merged, cost_a.starts,
+                                           cost_a.scheduled, cost_b.starts);
+  EXPECT_EQ(both.scheduled, cost_a.scheduled + cost_b.scheduled);
+  EXPECT_EQ(both.cycles, cost_a.cycles + cost_b.cycles - target.sync_cycles);
+  const kernels::PhaseTraffic traffic = TrafficOf(*model, merged);
+  StatusOr<int64_t> length = kernels::VerifySchedule(
+      traffic, kernels::ScheduleFromStarts(traffic, both.starts), "merged");
+  ASSERT_TRUE(length.ok()) << length.status().message();
+  EXPECT_EQ(*length, both.scheduled);
+}
+
 }  // namespace
 }  // namespace tilec::lower
