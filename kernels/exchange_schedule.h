@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -199,6 +200,13 @@ fb::ExchangeScheduleT ScheduleFromStarts(const PhaseTraffic& traffic,
 // figures (FiguresOfStarts) before, or instead of, its instructions.
 std::vector<uint32_t> SchedulePhaseStarts(const PhaseTraffic& traffic,
                                           bool receiver_unions = true);
+
+// SchedulePhaseStarts' starts if that schedule is shorter than `beat`
+// cycles, else nullopt: orders stop as soon as they reach `beat`, so a
+// caller holding a schedule of length `beat` learns cheaply that the
+// scheduler cannot beat it.
+std::optional<std::vector<uint32_t>> SchedulePhaseStartsShorterThan(
+    const PhaseTraffic& traffic, int64_t beat);
 
 // ScheduleFromStarts' length and bound, and the tile of its latest control
 // instruction (the lowest tile of equals; -1 without packets), without

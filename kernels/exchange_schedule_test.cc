@@ -128,6 +128,18 @@ TEST(ExchangeSchedule, ScheduleFromItsStartsIsTheSchedule) {
   }
 }
 
+// A caller holding a schedule of `beat` cycles asks for a shorter one: the
+// scheduler's own where it is shorter (the same starts), else nothing.
+TEST(ExchangeSchedule, ShorterThanGivesTheScheduleOnlyBelowTheBeat) {
+  const ExchangeModel model = Model();
+  const PhaseTraffic traffic = Small(model);
+  const std::vector<uint32_t> starts = SchedulePhaseStarts(traffic);
+  const int64_t length = FiguresOfStarts(traffic, starts).length;
+  EXPECT_EQ(SchedulePhaseStartsShorterThan(traffic, length + 1), starts);
+  EXPECT_EQ(SchedulePhaseStartsShorterThan(traffic, length), std::nullopt);
+  EXPECT_EQ(SchedulePhaseStartsShorterThan(traffic, 1), std::nullopt);
+}
+
 TEST(ExchangeSchedule, TrafficsAreEqualPieceForPiece) {
   const ExchangeModel model = Model();
   EXPECT_EQ(Small(model), Small(model));

@@ -1160,7 +1160,9 @@ std::optional<int64_t> RunOrder(Scheduler& scheduler, Order order,
 // stops. Whatever finishes first, the order kept is the same.
 class Race {
  public:
-  Race() {
+  // Orders at least `beat` long lose too: the caller has a schedule that
+  // long already.
+  explicit Race(int64_t beat) : beat_(beat) {
     for (std::atomic<int64_t>& length : lengths_) length = kUnfinished;
   }
 
@@ -1169,6 +1171,7 @@ class Race {
   }
 
   bool Lost(Order order, int64_t length_so_far) const {
+    if (length_so_far >= beat_) return true;
     const size_t i = static_cast<size_t>(order);
     for (size_t j = 0; j < kOrderCount; ++j) {
       const int64_t length = lengths_[j].load(std::memory_order_relaxed);
@@ -1182,6 +1185,7 @@ class Race {
 
  private:
   static constexpr int64_t kUnfinished = -1;
+  const int64_t beat_;
   std::array<std::atomic<int64_t>, kOrderCount> lengths_;
 };
 
@@ -1234,11 +1238,12 @@ int64_t ScheduleWork(const PhaseTraffic& traffic) {
 // it is trying.
 Tried ShortestOrder(const PhaseTraffic& traffic,
                     const std::vector<int64_t>& priority, bool record,
-                    bool receiver_unions) {
+                    bool receiver_unions,
+                    int64_t beat = std::numeric_limits<int64_t>::max()) {
   const ReceiverUnions unions = receiver_unions
                                     ? CoverWideReceiverSets(traffic)
                                     : ReceiverUnions(traffic.packets().size());
-  Race race;
+  Race race(beat);
   std::atomic<size_t> next = 0;
   // One best for both threads: only the best and each thread's current
   // scheduler are held. Better is a strict order, so the one kept does not
@@ -1262,8 +1267,8 @@ Tried ShortestOrder(const PhaseTraffic& traffic,
   } else {
     try_in_turn();
   }
-  // The order kept has a length: busiest-lane-first and rounds never give
-  // up, and the shortest never loses.
+  // Without `beat` the order kept has a length: busiest-lane-first and
+  // rounds never give up, and the shortest never loses.
   return best;
 }
 
@@ -1311,6 +1316,14 @@ std::vector<uint32_t> SchedulePhaseStarts(const PhaseTraffic& traffic,
                                           bool receiver_unions) {
   Tried best = ShortestOrder(traffic, PacketPriorities(traffic),
                              /*record=*/true, receiver_unions);
+  return best.scheduler->TakeStarts();
+}
+
+std::optional<std::vector<uint32_t>> SchedulePhaseStartsShorterThan(
+    const PhaseTraffic& traffic, int64_t beat) {
+  Tried best = ShortestOrder(traffic, PacketPriorities(traffic),
+                             /*record=*/true, /*receiver_unions=*/true, beat);
+  if (!best.length) return std::nullopt;
   return best.scheduler->TakeStarts();
 }
 

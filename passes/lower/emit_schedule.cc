@@ -219,8 +219,7 @@ Numbers Emitter::PriceMerge(const OpWork& w, const std::vector<int>& offset,
       StepLoad merged = l;
       AddTransfers(ph.transfers, &merged);
       numbers.cycles_before += ExchangeCost(&l) + w.alone[i];
-      ExchangeCost(&merged);
-      TakeBackToBackIfShorter(l, w.alone_starts[i], &merged);
+      PriceMergedExchange(l, w.alone_starts[i], &merged);
       numbers.cycles_after += merged.exchange_cycles;
       l.priced_phase = &ph;
       l.priced_base = l.transfers.size();
@@ -234,20 +233,21 @@ Numbers Emitter::PriceMerge(const OpWork& w, const std::vector<int>& offset,
   return numbers;
 }
 
-// Prices `merged` (`l` with one more phase, whose own schedule starts its
-// packets at `alone_starts`) as the two run back to back where that is
-// shorter than the merged traffic's schedule.
-void Emitter::TakeBackToBackIfShorter(const StepLoad& l,
-                                      const KeptStarts& alone_starts,
-                                      StepLoad* merged) const {
-  if (!l.exchange_starts || !alone_starts || l.transfers.empty()) return;
-  lower::ExchangeCost back_to_back = CostBackToBack(
+// Prices `merged`, `l` with one more phase whose own schedule starts its
+// packets at `alone_starts`: CostOfMergedExchange where both schedules
+// are known.
+void Emitter::PriceMergedExchange(const StepLoad& l,
+                                  const KeptStarts& alone_starts,
+                                  StepLoad* merged) const {
+  if (!l.exchange_starts || !alone_starts || l.transfers.empty()) {
+    ExchangeCost(merged);
+    return;
+  }
+  lower::ExchangeCost cost = CostOfMergedExchange(
       model_, merged->transfers, *l.exchange_starts,
       l.exchange_cycles - model_.sync_cycles(), *alone_starts);
-  if (back_to_back.cycles < merged->exchange_cycles) {
-    merged->exchange_cycles = back_to_back.cycles;
-    merged->exchange_starts = Keep(std::move(back_to_back.starts));
-  }
+  merged->exchange_cycles = cost.cycles;
+  merged->exchange_starts = Keep(std::move(cost.starts));
 }
 
 // The ids of the ops scheduled before `w` with a phase in one of `steps`.

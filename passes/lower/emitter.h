@@ -160,9 +160,8 @@ class Emitter {
   passes::Numbers PriceMerge(const OpWork& w, const std::vector<int>& offset,
                              int earliest, ScheduleState* st,
                              std::vector<int>* shared_steps) const;
-  void TakeBackToBackIfShorter(const StepLoad& l,
-                               const KeptStarts& alone_starts,
-                               StepLoad* merged) const;
+  void PriceMergedExchange(const StepLoad& l, const KeptStarts& alone_starts,
+                           StepLoad* merged) const;
   std::set<uint32_t> OpsInSteps(const OpWork& w,
                                 const std::vector<int>& steps) const;
   void PlacePhases(int start, const std::vector<int>& offset, OpWork* w,

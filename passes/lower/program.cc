@@ -114,10 +114,12 @@ kernels::PhaseTraffic TrafficOf(const kernels::CostModel& model,
 
 namespace {
 
-ExchangeCost CostOfTraffic(const kernels::CostModel& model,
-                           const kernels::PhaseTraffic& traffic) {
+// The figures of the schedule that starts `traffic`'s packets at `starts`.
+ExchangeCost CostOfStarts(const kernels::CostModel& model,
+                          const kernels::PhaseTraffic& traffic,
+                          std::vector<uint32_t> starts) {
   ExchangeCost cost;
-  cost.starts = kernels::SchedulePhaseStarts(traffic);
+  cost.starts = std::move(starts);
   // The tile whose part ends last: the last Pointer's receiver, else the
   // last Send's sender.
   const kernels::ScheduleFigures figures =
@@ -129,6 +131,11 @@ ExchangeCost CostOfTraffic(const kernels::CostModel& model,
   return cost;
 }
 
+ExchangeCost CostOfTraffic(const kernels::CostModel& model,
+                           const kernels::PhaseTraffic& traffic) {
+  return CostOfStarts(model, traffic, kernels::SchedulePhaseStarts(traffic));
+}
+
 }  // namespace
 
 ExchangeCost CostOfExchange(const kernels::CostModel& model,
@@ -137,25 +144,31 @@ ExchangeCost CostOfExchange(const kernels::CostModel& model,
   return CostOfTraffic(model, TrafficOf(model, transfers));
 }
 
-ExchangeCost CostBackToBack(const kernels::CostModel& model,
-                            std::span<const VTransfer* const> transfers,
-                            std::span<const uint32_t> first_starts,
-                            int64_t first_length,
-                            std::span<const uint32_t> second_starts) {
-  const kernels::PhaseTraffic traffic = TrafficOf(model, transfers);
-  ExchangeCost cost;
-  cost.starts.assign(first_starts.begin(), first_starts.end());
+std::vector<uint32_t> BackToBackStarts(
+    std::span<const uint32_t> first_starts, int64_t first_length,
+    std::span<const uint32_t> second_starts) {
+  std::vector<uint32_t> starts(first_starts.begin(), first_starts.end());
   for (uint32_t start : second_starts) {
-    cost.starts.push_back(start + static_cast<uint32_t>(first_length));
+    starts.push_back(start + static_cast<uint32_t>(first_length));
   }
-  CHECK_EQ(cost.starts.size(), traffic.packets().size());
-  const kernels::ScheduleFigures figures =
-      kernels::FiguresOfStarts(traffic, cost.starts);
-  cost.scheduled = figures.length;
-  cost.bound = figures.bound;
-  cost.cycles = cost.scheduled + model.sync_cycles();
-  cost.last_tile = figures.last_tile;
-  return cost;
+  return starts;
+}
+
+ExchangeCost CostOfMergedExchange(const kernels::CostModel& model,
+                                  std::span<const VTransfer* const> transfers,
+                                  std::span<const uint32_t> first_starts,
+                                  int64_t first_length,
+                                  std::span<const uint32_t> second_starts) {
+  const kernels::PhaseTraffic traffic = TrafficOf(model, transfers);
+  std::vector<uint32_t> starts =
+      BackToBackStarts(first_starts, first_length, second_starts);
+  CHECK_EQ(starts.size(), traffic.packets().size());
+  ExchangeCost back_to_back = CostOfStarts(model, traffic, std::move(starts));
+  std::optional<std::vector<uint32_t>> shorter =
+      kernels::SchedulePhaseStartsShorterThan(traffic, back_to_back.scheduled);
+  if (!shorter) return back_to_back;
+  ExchangeCost scheduled = CostOfStarts(model, traffic, *std::move(shorter));
+  return scheduled.cycles < back_to_back.cycles ? scheduled : back_to_back;
 }
 
 ExchangeCost ExchangePrices::Cost(const kernels::CostModel& model,

@@ -162,17 +162,25 @@ struct ExchangeCost {
 ExchangeCost CostOfExchange(const kernels::CostModel& model,
                             std::span<const VTransfer* const> transfers);
 
-// The phase of `transfers` run as two phases back to back: its first
-// `first_starts.size()` packets at `first_starts` (a schedule of length
-// `first_length` of the transfers that carry them), the rest at
-// `second_starts` shifted past it. A schedule of the merged phase, so a
-// merged exchange never needs to cost more than its parts one after the
-// other, whatever the scheduler finds for the merged traffic.
-ExchangeCost CostBackToBack(const kernels::CostModel& model,
-                            std::span<const VTransfer* const> transfers,
-                            std::span<const uint32_t> first_starts,
-                            int64_t first_length,
-                            std::span<const uint32_t> second_starts);
+// The starts of two phases' packets run back to back in one phase: the
+// first's, then the second's shifted past the first's `first_length`.
+std::vector<uint32_t> BackToBackStarts(std::span<const uint32_t> first_starts,
+                                       int64_t first_length,
+                                       std::span<const uint32_t> second_starts);
+
+// A phase of `transfers` that merges two: its first `first_starts.size()`
+// packets had a schedule of `first_length` cycles starting them at
+// `first_starts`, the rest one starting them at `second_starts`. The two
+// back to back (the second shifted past the first) are a schedule of the
+// merged phase, so a merged exchange never needs to cost more than its
+// parts one after the other; the scheduler's schedule of the merged
+// traffic where that is shorter (it stops an order as soon as the order
+// cannot be).
+ExchangeCost CostOfMergedExchange(const kernels::CostModel& model,
+                                  std::span<const VTransfer* const> transfers,
+                                  std::span<const uint32_t> first_starts,
+                                  int64_t first_length,
+                                  std::span<const uint32_t> second_starts);
 
 // CostOfExchange for a caller that prices the same traffic more than once
 // (emit-device's ways of lowering one op share most of their phases): each
