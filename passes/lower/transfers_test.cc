@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -361,75 +362,66 @@ TEST(StridedProgramTest, MlpBlockCostsExactlyWhatItsPiecesCost) {
 
 // ---------------------------------------------------------------- merged
 
-// The transfers of `a` then `b`, priced apart and merged.
+// The transfers of `a` then `b` on tiny, priced apart and merged.
 struct Merged {
+  fb::TargetT target;
   ExchangeCost a, b, both;
-  kernels::PhaseTraffic traffic;
+  std::optional<kernels::PhaseTraffic> traffic;
+
+  Merged(const std::vector<VTransfer>& first,
+         const std::vector<VTransfer>& second) {
+    EXPECT_TRUE(ir::LoadTarget("tiny", &target).ok());
+    StatusOr<kernels::CostModel> model = kernels::CostModel::Create(target);
+    EXPECT_TRUE(model.ok());
+    std::vector<const VTransfer*> pa, pb, all;
+    for (const VTransfer& t : first) pa.push_back(&t);
+    for (const VTransfer& t : second) pb.push_back(&t);
+    all = pa;
+    all.insert(all.end(), pb.begin(), pb.end());
+    a = CostOfExchange(*model, pa);
+    b = CostOfExchange(*model, pb);
+    both = CostOfMergedExchange(*model, all, a.starts, a.scheduled, b.starts);
+    traffic = TrafficOf(*model, all);
+  }
+
+  // The length of the merged traffic's schedule from `starts`, checked
+  // against every rule (-1 if one is broken).
+  int64_t VerifiedLength(const std::vector<uint32_t>& starts) const {
+    StatusOr<int64_t> length = kernels::VerifySchedule(
+        *traffic, kernels::ScheduleFromStarts(*traffic, starts), "merged");
+    EXPECT_TRUE(length.ok()) << length.status().message();
+    return length.ok() ? *length : -1;
+  }
 };
 
-Merged PriceMerged(const kernels::CostModel& model,
-                   const std::vector<VTransfer>& a,
-                   const std::vector<VTransfer>& b) {
-  std::vector<const VTransfer*> first, second, all;
-  for (const VTransfer& t : a) first.push_back(&t);
-  for (const VTransfer& t : b) second.push_back(&t);
-  all = first;
-  all.insert(all.end(), second.begin(), second.end());
-  const ExchangeCost cost_a = CostOfExchange(model, first);
-  const ExchangeCost cost_b = CostOfExchange(model, second);
-  return {cost_a, cost_b,
-          CostOfMergedExchange(model, all, cost_a.starts, cost_a.scheduled,
-                               cost_b.starts),
-          TrafficOf(model, all)};
-}
-
 // Two phases back to back in one: the second's packets start where the
-// first's schedule ends, a valid schedule as long as the two apart.
+// first's schedule ends, a valid schedule as long as the two apart, and
+// the merged price is never more than that.
 TEST(CostOfMergedExchangeTest, BackToBackIsAScheduleOfTheMergedPhase) {
-  fb::TargetT target;
-  ASSERT_TRUE(ir::LoadTarget("tiny", &target).ok());
-  StatusOr<kernels::CostModel> model = kernels::CostModel::Create(target);
-  ASSERT_TRUE(model.ok());
   // Tile 0 sends to 1 and 2, then tile 3 to 1 and tile 2 to 0: receivers
   // and lanes in both.
-  const Merged m =
-      PriceMerged(*model, {T(0, 0, 256, 1, 0, 0, {{1, 3, 0}, {2, 3, 0}}, 1)},
-                  {T(3, 0, 512, 1, 0, 0, {{1, 3, 256}}, 2),
-                   T(2, 0, 128, 1, 0, 0, {{0, 3, 0}}, 2)});
+  const Merged m({T(0, 0, 256, 1, 0, 0, {{1, 3, 0}, {2, 3, 0}}, 1)},
+                 {T(3, 0, 512, 1, 0, 0, {{1, 3, 256}}, 2),
+                  T(2, 0, 128, 1, 0, 0, {{0, 3, 0}}, 2)});
   const std::vector<uint32_t> starts =
       BackToBackStarts(m.a.starts, m.a.scheduled, m.b.starts);
   ASSERT_EQ(starts.size(), 3u);
   EXPECT_EQ(starts[1], m.b.starts[0] + m.a.scheduled);
-  StatusOr<int64_t> length = kernels::VerifySchedule(
-      m.traffic, kernels::ScheduleFromStarts(m.traffic, starts), "merged");
-  ASSERT_TRUE(length.ok()) << length.status().message();
-  EXPECT_EQ(*length, m.a.scheduled + m.b.scheduled);
-  // The merged price is never more.
-  EXPECT_LE(m.both.cycles, m.a.cycles + m.b.cycles - target.sync_cycles);
+  EXPECT_EQ(m.VerifiedLength(starts), m.a.scheduled + m.b.scheduled);
+  EXPECT_LE(m.both.cycles, m.a.cycles + m.b.cycles - m.target.sync_cycles);
 }
 
 // Where the parts can overlap, the scheduler's schedule of the merged
-// traffic is kept if shorter; either way it is valid and no longer than
-// the parts back to back.
-TEST(CostOfMergedExchangeTest, NeverLongerThanThePartsBackToBack) {
-  fb::TargetT target;
-  ASSERT_TRUE(ir::LoadTarget("tiny", &target).ok());
-  StatusOr<kernels::CostModel> model = kernels::CostModel::Create(target);
-  ASSERT_TRUE(model.ok());
+// traffic is kept, shorter than the parts back to back, and valid.
+TEST(CostOfMergedExchangeTest, TheSchedulersWhereShorter) {
   // Tile 0 multicasts to 1-3 and tile 4 sends to 1, then tile 1 sends to
   // 0 and tile 5 to 2: disjoint lanes except receivers 1 and 2.
-  const Merged m =
-      PriceMerged(*model,
-                  {T(0, 0, 256, 1, 0, 0, {{1, 3, 0}, {2, 3, 0}, {3, 3, 0}}, 1),
-                   T(4, 0, 128, 1, 0, 0, {{1, 3, 256}}, 1)},
-                  {T(1, 0, 512, 1, 0, 0, {{0, 3, 512}}, 2),
-                   T(5, 0, 64, 1, 0, 0, {{2, 3, 512}}, 2)});
+  const Merged m({T(0, 0, 256, 1, 0, 0, {{1, 3, 0}, {2, 3, 0}, {3, 3, 0}}, 1),
+                  T(4, 0, 128, 1, 0, 0, {{1, 3, 256}}, 1)},
+                 {T(1, 0, 512, 1, 0, 0, {{0, 3, 512}}, 2),
+                  T(5, 0, 64, 1, 0, 0, {{2, 3, 512}}, 2)});
   EXPECT_LT(m.both.scheduled, m.a.scheduled + m.b.scheduled);
-  StatusOr<int64_t> length = kernels::VerifySchedule(
-      m.traffic, kernels::ScheduleFromStarts(m.traffic, m.both.starts),
-      "merged");
-  ASSERT_TRUE(length.ok()) << length.status().message();
-  EXPECT_EQ(*length, m.both.scheduled);
+  EXPECT_EQ(m.VerifiedLength(m.both.starts), m.both.scheduled);
 }
 
 }  // namespace
