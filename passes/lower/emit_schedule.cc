@@ -152,9 +152,9 @@ int Emitter::EarliestStep(const OpWork& w, const std::vector<int>& offset,
 
 // Starts the op at `earliest` (sharing used supersteps) if merged its
 // phases cost no more than apart and the decision budget allows it, else at
-// `fresh`; a proposed share becomes an event. An exchange can cost more
-// merged than apart: the scheduler must fit both ops' packets around the
-// same receivers.
+// `fresh`; a proposed share becomes an event. A merged exchange is priced
+// at most at its parts back to back (PriceMergedExchange), so only one
+// priced without both schedules could cost more.
 int Emitter::ChooseSharedStart(const OpWork& w, const std::vector<int>& offset,
                                int earliest, int fresh, int64_t limit,
                                ScheduleState* st,
