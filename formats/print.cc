@@ -390,6 +390,7 @@ std::string RecipeText(const fb::RecipeT& r) {
            std::to_string(r.block_k) + "x" + std::to_string(r.block_n) + ")";
   }
   if (r.layout) out += " " + OwnershipText(*r.layout);
+  if (r.unicast) out += " unicast";
   if (!r.note.empty()) out += " " + Quoted(r.note);
   return out;
 }

@@ -302,19 +302,32 @@ const Segments& OwnershipStorage::Of(int tile) {
 kernels::PhaseTraffic TrafficOfTransfers(std::span<const Transfer> transfers,
                                          int element_bytes,
                                          const fb::TargetT& target,
-                                         const StorageOf& storage) {
+                                         const StorageOf& storage,
+                                         bool unicast) {
   kernels::PhaseTraffic traffic(kernels::ExchangeModel::FromTarget(target));
   std::vector<RunGroup> groups;
+  // The runs between the sender's storage and `receiver`'s.
+  auto runs = [&](const Transfer& t, int receiver) {
+    if (!CountRuns(t.box, storage(t.source_tile, true),
+                   storage(receiver, false), &groups)) {
+      groups.assign(1, RunGroup{1, t.elements});  // one piece, as a fallback
+    }
+  };
+  uint32_t unicasts = 0;  // numbered as the lowering emits them
   for (size_t i = 0; i < transfers.size(); ++i) {
     const Transfer& t = transfers[i];
     if (t.destination_tiles.empty()) continue;
-    const Segments& src = storage(t.source_tile, true);
-    const Segments& dst = storage(t.destination_tiles[0], false);
-    if (!CountRuns(t.box, src, dst, &groups)) {
-      groups.assign(1, RunGroup{1, t.elements});  // one piece, as a fallback
+    if (!unicast) {
+      runs(t, t.destination_tiles[0]);
+      AddRunPieces(groups, element_bytes, t.source_tile, t.destination_tiles,
+                   static_cast<uint32_t>(i), &traffic);
+      continue;
     }
-    AddRunPieces(groups, element_bytes, t.source_tile, t.destination_tiles,
-                 static_cast<uint32_t>(i), &traffic);
+    for (const int& d : t.destination_tiles) {
+      runs(t, d);
+      AddRunPieces(groups, element_bytes, t.source_tile, {&d, 1}, unicasts++,
+                   &traffic);
+    }
   }
   return traffic;
 }
@@ -351,6 +364,27 @@ void TimeExchange(const kernels::PhaseTraffic& traffic,
   cost->tile_code = std::move(tables);
 }
 
+namespace {
+
+// `plan`'s cost with its phase timed, each tile storing its blocks as the
+// ownerships hold them.
+TransferCost TimedCost(const TransferPlan& plan, bool unicast,
+                       OwnershipStorage& from, OwnershipStorage& to,
+                       int element_bytes, const fb::TargetT& target,
+                       PhaseTiming timing) {
+  TransferCost cost = CostOfPlan(plan, target, unicast);
+  TimeExchange(TrafficOfTransfers(
+                   plan.transfers, element_bytes, target,
+                   [&](int tile, bool is_source) -> const Segments& {
+                     return is_source ? from.Of(tile) : to.Of(tile);
+                   },
+                   unicast),
+               target, &cost, timing);
+  return cost;
+}
+
+}  // namespace
+
 TransferCost RedistributionCost(const fb::OwnershipT& source,
                                 const fb::OwnershipT& destination,
                                 std::span<const int64_t> shape,
@@ -359,13 +393,31 @@ TransferCost RedistributionCost(const fb::OwnershipT& source,
                                 PhaseTiming timing) {
   const TransferPlan plan = PlanTransfers(source, destination, shape,
                                           element_bytes, destination_view);
-  TransferCost cost = CostOfPlan(plan, target);
   OwnershipStorage from(source, shape), to(destination, shape, destination_view);
-  TimeExchange(TrafficOfTransfers(plan.transfers, element_bytes, target,
-                                  [&](int tile, bool is_source) -> const Segments& {
-                                    return is_source ? from.Of(tile) : to.Of(tile);
-                                  }),
-               target, &cost, timing);
+  return TimedCost(plan, false, from, to, element_bytes, target, timing);
+}
+
+TransferCost RedistributeOpCost(const fb::OwnershipT& source,
+                                const fb::OwnershipT& destination,
+                                std::span<const int64_t> shape,
+                                int element_bytes, const fb::TargetT& target) {
+  const TransferPlan plan =
+      PlanTransfers(source, destination, shape, element_bytes);
+  OwnershipStorage from(source, shape), to(destination, shape);
+  const PhaseTiming timing = PhaseTiming::kScheduled;
+  TransferCost cost =
+      TimedCost(plan, false, from, to, element_bytes, target, timing);
+  if (!SendersReceiveMulticasts(plan)) return cost;
+  // Where the senders' load alone outlasts the multicasts' schedule (a
+  // broadcast from few tiles to the whole chip), no schedule of unicasts is
+  // shorter, and they are not timed.
+  if (CostOfPlan(plan, target, true).bound_cycles + target.sync_cycles >=
+      cost.phase_cycles) {
+    return cost;
+  }
+  TransferCost unicast =
+      TimedCost(plan, true, from, to, element_bytes, target, timing);
+  if (unicast.phase_cycles < cost.phase_cycles) cost = std::move(unicast);
   return cost;
 }
 

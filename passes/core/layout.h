@@ -159,11 +159,14 @@ void AddRunPieces(std::span<const RunGroup> groups, int element_bytes,
 // The exchange phase that moves `transfers` as the lowering does
 // (kernels/exchange_schedule.h): each transfer's box in the runs CountRuns
 // counts between the sender's storage and its first receiver's, each run
-// one piece of whole words to every receiver.
+// one piece of whole words to every receiver (with `unicast`: to each
+// receiver alone, in the runs between the sender's storage and that
+// receiver's).
 kernels::PhaseTraffic TrafficOfTransfers(std::span<const Transfer> transfers,
                                          int element_bytes,
                                          const fb::TargetT& target,
-                                         const StorageOf& storage);
+                                         const StorageOf& storage,
+                                         bool unicast = false);
 
 // How TimeExchange times a phase: by the schedule emit-device would make
 // (the planner's price), or by the endpoint bound, which no schedule beats
@@ -188,6 +191,18 @@ TransferCost RedistributionCost(const fb::OwnershipT& source,
                                 int element_bytes, const fb::TargetT& target,
                                 const Box* destination_view = nullptr,
                                 PhaseTiming timing = PhaseTiming::kScheduled);
+
+// A Redistribute op's cost: RedistributionCost (scheduled), or where some
+// multicast's sender also receives (SendersReceiveMulticasts) and it is
+// shorter, the cost of the same transfers sent as unicasts, with `unicast`
+// set (the op's recipe then says `unicast`, and the lowering sends each
+// piece to each destination alone). The one choice between the forms, the
+// planner's, which the lowering follows. A GEMM's or an attention op's
+// operand delivery stays multicast (RedistributionCost).
+TransferCost RedistributeOpCost(const fb::OwnershipT& source,
+                                const fb::OwnershipT& destination,
+                                std::span<const int64_t> shape,
+                                int element_bytes, const fb::TargetT& target);
 
 }  // namespace tilec::passes
 

@@ -4,6 +4,9 @@
 
 #include <random>
 
+#include "formats/ir.h"
+#include "kernels/exchange_schedule.h"
+
 namespace tilec::passes {
 namespace {
 
@@ -214,6 +217,98 @@ TEST(LayoutPropertyTest, CountRunsAgreesWithMoveRuns) {
         << SegmentsText(src) << " box " << FormatBox(box);
   }
   EXPECT_GT(merged, 100);
+}
+
+// What emit-device would schedule for `plan` (each tile storing its
+// blocks as the ownerships hold them).
+kernels::PhaseTraffic Traffic(const TransferPlan& plan,
+                              const fb::OwnershipT& source,
+                              const fb::OwnershipT& destination,
+                              std::span<const int64_t> shape,
+                              const fb::TargetT& target, bool unicast) {
+  OwnershipStorage from(source, shape), to(destination, shape);
+  return TrafficOfTransfers(
+      plan.transfers, 1, target,
+      [&](int tile, bool is_source) -> const Segments& {
+        return is_source ? from.Of(tile) : to.Of(tile);
+      },
+      unicast);
+}
+
+int64_t ScheduledLength(const kernels::PhaseTraffic& traffic) {
+  return kernels::FiguresOfStarts(traffic,
+                                  kernels::SchedulePhaseStarts(traffic))
+      .length;
+}
+
+fb::TargetT Ipu21() {
+  fb::TargetT target;
+  EXPECT_TRUE(ir::LoadTarget("ipu21", &target).ok());
+  return target;
+}
+
+// A weight's delivery home for a layout of R = 4 replicas is an all-gather:
+// the tile of each slab needs the other three. As multicasts the four take
+// turns to send (four slabs' time); as unicasts each sends while it
+// receives (three). A Redistribute op takes the unicasts, priced by their
+// schedule; an operand's delivery stays multicast.
+TEST(RedistributionCostTest, AnAllGatherGoesAsUnicasts) {
+  const fb::TargetT target = Ipu21();
+  const std::vector<int64_t> shape = {256, 512};  // FP8
+  const fb::OwnershipT layout = BlockedOwnership({2, 8}, 4);
+  const fb::OwnershipT home = *DeliveryHome(layout, 4);
+  const TransferPlan plan = PlanTransfers(home, layout, shape, 1);
+  ASSERT_TRUE(SendersReceiveMulticasts(plan));
+  const kernels::PhaseTraffic multicast =
+      Traffic(plan, home, layout, shape, target, false);
+  const kernels::PhaseTraffic unicast =
+      Traffic(plan, home, layout, shape, target, true);
+  EXPECT_EQ(unicast.EndpointBound(), multicast.EndpointBound());
+  const int64_t slab = 128 * 64 / 4 / 4;  // a slab's words: cycles on a lane
+  EXPECT_GE(ScheduledLength(multicast), 4 * slab);
+  EXPECT_LT(ScheduledLength(unicast), 4 * slab);
+
+  const TransferCost cost = RedistributeOpCost(home, layout, shape, 1, target);
+  EXPECT_TRUE(cost.unicast);
+  EXPECT_EQ(cost.scheduled_cycles, ScheduledLength(unicast));
+  EXPECT_EQ(cost.phase_cycles, cost.scheduled_cycles + target.sync_cycles);
+  // Each slab goes to three tiles, one transfer each.
+  EXPECT_EQ(cost.transfers, 3 * static_cast<int64_t>(plan.transfers.size()));
+  EXPECT_EQ(cost.bytes_sent, 3 * CostOfPlan(plan, target).bytes_sent);
+  EXPECT_EQ(cost.bytes_received, CostOfPlan(plan, target).bytes_received);
+  const TransferCost delivery =
+      RedistributionCost(home, layout, shape, 1, target);
+  EXPECT_FALSE(delivery.unicast);
+  EXPECT_EQ(delivery.scheduled_cycles, ScheduledLength(multicast));
+}
+
+// A LayerNorm's vector from its home of 81 slabs to all 1,458 tiles of its
+// layout: as unicasts each slab's tile would send its slab 1,457 times,
+// longer than the multicasts' whole schedule, so they stay multicasts.
+TEST(RedistributionCostTest, ABroadcastStaysMulticast) {
+  const fb::TargetT target = Ipu21();
+  const std::vector<int64_t> shape = {1152};
+  const fb::OwnershipT layout = BlockedOwnership({1}, 1458);
+  const fb::OwnershipT home = *DeliveryHome(layout, 81);
+  const TransferPlan plan = PlanTransfers(home, layout, shape, 2);
+  ASSERT_TRUE(SendersReceiveMulticasts(plan));
+  const TransferCost cost = RedistributeOpCost(home, layout, shape, 2, target);
+  EXPECT_FALSE(cost.unicast);
+  EXPECT_EQ(cost.transfers, static_cast<int64_t>(plan.transfers.size()));
+  EXPECT_GT(CostOfPlan(plan, target, true).bound_cycles, cost.phase_cycles);
+}
+
+// Where no sender receives (a block replicated onto tiles apart from its
+// source), a multicast's receivers wait only for one another.
+TEST(RedistributionCostTest, SendersThatDoNotReceiveKeepMulticasts) {
+  const fb::TargetT target = Ipu21();
+  const std::vector<int64_t> shape = {64, 64};
+  const fb::OwnershipT source = BlockedOwnership({4, 1});
+  const fb::OwnershipT replicated = BlockedOwnership({4, 1}, 3, 4);
+  const TransferPlan plan = PlanTransfers(source, replicated, shape, 2);
+  EXPECT_FALSE(SendersReceiveMulticasts(plan));
+  EXPECT_FALSE(
+      RedistributeOpCost(source, replicated, shape, 2, target).unicast);
 }
 
 }  // namespace

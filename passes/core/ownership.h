@@ -265,6 +265,17 @@ TransferPlan PlanTransfers(const fb::OwnershipT& source,
                            std::span<const int64_t> shape, int element_bytes,
                            const Box* destination_view = nullptr);
 
+// Whether sending `plan` as unicasts (each transfer to each destination
+// alone) could shorten its phase: some multicast's sender also receives
+// in it. A multicast holds all its receivers to one window at a time, so in
+// an all-gather (each tile of a group holds a part every other one needs,
+// as a weight's delivery home for a replicated layout does) the group's
+// tiles take turns to send, and the phase takes R parts' time where the
+// receive bound is R - 1 (docs/planning.md, "Unicast redistributions").
+// Where no multicast sender receives, a multicast's receivers wait only
+// for one another.
+bool SendersReceiveMulticasts(const TransferPlan& plan);
+
 // The local copies of PlanTransfers(source, destination, shape, ...) without
 // the transfers: fn(tile, box) for exactly the boxes of plan.local_copies,
 // in the same order (tiles ascending, then row-major). A tile copies the
@@ -298,6 +309,8 @@ int64_t MaxTileCode(const TileCodeBytes& code);
 
 struct TransferCost {
   int64_t phase_cycles = 0;           // scheduled + sync, 0 if no phase
+  bool unicast = false;               // each transfer to each destination
+                                      // alone (RedistributeOpCost)
   int64_t scheduled_cycles = 0;       // PlannedPhaseLength
   int64_t bound_cycles = 0;           // the endpoint bound, without sync
   // The exchange tables the phase adds to each tile's code (null: no
@@ -321,8 +334,10 @@ struct TransferCost {
   friend bool operator==(const TransferCost&, const TransferCost&) = default;
 };
 
-// The cost of a plan.
-TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target);
+// The cost of a plan; with `unicast`, of sending each transfer to each
+// destination alone.
+TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target,
+                        bool unicast = false);
 
 // The same as CostOfPlan(PlanTransfers(...)) without building the plan.
 TransferCost EstimateTransferCost(const fb::OwnershipT& source,

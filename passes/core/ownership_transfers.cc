@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <tuple>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -339,7 +340,21 @@ int64_t MaxTileCode(const TileCodeBytes& code) {
   return *std::max_element(code->begin(), code->end());
 }
 
-TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target) {
+bool SendersReceiveMulticasts(const TransferPlan& plan) {
+  std::unordered_set<int> receivers;
+  for (const Transfer& t : plan.transfers) {
+    receivers.insert(t.destination_tiles.begin(), t.destination_tiles.end());
+  }
+  for (const Transfer& t : plan.transfers) {
+    if (t.destination_tiles.size() > 1 && receivers.count(t.source_tile)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target,
+                        bool unicast) {
   int tiles = 0;
   for (const Transfer& t : plan.transfers) {
     tiles = std::max(tiles, t.source_tile + 1);
@@ -350,10 +365,18 @@ TransferCost CostOfPlan(const TransferPlan& plan, const fb::TargetT& target) {
   }
   Loads loads(tiles, &target);
   for (const Transfer& t : plan.transfers) {
-    loads.AddTransfer(t.source_tile, t.destination_tiles, t.bytes);
+    if (!unicast) {
+      loads.AddTransfer(t.source_tile, t.destination_tiles, t.bytes);
+      continue;
+    }
+    for (const int& d : t.destination_tiles) {
+      loads.AddTransfer(t.source_tile, {&d, 1}, t.bytes);
+    }
   }
   for (const LocalCopy& c : plan.local_copies) loads.AddCopy(c.tile, c.bytes);
-  return CostFromLoads(loads, target);
+  TransferCost cost = CostFromLoads(loads, target);
+  cost.unicast = unicast;
+  return cost;
 }
 
 TransferCost EstimateTransferCost(const fb::OwnershipT& source,

@@ -58,6 +58,8 @@ Status Lowering::LowerRedistribute(const fb::OperationT& op, OpProgram* out) {
     }
     NewValueStorage(y_id, t, op.id, BufferKind::kValue, nullptr, false);
   }
+  // The planner chose the form (passes::RedistributeOpCost).
+  exchange->unicast = op.recipe && op.recipe->unicast;
   const passes::TransferPlan plan = passes::PlanTransfers(
       *X->ownership, *Y->ownership, X->shape, ir::DTypeBytes(X->dtype));
   for (const passes::Transfer& tr : plan.transfers) {

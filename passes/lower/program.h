@@ -96,6 +96,9 @@ struct Phase {
   std::string label;  // e.g. "stage A chunk 2", "reduce"
   std::vector<VCall> calls;
   std::vector<VTransfer> transfers;
+  // Exchange: each piece goes to each destination in a transfer of its own
+  // (a Redistribute with a unicast recipe), never merged into a multicast.
+  bool unicast = false;
   bool Empty() const { return calls.empty() && transfers.empty(); }
 };
 

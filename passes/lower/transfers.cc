@@ -74,7 +74,6 @@ std::vector<StridedRun> GroupRuns(std::span<const Run> runs,
 void TransferBuilder::Add(Phase* phase, int src_tile, int src_buffer,
                           const StridedRun& run, int dst_tile, int dst_buffer,
                           fb::DType dtype, uint32_t op) {
-  Source& source = sources_[{phase, src_tile, src_buffer, run.bytes}];
   std::vector<VTransfer>& list = phase->transfers;
   VTransfer like;
   like.src_tile = src_tile;
@@ -82,6 +81,19 @@ void TransferBuilder::Add(Phase* phase, int src_tile, int src_buffer,
   like.dtype = dtype;
   like.op = op;
   const VDestination dst{dst_tile, dst_buffer, run.dst};
+  // The whole run as a transfer of its own.
+  auto add_transfer = [&] {
+    like.rows = run.rows;
+    like.src_pitch = run.src_pitch;
+    like.dst_pitch = run.dst_pitch;
+    like.destinations.push_back(dst);
+    list.push_back(std::move(like));
+  };
+  if (phase->unicast) {
+    add_transfer();
+    return;
+  }
+  Source& source = sources_[{phase, src_tile, src_buffer, run.bytes}];
   if (run.rows == 1) {
     AddPiece(phase, &source, like, run.src, dst);
     return;
@@ -109,11 +121,7 @@ void TransferBuilder::Add(Phase* phase, int src_tile, int src_buffer,
   }
   if (!single_shared && sharing.empty()) {
     source.strided[{run.src, run.rows, run.src_pitch}] = list.size();
-    like.rows = run.rows;
-    like.src_pitch = run.src_pitch;
-    like.dst_pitch = run.dst_pitch;
-    like.destinations.push_back(dst);
-    list.push_back(std::move(like));
+    add_transfer();
     return;
   }
   // Piece by piece, as one-piece transfers would have merged.

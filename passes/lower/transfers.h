@@ -56,7 +56,8 @@ class TransferBuilder {
  public:
   // Sends `run` from (src_tile, src_buffer) to (dst_tile, dst_buffer) in
   // `phase`: a destination added to the transfer that already sends these
-  // pieces, else a new transfer.
+  // pieces, else a new transfer (always a new one in a unicast phase, which
+  // the contract above does not cover).
   void Add(Phase* phase, int src_tile, int src_buffer, const StridedRun& run,
            int dst_tile, int dst_buffer, fb::DType dtype, uint32_t op);
   // Forgets every phase (their transfers stay as they are).

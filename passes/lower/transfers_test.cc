@@ -136,6 +136,32 @@ TEST(TransferBuilderTest, IdenticallyGroupedPiecesBecomeOneMulticast) {
   EXPECT_EQ(b.split_transfers(), 0);
 }
 
+// A unicast phase (a Redistribute the planner sends as unicasts) keeps
+// each destination's pieces in a transfer of their own.
+TEST(TransferBuilderTest, AUnicastPhaseNeverMergesDestinations) {
+  const StridedRun run{64, 0, 16, 5, 128, 16};
+  const std::vector<Move> moves = {{0, 3, run, 1, 10}, {0, 3, run, 2, 11}};
+  TransferBuilder b;
+  Phase p;
+  p.kind = Phase::Kind::kExchange;
+  p.unicast = true;
+  for (const Move& m : moves) {
+    b.Add(&p, m.src_tile, m.src_buffer, m.run, m.dst_tile, m.dst_buffer,
+          fb::DType::F32, 7);
+  }
+  ASSERT_EQ(p.transfers.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(p.transfers[i].destinations.size(), 1u);
+    EXPECT_EQ(p.transfers[i].destinations[0].tile, moves[i].dst_tile);
+    EXPECT_EQ(p.transfers[i].destinations[0].buffer, moves[i].dst_buffer);
+    EXPECT_EQ(p.transfers[i].destinations[0].offset, 0);
+    EXPECT_EQ(p.transfers[i].src.offset, 64);
+    EXPECT_EQ(p.transfers[i].rows, 5);
+    EXPECT_EQ(p.transfers[i].src_pitch, 128);
+    EXPECT_EQ(p.transfers[i].dst_pitch, 16);
+  }
+}
+
 TEST(TransferBuilderTest, OtherDestinationPitchesMergePieceByPiece) {
   // The same 4 source rows into a contiguous buffer on tile 1 and into a
   // wider one on tile 2: one-piece transfers would have been 4 multicasts.

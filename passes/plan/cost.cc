@@ -426,15 +426,21 @@ size_t Coster::cached_prices() const {
 
 TransferCost Coster::Transfer(std::span<const int64_t> shape, int element_bytes,
                               const fb::OwnershipT& from,
-                              const fb::OwnershipT& to) const {
+                              const fb::OwnershipT& to,
+                              bool may_unicast) const {
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
-                    " " + OwnKey(from) + " -> " + OwnKey(to);
+                    " " + OwnKey(from) + " -> " + OwnKey(to) +
+                    (may_unicast ? " op" : "");
   if (const TransferCost* cached = Cached(&Cache::transfers, key)) {
     return *cached;
   }
+  // The multicast bound is a lower bound of either form a Redistribute op
+  // may take: unicasts only add sends.
   TransferCost cost =
       timing_ == passes::PhaseTiming::kLowerBound
           ? TransferBound(from, to, shape, element_bytes, target())
+      : may_unicast
+          ? passes::RedistributeOpCost(from, to, shape, element_bytes, target())
           : passes::RedistributionCost(from, to, shape, element_bytes,
                                        target());
   Store(&Cache::transfers, std::move(key), cost);
@@ -766,13 +772,15 @@ StatusOr<OpCost> Coster::PriceAttention(const Graph& graph, int op,
 StatusOr<TransferCost> Coster::Redistribution(std::span<const int64_t> shape,
                                               int element_bytes,
                                               const fb::OwnershipT& from,
-                                              const fb::OwnershipT& to) const {
+                                              const fb::OwnershipT& to,
+                                              bool may_unicast) const {
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
-                    " " + OwnKey(from) + " -> " + OwnKey(to);
+                    " " + OwnKey(from) + " -> " + OwnKey(to) +
+                    (may_unicast ? "" : " multicast");
   if (const TransferCost* cached = Cached(&Cache::redistributions, key)) {
     return *cached;
   }
-  TransferCost cost = Transfer(shape, element_bytes, from, to);
+  TransferCost cost = Transfer(shape, element_bytes, from, to, may_unicast);
   // Local copies per tile as the lowering emits them: only tiles that copy
   // something need their storage.
   const int T = tiles();

@@ -144,11 +144,13 @@ class Coster {
   // exchange phase, and per tile the local copies of PlanTransfers, one
   // copy call per run between the source's storage and the destination's,
   // except on tiles whose source storage already is the destination's (used
-  // in place). Memoized.
+  // in place). Unicasts where they are shorter
+  // (passes::RedistributeOpCost), unless `may_unicast` is false. Memoized.
   StatusOr<passes::TransferCost> Redistribution(std::span<const int64_t> shape,
                                                 int element_bytes,
                                                 const fb::OwnershipT& from,
-                                                const fb::OwnershipT& to) const;
+                                                const fb::OwnershipT& to,
+                                                bool may_unicast = true) const;
 
   // An exchange phase that `time` builds and times (at this coster's
   // timing), memoized by `key`, which must name everything the phase
@@ -157,10 +159,13 @@ class Coster {
       const std::string& key,
       const std::function<passes::TransferCost()>& time) const;
 
-  // Memoized ownership algebra.
+  // Memoized ownership algebra: an operand's delivery
+  // (passes::RedistributionCost), or with `may_unicast` a Redistribute op's,
+  // which may go as unicasts (passes::RedistributeOpCost).
   passes::TransferCost Transfer(std::span<const int64_t> shape,
                                 int element_bytes, const fb::OwnershipT& from,
-                                const fb::OwnershipT& to) const;
+                                const fb::OwnershipT& to,
+                                bool may_unicast = false) const;
   bool SamePlacement(std::span<const int64_t> shape, const fb::OwnershipT& a,
                      const fb::OwnershipT& b) const;
   TileBytes BytesPerTile(std::span<const int64_t> shape, int element_bytes,

@@ -727,6 +727,57 @@ std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
   return bytes;
 }
 
+namespace {
+
+// Memory: the code and the buffers live at each step of the program.
+void CheckMemory(const Graph& graph, const Coster& coster, const Plan& plan,
+                 Evaluation* e) {
+  e->memory_checked = true;
+  // Each tile's code region, as emit-device sizes it per tile.
+  auto code = std::make_shared<std::vector<int64_t>>(
+      EstimateTileCodeBytes(coster.target(), *e));
+  e->code_bytes = *std::max_element(code->begin(), code->end());
+  for (int64_t& b : *code) b = ir::CodeRegionBytes(coster.target(), b);
+  const ProgramSteps steps = OrderSteps(graph.num_ops(), *e);
+  std::vector<Live> live = LiveBuffers(graph, coster, *e, steps);
+  live.push_back({std::move(code), 0, steps.steps - 1, -1, -1,
+                  "code and exchange tables (estimated, in whole elements)"});
+  const int peak_step = FindPeak(graph.num_ops(), coster, live, steps, e);
+  if (peak_step >= 0) ExplainPeak(graph, plan, live, steps, peak_step, e);
+}
+
+// `e` with every unicast redistribution priced as multicasts, its memory
+// not yet checked; nullopt if it has none.
+StatusOr<std::optional<Evaluation>> WithMulticasts(const Graph& graph,
+                                                   const Coster& coster,
+                                                   const Evaluation& e) {
+  std::optional<Evaluation> out;
+  for (size_t i = 0; i < e.redistributions.size(); ++i) {
+    const Redistribution& red = e.redistributions[i];
+    if (!red.cost.unicast) continue;
+    if (!out) out = e;
+    // As PriceOpsAndRedistributions and AddLoopEdge priced it.
+    const fb::OwnershipT& from =
+        red.loop_edge ? e.owners[red.value]
+                      : ReadOwner(graph, e, red.value, red.before_op);
+    StatusOr<passes::TransferCost> multicast = coster.Redistribution(
+        graph.value(red.value).shape, coster.StoredBytes(graph, red.value),
+        from, red.to, /*may_unicast=*/false);
+    if (!multicast.ok()) return multicast.status();
+    const int64_t added = multicast->TotalCycles() - red.Cycles();
+    out->redistributions[i].cost = *multicast;
+    out->total_cycles += red.runs * added;
+    int region = red.loop_edge ? -1 : graph.RepeatOf(red.before_op);
+    for (size_t k = 0; red.loop_edge && k < e.loop_edges.size(); ++k) {
+      if (e.loop_edges[k] == static_cast<int>(i)) region = static_cast<int>(k);
+    }
+    if (region >= 0) out->repeat_cycles[region] += added;
+  }
+  return out;
+}
+
+}  // namespace
+
 StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
                               const Plan& plan, EvalMode mode, int upto) {
   const int num_ops = graph.num_ops();
@@ -744,19 +795,19 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
       PriceOpsAndRedistributions(graph, coster, plan, last, &e));
   if (mode == EvalMode::kCyclesOnly || upto >= 0) return e;
 
-  // Memory: the code and the buffers live at each step of the program.
-  e.memory_checked = true;
-  // Each tile's code region, as emit-device sizes it per tile.
-  auto code = std::make_shared<std::vector<int64_t>>(
-      EstimateTileCodeBytes(coster.target(), e));
-  e.code_bytes = *std::max_element(code->begin(), code->end());
-  for (int64_t& b : *code) b = ir::CodeRegionBytes(coster.target(), b);
-  const ProgramSteps steps = OrderSteps(num_ops, e);
-  std::vector<Live> live = LiveBuffers(graph, coster, e, steps);
-  live.push_back({std::move(code), 0, steps.steps - 1, -1, -1,
-                  "code and exchange tables (estimated, in whole elements)"});
-  const int peak_step = FindPeak(num_ops, coster, live, steps, &e);
-  if (peak_step >= 0) ExplainPeak(graph, plan, live, steps, peak_step, &e);
+  CheckMemory(graph, coster, plan, &e);
+  if (e.feasible()) return e;
+  // Unicasts buy cycles with exchange tables: where the plan does not fit
+  // with them, it is priced again with every redistribution a multicast,
+  // and the one nearer to fitting kept (docs/planning.md, "Unicast
+  // redistributions").
+  StatusOr<std::optional<Evaluation>> multicasts =
+      WithMulticasts(graph, coster, e);
+  if (!multicasts.ok()) return multicasts.status();
+  if (!*multicasts) return e;
+  CheckMemory(graph, coster, plan, &**multicasts);
+  if ((*multicasts)->RepairRank() < e.RepairRank())
+    return std::move(**multicasts);
   return e;
 }
 
@@ -818,6 +869,7 @@ class PlanWriter {
     copy->recipe = std::make_unique<fb::RecipeT>();
     copy->recipe->kind = fb::RecipeKind::Copy;
     copy->recipe->layout = std::make_unique<fb::OwnershipT>(red.to);
+    copy->recipe->unicast = red.cost.unicast;
     copy->estimate = std::make_unique<fb::EstimateT>();
     copy->estimate->compute_cycles = red.cost.local_copy_cycles;
     copy->estimate->exchange_cycles = red.cost.phase_cycles;

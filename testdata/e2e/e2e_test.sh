@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e_test.sh TOOLS_DIR RECIPE|- [--f16] [import-model flags... | --module=PATH]
+# e2e_test.sh TOOLS_DIR RECIPE|- [--f16] [--expect-unicast] [import-model flags... | --module=PATH]
 # The whole pipeline through the tools, as scripts/compile.sh runs it
 # (import-model, then every pass of passes/pipeline/PIPELINE: FP8 GEMMs
 # from quantize-fp8 unless --f16 comes first), then
@@ -16,6 +16,13 @@ shift 2
 # --f16 first: the F16 pipeline (quantize-fp8 --fp8=false); FP8 otherwise.
 if [ "${1:-}" = --f16 ]; then
   export QUANTIZE_FP8_FLAGS=--fp8=false
+  shift
+fi
+# --expect-unicast next: the program must send a Redistribute as unicasts
+# (docs/planning.md, "Unicast redistributions").
+expect_unicast=0
+if [ "${1:-}" = --expect-unicast ]; then
+  expect_unicast=1
   shift
 fi
 out=$(mktemp -d)
@@ -53,6 +60,17 @@ awk '/"accuracy of / {
   END { if (bad) { print "FP8 outside the unquantized tolerance" > "/dev/stderr"; exit 1 } }' "$out/program.txt"
 if [ "${QUANTIZE_FP8_FLAGS:-}" != --fp8=false ]; then
   grep -q '"accuracy of ' "$out/program.txt" || { echo "quantize-fp8 logged no accuracy" >&2; exit 1; }
+fi
+if [ "$expect_unicast" = 1 ]; then
+  ops=$(sed -n 's/^ *(\([0-9]*\)) redistribute .* unicast | .*/\1/p' "$out/program.txt")
+  [ -n "$ops" ] || { echo "no Redistribute went as unicasts" >&2; exit 1; }
+  # Unicasts: every byte sent once per receiver, so as many sent as received.
+  for op in $ops; do
+    tilec_tool "$tools" inspect-exchanges "$program" --op="$op" --transfers=none |
+      awk -v op="$op" '/^totals: / { sent = $0; sub(/ B sent.*/, "", sent); sub(/.* /, "", sent)
+          got = $0; sub(/ B received.*/, "", got); sub(/.* /, "", got)
+          if (sent != got) { print "op " op " multicasts: " sent " B sent, " got " B received" > "/dev/stderr"; exit 1 } }'
+  done
 fi
 tilec_tool "$tools" inspect-exchanges "$program" --transfers=none -o "$out/exchanges.txt"
 grep -q '^totals: ' "$out/exchanges.txt"
