@@ -366,21 +366,19 @@ void TimeExchange(const kernels::PhaseTraffic& traffic,
 
 namespace {
 
-// `plan`'s cost with its phase timed, each tile storing its blocks as the
-// ownerships hold them.
-TransferCost TimedCost(const TransferPlan& plan, bool unicast,
-                       OwnershipStorage& from, OwnershipStorage& to,
-                       int element_bytes, const fb::TargetT& target,
-                       PhaseTiming timing) {
-  TransferCost cost = CostOfPlan(plan, target, unicast);
+// Times `cost`'s exchange phase (TimeExchange): `plan` as the lowering
+// moves it, each tile storing its blocks as the ownerships hold them.
+void TimePlan(const TransferPlan& plan, bool unicast, OwnershipStorage& from,
+              OwnershipStorage& to, int element_bytes,
+              const fb::TargetT& target, PhaseTiming timing,
+              TransferCost* cost) {
   TimeExchange(TrafficOfTransfers(
                    plan.transfers, element_bytes, target,
                    [&](int tile, bool is_source) -> const Segments& {
                      return is_source ? from.Of(tile) : to.Of(tile);
                    },
                    unicast),
-               target, &cost, timing);
-  return cost;
+               target, cost, timing);
 }
 
 }  // namespace
@@ -394,7 +392,9 @@ TransferCost RedistributionCost(const fb::OwnershipT& source,
   const TransferPlan plan = PlanTransfers(source, destination, shape,
                                           element_bytes, destination_view);
   OwnershipStorage from(source, shape), to(destination, shape, destination_view);
-  return TimedCost(plan, false, from, to, element_bytes, target, timing);
+  TransferCost cost = CostOfPlan(plan, target);
+  TimePlan(plan, false, from, to, element_bytes, target, timing, &cost);
+  return cost;
 }
 
 TransferCost RedistributeOpCost(const fb::OwnershipT& source,
@@ -405,20 +405,18 @@ TransferCost RedistributeOpCost(const fb::OwnershipT& source,
       PlanTransfers(source, destination, shape, element_bytes);
   OwnershipStorage from(source, shape), to(destination, shape);
   const PhaseTiming timing = PhaseTiming::kScheduled;
-  TransferCost cost =
-      TimedCost(plan, false, from, to, element_bytes, target, timing);
+  TransferCost cost = CostOfPlan(plan, target);
+  TimePlan(plan, false, from, to, element_bytes, target, timing, &cost);
   if (!SendersReceiveMulticasts(plan)) return cost;
+  TransferCost unicast = CostOfPlan(plan, target, true);
   // Where the senders' load alone outlasts the multicasts' schedule (a
   // broadcast from few tiles to the whole chip), no schedule of unicasts is
   // shorter, and they are not timed.
-  if (CostOfPlan(plan, target, true).bound_cycles + target.sync_cycles >=
-      cost.phase_cycles) {
+  if (unicast.bound_cycles + target.sync_cycles >= cost.phase_cycles) {
     return cost;
   }
-  TransferCost unicast =
-      TimedCost(plan, true, from, to, element_bytes, target, timing);
-  if (unicast.phase_cycles < cost.phase_cycles) cost = std::move(unicast);
-  return cost;
+  TimePlan(plan, true, from, to, element_bytes, target, timing, &unicast);
+  return unicast.phase_cycles < cost.phase_cycles ? unicast : cost;
 }
 
 }  // namespace tilec::passes
