@@ -111,7 +111,9 @@ TEST(AttentionPlanTest, NeedsHoldWhatEachTileMultiplies) {
         ASSERT_EQ(ValidateOwnership(need, extent, 10000), "") << Label(c);
         const std::vector<Box> held = HeldBoxes(need, qkv, t, &view);
         ASSERT_EQ(held.size(), staged[i].Empty() ? 0u : 1u) << Label(c);
-        if (!held.empty()) EXPECT_EQ(held[0], staged[i]) << Label(c);
+        if (!held.empty()) {
+          EXPECT_EQ(held[0], staged[i]) << Label(c);
+        }
       }
       if (c.part == AttentionPart::kContext) {
         const std::vector<Box> held = HeldBoxes(g.ProbsNeeded(), probs, t);

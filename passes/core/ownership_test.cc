@@ -1192,7 +1192,9 @@ TEST(OwnershipPropertyTest, HomesHoldEveryElementOnceBalanced) {
     EXPECT_EQ(home.grain, grain);
     const int64_t grains = std::max<int64_t>(1, (n + grain - 1) / grain);
     EXPECT_EQ(home.tiles, std::min<int64_t>(grains, target_tiles));
-    if (n > 0) EXPECT_LE(most - least, 2 * grain - 1);
+    if (n > 0) {
+      EXPECT_LE(most - least, 2 * grain - 1);
+    }
     EXPECT_EQ(home.first_tile, std::min(hint, target_tiles - home.tiles));
   }
   // The so400m up projection in FP8 on ipu21: 3,368 or 3,376 B a tile.
@@ -1340,7 +1342,9 @@ TEST(OwnershipTest, RowColumnOwnershipHoldsEachTilesRows) {
     std::optional<fb::OwnershipT> v = RowColumnOwnership(*layout);
     ASSERT_TRUE(v.has_value()) << text;
     EXPECT_EQ(ValidateOwnership(*v, column, 1472), "") << FormatOwnership(*v);
-    if (*want != '\0') EXPECT_EQ(FormatOwnership(*v), want) << text;
+    if (*want != '\0') {
+      EXPECT_EQ(FormatOwnership(*v), want) << text;
+    }
     for (int t : TilesUsed(*layout, shape)) {
       const std::vector<Box> held = HeldBoxes(*v, column, t);
       ASSERT_EQ(held.size(), 1u) << text << " tile " << t;

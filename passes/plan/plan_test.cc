@@ -814,7 +814,9 @@ TEST(PlanCandidatesTest, CachedListsAreAFreshCostersOwn) {
     EXPECT_EQ(again, first);
     EXPECT_EQ(other,
               texts(Candidates(g8, *Coster::Create(*f16.target, {}), op)));
-    if (op == 1) EXPECT_NE(other, first);
+    if (op == 1) {
+      EXPECT_NE(other, first);
+    }
   }
 }
 

@@ -214,7 +214,7 @@ TEST(QuantizeTest, BothGemmsGetFp8OperandsWithRecordedStatistics) {
   StatusOr<bool> ran = pass.Run(&m);
   ASSERT_TRUE(ran.ok()) << ran.status().message();
   EXPECT_TRUE(*ran);
-  for (const std::string& gemm : {"l0.mlp.up", "l0.mlp.down"}) {
+  for (const std::string gemm : {"l0.mlp.up", "l0.mlp.down"}) {
     const fb::OperationT* op = OpByName(m, gemm);
     ASSERT_NE(op, nullptr);
     for (uint32_t id : op->operands) {
@@ -272,7 +272,7 @@ TEST(QuantizeTest, WeightsAreQuantizedCodeForCodeByTheNumericsLibrary) {
   ASSERT_TRUE(pass.Run(&m).ok());
   kernels::ReferenceResult result;
   ASSERT_TRUE(kernels::RunReference(m, &result).ok());
-  for (const std::string& name : {"l0.mlp.up.w", "l0.mlp.down.w"}) {
+  for (const std::string name : {"l0.mlp.up.w", "l0.mlp.down.w"}) {
     const fb::ValueT* q = ByName(m, name);
     const fb::ValueT* o = ByName(original, name);
     fb::ValueT f32;
@@ -625,7 +625,7 @@ TEST(QuantizeAttentionTest, DecisionsByCostComparePlansAfterMemoryRepair) {
   EXPECT_EQ(ln1->outcome, fb::Outcome::Accepted) << ln1->reason;
   EXPECT_GT(ln1->cycles_before, ln1->cycles_after) << ln1->reason;
   EXPECT_NE(ln1->reason.find("after memory repair"), std::string::npos);
-  for (const std::string& name : {"l0.attn.scores", "l0.attn.ctx"}) {
+  for (const std::string name : {"l0.attn.scores", "l0.attn.ctx"}) {
     const fb::OperationT* op = OpByName(m, name);
     const fb::DecisionT* d = LastDecision(
         m, "run op " + std::to_string(op->id) + " (" + name + ")");
@@ -932,7 +932,9 @@ TEST_F(RolledQuantizeTest, UnquantizedRestoresTwins) {
   ASSERT_TRUE(ir::VerifyRepeats(*u).ok());
   for (uint32_t twin : u->repeats[0]->iteration_weights) {
     for (const auto& v : u->values) {
-      if (v->id == twin) EXPECT_EQ(v->dtype, fb::DType::F16) << v->name;
+      if (v->id == twin) {
+        EXPECT_EQ(v->dtype, fb::DType::F16) << v->name;
+      }
     }
   }
   kernels::ReferenceResult before, after;
@@ -1024,7 +1026,7 @@ TEST(QuantizeRepeatTest, QuantizesWhatOnlyFitsInFp8) {
     }
   }
   EXPECT_GE(nearer, 1);
-  for (const std::string& gemm : {"l0.mlp.up", "l0.mlp.down"}) {
+  for (const std::string gemm : {"l0.mlp.up", "l0.mlp.down"}) {
     const fb::OperationT* op = OpByName(m, gemm);
     ASSERT_NE(op, nullptr);
     EXPECT_TRUE(ByName(m, gemm + ".w")->fp8_quantized) << gemm;
