@@ -106,6 +106,14 @@ Coster Coster::LowerBounds() const {
   return c;
 }
 
+Coster Coster::Floors() const {
+  CHECK(timing_ == passes::PhaseTiming::kLowerBound && !gemm_floors_)
+      << "Floors() of a coster that is not a LowerBounds() coster";
+  Coster c = *this;
+  c.gemm_floors_ = true;
+  return c;
+}
+
 int Coster::KGranule(fb::DType dtype) const {
   StatusOr<kernels::DType> d = kernels::DTypeFromFb(dtype);
   StatusOr<std::string_view> kernel =
@@ -555,6 +563,13 @@ StatusOr<OpCost> Coster::PriceOp(
           by_shapes ? Cached(&Cache::shape_prices, key)
                     : Lookup(scheduled_prices_.get(), *prices_, key)) {
     return *cached;
+  }
+  // A floor is kept apart from the closer bound of the same key.
+  const bool floor = gemm_floors_ && node.op_class == OpClass::kGemm;
+  if (floor) {
+    key = "floor " + key;
+    if (const OpCost* cached = Cached(&Cache::shape_prices, key))
+      return *cached;
   }
   if (Status invalid = CheckRecipe(graph, op, recipe); !invalid.ok()) {
     return Status::Internal(graph.OpLabel(op) + ": " + invalid.message());

@@ -86,7 +86,16 @@ class Coster {
   // its own, its shape-keyed ones shared with every LowerBounds() coster of
   // this coster's family.
   Coster LowerBounds() const;
+  // A LowerBounds() coster whose GEMM prices are coarser bounds still,
+  // made without planning the copies of tiles that hold part of their
+  // left operand (most of a GEMM price's work): the greedy plan rules out
+  // most GEMM candidates on these before it bounds the rest closely
+  // (Search::CheapestOption). A GEMM price this coster or its LowerBounds()
+  // parent has already made, a closer bound, is taken instead. Its other
+  // prices are its parent's, and its caches its parent's.
+  Coster Floors() const;
   passes::PhaseTiming timing() const { return timing_; }
+  bool gemm_floors() const { return gemm_floors_; }
 
   const kernels::CostModel& model() const { return *model_; }
   const fb::TargetT& target() const { return model_->target(); }
@@ -250,6 +259,7 @@ class Coster {
   // A LowerBounds() coster's: the scheduled coster's caches, looked in
   // first.
   passes::PhaseTiming timing_ = passes::PhaseTiming::kScheduled;
+  bool gemm_floors_ = false;  // a Floors() coster
   std::shared_ptr<const Cache> scheduled_cache_;
   std::shared_ptr<const Prices> scheduled_prices_;
 };

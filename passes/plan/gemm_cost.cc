@@ -319,6 +319,29 @@ class GemmPricing {
     return it->second.first;
   }
 
+  // Coster::Floors(): no more than what tile t, which copies a part of A
+  // it holds, adds to any phase group, found without planning its copies:
+  // one call on its first chunk where its first calls go (it uses its
+  // panel in place, one call on the whole panel, or copies into it and
+  // calls on that chunk, whole or in K pieces: none cheaper than one call
+  // on the chunk, as the kernel formulas are sums of ceilings), and its
+  // conversion and reduction.
+  Status AddCallsFloor(Variant& v, passes::GemmTilePlanner& planner, int t,
+                       int mi, int ki, int ni) const {
+    const int64_t first_chunk = std::min(g_.depth.Size(ki), g_.phase_k);
+    StatusOr<int64_t> calls =
+        planner.Gemm(g_.StepRowCount(mi, step_), first_chunk, g_.cols.Size(ni));
+    if (!calls.ok()) return calls.status();
+    std::vector<int64_t> sums(group_.back() + 1, 0);
+    sums[group_[1]] += *calls;
+    sums[group_[chunks_]] += convert_[t];
+    sums[group_[chunks_ + 1]] += reduce_[t];
+    for (size_t k = 0; k < sums.size(); ++k) {
+      v.group_max[k] = std::max(v.group_max[k], sums[k]);
+    }
+    return Status::Ok();
+  }
+
   StatusOr<Variant> PlanTiles(bool k_pieces) {
     Variant v;
     v.group_max.assign(group_.back() + 1, 0);
@@ -350,6 +373,10 @@ class GemmPricing {
                      g_.k + ki) * g_.n + ni;
             if (plain_seen[key]) continue;
             plain_seen[key] = 1;
+          } else if (coster_.gemm_floors()) {
+            all_aliased_ = false;  // not known; a floor's bytes are not read
+            TILEC_RETURN_IF_ERROR(AddCallsFloor(v, planner, t, mi, ki, ni));
+            continue;
           }
           TILEC_RETURN_IF_ERROR(planner.Geometry(in, &geometry));
           TILEC_RETURN_IF_ERROR(planner.Plan(geometry, in, &plan));

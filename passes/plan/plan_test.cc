@@ -323,6 +323,46 @@ TEST(PlanCostTest, LowerBoundsNeverExceedScheduledPrices) {
   }
 }
 
+// The greedy plan and the search rule options out by their floors before
+// they bound them: a Floors() coster's GEMM price never exceeds the
+// LowerBounds() price (nor so the schedule's), whatever part of the left
+// operand the grid's tiles hold (none, rows of it, its staged layout, a
+// fine grid); below it where tiles copy local parts; every other op's
+// price is the bound's.
+TEST(PlanCostTest, FloorsNeverExceedLowerBounds) {
+  for (const char* target : {"ipu21", "tiny"}) {
+    Fixture f(target == std::string("tiny") ? Small() : Siglip());
+    const Coster bounds = f.coster.LowerBounds();
+    const Coster floors = bounds.Floors();
+    int below = 0;
+    for (int op = 0; op < f.graph.num_ops(); ++op) {
+      const bool gemm = f.graph.op(op).op_class == OpClass::kGemm;
+      for (const Recipe& r : Candidates(f.graph, f.coster, op)) {
+        std::vector<fb::OwnershipT> sources = {BlockedOwnership({5, 1}),
+                                               BlockedOwnership({16, 4})};
+        if (gemm) sources.push_back(f.coster.StagedOwnership(r));
+        for (const fb::OwnershipT& source : sources) {
+          // The floor first: once bounded, the floors coster takes it.
+          StatusOr<OpCost> floor = floors.PriceOp(f.graph, op, r, &source);
+          StatusOr<OpCost> lower = bounds.PriceOp(f.graph, op, r, &source);
+          ASSERT_TRUE(floor.ok() && lower.ok()) << r.Text();
+          const std::string what = std::to_string(op) + " " + r.Text() +
+                                   " <- " + passes::FormatOwnership(source);
+          EXPECT_LE(floor->Cycles(), lower->Cycles()) << what;
+          if (!gemm) {
+            EXPECT_EQ(floor->Cycles(), lower->Cycles()) << what;
+          }
+          below += floor->Cycles() < lower->Cycles();
+          StatusOr<OpCost> again = floors.PriceOp(f.graph, op, r, &source);
+          ASSERT_TRUE(again.ok());
+          EXPECT_EQ(again->Cycles(), lower->Cycles()) << what;
+        }
+      }
+    }
+    EXPECT_GT(below, 0) << target;  // floors below bounds, so they can skip
+  }
+}
+
 TEST(PlanCostTest, FitsTheMachineModelOnTheUpProjection) {
   // docs/machine.md: up-projection GEMM on one tile, FP8, M82 K192 N160:
   // 29,508.

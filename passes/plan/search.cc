@@ -31,6 +31,7 @@ Search::Search(const Graph& graph, const Coster& coster, SearchOptions options)
     : graph_(graph),
       coster_(coster),
       bounds_(coster.LowerBounds()),
+      floors_(bounds_.Floors()),
       options_(std::move(options)),
       log_(options_.log ? options_.log : &own_log_) {
   rng_.seed(options_.seed);

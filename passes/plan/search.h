@@ -138,9 +138,11 @@ class Search {
     std::vector<Proposal> proposals;
     std::vector<std::pair<int64_t, size_t>> ranked;  // (cycles, index)
   };
-  // Prices with `coster` and its `bounds` only: may run on any thread.
+  // Prices with `coster`, its `bounds` and their `floors` only: may run on
+  // any thread.
   StatusOr<OpOffers> RankOpOffers(int op, int depth, const Coster& coster,
-                                  const Coster& bounds) const;
+                                  const Coster& bounds,
+                                  const Coster& floors) const;
   // RankOpOffers of each of `ops`, in that order, on options_.threads.
   std::vector<StatusOr<OpOffers>> RankAllOffers(const std::vector<int>& ops,
                                                 int depth);
@@ -184,10 +186,12 @@ class Search {
     return options_.greedy_on_threads ? options_.threads : 1;
   }
   Status Greedy(std::vector<fb::DecisionT>* decisions);
-  StatusOr<std::vector<int64_t>> OptionCycles(int op,
-                                              const std::vector<Recipe>& options,
-                                              std::span<const size_t> which,
-                                              bool bounds);
+  // How OptionCycles prices: the schedule, lower bounds (bounds_) or the
+  // coarser ones that need no GEMM copies planned (floors_).
+  enum class Pricing { kSchedule, kBounds, kFloors };
+  StatusOr<std::vector<int64_t>> OptionCycles(
+      int op, const std::vector<Recipe>& options, std::span<const size_t> which,
+      Pricing pricing);
   StatusOr<std::pair<int64_t, size_t>> CheapestOption(
       int op, const std::vector<Recipe>& options);
   Plan WithRecipe(int op, const Recipe& recipe) const;
@@ -201,12 +205,18 @@ class Search {
 
   const Graph& graph_;
   const Coster& coster_;
-  // coster_'s lower bounds (Coster::LowerBounds), for the greedy plan.
+  // coster_'s lower bounds (Coster::LowerBounds), for the greedy plan, and
+  // their floors (Coster::Floors).
   const Coster bounds_;
+  const Coster floors_;
   // For the threads beyond the first: a coster of coster_'s family and its
-  // lower bounds each (RankAllOffers).
+  // lower bounds each (RankAllOffers), and their floors (by thread - 1).
   std::vector<std::pair<std::unique_ptr<Coster>, std::unique_ptr<Coster>>>
       helper_costers_;
+  std::vector<std::unique_ptr<Coster>> helper_floors_;
+  const Coster& FloorsOf(size_t thread) const {
+    return thread == 0 ? floors_ : *helper_floors_[thread - 1];
+  }
   SearchOptions options_;
   std::vector<std::vector<Recipe>> candidates_;  // by op
   Plan incumbent_;

@@ -2,8 +2,6 @@
 // greedy plan, weights moved to their homes when the resident plan does not
 // fit, and the memory repair by single-op changes.
 
-#include "passes/plan/search.h"
-
 #include <algorithm>
 #include <numeric>
 #include <optional>
@@ -14,7 +12,9 @@
 #include <vector>
 
 #include "formats/basics.h"
+#include "passes/plan/search.h"
 #include "passes/plan/search_candidates.h"
+#include "passes/plan/tiered_min.h"
 #include "passes/plan/weight_homes.h"
 
 namespace tilec::plan {
@@ -162,73 +162,52 @@ Plan Search::WithRecipe(int op, const Recipe& recipe) const {
 }
 
 // The cycles up to `op` with each option `which` names in its place,
-// priced on GreedyThreads(): at each thread's lower bounds if `bounds`,
-// else by each thread's schedule.
+// priced on GreedyThreads() as `pricing` says, each thread with costers of
+// its own.
 StatusOr<std::vector<int64_t>> Search::OptionCycles(
     int op, const std::vector<Recipe>& options, std::span<const size_t> which,
-    bool bounds) {
+    Pricing pricing) {
   std::vector<int64_t> cycles(which.size(), 0);
   std::vector<Status> failed(which.size(), Status::Ok());
-  OnThreads(which.size(), [&](size_t, size_t k, const Coster& scheduled,
-                              const Coster& bound) {
-    StatusOr<Evaluation> e =
-        Evaluate(graph_, bounds ? bound : scheduled,
-                 WithRecipe(op, options[which[k]]), EvalMode::kCyclesOnly, op);
-    if (!e.ok()) {
-      failed[k] = e.status();
-      return;
-    }
-    cycles[k] = e->total_cycles;
-  }, GreedyThreads());
+  OnThreads(
+      which.size(),
+      [&](size_t thread, size_t k, const Coster& scheduled,
+          const Coster& bound) {
+        const Coster& coster = pricing == Pricing::kSchedule ? scheduled
+                               : pricing == Pricing::kBounds ? bound
+                                                             : FloorsOf(thread);
+        StatusOr<Evaluation> e =
+            Evaluate(graph_, coster, WithRecipe(op, options[which[k]]),
+                     EvalMode::kCyclesOnly, op);
+        if (!e.ok()) {
+          failed[k] = e.status();
+          return;
+        }
+        cycles[k] = e->total_cycles;
+      },
+      GreedyThreads());
   // The first failure in `which`'s order, whichever thread met it.
   for (const Status& s : failed) TILEC_RETURN_IF_ERROR(s);
   return cycles;
 }
 
 // The first of the options giving the fewest cycles up to `op`, and those
-// cycles. Each is first priced at its lower bound, then by its schedule in
-// order of those bounds; one whose bound cannot beat the best found so far
-// (or, equal to it, comes later in `options`) is never scheduled. That is
-// the choice pricing every option by its schedule would make, whatever
-// each bound is as long as it is one, and however many are scheduled
-// beyond those needed: so the threads (GreedyThreads) price the bounds
-// with costers of their own (tighter or looser where their caches differ),
-// and schedule the next options not ruled out one a thread at a time.
+// cycles: by their floors, then their lower bounds, then their schedules
+// (CheapestByTiers), so that an option whose floor or bound cannot beat
+// the best found is never scheduled, and one whose floor cannot is not
+// bounded (on so400m most GEMM options). That is the choice pricing every
+// option by its schedule would make, whatever each bound is as long as it
+// is one: so the threads (GreedyThreads) price with costers of their own
+// (tighter or looser where their caches differ), a thread an option.
 StatusOr<std::pair<int64_t, size_t>> Search::CheapestOption(
     int op, const std::vector<Recipe>& options) {
-  std::vector<size_t> all(options.size());
-  std::iota(all.begin(), all.end(), size_t{0});
-  StatusOr<std::vector<int64_t>> bounds =
-      OptionCycles(op, options, all, /*bounds=*/true);
-  if (!bounds.ok()) return bounds.status();
-  std::vector<std::pair<int64_t, size_t>> bounded;  // (lower bound, index)
-  for (size_t i = 0; i < options.size(); ++i) {
-    bounded.emplace_back((*bounds)[i], i);
-  }
-  std::sort(bounded.begin(), bounded.end());
-  const size_t threads = static_cast<size_t>(std::max(1, GreedyThreads()));
-  std::optional<std::pair<int64_t, size_t>> best;  // (cycles, index)
-  bool ruled_out = false;  // every option from `next` on
-  for (size_t next = 0; !ruled_out && next < bounded.size();) {
-    std::vector<size_t> batch;
-    for (; next < bounded.size() && batch.size() < threads; ++next) {
-      const auto& [bound, i] = bounded[next];
-      if (best && std::pair(bound, i) > *best) {
-        ruled_out = bound > best->first;  // and so is every later bound
-        if (ruled_out) break;
-        continue;
-      }
-      batch.push_back(i);
-    }
-    StatusOr<std::vector<int64_t>> cycles =
-        OptionCycles(op, options, batch, /*bounds=*/false);
-    if (!cycles.ok()) return cycles.status();
-    for (size_t k = 0; k < batch.size(); ++k) {
-      const std::pair<int64_t, size_t> priced((*cycles)[k], batch[k]);
-      if (!best || priced < *best) best = priced;
-    }
-  }
-  return *best;
+  constexpr Pricing kTiers[] = {Pricing::kFloors, Pricing::kBounds,
+                                Pricing::kSchedule};
+  return CheapestByTiers(
+      options.size(), 2, static_cast<size_t>(std::max(1, GreedyThreads())),
+      [&](std::span<const size_t> which, int tier) {
+        return OptionCycles(op, options, which, kTiers[tier]);
+      });
 }
 
 Status Search::Greedy(std::vector<fb::DecisionT>* decisions) {

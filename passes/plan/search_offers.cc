@@ -2,13 +2,13 @@
 // for the incumbent: single-op, carry and joint changes, ranked by the
 // plan's cycles with each and drawn in bands.
 
-#include "passes/plan/search.h"
-
 #include <algorithm>
 #include <atomic>
+#include <queue>
 #include <set>
 #include <thread>
 
+#include "passes/plan/search.h"
 #include "passes/plan/search_candidates.h"
 
 namespace tilec::plan {
@@ -187,44 +187,61 @@ std::vector<std::pair<int64_t, size_t>> ChooseBand(
   return ranked;
 }
 
-// Ranks the pool by the plan's cycles with each change (cheap: prices are
-// cached); ties by key. `apply` is Search::Apply.
-template <typename ApplyFn>
 // The best `top` proposals of `pool` (all, if fewer) by their plans'
 // cycles, ties by key, best first; more may follow, not in rank. Each
-// proposal is priced first at its lower bound (`bounds`) and then, in
-// order of those bounds, by its schedule until no remaining bound can
-// enter the best `top`: the same ranks as pricing every proposal by its
-// schedule.
+// proposal is known by a lower bound, first its floor (`floors`: no GEMM
+// copies planned), then its bound (`bounds`), then its schedule; the
+// proposal with the least bound so far is taken further, until no
+// remaining bound can enter the best `top`: the same ranks as pricing
+// every proposal by its schedule. `apply` is Search::Apply.
+template <typename ApplyFn>
 StatusOr<std::vector<std::pair<int64_t, size_t>>> RankByCycles(
     const Graph& graph, const Coster& coster, const Coster& bounds,
-    const std::vector<Proposal>& pool, size_t top, const ApplyFn& apply) {
+    const Coster& floors, const std::vector<Proposal>& pool, size_t top,
+    const ApplyFn& apply) {
   std::vector<std::string> keys(pool.size());
   std::vector<Plan> plans(pool.size());
-  std::vector<std::pair<int64_t, size_t>> bounded;
+  auto before = [&](const std::pair<int64_t, size_t>& a,
+                    const std::pair<int64_t, size_t>& b) {
+    if (a.first != b.first) return a.first < b.first;
+    return keys[a.second] < keys[b.second];
+  };
+  // (bound, proposal), the least on top, and which are floors still.
+  auto after = [&](const std::pair<int64_t, size_t>& a,
+                   const std::pair<int64_t, size_t>& b) {
+    return before(b, a);
+  };
+  std::priority_queue<std::pair<int64_t, size_t>,
+                      std::vector<std::pair<int64_t, size_t>>, decltype(after)>
+      open(after);
+  std::vector<char> floor(pool.size(), 1);
   for (size_t i = 0; i < pool.size(); ++i) {
     keys[i] = pool[i].Key();
     StatusOr<Plan> plan = apply(pool[i]);
     if (!plan.ok()) return plan.status();
     plans[i] = std::move(*plan);
     StatusOr<Evaluation> e =
-        Evaluate(graph, bounds, plans[i], EvalMode::kCyclesOnly);
+        Evaluate(graph, floors, plans[i], EvalMode::kCyclesOnly);
     if (!e.ok()) return e.status();
-    bounded.push_back({e->total_cycles, i});
+    open.push({e->total_cycles, i});
   }
-  auto before = [&](const std::pair<int64_t, size_t>& a,
-                    const std::pair<int64_t, size_t>& b) {
-    if (a.first != b.first) return a.first < b.first;
-    return keys[a.second] < keys[b.second];
-  };
-  std::stable_sort(bounded.begin(), bounded.end(), before);
   std::vector<std::pair<int64_t, size_t>> ranked;
-  for (const auto& next : bounded) {
+  while (!open.empty()) {
+    const std::pair<int64_t, size_t> next = open.top();
     // Every proposal from here on costs at least `next`.
     if (ranked.size() >= top && before(ranked[top - 1], next)) break;
+    open.pop();
+    const bool bound = floor[next.second];
+    floor[next.second] = 0;
     StatusOr<Evaluation> e =
-        Evaluate(graph, coster, plans[next.second], EvalMode::kCyclesOnly);
+        Evaluate(graph, bound ? bounds : coster, plans[next.second],
+                 EvalMode::kCyclesOnly);
     if (!e.ok()) return e.status();
+    if (bound) {
+      // Both are bounds: the closer one counts.
+      open.push({std::max(next.first, e->total_cycles), next.second});
+      continue;
+    }
     const std::pair<int64_t, size_t> priced = {e->total_cycles, next.second};
     ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), priced, before),
                   priced);
@@ -236,7 +253,8 @@ StatusOr<std::vector<std::pair<int64_t, size_t>>> RankByCycles(
 
 StatusOr<Search::OpOffers> Search::RankOpOffers(int op, int depth,
                                                 const Coster& coster,
-                                                const Coster& bounds) const {
+                                                const Coster& bounds,
+                                                const Coster& floors) const {
   OfferPool pool{incumbent_};
   const std::vector<int> followers =
       FollowersOf(graph_, options_.pinned, incumbent_, eval_, op);
@@ -249,7 +267,7 @@ StatusOr<Search::OpOffers> Search::RankOpOffers(int op, int depth,
   const size_t top =
       static_cast<size_t>(std::max(1, options_.proposals_per_op)) * (depth + 2);
   StatusOr<std::vector<std::pair<int64_t, size_t>>> ranked =
-      RankByCycles(graph_, coster, bounds, pool.proposals, top,
+      RankByCycles(graph_, coster, bounds, floors, pool.proposals, top,
                    [this](const Proposal& p) { return Apply(p); });
   if (!ranked.ok()) return ranked.status();
   return OpOffers{std::move(pool.proposals), std::move(*ranked)};
@@ -264,6 +282,7 @@ void Search::OnThreads(size_t count, const ThreadWork& run,
   while (helper_costers_.size() + 1 < threads) {
     auto helper = std::make_unique<Coster>(coster_.ForAnotherGraph());
     auto helper_bounds = std::make_unique<Coster>(helper->LowerBounds());
+    helper_floors_.push_back(std::make_unique<Coster>(helper_bounds->Floors()));
     helper_costers_.push_back({std::move(helper), std::move(helper_bounds)});
   }
   // Thread t takes item t first (so that every thread takes part, as the
@@ -290,9 +309,9 @@ std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
                                           Status::Internal("not ranked"));
   // A ranking's result does not depend on which coster's caches made it
   // (RankByCycles is exact).
-  OnThreads(ops.size(), [&](size_t, size_t i, const Coster& coster,
+  OnThreads(ops.size(), [&](size_t thread, size_t i, const Coster& coster,
                             const Coster& bounds) {
-    results[i] = RankOpOffers(ops[i], depth, coster, bounds);
+    results[i] = RankOpOffers(ops[i], depth, coster, bounds, FloorsOf(thread));
   });
   return results;
 }
