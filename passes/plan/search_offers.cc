@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <queue>
 #include <set>
 #include <thread>
 
 #include "passes/plan/search.h"
 #include "passes/plan/search_candidates.h"
+#include "passes/plan/tiered_min.h"
 
 namespace tilec::plan {
 
@@ -189,11 +189,11 @@ std::vector<std::pair<int64_t, size_t>> ChooseBand(
 
 // The best `top` proposals of `pool` (all, if fewer) by their plans'
 // cycles, ties by key, best first; more may follow, not in rank. Each
-// proposal is known by a lower bound, first its floor (`floors`: no GEMM
-// copies planned), then its bound (`bounds`), then its schedule; the
-// proposal with the least bound so far is taken further, until no
-// remaining bound can enter the best `top`: the same ranks as pricing
-// every proposal by its schedule. `apply` is Search::Apply.
+// proposal is priced at its floor (`floors`: no GEMM copies planned), then
+// at its bound (`bounds`), then by its schedule, least known first
+// (RankByTiers), until no remaining bound can enter the best `top`: the
+// same ranks as pricing every proposal by its schedule. `apply` is
+// Search::Apply.
 template <typename ApplyFn>
 StatusOr<std::vector<std::pair<int64_t, size_t>>> RankByCycles(
     const Graph& graph, const Coster& coster, const Coster& bounds,
@@ -201,52 +201,31 @@ StatusOr<std::vector<std::pair<int64_t, size_t>>> RankByCycles(
     const ApplyFn& apply) {
   std::vector<std::string> keys(pool.size());
   std::vector<Plan> plans(pool.size());
-  auto before = [&](const std::pair<int64_t, size_t>& a,
-                    const std::pair<int64_t, size_t>& b) {
-    if (a.first != b.first) return a.first < b.first;
-    return keys[a.second] < keys[b.second];
-  };
-  // (bound, proposal), the least on top, and which are floors still.
-  auto after = [&](const std::pair<int64_t, size_t>& a,
-                   const std::pair<int64_t, size_t>& b) {
-    return before(b, a);
-  };
-  std::priority_queue<std::pair<int64_t, size_t>,
-                      std::vector<std::pair<int64_t, size_t>>, decltype(after)>
-      open(after);
-  std::vector<char> floor(pool.size(), 1);
   for (size_t i = 0; i < pool.size(); ++i) {
     keys[i] = pool[i].Key();
     StatusOr<Plan> plan = apply(pool[i]);
     if (!plan.ok()) return plan.status();
     plans[i] = std::move(*plan);
-    StatusOr<Evaluation> e =
-        Evaluate(graph, floors, plans[i], EvalMode::kCyclesOnly);
-    if (!e.ok()) return e.status();
-    open.push({e->total_cycles, i});
   }
-  std::vector<std::pair<int64_t, size_t>> ranked;
-  while (!open.empty()) {
-    const std::pair<int64_t, size_t> next = open.top();
-    // Every proposal from here on costs at least `next`.
-    if (ranked.size() >= top && before(ranked[top - 1], next)) break;
-    open.pop();
-    const bool bound = floor[next.second];
-    floor[next.second] = 0;
-    StatusOr<Evaluation> e =
-        Evaluate(graph, bound ? bounds : coster, plans[next.second],
-                 EvalMode::kCyclesOnly);
-    if (!e.ok()) return e.status();
-    if (bound) {
-      // Both are bounds: the closer one counts.
-      open.push({std::max(next.first, e->total_cycles), next.second});
-      continue;
-    }
-    const std::pair<int64_t, size_t> priced = {e->total_cycles, next.second};
-    ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), priced, before),
-                  priced);
-  }
-  return ranked;
+  const Coster* tiers[] = {&floors, &bounds, &coster};
+  return RankByTiers(
+      pool.size(), top, 2, 1,
+      [&keys](const std::pair<int64_t, size_t>& a,
+              const std::pair<int64_t, size_t>& b) {
+        if (a.first != b.first) return a.first < b.first;
+        return keys[a.second] < keys[b.second];
+      },
+      [&](std::span<const size_t> which,
+          int tier) -> StatusOr<std::vector<int64_t>> {
+        std::vector<int64_t> cycles;
+        for (size_t i : which) {
+          StatusOr<Evaluation> e =
+              Evaluate(graph, *tiers[tier], plans[i], EvalMode::kCyclesOnly);
+          if (!e.ok()) return e.status();
+          cycles.push_back(e->total_cycles);
+        }
+        return cycles;
+      });
 }
 
 }  // namespace

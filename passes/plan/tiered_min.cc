@@ -2,33 +2,33 @@
 
 #include <algorithm>
 #include <numeric>
-#include <optional>
 
 namespace tilec::plan {
 
-StatusOr<std::pair<int64_t, size_t>> CheapestByTiers(size_t n, int exact,
-                                                     size_t batch,
-                                                     const TierPrice& price) {
+StatusOr<std::vector<std::pair<int64_t, size_t>>> RankByTiers(
+    size_t n, size_t top, int exact, size_t batch, const CostOrder& before,
+    const TierPrice& price) {
   struct Known {
-    int64_t bound = 0;
-    size_t index = 0;
+    std::pair<int64_t, size_t> bound;  // (least known cost, index)
     int tier = 0;
   };
+  std::vector<std::pair<int64_t, size_t>> ranked;
+  if (n == 0) return ranked;
   std::vector<size_t> all(n);
   std::iota(all.begin(), all.end(), size_t{0});
   StatusOr<std::vector<int64_t>> first = price(all, 0);
   if (!first.ok()) return first.status();
   std::vector<Known> open;  // neither priced exactly nor ruled out
-  for (size_t i = 0; i < n; ++i) open.push_back({(*first)[i], i, 0});
+  for (size_t i = 0; i < n; ++i) open.push_back({{(*first)[i], i}, 0});
+  top = std::max<size_t>(top, 1);
   batch = std::max<size_t>(batch, 1);
-  std::optional<std::pair<int64_t, size_t>> best;  // (cost, index)
   while (true) {
     std::erase_if(open, [&](const Known& k) {
-      return best && std::pair(k.bound, k.index) > *best;
+      return ranked.size() >= top && before(ranked[top - 1], k.bound);
     });
     if (open.empty()) break;
-    std::sort(open.begin(), open.end(), [](const Known& a, const Known& b) {
-      return std::pair(a.bound, a.index) < std::pair(b.bound, b.index);
+    std::sort(open.begin(), open.end(), [&](const Known& a, const Known& b) {
+      return before(a.bound, b.bound);
     });
     // The front's options of the lowest tier go one tier up together.
     const size_t front = std::min(batch, open.size());
@@ -38,7 +38,7 @@ StatusOr<std::pair<int64_t, size_t>> CheapestByTiers(size_t n, int exact,
     for (size_t j = 0; j < front; ++j) {
       if (open[j].tier != tier) continue;
       at.push_back(j);
-      which.push_back(open[j].index);
+      which.push_back(open[j].bound.second);
     }
     StatusOr<std::vector<int64_t>> cost = price(which, tier + 1);
     if (!cost.ok()) return cost.status();
@@ -47,15 +47,26 @@ StatusOr<std::pair<int64_t, size_t>> CheapestByTiers(size_t n, int exact,
       k.tier = tier + 1;
       if (k.tier < exact) {
         // Both are bounds: the closer one counts.
-        k.bound = std::max(k.bound, (*cost)[b]);
+        k.bound.first = std::max(k.bound.first, (*cost)[b]);
         continue;
       }
-      const std::pair<int64_t, size_t> priced((*cost)[b], k.index);
-      if (!best || priced < *best) best = priced;
+      const std::pair<int64_t, size_t> priced((*cost)[b], k.bound.second);
+      ranked.insert(
+          std::upper_bound(ranked.begin(), ranked.end(), priced, before),
+          priced);
     }
     std::erase_if(open, [&](const Known& k) { return k.tier == exact; });
   }
-  return *best;
+  return ranked;
+}
+
+StatusOr<std::pair<int64_t, size_t>> CheapestByTiers(size_t n, int exact,
+                                                     size_t batch,
+                                                     const TierPrice& price) {
+  StatusOr<std::vector<std::pair<int64_t, size_t>>> ranked = RankByTiers(
+      n, 1, exact, batch, std::less<std::pair<int64_t, size_t>>(), price);
+  if (!ranked.ok()) return ranked.status();
+  return ranked->front();
 }
 
 }  // namespace tilec::plan

@@ -87,6 +87,33 @@ TEST(CheapestByTiersTest, TiesGoToTheFirst) {
   EXPECT_EQ(*got, std::pair(int64_t{9}, size_t{0}));
 }
 
+// The best `top` in the caller's order (ties here by descending index),
+// exactly priced, against sorting every option's exact cost.
+TEST(RankByTiersTest, TheBestTopExactlyInTheCallersOrder) {
+  std::mt19937_64 rng(11);
+  const CostOrder before = [](const std::pair<int64_t, size_t>& a,
+                              const std::pair<int64_t, size_t>& b) {
+    return a.first != b.first ? a.first < b.first : a.second > b.second;
+  };
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t n = trial % 30;
+    const size_t top = 1 + trial % 7;
+    Options o = Random(rng, n);
+    std::vector<std::pair<int64_t, size_t>> want;
+    for (size_t i = 0; i < n; ++i) want.push_back({o.tiers[2][i], i});
+    std::sort(want.begin(), want.end(), before);
+    want.resize(std::min(n, top));
+    StatusOr<std::vector<std::pair<int64_t, size_t>>> got =
+        RankByTiers(n, top, 2, 1, before, o.Price());
+    ASSERT_TRUE(got.ok());
+    ASSERT_GE(got->size(), want.size());
+    for (size_t r = 0; r < want.size(); ++r) {
+      EXPECT_EQ((*got)[r], want[r]) << "trial " << trial << " rank " << r;
+    }
+    for (const auto& [cost, i] : *got) EXPECT_EQ(cost, o.tiers[2][i]);
+  }
+}
+
 TEST(CheapestByTiersTest, AnErrorIsReturned) {
   StatusOr<std::pair<int64_t, size_t>> got = CheapestByTiers(
       3, 2, 1,

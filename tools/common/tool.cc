@@ -319,9 +319,10 @@ namespace {
 // default glibc maps each one of 32 MB or more afresh and unmaps it when
 // freed, and gives the heap's free top back to the kernel, so every page
 // of the next buffer faults in zeroed again. Freed memory is kept for
-// reuse instead; peak RSS stays the largest live set, as before. Measured
-// on the so400m model: run-reference 10.4 s -> 8.5 s (system time 1.9 s
-// -> 0.3 s), simulate-device with execution 44.3 s -> 40.4 s.
+// reuse instead, at some peak RSS (plan-ownership on so400m 791 -> 885
+// MB). Measured on the so400m model: run-reference 10.4-10.8 s -> 8.8-8.9
+// s (system time 1.9 s -> 0.3 s), simulate-device with execution 45.0 s
+// -> 41.7 s.
 void KeepFreedMemoryForReuse() {
   constexpr int kNever = 1 << 30;  // bytes: above any one buffer
   mallopt(M_MMAP_THRESHOLD, kNever);
