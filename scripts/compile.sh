@@ -4,7 +4,9 @@
 # 0-import.tilec from import-model (or import-onnx), then <i>-<pass>.tilec
 # for each pass of passes/pipeline/PIPELINE in order (today 1-quantize-fp8,
 # 2-plan-ownership, 3-fuse-elementwise, 4-fuse-residual, 5-expand-reduce,
-# 6-emit-device: the device program).
+# 6-emit-device: the device program). quantize-fp8's greedy plan of its
+# output goes to plan-ownership in 1-quantize-fp8.initial-plan.tilec, so that
+# it is not planned twice (scripts/lib/pipeline.sh, tilec_handoff_flags).
 #
 #   scripts/compile.sh OUT_DIR [--f16] [import-model flags...]
 #   scripts/compile.sh OUT_DIR [--f16] --onnx=MODEL.onnx [import-onnx flags...]

@@ -61,6 +61,36 @@ std::vector<std::string> RecordedFlags(uint64_t seed, int proposals_per_op,
   return flags;
 }
 
+// The module a planner run starts from: `module` without any plan (or
+// what was lowered from one).
+void DropPlan(fb::ModuleT* module) {
+  for (auto& v : module->values) v->ownership.reset();
+  for (auto& op : module->ops) {
+    op->recipe.reset();
+    op->estimate.reset();
+    op->reduction.reset();
+  }
+  module->checkpoint.reset();
+  module->program.reset();
+}
+
+// A checkpoint file: the unplanned module `input`, a plan-ownership pass run
+// with the recorded `flags` and the decisions so far, and the search state.
+fb::ModuleT CheckpointModule(fb::ModuleT input,
+                             const std::vector<std::string>& flags,
+                             const fb::SearchCheckpointT& state,
+                             const Decisions& decisions) {
+  auto run = std::make_unique<fb::PassRunT>();
+  run->pass = PassName();
+  run->flags = flags;
+  for (const auto& d : decisions) {
+    run->decisions.push_back(std::make_unique<fb::DecisionT>(*d));
+  }
+  input.log.push_back(std::move(run));
+  input.checkpoint = std::make_unique<fb::SearchCheckpointT>(state);
+  return input;
+}
+
 // The value of "--NAME=" in a recorded flag list, if present.
 std::optional<std::string> RecordedValue(const std::vector<std::string>& flags,
                                          const std::string& name) {
@@ -158,7 +188,7 @@ class Planning {
     TILEC_RETURN_IF_ERROR(LoadPins());
     auto search =
         std::make_unique<Search>(*graph_, *coster_, MakeSearchOptions());
-    Status started = StartSearch(search.get());
+    Status started = StartSearch(&search);
     if (started.code() == StatusCode::kInfeasible && MayStepAttention()) {
       started = PlanAttentionInImageSteps(
           started, search->closest_peak_bytes(), &search);
@@ -200,14 +230,7 @@ class Planning {
                               std::to_string(*options_.attention_steps) +
                               " must be at least 1");
     }
-    for (auto& v : module_.values) v->ownership.reset();
-    for (auto& op : module_.ops) {
-      op->recipe.reset();
-      op->estimate.reset();
-      op->reduction.reset();
-    }
-    module_.checkpoint.reset();
-    module_.program.reset();
+    DropPlan(&module_);
     // The module as given, for checkpoints (they carry the unplanned graph).
     input_ = module_;
     return Status::Ok();
@@ -462,23 +485,57 @@ class Planning {
     if (options_.save_checkpoint) {
       search.save_checkpoint = [this](const fb::SearchCheckpointT& state,
                                       const Decisions& decisions) {
-        fb::ModuleT saved = input_;
-        auto run = std::make_unique<fb::PassRunT>();
-        run->pass = PassName();
-        run->flags = flags_;
-        for (const auto& d : decisions) {
-          run->decisions.push_back(std::make_unique<fb::DecisionT>(*d));
-        }
-        saved.log.push_back(std::move(run));
-        saved.checkpoint = std::make_unique<fb::SearchCheckpointT>(state);
-        return options_.save_checkpoint(saved);
+        return options_.save_checkpoint(
+            CheckpointModule(input_, flags_, state, decisions));
       };
     }
     return search;
   }
 
-  Status StartSearch(Search* search) {
-    if (!options_.resume) return search->Initialize();
+  // The initial plan (--initial_plan's where it fits this run, else
+  // planned here), or the search restored from --resume's checkpoint.
+  Status StartSearch(std::unique_ptr<Search>* search) {
+    if (!options_.resume && options_.initial_plan) {
+      const Status taken = TakeInitialPlan(search->get());
+      if (taken.ok()) return Status::Ok();
+      Say("--initial_plan " + options_.initial_plan_name + " not used (" +
+          taken.message() + "): planning the initial plan here");
+      // A failed restore may have left part of its state.
+      *search =
+          std::make_unique<Search>(*graph_, *coster_, MakeSearchOptions());
+    }
+    if (!options_.resume) return (*search)->Initialize();
+    return Resume(search->get());
+  }
+
+  // --initial_plan's plan, if it is a checkpoint of no attempts made for
+  // this graph with this run's recorded parameters (and it re-prices to its
+  // saved cycles: Search::Restore).
+  Status TakeInitialPlan(Search* search) {
+    const fb::ModuleT& saved = *options_.initial_plan;
+    if (!saved.checkpoint || saved.log.empty() ||
+        saved.log.back()->pass != PassName()) {
+      return Status::BadInput("it is not a plan-ownership checkpoint");
+    }
+    if (saved.checkpoint->attempts != 0) {
+      return Status::BadInput("its search has made " +
+                              std::to_string(saved.checkpoint->attempts) +
+                              " attempts (--resume continues a search)");
+    }
+    if (saved.log.back()->flags != flags_) {
+      return Status::BadInput("it was made with other parameters");
+    }
+    StatusOr<Graph> graph = Graph::Build(saved);
+    if (!graph.ok()) return graph.status();
+    const std::string difference = graph_->Difference(*graph);
+    if (!difference.empty()) {
+      return Status::BadInput("another graph: input " + difference +
+                              " in the file");
+    }
+    return search->Restore(*saved.checkpoint, saved.log.back()->decisions);
+  }
+
+  Status Resume(Search* search) {
     const fb::ModuleT& checkpoint = *options_.resume;
     Status restored = search->Restore(*checkpoint.checkpoint,
                                       checkpoint.log.back()->decisions);
@@ -629,6 +686,18 @@ class Planning {
 };
 
 }  // namespace
+
+fb::ModuleT InitialPlanCheckpoint(const fb::ModuleT& module,
+                                  const InitialPlan& plan) {
+  fb::ModuleT input = module;
+  DropPlan(&input);
+  const SearchOptions defaults;
+  return CheckpointModule(
+      std::move(input),
+      RecordedFlags(defaults.seed, defaults.proposals_per_op, "", std::nullopt,
+                    "", 1),
+      plan.state, plan.decisions);
+}
 
 StatusOr<bool> PlanOwnershipPass::Transform(fb::ModuleT* module,
                                             passes::DecisionLog* log) {

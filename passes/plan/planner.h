@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,7 +52,31 @@ struct PlannerOptions {
   // attempts and at the end (the tool writes it atomically).
   std::function<Status(const fb::ModuleT&)> save_checkpoint;
   int64_t checkpoint_every = 16;
+  // --initial_plan: a checkpoint of no attempts (InitialPlanCheckpoint,
+  // written by quantize-fp8 --save_initial_plan), and the name messages
+  // cite. Taken instead of planning the initial plan again where it was
+  // made for this graph with this run's parameters; else planned here, with
+  // a message saying why. The output is the same bytes either way, as long
+  // as the file comes from the same build (the plan is not checked for
+  // being the one this build's greedy plan would make).
+  std::optional<fb::ModuleT> initial_plan;
+  std::string initial_plan_name;
 };
+
+// The initial plan a search made (Search::Initialize): its state and the
+// decisions that made it.
+struct InitialPlan {
+  fb::SearchCheckpointT state;
+  std::vector<std::unique_ptr<fb::DecisionT>> decisions;
+};
+
+// What `plan-ownership --attempts=0 --checkpoint=FILE` saves for `module`
+// with every parameter at its default, given the initial plan its search
+// makes: so that a pass that planned the same graph by the same greedy
+// plan (quantize-fp8's decisions by cost) hands it to plan-ownership
+// (--initial_plan) rather than have it planned twice.
+fb::ModuleT InitialPlanCheckpoint(const fb::ModuleT& module,
+                                  const InitialPlan& plan);
 
 // --gemm_dtype's text ("fp8", "fp8e4m3", "f16", "f32", "native" or empty)
 // as the dtype GEMM inputs are priced in (none for native).

@@ -84,6 +84,7 @@ class Quantizer {
     if (!changed.ok()) return changed.status();
     if (*changed) TILEC_RETURN_IF_ERROR(LogAccuracy());
     LogSummary();
+    TILEC_RETURN_IF_ERROR(SaveInitialPlan());
     return *changed;
   }
 
@@ -1005,6 +1006,18 @@ class Quantizer {
     std::erase_if(m->ops, [&](const auto& op) { return op->id == cast.op; });
     std::erase_if(m->values,
                   [&](const auto& v) { return v->id == cast.output; });
+  }
+
+  // The greedy plan the decisions priced the output graph by, for
+  // plan-ownership to start from: the graph as written differs from the one
+  // priced only in its FP8 scales, which no price depends on (a trial's
+  // price is keyed without them). None where that plan does not fit.
+  Status SaveInitialPlan() const {
+    if (!options_.save_initial_plan || !current_.initial_plan) {
+      return Status::Ok();
+    }
+    return options_.save_initial_plan(
+        plan::InitialPlanCheckpoint(*module_, *current_.initial_plan));
   }
 
   Status LogAccuracy() {

@@ -36,6 +36,7 @@
 #define TILEC_PASSES_QUANTIZE_QUANTIZE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -43,9 +44,9 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
-#include "sim/reference.h"
 #include "passes/core/pass.h"
 #include "passes/core/pass_table.h"
+#include "sim/reference.h"
 
 namespace tilec::quantize {
 
@@ -72,6 +73,12 @@ struct QuantizeOptions {
   // Price cast placements by planning (false: keep every cast a Cast op;
   // for tests of the rest of the pass).
   bool place_by_cost = true;
+  // --save_initial_plan: receives the greedy plan of the output graph that
+  // the decisions by cost made, as plan-ownership's checkpoint of no
+  // attempts (plan::InitialPlanCheckpoint; the tool writes it atomically),
+  // so that plan-ownership --initial_plan does not plan it again. Not
+  // called where that plan does not fit or nothing was priced.
+  std::function<Status(const fb::ModuleT&)> save_initial_plan;
 };
 
 class QuantizeFp8Pass : public passes::Pass {

@@ -7,21 +7,22 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "formats/ir.h"
 #include "formats/repeat.h"
-#include "sim/accuracy.h"
-#include "sim/npy.h"
 #include "kernels/numerics.h"
-#include "sim/reference.h"
-#include "sim/tensor_data.h"
 #include "passes/import/model_builder.h"
 #include "passes/plan/planner.h"
 #include "passes/quantize/policy.h"
 #include "passes/quantize/scale.h"
 #include "passes/quantize/support.h"
 #include "passes/quantize/trial_prices.h"
+#include "sim/accuracy.h"
+#include "sim/npy.h"
+#include "sim/reference.h"
+#include "sim/tensor_data.h"
 
 namespace tilec::quantize {
 namespace {
@@ -492,6 +493,100 @@ TEST(QuantizeTest, ThreadsChangeNoByte) {
           << c.name << ", " << threads << " threads";
     }
   }
+}
+
+// `quantized` planned by plan-ownership with `options`: every byte, and
+// its messages in `messages`.
+std::string PlannedBytes(const fb::ModuleT& quantized,
+                         plan::PlannerOptions options, std::string* messages) {
+  std::ostringstream os;
+  passes::PassOptions common;
+  common.messages = &os;
+  fb::ModuleT m = quantized;
+  plan::PlanOwnershipPass pass(std::move(options), common);
+  StatusOr<bool> ran = pass.Run(&m);
+  EXPECT_TRUE(ran.ok()) << ran.status().message();
+  *messages = os.str();
+  std::string bytes;
+  EXPECT_TRUE(ir::SerializeModule(std::move(m), "test", &bytes).ok());
+  return bytes;
+}
+
+// `module` quantized, and the initial plan it saves for plan-ownership.
+std::pair<fb::ModuleT, std::optional<fb::ModuleT>> QuantizedAndItsPlan(
+    fb::ModuleT module) {
+  std::optional<fb::ModuleT> saved;
+  QuantizeOptions options;
+  options.save_initial_plan = [&saved](const fb::ModuleT& plan) {
+    saved = plan;
+    return Status::Ok();
+  };
+  QuantizeFp8Pass pass(options);
+  StatusOr<bool> ran = pass.Run(&module);
+  EXPECT_TRUE(ran.ok()) << ran.status().message();
+  return {std::move(module), std::move(saved)};
+}
+
+// The greedy plan quantize-fp8 saves (--save_initial_plan) is the initial
+// plan plan-ownership makes of its output: taken (--initial_plan), it gives
+// every byte the same output, on graphs that fit as planned, fit only
+// after memory repair, and are rolled into a repeat.
+TEST(QuantizeTest, SavedInitialPlanIsPlanOwnershipsOwn) {
+  struct Case {
+    std::string name;
+    fb::ModuleT module;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"MLP block", TinyBlock()});
+  cases.push_back({"layer", TinyLayer()});
+  cases.push_back({"layer fitting after memory repair", TinyLayer(224)});
+  cases.push_back(
+      {"three rolled blocks", TinyBlock(/*tokens=*/8, /*width=*/32, /*mlp=*/64,
+                                        /*layers=*/3, /*repeat=*/true)});
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto [quantized, saved] = QuantizedAndItsPlan(std::move(c.module));
+    ASSERT_TRUE(saved.has_value());
+    std::string fresh_messages, taken_messages;
+    const std::string fresh = PlannedBytes(quantized, {}, &fresh_messages);
+    plan::PlannerOptions taking;
+    taking.initial_plan = std::move(saved);
+    taking.initial_plan_name = "plan.tilec";
+    EXPECT_EQ(PlannedBytes(quantized, taking, &taken_messages), fresh);
+    EXPECT_EQ(taken_messages, fresh_messages);
+  }
+}
+
+// A saved plan made for other parameters or another graph is not taken:
+// the initial plan is made again, with a message saying why, and the
+// output is that run's.
+TEST(QuantizeTest, SavedInitialPlanOfAnotherRunIsNotTaken) {
+  auto [block, block_plan] = QuantizedAndItsPlan(TinyBlock());
+  ASSERT_TRUE(block_plan.has_value());
+  plan::PlannerOptions seeded;
+  seeded.seed = 5;
+  std::string messages;
+  const std::string fresh = PlannedBytes(block, seeded, &messages);
+  plan::PlannerOptions taking = seeded;
+  taking.initial_plan = block_plan;
+  taking.initial_plan_name = "plan.tilec";
+  EXPECT_EQ(PlannedBytes(block, taking, &messages), fresh);
+  EXPECT_NE(messages.find("--initial_plan plan.tilec not used (it was made "
+                          "with other parameters)"),
+            std::string::npos)
+      << messages;
+
+  const fb::ModuleT layer = QuantizedAndItsPlan(TinyLayer()).first;
+  taking = {};
+  taking.initial_plan = block_plan;
+  taking.initial_plan_name = "plan.tilec";
+  std::string other_messages;
+  const std::string other = PlannedBytes(layer, taking, &other_messages);
+  EXPECT_EQ(other, PlannedBytes(layer, {}, &messages));
+  EXPECT_NE(other_messages.find("--initial_plan plan.tilec not used (another "
+                                "graph: input "),
+            std::string::npos)
+      << other_messages;
 }
 
 void ExpectSamePrice(const StatusOr<Priced>& a, const StatusOr<Priced>& b) {

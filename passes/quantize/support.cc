@@ -124,6 +124,12 @@ StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
   p.repaired = search.repaired();
   p.cycles = search.evaluation().total_cycles;
   p.peak = search.evaluation().peak_bytes;
+  auto initial = std::make_shared<plan::InitialPlan>();
+  initial->state = search.Checkpoint();
+  for (const auto& d : search.decisions()) {
+    initial->decisions.push_back(std::make_unique<fb::DecisionT>(*d));
+  }
+  p.initial_plan = std::move(initial);
   return p;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
 #include "passes/plan/cost.h"
+#include "passes/plan/planner.h"
 #include "passes/quantize/scale.h"
 
 namespace tilec::quantize {
@@ -54,6 +56,9 @@ struct Priced {
   // steps (Evaluation::Excess), the planner's first measure of nearness.
   int64_t excess = 0;
   std::string why;  // infeasible: the planner's diagnosis
+  // Feasible: the plan itself, which plan-ownership can start from
+  // (QuantizeOptions::save_initial_plan).
+  std::shared_ptr<const plan::InitialPlan> initial_plan;
 };
 
 // `base`: the pass's coster (its transfer caches serve every trial; op

@@ -50,16 +50,39 @@ tilec_passes_after() {
   fi
 }
 
+# The flags that hand quantize-fp8's greedy plan of its output to
+# plan-ownership, so that it is not planned twice (docs/planner.md,
+# "Initial plan from quantize-fp8"): quantize-fp8 writing FILE saves it as
+# FILE's .initial-plan.tilec (an older one removed first), and plan-ownership
+# reading INPUT starts from INPUT's where it is there (the output is the
+# same either way). Both tools come from one build here, as the plan must.
+# tilec_handoff_flags PASS INPUT FILE: prints one flag per line.
+tilec_handoff_flags() {
+  case $1 in
+    quantize-fp8)
+      rm -f -- "${3%.tilec}.initial-plan.tilec"
+      printf '%s
+' "--save_initial_plan=${3%.tilec}.initial-plan.tilec" ;;
+    plan-ownership)
+      if [ -f "${2%.tilec}.initial-plan.tilec" ]; then
+        printf '%s
+' "--initial_plan=${2%.tilec}.initial-plan.tilec"
+      fi ;;
+  esac
+}
+
 # tilec_run_passes BIN OUT_DIR INPUT FIRST_INDEX PASS...: runs the passes in
 # order from INPUT, keeping OUT_DIR/<i>-<pass>.tilec (i from FIRST_INDEX)
 # and, with TILEC_DUMP=1, its dump-ir text; prints the last file's path.
 tilec_run_passes() {
-  local bin=$1 out=$2 input=$3 i=$4 pass
+  local bin=$1 out=$2 input=$3 i=$4 pass handoff
   shift 4
   for pass in "$@"; do
     local file="$out/$i-$pass.tilec"
+    mapfile -t handoff < <(tilec_handoff_flags "$pass" "$input" "$file")
     # shellcheck disable=SC2046
-    tilec_tool "$bin" "$pass" $(tilec_flags "$pass") "$input" -o "$file" || return
+    tilec_tool "$bin" "$pass" $(tilec_flags "$pass") \
+      "${handoff[@]+"${handoff[@]}"}" "$input" -o "$file" || return
     if [ "${TILEC_DUMP:-0}" = 1 ]; then
       tilec_tool "$bin" dump-ir "$file" -o "${file%.tilec}.txt" || return
     fi

@@ -63,6 +63,7 @@ case_ dump-ir adir
 case_ plan-ownership --target=./adir small.tilec -o result.tilec
 case_ plan-ownership --recipe=adir small.tilec -o result.tilec
 case_ plan-ownership --resume=adir small.tilec -o result.tilec
+case_ plan-ownership --initial_plan=adir small.tilec -o result.tilec
 case_ run-reference --inputs=small.tilec small.tilec
 
 # 3: bounded memory, refused before allocating.
@@ -86,6 +87,9 @@ case_ run-reference --sidecar_dir=/nonexistent small.tilec
 # An output without its directory is refused before any work: the text
 # report (result.tilec here) is not written either.
 case_ simulate-device good-program.tilec -o result.tilec --json-report=nodir/report.json
+case_ quantize-fp8 small.tilec -o result.tilec --save_initial_plan=nodir/plan.tilec
+# A side output may not replace the input.
+case_ quantize-fp8 small.tilec -o result.tilec --save_initial_plan=small.tilec
 
 # 6: attribute domains.
 case_ dump-ir eps-negative.tilec

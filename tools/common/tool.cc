@@ -355,13 +355,16 @@ std::vector<std::string> InitTool(int argc, char** argv, const char* usage) {
   }
   if (!status.ok()) std::exit(Finish(status));
   // The tool's own flags that differ from their defaults, by name: what a
-  // pass records in its log. Logging, the output path and --explain change
-  // what is printed, not what is decided, so they are left out: the output
-  // stays byte-identical with and without them.
+  // pass records in its log. Logging, the output paths and --explain change
+  // what is printed or written beside the output, not what is decided, so
+  // they are left out: the output stays byte-identical with and without
+  // them.
+  const std::set<std::string> unrecorded = {"o", "explain",
+                                            "save_initial_plan"};
   std::vector<gflags::CommandLineFlagInfo> all;
   gflags::GetAllFlags(&all);
   for (const auto& info : all) {
-    if (!info.is_default && info.name != "o" && info.name != "explain" &&
+    if (!info.is_default && !unrecorded.count(info.name) &&
         info.filename.find("tools/") != std::string::npos) {
       MutableGivenFlags().push_back("--" + info.name + "=" +
                                     info.current_value);

@@ -1,7 +1,8 @@
 // plan-ownership: gives every value an ownership over tiles and every op a
 // recipe, inserts redistributions, and searches for a cheaper plan
-// (docs/planner.md). This file reads the --recipe, --resume and --target
-// files and writes --checkpoint; the planner library reads no files.
+// (docs/planner.md). This file reads the --recipe, --resume, --initial_plan
+// and --target files and writes --checkpoint; the planner library reads no
+// files.
 
 #include <gflags/gflags.h>
 
@@ -53,6 +54,11 @@ DEFINE_int64(checkpoint_every, kDefaults.checkpoint_every,
 DEFINE_string(resume, "",
               "Continue the search saved in this checkpoint (the input must "
               "be the same graph).");
+DEFINE_string(initial_plan, "",
+              "Start from the initial plan in this file (quantize-fp8 "
+              "--save_initial_plan of the same build) rather than planning "
+              "it again, where it was made for this graph with this run's "
+              "parameters; else plan it here. The same output either way.");
 
 namespace tilec::tools {
 namespace {
@@ -75,6 +81,12 @@ Status ReadFlagFiles(plan::PlannerOptions* options) {
     options->resume_name = ir::DisplayName(FLAGS_resume);
     options->resume.emplace();
     TILEC_RETURN_IF_ERROR(ir::ReadModule(FLAGS_resume, &*options->resume));
+  }
+  if (!FLAGS_initial_plan.empty()) {
+    options->initial_plan_name = ir::DisplayName(FLAGS_initial_plan);
+    options->initial_plan.emplace();
+    TILEC_RETURN_IF_ERROR(
+        ir::ReadModule(FLAGS_initial_plan, &*options->initial_plan));
   }
   if (!FLAGS_checkpoint.empty()) {
     options->save_checkpoint = [](const fb::ModuleT& checkpoint) {
@@ -112,10 +124,12 @@ StatusOr<std::unique_ptr<passes::Pass>> MakePlanner(
        {"--recipe", FLAGS_recipe},
        {"--target", FLAGS_target}},
       {{"--checkpoint", FLAGS_checkpoint}}));
-  TILEC_RETURN_IF_ERROR(CheckOutputs({{"--recipe", FLAGS_recipe},
-                                      {"--resume", FLAGS_resume},
-                                      {"--target", FLAGS_target}},
-                                     {{"-o", FLAGS_o}, {"--checkpoint", FLAGS_checkpoint}}));
+  TILEC_RETURN_IF_ERROR(
+      CheckOutputs({{"--recipe", FLAGS_recipe},
+                    {"--resume", FLAGS_resume},
+                    {"--initial_plan", FLAGS_initial_plan},
+                    {"--target", FLAGS_target}},
+                   {{"-o", FLAGS_o}, {"--checkpoint", FLAGS_checkpoint}}));
   plan::PlannerOptions options;
   if (Given("seed")) options.seed = FLAGS_seed;
   if (Given("proposals_per_op")) {

@@ -48,6 +48,12 @@ DEFINE_int32(threads, kDefaults.threads,
              "a second thread prices the trial plans ahead (the output is "
              "the same bytes).");
 
+DEFINE_string(save_initial_plan, "",
+              "Also write the greedy plan of the output graph that the "
+              "decisions by cost made, as plan-ownership's checkpoint of no "
+              "attempts, for plan-ownership --initial_plan (written only "
+              "where that plan fits).");
+
 namespace {
 
 tilec::StatusOr<std::unique_ptr<tilec::passes::Pass>> MakePass(
@@ -78,8 +84,19 @@ tilec::StatusOr<std::unique_ptr<tilec::passes::Pass>> MakePass(
                             ? tilec::ir::DirectoryOf(common.input)
                             : FLAGS_sidecar_dir;
   options.threads = FLAGS_threads;
+  // -o may replace the input, not --save_initial_plan.
   TILEC_RETURN_IF_ERROR(tilec::tools::CheckOutputs(
-      {{"--policy", FLAGS_policy}}, {{"-o", FLAGS_o}}));
+      {{"the input", common.input}, {"--policy", FLAGS_policy}},
+      {{"--save_initial_plan", FLAGS_save_initial_plan}}));
+  TILEC_RETURN_IF_ERROR(tilec::tools::CheckOutputs(
+      {{"--policy", FLAGS_policy}},
+      {{"-o", FLAGS_o}, {"--save_initial_plan", FLAGS_save_initial_plan}}));
+  if (!FLAGS_save_initial_plan.empty()) {
+    options.save_initial_plan = [](const tilec::fb::ModuleT& plan) {
+      return tilec::ir::WriteModule(plan, "quantize-fp8",
+                                    FLAGS_save_initial_plan);
+    };
+  }
   if (!FLAGS_policy.empty()) {
     options.policy_name = tilec::ir::DisplayName(FLAGS_policy);
     TILEC_RETURN_IF_ERROR(
