@@ -72,7 +72,8 @@ class Quantizer {
     }
     std::optional<AheadThread> ahead;
     if (options_.place_by_cost && options_.threads > 1) {
-      prices_ = std::make_shared<TrialPrices>(*coster_);
+      prices_ = std::make_shared<TrialPrices>(
+          *coster_, options_.save_initial_plan != nullptr);
       ahead.emplace(prices_, StartPricingAhead());
     }
     StatusOr<Priced> base = CalibrateAndPriceBase();
@@ -238,7 +239,10 @@ class Quantizer {
 
   StatusOr<Priced> Price(const fb::ModuleT& m) {
     if (!options_.place_by_cost) return Priced{.feasible = true};
-    if (!prices_) return PriceByPlanning(m, *coster_, repair_);
+    if (!prices_) {
+      return PriceByPlanning(m, *coster_, repair_,
+                             options_.save_initial_plan != nullptr);
+    }
     if (ahead_) return PriceAhead(m);
     return prices_->Price(m, repair_);
   }

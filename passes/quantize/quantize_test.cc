@@ -512,11 +512,13 @@ std::string PlannedBytes(const fb::ModuleT& quantized,
   return bytes;
 }
 
-// `module` quantized, and the initial plan it saves for plan-ownership.
+// `module` quantized on `threads`, and the initial plan it saves for
+// plan-ownership.
 std::pair<fb::ModuleT, std::optional<fb::ModuleT>> QuantizedAndItsPlan(
-    fb::ModuleT module) {
+    fb::ModuleT module, int threads = 2) {
   std::optional<fb::ModuleT> saved;
   QuantizeOptions options;
+  options.threads = threads;
   options.save_initial_plan = [&saved](const fb::ModuleT& plan) {
     saved = plan;
     return Status::Ok();
@@ -530,14 +532,17 @@ std::pair<fb::ModuleT, std::optional<fb::ModuleT>> QuantizedAndItsPlan(
 // The greedy plan quantize-fp8 saves (--save_initial_plan) is the initial
 // plan plan-ownership makes of its output: taken (--initial_plan), it gives
 // every byte the same output, on graphs that fit as planned, fit only
-// after memory repair, and are rolled into a repeat.
+// after memory repair, and are rolled into a repeat, priced on one thread
+// or two.
 TEST(QuantizeTest, SavedInitialPlanIsPlanOwnershipsOwn) {
   struct Case {
     std::string name;
     fb::ModuleT module;
+    int threads = 2;
   };
   std::vector<Case> cases;
   cases.push_back({"MLP block", TinyBlock()});
+  cases.push_back({"MLP block on one thread", TinyBlock(), 1});
   cases.push_back({"layer", TinyLayer()});
   cases.push_back({"layer fitting after memory repair", TinyLayer(224)});
   cases.push_back(
@@ -545,7 +550,8 @@ TEST(QuantizeTest, SavedInitialPlanIsPlanOwnershipsOwn) {
                                         /*layers=*/3, /*repeat=*/true)});
   for (Case& c : cases) {
     SCOPED_TRACE(c.name);
-    auto [quantized, saved] = QuantizedAndItsPlan(std::move(c.module));
+    auto [quantized, saved] =
+        QuantizedAndItsPlan(std::move(c.module), c.threads);
     ASSERT_TRUE(saved.has_value());
     std::string fresh_messages, taken_messages;
     const std::string fresh = PlannedBytes(quantized, {}, &fresh_messages);

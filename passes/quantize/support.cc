@@ -96,9 +96,9 @@ std::string Fp8OutputKernel(const fb::OperationT& op) {
   }
 }
 
-
 StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
-                                 const plan::Coster& base, bool repair) {
+                                 const plan::Coster& base, bool repair,
+                                 bool keep_plan) {
   StatusOr<plan::Graph> graph = plan::Graph::Build(module);
   if (!graph.ok()) return graph.status();
   const plan::Coster coster = base.ForAnotherGraph();
@@ -124,6 +124,7 @@ StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
   p.repaired = search.repaired();
   p.cycles = search.evaluation().total_cycles;
   p.peak = search.evaluation().peak_bytes;
+  if (!keep_plan) return p;
   auto initial = std::make_shared<plan::InitialPlan>();
   initial->state = search.Checkpoint();
   for (const auto& d : search.decisions()) {

@@ -56,15 +56,18 @@ struct Priced {
   // steps (Evaluation::Excess), the planner's first measure of nearness.
   int64_t excess = 0;
   std::string why;  // infeasible: the planner's diagnosis
-  // Feasible: the plan itself, which plan-ownership can start from
-  // (QuantizeOptions::save_initial_plan).
+  // Feasible and asked for: the plan itself, which plan-ownership can
+  // start from (QuantizeOptions::save_initial_plan).
   std::shared_ptr<const plan::InitialPlan> initial_plan;
 };
 
 // `base`: the pass's coster (its transfer caches serve every trial; op
-// prices are cached per graph).
+// prices are cached per graph). `keep_plan`: fill Priced::initial_plan,
+// which only --save_initial_plan reads (each trial's plan and decisions
+// are held as long as its price).
 StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
-                                 const plan::Coster& base, bool repair);
+                                 const plan::Coster& base, bool repair,
+                                 bool keep_plan = false);
 std::string PricedText(const Priced& p);
 
 // Neither fits, and `after`'s closest plan is nearer to fitting than

@@ -30,7 +30,7 @@ StatusOr<Priced> TrialPrices::Make(const std::string& key,
   // thread pricing ahead): it becomes the price's error.
   StatusOr<Priced> price = Status::Internal("not priced");
   try {
-    price = PriceByPlanning(module, coster_, repair);
+    price = PriceByPlanning(module, coster_, repair, keep_plans_);
   } catch (const std::exception& e) {
     price = Status::Internal(std::string("pricing a trial: ") + e.what());
   }

@@ -27,8 +27,10 @@ namespace tilec::quantize {
 class TrialPrices {
  public:
   // `coster`: the pass's, which must outlive this; each price is planned
-  // with a coster made from it (its caches are shared and locked).
-  explicit TrialPrices(const plan::Coster& coster) : coster_(coster) {}
+  // with a coster made from it (its caches are shared and locked), and
+  // keeps its plan if `keep_plans` (PriceByPlanning).
+  explicit TrialPrices(const plan::Coster& coster, bool keep_plans = false)
+      : coster_(coster), keep_plans_(keep_plans) {}
 
   // The price of `module`, planned here or by another thread (waited for).
   StatusOr<Priced> Price(const fb::ModuleT& module, bool repair);
@@ -61,6 +63,7 @@ class TrialPrices {
                         bool repair);
 
   const plan::Coster& coster_;
+  const bool keep_plans_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   // By Key; nullopt while being made.
