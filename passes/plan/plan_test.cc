@@ -127,6 +127,32 @@ TEST(PlanCostTest, ElementwiseAndRowWiseMatchTheMachineModel) {
   EXPECT_EQ(ln->compute, 6684);
 }
 
+// Per-tile bytes are cached by the ownership's fields, read as its text
+// reads them: an explicit natural axis order is the empty one, and a field
+// the kind does not read changes nothing; any field the text shows does.
+TEST(PlanCostTest, BytesPerTileShareAnEntryExactlyWhereTheTextIsTheSame) {
+  Fixture f(Siglip());
+  const std::vector<int64_t> shape = {729, 1152};
+  const fb::OwnershipT plain = passes::BlockedOwnership({9, 6}, 2);
+  const TileBytes bytes = f.coster.BytesPerTile(shape, 2, plain);
+  fb::OwnershipT natural = plain;
+  natural.axis_order = {0, 1, 2};
+  natural.grain = 7;  // not read by a blocked ownership
+  EXPECT_EQ(f.coster.BytesPerTile(shape, 2, natural).get(), bytes.get());
+  std::vector<fb::OwnershipT> others(5, plain);
+  others[0].axis_order = {1, 0, 2};
+  others[1].first_tile = 3;
+  others[2].replicas = 3;
+  others[3].sub_partitions = {1, 2};
+  others[4] = passes::FlatOwnership(4, 1472);
+  for (const fb::OwnershipT& o : others) {
+    ASSERT_NE(passes::FormatOwnership(o), passes::FormatOwnership(plain));
+    EXPECT_NE(f.coster.BytesPerTile(shape, 2, o).get(), bytes.get())
+        << passes::FormatOwnership(o);
+  }
+  EXPECT_NE(f.coster.BytesPerTile(shape, 1, plain).get(), bytes.get());
+}
+
 TEST(PlanCostTest, FusedBiasGeluIsTheMeasuredKernel) {
   // docs/machine.md: bias add + GELU fused, 1 x 2152: 8,550 measured.
   fb::ModuleT m = Siglip();
