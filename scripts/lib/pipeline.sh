@@ -61,12 +61,10 @@ tilec_handoff_flags() {
   case $1 in
     quantize-fp8)
       rm -f -- "${3%.tilec}.initial-plan.tilec"
-      printf '%s
-' "--save_initial_plan=${3%.tilec}.initial-plan.tilec" ;;
+      printf '%s\n' "--save_initial_plan=${3%.tilec}.initial-plan.tilec" ;;
     plan-ownership)
       if [ -f "${2%.tilec}.initial-plan.tilec" ]; then
-        printf '%s
-' "--initial_plan=${2%.tilec}.initial-plan.tilec"
+        printf '%s\n' "--initial_plan=${2%.tilec}.initial-plan.tilec"
       fi ;;
   esac
 }
