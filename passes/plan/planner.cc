@@ -255,14 +255,30 @@ class Planning {
   Status ReadCheckpoint() {
     if (!options_.resume) return Status::Ok();
     const fb::ModuleT& checkpoint = *options_.resume;
-    if (!checkpoint.checkpoint) {
-      return Refuse("has no search checkpoint (is it a --checkpoint file?)");
-    }
-    if (checkpoint.log.empty() || checkpoint.log.back()->pass != PassName()) {
-      return Refuse("has no plan-ownership pass in its log");
+    if (const std::string why = NotACheckpoint(checkpoint); !why.empty()) {
+      return Refuse(why);
     }
     checkpoint_flags_ = checkpoint.log.back()->flags;
     return Status::Ok();
+  }
+
+  // Why `saved` is not a checkpoint of this pass ("" where it is).
+  static std::string NotACheckpoint(const fb::ModuleT& saved) {
+    if (!saved.checkpoint) {
+      return "has no search checkpoint (is it a --checkpoint file?)";
+    }
+    if (saved.log.empty() || saved.log.back()->pass != PassName()) {
+      return "has no plan-ownership pass in its log";
+    }
+    return "";
+  }
+
+  // The first difference of `saved`'s graph from the input's ("" where
+  // they are the same graph).
+  StatusOr<std::string> GraphDifference(const fb::ModuleT& saved) const {
+    StatusOr<Graph> graph = Graph::Build(saved);
+    if (!graph.ok()) return graph.status();
+    return graph_->Difference(*graph);
   }
 
   // --attention-steps, given or the checkpoint's: the graph is planned with
@@ -362,12 +378,10 @@ class Planning {
   // On resume, the checkpoint must hold this graph.
   Status CheckCheckpointGraph() {
     if (!options_.resume) return Status::Ok();
-    const fb::ModuleT& checkpoint = *options_.resume;
-    StatusOr<Graph> saved = Graph::Build(checkpoint);
-    if (!saved.ok()) return Refuse(saved.status().message());
-    const std::string difference = graph_->Difference(*saved);
-    if (!difference.empty()) {
-      return Refuse("its graph does not match the input: input " + difference +
+    StatusOr<std::string> difference = GraphDifference(*options_.resume);
+    if (!difference.ok()) return Refuse(difference.status().message());
+    if (!difference->empty()) {
+      return Refuse("its graph does not match the input: input " + *difference +
                     " in the checkpoint");
     }
     return Status::Ok();
@@ -513,9 +527,8 @@ class Planning {
   // saved cycles: Search::Restore).
   Status TakeInitialPlan(Search* search) {
     const fb::ModuleT& saved = *options_.initial_plan;
-    if (!saved.checkpoint || saved.log.empty() ||
-        saved.log.back()->pass != PassName()) {
-      return Status::BadInput("it is not a plan-ownership checkpoint");
+    if (const std::string why = NotACheckpoint(saved); !why.empty()) {
+      return Status::BadInput("it " + why);
     }
     if (saved.checkpoint->attempts != 0) {
       return Status::BadInput("its search has made " +
@@ -525,11 +538,10 @@ class Planning {
     if (saved.log.back()->flags != flags_) {
       return Status::BadInput("it was made with other parameters");
     }
-    StatusOr<Graph> graph = Graph::Build(saved);
-    if (!graph.ok()) return graph.status();
-    const std::string difference = graph_->Difference(*graph);
-    if (!difference.empty()) {
-      return Status::BadInput("another graph: input " + difference +
+    StatusOr<std::string> difference = GraphDifference(saved);
+    if (!difference.ok()) return difference.status();
+    if (!difference->empty()) {
+      return Status::BadInput("another graph: input " + *difference +
                               " in the file");
     }
     return search->Restore(*saved.checkpoint, saved.log.back()->decisions);
