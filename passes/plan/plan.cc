@@ -729,8 +729,33 @@ std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
 
 namespace {
 
-// Memory: the code and the buffers live at each step of the program.
-void CheckMemory(const Graph& graph, const Coster& coster, const Plan& plan,
+// The program's steps and the buffers live across them: an evaluation's
+// memory but its code, and the same for its multicast twin
+// (WithMulticasts changes only what redistributions cost).
+struct Buffers {
+  ProgramSteps steps;
+  std::vector<Live> live;
+};
+
+Buffers BuffersOf(const Graph& graph, const Coster& coster,
+                  const Evaluation& e) {
+  Buffers b;
+  b.steps = OrderSteps(graph.num_ops(), e);
+  b.live = LiveBuffers(graph, coster, e, b.steps);
+  return b;
+}
+
+// The step where memory peaks (-1 if there are no steps) and the code
+// region counted there.
+struct Peak {
+  int step = -1;
+  Live code;
+};
+
+// Memory: `buffers` and `e`'s code at each step of the program. What fills
+// the peak is listed only for the evaluation Evaluate returns
+// (ExplainMemory).
+Peak CheckMemory(const Graph& graph, const Coster& coster, Buffers& buffers,
                  Evaluation* e) {
   e->memory_checked = true;
   // Each tile's code region, as emit-device sizes it per tile.
@@ -738,12 +763,22 @@ void CheckMemory(const Graph& graph, const Coster& coster, const Plan& plan,
       EstimateTileCodeBytes(coster.target(), *e));
   e->code_bytes = *std::max_element(code->begin(), code->end());
   for (int64_t& b : *code) b = ir::CodeRegionBytes(coster.target(), b);
-  const ProgramSteps steps = OrderSteps(graph.num_ops(), *e);
-  std::vector<Live> live = LiveBuffers(graph, coster, *e, steps);
-  live.push_back({std::move(code), 0, steps.steps - 1, -1, -1,
-                  "code and exchange tables (estimated, in whole elements)"});
-  const int peak_step = FindPeak(graph.num_ops(), coster, live, steps, e);
-  if (peak_step >= 0) ExplainPeak(graph, plan, live, steps, peak_step, e);
+  buffers.live.push_back(
+      {std::move(code), 0, buffers.steps.steps - 1, -1, -1,
+       "code and exchange tables (estimated, in whole elements)"});
+  Peak peak;
+  peak.step = FindPeak(graph.num_ops(), coster, buffers.live, buffers.steps, e);
+  peak.code = std::move(buffers.live.back());
+  buffers.live.pop_back();
+  return peak;
+}
+
+void ExplainMemory(const Graph& graph, const Plan& plan, Buffers& buffers,
+                   Peak& peak, Evaluation* e) {
+  if (peak.step < 0) return;
+  buffers.live.push_back(std::move(peak.code));
+  ExplainPeak(graph, plan, buffers.live, buffers.steps, peak.step, e);
+  buffers.live.pop_back();
 }
 
 // `e` with every unicast redistribution priced as multicasts, its memory
@@ -795,19 +830,26 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
       PriceOpsAndRedistributions(graph, coster, plan, last, &e));
   if (mode == EvalMode::kCyclesOnly || upto >= 0) return e;
 
-  CheckMemory(graph, coster, plan, &e);
-  if (e.feasible()) return e;
-  // Unicasts buy cycles with exchange tables: where the plan does not fit
-  // with them, it is priced again with every redistribution a multicast,
-  // and the one nearer to fitting kept (docs/planning.md, "Unicast
-  // redistributions").
-  StatusOr<std::optional<Evaluation>> multicasts =
-      WithMulticasts(graph, coster, e);
-  if (!multicasts.ok()) return multicasts.status();
-  if (!*multicasts) return e;
-  CheckMemory(graph, coster, plan, &**multicasts);
-  if ((*multicasts)->RepairRank() < e.RepairRank())
-    return std::move(**multicasts);
+  Buffers buffers = BuffersOf(graph, coster, e);
+  Peak peak = CheckMemory(graph, coster, buffers, &e);
+  if (!e.feasible()) {
+    // Unicasts buy cycles with exchange tables: where the plan does not
+    // fit with them, it is priced again with every redistribution a
+    // multicast, and the one nearer to fitting kept (docs/planning.md,
+    // "Unicast redistributions").
+    StatusOr<std::optional<Evaluation>> multicasts =
+        WithMulticasts(graph, coster, e);
+    if (!multicasts.ok()) return multicasts.status();
+    if (*multicasts) {
+      Evaluation& m = **multicasts;
+      Peak m_peak = CheckMemory(graph, coster, buffers, &m);
+      if (m.RepairRank() < e.RepairRank()) {
+        ExplainMemory(graph, plan, buffers, m_peak, &m);
+        return std::move(m);
+      }
+    }
+  }
+  ExplainMemory(graph, plan, buffers, peak, &e);
   return e;
 }
 

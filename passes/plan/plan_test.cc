@@ -573,6 +573,42 @@ TEST(PlanMemoryTest, DeliveryHomeGathersEachBlockInFewPieces) {
   EXPECT_EQ(passes::FormatOwnership(two->owners[1]), "flat(grain=4, tiles=16)");
 }
 
+// Where a plan does not fit, Evaluate also prices its unicast
+// redistributions as multicasts, whose exchange tables are smaller, and
+// keeps the evaluation nearer to fitting. What it lists at the peak is that
+// evaluation's own: each item once, adding up to the peak (the multicast
+// evaluation used to list the unicast one's items too).
+TEST(PlanMemoryTest, ThePeakListsTheKeptEvaluationsOwnItems) {
+  fb::ModuleT m = OneGemm();
+  // Code regions in 64-byte elements, so that the tables' difference shows;
+  // too little memory for the plan.
+  m.target->element_bytes = 64;
+  m.target->standard_elements = 80;
+  m.target->interleaved_element_bytes = 128;
+  m.target->sram_bytes = 6144;
+  ASSERT_TRUE(ir::ValidateTarget(*m.target).ok());
+  Fixture f(std::move(m));
+  Plan plan = OneGemmWithFlatHome(f.graph, "gemm m=4 k=1 n=4 staging=complete");
+  plan.homes[1]->delivery = true;
+  StatusOr<Evaluation> cycles =
+      Evaluate(f.graph, f.coster, plan, EvalMode::kCyclesOnly);
+  StatusOr<Evaluation> e = Evaluate(f.graph, f.coster, plan, EvalMode::kFull);
+  ASSERT_TRUE(cycles.ok() && e.ok()) << e.status().message();
+  ASSERT_EQ(cycles->redistributions.size(), 1u);
+  ASSERT_TRUE(cycles->redistributions[0].cost.unicast);
+  ASSERT_FALSE(e->feasible());
+  ASSERT_EQ(e->redistributions.size(), 1u);
+  EXPECT_FALSE(e->redistributions[0].cost.unicast);
+  EXPECT_GT(e->total_cycles, cycles->total_cycles);
+  int64_t sum = 0;
+  std::set<std::string> listed;
+  for (const MemoryItem& item : e->peak_items) {
+    sum += item.bytes;
+    EXPECT_TRUE(listed.insert(item.what).second) << item.what;
+  }
+  EXPECT_EQ(sum, e->peak_bytes);
+}
+
 // A one-row GEMM's weight in its layout of one replica per block sits on
 // few tiles for the whole program. Where that is what does not fit, memory
 // repair spreads it: each block in slabs on tiles beyond the layout, every
