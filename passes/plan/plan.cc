@@ -730,8 +730,8 @@ std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
 namespace {
 
 // The program's steps and the buffers live across them: an evaluation's
-// memory but its code, and the same for its multicast twin
-// (WithMulticasts changes only what redistributions cost).
+// memory but its code, and the same in its multicast form (Multicasts
+// changes only what redistributions cost).
 struct Buffers {
   ProgramSteps steps;
   std::vector<Live> live;
@@ -781,16 +781,45 @@ void ExplainMemory(const Graph& graph, const Plan& plan, Buffers& buffers,
   buffers.live.pop_back();
 }
 
-// `e` with every unicast redistribution priced as multicasts, its memory
-// not yet checked; nullopt if it has none.
-StatusOr<std::optional<Evaluation>> WithMulticasts(const Graph& graph,
-                                                   const Coster& coster,
-                                                   const Evaluation& e) {
-  std::optional<Evaluation> out;
+// What pricing an evaluation's unicast redistributions as multicasts
+// changes: their costs and the totals, and once checked the memory
+// figures. Swapped with the evaluation's own (SwapForm), so that trying the
+// other form copies neither the ownerships nor the ops.
+struct OtherForm {
+  std::vector<std::pair<size_t, passes::TransferCost>> costs;
+  int64_t total_cycles = 0;
+  std::vector<int64_t> repeat_cycles;
+  std::vector<int64_t> op_peak, redistribution_peak;
+  int64_t peak_bytes = 0;
+  int peak_tile = -1;
+  int64_t code_bytes = 0;
+};
+
+void SwapForm(Evaluation* e, OtherForm* f) {
+  for (auto& [i, cost] : f->costs) std::swap(e->redistributions[i].cost, cost);
+  std::swap(e->total_cycles, f->total_cycles);
+  std::swap(e->repeat_cycles, f->repeat_cycles);
+  std::swap(e->op_peak, f->op_peak);
+  std::swap(e->redistribution_peak, f->redistribution_peak);
+  std::swap(e->peak_bytes, f->peak_bytes);
+  std::swap(e->peak_tile, f->peak_tile);
+  std::swap(e->code_bytes, f->code_bytes);
+}
+
+// `e`'s form with every unicast redistribution priced as multicasts, its
+// memory not yet checked; nullopt if it has none.
+StatusOr<std::optional<OtherForm>> Multicasts(const Graph& graph,
+                                              const Coster& coster,
+                                              const Evaluation& e) {
+  std::optional<OtherForm> out;
   for (size_t i = 0; i < e.redistributions.size(); ++i) {
     const Redistribution& red = e.redistributions[i];
     if (!red.cost.unicast) continue;
-    if (!out) out = e;
+    if (!out) {
+      out.emplace();
+      out->total_cycles = e.total_cycles;
+      out->repeat_cycles = e.repeat_cycles;
+    }
     // As PriceOpsAndRedistributions and AddLoopEdge priced it.
     const fb::OwnershipT& from =
         red.loop_edge ? e.owners[red.value]
@@ -800,7 +829,7 @@ StatusOr<std::optional<Evaluation>> WithMulticasts(const Graph& graph,
         from, red.to, /*may_unicast=*/false);
     if (!multicast.ok()) return multicast.status();
     const int64_t added = multicast->TotalCycles() - red.Cycles();
-    out->redistributions[i].cost = *multicast;
+    out->costs.emplace_back(i, std::move(*multicast));
     out->total_cycles += red.runs * added;
     int region = red.loop_edge ? -1 : graph.RepeatOf(red.before_op);
     for (size_t k = 0; red.loop_edge && k < e.loop_edges.size(); ++k) {
@@ -837,16 +866,18 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
     // fit with them, it is priced again with every redistribution a
     // multicast, and the one nearer to fitting kept (docs/planning.md,
     // "Unicast redistributions").
-    StatusOr<std::optional<Evaluation>> multicasts =
-        WithMulticasts(graph, coster, e);
+    StatusOr<std::optional<OtherForm>> multicasts =
+        Multicasts(graph, coster, e);
     if (!multicasts.ok()) return multicasts.status();
     if (*multicasts) {
-      Evaluation& m = **multicasts;
-      Peak m_peak = CheckMemory(graph, coster, buffers, &m);
-      if (m.RepairRank() < e.RepairRank()) {
-        ExplainMemory(graph, plan, buffers, m_peak, &m);
-        return std::move(m);
+      const auto unicasts_rank = e.RepairRank();
+      SwapForm(&e, &**multicasts);
+      Peak multicasts_peak = CheckMemory(graph, coster, buffers, &e);
+      if (e.RepairRank() < unicasts_rank) {
+        ExplainMemory(graph, plan, buffers, multicasts_peak, &e);
+        return e;
       }
+      SwapForm(&e, &**multicasts);
     }
   }
   ExplainMemory(graph, plan, buffers, peak, &e);
