@@ -203,12 +203,11 @@ void AssignOwnerships(const Graph& graph, const Coster& coster,
       break;
     }
   }
-  // A twin is held as its body weight is, home or compute layout.
+  // A twin is held as its body weight is, home or compute layout
+  // (OwnershipOf).
   for (int v = 0; v < graph.num_values(); ++v) {
     const int weight = graph.TwinOf(v);
-    if (weight < 0 || !e->owned[weight]) continue;
-    e->owners[v] = e->owners[weight];
-    e->owned[v] = true;
+    if (weight >= 0 && e->owned[weight]) e->owned[v] = true;
   }
 }
 
@@ -522,7 +521,7 @@ std::vector<Live> LiveBuffers(const Graph& graph, const Coster& coster,
     const ValueNode& value = graph.value(v);
     Live l;
     l.bytes = coster.BytesPerTile(value.shape, coster.StoredBytes(graph, v),
-                                  e.owners[v]);
+                                  OwnershipOf(graph, e, v));
     l.value = v;
     ValueInterval(graph, e, s, served, v, &l);
     live.push_back(std::move(l));
@@ -842,6 +841,12 @@ StatusOr<std::optional<OtherForm>> Multicasts(const Graph& graph,
 
 }  // namespace
 
+const fb::OwnershipT& OwnershipOf(const Graph& graph, const Evaluation& e,
+                                  int v) {
+  const int weight = graph.TwinOf(v);
+  return e.owners[weight < 0 ? v : weight];
+}
+
 StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
                               const Plan& plan, EvalMode mode, int upto) {
   const int num_ops = graph.num_ops();
@@ -904,7 +909,8 @@ class PlanWriter {
       fb::ValueT& value = *module_.values[v];
       value.ownership.reset();
       if (e_.owned[v]) {
-        value.ownership = std::make_unique<fb::OwnershipT>(e_.owners[v]);
+        value.ownership =
+            std::make_unique<fb::OwnershipT>(OwnershipOf(graph_, e_, v));
       }
     }
     size_t next = 0;

@@ -83,7 +83,9 @@ struct MemoryItem {
 // times in total_cycles. A repeat's twins take their body weight's
 // ownership and are live for the whole program.
 struct Evaluation {
-  std::vector<fb::OwnershipT> owners;  // by value index (empty if unused)
+  // By value index: empty if unused, and for a twin (its body weight's
+  // stands for it, OwnershipOf).
+  std::vector<fb::OwnershipT> owners;
   std::vector<bool> owned;             // by value index
   std::vector<OpCost> ops;             // by op index, one run each
   std::vector<Redistribution> redistributions;
@@ -121,6 +123,12 @@ struct Evaluation {
 };
 
 enum class EvalMode { kCyclesOnly, kFull };
+
+// Value v's ownership under `e` (where e.owned[v]): a twin's is its body
+// weight's, which is not copied for it (a 27-layer model has 312 twins,
+// and the search evaluates thousands of plans).
+const fb::OwnershipT& OwnershipOf(const Graph& graph, const Evaluation& e,
+                                  int v);
 
 // Where weight `value`, in home `home`, lives under `plan`: its delivery
 // home (passes::DeliveryHome) for the layout its first consumer needs,

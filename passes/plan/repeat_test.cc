@@ -183,7 +183,7 @@ TEST(RepeatPlanTest, RolledWeightsFitInHomes) {
     const int w = f.graph.TwinOf(v);
     if (w < 0) continue;
     ASSERT_TRUE(e.owned[v]);
-    EXPECT_EQ(passes::FormatOwnership(e.owners[v]),
+    EXPECT_EQ(passes::FormatOwnership(OwnershipOf(f.graph, e, v)),
               passes::FormatOwnership(e.owners[w]));
   }
 }

@@ -249,7 +249,8 @@ fb::SearchCheckpointT Search::Checkpoint() const {
     if (!eval_.owned[v]) continue;
     auto p = std::make_unique<fb::ValuePlanT>();
     p->value = graph_.value(v).id;
-    p->ownership = std::make_unique<fb::OwnershipT>(eval_.owners[v]);
+    p->ownership =
+        std::make_unique<fb::OwnershipT>(OwnershipOf(graph_, eval_, v));
     if (const WeightHome* home = incumbent_.Home(v)) {
       p->in_home = true;
       p->home_delivery = home->delivery;
@@ -322,7 +323,7 @@ Status Search::Restore(const fb::SearchCheckpointT& c,
   for (const auto& vp : c.values) {
     const int v = graph_.ValueIndex(vp->value);
     if (v < 0 || !vp->ownership || !e->owned[v] ||
-        !passes::SameOwnership(*vp->ownership, e->owners[v])) {
+        !passes::SameOwnership(*vp->ownership, OwnershipOf(graph_, *e, v))) {
       return Status::BadInput("the checkpoint's ownership of value %" +
                               std::to_string(vp->value) +
                               " does not follow from its recipes");

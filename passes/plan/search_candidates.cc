@@ -420,7 +420,7 @@ std::vector<Recipe> NeighbourRecipes(const Graph& graph, const Coster& coster,
     const SlotRole role = node.slots[slot];
     if (role != SlotRole::kLayout && role != SlotRole::kSource) continue;
     const int v = node.operands[slot];
-    if (eval.owned[v]) consider(eval.owners[v]);
+    if (eval.owned[v]) consider(OwnershipOf(graph, eval, v));
   }
   const int last = static_cast<int>(eval.ops.size()) - 1;
   for (const auto& [c, slot] : graph.value(node.result).uses) {
