@@ -211,17 +211,33 @@ class BusyIntervals {
     Intervals v;
   };
 
-  // The first block with an interval ending at or after t (<= end_).
+  // The first block with an interval ending at or after t (<= end_). Almost
+  // every interval added before a lane's end goes into its last block
+  // (99.5 % on so400m's batch 1 plan), which is asked first.
   size_t BlockEndingFrom(int64_t t) const {
+    const size_t last = blocks_.size() - 1;
+    if (last == 0 || blocks_[last - 1].end < t) return last;
     return std::lower_bound(
                blocks_.begin(), blocks_.end(), t,
                [](const Block& x, int64_t value) { return x.end < value; }) -
            blocks_.begin();
   }
 
-  // The first of `v` ending at or after t.
+  // The first of `v` ending at or after t, where v's last interval does
+  // (a block BlockEndingFrom(t) found). Searched from the back in steps
+  // of 1, 2, 4, ...: such intervals land a few to a few dozen before the
+  // block's end, in the lines an append there read last.
   static size_t IndexEndingFrom(const Intervals& v, int64_t t) {
-    return std::lower_bound(v.begin(), v.end(), t,
+    size_t hi = v.size() - 1;  // v[hi] ends at or after t
+    size_t step = 1;
+    while (hi >= step && v[hi - step].second >= t) {
+      hi -= step;
+      step *= 2;
+    }
+    // Every interval before lo ends before t.
+    const size_t lo = hi >= step ? hi - step + 1 : 0;
+    return std::lower_bound(v.begin() + static_cast<std::ptrdiff_t>(lo),
+                            v.begin() + static_cast<std::ptrdiff_t>(hi), t,
                             [](const Interval& x, int64_t value) {
                               return x.second < value;
                             }) -
