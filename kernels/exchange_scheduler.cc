@@ -253,11 +253,10 @@ class BusyIntervals {
     size_t b = from.block;
     size_t lo = 0, hi = 0;  // the answer is in [lo, hi) of block b
     if (b == Position::kUnset) {
-      b = std::upper_bound(
-              blocks_.begin(), blocks_.end(), t,
-              [](int64_t v, const Block& x) { return v < x.end; }) -
-          blocks_.begin();
-      hi = blocks_[b].v.size();
+      // Ending after t is ending at or after t + 1.
+      b = BlockEndingFrom(t + 1);
+      return {static_cast<uint32_t>(b),
+              static_cast<uint32_t>(IndexEndingFrom(blocks_[b].v, t + 1))};
     } else {
       lo = from.index;
       if (blocks_[b].end <= t) {
