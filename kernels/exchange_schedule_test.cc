@@ -86,6 +86,24 @@ TEST(ExchangeSchedule, ScheduleIsValidAndTimesTheReceiver) {
   EXPECT_GE(*length, static_cast<int64_t>(s.bound));
 }
 
+// The scheduler keeps busy cycles in 32 bits: a route latency of 2^29
+// cycles still schedules exactly (the Pointers land 2^29 after their
+// packets' starts), and a phase that could pass 2^31 - 1 cycles is refused
+// rather than wrapped.
+TEST(ExchangeSchedule, CyclesUpTo32BitsScheduleAndLongerPhasesAreRefused) {
+  ExchangeModel model = Model();
+  model.latency = 1 << 29;
+  const PhaseTraffic traffic = Small(model);
+  const fb::ExchangeScheduleT s = SchedulePhase(traffic);
+  StatusOr<int64_t> length = VerifySchedule(traffic, s, "phase");
+  ASSERT_TRUE(length.ok()) << length.status().message();
+  EXPECT_EQ(*length, 2 + 10 + 10 + model.RouteLatency(2));
+
+  model.latency = 1 << 30;
+  const PhaseTraffic longer = Small(model);
+  EXPECT_DEATH(SchedulePhase(longer), "could last longer than 32-bit cycles");
+}
+
 // The schedule rebuilt from its starts is the schedule.
 TEST(ExchangeSchedule, ScheduleFromItsStartsIsTheSchedule) {
   const ExchangeModel model = Model();

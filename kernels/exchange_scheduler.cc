@@ -3,8 +3,6 @@
 // of receivers' lanes that wide multicasts are placed through, and the
 // orders in which packets are placed.
 
-#include "kernels/exchange_schedule.h"
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -25,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "glog/logging.h"
+#include "kernels/exchange_schedule.h"
 
 namespace tilec::kernels {
 namespace {
@@ -167,8 +167,8 @@ class BusyIntervals {
                            return value < x.first;
                          }) -
         w.begin() - 1;
-    const Interval merged{std::min(begin, v[i].first),
-                          std::max(end, w[last_i].second)};
+    const Interval merged(std::min<int64_t>(begin, v[i].first),
+                          std::max<int64_t>(end, w[last_i].second));
     // Gaps only go: every block's bound still holds.
     if (last_b == b) {
       v.erase(v.begin() + static_cast<std::ptrdiff_t>(i + 1),
@@ -188,14 +188,16 @@ class BusyIntervals {
     Block& block = blocks_[b];
     block.begin = block.v.front().first;
     block.end = block.v.back().second;
-    end_ = std::max(end_, merged.second);
+    end_ = std::max<int64_t>(end_, merged.second);
   }
 
  private:
   static constexpr size_t kBlock = 64;
   // end_ of a lane where nothing is busy: every search starts after it.
   static constexpr int64_t kNoneBusy = std::numeric_limits<int64_t>::min();
-  using Interval = std::pair<int64_t, int64_t>;
+  // In 32 bits: half the memory, which large phases' schedules spend their
+  // time fetching (ScheduleCycleLimit keeps every cycle in range).
+  using Interval = std::pair<int32_t, int32_t>;
   using Intervals = std::vector<Interval>;
   // A block's intervals, their extent and a bound on their inner gaps, no
   // less than the widest gap between two of them: a gap made raises it,
@@ -334,7 +336,7 @@ class BusyIntervals {
         block.widest_gap = std::max(block.widest_gap, it->first - end);
         block.begin = begin;
       }
-      v.insert(it, {begin, end});
+      v.insert(it, Interval(begin, end));
     }
   }
 
@@ -1282,6 +1284,26 @@ int64_t ScheduleWork(const PhaseTraffic& traffic) {
   return work;
 }
 
+// A cycle no schedule of `traffic` reaches, in any order: a packet placed
+// at its earliest start starts at the latest one issue width after every
+// window placed before it has ended (its Send's and Selects' windows end
+// at its start), and its own windows end at most its duration or its
+// longest route latency after its start. No window begins before an issue
+// width and a route latency before cycle 0 (a union's Pointer windows,
+// kept shifted by -latency).
+int64_t ScheduleCycleLimit(const PhaseTraffic& traffic) {
+  const ExchangeModel& model = traffic.model();
+  const int64_t latency = model.RouteLatency(model.tiles - 1);
+  const int64_t width = std::max({model.IssueWidth(fb::ControlKind::Send),
+                                  model.IssueWidth(fb::ControlKind::Select),
+                                  model.IssueWidth(fb::ControlKind::Pointer)});
+  int64_t limit = width;  // the first start
+  for (const auto& p : traffic.packets()) {
+    limit += width + std::max(model.Duration(p.words), latency);
+  }
+  return limit;
+}
+
 // The shortest schedule of the orders (the first of equals), recorded if
 // `record`: every order records its starts as it goes, which costs less
 // than placing the packets once more in the order found. The orders are
@@ -1292,6 +1314,11 @@ Tried ShortestOrder(const PhaseTraffic& traffic,
                     const std::vector<int64_t>& priority, bool record,
                     bool receiver_unions,
                     int64_t beat = std::numeric_limits<int64_t>::max()) {
+  // Busy intervals hold 32-bit cycles, as the schedule's starts do: a phase
+  // past that is no program's (about 1.4 s of exchange at 1.5 GHz).
+  CHECK_LT(ScheduleCycleLimit(traffic), std::numeric_limits<int32_t>::max())
+      << "an exchange phase of " << traffic.packets().size()
+      << " packets could last longer than 32-bit cycles hold";
   const ReceiverUnions unions = receiver_unions
                                     ? CoverWideReceiverSets(traffic)
                                     : ReceiverUnions(traffic.packets().size());
