@@ -274,9 +274,12 @@ TEST_F(KernelsTest, GemmIsBitIdenticalToAPlainLoop) {
         {DType::kF32, DType::kF32, 0, 0, 83, 517, 47, true},
         {DType::kF16, DType::kF32, 0, 0, 150, 300, 70, false},
         {DType::kFp8E4M3, DType::kF32, 4, 6, 82, 192, 160, true},
-        // Past a column block (2048) and a depth block at once.
+        // Past a column block (1024), past a depth block (768), and past
+        // both at once.
         {DType::kF32, DType::kF32, 0, 0, 7, 300, 2100, true},
         {DType::kF16, DType::kF16, 0, 0, 5, 20, 2065, false},
+        {DType::kFp8E4M3, DType::kF32, 4, 6, 13, 1700, 40, true},
+        {DType::kF32, DType::kF32, 0, 0, 8, 1600, 1100, false},
     };
     uint32_t seed = 100;
     for (const Case& t : cases) {
