@@ -3,6 +3,8 @@
 // of receivers' lanes that wide multicasts are placed through, and the
 // orders in which packets are placed.
 
+#include "kernels/exchange_schedule.h"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -24,7 +26,6 @@
 #include <vector>
 
 #include "glog/logging.h"
-#include "kernels/exchange_schedule.h"
 
 namespace tilec::kernels {
 namespace {
