@@ -60,6 +60,7 @@ DTypeClass ClassOf(DType d) {
 // library is built with -ffp-contract=off, so not even the AVX-512 path,
 // whose instruction set has FMA, fuses them), exactly what a plain i-j-k
 // triple loop computes.
+//
 // C goes to memory and back once per depth block, which on the reference's
 // whole-matrix GEMMs (so400m's 729 x 1152 x 4304) stalled the loop more
 // than its multiplies: 768 deep, three times fewer round trips than 256,
