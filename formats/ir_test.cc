@@ -476,6 +476,20 @@ TEST(IrTest, TargetValidatorBoundsSizes) {
   big.kernels.clear();
   EXPECT_NE(ValidateTarget(big).message().find("lacks kernel formula"),
             std::string::npos);
+  // Exchange numbers that 32-bit schedules could not hold.
+  big = t;
+  big.exchange_max_packet_words = 1 << 20;
+  EXPECT_NE(ValidateTarget(big).message().find(
+                "exchange_max_packet_words = 1048576 is more than"),
+            std::string::npos);
+  big = t;
+  big.exchange_fragment_cycles = 1 << 13;
+  EXPECT_NE(ValidateTarget(big).message().find("exchange_fragment_cycles"),
+            std::string::npos);
+  big = t;
+  big.exchange_route_latency_per_row = 1 << 16;
+  EXPECT_NE(ValidateTarget(big).message().find("farthest tile's route latency"),
+            std::string::npos);
 }
 
 TEST(IrTest, PrintIsStable) {

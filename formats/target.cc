@@ -1,11 +1,11 @@
 #include "formats/target.h"
 
-#include <cmath>
-
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 namespace tilec::ir {
@@ -176,6 +176,24 @@ Status ValidateTarget(const fb::TargetT& t, bool require_kernels) {
   if (t.tiles > kMaxTargetTiles) {
     problems.Add("target '", t.name, "': tiles = ", t.tiles,
                  " is more than the ", kMaxTargetTiles, " tilec supports");
+  }
+  const int64_t farthest_latency =
+      t.exchange_route_latency_cycles +
+      int64_t{t.exchange_route_latency_per_row} *
+          ((t.tiles - 1) / std::max(t.exchange_tiles_per_row, 1));
+  for (auto [name, value, limit] :
+       {std::tuple<const char*, int64_t, int64_t>{"exchange_fragment_cycles",
+                                                  t.exchange_fragment_cycles,
+                                                  kMaxExchangeFragmentCycles},
+        {"exchange_max_packet_words", t.exchange_max_packet_words,
+         kMaxExchangePacketWords},
+        {"the farthest tile's route latency (exchange_route_latency_cycles "
+         "+ exchange_route_latency_per_row per row)",
+         farthest_latency, kMaxRouteLatencyCycles}}) {
+    if (value > limit) {
+      problems.Add("target '", t.name, "': ", name, " = ", value,
+                   " is more than the ", limit, " tilec supports");
+    }
   }
   if (t.sram_bytes > kMaxTileSramBytes) {
     problems.Add("target '", t.name, "': sram_bytes = ", t.sram_bytes,

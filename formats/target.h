@@ -22,6 +22,12 @@ namespace tilec::ir {
 // per tile and per byte of one tile's memory.
 inline constexpr int64_t kMaxTargetTiles = int64_t{1} << 16;
 inline constexpr int64_t kMaxTileSramBytes = int64_t{64} << 20;
+// Exchange schedules count cycles in 32 bits: under these, a phase of the
+// 4,096 packets the planner schedules exactly stays far below 2^31 even
+// with every packet in a row (ipu21: 2, 4,148 and 52 + 2 per row).
+inline constexpr int64_t kMaxExchangeFragmentCycles = int64_t{1} << 12;
+inline constexpr int64_t kMaxExchangePacketWords = int64_t{1} << 18;
+inline constexpr int64_t kMaxRouteLatencyCycles = int64_t{1} << 18;
 
 // The variable names a kernel formula may use: M, K, N, n, rows, w, P, B.
 std::span<const std::string_view> FormulaVariables();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -88,8 +89,8 @@ TEST(ExchangeSchedule, ScheduleIsValidAndTimesTheReceiver) {
 
 // The scheduler keeps busy cycles in 32 bits: a route latency of 2^29
 // cycles still schedules exactly (the Pointers land 2^29 after their
-// packets' starts), and a phase that could pass 2^31 - 1 cycles is refused
-// rather than wrapped.
+// packets' starts), and a schedule that would pass 2^31 - 1 cycles is
+// refused rather than wrapped.
 TEST(ExchangeSchedule, CyclesUpTo32BitsScheduleAndLongerPhasesAreRefused) {
   ExchangeModel model = Model();
   model.latency = 1 << 29;
@@ -99,9 +100,9 @@ TEST(ExchangeSchedule, CyclesUpTo32BitsScheduleAndLongerPhasesAreRefused) {
   ASSERT_TRUE(length.ok()) << length.status().message();
   EXPECT_EQ(*length, 2 + 10 + 10 + model.RouteLatency(2));
 
-  model.latency = 1 << 30;
+  model.latency = std::numeric_limits<int32_t>::max() - 8;
   const PhaseTraffic longer = Small(model);
-  EXPECT_DEATH(SchedulePhase(longer), "could last longer than 32-bit cycles");
+  EXPECT_DEATH(SchedulePhase(longer), "schedules past 2\\^31 - 1 cycles");
 }
 
 // The schedule rebuilt from its starts is the schedule.

@@ -197,7 +197,7 @@ class BusyIntervals {
   // end_ of a lane where nothing is busy: every search starts after it.
   static constexpr int64_t kNoneBusy = std::numeric_limits<int64_t>::min();
   // In 32 bits: half the memory, which large phases' schedules spend their
-  // time fetching (ScheduleCycleLimit keeps every cycle in range).
+  // time fetching (Commit keeps every cycle in range).
   using Interval = std::pair<int32_t, int32_t>;
   using Intervals = std::vector<Interval>;
   // A block's intervals, their extent and a bound on their inner gaps, no
@@ -736,6 +736,12 @@ class Scheduler {
   int64_t Commit(uint32_t p, int64_t t) {
     const auto& packet = traffic_.packets()[p];
     const int64_t d = model_.Duration(packet.words);
+    // Busy intervals hold 32-bit cycles, as the schedule's starts do: a
+    // schedule that long (1.4 s of exchange at 1.5 GHz) is no program's.
+    // No window of the packet ends later than this.
+    CHECK_LT(t + d + farthest_latency_, std::numeric_limits<int32_t>::max())
+        << "an exchange phase of " << traffic_.packets().size()
+        << " packets schedules past 2^31 - 1 cycles";
     send_[packet.sender].Add(t, t + d);
     AddIssue(packet.sender, t - w_send_, t);
     if (record_) starts_[p] = static_cast<uint32_t>(t);
@@ -857,6 +863,7 @@ class Scheduler {
   std::vector<BusyIntervals> send_, receive_, issue_;
   const int64_t w_send_, w_select_, w_pointer_;
   std::vector<int64_t> route_latency_;  // by tile, found without dividing
+  const int64_t farthest_latency_ = model_.RouteLatency(model_.tiles - 1);
   // No packet starts before its Send and its Selects have issued.
   const int64_t first_start_ = std::max(w_send_, w_select_);
   // Place's, by constraint: the latest start its room admits, and where
@@ -1285,26 +1292,6 @@ int64_t ScheduleWork(const PhaseTraffic& traffic) {
   return work;
 }
 
-// A cycle no schedule of `traffic` reaches, in any order: a packet placed
-// at its earliest start starts at the latest one issue width after every
-// window placed before it has ended (its Send's and Selects' windows end
-// at its start), and its own windows end at most its duration or its
-// longest route latency after its start. No window begins before an issue
-// width and a route latency before cycle 0 (a union's Pointer windows,
-// kept shifted by -latency).
-int64_t ScheduleCycleLimit(const PhaseTraffic& traffic) {
-  const ExchangeModel& model = traffic.model();
-  const int64_t latency = model.RouteLatency(model.tiles - 1);
-  const int64_t width = std::max({model.IssueWidth(fb::ControlKind::Send),
-                                  model.IssueWidth(fb::ControlKind::Select),
-                                  model.IssueWidth(fb::ControlKind::Pointer)});
-  int64_t limit = width;  // the first start
-  for (const auto& p : traffic.packets()) {
-    limit += width + std::max(model.Duration(p.words), latency);
-  }
-  return limit;
-}
-
 // The shortest schedule of the orders (the first of equals), recorded if
 // `record`: every order records its starts as it goes, which costs less
 // than placing the packets once more in the order found. The orders are
@@ -1315,11 +1302,6 @@ Tried ShortestOrder(const PhaseTraffic& traffic,
                     const std::vector<int64_t>& priority, bool record,
                     bool receiver_unions,
                     int64_t beat = std::numeric_limits<int64_t>::max()) {
-  // Busy intervals hold 32-bit cycles, as the schedule's starts do: a phase
-  // past that is no program's (about 1.4 s of exchange at 1.5 GHz).
-  CHECK_LT(ScheduleCycleLimit(traffic), std::numeric_limits<int32_t>::max())
-      << "an exchange phase of " << traffic.packets().size()
-      << " packets could last longer than 32-bit cycles hold";
   const ReceiverUnions unions = receiver_unions
                                     ? CoverWideReceiverSets(traffic)
                                     : ReceiverUnions(traffic.packets().size());
