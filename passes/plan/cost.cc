@@ -180,8 +180,7 @@ fb::DType Coster::GemmDType(const Graph& graph, int op) const {
 
 int Coster::StoredBytes(const Graph& graph, int value) const {
   // A twin is stored as the body weight it stands for (it has no uses).
-  if (graph.TwinOf(value) >= 0) value = graph.TwinOf(value);
-  const ValueNode& v = graph.value(value);
+  const ValueNode& v = graph.value(graph.HeldAs(value));
   if (options_.gemm_dtype && v.role == fb::ValueRole::Weight &&
       !v.uses.empty()) {
     bool only_resident = true;

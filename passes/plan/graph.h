@@ -123,6 +123,10 @@ class Graph {
   }
   // The body weight a twin (a weight of an iteration > 0) stands for, or -1.
   int TwinOf(int value) const { return twin_of_[value]; }
+  // What `value` is held as: the body weight a twin stands for, else itself.
+  int HeldAs(int value) const {
+    return twin_of_[value] < 0 ? value : twin_of_[value];
+  }
   // The weights held in memory for `value`: its repeat's count for a body
   // weight (itself and its twins), else 1.
   int Copies(int value) const { return copies_[value]; }

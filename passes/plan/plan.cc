@@ -415,8 +415,7 @@ std::string LiveLabel(const Graph& graph, const Plan& plan,
   std::string what = ValueLabel(value);
   if (value.role == fb::ValueRole::Weight) {
     const int twin_of = graph.TwinOf(l.value);
-    const int weight = twin_of < 0 ? l.value : twin_of;
-    what += plan.Home(weight) ? " (home" : " (resident";
+    what += plan.Home(graph.HeldAs(l.value)) ? " (home" : " (resident";
     what += twin_of < 0 ? ")"
                         : ", twin of %" +
                               std::to_string(graph.value(twin_of).id) + ")";
@@ -686,8 +685,7 @@ void ExplainPeak(const Graph& graph, const Plan& plan,
     }
     MemoryItem item{LiveLabel(graph, plan, *e, l), (*l.bytes)[t]};
     if (l.value >= 0 && graph.value(l.value).role == fb::ValueRole::Weight) {
-      const int twin_of = graph.TwinOf(l.value);
-      item.weight = twin_of < 0 ? l.value : twin_of;
+      item.weight = graph.HeldAs(l.value);
     }
     e->peak_items.push_back(std::move(item));
   }
@@ -843,8 +841,7 @@ StatusOr<std::optional<OtherForm>> Multicasts(const Graph& graph,
 
 const fb::OwnershipT& OwnershipOf(const Graph& graph, const Evaluation& e,
                                   int v) {
-  const int weight = graph.TwinOf(v);
-  return e.owners[weight < 0 ? v : weight];
+  return e.owners[graph.HeldAs(v)];
 }
 
 StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
