@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <set>
 
-#include "passes/inspect/device_module.h"
-
 namespace tilec::inspect {
 namespace {
 
@@ -117,7 +115,13 @@ StepExchange StepTotals(const fb::SuperstepT& step, int s, int tiles,
 
 StatusOr<ExchangeTotals> ExchangesByStep(const fb::ModuleT& module,
                                          int largest) {
-  TILEC_RETURN_IF_ERROR(RequireDeviceProgram(module));
+  StatusOr<VerifiedProgram> program = VerifiedProgram::Verify(module);
+  if (!program.ok()) return program.status();
+  return ExchangesByStep(*program, largest);
+}
+
+ExchangeTotals ExchangesByStep(const VerifiedProgram& program, int largest) {
+  const fb::ModuleT& module = program.module();
   const int tiles = module.target->tiles;
   ExchangeTotals totals;
   totals.program = ZeroTraffic(tiles);

@@ -14,6 +14,7 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
+#include "passes/inspect/device_module.h"
 
 namespace tilec::inspect {
 
@@ -75,6 +76,8 @@ struct ExchangeTotals {
 // outside the target.
 StatusOr<ExchangeTotals> ExchangesByStep(const fb::ModuleT& module,
                                          int largest);
+// The same of a program already verified.
+ExchangeTotals ExchangesByStep(const VerifiedProgram& program, int largest);
 
 }  // namespace tilec::inspect
 

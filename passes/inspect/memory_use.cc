@@ -4,8 +4,6 @@
 #include <map>
 #include <tuple>
 
-#include "passes/inspect/device_module.h"
-
 namespace tilec::inspect {
 namespace {
 
@@ -182,7 +180,13 @@ std::vector<int64_t> TileLiveBytes(std::vector<const BufferLife*> buffers,
 }  // namespace
 
 StatusOr<MemoryUse> MemoryOverTime(const fb::ModuleT& module) {
-  TILEC_RETURN_IF_ERROR(RequireDeviceProgram(module));
+  StatusOr<VerifiedProgram> program = VerifiedProgram::Verify(module);
+  if (!program.ok()) return program.status();
+  return MemoryOverTime(*program);
+}
+
+StatusOr<MemoryUse> MemoryOverTime(const VerifiedProgram& program) {
+  const fb::ModuleT& module = program.module();
   const int tiles = module.target->tiles;
   MemoryUse use;
   use.supersteps = static_cast<int>(module.program->supersteps.size());

@@ -26,6 +26,7 @@
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
+#include "passes/inspect/device_module.h"
 
 namespace tilec::inspect {
 
@@ -61,6 +62,8 @@ struct MemoryUse {
 // Errors (kBadInput): no program or target, a buffer on a tile outside the
 // target, a superstep or binding naming an undeclared buffer.
 StatusOr<MemoryUse> MemoryOverTime(const fb::ModuleT& module);
+// The same of a program already verified.
+StatusOr<MemoryUse> MemoryOverTime(const VerifiedProgram& program);
 
 }  // namespace tilec::inspect
 

@@ -216,18 +216,18 @@ Status CountWork(const fb::ModuleT& module, Figures* f) {
 // The module's own figures; errors are the module's.
 Status ProgramFigures(const fb::ModuleT& module, const ReportOptions& options,
                       Figures* f) {
-  TILEC_RETURN_IF_ERROR(RequireDeviceProgram(module));
   sim::SimOptions timing;
   timing.execute = false;
   timing.threads = options.threads;
-  TILEC_RETURN_IF_ERROR(sim::Simulate(module, {}, timing, &f->timing));
-  StatusOr<MemoryUse> memory = MemoryOverTime(module);
+  sim::Simulator simulator(module, timing);
+  StatusOr<VerifiedProgram> program =
+      VerifiedProgram::Verify(module, &simulator);
+  if (!program.ok()) return program.status();
+  TILEC_RETURN_IF_ERROR(simulator.Run(sim::HostTensors{}, &f->timing));
+  StatusOr<MemoryUse> memory = MemoryOverTime(*program);
   if (!memory.ok()) return memory.status();
   f->memory = std::move(*memory);
-  StatusOr<ExchangeTotals> exchange =
-      ExchangesByStep(module, options.largest_transfers);
-  if (!exchange.ok()) return exchange.status();
-  f->exchange = std::move(*exchange);
+  f->exchange = ExchangesByStep(*program, options.largest_transfers);
   for (const fb::TileCode& c : module.program->code) {
     f->code_reserved.push_back(c.reserved_bytes());
   }
