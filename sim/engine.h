@@ -225,6 +225,15 @@ class Engine {
   // Plans (and checks) superstep rs.superstep with rs's renames, unless its
   // plan is already right for them.
   Status PlanStep(const RunStep& rs);
+  // After planning superstep s for another iteration than its first: marks
+  // it in timing_varies_ if its computes' cycles differ from the first's
+  // (a slow path that depends on where the renamed buffers lie).
+  void NoteIterationTiming(int s);
+  // Run must plan rs's superstep again: to execute it, or, counting cycles
+  // only, where its cycles depend on the iteration. Check planned every
+  // iteration once; a step planned for another iteration keeps its
+  // transfers, their schedule and, unless marked, its computes' cycles.
+  bool MustPlanToRun(const RunStep& rs) const;
 
   // ---- execution
   // Allocates every tile's memory, then writes the host's inputs into it
@@ -302,6 +311,7 @@ class Engine {
   mutable bool touched_renamed_ = false;       // FindBuffer saw a `from`
   std::vector<char> step_renamed_;  // superstep names a renamed buffer
   std::vector<int> planned_for_;    // iteration its plan is for
+  static constexpr int kUnplanned = -2;  // in planned_for_: not yet planned
   std::vector<BindingPlan> input_plans_;
   std::vector<BindingPlan> output_plans_;
 
@@ -309,6 +319,14 @@ class Engine {
   std::vector<std::vector<int64_t>> compute_cycles_;
   std::vector<std::vector<int64_t>> compute_extra_;  // slow-path surcharge
   std::vector<std::vector<int64_t>> compute_macs_;
+  // A repeated superstep's computes' cycles, surcharges and MACs in the
+  // first iteration planned (empty elsewhere), and whether another
+  // iteration's differ.
+  struct ComputeTiming {
+    std::vector<int64_t> cycles, extra, macs;
+  };
+  std::vector<ComputeTiming> first_timing_;
+  std::vector<char> timing_varies_;
 
   std::vector<std::vector<uint8_t>> memory_;  // per tile
 };

@@ -84,7 +84,6 @@ Status Engine::CheckRepeats() {
 }
 
 Status Engine::PlanStep(const RunStep& rs) {
-  constexpr int kUnplanned = -2;
   const int s = rs.superstep;
   if (planned_for_[s] != kUnplanned &&
       (!step_renamed_[s] || planned_for_[s] == rs.iteration)) {
@@ -101,8 +100,25 @@ Status Engine::PlanStep(const RunStep& rs) {
                           " iteration " + std::to_string(rs.iteration));
   }
   step_renamed_[s] = step_renamed_[s] || touched_renamed_;
+  if (rs.repeat >= 0) NoteIterationTiming(s);
   planned_for_[s] = rs.iteration;
   return Status::Ok();
+}
+
+void Engine::NoteIterationTiming(int s) {
+  ComputeTiming& first = first_timing_[s];
+  if (planned_for_[s] == kUnplanned) {
+    first = {compute_cycles_[s], compute_extra_[s], compute_macs_[s]};
+  } else if (compute_cycles_[s] != first.cycles ||
+             compute_extra_[s] != first.extra ||
+             compute_macs_[s] != first.macs) {
+    timing_varies_[s] = 1;
+  }
+}
+
+bool Engine::MustPlanToRun(const RunStep& rs) const {
+  return options_.execute || timing_varies_[rs.superstep] ||
+         planned_for_[rs.superstep] == kUnplanned;
 }
 
 // Every (superstep, tile) of a repeat body whose addresses change between

@@ -19,7 +19,9 @@ Status Engine::Check() {
   compute_extra_.resize(steps);
   compute_macs_.resize(steps);
   step_renamed_.assign(steps, 0);
-  planned_for_.assign(steps, -2);
+  planned_for_.assign(steps, kUnplanned);
+  first_timing_.assign(steps, {});
+  timing_varies_.assign(steps, 0);
   schedules_.assign(steps, {});
   for (const RunStep& rs : schedule_) TILEC_RETURN_IF_ERROR(PlanStep(rs));
   TILEC_RETURN_IF_ERROR(CheckBufferLifetimes());
@@ -49,7 +51,7 @@ Status Engine::Run(HostTensors inputs, SimResult* result) {
   int64_t clock = 0;
   for (size_t k = 0; k < schedule_.size(); ++k) {
     const RunStep& rs = schedule_[k];
-    TILEC_RETURN_IF_ERROR(PlanStep(rs));
+    if (MustPlanToRun(rs)) TILEC_RETURN_IF_ERROR(PlanStep(rs));
     if (options_.execute) {
       Status st = RunComputePhase(rs.superstep);
       if (!st.ok() && rs.repeat >= 0) {

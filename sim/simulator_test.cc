@@ -1248,6 +1248,25 @@ TEST(SimulatorRepeatTest, CostsEveryIterationAtItsOwnAddresses) {
   // it every iteration, though only iteration 2 moves it).
   EXPECT_EQ(r.repeats[0].iteration_cycles[1],
             r.repeats[0].iteration_cycles[0] + 2 * 13);
+  // Counting cycles only, the step whose cycles differ by iteration is
+  // planned again for each (Check has planned each once); the others keep
+  // one plan. Both count as the run that executes.
+  SimOptions cycles_only;
+  cycles_only.execute = false;
+  for (const AddChain* chain : {&rolled, &plain}) {
+    SimResult executed, counted;
+    ASSERT_TRUE(RunSim(chain->b.module, chain->inputs, &executed).ok());
+    ASSERT_TRUE(RunSim(chain->b.module, {}, &counted, cycles_only).ok());
+    EXPECT_EQ(counted.total_cycles, executed.total_cycles);
+    EXPECT_EQ(counted.slow_path_calls, executed.slow_path_calls);
+    EXPECT_EQ(counted.repeats[0].iteration_cycles,
+              executed.repeats[0].iteration_cycles);
+    ASSERT_EQ(counted.supersteps.size(), executed.supersteps.size());
+    for (size_t i = 0; i < counted.supersteps.size(); ++i) {
+      EXPECT_EQ(counted.supersteps[i].compute_cycles,
+                executed.supersteps[i].compute_cycles);
+    }
+  }
 }
 
 }  // namespace
