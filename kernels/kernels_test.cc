@@ -624,6 +624,40 @@ TEST_F(KernelsTest, GeluForms) {
               1e-6);
 }
 
+// GeluKernel looks up F16 inputs (and F32 inputs that are F16 values) in
+// a table of Gelu's own results: every F16 pattern, NaNs and infinities
+// included, gives exactly Gelu's bits, and F32 values between F16 values
+// are computed.
+TEST_F(KernelsTest, GeluKernelIsGeluBitForBit) {
+  constexpr size_t kPatterns = size_t{1} << 16;
+  Buffer halves(DType::kF16, kPatterns);
+  for (size_t i = 0; i < kPatterns; ++i) {
+    halves.bytes[2 * i] = static_cast<uint8_t>(i);
+    halves.bytes[2 * i + 1] = static_cast<uint8_t>(i >> 8);
+  }
+  std::vector<float> values = halves.Values();
+  const std::vector<float> between = Random(4096, 700, 3.0f);
+  values.insert(values.end(), between.begin(), between.end());
+  Buffer floats(DType::kF32, values.size());
+  floats.Set(values);
+  auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
+  for (GeluForm form : {GeluForm::kTanh, GeluForm::kErf, GeluForm::kQuick}) {
+    const std::string name = "form " + std::to_string(static_cast<int>(form));
+    Buffer from_halves(DType::kF32, kPatterns);
+    ASSERT_TRUE(GeluKernel(halves.op, from_halves.op, 1, kPatterns, form).ok());
+    Buffer from_floats(DType::kF32, values.size());
+    ASSERT_TRUE(
+        GeluKernel(floats.op, from_floats.op, 1, values.size(), form).ok());
+    size_t mismatches = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint32_t want = bits(Gelu(values[i], form));
+      if (i < kPatterns && bits(from_halves.At(i)) != want) ++mismatches;
+      if (bits(from_floats.At(i)) != want) ++mismatches;
+    }
+    EXPECT_EQ(mismatches, 0u) << name;
+  }
+}
+
 TEST_F(KernelsTest, BiasGeluF16AndFp8) {
   const int64_t rows = 3, w = 10;
   auto x = RandomBuffer(DType::kF16, rows * w, 600, 2.0f);
