@@ -44,14 +44,9 @@ std::vector<int64_t> Apportion(int64_t amount,
 
 // The exchange phase's cycles go to the transfers' ops by the bytes they
 // deliver.
-void SplitExchangeByOp(const std::map<uint32_t, int64_t>& op_bytes,
-                       CycleTally* tally, SuperstepReport* sr) {
-  std::vector<uint32_t> ids;
-  std::vector<int64_t> weights;
-  for (const auto& [op, bytes] : op_bytes) {
-    ids.push_back(op);
-    weights.push_back(bytes);
-  }
+void SplitExchangeByOp(const std::vector<uint32_t>& ids,
+                       const std::vector<int64_t>& weights, CycleTally* tally,
+                       SuperstepReport* sr) {
   const std::vector<int64_t> shares = Apportion(sr->exchange_cycles, weights);
   for (size_t i = 0; i < ids.size(); ++i) {
     tally->Op(ids[i]).exchange_cycles += shares[i];
@@ -182,24 +177,43 @@ void Engine::CountIterationUpdate(int s, CycleTally* tally,
   tally->Op(update.op).update_cycles += update.cycles;
 }
 
-void Engine::CountExchangePhase(size_t k, int s, CycleTally* tally,
-                                SuperstepReport* sr, SimResult* r) const {
-  std::map<uint32_t, int64_t> op_bytes;
+const std::vector<Engine::OpTraffic>& Engine::StepTraffic(int s) {
+  std::optional<std::vector<OpTraffic>>& made = step_traffic_[s];
+  if (made) return *made;
+  std::map<uint32_t, OpTraffic> by_op;
   for (const TransferPlan& tp : steps_[s].transfers) {
-    const fb::TransferT& t = *tp.transfer;
+    const uint32_t op = tp.transfer->op;
     const int64_t dests = static_cast<int64_t>(tp.destinations.size());
     // A multicast is sent once and received by each destination.
     const int64_t bytes = tp.rows * tp.bytes;
-    OpReport& o = tally->Op(t.op);
+    OpTraffic& o = by_op[op];
+    o.op = op;
     ++o.transfers;
     o.pieces += tp.rows;
     o.bytes_sent += bytes;
     o.bytes_received += bytes * dests;
-    op_bytes[t.op] += bytes * dests;
-    sr->bytes_sent += bytes;
-    sr->bytes_received += bytes * dests;
-    ++sr->transfers;
-    sr->pieces += tp.rows;
+  }
+  made.emplace();
+  for (const auto& [op, traffic] : by_op) made->push_back(traffic);
+  return *made;
+}
+
+void Engine::CountExchangePhase(size_t k, int s, CycleTally* tally,
+                                SuperstepReport* sr, SimResult* r) {
+  std::vector<uint32_t> ids;
+  std::vector<int64_t> weights;  // bytes received
+  for (const OpTraffic& t : StepTraffic(s)) {
+    ids.push_back(t.op);
+    weights.push_back(t.bytes_received);
+    OpReport& o = tally->Op(t.op);
+    o.transfers += t.transfers;
+    o.pieces += t.pieces;
+    o.bytes_sent += t.bytes_sent;
+    o.bytes_received += t.bytes_received;
+    sr->bytes_sent += t.bytes_sent;
+    sr->bytes_received += t.bytes_received;
+    sr->transfers += t.transfers;
+    sr->pieces += t.pieces;
   }
   const StepSchedule& schedule = schedules_[s];
   int64_t slowest = -1;
@@ -216,7 +230,7 @@ void Engine::CountExchangePhase(size_t k, int s, CycleTally* tally,
   sr->sync_cycles = exchange_model_.sync_cycles;
   sr->exchange_cycles = schedule.scheduled + exchange_model_.sync_cycles;
   ++r->exchange_phases;
-  SplitExchangeByOp(op_bytes, tally, sr);
+  SplitExchangeByOp(ids, weights, tally, sr);
 }
 
 void Engine::ReportOps(CycleTally* tally, SimResult* r) const {

@@ -21,6 +21,7 @@ Status Engine::Check() {
   step_renamed_.assign(steps, 0);
   planned_for_.assign(steps, kUnplanned);
   first_timing_.assign(steps, {});
+  step_traffic_.assign(steps, std::nullopt);
   timing_varies_.assign(steps, 0);
   schedules_.assign(steps, {});
   for (const RunStep& rs : schedule_) TILEC_RETURN_IF_ERROR(PlanStep(rs));
