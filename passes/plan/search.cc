@@ -36,15 +36,18 @@ Search::Search(const Graph& graph, const Coster& coster, SearchOptions options)
       log_(options_.log ? options_.log : &own_log_) {
   rng_.seed(options_.seed);
   candidates_.resize(graph_.num_ops());
-  // Each op's on its own (exact prices: the same list on any thread).
-  OnThreads(candidates_.size(),
-            [this](size_t, size_t i, const Coster& coster, const Coster&) {
-              const int op = static_cast<int>(i);
-              auto pin = options_.pinned.find(op);
-              candidates_[i] = pin != options_.pinned.end()
-                                   ? std::vector<Recipe>{pin->second}
-                                   : Candidates(graph_, coster, op);
-            });
+  // Each op's on its own, on the greedy plan's threads (exact prices: the
+  // same list on any thread).
+  OnThreads(
+      candidates_.size(),
+      [this](size_t, size_t i, const Coster& coster, const Coster&) {
+        const int op = static_cast<int>(i);
+        auto pin = options_.pinned.find(op);
+        candidates_[i] = pin != options_.pinned.end()
+                             ? std::vector<Recipe>{pin->second}
+                             : Candidates(graph_, coster, op);
+      },
+      GreedyThreads());
 }
 
 void Search::Record(const fb::DecisionT& decision) {
