@@ -226,9 +226,10 @@ class Engine {
   // Plans (and checks) superstep rs.superstep with rs's renames, unless its
   // plan is already right for them.
   Status PlanStep(const RunStep& rs);
-  // After planning superstep s for another iteration than its first: marks
-  // it in timing_varies_ if its computes' cycles differ from the first's
-  // (a slow path that depends on where the renamed buffers lie).
+  // After planning superstep s of a repeat for an iteration: keeps its
+  // computes' cycles if it is the first planned, else marks it in
+  // timing_varies_ if they differ from the first's (a slow path that
+  // depends on where the renamed buffers lie).
   void NoteIterationTiming(int s);
   // Run must plan rs's superstep again: to execute it, or, counting cycles
   // only, where its cycles depend on the iteration. Check planned every
