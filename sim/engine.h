@@ -226,6 +226,10 @@ class Engine {
   // Plans (and checks) superstep rs.superstep with rs's renames, unless its
   // plan is already right for them.
   Status PlanStep(const RunStep& rs);
+  // PlanStep for every run step, as Check needs them: the supersteps on
+  // options_.threads threads, each one's run steps in order (a step's plan
+  // is its own), and the error of the first run step that fails.
+  Status PlanEveryRunStep();
   // After planning superstep s of a repeat for an iteration: keeps its
   // computes' cycles if it is the first planned, else marks it in
   // timing_varies_ if they differ from the first's (a slow path that
@@ -318,8 +322,14 @@ class Engine {
   std::vector<RunStep> schedule_;
   std::vector<std::vector<Renames>> renames_;  // [repeat][iteration]
   std::unordered_set<uint32_t> renamed_ids_;   // every rename's `from`
-  const Renames* active_renames_ = nullptr;    // while planning a step
-  mutable bool touched_renamed_ = false;       // FindBuffer saw a `from`
+  // While a thread plans a step: its renames, and whether FindBuffer met
+  // a renamed buffer. Per thread, so that Check plans supersteps on
+  // several.
+  struct Planning {
+    const Renames* renames = nullptr;
+    bool touched_renamed = false;
+  };
+  static thread_local Planning planning_;
   std::vector<char> step_renamed_;  // superstep names a renamed buffer
   std::vector<int> planned_for_;    // iteration its plan is for
   static constexpr int kUnplanned = -2;  // in planned_for_: not yet planned

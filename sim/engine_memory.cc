@@ -107,12 +107,11 @@ Status Engine::CheckBuffers() {
 
 const BufferInfo* Engine::FindBuffer(uint32_t id) const {
   if (!renamed_ids_.empty() && renamed_ids_.count(id)) {
-    touched_renamed_ = true;
-    if (active_renames_ != nullptr) {
-      auto r = std::lower_bound(active_renames_->begin(),
-                                active_renames_->end(),
+    planning_.touched_renamed = true;
+    if (const Renames* renames = planning_.renames) {
+      auto r = std::lower_bound(renames->begin(), renames->end(),
                                 std::make_pair(id, uint32_t{0}));
-      if (r != active_renames_->end() && r->first == id) id = r->second;
+      if (r != renames->end() && r->first == id) id = r->second;
     }
   }
   auto it = buffers_.find(id);

@@ -89,20 +89,45 @@ Status Engine::PlanStep(const RunStep& rs) {
       (!step_renamed_[s] || planned_for_[s] == rs.iteration)) {
     return Status::Ok();
   }
-  active_renames_ = rs.repeat < 0 ? nullptr
-                                  : &renames_[rs.repeat][rs.iteration];
-  touched_renamed_ = false;
+  planning_ = {rs.repeat < 0 ? nullptr : &renames_[rs.repeat][rs.iteration],
+               false};
   Status st = CheckSuperstep(s);
-  active_renames_ = nullptr;
+  const bool touched_renamed = planning_.touched_renamed;
+  planning_ = {};
   if (!st.ok()) {
     if (rs.repeat < 0) return st;
     return st.WithContext("repeat " + std::to_string(rs.repeat) +
                           " iteration " + std::to_string(rs.iteration));
   }
-  step_renamed_[s] = step_renamed_[s] || touched_renamed_;
+  step_renamed_[s] = step_renamed_[s] || touched_renamed;
   if (rs.repeat >= 0) NoteIterationTiming(s);
   planned_for_[s] = rs.iteration;
   return Status::Ok();
+}
+
+thread_local Engine::Planning Engine::planning_;
+
+Status Engine::PlanEveryRunStep() {
+  std::vector<std::vector<size_t>> runs(program_->supersteps.size());
+  for (size_t k = 0; k < schedule_.size(); ++k) {
+    runs[schedule_[k].superstep].push_back(k);
+  }
+  // Per superstep: its first failing run step, and why.
+  std::vector<std::pair<size_t, Status>> failed(
+      runs.size(), {schedule_.size(), Status::Ok()});
+  ParallelFor(runs.size(), options_.threads, [&](size_t s) {
+    for (size_t k : runs[s]) {
+      Status st = PlanStep(schedule_[k]);
+      if (!st.ok()) {
+        failed[s] = {k, std::move(st)};
+        return;
+      }
+    }
+  });
+  const auto first = std::min_element(
+      failed.begin(), failed.end(),
+      [](const auto& a, const auto& b) { return a.first < b.first; });
+  return first == failed.end() ? Status::Ok() : first->second;
 }
 
 void Engine::NoteIterationTiming(int s) {

@@ -24,7 +24,7 @@ Status Engine::Check() {
   step_traffic_.assign(steps, std::nullopt);
   timing_varies_.assign(steps, 0);
   schedules_.assign(steps, {});
-  for (const RunStep& rs : schedule_) TILEC_RETURN_IF_ERROR(PlanStep(rs));
+  TILEC_RETURN_IF_ERROR(PlanEveryRunStep());
   TILEC_RETURN_IF_ERROR(CheckBufferLifetimes());
   TILEC_RETURN_IF_ERROR(CheckCodeSizes());
   TILEC_RETURN_IF_ERROR(CheckIterationUpdates());

@@ -460,6 +460,24 @@ TEST(SimulatorErrorTest, UnknownBuffer) {
             "#999 does not exist");
 }
 
+// The verifier plans supersteps on several threads; the error is still the
+// first superstep's that fails, whichever thread finds which.
+TEST(SimulatorErrorTest, FirstFailingSuperstepWhateverTheThreads) {
+  GemmProgram p;
+  p.Compute(0, 1).args[1]->bytes = 2048;
+  p.Compute(1, 0).args[1]->buffer = 999;
+  for (int threads : {1, 2, 2, 2}) {
+    SimOptions options;
+    options.threads = threads;
+    SimResult r;
+    Status s = RunSim(p.b.module, p.inputs, &r, options);
+    EXPECT_EQ(s.message(),
+              "superstep 0 tile 1 op 7 compute 1 (gemm): arg 1 buffer #4: "
+              "slice [0, 2048) is outside the buffer's 1024 bytes")
+        << threads << " threads";
+  }
+}
+
 TEST(SimulatorErrorTest, BufferOnAnotherTile) {
   GemmProgram p;
   p.Compute(1, 0).args[1]->buffer = p.remote[1];
