@@ -15,12 +15,13 @@
 #include <new>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include "flatbuffers/idl.h"
 #include "flatbuffers/reflection.h"
-#include "glog/logging.h"
 #include "formats/embedded.h"
 #include "formats/target.h"
+#include "glog/logging.h"
 
 namespace tilec::ir {
 namespace {
@@ -93,22 +94,60 @@ bool HasEightByteElements(reflection::BaseType type) {
          type == reflection::Double;
 }
 
+// Per object of the schema: whether a table of it can reach a vector of
+// 8-byte elements through its fields. A table that cannot (a Transfer, a
+// Destination) or a struct is not walked: a whole model's program has
+// millions of them.
+const std::vector<bool>& ReachesEightByteVectors() {
+  static const std::vector<bool>* const reaches = [] {
+    const reflection::Schema& schema = ReflectionSchema();
+    const auto& objects = *schema.objects();
+    auto* r = new std::vector<bool>(objects.size(), false);
+    // The least fixpoint: true once a field reaches such a vector.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (flatbuffers::uoffset_t o = 0; o < objects.size(); ++o) {
+        if ((*r)[o]) continue;
+        for (const reflection::Field* field : *objects.Get(o)->fields()) {
+          const reflection::Type& type = *field->type();
+          const bool eight = type.base_type() == reflection::Vector &&
+                             HasEightByteElements(type.element());
+          const bool through = (type.base_type() == reflection::Obj ||
+                                (type.base_type() == reflection::Vector &&
+                                 type.element() == reflection::Obj)) &&
+                               (*r)[static_cast<size_t>(type.index())];
+          if (eight || through) {
+            (*r)[o] = true;
+            changed = true;
+            break;
+          }
+        }
+      }
+    }
+    return r;
+  }();
+  return *reaches;
+}
+
 // FlatBuffers 2.0.8's verifier checks only the 4-byte length prefix of a
 // vector, so a [long] vector may start 4 bytes off its alignment and every
 // read of it is a misaligned load (the ir fuzzer's UBSan finding). The
-// schema says which vectors hold 8-byte elements: walk every table and check
-// them, before anything reads the buffer.
-Status CheckVectorAlignment(const reflection::Schema& schema,
-                            const reflection::Object& object,
+// schema says which vectors hold 8-byte elements: walk every table that can
+// reach one and check them, before anything reads the buffer.
+Status CheckVectorAlignment(const reflection::Schema& schema, size_t object,
                             const flatbuffers::Table& table,
                             const uint8_t* buffer, const std::string& name) {
-  for (const reflection::Field* field : *object.fields()) {
+  const std::vector<bool>& reaches = ReachesEightByteVectors();
+  const reflection::Object& type_of_table =
+      *schema.objects()->Get(static_cast<flatbuffers::uoffset_t>(object));
+  for (const reflection::Field* field : *type_of_table.fields()) {
     const reflection::Type& type = *field->type();
-    if (type.base_type() == reflection::Obj) {
+    const size_t index = static_cast<size_t>(type.index());
+    if (type.base_type() == reflection::Obj && reaches[index]) {
       const flatbuffers::Table* sub = flatbuffers::GetFieldT(table, *field);
       if (sub == nullptr) continue;
-      TILEC_RETURN_IF_ERROR(CheckVectorAlignment(
-          schema, *schema.objects()->Get(type.index()), *sub, buffer, name));
+      TILEC_RETURN_IF_ERROR(
+          CheckVectorAlignment(schema, index, *sub, buffer, name));
     }
     if (type.base_type() != reflection::Vector) continue;
     const flatbuffers::VectorOfAny* vector =
@@ -117,22 +156,29 @@ Status CheckVectorAlignment(const reflection::Schema& schema,
     if (HasEightByteElements(type.element()) &&
         (vector->Data() - buffer) % 8 != 0) {
       return Status::BadInput(
-          name + ": corrupt IR: " + UnqualifiedName(*object.name()) + "." +
-          field->name()->str() + " holds 8-byte elements at byte " +
-          std::to_string(vector->Data() - buffer) +
-          ", not 8-byte aligned");
+          name + ": corrupt IR: " + UnqualifiedName(*type_of_table.name()) +
+          "." + field->name()->str() + " holds 8-byte elements at byte " +
+          std::to_string(vector->Data() - buffer) + ", not 8-byte aligned");
     }
-    if (type.element() != reflection::Obj) continue;
-    const reflection::Object& element = *schema.objects()->Get(type.index());
+    if (type.element() != reflection::Obj || !reaches[index]) continue;
     for (flatbuffers::uoffset_t i = 0; i < vector->size(); ++i) {
       TILEC_RETURN_IF_ERROR(CheckVectorAlignment(
-          schema, element,
+          schema, index,
           *flatbuffers::GetAnyVectorElemPointer<const flatbuffers::Table>(
               vector, i),
           buffer, name));
     }
   }
   return Status::Ok();
+}
+
+// The index of the schema's root table among its objects.
+size_t RootObject(const reflection::Schema& schema) {
+  const auto& objects = *schema.objects();
+  for (flatbuffers::uoffset_t o = 0; o < objects.size(); ++o) {
+    if (objects.Get(o) == schema.root_table()) return o;
+  }
+  LOG(FATAL) << "the embedded schema's root table is not among its objects";
 }
 
 }  // namespace
@@ -184,8 +230,7 @@ Status ParseModule(const std::string& bytes, const std::string& name,
   }
   const reflection::Schema& schema = ReflectionSchema();
   TILEC_RETURN_IF_ERROR(CheckVectorAlignment(
-      schema, *schema.root_table(),
-      *flatbuffers::GetAnyRoot(data), data, name));
+      schema, RootObject(schema), *flatbuffers::GetAnyRoot(data), data, name));
   const fb::Module* root = fb::GetModule(data);
   uint32_t version = root->schema_version();
   if (version == 0) {

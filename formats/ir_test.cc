@@ -174,6 +174,50 @@ TEST(IrTest, RefusesMisalignedEightByteVectors) {
   EXPECT_EQ(refused, 1);
 }
 
+// The same three levels down: a compute's params ([long]) in the program's
+// first superstep, `pad` words off 8 bytes.
+std::string ProgramWithParamsAt(int pad) {
+  flatbuffers::FlatBufferBuilder b;
+  b.TrackMinAlign(8);
+  b.StartVector(4 + pad, sizeof(uint32_t));
+  for (int i = 0; i < pad; ++i) b.PushElement<uint32_t>(0);
+  for (uint32_t word : {4u, 0u, 8u, 0u}) b.PushElement(word);
+  auto params =
+      flatbuffers::Offset<flatbuffers::Vector<int64_t>>(b.EndVector(2));
+  fb::ComputeBuilder compute(b);
+  compute.add_params(params);
+  auto compute_offset = compute.Finish();
+  auto computes = b.CreateVector(&compute_offset, 1);
+  fb::SuperstepBuilder step(b);
+  step.add_compute(computes);
+  auto step_offset = step.Finish();
+  auto steps = b.CreateVector(&step_offset, 1);
+  fb::DeviceProgramBuilder program(b);
+  program.add_supersteps(steps);
+  auto program_offset = program.Finish();
+  fb::ModuleBuilder module(b);
+  module.add_schema_version(kSchemaVersion);
+  module.add_program(program_offset);
+  fb::FinishModuleBuffer(b, module.Finish());
+  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()),
+                     b.GetSize());
+}
+
+TEST(IrTest, RefusesMisalignedEightByteVectorsDeepInTheProgram) {
+  int refused = 0;
+  for (int pad : {0, 1}) {
+    fb::ModuleT m;
+    Status s = ParseModule(ProgramWithParamsAt(pad), "hand.tilec", &m);
+    if (s.message().find("not 8-byte aligned") != std::string::npos) {
+      ++refused;
+      EXPECT_NE(s.message().find("hand.tilec: corrupt IR: Compute.params"),
+                std::string::npos)
+          << s.message();
+    }
+  }
+  EXPECT_EQ(refused, 1);
+}
+
 TEST(IrTest, RefusesNewerVersionByName) {
   fb::ModuleT m = SmallModule();
   m.schema_version = kSchemaVersion + 1;
