@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "formats/ir.h"
 #include "formats/op_shapes.h"
@@ -410,23 +411,23 @@ std::unique_ptr<fb::ModuleT> UnquantizedGraph(fb::ModuleT* module) {
   return graph;
 }
 
-// A quantized program's outputs against the unquantized graph's reference
-// (docs/quantize.md's floors).
-Status CheckUnquantized(fb::ModuleT* program_module, const std::string& name,
-                        const SimResult& result,
-                        const kernels::ReferenceOptions& ref_options,
-                        SimulateDeviceReport* report,
-                        std::string* first_failure) {
-  kernels::ReferenceResult unquantized;
+// The unquantized graph's reference, what CheckUnquantized compares with.
+Status RunUnquantized(const fb::ModuleT& graph, const std::string& name,
+                      const kernels::ReferenceOptions& ref_options,
+                      kernels::ReferenceResult* unquantized) {
   // CompareOutput reads the outputs and their residual graph inputs only:
   // every weight and activation is freed after its last read.
   kernels::ReferenceOptions run = ref_options;
   run.keep = kernels::ReferenceOptions::Keep::kInputsAndOutputs;
-  TILEC_RETURN_IF_ERROR(
-      kernels::RunReference(*UnquantizedGraph(program_module), run,
-                            &unquantized)
-          .WithContext(name));
-  const fb::ModuleT& module = *program_module;
+  return kernels::RunReference(graph, run, unquantized).WithContext(name);
+}
+
+// A quantized program's outputs against the unquantized graph's reference
+// (docs/quantize.md's floors).
+void CheckUnquantized(const fb::ModuleT& module, const SimResult& result,
+                      const kernels::ReferenceResult& unquantized,
+                      SimulateDeviceReport* report,
+                      std::string* first_failure) {
   for (const auto& binding : module.program->outputs) {
     OutputAccuracy a = CompareOutput(
         module, binding->value, OutputOf(result, binding->value), unquantized);
@@ -440,8 +441,24 @@ Status CheckUnquantized(fb::ModuleT* program_module, const std::string& name,
     report->pass = report->pass && within;
     report->unquantized.push_back(std::move(a));
   }
-  return Status::Ok();
 }
+
+// The references a comparison needs (the program's graph, and the
+// unquantized graph's where it is quantized), made by Run, which may run on
+// a thread of its own beside the simulation: both only read the module.
+struct References {
+  kernels::ReferenceResult reference, unquantized;
+  std::unique_ptr<fb::ModuleT> unquantized_graph;  // null: not quantized
+  Status status = Status::Ok();
+
+  void Run(const fb::ModuleT& module, const std::string& name,
+           const kernels::ReferenceOptions& run) {
+    status = kernels::RunReference(module, run, &reference).WithContext(name);
+    if (status.ok() && unquantized_graph) {
+      status = RunUnquantized(*unquantized_graph, name, run, &unquantized);
+    }
+  }
+};
 
 // --dump-tensors: inputs and weights as the host wrote them, simulated
 // outputs under the value's name, the reference's under "<name>.reference".
@@ -532,36 +549,56 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   }
   const kernels::ReferenceOptions ref_options =
       ReferenceRunOptions(options, given_inputs, sidecar_dir);
-  kernels::ReferenceResult reference;
   const bool compare = options.compare && options.execute;
   // --dump writes the host's data after the run, so all of it is made up
-  // front (the reference's, kept). Otherwise the reference keeps only the
-  // graph's inputs and outputs, freeing each weight after its last read,
-  // and the simulator makes each weight's data as it writes it and frees
-  // it (the same MaterializeValue): a whole model's F32 weights never
-  // live at once.
+  // front (the reference's, kept), and the reference runs first. Otherwise
+  // the reference keeps only the graph's inputs and outputs, freeing each
+  // weight after its last read, and the simulator makes each input's and
+  // weight's data as it writes it and frees it (MaterializeValue, or the
+  // --inputs given, as the reference takes them): a whole model's F32
+  // weights never live at once, and the references run on a thread of
+  // their own while the simulator runs (the CPU either leaves idle is the
+  // other's).
   const bool dump = !options.dump_dir.empty();
-  if (compare) {
-    kernels::ReferenceOptions run = ref_options;
-    run.keep = dump ? kernels::ReferenceOptions::Keep::kSourcesAndOutputs
-                    : kernels::ReferenceOptions::Keep::kInputsAndOutputs;
-    TILEC_RETURN_IF_ERROR(
-        kernels::RunReference(module, run, &reference).WithContext(name));
+  References refs;
+  if (compare && IsQuantized(module)) {
+    refs.unquantized_graph = UnquantizedGraph(&module);
   }
-  const kernels::ReferenceResult* ran = compare ? &reference : nullptr;
+  kernels::ReferenceOptions run = ref_options;
+  run.keep = dump ? kernels::ReferenceOptions::Keep::kSourcesAndOutputs
+                  : kernels::ReferenceOptions::Keep::kInputsAndOutputs;
+  std::thread beside;
+  // Joined wherever this returns: the thread reads `module` and `refs`.
+  struct Join {
+    std::thread& thread;
+    ~Join() {
+      if (thread.joinable()) thread.join();
+    }
+  } join{beside};
+  if (compare && dump) {
+    refs.Run(module, name, run);
+    TILEC_RETURN_IF_ERROR(refs.status);
+  } else if (compare) {
+    beside = std::thread([&] { refs.Run(module, name, run); });
+  }
+  const kernels::ReferenceResult* ran = compare ? &refs.reference : nullptr;
   HostTensors host;
   if (options.execute) {
-    TILEC_RETURN_IF_ERROR(HostInputs(module, name,
-                                     compare ? &reference : nullptr,
-                                     given_inputs, sidecar_dir,
-                                     /*materialize_rest=*/dump, &host));
+    TILEC_RETURN_IF_ERROR(
+        HostInputs(module, name, dump && compare ? &refs.reference : nullptr,
+                   given_inputs, sidecar_dir,
+                   /*materialize_rest=*/dump, &host));
   }
 
   SimResult result;
-  TILEC_RETURN_IF_ERROR((dump ? simulator->Run(host, &result)
-                              : simulator->Run(std::move(host), &result))
-                            .WithContext(name));
+  const Status simulated = (dump ? simulator->Run(host, &result)
+                                 : simulator->Run(std::move(host), &result))
+                               .WithContext(name);
   simulator.reset();  // its plans are not needed by the checks below
+  if (beside.joinable()) beside.join();
+  // A reference that fails is reported first, as when it ran first.
+  TILEC_RETURN_IF_ERROR(refs.status);
+  TILEC_RETURN_IF_ERROR(simulated);
 
   SimulateDeviceReport report;
   report.module_name = name;
@@ -581,12 +618,11 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   }
   std::string first_failure;
   if (compare) {
-    TILEC_RETURN_IF_ERROR(
-        CheckOutputs(module, name, result, reference, &report, &first_failure));
-    if (IsQuantized(module)) {
-      TILEC_RETURN_IF_ERROR(CheckUnquantized(&module, name, result,
-                                             ref_options, &report,
-                                             &first_failure));
+    TILEC_RETURN_IF_ERROR(CheckOutputs(module, name, result, refs.reference,
+                                       &report, &first_failure));
+    if (refs.unquantized_graph) {
+      CheckUnquantized(module, result, refs.unquantized, &report,
+                       &first_failure);
     }
   }
   report.expect_dir = options.expect_dir;
