@@ -129,61 +129,73 @@ TEST(IrTest, RejectsGarbageBytesWithoutCrashing) {
   }
 }
 
-// A module whose one value's shape ([long]) starts `pad` 4-byte words after
-// an 8-byte boundary, made by hand: FlatBufferBuilder itself always aligns.
-std::string ModuleWithShapeAt(int pad) {
-  flatbuffers::FlatBufferBuilder b;
-  // The buffer's size is then a multiple of 8, so positions counted from its
-  // end (as the builder places data) keep their alignment from its start.
-  b.TrackMinAlign(8);
-  auto name = b.CreateString("x");
+// A [long] vector of two elements that starts `pad` 4-byte words after an
+// 8-byte boundary, made by hand: FlatBufferBuilder itself always aligns.
+// `b` must track an alignment of 8, so that the buffer's size is a multiple
+// of 8 and positions counted from its end (as the builder places data) keep
+// their alignment from its start.
+flatbuffers::Offset<flatbuffers::Vector<int64_t>> LongsAt(
+    flatbuffers::FlatBufferBuilder& b, int pad) {
   // Two int64 elements as four 32-bit words, aligned only to 4 bytes.
   b.StartVector(4 + pad, sizeof(uint32_t));
   for (int i = 0; i < pad; ++i) b.PushElement<uint32_t>(0);
   for (uint32_t word : {4u, 0u, 8u, 0u}) b.PushElement(word);
-  auto shape = flatbuffers::Offset<flatbuffers::Vector<int64_t>>(
-      b.EndVector(2));
+  return flatbuffers::Offset<flatbuffers::Vector<int64_t>>(b.EndVector(2));
+}
+
+std::string Finished(flatbuffers::FlatBufferBuilder& b,
+                     fb::ModuleBuilder& module) {
+  module.add_schema_version(kSchemaVersion);
+  fb::FinishModuleBuffer(b, module.Finish());
+  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()),
+                     b.GetSize());
+}
+
+// A module whose one value's shape ([long]) is LongsAt(pad).
+std::string ModuleWithShapeAt(int pad) {
+  flatbuffers::FlatBufferBuilder b;
+  b.TrackMinAlign(8);
+  auto name = b.CreateString("x");
+  auto shape = LongsAt(b, pad);
   fb::ValueBuilder value(b);
   value.add_name(name);
   value.add_shape(shape);
   auto value_offset = value.Finish();
   auto values = b.CreateVector(&value_offset, 1);
   fb::ModuleBuilder module(b);
-  module.add_schema_version(kSchemaVersion);
   module.add_values(values);
-  fb::FinishModuleBuffer(b, module.Finish());
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()),
-                     b.GetSize());
+  return Finished(b, module);
 }
 
-TEST(IrTest, RefusesMisalignedEightByteVectors) {
+// How many of the modules make(0) and make(1) ParseModule refuses as
+// misaligned, each naming `field` (exactly one of the two paddings puts
+// the elements off 8 bytes).
+int RefusedAsMisaligned(std::string (*make)(int), const std::string& field) {
   int refused = 0;
   for (int pad : {0, 1}) {
-    std::string bytes = ModuleWithShapeAt(pad);
     fb::ModuleT m;
-    Status s = ParseModule(bytes, "hand.tilec", &m);
-    // Exactly one of the two paddings puts the elements off 8 bytes.
+    Status s = ParseModule(make(pad), "hand.tilec", &m);
     if (s.message().find("not 8-byte aligned") != std::string::npos) {
       ++refused;
       EXPECT_EQ(s.code(), StatusCode::kBadInput);
-      EXPECT_NE(s.message().find("hand.tilec: corrupt IR: Value.shape"),
+      EXPECT_NE(s.message().find("hand.tilec: corrupt IR: " + field),
                 std::string::npos)
           << s.message();
     }
   }
-  EXPECT_EQ(refused, 1);
+  return refused;
+}
+
+TEST(IrTest, RefusesMisalignedEightByteVectors) {
+  EXPECT_EQ(RefusedAsMisaligned(ModuleWithShapeAt, "Value.shape"), 1);
 }
 
 // The same three levels down: a compute's params ([long]) in the program's
-// first superstep, `pad` words off 8 bytes.
+// first superstep are LongsAt(pad).
 std::string ProgramWithParamsAt(int pad) {
   flatbuffers::FlatBufferBuilder b;
   b.TrackMinAlign(8);
-  b.StartVector(4 + pad, sizeof(uint32_t));
-  for (int i = 0; i < pad; ++i) b.PushElement<uint32_t>(0);
-  for (uint32_t word : {4u, 0u, 8u, 0u}) b.PushElement(word);
-  auto params =
-      flatbuffers::Offset<flatbuffers::Vector<int64_t>>(b.EndVector(2));
+  auto params = LongsAt(b, pad);
   fb::ComputeBuilder compute(b);
   compute.add_params(params);
   auto compute_offset = compute.Finish();
@@ -196,26 +208,12 @@ std::string ProgramWithParamsAt(int pad) {
   program.add_supersteps(steps);
   auto program_offset = program.Finish();
   fb::ModuleBuilder module(b);
-  module.add_schema_version(kSchemaVersion);
   module.add_program(program_offset);
-  fb::FinishModuleBuffer(b, module.Finish());
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()),
-                     b.GetSize());
+  return Finished(b, module);
 }
 
 TEST(IrTest, RefusesMisalignedEightByteVectorsDeepInTheProgram) {
-  int refused = 0;
-  for (int pad : {0, 1}) {
-    fb::ModuleT m;
-    Status s = ParseModule(ProgramWithParamsAt(pad), "hand.tilec", &m);
-    if (s.message().find("not 8-byte aligned") != std::string::npos) {
-      ++refused;
-      EXPECT_NE(s.message().find("hand.tilec: corrupt IR: Compute.params"),
-                std::string::npos)
-          << s.message();
-    }
-  }
-  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(RefusedAsMisaligned(ProgramWithParamsAt, "Compute.params"), 1);
 }
 
 TEST(IrTest, RefusesNewerVersionByName) {
