@@ -363,8 +363,8 @@ bench_import_onnx() {
 # A whole model (issue 12, docs/repeat.md), so400m by default: batch 1, FP8, ipu21,
 # every layer's weights resident, the 27 layers one repeat. Host seconds
 # and peak RSS of each stage from import to device program, the program's
-# size on disk, simulate-device with and without running the kernels,
-# simulated cycles and time beside the seed's compiler on hardware
+# size on disk, simulate-device with and without running the kernels, the
+# report page (inspect-program), simulated cycles and time beside the seed's compiler on hardware
 # (10,088,124 cycles; 16,065,444 at batch 2) and Graphcore's SDK (17.8 M), the simulator's
 # comparison and the accuracy against the unquantized graph.
 # BENCH_MODEL_FLAGS adds import-model flags (e.g. "--batch=2",
@@ -405,8 +405,13 @@ bench_model() {
   local status=0
   # The whole model's own floor against the unquantized graph (scripts/run.sh).
   /usr/bin/time -f "%e %M" -o "$dir/time" "$bin/simulate-device/simulate-device" \
-    --min_unquantized_cosine=0.99 "$input" -o "$dir/simulate.txt" || status=$?
+    --min_unquantized_cosine=0.99 "$input" -o "$dir/simulate.txt" \
+    --json-report="$dir/simulate.json" || status=$?
   model_stage_line "simulate-device" "$dir/time"
+  # The report page, as scripts/run.sh writes it after the simulation.
+  /usr/bin/time -f "%e %M" -o "$dir/time" "$bin/inspect-program/inspect-program" \
+    "$input" --simulation="$dir/simulate.json" -o "$dir/report.html" || status=1
+  model_stage_line "inspect-program (the report page)" "$dir/time"
   sed -n 's/^/model: /; /^model: total:/p; /^model: repeat /p; /^model: memory:/p' "$dir/simulate.txt"
   awk -v c="$(sed -n 's/^total: \([0-9]*\) cycles.*/\1/p' "$dir/simulate.txt")" \
       -v clock="$(sed -n 's/^simulate-device: .* \([0-9.]*\) GHz.*/\1/p' "$dir/simulate.txt")" \
@@ -426,8 +431,8 @@ bench_model() {
 }
 
 # The host-time table (wall seconds and peak RSS): every stage of the whole
-# so400m model at batch 1 and at batch 2 (bench_model, the reference and
-# the simulator with and without execution), then the README's main
+# so400m model at batch 1 and at batch 2 (bench_model, the reference, the
+# simulator with and without execution and the report page), then the README's main
 # command (scripts/run.sh, the MLP block) from the built tree. Each line
 # starts "host: batch N:" or "host: run.sh:".
 bench_host() {
