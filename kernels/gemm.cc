@@ -155,10 +155,10 @@ typedef float Vec16 __attribute__((vector_size(64)));
 }
 static_assert(kPanel == 16, "MicroKernelWide holds a panel row in one Vec16");
 
-// B[k0 .. k0+kc) x [j_begin, j_end) into panels: panel p holds columns
-// [j_begin + p*kPanel, + kPanel) as bp[(p*kc + k)*kPanel + j], zero past
-// j_end.
-[[gnu::always_inline]] inline void PackB(const float* b, int64_t n,
+// B[k0 .. k0+kc) x [j_begin, j_end) (row stride ldb) into panels: panel p
+// holds columns [j_begin + p*kPanel, + kPanel) as bp[(p*kc + k)*kPanel +
+// j], zero past j_end.
+[[gnu::always_inline]] inline void PackB(const float* b, int64_t ldb,
                                          int64_t j_begin, int64_t j_end,
                                          int64_t k0, int64_t kc, float* bp) {
   const int64_t panels = (j_end - j_begin + kPanel - 1) / kPanel;
@@ -168,13 +168,13 @@ static_assert(kPanel == 16, "MicroKernelWide holds a panel row in one Vec16");
     float* dst = bp + p * kc * kPanel;
     if (width == kPanel) {  // a constant-size copy, inlined
       for (int64_t k = 0; k < kc; ++k) {
-        std::memcpy(dst + k * kPanel, b + (k0 + k) * n + j0,
+        std::memcpy(dst + k * kPanel, b + (k0 + k) * ldb + j0,
                     kPanel * sizeof(float));
       }
       continue;
     }
     for (int64_t k = 0; k < kc; ++k) {
-      const float* src = b + (k0 + k) * n + j0;
+      const float* src = b + (k0 + k) * ldb + j0;
       float* d = dst + k * kPanel;
       for (int64_t j = 0; j < width; ++j) d[j] = src[j];
       for (int64_t j = width; j < kPanel; ++j) d[j] = 0.0f;
@@ -195,44 +195,56 @@ template <bool kWide>
   }
 }
 
+// The product's operands: A [m, k] and B [k, n] read, C [m, n] summed
+// into, each row-major with its own row stride.
+struct Product {
+  const float* a;
+  int64_t lda;
+  const float* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  int64_t m, k, n;
+};
+
 // kWide: MicroKernelWide for the full blocks (AVX-512 hosts).
 template <bool kWide>
-[[gnu::always_inline]] inline void MultiplyBody(const float* a, const float* b,
-                                                float* c, int64_t m,
-                                                int64_t k_depth, int64_t n,
-                                                float* bp) {
+[[gnu::always_inline]] inline void MultiplyBody(const Product& p, float* bp) {
+  const float* a = p.a;
+  float* c = p.c;
+  const int64_t m = p.m, k_depth = p.k, n = p.n;
   for (int64_t jb = 0; jb < n; jb += kColumnBlock) {
     const int64_t j_end = std::min(n, jb + kColumnBlock);
     const int64_t panels = (j_end - jb + kPanel - 1) / kPanel;
     for (int64_t k0 = 0; k0 < k_depth; k0 += kDepthBlock) {
       const int64_t kc = std::min(kDepthBlock, k_depth - k0);
-      PackB(b, n, jb, j_end, k0, kc, bp);
+      PackB(p.b, p.ldb, jb, j_end, k0, kc, bp);
       for (int64_t ib = 0; ib < m; ib += kRowBlock) {
         const int64_t i_end = std::min(m, ib + kRowBlock);
-        for (int64_t p = 0; p < panels; ++p) {
-          const int64_t j0 = jb + p * kPanel;
+        for (int64_t q = 0; q < panels; ++q) {
+          const int64_t j0 = jb + q * kPanel;
           const int64_t width = std::min(kPanel, j_end - j0);
-          const float* panel = bp + p * kc * kPanel;
+          const float* panel = bp + q * kc * kPanel;
           for (int64_t i = ib; i < i_end; i += kRows) {
             const int64_t rows = std::min(kRows, i_end - i);
             // Missing rows repeat the last real one; their sums are dropped.
             const float* arows[kRows];
             for (int64_t r = 0; r < kRows; ++r) {
-              arows[r] = a + (i + std::min(r, rows - 1)) * k_depth + k0;
+              arows[r] = a + (i + std::min(r, rows - 1)) * p.lda + k0;
             }
             if (rows == kRows && width == kPanel) {
-              Micro<kWide>(arows, panel, kc, c + i * n + j0, n);
+              Micro<kWide>(arows, panel, kc, c + i * p.ldc + j0, p.ldc);
               continue;
             }
             // An edge block: through a full-size copy of the C block.
             float tile[kRows * kPanel] = {};
             for (int64_t r = 0; r < rows; ++r) {
-              std::memcpy(tile + r * kPanel, c + (i + r) * n + j0,
+              std::memcpy(tile + r * kPanel, c + (i + r) * p.ldc + j0,
                           static_cast<size_t>(width) * sizeof(float));
             }
             Micro<kWide>(arows, panel, kc, tile, kPanel);
             for (int64_t r = 0; r < rows; ++r) {
-              std::memcpy(c + (i + r) * n + j0, tile + r * kPanel,
+              std::memcpy(c + (i + r) * p.ldc + j0, tile + r * kPanel,
                           static_cast<size_t>(width) * sizeof(float));
             }
           }
@@ -247,53 +259,53 @@ template <bool kWide>
 // The same code with AVX2 enabled (and not FMA: products and sums still
 // round separately), chosen at run time when the host has it and not
 // AVX-512F.
-__attribute__((target("avx2"))) void MultiplyBodyAvx2(const float* a,
-                                                      const float* b, float* c,
-                                                      int64_t m,
-                                                      int64_t k_depth,
-                                                      int64_t n, float* bp) {
-  MultiplyBody<false>(a, b, c, m, k_depth, n, bp);
+__attribute__((target("avx2"))) void MultiplyBodyAvx2(const Product& p,
+                                                      float* bp) {
+  MultiplyBody<false>(p, bp);
 }
 
 // With AVX-512F (and again not FMA): a panel row per register.
-__attribute__((target("avx512f"))) void MultiplyBodyAvx512(
-    const float* a, const float* b, float* c, int64_t m, int64_t k_depth,
-    int64_t n, float* bp) {
-  MultiplyBody<true>(a, b, c, m, k_depth, n, bp);
+__attribute__((target("avx512f"))) void MultiplyBodyAvx512(const Product& p,
+                                                           float* bp) {
+  MultiplyBody<true>(p, bp);
 }
 
 #endif
 
-void MultiplyBodyDefault(const float* a, const float* b, float* c, int64_t m,
-                         int64_t k_depth, int64_t n, float* bp) {
-  MultiplyBody<false>(a, b, c, m, k_depth, n, bp);
+void MultiplyBodyDefault(const Product& p, float* bp) {
+  MultiplyBody<false>(p, bp);
 }
 
 // Set by UseGemmPathForTesting: the fastest path tests allow.
 std::atomic<GemmPath> path_limit{GemmPath::kFastest};
 
-// C[m, n] += A[m, k_depth] * B[k_depth, n], all row-major F32.
-void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
-                 int64_t k_depth, int64_t n) {
-  if (m <= 0 || n <= 0 || k_depth <= 0) return;
+// C += A * B as `p` lays them out.
+void MultiplyStrided(const Product& p) {
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return;
   // The packed depth block of B, reused across calls on this thread.
   thread_local std::vector<float> packed;
-  const int64_t panels = (std::min(n, kColumnBlock) + kPanel - 1) / kPanel;
+  const int64_t panels = (std::min(p.n, kColumnBlock) + kPanel - 1) / kPanel;
   const size_t need =
-      static_cast<size_t>(std::min(kDepthBlock, k_depth) * panels * kPanel);
+      static_cast<size_t>(std::min(kDepthBlock, p.k) * panels * kPanel);
   if (packed.size() < need) packed.resize(need);
 #ifdef TILEC_GEMM_AVX2
   const GemmPath limit = path_limit.load(std::memory_order_relaxed);
   if (HostHasAvx512f() && limit == GemmPath::kFastest) {
-    MultiplyBodyAvx512(a, b, c, m, k_depth, n, packed.data());
+    MultiplyBodyAvx512(p, packed.data());
     return;
   }
   if (HostHasAvx2() && limit != GemmPath::kPortable) {
-    MultiplyBodyAvx2(a, b, c, m, k_depth, n, packed.data());
+    MultiplyBodyAvx2(p, packed.data());
     return;
   }
 #endif
-  MultiplyBodyDefault(a, b, c, m, k_depth, n, packed.data());
+  MultiplyBodyDefault(p, packed.data());
+}
+
+// C[m, n] += A[m, k_depth] * B[k_depth, n], all row-major F32.
+void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
+                 int64_t k_depth, int64_t n) {
+  MultiplyStrided({a, k_depth, b, n, c, n, m, k_depth, n});
 }
 
 // Operands already holding unscaled F32 are used in place: decoding them
@@ -370,6 +382,15 @@ Scratch& ThreadScratch() {
 }
 
 }  // namespace
+
+void MultiplyF32Columns(const float* a, const float* b, float* c, int64_t m,
+                        int64_t k, int64_t n, int64_t begin, int64_t end) {
+  if (m <= 0 || end <= begin) return;
+  for (int64_t i = 0; i < m; ++i) {
+    std::fill(c + i * n + begin, c + i * n + end, 0.0f);
+  }
+  MultiplyStrided({a, k, b + begin, n, c + begin, n, m, k, end - begin});
+}
 
 void UseGemmPathForTesting(GemmPath path) {
   path_limit.store(path, std::memory_order_relaxed);

@@ -116,6 +116,13 @@ Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
 // formulas).
 Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
               int64_t k, int64_t n, bool accumulate, float scale);
+// Columns [begin, end) of C[M,N] = A[M,K] * B[K,N], plain row-major F32
+// arrays, C's other columns untouched: each element the same k-ordered sum
+// Gemm makes. A caller that splits a product's columns among threads has
+// each pack only its own part of B (the reference's FP8 products; a split
+// by rows had every thread pack all of it).
+void MultiplyF32Columns(const float* a, const float* b, float* c, int64_t m,
+                        int64_t k, int64_t n, int64_t begin, int64_t end);
 // "gemm_fp8", "gemm_f16" or "gemm_f32" by A's dtype, or an error.
 StatusOr<std::string_view> GemmKernelName(DType a_dtype);
 // Gemm and GemmNt pick a vectorized code path by the host's instruction set

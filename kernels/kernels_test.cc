@@ -318,6 +318,61 @@ TEST_F(KernelsTest, GemmIsBitIdenticalToAPlainLoop) {
   UseGemmPathForTesting(GemmPath::kFastest);
 }
 
+// A product split by columns (MultiplyF32Columns, as the reference splits
+// its FP8 products among threads) is Gemm's, bit for bit, on every path:
+// splits inside a panel, past a column block and a depth block, a split
+// of one column, and columns outside the range left as they were.
+TEST_F(KernelsTest, GemmColumnRangesAreGemmsColumns) {
+  for (GemmPath path :
+       {GemmPath::kFastest, GemmPath::kAvx2, GemmPath::kPortable}) {
+    UseGemmPathForTesting(path);
+    struct Case {
+      int64_t m, k, n;
+      std::vector<int64_t> cuts;  // the ranges' ends, the last n
+    };
+    const Case cases[] = {
+        {37, 53, 29, {13, 29}},
+        {7, 800, 2100, {5, 1030, 1031, 2100}},
+        {73, 64, 40, {40}},
+        {1, 1, 1, {1}},
+    };
+    uint32_t seed = 700;
+    for (const Case& t : cases) {
+      SCOPED_TRACE("M" + std::to_string(t.m) + " K" + std::to_string(t.k) +
+                   " N" + std::to_string(t.n));
+      auto a = RandomBuffer(DType::kFp8E4M3, t.m * t.k, seed++, 1.0f, 4);
+      auto b = RandomBuffer(DType::kFp8E4M3, t.k * t.n, seed++, 0.1f, 6);
+      const std::vector<float> av = a->Values(), bv = b->Values();
+      Buffer whole(DType::kF32, t.m * t.n);
+      ASSERT_TRUE(Gemm(a->op, b->op, whole.op, t.m, t.k, t.n, false).ok());
+      // Garbage where the ranges will write, as a reused buffer holds.
+      std::vector<float> split = Random(t.m * t.n, seed++, 5.0f);
+      int64_t begin = 0;
+      for (int64_t end : t.cuts) {
+        MultiplyF32Columns(av.data(), bv.data(), split.data(), t.m, t.k, t.n,
+                           begin, end);
+        begin = end;
+      }
+      size_t mismatches = 0;
+      for (size_t i = 0; i < split.size(); ++i) {
+        if (std::bit_cast<uint32_t>(split[i]) !=
+            std::bit_cast<uint32_t>(whole.At(i))) {
+          ++mismatches;
+        }
+      }
+      EXPECT_EQ(mismatches, 0u);
+      // A range leaves the other columns alone.
+      std::vector<float> one(t.m * t.n, 7.0f);
+      MultiplyF32Columns(av.data(), bv.data(), one.data(), t.m, t.k, t.n, 0,
+                         t.n - 1);
+      for (int64_t i = 0; i < t.m; ++i) {
+        EXPECT_EQ(one[i * t.n + t.n - 1], 7.0f);
+      }
+    }
+  }
+  UseGemmPathForTesting(GemmPath::kFastest);
+}
+
 // F32 operands are read in place and an F32 C accumulates in place, unless
 // C shares bytes with A or B: then the product still reads A and B as they
 // were before the call. Unaligned F32 operands take the decoding path.

@@ -139,14 +139,15 @@ Status Executor::RunMatMul(const fb::OperationT& op) {
     Store(c, std::move(out));
     return Status::Ok();
   }
-  // Row blocks of A and C: every C element is still the same k-ordered
-  // sum, so the split changes nothing but the time.
+  // Column blocks of B and C, so that each thread packs only its part of
+  // B: every C element is still the same k-ordered sum, so the split
+  // changes nothing but the time (so400m's up projection, 27 layers:
+  // 1.54 s in row blocks, each thread packing all of B).
   TILEC_RETURN_IF_ERROR(
-      Check(op, ParallelFor(m, threads, [&](int64_t begin, int64_t end) {
-              const int64_t rows = end - begin;
-              return Gemm(In(a->data.data() + begin * k, rows * k),
-                          In(b->data), Out(out.data() + begin * n, rows * n),
-                          rows, k, n, /*accumulate=*/false);
+      Check(op, ParallelFor(n, threads, [&](int64_t begin, int64_t end) {
+              MultiplyF32Columns(a->data.data(), b->data.data(), out.data(), m,
+                                 k, n, begin, end);
+              return Status::Ok();
             })));
   Store(c, std::move(out));
   return Status::Ok();
