@@ -142,8 +142,7 @@ void Engine::NoteIterationTiming(int s) {
 }
 
 bool Engine::MustPlanToRun(const RunStep& rs) const {
-  return options_.execute || timing_varies_[rs.superstep] ||
-         planned_for_[rs.superstep] == kUnplanned;
+  return options_.execute || timing_varies_[rs.superstep];
 }
 
 // Every (superstep, tile) of a repeat body whose addresses change between

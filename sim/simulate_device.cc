@@ -567,19 +567,13 @@ Status SimulateDevice(const SimulateDeviceOptions& options) {
   kernels::ReferenceOptions run = ref_options;
   run.keep = dump ? kernels::ReferenceOptions::Keep::kSourcesAndOutputs
                   : kernels::ReferenceOptions::Keep::kInputsAndOutputs;
-  std::thread beside;
-  // Joined wherever this returns: the thread reads `module` and `refs`.
-  struct Join {
-    std::thread& thread;
-    ~Join() {
-      if (thread.joinable()) thread.join();
-    }
-  } join{beside};
+  // Joined wherever this returns (it reads `module` and `refs`).
+  std::jthread beside;
   if (compare && dump) {
     refs.Run(module, name, run);
     TILEC_RETURN_IF_ERROR(refs.status);
   } else if (compare) {
-    beside = std::thread([&] { refs.Run(module, name, run); });
+    beside = std::jthread([&] { refs.Run(module, name, run); });
   }
   const kernels::ReferenceResult* ran = compare ? &refs.reference : nullptr;
   HostTensors host;
