@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -74,6 +75,8 @@ class Quantizer {
     if (options_.place_by_cost && options_.threads > 1) {
       prices_ = std::make_shared<TrialPrices>(
           *coster_, options_.save_initial_plan != nullptr);
+      helper_start_ = std::make_shared<Quantizer>(AheadStart());
+      helper_module_ = CloneModule(*module_);
       ahead.emplace(prices_, StartPricingAhead());
     }
     StatusOr<Priced> base = CalibrateAndPriceBase();
@@ -156,6 +159,15 @@ class Quantizer {
   // takes the price of exactly its trial graph, whoever made it, so the
   // decisions are the ones a single thread makes.
   std::thread StartPricingAhead() const {
+    return std::thread(
+        [start = AheadStart(), module = CloneModule(*module_)]() mutable {
+          start.Speculate(*module);
+        });
+  }
+
+  // A copy of the pass before calibration that replays its decisions ahead,
+  // with stand-ins for the magnitudes calibration measures.
+  Quantizer AheadStart() const {
     Quantizer start = *this;
     start.ahead_ = true;
     start.measured_ = std::make_shared<Measured>();
@@ -169,10 +181,38 @@ class Quantizer {
       w.emplace();
       w->Add(unit);
     }
-    return std::thread(
-        [start = std::move(start), module = CloneModule(*module_)]() mutable {
-          start.Speculate(*module);
-        });
+    return start;
+  }
+
+  // While the pass waits for a price the thread pricing ahead is making,
+  // its own thread would idle (a small graph calibrates in a moment; then
+  // the pass waits for the unquantized graph's price, and then for each
+  // trial that thread guessed): one replay of the decisions as Speculate
+  // makes them, from the graph before calibration, which counts a pending
+  // trial as accepted and prices the first one no thread has claimed.
+  // Until the unquantized graph is priced, the replay compares with a
+  // stand-in that every trial beats, as a pending trial would. True if it
+  // priced one. Replays on this thread share their stand-ins
+  // (helper_start_), never the other thread's.
+  bool HelpPriceAhead() {
+    Quantizer replay = *helper_start_;
+    std::optional<StatusOr<Priced>> base;
+    if (prices_->PriceAhead(*helper_module_, replay.repair_, /*claim=*/false,
+                            &base) == TrialPrices::Ahead::kKnown) {
+      if (!base->ok()) return false;
+      replay.baseline_ = replay.current_ = **base;
+    } else {
+      replay.baseline_ =
+          replay.current_ = {.feasible = true,
+                             .repaired = replay.repair_,
+                             .cycles = std::numeric_limits<int64_t>::max() / 2};
+    }
+    std::unique_ptr<fb::ModuleT> copy = CloneModule(*helper_module_);
+    passes::DecisionLog scratch;
+    replay.module_ = copy.get();
+    replay.log_ = &scratch;
+    static_cast<void>(replay.Decide());
+    return replay.priced_ahead_;
   }
 
   // Prices `module` (the unquantized graph), then replays Decide from
@@ -244,7 +284,7 @@ class Quantizer {
                              options_.save_initial_plan != nullptr);
     }
     if (ahead_) return PriceAhead(m);
-    return prices_->Price(m, repair_);
+    return prices_->Price(m, repair_, [this] { return HelpPriceAhead(); });
   }
 
   // The decisions by cost compare plans that fit: when the graph with its
@@ -1091,6 +1131,10 @@ class Quantizer {
   bool ahead_ = false;
   bool guessed_ = false;
   bool priced_ahead_ = false;
+  // The pass's own replays while it waits (HelpPriceAhead): their start,
+  // and the graph as it was before calibration.
+  std::shared_ptr<const Quantizer> helper_start_;
+  std::shared_ptr<const fb::ModuleT> helper_module_;
 };
 
 }  // namespace

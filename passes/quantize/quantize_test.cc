@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <future>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -650,6 +652,46 @@ TEST(TrialPricesTest, EachGraphAndFlagIsPlannedOnce) {
   prices.Stop();
   waiting.join();
   EXPECT_TRUE(prices.stopped());
+}
+
+// A thread that finds its price pending helps while it waits: again while
+// help says it priced something and the price is still pending, never
+// when it makes the price itself or finds it made.
+TEST(TrialPricesTest, AWaitingThreadHelpsWhileThePriceIsPending) {
+  fb::ModuleT m = TinyBlock();
+  StatusOr<plan::Coster> coster = plan::Coster::Create(*m.target, {});
+  ASSERT_TRUE(coster.ok());
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  // Released by the second call to help; a waiting thread that helped
+  // only once would otherwise wait for ever.
+  TrialPrices prices(
+      *coster, [&](const fb::ModuleT&, bool) -> StatusOr<Priced> {
+        released.wait_for(std::chrono::seconds(20));
+        return Priced{.feasible = true, .cycles = 1234, .peak = 56};
+      });
+  std::thread maker([&] { EXPECT_EQ(prices.Price(m, false)->cycles, 1234); });
+  std::optional<StatusOr<Priced>> seen;
+  while (prices.PriceAhead(m, false, /*claim=*/false, &seen) !=
+         TrialPrices::Ahead::kPending) {
+  }
+  int calls = 0;
+  const StatusOr<Priced> waited = prices.Price(m, false, [&] {
+    // The first call's price is still pending (the maker waits for the
+    // second), so there is a second; it says it priced nothing.
+    if (++calls == 2) release.set_value();
+    return calls == 1;
+  });
+  maker.join();
+  ASSERT_TRUE(waited.ok());
+  EXPECT_EQ(waited->cycles, 1234);
+  EXPECT_EQ(calls, 2);
+  auto never = [] {
+    ADD_FAILURE() << "helped without waiting";
+    return false;
+  };
+  EXPECT_EQ(prices.Price(m, false, never)->cycles, 1234);  // made
+  EXPECT_EQ(prices.Price(m, true, never)->cycles, 1234);   // made here
 }
 
 // The planner reads dtypes, not FP8 scales or statistics: a graph priced

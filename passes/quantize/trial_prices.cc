@@ -30,7 +30,8 @@ StatusOr<Priced> TrialPrices::Make(const std::string& key,
   // thread pricing ahead): it becomes the price's error.
   StatusOr<Priced> price = Status::Internal("not priced");
   try {
-    price = PriceByPlanning(module, coster_, repair, keep_plans_);
+    price = planner_ ? planner_(module, repair)
+                     : PriceByPlanning(module, coster_, repair, keep_plans_);
   } catch (const std::exception& e) {
     price = Status::Internal(std::string("pricing a trial: ") + e.what());
   }
@@ -43,7 +44,8 @@ StatusOr<Priced> TrialPrices::Make(const std::string& key,
   return price;
 }
 
-StatusOr<Priced> TrialPrices::Price(const fb::ModuleT& module, bool repair) {
+StatusOr<Priced> TrialPrices::Price(const fb::ModuleT& module, bool repair,
+                                    const Help& help) {
   const std::string key = Key(module, repair);
   {
     std::unique_lock lock(mutex_);
@@ -52,6 +54,12 @@ StatusOr<Priced> TrialPrices::Price(const fb::ModuleT& module, bool repair) {
       // The entry stays where it is while others are added; the iterator
       // may not.
       const std::optional<StatusOr<Priced>>* made = &it->second;
+      bool helped = static_cast<bool>(help);
+      while (helped && !made->has_value()) {
+        lock.unlock();
+        helped = help();
+        lock.lock();
+      }
       changed_.wait(lock, [made] { return made->has_value(); });
       return **made;
     }

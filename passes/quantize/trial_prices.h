@@ -12,10 +12,12 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "formats/status.h"
 #include "formats/tilec_generated.h"
@@ -31,9 +33,20 @@ class TrialPrices {
   // keeps its plan if `keep_plans` (PriceByPlanning).
   explicit TrialPrices(const plan::Coster& coster, bool keep_plans = false)
       : coster_(coster), keep_plans_(keep_plans) {}
+  // Prices with `planner` instead of PriceByPlanning (tests: a price that
+  // takes as long as the test says).
+  using Planner =
+      std::function<StatusOr<Priced>(const fb::ModuleT& module, bool repair)>;
+  TrialPrices(const plan::Coster& coster, Planner planner)
+      : coster_(coster), keep_plans_(false), planner_(std::move(planner)) {}
 
   // The price of `module`, planned here or by another thread (waited for).
-  StatusOr<Priced> Price(const fb::ModuleT& module, bool repair);
+  // While another thread plans it, `help` (if any) is called, again as long
+  // as it says it priced something (true) and the price is still pending:
+  // the waiting thread prices ahead meanwhile instead of idling.
+  using Help = std::function<bool()>;
+  StatusOr<Priced> Price(const fb::ModuleT& module, bool repair,
+                         const Help& help = nullptr);
 
   // For a thread pricing ahead: the price if made (kKnown, in `*price`);
   // kPending while another thread makes it; otherwise, if `claim`, planned
@@ -64,6 +77,7 @@ class TrialPrices {
 
   const plan::Coster& coster_;
   const bool keep_plans_;
+  const Planner planner_;  // none: PriceByPlanning
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   // By Key; nullopt while being made.
