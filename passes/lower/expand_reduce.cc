@@ -3,8 +3,13 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <atomic>
+#include <compare>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <thread>
+#include <vector>
 
 #include "formats/target.h"
 #include "formats/print.h"
@@ -67,18 +72,35 @@ class Reducer {
   Status Run();
 
  private:
-  StatusOr<Priced> Price(const fb::OperationT& op,
-                         const ReductionChoice& choice,
-                         const fb::RecipeT* recipe = nullptr);
+  // A lowering to price: the op (by index), the reduction, and whether its
+  // staging is Complete instead of the recipe's (LogStaging's panel).
+  struct PriceKey {
+    size_t index = 0;
+    fb::DType partials = fb::DType::F32;
+    int partials_per_epoch = 0;
+    bool complete = false;
+    auto operator<=>(const PriceKey&) const = default;
+  };
+  // The op's price: PriceAhead's if it made it (a K-split GEMM asks for
+  // its price as planned twice), else lowered here.
+  StatusOr<Priced> Price(size_t index, const ReductionChoice& choice,
+                         bool complete = false);
+  StatusOr<Priced> Lower(const PriceKey& key) const;
+  // Prices, on two threads, the lowerings the decisions are sure to ask
+  // for: every reducing op as planned, a staged GEMM's Complete panel and
+  // a K-split GEMM's partials in the result's 16-bit dtype. A price
+  // depends on its op, its choice and the graph's values alone, none of
+  // which a decision changes (they fill each op's own reduction), so the
+  // decisions are the ones pricing each when asked makes.
+  void PriceAhead();
   // Bytes per tile of every value live while op `index` runs (weights are
   // resident), without the op's scratch.
   std::vector<int64_t> LiveBytes(size_t index) const;
   Status Gemm(size_t index);
-  Status LogStaging(const fb::OperationT& op, const GemmGrid& g,
-                    const Priced& as_planned);
+  Status LogStaging(size_t index, const GemmGrid& g, const Priced& as_planned);
   Status RecordConversion(fb::OperationT* op, const GemmGrid& g,
                           const Priced& as_planned);
-  StatusOr<Priced> ChoosePartials(const fb::OperationT& op, const GemmGrid& g,
+  StatusOr<Priced> ChoosePartials(size_t index, const GemmGrid& g,
                                   ReductionChoice* choice);
   Status ChooseEpochs(const fb::OperationT& op, const GemmGrid& g,
                       size_t index, ReductionChoice* choice, Priced* current);
@@ -99,23 +121,71 @@ class Reducer {
   DecisionLog& log_;
   int tiles_ = 0;
   int64_t capacity_ = 0;
+  std::map<PriceKey, StatusOr<Priced>> ahead_;  // PriceAhead's
 };
 
-StatusOr<Priced> Reducer::Price(const fb::OperationT& op,
-                             const ReductionChoice& choice,
-                             const fb::RecipeT* recipe) {
+StatusOr<Priced> Reducer::Price(size_t index, const ReductionChoice& choice,
+                                bool complete) {
+  const PriceKey key{index, choice.partials, choice.partials_per_epoch,
+                     complete};
+  auto it = ahead_.find(key);
+  if (it == ahead_.end()) return Lower(key);
+  return it->second;
+}
+
+void Reducer::PriceAhead() {
+  std::vector<PriceKey> keys;
+  for (size_t i = 0; i < module_.ops.size(); ++i) {
+    const fb::OperationT& op = *module_.ops[i];
+    if (op.kind == fb::OpKind::LayerNorm || op.kind == fb::OpKind::Moments ||
+        (op.kind == fb::OpKind::Fused && op.results.size() == 2)) {
+      keys.push_back({i});
+      continue;
+    }
+    if (op.kind != fb::OpKind::MatMul || !op.recipe ||
+        op.recipe->kind != fb::RecipeKind::Gemm) {
+      continue;
+    }
+    StatusOr<GemmGrid> g = ReadGemmGrid(module_, op);
+    if (!g.ok()) continue;  // Gemm reports it
+    keys.push_back({i});
+    if (g->staged) keys.push_back({.index = i, .complete = true});
+    const fb::DType narrow =
+        passes::PartialsDType(*g, Value(op.results[0])->dtype, true);
+    if (g->k > 1 && narrow != fb::DType::F32) {
+      keys.push_back({.index = i,
+                      .partials = narrow,
+                      .partials_per_epoch = options_.partials_per_epoch});
+    }
+  }
+  std::vector<std::optional<StatusOr<Priced>>> priced(keys.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next++) < keys.size();) priced[k] = Lower(keys[k]);
+  };
+  {
+    std::jthread second(work);
+    work();
+  }
+  for (size_t k = 0; k < keys.size(); ++k) {
+    ahead_.emplace(keys[k], std::move(*priced[k]));
+  }
+}
+
+StatusOr<Priced> Reducer::Lower(const PriceKey& key) const {
+  const fb::OperationT& op = *module_.ops[key.index];
+  const ReductionChoice choice{key.partials, key.partials_per_epoch};
   fb::OperationT copy;
   const fb::OperationT* target = &op;
-  if (recipe != nullptr) {
+  if (key.complete) {
     copy.id = op.id;
     copy.kind = op.kind;
     copy.name = op.name;
     copy.operands = op.operands;
     copy.results = op.results;
-    copy.recipe = std::make_unique<fb::RecipeT>(*recipe);
-    if (recipe->layout) {
-      copy.recipe->layout = std::make_unique<fb::OwnershipT>(*recipe->layout);
-    }
+    copy.recipe = std::make_unique<fb::RecipeT>(*op.recipe);
+    copy.recipe->layout = std::make_unique<fb::OwnershipT>(*op.recipe->layout);
+    copy.recipe->staging = fb::Staging::Complete;
     target = &copy;
   }
   Lowering lowering(module_, model_, LoweringOptions{true, true});
@@ -124,7 +194,7 @@ StatusOr<Priced> Reducer::Price(const fb::OperationT& op,
   VLOG(1) << "priced op " << op.id << " " << op.name << " with "
           << ir::DTypeText(choice.partials) << " partials, "
           << choice.partials_per_epoch << " partials per epoch"
-          << (recipe ? " (recipe variant)" : "");
+          << (key.complete ? " (Complete staging)" : "");
   StatusOr<ProgramCost> cost =
       CostOfOp(model_, lowering.buffers(), *program, tiles_);
   if (!cost.ok()) return cost.status();
@@ -197,13 +267,13 @@ Status Reducer::Gemm(size_t index) {
   StatusOr<GemmGrid> grid = ReadGemmGrid(module_, op);
   if (!grid.ok()) return grid.status();
   const GemmGrid& g = *grid;
-  StatusOr<Priced> as_planned = Price(op, ReductionChoice{});
+  StatusOr<Priced> as_planned = Price(index, ReductionChoice{});
   if (!as_planned.ok()) return as_planned.status();
-  TILEC_RETURN_IF_ERROR(LogStaging(op, g, *as_planned));
+  TILEC_RETURN_IF_ERROR(LogStaging(index, g, *as_planned));
   if (g.k == 1) return RecordConversion(&op, g, *as_planned);
   ReductionChoice choice;
   choice.partials_per_epoch = options_.partials_per_epoch;
-  StatusOr<Priced> current = ChoosePartials(op, g, &choice);
+  StatusOr<Priced> current = ChoosePartials(index, g, &choice);
   if (!current.ok()) return current.status();
   TILEC_RETURN_IF_ERROR(ChooseEpochs(op, g, index, &choice, &*current));
   RecordReduction(&op, g, choice, *current);
@@ -211,8 +281,9 @@ Status Reducer::Gemm(size_t index) {
 }
 
 // How the left operand's staging is lowered, against one Complete panel.
-Status Reducer::LogStaging(const fb::OperationT& op, const GemmGrid& g,
+Status Reducer::LogStaging(size_t index, const GemmGrid& g,
                            const Priced& as_planned) {
+  const fb::OperationT& op = *module_.ops[index];
   const std::vector<uint32_t> ops = {op.id};
   if (!g.staged) {
     log_.Info(ops, "lower staging Complete",
@@ -224,10 +295,7 @@ Status Reducer::LogStaging(const fb::OperationT& op, const GemmGrid& g,
                as_planned.notes.stage_bytes_per_tile});
     return Status::Ok();
   }
-  fb::RecipeT complete = *op.recipe;
-  complete.layout = std::make_unique<fb::OwnershipT>(*op.recipe->layout);
-  complete.staging = fb::Staging::Complete;
-  StatusOr<Priced> panel = Price(op, ReductionChoice{}, &complete);
+  StatusOr<Priced> panel = Price(index, ReductionChoice{}, /*complete=*/true);
   if (!panel.ok()) return panel.status();
   const int chunks_per_tile =
       static_cast<int>((g.depth.Largest() + g.phase_k - 1) / g.phase_k);
@@ -295,11 +363,11 @@ Status Reducer::RecordConversion(fb::OperationT* op, const GemmGrid& g,
 // K split: partials in the result's 16-bit dtype where every tile writes
 // its partial with one call and that is cheaper (half the exchange), else
 // F32.
-StatusOr<Priced> Reducer::ChoosePartials(const fb::OperationT& op,
-                                         const GemmGrid& g,
+StatusOr<Priced> Reducer::ChoosePartials(size_t index, const GemmGrid& g,
                                          ReductionChoice* choice) {
+  const fb::OperationT& op = *module_.ops[index];
   const std::vector<uint32_t> ops = {op.id};
-  StatusOr<Priced> wide = Price(op, *choice);
+  StatusOr<Priced> wide = Price(index, *choice);
   if (!wide.ok()) return wide.status();
   const fb::DType result = Value(op.results[0])->dtype;
   const fb::DType narrow = passes::PartialsDType(g, result, true);
@@ -314,7 +382,7 @@ StatusOr<Priced> Reducer::ChoosePartials(const fb::OperationT& op,
   }
   ReductionChoice half = *choice;
   half.partials = narrow;
-  StatusOr<Priced> p = Price(op, half);
+  StatusOr<Priced> p = Price(index, half);
   if (!p.ok()) return p.status();
   if (!options_.allow_16bit_partials) {
     log_.Reject(ops, action, "disabled by --f16_partials=false",
@@ -375,7 +443,7 @@ Status Reducer::ChooseEpochs(const fb::OperationT& op, const GemmGrid& g,
   for (int n = g.k - 2; n >= 1; --n) {
     ReductionChoice staged = *choice;
     staged.partials_per_epoch = n;
-    StatusOr<Priced> p = Price(op, staged);
+    StatusOr<Priced> p = Price(index, staged);
     if (!p.ok()) return p.status();
     const int64_t then = peak(*p);
     if (then > capacity_) continue;
@@ -441,7 +509,7 @@ void Reducer::RecordReduction(fb::OperationT* op, const GemmGrid& g,
 
 Status Reducer::Statistics(size_t index) {
   fb::OperationT& op = *module_.ops[index];
-  StatusOr<Priced> p = Price(op, ReductionChoice{});
+  StatusOr<Priced> p = Price(index, ReductionChoice{});
   if (!p.ok()) return p.status();
   const OpNotes& n = p->notes;
   if (n.moment_partials == 0) {
@@ -487,6 +555,7 @@ Status Reducer::Statistics(size_t index) {
 }
 
 Status Reducer::Run() {
+  PriceAhead();
   for (size_t i = 0; i < module_.ops.size(); ++i) {
     fb::OperationT& op = *module_.ops[i];
     if (op.kind == fb::OpKind::MatMul) {
