@@ -1,7 +1,8 @@
 // quantize-fp8's trial graphs priced by planning (PriceByPlanning), each
 // once, by whichever thread comes to it first: the pass, which waits for a
-// price another thread is making, or a thread pricing ahead the trial the
-// pass is expected to make next, which never waits. A price depends on the
+// price another thread is making (pricing ahead itself meanwhile), or a
+// thread pricing ahead the trial the pass is expected to make next, which
+// never waits. A price depends on the
 // graph and the repair flag alone, so the pass decides exactly as if it
 // had made every price itself. Not on the FP8 values' scales and
 // statistics either (the planner reads dtypes, not scales), so the thread
