@@ -189,7 +189,8 @@ class Quantizer {
   // the pass waits for the unquantized graph's price, and then for each
   // trial that thread guessed): one replay of the decisions as Speculate
   // makes them, from the graph before calibration, which counts a pending
-  // trial as accepted and prices the first one no thread has claimed.
+  // trial as accepted and prices the first one no thread has claimed
+  // unless it is a repaired one.
   // Until the unquantized graph is priced, the replay compares with a
   // stand-in that every trial beats, as a pending trial would. True if it
   // priced one. Replays on this thread share their stand-ins
@@ -209,6 +210,7 @@ class Quantizer {
     }
     std::unique_ptr<fb::ModuleT> copy = CloneModule(*helper_module_);
     passes::DecisionLog scratch;
+    replay.helping_ = true;
     replay.module_ = copy.get();
     replay.log_ = &scratch;
     static_cast<void>(replay.Decide());
@@ -247,7 +249,11 @@ class Quantizer {
   // it). The replay ends (an error) once it has priced or waits.
   StatusOr<Priced> PriceAhead(const fb::ModuleT& m) {
     std::optional<StatusOr<Priced>> price;
-    const bool claim = guessed_ || !prices_->pass_deciding();
+    // The pass's own replays claim no repaired trial: one takes both cores
+    // for seconds to minutes, while the pass may need its thread back as
+    // soon as the price it waits for is made.
+    const bool claim =
+        (guessed_ || !prices_->pass_deciding()) && !(helping_ && repair_);
     switch (prices_->PriceAhead(m, repair_, claim, &price)) {
       case TrialPrices::Ahead::kKnown:
         return *price;
@@ -1132,8 +1138,9 @@ class Quantizer {
   bool guessed_ = false;
   bool priced_ahead_ = false;
   // The pass's own replays while it waits (HelpPriceAhead): their start,
-  // and the graph as it was before calibration.
+  // and the graph as it was before calibration; whether this is one.
   std::shared_ptr<const Quantizer> helper_start_;
+  bool helping_ = false;
   std::shared_ptr<const fb::ModuleT> helper_module_;
 };
 

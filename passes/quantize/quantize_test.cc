@@ -694,6 +694,49 @@ TEST(TrialPricesTest, AWaitingThreadHelpsWhileThePriceIsPending) {
   EXPECT_EQ(prices.Price(m, true, never)->cycles, 1234);   // made here
 }
 
+// No help where it would hold the waiting thread back: a repaired price
+// (repair keeps both cores busy), or a price begun more than half as long
+// ago as the last plan took.
+TEST(TrialPricesTest, AWaitingThreadHelpsOnlyWhereItPays) {
+  fb::ModuleT quick = TinyBlock();
+  fb::ModuleT slow = TinyBlock();
+  slow.values[0]->name += "'";
+  StatusOr<plan::Coster> coster = plan::Coster::Create(*quick.target, {});
+  ASSERT_TRUE(coster.ok());
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  TrialPrices prices(*coster,
+                     [&](const fb::ModuleT& m, bool) -> StatusOr<Priced> {
+                       if (&m != &quick)
+                         released.wait_for(std::chrono::seconds(20));
+                       return Priced{.feasible = true, .cycles = 1, .peak = 1};
+                     });
+  ASSERT_TRUE(prices.Price(quick, false).ok());  // the last plan: at once
+  auto never = [] {
+    ADD_FAILURE() << "helped where it does not pay";
+    return false;
+  };
+  std::vector<std::thread> threads;
+  for (bool repair : {true, false}) {
+    threads.emplace_back(
+        [&, repair] { EXPECT_TRUE(prices.Price(slow, repair).ok()); });
+    std::optional<StatusOr<Priced>> seen;
+    while (prices.PriceAhead(slow, repair, /*claim=*/false, &seen) !=
+           TrialPrices::Ahead::kPending) {
+    }
+  }
+  // Begun longer ago than the quick plan took, by far.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (bool repair : {true, false}) {
+    threads.emplace_back(
+        [&, repair] { EXPECT_TRUE(prices.Price(slow, repair, never).ok()); });
+  }
+  // A waiter that helped would have done so by now.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  release.set_value();
+  for (std::thread& t : threads) t.join();
+}
+
 // The planner reads dtypes, not FP8 scales or statistics: a graph priced
 // before calibration (the thread pricing ahead) serves the calibrated one.
 TEST(TrialPricesTest, ScalesAndStatisticsDoNotChangeAPrice) {

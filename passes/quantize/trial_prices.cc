@@ -29,6 +29,11 @@ StatusOr<Priced> TrialPrices::Make(const std::string& key,
   // An exception would leave the price pending (and end the program in a
   // thread pricing ahead): it becomes the price's error.
   StatusOr<Priced> price = Status::Internal("not priced");
+  const Clock::time_point start = Clock::now();
+  {
+    std::lock_guard lock(mutex_);
+    started_[key] = start;
+  }
   try {
     price = planner_ ? planner_(module, repair)
                      : PriceByPlanning(module, coster_, repair, keep_plans_);
@@ -39,9 +44,18 @@ StatusOr<Priced> TrialPrices::Make(const std::string& key,
     std::lock_guard lock(mutex_);
     prices_[key] = price;
     ++version_;
+    if (!repair) last_plan_ = Clock::now() - start;
   }
   changed_.notify_all();
   return price;
+}
+
+bool TrialPrices::WorthHelping(const std::string& key, bool repair) const {
+  if (repair) return false;
+  if (!last_plan_) return true;
+  if (*last_plan_ > kLongestPlanHelped) return false;
+  auto it = started_.find(key);
+  return it == started_.end() || 2 * (Clock::now() - it->second) < *last_plan_;
 }
 
 StatusOr<Priced> TrialPrices::Price(const fb::ModuleT& module, bool repair,
@@ -55,7 +69,7 @@ StatusOr<Priced> TrialPrices::Price(const fb::ModuleT& module, bool repair,
       // may not.
       const std::optional<StatusOr<Priced>>* made = &it->second;
       bool helped = static_cast<bool>(help);
-      while (helped && !made->has_value()) {
+      while (helped && !made->has_value() && WorthHelping(key, repair)) {
         lock.unlock();
         helped = help();
         lock.lock();
