@@ -88,9 +88,10 @@ class TrialPrices {
   // price it waits for.
   bool WorthHelping(const std::string& key, bool repair) const;
   // Measured on so400m: helping took the MLP block's quantize-fp8 from
-  // 1.7 s to 1.25 s and one layer's from 3.3 s to 3.0 s, left the whole
-  // model at batch 1 and 2 unchanged, and made batch 8 (plans of seconds
-  // each, guesses often wrong) 7 % slower.
+  // 1.7 s to 1.25 s and one layer's from 3.3 s to 3.0 s and left the whole
+  // model at batch 1 and 2 unchanged, but made batch 8 (plans of seconds
+  // each, guesses often wrong) 38 % slower, and still 7 % with the other
+  // limits; with this one it is unchanged.
   static constexpr std::chrono::milliseconds kLongestPlanHelped{1000};
 
   const plan::Coster& coster_;
