@@ -60,6 +60,13 @@ std::unique_ptr<fb::ScratchBufferT> Scratch(fb::ScratchRole role,
   return s;
 }
 
+// Whether op reduces row statistics over column slices where it is split
+// so (Reducer::Statistics): a LayerNorm, Moments, fused moments.
+bool ReducesStatistics(const fb::OperationT& op) {
+  return op.kind == fb::OpKind::LayerNorm || op.kind == fb::OpKind::Moments ||
+         (op.kind == fb::OpKind::Fused && op.results.size() == 2);
+}
+
 class Reducer {
  public:
   Reducer(fb::ModuleT* module, const ExpandReduceOptions& options,
@@ -137,8 +144,7 @@ void Reducer::PriceAhead() {
   std::vector<PriceKey> keys;
   for (size_t i = 0; i < module_.ops.size(); ++i) {
     const fb::OperationT& op = *module_.ops[i];
-    if (op.kind == fb::OpKind::LayerNorm || op.kind == fb::OpKind::Moments ||
-        (op.kind == fb::OpKind::Fused && op.results.size() == 2)) {
+    if (ReducesStatistics(op)) {
       keys.push_back({i});
       continue;
     }
@@ -560,9 +566,7 @@ Status Reducer::Run() {
     fb::OperationT& op = *module_.ops[i];
     if (op.kind == fb::OpKind::MatMul) {
       TILEC_RETURN_IF_ERROR(Gemm(i));
-    } else if (op.kind == fb::OpKind::LayerNorm ||
-               op.kind == fb::OpKind::Moments ||
-               (op.kind == fb::OpKind::Fused && op.results.size() == 2)) {
+    } else if (ReducesStatistics(op)) {
       TILEC_RETURN_IF_ERROR(Statistics(i));
     }
   }

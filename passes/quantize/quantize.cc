@@ -208,13 +208,8 @@ class Quantizer {
                              .repaired = replay.repair_,
                              .cycles = std::numeric_limits<int64_t>::max() / 2};
     }
-    std::unique_ptr<fb::ModuleT> copy = CloneModule(*helper_module_);
-    passes::DecisionLog scratch;
     replay.helping_ = true;
-    replay.module_ = copy.get();
-    replay.log_ = &scratch;
-    static_cast<void>(replay.Decide());
-    return replay.priced_ahead_;
+    return replay.ReplayPricedOne(*helper_module_);
   }
 
   // Prices `module` (the unquantized graph), then replays Decide from
@@ -228,17 +223,22 @@ class Quantizer {
     baseline_ = current_ = *base;
     while (!prices_->stopped()) {
       const int64_t seen = prices_->version();
-      std::unique_ptr<fb::ModuleT> copy = CloneModule(module);
-      // No limit: the pass's --max-decisions only makes some guesses
-      // wrong.
-      passes::DecisionLog scratch;
-      Quantizer replay = *this;
-      replay.module_ = copy.get();
-      replay.log_ = &scratch;
-      // The pass reports the decisions' outcome; a replay's only prices.
-      static_cast<void>(replay.Decide());
-      if (!replay.priced_ahead_) prices_->WaitForChange(seen);
+      if (!ReplayPricedOne(module)) prices_->WaitForChange(seen);
     }
+  }
+
+  // One replay of the decisions by a copy of this one on a copy of
+  // `module`; whether it priced a trial.
+  bool ReplayPricedOne(const fb::ModuleT& module) const {
+    std::unique_ptr<fb::ModuleT> copy = CloneModule(module);
+    // No limit: the pass's --max-decisions only makes some guesses wrong.
+    passes::DecisionLog scratch;
+    Quantizer replay = *this;
+    replay.module_ = copy.get();
+    replay.log_ = &scratch;
+    // The pass reports the decisions' outcome; a replay's only prices.
+    static_cast<void>(replay.Decide());
+    return replay.priced_ahead_;
   }
 
   // A replay's price: a trial's made by any thread; a trial the pass is
