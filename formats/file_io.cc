@@ -2,6 +2,7 @@
 // path names decides how it is read or written (formats/README.md, "Files").
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,12 +10,14 @@
 #include <cerrno>
 #include <climits>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/ir.h"
@@ -29,9 +32,36 @@ constexpr int kPendingSlots = 4;
 char pending_temp[kPendingSlots][PATH_MAX + 64];
 std::atomic<bool> temp_pending[kPendingSlots];
 
-extern "C" void RemovePendingTempAndDie(int signal_number) {
+void RemovePendingTemps() {
   for (int i = 0; i < kPendingSlots; ++i) {
     if (temp_pending[i].load()) unlink(pending_temp[i]);
+  }
+}
+
+extern "C" void RemovePendingTempAndDie(int signal_number) {
+  RemovePendingTemps();
+  std::signal(signal_number, SIG_DFL);
+  std::raise(signal_number);
+}
+
+// The bytes a MappedFile maps and the message a read of them past the
+// file's end gives (SIGBUS), for the handler below. One mapping at a time.
+std::atomic<uintptr_t> mapped_begin{0}, mapped_end{0};
+char mapped_message[PATH_MAX + 256];
+
+// A SIGBUS inside the mapping: the file shrank under it, which the bytes
+// already read cannot survive. The tool ends like any bad input, with one
+// line and exit 2, removing the outputs it had begun. Any other SIGBUS is
+// not this file's.
+extern "C" void ReportShrunkMappingAndDie(int signal_number, siginfo_t* info,
+                                          void*) {
+  const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  if (addr >= mapped_begin.load() && addr < mapped_end.load()) {
+    RemovePendingTemps();
+    const ssize_t ignored =
+        write(STDERR_FILENO, mapped_message, std::strlen(mapped_message));
+    (void)ignored;
+    _exit(static_cast<int>(StatusCode::kBadInput));
   }
   std::signal(signal_number, SIG_DFL);
   std::raise(signal_number);
@@ -228,6 +258,53 @@ Status ReadFile(const std::string& path, std::string* bytes, size_t max_bytes) {
   if (!is_stdin) close(fd);
   if (!status.ok()) bytes->clear();
   return status;
+}
+
+std::optional<MappedFile> MappedFile::Open(const std::string& path) {
+  if (path == "-") return std::nullopt;
+  const int fd = open(path.c_str(), O_RDONLY | O_NOCTTY);
+  if (fd < 0) return std::nullopt;
+  struct stat info;
+  void* map = MAP_FAILED;
+  if (fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0 &&
+      static_cast<uint64_t>(info.st_size) <= kMaxInputBytes) {
+    map = mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ,
+               MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  }
+  close(fd);
+  if (map == MAP_FAILED) return std::nullopt;
+  static const bool installed = [] {
+    struct sigaction action = {};
+    action.sa_sigaction = ReportShrunkMappingAndDie;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    return sigaction(SIGBUS, &action, nullptr) == 0;
+  }();
+  (void)installed;
+  MappedFile file;
+  file.data_ = static_cast<const char*>(map);
+  file.size_ = static_cast<size_t>(info.st_size);
+  const std::string message =
+      std::string(program_invocation_short_name) + ": " + DisplayName(path) +
+      ": changed while being read (shortened by another program)\n";
+  std::snprintf(mapped_message, sizeof mapped_message, "%s", message.c_str());
+  mapped_end.store(0);
+  mapped_begin.store(reinterpret_cast<uintptr_t>(file.data_));
+  mapped_end.store(reinterpret_cast<uintptr_t>(file.data_) + file.size_);
+  return file;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+MappedFile::~MappedFile() {
+  if (data_ == nullptr) return;
+  if (mapped_begin.load() == reinterpret_cast<uintptr_t>(data_)) {
+    mapped_begin.store(0);
+    mapped_end.store(0);
+  }
+  munmap(const_cast<char*>(data_), size_);
 }
 
 Status RequireRegularFile(const std::string& path) {

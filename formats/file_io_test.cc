@@ -15,9 +15,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "formats/ir.h"
 
@@ -217,6 +219,52 @@ TEST_F(FileIoTest, TerminationRemovesThePendingTempFile) {
   struct stat info;
   EXPECT_NE(stat(path.c_str(), &info), 0);
   EXPECT_NE(stat(TempPathFor(path).c_str(), &info), 0)
+      << "temp file left behind";
+}
+
+// MappedFile maps what ReadFile reads whole and leaves the rest to it.
+TEST_F(FileIoTest, RegularFilesAreMappedAndOtherInputsAreNot) {
+  const std::string path = Path("module.tilec");
+  const std::string bytes = std::string(100000, 'x') + "end";
+  ASSERT_TRUE(WriteFileAtomically(path, bytes).ok());
+  std::optional<MappedFile> mapped = MappedFile::Open(path);
+  ASSERT_TRUE(mapped.has_value());
+  EXPECT_EQ(mapped->bytes(), bytes);
+  // Moved, it still maps the file; the moved-from one maps nothing.
+  MappedFile moved(std::move(*mapped));
+  EXPECT_EQ(moved.bytes(), bytes);
+  EXPECT_TRUE(mapped->bytes().empty());
+
+  ASSERT_TRUE(WriteFileAtomically(Path("empty.tilec"), "").ok());
+  EXPECT_FALSE(MappedFile::Open(Path("empty.tilec")).has_value());
+  EXPECT_FALSE(MappedFile::Open(dir_).has_value());
+  EXPECT_FALSE(MappedFile::Open(Path("missing.tilec")).has_value());
+  EXPECT_FALSE(MappedFile::Open("-").has_value());
+}
+
+// A file shortened in place under a mapping: reading past its new end
+// ends the process with exit 2 and one line naming the file, not a crash,
+// and removes the output it had begun.
+TEST_F(FileIoTest, AMappedFileShortenedInPlaceEndsTheToolAsBadInput) {
+  const std::string path = Path("shrinking.tilec");
+  const std::string output = Path("out.tilec");
+  ASSERT_TRUE(WriteFileAtomically(path, std::string(1 << 16, 'x')).ok());
+  EXPECT_EXIT(
+      {
+        std::optional<MappedFile> mapped = MappedFile::Open(path);
+        if (!mapped) _exit(10);
+        PendingFile out;
+        if (!PendingFile::Create(output, std::nullopt, &out).ok()) _exit(11);
+        if (truncate(path.c_str(), 0) != 0) _exit(12);
+        volatile char last = mapped->bytes().back();
+        (void)last;
+        _exit(13);
+      },
+      ::testing::ExitedWithCode(2),
+      "shrinking.tilec: changed while being read \\(shortened by another "
+      "program\\)");
+  struct stat info;
+  EXPECT_NE(stat(TempPathFor(output).c_str(), &info), 0)
       << "temp file left behind";
 }
 

@@ -201,13 +201,14 @@ std::string DirectoryOf(const std::string& path) {
 
 const char* SchemaText() { return FindEmbedded("tilec.fbs")->text; }
 
-Status ParseModule(const std::string& bytes, const std::string& name,
+Status ParseModule(std::string_view bytes, const std::string& name,
                    fb::ModuleT* module) {
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
   if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
     // Alignment inside a buffer is relative to its start: read a copy whose
     // start is aligned as the heap aligns it.
-    return ParseModule(std::string(bytes.begin(), bytes.end()), name, module);
+    const std::string copy(bytes);
+    return ParseModule(std::string_view(copy), name, module);
   }
   if (bytes.empty()) return Status::BadInput(name + ": empty file, not tilec IR");
   if (bytes.size() < 8) {
@@ -264,6 +265,9 @@ Status ParseModule(const std::string& bytes, const std::string& name,
 }
 
 Status ReadModule(const std::string& path, fb::ModuleT* module) {
+  if (std::optional<MappedFile> mapped = MappedFile::Open(path)) {
+    return ParseModule(mapped->bytes(), DisplayName(path), module);
+  }
   std::string bytes;
   TILEC_RETURN_IF_ERROR(ReadFile(path, &bytes));
   return ParseModule(bytes, DisplayName(path), module);

@@ -33,6 +33,32 @@ inline constexpr size_t kMaxInputBytes = size_t{2} << 30;
 // further, so /dev/zero cannot exhaust memory).
 Status ReadFile(const std::string& path, std::string* bytes,
                 size_t max_bytes = kMaxInputBytes);
+// A regular file mapped read-only, for the inputs of hundreds of MB (a
+// device program) that a tool parses once: no copy into the heap and no
+// fresh pages for it (formats/README.md, "Files"). tilec's tools replace a
+// file by renaming a new one over it, so a mapping keeps the version it
+// opened. A file shortened in place by another program while mapped ends
+// the tool with exit 2 and one line naming it (its bytes are gone); one
+// changed in place is as undefined as for any reader of a file being
+// rewritten. One mapping at a time has that guard (each tool maps its
+// inputs one after another).
+class MappedFile {
+ public:
+  // `path` mapped, or nullopt where it is "-", not a regular file, empty,
+  // larger than kMaxInputBytes or not mappable: read it with ReadFile,
+  // which also gives the message for what it refuses.
+  static std::optional<MappedFile> Open(const std::string& path);
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&&) = delete;
+  MappedFile(const MappedFile&) = delete;
+  ~MappedFile();
+  std::string_view bytes() const { return {data_, size_}; }
+
+ private:
+  MappedFile() = default;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
 // For readers that seek within a file instead of reading it whole
 // (sidecars, safetensors, ONNX external data): a regular file, or the same
 // one-line refusal ReadFile gives a directory, socket, device or FIFO.
@@ -95,7 +121,7 @@ class PendingFile {
 // Identifier, FlatBuffers verifier, schema version (older versions are
 // migrated, newer ones refused), then the structural checks of VerifyModule.
 // `name` is used in messages (a path, or "<stdin>").
-Status ParseModule(const std::string& bytes, const std::string& name,
+Status ParseModule(std::string_view bytes, const std::string& name,
                    fb::ModuleT* module);
 Status ReadModule(const std::string& path, fb::ModuleT* module);
 

@@ -18,15 +18,17 @@ Status Run(const std::vector<std::string>& args) {
   std::string path;
   TILEC_RETURN_IF_ERROR(SingleInput(args, &path));
   TILEC_RETURN_IF_ERROR(CheckOutputs({{"the input", path}}, {{"-o", FLAGS_o}}));
-  std::string bytes;
-  TILEC_RETURN_IF_ERROR(ir::ReadFile(path, &bytes));
   fb::ModuleT module;
-  // Parse (and verify) even for --json: JSON of a corrupt file is no help.
-  TILEC_RETURN_IF_ERROR(ir::ParseModule(bytes, ir::DisplayName(path), &module));
   std::string text;
   if (FLAGS_json) {
+    std::string bytes;
+    TILEC_RETURN_IF_ERROR(ir::ReadFile(path, &bytes));
+    // Parse (and verify) first: JSON of a corrupt file is no help.
+    TILEC_RETURN_IF_ERROR(
+        ir::ParseModule(bytes, ir::DisplayName(path), &module));
     TILEC_RETURN_IF_ERROR(ir::ModuleToJson(bytes, &text));
   } else {
+    TILEC_RETURN_IF_ERROR(ir::ReadModule(path, &module));
     ir::PrintOptions options;
     options.program_detail = FLAGS_program;
     text = ir::PrintModule(module, options);
