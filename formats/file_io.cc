@@ -260,19 +260,28 @@ Status ReadFile(const std::string& path, std::string* bytes, size_t max_bytes) {
   return status;
 }
 
-std::optional<MappedFile> MappedFile::Open(const std::string& path) {
-  if (path == "-") return std::nullopt;
+namespace {
+
+// `path` mapped read-only with its size, or null where it is no regular,
+// non-empty file within kMaxInputBytes or cannot be mapped.
+const char* MapRegularFile(const std::string& path, size_t* size) {
+  if (path == "-") return nullptr;
   const int fd = open(path.c_str(), O_RDONLY | O_NOCTTY);
-  if (fd < 0) return std::nullopt;
+  if (fd < 0) return nullptr;
   struct stat info;
   void* map = MAP_FAILED;
   if (fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0 &&
       static_cast<uint64_t>(info.st_size) <= kMaxInputBytes) {
-    map = mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ,
-               MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    *size = static_cast<size_t>(info.st_size);
+    map = mmap(nullptr, *size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   }
   close(fd);
-  if (map == MAP_FAILED) return std::nullopt;
+  return map == MAP_FAILED ? nullptr : static_cast<const char*>(map);
+}
+
+// Points ReportShrunkMappingAndDie at [data, data + size), the mapping of
+// `path`, installing it the first time.
+void GuardMapping(const std::string& path, const char* data, size_t size) {
   static const bool installed = [] {
     struct sigaction action = {};
     action.sa_sigaction = ReportShrunkMappingAndDie;
@@ -281,16 +290,23 @@ std::optional<MappedFile> MappedFile::Open(const std::string& path) {
     return sigaction(SIGBUS, &action, nullptr) == 0;
   }();
   (void)installed;
-  MappedFile file;
-  file.data_ = static_cast<const char*>(map);
-  file.size_ = static_cast<size_t>(info.st_size);
   const std::string message =
-      std::string(program_invocation_short_name) + ": " + DisplayName(path) +
+      std::string(program_invocation_short_name) + ": " +
+      EscapeForMessage(DisplayName(path)) +
       ": changed while being read (shortened by another program)\n";
-  std::snprintf(mapped_message, sizeof mapped_message, "%s", message.c_str());
   mapped_end.store(0);
-  mapped_begin.store(reinterpret_cast<uintptr_t>(file.data_));
-  mapped_end.store(reinterpret_cast<uintptr_t>(file.data_) + file.size_);
+  std::snprintf(mapped_message, sizeof mapped_message, "%s", message.c_str());
+  mapped_begin.store(reinterpret_cast<uintptr_t>(data));
+  mapped_end.store(reinterpret_cast<uintptr_t>(data) + size);
+}
+
+}  // namespace
+
+std::optional<MappedFile> MappedFile::Open(const std::string& path) {
+  MappedFile file;
+  file.data_ = MapRegularFile(path, &file.size_);
+  if (file.data_ == nullptr) return std::nullopt;
+  GuardMapping(path, file.data_, file.size_);
   return file;
 }
 

@@ -33,21 +33,6 @@ const EmbeddedFile* FindEmbedded(const std::string& name) {
   return nullptr;
 }
 
-std::string Printable(const uint8_t* data, size_t n) {
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    char c = static_cast<char>(data[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += c;
-    } else {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", data[i]);
-      out += hex;
-    }
-  }
-  return out;
-}
-
 Status ParseWithSchema(const std::string& root, const std::string& json,
                        const std::string& name, flatbuffers::Parser* parser) {
   parser->opts.strict_json = false;
@@ -199,6 +184,21 @@ std::string DirectoryOf(const std::string& path) {
   return slash == 0 ? "/" : target.substr(0, slash);
 }
 
+std::string EscapeForMessage(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
 const char* SchemaText() { return FindEmbedded("tilec.fbs")->text; }
 
 Status ParseModule(std::string_view bytes, const std::string& name,
@@ -217,9 +217,10 @@ Status ParseModule(std::string_view bytes, const std::string& name,
                             " bytes is too short for tilec IR");
   }
   if (!flatbuffers::BufferHasIdentifier(data, kFileIdentifier)) {
-    return Status::BadInput(name + ": not tilec IR: file identifier \"" +
-                            Printable(data + 4, 4) + "\", expected \"" +
-                            kFileIdentifier + "\"");
+    return Status::BadInput(
+        name + ": not tilec IR: file identifier \"" +
+        EscapeForMessage(std::string_view(bytes.data() + 4, 4)) +
+        "\", expected \"" + kFileIdentifier + "\"");
   }
   // Large device programs hold many tables; depth stays small.
   flatbuffers::Verifier verifier(data, bytes.size(), /*max_depth=*/64,

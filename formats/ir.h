@@ -118,6 +118,10 @@ class PendingFile {
   std::optional<mode_t> keep_mode_;
 };
 
+// `text` with every byte outside printable ASCII written as \xNN, so that a
+// message quoting corrupted input or a hostile file name stays one line.
+std::string EscapeForMessage(std::string_view text);
+
 // Identifier, FlatBuffers verifier, schema version (older versions are
 // migrated, newer ones refused), then the structural checks of VerifyModule.
 // `name` is used in messages (a path, or "<stdin>").

@@ -413,21 +413,6 @@ Status CheckDirectoryFlag(const char* flag, const std::string& path) {
 
 const std::vector<std::string>& GivenFlags() { return MutableGivenFlags(); }
 
-std::string EscapeForMessage(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) {
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    }
-  }
-  return out;
-}
-
 int Finish(const Status& status) {
   if (!status.ok()) {
     std::cerr << ToolName() << ": " << EscapeForMessage(status.message())

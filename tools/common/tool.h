@@ -94,9 +94,8 @@ int Finish(const Status& status);
 // instead of an abort.
 int RunAndFinish(const std::function<Status()>& run);
 
-// `text` with every byte outside printable ASCII written as \xNN, so that a
-// message quoting corrupted input stays one line.
-std::string EscapeForMessage(const std::string& text);
+// formats/ir.h's, for the tools' messages.
+using ir::EscapeForMessage;
 
 // The tool's name, for messages and the producer string.
 const std::string& ToolName();
