@@ -435,22 +435,27 @@ const typename Map::mapped_type* Lookup(const Map* first, const Map& own,
 
 }  // namespace
 
-template <typename Map>
-const typename Map::mapped_type* Coster::Cached(Map Cache::*map,
-                                                const std::string& key) const {
+template <typename Value>
+const Value* Coster::Cached(PriceTable<Value> Cache::*table,
+                            const std::string& key) const {
   if (scheduled_cache_) {
-    std::shared_lock lock(scheduled_cache_->mutex);
-    if (const auto* found = Find((*scheduled_cache_).*map, key)) return found;
+    if (const Value* found = (scheduled_cache_.get()->*table).Find(key)) {
+      return found;
+    }
   }
-  std::shared_lock lock(cache_->mutex);
-  return Find((*cache_).*map, key);
+  return (cache_.get()->*table).Find(key);
 }
 
-template <typename Map>
-void Coster::Store(Map Cache::*map, std::string key,
-                   typename Map::mapped_type value) const {
-  std::unique_lock lock(cache_->mutex);
-  ((*cache_).*map).emplace(std::move(key), std::move(value));
+template <typename Value, typename Price>
+StatusOr<Value> Coster::CachedOrPriced(PriceTable<Value> Cache::*table,
+                                       const std::string& key,
+                                       const Price& price) const {
+  if (scheduled_cache_) {
+    if (const Value* found = (scheduled_cache_.get()->*table).Find(key)) {
+      return *found;
+    }
+  }
+  return (cache_.get()->*table).FindOrPrice(key, price);
 }
 
 const std::vector<Recipe>* Coster::CachedCandidates(
@@ -459,16 +464,12 @@ const std::vector<Recipe>* Coster::CachedCandidates(
 }
 
 void Coster::StoreCandidates(std::string key, std::vector<Recipe> list) const {
-  Store(&Cache::candidates, std::move(key), std::move(list));
+  cache_->candidates.Add(std::move(key), std::move(list));
 }
 
-size_t Coster::cached_transfers() const {
-  std::shared_lock lock(cache_->mutex);
-  return cache_->transfers.size();
-}
+size_t Coster::cached_transfers() const { return cache_->transfers.size(); }
 
 size_t Coster::cached_prices() const {
-  std::shared_lock lock(cache_->mutex);
   return prices_->size() + cache_->shape_prices.size();
 }
 
@@ -479,28 +480,24 @@ TransferCost Coster::Transfer(std::span<const int64_t> shape, int element_bytes,
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
                     " " + OwnKey(from) + " -> " + OwnKey(to) +
                     (may_unicast ? " op" : "");
-  if (const TransferCost* cached = Cached(&Cache::transfers, key)) {
-    return *cached;
-  }
-  // The multicast bound is a lower bound of either form a Redistribute op
-  // may take: unicasts only add sends.
-  TransferCost cost =
-      timing_ == passes::PhaseTiming::kLowerBound
-          ? TransferBound(from, to, shape, element_bytes, target())
-      : may_unicast
-          ? passes::RedistributeOpCost(from, to, shape, element_bytes, target())
-          : passes::RedistributionCost(from, to, shape, element_bytes,
-                                       target());
-  Store(&Cache::transfers, std::move(key), cost);
-  return cost;
+  return *CachedOrPriced(
+      &Cache::transfers, key, [&]() -> StatusOr<TransferCost> {
+        // The multicast bound is a lower bound of either form a Redistribute
+        // op may take: unicasts only add sends.
+        if (timing_ == passes::PhaseTiming::kLowerBound) {
+          return TransferBound(from, to, shape, element_bytes, target());
+        }
+        return may_unicast ? passes::RedistributeOpCost(from, to, shape,
+                                                        element_bytes, target())
+                           : passes::RedistributionCost(
+                                 from, to, shape, element_bytes, target());
+      });
 }
 
 TransferCost Coster::Phase(const std::string& key,
                           const std::function<TransferCost()>& time) const {
-  if (const TransferCost* cached = Cached(&Cache::phases, key)) return *cached;
-  TransferCost cost = time();
-  Store(&Cache::phases, key, cost);
-  return cost;
+  return *CachedOrPriced(&Cache::phases, key,
+                         [&]() -> StatusOr<TransferCost> { return time(); });
 }
 
 bool Coster::SamePlacement(std::span<const int64_t> shape,
@@ -508,12 +505,9 @@ bool Coster::SamePlacement(std::span<const int64_t> shape,
                            const fb::OwnershipT& b) const {
   if (passes::SameOwnership(a, b)) return true;
   std::string key = ShapeKey(shape) + " " + OwnKey(a) + " = " + OwnKey(b);
-  if (const bool* cached = Cached(&Cache::placements, key)) {
-    return *cached;
-  }
-  const bool same = passes::SamePlacement(a, b, shape);
-  Store(&Cache::placements, std::move(key), same);
-  return same;
+  return *CachedOrPriced(&Cache::placements, key, [&]() -> StatusOr<bool> {
+    return passes::SamePlacement(a, b, shape);
+  });
 }
 
 TileBytes Coster::BytesPerTile(std::span<const int64_t> shape,
@@ -524,13 +518,10 @@ TileBytes Coster::BytesPerTile(std::span<const int64_t> shape,
   for (int64_t extent : shape) PutKey(extent, &key);
   PutKey(element_bytes, &key);
   PutKey(ownership, &key);
-  if (const TileBytes* cached = Cached(&Cache::bytes, key)) {
-    return *cached;
-  }
-  auto bytes = std::make_shared<const std::vector<int64_t>>(
-      passes::BytesPerTile(ownership, shape, element_bytes, tiles()));
-  Store(&Cache::bytes, std::move(key), bytes);
-  return bytes;
+  return *CachedOrPriced(&Cache::bytes, key, [&]() -> StatusOr<TileBytes> {
+    return std::make_shared<const std::vector<int64_t>>(
+        passes::BytesPerTile(ownership, shape, element_bytes, tiles()));
+  });
 }
 
 // ---------------------------------------------------------------- prices
@@ -602,23 +593,30 @@ StatusOr<OpCost> Coster::PriceOp(
       key += " , " + OwnKey(*sources[i]);
     }
   }
-  if (const OpCost* cached =
-          by_shapes ? Cached(&Cache::shape_prices, key)
-                    : Lookup(scheduled_prices_.get(), *prices_, key)) {
-    return *cached;
-  }
-  // A floor is kept apart from the closer bound of the same key.
-  const bool floor = gemm_floors_ && node.op_class == OpClass::kGemm;
-  if (floor) {
-    key = "floor " + key;
-    if (const OpCost* cached = Cached(&Cache::shape_prices, key))
+  auto price = [&] { return PriceAnew(graph, op, recipe, source, sources); };
+  if (!by_shapes) {
+    if (const OpCost* cached = Lookup(scheduled_prices_.get(), *prices_, key)) {
       return *cached;
+    }
+    StatusOr<OpCost> cost = price();
+    if (cost.ok()) prices_->emplace(std::move(key), *cost);
+    return cost;
   }
+  if (const OpCost* cached = Cached(&Cache::shape_prices, key)) return *cached;
+  // A floor is kept apart from the closer bound of the same key.
+  if (gemm_floors_ && node.op_class == OpClass::kGemm) key = "floor " + key;
+  return CachedOrPriced(&Cache::shape_prices, key, price);
+}
+
+StatusOr<OpCost> Coster::PriceAnew(
+    const Graph& graph, int op, const Recipe& recipe,
+    const fb::OwnershipT* source,
+    std::span<const fb::OwnershipT* const> sources) const {
   if (Status invalid = CheckRecipe(graph, op, recipe); !invalid.ok()) {
     return Status::Internal(graph.OpLabel(op) + ": " + invalid.message());
   }
   StatusOr<OpCost> cost = Status::Internal("unpriced");
-  switch (node.op_class) {
+  switch (graph.op(op).op_class) {
     case OpClass::kGemm:
       cost = PriceGemm(graph, op, recipe, *source);
       break;
@@ -629,8 +627,9 @@ StatusOr<OpCost> Coster::PriceOp(
       cost = PriceRowWise(graph, op, recipe);
       break;
     case OpClass::kCopy:
-      cost = rows ? PriceRows(graph, op, recipe, sources)
-                  : PriceCopy(graph, op, recipe, *source);
+      cost = graph.op(op).kind == fb::OpKind::CopyRows
+                 ? PriceRows(graph, op, recipe, sources)
+                 : PriceCopy(graph, op, recipe, *source);
       break;
     case OpClass::kAttention:
       cost = PriceAttention(graph, op, recipe, *source);
@@ -649,13 +648,8 @@ StatusOr<OpCost> Coster::PriceOp(
   }
   VLOG(2) << graph.OpLabel(op) << " " << recipe.Text() << ": compute "
           << cost->compute << " + exchange " << cost->exchange << " ("
-          << cost->phases << " phases), scratch " << cost->max_scratch
-          << " B; " << cost->detail;
-  if (by_shapes) {
-    Store(&Cache::shape_prices, std::move(key), *cost);
-  } else {
-    prices_->emplace(std::move(key), *cost);
-  }
+          << cost->phases << " phases), scratch " << cost->max_scratch << " B; "
+          << cost->detail;
   return cost;
 }
 
@@ -835,9 +829,15 @@ StatusOr<TransferCost> Coster::Redistribution(std::span<const int64_t> shape,
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
                     " " + OwnKey(from) + " -> " + OwnKey(to) +
                     (may_unicast ? "" : " multicast");
-  if (const TransferCost* cached = Cached(&Cache::redistributions, key)) {
-    return *cached;
-  }
+  return CachedOrPriced(&Cache::redistributions, key, [&] {
+    return RedistributionAnew(shape, element_bytes, from, to, may_unicast);
+  });
+}
+
+StatusOr<TransferCost> Coster::RedistributionAnew(
+    std::span<const int64_t> shape, int element_bytes,
+    const fb::OwnershipT& from, const fb::OwnershipT& to,
+    bool may_unicast) const {
   TransferCost cost = Transfer(shape, element_bytes, from, to, may_unicast);
   // Local copies per tile as the lowering emits them: only tiles that copy
   // something need their storage.
@@ -884,7 +884,6 @@ StatusOr<TransferCost> Coster::Redistribution(std::span<const int64_t> shape,
       cost.copy_bottleneck_tile = t;
     }
   }
-  Store(&Cache::redistributions, std::move(key), cost);
   return cost;
 }
 

@@ -20,7 +20,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <tuple>
@@ -35,6 +34,7 @@
 #include "passes/core/ownership.h"
 #include "passes/core/tile_plan.h"
 #include "passes/plan/graph.h"
+#include "passes/plan/price_table.h"
 
 namespace tilec::plan {
 
@@ -192,6 +192,16 @@ class Coster {
 
  private:
   Coster() = default;
+  // PriceOp's price, made here (not looked up).
+  StatusOr<OpCost> PriceAnew(
+      const Graph& graph, int op, const Recipe& recipe,
+      const fb::OwnershipT* source,
+      std::span<const fb::OwnershipT* const> sources) const;
+  // Redistribution's price, made here (not looked up).
+  StatusOr<passes::TransferCost> RedistributionAnew(
+      std::span<const int64_t> shape, int element_bytes,
+      const fb::OwnershipT& from, const fb::OwnershipT& to,
+      bool may_unicast) const;
   // passes/plan/gemm_cost.cc.
   StatusOr<OpCost> PriceGemm(const Graph& graph, int op, const Recipe& recipe,
                              const fb::OwnershipT& source) const;
@@ -225,16 +235,13 @@ class Coster {
   // Keyed by shapes, element bytes and ownerships alone: valid for any
   // graph on the target.
   struct Cache {
-    std::unordered_map<std::string, passes::TransferCost> transfers;
-    std::unordered_map<std::string, passes::TransferCost> redistributions;
-    std::unordered_map<std::string, bool> placements;
-    std::unordered_map<std::string, TileBytes> bytes;
-    std::unordered_map<std::string, OpCost> shape_prices;  // by ShapeKeyOf
-    std::unordered_map<std::string, passes::TransferCost> phases;  // Phase
-    std::unordered_map<std::string, std::vector<Recipe>> candidates;
-    // Held shared to look up, exclusively to add. An entry is never
-    // changed or erased, so what a lookup points to stays valid unlocked.
-    mutable std::shared_mutex mutex;
+    PriceTable<passes::TransferCost> transfers;
+    PriceTable<passes::TransferCost> redistributions;
+    PriceTable<bool> placements;
+    PriceTable<TileBytes> bytes;
+    PriceTable<OpCost> shape_prices;          // by ShapeKeyOf
+    PriceTable<passes::TransferCost> phases;  // Phase
+    PriceTable<std::vector<Recipe>> candidates;
   };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
   // The LowerBounds() costers' own cache, shared by every coster made from
@@ -245,14 +252,15 @@ class Coster {
   // What `key` maps to in one of the caches: the scheduled coster's first
   // (a LowerBounds coster: exact prices beat bounds), then this one's;
   // null if in neither.
-  template <typename Map>
-  const typename Map::mapped_type* Cached(Map Cache::*map,
-                                          const std::string& key) const;
-  // Adds `key` to this coster's `map` (an entry another thread added
-  // meanwhile, priced alike, is kept).
-  template <typename Map>
-  void Store(Map Cache::*map, std::string key,
-             typename Map::mapped_type value) const;
+  template <typename Value>
+  const Value* Cached(PriceTable<Value> Cache::*table,
+                      const std::string& key) const;
+  // What `key` maps to in one of the caches, or else `price()` (a
+  // StatusOr<Value>), made once in this coster's (PriceTable::FindOrPrice).
+  template <typename Value, typename Price>
+  StatusOr<Value> CachedOrPriced(PriceTable<Value> Cache::*table,
+                                 const std::string& key,
+                                 const Price& price) const;
   // Other ops' prices, keyed by op index: valid for one graph.
   using Prices = std::unordered_map<std::string, OpCost>;
   std::shared_ptr<Prices> prices_ = std::make_shared<Prices>();
