@@ -708,9 +708,8 @@ std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
   std::vector<int64_t> bytes(target.tiles, 0);
   auto add = [&](const passes::TileCodeBytes& tables) {
     if (tables == nullptr) return;
-    for (size_t t = 0; t < bytes.size() && t < tables->size(); ++t) {
-      bytes[t] += (*tables)[t];
-    }
+    AddTimes(bytes.data(), tables->data(), 1,
+             static_cast<int>(std::min(bytes.size(), tables->size())));
   };
   for (const OpCost& op : e.ops) {
     steps += (op.phases + 1) * per_step;
