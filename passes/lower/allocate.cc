@@ -34,6 +34,11 @@ int64_t MemoryMap::ElementStart(int64_t element) const {
 
 namespace {
 
+template <typename T>
+void SortIfNeeded(std::vector<T>* v) {
+  if (!std::is_sorted(v->begin(), v->end())) std::sort(v->begin(), v->end());
+}
+
 // One tile's first-fit placement in `order`: the state AllocateTile's
 // phases share.
 class TileAllocator {
@@ -78,7 +83,7 @@ class TileAllocator {
       }
       result_->offsets[i] = *at;
       placed_[i] = true;
-      active_.push_back(i);
+      Insert(i, order_ == AllocOrder::kLifetime ? &active_ : &by_address_);
       result_->peak = std::max(result_->peak, *at + size_[i]);
     }
     std::sort(result_->soft_dropped.begin(), result_->soft_dropped.end());
@@ -128,15 +133,29 @@ class TileAllocator {
   }
 
   // In any other order the placed buffers that block `i` are those whose
-  // lifetimes overlap its own (placed_ keeps them all).
+  // lifetimes overlap its own.
   void OverlappingOnly(size_t i) {
     active_.clear();
-    for (size_t j = 0; j < n_; ++j) {
-      if (placed_[j] && buffers_[j].start <= buffers_[i].end &&
+    for (size_t j : by_address_) {
+      if (buffers_[j].start <= buffers_[i].end &&
           buffers_[i].start <= buffers_[j].end) {
         active_.push_back(j);
       }
     }
+  }
+
+  // Adds placed buffer `i` to `list`, kept in address order (by start,
+  // then end, then placing order): the live extents and the addresses
+  // beside them then come sorted (buffers live at once do not overlap),
+  // and IndexLive and Candidates need not sort them.
+  void Insert(size_t i, std::vector<size_t>* list) const {
+    auto extent = [&](size_t j) {
+      return std::pair(result_->offsets[j], result_->offsets[j] + size_[j]);
+    };
+    list->insert(std::upper_bound(
+                     list->begin(), list->end(), i,
+                     [&](size_t a, size_t b) { return extent(a) < extent(b); }),
+                 i);
   }
 
   // The live buffers' extents by start (empty buffers never overlap), with
@@ -148,7 +167,7 @@ class TileAllocator {
         extents.push_back({result_->offsets[j], result_->offsets[j] + size_[j]});
       }
     }
-    std::sort(extents.begin(), extents.end());
+    SortIfNeeded(&extents);
     live_starts_.clear();
     live_max_end_.clear();
     for (const auto& [start, end] : extents) {
@@ -225,24 +244,30 @@ class TileAllocator {
   // and the first element after each ruled partner; in trying order.
   std::vector<int64_t> Candidates(size_t i, bool soft, int pass,
                                   int64_t min_at) const {
-    std::vector<int64_t> candidates;
+    // Beside each live buffer (in address order, so mostly sorted), and a
+    // few others.
+    std::vector<int64_t> beside, others;
     if (pass == 0) {
-      candidates.push_back(map_.AlignDown(map_.standard_end - size_[i]));
+      others.push_back(map_.AlignDown(map_.standard_end - size_[i]));
       for (size_t j : active_) {
-        candidates.push_back(map_.AlignDown(result_->offsets[j] - size_[i]));
+        beside.push_back(map_.AlignDown(result_->offsets[j] - size_[i]));
       }
     } else {
-      candidates.push_back(min_at);
+      others.push_back(min_at);
       for (size_t j : active_) {
-        candidates.push_back(map_.AlignUp(result_->offsets[j] + size_[j]));
+        beside.push_back(map_.AlignUp(result_->offsets[j] + size_[j]));
       }
       for (const auto& [j, r] : partners_[i]) {
         if (!RuleApplies(j, r, soft)) continue;
         const int64_t last = map_.ElementOf(result_->offsets[j] + std::max<int64_t>(buffers_[j].bytes, 1) - 1);
-        candidates.push_back(map_.AlignUp(map_.ElementStart(last + 1)));
+        others.push_back(map_.AlignUp(map_.ElementStart(last + 1)));
       }
     }
-    std::sort(candidates.begin(), candidates.end());
+    SortIfNeeded(&beside);
+    SortIfNeeded(&others);
+    std::vector<int64_t> candidates(beside.size() + others.size());
+    std::merge(beside.begin(), beside.end(), others.begin(), others.end(),
+               candidates.begin());
     candidates.erase(std::unique(candidates.begin(), candidates.end()),
                      candidates.end());
     if (pass == 0) std::reverse(candidates.begin(), candidates.end());
@@ -312,7 +337,10 @@ class TileAllocator {
   std::vector<std::vector<std::pair<size_t, size_t>>> partners_;
   std::vector<int64_t> size_;  // aligned bytes
   std::vector<bool> placed_;
-  std::vector<size_t> active_;  // placed and possibly still live
+  // Placed and possibly still live, in address order (Insert).
+  std::vector<size_t> active_;
+  // Largest first: every placed buffer, in address order.
+  std::vector<size_t> by_address_;
   std::vector<int64_t> live_starts_, live_max_end_;  // IndexLive
   std::vector<bool> dropped_;
 };

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "formats/ir.h"
 
 namespace tilec::lower {
@@ -162,6 +164,64 @@ TEST(AllocateTest, LargestFirstKeepsRulesAndDataFromBeforeTheProgram) {
   EXPECT_NE(m.ElementOf(r.offsets[1]), m.ElementOf(r.offsets[2]));
   EXPECT_EQ(r.offsets[3], m.base + 1024);  // reuses what 1 and 2 held
   ExpectNoOverlap(bufs, r);
+}
+
+// Many buffers of random sizes (empty ones too) and lifetimes, with rules:
+// in every order and with or without a floor, a placement that succeeds
+// keeps buffers live together apart, interleaved ones in interleaved
+// memory, hard partners in different elements, all below capacity.
+TEST(AllocateTest, RandomPlacementsKeepEveryRule) {
+  const MemoryMap m = Tiny();
+  std::mt19937 rng(7);
+  int placed = 0;
+  for (int round = 0; round < 200; ++round) {
+    std::vector<AllocBuffer> bufs;
+    const int n = 5 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) {
+      const int64_t start = static_cast<int64_t>(rng() % 30) - 2;
+      const int64_t bytes = rng() % 8 == 0 ? 0 : 1 + rng() % 3000;
+      bufs.push_back({i, bytes, start, start + static_cast<int64_t>(rng() % 12),
+                      rng() % 6 == 0});
+    }
+    std::vector<AllocRule> rules;
+    for (int k = 0; k < n / 3; ++k) {
+      rules.push_back({static_cast<int>(rng() % n), static_cast<int>(rng() % n),
+                       rng() % 2 == 0});
+    }
+    for (AllocOrder order :
+         {AllocOrder::kLifetime, AllocOrder::kLargestFirst}) {
+      for (int64_t floor : {int64_t{-1}, m.base + 4096}) {
+        AllocResult r;
+        AllocFailure f;
+        if (!AllocateTile(m, bufs, rules, &r, &f, floor, order)) continue;
+        ++placed;
+        ExpectNoOverlap(bufs, r);
+        for (size_t i = 0; i < bufs.size(); ++i) {
+          EXPECT_GE(r.offsets[i], m.base);
+          EXPECT_LE(r.offsets[i] + bufs[i].bytes, m.capacity);
+          if (bufs[i].interleaved && bufs[i].bytes > 0) {
+            EXPECT_GE(r.offsets[i], m.standard_end);
+          }
+        }
+        for (const AllocRule& rule : rules) {
+          const AllocBuffer& a = bufs[rule.a];
+          const AllocBuffer& b = bufs[rule.b];
+          if (!rule.hard || rule.a == rule.b || a.bytes == 0 || b.bytes == 0 ||
+              a.end < b.start || b.end < a.start) {
+            continue;
+          }
+          const int64_t a0 = m.ElementOf(r.offsets[rule.a]);
+          const int64_t a1 = m.ElementOf(r.offsets[rule.a] + a.bytes - 1);
+          const int64_t b0 = m.ElementOf(r.offsets[rule.b]);
+          const int64_t b1 = m.ElementOf(r.offsets[rule.b] + b.bytes - 1);
+          EXPECT_TRUE(a1 < b0 || b1 < a0)
+              << "round " << round << ": buffers " << rule.a << " and "
+              << rule.b << " share an element";
+        }
+      }
+    }
+  }
+  EXPECT_GT(placed, 200);  // most cases fit: the checks ran
 }
 
 }  // namespace
