@@ -5,7 +5,8 @@
 // pricing waits for that price instead of making it again. quantize-fp8
 // plans two trial graphs at once, and when memory repair starts both miss
 // most of the same prices at about the same time: at batch 2, about 3,000
-// transfers and 750 op prices used to be made twice.
+// exchange prices (transfers, redistributions, phases) and 750 op prices
+// used to be made twice.
 //
 // No deadlock: a thread waits only for a key that another thread is
 // pricing, and a price that needed, while being made, a key whose own
