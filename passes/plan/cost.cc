@@ -602,9 +602,14 @@ StatusOr<OpCost> Coster::PriceOp(
     if (cost.ok()) prices_->emplace(std::move(key), *cost);
     return cost;
   }
-  if (const OpCost* cached = Cached(&Cache::shape_prices, key)) return *cached;
-  // A floor is kept apart from the closer bound of the same key.
-  if (gemm_floors_ && node.op_class == OpClass::kGemm) key = "floor " + key;
+  // A floor is kept apart from the closer bound of the same key, which is
+  // taken where there is one.
+  if (gemm_floors_ && node.op_class == OpClass::kGemm) {
+    if (const OpCost* closer = Cached(&Cache::shape_prices, key)) {
+      return *closer;
+    }
+    key = "floor " + key;
+  }
   return CachedOrPriced(&Cache::shape_prices, key, price);
 }
 
