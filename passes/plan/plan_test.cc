@@ -1274,9 +1274,12 @@ std::string SearchOutput(const Fixture& f, const Search& search) {
 // `resume_after` > 0, stops there, saves a checkpoint and resumes it in a
 // new search (on `threads` too) for the rest.
 std::string SearchWithThreads(const Fixture& f, int threads, int64_t attempts,
-                              int64_t resume_after = 0) {
+                              int64_t resume_after = 0,
+                              bool keep_rankings = true,
+                              int64_t* kept_rankings = nullptr) {
   SearchOptions options;
   options.threads = threads;
+  options.keep_rankings = keep_rankings;
   options.attempts = resume_after > 0 ? resume_after : attempts;
   // The last checkpoint saved (as plan-ownership writes it).
   fb::SearchCheckpointT saved;
@@ -1288,6 +1291,7 @@ std::string SearchWithThreads(const Fixture& f, int threads, int64_t attempts,
   Search first(f.graph, f.coster, options);
   EXPECT_TRUE(first.Initialize().ok());
   EXPECT_TRUE(first.Run().ok());
+  if (kept_rankings) *kept_rankings = first.kept_rankings();
   if (resume_after <= 0) return SearchOutput(f, first);
   options.attempts = attempts - resume_after;
   Search resumed(f.graph, f.coster, options);
@@ -1316,6 +1320,31 @@ TEST(PlanSearchTest, ThreadCountChangesNoOutputByte) {
   }
   // Accepted proposals too, which start new offer rounds.
   EXPECT_NE(all.find("improves by"), std::string::npos);
+}
+
+// An offer round after an accepted change takes the rankings of the ops
+// the change cannot move from the round before (Search::KeptOffers): the
+// same offers, decisions and checkpoint as ranking every op again, on a
+// block, a layer and a whole model (its repeat's loop edge between the
+// layers' carried values).
+TEST(PlanSearchTest, KeptRankingsChangeNoOutputByte) {
+  Fixture small(Small());
+  Fixture layer(
+      Model("tiny", "siglip-so400m-384", TinyOverrides(17, 4), "layer"));
+  passes::ModelOverrides o = TinyOverrides(16, 4);
+  o.layers = 3;
+  Fixture model(Model("tiny", "siglip-so400m-384", o, "model"));
+  for (const Fixture* f : {&small, &layer, &model}) {
+    int64_t kept = 0;
+    const std::string afresh = SearchWithThreads(*f, 2, 60, 0, false, &kept);
+    EXPECT_EQ(kept, 0);
+    EXPECT_EQ(SearchWithThreads(*f, 2, 60, 0, true, &kept), afresh);
+    EXPECT_EQ(SearchWithThreads(*f, 1, 60, 23), afresh);
+    if (f == &small) continue;
+    // Rounds after accepted changes, most of whose rankings were kept.
+    EXPECT_NE(afresh.find("improves by"), std::string::npos);
+    EXPECT_GT(kept, f->graph.num_ops());
+  }
 }
 
 // Memory repair evaluates its trials on the threads; which one it takes

@@ -8,11 +8,12 @@
 #ifndef TILEC_PASSES_PLAN_SEARCH_H_
 #define TILEC_PASSES_PLAN_SEARCH_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -72,6 +73,10 @@ struct SearchOptions {
   // count.
   int threads = 2;
   bool greedy_on_threads = true;
+  // An offer round ranks again only the ops an accepted change can move
+  // (Search::KeptOffers); false ranks every op afresh, for the tests that
+  // check that it changes nothing.
+  bool keep_rankings = true;
 };
 
 class Search {
@@ -104,6 +109,8 @@ class Search {
   const Decisions& decisions() const { return log_->decisions(); }
   int64_t attempts() const { return attempts_; }
   int64_t accepted() const { return accepted_; }
+  // Op rankings offer rounds took from an earlier round (KeptOffers).
+  int64_t kept_rankings() const { return kept_rankings_; }
   bool converged() const { return converged_; }
   fb::SearchCheckpointT Checkpoint() const;
 
@@ -133,6 +140,11 @@ class Search {
 
  private:
   StatusOr<std::vector<Proposal>> MakeOffers(uint64_t offer_seed, int depth);
+  // The ranks the offers at `depth` reach: its band's last.
+  size_t TopOf(int depth) const {
+    return static_cast<size_t>(std::max(1, options_.proposals_per_op)) *
+           (depth + 2);
+  }
   // One op's proposals for the incumbent and their ranks (RankByCycles).
   struct OpOffers {
     std::vector<Proposal> proposals;
@@ -143,9 +155,34 @@ class Search {
   StatusOr<OpOffers> RankOpOffers(int op, int depth, const Coster& coster,
                                   const Coster& bounds,
                                   const Coster& floors) const;
-  // RankOpOffers of each of `ops`, in that order, on options_.threads.
+  // RankOpOffers of each of `ops`, in that order, on options_.threads,
+  // each kept from an earlier round where no change since can move it
+  // (KeptOffers).
   std::vector<StatusOr<OpOffers>> RankAllOffers(const std::vector<int>& ops,
                                                 int depth);
+  // An op's ranking from an earlier offer round. A plan's cycles are a sum
+  // of terms (ops, redistributions, loop edges), each set by the recipes of
+  // the ops that read or write a value it reads (its ownership) or moves,
+  // so a proposal changes the plan's cycles by the same amount on any
+  // incumbent that differs only in ops that touch none of the values two
+  // steps from it: the same best proposals in the same order, their
+  // cycles moved by the incumbents' difference. The op's pool (its
+  // recipes in context, its followers and joint partners) depends on
+  // nothing farther.
+  struct KeptOffers {
+    OpOffers offers;  // ranked cut to its exact ranks, the first `top`
+    size_t top = 0;
+    int64_t incumbent_cycles = 0;  // kCyclesOnly, by the schedule
+    std::vector<bool> reach;       // by op: a change here ranks it again
+  };
+  // The ops whose recipe change can move `offers`' cycles differently from
+  // the incumbent's (KeptOffers).
+  std::vector<bool> ReachOf(const OpOffers& offers) const;
+  // Drops the kept rankings that the incumbent's changes since they were
+  // made can move; all of them if anything but recipes changed.
+  void ForgetMovedOffers();
+  std::vector<std::optional<KeptOffers>> kept_offers_;  // by op
+  Plan kept_for_;  // the incumbent kept_offers_ were ranked on
   StatusOr<Plan> Apply(const Proposal& proposal) const;
   // Logs a decision as it is (a rejection, a figure or a required repair).
   void Record(const fb::DecisionT& decision);
@@ -228,6 +265,7 @@ class Search {
   passes::DecisionLog* log_;
   int64_t attempts_ = 0;
   int64_t accepted_ = 0;
+  int64_t kept_rankings_ = 0;
   bool converged_ = false;
   // Offer band for the incumbent; back to 0 when a proposal is accepted.
   int depth_ = 0;

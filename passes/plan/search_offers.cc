@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "passes/core/ownership.h"
 #include "passes/plan/search.h"
 #include "passes/plan/search_candidates.h"
 #include "passes/plan/tiered_min.h"
@@ -242,9 +243,7 @@ StatusOr<Search::OpOffers> Search::RankOpOffers(int op, int depth,
                     &pool);
   AddJoint(graph_, coster, options_.pinned, candidates_, incumbent_, op,
            &pool);
-  // The band at this depth reaches the first `top` ranks.
-  const size_t top =
-      static_cast<size_t>(std::max(1, options_.proposals_per_op)) * (depth + 2);
+  const size_t top = TopOf(depth);
   StatusOr<std::vector<std::pair<int64_t, size_t>>> ranked =
       RankByCycles(graph_, coster, bounds, floors, pool.proposals, top,
                    [this](const Proposal& p) { return Apply(p); });
@@ -282,16 +281,151 @@ void Search::OnThreads(size_t count, const ThreadWork& run,
   for (std::thread& h : helpers) h.join();
 }
 
+namespace {
+
+// Marks the values the ops marked in `ops` read or write, and with each
+// value its repeat partner (a carried_in and its carried_out: the loop
+// edge between them) and its twin (held as its body weight is), where the
+// partner's ownership sets the same terms.
+std::vector<bool> ValuesOf(const Graph& graph, const std::vector<bool>& ops) {
+  std::vector<bool> values(graph.num_values(), false);
+  for (int op = 0; op < graph.num_ops(); ++op) {
+    if (!ops[op]) continue;
+    for (int v : graph.op(op).operands) values[v] = true;
+    if (graph.op(op).result >= 0) values[graph.op(op).result] = true;
+  }
+  for (bool grew = true; grew;) {
+    grew = false;
+    auto both = [&](int a, int b) {
+      if (a < 0 || b < 0 || values[a] == values[b]) return;
+      values[a] = values[b] = true;
+      grew = true;
+    };
+    for (const RepeatNode& r : graph.repeats())
+      both(r.carried_in, r.carried_out);
+    for (int v = 0; v < graph.num_values(); ++v) both(v, graph.TwinOf(v));
+  }
+  return values;
+}
+
+// The ops that read or write a value marked in `values`.
+std::vector<bool> OpsTouching(const Graph& graph,
+                              const std::vector<bool>& values) {
+  std::vector<bool> ops(graph.num_ops(), false);
+  for (int v = 0; v < graph.num_values(); ++v) {
+    if (!values[v]) continue;
+    const ValueNode& value = graph.value(v);
+    if (value.producer >= 0) ops[value.producer] = true;
+    for (const auto& [op, slot] : value.uses) ops[op] = true;
+  }
+  return ops;
+}
+
+bool SameHomes(const Plan& a, const Plan& b) {
+  const size_t n = std::max(a.homes.size(), b.homes.size());
+  for (size_t v = 0; v < n; ++v) {
+    const WeightHome* x = a.Home(static_cast<int>(v));
+    const WeightHome* y = b.Home(static_cast<int>(v));
+    if (!x || !y) {
+      if (x != y) return false;
+      continue;
+    }
+    if (x->delivery != y->delivery || x->spread != y->spread ||
+        x->first_replica != y->first_replica ||
+        passes::FormatOwnership(x->fixed) !=
+            passes::FormatOwnership(y->fixed)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<bool> Search::ReachOf(const OpOffers& offers) const {
+  std::vector<bool> changed(graph_.num_ops(), false);
+  for (const Proposal& p : offers.proposals) {
+    for (const auto& [op, recipe] : p.changes) changed[op] = true;
+  }
+  // Values a proposal moves the ownership of, the ops priced on them
+  // (their prices and redistributions), and the ops that set the
+  // ownership of those ops' other operands.
+  const std::vector<bool> near = OpsTouching(graph_, ValuesOf(graph_, changed));
+  return OpsTouching(graph_, ValuesOf(graph_, near));
+}
+
+void Search::ForgetMovedOffers() {
+  if (kept_offers_.empty()) return;
+  if (kept_for_.recipes.size() != incumbent_.recipes.size() ||
+      !SameHomes(kept_for_, incumbent_)) {
+    kept_offers_.clear();
+    return;
+  }
+  std::vector<int> changed;
+  for (size_t op = 0; op < incumbent_.recipes.size(); ++op) {
+    if (!(kept_for_.recipes[op] == incumbent_.recipes[op])) {
+      changed.push_back(static_cast<int>(op));
+    }
+  }
+  for (std::optional<KeptOffers>& kept : kept_offers_) {
+    if (!kept) continue;
+    for (int op : changed) {
+      if (kept->reach[op]) {
+        kept.reset();
+        break;
+      }
+    }
+  }
+}
+
 std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
     const std::vector<int>& ops, int depth) {
   std::vector<StatusOr<OpOffers>> results(ops.size(),
                                           Status::Internal("not ranked"));
+  StatusOr<Evaluation> now =
+      Evaluate(graph_, coster_, incumbent_, EvalMode::kCyclesOnly);
+  if (!now.ok()) {
+    for (StatusOr<OpOffers>& r : results) r = now.status();
+    return results;
+  }
+  if (!options_.keep_rankings) kept_offers_.clear();
+  ForgetMovedOffers();
+  kept_offers_.resize(graph_.num_ops());
+  kept_for_ = incumbent_;
+  const size_t top = TopOf(depth);
+  std::vector<size_t> fresh;  // indices into ops
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const std::optional<KeptOffers>& kept = kept_offers_[ops[i]];
+    if (!kept || kept->top < top) {
+      fresh.push_back(i);
+      continue;
+    }
+    OpOffers offers = kept->offers;
+    offers.ranked.resize(std::min(offers.ranked.size(), top));
+    for (auto& [cycles, index] : offers.ranked) {
+      cycles += now->total_cycles - kept->incumbent_cycles;
+    }
+    results[i] = std::move(offers);
+    ++kept_rankings_;
+  }
   // A ranking's result does not depend on which coster's caches made it
   // (RankByCycles is exact).
-  OnThreads(ops.size(), [&](size_t thread, size_t i, const Coster& coster,
-                            const Coster& bounds) {
+  OnThreads(fresh.size(), [&](size_t thread, size_t k, const Coster& coster,
+                              const Coster& bounds) {
+    const size_t i = fresh[k];
     results[i] = RankOpOffers(ops[i], depth, coster, bounds, FloorsOf(thread));
   });
+  for (size_t i : fresh) {
+    if (!results[i].ok()) continue;
+    KeptOffers kept;
+    kept.offers = *results[i];
+    // Past `top` the ranks are not exact.
+    kept.offers.ranked.resize(std::min(kept.offers.ranked.size(), top));
+    kept.top = top;
+    kept.incumbent_cycles = now->total_cycles;
+    kept.reach = ReachOf(kept.offers);
+    kept_offers_[ops[i]] = std::move(kept);
+  }
   return results;
 }
 
