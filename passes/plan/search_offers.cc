@@ -408,8 +408,13 @@ std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
     results[i] = std::move(offers);
     ++kept_rankings_;
   }
-  // A ranking's result does not depend on which coster's caches made it
-  // (RankByCycles is exact).
+  // Ops with the most candidate recipes first (GEMMs, attention), whose
+  // rankings take longest: a long one taken last would leave the other
+  // threads idle. A ranking's result does not depend on which coster's
+  // caches made it (RankByCycles is exact), nor on the order.
+  std::stable_sort(fresh.begin(), fresh.end(), [&](size_t a, size_t b) {
+    return candidates_[ops[a]].size() > candidates_[ops[b]].size();
+  });
   OnThreads(fresh.size(), [&](size_t thread, size_t k, const Coster& coster,
                               const Coster& bounds) {
     const size_t i = fresh[k];
