@@ -181,8 +181,6 @@ class Search {
   // Drops the kept rankings that the incumbent's changes since they were
   // made can move; all of them if anything but recipes changed.
   void ForgetMovedOffers();
-  std::vector<std::optional<KeptOffers>> kept_offers_;  // by op
-  Plan kept_for_;  // the incumbent kept_offers_ were ranked on
   StatusOr<Plan> Apply(const Proposal& proposal) const;
   // Logs a decision as it is (a rejection, a figure or a required repair).
   void Record(const fb::DecisionT& decision);
@@ -269,6 +267,8 @@ class Search {
   bool converged_ = false;
   // Offer band for the incumbent; back to 0 when a proposal is accepted.
   int depth_ = 0;
+  std::vector<std::optional<KeptOffers>> kept_offers_;  // by op
+  Plan kept_for_;  // the incumbent kept_offers_ were ranked on
   std::mt19937_64 rng_;
   std::vector<uint64_t> visited_list_;
   std::unordered_set<uint64_t> visited_;
