@@ -19,6 +19,12 @@ uint64_t Plan::Hash() const {
   return h;
 }
 
+bool operator==(const WeightHome& a, const WeightHome& b) {
+  return a.delivery == b.delivery && a.spread == b.spread &&
+         a.first_replica == b.first_replica &&
+         passes::FormatOwnership(a.fixed) == passes::FormatOwnership(b.fixed);
+}
+
 int64_t Evaluation::Excess() const {
   int64_t excess = 0;
   for (int64_t peak : op_peak) excess += std::max<int64_t>(0, peak - capacity);

@@ -34,6 +34,7 @@ struct WeightHome {
   int first_replica = 0;
   fb::OwnershipT fixed;
 };
+bool operator==(const WeightHome& a, const WeightHome& b);
 
 struct Plan {
   std::vector<Recipe> recipes;  // by op index

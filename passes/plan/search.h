@@ -181,6 +181,12 @@ class Search {
   // Drops the kept rankings that the incumbent's changes since they were
   // made can move; all of them if anything but recipes changed.
   void ForgetMovedOffers();
+  // `op`'s kept ranking for the incumbent (of `incumbent_cycles`) to
+  // `top`, if one is kept that far.
+  std::optional<OpOffers> KeptRanking(int op, size_t top,
+                                      int64_t incumbent_cycles) const;
+  void KeepRanking(int op, const OpOffers& offers, size_t top,
+                   int64_t incumbent_cycles);
   StatusOr<Plan> Apply(const Proposal& proposal) const;
   // Logs a decision as it is (a rejection, a figure or a required repair).
   void Record(const fb::DecisionT& decision);

@@ -7,7 +7,6 @@
 #include <set>
 #include <thread>
 
-#include "passes/core/ownership.h"
 #include "passes/plan/search.h"
 #include "passes/plan/search_candidates.h"
 #include "passes/plan/tiered_min.h"
@@ -321,25 +320,6 @@ std::vector<bool> OpsTouching(const Graph& graph,
   return ops;
 }
 
-bool SameHomes(const Plan& a, const Plan& b) {
-  const size_t n = std::max(a.homes.size(), b.homes.size());
-  for (size_t v = 0; v < n; ++v) {
-    const WeightHome* x = a.Home(static_cast<int>(v));
-    const WeightHome* y = b.Home(static_cast<int>(v));
-    if (!x || !y) {
-      if (x != y) return false;
-      continue;
-    }
-    if (x->delivery != y->delivery || x->spread != y->spread ||
-        x->first_replica != y->first_replica ||
-        passes::FormatOwnership(x->fixed) !=
-            passes::FormatOwnership(y->fixed)) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 std::vector<bool> Search::ReachOf(const OpOffers& offers) const {
@@ -357,7 +337,7 @@ std::vector<bool> Search::ReachOf(const OpOffers& offers) const {
 void Search::ForgetMovedOffers() {
   if (kept_offers_.empty()) return;
   if (kept_for_.recipes.size() != incumbent_.recipes.size() ||
-      !SameHomes(kept_for_, incumbent_)) {
+      kept_for_.homes != incumbent_.homes) {
     kept_offers_.clear();
     return;
   }
@@ -378,10 +358,36 @@ void Search::ForgetMovedOffers() {
   }
 }
 
+std::optional<Search::OpOffers> Search::KeptRanking(
+    int op, size_t top, int64_t incumbent_cycles) const {
+  const std::optional<KeptOffers>& kept = kept_offers_[op];
+  if (!kept || kept->top < top) return std::nullopt;
+  OpOffers offers = kept->offers;
+  offers.ranked.resize(std::min(offers.ranked.size(), top));
+  for (auto& [cycles, index] : offers.ranked) {
+    cycles += incumbent_cycles - kept->incumbent_cycles;
+  }
+  return offers;
+}
+
+void Search::KeepRanking(int op, const OpOffers& offers, size_t top,
+                         int64_t incumbent_cycles) {
+  KeptOffers kept;
+  kept.offers = offers;
+  // Past `top` the ranks are not exact.
+  kept.offers.ranked.resize(std::min(kept.offers.ranked.size(), top));
+  kept.top = top;
+  kept.incumbent_cycles = incumbent_cycles;
+  kept.reach = ReachOf(kept.offers);
+  kept_offers_[op] = std::move(kept);
+}
+
 std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
     const std::vector<int>& ops, int depth) {
   std::vector<StatusOr<OpOffers>> results(ops.size(),
                                           Status::Internal("not ranked"));
+  // The rankings' own measure (eval_ may hold the multicast form of an
+  // incumbent that does not fit).
   StatusOr<Evaluation> now =
       Evaluate(graph_, coster_, incumbent_, EvalMode::kCyclesOnly);
   if (!now.ok()) {
@@ -395,18 +401,13 @@ std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
   const size_t top = TopOf(depth);
   std::vector<size_t> fresh;  // indices into ops
   for (size_t i = 0; i < ops.size(); ++i) {
-    const std::optional<KeptOffers>& kept = kept_offers_[ops[i]];
-    if (!kept || kept->top < top) {
+    if (std::optional<OpOffers> kept =
+            KeptRanking(ops[i], top, now->total_cycles)) {
+      results[i] = std::move(*kept);
+      ++kept_rankings_;
+    } else {
       fresh.push_back(i);
-      continue;
     }
-    OpOffers offers = kept->offers;
-    offers.ranked.resize(std::min(offers.ranked.size(), top));
-    for (auto& [cycles, index] : offers.ranked) {
-      cycles += now->total_cycles - kept->incumbent_cycles;
-    }
-    results[i] = std::move(offers);
-    ++kept_rankings_;
   }
   // Ops with the most candidate recipes first (GEMMs, attention), whose
   // rankings take longest: a long one taken last would leave the other
@@ -421,15 +422,8 @@ std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
     results[i] = RankOpOffers(ops[i], depth, coster, bounds, FloorsOf(thread));
   });
   for (size_t i : fresh) {
-    if (!results[i].ok()) continue;
-    KeptOffers kept;
-    kept.offers = *results[i];
-    // Past `top` the ranks are not exact.
-    kept.offers.ranked.resize(std::min(kept.offers.ranked.size(), top));
-    kept.top = top;
-    kept.incumbent_cycles = now->total_cycles;
-    kept.reach = ReachOf(kept.offers);
-    kept_offers_[ops[i]] = std::move(kept);
+    if (results[i].ok())
+      KeepRanking(ops[i], *results[i], top, now->total_cycles);
   }
   return results;
 }
