@@ -167,54 +167,62 @@ std::string ValueLabel(const ValueNode& v) {
   return "%" + std::to_string(v.id) + " " + v.name;
 }
 
-// Ownerships: results as their producer's recipe says; weights in a home
-// there; inputs, other weights and what the host computes as it writes an
-// input as their first device consumer needs (the host writes them in that
-// layout).
+// Value v's ownership: a result as its producer's recipe says; a weight in
+// a home there; an input, another weight or what the host computes as it
+// writes an input as its first device consumer needs (the host writes it in
+// that layout). Unowned if ops 0..last do not settle it.
+void AssignOwnership(const Graph& graph, const Coster& coster, const Plan& plan,
+                     int last, int v, Evaluation* e) {
+  e->owned[v] = false;
+  const ValueNode& value = graph.value(v);
+  if (const WeightHome* home = plan.Home(v)) {
+    e->owners[v] = HomeOwnershipIn(graph, coster, plan, v, *home);
+    e->owned[v] = true;
+    return;
+  }
+  const bool host_result = value.producer >= 0 &&
+                           graph.op(value.producer).op_class == OpClass::kHost;
+  if (value.producer >= 0 && value.producer > last) return;
+  if (value.producer >= 0 && !host_result) {
+    e->owners[v] = coster.ResultOwnership(graph, value.producer,
+                                          plan.recipes[value.producer]);
+    e->owned[v] = true;
+    return;
+  }
+  for (const auto& [op, slot] : value.uses) {
+    if (op > last) break;
+    const Recipe& r = plan.recipes[op];
+    if (graph.op(op).slots[slot] == SlotRole::kHostImage) continue;
+    switch (graph.op(op).slots[slot]) {
+      case SlotRole::kStaged:
+        e->owners[v] = coster.StagedOwnership(r);
+        break;
+      case SlotRole::kSource:
+        e->owners[v] = r.layout;
+        break;
+      default:
+        e->owners[v] = *coster.Required(graph, op, r, slot);
+        break;
+    }
+    e->owned[v] = true;
+    return;
+  }
+}
+
+// A twin is held as its body weight is, home or compute layout
+// (OwnershipOf).
+void MarkTwinOwned(const Graph& graph, int v, Evaluation* e) {
+  const int weight = graph.TwinOf(v);
+  if (weight >= 0 && e->owned[weight]) e->owned[v] = true;
+}
+
+// Every value's ownership as far as ops 0..last settle it.
 void AssignOwnerships(const Graph& graph, const Coster& coster,
                       const Plan& plan, int last, Evaluation* e) {
   for (int v = 0; v < graph.num_values(); ++v) {
-    const ValueNode& value = graph.value(v);
-    if (const WeightHome* home = plan.Home(v)) {
-      e->owners[v] = HomeOwnershipIn(graph, coster, plan, v, *home);
-      e->owned[v] = true;
-      continue;
-    }
-    const bool host_result =
-        value.producer >= 0 &&
-        graph.op(value.producer).op_class == OpClass::kHost;
-    if (value.producer >= 0 && value.producer > last) continue;
-    if (value.producer >= 0 && !host_result) {
-      e->owners[v] = coster.ResultOwnership(graph, value.producer,
-                                            plan.recipes[value.producer]);
-      e->owned[v] = true;
-      continue;
-    }
-    for (const auto& [op, slot] : value.uses) {
-      if (op > last) break;
-      const Recipe& r = plan.recipes[op];
-      if (graph.op(op).slots[slot] == SlotRole::kHostImage) continue;
-      switch (graph.op(op).slots[slot]) {
-        case SlotRole::kStaged:
-          e->owners[v] = coster.StagedOwnership(r);
-          break;
-        case SlotRole::kSource:
-          e->owners[v] = r.layout;
-          break;
-        default:
-          e->owners[v] = *coster.Required(graph, op, r, slot);
-          break;
-      }
-      e->owned[v] = true;
-      break;
-    }
+    AssignOwnership(graph, coster, plan, last, v, e);
   }
-  // A twin is held as its body weight is, home or compute layout
-  // (OwnershipOf).
-  for (int v = 0; v < graph.num_values(); ++v) {
-    const int weight = graph.TwinOf(v);
-    if (weight >= 0 && e->owned[weight]) e->owned[v] = true;
-  }
+  for (int v = 0; v < graph.num_values(); ++v) MarkTwinOwned(graph, v, e);
 }
 
 // The loop edge of the repeat whose carried_out is `v`, if op `op` (after
@@ -294,71 +302,85 @@ class RedistributionIndex {
   void Add(const Graph& graph, int v, const std::string& to, int op, int i) {
     index_[{v, to, graph.RepeatOf(op)}] = i;
   }
+  void Remove(const Graph& graph, int v, const std::string& to, int op) {
+    index_.erase({v, to, graph.RepeatOf(op)});
+  }
 
  private:
   std::map<std::tuple<int, std::string, int>, int> index_;
 };
 
-// Redistributions for operands in the wrong ownership, and op prices, each
-// counted as often as it runs; loop edges where a body ends.
+// Op `op`'s redistributions for operands in the wrong ownership (new ones,
+// or uses of one an earlier op made) and its price, each counted as often as
+// it runs.
+Status PriceOpAndRedistributions(const Graph& graph, const Coster& coster,
+                                 const Plan& plan, int op,
+                                 RedistributionIndex* index, Evaluation* e) {
+  const OpNode& node = graph.op(op);
+  const Recipe& r = plan.recipes[op];
+  const int region = graph.RepeatOf(op);
+  const int runs = graph.Runs(op);
+  const fb::OwnershipT* source = nullptr;
+  std::vector<const fb::OwnershipT*> sources;
+  if (node.kind == fb::OpKind::CopyRows) {
+    for (int v : node.operands) {
+      sources.push_back(&ReadOwner(graph, *e, v, op));
+    }
+  }
+  if (node.op_class == OpClass::kGemm || node.op_class == OpClass::kCopy) {
+    source = &ReadOwner(graph, *e, node.operands[0], op);
+  } else if (node.op_class == OpClass::kAttention) {
+    source = &ReadOwner(graph, *e, node.operands[node.staged], op);
+  }
+  for (size_t slot = 0; slot < node.operands.size(); ++slot) {
+    const int v = node.operands[slot];
+    const std::pair<int, int> use = {op, static_cast<int>(slot)};
+    const fb::OwnershipT& have = ReadOwner(graph, *e, v, op);
+    const std::optional<fb::OwnershipT> need =
+        coster.Required(graph, op, r, static_cast<int>(slot));
+    if (!need || coster.SamePlacement(graph.value(v).shape, have, *need)) {
+      const int edge = LoopEdgeFor(graph, *e, v, op);
+      if (edge >= 0) e->redistributions[edge].uses.push_back(use);
+      continue;
+    }
+    const ValueNode& value = graph.value(v);
+    const std::string to = passes::FormatOwnership(*need);
+    int i = index->Find(graph, v, to, op);
+    if (i < 0) {
+      Redistribution red;
+      red.value = v;
+      red.to = *need;
+      red.before_op = op;
+      red.runs = runs;
+      StatusOr<passes::TransferCost> moved = coster.Redistribution(
+          value.shape, coster.StoredBytes(graph, v), have, *need);
+      if (!moved.ok()) return moved.status();
+      red.cost = *moved;
+      e->total_cycles += runs * red.Cycles();
+      if (region >= 0) e->repeat_cycles[region] += red.Cycles();
+      i = static_cast<int>(e->redistributions.size());
+      index->Add(graph, v, to, op, i);
+      e->redistributions.push_back(std::move(red));
+    }
+    e->redistributions[i].uses.push_back(use);
+  }
+  StatusOr<OpCost> cost = coster.PriceOp(graph, op, r, source, sources);
+  if (!cost.ok()) return cost.status();
+  e->ops[op] = *cost;
+  e->total_cycles += runs * cost->Cycles();
+  if (region >= 0) e->repeat_cycles[region] += cost->Cycles();
+  return Status::Ok();
+}
+
+// Ops first..last priced in order, from `e` as op `first` finds it (its
+// loop edges not yet added); loop edges where a body ends.
 Status PriceOpsAndRedistributions(const Graph& graph, const Coster& coster,
-                                  const Plan& plan, int last, Evaluation* e) {
-  RedistributionIndex index;
-  for (int op = 0; op <= last; ++op) {
+                                  const Plan& plan, int first, int last,
+                                  RedistributionIndex* index, Evaluation* e) {
+  for (int op = first; op <= last; ++op) {
     TILEC_RETURN_IF_ERROR(AddLoopEdgesBefore(graph, coster, op, e));
-    const OpNode& node = graph.op(op);
-    const Recipe& r = plan.recipes[op];
-    const int region = graph.RepeatOf(op);
-    const int runs = graph.Runs(op);
-    const fb::OwnershipT* source = nullptr;
-    std::vector<const fb::OwnershipT*> sources;
-    if (node.kind == fb::OpKind::CopyRows) {
-      for (int v : node.operands) {
-        sources.push_back(&ReadOwner(graph, *e, v, op));
-      }
-    }
-    if (node.op_class == OpClass::kGemm || node.op_class == OpClass::kCopy) {
-      source = &ReadOwner(graph, *e, node.operands[0], op);
-    } else if (node.op_class == OpClass::kAttention) {
-      source = &ReadOwner(graph, *e, node.operands[node.staged], op);
-    }
-    for (size_t slot = 0; slot < node.operands.size(); ++slot) {
-      const int v = node.operands[slot];
-      const std::pair<int, int> use = {op, static_cast<int>(slot)};
-      const fb::OwnershipT& have = ReadOwner(graph, *e, v, op);
-      const std::optional<fb::OwnershipT> need =
-          coster.Required(graph, op, r, static_cast<int>(slot));
-      if (!need || coster.SamePlacement(graph.value(v).shape, have, *need)) {
-        const int edge = LoopEdgeFor(graph, *e, v, op);
-        if (edge >= 0) e->redistributions[edge].uses.push_back(use);
-        continue;
-      }
-      const ValueNode& value = graph.value(v);
-      const std::string to = passes::FormatOwnership(*need);
-      int i = index.Find(graph, v, to, op);
-      if (i < 0) {
-        Redistribution red;
-        red.value = v;
-        red.to = *need;
-        red.before_op = op;
-        red.runs = runs;
-        StatusOr<passes::TransferCost> moved = coster.Redistribution(
-            value.shape, coster.StoredBytes(graph, v), have, *need);
-        if (!moved.ok()) return moved.status();
-        red.cost = *moved;
-        e->total_cycles += runs * red.Cycles();
-        if (region >= 0) e->repeat_cycles[region] += red.Cycles();
-        i = static_cast<int>(e->redistributions.size());
-        index.Add(graph, v, to, op, i);
-        e->redistributions.push_back(std::move(red));
-      }
-      e->redistributions[i].uses.push_back(use);
-    }
-    StatusOr<OpCost> cost = coster.PriceOp(graph, op, r, source, sources);
-    if (!cost.ok()) return cost.status();
-    e->ops[op] = *cost;
-    e->total_cycles += runs * cost->Cycles();
-    if (region >= 0) e->repeat_cycles[region] += cost->Cycles();
+    TILEC_RETURN_IF_ERROR(
+        PriceOpAndRedistributions(graph, coster, plan, op, index, e));
   }
   return AddLoopEdgesBefore(graph, coster, last + 1, e);
 }
@@ -849,21 +871,31 @@ const fb::OwnershipT& OwnershipOf(const Graph& graph, const Evaluation& e,
   return e.owners[graph.HeldAs(v)];
 }
 
+namespace {
+
+// An evaluation of nothing yet, sized for `graph`.
+Evaluation EmptyEvaluation(const Graph& graph, const Coster& coster) {
+  Evaluation e;
+  e.owners.resize(graph.num_values());
+  e.owned.assign(graph.num_values(), false);
+  e.ops.resize(graph.num_ops());
+  e.capacity = coster.capacity();
+  e.repeat_cycles.assign(graph.repeats().size(), 0);
+  e.loop_edges.assign(graph.repeats().size(), -1);
+  return e;
+}
+
+}  // namespace
+
 StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
                               const Plan& plan, EvalMode mode, int upto) {
   const int num_ops = graph.num_ops();
   const int last = upto < 0 ? num_ops - 1 : std::min(upto, num_ops - 1);
-  Evaluation e;
-  e.owners.resize(graph.num_values());
-  e.owned.assign(graph.num_values(), false);
-  e.ops.resize(num_ops);
-  e.capacity = coster.capacity();
-  e.repeat_cycles.assign(graph.repeats().size(), 0);
-  e.loop_edges.assign(graph.repeats().size(), -1);
-
+  Evaluation e = EmptyEvaluation(graph, coster);
   AssignOwnerships(graph, coster, plan, last, &e);
+  RedistributionIndex index;
   TILEC_RETURN_IF_ERROR(
-      PriceOpsAndRedistributions(graph, coster, plan, last, &e));
+      PriceOpsAndRedistributions(graph, coster, plan, 0, last, &index, &e));
   if (mode == EvalMode::kCyclesOnly || upto >= 0) return e;
 
   Buffers buffers = BuffersOf(graph, coster, e);
@@ -1034,6 +1066,93 @@ class PlanWriter {
 };
 
 }  // namespace
+
+struct CyclesUpTo::State {
+  const Graph* graph = nullptr;
+  Plan plan;
+  int op = 0;
+  // Ops 0..op-1 priced and the loop edges before op added, ownerships as
+  // those ops settle them.
+  Evaluation e;
+  RedistributionIndex index;
+  // The values whose ownership op's recipe may settle: its operands (a
+  // first use), its result, and their twins.
+  std::vector<int> touched;
+};
+
+CyclesUpTo::CyclesUpTo(std::unique_ptr<State> state)
+    : state_(std::move(state)) {}
+CyclesUpTo::CyclesUpTo(const CyclesUpTo& other)
+    : state_(std::make_unique<State>(*other.state_)) {}
+CyclesUpTo::CyclesUpTo(CyclesUpTo&& other) noexcept = default;
+CyclesUpTo::~CyclesUpTo() = default;
+
+StatusOr<CyclesUpTo> CyclesUpTo::Make(const Graph& graph, const Coster& coster,
+                                      const Plan& plan, int op) {
+  auto s = std::make_unique<State>();
+  s->graph = &graph;
+  s->plan = plan;
+  s->op = op;
+  s->e = EmptyEvaluation(graph, coster);
+  AssignOwnerships(graph, coster, plan, op - 1, &s->e);
+  TILEC_RETURN_IF_ERROR(PriceOpsAndRedistributions(graph, coster, plan, 0,
+                                                   op - 1, &s->index, &s->e));
+  const OpNode& node = graph.op(op);
+  std::vector<bool> mine(graph.num_values(), false);
+  for (int v : node.operands) mine[v] = true;
+  if (node.result >= 0) mine[node.result] = true;
+  for (int v = 0; v < graph.num_values(); ++v) {
+    const int weight = graph.TwinOf(v);
+    if (mine[v] || (weight >= 0 && mine[weight])) s->touched.push_back(v);
+  }
+  return CyclesUpTo(std::move(s));
+}
+
+StatusOr<int64_t> CyclesUpTo::CyclesWith(const Coster& coster,
+                                         const Recipe& recipe) {
+  State& s = *state_;
+  const Graph& graph = *s.graph;
+  Evaluation& e = s.e;
+  // What pricing the op adds to the prefix, to be taken off again. The
+  // ownerships it settles are settled afresh for every recipe.
+  const size_t kept_redistributions = e.redistributions.size();
+  std::vector<size_t> kept_uses;
+  for (const Redistribution& red : e.redistributions) {
+    kept_uses.push_back(red.uses.size());
+  }
+  const int64_t kept_total = e.total_cycles;
+  const std::vector<int64_t> kept_repeat_cycles = e.repeat_cycles;
+  const std::vector<int> kept_loop_edges = e.loop_edges;
+
+  s.plan.recipes[s.op] = recipe;
+  for (int v : s.touched) {
+    AssignOwnership(graph, coster, s.plan, s.op, v, &e);
+  }
+  for (int v : s.touched) MarkTwinOwned(graph, v, &e);
+  Status priced =
+      PriceOpAndRedistributions(graph, coster, s.plan, s.op, &s.index, &e);
+  if (priced.ok()) priced = AddLoopEdgesBefore(graph, coster, s.op + 1, &e);
+  const int64_t cycles = e.total_cycles;
+
+  for (size_t i = kept_redistributions; i < e.redistributions.size(); ++i) {
+    const Redistribution& red = e.redistributions[i];
+    if (red.loop_edge) continue;
+    s.index.Remove(graph, red.value, passes::FormatOwnership(red.to),
+                   red.before_op);
+  }
+  e.redistributions.erase(
+      e.redistributions.begin() + static_cast<ptrdiff_t>(kept_redistributions),
+      e.redistributions.end());
+  for (size_t i = 0; i < kept_redistributions; ++i) {
+    e.redistributions[i].uses.resize(kept_uses[i]);
+  }
+  e.total_cycles = kept_total;
+  e.repeat_cycles = kept_repeat_cycles;
+  e.loop_edges = kept_loop_edges;
+  e.ops[s.op] = OpCost{};
+  if (!priced.ok()) return priced;
+  return cycles;
+}
 
 StatusOr<std::vector<uint32_t>> WritePlan(const Graph& graph,
                                           const Coster& coster,

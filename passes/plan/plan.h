@@ -163,6 +163,35 @@ std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
 StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
                               const Plan& plan, EvalMode mode, int upto = -1);
 
+// Evaluate(kCyclesOnly, op)'s cycles for plans that differ from one plan
+// only in op `op`'s recipe: the ops before it priced once (Make), then for
+// each recipe only what it changes (CyclesWith): the ownerships op settles,
+// its price, the redistributions it adds and the loop edges after it. The
+// greedy initial plan prices every option of each op so; evaluating the
+// ops before it again for each option was most of the time of
+// quantize-fp8's trial plans that priced nothing new.
+class CyclesUpTo {
+ public:
+  static StatusOr<CyclesUpTo> Make(const Graph& graph, const Coster& coster,
+                                   const Plan& plan, int op);
+  CyclesUpTo(const CyclesUpTo& other);
+  CyclesUpTo(CyclesUpTo&& other) noexcept;
+  CyclesUpTo& operator=(const CyclesUpTo&) = delete;
+  ~CyclesUpTo();
+
+  // The cycles of the plan with `recipe` for the op, priced by `coster`
+  // (the ops before it as Make's coster priced them): with Make's coster
+  // Evaluate's exactly, with its lower bounds a lower bound. It changes
+  // this object while it prices (and restores it): a thread prices on a
+  // copy of its own.
+  StatusOr<int64_t> CyclesWith(const Coster& coster, const Recipe& recipe);
+
+ private:
+  struct State;
+  explicit CyclesUpTo(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
 // Writes the plan into `module` (which must be the module `graph` was built
 // from): ownerships on every value (a twin's is its body weight's), a recipe
 // and an estimate (one run) on every op, and a Redistribute op (ids above

@@ -854,6 +854,72 @@ TEST(PlanMemoryTest, RedistributionsAreExplicitAndPriced) {
   EXPECT_TRUE(ir::VerifyModule(out).ok());
 }
 
+// The greedy plan prices each op's options on the ops before it priced
+// once (CyclesUpTo): every option's cycles are Evaluate's up to the op,
+// exactly, and a lower bound under the lower bounds, on a block, a layer
+// and a whole model with a repeat and an op after its body (loop edges),
+// with weights resident and in homes (whose layout the first consumer's
+// recipe sets), each op's options tried on the greedy plan's recipes.
+TEST(PlanEvaluateTest, CyclesUpToAnOpAreEvaluatesForEveryOption) {
+  passes::ModelOverrides o = TinyOverrides(16, 4);
+  o.layers = 3;
+  std::vector<fb::ModuleT> modules;
+  modules.push_back(Small());
+  modules.push_back(
+      Model("tiny", "siglip-so400m-384", TinyOverrides(17, 4), "layer"));
+  modules.push_back(Model("tiny", "siglip-so400m-384", o, "model"));
+  modules.push_back(WithOpAfterBody(TinyBlocks(3, true), fb::OpKind::Gelu));
+  int compared = 0;
+  for (fb::ModuleT& m : modules) {
+    Fixture f(std::move(m));
+    Search search(f.graph, f.coster, {});
+    ASSERT_TRUE(search.Initialize().ok());
+    const Coster bounds = f.coster.LowerBounds();
+    for (const Plan& plan :
+         {search.incumbent(),
+          WithAllHomes(f.graph, f.coster, search.incumbent())}) {
+      for (int op = 0; op < f.graph.num_ops(); ++op) {
+        StatusOr<CyclesUpTo> context =
+            CyclesUpTo::Make(f.graph, f.coster, plan, op);
+        ASSERT_TRUE(context.ok()) << context.status().message();
+        StatusOr<Evaluation> prefix =
+            Evaluate(f.graph, f.coster, plan, EvalMode::kCyclesOnly, op);
+        ASSERT_TRUE(prefix.ok());
+        std::vector<Recipe> options = Candidates(f.graph, f.coster, op);
+        for (const Recipe& r :
+             NeighbourRecipes(f.graph, f.coster, plan, *prefix, op)) {
+          options.push_back(r);
+        }
+        for (const Recipe& r : options) {
+          Plan with = plan;
+          with.recipes[op] = r;
+          StatusOr<Evaluation> e =
+              Evaluate(f.graph, f.coster, with, EvalMode::kCyclesOnly, op);
+          StatusOr<int64_t> cycles = context->CyclesWith(f.coster, r);
+          ASSERT_EQ(e.ok(), cycles.ok()) << op << " " << r.Text();
+          if (!e.ok()) continue;
+          EXPECT_EQ(*cycles, e->total_cycles) << op << " " << r.Text();
+          // Priced again, on what the first pricing left.
+          StatusOr<int64_t> again = context->CyclesWith(f.coster, r);
+          ASSERT_TRUE(again.ok());
+          EXPECT_EQ(*again, e->total_cycles) << op << " " << r.Text();
+          StatusOr<int64_t> bound = context->CyclesWith(bounds, r);
+          ASSERT_TRUE(bound.ok());
+          EXPECT_LE(*bound, e->total_cycles) << op << " " << r.Text();
+          ++compared;
+        }
+        // Pricing options leaves the context as it was: the incumbent's
+        // recipe prices as the prefix evaluation did.
+        StatusOr<int64_t> again =
+            context->CyclesWith(f.coster, plan.recipes[op]);
+        ASSERT_TRUE(again.ok());
+        EXPECT_EQ(*again, prefix->total_cycles) << op;
+      }
+    }
+  }
+  EXPECT_GT(compared, 1000);
+}
+
 // ---------------------------------------------------------------- candidates
 
 TEST(PlanCandidatesTest, EveryGemmGetsAllThreeStagings) {

@@ -231,11 +231,10 @@ class Search {
   // coarser ones that need no GEMM copies planned (floors_).
   enum class Pricing { kSchedule, kBounds, kFloors };
   StatusOr<std::vector<int64_t>> OptionCycles(
-      int op, const std::vector<Recipe>& options, std::span<const size_t> which,
-      Pricing pricing);
+      const std::vector<Recipe>& options, std::span<const size_t> which,
+      Pricing pricing, std::vector<CyclesUpTo>* contexts);
   StatusOr<std::pair<int64_t, size_t>> CheapestOption(
       int op, const std::vector<Recipe>& options);
-  Plan WithRecipe(int op, const Recipe& recipe) const;
   Status MoveWeightsHome(std::optional<Evaluation>* closest);
   Status InferHomes(const fb::SearchCheckpointT& c, Plan* plan) const;
   Status RestoreHomes(const fb::SearchCheckpointT& checkpoint,

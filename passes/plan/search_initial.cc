@@ -153,20 +153,13 @@ Status Search::MoveWeightsHome(std::optional<Evaluation>* closest) {
   return Status::Ok();
 }
 
-// Greedy: each op in program order takes its cheapest recipe given the ops
-// before it (their ownerships and the redistributions it would need).
-Plan Search::WithRecipe(int op, const Recipe& recipe) const {
-  Plan trial = incumbent_;
-  trial.recipes[op] = recipe;
-  return trial;
-}
-
 // The cycles up to `op` with each option `which` names in its place,
 // priced on GreedyThreads() as `pricing` says, each thread with costers of
-// its own.
+// its own and the ops before `op` as priced once (`contexts`, one a
+// thread).
 StatusOr<std::vector<int64_t>> Search::OptionCycles(
-    int op, const std::vector<Recipe>& options, std::span<const size_t> which,
-    Pricing pricing) {
+    const std::vector<Recipe>& options, std::span<const size_t> which,
+    Pricing pricing, std::vector<CyclesUpTo>* contexts) {
   std::vector<int64_t> cycles(which.size(), 0);
   std::vector<Status> failed(which.size(), Status::Ok());
   OnThreads(
@@ -176,14 +169,13 @@ StatusOr<std::vector<int64_t>> Search::OptionCycles(
         const Coster& coster = pricing == Pricing::kSchedule ? scheduled
                                : pricing == Pricing::kBounds ? bound
                                                              : FloorsOf(thread);
-        StatusOr<Evaluation> e =
-            Evaluate(graph_, coster, WithRecipe(op, options[which[k]]),
-                     EvalMode::kCyclesOnly, op);
-        if (!e.ok()) {
-          failed[k] = e.status();
+        StatusOr<int64_t> c =
+            (*contexts)[thread].CyclesWith(coster, options[which[k]]);
+        if (!c.ok()) {
+          failed[k] = c.status();
           return;
         }
-        cycles[k] = e->total_cycles;
+        cycles[k] = *c;
       },
       GreedyThreads());
   // The first failure in `which`'s order, whichever thread met it.
@@ -198,18 +190,29 @@ StatusOr<std::vector<int64_t>> Search::OptionCycles(
 // bounded (on so400m most GEMM options). That is the choice pricing every
 // option by its schedule would make, whatever each bound is as long as it
 // is one: so the threads (GreedyThreads) price with costers of their own
-// (tighter or looser where their caches differ), a thread an option.
+// (tighter or looser where their caches differ), a thread an option, and
+// the lower bounds of an option are its own terms' bounds on the ops
+// before it priced exactly (CyclesUpTo).
 StatusOr<std::pair<int64_t, size_t>> Search::CheapestOption(
     int op, const std::vector<Recipe>& options) {
   constexpr Pricing kTiers[] = {Pricing::kFloors, Pricing::kBounds,
                                 Pricing::kSchedule};
+  StatusOr<CyclesUpTo> context =
+      CyclesUpTo::Make(graph_, coster_, incumbent_, op);
+  if (!context.ok()) return context.status();
+  const size_t threads = static_cast<size_t>(std::max(1, GreedyThreads()));
+  std::vector<CyclesUpTo> contexts;
+  contexts.reserve(threads);
+  contexts.push_back(std::move(*context));
+  while (contexts.size() < threads) contexts.push_back(contexts.front());
   return CheapestByTiers(
-      options.size(), 2, static_cast<size_t>(std::max(1, GreedyThreads())),
-      [&](std::span<const size_t> which, int tier) {
-        return OptionCycles(op, options, which, kTiers[tier]);
+      options.size(), 2, threads, [&](std::span<const size_t> which, int tier) {
+        return OptionCycles(options, which, kTiers[tier], &contexts);
       });
 }
 
+// Greedy: each op in program order takes its cheapest recipe given the ops
+// before it (their ownerships and the redistributions it would need).
 Status Search::Greedy(std::vector<fb::DecisionT>* decisions) {
   int64_t before = 0;
   for (int op = 0; op < graph_.num_ops(); ++op) {
