@@ -478,6 +478,78 @@ class Fuser {
     return out;
   }
 
+  // Each placement's plan where it can matter: out->best (the cheapest that
+  // fits, the first in `placements` of equals), out->best_unfit (a cheaper
+  // one that does not fit), out->by_label (the cheapest that fits of each
+  // label, labels in the order of their placements). Every placement is
+  // first priced at its lower bound (the planner's Coster::LowerBounds,
+  // cycles only), then evaluated in full in order of those bounds where
+  // the bound could still make it one of those: the same figures as
+  // evaluating every placement, and on so400m most are not (each full
+  // evaluation schedules the placement's new exchanges).
+  // `what` and `now` (the region and the plan's cycles without it) are for
+  // the log.
+  Status PricePlacements(const plan::Graph& g, const plan::Coster& coster,
+                         const std::string& what, int64_t now,
+                         std::vector<Placement>& placements,
+                         Priced* out) const {
+    const plan::Coster bounds = coster.LowerBounds();
+    std::vector<int64_t> bound(placements.size());
+    for (size_t i = 0; i < placements.size(); ++i) {
+      plan::Plan trial = out->plan;
+      trial.recipes[out->fused] = placements[i].recipe;
+      StatusOr<plan::Evaluation> e =
+          plan::Evaluate(g, bounds, trial, plan::EvalMode::kCyclesOnly);
+      if (!e.ok()) return e.status();
+      bound[i] = e->total_cycles;
+    }
+    std::vector<size_t> order(placements.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return bound[a] < bound[b]; });
+    // The cheapest so far, (cycles, placement index), and per label.
+    std::optional<std::pair<int64_t, size_t>> best, best_unfit;
+    std::map<std::string, int64_t> label_best;
+    for (size_t i : order) {
+      Placement& q = placements[i];
+      auto label = label_best.find(q.label);
+      const bool may_be_best = !best || bound[i] <= best->first;
+      const bool may_be_labels =
+          label == label_best.end() || bound[i] < label->second;
+      if (options_.bounds_first && !may_be_best && !may_be_labels) continue;
+      plan::Plan trial = out->plan;
+      trial.recipes[out->fused] = q.recipe;
+      StatusOr<plan::Evaluation> e =
+          plan::Evaluate(g, coster, trial, plan::EvalMode::kFull);
+      if (!e.ok()) return e.status();
+      q.eval = std::move(*e);
+      VLOG(1) << what << " on " << q.label << " " << q.recipe.Text()
+              << ": plan " << q.eval.total_cycles << " cycles (now " << now
+              << "), peak " << q.eval.peak_bytes << " B"
+              << (q.eval.feasible() ? "" : " (does not fit)");
+      const std::pair<int64_t, size_t> rank = {q.eval.total_cycles, i};
+      if (q.eval.feasible()) {
+        if (label == label_best.end()) {
+          label_best[q.label] = q.eval.total_cycles;
+        } else {
+          label->second = std::min(label->second, q.eval.total_cycles);
+        }
+      }
+      std::optional<std::pair<int64_t, size_t>>& slot =
+          q.eval.feasible() ? best : best_unfit;
+      if (!slot || rank < *slot) slot = rank;
+    }
+    if (best) out->best = placements[best->second];
+    if (best_unfit) out->best_unfit = placements[best_unfit->second];
+    for (const Placement& q : placements) {
+      auto label = label_best.find(q.label);
+      if (label == label_best.end()) continue;
+      out->by_label.push_back(*label);
+      label_best.erase(label);
+    }
+    return Status::Ok();
+  }
+
   StatusOr<Priced> Price(const PlannedGraph& pg, const plan::Graph& graph,
                          const plan::Evaluation& base, const Region& region,
                          const std::string& why) const {
@@ -556,31 +628,9 @@ class Fuser {
         }
       }
     }
-    for (Placement& q : placements) {
-      plan::Plan trial = out.plan;
-      trial.recipes[out.fused] = q.recipe;
-      StatusOr<plan::Evaluation> e =
-          plan::Evaluate(*g, coster, trial, plan::EvalMode::kFull);
-      if (!e.ok()) return e.status();
-      q.eval = std::move(*e);
-      VLOG(1) << OpText(p) << " + " << OpText(c) << " on " << q.label << " "
-              << q.recipe.Text() << ": plan " << q.eval.total_cycles
-              << " cycles (now " << base.total_cycles << "), peak "
-              << q.eval.peak_bytes << " B" << (q.eval.feasible() ? "" : " (does not fit)");
-      if (q.eval.feasible()) {
-        auto it = std::find_if(
-            out.by_label.begin(), out.by_label.end(),
-            [&](const auto& entry) { return entry.first == q.label; });
-        if (it == out.by_label.end()) {
-          out.by_label.push_back({q.label, q.eval.total_cycles});
-        } else {
-          it->second = std::min(it->second, q.eval.total_cycles);
-        }
-      }
-      std::optional<Placement>& slot =
-          q.eval.feasible() ? out.best : out.best_unfit;
-      if (!slot || q.eval.total_cycles < slot->eval.total_cycles) slot = q;
-    }
+    TILEC_RETURN_IF_ERROR(PricePlacements(*g, coster,
+                                          OpText(p) + " + " + OpText(c),
+                                          base.total_cycles, placements, &out));
     if (out.best_unfit && out.best &&
         out.best_unfit->eval.total_cycles >= out.best->eval.total_cycles) {
       out.best_unfit.reset();

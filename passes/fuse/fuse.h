@@ -77,6 +77,10 @@ struct FuseOptions {
   // Threads pricing a round's candidate regions; the output is the same
   // bytes on any count.
   int threads = 2;
+  // Each placement evaluated in full only where its lower bound says it
+  // could be the cheapest (docs/fusion.md); false evaluates every one (the
+  // same output bytes, tested).
+  bool bounds_first = true;
 };
 
 class FuseElementwisePass : public passes::Pass {

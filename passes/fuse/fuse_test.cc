@@ -217,17 +217,22 @@ TEST(FuseElementwiseTest, EachPlacementAcrossARedistribution) {
   }
 }
 
-// Tile memory shrunk below what any placement needs: the cheaper fused
-// plans are refused by memory, naming the tile and its buffers.
-TEST(FuseElementwiseTest, RefusesPlacementsThatDoNotFit) {
+// Forced() with 4 KiB for tensors beside a 1 KiB runtime, in 1 KiB
+// elements (the target validator wants the runtime inside the standard
+// elements).
+fb::ModuleT ForcedInFewBytes() {
   fb::ModuleT planned = Forced();
-  // 4 KiB for tensors beside a 1 KiB runtime, in 1 KiB elements (the
-  // target validator wants the runtime inside the standard elements).
   planned.target->runtime_code_bytes = 1024;
   planned.target->sram_bytes = 1024 + 4096;
   planned.target->element_bytes = 1024;
   planned.target->interleaved_element_bytes = 1024;
-  Fused f = RunFuse(std::move(planned));
+  return planned;
+}
+
+// Tile memory shrunk below what any placement needs: the cheaper fused
+// plans are refused by memory, naming the tile and its buffers.
+TEST(FuseElementwiseTest, RefusesPlacementsThatDoNotFit) {
+  Fused f = RunFuse(ForcedInFewBytes());
   EXPECT_FALSE(f.changed);
   bool refused = false;
   for (const auto& d : f.decisions) {
@@ -663,6 +668,30 @@ TEST(FuseRepeatTest, ResidualStaysInsideTheBody) {
                 std::string::npos;
   }
   EXPECT_TRUE(boundary);
+}
+
+// Placements evaluated in full only where their lower bounds could make
+// them the cheapest (of all, of their label, or a cheaper one that does
+// not fit) give the module and decisions of evaluating every placement: on
+// a layer, a repeat of three blocks, and where tile memory refuses the
+// cheaper placements.
+TEST(FuseElementwiseTest, BoundsFirstChangesNoOutputByte) {
+  const fb::ModuleT modules[] = {
+      Planned(lower::testing::Import("vit-b16-224", "layer", "tiny", 64, 96,
+                                     384, 3)),
+      Planned(RolledBlocks(3)), Forced(), ForcedInFewBytes()};
+  for (const fb::ModuleT& planned : modules) {
+    std::vector<std::string> bytes;
+    for (bool bounds_first : {false, true}) {
+      FuseOptions options;
+      options.bounds_first = bounds_first;
+      Fused fused = RunFuse(planned, options);
+      bytes.emplace_back();
+      ASSERT_TRUE(
+          ir::SerializeModule(fused.module, "test", &bytes.back()).ok());
+    }
+    EXPECT_EQ(bytes[1], bytes[0]);
+  }
 }
 
 }  // namespace
