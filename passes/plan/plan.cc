@@ -1085,6 +1085,7 @@ CyclesUpTo::CyclesUpTo(std::unique_ptr<State> state)
 CyclesUpTo::CyclesUpTo(const CyclesUpTo& other)
     : state_(std::make_unique<State>(*other.state_)) {}
 CyclesUpTo::CyclesUpTo(CyclesUpTo&& other) noexcept = default;
+CyclesUpTo& CyclesUpTo::operator=(CyclesUpTo&& other) noexcept = default;
 CyclesUpTo::~CyclesUpTo() = default;
 
 StatusOr<CyclesUpTo> CyclesUpTo::Make(const Graph& graph, const Coster& coster,

@@ -177,6 +177,7 @@ class CyclesUpTo {
   CyclesUpTo(const CyclesUpTo& other);
   CyclesUpTo(CyclesUpTo&& other) noexcept;
   CyclesUpTo& operator=(const CyclesUpTo&) = delete;
+  CyclesUpTo& operator=(CyclesUpTo&& other) noexcept;
   ~CyclesUpTo();
 
   // The cycles of the plan with `recipe` for the op, priced by `coster`

@@ -197,14 +197,23 @@ StatusOr<std::pair<int64_t, size_t>> Search::CheapestOption(
     int op, const std::vector<Recipe>& options) {
   constexpr Pricing kTiers[] = {Pricing::kFloors, Pricing::kBounds,
                                 Pricing::kSchedule};
-  StatusOr<CyclesUpTo> context =
-      CyclesUpTo::Make(graph_, coster_, incumbent_, op);
-  if (!context.ok()) return context.status();
+  // Each thread's prefix priced by its own coster, whose prices by op index
+  // the local search on that thread then finds made (copies of one
+  // thread's left them to be made again there: batch 1's search took 3 s
+  // more).
   const size_t threads = static_cast<size_t>(std::max(1, GreedyThreads()));
+  std::vector<StatusOr<CyclesUpTo>> made(threads, Status::Internal("not made"));
+  OnThreads(
+      threads,
+      [&](size_t thread, size_t, const Coster& coster, const Coster&) {
+        made[thread] = CyclesUpTo::Make(graph_, coster, incumbent_, op);
+      },
+      GreedyThreads());
   std::vector<CyclesUpTo> contexts;
-  contexts.reserve(threads);
-  contexts.push_back(std::move(*context));
-  while (contexts.size() < threads) contexts.push_back(contexts.front());
+  for (StatusOr<CyclesUpTo>& context : made) {
+    if (!context.ok()) return context.status();
+    contexts.push_back(std::move(*context));
+  }
   return CheapestByTiers(
       options.size(), 2, threads, [&](std::span<const size_t> which, int tier) {
         return OptionCycles(options, which, kTiers[tier], &contexts);
