@@ -478,6 +478,23 @@ class Fuser {
     return out;
   }
 
+  // Each placement's plan's cycles at the planner's lower bound.
+  static StatusOr<std::vector<int64_t>> LowerBounds(
+      const plan::Graph& g, const plan::Coster& coster,
+      const std::vector<Placement>& placements, const Priced& out) {
+    const plan::Coster bounds = coster.LowerBounds();
+    std::vector<int64_t> cycles;
+    for (const Placement& q : placements) {
+      plan::Plan trial = out.plan;
+      trial.recipes[out.fused] = q.recipe;
+      StatusOr<plan::Evaluation> e =
+          plan::Evaluate(g, bounds, trial, plan::EvalMode::kCyclesOnly);
+      if (!e.ok()) return e.status();
+      cycles.push_back(e->total_cycles);
+    }
+    return cycles;
+  }
+
   // Each placement's plan where it can matter: out->best (the cheapest that
   // fits, the first in `placements` of equals), out->best_unfit (a cheaper
   // one that does not fit), out->by_label (the cheapest that fits of each
@@ -493,16 +510,10 @@ class Fuser {
                          const std::string& what, int64_t now,
                          std::vector<Placement>& placements,
                          Priced* out) const {
-    const plan::Coster bounds = coster.LowerBounds();
-    std::vector<int64_t> bound(placements.size());
-    for (size_t i = 0; i < placements.size(); ++i) {
-      plan::Plan trial = out->plan;
-      trial.recipes[out->fused] = placements[i].recipe;
-      StatusOr<plan::Evaluation> e =
-          plan::Evaluate(g, bounds, trial, plan::EvalMode::kCyclesOnly);
-      if (!e.ok()) return e.status();
-      bound[i] = e->total_cycles;
-    }
+    StatusOr<std::vector<int64_t>> bounds =
+        LowerBounds(g, coster, placements, *out);
+    if (!bounds.ok()) return bounds.status();
+    const std::vector<int64_t>& bound = *bounds;
     std::vector<size_t> order(placements.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(),

@@ -1082,8 +1082,6 @@ struct CyclesUpTo::State {
 
 CyclesUpTo::CyclesUpTo(std::unique_ptr<State> state)
     : state_(std::move(state)) {}
-CyclesUpTo::CyclesUpTo(const CyclesUpTo& other)
-    : state_(std::make_unique<State>(*other.state_)) {}
 CyclesUpTo::CyclesUpTo(CyclesUpTo&& other) noexcept = default;
 CyclesUpTo& CyclesUpTo::operator=(CyclesUpTo&& other) noexcept = default;
 CyclesUpTo::~CyclesUpTo() = default;

@@ -174,7 +174,6 @@ class CyclesUpTo {
  public:
   static StatusOr<CyclesUpTo> Make(const Graph& graph, const Coster& coster,
                                    const Plan& plan, int op);
-  CyclesUpTo(const CyclesUpTo& other);
   CyclesUpTo(CyclesUpTo&& other) noexcept;
   CyclesUpTo& operator=(const CyclesUpTo&) = delete;
   CyclesUpTo& operator=(CyclesUpTo&& other) noexcept;
@@ -183,8 +182,8 @@ class CyclesUpTo {
   // The cycles of the plan with `recipe` for the op, priced by `coster`
   // (the ops before it as Make's coster priced them): with Make's coster
   // Evaluate's exactly, with its lower bounds a lower bound. It changes
-  // this object while it prices (and restores it): a thread prices on a
-  // copy of its own.
+  // this object while it prices (and restores it): each thread prices on
+  // one of its own.
   StatusOr<int64_t> CyclesWith(const Coster& coster, const Recipe& recipe);
 
  private:

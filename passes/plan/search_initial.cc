@@ -199,10 +199,12 @@ StatusOr<std::pair<int64_t, size_t>> Search::CheapestOption(
                                 Pricing::kSchedule};
   // Each thread's prefix priced by its own coster, whose prices by op index
   // the local search on that thread then finds made (copies of one
-  // thread's left them to be made again there: batch 1's search took 3 s
+  // thread's left them to be made again there: batch 1's search took 2-3 s
   // more).
   const size_t threads = static_cast<size_t>(std::max(1, GreedyThreads()));
-  std::vector<StatusOr<CyclesUpTo>> made(threads, Status::Internal("not made"));
+  std::vector<StatusOr<CyclesUpTo>> made;
+  made.reserve(threads);
+  while (made.size() < threads) made.emplace_back(Status::Internal("unmade"));
   OnThreads(
       threads,
       [&](size_t thread, size_t, const Coster& coster, const Coster&) {
