@@ -310,16 +310,52 @@ class RedistributionIndex {
   std::map<std::tuple<int, std::string, int>, int> index_;
 };
 
-// Op `op`'s redistributions for operands in the wrong ownership (new ones,
-// or uses of one an earlier op made) and its price, each counted as often as
-// it runs.
+// Operand `slot` of op `op` (recipe `r`) as the op finds it: a use of the
+// loop edge that moved it, or, in the wrong ownership, of a redistribution
+// (a new one, or one an earlier op made), counted as often as it runs.
+Status ServeOperand(const Graph& graph, const Coster& coster, const Recipe& r,
+                    int op, int slot, RedistributionIndex* index,
+                    Evaluation* e) {
+  const int v = graph.op(op).operands[slot];
+  const std::pair<int, int> use = {op, slot};
+  const fb::OwnershipT& have = ReadOwner(graph, *e, v, op);
+  const std::optional<fb::OwnershipT> need =
+      coster.Required(graph, op, r, slot);
+  if (!need || coster.SamePlacement(graph.value(v).shape, have, *need)) {
+    const int edge = LoopEdgeFor(graph, *e, v, op);
+    if (edge >= 0) e->redistributions[edge].uses.push_back(use);
+    return Status::Ok();
+  }
+  const std::string to = passes::FormatOwnership(*need);
+  int i = index->Find(graph, v, to, op);
+  if (i < 0) {
+    Redistribution red;
+    red.value = v;
+    red.to = *need;
+    red.before_op = op;
+    red.runs = graph.Runs(op);
+    StatusOr<passes::TransferCost> moved = coster.Redistribution(
+        graph.value(v).shape, coster.StoredBytes(graph, v), have, *need);
+    if (!moved.ok()) return moved.status();
+    red.cost = *moved;
+    e->total_cycles += red.runs * red.Cycles();
+    const int region = graph.RepeatOf(op);
+    if (region >= 0) e->repeat_cycles[region] += red.Cycles();
+    i = static_cast<int>(e->redistributions.size());
+    index->Add(graph, v, to, op, i);
+    e->redistributions.push_back(std::move(red));
+  }
+  e->redistributions[i].uses.push_back(use);
+  return Status::Ok();
+}
+
+// Op `op`'s operands (ServeOperand) and its price, counted as often as it
+// runs.
 Status PriceOpAndRedistributions(const Graph& graph, const Coster& coster,
                                  const Plan& plan, int op,
                                  RedistributionIndex* index, Evaluation* e) {
   const OpNode& node = graph.op(op);
   const Recipe& r = plan.recipes[op];
-  const int region = graph.RepeatOf(op);
-  const int runs = graph.Runs(op);
   const fb::OwnershipT* source = nullptr;
   std::vector<const fb::OwnershipT*> sources;
   if (node.kind == fb::OpKind::CopyRows) {
@@ -333,41 +369,14 @@ Status PriceOpAndRedistributions(const Graph& graph, const Coster& coster,
     source = &ReadOwner(graph, *e, node.operands[node.staged], op);
   }
   for (size_t slot = 0; slot < node.operands.size(); ++slot) {
-    const int v = node.operands[slot];
-    const std::pair<int, int> use = {op, static_cast<int>(slot)};
-    const fb::OwnershipT& have = ReadOwner(graph, *e, v, op);
-    const std::optional<fb::OwnershipT> need =
-        coster.Required(graph, op, r, static_cast<int>(slot));
-    if (!need || coster.SamePlacement(graph.value(v).shape, have, *need)) {
-      const int edge = LoopEdgeFor(graph, *e, v, op);
-      if (edge >= 0) e->redistributions[edge].uses.push_back(use);
-      continue;
-    }
-    const ValueNode& value = graph.value(v);
-    const std::string to = passes::FormatOwnership(*need);
-    int i = index->Find(graph, v, to, op);
-    if (i < 0) {
-      Redistribution red;
-      red.value = v;
-      red.to = *need;
-      red.before_op = op;
-      red.runs = runs;
-      StatusOr<passes::TransferCost> moved = coster.Redistribution(
-          value.shape, coster.StoredBytes(graph, v), have, *need);
-      if (!moved.ok()) return moved.status();
-      red.cost = *moved;
-      e->total_cycles += runs * red.Cycles();
-      if (region >= 0) e->repeat_cycles[region] += red.Cycles();
-      i = static_cast<int>(e->redistributions.size());
-      index->Add(graph, v, to, op, i);
-      e->redistributions.push_back(std::move(red));
-    }
-    e->redistributions[i].uses.push_back(use);
+    TILEC_RETURN_IF_ERROR(
+        ServeOperand(graph, coster, r, op, static_cast<int>(slot), index, e));
   }
   StatusOr<OpCost> cost = coster.PriceOp(graph, op, r, source, sources);
   if (!cost.ok()) return cost.status();
   e->ops[op] = *cost;
-  e->total_cycles += runs * cost->Cycles();
+  e->total_cycles += graph.Runs(op) * cost->Cycles();
+  const int region = graph.RepeatOf(op);
   if (region >= 0) e->repeat_cycles[region] += cost->Cycles();
   return Status::Ok();
 }
@@ -1107,48 +1116,68 @@ StatusOr<CyclesUpTo> CyclesUpTo::Make(const Graph& graph, const Coster& coster,
   return CyclesUpTo(std::move(s));
 }
 
+namespace {
+
+// What pricing an op adds to an evaluation's totals and redistributions,
+// to be taken off again (Restore): CyclesUpTo's prefix is the same for
+// every recipe.
+struct PrefixSize {
+  explicit PrefixSize(const Evaluation& e)
+      : redistributions(e.redistributions.size()),
+        total_cycles(e.total_cycles),
+        repeat_cycles(e.repeat_cycles),
+        loop_edges(e.loop_edges) {
+    for (const Redistribution& red : e.redistributions) {
+      uses.push_back(red.uses.size());
+    }
+  }
+
+  // Back to the prefix; the redistributions added are taken out of `index`.
+  void Restore(const Graph& graph, int op, RedistributionIndex* index,
+               Evaluation* e) const {
+    for (size_t i = redistributions; i < e->redistributions.size(); ++i) {
+      const Redistribution& red = e->redistributions[i];
+      if (red.loop_edge) continue;  // never indexed
+      index->Remove(graph, red.value, passes::FormatOwnership(red.to),
+                    red.before_op);
+    }
+    e->redistributions.erase(
+        e->redistributions.begin() + static_cast<ptrdiff_t>(redistributions),
+        e->redistributions.end());
+    for (size_t i = 0; i < redistributions; ++i) {
+      e->redistributions[i].uses.resize(uses[i]);
+    }
+    e->total_cycles = total_cycles;
+    e->repeat_cycles = repeat_cycles;
+    e->loop_edges = loop_edges;
+    e->ops[op] = OpCost{};
+  }
+
+  size_t redistributions;
+  std::vector<size_t> uses;  // of each redistribution
+  int64_t total_cycles;
+  std::vector<int64_t> repeat_cycles;
+  std::vector<int> loop_edges;
+};
+
+}  // namespace
+
 StatusOr<int64_t> CyclesUpTo::CyclesWith(const Coster& coster,
                                          const Recipe& recipe) {
   State& s = *state_;
   const Graph& graph = *s.graph;
-  Evaluation& e = s.e;
-  // What pricing the op adds to the prefix, to be taken off again. The
-  // ownerships it settles are settled afresh for every recipe.
-  const size_t kept_redistributions = e.redistributions.size();
-  std::vector<size_t> kept_uses;
-  for (const Redistribution& red : e.redistributions) {
-    kept_uses.push_back(red.uses.size());
-  }
-  const int64_t kept_total = e.total_cycles;
-  const std::vector<int64_t> kept_repeat_cycles = e.repeat_cycles;
-  const std::vector<int> kept_loop_edges = e.loop_edges;
-
+  const PrefixSize prefix(s.e);
+  // The ownerships the op settles are settled afresh for every recipe.
   s.plan.recipes[s.op] = recipe;
   for (int v : s.touched) {
-    AssignOwnership(graph, coster, s.plan, s.op, v, &e);
+    AssignOwnership(graph, coster, s.plan, s.op, v, &s.e);
   }
-  for (int v : s.touched) MarkTwinOwned(graph, v, &e);
+  for (int v : s.touched) MarkTwinOwned(graph, v, &s.e);
   Status priced =
-      PriceOpAndRedistributions(graph, coster, s.plan, s.op, &s.index, &e);
-  if (priced.ok()) priced = AddLoopEdgesBefore(graph, coster, s.op + 1, &e);
-  const int64_t cycles = e.total_cycles;
-
-  for (size_t i = kept_redistributions; i < e.redistributions.size(); ++i) {
-    const Redistribution& red = e.redistributions[i];
-    if (red.loop_edge) continue;
-    s.index.Remove(graph, red.value, passes::FormatOwnership(red.to),
-                   red.before_op);
-  }
-  e.redistributions.erase(
-      e.redistributions.begin() + static_cast<ptrdiff_t>(kept_redistributions),
-      e.redistributions.end());
-  for (size_t i = 0; i < kept_redistributions; ++i) {
-    e.redistributions[i].uses.resize(kept_uses[i]);
-  }
-  e.total_cycles = kept_total;
-  e.repeat_cycles = kept_repeat_cycles;
-  e.loop_edges = kept_loop_edges;
-  e.ops[s.op] = OpCost{};
+      PriceOpAndRedistributions(graph, coster, s.plan, s.op, &s.index, &s.e);
+  if (priced.ok()) priced = AddLoopEdgesBefore(graph, coster, s.op + 1, &s.e);
+  const int64_t cycles = s.e.total_cycles;
+  prefix.Restore(graph, s.op, &s.index, &s.e);
   if (!priced.ok()) return priced;
   return cycles;
 }
