@@ -153,6 +153,13 @@ struct ReferenceOptions {
   std::map<uint32_t, std::vector<float>> provided;
   // Threads for GEMMs and weight generation; results do not depend on it.
   int threads = 2;
+  // Whether GEMMs with an FP8 operand sum in the tile kernels' k order
+  // (KOrder in reference_executor.h), which the simulator's results are
+  // compared with bit for bit. Where no simulator result is compared with
+  // the run (quantize-fp8's accuracy figures), false lets OpenBLAS take
+  // them too, several times faster; each sum then differs from the k-order
+  // one by F32 summation error only (kernels/blas.h).
+  bool fp8_in_k_order = true;
   // Which values keep their contents in the result. The others are freed
   // after their last use (and sources are made just before their first),
   // so peak memory is about one layer's values instead of the whole

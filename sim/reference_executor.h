@@ -33,15 +33,6 @@ constexpr int64_t kMinParallelElements = int64_t{1} << 16;
 // row): 256 KB of F32, which stays in a core's cache.
 constexpr int64_t kRowBlockElements = int64_t{1} << 16;
 
-// Whether a GEMM must sum in the tile kernels' k order (kernels.h Gemm)
-// rather than OpenBLAS's (kernels/blas.h). FP8: the simulator's FP8 tile
-// kernels are compared with these sums bit for bit where the planner leaves
-// K whole (docs/quantize.md), and one F32 difference can move a result a
-// whole FP8 step.
-inline bool ExactOrder(fb::DType x, fb::DType y) {
-  return ir::IsFp8(x) || ir::IsFp8(y);
-}
-
 // Kernel operands over F32 arrays. Kernels never write their input
 // operands, so the const_cast in In() is never acted upon.
 inline Operand In(const float* data, size_t elements) {
@@ -235,6 +226,16 @@ class Executor {
                 const std::function<Status(int64_t, int64_t)>& body) const;
 
   Status RunLayerNorm(const fb::OperationT& op);
+
+  // Whether a GEMM of these operand dtypes sums in the tile kernels' k
+  // order (kernels.h Gemm) rather than OpenBLAS's (kernels/blas.h). FP8:
+  // the simulator's FP8 tile kernels are compared with these sums bit for
+  // bit where the planner leaves K whole (docs/quantize.md), and one F32
+  // difference can move a result a whole FP8 step; unless the options say
+  // no simulator result is compared with this run.
+  bool KOrder(fb::DType x, fb::DType y) const {
+    return options_.fp8_in_k_order && (ir::IsFp8(x) || ir::IsFp8(y));
+  }
 
   Status RunMatMul(const fb::OperationT& op);
 

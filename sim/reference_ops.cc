@@ -129,7 +129,7 @@ Status Executor::RunMatMul(const fb::OperationT& op) {
   const int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
   std::vector<float> out = NewBuffer(static_cast<size_t>(m * n));
   const int threads = m * k * n >= kMinParallelMacs ? options_.threads : 1;
-  if (!ExactOrder(a->dtype, b->dtype)) {
+  if (!KOrder(a->dtype, b->dtype)) {
     BlasProduct p;
     p.m = m, p.k = k, p.n = n;
     p.a = a->data.data(), p.lda = k;
@@ -299,7 +299,7 @@ Status Executor::RunAttentionScores(const fb::OperationT& op) {
   // over the threads.
   const int threads =
       batch * heads * tq * tk * d >= kMinParallelMacs ? options_.threads : 1;
-  const bool exact = ExactOrder(q->dtype, kv->dtype);
+  const bool exact = KOrder(q->dtype, kv->dtype);
   auto body = [&](int64_t begin, int64_t end) -> Status {
     std::vector<float> qh, k_t;
     if (exact) {
@@ -356,7 +356,7 @@ Status Executor::RunAttentionContext(const fb::OperationT& op) {
       NewBuffer(static_cast<size_t>(batch * tq * heads * d));
   const int threads =
       batch * heads * tq * tk * d >= kMinParallelMacs ? options_.threads : 1;
-  const bool exact = ExactOrder(probs->dtype, kv->dtype);
+  const bool exact = KOrder(probs->dtype, kv->dtype);
   auto body = [&](int64_t begin, int64_t end) -> Status {
     std::vector<float> v, c;
     if (exact) {

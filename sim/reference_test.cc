@@ -824,6 +824,65 @@ TEST(ReferenceTest, UseBeforeDefinitionIsBadInput) {
       << status.message();
 }
 
+// GEMMs with an FP8 operand sum in the tile kernels' k order unless the
+// options let OpenBLAS take them too (quantize-fp8's accuracy run). Either
+// way each sum is the exact product to F32 summation error: at most
+// gamma_k * sum_p |a_ip b_pj| <= gamma_k * k * max|a| * max|b|
+// (kernels/blas.h).
+TEST(ReferenceTest, Fp8GemmsInEitherOrderAreTheProductToF32Error) {
+  constexpr int64_t kTokens = 24, kHeads = 2, kHeadDim = 40, kK = 96, kN = 40;
+  Graph g;
+  auto fp8 = [&g](const std::string& name, std::vector<int64_t> shape) {
+    const uint32_t id = g.Gaussian(name, std::move(shape), 0.0f, 4.0f);
+    g.module().values[id]->dtype = fb::DType::FP8E4M3;
+    return id;
+  };
+  const uint32_t a = fp8("a", {kTokens, kK});
+  const uint32_t b = fp8("b", {kK, kN});
+  const uint32_t qkv = fp8("qkv", {kTokens, 3 * kHeads * kHeadDim});
+  const uint32_t probs = fp8("probs", {1, kHeads, kTokens, kTokens});
+  const uint32_t c = g.Value("c", {kTokens, kN}, fb::DType::F32);
+  const uint32_t scores =
+      g.Value("scores", {1, kHeads, kTokens, kTokens}, fb::DType::F32);
+  const uint32_t ctx =
+      g.Value("ctx", {kTokens, kHeads * kHeadDim}, fb::DType::F32);
+  g.Op(fb::OpKind::MatMul, "matmul", {a, b}, {c});
+  for (fb::OperationT* op :
+       {g.Op(fb::OpKind::AttentionScores, "scores", {qkv}, {scores}),
+        g.Op(fb::OpKind::AttentionContext, "ctx", {probs, qkv}, {ctx})}) {
+    op->heads = kHeads;
+    op->head_dim = kHeadDim;
+    op->scale = 1.0f;
+  }
+  const std::map<fb::OpKind, int64_t> sum_length = {
+      {fb::OpKind::MatMul, kK},
+      {fb::OpKind::AttentionScores, kHeadDim},
+      {fb::OpKind::AttentionContext, kTokens}};
+  for (bool k_order : {true, false}) {
+    ReferenceOptions options;
+    options.fp8_in_k_order = k_order;
+    const ReferenceResult r = RunOk(g.module(), options);
+    for (const auto& op : g.module().ops) {
+      double largest = 0;
+      for (uint32_t operand : op->operands) {
+        for (float x : Get(r, operand).data) {
+          largest = std::max(largest, std::abs(static_cast<double>(x)));
+        }
+      }
+      const double k = static_cast<double>(sum_length.at(op->kind));
+      const double u = std::ldexp(1.0, -24);
+      const double bound = k * u / (1 - k * u) * k * largest * largest;
+      const std::vector<double> expected = ExpectedDouble(*op, r);
+      const std::vector<float>& actual = Get(r, op->results[0]).data;
+      ASSERT_EQ(actual.size(), expected.size()) << op->name;
+      for (size_t i = 0; i < actual.size(); ++i) {
+        ASSERT_LE(std::abs(actual[i] - expected[i]), bound)
+            << op->name << " element " << i << ", k order " << k_order;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- reports
 
 TEST(ReferenceTest, StatsAndSummaryLine) {
