@@ -1,7 +1,6 @@
 #include "formats/ir.h"
 
 #include <fcntl.h>
-#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 
 #include "flatbuffers/idl.h"
 #include "flatbuffers/reflection.h"
+#include "formats/allocator.h"
 #include "formats/embedded.h"
 #include "formats/target.h"
 #include "glog/logging.h"
@@ -357,7 +357,7 @@ flatbuffers::Offset<fb::DeviceProgram> PackProgramGivingUp(
     for (size_t i = 0; i < o->supersteps.size(); ++i) {
       offsets[i] = fb::Superstep::Pack(fbb, o->supersteps[i].get());
       o->supersteps[i].reset();
-      if (i % kTrimSteps == kTrimSteps - 1) malloc_trim(0);
+      if (i % kTrimSteps == kTrimSteps - 1) ReleaseFreedMemory();
     }
     supersteps = fbb.CreateVector(offsets);
   }

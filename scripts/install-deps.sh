@@ -7,7 +7,8 @@ set -euo pipefail
 # what -fsanitize=fuzzer links) build the fuzz targets (scripts/fuzz.sh).
 # libopenblas-dev multiplies the reference executor's GEMMs that have no FP8
 # operand (kernels/blas.h); its pthread variant's headers are the ones
-# //third_party/system:openblas compiles against.
+# //third_party/system:openblas compiles against. libtcmalloc-minimal4 is
+# the malloc every tool links (//third_party/system:tcmalloc).
 packages=(
   bazel-bootstrap
   bazel-rules-java
@@ -26,6 +27,7 @@ packages=(
   libopenblas-dev
   libopenblas-pthread-dev
   libprotobuf-dev
+  libtcmalloc-minimal4
   nlohmann-json3-dev
   python3
 )

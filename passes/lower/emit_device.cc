@@ -5,11 +5,11 @@
 #include "passes/lower/emit_device.h"
 
 #include <glog/logging.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "formats/allocator.h"
 #include "kernels/cost.h"
 #include "passes/core/decisions.h"
 #include "passes/lower/emitter.h"
@@ -295,7 +295,7 @@ StatusOr<bool> EmitDevicePass::Transform(fb::ModuleT* module,
   // The emitter's data (hundreds of MB on a whole model) was freed in small
   // blocks among the program's: give the free pages back before the
   // program is packed beside it.
-  malloc_trim(0);
+  ReleaseFreedMemory();
   return true;
 }
 
