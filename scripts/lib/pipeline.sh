@@ -131,14 +131,24 @@ tilec_tools() {
     printf '%s\n' "$TILEC_TOOLS"
     return
   fi
-  bazel build --noshow_progress --ui_event_filters=-info //tools/... >&2 || return
+  tilec_unlocked bazel build --noshow_progress --ui_event_filters=-info //tools/... >&2 || return
   printf '%s\n' bazel-bin/tools
+}
+
+# tilec_unlocked CMD...: runs CMD without the descriptor that holds OUT's
+# lock (tilec_lock_out), for commands that may leave a process behind: the
+# Bazel server a first build starts outlives the script, and holding the
+# lock it refused every later run into the same OUT until it stopped,
+# hours later.
+tilec_unlocked() {
+  "$@" 9>&-
 }
 
 # tilec_lock_out SCRIPT OUT: makes OUT and takes its lock (OUT/.tilec-lock,
 # held until the script exits), so that two runs cannot mix their stages in
 # one OUT: a second run is refused (exit 2) naming the lock. The lock passes
-# to child scripts through TILEC_OUT_LOCK (run.sh runs compile.sh). Then
+# to child scripts through TILEC_OUT_LOCK (run.sh runs compile.sh); a child
+# that may outlive the script runs through tilec_unlocked. Then
 # removes the temporaries a killed tool left (PATH.tilec-tmp.PID, SIGKILL
 # cannot be caught) whose process is gone.
 tilec_lock_out() {
