@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/gemm_body.h"
 #include "kernels/host_cpu.h"
 #include "kernels/kernel_names.h"
 #include "kernels/kernels.h"
@@ -44,215 +45,11 @@ DTypeClass ClassOf(DType d) {
   }
 }
 
-// The product runs in blocks that keep every operand in cache:
-//  - column blocks of kColumnBlock columns of B and C, one after the other
-//    (bounding the packed copy of B below);
-//  - depth blocks of kDepthBlock k values; within one, B is packed into
-//    panels of kPanel columns (zero-padded), each panel [kc][kPanel]
-//    contiguous, so the inner loop reads B sequentially;
-//  - row blocks of kRowBlock rows of A, which stay in L2 while every panel
-//    of the depth block passes over them;
-//  - a kRows x kPanel block of C accumulates in registers over one depth
-//    block, then goes back to C (an exact F32 store), so across depth
-//    blocks every element keeps one running F32 sum.
-// Each C element is therefore still c, then c + a[0]*b[0], then ... in
-// ascending k, every product rounded to F32 and then added (no FMA: the
-// library is built with -ffp-contract=off, so not even the AVX-512 path,
-// whose instruction set has FMA, fuses them), exactly what a plain i-j-k
-// triple loop computes.
-//
-// C goes to memory and back once per depth block, which on the reference's
-// whole-matrix GEMMs (so400m's 729 x 1152 x 4304) stalled the loop more
-// than its multiplies: 768 deep, three times fewer round trips than 256,
-// with A's row block (221 KB) still in L2 and B's packed column block
-// (3 MB) in L3.
-constexpr int64_t kRows = 6;
-constexpr int64_t kPanel = 16;
-constexpr int64_t kDepthBlock = 768;
-constexpr int64_t kRowBlock = 72;       // a multiple of kRows
-constexpr int64_t kColumnBlock = 1024;  // a multiple of kPanel
-
-// Eight floats; on the default target GCC splits it into two SSE halves,
-// under target("avx2") it is one YMM register.
-typedef float Vec8 __attribute__((vector_size(32)));
-
-// C[r][0..kPanel) += sum over k in [0, kc) of a[r][k] * bp[k][0..kPanel),
-// for r < kRows; c has row stride ldc.
-[[gnu::always_inline]] inline void MicroKernel(const float* const* a,
-                                               const float* bp, int64_t kc,
-                                               float* c, int64_t ldc) {
-  Vec8 acc[kRows][2];
-  for (int64_t r = 0; r < kRows; ++r) {
-    std::memcpy(&acc[r][0], c + r * ldc, sizeof(Vec8));
-    std::memcpy(&acc[r][1], c + r * ldc + 8, sizeof(Vec8));
-  }
-  const float* a0 = a[0];
-  const float* a1 = a[1];
-  const float* a2 = a[2];
-  const float* a3 = a[3];
-  const float* a4 = a[4];
-  const float* a5 = a[5];
-  for (int64_t k = 0; k < kc; ++k) {
-    Vec8 b0, b1;
-    std::memcpy(&b0, bp + k * kPanel, sizeof(Vec8));
-    std::memcpy(&b1, bp + k * kPanel + 8, sizeof(Vec8));
-    // acc + (a * b): the product rounds, then the sum rounds.
-    acc[0][0] += b0 * a0[k];
-    acc[0][1] += b1 * a0[k];
-    acc[1][0] += b0 * a1[k];
-    acc[1][1] += b1 * a1[k];
-    acc[2][0] += b0 * a2[k];
-    acc[2][1] += b1 * a2[k];
-    acc[3][0] += b0 * a3[k];
-    acc[3][1] += b1 * a3[k];
-    acc[4][0] += b0 * a4[k];
-    acc[4][1] += b1 * a4[k];
-    acc[5][0] += b0 * a5[k];
-    acc[5][1] += b1 * a5[k];
-  }
-  for (int64_t r = 0; r < kRows; ++r) {
-    std::memcpy(c + r * ldc, &acc[r][0], sizeof(Vec8));
-    std::memcpy(c + r * ldc + 8, &acc[r][1], sizeof(Vec8));
-  }
-}
-static_assert(kRows == 6, "MicroKernel is written out for six rows");
-static_assert(kPanel == 16, "MicroKernel is written out for two Vec8");
-
-// Sixteen floats: one ZMM register under target("avx512f").
-typedef float Vec16 __attribute__((vector_size(64)));
-
-// MicroKernel with each row's panel in one Vec16: the same product and sum
-// for every element, in half the instructions where AVX-512 holds a panel
-// row in one register. Written out like MicroKernel: one template over the
-// vector type ran the AVX2 path at a fifth of its speed.
-[[gnu::always_inline]] inline void MicroKernelWide(const float* const* a,
-                                                   const float* bp, int64_t kc,
-                                                   float* c, int64_t ldc) {
-  Vec16 acc[kRows];
-  for (int64_t r = 0; r < kRows; ++r) {
-    std::memcpy(&acc[r], c + r * ldc, sizeof(Vec16));
-  }
-  const float* a0 = a[0];
-  const float* a1 = a[1];
-  const float* a2 = a[2];
-  const float* a3 = a[3];
-  const float* a4 = a[4];
-  const float* a5 = a[5];
-  for (int64_t k = 0; k < kc; ++k) {
-    Vec16 b;
-    std::memcpy(&b, bp + k * kPanel, sizeof(Vec16));
-    // acc + (a * b): the product rounds, then the sum rounds.
-    acc[0] += b * a0[k];
-    acc[1] += b * a1[k];
-    acc[2] += b * a2[k];
-    acc[3] += b * a3[k];
-    acc[4] += b * a4[k];
-    acc[5] += b * a5[k];
-  }
-  for (int64_t r = 0; r < kRows; ++r) {
-    std::memcpy(c + r * ldc, &acc[r], sizeof(Vec16));
-  }
-}
-static_assert(kPanel == 16, "MicroKernelWide holds a panel row in one Vec16");
-
-// B[k0 .. k0+kc) x [j_begin, j_end) (row stride ldb) into panels: panel p
-// holds columns [j_begin + p*kPanel, + kPanel) as bp[(p*kc + k)*kPanel +
-// j], zero past j_end.
-[[gnu::always_inline]] inline void PackB(const float* b, int64_t ldb,
-                                         int64_t j_begin, int64_t j_end,
-                                         int64_t k0, int64_t kc, float* bp) {
-  const int64_t panels = (j_end - j_begin + kPanel - 1) / kPanel;
-  for (int64_t p = 0; p < panels; ++p) {
-    const int64_t j0 = j_begin + p * kPanel;
-    const int64_t width = std::min(kPanel, j_end - j0);
-    float* dst = bp + p * kc * kPanel;
-    if (width == kPanel) {  // a constant-size copy, inlined
-      for (int64_t k = 0; k < kc; ++k) {
-        std::memcpy(dst + k * kPanel, b + (k0 + k) * ldb + j0,
-                    kPanel * sizeof(float));
-      }
-      continue;
-    }
-    for (int64_t k = 0; k < kc; ++k) {
-      const float* src = b + (k0 + k) * ldb + j0;
-      float* d = dst + k * kPanel;
-      for (int64_t j = 0; j < width; ++j) d[j] = src[j];
-      for (int64_t j = width; j < kPanel; ++j) d[j] = 0.0f;
-    }
-  }
-}
-
-// MicroKernelWide (AVX-512 hosts) or MicroKernel. A function, not a
-// lambda: a lambda is not inlined into the target("avx2") caller, and its
-// default-target code ran the AVX2 path at 1.7 GMAC/s instead of 53.
-template <bool kWide>
-[[gnu::always_inline]] inline void Micro(const float* const* a, const float* bp,
-                                         int64_t kc, float* c, int64_t ldc) {
-  if constexpr (kWide) {
-    MicroKernelWide(a, bp, kc, c, ldc);
-  } else {
-    MicroKernel(a, bp, kc, c, ldc);
-  }
-}
-
-// The product's operands: A [m, k] and B [k, n] read, C [m, n] summed
-// into, each row-major with its own row stride.
-struct Product {
-  const float* a;
-  int64_t lda;
-  const float* b;
-  int64_t ldb;
-  float* c;
-  int64_t ldc;
-  int64_t m, k, n;
-};
-
-// kWide: MicroKernelWide for the full blocks (AVX-512 hosts).
-template <bool kWide>
-[[gnu::always_inline]] inline void MultiplyBody(const Product& p, float* bp) {
-  const float* a = p.a;
-  float* c = p.c;
-  const int64_t m = p.m, k_depth = p.k, n = p.n;
-  for (int64_t jb = 0; jb < n; jb += kColumnBlock) {
-    const int64_t j_end = std::min(n, jb + kColumnBlock);
-    const int64_t panels = (j_end - jb + kPanel - 1) / kPanel;
-    for (int64_t k0 = 0; k0 < k_depth; k0 += kDepthBlock) {
-      const int64_t kc = std::min(kDepthBlock, k_depth - k0);
-      PackB(p.b, p.ldb, jb, j_end, k0, kc, bp);
-      for (int64_t ib = 0; ib < m; ib += kRowBlock) {
-        const int64_t i_end = std::min(m, ib + kRowBlock);
-        for (int64_t q = 0; q < panels; ++q) {
-          const int64_t j0 = jb + q * kPanel;
-          const int64_t width = std::min(kPanel, j_end - j0);
-          const float* panel = bp + q * kc * kPanel;
-          for (int64_t i = ib; i < i_end; i += kRows) {
-            const int64_t rows = std::min(kRows, i_end - i);
-            // Missing rows repeat the last real one; their sums are dropped.
-            const float* arows[kRows];
-            for (int64_t r = 0; r < kRows; ++r) {
-              arows[r] = a + (i + std::min(r, rows - 1)) * p.lda + k0;
-            }
-            if (rows == kRows && width == kPanel) {
-              Micro<kWide>(arows, panel, kc, c + i * p.ldc + j0, p.ldc);
-              continue;
-            }
-            // An edge block: through a full-size copy of the C block.
-            float tile[kRows * kPanel] = {};
-            for (int64_t r = 0; r < rows; ++r) {
-              std::memcpy(tile + r * kPanel, c + (i + r) * p.ldc + j0,
-                          static_cast<size_t>(width) * sizeof(float));
-            }
-            Micro<kWide>(arows, panel, kc, tile, kPanel);
-            for (int64_t r = 0; r < rows; ++r) {
-              std::memcpy(c + (i + r) * p.ldc + j0, tile + r * kPanel,
-                          static_cast<size_t>(width) * sizeof(float));
-            }
-          }
-        }
-      }
-    }
-  }
-}
+using gemm_body::kColumnBlock;
+using gemm_body::kDepthBlock;
+using gemm_body::kPanel;
+using gemm_body::MultiplyBody;
+using gemm_body::Product;
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TILEC_GEMM_AVX2 1
@@ -291,6 +88,10 @@ void MultiplyStrided(const Product& p) {
 #ifdef TILEC_GEMM_AVX2
   const GemmPath limit = path_limit.load(std::memory_order_relaxed);
   if (HostHasAvx512f() && limit == GemmPath::kFastest) {
+    if (p.exact_products) {
+      gemm_body::MultiplyBodyAvx512Fma(p, packed.data());
+      return;
+    }
     MultiplyBodyAvx512(p, packed.data());
     return;
   }
@@ -304,8 +105,8 @@ void MultiplyStrided(const Product& p) {
 
 // C[m, n] += A[m, k_depth] * B[k_depth, n], all row-major F32.
 void MultiplyF32(const float* a, const float* b, float* c, int64_t m,
-                 int64_t k_depth, int64_t n) {
-  MultiplyStrided({a, k_depth, b, n, c, n, m, k_depth, n});
+                 int64_t k_depth, int64_t n, bool exact_products) {
+  MultiplyStrided({a, k_depth, b, n, c, n, m, k_depth, n, exact_products});
 }
 
 // Operands already holding unscaled F32 are used in place: decoding them
@@ -383,13 +184,23 @@ Scratch& ThreadScratch() {
 
 }  // namespace
 
+bool ProductsExactInF32(DType a, DType b) {
+  auto narrow = [](DType d) {
+    const DTypeClass c = ClassOf(d);
+    return c == DTypeClass::kFp8 || c == DTypeClass::kF16;
+  };
+  return narrow(a) && narrow(b);
+}
+
 void MultiplyF32Columns(const float* a, const float* b, float* c, int64_t m,
-                        int64_t k, int64_t n, int64_t begin, int64_t end) {
+                        int64_t k, int64_t n, int64_t begin, int64_t end,
+                        bool exact_products) {
   if (m <= 0 || end <= begin) return;
   for (int64_t i = 0; i < m; ++i) {
     std::fill(c + i * n + begin, c + i * n + end, 0.0f);
   }
-  MultiplyStrided({a, k, b + begin, n, c + begin, n, m, k, end - begin});
+  MultiplyStrided(
+      {a, k, b + begin, n, c + begin, n, m, k, end - begin, exact_products});
 }
 
 void UseGemmPathForTesting(GemmPath path) {
@@ -442,7 +253,7 @@ Status Gemm(const Operand& a, const Operand& b, const Operand& c, int64_t m,
   const float* af = F32View(a, *a_elems, &scratch.a);
   const float* bf = F32View(b, *b_elems, &scratch.b);
   float* cf = AccumulatorC(c, *c_elems, accumulate, c_in_place, &scratch.c);
-  MultiplyF32(af, bf, cf, m, k, n);
+  MultiplyF32(af, bf, cf, m, k, n, ProductsExactInF32(a.dtype, b.dtype));
   FinishC(c, *c_elems, c_in_place, cf);
   return Status::Ok();
 }
@@ -484,7 +295,8 @@ Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
   // reference scales attention scores.
   const float* af = F32View(a, *a_elems, &scratch.a);
   std::vector<float> product(*c_elems, 0.0f);
-  MultiplyF32(af, transposed, product.data(), m, k, n);
+  MultiplyF32(af, transposed, product.data(), m, k, n,
+              ProductsExactInF32(a.dtype, b.dtype));
   const bool c_in_place = IsPlainF32(c) && !Overlap(c, *c_elems, a, *a_elems) &&
                           !Overlap(c, *c_elems, b, *b_elems);
   float* cf = AccumulatorC(c, *c_elems, accumulate, c_in_place, &scratch.c);

@@ -121,8 +121,16 @@ Status GemmNt(const Operand& a, const Operand& b, const Operand& c, int64_t m,
 // Gemm makes. A caller that splits a product's columns among threads has
 // each pack only its own part of B (the reference's FP8 products; a split
 // by rows had every thread pack all of it).
+// exact_products: A's and B's elements are values of dtypes whose every
+// product is exact in F32 (ProductsExactInF32), which lets the AVX-512
+// path fuse each multiply-add with the same bits.
 void MultiplyF32Columns(const float* a, const float* b, float* c, int64_t m,
-                        int64_t k, int64_t n, int64_t begin, int64_t end);
+                        int64_t k, int64_t n, int64_t begin, int64_t end,
+                        bool exact_products);
+// Whether every product of an `a` value and a `b` value is exact in F32:
+// both FP8 or F16 (at most 11 significant bits each, and an exponent range
+// F32 holds).
+bool ProductsExactInF32(DType a, DType b);
 // "gemm_fp8", "gemm_f16" or "gemm_f32" by A's dtype, or an error.
 StatusOr<std::string_view> GemmKernelName(DType a_dtype);
 // Gemm and GemmNt pick a vectorized code path by the host's instruction set

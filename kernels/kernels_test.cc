@@ -350,7 +350,7 @@ TEST_F(KernelsTest, GemmColumnRangesAreGemmsColumns) {
       int64_t begin = 0;
       for (int64_t end : t.cuts) {
         MultiplyF32Columns(av.data(), bv.data(), split.data(), t.m, t.k, t.n,
-                           begin, end);
+                           begin, end, /*exact_products=*/true);
         begin = end;
       }
       size_t mismatches = 0;
@@ -364,7 +364,7 @@ TEST_F(KernelsTest, GemmColumnRangesAreGemmsColumns) {
       // A range leaves the other columns alone.
       std::vector<float> one(t.m * t.n, 7.0f);
       MultiplyF32Columns(av.data(), bv.data(), one.data(), t.m, t.k, t.n, 0,
-                         t.n - 1);
+                         t.n - 1, /*exact_products=*/true);
       for (int64_t i = 0; i < t.m; ++i) {
         EXPECT_EQ(one[i * t.n + t.n - 1], 7.0f);
       }

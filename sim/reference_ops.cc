@@ -142,10 +142,12 @@ Status Executor::RunMatMul(const fb::OperationT& op) {
   // Column blocks of B and C, so that each thread packs only its part of
   // B (in row blocks, each packed all of it): every C element is still the
   // same k-ordered sum, so the split changes nothing but the time.
+  const bool exact_products =
+      ProductsExactInF32(KernelDType(a->dtype), KernelDType(b->dtype));
   TILEC_RETURN_IF_ERROR(
       Check(op, ParallelFor(n, threads, [&](int64_t begin, int64_t end) {
               MultiplyF32Columns(a->data.data(), b->data.data(), out.data(), m,
-                                 k, n, begin, end);
+                                 k, n, begin, end, exact_products);
               return Status::Ok();
             })));
   Store(c, std::move(out));
