@@ -30,7 +30,8 @@ struct Product {
 };
 
 // The AVX-512 loop with fused multiply-adds (gemm_fma.cc), for products
-// with exact_products set, on hosts with AVX-512F.
+// with exact_products set, on hosts with AVX-512F; defined where gemm.cc
+// has its AVX-512 path (GCC on x86-64).
 void MultiplyBodyAvx512Fma(const Product& p, float* bp);
 
 // Each file that includes this compiles its own copy of the loop, under

@@ -11,14 +11,11 @@
 
 namespace tilec::kernels::gemm_body {
 
+// Only where gemm.cc has its AVX-512 path (GCC on x86-64), its one caller.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target("avx512f"))) void MultiplyBodyAvx512Fma(const Product& p,
                                                               float* bp) {
   MultiplyBody<true>(p, bp);
-}
-#else
-void MultiplyBodyAvx512Fma(const Product& p, float* bp) {
-  MultiplyBody<false>(p, bp);
 }
 #endif
 
