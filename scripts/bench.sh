@@ -380,9 +380,11 @@ bench_model() {
     --part=model ${BENCH_MODEL_FLAGS:-} -o "$dir/0-import-model.tilec"
   model_stage_line import-model "$dir/time" "$dir/0-import-model.tilec"
   input=$dir/0-import-model.tilec
+  # Measured cold: without the prices a run in the same directory made.
+  rm -f -- "$(tilec_price_cache "$dir")"
   for pass in $(tilec_passes); do
-    # The initial plan quantize-fp8 hands to plan-ownership, as
-    # scripts/compile.sh runs them.
+    # The initial plan quantize-fp8 hands to plan-ownership and the price
+    # cache every pass takes and extends, as scripts/compile.sh runs them.
     mapfile -t handoff < <(tilec_handoff_flags "$pass" "$input" "$dir/$i-$pass.tilec")
     /usr/bin/time -f "%e %M" -o "$dir/time" "$bin/$pass/$pass" \
       "${handoff[@]+"${handoff[@]}"}" "$input" \

@@ -6,7 +6,10 @@
 # 2-plan-ownership, 3-fuse-elementwise, 4-fuse-residual, 5-expand-reduce,
 # 6-emit-device: the device program). quantize-fp8's greedy plan of its
 # output goes to plan-ownership in 1-quantize-fp8.initial-plan.tilec, so that
-# it is not planned twice (scripts/lib/pipeline.sh, tilec_handoff_flags).
+# it is not planned twice, and the planner's prices go from pass to pass in
+# prices.tilec-prices, which stays for the next compile into OUT_DIR
+# (scripts/lib/pipeline.sh, tilec_handoff_flags; docs/planner.md, "Price
+# cache").
 #
 #   scripts/compile.sh OUT_DIR [--f16] [import-model flags...]
 #   scripts/compile.sh OUT_DIR [--f16] --onnx=MODEL.onnx [import-onnx flags...]

@@ -9,6 +9,7 @@
 #define TILEC_PASSES_CORE_PASS_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -43,6 +44,9 @@ struct PassInfo {
   // it first"); none for a pass that keeps its input's stage.
   std::optional<Stage> makes;
   std::string_view usage;  // the tool's usage line
+  // Whether it prices plans with the planner's Coster, and so takes and
+  // saves --price_cache (passes/plan/price_cache.h).
+  bool prices = false;
 };
 
 // The options every pass shares.
@@ -59,6 +63,15 @@ struct PassOptions {
   // The file the module was read from ("-": stdin); a pass that reads files
   // named relative to it (sidecars) resolves them from its directory.
   std::string input = "-";
+  // --price_cache: the prices an earlier pass saved (the file's bytes;
+  // empty: none) and the name messages give them; and where a pass that
+  // prices hands the prices it holds at the end (null: nowhere). Passes
+  // take and save them through plan::TakeSavedPrices and
+  // plan::SavePassPrices (passes/plan/price_cache.h); no output depends on
+  // them.
+  std::string saved_prices;
+  std::string price_cache_name;
+  std::function<Status(std::string bytes)> save_prices;
 };
 
 class Pass {

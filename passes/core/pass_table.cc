@@ -9,6 +9,7 @@ const PassInfo kQuantizeFp8Info{
     "quantize-fp8 [flags] [INPUT|-] [-o OUT]: make the GEMM operands of an "
     "unplanned graph FP8 (calibrated power-of-two scales, casts placed by "
     "cost)",
+    /*prices=*/true,
 };
 
 // An old plan is dropped and the graph planned again: any stage will do.
@@ -18,6 +19,7 @@ const PassInfo kPlanOwnershipInfo{
     Stage::kPlanned,
     "plan-ownership [flags] [INPUT|-] [-o OUT]: plan ownerships and recipes "
     "for a tilec module",
+    /*prices=*/true,
 };
 
 const PassInfo kFuseElementwiseInfo{
@@ -27,6 +29,7 @@ const PassInfo kFuseElementwiseInfo{
     "fuse-elementwise [flags] [INPUT|-] [-o OUT]: fuse chains of elementwise "
     "ops of a planned module into Fused ops where that lowers the plan's "
     "cycles and fits tile memory",
+    /*prices=*/true,
 };
 
 const PassInfo kFuseResidualInfo{

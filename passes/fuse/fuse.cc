@@ -17,6 +17,7 @@
 #include "passes/core/ownership.h"
 #include "passes/fuse/boundary.h"
 #include "passes/plan/planner.h"
+#include "passes/plan/price_cache.h"
 #include "passes/plan/search.h"
 
 namespace tilec::fuse {
@@ -821,24 +822,16 @@ void RestoreCopyIds(const fb::ModuleT& before, fb::ModuleT* after) {
   }
 }
 
-}  // namespace
-
-StatusOr<bool> FuseElementwisePass::Transform(fb::ModuleT* module,
-                                              passes::DecisionLog* log) {
-  if (!module->target) {
-    return Status::BadInput("the module has no target");
-  }
-  StatusOr<plan::PriceOptions> pricing = PlannedPricing(*module);
-  if (!pricing.ok()) return pricing.status();
-  StatusOr<PlannedGraph> pg = Unplan(*module);
-  if (!pg.ok()) return pg.status();
+// Fuses the regions of `module` (unplanned as `pg`) that pay, priced by
+// costers made from `base`; whether any was fused.
+StatusOr<bool> FuseRegions(const plan::Coster& base, const FuseOptions& options,
+                           PlannedGraph* pg, fb::ModuleT* module,
+                           passes::DecisionLog* log) {
   uint32_t first_id = 0;
   for (const auto& op : module->ops) first_id = std::max(first_id, op->id + 1);
   int64_t cycles_before = 0, peak_before = 0;
-  StatusOr<plan::Coster> base = plan::Coster::Create(*module->target, *pricing);
-  if (!base.ok()) return base.status();
   {
-    const plan::Coster coster = base->ForAnotherGraph();
+    const plan::Coster coster = base.ForAnotherGraph();
     StatusOr<plan::Graph> graph = plan::Graph::Build(pg->module);
     if (!graph.ok() && graph.status().code() == StatusCode::kInfeasible) {
       // A later pass's ops (fuse-residual's two-result op and Normalize)
@@ -856,13 +849,13 @@ StatusOr<bool> FuseElementwisePass::Transform(fb::ModuleT* module,
     cycles_before = eval->total_cycles;
     peak_before = eval->peak_bytes;
   }
-  Fuser fuser(*base, options_, log);
-  StatusOr<int> formed = fuser.Run(&*pg, first_id);
+  Fuser fuser(base, options, log);
+  StatusOr<int> formed = fuser.Run(pg, first_id);
   if (!formed.ok()) return formed.status();
   if (*formed == 0) return false;
   StatusOr<plan::Graph> graph = plan::Graph::Build(pg->module);
   if (!graph.ok()) return graph.status();
-  const plan::Coster coster = base->ForAnotherGraph();
+  const plan::Coster coster = base.ForAnotherGraph();
   StatusOr<plan::Evaluation> eval =
       plan::Evaluate(*graph, coster, pg->plan, plan::EvalMode::kFull);
   if (!eval.ok()) return eval.status();
@@ -888,6 +881,25 @@ StatusOr<bool> FuseElementwisePass::Transform(fb::ModuleT* module,
                     eval->peak_bytes});
   *module = std::move(pg->module);
   return true;
+}
+
+}  // namespace
+
+StatusOr<bool> FuseElementwisePass::Transform(fb::ModuleT* module,
+                                              passes::DecisionLog* log) {
+  if (!module->target) {
+    return Status::BadInput("the module has no target");
+  }
+  StatusOr<plan::PriceOptions> pricing = PlannedPricing(*module);
+  if (!pricing.ok()) return pricing.status();
+  StatusOr<PlannedGraph> pg = Unplan(*module);
+  if (!pg.ok()) return pg.status();
+  StatusOr<plan::Coster> base = plan::Coster::Create(*module->target, *pricing);
+  if (!base.ok()) return base.status();
+  plan::TakeSavedPrices(name(), options(), *base);
+  StatusOr<bool> fused = FuseRegions(*base, options_, &*pg, module, log);
+  if (fused.ok()) TILEC_RETURN_IF_ERROR(plan::SavePassPrices(options(), *base));
+  return fused;
 }
 
 }  // namespace tilec::fuse

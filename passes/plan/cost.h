@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -191,6 +192,11 @@ class Coster {
   size_t cached_prices() const;
 
  private:
+  // They read and fill the caches (--price_cache).
+  friend std::string SavePrices(const Coster& coster);
+  friend std::optional<std::string> TakePrices(std::string_view bytes,
+                                               const Coster& coster);
+
   Coster() = default;
   // PriceOp's price, made here (not looked up).
   StatusOr<OpCost> PriceAnew(

@@ -11,6 +11,7 @@
 #include "passes/plan/attention_steps.h"
 #include "passes/plan/cost.h"
 #include "passes/plan/plan.h"
+#include "passes/plan/price_cache.h"
 #include "passes/plan/search.h"
 
 namespace tilec::plan {
@@ -198,7 +199,8 @@ class Planning {
     TILEC_RETURN_IF_ERROR(search->Run());
     Summarize(*search);
     TILEC_RETURN_IF_ERROR(ExplainOp(*search));
-    return WriteResult(*search);
+    TILEC_RETURN_IF_ERROR(WriteResult(*search));
+    return SavePassPrices(common_, *coster_);
   }
 
  private:
@@ -459,6 +461,7 @@ class Planning {
     StatusOr<Coster> coster = Coster::Create(*module_.target, price);
     if (!coster.ok()) return coster.status();
     coster_.emplace(std::move(*coster));
+    TakeSavedPrices(passes::kPlanOwnershipInfo.name, common_, *coster_);
     return Status::Ok();
   }
 

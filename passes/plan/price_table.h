@@ -73,6 +73,13 @@ class PriceTable {
     return value;
   }
 
+  // Calls f(key, value) for every price, in no particular order.
+  template <typename F>
+  void ForEach(const F& f) const {
+    std::shared_lock lock(mutex_);
+    for (const auto& [key, value] : prices_) f(key, value);
+  }
+
   size_t size() const {
     std::shared_lock lock(mutex_);
     return prices_.size();

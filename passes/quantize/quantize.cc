@@ -16,17 +16,18 @@
 #include "formats/ir.h"
 #include "formats/print.h"
 #include "formats/repeat.h"
-#include "sim/accuracy.h"
-#include "sim/inputs.h"
 #include "kernels/kernel_names.h"
-#include "sim/tensor_data.h"
 #include "passes/plan/cost.h"
 #include "passes/plan/graph.h"
+#include "passes/plan/price_cache.h"
 #include "passes/plan/search.h"
-#include "passes/quantize/support.h"
 #include "passes/quantize/policy.h"
 #include "passes/quantize/scale.h"
+#include "passes/quantize/support.h"
 #include "passes/quantize/trial_prices.h"
+#include "sim/accuracy.h"
+#include "sim/inputs.h"
+#include "sim/tensor_data.h"
 
 namespace tilec::quantize {
 
@@ -46,9 +47,9 @@ constexpr char kAllOrNone[] =
 
 class Quantizer {
  public:
-  Quantizer(const QuantizeOptions& options, fb::ModuleT* module,
-            passes::DecisionLog* log)
-      : options_(options), module_(module), log_(log) {}
+  Quantizer(const QuantizeOptions& options, const passes::PassOptions& common,
+            fb::ModuleT* module, passes::DecisionLog* log)
+      : options_(options), common_(&common), module_(module), log_(log) {}
 
   StatusOr<bool> Run() {
     for (const auto& v : module_->values) {
@@ -64,6 +65,7 @@ class Quantizer {
           plan::Coster::Create(*module_->target, {});
       if (!coster.ok()) return coster.status();
       coster_ = std::move(*coster);
+      plan::TakeSavedPrices(passes::kQuantizeFp8Info.name, *common_, *coster_);
     }
     if (!options_.policy_text.empty()) {
       StatusOr<Policy> policy =
@@ -90,6 +92,13 @@ class Quantizer {
     LogSummary();
     TILEC_RETURN_IF_ERROR(SaveInitialPlan());
     return *changed;
+  }
+
+  // The prices its trial plans made, for the passes after it
+  // (--price_cache); after Run, whose threads have stopped.
+  Status SavePrices() const {
+    if (!coster_) return Status::Ok();
+    return plan::SavePassPrices(*common_, *coster_);
   }
 
  private:
@@ -1121,6 +1130,7 @@ class Quantizer {
   }
 
   const QuantizeOptions& options_;
+  const passes::PassOptions* common_;
   fb::ModuleT* module_;
   passes::DecisionLog* log_;
   Policy policy_;
@@ -1154,8 +1164,10 @@ StatusOr<bool> QuantizeFp8Pass::Transform(fb::ModuleT* module,
               "every value keeps its dtype: the F16 pipeline", {});
     return false;
   }
-  Quantizer quantizer(options_, module, log);
-  return quantizer.Run();
+  Quantizer quantizer(options_, options(), module, log);
+  StatusOr<bool> changed = quantizer.Run();
+  if (changed.ok()) TILEC_RETURN_IF_ERROR(quantizer.SavePrices());
+  return changed;
 }
 
 std::unique_ptr<passes::Pass> KeepDTypesPass() {

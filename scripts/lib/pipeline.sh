@@ -50,14 +50,26 @@ tilec_passes_after() {
   fi
 }
 
+# tilec_price_cache DIR: the price cache of the stages written in DIR. It
+# stays after the run: compiling the same model again takes its prices (a
+# cache of another build is not taken, and is replaced).
+tilec_price_cache() {
+  printf '%s\n' "$1/prices.tilec-prices"
+}
+
 # The flags that hand quantize-fp8's greedy plan of its output to
 # plan-ownership, so that it is not planned twice (docs/planner.md,
 # "Initial plan from quantize-fp8"): quantize-fp8 writing FILE saves it as
 # FILE's .initial-plan.tilec (an older one removed first), and plan-ownership
 # reading INPUT starts from INPUT's where it is there (the output is the
 # same either way). Both tools come from one build here, as the plan must.
+# Every pass also takes the planner's prices the passes before it made
+# and saves its own for the passes after it, in FILE's directory
+# (tilec_price_cache; docs/planner.md, "Price cache"), again with the same
+# output either way.
 # tilec_handoff_flags PASS INPUT FILE: prints one flag per line.
 tilec_handoff_flags() {
+  printf '%s\n' "--price_cache=$(tilec_price_cache "$(dirname -- "$3")")"
   case $1 in
     quantize-fp8)
       rm -f -- "${3%.tilec}.initial-plan.tilec"

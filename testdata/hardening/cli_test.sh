@@ -91,6 +91,22 @@ case_ quantize-fp8 small.tilec -o result.tilec --save_initial_plan=nodir/plan.ti
 # A side output may not replace the input.
 case_ quantize-fp8 small.tilec -o result.tilec --save_initial_plan=small.tilec
 
+# The price cache: a directory, stdout, a path without its directory or
+# the input is refused before any work; a damaged one is not taken (one
+# line on stderr), the output is the same, and it is replaced by one that
+# is taken (no line the second time).
+case_ plan-ownership --price_cache=adir small.tilec -o result.tilec
+case_ plan-ownership --price_cache=- small.tilec -o result.tilec
+case_ plan-ownership --price_cache=nodir/prices small.tilec -o result.tilec
+case_ plan-ownership --price_cache=small.tilec small.tilec -o result.tilec
+case_ plan-ownership small.tilec -o planned.tilec
+printf 'not prices' > damaged.tilec-prices
+case_ plan-ownership --price_cache=damaged.tilec-prices small.tilec -o planned-damaged.tilec
+case_ plan-ownership --price_cache=damaged.tilec-prices small.tilec -o planned-again.tilec
+for f in planned-damaged.tilec planned-again.tilec; do
+  cmp -s planned.tilec "$f"; echo "\$ cmp planned.tilec $f: exit $?" >> "$actual"
+done
+
 # 6: attribute domains.
 case_ dump-ir eps-negative.tilec
 

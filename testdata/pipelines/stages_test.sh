@@ -6,7 +6,8 @@
 # the stages with today's tools and fails if a saved file differs; under
 # `bazel run` with UPDATE_GOLDENS=1 (scripts/update-goldens.sh) it rewrites
 # them in the source tree instead, and removes saved stages the pipeline no
-# longer makes.
+# longer makes. A second run that takes the first run's price cache must
+# make the same bytes.
 set -euo pipefail
 . scripts/lib/pipeline.sh
 tools=$1 dir=$2
@@ -19,6 +20,20 @@ tilec_tool "$tools" import-model $MODEL -o "$out/0-import.tilec"
 tilec_run_passes "$tools" "$out" "$out/0-import.tilec" 1 $(tilec_passes) >/dev/null 2>"$out/log" ||
   { cat "$out/log" >&2; exit 1; }
 status=0
+# The pipeline again, taking every price the first run saved: the same
+# bytes at every stage (docs/planner.md, "Price cache").
+mkdir "$out/warm"
+cp "$(tilec_price_cache "$out")" "$(tilec_price_cache "$out/warm")"
+cp "$out/0-import.tilec" "$out/warm/"
+# shellcheck disable=SC2046
+tilec_run_passes "$tools" "$out/warm" "$out/warm/0-import.tilec" 1 $(tilec_passes) >/dev/null 2>"$out/log" ||
+  { cat "$out/log" >&2; exit 1; }
+for file in "$out"/*.tilec; do
+  if ! cmp -s "$file" "$out/warm/$(basename "$file")"; then
+    echo "$(basename "$file") differs when the passes take the first run's prices" >&2
+    status=1
+  fi
+done
 for file in "$out"/*.tilec; do
   name=$(basename "$file")
   # Not a stage: the initial plan quantize-fp8 hands to plan-ownership

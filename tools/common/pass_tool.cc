@@ -2,6 +2,7 @@
 
 #include <gflags/gflags.h>
 
+#include <filesystem>
 #include <iostream>
 #include <set>
 #include <string>
@@ -15,6 +16,13 @@ DEFINE_int64(max_decisions, -1,
              "Apply only the first N transforming decisions of this pass "
              "(like LLVM's -opt-bisect-limit; scripts/bisect.sh drives it); "
              "-1: no limit.");
+DEFINE_string(price_cache, "",
+              "A file of the planner's prices: a pass that prices "
+              "(quantize-fp8, plan-ownership, fuse-elementwise) takes those "
+              "there, if the same build saved them for the same target, and "
+              "writes back every price it holds; the others leave it. The "
+              "output is the same bytes with or without it "
+              "(docs/planner.md, \"Price cache\").");
 DEFINE_string(explain, "",
               "Print decisions on stderr as they are made: bare --explain "
               "(or 'all') every decision, --explain=OP those naming op OP.");
@@ -32,7 +40,30 @@ std::vector<std::string> ExpandBareExplain(int argc, char** argv) {
   return args;
 }
 
-StatusOr<passes::PassOptions> CommonOptions() {
+// --price_cache, for a pass that prices: the saved prices, if the file is
+// there, and where the pass saves its own.
+Status PriceCacheOptions(const passes::PassInfo& pass,
+                         passes::PassOptions* common) {
+  const std::string path = FLAGS_price_cache;
+  if (path.empty() || !pass.prices) return Status::Ok();
+  if (path == "-") {
+    return Status::BadInput(
+        "--price_cache=-: the price cache is a file (stdin and stdout carry "
+        "the module)");
+  }
+  common->price_cache_name = ir::DisplayName(path);
+  std::error_code error;
+  if (std::filesystem::exists(path, error)) {
+    TILEC_RETURN_IF_ERROR(
+        ir::ReadFile(path, &common->saved_prices).WithContext("--price_cache"));
+  }
+  common->save_prices = [path](std::string bytes) {
+    return ir::WriteFileAtomically(path, bytes);
+  };
+  return Status::Ok();
+}
+
+StatusOr<passes::PassOptions> CommonOptions(const passes::PassInfo& pass) {
   passes::PassOptions common;
   if (FLAGS_max_decisions < -1) {
     return Status::BadInput("--max-decisions=" +
@@ -46,6 +77,7 @@ StatusOr<passes::PassOptions> CommonOptions() {
   common.explain = *explain;
   common.messages = &std::cerr;
   common.flags = GivenFlags();
+  TILEC_RETURN_IF_ERROR(PriceCacheOptions(pass, &common));
   return common;
 }
 
@@ -66,11 +98,12 @@ std::vector<NamedPath> SidecarFiles(const fb::ModuleT& module,
   return files;
 }
 
-Status RunPass(const std::vector<std::string>& args, const PassMaker& make,
+Status RunPass(const std::vector<std::string>& args,
+               const passes::PassInfo& pass_info, const PassMaker& make,
                const InputCheck& check) {
   std::string input;
   TILEC_RETURN_IF_ERROR(SingleInput(args, &input));
-  StatusOr<passes::PassOptions> common = CommonOptions();
+  StatusOr<passes::PassOptions> common = CommonOptions(pass_info);
   if (!common.ok()) return common.status();
   common->input = input;
   StatusOr<std::unique_ptr<passes::Pass>> pass = make(std::move(*common));
@@ -81,7 +114,8 @@ Status RunPass(const std::vector<std::string>& args, const PassMaker& make,
   // wrong pass must leave its input for the next attempt and for bisection.
   std::vector<NamedPath> inputs = SidecarFiles(module, input);
   inputs.push_back({"the input", input});
-  TILEC_RETURN_IF_ERROR(CheckOutputs(inputs, {{"-o", FLAGS_o}}));
+  TILEC_RETURN_IF_ERROR(CheckOutputs(
+      inputs, {{"-o", FLAGS_o}, {"--price_cache", FLAGS_price_cache}}));
   if (check) {
     TILEC_RETURN_IF_ERROR(check(module).WithContext(ir::DisplayName(input)));
   }
@@ -110,7 +144,7 @@ int PassToolMain(int argc, char** argv, const passes::PassInfo& pass,
   const std::string usage(pass.usage);
   std::vector<std::string> args =
       InitTool(argc, rewritten.data(), usage.c_str());
-  return RunAndFinish([&] { return RunPass(args, make, check); });
+  return RunAndFinish([&] { return RunPass(args, pass, make, check); });
 }
 
 }  // namespace tilec::tools

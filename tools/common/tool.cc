@@ -355,12 +355,12 @@ std::vector<std::string> InitTool(int argc, char** argv, const char* usage) {
   }
   if (!status.ok()) std::exit(Finish(status));
   // The tool's own flags that differ from their defaults, by name: what a
-  // pass records in its log. Logging, the output paths and --explain change
-  // what is printed or written beside the output, not what is decided, so
-  // they are left out: the output stays byte-identical with and without
-  // them.
-  const std::set<std::string> unrecorded = {"o", "explain",
-                                            "save_initial_plan"};
+  // pass records in its log. Logging, the output paths, --explain and the
+  // price cache change what is printed or written beside the output, or
+  // how fast, not what is decided, so they are left out: the output stays
+  // byte-identical with and without them.
+  const std::set<std::string> unrecorded = {"o", "explain", "save_initial_plan",
+                                            "price_cache"};
   std::vector<gflags::CommandLineFlagInfo> all;
   gflags::GetAllFlags(&all);
   for (const auto& info : all) {
