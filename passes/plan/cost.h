@@ -191,6 +191,19 @@ class Coster {
   size_t cached_transfers() const;
   size_t cached_prices() const;
 
+  // Prices keyed by shapes, element bytes and ownerships alone: valid for
+  // any graph on the target (a coster's own are private; the type is what
+  // passes/plan/price_cache.cc saves and reads).
+  struct Cache {
+    PriceTable<passes::TransferCost> transfers;
+    PriceTable<passes::TransferCost> redistributions;
+    PriceTable<bool> placements;
+    PriceTable<TileBytes> bytes;
+    PriceTable<OpCost> shape_prices;          // by ShapeKeyOf
+    PriceTable<passes::TransferCost> phases;  // Phase
+    PriceTable<std::vector<Recipe>> candidates;
+  };
+
  private:
   // They read and fill the caches (--price_cache).
   friend std::string SavePrices(const Coster& coster);
@@ -238,17 +251,6 @@ class Coster {
 
   std::optional<kernels::CostModel> model_;
   PriceOptions options_;
-  // Keyed by shapes, element bytes and ownerships alone: valid for any
-  // graph on the target.
-  struct Cache {
-    PriceTable<passes::TransferCost> transfers;
-    PriceTable<passes::TransferCost> redistributions;
-    PriceTable<bool> placements;
-    PriceTable<TileBytes> bytes;
-    PriceTable<OpCost> shape_prices;          // by ShapeKeyOf
-    PriceTable<passes::TransferCost> phases;  // Phase
-    PriceTable<std::vector<Recipe>> candidates;
-  };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
   // The LowerBounds() costers' own cache, shared by every coster made from
   // this one (a bound, keyed like the rest, is valid for any graph): the

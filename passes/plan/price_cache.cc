@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <ostream>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -24,21 +25,32 @@ static_assert(sizeof(OpCost) == 136,
 
 using Builder = flatbuffers::FlatBufferBuilder;
 using PerTile = std::shared_ptr<const std::vector<int64_t>>;
+template <typename T>
+using Offsets = flatbuffers::Vector<flatbuffers::Offset<T>>;
 
-flatbuffers::Offset<fb::TileRuns> SaveRuns(Builder& b, const PerTile& tiles) {
-  if (!tiles) return 0;
+// A per-tile list as runs of equal values.
+struct Runs {
   std::vector<int64_t> values;
-  std::vector<uint32_t> runs;
-  for (int64_t v : *tiles) {
-    if (!values.empty() && values.back() == v) {
-      ++runs.back();
-    } else {
-      values.push_back(v);
-      runs.push_back(1);
+  std::vector<uint32_t> counts;
+
+  explicit Runs(const std::vector<int64_t>& tiles) {
+    for (int64_t v : tiles) {
+      if (!values.empty() && values.back() == v) {
+        ++counts.back();
+      } else {
+        values.push_back(v);
+        counts.push_back(1);
+      }
     }
   }
-  return fb::CreateTileRunsDirect(b, &values, &runs);
-}
+  std::string Key() const {
+    std::string key(reinterpret_cast<const char*>(values.data()),
+                    values.size() * sizeof(int64_t));
+    key.append(reinterpret_cast<const char*>(counts.data()),
+               counts.size() * sizeof(uint32_t));
+    return key;
+  }
+};
 
 // The keys of `table`, sorted, each with its price.
 template <typename Value>
@@ -53,92 +65,157 @@ std::vector<std::pair<const std::string*, const Value*>> Sorted(
   return entries;
 }
 
-flatbuffers::Offset<fb::SavedTransfer> SaveTransfer(
-    Builder& b, const std::string& key, const passes::TransferCost& t) {
-  const auto k = b.CreateString(key);
-  const auto code = SaveRuns(b, t.tile_code);
-  fb::SavedTransferBuilder s(b);
-  s.add_key(k);
-  s.add_phase_cycles(t.phase_cycles);
-  s.add_unicast(t.unicast);
-  s.add_scheduled_cycles(t.scheduled_cycles);
-  s.add_bound_cycles(t.bound_cycles);
-  s.add_tile_code(code);
-  s.add_code_bytes(t.code_bytes);
-  s.add_local_copy_cycles(t.local_copy_cycles);
-  s.add_transfers(t.transfers);
-  s.add_bytes_sent(t.bytes_sent);
-  s.add_bytes_received(t.bytes_received);
-  s.add_local_copy_bytes(t.local_copy_bytes);
-  s.add_max_bytes_sent(t.max_bytes_sent);
-  s.add_max_bytes_received(t.max_bytes_received);
-  s.add_max_fragments(t.max_fragments);
-  s.add_exchange_bottleneck_tile(t.exchange_bottleneck_tile);
-  s.add_copy_bottleneck_tile(t.copy_bottleneck_tile);
-  return s.Finish();
-}
-
-flatbuffers::Offset<fb::SavedOpCost> SaveOpCost(Builder& b,
-                                                const std::string& key,
-                                                const OpCost& c) {
-  const auto k = b.CreateString(key);
-  const auto code = SaveRuns(b, c.code);
-  const auto scratch = SaveRuns(b, c.scratch);
-  const auto scratch_text = b.CreateString(c.scratch_text);
-  const auto detail = b.CreateString(c.detail);
-  fb::SavedOpCostBuilder s(b);
-  s.add_key(k);
-  s.add_compute(c.compute);
-  s.add_exchange(c.exchange);
-  s.add_phases(c.phases);
-  s.add_exchange_bytes(c.exchange_bytes);
-  s.add_code(code);
-  s.add_scratch(scratch);
-  s.add_max_scratch(c.max_scratch);
-  s.add_scratch_text(scratch_text);
-  s.add_detail(detail);
-  return s.Finish();
-}
-
-template <typename Value, typename Save>
-auto SaveTable(Builder& b, const PriceTable<Value>& table, const Save& save) {
-  std::vector<decltype(save(b, std::string(), std::declval<Value>()))> saved;
-  for (const auto& [key, value] : Sorted(table)) {
-    saved.push_back(save(b, *key, *value));
+// Writes a Coster family's caches: every table sorted by key, and each
+// distinct per-tile list once, in the order the tables first name it.
+class Writer {
+ public:
+  flatbuffers::Offset<fb::SavedPriceTables> Tables(const Coster::Cache& c) {
+    const auto transfers = Table(c.transfers, &Writer::Transfer);
+    const auto redistributions = Table(c.redistributions, &Writer::Transfer);
+    const auto placements = Table(c.placements, &Writer::Flag);
+    const auto bytes = Table(c.bytes, &Writer::Bytes);
+    const auto shape_prices = Table(c.shape_prices, &Writer::Op);
+    const auto phases = Table(c.phases, &Writer::Transfer);
+    return fb::CreateSavedPriceTables(b_, transfers, redistributions,
+                                      placements, bytes, shape_prices, phases);
   }
-  return b.CreateVector(saved);
-}
 
-// Reads saved prices back, refusing a per-tile list that does not name
-// every tile of the target once.
+  // The whole cache, after Tables for the exact and the bound prices.
+  std::string Finish(flatbuffers::Offset<fb::SavedPriceTables> scheduled,
+                     flatbuffers::Offset<fb::SavedPriceTables> bounds,
+                     const std::string& target, int gemm_dtype) {
+    std::vector<flatbuffers::Offset<fb::TileRuns>> lists;
+    for (const Runs& runs : lists_) lists.push_back(List(runs));
+    const auto list_vector = b_.CreateVector(lists);
+    const auto fingerprint = b_.CreateString(kPriceFingerprint);
+    const auto target_bytes = b_.CreateVector(
+        reinterpret_cast<const uint8_t*>(target.data()), target.size());
+    b_.Finish(fb::CreatePriceCache(b_, fingerprint, target_bytes, gemm_dtype,
+                                   scheduled, bounds, list_vector),
+              fb::PriceCacheIdentifier());
+    return std::string(reinterpret_cast<const char*>(b_.GetBufferPointer()),
+                       b_.GetSize());
+  }
+
+ private:
+  template <typename Value, typename Saved>
+  flatbuffers::Offset<Offsets<Saved>> Table(
+      const PriceTable<Value>& table,
+      flatbuffers::Offset<Saved> (Writer::*save)(const std::string&,
+                                                 const Value&)) {
+    std::vector<flatbuffers::Offset<Saved>> saved;
+    for (const auto& [key, value] : Sorted(table)) {
+      saved.push_back((this->*save)(*key, *value));
+    }
+    return b_.CreateVector(saved);
+  }
+
+  // Its index in the lists, -1 for none.
+  int32_t ListIndex(const PerTile& tiles) {
+    if (!tiles) return -1;
+    auto known = by_address_.find(tiles.get());
+    if (known != by_address_.end()) return known->second;
+    Runs runs(*tiles);
+    auto [it, added] = by_content_.try_emplace(
+        runs.Key(), static_cast<int32_t>(lists_.size()));
+    if (added) lists_.push_back(std::move(runs));
+    by_address_[tiles.get()] = it->second;
+    return it->second;
+  }
+
+  // In 32 bits where every value fits (bytes per tile always do).
+  flatbuffers::Offset<fb::TileRuns> List(const Runs& runs) {
+    const bool narrow =
+        std::all_of(runs.values.begin(), runs.values.end(),
+                    [](int64_t v) { return v == static_cast<int32_t>(v); });
+    flatbuffers::Offset<flatbuffers::Vector<int32_t>> values = 0;
+    flatbuffers::Offset<flatbuffers::Vector<int64_t>> wide = 0;
+    if (narrow) {
+      values = b_.CreateVector<int32_t>(runs.values.size(), [&](size_t i) {
+        return static_cast<int32_t>(runs.values[i]);
+      });
+    } else {
+      wide = b_.CreateVector(runs.values);
+    }
+    return fb::CreateTileRuns(b_, values, wide, b_.CreateVector(runs.counts));
+  }
+
+  flatbuffers::Offset<fb::SavedTransfer> Transfer(
+      const std::string& key, const passes::TransferCost& t) {
+    const auto k = b_.CreateString(key);
+    fb::SavedTransferBuilder s(b_);
+    s.add_key(k);
+    s.add_phase_cycles(t.phase_cycles);
+    s.add_unicast(t.unicast);
+    s.add_scheduled_cycles(t.scheduled_cycles);
+    s.add_bound_cycles(t.bound_cycles);
+    s.add_tile_code(ListIndex(t.tile_code));
+    s.add_code_bytes(t.code_bytes);
+    s.add_local_copy_cycles(t.local_copy_cycles);
+    s.add_transfers(t.transfers);
+    s.add_bytes_sent(t.bytes_sent);
+    s.add_bytes_received(t.bytes_received);
+    s.add_local_copy_bytes(t.local_copy_bytes);
+    s.add_max_bytes_sent(t.max_bytes_sent);
+    s.add_max_bytes_received(t.max_bytes_received);
+    s.add_max_fragments(t.max_fragments);
+    s.add_exchange_bottleneck_tile(t.exchange_bottleneck_tile);
+    s.add_copy_bottleneck_tile(t.copy_bottleneck_tile);
+    return s.Finish();
+  }
+
+  flatbuffers::Offset<fb::SavedOpCost> Op(const std::string& key,
+                                          const OpCost& c) {
+    const auto k = b_.CreateString(key);
+    const auto scratch_text = b_.CreateString(c.scratch_text);
+    const auto detail = b_.CreateString(c.detail);
+    fb::SavedOpCostBuilder s(b_);
+    s.add_key(k);
+    s.add_compute(c.compute);
+    s.add_exchange(c.exchange);
+    s.add_phases(c.phases);
+    s.add_exchange_bytes(c.exchange_bytes);
+    s.add_code(ListIndex(c.code));
+    s.add_scratch(ListIndex(c.scratch));
+    s.add_max_scratch(c.max_scratch);
+    s.add_scratch_text(scratch_text);
+    s.add_detail(detail);
+    return s.Finish();
+  }
+
+  flatbuffers::Offset<fb::SavedTileBytes> Bytes(const std::string& key,
+                                                const TileBytes& bytes) {
+    const auto k = b_.CreateString(key);
+    return fb::CreateSavedTileBytes(b_, k, ListIndex(bytes));
+  }
+
+  flatbuffers::Offset<fb::SavedFlag> Flag(const std::string& key,
+                                          const bool& value) {
+    return fb::CreateSavedFlag(b_, b_.CreateString(key), value);
+  }
+
+  Builder b_;
+  std::vector<Runs> lists_;
+  std::unordered_map<std::string, int32_t> by_content_;
+  std::unordered_map<const std::vector<int64_t>*, int32_t> by_address_;
+};
+
+// Reads saved prices back; each per-tile list is made once and shared by
+// the prices that name it.
 class Reader {
  public:
-  explicit Reader(int tiles) : tiles_(tiles) {}
-
-  std::optional<std::string> Runs(const fb::TileRuns* runs, PerTile* out) {
-    out->reset();
-    if (runs == nullptr) return std::nullopt;
-    if (!runs->values() || !runs->runs() ||
-        runs->values()->size() != runs->runs()->size()) {
-      return "a per-tile list whose values and runs differ in length";
+  // The lists of `saved`, each of exactly `tiles` tiles, or why not.
+  std::optional<std::string> Lists(const fb::PriceCache& saved, int tiles) {
+    if (saved.lists() == nullptr) return std::nullopt;
+    for (const fb::TileRuns* runs : *saved.lists()) {
+      auto bad = List(*runs, tiles);
+      if (bad) return bad;
     }
-    int64_t total = 0;
-    for (uint32_t n : *runs->runs()) total += n;
-    if (total != tiles_) {
-      return "a per-tile list of " + std::to_string(total) + " tiles, not " +
-             std::to_string(tiles_);
-    }
-    auto tiles = std::make_shared<std::vector<int64_t>>();
-    tiles->reserve(static_cast<size_t>(tiles_));
-    for (flatbuffers::uoffset_t i = 0; i < runs->values()->size(); ++i) {
-      tiles->insert(tiles->end(), runs->runs()->Get(i), runs->values()->Get(i));
-    }
-    *out = std::move(tiles);
     return std::nullopt;
   }
 
   std::optional<std::string> Transfer(const fb::SavedTransfer& s,
-                                      passes::TransferCost* t) {
+                                      passes::TransferCost* t) const {
     t->phase_cycles = s.phase_cycles();
     t->unicast = s.unicast();
     t->scheduled_cycles = s.scheduled_cycles();
@@ -154,10 +231,10 @@ class Reader {
     t->max_fragments = s.max_fragments();
     t->exchange_bottleneck_tile = s.exchange_bottleneck_tile();
     t->copy_bottleneck_tile = s.copy_bottleneck_tile();
-    return Runs(s.tile_code(), &t->tile_code);
+    return Named(s.tile_code(), &t->tile_code);
   }
 
-  std::optional<std::string> Op(const fb::SavedOpCost& s, OpCost* c) {
+  std::optional<std::string> Op(const fb::SavedOpCost& s, OpCost* c) const {
     c->compute = s.compute();
     c->exchange = s.exchange();
     c->phases = s.phases();
@@ -165,38 +242,119 @@ class Reader {
     c->max_scratch = s.max_scratch();
     c->scratch_text = s.scratch_text() ? s.scratch_text()->str() : "";
     c->detail = s.detail() ? s.detail()->str() : "";
-    if (auto bad = Runs(s.code(), &c->code)) return bad;
-    return Runs(s.scratch(), &c->scratch);
+    if (auto bad = Named(s.code(), &c->code)) return bad;
+    return Named(s.scratch(), &c->scratch);
   }
 
-  std::optional<std::string> Bytes(const fb::SavedTileBytes& s, PerTile* b) {
-    return Runs(s.bytes(), b);
+  std::optional<std::string> Bytes(const fb::SavedTileBytes& s,
+                                   TileBytes* b) const {
+    return Named(s.bytes(), b);
   }
 
-  std::optional<std::string> Flag(const fb::SavedFlag& s, bool* value) {
+  std::optional<std::string> Flag(const fb::SavedFlag& s, bool* value) const {
     *value = s.value();
     return std::nullopt;
   }
 
  private:
-  int tiles_;
+  std::optional<std::string> List(const fb::TileRuns& runs, int tiles) {
+    const size_t n = runs.values()        ? runs.values()->size()
+                     : runs.wide_values() ? runs.wide_values()->size()
+                                          : 0;
+    if (!runs.runs() || runs.runs()->size() != n ||
+        (runs.values() && runs.wide_values())) {
+      return std::string("a per-tile list whose values and runs differ");
+    }
+    int64_t total = 0;
+    for (uint32_t count : *runs.runs()) total += count;
+    if (total != tiles) {
+      return "a per-tile list of " + std::to_string(total) + " tiles, not " +
+             std::to_string(tiles);
+    }
+    auto list = std::make_shared<std::vector<int64_t>>();
+    list->reserve(static_cast<size_t>(tiles));
+    for (flatbuffers::uoffset_t i = 0; i < n; ++i) {
+      const int64_t v =
+          runs.values() ? runs.values()->Get(i) : runs.wide_values()->Get(i);
+      list->insert(list->end(), runs.runs()->Get(i), v);
+    }
+    lists_.push_back(std::move(list));
+    return std::nullopt;
+  }
+
+  // The list at `index` (-1: none).
+  std::optional<std::string> Named(int32_t index, PerTile* out) const {
+    out->reset();
+    if (index == -1) return std::nullopt;
+    if (index < 0 || static_cast<size_t>(index) >= lists_.size()) {
+      return "a price naming per-tile list " + std::to_string(index) + " of " +
+             std::to_string(lists_.size());
+    }
+    *out = lists_[static_cast<size_t>(index)];
+    return std::nullopt;
+  }
+
+  std::vector<PerTile> lists_;
 };
 
-// Every entry of `saved` read by `read` into a price; nothing is added to
-// `table` unless all of them read.
-template <typename Value, typename Saved, typename Read>
+// Every entry of `saved` read by `read` into `*out`, or why not.
+template <typename Value, typename Saved>
 std::optional<std::string> ReadTable(
-    const flatbuffers::Vector<flatbuffers::Offset<Saved>>* saved,
-    const Read& read, std::vector<std::pair<std::string, Value>>* out) {
+    const Offsets<Saved>* saved, const Reader& reader,
+    std::optional<std::string> (Reader::*read)(const Saved&, Value*) const,
+    std::vector<std::pair<std::string, Value>>* out) {
   if (saved == nullptr) return std::nullopt;
   for (const Saved* s : *saved) {
-    if (s->key() == nullptr) return "a price without a key";
+    if (s->key() == nullptr) return std::string("a price without a key");
     Value value{};
-    if (auto bad = read(*s, &value)) return bad;
+    if (auto bad = (reader.*read)(*s, &value)) return bad;
     out->push_back({s->key()->str(), std::move(value)});
   }
   return std::nullopt;
 }
+
+// One family cache's prices as read, added to the Coster only once every
+// one of them has read.
+struct ReadTables {
+  template <typename Value>
+  using Entries = std::vector<std::pair<std::string, Value>>;
+  Entries<passes::TransferCost> transfers, redistributions, phases;
+  Entries<bool> placements;
+  Entries<TileBytes> bytes;
+  Entries<OpCost> shape_prices;
+
+  std::optional<std::string> Read(const fb::SavedPriceTables* s,
+                                  const Reader& r) {
+    if (s == nullptr) return std::nullopt;
+    std::optional<std::string> bad =
+        ReadTable(s->transfers(), r, &Reader::Transfer, &transfers);
+    if (!bad) {
+      bad = ReadTable(s->redistributions(), r, &Reader::Transfer,
+                      &redistributions);
+    }
+    if (!bad) bad = ReadTable(s->phases(), r, &Reader::Transfer, &phases);
+    if (!bad) {
+      bad = ReadTable(s->placements(), r, &Reader::Flag, &placements);
+    }
+    if (!bad) bad = ReadTable(s->bytes(), r, &Reader::Bytes, &bytes);
+    if (!bad) {
+      bad = ReadTable(s->shape_prices(), r, &Reader::Op, &shape_prices);
+    }
+    return bad;
+  }
+
+  void AddTo(Coster::Cache& cache) {
+    auto add = [](auto& entries, auto& table) {
+      for (auto& [key, value] : entries) table.Add(key, std::move(value));
+    };
+    add(transfers, cache.transfers);
+    add(redistributions, cache.redistributions);
+    add(phases, cache.phases);
+    add(placements, cache.placements);
+    add(bytes, cache.bytes);
+    add(shape_prices, cache.shape_prices);
+  }
+};
 
 std::string PackedTarget(const fb::TargetT& target) {
   Builder b;
@@ -212,39 +370,11 @@ int GemmDTypeCode(const PriceOptions& options) {
 }  // namespace
 
 std::string SavePrices(const Coster& coster) {
-  Builder b;
-  auto tables = [&](const Coster::Cache& cache) {
-    const auto transfers = SaveTable(b, cache.transfers, SaveTransfer);
-    const auto redistributions =
-        SaveTable(b, cache.redistributions, SaveTransfer);
-    const auto placements =
-        SaveTable(b, cache.placements,
-                  [](Builder& b, const std::string& key, const bool& value) {
-                    return fb::CreateSavedFlag(b, b.CreateString(key), value);
-                  });
-    const auto bytes = SaveTable(
-        b, cache.bytes,
-        [](Builder& b, const std::string& key, const TileBytes& value) {
-          const auto k = b.CreateString(key);
-          return fb::CreateSavedTileBytes(b, k, SaveRuns(b, value));
-        });
-    const auto shape_prices = SaveTable(b, cache.shape_prices, SaveOpCost);
-    const auto phases = SaveTable(b, cache.phases, SaveTransfer);
-    return fb::CreateSavedPriceTables(b, transfers, redistributions, placements,
-                                      bytes, shape_prices, phases);
-  };
-  const auto scheduled = tables(*coster.cache_);
-  const auto bounds = tables(*coster.bound_cache_);
-  const std::string target = PackedTarget(coster.target());
-  const auto fingerprint = b.CreateString(kPriceFingerprint);
-  const auto target_bytes = b.CreateVector(
-      reinterpret_cast<const uint8_t*>(target.data()), target.size());
-  b.Finish(
-      fb::CreatePriceCache(b, fingerprint, target_bytes,
-                           GemmDTypeCode(coster.options()), scheduled, bounds),
-      fb::PriceCacheIdentifier());
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()),
-                     b.GetSize());
+  Writer writer;
+  const auto scheduled = writer.Tables(*coster.cache_);
+  const auto bounds = writer.Tables(*coster.bound_cache_);
+  return writer.Finish(scheduled, bounds, PackedTarget(coster.target()),
+                       GemmDTypeCode(coster.options()));
 }
 
 std::optional<std::string> TakePrices(std::string_view bytes,
@@ -269,64 +399,13 @@ std::optional<std::string> TakePrices(std::string_view bytes,
   if (saved.gemm_dtype() != GemmDTypeCode(coster.options())) {
     return std::string("saved for another --gemm_dtype");
   }
-  Reader reader(coster.tiles());
-  using Transfers = std::vector<std::pair<std::string, passes::TransferCost>>;
-  struct Read {
-    Transfers transfers, redistributions, phases;
-    std::vector<std::pair<std::string, bool>> placements;
-    std::vector<std::pair<std::string, TileBytes>> bytes;
-    std::vector<std::pair<std::string, OpCost>> shape_prices;
-  };
-  auto read = [&](const fb::SavedPriceTables* s,
-                  Read* r) -> std::optional<std::string> {
-    if (s == nullptr) return std::nullopt;
-    auto transfer = [&](const fb::SavedTransfer& t, passes::TransferCost* c) {
-      return reader.Transfer(t, c);
-    };
-    if (auto bad = ReadTable(s->transfers(), transfer, &r->transfers)) {
-      return bad;
-    }
-    if (auto bad =
-            ReadTable(s->redistributions(), transfer, &r->redistributions)) {
-      return bad;
-    }
-    if (auto bad = ReadTable(s->phases(), transfer, &r->phases)) return bad;
-    if (auto bad = ReadTable(
-            s->placements(),
-            [&](const fb::SavedFlag& f, bool* v) { return reader.Flag(f, v); },
-            &r->placements)) {
-      return bad;
-    }
-    if (auto bad = ReadTable(
-            s->bytes(),
-            [&](const fb::SavedTileBytes& t, TileBytes* v) {
-              return reader.Bytes(t, v);
-            },
-            &r->bytes)) {
-      return bad;
-    }
-    return ReadTable(
-        s->shape_prices(),
-        [&](const fb::SavedOpCost& o, OpCost* c) { return reader.Op(o, c); },
-        &r->shape_prices);
-  };
-  Read scheduled, bounds;
-  if (auto bad = read(saved.scheduled(), &scheduled)) return bad;
-  if (auto bad = read(saved.bounds(), &bounds)) return bad;
-  auto add = [](Read& r, Coster::Cache& cache) {
-    for (auto& [k, v] : r.transfers) cache.transfers.Add(k, std::move(v));
-    for (auto& [k, v] : r.redistributions) {
-      cache.redistributions.Add(k, std::move(v));
-    }
-    for (auto& [k, v] : r.phases) cache.phases.Add(k, std::move(v));
-    for (auto& [k, v] : r.placements) cache.placements.Add(k, v);
-    for (auto& [k, v] : r.bytes) cache.bytes.Add(k, std::move(v));
-    for (auto& [k, v] : r.shape_prices) {
-      cache.shape_prices.Add(k, std::move(v));
-    }
-  };
-  add(scheduled, *coster.cache_);
-  add(bounds, *coster.bound_cache_);
+  Reader reader;
+  if (auto bad = reader.Lists(saved, coster.tiles())) return bad;
+  ReadTables scheduled, bounds;
+  if (auto bad = scheduled.Read(saved.scheduled(), reader)) return bad;
+  if (auto bad = bounds.Read(saved.bounds(), reader)) return bad;
+  scheduled.AddTo(*coster.cache_);
+  bounds.AddTo(*coster.bound_cache_);
   return std::nullopt;
 }
 

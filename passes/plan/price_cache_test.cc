@@ -125,31 +125,44 @@ TEST_F(PriceCacheTest, APassSaysWhyItTakesNoPrices) {
   EXPECT_EQ(TakePrices(saved, TinyCoster()), std::nullopt);
 }
 
-TEST(PriceCacheFileTest, APerTileListForAnotherTileCountTakesNothing) {
-  const Coster coster = TinyCoster();
+// A cache for `coster` of a flag and a price of bytes per tile naming list
+// `index`, with one list of `tiles` tiles.
+std::string HandMade(const Coster& coster, int32_t index, uint32_t tiles) {
   flatbuffers::FlatBufferBuilder t;
   t.Finish(fb::Target::Pack(t, &coster.target()));
-  flatbuffers::FlatBufferBuilder b;
-  const auto good = fb::CreateSavedFlag(b, b.CreateString("a"), true);
-  const std::vector<int64_t> values = {7};
-  const std::vector<uint32_t> runs = {static_cast<uint32_t>(coster.tiles()) +
-                                      1};
-  const auto bytes = fb::CreateSavedTileBytes(
-      b, b.CreateString("b"), fb::CreateTileRunsDirect(b, &values, &runs));
-  std::vector<flatbuffers::Offset<fb::SavedFlag>> flags = {good};
-  std::vector<flatbuffers::Offset<fb::SavedTileBytes>> lists = {bytes};
-  const auto tables =
-      fb::CreateSavedPriceTablesDirect(b, nullptr, nullptr, &flags, &lists);
   const std::vector<uint8_t> target(t.GetBufferPointer(),
                                     t.GetBufferPointer() + t.GetSize());
-  b.Finish(
-      fb::CreatePriceCacheDirect(b, kPriceFingerprint, &target, -1, tables),
-      fb::PriceCacheIdentifier());
-  EXPECT_EQ(TakePrices(Bytes(b), coster),
-            "a per-tile list of " + std::to_string(coster.tiles() + 1) +
-                " tiles, not " + std::to_string(coster.tiles()));
-  // Not even the flag before it.
-  EXPECT_EQ(SavePrices(coster), SavePrices(TinyCoster()));
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<flatbuffers::Offset<fb::SavedFlag>> flags = {
+      fb::CreateSavedFlag(b, b.CreateString("a"), true)};
+  std::vector<flatbuffers::Offset<fb::SavedTileBytes>> bytes = {
+      fb::CreateSavedTileBytes(b, b.CreateString("b"), index)};
+  const auto tables =
+      fb::CreateSavedPriceTablesDirect(b, nullptr, nullptr, &flags, &bytes);
+  const std::vector<int32_t> values = {7};
+  const std::vector<uint32_t> runs = {tiles};
+  std::vector<flatbuffers::Offset<fb::TileRuns>> lists = {
+      fb::CreateTileRunsDirect(b, &values, nullptr, &runs)};
+  b.Finish(fb::CreatePriceCacheDirect(b, kPriceFingerprint, &target, -1, tables,
+                                      0, &lists),
+           fb::PriceCacheIdentifier());
+  return Bytes(b);
+}
+
+TEST(PriceCacheFileTest, TakesNothingFromACacheWithABadPerTileList) {
+  const Coster coster = TinyCoster();
+  const std::string nothing = SavePrices(TinyCoster());
+  const uint32_t tiles = static_cast<uint32_t>(coster.tiles());
+  EXPECT_EQ(TakePrices(HandMade(coster, 0, tiles + 1), coster),
+            "a per-tile list of " + std::to_string(tiles + 1) + " tiles, not " +
+                std::to_string(tiles));
+  EXPECT_EQ(SavePrices(coster), nothing);
+  // Read after the flag: not even the flag is taken.
+  EXPECT_EQ(TakePrices(HandMade(coster, 1, tiles), coster),
+            "a price naming per-tile list 1 of 1");
+  EXPECT_EQ(SavePrices(coster), nothing);
+  EXPECT_EQ(TakePrices(HandMade(coster, 0, tiles), coster), std::nullopt);
+  EXPECT_NE(SavePrices(coster), nothing);
 }
 
 }  // namespace
