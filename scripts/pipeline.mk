@@ -20,6 +20,10 @@ SIMULATE_FLAGS ?=
 BIN := bazel-bin/tools
 PASSES := $(shell sed -e 's/\#.*//' -e '/^[[:space:]]*$$/d' passes/pipeline/PIPELINE)
 INDICES := $(shell seq 1 $(words $(PASSES)))
+# The planner's prices, handed from pass to pass as scripts/compile.sh
+# hands them (docs/planner.md, "Price cache"): a stage's file is the same
+# with or without them, so the cache is no prerequisite of any stage.
+PRICE_CACHE := $(shell bash -c '. scripts/lib/pipeline.sh && tilec_price_cache "$(OUT)"')
 
 flags_var = $(shell printf '%s' '$(1)' | tr 'a-z-' 'A-Z_')_FLAGS
 stage = $(OUT)/$(1)-$(word $(1),$(PASSES))
@@ -48,7 +52,7 @@ $(OUT)/0-import.tilec: $(OUT)/0-import.flags $(BIN)/import-model/import-model | 
 define PASS_RULES
 FLAGS_$(1)-$(2) := $$($(call flags_var,$(2)))
 $(call stage,$(1)).tilec: $(call previous,$(1)).tilec $(OUT)/$(1)-$(2).flags $(BIN)/$(2)/$(2) | tools
-	$(BIN)/$(2)/$(2) $$(FLAGS_$(1)-$(2)) $$< -o $$@
+	$(BIN)/$(2)/$(2) $$(FLAGS_$(1)-$(2)) --price_cache=$(PRICE_CACHE) $$< -o $$@
 endef
 $(foreach i,$(INDICES),$(eval $(call PASS_RULES,$(i),$(word $(i),$(PASSES)))))
 
