@@ -273,6 +273,9 @@ class Search {
   // Offer band for the incumbent; back to 0 when a proposal is accepted.
   int depth_ = 0;
   std::vector<std::optional<KeptOffers>> kept_offers_;  // by op
+  // How long each op's last ranking took (0: never ranked), to take the
+  // longest first (RankAllOffers).
+  std::vector<double> ranking_seconds_;
   Plan kept_for_;  // the incumbent kept_offers_ were ranked on
   std::mt19937_64 rng_;
   std::vector<uint64_t> visited_list_;

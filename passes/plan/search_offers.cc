@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <set>
 #include <thread>
 
@@ -409,17 +410,26 @@ std::vector<StatusOr<Search::OpOffers>> Search::RankAllOffers(
       fresh.push_back(i);
     }
   }
-  // Ops with the most candidate recipes first (GEMMs, attention), whose
-  // rankings take longest: a long one taken last would leave the other
-  // threads idle. A ranking's result does not depend on which coster's
-  // caches made it (RankByCycles is exact), nor on the order.
+  // The longest rankings first: a long one taken last would leave the
+  // other threads idle. An op's last ranking took about as long as its next
+  // one will; one never ranked is taken by its candidate recipes (GEMMs,
+  // attention have the most). The times order the work and nothing else:
+  // a ranking's result does not depend on which coster's caches made it
+  // (RankByCycles is exact), nor on the order.
+  ranking_seconds_.resize(graph_.num_ops(), 0.0);
   std::stable_sort(fresh.begin(), fresh.end(), [&](size_t a, size_t b) {
+    const double ta = ranking_seconds_[ops[a]], tb = ranking_seconds_[ops[b]];
+    if (ta != tb) return ta > tb;
     return candidates_[ops[a]].size() > candidates_[ops[b]].size();
   });
   OnThreads(fresh.size(), [&](size_t thread, size_t k, const Coster& coster,
                               const Coster& bounds) {
     const size_t i = fresh[k];
+    const auto start = std::chrono::steady_clock::now();
     results[i] = RankOpOffers(ops[i], depth, coster, bounds, FloorsOf(thread));
+    ranking_seconds_[ops[i]] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
   });
   for (size_t i : fresh) {
     if (results[i].ok())
