@@ -217,6 +217,9 @@ class Emitter {
   void ReleaseStep(int s);
   std::unique_ptr<fb::ExchangeScheduleT> ScheduleStep(
       int s, std::span<const VTransfer* const> transfers) const;
+  void EmitSupersteps(const std::vector<int64_t>& id_of,
+                      fb::DeviceProgramT* program, SlowCalls* slow_calls,
+                      EmitSummary* sum);
   std::unique_ptr<fb::SuperstepT> EmitSuperstep(
       int s, const std::vector<int64_t>& id_of, SlowCalls* slow_calls,
       EmitSummary* sum) const;
