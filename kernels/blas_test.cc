@@ -1,5 +1,6 @@
-// OpenBLAS (kernels/blas.h) against the tile kernels' k-order loop
-// (kernels.h Gemm, portable path), and its determinism across threads.
+// OpenBLAS (kernels/blas.h) and the matrix units (kernels/amx.h) against
+// the tile kernels' k-order loop (kernels.h Gemm, portable path), and their
+// determinism across threads.
 
 #include "kernels/blas.h"
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/amx.h"
 #include "kernels/kernels.h"
 
 namespace tilec::kernels {
@@ -148,6 +150,122 @@ TEST(BlasTest, ThreadCountDoesNotChangeTheBytes) {
           << threads << " threads";
     }
   }
+}
+
+// FP8 values (E4M3: 1 + 3 mantissa bits) times powers of two, a tenth of
+// them zero: BF16 values, as the accuracy run's FP8 operands are.
+std::vector<float> RandomBf16Exact(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    const uint32_t r = rng();
+    if (r % 10 == 0) {
+      x = 0;
+      continue;
+    }
+    const float magnitude =
+        std::ldexp(1.0f + static_cast<float>((r >> 4) % 8) / 8,
+                   static_cast<int>((r >> 8) % 24) - 12);
+    x = (r >> 16) & 1 ? -magnitude : magnitude;
+  }
+  return v;
+}
+
+BlasProduct Product(const Shape& s, const std::vector<float>& a,
+                    const std::vector<float>& b, bool transpose_b,
+                    std::vector<float>* c) {
+  BlasProduct p;
+  p.m = s.m, p.k = s.k, p.n = s.n;
+  p.a = a.data(), p.lda = s.k;
+  p.b = b.data(), p.ldb = transpose_b ? s.k : s.n;
+  p.transpose_b = transpose_b;
+  p.c = c->data(), p.ldc = s.n;
+  return p;
+}
+
+// Shapes past and short of whole tiles (16 rows, 32 k) and blocks (32 x 32
+// of C), and attention's per-head products of so400m.
+const Shape kTileShapes[] = {
+    {1, 1, 1},    {1, 2, 1},      {15, 31, 17},   {16, 32, 16},
+    {17, 33, 15}, {32, 64, 32},   {33, 65, 47},   {61, 523, 67},
+    {3, 5, 521},  {521, 29, 127}, {729, 72, 729}, {729, 729, 72},
+};
+
+// Products of BF16 values go to the matrix units where the host has them
+// and agree with the k-order loop within summation error, B plain or
+// transposed, on one thread or several.
+TEST(BlasTest, Bf16OperandsOnTheMatrixUnitsWithinSummationError) {
+  if (!HostHasAmxBf16()) GTEST_SKIP() << "the host has no AMX-BF16";
+  UseGemmPathForTesting(GemmPath::kPortable);
+  uint32_t seed = 500;
+  for (const Shape& s : kTileShapes) {
+    SCOPED_TRACE(Name(s));
+    std::vector<float> a = RandomBf16Exact(s.m * s.k, seed++);
+    std::vector<float> b = RandomBf16Exact(s.k * s.n, seed++);
+    std::vector<float> bt(b.size());
+    for (int64_t q = 0; q < s.k; ++q) {
+      for (int64_t j = 0; j < s.n; ++j) bt[j * s.k + q] = b[q * s.n + j];
+    }
+    std::vector<float> want(s.m * s.n);
+    ASSERT_TRUE(Gemm(F32(a), F32(b), F32(want), s.m, s.k, s.n, false).ok());
+    for (bool transpose_b : {false, true}) {
+      for (int threads : {1, 2}) {
+        std::vector<float> got(s.m * s.n, NAN);
+        ASSERT_TRUE(AmxMultiply(
+            Product(s, a, transpose_b ? bt : b, transpose_b, &got), threads));
+        for (int64_t i = 0; i < s.m; ++i) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            ASSERT_LE(std::fabs(double(got[i * s.n + j]) - want[i * s.n + j]),
+                      Bound(a, b, s, i, j))
+                << "C[" << i << "," << j << "]" << (transpose_b ? " B^T" : "")
+                << ", " << threads << " threads";
+          }
+        }
+      }
+    }
+  }
+  UseGemmPathForTesting(GemmPath::kFastest);
+}
+
+// The units' thread count changes no byte either.
+TEST(BlasTest, Bf16ThreadCountDoesNotChangeTheBytes) {
+  if (!HostHasAmxBf16()) GTEST_SKIP() << "the host has no AMX-BF16";
+  const Shape s{300, 1031, 257};
+  std::vector<float> a = RandomBf16Exact(s.m * s.k, 1);
+  std::vector<float> b = RandomBf16Exact(s.k * s.n, 2);
+  std::vector<float> base(s.m * s.n);
+  ASSERT_TRUE(BlasMultiplyParallel(Product(s, a, b, false, &base), 1).ok());
+  for (int threads : {2, 3, 8}) {
+    std::vector<float> other(s.m * s.n);
+    ASSERT_TRUE(
+        BlasMultiplyParallel(Product(s, a, b, false, &other), threads).ok());
+    EXPECT_EQ(
+        std::memcmp(base.data(), other.data(), base.size() * sizeof(float)), 0)
+        << threads << " threads";
+  }
+}
+
+// An operand with a value the units would not read as itself stays with
+// OpenBLAS, C untouched by the units: low bits past BF16's, or a subnormal
+// (the units read it as zero, so 2^-130 * 2^100 would come out 0, not
+// 2^-30).
+TEST(BlasTest, OperandsThatAreNotBf16StayWithOpenBlas) {
+  const Shape s{40, 40, 40};
+  for (float odd : {1.0f + std::ldexp(1.0f, -20), std::ldexp(1.0f, -130)}) {
+    SCOPED_TRACE(odd);
+    for (bool in_a : {true, false}) {
+      std::vector<float> a = RandomBf16Exact(s.m * s.k, 3);
+      std::vector<float> b = RandomBf16Exact(s.k * s.n, 4);
+      (in_a ? a : b)[s.k * 20 + 39] = odd;
+      std::vector<float> c(s.m * s.n, -1.0f);
+      EXPECT_FALSE(AmxMultiply(Product(s, a, b, false, &c), 2));
+      EXPECT_EQ(c, std::vector<float>(s.m * s.n, -1.0f));
+    }
+  }
+  std::vector<float> a = {std::ldexp(1.0f, -130)}, b = {std::ldexp(1.0f, 100)};
+  std::vector<float> c = {0};
+  ASSERT_TRUE(BlasMultiply(Product({1, 1, 1}, a, b, false, &c)).ok());
+  EXPECT_EQ(c[0], std::ldexp(1.0f, -30));
 }
 
 TEST(BlasTest, RefusesWhatOpenBlasCannotTake) {

@@ -1,0 +1,41 @@
+// F32 matrix products on Intel AMX (the matrix units of Sapphire Rapids
+// and later Xeons), for BLAS products (kernels/blas.h) whose operands are
+// all BF16 values: every FP8 value (E4M3, E5M2, with any scale exponent
+// of the IR) is one, so the reference's FP8 GEMMs that no contract holds
+// to the k order (quantize-fp8's accuracy run) qualify.
+//
+// Numbers. A product of two BF16 values is exact in F32 (8 + 8 significant
+// bits), and TDPBF16PS sums the products in F32, in an order of its own
+// (neither the k order nor pairs in k order: measured), so the result is
+// the exact product to F32 summation error, the bound OpenBLAS gives
+// (blas.h), not bit for bit OpenBLAS's. The units treat BF16 subnormal
+// inputs and F32 subnormal results as zero: an operand with a subnormal
+// value does not qualify, and a result below 2^-126 in magnitude may come
+// out as zero (an absolute error under 2^-126).
+//
+// Determinism. Each C element sums its k in the same 32-wide chunks, in
+// chunk order, whichever thread computes it: the same bytes on any thread
+// count (on hosts with AMX; elsewhere OpenBLAS multiplies).
+
+#ifndef TILEC_KERNELS_AMX_H_
+#define TILEC_KERNELS_AMX_H_
+
+#include <cstdint>
+
+#include "kernels/blas.h"
+
+namespace tilec::kernels {
+
+// Whether the host has AMX-BF16 and the kernel lets this process use it
+// (asked once).
+bool HostHasAmxBf16();
+
+// C = A * B (or A * B^T) of a product that passed blas.cc's checks, with k
+// >= 1, on up to `threads` threads. False, with C untouched, when the host
+// has no AMX-BF16 or an operand holds a value that is not a normal BF16
+// value or zero (its low 16 bits set, or subnormal).
+bool AmxMultiply(const BlasProduct& p, int threads);
+
+}  // namespace tilec::kernels
+
+#endif  // TILEC_KERNELS_AMX_H_
