@@ -178,13 +178,17 @@ class TileAllocator {
   }
 
   // Whether [at, at + size) overlaps a live buffer: those starting before
-  // its end, one of which ends after `at`.
-  bool OverlapsLive(int64_t at, int64_t size) const {
+  // its end, one of which ends after `at`. `*before` counts those for the
+  // previous address asked: TryPlace asks in address order (up or down), so
+  // the count moves a few places each time, not a search's.
+  bool OverlapsLive(int64_t at, int64_t size, size_t* before) const {
     if (size == 0) return false;
-    const size_t before = static_cast<size_t>(
-        std::lower_bound(live_starts_.begin(), live_starts_.end(), at + size) -
-        live_starts_.begin());
-    return before > 0 && live_max_end_[before - 1] > at;
+    const int64_t end = at + size;
+    size_t b = *before;
+    while (b < live_starts_.size() && live_starts_[b] < end) ++b;
+    while (b > 0 && live_starts_[b - 1] >= end) --b;
+    *before = b;
+    return b > 0 && live_max_end_[b - 1] > at;
   }
 
   int64_t LowestAddress(size_t i) const {
@@ -229,24 +233,29 @@ class TileAllocator {
     } else if (pass == 1) {
       min_at = map_.AlignUp(map_.standard_end);
     }
+    size_t live_before = 0;
     for (int64_t at : Candidates(i, soft, pass, min_at)) {
       if (at < min_at) continue;
       if (at + size_[i] > max_end) {
         if (pass == 0) continue;
         break;
       }
-      if (Fits(i, at, soft)) return at;
+      if (Fits(i, at, soft, &live_before)) return at;
     }
     return std::nullopt;
   }
 
   // Addresses worth trying: the region's edge, the edges of live buffers
-  // and the first element after each ruled partner; in trying order.
-  std::vector<int64_t> Candidates(size_t i, bool soft, int pass,
-                                  int64_t min_at) const {
+  // and the first element after each ruled partner; in trying order. The
+  // list is the allocator's own, valid until the next call.
+  const std::vector<int64_t>& Candidates(size_t i, bool soft, int pass,
+                                         int64_t min_at) const {
     // Beside each live buffer (in address order, so mostly sorted), and a
     // few others.
-    std::vector<int64_t> beside, others;
+    std::vector<int64_t>& beside = beside_;
+    std::vector<int64_t>& others = others_;
+    beside.clear();
+    others.clear();
     if (pass == 0) {
       others.push_back(map_.AlignDown(map_.standard_end - size_[i]));
       for (size_t j : active_) {
@@ -265,7 +274,8 @@ class TileAllocator {
     }
     SortIfNeeded(&beside);
     SortIfNeeded(&others);
-    std::vector<int64_t> candidates(beside.size() + others.size());
+    std::vector<int64_t>& candidates = candidates_;
+    candidates.resize(beside.size() + others.size());
     std::merge(beside.begin(), beside.end(), others.begin(), others.end(),
                candidates.begin());
     candidates.erase(std::unique(candidates.begin(), candidates.end()),
@@ -274,8 +284,8 @@ class TileAllocator {
     return candidates;
   }
 
-  bool Fits(size_t i, int64_t at, bool soft) const {
-    if (OverlapsLive(at, size_[i])) return false;
+  bool Fits(size_t i, int64_t at, bool soft, size_t* live_before) const {
+    if (OverlapsLive(at, size_[i], live_before)) return false;
     for (const auto& [j, r] : partners_[i]) {
       if (RuleApplies(j, r, soft) && ElementClash(i, at, j)) return false;
     }
@@ -342,6 +352,8 @@ class TileAllocator {
   // Largest first: every placed buffer, in address order.
   std::vector<size_t> by_address_;
   std::vector<int64_t> live_starts_, live_max_end_;  // IndexLive
+  // Candidates' lists, kept to save their allocations.
+  mutable std::vector<int64_t> beside_, others_, candidates_;
   std::vector<bool> dropped_;
 };
 
