@@ -21,8 +21,11 @@ Status AddImpl(std::string_view name, std::string_view y_role,
   std::vector<float> xf = LoadElements(x, *elems);
   const std::vector<float> yf = LoadElements(y, y_elems);
   const size_t width = static_cast<size_t>(w);
-  for (size_t i = 0; i < xf.size(); ++i) {
-    xf[i] += yf[broadcast ? i % width : i];
+  // Row by row, so that no element pays for a division to find its column.
+  for (size_t first = 0; first < xf.size(); first += width) {
+    float* row = xf.data() + first;
+    const float* add = yf.data() + (broadcast ? 0 : first);
+    for (size_t c = 0; c < width; ++c) row[c] += add[c];
   }
   StoreElements(out, xf);
   return Status::Ok();

@@ -18,7 +18,10 @@ Status BiasGelu(const Operand& x, const Operand& bias, const Operand& out,
   const std::vector<float> b = LoadElements(bias, width);
   // The sum stays in F32 into the GELU: the fused kernel has no rounding
   // point between the two steps.
-  for (size_t i = 0; i < v.size(); ++i) v[i] = Gelu(v[i] + b[i % width], form);
+  for (size_t first = 0; first < v.size(); first += width) {
+    float* row = v.data() + first;
+    for (size_t c = 0; c < width; ++c) row[c] = Gelu(row[c] + b[c], form);
+  }
   StoreElements(out, v);
   return Status::Ok();
 }

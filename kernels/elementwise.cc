@@ -150,9 +150,13 @@ Status Binary(const Operand& x, const Operand& y, const Operand& out,
   std::vector<float> v = LoadElements(x, *elems);
   const std::vector<float> yf = LoadElements(y, y_elems);
   const size_t width = static_cast<size_t>(w);
-  for (size_t i = 0; i < v.size(); ++i) {
-    const float b = yf[row ? i % width : column ? i / width : i];
-    v[i] = operand_first ? ApplyBinary(fn, b, v[i]) : ApplyBinary(fn, v[i], b);
+  // Row by row: the other operand's index without a division per element.
+  for (size_t r = 0, first = 0; first < v.size(); ++r, first += width) {
+    for (size_t c = 0; c < width; ++c) {
+      const float b = yf[row ? c : column ? r : first + c];
+      float& e = v[first + c];
+      e = operand_first ? ApplyBinary(fn, b, e) : ApplyBinary(fn, e, b);
+    }
   }
   StoreElements(out, v);
   return Status::Ok();
