@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -43,27 +44,19 @@ struct TileConfig {
   uint8_t rows[16] = {};
 };
 
-// An operand as tiles: strips of 16 rows of A (or 16 columns of B), each
-// cut into chunks of 32 k, zero past the matrix. Strips are counted even,
-// so that the kernel takes them in pairs.
-struct Packed {
-  int64_t strips = 0, chunks = 0;
-  std::vector<uint16_t> values;
-  Packed(int64_t extent, int64_t k)
-      : strips(2 * ((extent + 2 * kTileRows - 1) / (2 * kTileRows))),
-        chunks((k + kChunk - 1) / kChunk),
-        values(static_cast<size_t>(strips * chunks * kTileValues)) {}
-  uint16_t* Tile(int64_t strip, int64_t chunk) {
-    return values.data() + (strip * chunks + chunk) * kTileValues;
-  }
-  const uint16_t* Tile(int64_t strip, int64_t chunk) const {
-    return values.data() + (strip * chunks + chunk) * kTileValues;
-  }
-};
+// The maskz forms: GCC 12's unmasked ones warn of an uninitialized
+// register in its own header.
+constexpr __mmask16 kAll = 0xFFFF;
+
+__attribute__((target("avx512f"))) __mmask16 Lanes(int64_t count) {
+  return count >= 16
+             ? kAll
+             : static_cast<__mmask16>((1u << std::max<int64_t>(count, 0)) - 1);
+}
 
 // Lanes whose float is not a BF16 value the units read as itself: low 16
 // bits set, or subnormal (exponent 0, not zero).
-__attribute__((target("avx512f"))) __mmask16 Inexact(__m512i bits) {
+__attribute__((target("avx512f"))) __mmask16 NotBf16(__m512i bits) {
   const __mmask16 low = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0xFFFF));
   const __mmask16 zero_exponent =
       _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(0x7F800000));
@@ -72,103 +65,142 @@ __attribute__((target("avx512f"))) __mmask16 Inexact(__m512i bits) {
   return low | (zero_exponent & nonzero);
 }
 
-// The maskz forms: GCC 12's unmasked ones warn of an uninitialized
-// register in its own header.
-constexpr __mmask16 kAll = 0xFFFF;
-
-// Each lane's high 16 bits, moved to its low half.
-__attribute__((target("avx512f"))) __m512i HighHalves(__m512i bits) {
-  return _mm512_maskz_srli_epi32(kAll, bits, 16);
+// Piece 0 of each float: its high 16 bits, a BF16 value (the float
+// truncated). Piece 1: the rest, float minus piece 0, exact in F32.
+__attribute__((target("avx512f"))) __m512i Piece(__m512i bits, int piece) {
+  const __m512i high =
+      _mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+  if (piece == 0) return high;
+  return _mm512_castps_si512(_mm512_maskz_sub_ps(
+      kAll, _mm512_castsi512_ps(bits), _mm512_castsi512_ps(high)));
 }
 
-__attribute__((target("avx512f"))) __mmask16 Lanes(int64_t count) {
-  return count >= 16
-             ? kAll
-             : static_cast<__mmask16>((1u << std::max<int64_t>(count, 0)) - 1);
-}
-
-// count (<= 32) floats as 32 BF16 values, zero past count. False where one
-// is inexact.
-__attribute__((target("avx512f"))) bool ConvertRow(const float* src,
-                                                   int64_t count,
-                                                   uint16_t* dst) {
-  bool exact = true;
-  for (int half = 0; half < 2; ++half) {
-    const __mmask16 lanes = Lanes(count - 16 * half);
-    const __m512i bits = _mm512_maskz_loadu_epi32(lanes, src + 16 * half);
-    exact &= Inexact(bits) == 0;
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * half),
-                        _mm512_maskz_cvtepi32_epi16(kAll, HighHalves(bits)));
+// How many pieces the units need for every value of a matrix [rows, cols]
+// (row stride ld): 1 where all are BF16 values, 2 where each is the sum of
+// two (its pieces; F16 values among them) and all are finite
+// (an infinity's second piece would be inf - inf), else 0.
+__attribute__((target("avx512f"))) int PiecesOf(const float* m, int64_t rows,
+                                                int64_t cols, int64_t ld) {
+  bool two = false, all_finite = true;
+  const __m512i exponent = _mm512_set1_epi32(0x7F800000);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; c += 16) {
+      const __m512i bits =
+          _mm512_maskz_loadu_epi32(Lanes(cols - c), m + r * ld + c);
+      all_finite &= _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exponent),
+                                            exponent) == 0;
+      if (NotBf16(bits) == 0) continue;
+      if (NotBf16(Piece(bits, 0)) != 0 || NotBf16(Piece(bits, 1)) != 0) {
+        return 0;
+      }
+      two = true;
+    }
   }
-  return exact;
+  if (!two) return 1;
+  return all_finite ? 2 : 0;
+}
+
+// An operand as tiles: for each piece, strips of 16 rows of A (or 16
+// columns of B), each cut into chunks of 32 k, zero past the matrix.
+// Strips are counted even, so that the kernel takes them in pairs. Every
+// value is written when packed.
+struct Packed {
+  int64_t pieces = 0, strips = 0, chunks = 0;
+  std::unique_ptr<uint16_t[]> values;
+  Packed(int pieces_count, int64_t extent, int64_t k)
+      : pieces(pieces_count),
+        strips(2 * ((extent + 2 * kTileRows - 1) / (2 * kTileRows))),
+        chunks((k + kChunk - 1) / kChunk),
+        values(new uint16_t[static_cast<size_t>(pieces * strips * chunks *
+                                                kTileValues)]) {}
+  uint16_t* Tile(int64_t piece, int64_t strip, int64_t chunk) {
+    return values.get() +
+           ((piece * strips + strip) * chunks + chunk) * kTileValues;
+  }
+  const uint16_t* Tile(int64_t piece, int64_t strip, int64_t chunk) const {
+    return values.get() +
+           ((piece * strips + strip) * chunks + chunk) * kTileValues;
+  }
+};
+
+// Piece `piece` of count (<= 32) floats as 32 BF16 values, zero past
+// count.
+__attribute__((target("avx512f"))) void ConvertRow(const float* src,
+                                                   int64_t count, int piece,
+                                                   uint16_t* dst) {
+  for (int half = 0; half < 2; ++half) {
+    const __m512i bits =
+        _mm512_maskz_loadu_epi32(Lanes(count - 16 * half), src + 16 * half);
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(dst + 16 * half),
+        _mm512_maskz_cvtepi32_epi16(
+            kAll, _mm512_maskz_srli_epi32(kAll, Piece(bits, piece), 16)));
+  }
 }
 
 // Strip s of A: rows 16s.. as tiles of 32 k.
-__attribute__((target("avx512f"))) bool PackRowsStrip(const float* a,
+__attribute__((target("avx512f"))) void PackRowsStrip(const float* a,
                                                       int64_t lda, int64_t m,
-                                                      int64_t k, int64_t s,
-                                                      Packed* out) {
-  bool exact = true;
+                                                      int64_t k, int piece,
+                                                      int64_t s, Packed* out) {
   for (int64_t c = 0; c < out->chunks; ++c) {
-    uint16_t* tile = out->Tile(s, c);
+    uint16_t* tile = out->Tile(piece, s, c);
     for (int64_t r = 0; r < kTileRows; ++r) {
       const int64_t row = s * kTileRows + r;
       const int64_t count = row < m ? std::min(kChunk, k - c * kChunk) : 0;
-      exact &= ConvertRow(a + row * lda + c * kChunk, count, tile + r * kChunk);
+      ConvertRow(a + row * lda + c * kChunk, count, piece, tile + r * kChunk);
     }
   }
-  return exact;
 }
 
 // Strip s of B [k, n]: columns 16s.., each tile row two rows of k
 // interleaved (k even in the low half of each 32-bit pair).
-__attribute__((target("avx512f"))) bool PackColumnsStrip(const float* b,
+__attribute__((target("avx512f"))) void PackColumnsStrip(const float* b,
                                                          int64_t ldb, int64_t k,
-                                                         int64_t n, int64_t s,
+                                                         int64_t n, int piece,
+                                                         int64_t s,
                                                          Packed* out) {
   const __mmask16 lanes = Lanes(n - s * kTileRows);
-  bool exact = true;
+  const float* columns = b + s * kTileRows;
   for (int64_t c = 0; c < out->chunks; ++c) {
-    uint32_t* tile = reinterpret_cast<uint32_t*>(out->Tile(s, c));
+    uint32_t* tile = reinterpret_cast<uint32_t*>(out->Tile(piece, s, c));
     for (int64_t r = 0; r < kTileRows; ++r) {
       const int64_t even = c * kChunk + 2 * r, odd = even + 1;
-      const float* column = b + s * kTileRows;
-      const __m512i lo = _mm512_maskz_loadu_epi32(
-          even < k ? lanes : __mmask16{0}, column + even * ldb);
-      const __m512i hi = _mm512_maskz_loadu_epi32(
-          odd < k ? lanes : __mmask16{0}, column + odd * ldb);
-      exact &= (Inexact(lo) | Inexact(hi)) == 0;
+      const __m512i lo = Piece(
+          _mm512_maskz_loadu_epi32(even < k ? lanes : 0, columns + even * ldb),
+          piece);
+      const __m512i hi = Piece(
+          _mm512_maskz_loadu_epi32(odd < k ? lanes : 0, columns + odd * ldb),
+          piece);
       const __m512i pair = _mm512_or_si512(
-          HighHalves(lo),
+          _mm512_maskz_srli_epi32(kAll, lo, 16),
           _mm512_and_si512(hi,
                            _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
       _mm512_storeu_si512(tile + r * kTileRows, pair);
     }
   }
-  return exact;
 }
 
 // Strip s of B^T, B [n, k]: the rows 16s.. of B, each row's 32 k of a
 // chunk as 16 pairs down one column of the tile.
-__attribute__((target("avx512f"))) bool PackTransposedStrip(
-    const float* b, int64_t ldb, int64_t k, int64_t n, int64_t s, Packed* out) {
-  bool exact = true;
+__attribute__((target("avx512f"))) void PackTransposedStrip(
+    const float* b, int64_t ldb, int64_t k, int64_t n, int piece, int64_t s,
+    Packed* out) {
   uint32_t pairs[kTileRows][kTileRows];
   for (int64_t c = 0; c < out->chunks; ++c) {
     for (int64_t j = 0; j < kTileRows; ++j) {
       const int64_t row = s * kTileRows + j;
       const int64_t count = row < n ? std::min(kChunk, k - c * kChunk) : 0;
-      exact &= ConvertRow(b + row * ldb + c * kChunk, count,
-                          reinterpret_cast<uint16_t*>(pairs[j]));
+      ConvertRow(b + row * ldb + c * kChunk, count, piece,
+                 reinterpret_cast<uint16_t*>(pairs[j]));
     }
-    uint32_t* tile = reinterpret_cast<uint32_t*>(out->Tile(s, c));
+    uint32_t* tile = reinterpret_cast<uint32_t*>(out->Tile(piece, s, c));
     for (int64_t r = 0; r < kTileRows; ++r) {
       for (int64_t j = 0; j < kTileRows; ++j) {
         tile[r * kTileRows + j] = pairs[j][r];
       }
     }
   }
-  return exact;
 }
 
 // Runs work(i) for i in [0, n) on up to `threads` threads, in any order.
@@ -198,7 +230,8 @@ __attribute__((target("amx-tile"))) void LoadTileConfig() {
 __attribute__((target("amx-tile"))) void ReleaseTiles() { _tile_release(); }
 
 // Rows 32i.. and columns 32j.. of C (strips 2i, 2i+1 of A and 2j, 2j+1 of
-// B): four tiles summed over every chunk of k in order, then stored.
+// B): four tiles summed over every pair of pieces (A's piece outer), each
+// over every chunk of k in order, then stored.
 __attribute__((target("amx-tile,amx-bf16"))) void MultiplyBlock(
     const Packed& a, const Packed& b, int64_t i, int64_t j,
     const BlasProduct& p) {
@@ -206,15 +239,19 @@ __attribute__((target("amx-tile,amx-bf16"))) void MultiplyBlock(
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  for (int64_t c = 0; c < a.chunks; ++c) {
-    _tile_loadd(4, a.Tile(2 * i, c), 64);
-    _tile_loadd(5, a.Tile(2 * i + 1, c), 64);
-    _tile_loadd(6, b.Tile(2 * j, c), 64);
-    _tile_loadd(7, b.Tile(2 * j + 1, c), 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+  for (int64_t pa = 0; pa < a.pieces; ++pa) {
+    for (int64_t pb = 0; pb < b.pieces; ++pb) {
+      for (int64_t c = 0; c < a.chunks; ++c) {
+        _tile_loadd(4, a.Tile(pa, 2 * i, c), 64);
+        _tile_loadd(5, a.Tile(pa, 2 * i + 1, c), 64);
+        _tile_loadd(6, b.Tile(pb, 2 * j, c), 64);
+        _tile_loadd(7, b.Tile(pb, 2 * j + 1, c), 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
   }
   const int64_t row = 2 * kTileRows * i, column = 2 * kTileRows * j;
   const int64_t rows = std::min(2 * kTileRows, p.m - row);
@@ -241,21 +278,22 @@ __attribute__((target("amx-tile,amx-bf16"))) void MultiplyBlock(
   }
 }
 
-bool Pack(const BlasProduct& p, int threads, Packed* a, Packed* b) {
-  std::atomic<bool> exact{true};
-  OnThreads(a->strips + b->strips, threads, [&](int64_t s) {
-    if (!exact.load(std::memory_order_relaxed)) return;
-    bool ok;
-    if (s < a->strips) {
-      ok = PackRowsStrip(p.a, p.lda, p.m, p.k, s, a);
-    } else if (p.transpose_b) {
-      ok = PackTransposedStrip(p.b, p.ldb, p.k, p.n, s - a->strips, b);
-    } else {
-      ok = PackColumnsStrip(p.b, p.ldb, p.k, p.n, s - a->strips, b);
+void Pack(const BlasProduct& p, int threads, Packed* a, Packed* b) {
+  const int64_t a_units = a->pieces * a->strips;
+  OnThreads(a_units + b->pieces * b->strips, threads, [&](int64_t u) {
+    if (u < a_units) {
+      PackRowsStrip(p.a, p.lda, p.m, p.k, static_cast<int>(u / a->strips),
+                    u % a->strips, a);
+      return;
     }
-    if (!ok) exact = false;
+    u -= a_units;
+    const int piece = static_cast<int>(u / b->strips);
+    if (p.transpose_b) {
+      PackTransposedStrip(p.b, p.ldb, p.k, p.n, piece, u % b->strips, b);
+    } else {
+      PackColumnsStrip(p.b, p.ldb, p.k, p.n, piece, u % b->strips, b);
+    }
   });
-  return exact;
 }
 
 }  // namespace
@@ -274,8 +312,13 @@ bool HostHasAmxBf16() {
 
 bool AmxMultiply(const BlasProduct& p, int threads) {
   if (!HostHasAmxBf16()) return false;
-  Packed a(p.m, p.k), b(p.n, p.k);
-  if (!Pack(p, threads, &a, &b)) return false;
+  const int a_pieces = PiecesOf(p.a, p.m, p.k, p.lda);
+  if (a_pieces == 0) return false;
+  const int b_pieces = p.transpose_b ? PiecesOf(p.b, p.n, p.k, p.ldb)
+                                     : PiecesOf(p.b, p.k, p.n, p.ldb);
+  if (b_pieces == 0) return false;
+  Packed a(a_pieces, p.m, p.k), b(b_pieces, p.n, p.k);
+  Pack(p, threads, &a, &b);
   // Blocks by groups of C's column tiles, then down the rows: a group's
   // panel of B is reused by every row block, a row block's tiles of A by
   // the group's columns.

@@ -8,7 +8,10 @@
 // exact product to F32 summation error, |error| <= gamma_k * sum_p |a_ip
 // b_pj| with gamma_k = k u / (1 - k u), u = 2^-24, like the tile kernels'
 // k-order sum (kernels.h, Gemm), but not bit for bit the same as it, nor
-// as another CPU's OpenBLAS.
+// as another CPU's OpenBLAS. On a host with AMX, products whose operands
+// the matrix units can take (FP8, BF16 and F16 values) go to them instead
+// (kernels/amx.h): the same kind of bound, with 2k or 4k products summed
+// where an operand is split in two.
 //
 // Determinism on one host. OpenBLAS's own threads can change the bytes
 // (its threaded driver blocks differently from its one-thread driver; seen

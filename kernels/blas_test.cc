@@ -9,8 +9,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/amx.h"
@@ -152,9 +154,9 @@ TEST(BlasTest, ThreadCountDoesNotChangeTheBytes) {
   }
 }
 
-// FP8 values (E4M3: 1 + 3 mantissa bits) times powers of two, a tenth of
-// them zero: BF16 values, as the accuracy run's FP8 operands are.
-std::vector<float> RandomBf16Exact(size_t n, uint32_t seed) {
+// Values of `bits` significant bits (4: FP8 E4M3's, 11: F16's) times
+// powers of two, a tenth of them zero.
+std::vector<float> RandomOfBits(size_t n, int bits, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<float> v(n);
   for (float& x : v) {
@@ -163,8 +165,9 @@ std::vector<float> RandomBf16Exact(size_t n, uint32_t seed) {
       x = 0;
       continue;
     }
+    const uint32_t fraction = rng() % (1u << (bits - 1));
     const float magnitude =
-        std::ldexp(1.0f + static_cast<float>((r >> 4) % 8) / 8,
+        std::ldexp(1.0f + std::ldexp(static_cast<float>(fraction), 1 - bits),
                    static_cast<int>((r >> 8) % 24) - 12);
     x = (r >> 16) & 1 ? -magnitude : magnitude;
   }
@@ -191,34 +194,39 @@ const Shape kTileShapes[] = {
     {3, 5, 521},  {521, 29, 127}, {729, 72, 729}, {729, 729, 72},
 };
 
-// Products of BF16 values go to the matrix units where the host has them
-// and agree with the k-order loop within summation error, B plain or
+// Products of FP8 and F16 values go to the matrix units where the host has
+// them and agree with the k-order loop within summation error (of k
+// products, or 2k or 4k where an operand goes as two pieces), B plain or
 // transposed, on one thread or several.
-TEST(BlasTest, Bf16OperandsOnTheMatrixUnitsWithinSummationError) {
+TEST(BlasTest, Fp8AndF16OperandsOnTheMatrixUnitsWithinSummationError) {
   if (!HostHasAmxBf16()) GTEST_SKIP() << "the host has no AMX-BF16";
   UseGemmPathForTesting(GemmPath::kPortable);
   uint32_t seed = 500;
-  for (const Shape& s : kTileShapes) {
-    SCOPED_TRACE(Name(s));
-    std::vector<float> a = RandomBf16Exact(s.m * s.k, seed++);
-    std::vector<float> b = RandomBf16Exact(s.k * s.n, seed++);
-    std::vector<float> bt(b.size());
-    for (int64_t q = 0; q < s.k; ++q) {
-      for (int64_t j = 0; j < s.n; ++j) bt[j * s.k + q] = b[q * s.n + j];
-    }
-    std::vector<float> want(s.m * s.n);
-    ASSERT_TRUE(Gemm(F32(a), F32(b), F32(want), s.m, s.k, s.n, false).ok());
-    for (bool transpose_b : {false, true}) {
-      for (int threads : {1, 2}) {
-        std::vector<float> got(s.m * s.n, NAN);
-        ASSERT_TRUE(AmxMultiply(
-            Product(s, a, transpose_b ? bt : b, transpose_b, &got), threads));
-        for (int64_t i = 0; i < s.m; ++i) {
-          for (int64_t j = 0; j < s.n; ++j) {
-            ASSERT_LE(std::fabs(double(got[i * s.n + j]) - want[i * s.n + j]),
-                      Bound(a, b, s, i, j))
-                << "C[" << i << "," << j << "]" << (transpose_b ? " B^T" : "")
-                << ", " << threads << " threads";
+  for (const auto [a_bits, b_bits] : {std::pair{4, 4}, {11, 4}, {11, 11}}) {
+    const int pieces = (a_bits > 8 ? 2 : 1) * (b_bits > 8 ? 2 : 1);
+    for (const Shape& s : kTileShapes) {
+      SCOPED_TRACE(Name(s) + " of " + std::to_string(a_bits) + " and " +
+                   std::to_string(b_bits) + " bits");
+      std::vector<float> a = RandomOfBits(s.m * s.k, a_bits, seed++);
+      std::vector<float> b = RandomOfBits(s.k * s.n, b_bits, seed++);
+      std::vector<float> bt(b.size());
+      for (int64_t q = 0; q < s.k; ++q) {
+        for (int64_t j = 0; j < s.n; ++j) bt[j * s.k + q] = b[q * s.n + j];
+      }
+      std::vector<float> want(s.m * s.n);
+      ASSERT_TRUE(Gemm(F32(a), F32(b), F32(want), s.m, s.k, s.n, false).ok());
+      for (bool transpose_b : {false, true}) {
+        for (int threads : {1, 2}) {
+          std::vector<float> got(s.m * s.n, NAN);
+          ASSERT_TRUE(AmxMultiply(
+              Product(s, a, transpose_b ? bt : b, transpose_b, &got), threads));
+          for (int64_t i = 0; i < s.m; ++i) {
+            for (int64_t j = 0; j < s.n; ++j) {
+              ASSERT_LE(std::fabs(double(got[i * s.n + j]) - want[i * s.n + j]),
+                        pieces * Bound(a, b, s, i, j))
+                  << "C[" << i << "," << j << "]" << (transpose_b ? " B^T" : "")
+                  << ", " << threads << " threads";
+            }
           }
         }
       }
@@ -228,11 +236,11 @@ TEST(BlasTest, Bf16OperandsOnTheMatrixUnitsWithinSummationError) {
 }
 
 // The units' thread count changes no byte either.
-TEST(BlasTest, Bf16ThreadCountDoesNotChangeTheBytes) {
+TEST(BlasTest, MatrixUnitsThreadCountDoesNotChangeTheBytes) {
   if (!HostHasAmxBf16()) GTEST_SKIP() << "the host has no AMX-BF16";
   const Shape s{300, 1031, 257};
-  std::vector<float> a = RandomBf16Exact(s.m * s.k, 1);
-  std::vector<float> b = RandomBf16Exact(s.k * s.n, 2);
+  std::vector<float> a = RandomOfBits(s.m * s.k, 11, 1);
+  std::vector<float> b = RandomOfBits(s.k * s.n, 4, 2);
   std::vector<float> base(s.m * s.n);
   ASSERT_TRUE(BlasMultiplyParallel(Product(s, a, b, false, &base), 1).ok());
   for (int threads : {2, 3, 8}) {
@@ -245,17 +253,24 @@ TEST(BlasTest, Bf16ThreadCountDoesNotChangeTheBytes) {
   }
 }
 
-// An operand with a value the units would not read as itself stays with
-// OpenBLAS, C untouched by the units: low bits past BF16's, or a subnormal
-// (the units read it as zero, so 2^-130 * 2^100 would come out 0, not
-// 2^-30).
-TEST(BlasTest, OperandsThatAreNotBf16StayWithOpenBlas) {
+// An operand with a value the units cannot take stays with OpenBLAS, C
+// untouched by the units: one that is not the sum of two BF16 values (its
+// high 16 bits and a rest of more than 8 significant bits), a subnormal (the
+// units read it as zero, so 2^-130 * 2^100 would come out 0, not 2^-30),
+// or an infinity among values of two pieces (its second piece would be
+// inf - inf). An infinity among BF16 values is one.
+TEST(BlasTest, OperandsTheUnitsCannotTakeStayWithOpenBlas) {
   const Shape s{40, 40, 40};
-  for (float odd : {1.0f + std::ldexp(1.0f, -20), std::ldexp(1.0f, -130)}) {
-    SCOPED_TRACE(odd);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto [odd, bits] :
+       {std::pair{1.0f + std::ldexp(1.0f, -9) + std::ldexp(1.0f, -20), 4},
+        {std::ldexp(1.0f, -130), 4},
+        {inf, 11}}) {
+    SCOPED_TRACE(std::to_string(odd) + " among values of " +
+                 std::to_string(bits) + " bits");
     for (bool in_a : {true, false}) {
-      std::vector<float> a = RandomBf16Exact(s.m * s.k, 3);
-      std::vector<float> b = RandomBf16Exact(s.k * s.n, 4);
+      std::vector<float> a = RandomOfBits(s.m * s.k, bits, 3);
+      std::vector<float> b = RandomOfBits(s.k * s.n, bits, 4);
       (in_a ? a : b)[s.k * 20 + 39] = odd;
       std::vector<float> c(s.m * s.n, -1.0f);
       EXPECT_FALSE(AmxMultiply(Product(s, a, b, false, &c), 2));
@@ -266,6 +281,12 @@ TEST(BlasTest, OperandsThatAreNotBf16StayWithOpenBlas) {
   std::vector<float> c = {0};
   ASSERT_TRUE(BlasMultiply(Product({1, 1, 1}, a, b, false, &c)).ok());
   EXPECT_EQ(c[0], std::ldexp(1.0f, -30));
+  if (!HostHasAmxBf16()) return;
+  a = RandomOfBits(s.m * s.k, 4, 5);
+  b = RandomOfBits(s.k * s.n, 4, 6);
+  a[7] = inf;
+  c.assign(s.m * s.n, 0);
+  EXPECT_TRUE(AmxMultiply(Product(s, a, b, false, &c), 1));
 }
 
 TEST(BlasTest, RefusesWhatOpenBlasCannotTake) {
