@@ -14,11 +14,13 @@
 //     and every kernel computes in F32 and rounds once when it stores, this
 //     gives the same numbers as running the kernels on the stored bytes.
 //   * Except the GEMMs with no FP8 operand (MatMul, attention scores and
-//     context in F16, BF16 or F32), which OpenBLAS multiplies
-//     (kernels/blas.h) at 2 to 3 times the speed (scripts/bench.sh gemm):
-//     F32 products and sums in the library's order, which equal the tile
-//     kernel's k-order sums to F32 summation error, not bit for bit (and
-//     may differ on another CPU or OpenBLAS version). GEMMs with an FP8
+//     context in F16, BF16 or F32), which the BLAS path multiplies
+//     (kernels/blas.h: OpenBLAS at 2 to 3 times the speed, scripts/bench.sh
+//     gemm; on a host with AMX, F16 and BF16 operands on the matrix units,
+//     kernels/amx.h): F32 products and sums in the library's or the units'
+//     order, which equal the tile kernel's k-order sums to F32 summation
+//     error, not bit for bit (and may differ on another CPU or OpenBLAS
+//     version). GEMMs with an FP8
 //     operand keep the tile kernel's k order: the simulator's FP8 tiles are
 //     compared with them bit for bit where the planner leaves K whole
 //     (docs/quantize.md). Either way the thread count does not change a
