@@ -75,62 +75,71 @@ __attribute__((target("avx512f"))) __m512i Piece(__m512i bits, int piece) {
       kAll, _mm512_castsi512_ps(bits), _mm512_castsi512_ps(high)));
 }
 
-// How many pieces the units need for every value of a matrix [rows, cols]
-// (row stride ld): 1 where all are BF16 values, 2 where each is the sum of
-// two (its pieces; F16 values among them) and all are finite
-// (an infinity's second piece would be inf - inf), else 0.
-__attribute__((target("avx512f"))) int PiecesOf(const float* m, int64_t rows,
-                                                int64_t cols, int64_t ld) {
-  bool two = false, all_finite = true;
-  const __m512i exponent = _mm512_set1_epi32(0x7F800000);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; c += 16) {
-      const __m512i bits =
-          _mm512_maskz_loadu_epi32(Lanes(cols - c), m + r * ld + c);
-      all_finite &= _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exponent),
-                                            exponent) == 0;
-      if (NotBf16(bits) == 0) continue;
-      if (NotBf16(Piece(bits, 0)) != 0 || NotBf16(Piece(bits, 1)) != 0) {
-        return 0;
-      }
-      two = true;
-    }
+// What the values of an operand seen so far need: whether one is not a
+// BF16 value, one is not the sum of two (its pieces), one is not finite.
+struct Qualify {
+  bool two = false, neither = false, nonfinite = false;
+  void Merge(const Qualify& q) {
+    two |= q.two;
+    neither |= q.neither;
+    nonfinite |= q.nonfinite;
   }
-  if (!two) return 1;
-  return all_finite ? 2 : 0;
+  // The pieces the units need for every value: 1 where all are BF16
+  // values, 2 where each is the sum of two and all are finite (an
+  // infinity's second piece would be inf - inf), else 0.
+  int Pieces() const {
+    if (neither) return 0;
+    if (!two) return 1;
+    return nonfinite ? 0 : 2;
+  }
+};
+
+__attribute__((target("avx512f"))) void Check(__m512i bits, Qualify* q) {
+  const __m512i exponent = _mm512_set1_epi32(0x7F800000);
+  q->nonfinite |=
+      _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exponent), exponent) != 0;
+  if (NotBf16(bits) == 0) return;
+  q->two = true;
+  q->neither |= NotBf16(Piece(bits, 0)) != 0 || NotBf16(Piece(bits, 1)) != 0;
 }
 
 // An operand as tiles: for each piece, strips of 16 rows of A (or 16
 // columns of B), each cut into chunks of 32 k, zero past the matrix.
 // Strips are counted even, so that the kernel takes them in pairs. Every
-// value is written when packed.
+// value is written when packed; piece 1 is made only where it is needed.
 struct Packed {
-  int64_t pieces = 0, strips = 0, chunks = 0;
-  std::unique_ptr<uint16_t[]> values;
-  Packed(int pieces_count, int64_t extent, int64_t k)
-      : pieces(pieces_count),
-        strips(2 * ((extent + 2 * kTileRows - 1) / (2 * kTileRows))),
-        chunks((k + kChunk - 1) / kChunk),
-        values(new uint16_t[static_cast<size_t>(pieces * strips * chunks *
-                                                kTileValues)]) {}
+  int64_t pieces = 1, strips = 0, chunks = 0;
+  std::unique_ptr<uint16_t[]> values[2];
+  Packed(int64_t extent, int64_t k)
+      : strips(2 * ((extent + 2 * kTileRows - 1) / (2 * kTileRows))),
+        chunks((k + kChunk - 1) / kChunk) {
+    values[0] = Allocate();
+  }
+  std::unique_ptr<uint16_t[]> Allocate() const {
+    return std::unique_ptr<uint16_t[]>(
+        new uint16_t[static_cast<size_t>(strips * chunks * kTileValues)]);
+  }
+  void AddSecondPiece() {
+    values[1] = Allocate();
+    pieces = 2;
+  }
   uint16_t* Tile(int64_t piece, int64_t strip, int64_t chunk) {
-    return values.get() +
-           ((piece * strips + strip) * chunks + chunk) * kTileValues;
+    return values[piece].get() + (strip * chunks + chunk) * kTileValues;
   }
   const uint16_t* Tile(int64_t piece, int64_t strip, int64_t chunk) const {
-    return values.get() +
-           ((piece * strips + strip) * chunks + chunk) * kTileValues;
+    return values[piece].get() + (strip * chunks + chunk) * kTileValues;
   }
 };
 
 // Piece `piece` of count (<= 32) floats as 32 BF16 values, zero past
-// count.
+// count; the floats checked into `q` unless it is null.
 __attribute__((target("avx512f"))) void ConvertRow(const float* src,
                                                    int64_t count, int piece,
-                                                   uint16_t* dst) {
+                                                   uint16_t* dst, Qualify* q) {
   for (int half = 0; half < 2; ++half) {
     const __m512i bits =
         _mm512_maskz_loadu_epi32(Lanes(count - 16 * half), src + 16 * half);
+    if (q != nullptr) Check(bits, q);
     _mm256_storeu_si256(
         reinterpret_cast<__m256i*>(dst + 16 * half),
         _mm512_maskz_cvtepi32_epi16(
@@ -142,13 +151,15 @@ __attribute__((target("avx512f"))) void ConvertRow(const float* src,
 __attribute__((target("avx512f"))) void PackRowsStrip(const float* a,
                                                       int64_t lda, int64_t m,
                                                       int64_t k, int piece,
-                                                      int64_t s, Packed* out) {
+                                                      int64_t s, Packed* out,
+                                                      Qualify* q) {
   for (int64_t c = 0; c < out->chunks; ++c) {
     uint16_t* tile = out->Tile(piece, s, c);
     for (int64_t r = 0; r < kTileRows; ++r) {
       const int64_t row = s * kTileRows + r;
       const int64_t count = row < m ? std::min(kChunk, k - c * kChunk) : 0;
-      ConvertRow(a + row * lda + c * kChunk, count, piece, tile + r * kChunk);
+      ConvertRow(a + row * lda + c * kChunk, count, piece, tile + r * kChunk,
+                 q);
     }
   }
 }
@@ -158,23 +169,25 @@ __attribute__((target("avx512f"))) void PackRowsStrip(const float* a,
 __attribute__((target("avx512f"))) void PackColumnsStrip(const float* b,
                                                          int64_t ldb, int64_t k,
                                                          int64_t n, int piece,
-                                                         int64_t s,
-                                                         Packed* out) {
+                                                         int64_t s, Packed* out,
+                                                         Qualify* q) {
   const __mmask16 lanes = Lanes(n - s * kTileRows);
   const float* columns = b + s * kTileRows;
   for (int64_t c = 0; c < out->chunks; ++c) {
     uint32_t* tile = reinterpret_cast<uint32_t*>(out->Tile(piece, s, c));
     for (int64_t r = 0; r < kTileRows; ++r) {
       const int64_t even = c * kChunk + 2 * r, odd = even + 1;
-      const __m512i lo = Piece(
-          _mm512_maskz_loadu_epi32(even < k ? lanes : 0, columns + even * ldb),
-          piece);
-      const __m512i hi = Piece(
-          _mm512_maskz_loadu_epi32(odd < k ? lanes : 0, columns + odd * ldb),
-          piece);
+      const __m512i lo =
+          _mm512_maskz_loadu_epi32(even < k ? lanes : 0, columns + even * ldb);
+      const __m512i hi =
+          _mm512_maskz_loadu_epi32(odd < k ? lanes : 0, columns + odd * ldb);
+      if (q != nullptr) {
+        Check(lo, q);
+        Check(hi, q);
+      }
       const __m512i pair = _mm512_or_si512(
-          _mm512_maskz_srli_epi32(kAll, lo, 16),
-          _mm512_and_si512(hi,
+          _mm512_maskz_srli_epi32(kAll, Piece(lo, piece), 16),
+          _mm512_and_si512(Piece(hi, piece),
                            _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
       _mm512_storeu_si512(tile + r * kTileRows, pair);
     }
@@ -185,14 +198,14 @@ __attribute__((target("avx512f"))) void PackColumnsStrip(const float* b,
 // chunk as 16 pairs down one column of the tile.
 __attribute__((target("avx512f"))) void PackTransposedStrip(
     const float* b, int64_t ldb, int64_t k, int64_t n, int piece, int64_t s,
-    Packed* out) {
+    Packed* out, Qualify* q) {
   uint32_t pairs[kTileRows][kTileRows];
   for (int64_t c = 0; c < out->chunks; ++c) {
     for (int64_t j = 0; j < kTileRows; ++j) {
       const int64_t row = s * kTileRows + j;
       const int64_t count = row < n ? std::min(kChunk, k - c * kChunk) : 0;
       ConvertRow(b + row * ldb + c * kChunk, count, piece,
-                 reinterpret_cast<uint16_t*>(pairs[j]));
+                 reinterpret_cast<uint16_t*>(pairs[j]), q);
     }
     uint32_t* tile = reinterpret_cast<uint32_t*>(out->Tile(piece, s, c));
     for (int64_t r = 0; r < kTileRows; ++r) {
@@ -278,22 +291,28 @@ __attribute__((target("amx-tile,amx-bf16"))) void MultiplyBlock(
   }
 }
 
-void Pack(const BlasProduct& p, int threads, Packed* a, Packed* b) {
-  const int64_t a_units = a->pieces * a->strips;
-  OnThreads(a_units + b->pieces * b->strips, threads, [&](int64_t u) {
+// Piece `piece` of A and B (either null: not packed), on the threads;
+// with non-null qualifies, what their values need, checked as they pass.
+void Pack(const BlasProduct& p, int threads, int piece, Packed* a, Packed* b,
+          Qualify* a_needs, Qualify* b_needs) {
+  const int64_t a_units = a != nullptr ? a->strips : 0;
+  const int64_t b_units = b != nullptr ? b->strips : 0;
+  std::vector<Qualify> needs(static_cast<size_t>(a_units + b_units));
+  const bool check = a_needs != nullptr;
+  OnThreads(a_units + b_units, threads, [&](int64_t u) {
+    Qualify* q = check ? &needs[static_cast<size_t>(u)] : nullptr;
     if (u < a_units) {
-      PackRowsStrip(p.a, p.lda, p.m, p.k, static_cast<int>(u / a->strips),
-                    u % a->strips, a);
-      return;
-    }
-    u -= a_units;
-    const int piece = static_cast<int>(u / b->strips);
-    if (p.transpose_b) {
-      PackTransposedStrip(p.b, p.ldb, p.k, p.n, piece, u % b->strips, b);
+      PackRowsStrip(p.a, p.lda, p.m, p.k, piece, u, a, q);
+    } else if (p.transpose_b) {
+      PackTransposedStrip(p.b, p.ldb, p.k, p.n, piece, u - a_units, b, q);
     } else {
-      PackColumnsStrip(p.b, p.ldb, p.k, p.n, piece, u % b->strips, b);
+      PackColumnsStrip(p.b, p.ldb, p.k, p.n, piece, u - a_units, b, q);
     }
   });
+  if (!check) return;
+  for (int64_t u = 0; u < a_units + b_units; ++u) {
+    (u < a_units ? a_needs : b_needs)->Merge(needs[static_cast<size_t>(u)]);
+  }
 }
 
 }  // namespace
@@ -312,13 +331,19 @@ bool HostHasAmxBf16() {
 
 bool AmxMultiply(const BlasProduct& p, int threads) {
   if (!HostHasAmxBf16()) return false;
-  const int a_pieces = PiecesOf(p.a, p.m, p.k, p.lda);
-  if (a_pieces == 0) return false;
-  const int b_pieces = p.transpose_b ? PiecesOf(p.b, p.n, p.k, p.ldb)
-                                     : PiecesOf(p.b, p.k, p.n, p.ldb);
-  if (b_pieces == 0) return false;
-  Packed a(a_pieces, p.m, p.k), b(b_pieces, p.n, p.k);
-  Pack(p, threads, &a, &b);
+  // Piece 0 of each operand is its values truncated, whatever they need;
+  // piece 1 follows where some value needs it.
+  Packed a(p.m, p.k), b(p.n, p.k);
+  Qualify a_needs, b_needs;
+  Pack(p, threads, 0, &a, &b, &a_needs, &b_needs);
+  const int a_pieces = a_needs.Pieces(), b_pieces = b_needs.Pieces();
+  if (a_pieces == 0 || b_pieces == 0) return false;
+  if (a_pieces == 2) a.AddSecondPiece();
+  if (b_pieces == 2) b.AddSecondPiece();
+  if (a_pieces == 2 || b_pieces == 2) {
+    Pack(p, threads, 1, a_pieces == 2 ? &a : nullptr,
+         b_pieces == 2 ? &b : nullptr, nullptr, nullptr);
+  }
   // Blocks by groups of C's column tiles, then down the rows: a group's
   // panel of B is reused by every row block, a row block's tiles of A by
   // the group's columns.
