@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
-#include <memory>
 #include <thread>
 #include <vector>
 
@@ -31,6 +30,13 @@ constexpr int64_t kTileValues = kTileRows * kChunk;
 // rows of A go by. Measured on [1458,1152] x [1152,4304]: 2 tiles 0.66,
 // 8 tiles 0.85, 16 tiles 1.1 TFLOP/s.
 constexpr int64_t kGroupTiles = 16;
+// The L2 cache a group's panel of B may take (Sapphire Rapids' 2 MB a
+// core): k beyond it goes in blocks, C's sums kept in F32 between them.
+// Measured (scripts/bench.sh gemm, F16 values on two threads): 1 MB cut
+// [729,1152] x [1152,4304] in two blocks and took it from 178 to 121
+// GMAC/s; [729,4304] x [4304,1152] went from 86 in one block to 130 in
+// five and 121 in three.
+constexpr int64_t kPanelBytes = int64_t{1} << 21;
 
 // Linux gives a process the tile registers on request only.
 constexpr int kArchReqXcompPerm = 0x1023;
@@ -109,25 +115,32 @@ __attribute__((target("avx512f"))) void Check(__m512i bits, Qualify* q) {
 // value is written when packed; piece 1 is made only where it is needed.
 struct Packed {
   int64_t pieces = 1, strips = 0, chunks = 0;
-  std::unique_ptr<uint16_t[]> values[2];
-  Packed(int64_t extent, int64_t k)
+  // Each piece's tiles, in storage the calling thread keeps from product
+  // to product: a fresh allocation of a weight's tiles (10 MB for so400m's
+  // MLP) costs more in page faults than packing it.
+  std::vector<uint16_t>* storage[2];
+  Packed(int64_t extent, int64_t k, std::vector<uint16_t>* first,
+         std::vector<uint16_t>* second)
       : strips(2 * ((extent + 2 * kTileRows - 1) / (2 * kTileRows))),
-        chunks((k + kChunk - 1) / kChunk) {
-    values[0] = Allocate();
+        chunks((k + kChunk - 1) / kChunk),
+        storage{first, second} {
+    Reserve(0);
   }
-  std::unique_ptr<uint16_t[]> Allocate() const {
-    return std::unique_ptr<uint16_t[]>(
-        new uint16_t[static_cast<size_t>(strips * chunks * kTileValues)]);
+  void Reserve(int piece) const {
+    const size_t values = static_cast<size_t>(strips * chunks * kTileValues);
+    if (storage[piece]->size() < values) storage[piece]->resize(values);
   }
   void AddSecondPiece() {
-    values[1] = Allocate();
+    Reserve(1);
     pieces = 2;
   }
+  // Chunk by chunk, each chunk's strips side by side: B is packed a pair
+  // of its rows at a time across every strip (PackColumnPairs).
   uint16_t* Tile(int64_t piece, int64_t strip, int64_t chunk) {
-    return values[piece].get() + (strip * chunks + chunk) * kTileValues;
+    return storage[piece]->data() + (chunk * strips + strip) * kTileValues;
   }
   const uint16_t* Tile(int64_t piece, int64_t strip, int64_t chunk) const {
-    return values[piece].get() + (strip * chunks + chunk) * kTileValues;
+    return storage[piece]->data() + (chunk * strips + strip) * kTileValues;
   }
 };
 
@@ -164,19 +177,20 @@ __attribute__((target("avx512f"))) void PackRowsStrip(const float* a,
   }
 }
 
-// Strip s of B [k, n]: columns 16s.., each tile row two rows of k
-// interleaved (k even in the low half of each 32-bit pair).
-__attribute__((target("avx512f"))) void PackColumnsStrip(const float* b,
-                                                         int64_t ldb, int64_t k,
-                                                         int64_t n, int piece,
-                                                         int64_t s, Packed* out,
-                                                         Qualify* q) {
-  const __mmask16 lanes = Lanes(n - s * kTileRows);
-  const float* columns = b + s * kTileRows;
-  for (int64_t c = 0; c < out->chunks; ++c) {
-    uint32_t* tile = reinterpret_cast<uint32_t*>(out->Tile(piece, s, c));
-    for (int64_t r = 0; r < kTileRows; ++r) {
-      const int64_t even = c * kChunk + 2 * r, odd = even + 1;
+// Pairs [first, end) of B's rows (B [k, n]; pair q is rows 2q and 2q+1,
+// zero past k) across every strip: row q % 16 of chunk q / 16's tile of
+// each strip holds the pair's 16 columns interleaved (even k in the low
+// half of each 32-bit word). Row by row, B is read in order.
+__attribute__((target("avx512f"))) void PackColumnPairs(
+    const float* b, int64_t ldb, int64_t k, int64_t n, int piece, int64_t first,
+    int64_t end, Packed* out, Qualify* q) {
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t pair = first; pair < end; ++pair) {
+    const int64_t even = 2 * pair, odd = even + 1;
+    const int64_t c = pair / kTileRows, r = pair % kTileRows;
+    for (int64_t s = 0; s < out->strips; ++s) {
+      const __mmask16 lanes = Lanes(n - s * kTileRows);
+      const float* columns = b + s * kTileRows;
       const __m512i lo =
           _mm512_maskz_loadu_epi32(even < k ? lanes : 0, columns + even * ldb);
       const __m512i hi =
@@ -185,11 +199,11 @@ __attribute__((target("avx512f"))) void PackColumnsStrip(const float* b,
         Check(lo, q);
         Check(hi, q);
       }
-      const __m512i pair = _mm512_or_si512(
-          _mm512_maskz_srli_epi32(kAll, Piece(lo, piece), 16),
-          _mm512_and_si512(Piece(hi, piece),
-                           _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-      _mm512_storeu_si512(tile + r * kTileRows, pair);
+      const __m512i pair_words =
+          _mm512_or_si512(_mm512_maskz_srli_epi32(kAll, Piece(lo, piece), 16),
+                          _mm512_and_si512(Piece(hi, piece), high_half));
+      uint32_t* tile = reinterpret_cast<uint32_t*>(out->Tile(piece, s, c));
+      _mm512_storeu_si512(tile + r * kTileRows, pair_words);
     }
   }
 }
@@ -242,19 +256,40 @@ __attribute__((target("amx-tile"))) void LoadTileConfig() {
 
 __attribute__((target("amx-tile"))) void ReleaseTiles() { _tile_release(); }
 
+// C's sums between blocks of k, where k takes more than one: rows and
+// columns padded to whole blocks of 32, row stride ld.
+struct Sums {
+  float* data = nullptr;
+  int64_t ld = 0;
+  float* Block(int64_t i, int64_t j) const {
+    return data + 2 * kTileRows * (i * ld + j);
+  }
+};
+
 // Rows 32i.. and columns 32j.. of C (strips 2i, 2i+1 of A and 2j, 2j+1 of
-// B): four tiles summed over every pair of pieces (A's piece outer), each
-// over every chunk of k in order, then stored.
+// B) over chunks [first, end) of k: four tiles, zero at the first chunk or
+// else the sums so far, summed over every pair of pieces (A's piece
+// outer), each over the chunks in order; then stored in the sums, or in C
+// after the last chunk.
 __attribute__((target("amx-tile,amx-bf16"))) void MultiplyBlock(
-    const Packed& a, const Packed& b, int64_t i, int64_t j,
-    const BlasProduct& p) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+    const Packed& a, const Packed& b, int64_t i, int64_t j, int64_t first,
+    int64_t end, const Sums& sums, const BlasProduct& p) {
+  const int64_t sums_stride = sums.ld * static_cast<int64_t>(sizeof(float));
+  float* partial = sums.data != nullptr ? sums.Block(i, j) : nullptr;
+  if (first == 0) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  } else {
+    _tile_loadd(0, partial, sums_stride);
+    _tile_loadd(1, partial + kTileRows, sums_stride);
+    _tile_loadd(2, partial + kTileRows * sums.ld, sums_stride);
+    _tile_loadd(3, partial + kTileRows * sums.ld + kTileRows, sums_stride);
+  }
   for (int64_t pa = 0; pa < a.pieces; ++pa) {
     for (int64_t pb = 0; pb < b.pieces; ++pb) {
-      for (int64_t c = 0; c < a.chunks; ++c) {
+      for (int64_t c = first; c < end; ++c) {
         _tile_loadd(4, a.Tile(pa, 2 * i, c), 64);
         _tile_loadd(5, a.Tile(pa, 2 * i + 1, c), 64);
         _tile_loadd(6, b.Tile(pb, 2 * j, c), 64);
@@ -265,6 +300,13 @@ __attribute__((target("amx-tile,amx-bf16"))) void MultiplyBlock(
         _tile_dpbf16ps(3, 5, 7);
       }
     }
+  }
+  if (end < a.chunks) {
+    _tile_stored(0, partial, sums_stride);
+    _tile_stored(1, partial + kTileRows, sums_stride);
+    _tile_stored(2, partial + kTileRows * sums.ld, sums_stride);
+    _tile_stored(3, partial + kTileRows * sums.ld + kTileRows, sums_stride);
+    return;
   }
   const int64_t row = 2 * kTileRows * i, column = 2 * kTileRows * j;
   const int64_t rows = std::min(2 * kTileRows, p.m - row);
@@ -295,8 +337,15 @@ __attribute__((target("amx-tile,amx-bf16"))) void MultiplyBlock(
 // with non-null qualifies, what their values need, checked as they pass.
 void Pack(const BlasProduct& p, int threads, int piece, Packed* a, Packed* b,
           Qualify* a_needs, Qualify* b_needs) {
+  // A by strips; B^T by strips, B by ranges of its row pairs (every strip
+  // at once).
+  constexpr int64_t kPairsPerUnit = 16;
   const int64_t a_units = a != nullptr ? a->strips : 0;
-  const int64_t b_units = b != nullptr ? b->strips : 0;
+  const int64_t pairs = b != nullptr ? b->chunks * kTileRows : 0;
+  const int64_t b_units = b == nullptr ? 0
+                          : p.transpose_b
+                              ? b->strips
+                              : (pairs + kPairsPerUnit - 1) / kPairsPerUnit;
   std::vector<Qualify> needs(static_cast<size_t>(a_units + b_units));
   const bool check = a_needs != nullptr;
   OnThreads(a_units + b_units, threads, [&](int64_t u) {
@@ -306,7 +355,9 @@ void Pack(const BlasProduct& p, int threads, int piece, Packed* a, Packed* b,
     } else if (p.transpose_b) {
       PackTransposedStrip(p.b, p.ldb, p.k, p.n, piece, u - a_units, b, q);
     } else {
-      PackColumnsStrip(p.b, p.ldb, p.k, p.n, piece, u - a_units, b, q);
+      const int64_t first = (u - a_units) * kPairsPerUnit;
+      PackColumnPairs(p.b, p.ldb, p.k, p.n, piece, first,
+                      std::min(pairs, first + kPairsPerUnit), b, q);
     }
   });
   if (!check) return;
@@ -333,7 +384,8 @@ bool AmxMultiply(const BlasProduct& p, int threads) {
   if (!HostHasAmxBf16()) return false;
   // Piece 0 of each operand is its values truncated, whatever they need;
   // piece 1 follows where some value needs it.
-  Packed a(p.m, p.k), b(p.n, p.k);
+  thread_local std::vector<uint16_t> kept[4];
+  Packed a(p.m, p.k, &kept[0], &kept[1]), b(p.n, p.k, &kept[2], &kept[3]);
   Qualify a_needs, b_needs;
   Pack(p, threads, 0, &a, &b, &a_needs, &b_needs);
   const int a_pieces = a_needs.Pieces(), b_pieces = b_needs.Pieces();
@@ -344,21 +396,41 @@ bool AmxMultiply(const BlasProduct& p, int threads) {
     Pack(p, threads, 1, a_pieces == 2 ? &a : nullptr,
          b_pieces == 2 ? &b : nullptr, nullptr, nullptr);
   }
-  // Blocks by groups of C's column tiles, then down the rows: a group's
-  // panel of B is reused by every row block, a row block's tiles of A by
-  // the group's columns.
+  // k in blocks whose panel of packed B for a group of C's column tiles
+  // (kGroupTiles strips, each piece) stays in the core's L2 cache
+  // (kPanelBytes), of as even a size as their number allows; in each
+  // block, groups of column tiles, then down the rows: a group's panel is
+  // reused by every row block, a row block's tiles of A by the group's
+  // columns.
+  const int64_t most = std::max<int64_t>(
+      1, kPanelBytes / (kGroupTiles * b.pieces * kTileValues * 2));
+  const int64_t k_blocks = (a.chunks + most - 1) / most;
+  const int64_t chunks_per_block = (a.chunks + k_blocks - 1) / k_blocks;
   const int64_t row_blocks = a.strips / 2, column_blocks = b.strips / 2;
   const int64_t group = kGroupTiles / 2;
   const int64_t groups = (column_blocks + group - 1) / group;
-  // Each unit loads the tile configuration (a thread's own state) anew:
-  // a unit is thousands of tile products, the load a few hundred cycles.
-  OnThreads(groups * row_blocks, threads, [&](int64_t u) {
-    LoadTileConfig();
-    const int64_t g = u / row_blocks, i = u % row_blocks;
-    const int64_t end = std::min(column_blocks, (g + 1) * group);
-    for (int64_t j = g * group; j < end; ++j) MultiplyBlock(a, b, i, j, p);
-    ReleaseTiles();
-  });
+  thread_local std::vector<float> kept_sums;
+  Sums sums;
+  if (k_blocks > 1) {
+    sums.ld = b.strips * kTileRows;
+    const size_t values = static_cast<size_t>(a.strips * kTileRows * sums.ld);
+    if (kept_sums.size() < values) kept_sums.resize(values);
+    sums.data = kept_sums.data();
+  }
+  for (int64_t first = 0; first < a.chunks; first += chunks_per_block) {
+    const int64_t end = std::min(a.chunks, first + chunks_per_block);
+    // Each unit loads the tile configuration (a thread's own state) anew:
+    // a unit is thousands of tile products, the load a few hundred cycles.
+    OnThreads(groups * row_blocks, threads, [&](int64_t u) {
+      LoadTileConfig();
+      const int64_t g = u / row_blocks, i = u % row_blocks;
+      const int64_t last = std::min(column_blocks, (g + 1) * group);
+      for (int64_t j = g * group; j < last; ++j) {
+        MultiplyBlock(a, b, i, j, first, end, sums, p);
+      }
+      ReleaseTiles();
+    });
+  }
   return true;
 }
 
