@@ -202,7 +202,7 @@ TEST(BlasTest, Fp8AndF16OperandsOnTheMatrixUnitsWithinSummationError) {
   if (!HostHasAmxBf16()) GTEST_SKIP() << "the host has no AMX-BF16";
   UseGemmPathForTesting(GemmPath::kPortable);
   uint32_t seed = 500;
-  for (const auto [a_bits, b_bits] : {std::pair{4, 4}, {11, 4}, {11, 11}}) {
+  for (const auto& [a_bits, b_bits] : {std::pair{4, 4}, {11, 4}, {11, 11}}) {
     const int pieces = (a_bits > 8 ? 2 : 1) * (b_bits > 8 ? 2 : 1);
     for (const Shape& s : kTileShapes) {
       SCOPED_TRACE(Name(s) + " of " + std::to_string(a_bits) + " and " +
@@ -272,7 +272,7 @@ TEST(BlasTest, MatrixUnitsThreadCountDoesNotChangeTheBytes) {
 TEST(BlasTest, OperandsTheUnitsCannotTakeStayWithOpenBlas) {
   const Shape s{40, 40, 40};
   const float inf = std::numeric_limits<float>::infinity();
-  for (const auto [odd, bits] :
+  for (const auto& [odd, bits] :
        {std::pair{1.0f + std::ldexp(1.0f, -9) + std::ldexp(1.0f, -20), 4},
         {std::ldexp(1.0f, -130), 4},
         {inf, 11}}) {
