@@ -396,6 +396,10 @@ Status Executor::Output(const fb::OperationT& op, size_t i,
 
 void Executor::Store(ReferenceTensor* t, std::vector<float> data) {
   RoundToStored(t->dtype, t->fp8_scale_exp, data);
+  Keep(t, std::move(data));
+}
+
+void Executor::Keep(ReferenceTensor* t, std::vector<float> data) {
   t->data = std::move(data);
   defined_.insert(t->id);
 }

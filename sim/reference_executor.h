@@ -118,8 +118,7 @@ class Executor {
   // Values the body reads that it does not make, other than carried_in and
   // the body weights: every iteration reads the same data, so they live
   // until the last iteration's last read.
-  std::unordered_set<uint32_t> LoopInvariants(
-      const ir::RepeatBody& body) const;
+  std::unordered_set<uint32_t> LoopInvariants(const ir::RepeatBody& body) const;
 
   // The tensor operand `id` reads in the current iteration: a twin, the
   // carried value, or the value itself; nullptr if it does not exist.
@@ -169,8 +168,7 @@ class Executor {
   // A kernel failure on shapes that were checked first is a bug.
   Status Check(const fb::OperationT& op, const Status& status) const;
 
-  Status Arity(const fb::OperationT& op, size_t operands,
-               size_t results) const;
+  Status Arity(const fb::OperationT& op, size_t operands, size_t results) const;
 
   // Operand i as the current iteration binds it, which must have been
   // computed already.
@@ -182,6 +180,8 @@ class Executor {
 
   // Stores an op's F32 result in the value's dtype: where the device rounds.
   void Store(ReferenceTensor* t, std::vector<float> data);
+  // Takes `data`, already in the value's dtype, as its contents.
+  void Keep(ReferenceTensor* t, std::vector<float> data);
 
   // A buffer of n zeros for an op's result: the memory of a value freed
   // earlier in the run (Recycle) that holds n to 2n elements, else new. A
@@ -224,6 +224,14 @@ class Executor {
   Status ByRows(const fb::OperationT& op, int64_t rows, int64_t w,
                 std::initializer_list<const std::vector<float>*> split,
                 const std::function<Status(int64_t, int64_t)>& body) const;
+  // ByRows for a body that writes its rows of `out` (one of `split`), then
+  // Store(y, out) but for where it rounds: each block in y's dtype on its
+  // thread as soon as it is made, in cache, not the whole tensor after.
+  // The same numbers (rounding is per element).
+  Status ByRowsStored(const fb::OperationT& op, int64_t rows, int64_t w,
+                      std::initializer_list<const std::vector<float>*> split,
+                      std::vector<float>* out, ReferenceTensor* y,
+                      const std::function<Status(int64_t, int64_t)>& body);
 
   Status RunLayerNorm(const fb::OperationT& op);
 
@@ -314,8 +322,8 @@ class Executor {
     std::vector<float> moments;
     bool moments_done = false;
   };
-  Status RunFusedStep(const fb::OperationT& op, size_t i,
-                      const FusedValues& f, FusedState* state);
+  Status RunFusedStep(const fb::OperationT& op, size_t i, const FusedValues& f,
+                      FusedState* state);
 
   const fb::ModuleT& module_;
   const ReferenceOptions& options_;

@@ -100,6 +100,22 @@ Status Executor::ByRows(
                }));
 }
 
+Status Executor::ByRowsStored(
+    const fb::OperationT& op, int64_t rows, int64_t w,
+    std::initializer_list<const std::vector<float>*> split,
+    std::vector<float>* out, ReferenceTensor* y,
+    const std::function<Status(int64_t, int64_t)>& body) {
+  TILEC_RETURN_IF_ERROR(ByRows(op, rows, w, split, [&](int64_t r0, int64_t n) {
+    TILEC_RETURN_IF_ERROR(body(r0, n));
+    RoundToStored(
+        y->dtype, y->fp8_scale_exp,
+        std::span<float>(out->data() + r0 * w, static_cast<size_t>(n * w)));
+    return Status::Ok();
+  }));
+  Keep(y, std::move(*out));
+  return Status::Ok();
+}
+
 Status Executor::RunLayerNorm(const fb::OperationT& op) {
   const ReferenceTensor *x, *gamma, *beta;
   ReferenceTensor* y;
@@ -110,14 +126,12 @@ Status Executor::RunLayerNorm(const fb::OperationT& op) {
   int64_t rows, w;
   RowsAndWidth(x->shape, &rows, &w);
   std::vector<float> out = NewBuffer(x->data.size());
-  TILEC_RETURN_IF_ERROR(
-      ByRows(op, rows, w, {&x->data, &out}, [&](int64_t r0, int64_t n) {
+  return ByRowsStored(
+      op, rows, w, {&x->data, &out}, &out, y, [&](int64_t r0, int64_t n) {
         return LayerNorm(In(x->data.data() + r0 * w, n * w), In(gamma->data),
-                         In(beta->data), Out(out.data() + r0 * w, n * w), n,
-                         w, op.eps);
-      }));
-  Store(y, std::move(out));
-  return Status::Ok();
+                         In(beta->data), Out(out.data() + r0 * w, n * w), n, w,
+                         op.eps);
+      });
 }
 
 Status Executor::RunMatMul(const fb::OperationT& op) {
@@ -165,16 +179,14 @@ Status Executor::RunAdd(const fb::OperationT& op) {
   std::vector<float> out = NewBuffer(x->data.size());
   const bool bias = op.kind == fb::OpKind::BiasAdd;
   // A bias is one row for every row, not split.
-  TILEC_RETURN_IF_ERROR(ByRows(
-      op, rows, w, {&x->data, bias ? &x->data : &y->data, &out},
+  return ByRowsStored(
+      op, rows, w, {&x->data, bias ? &x->data : &y->data, &out}, &out, z,
       [&](int64_t r0, int64_t n) {
         const Operand xs = In(x->data.data() + r0 * w, n * w);
         const Operand outs = Out(out.data() + r0 * w, n * w);
         return bias ? BiasAdd(xs, In(y->data), outs, n, w)
                     : Add(xs, In(y->data.data() + r0 * w, n * w), outs, n, w);
-      }));
-  Store(z, std::move(out));
-  return Status::Ok();
+      });
 }
 
 Status Executor::GeluFormOf(const fb::OperationT& op, fb::GeluForm form,
@@ -195,13 +207,11 @@ Status Executor::RunGelu(const fb::OperationT& op) {
   int64_t rows, w;
   RowsAndWidth(x->shape, &rows, &w);
   std::vector<float> out = NewBuffer(x->data.size());
-  TILEC_RETURN_IF_ERROR(
-      ByRows(op, rows, w, {&x->data, &out}, [&](int64_t r0, int64_t n) {
+  return ByRowsStored(
+      op, rows, w, {&x->data, &out}, &out, y, [&](int64_t r0, int64_t n) {
         return GeluKernel(In(x->data.data() + r0 * w, n * w),
                           Out(out.data() + r0 * w, n * w), n, w, form);
-      }));
-  Store(y, std::move(out));
-  return Status::Ok();
+      });
 }
 
 Status Executor::RunCast(const fb::OperationT& op) {
@@ -231,8 +241,7 @@ Status Executor::RunCopyRows(const fb::OperationT& op) {
                          std::to_string(src.size()) + " elements");
     }
     std::copy(src.begin() + r->first * w,
-              src.begin() + (r->first + r->count) * w,
-              out.begin() + r->at * w);
+              src.begin() + (r->first + r->count) * w, out.begin() + r->at * w);
   }
   Store(y, std::move(out));
   return Status::Ok();
@@ -246,13 +255,11 @@ Status Executor::RunSoftmax(const fb::OperationT& op) {
   int64_t rows, w;
   RowsAndWidth(x->shape, &rows, &w);
   std::vector<float> out = NewBuffer(x->data.size());
-  TILEC_RETURN_IF_ERROR(
-      ByRows(op, rows, w, {&x->data, &out}, [&](int64_t r0, int64_t n) {
+  return ByRowsStored(
+      op, rows, w, {&x->data, &out}, &out, y, [&](int64_t r0, int64_t n) {
         return Softmax(In(x->data.data() + r0 * w, n * w),
                        Out(out.data() + r0 * w, n * w), n, w, op.scale);
-      }));
-  Store(y, std::move(out));
-  return Status::Ok();
+      });
 }
 
 void Executor::Gather(const float* src, int64_t stride, int64_t row,
@@ -292,8 +299,7 @@ Status Executor::RunAttentionScores(const fb::OperationT& op) {
   if (op.operands.size() == 2) TILEC_RETURN_IF_ERROR(Input(op, 1, &kv));
   TILEC_RETURN_IF_ERROR(Output(op, 0, &scores));
   const int64_t batch = scores->shape[0], heads = op.heads,
-                tq = scores->shape[2], tk = scores->shape[3],
-                d = op.head_dim;
+                tq = scores->shape[2], tk = scores->shape[3], d = op.head_dim;
   const HeadColumns cols = ColumnsOf(q, kv, heads * d);
   std::vector<float> out =
       NewBuffer(static_cast<size_t>(batch * heads * tq * tk));
@@ -327,8 +333,8 @@ Status Executor::RunAttentionScores(const fb::OperationT& op) {
         p.c = s, p.ldc = tk;
         TILEC_RETURN_IF_ERROR(BlasMultiply(p));
       } else {
-        Gather(q->data.data(), cols.q_stride, image * tq, h * d, tq, d,
-               false, qh.data());
+        Gather(q->data.data(), cols.q_stride, image * tq, h * d, tq, d, false,
+               qh.data());
         Gather(kv->data.data(), cols.kv_stride, image * tk,
                cols.k_column + h * d, tk, d, true, k_t.data());
         TILEC_RETURN_IF_ERROR(
@@ -350,9 +356,8 @@ Status Executor::RunAttentionContext(const fb::OperationT& op) {
   TILEC_RETURN_IF_ERROR(Input(op, 0, &probs));
   TILEC_RETURN_IF_ERROR(Input(op, 1, &kv));
   TILEC_RETURN_IF_ERROR(Output(op, 0, &ctx));
-  const int64_t batch = probs->shape[0], heads = op.heads,
-                tq = probs->shape[2], tk = probs->shape[3],
-                d = op.head_dim;
+  const int64_t batch = probs->shape[0], heads = op.heads, tq = probs->shape[2],
+                tk = probs->shape[3], d = op.head_dim;
   const HeadColumns cols = ColumnsOf(nullptr, kv, heads * d);
   std::vector<float> out =
       NewBuffer(static_cast<size_t>(batch * tq * heads * d));
@@ -383,10 +388,9 @@ Status Executor::RunAttentionContext(const fb::OperationT& op) {
         TILEC_RETURN_IF_ERROR(BlasMultiply(product));
         continue;
       }
-      Gather(kv->data.data(), cols.kv_stride, image * tk,
-             cols.v_column + h * d, tk, d, false, v.data());
-      if (Status st =
-              Gemm(In(p, tq * tk), In(v), Out(c), tq, tk, d, false);
+      Gather(kv->data.data(), cols.kv_stride, image * tk, cols.v_column + h * d,
+             tk, d, false, v.data());
+      if (Status st = Gemm(In(p, tq * tk), In(v), Out(c), tq, tk, d, false);
           !st.ok()) {
         return st;
       }
@@ -417,14 +421,14 @@ Status Executor::CheckMomentsValue(const fb::OperationT& op,
                                    const char* role) const {
   const std::vector<int64_t> expected = {rows, kMomentFloats};
   if (m.shape != expected) {
-    return Bad(op, std::string(role) + " (value " + std::to_string(m.id) +
-                       " " + m.name + ") has shape " + ShapeText(m.shape) +
+    return Bad(op, std::string(role) + " (value " + std::to_string(m.id) + " " +
+                       m.name + ") has shape " + ShapeText(m.shape) +
                        ", expected " + ShapeText(expected) +
                        " ({count, mean, M2} per row)");
   }
   if (m.dtype != fb::DType::F32) {
-    return Bad(op, std::string(role) + " (value " + std::to_string(m.id) +
-                       " " + m.name + ") is " +
+    return Bad(op, std::string(role) + " (value " + std::to_string(m.id) + " " +
+                       m.name + ") is " +
                        std::string(DTypeName(KernelDType(m.dtype))) +
                        ", moments are F32");
   }
@@ -466,9 +470,8 @@ Status Executor::RunNormalize(const fb::OperationT& op) {
                        ShapeText(x->shape) + ")");
   }
   if (y->shape != x->shape) {
-    return Bad(op, "result 0 has shape " + ShapeText(y->shape) +
-                       ", expected " + ShapeText(x->shape) +
-                       " (the shape of operand 0)");
+    return Bad(op, "result 0 has shape " + ShapeText(y->shape) + ", expected " +
+                       ShapeText(x->shape) + " (the shape of operand 0)");
   }
   std::vector<float> out = NewBuffer(x->data.size());
   TILEC_RETURN_IF_ERROR(
