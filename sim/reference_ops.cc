@@ -340,13 +340,17 @@ Status Executor::RunAttentionScores(const fb::OperationT& op) {
         TILEC_RETURN_IF_ERROR(
             Gemm(In(qh), In(k_t), Out(s, tq * tk), tq, d, tk, false));
       }
-      // The scale multiplies the F32 sums; the result rounds once.
+      // The scale multiplies the F32 sums; the result rounds once, here
+      // while the pair's scores are in cache (Store's rounding, a pair at a
+      // time).
       for (int64_t i = 0; i < tq * tk; ++i) s[i] *= op.scale;
+      RoundToStored(scores->dtype, scores->fp8_scale_exp,
+                    std::span<float>(s, static_cast<size_t>(tq * tk)));
     }
     return Status::Ok();
   };
   TILEC_RETURN_IF_ERROR(Check(op, ParallelFor(batch * heads, threads, body)));
-  Store(scores, std::move(out));
+  Keep(scores, std::move(out));
   return Status::Ok();
 }
 
