@@ -66,7 +66,9 @@ bench_reference() {
 
 # The GEMM kernel alone (kernels/gemm_benchmark.cc): per-tile FP8/F16/F32
 # shapes of the simulator and the reference's whole-matrix F32 shapes, in
-# GMAC/s on one thread.
+# GMAC/s on one thread; then the BLAS path on the whole-matrix shapes with
+# F32, FP8 and F16 values (OpenBLAS, or the AMX units where the host has
+# them), on one and two threads.
 bench_gemm() {
   bazel build --noshow_progress --ui_event_filters=-info //kernels:gemm_benchmark
   bazel-bin/kernels/gemm_benchmark | sed 's/^/gemm: /'
