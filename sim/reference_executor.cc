@@ -2,14 +2,13 @@
 // bodies run iteration by iteration, sources made when first used, operands
 // freed after their last use, and the helpers every op uses.
 
-#include "sim/reference_executor.h"
-
 #include <glog/logging.h>
 
 #include <chrono>
 #include <memory>
 #include <thread>
 
+#include "sim/reference_executor.h"
 #include "sim/tensor_data.h"
 
 namespace tilec::kernels::executor {
@@ -84,8 +83,8 @@ Status Executor::RunOps(size_t begin, size_t end) {
     }
     FreeDeadOperands(op, i);
     VLOG(1) << Describe(op) << ": "
-            << std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                             start)
+            << std::chrono::duration<double>(
+                   std::chrono::steady_clock::now() - start)
                    .count()
             << " s";
   }
@@ -127,7 +126,8 @@ std::unordered_set<uint32_t> Executor::LoopInvariants(
   const fb::RepeatT& r = *body.repeat;
   std::unordered_set<uint32_t> made, invariant;
   for (size_t i = body.begin; i < body.end; ++i) {
-    made.insert(module_.ops[i]->results.begin(), module_.ops[i]->results.end());
+    made.insert(module_.ops[i]->results.begin(),
+                module_.ops[i]->results.end());
   }
   const std::unordered_set<uint32_t> weights(r.weights.begin(),
                                              r.weights.end());
@@ -200,7 +200,8 @@ bool Executor::Kept(const ReferenceTensor& t) const {
     case ReferenceOptions::Keep::kSourcesAndOutputs:
       return t.role == fb::ValueRole::Output || IsSource(t.id);
     case ReferenceOptions::Keep::kInputsAndOutputs:
-      return t.role == fb::ValueRole::Output || t.role == fb::ValueRole::Input;
+      return t.role == fb::ValueRole::Output ||
+             t.role == fb::ValueRole::Input;
     case ReferenceOptions::Keep::kOutputs:
       return t.role == fb::ValueRole::Output;
   }
@@ -273,12 +274,13 @@ Status Executor::CheckProvided() {
   for (const auto& [id, data] : options_.provided) {
     const ReferenceTensor* t = result_->Find(id);
     if (t == nullptr) {
-      return Status::BadInput("provided data for value " + std::to_string(id) +
-                              ", which does not exist");
+      return Status::BadInput("provided data for value " +
+                              std::to_string(id) + ", which does not exist");
     }
     if (produced_.count(id) > 0) {
-      return Status::BadInput("provided data for value " + std::to_string(id) +
-                              " (" + t->name + "), which an op computes");
+      return Status::BadInput("provided data for value " +
+                              std::to_string(id) + " (" + t->name +
+                              "), which an op computes");
     }
   }
   return Status::Ok();
@@ -297,7 +299,8 @@ Status Executor::MaterializeSources(
     }
     if (it == options_.provided.end()) {
       // MaterializeValue's steps, with the unrounded data shown between.
-      statuses[i] = MaterializeUnrounded(value, options_.sidecar_dir, &t->data);
+      statuses[i] =
+          MaterializeUnrounded(value, options_.sidecar_dir, &t->data);
       if (!statuses[i].ok()) return;
       if (options_.observe_source) options_.observe_source(value, t->data);
       RoundToStored(value.dtype, value.fp8_scale_exp, t->data);
@@ -334,8 +337,9 @@ Status Executor::MaterializeSources(
 
 std::string Executor::Describe(const fb::OperationT& op) {
   const char* kind = fb::EnumNameOpKind(op.kind);
-  std::string text = "op " + std::to_string(op.id) + " (" +
-                     ((kind != nullptr && kind[0] != '\0') ? kind : "unknown");
+  std::string text =
+      "op " + std::to_string(op.id) + " (" +
+      ((kind != nullptr && kind[0] != '\0') ? kind : "unknown");
   if (!op.name.empty()) text += " " + op.name;
   return text + ")";
 }

@@ -118,7 +118,8 @@ class Executor {
   // Values the body reads that it does not make, other than carried_in and
   // the body weights: every iteration reads the same data, so they live
   // until the last iteration's last read.
-  std::unordered_set<uint32_t> LoopInvariants(const ir::RepeatBody& body) const;
+  std::unordered_set<uint32_t> LoopInvariants(
+      const ir::RepeatBody& body) const;
 
   // The tensor operand `id` reads in the current iteration: a twin, the
   // carried value, or the value itself; nullptr if it does not exist.
@@ -168,7 +169,8 @@ class Executor {
   // A kernel failure on shapes that were checked first is a bug.
   Status Check(const fb::OperationT& op, const Status& status) const;
 
-  Status Arity(const fb::OperationT& op, size_t operands, size_t results) const;
+  Status Arity(const fb::OperationT& op, size_t operands,
+               size_t results) const;
 
   // Operand i as the current iteration binds it, which must have been
   // computed already.
@@ -322,8 +324,8 @@ class Executor {
     std::vector<float> moments;
     bool moments_done = false;
   };
-  Status RunFusedStep(const fb::OperationT& op, size_t i, const FusedValues& f,
-                      FusedState* state);
+  Status RunFusedStep(const fb::OperationT& op, size_t i,
+                      const FusedValues& f, FusedState* state);
 
   const fb::ModuleT& module_;
   const ReferenceOptions& options_;

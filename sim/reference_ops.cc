@@ -241,7 +241,8 @@ Status Executor::RunCopyRows(const fb::OperationT& op) {
                          std::to_string(src.size()) + " elements");
     }
     std::copy(src.begin() + r->first * w,
-              src.begin() + (r->first + r->count) * w, out.begin() + r->at * w);
+              src.begin() + (r->first + r->count) * w,
+              out.begin() + r->at * w);
   }
   Store(y, std::move(out));
   return Status::Ok();
@@ -299,7 +300,8 @@ Status Executor::RunAttentionScores(const fb::OperationT& op) {
   if (op.operands.size() == 2) TILEC_RETURN_IF_ERROR(Input(op, 1, &kv));
   TILEC_RETURN_IF_ERROR(Output(op, 0, &scores));
   const int64_t batch = scores->shape[0], heads = op.heads,
-                tq = scores->shape[2], tk = scores->shape[3], d = op.head_dim;
+                tq = scores->shape[2], tk = scores->shape[3],
+                d = op.head_dim;
   const HeadColumns cols = ColumnsOf(q, kv, heads * d);
   std::vector<float> out =
       NewBuffer(static_cast<size_t>(batch * heads * tq * tk));
@@ -333,8 +335,8 @@ Status Executor::RunAttentionScores(const fb::OperationT& op) {
         p.c = s, p.ldc = tk;
         TILEC_RETURN_IF_ERROR(BlasMultiply(p));
       } else {
-        Gather(q->data.data(), cols.q_stride, image * tq, h * d, tq, d, false,
-               qh.data());
+        Gather(q->data.data(), cols.q_stride, image * tq, h * d, tq, d,
+               false, qh.data());
         Gather(kv->data.data(), cols.kv_stride, image * tk,
                cols.k_column + h * d, tk, d, true, k_t.data());
         TILEC_RETURN_IF_ERROR(
@@ -360,8 +362,9 @@ Status Executor::RunAttentionContext(const fb::OperationT& op) {
   TILEC_RETURN_IF_ERROR(Input(op, 0, &probs));
   TILEC_RETURN_IF_ERROR(Input(op, 1, &kv));
   TILEC_RETURN_IF_ERROR(Output(op, 0, &ctx));
-  const int64_t batch = probs->shape[0], heads = op.heads, tq = probs->shape[2],
-                tk = probs->shape[3], d = op.head_dim;
+  const int64_t batch = probs->shape[0], heads = op.heads,
+                tq = probs->shape[2], tk = probs->shape[3],
+                d = op.head_dim;
   const HeadColumns cols = ColumnsOf(nullptr, kv, heads * d);
   std::vector<float> out =
       NewBuffer(static_cast<size_t>(batch * tq * heads * d));
@@ -392,9 +395,10 @@ Status Executor::RunAttentionContext(const fb::OperationT& op) {
         TILEC_RETURN_IF_ERROR(BlasMultiply(product));
         continue;
       }
-      Gather(kv->data.data(), cols.kv_stride, image * tk, cols.v_column + h * d,
-             tk, d, false, v.data());
-      if (Status st = Gemm(In(p, tq * tk), In(v), Out(c), tq, tk, d, false);
+      Gather(kv->data.data(), cols.kv_stride, image * tk,
+             cols.v_column + h * d, tk, d, false, v.data());
+      if (Status st =
+              Gemm(In(p, tq * tk), In(v), Out(c), tq, tk, d, false);
           !st.ok()) {
         return st;
       }
@@ -425,14 +429,14 @@ Status Executor::CheckMomentsValue(const fb::OperationT& op,
                                    const char* role) const {
   const std::vector<int64_t> expected = {rows, kMomentFloats};
   if (m.shape != expected) {
-    return Bad(op, std::string(role) + " (value " + std::to_string(m.id) + " " +
-                       m.name + ") has shape " + ShapeText(m.shape) +
+    return Bad(op, std::string(role) + " (value " + std::to_string(m.id) +
+                       " " + m.name + ") has shape " + ShapeText(m.shape) +
                        ", expected " + ShapeText(expected) +
                        " ({count, mean, M2} per row)");
   }
   if (m.dtype != fb::DType::F32) {
-    return Bad(op, std::string(role) + " (value " + std::to_string(m.id) + " " +
-                       m.name + ") is " +
+    return Bad(op, std::string(role) + " (value " + std::to_string(m.id) +
+                       " " + m.name + ") is " +
                        std::string(DTypeName(KernelDType(m.dtype))) +
                        ", moments are F32");
   }
@@ -474,8 +478,9 @@ Status Executor::RunNormalize(const fb::OperationT& op) {
                        ShapeText(x->shape) + ")");
   }
   if (y->shape != x->shape) {
-    return Bad(op, "result 0 has shape " + ShapeText(y->shape) + ", expected " +
-                       ShapeText(x->shape) + " (the shape of operand 0)");
+    return Bad(op, "result 0 has shape " + ShapeText(y->shape) +
+                       ", expected " + ShapeText(x->shape) +
+                       " (the shape of operand 0)");
   }
   std::vector<float> out = NewBuffer(x->data.size());
   TILEC_RETURN_IF_ERROR(

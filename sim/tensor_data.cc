@@ -1,11 +1,13 @@
 #include "sim/tensor_data.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <thread>
 
@@ -90,8 +92,8 @@ double Log(double x) {
   constexpr uint64_t kExponentField = uint64_t{0x7FF} << 52;
   const uint64_t bits = std::bit_cast<uint64_t>(x);
   int64_t e = static_cast<int64_t>(bits >> 52) - 1022;
-  double m =
-      std::bit_cast<double>((bits & ~kExponentField) | (uint64_t{1022} << 52));
+  double m = std::bit_cast<double>((bits & ~kExponentField) |
+                                   (uint64_t{1022} << 52));
   const uint64_t low = m < kSqrtHalf;
   m = std::bit_cast<double>(std::bit_cast<uint64_t>(m) + (low << 52));
   e -= static_cast<int64_t>(low);
@@ -124,9 +126,9 @@ void SinCosTurns(double u, double* sin_t, double* cos_t) {
   // Branch-free, as Log: bit masks choose between the folded and unfolded
   // angle, and between sine and cosine; a sign flip is a negation.
   const uint64_t folded = -static_cast<uint64_t>(!(f <= 0.5));
-  const double angle =
-      std::bit_cast<double>((std::bit_cast<uint64_t>(1.0 - f) & folded) |
-                            (std::bit_cast<uint64_t>(f) & ~folded));
+  const double angle = std::bit_cast<double>(
+      (std::bit_cast<uint64_t>(1.0 - f) & folded) |
+      (std::bit_cast<uint64_t>(f) & ~folded));
   double s, c;
   SinCosSmall(angle * kHalfPi, &s, &c);
   // Quadrants 0..3 give (s, c), (c, -s), (-s, -c), (-c, s) of the unfolded
@@ -369,8 +371,8 @@ TILEC_AVX2_INLINE void SinCosTurnsLanes(typename L::Doubles u,
   const Masks q = -((four_u >= 1.0) + (four_u >= 2.0) + (four_u >= 3.0));
   const Doubles f = four_u - SmallToDouble<L>(q);
   const Words folded = reinterpret_cast<Words>(~(f <= 0.5));
-  const Doubles angle =
-      AsDoubles<L>((AsWords<L>(1.0 - f) & folded) | (AsWords<L>(f) & ~folded));
+  const Doubles angle = AsDoubles<L>((AsWords<L>(1.0 - f) & folded) |
+                                     (AsWords<L>(f) & ~folded));
   const Doubles a = angle * kHalfPi;
   const Doubles a2 = a * a;
   Doubles sa = Splat<L>(kInvFact[19]);
@@ -444,8 +446,9 @@ TILEC_AVX2_INLINE size_t GaussianPairs(const fb::WeightInitT& init,
 // Elements [begin, end) of a uniform init, L::kCount a step; returns the
 // first element it left to the scalar loop.
 template <typename L>
-TILEC_AVX2_INLINE size_t UniformLanes(const fb::WeightInitT& init, uint64_t key,
-                                      size_t begin, size_t end, float* data) {
+TILEC_AVX2_INLINE size_t UniformLanes(const fb::WeightInitT& init,
+                                      uint64_t key, size_t begin, size_t end,
+                                      float* data) {
   using Doubles = typename L::Doubles;
   using Words = typename L::Words;
   using Floats = typename L::Floats;
@@ -482,9 +485,9 @@ TILEC_AVX2_INLINE size_t GenerateLanes(const fb::WeightInitT& init,
   return begin;
 }
 
-__attribute__((target("avx2"))) size_t GenerateAvx2(const fb::WeightInitT& init,
-                                                    uint64_t key, size_t begin,
-                                                    size_t end, float* data) {
+__attribute__((target("avx2"))) size_t GenerateAvx2(
+    const fb::WeightInitT& init, uint64_t key, size_t begin, size_t end,
+    float* data) {
   return GenerateLanes<FourLanes>(init, key, begin, end, data);
 }
 
@@ -520,23 +523,30 @@ void GenerateInitRange(const fb::WeightInitT& init, size_t begin, size_t end,
   GenerateRange(init, StreamKey(init), begin, end, data, path);
 }
 
+namespace {
+
+// make(begin, end) over [0, count): large weights on two threads, split at
+// an even point so each Box-Muller pair stays on one thread.
+void InHalves(size_t count, const std::function<void(size_t, size_t)>& make) {
+  if (count < kParallelFrom) {
+    make(0, count);
+    return;
+  }
+  const size_t half = (count / 2) & ~size_t{1};
+  std::thread second([&] { make(half, count); });
+  make(0, half);
+  second.join();
+}
+
+}  // namespace
+
 std::vector<float> GenerateInit(const fb::WeightInitT& init, size_t count) {
   std::vector<float> data(count);
   const uint64_t key = StreamKey(init);
-  // Large weights on two threads; the split point is even so each
-  // Box-Muller pair stays on one thread.
-  if (count < kParallelFrom) {
-    GenerateRange(init, key, 0, count, data.data(),
-                  kernels::SimdPath::kFastest);
-    return data;
-  }
-  const size_t half = (count / 2) & ~size_t{1};
-  std::thread second([&] {
-    GenerateRange(init, key, half, count, data.data(),
+  InHalves(count, [&](size_t begin, size_t end) {
+    GenerateRange(init, key, begin, end, data.data(),
                   kernels::SimdPath::kFastest);
   });
-  GenerateRange(init, key, 0, half, data.data(), kernels::SimdPath::kFastest);
-  second.join();
   return data;
 }
 
@@ -550,7 +560,7 @@ std::vector<float> GenerateRounded(const fb::WeightInitT& init, size_t count,
                                    DType kd, int scale) {
   std::vector<float> data(count);
   const uint64_t key = StreamKey(init);
-  auto make = [&](size_t begin, size_t end) {
+  InHalves(count, [&](size_t begin, size_t end) {
     constexpr size_t kChunk = size_t{1} << 14;  // even: Box-Muller pairs
     for (size_t first = begin; first < end; first += kChunk) {
       const size_t last = std::min(end, first + kChunk);
@@ -561,15 +571,7 @@ std::vector<float> GenerateRounded(const fb::WeightInitT& init, size_t count,
                    std::span<float>(data).subspan(first, last - first));
       }
     }
-  };
-  if (count < kParallelFrom) {
-    make(0, count);
-    return data;
-  }
-  const size_t half = (count / 2) & ~size_t{1};
-  std::thread second([&] { make(half, count); });
-  make(0, half);
-  second.join();
+  });
   return data;
 }
 
@@ -578,8 +580,8 @@ Status ReadSidecar(const fb::ValueT& value, const std::string& sidecar_dir,
   const fb::SidecarT& sidecar = *value.sidecar;
   const std::string dir = sidecar_dir.empty() ? "." : sidecar_dir;
   // Messages follow the IR's name: the sidecar is a plain name beside it.
-  const std::string where =
-      sidecar.path + ": sidecar of " + DescribeValue(value);
+  const std::string where = sidecar.path + ": sidecar of " +
+                            DescribeValue(value);
   // The IR names the file: a plain name in `dir`, never a path out of it.
   if (!ir::IsPlainFileName(sidecar.path)) {
     return Status::BadInput(DescribeValue(value) + ": sidecar path '" +
