@@ -17,6 +17,20 @@
 
 namespace tilec::kernels {
 
+void OnThreads(int64_t n, int threads,
+               const std::function<void(int64_t)>& work) {
+  std::atomic<int64_t> next{0};
+  auto run = [&] {
+    for (int64_t i = next++; i < n; i = next++) work(i);
+  };
+  std::vector<std::thread> pool;
+  const int64_t workers =
+      std::clamp<int64_t>(threads, 1, std::max<int64_t>(n, 1));
+  for (int64_t t = 1; t < workers; ++t) pool.emplace_back(run);
+  run();
+  for (std::thread& t : pool) t.join();
+}
+
 #ifdef TILEC_HAVE_AMX
 namespace {
 
@@ -229,21 +243,6 @@ __attribute__((target("avx512f"))) void PackTransposedStrip(
       }
     }
   }
-}
-
-// Runs work(i) for i in [0, n) on up to `threads` threads, in any order.
-void OnThreads(int64_t n, int threads,
-               const std::function<void(int64_t)>& work) {
-  std::atomic<int64_t> next{0};
-  auto run = [&] {
-    for (int64_t i = next++; i < n; i = next++) work(i);
-  };
-  std::vector<std::thread> pool;
-  const int64_t workers =
-      std::clamp<int64_t>(threads, 1, std::max<int64_t>(n, 1));
-  for (int64_t t = 1; t < workers; ++t) pool.emplace_back(run);
-  run();
-  for (std::thread& t : pool) t.join();
 }
 
 __attribute__((target("amx-tile"))) void LoadTileConfig() {

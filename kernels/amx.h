@@ -27,6 +27,7 @@
 #define TILEC_KERNELS_AMX_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "kernels/blas.h"
 
@@ -42,6 +43,11 @@ bool HostHasAmxBf16();
 // the sum of its high 16 bits and a BF16 rest, a subnormal value or piece, or
 // an infinity or NaN among values of two pieces).
 bool AmxMultiply(const BlasProduct& p, int threads);
+
+// Runs work(i) for i in [0, n) on up to `threads` threads (the caller's
+// among them), each taking the next i when free: the BLAS path's blocks.
+void OnThreads(int64_t n, int threads,
+               const std::function<void(int64_t)>& work);
 
 }  // namespace tilec::kernels
 

@@ -3,12 +3,9 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "kernels/amx.h"
 
@@ -107,15 +104,7 @@ Status BlasMultiplyParallel(const BlasProduct& p, int threads) {
     }
     Call(q);
   };
-  const int workers = static_cast<int>(std::clamp<int64_t>(threads, 1, blocks));
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    for (int64_t i = next++; i < blocks; i = next++) block(i);
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < workers; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+  OnThreads(blocks, threads, block);
   return Status::Ok();
 }
 
