@@ -266,6 +266,46 @@ struct Sums {
   }
 };
 
+// Tiles 0-3 hold a 32 x 32 block of C's sums: tile 0 its top left, 1 top
+// right, 2 bottom left, 3 bottom right. From or to memory at `c`, `ld`
+// floats a row.
+__attribute__((always_inline, target("amx-tile"))) inline void LoadSums(
+    const float* c, int64_t ld) {
+  const int64_t stride = ld * static_cast<int64_t>(sizeof(float));
+  _tile_loadd(0, c, stride);
+  _tile_loadd(1, c + kTileRows, stride);
+  _tile_loadd(2, c + kTileRows * ld, stride);
+  _tile_loadd(3, c + kTileRows * ld + kTileRows, stride);
+}
+
+__attribute__((always_inline, target("amx-tile"))) inline void StoreSums(
+    float* c, int64_t ld) {
+  const int64_t stride = ld * static_cast<int64_t>(sizeof(float));
+  _tile_stored(0, c, stride);
+  _tile_stored(1, c + kTileRows, stride);
+  _tile_stored(2, c + kTileRows * ld, stride);
+  _tile_stored(3, c + kTileRows * ld + kTileRows, stride);
+}
+
+// The finished block at rows 32i.., columns 32j.. of C: in place where it
+// lies wholly inside C, else through a buffer and only its part inside.
+__attribute__((target("amx-tile"))) void StoreInC(int64_t i, int64_t j,
+                                                  const BlasProduct& p) {
+  const int64_t row = 2 * kTileRows * i, column = 2 * kTileRows * j;
+  const int64_t rows = std::min(2 * kTileRows, p.m - row);
+  const int64_t columns = std::min(2 * kTileRows, p.n - column);
+  if (rows == 2 * kTileRows && columns == 2 * kTileRows) {
+    StoreSums(p.c + row * p.ldc + column, p.ldc);
+    return;
+  }
+  alignas(64) float block[2 * kTileRows][2 * kTileRows];
+  StoreSums(&block[0][0], 2 * kTileRows);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(p.c + (row + r) * p.ldc + column, block[r],
+                static_cast<size_t>(columns) * sizeof(float));
+  }
+}
+
 // Rows 32i.. and columns 32j.. of C (strips 2i, 2i+1 of A and 2j, 2j+1 of
 // B) over chunks [first, end) of k: four tiles, zero at the first chunk or
 // else the sums so far, summed over every pair of pieces (A's piece
@@ -274,7 +314,6 @@ struct Sums {
 __attribute__((target("amx-tile,amx-bf16"))) void MultiplyBlock(
     const Packed& a, const Packed& b, int64_t i, int64_t j, int64_t first,
     int64_t end, const Sums& sums, const BlasProduct& p) {
-  const int64_t sums_stride = sums.ld * static_cast<int64_t>(sizeof(float));
   float* partial = sums.data != nullptr ? sums.Block(i, j) : nullptr;
   if (first == 0) {
     _tile_zero(0);
@@ -282,10 +321,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void MultiplyBlock(
     _tile_zero(2);
     _tile_zero(3);
   } else {
-    _tile_loadd(0, partial, sums_stride);
-    _tile_loadd(1, partial + kTileRows, sums_stride);
-    _tile_loadd(2, partial + kTileRows * sums.ld, sums_stride);
-    _tile_loadd(3, partial + kTileRows * sums.ld + kTileRows, sums_stride);
+    LoadSums(partial, sums.ld);
   }
   for (int64_t pa = 0; pa < a.pieces; ++pa) {
     for (int64_t pb = 0; pb < b.pieces; ++pb) {
@@ -302,34 +338,9 @@ __attribute__((target("amx-tile,amx-bf16"))) void MultiplyBlock(
     }
   }
   if (end < a.chunks) {
-    _tile_stored(0, partial, sums_stride);
-    _tile_stored(1, partial + kTileRows, sums_stride);
-    _tile_stored(2, partial + kTileRows * sums.ld, sums_stride);
-    _tile_stored(3, partial + kTileRows * sums.ld + kTileRows, sums_stride);
-    return;
-  }
-  const int64_t row = 2 * kTileRows * i, column = 2 * kTileRows * j;
-  const int64_t rows = std::min(2 * kTileRows, p.m - row);
-  const int64_t columns = std::min(2 * kTileRows, p.n - column);
-  if (rows == 2 * kTileRows && columns == 2 * kTileRows) {
-    float* c = p.c + row * p.ldc + column;
-    const int64_t stride = p.ldc * static_cast<int64_t>(sizeof(float));
-    _tile_stored(0, c, stride);
-    _tile_stored(1, c + kTileRows, stride);
-    _tile_stored(2, c + kTileRows * p.ldc, stride);
-    _tile_stored(3, c + kTileRows * p.ldc + kTileRows, stride);
-    return;
-  }
-  // An edge block: through a buffer, then its part inside C.
-  alignas(64) float block[2 * kTileRows][2 * kTileRows];
-  constexpr int64_t kStride = 2 * kTileRows * sizeof(float);
-  _tile_stored(0, &block[0][0], kStride);
-  _tile_stored(1, &block[0][kTileRows], kStride);
-  _tile_stored(2, &block[kTileRows][0], kStride);
-  _tile_stored(3, &block[kTileRows][kTileRows], kStride);
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(p.c + (row + r) * p.ldc + column, block[r],
-                static_cast<size_t>(columns) * sizeof(float));
+    StoreSums(partial, sums.ld);
+  } else {
+    StoreInC(i, j, p);
   }
 }
 
