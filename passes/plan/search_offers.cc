@@ -209,7 +209,7 @@ StatusOr<std::vector<std::pair<int64_t, size_t>>> RankByCycles(
     plans[i] = std::move(*plan);
   }
   const Coster* tiers[] = {&floors, &bounds, &coster};
-  return RankByTiers(
+  return RankByTiers<int64_t>(
       pool.size(), top, 2, 1,
       [&keys](const std::pair<int64_t, size_t>& a,
               const std::pair<int64_t, size_t>& b) {
