@@ -155,6 +155,19 @@ Coster Coster::Floors() const {
   return c;
 }
 
+Coster Coster::WithRedistributionsOf(const Coster& bounds) const {
+  CHECK(timing_ == passes::PhaseTiming::kScheduled &&
+        bounds.timing_ == passes::PhaseTiming::kLowerBound)
+      << "WithRedistributionsOf() needs a scheduled coster and its bounds";
+  Coster c = *this;
+  c.redistributions_of_ = &bounds;
+  // Ops priced by op index are this coster's where it has them; a copy op
+  // priced here moves its operand at a bound, so it is kept apart.
+  c.scheduled_prices_ = prices_;
+  c.prices_ = std::make_shared<Prices>();
+  return c;
+}
+
 int Coster::KGranule(fb::DType dtype) const {
   StatusOr<kernels::DType> d = kernels::DTypeFromFb(dtype);
   StatusOr<std::string_view> kernel =
@@ -831,6 +844,10 @@ StatusOr<TransferCost> Coster::Redistribution(std::span<const int64_t> shape,
                                               const fb::OwnershipT& from,
                                               const fb::OwnershipT& to,
                                               bool may_unicast) const {
+  if (redistributions_of_ != nullptr) {
+    return redistributions_of_->Redistribution(shape, element_bytes, from, to,
+                                               may_unicast);
+  }
   std::string key = ShapeKey(shape) + "*" + std::to_string(element_bytes) +
                     " " + OwnKey(from) + " -> " + OwnKey(to) +
                     (may_unicast ? "" : " multicast");

@@ -95,6 +95,12 @@ class Coster {
   // parent has already made, a closer bound, is taken instead. Its other
   // prices are its parent's, and its caches its parent's.
   Coster Floors() const;
+  // This coster with its redistributions (Redistribution) priced by
+  // `bounds`, a LowerBounds() coster of it, which must outlive the copy:
+  // its ops priced as this coster prices them (a copy op's prices, which
+  // are redistributions, kept apart), its redistributions no dearer.
+  // Memory repair's bounds of a trial (RepairRankBound).
+  Coster WithRedistributionsOf(const Coster& bounds) const;
   passes::PhaseTiming timing() const { return timing_; }
   bool gemm_floors() const { return gemm_floors_; }
 
@@ -276,6 +282,7 @@ class Coster {
   // first.
   passes::PhaseTiming timing_ = passes::PhaseTiming::kScheduled;
   bool gemm_floors_ = false;  // a Floors() coster
+  const Coster* redistributions_of_ = nullptr;  // WithRedistributionsOf
   std::shared_ptr<const Cache> scheduled_cache_;
   std::shared_ptr<const Prices> scheduled_prices_;
 };

@@ -938,6 +938,18 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
   return e;
 }
 
+StatusOr<std::tuple<int64_t, int64_t, int64_t>> RepairRankBound(
+    const Graph& graph, const Coster& coster, const Coster& bounds,
+    const Plan& plan) {
+  StatusOr<Evaluation> e = Evaluate(graph, coster.WithRedistributionsOf(bounds),
+                                    plan, EvalMode::kCyclesOnly);
+  if (!e.ok()) return e.status();
+  for (Redistribution& red : e->redistributions) red.cost.tile_code = nullptr;
+  Buffers buffers = BuffersOf(graph, coster, *e);
+  CheckMemory(graph, coster, buffers, &*e);
+  return e->RepairRank();
+}
+
 namespace {
 
 // Writes plan-ownership's ops into a module: Redistribute ops with new ids

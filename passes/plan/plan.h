@@ -163,6 +163,19 @@ std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
 StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
                               const Plan& plan, EvalMode mode, int upto = -1);
 
+// A lower bound of Evaluate(graph, coster, plan, kFull).RepairRank() in
+// RepairRank's order, for memory repair to rule trials out unevaluated
+// (Search::ClosestRepairTrial): the ops priced by `coster`, the
+// redistributions by `bounds` (coster's LowerBounds()) and without their
+// exchange tables. The ownerships, buffers, ops and redistributions are
+// Evaluate's, so every tile at every step holds no more bytes than in
+// either form Evaluate may keep (unicasts where shorter, or every
+// redistribution a multicast), and the cycles are no more than the
+// shorter form's.
+StatusOr<std::tuple<int64_t, int64_t, int64_t>> RepairRankBound(
+    const Graph& graph, const Coster& coster, const Coster& bounds,
+    const Plan& plan);
+
 // Evaluate(kCyclesOnly, op)'s cycles for plans that differ from one plan
 // only in op `op`'s recipe: the ops before it priced once (Make), then for
 // each recipe only what it changes (CyclesWith): the ownerships op settles,

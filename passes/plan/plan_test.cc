@@ -1413,30 +1413,91 @@ TEST(PlanSearchTest, KeptRankingsChangeNoOutputByte) {
   }
 }
 
-// Memory repair evaluates its trials on the threads; which one it takes
-// (the closest to fitting, ties to the earliest) and so every decision are
-// those of one thread. The block (width 128, MLP 512, 240 tokens, F16)
-// fits only after repair rounds that move a GEMM to another grid in
-// interleaved steps.
-TEST(PlanSearchTest, RepairIsTheSameOnAnyThreadCount) {
+// A block (width 128, MLP 512, 240 tokens, F16) that fits only after
+// repair rounds that move a GEMM to another grid in interleaved steps.
+passes::ModelOverrides RegriddedByRepair() {
   passes::ModelOverrides o = TinyOverrides(240, 4, 512);
   o.width = 128;
-  Fixture f(Model("tiny", "siglip-so400m-384", o));
-  auto repaired = [&f](int threads) {
-    SearchOptions options;
-    options.threads = threads;
-    options.attempts = 0;
-    Search search(f.graph, f.coster, options);
-    EXPECT_TRUE(search.Initialize().ok());
-    EXPECT_TRUE(search.repaired());
-    EXPECT_TRUE(search.evaluation().feasible());
-    return SearchOutput(f, search);
-  };
-  const std::string one = repaired(1);
+  return o;
+}
+
+// The decisions and plan of memory repair alone on `threads`, each round's
+// trials ruled out by their bounds where `bounded`, else all evaluated.
+std::string Repaired(const Fixture& f, int threads, bool bounded = true) {
+  SearchOptions options;
+  options.threads = threads;
+  options.bound_repair_trials = bounded;
+  options.attempts = 0;
+  Search search(f.graph, f.coster, options);
+  EXPECT_TRUE(search.Initialize().ok());
+  EXPECT_TRUE(search.repaired());
+  EXPECT_TRUE(search.evaluation().feasible());
+  return SearchOutput(f, search);
+}
+
+// Memory repair evaluates its trials on the threads; which one it takes
+// (the closest to fitting, ties to the earliest) and so every decision are
+// those of one thread.
+TEST(PlanSearchTest, RepairIsTheSameOnAnyThreadCount) {
+  Fixture f(Model("tiny", "siglip-so400m-384", RegriddedByRepair()));
+  const std::string one = Repaired(f, 1);
   EXPECT_NE(one.find("memory repair"), std::string::npos);
   EXPECT_NE(one.find("steps=interleaved("), std::string::npos);
-  EXPECT_EQ(repaired(2), one);
-  EXPECT_EQ(repaired(3), one);
+  EXPECT_EQ(Repaired(f, 2), one);
+  EXPECT_EQ(Repaired(f, 3), one);
+}
+
+// Memory repair evaluates in full only the trials whose bounds could still
+// beat the closest evaluated; the trials it takes, and so every decision,
+// are those of evaluating every trial in full: on a block that repair
+// fits in two passes of rounds, some where no trial fits, and on one
+// whose steps it then relaxes.
+TEST(PlanSearchTest, RepairByBoundsTakesTheTrialsOfEvaluatingAll) {
+  for (const passes::ModelOverrides& o :
+       {RegriddedByRepair(), TinyOverrides(480, 4, 256)}) {
+    Fixture f(Model("tiny", "siglip-so400m-384", o));
+    const std::string all = Repaired(f, 1, /*bounded=*/false);
+    EXPECT_NE(all.find("memory repair"), std::string::npos);
+    EXPECT_EQ(Repaired(f, 1), all);
+    EXPECT_EQ(Repaired(f, 2), all);
+  }
+}
+
+// Memory repair rules trials out by RepairRankBound: never above the
+// trial's RepairRank, on every single-op change to a greedy plan that does
+// not fit (RegriddedByRepair), the bound's costers fresh or having priced
+// the trials before; and as close as the exact rank for some trials that
+// do not fit, so it rules some out.
+TEST(PlanSearchTest, RepairRankBoundNeverExceedsTheRepairRank) {
+  Fixture f(Model("tiny", "siglip-so400m-384", RegriddedByRepair()));
+  SearchOptions options;
+  options.repair = false;
+  options.attempts = 0;
+  Search search(f.graph, f.coster, options);
+  // Unrepaired, the plan stays the greedy one with its weights in homes.
+  ASSERT_FALSE(search.Initialize().ok());
+  ASSERT_FALSE(search.evaluation().feasible());
+  const Coster bounds = f.coster.LowerBounds();
+  int trials = 0, closest_ruled_in = 0;
+  for (bool warm : {false, true}) {
+    for (int op = 0; op < f.graph.num_ops(); ++op) {
+      for (const Recipe& r : Candidates(f.graph, f.coster, op)) {
+        Plan trial = search.incumbent();
+        trial.recipes[op] = r;
+        StatusOr<std::tuple<int64_t, int64_t, int64_t>> bound =
+            RepairRankBound(f.graph, f.coster, bounds, trial);
+        ASSERT_TRUE(bound.ok()) << r.Text();
+        StatusOr<Evaluation> e =
+            Evaluate(f.graph, f.coster, trial, EvalMode::kFull);
+        ASSERT_TRUE(e.ok()) << r.Text();
+        EXPECT_LE(*bound, e->RepairRank()) << op << " " << r.Text();
+        ++trials;
+        closest_ruled_in += warm && !e->feasible() && *bound == e->RepairRank();
+      }
+    }
+  }
+  EXPECT_GT(trials, 100);
+  EXPECT_GT(closest_ruled_in, 0);
 }
 
 // Repair fits this block (480 tokens, F16) with the down projection in 2

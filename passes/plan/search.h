@@ -67,6 +67,11 @@ struct SearchOptions {
   // step counts and interleaving, and no steps, the fastest that keeps the
   // plan fitting (Search::RelaxSteps).
   bool relax_steps = true;
+  // Memory repair evaluates in full only the trials whose lower bounds
+  // (of their cycles, then plan::RepairRankBound) could still make them
+  // the closest to fitting (Search::ClosestRepairTrial); false evaluates
+  // every trial in full, for the tests that the choice is the same.
+  bool bound_repair_trials = true;
   // Threads ranking each op's proposals for an offer round (the search's
   // time), pricing memory repair's trials and, if greedy_on_threads, the
   // greedy plan's options; the same offers, decisions and plan with any
@@ -211,7 +216,9 @@ class Search {
   };
   // Of `trials`, each applied alone to the incumbent, the one closest to
   // fitting (Evaluation::RepairRank; ties: the earliest), if it is closer
-  // than the incumbent. Evaluated on options_.threads.
+  // than the incumbent. Evaluated on options_.threads, those that cannot
+  // be the closest ruled out first by lower bounds
+  // (SearchOptions::bound_repair_trials).
   StatusOr<std::optional<RepairTrial>> ClosestRepairTrial(
       const std::vector<std::pair<int, Recipe>>& trials);
   // Calls run(thread, i, coster, bounds) for every i < count on
