@@ -20,9 +20,9 @@ namespace tilec::plan {
 
 // price(which, tier) gives the options `which` names at `tier`: tiers
 // below `exact` are lower bounds of the exact cost (tier `exact`), each no
-// less useful than the one before it. Costs are compared by `before` (an
-// order whose lower bounds are bounds in it: cycles, or memory repair's
-// ranks).
+// less useful than the one before it: cycles, or memory repair's ranks.
+// Of two bounds of one option the larger by Cost's own < is kept, so
+// `before` must order costs as < does.
 template <typename Cost>
 using TierPriceOf = std::function<StatusOr<std::vector<Cost>>(
     std::span<const size_t> which, int tier)>;
