@@ -938,9 +938,10 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
   return e;
 }
 
-StatusOr<std::tuple<int64_t, int64_t, int64_t>> RepairRankBound(
-    const Graph& graph, const Coster& coster, const Coster& bounds,
-    const Plan& plan) {
+StatusOr<RepairRankValue> RepairRankBound(const Graph& graph,
+                                          const Coster& coster,
+                                          const Coster& bounds,
+                                          const Plan& plan) {
   StatusOr<Evaluation> e = Evaluate(graph, coster.WithRedistributionsOf(bounds),
                                     plan, EvalMode::kCyclesOnly);
   if (!e.ok()) return e.status();

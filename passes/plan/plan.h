@@ -80,6 +80,10 @@ struct MemoryItem {
   int weight = -1;  // the weight (a twin's body weight) it is, if one
 };
 
+// Memory repair's order of evaluations, smaller first
+// (Evaluation::RepairRank).
+using RepairRankValue = std::tuple<int64_t, int64_t, int64_t>;
+
 // Ops' costs are per run: a body op of a repeat counts its repeat's count
 // times in total_cycles. A repeat's twins take their body weight's
 // ownership and are live for the whole program.
@@ -114,7 +118,7 @@ struct Evaluation {
   int64_t Excess() const;
   // Memory repair's order, smaller first: the least Excess, then (while it
   // does not fit) the lowest peak, then the fewest cycles.
-  std::tuple<int64_t, int64_t, int64_t> RepairRank() const {
+  RepairRankValue RepairRank() const {
     return {Excess(), feasible() ? 0 : peak_bytes, total_cycles};
   }
   // "tile 0 needs 612345 B at op 1 (l0.mlp.up) but 481152 B hold tensors:
@@ -172,9 +176,10 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
 // either form Evaluate may keep (unicasts where shorter, or every
 // redistribution a multicast), and the cycles are no more than the
 // shorter form's.
-StatusOr<std::tuple<int64_t, int64_t, int64_t>> RepairRankBound(
-    const Graph& graph, const Coster& coster, const Coster& bounds,
-    const Plan& plan);
+StatusOr<RepairRankValue> RepairRankBound(const Graph& graph,
+                                          const Coster& coster,
+                                          const Coster& bounds,
+                                          const Plan& plan);
 
 // Evaluate(kCyclesOnly, op)'s cycles for plans that differ from one plan
 // only in op `op`'s recipe: the ops before it priced once (Make), then for

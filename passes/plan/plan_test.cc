@@ -1478,13 +1478,13 @@ TEST(PlanSearchTest, RepairRankBoundNeverExceedsTheRepairRank) {
   ASSERT_FALSE(search.Initialize().ok());
   ASSERT_FALSE(search.evaluation().feasible());
   const Coster bounds = f.coster.LowerBounds();
-  int trials = 0, closest_ruled_in = 0;
+  int trials = 0, exact_bounds = 0;
   for (bool warm : {false, true}) {
     for (int op = 0; op < f.graph.num_ops(); ++op) {
       for (const Recipe& r : Candidates(f.graph, f.coster, op)) {
         Plan trial = search.incumbent();
         trial.recipes[op] = r;
-        StatusOr<std::tuple<int64_t, int64_t, int64_t>> bound =
+        StatusOr<RepairRankValue> bound =
             RepairRankBound(f.graph, f.coster, bounds, trial);
         ASSERT_TRUE(bound.ok()) << r.Text();
         StatusOr<Evaluation> e =
@@ -1492,12 +1492,12 @@ TEST(PlanSearchTest, RepairRankBoundNeverExceedsTheRepairRank) {
         ASSERT_TRUE(e.ok()) << r.Text();
         EXPECT_LE(*bound, e->RepairRank()) << op << " " << r.Text();
         ++trials;
-        closest_ruled_in += warm && !e->feasible() && *bound == e->RepairRank();
+        exact_bounds += warm && !e->feasible() && *bound == e->RepairRank();
       }
     }
   }
   EXPECT_GT(trials, 100);
-  EXPECT_GT(closest_ruled_in, 0);
+  EXPECT_GT(exact_bounds, 0);
 }
 
 // Repair fits this block (480 tokens, F16) with the down projection in 2

@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "formats/status.h"
@@ -213,6 +214,11 @@ class Search {
   struct RepairTrial {
     size_t index = 0;
     Evaluation eval;
+    // Closer to fitting (RepairRank), ties to the earlier trial.
+    bool CloserThan(const RepairTrial& other) const {
+      return std::make_pair(eval.RepairRank(), index) <
+             std::make_pair(other.eval.RepairRank(), other.index);
+    }
   };
   // Of `trials`, each applied alone to the incumbent, the one closest to
   // fitting (Evaluation::RepairRank; ties: the earliest), if it is closer
@@ -221,6 +227,17 @@ class Search {
   // (SearchOptions::bound_repair_trials).
   StatusOr<std::optional<RepairTrial>> ClosestRepairTrial(
       const std::vector<std::pair<int, Recipe>>& trials);
+  // The tiers ClosestRepairTrial knows a trial by, each a lower bound of
+  // the next in RepairRank's order: its cycles alone (bounds coster),
+  // RepairRankBound, and its RepairRank.
+  enum RepairTier { kRepairCycles, kRepairBound, kRepairExact };
+  // The trials `which` names at `tier`, on options_.threads; at
+  // kRepairExact each thread keeps in (*closest)[thread] the closest of
+  // those it evaluated (ties: the earliest).
+  StatusOr<std::vector<RepairRankValue>> RankRepairTrials(
+      const std::vector<std::pair<int, Recipe>>& trials,
+      std::span<const size_t> which, int tier,
+      std::vector<std::optional<RepairTrial>>* closest);
   // Calls run(thread, i, coster, bounds) for every i < count on
   // `threads_wanted` threads (options_.threads if 0), each beyond the first
   // with a coster and lower bounds of its own (helper_costers_).

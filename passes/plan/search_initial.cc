@@ -295,82 +295,79 @@ std::vector<Recipe> Search::RepairOptions(int op,
   return options;
 }
 
+StatusOr<std::vector<RepairRankValue>> Search::RankRepairTrials(
+    const std::vector<std::pair<int, Recipe>>& trials,
+    std::span<const size_t> which, int tier,
+    std::vector<std::optional<RepairTrial>>* closest) {
+  std::vector<RepairRankValue> ranks(which.size());
+  std::vector<Status> failed(which.size(), Status::Ok());
+  OnThreads(which.size(), [&](size_t thread, size_t k, const Coster& coster,
+                              const Coster& bounds) {
+    const size_t i = which[k];
+    Plan trial = incumbent_;
+    trial.recipes[trials[i].first] = trials[i].second;
+    if (tier == kRepairBound) {
+      StatusOr<RepairRankValue> bound =
+          RepairRankBound(graph_, coster, bounds, trial);
+      if (!bound.ok()) failed[k] = bound.status();
+      if (bound.ok()) ranks[k] = *bound;
+      return;
+    }
+    StatusOr<Evaluation> e =
+        tier == kRepairCycles
+            ? Evaluate(graph_, bounds, trial, EvalMode::kCyclesOnly)
+            : Evaluate(graph_, coster, trial, EvalMode::kFull);
+    if (!e.ok()) {
+      failed[k] = e.status();
+      return;
+    }
+    if (tier == kRepairCycles) {
+      ranks[k] = {0, 0, e->total_cycles};
+      return;
+    }
+    ranks[k] = e->RepairRank();
+    RepairTrial t{i, std::move(*e)};
+    std::optional<RepairTrial>& kept = (*closest)[thread];
+    if (!kept || t.CloserThan(*kept)) kept = std::move(t);
+  });
+  // The first failure in `which`'s order, whichever thread met it.
+  for (const Status& s : failed) TILEC_RETURN_IF_ERROR(s);
+  return ranks;
+}
+
 StatusOr<std::optional<Search::RepairTrial>> Search::ClosestRepairTrial(
     const std::vector<std::pair<int, Recipe>>& trials) {
-  // Each thread keeps the closest of the trials it evaluated; ties go to
-  // the earliest trial, so the choice is the sequential one on any thread
-  // count.
   const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
   std::vector<std::optional<RepairTrial>> closest(threads);
-  auto closer = [](const RepairTrial& a, const RepairTrial& b) {
-    return std::make_pair(a.eval.RepairRank(), a.index) <
-           std::make_pair(b.eval.RepairRank(), b.index);
-  };
-  // Trials are ranked by RepairRank, each known first by lower bounds of
-  // it, and evaluated in full only while a bound could still beat the
-  // closest trial evaluated (RankByTiers): first by their cycles alone (a
-  // trial that fits is closer than any that does not, and of those the
-  // fastest is closest), then by RepairRankBound. quantize-fp8 at so400m
-  // batch 2: of about 2,800 trials a round, 2-30 evaluated in full where
-  // one fits, about 100 where none does.
-  using Rank = std::tuple<int64_t, int64_t, int64_t>;
-  enum Tier { kCycles, kBound, kExact };
-  const TierPriceOf<Rank> price = [&](std::span<const size_t> which,
-                                      int tier) -> StatusOr<std::vector<Rank>> {
-    std::vector<Rank> ranks(which.size());
-    std::vector<Status> failed(which.size(), Status::Ok());
-    OnThreads(which.size(), [&](size_t thread, size_t k, const Coster& coster,
-                                const Coster& bounds) {
-      const size_t i = which[k];
-      Plan trial = incumbent_;
-      trial.recipes[trials[i].first] = trials[i].second;
-      if (tier == kBound) {
-        StatusOr<Rank> bound = RepairRankBound(graph_, coster, bounds, trial);
-        if (!bound.ok()) failed[k] = bound.status();
-        if (bound.ok()) ranks[k] = *bound;
-        return;
-      }
-      StatusOr<Evaluation> e =
-          tier == kCycles
-              ? Evaluate(graph_, bounds, trial, EvalMode::kCyclesOnly)
-              : Evaluate(graph_, coster, trial, EvalMode::kFull);
-      if (!e.ok()) {
-        failed[k] = e.status();
-        return;
-      }
-      if (tier == kCycles) {
-        ranks[k] = {0, 0, e->total_cycles};
-        return;
-      }
-      ranks[k] = e->RepairRank();
-      RepairTrial t{i, std::move(*e)};
-      if (!closest[thread] || closer(t, *closest[thread])) {
-        closest[thread] = std::move(t);
-      }
-    });
-    // The first failure in `which`'s order, whichever thread met it.
-    for (const Status& s : failed) TILEC_RETURN_IF_ERROR(s);
-    return ranks;
+  const TierPriceOf<RepairRankValue> price = [&](std::span<const size_t> which,
+                                                 int tier) {
+    return RankRepairTrials(trials, which, tier, &closest);
   };
   if (options_.bound_repair_trials) {
-    // Four trials a thread at a time: with one, a long evaluation beside a
-    // short one leaves a core idle (quantize-fp8 at so400m batch 2: 46.3 /
-    // 46.9 s with two a batch, 43.3 / 43.6 s with eight, 44.7 / 46.0 with
-    // 16 and 32, the same bytes).
-    TILEC_RETURN_IF_ERROR(
-        RankByTiers<Rank>(trials.size(), 1, kExact, 4 * threads,
-                          std::less<std::pair<Rank, size_t>>(), price)
-            .status());
+    // Trials go up a tier, in the order of their bounds, until no bound
+    // can beat the closest evaluated: a trial that fits is closer than any
+    // that does not, and of those the fastest is closest, so most are ruled
+    // out by their cycles alone. quantize-fp8 at so400m batch 2: of about
+    // 2,800 trials a round, 2-30 evaluated in full where one fits, about
+    // 100 where none does. Four trials a thread at a time: with one, a long
+    // evaluation beside a short one leaves a core idle (46.3 / 46.9 s with
+    // two a batch, 43.3 / 43.6 s with eight, 44.7 / 46.0 with 16 and 32,
+    // the same bytes).
+    TILEC_RETURN_IF_ERROR(RankByTiers<RepairRankValue>(
+                              trials.size(), 1, kRepairExact, 4 * threads,
+                              std::less<std::pair<RepairRankValue, size_t>>(),
+                              price)
+                              .status());
   } else {
     std::vector<size_t> all(trials.size());
     std::iota(all.begin(), all.end(), size_t{0});
-    TILEC_RETURN_IF_ERROR(price(all, kExact).status());
+    TILEC_RETURN_IF_ERROR(price(all, kRepairExact).status());
   }
+  // The closest of every thread's closest: the sequential choice on any
+  // thread count.
   std::optional<RepairTrial> best;
-  for (size_t t = 0; t < threads; ++t) {
-    if (closest[t] && (!best || closer(*closest[t], *best))) {
-      best = std::move(closest[t]);
-    }
+  for (std::optional<RepairTrial>& c : closest) {
+    if (c && (!best || c->CloserThan(*best))) best = std::move(c);
   }
   if (best && !(best->eval.RepairRank() < eval_.RepairRank())) best.reset();
   return best;

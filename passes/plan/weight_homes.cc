@@ -75,7 +75,7 @@ Status SpreadHomes(const Graph& graph, const Coster& coster, Plan* plan,
                    Evaluation* eval,
                    const std::function<void(fb::DecisionT)>& record) {
   while (!eval->feasible()) {
-    std::tuple<int64_t, int64_t, int64_t> best = eval->RepairRank();
+    RepairRankValue best = eval->RepairRank();
     int best_weight = -1;
     Evaluation best_eval;
     for (int v : SpreadableOnPeak(graph, coster, *plan, *eval)) {
@@ -83,7 +83,7 @@ Status SpreadHomes(const Graph& graph, const Coster& coster, Plan* plan,
       trial.homes[v]->spread = true;
       StatusOr<Evaluation> e = Evaluate(graph, coster, trial, EvalMode::kFull);
       if (!e.ok()) return e.status();
-      const std::tuple<int64_t, int64_t, int64_t> key = e->RepairRank();
+      const RepairRankValue key = e->RepairRank();
       if (key < best) {
         best = key;
         best_weight = v;
