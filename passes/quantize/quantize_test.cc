@@ -167,6 +167,50 @@ TEST(ScaleTest, HistogramCountsEveryBitPatternAsItsElement) {
   }
 }
 
+// The vector loop (where the host has AVX-512) counts as the portable one:
+// long runs of normal elements of a few binades, as weights are, broken by
+// every kind of element it leaves to the portable loop, added in parts
+// that end inside and at the edges of its stretches.
+TEST(ScaleTest, HistogramCountsAlikeOnEveryPath) {
+  std::vector<float> data;
+  uint64_t state = 42;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(state >> 32);
+  };
+  for (int i = 0; i < 6000; ++i) {
+    const float m = 1.0f + static_cast<float>(next() % 8388608) / 8388608;
+    data.push_back((next() % 2 ? -1 : 1) *
+                   std::ldexp(m, -12 + static_cast<int>(next() % 8)));
+  }
+  for (int i = 0; i < 3000; ++i) data.push_back(std::bit_cast<float>(next()));
+  const float odd[] = {0.0f,
+                       -0.0f,
+                       std::numeric_limits<float>::denorm_min() * 5,
+                       std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN(),
+                       std::ldexp(1.75f, 3),
+                       std::ldexp(1.0f, -126),
+                       std::numeric_limits<float>::max()};
+  for (size_t k = 0; k < std::size(odd); ++k) data[37 + 611 * k] = odd[k];
+  MagnitudeHistogram fast, portable;
+  std::span<const float> rest(data);
+  for (size_t part : {1, 255, 256, 257, 17, 4096}) {
+    fast.Add(rest.first(part));
+    portable.Add(rest.first(part), kernels::SimdPath::kPortable);
+    rest = rest.subspan(part);
+  }
+  fast.Add(rest);
+  portable.Add(rest, kernels::SimdPath::kPortable);
+  EXPECT_EQ(fast.count(), data.size());
+  EXPECT_EQ(fast.amax(), std::numeric_limits<float>::max());
+  EXPECT_TRUE(fast == portable);
+  const QuantStats want = MeasureEachElement(data, Fp8Format::kE4M3, 10);
+  const QuantStats got = fast.Measure(Fp8Format::kE4M3, 10);
+  EXPECT_EQ(got.saturated, want.saturated);
+  EXPECT_EQ(got.flushed, want.flushed);
+}
+
 // A small SigLIP `part` on the tiny target.
 fb::ModuleT TinySiglip(const std::string& part,
                        const passes::ModelOverrides& o) {

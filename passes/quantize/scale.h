@@ -14,6 +14,7 @@
 #include <span>
 
 #include "formats/tilec_generated.h"
+#include "kernels/host_cpu.h"
 #include "kernels/numerics.h"
 
 namespace tilec::quantize {
@@ -54,17 +55,25 @@ QuantStats Measure(std::span<const float> data, kernels::Fp8Format fmt,
 // and 1.75 (the largest finite significand of both formats, CHECKed).
 class MagnitudeHistogram {
  public:
-  void Add(std::span<const float> data);
+  // `path`: where the host has AVX-512, tests also count on the portable
+  // loop, which must give the same counts.
+  void Add(std::span<const float> data,
+           kernels::SimdPath path = kernels::SimdPath::kFastest);
   QuantStats Measure(kernels::Fp8Format fmt, int scale_exp) const;
   float amax() const { return amax_; }     // finite elements only
   size_t count() const { return count_; }  // every element added
+  friend bool operator==(const MagnitudeHistogram&,
+                         const MagnitudeHistogram&) = default;
 
- private:
+  // An element's bin is (binade - kMinBinade) * kClasses + its significand
+  // class: exactly 1, in (1, 1.75], in (1.75, 2).
   static constexpr int kMinBinade = -149;  // the smallest F32 subnormal
   static constexpr int kBinades = 127 - kMinBinade + 1;
-  // Significand classes: exactly 1, in (1, 1.75], in (1.75, 2).
   static constexpr int kClasses = 3;
-  std::array<uint64_t, kBinades * kClasses> counts_{};
+  static constexpr int kBins = kBinades * kClasses;
+
+ private:
+  std::array<uint64_t, kBins> counts_{};
   float amax_ = 0;
   size_t count_ = 0;
 };
