@@ -698,6 +698,40 @@ TEST(TrialPricesTest, EachGraphAndFlagIsPlannedOnce) {
   EXPECT_TRUE(prices.stopped());
 }
 
+// Repaired trials are claimed ahead while the pass calibrates, not once it
+// decides (repair keeps both cores busy); other trials still are, and a
+// repaired price made meanwhile is still found.
+TEST(TrialPricesTest, NoRepairedTrialIsClaimedAheadOnceThePassDecides) {
+  fb::ModuleT early = TinyBlock();
+  fb::ModuleT late = TinyBlock();
+  late.values[0]->name += "'";
+  StatusOr<plan::Coster> coster = plan::Coster::Create(*early.target, {});
+  ASSERT_TRUE(coster.ok());
+  std::vector<std::pair<const fb::ModuleT*, bool>> planned;
+  TrialPrices prices(
+      *coster, [&](const fb::ModuleT& m, bool repair) -> StatusOr<Priced> {
+        planned.emplace_back(&m, repair);
+        return Priced{.feasible = true, .cycles = 1, .peak = 1};
+      });
+  using Ahead = TrialPrices::Ahead;
+  std::optional<StatusOr<Priced>> price;
+  EXPECT_EQ(prices.PriceAhead(early, true, /*claim=*/true, &price),
+            Ahead::kMadeHere);
+  prices.PassDeciding();
+  EXPECT_EQ(prices.PriceAhead(late, true, /*claim=*/true, &price),
+            Ahead::kAbsent);
+  EXPECT_EQ(prices.PriceAhead(late, false, /*claim=*/true, &price),
+            Ahead::kMadeHere);
+  EXPECT_EQ(prices.PriceAhead(early, true, /*claim=*/true, &price),
+            Ahead::kKnown);
+  ASSERT_TRUE(prices.Price(late, true).ok());  // the pass prices its own
+  EXPECT_EQ(prices.PriceAhead(late, true, /*claim=*/true, &price),
+            Ahead::kKnown);
+  const std::vector<std::pair<const fb::ModuleT*, bool>> want = {
+      {&early, true}, {&late, false}, {&late, true}};
+  EXPECT_EQ(planned, want);
+}
+
 // A thread that finds its price pending helps while it waits: again while
 // help says it priced something and the price is still pending, never
 // when it makes the price itself or finds it made.

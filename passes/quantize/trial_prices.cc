@@ -95,7 +95,7 @@ TrialPrices::Ahead TrialPrices::PriceAhead(
       *price = *it->second;
       return Ahead::kKnown;
     }
-    if (!claim) return Ahead::kAbsent;
+    if (!claim || (repair && pass_deciding_)) return Ahead::kAbsent;
     prices_.try_emplace(key);
     ++version_;
   }

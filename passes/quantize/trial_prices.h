@@ -53,7 +53,13 @@ class TrialPrices {
 
   // For a thread pricing ahead: the price if made (kKnown, in `*price`);
   // kPending while another thread makes it; otherwise, if `claim`, planned
-  // here (kMadeHere, in `*price`), else kAbsent.
+  // here (kMadeHere, in `*price`), else kAbsent. A repaired trial is not
+  // claimed once the pass decides: memory repair keeps both cores busy on
+  // its own, so planning one ahead only slows the repaired price the pass
+  // makes or waits for meanwhile, and for nothing where the guess that led
+  // to it is wrong (so400m at batch 2, where calibration ended before the
+  // pass's first repaired price was claimed: 49-52 s with such claims,
+  // 44-46 s without; docs/quantize.md).
   enum class Ahead { kKnown, kPending, kMadeHere, kAbsent };
   Ahead PriceAhead(const fb::ModuleT& module, bool repair, bool claim,
                    std::optional<StatusOr<Priced>>* price);
