@@ -108,8 +108,10 @@ StatusOr<Priced> PriceByPlanning(const fb::ModuleT& module,
   // The greedy plan on one thread: with --threads=2 the pass prices two
   // trials at once (TrialPrices), which keeps both cores busy, and greedy
   // plans on two threads each only crowded them; memory repair's trials,
-  // minutes of a trial at batch 8, stay on two (docs/quantize.md).
-  options.greedy_on_threads = false;
+  // minutes of a trial at batch 8, stay on two (docs/quantize.md). A
+  // repaired trial's greedy plan is on two as well: once the pass decides,
+  // no other trial is priced beside it (TrialPrices::PriceAhead).
+  options.greedy_on_threads = repair;
   plan::Search search(*graph, coster, options);
   Priced p;
   Status s = search.Initialize();
