@@ -238,7 +238,9 @@ std::vector<float> Executor::NewBuffer(size_t n) {
   }
   std::vector<float> v = std::move(*best);
   spare_.erase(best);
-  v.assign(n, 0.0f);
+  // Within its capacity: no byte is written, where zeros (or a fresh
+  // allocation) would cost a pass over the whole buffer on one thread.
+  v.resize(n);
   return v;
 }
 
@@ -289,6 +291,17 @@ Status Executor::CheckProvided() {
 Status Executor::MaterializeSources(
     const std::vector<const fb::ValueT*>& sources) {
   std::vector<Status> statuses(sources.size());
+  // Generated and read data is written over the memory of freed values,
+  // taken here, before the threads: NewBuffer is not theirs to call.
+  for (const fb::ValueT* value : sources) {
+    size_t count = 0;
+    if (options_.provided.count(value->id) ||
+        !ShapeElements(value->shape, DescribeValue(*value), &count).ok() ||
+        count < kMinSpareElements) {
+      continue;
+    }
+    result_->Mutable(value->id)->data = NewBuffer(count);
+  }
   auto materialize = [&](size_t i) {
     const fb::ValueT& value = *sources[i];
     ReferenceTensor* t = result_->Mutable(value.id);

@@ -185,7 +185,8 @@ class Executor {
   // Takes `data`, already in the value's dtype, as its contents.
   void Keep(ReferenceTensor* t, std::vector<float> data);
 
-  // A buffer of n zeros for an op's result: the memory of a value freed
+  // A buffer of n elements for an op's result, its contents unspecified
+  // (the op writes every element): the memory of a value freed
   // earlier in the run (Recycle) that holds n to 2n elements, else new. A
   // layer's values recur every iteration, and memory in use is mapped
   // already, where the fresh pages of a batch 8 value (up to hundreds of

@@ -1102,6 +1102,30 @@ TEST_P(RolledReferenceTest, OutputsOnlyFreesTwinsAfterTheirIteration) {
   EXPECT_FALSE(r.Outputs()[0]->data.empty());
 }
 
+// Freed values' memory is written over by later results and sources
+// without being cleared (Executor::NewBuffer): a run that frees every value
+// it can gives the bits of one that frees none, on values large enough to
+// be recycled.
+TEST(ReferenceTest, RecycledMemoryChangesNoOutput) {
+  passes::ModelOverrides o;
+  o.tokens = 256;
+  o.width = 256;
+  o.mlp_width = 1024;
+  o.heads = 4;
+  o.layers = 3;
+  o.repeat = true;
+  const fb::ModuleT module = Import("siglip-so400m-384", "model", o);
+  ReferenceOptions all, outputs;
+  all.keep = ReferenceOptions::Keep::kAll;
+  outputs.keep = ReferenceOptions::Keep::kOutputs;
+  const ReferenceResult kept = RunOk(module, all);
+  const ReferenceResult freed = RunOk(module, outputs);
+  ASSERT_FALSE(freed.Outputs().empty());
+  for (const ReferenceTensor* out : freed.Outputs()) {
+    ExpectSameBits(*out, Get(kept, out->id));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Parts, RolledReferenceTest,
                          testing::Values(RolledCase{"mlp-block", 3},
                                          RolledCase{"model", 2}),

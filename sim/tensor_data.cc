@@ -555,10 +555,12 @@ namespace {
 // GenerateInit's elements rounded to the stored dtype (scale: the storage
 // scale exponent) a cache-sized chunk at a time, on the thread that made
 // them: the same numbers as RoundToStored after GenerateInit, without
-// reading the whole tensor back from memory.
-std::vector<float> GenerateRounded(const fb::WeightInitT& init, size_t count,
-                                   DType kd, int scale) {
-  std::vector<float> data(count);
+// reading the whole tensor back from memory. Into `*out`'s memory, whatever
+// it holds (a buffer of a freed value is not cleared first).
+void GenerateRounded(const fb::WeightInitT& init, size_t count, DType kd,
+                     int scale, std::vector<float>* out) {
+  std::vector<float>& data = *out;
+  data.resize(count);
   const uint64_t key = StreamKey(init);
   InHalves(count, [&](size_t begin, size_t end) {
     constexpr size_t kChunk = size_t{1} << 14;  // even: Box-Muller pairs
@@ -572,7 +574,6 @@ std::vector<float> GenerateRounded(const fb::WeightInitT& init, size_t count,
       }
     }
   });
-  return data;
 }
 
 Status ReadSidecar(const fb::ValueT& value, const std::string& sidecar_dir,
@@ -648,9 +649,9 @@ Status MaterializeValue(const fb::ValueT& value, const std::string& sidecar_dir,
                               " has an unknown init distribution " +
                               std::to_string(static_cast<int>(d)));
     }
-    *data =
-        GenerateRounded(*value.init, count, KernelDType(value.dtype),
-                        ir::StorageScaleExp(value.dtype, value.fp8_scale_exp));
+    GenerateRounded(*value.init, count, KernelDType(value.dtype),
+                    ir::StorageScaleExp(value.dtype, value.fp8_scale_exp),
+                    data);
     return Status::Ok();
   } else {
     return Status::BadInput(

@@ -82,7 +82,8 @@ void GenerateInitRange(const fb::WeightInitT& init, size_t begin, size_t end,
 // of `sidecar.path`, resolved against `sidecar_dir` unless absolute, as
 // little-endian F32 (bytes must be 4 x the element count), checked against
 // `sidecar.fnv1a64`. Otherwise the init generates it. A value with neither
-// is a BadInput error naming its id and name.
+// is a BadInput error naming its id and name. `*data`'s memory is reused,
+// whatever it holds.
 Status MaterializeValue(const fb::ValueT& value, const std::string& sidecar_dir,
                         std::vector<float>* data);
 // Sidecar paths relative to the working directory.
