@@ -324,7 +324,7 @@ class MappedAllocator : public flatbuffers::Allocator {
   }
 };
 
-// The fields of Module and DeviceProgram that PackGivingUp writes out.
+// The fields of Module and DeviceProgram that PackProgramFirst writes out.
 constexpr size_t kModuleFields = 10;
 constexpr size_t kDeviceProgramFields = 6;
 
@@ -342,11 +342,11 @@ PackEach(flatbuffers::FlatBufferBuilder& fbb,
   return fbb.CreateVector(offsets);
 }
 
-// CreateDeviceProgram(fbb, program) of tilec_generated.h, call for call (so
-// byte for byte), but each superstep freed once packed and, every
-// kTrimSteps of them, the freed memory given back to the system.
-flatbuffers::Offset<fb::DeviceProgram> PackProgramGivingUp(
-    flatbuffers::FlatBufferBuilder& fbb, fb::DeviceProgramT* o) {
+// CreateDeviceProgram(fbb, program) of tilec_generated.h, call for call;
+// with `give_up`, each superstep freed once packed and, every kTrimSteps of
+// them, the freed memory given back to the system.
+flatbuffers::Offset<fb::DeviceProgram> PackProgram(
+    flatbuffers::FlatBufferBuilder& fbb, fb::DeviceProgramT* o, bool give_up) {
   constexpr size_t kTrimSteps = 4;
   auto buffers = PackEach(fbb, o->buffers);
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Superstep>>>
@@ -356,6 +356,7 @@ flatbuffers::Offset<fb::DeviceProgram> PackProgramGivingUp(
         o->supersteps.size());
     for (size_t i = 0; i < o->supersteps.size(); ++i) {
       offsets[i] = fb::Superstep::Pack(fbb, o->supersteps[i].get());
+      if (!give_up) continue;
       o->supersteps[i].reset();
       if (i % kTrimSteps == kTrimSteps - 1) ReleaseFreedMemory();
     }
@@ -369,36 +370,38 @@ flatbuffers::Offset<fb::DeviceProgram> PackProgramGivingUp(
                                  repeats, code);
 }
 
-// fb::Module::Pack(fbb, module) for a module given up as it is packed:
-// CreateModule of tilec_generated.h call for call, so the same bytes, with
-// the device program packed by PackProgramGivingUp, so that a whole
-// model's program (~10^7 control instructions) is not held twice, as
-// objects and as bytes, at the peak. While the schema's Module and
-// DeviceProgram have just the fields written out here (else nullopt: the
-// caller packs as usual).
-std::optional<flatbuffers::Offset<fb::Module>> PackGivingUp(
-    flatbuffers::FlatBufferBuilder& fbb, fb::ModuleT* o) {
+// fb::Module::Pack(fbb, module)'s tables, with the device program packed
+// first. FlatBuffers looks each table's vtable up among every distinct one
+// written before it, oldest first: the program's millions of tables then
+// find theirs among its own few, not behind every layout of the values',
+// ops' and decisions' tables (a whole so400m program packed in 0.85 s
+// instead of 1.2 s). With `give_up`, the program is freed as it is packed
+// (PackProgram), so that a whole model's program (~10^7 control
+// instructions) is not held twice, as objects and as bytes, at the peak.
+// While the schema's Module and DeviceProgram have just the fields written
+// out here (else nullopt: the caller packs as generated).
+std::optional<flatbuffers::Offset<fb::Module>> PackProgramFirst(
+    flatbuffers::FlatBufferBuilder& fbb, fb::ModuleT* o, bool give_up) {
   if (fb::ModuleTypeTable()->num_elems != kModuleFields ||
       fb::DeviceProgramTypeTable()->num_elems != kDeviceProgramFields) {
     return std::nullopt;
   }
+  auto program = o->program ? PackProgram(fbb, o->program.get(), give_up) : 0;
   auto producer = o->producer.empty() ? 0 : fbb.CreateString(o->producer);
   auto model = o->model ? fb::Model::Pack(fbb, o->model.get()) : 0;
   auto target = o->target ? fb::Target::Pack(fbb, o->target.get()) : 0;
   auto values = PackEach(fbb, o->values);
   auto ops = PackEach(fbb, o->ops);
   auto log = PackEach(fbb, o->log);
-  auto checkpoint = o->checkpoint ? fb::SearchCheckpoint::Pack(
-                                        fbb, o->checkpoint.get())
-                                  : 0;
-  auto program = o->program ? PackProgramGivingUp(fbb, o->program.get()) : 0;
+  auto checkpoint =
+      o->checkpoint ? fb::SearchCheckpoint::Pack(fbb, o->checkpoint.get()) : 0;
   auto repeats = PackEach(fbb, o->repeats);
   return fb::CreateModule(fbb, o->schema_version, producer, model, target,
                           values, ops, log, checkpoint, program, repeats);
 }
 
 // SerializeModule's work, into `builder`; with `give_up`, the module is
-// left empty (its program freed as it is packed: PackGivingUp).
+// left empty (its program freed as it is packed: PackProgramFirst).
 Status PackModule(const std::string& producer, fb::ModuleT* module,
                   flatbuffers::FlatBufferBuilder* builder,
                   bool give_up = false) {
@@ -411,8 +414,8 @@ Status PackModule(const std::string& producer, fb::ModuleT* module,
     return Status::Internal("refusing to write invalid IR: " +
                             verified.message());
   }
-  std::optional<flatbuffers::Offset<fb::Module>> packed;
-  if (give_up) packed = PackGivingUp(*builder, module);
+  std::optional<flatbuffers::Offset<fb::Module>> packed =
+      PackProgramFirst(*builder, module, give_up);
   if (!packed) packed = fb::Module::Pack(*builder, module);
   builder->Finish(*packed, kFileIdentifier);
   if (give_up) *module = fb::ModuleT();

@@ -349,7 +349,7 @@ TEST(EmitDeviceTest, KeptSchedulesAreTheirTrafficsSchedules) {
 }
 
 // WriteModule frees a device program's supersteps as it packs them
-// (formats/ir.cc, PackGivingUp): the file holds SerializeModule's bytes.
+// (formats/ir.cc, PackProgramFirst): the file holds SerializeModule's bytes.
 TEST(EmitDeviceTest, WrittenProgramIsTheSerializedOne) {
   MlpPlan plan;
   plan.up = GemmShape{2, 2, 2};
