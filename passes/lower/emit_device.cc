@@ -23,6 +23,45 @@ using passes::Thousands;
 
 }  // namespace
 
+void PhasesPricedAside::Add(const Phase* phase, int64_t* cycles,
+                            KeptStarts* starts) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CHECK(!finishing_) << "a phase added after Finish";
+  jobs_.push_back({phase, cycles, starts});
+  if (!thread_.joinable()) {
+    thread_ = std::thread([this] { PriceUntilFinished(); });
+  }
+  added_.notify_one();
+}
+
+void PhasesPricedAside::Finish() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finishing_ = true;
+  }
+  added_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void PhasesPricedAside::PriceUntilFinished() {
+  std::vector<const VTransfer*> transfers;
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      added_.wait(lock, [this] { return finishing_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = jobs_.front();
+      jobs_.pop_front();
+    }
+    transfers.clear();
+    for (const VTransfer& t : job.phase->transfers) transfers.push_back(&t);
+    ExchangeCost cost = CostOfExchange(model_, transfers);
+    *job.cycles = cost.cycles;
+    *job.starts = Keep(std::move(cost.starts));
+  }
+}
+
 StatusOr<Emitter::PricedLowering*> Emitter::Price(
     const fb::OperationT& op, bool in_place, bool k_pieces,
     PricedWays* priced) const {
@@ -131,13 +170,7 @@ Status Emitter::LowerOp(const fb::OperationT& op, bool alias, bool k_pieces,
         op, ChoiceFromReduction(op.reduction.get()), alias, k_pieces);
     if (!p.ok()) return p.status();
     w.program = std::move(*p);
-    for (const Phase& ph : w.program.phases) {
-      StatusOr<PhaseCost> pc =
-          CostOfPhase(model_, lowering_.buffers(), ph, tiles_);
-      if (!pc.ok()) return pc.status();
-      w.alone.push_back(pc->cycles);
-      w.alone_starts.push_back(Keep(std::move(pc->starts)));
-    }
+    TILEC_RETURN_IF_ERROR(PriceAlone(&w));
   }
   priced->ways.clear();
   for (const Phase& ph : w.program.phases) {
@@ -156,6 +189,28 @@ Status Emitter::LowerOp(const fb::OperationT& op, bool alias, bool k_pieces,
           << w.program.phases.size() << " phases, "
           << lowering_.buffers().size() << " buffers so far";
   work_.push_back(std::move(w));
+  return Status::Ok();
+}
+
+// The cycles of each of w's phases on a superstep of its own: compute here,
+// exchanges aside (PhasesPricedAside). Moving w keeps the phases and the
+// prices' places (the vectors' elements stay where they are).
+Status Emitter::PriceAlone(OpWork* w) {
+  const std::vector<Phase>& phases = w->program.phases;
+  w->alone.assign(phases.size(), 0);
+  w->alone_starts.assign(phases.size(), nullptr);
+  for (size_t i = 0; i < phases.size(); ++i) {
+    if (phases[i].kind == Phase::Kind::kExchange &&
+        !phases[i].transfers.empty()) {
+      priced_aside_.Add(&phases[i], &w->alone[i], &w->alone_starts[i]);
+      continue;
+    }
+    StatusOr<PhaseCost> pc =
+        CostOfPhase(model_, lowering_.buffers(), phases[i], tiles_);
+    if (!pc.ok()) return pc.status();
+    w->alone[i] = pc->cycles;
+    w->alone_starts[i] = Keep(std::move(pc->starts));
+  }
   return Status::Ok();
 }
 
@@ -253,6 +308,7 @@ Status Emitter::Run(EmitSummary* summary) {
   TILEC_RETURN_IF_ERROR(FindBodies());
   TILEC_RETURN_IF_ERROR(LowerAll());
   TILEC_RETURN_IF_ERROR(LowerRepeats());
+  priced_aside_.Finish();
   std::vector<ShareEvent> events;
   std::string failure;
   bool fits = false;

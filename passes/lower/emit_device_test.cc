@@ -20,13 +20,14 @@
 #include <tuple>
 
 #include "formats/ir.h"
-#include "formats/test_graph.h"
 #include "formats/op_shapes.h"
 #include "formats/print.h"
+#include "formats/test_graph.h"
 #include "kernels/exchange_schedule.h"
-#include "passes/import/model_builder.h"
-#include "passes/lower/expand_reduce.h"
 #include "passes/core/ownership.h"
+#include "passes/import/model_builder.h"
+#include "passes/lower/emitter.h"
+#include "passes/lower/expand_reduce.h"
 #include "passes/lower/hand_plan.h"
 
 namespace tilec::lower {
@@ -364,6 +365,60 @@ TEST(EmitDeviceTest, WrittenProgramIsTheSerializedOne) {
   ASSERT_TRUE(ir::WriteModule(std::move(m), "test", path).ok());
   ASSERT_TRUE(ir::ReadFile(path, &written).ok());
   EXPECT_EQ(written, serialized);
+}
+
+// Phases priced aside, on the pricer's thread while the caller goes on,
+// get CostOfExchange's cycles and schedule, each into its own place.
+TEST(EmitDeviceTest, PhasesPricedAsideAreCostOfExchange) {
+  fb::TargetT target;
+  ASSERT_TRUE(ir::LoadTarget("tiny", &target).ok());
+  StatusOr<kernels::CostModel> model = kernels::CostModel::Create(target);
+  ASSERT_TRUE(model.ok());
+  std::vector<Phase> phases(12);
+  for (size_t p = 0; p < phases.size(); ++p) {
+    phases[p].kind = Phase::Kind::kExchange;
+    // Each tile sends a few pieces of different sizes to one, two or
+    // three others.
+    for (int from = 0; from < target.tiles; ++from) {
+      for (int k = 0; k < 1 + static_cast<int>(p % 3); ++k) {
+        VTransfer t;
+        t.src_tile = from;
+        t.src = {0, 256 * k, static_cast<int64_t>(64 + 40 * p + 8 * k)};
+        for (int d = 1; d <= 1 + (from + k) % 3; ++d) {
+          t.destinations.push_back(
+              {(from + d * (1 + static_cast<int>(p))) % target.tiles, 1,
+               static_cast<int64_t>(512 * from + 256 * k)});
+        }
+        phases[p].transfers.push_back(t);
+      }
+    }
+  }
+  std::vector<int64_t> cycles(phases.size(), -1);
+  std::vector<KeptStarts> starts(phases.size());
+  {
+    PhasesPricedAside aside(*model);
+    for (size_t p = 0; p < phases.size(); ++p) {
+      aside.Add(&phases[p], &cycles[p], &starts[p]);
+    }
+    aside.Finish();
+  }
+  for (size_t p = 0; p < phases.size(); ++p) {
+    std::vector<const VTransfer*> transfers;
+    for (const VTransfer& t : phases[p].transfers) transfers.push_back(&t);
+    const ExchangeCost want = CostOfExchange(*model, transfers);
+    EXPECT_GT(want.cycles, 0);
+    EXPECT_EQ(cycles[p], want.cycles) << "phase " << p;
+    ASSERT_NE(starts[p], nullptr);
+    EXPECT_EQ(*starts[p], want.starts) << "phase " << p;
+  }
+  // Destroyed without a Finish, or with nothing added: no thread is left.
+  {
+    int64_t c = -1;
+    KeptStarts s;
+    PhasesPricedAside aside(*model);
+    aside.Add(&phases[0], &c, &s);
+  }
+  { PhasesPricedAside idle(*model); }
 }
 
 TEST(EmitDeviceTest, OutOfMemoryNamesTileBuffersAndShortfall) {

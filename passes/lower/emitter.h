@@ -9,13 +9,17 @@
 #define TILEC_PASSES_LOWER_EMITTER_H_
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -49,6 +53,40 @@ struct OpWork {
   std::vector<int64_t> alone;                     // per phase, own superstep
   std::vector<KeptStarts> alone_starts;           // per phase, alone's
   std::vector<int> step;                          // per phase
+};
+
+// Exchange phases priced on a thread of their own (CostOfExchange), while
+// the emitter goes on lowering the ops after them: the phases of an op
+// lowered without a choice are priced only for Schedule, which runs after
+// every op is lowered. Their prices are the same whichever thread makes
+// them.
+class PhasesPricedAside {
+ public:
+  explicit PhasesPricedAside(const kernels::CostModel& model) : model_(model) {}
+  PhasesPricedAside(const PhasesPricedAside&) = delete;
+  PhasesPricedAside& operator=(const PhasesPricedAside&) = delete;
+  ~PhasesPricedAside() { Finish(); }
+
+  // Prices exchange phase `phase` into *cycles and *starts; all three stay
+  // where they are, untouched by the caller, until Finish.
+  void Add(const Phase* phase, int64_t* cycles, KeptStarts* starts);
+  // Returns once every phase added is priced.
+  void Finish();
+
+ private:
+  struct Job {
+    const Phase* phase;
+    int64_t* cycles;
+    KeptStarts* starts;
+  };
+  void PriceUntilFinished();
+
+  const kernels::CostModel& model_;
+  std::mutex mutex_;
+  std::condition_variable added_;
+  std::deque<Job> jobs_;
+  bool finishing_ = false;
+  std::thread thread_;  // from the first Add
 };
 
 // What a superstep holds so far, for pricing a merge.
@@ -108,6 +146,7 @@ class Emitter {
 
  private:
   Status LowerAll();
+  Status PriceAlone(OpWork* w);
   // One way of lowering an op, on a copy of the lowering state, with its
   // phases' costs; the chosen one becomes the lowering (LowerAll).
   struct PricedLowering {
@@ -290,6 +329,8 @@ class Emitter {
   // standard and interleaved memory (allocate.h).
   int boundary_tiles_ = 0;
   int largest_first_tiles_ = 0;
+  // Last, so that it finishes first: its phases are in work_.
+  PhasesPricedAside priced_aside_{model_};
 };
 
 }  // namespace tilec::lower
