@@ -23,8 +23,8 @@ using passes::Thousands;
 
 }  // namespace
 
-void PhasesPricedAside::Add(const Phase* phase, int64_t* cycles,
-                            KeptStarts* starts) {
+size_t PhasesPricedAside::Add(const Phase* phase, int64_t* cycles,
+                              KeptStarts* starts) {
   std::lock_guard<std::mutex> lock(mutex_);
   CHECK(!finishing_) << "a phase added after Finish";
   jobs_.push_back({phase, cycles, starts});
@@ -32,6 +32,13 @@ void PhasesPricedAside::Add(const Phase* phase, int64_t* cycles,
     thread_ = std::thread([this] { PriceUntilFinished(); });
   }
   added_.notify_one();
+  return ++added_count_;
+}
+
+void PhasesPricedAside::WaitForFirst(size_t count) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  CHECK_LE(count, added_count_);
+  priced_.wait(lock, [&] { return priced_count_ >= count; });
 }
 
 void PhasesPricedAside::Finish() {
@@ -59,6 +66,11 @@ void PhasesPricedAside::PriceUntilFinished() {
     ExchangeCost cost = CostOfExchange(model_, transfers);
     *job.cycles = cost.cycles;
     *job.starts = Keep(std::move(cost.starts));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++priced_count_;
+    }
+    priced_.notify_all();
   }
 }
 
@@ -193,8 +205,9 @@ Status Emitter::LowerOp(const fb::OperationT& op, bool alias, bool k_pieces,
 }
 
 // The cycles of each of w's phases on a superstep of its own: compute here,
-// exchanges aside (PhasesPricedAside). Moving w keeps the phases and the
-// prices' places (the vectors' elements stay where they are).
+// exchanges aside (PhasesPricedAside; w->priced_aside says when they are
+// in). Moving w keeps the phases and the prices' places (the vectors'
+// elements stay where they are).
 Status Emitter::PriceAlone(OpWork* w) {
   const std::vector<Phase>& phases = w->program.phases;
   w->alone.assign(phases.size(), 0);
@@ -202,7 +215,8 @@ Status Emitter::PriceAlone(OpWork* w) {
   for (size_t i = 0; i < phases.size(); ++i) {
     if (phases[i].kind == Phase::Kind::kExchange &&
         !phases[i].transfers.empty()) {
-      priced_aside_.Add(&phases[i], &w->alone[i], &w->alone_starts[i]);
+      w->priced_aside =
+          priced_aside_.Add(&phases[i], &w->alone[i], &w->alone_starts[i]);
       continue;
     }
     StatusOr<PhaseCost> pc =
@@ -308,12 +322,13 @@ Status Emitter::Run(EmitSummary* summary) {
   TILEC_RETURN_IF_ERROR(FindBodies());
   TILEC_RETURN_IF_ERROR(LowerAll());
   TILEC_RETURN_IF_ERROR(LowerRepeats());
-  priced_aside_.Finish();
   std::vector<ShareEvent> events;
   std::string failure;
   bool fits = false;
+  // Schedule waits for each op's prices as it comes to the op.
   TILEC_RETURN_IF_ERROR(
       ScheduleWithinMemory(log_.remaining(), &events, &failure, &fits));
+  priced_aside_.Finish();
   if (!fits) return Status::Infeasible(failure);
   const bool shared =
       options_.share_supersteps &&

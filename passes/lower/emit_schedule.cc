@@ -63,6 +63,7 @@ void Emitter::Schedule(bool share, int64_t remaining,
   int region = -1, floor = 0;
   for (size_t r = 0; r < work_.size(); ++r) {
     OpWork& w = work_[r];
+    priced_aside_.WaitForFirst(w.priced_aside);
     if (body_of_[r] != region) {
       floor = st.last_used + 1;
       if (region >= 0) bodies_[region].last_step = st.last_used;

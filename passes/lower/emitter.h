@@ -53,6 +53,9 @@ struct OpWork {
   std::vector<int64_t> alone;                     // per phase, own superstep
   std::vector<KeptStarts> alone_starts;           // per phase, alone's
   std::vector<int> step;                          // per phase
+  // alone and alone_starts hold their prices once the first
+  // `priced_aside` phases PhasesPricedAside was given are priced.
+  size_t priced_aside = 0;
 };
 
 // Exchange phases priced on a thread of their own (CostOfExchange), while
@@ -68,8 +71,12 @@ class PhasesPricedAside {
   ~PhasesPricedAside() { Finish(); }
 
   // Prices exchange phase `phase` into *cycles and *starts; all three stay
-  // where they are, untouched by the caller, until Finish.
-  void Add(const Phase* phase, int64_t* cycles, KeptStarts* starts);
+  // where they are, untouched by the caller, until they are priced.
+  // Returns how many phases have been added so far, this one included.
+  size_t Add(const Phase* phase, int64_t* cycles, KeptStarts* starts);
+  // Returns once the first `count` phases added are priced (phases are
+  // priced in the order they were added).
+  void WaitForFirst(size_t count);
   // Returns once every phase added is priced.
   void Finish();
 
@@ -84,7 +91,10 @@ class PhasesPricedAside {
   const kernels::CostModel& model_;
   std::mutex mutex_;
   std::condition_variable added_;
+  std::condition_variable priced_;
   std::deque<Job> jobs_;
+  size_t added_count_ = 0;
+  size_t priced_count_ = 0;
   bool finishing_ = false;
   std::thread thread_;  // from the first Add
 };
