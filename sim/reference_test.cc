@@ -214,13 +214,21 @@ fb::ModuleT Import(std::string_view preset, std::string_view part,
   return module;
 }
 
-passes::ModelOverrides Tiny(int64_t batch) {
+// A model of `tokens` tokens, `width` wide, an MLP `mlp_width` wide and
+// `heads` attention heads.
+passes::ModelOverrides Sized(int64_t tokens, int64_t width, int64_t mlp_width,
+                             int64_t heads) {
   passes::ModelOverrides o;
+  o.tokens = tokens;
+  o.width = width;
+  o.mlp_width = mlp_width;
+  o.heads = heads;
+  return o;
+}
+
+passes::ModelOverrides Tiny(int64_t batch) {
+  passes::ModelOverrides o = Sized(5, 16, 24, 2);
   o.batch = batch;
-  o.tokens = 5;
-  o.width = 16;
-  o.mlp_width = 24;
-  o.heads = 2;
   return o;
 }
 
@@ -345,12 +353,8 @@ TEST(ReferenceTest, OutputsAndLookup) {
 // Softmax, GELU, adds: 65,536 elements and up) are split over threads: the
 // thread count must not change a single bit.
 TEST(ReferenceTest, DeterministicAcrossRunsAndThreadCounts) {
-  passes::ModelOverrides o;
-  o.tokens = 128;
-  o.width = 512;
-  o.mlp_width = 1024;
-  o.heads = 4;
-  const fb::ModuleT module = Import("siglip-so400m-384", "layer", o);
+  const fb::ModuleT module =
+      Import("siglip-so400m-384", "layer", Sized(128, 512, 1024, 4));
   ReferenceOptions one;
   one.threads = 1;
   const ReferenceResult base = RunOk(module, one);
@@ -961,11 +965,7 @@ TEST(ReferenceTest, WriteTensorFiles) {
 // import-model's `part` with `layers` layers, rolled into a repeat or
 // written out (docs/repeat.md: the same computation).
 fb::ModuleT Layers(std::string_view part, int64_t layers, bool repeat) {
-  passes::ModelOverrides o;
-  o.tokens = 16;
-  o.width = 64;
-  o.mlp_width = 128;
-  o.heads = 2;
+  passes::ModelOverrides o = Sized(16, 64, 128, 2);
   o.layers = layers;
   o.repeat = repeat;
   return Import("siglip-so400m-384", part, o);
@@ -1107,11 +1107,7 @@ TEST_P(RolledReferenceTest, OutputsOnlyFreesTwinsAfterTheirIteration) {
 // it can gives the bits of one that frees none, on values large enough to
 // be recycled.
 TEST(ReferenceTest, RecycledMemoryChangesNoOutput) {
-  passes::ModelOverrides o;
-  o.tokens = 256;
-  o.width = 256;
-  o.mlp_width = 1024;
-  o.heads = 4;
+  passes::ModelOverrides o = Sized(256, 256, 1024, 4);
   o.layers = 3;
   o.repeat = true;
   const fb::ModuleT module = Import("siglip-so400m-384", "model", o);
