@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <mutex>
 #include <string>
 
 #include "kernels/amx.h"
@@ -16,12 +15,24 @@ namespace {
 // the other operand again for each block costs a few percent at most.
 constexpr int64_t kBlock = 256;
 
-// OpenBLAS's threads off, once per process: threads here take whole blocks
-// (blas.h, "Determinism").
-void UseOneBlasThread() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
+// OpenBLAS's threads off, as the process starts: threads here take whole
+// blocks (blas.h, "Determinism"), each calling OpenBLAS on one thread. Its
+// pthread build starts its pool as the library loads, and a pool thread
+// waits for work spinning on sched_yield for about 0.1 s before it sleeps,
+// on the core the tool's own second thread needs: in every tool that links
+// this file, whether it multiplies or not (a profile of inspect-program on
+// the MLP block's program: a fifth of its samples). So the pool is stopped
+// here. blas_thread_shutdown_ is exported by OpenBLAS's threaded builds
+// (its own fork handler calls it); weak, so that a build without a pool
+// (the serial one) links and runs without it. One thread set first, the
+// pool is not started again.
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
+
+[[maybe_unused]] const bool kOneBlasThread = [] {
+  openblas_set_num_threads(1);
+  if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();
+  return true;
+}();
 
 Status Check(const BlasProduct& p) {
   auto fail = [&](const std::string& what) {
@@ -71,7 +82,6 @@ bool OnMatrixUnits(const BlasProduct& p, int threads) {
 Status BlasMultiply(const BlasProduct& p) {
   TILEC_RETURN_IF_ERROR(Check(p));
   if (OnMatrixUnits(p, 1)) return Status::Ok();
-  UseOneBlasThread();
   Call(p);
   return Status::Ok();
 }
@@ -80,7 +90,6 @@ Status BlasMultiplyParallel(const BlasProduct& p, int threads) {
   TILEC_RETURN_IF_ERROR(Check(p));
   if (p.m == 0 || p.n == 0) return Status::Ok();
   if (OnMatrixUnits(p, threads)) return Status::Ok();
-  UseOneBlasThread();
   // Blocks along C's longer side, about kBlock each, as a rule an even
   // number of them (two threads, the default, get equal shares), multiples
   // of 16 (a vector of the widest kernels) but the last.
