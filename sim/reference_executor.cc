@@ -288,11 +288,7 @@ Status Executor::CheckProvided() {
   return Status::Ok();
 }
 
-Status Executor::MaterializeSources(
-    const std::vector<const fb::ValueT*>& sources) {
-  std::vector<Status> statuses(sources.size());
-  // Generated and read data is written over the memory of freed values,
-  // taken here, before the threads: NewBuffer is not theirs to call.
+void Executor::GiveSpareBuffers(const std::vector<const fb::ValueT*>& sources) {
   for (const fb::ValueT* value : sources) {
     size_t count = 0;
     if (options_.provided.count(value->id) ||
@@ -302,6 +298,12 @@ Status Executor::MaterializeSources(
     }
     result_->Mutable(value->id)->data = NewBuffer(count);
   }
+}
+
+Status Executor::MaterializeSources(
+    const std::vector<const fb::ValueT*>& sources) {
+  std::vector<Status> statuses(sources.size());
+  GiveSpareBuffers(sources);
   auto materialize = [&](size_t i) {
     const fb::ValueT& value = *sources[i];
     ReferenceTensor* t = result_->Mutable(value.id);

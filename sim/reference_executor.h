@@ -159,6 +159,10 @@ class Executor {
   // reads them. Generation is independent per value, so values are spread
   // over the threads; each value's contents do not depend on the split.
   Status MaterializeSources(const std::vector<const fb::ValueT*>& sources);
+  // Seats each large source not provided by the caller on the memory of a
+  // freed value (NewBuffer), which generating or reading it writes over:
+  // before MaterializeSources' threads, whose NewBuffer it is not to call.
+  void GiveSpareBuffers(const std::vector<const fb::ValueT*>& sources);
 
   // ------------------------------------------------------------ helpers
 
