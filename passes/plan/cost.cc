@@ -132,6 +132,8 @@ StatusOr<Coster> Coster::Create(const fb::TargetT& target,
 Coster Coster::ForAnotherGraph() const {
   Coster c = *this;
   c.prices_ = std::make_shared<Prices>();
+  c.bounded_copies_prices_ = nullptr;
+  c.bounded_copies_of_ = nullptr;
   return c;
 }
 
@@ -144,6 +146,8 @@ Coster Coster::LowerBounds() const {
   c.scheduled_prices_ = prices_;
   c.cache_ = bound_cache_;
   c.prices_ = std::make_shared<Prices>();
+  c.bounded_copies_prices_ = nullptr;
+  c.bounded_copies_of_ = nullptr;
   return c;
 }
 
@@ -164,7 +168,11 @@ Coster Coster::WithRedistributionsOf(const Coster& bounds) const {
   // Ops priced by op index are this coster's where it has them; a copy op
   // priced here moves its operand at a bound, so it is kept apart.
   c.scheduled_prices_ = prices_;
-  c.prices_ = std::make_shared<Prices>();
+  if (bounded_copies_prices_ == nullptr || bounded_copies_of_ != &bounds) {
+    bounded_copies_prices_ = std::make_shared<Prices>();
+    bounded_copies_of_ = &bounds;
+  }
+  c.prices_ = bounded_copies_prices_;
   return c;
 }
 
