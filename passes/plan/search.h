@@ -224,9 +224,12 @@ class Search {
   // fitting (Evaluation::RepairRank; ties: the earliest), if it is closer
   // than the incumbent. Evaluated on options_.threads, those that cannot
   // be the closest ruled out first by lower bounds
-  // (SearchOptions::bound_repair_trials).
+  // (SearchOptions::bound_repair_trials). The first, a trial's cycles
+  // alone, rules a trial out only beside one that fits: without
+  // `bound_cycles_first` trials start at RepairRankBound.
   StatusOr<std::optional<RepairTrial>> ClosestRepairTrial(
-      const std::vector<std::pair<int, Recipe>>& trials);
+      const std::vector<std::pair<int, Recipe>>& trials,
+      bool bound_cycles_first = true);
   // The tiers ClosestRepairTrial knows a trial by, each a lower bound of
   // the next in RepairRank's order: its cycles alone (bounds coster),
   // RepairRankBound, and its RepairRank.
