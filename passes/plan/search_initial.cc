@@ -363,7 +363,8 @@ StatusOr<std::optional<Search::RepairTrial>> Search::ClosestRepairTrial(
   } else {
     std::vector<size_t> all(trials.size());
     std::iota(all.begin(), all.end(), size_t{0});
-    TILEC_RETURN_IF_ERROR(price(all, kRepairExact).status());
+    TILEC_RETURN_IF_ERROR(
+        RankRepairTrials(trials, all, kRepairExact, &closest).status());
   }
   // The closest of every thread's closest: the sequential choice on any
   // thread count.
