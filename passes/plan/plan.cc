@@ -170,43 +170,45 @@ std::string ValueLabel(const ValueNode& v) {
 // Value v's ownership: a result as its producer's recipe says; a weight in
 // a home there; an input, another weight or what the host computes as it
 // writes an input as its first device consumer needs (the host writes it in
-// that layout). Unowned if ops 0..last do not settle it.
-void AssignOwnership(const Graph& graph, const Coster& coster, const Plan& plan,
-                     int last, int v, Evaluation* e) {
-  e->owned[v] = false;
+// that layout). None if ops 0..last do not settle it.
+std::optional<fb::OwnershipT> SettledOwnership(const Graph& graph,
+                                               const Coster& coster,
+                                               const Plan& plan, int last,
+                                               int v) {
   const ValueNode& value = graph.value(v);
   if (const WeightHome* home = plan.Home(v)) {
-    e->owners[v] = HomeOwnershipIn(graph, coster, plan, v, *home);
-    e->owned[v] = true;
-    return;
+    return HomeOwnershipIn(graph, coster, plan, v, *home);
   }
   const bool host_result = value.producer >= 0 &&
                            graph.op(value.producer).op_class == OpClass::kHost;
-  if (value.producer >= 0 && value.producer > last) return;
+  if (value.producer >= 0 && value.producer > last) return std::nullopt;
   if (value.producer >= 0 && !host_result) {
-    e->owners[v] = coster.ResultOwnership(graph, value.producer,
-                                          plan.recipes[value.producer]);
-    e->owned[v] = true;
-    return;
+    return coster.ResultOwnership(graph, value.producer,
+                                  plan.recipes[value.producer]);
   }
   for (const auto& [op, slot] : value.uses) {
     if (op > last) break;
     const Recipe& r = plan.recipes[op];
-    if (graph.op(op).slots[slot] == SlotRole::kHostImage) continue;
     switch (graph.op(op).slots[slot]) {
+      case SlotRole::kHostImage:
+        continue;
       case SlotRole::kStaged:
-        e->owners[v] = coster.StagedOwnership(r);
-        break;
+        return coster.StagedOwnership(r);
       case SlotRole::kSource:
-        e->owners[v] = r.layout;
-        break;
+        return r.layout;
       default:
-        e->owners[v] = *coster.Required(graph, op, r, slot);
-        break;
+        return *coster.Required(graph, op, r, slot);
     }
-    e->owned[v] = true;
-    return;
   }
+  return std::nullopt;
+}
+
+void AssignOwnership(const Graph& graph, const Coster& coster, const Plan& plan,
+                     int last, int v, Evaluation* e) {
+  std::optional<fb::OwnershipT> settled =
+      SettledOwnership(graph, coster, plan, last, v);
+  e->owned[v] = settled.has_value();
+  if (settled) e->owners[v] = *std::move(settled);
 }
 
 // A twin is held as its body weight is, home or compute layout
@@ -242,6 +244,13 @@ const fb::OwnershipT& ReadOwner(const Graph& graph, const Evaluation& e, int v,
                                 int op) {
   const int edge = LoopEdgeFor(graph, e, v, op);
   return edge < 0 ? e.owners[v] : e.redistributions[edge].to;
+}
+
+// The ownership a redistribution moves its value from (as it was priced).
+const fb::OwnershipT& MovedFrom(const Graph& graph, const Evaluation& e,
+                                const Redistribution& red) {
+  return red.loop_edge ? e.owners[red.value]
+                       : ReadOwner(graph, e, red.value, red.before_op);
 }
 
 // Iteration i+1 reads carried_out where iteration 0 read carried_in: if
@@ -738,10 +747,15 @@ void ExplainPeak(const Graph& graph, const Plan& plan,
                    });
 }
 
-}  // namespace
-
-std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
-                                           const Evaluation& e) {
+// EstimateTileCodeBytes counting only the ops and redistributions
+// `counted_op` and `counted_red` keep (by index), redistribution i's
+// exchange tables as tables(i) (a passes::TileCodeBytes) says.
+template <typename CountedOp, typename CountedRed, typename Tables>
+std::vector<int64_t> TileCodeBytesOf(const fb::TargetT& target,
+                                     const Evaluation& e,
+                                     const CountedOp& counted_op,
+                                     const CountedRed& counted_red,
+                                     const Tables& tables) {
   const kernels::CodeModel code = kernels::CodeModel::FromTarget(target);
   const int64_t per_step =
       code.per_superstep + code.per_call + 7 * code.per_operand;
@@ -749,21 +763,33 @@ std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
   // it moves data to or from.
   int64_t steps = 0;
   std::vector<int64_t> bytes(target.tiles, 0);
-  auto add = [&](const passes::TileCodeBytes& tables) {
-    if (tables == nullptr) return;
-    AddTimes(bytes.data(), tables->data(), 1,
-             static_cast<int>(std::min(bytes.size(), tables->size())));
+  auto add = [&](const passes::TileCodeBytes& table) {
+    if (table == nullptr) return;
+    AddTimes(bytes.data(), table->data(), 1,
+             static_cast<int>(std::min(bytes.size(), table->size())));
   };
-  for (const OpCost& op : e.ops) {
-    steps += (op.phases + 1) * per_step;
-    add(op.code);
+  for (size_t i = 0; i < e.ops.size(); ++i) {
+    if (!counted_op(i)) continue;
+    steps += (e.ops[i].phases + 1) * per_step;
+    add(e.ops[i].code);
   }
-  for (const Redistribution& red : e.redistributions) {
+  for (size_t i = 0; i < e.redistributions.size(); ++i) {
+    if (!counted_red(i)) continue;
     steps += 2 * per_step;
-    add(red.cost.tile_code);
+    add(tables(i));
   }
   for (int64_t& b : bytes) b += code.runtime + steps;
   return bytes;
+}
+
+}  // namespace
+
+std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
+                                           const Evaluation& e) {
+  auto all = [](size_t) { return true; };
+  return TileCodeBytesOf(target, e, all, all, [&e](size_t i) {
+    return e.redistributions[i].cost.tile_code;
+  });
 }
 
 namespace {
@@ -859,13 +885,9 @@ StatusOr<std::optional<OtherForm>> Multicasts(const Graph& graph,
       out->total_cycles = e.total_cycles;
       out->repeat_cycles = e.repeat_cycles;
     }
-    // As PriceOpsAndRedistributions and AddLoopEdge priced it.
-    const fb::OwnershipT& from =
-        red.loop_edge ? e.owners[red.value]
-                      : ReadOwner(graph, e, red.value, red.before_op);
     StatusOr<passes::TransferCost> multicast = coster.Redistribution(
         graph.value(red.value).shape, coster.StoredBytes(graph, red.value),
-        from, red.to, /*may_unicast=*/false);
+        MovedFrom(graph, e, red), red.to, /*may_unicast=*/false);
     if (!multicast.ok()) return multicast.status();
     const int64_t added = multicast->TotalCycles() - red.Cycles();
     out->costs.emplace_back(i, std::move(*multicast));
@@ -941,14 +963,237 @@ StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
 StatusOr<RepairRankValue> RepairRankBound(const Graph& graph,
                                           const Coster& coster,
                                           const Coster& bounds,
-                                          const Plan& plan) {
+                                          const Plan& plan,
+                                          const RepairFloors* known) {
   StatusOr<Evaluation> e = Evaluate(graph, coster.WithRedistributionsOf(bounds),
                                     plan, EvalMode::kCyclesOnly);
   if (!e.ok()) return e.status();
-  for (Redistribution& red : e->redistributions) red.cost.tile_code = nullptr;
+  for (Redistribution& red : e->redistributions) {
+    red.cost.tile_code = known ? known->KnownTables(graph, *e, red) : nullptr;
+  }
   Buffers buffers = BuffersOf(graph, coster, *e);
   CheckMemory(graph, coster, buffers, &*e);
   return e->RepairRank();
+}
+
+namespace {
+
+// What a trial of one op's recipe may change (RepairFloors), by index.
+struct Touched {
+  std::vector<bool> values, ops, redistributions;
+};
+
+// The op's operands and result, their loop partners and twins; the ops
+// that read any of those (their sources may move, and with them their
+// prices); the redistributions of those values or for those ops.
+Touched TouchedBy(const Graph& graph, const Evaluation& e, int op) {
+  Touched t;
+  t.values.assign(graph.num_values(), false);
+  const OpNode& node = graph.op(op);
+  for (int v : node.operands) t.values[v] = true;
+  if (node.result >= 0) t.values[node.result] = true;
+  for (const RepeatNode& r : graph.repeats()) {
+    if (r.carried_in < 0 || r.carried_out < 0) continue;
+    if (t.values[r.carried_in] || t.values[r.carried_out]) {
+      t.values[r.carried_in] = t.values[r.carried_out] = true;
+    }
+  }
+  for (int v = 0; v < graph.num_values(); ++v) {
+    if (t.values[graph.HeldAs(v)]) t.values[v] = true;
+  }
+  t.ops.assign(graph.num_ops(), false);
+  t.ops[op] = true;
+  for (int v = 0; v < graph.num_values(); ++v) {
+    if (!t.values[v]) continue;
+    for (const auto& use : graph.value(v).uses) t.ops[use.first] = true;
+  }
+  t.redistributions.assign(e.redistributions.size(), false);
+  for (size_t i = 0; i < e.redistributions.size(); ++i) {
+    const Redistribution& red = e.redistributions[i];
+    bool touched = t.values[red.value] ||
+                   (red.before_op < graph.num_ops() && t.ops[red.before_op]);
+    for (const auto& use : red.uses) touched = touched || t.ops[use.first];
+    t.redistributions[i] = touched;
+  }
+  return t;
+}
+
+// Each redistribution's exchange tables on each tile, the fewer of its two
+// forms' (unicast where shorter, or multicast): Evaluate may keep either
+// form for a whole plan. A form that cannot be priced counts none.
+std::vector<passes::TileCodeBytes> LeastTables(const Graph& graph,
+                                               const Coster& coster,
+                                               const Evaluation& e) {
+  std::vector<passes::TileCodeBytes> least(e.redistributions.size());
+  for (size_t i = 0; i < e.redistributions.size(); ++i) {
+    const Redistribution& red = e.redistributions[i];
+    StatusOr<passes::TransferCost> other = coster.Redistribution(
+        graph.value(red.value).shape, coster.StoredBytes(graph, red.value),
+        MovedFrom(graph, e, red), red.to, /*may_unicast=*/!red.cost.unicast);
+    const passes::TileCodeBytes& mine = red.cost.tile_code;
+    if (!other.ok() || mine == nullptr || other->tile_code == nullptr) {
+      continue;
+    }
+    auto fewer = std::make_shared<std::vector<int64_t>>(*mine);
+    for (size_t t = 0; t < fewer->size() && t < other->tile_code->size(); ++t) {
+      (*fewer)[t] = std::min((*fewer)[t], (*other->tile_code)[t]);
+    }
+    least[i] = std::move(fewer);
+  }
+  return least;
+}
+
+// The fullest tiles of a step (RepairFloors::OpFloor::fullest): a few, as
+// the trial's weights, spread over the tiles as evenly as their homes
+// allow, rarely move the fullest far down.
+std::vector<RepairFloors::TileAt> FullestTiles(
+    const std::vector<int64_t>& bytes) {
+  constexpr size_t kFullest = 8;
+  std::vector<RepairFloors::TileAt> all(bytes.size());
+  for (size_t t = 0; t < bytes.size(); ++t) {
+    all[t] = {static_cast<int>(t), bytes[t]};
+  }
+  const size_t keep = std::min(kFullest, all.size());
+  std::partial_sort(
+      all.begin(), all.begin() + keep, all.end(),
+      [](const RepairFloors::TileAt& a, const RepairFloors::TileAt& b) {
+        return a.bytes > b.bytes || (a.bytes == b.bytes && a.tile < b.tile);
+      });
+  all.resize(keep);
+  return all;
+}
+
+}  // namespace
+
+RepairFloors::RepairFloors(const Graph& graph, const Coster& coster,
+                           const Evaluation& e)
+    : graph_(graph), coster_(coster), capacity_(e.capacity) {
+  const Buffers buffers = BuffersOf(graph, coster, e);
+  const ProgramSteps& s = buffers.steps;
+  const int tiles = coster.tiles();
+  const std::vector<passes::TileCodeBytes> tables =
+      LeastTables(graph, coster, e);
+  known_tables_.resize(graph.num_values());
+  for (size_t i = 0; i < e.redistributions.size(); ++i) {
+    const Redistribution& red = e.redistributions[i];
+    if (tables[i] == nullptr) continue;
+    known_tables_[red.value].push_back(
+        {red.loop_edge, MovedFrom(graph, e, red), red.to, tables[i]});
+  }
+  std::vector<int64_t> running(tiles), sum(tiles);
+  ops_.resize(graph.num_ops());
+  for (int op = 0; op < graph.num_ops(); ++op) {
+    const Touched touched = TouchedBy(graph, e, op);
+    OpFloor& floor = ops_[op];
+    // A GEMM's weight is most of what a trial of it may free; other ops'
+    // weights (a LayerNorm's, a bias) are small, and their floors go
+    // without them.
+    if (graph.op(op).op_class == OpClass::kGemm) {
+      for (int w : graph.op(op).operands) {
+        if (graph.value(w).role != fb::ValueRole::Weight || !e.owned[w]) {
+          continue;
+        }
+        int64_t copies = 0;
+        for (int v = 0; v < graph.num_values(); ++v) {
+          copies +=
+              graph.HeldAs(v) == w && e.owned[v] &&
+              graph.value(v).shape == graph.value(w).shape &&
+              coster.StoredBytes(graph, v) == coster.StoredBytes(graph, w);
+        }
+        floor.weights.push_back({w, copies});
+      }
+    }
+    std::vector<int64_t> code = TileCodeBytesOf(
+        coster.target(), e, [&](size_t j) { return !touched.ops[j]; },
+        [&](size_t i) { return !touched.redistributions[i]; },
+        [&tables](size_t i) { return tables[i]; });
+    for (int64_t& b : code) b = ir::CodeRegionBytes(coster.target(), b);
+    std::vector<std::vector<const Live*>> starting(s.steps), ending(s.steps);
+    for (const Live& l : buffers.live) {
+      const bool changes = l.value >= 0
+                               ? touched.values[l.value]
+                               : touched.redistributions[l.redistribution];
+      if (changes || l.begin > l.end || l.end < 0 || l.begin >= s.steps) {
+        continue;
+      }
+      starting[std::max(l.begin, 0)].push_back(&l);
+      ending[std::min(l.end, s.steps - 1)].push_back(&l);
+    }
+    running = code;
+    for (int step = 0; step < s.steps; ++step) {
+      for (const Live* l : starting[step]) {
+        AddTimes(running.data(), l->bytes->data(), 1, tiles);
+      }
+      const int step_op = s.step_op[step];
+      // A redistribution the trial touches may not be there at all.
+      if (step_op >= 0 ||
+          !touched.redistributions[s.step_redistribution[step]]) {
+        const std::vector<int64_t>* scratch =
+            step_op >= 0 && !touched.ops[step_op] ? e.ops[step_op].scratch.get()
+                                                  : nullptr;
+        if (scratch)
+          AddEach(sum.data(), running.data(), scratch->data(), tiles);
+        const std::vector<int64_t>& now = scratch ? sum : running;
+        if (!floor.weights.empty()) {
+          floor.fullest.push_back(FullestTiles(now));
+        } else {
+          const int64_t peak = Largest(now.data(), tiles);
+          floor.excess += std::max<int64_t>(0, peak - capacity_);
+          floor.peak = std::max(floor.peak, peak);
+        }
+      }
+      for (const Live* l : ending[step]) {
+        AddTimes(running.data(), l->bytes->data(), -1, tiles);
+      }
+    }
+  }
+}
+
+passes::TileCodeBytes RepairFloors::KnownTables(
+    const Graph& graph, const Evaluation& e, const Redistribution& red) const {
+  if (red.value >= static_cast<int>(known_tables_.size())) return nullptr;
+  const std::vector<int64_t>& shape = graph.value(red.value).shape;
+  for (const Known& known : known_tables_[red.value]) {
+    if (known.loop_edge == red.loop_edge &&
+        coster_.SamePlacement(shape, known.to, red.to) &&
+        coster_.SamePlacement(shape, known.from, MovedFrom(graph, e, red))) {
+      return known.tables;
+    }
+  }
+  return nullptr;
+}
+
+RepairRankValue RepairFloors::Rank(int64_t excess, int64_t peak) const {
+  // A plan over capacity nowhere is (0, 0, cycles).
+  return excess > 0 ? RepairRankValue{excess, peak, 0} : RepairRankValue{};
+}
+
+RepairRankValue RepairFloors::Floor(const Plan& plan, int op,
+                                    const Recipe& recipe) const {
+  const OpFloor& floor = ops_[op];
+  if (floor.weights.empty()) return Rank(floor.excess, floor.peak);
+  Plan trial = plan;
+  trial.recipes[op] = recipe;
+  const int tiles = coster_.tiles();
+  std::vector<int64_t> weights(tiles, 0);
+  for (const auto& [w, copies] : floor.weights) {
+    const std::optional<fb::OwnershipT> held =
+        SettledOwnership(graph_, coster_, trial, graph_.num_ops() - 1, w);
+    if (!held) continue;
+    const TileBytes bytes = coster_.BytesPerTile(
+        graph_.value(w).shape, coster_.StoredBytes(graph_, w), *held);
+    AddTimes(weights.data(), bytes->data(), copies, tiles);
+  }
+  int64_t excess = 0, peak = 0;
+  for (const std::vector<TileAt>& fullest : floor.fullest) {
+    int64_t most = 0;
+    for (const TileAt& at : fullest) {
+      most = std::max(most, at.bytes + weights[at.tile]);
+    }
+    excess += std::max<int64_t>(0, most - capacity_);
+    peak = std::max(peak, most);
+  }
+  return Rank(excess, peak);
 }
 
 namespace {

@@ -167,19 +167,84 @@ std::vector<int64_t> EstimateTileCodeBytes(const fb::TargetT& target,
 StatusOr<Evaluation> Evaluate(const Graph& graph, const Coster& coster,
                               const Plan& plan, EvalMode mode, int upto = -1);
 
+class RepairFloors;
+
 // A lower bound of Evaluate(graph, coster, plan, kFull).RepairRank() in
 // RepairRank's order, for memory repair to rule trials out unevaluated
 // (Search::ClosestRepairTrial): the ops priced by `coster`, the
-// redistributions by `bounds` (coster's LowerBounds()) and without their
-// exchange tables. The ownerships, buffers, ops and redistributions are
-// Evaluate's, so every tile at every step holds no more bytes than in
-// either form Evaluate may keep (unicasts where shorter, or every
-// redistribution a multicast), and the cycles are no more than the
-// shorter form's.
+// redistributions by `bounds` (coster's LowerBounds()), their exchange
+// tables only where the plan `known` was made for has the same
+// redistribution (RepairFloors::KnownTables). The ownerships, buffers, ops and
+// redistributions are Evaluate's, so every tile at every step holds no
+// more bytes than in either form Evaluate may keep (unicasts where
+// shorter, or every redistribution a multicast), and the cycles are no
+// more than the shorter form's.
 StatusOr<RepairRankValue> RepairRankBound(const Graph& graph,
                                           const Coster& coster,
                                           const Coster& bounds,
-                                          const Plan& plan);
+                                          const Plan& plan,
+                                          const RepairFloors* known = nullptr);
+
+// Floors of RepairRank for the plans that differ from `plan` only in one
+// op's recipe, each far cheaper than RepairRankBound, so that a round of
+// memory repair prices few of its thousands of trials at all (most change
+// nothing near the steps over capacity). Built once a round from the
+// incumbent's full evaluation `e`.
+//
+// A trial of op i can change only what op i touches: its operands and
+// result (their twins and loop partners too), the redistributions of those
+// or for the ops that read them, those ops' scratch and code. Everything
+// else keeps its bytes at every step that is not such a redistribution, so
+// the floor sums only the rest at those steps (a redistribution's exchange
+// tables at the fewer of its two forms', as Evaluate may keep either),
+// plus a GEMM trial's own weights, which every plan holds for the whole
+// program. The cycles' floor is 0: a trial that fits is ruled out by
+// RepairRankBound.
+class RepairFloors {
+ public:
+  RepairFloors(const Graph& graph, const Coster& coster, const Evaluation& e);
+
+  // A lower bound of Evaluate(graph, coster, trial, kFull).RepairRank(),
+  // where `trial` is `plan` (the plan evaluated as `e`) with `recipe` for op
+  // `op`. Thread-safe.
+  RepairRankValue Floor(const Plan& plan, int op, const Recipe& recipe) const;
+
+  // The exchange tables of `red`, a redistribution of an evaluation `e`,
+  // where the evaluation these floors were made from has the same one (the
+  // same value moved between the same placements): the fewer of its two
+  // forms' on each tile. Else null.
+  passes::TileCodeBytes KnownTables(const Graph& graph, const Evaluation& e,
+                                    const Redistribution& red) const;
+
+  // A tile's bytes at a step.
+  struct TileAt {
+    int tile = 0;
+    int64_t bytes = 0;
+  };
+
+ private:
+  struct OpFloor {
+    int64_t excess = 0, peak = 0;  // without weights to add back
+    // With weights: each kept step's fullest tiles without them (the
+    // trial's weights on any tile bound its peak from below), and the
+    // weights with their copies (the body weight and its twins).
+    std::vector<std::vector<TileAt>> fullest;
+    std::vector<std::pair<int, int64_t>> weights;
+  };
+  RepairRankValue Rank(int64_t excess, int64_t peak) const;
+
+  struct Known {
+    bool loop_edge = false;
+    fb::OwnershipT from, to;
+    passes::TileCodeBytes tables;
+  };
+
+  const Graph& graph_;
+  const Coster& coster_;
+  int64_t capacity_ = 0;
+  std::vector<OpFloor> ops_;
+  std::vector<std::vector<Known>> known_tables_;  // by value index
+};
 
 // Evaluate(kCyclesOnly, op)'s cycles for plans that differ from one plan
 // only in op `op`'s recipe: the ops before it priced once (Make), then for

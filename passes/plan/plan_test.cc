@@ -1463,41 +1463,64 @@ TEST(PlanSearchTest, RepairByBoundsTakesTheTrialsOfEvaluatingAll) {
   }
 }
 
-// Memory repair rules trials out by RepairRankBound: never above the
-// trial's RepairRank, on every single-op change to a greedy plan that does
-// not fit (RegriddedByRepair), the bound's costers fresh or having priced
-// the trials before; and as close as the exact rank for some trials that
-// do not fit, so it rules some out.
-TEST(PlanSearchTest, RepairRankBoundNeverExceedsTheRepairRank) {
-  Fixture f(Model("tiny", "siglip-so400m-384", RegriddedByRepair()));
-  SearchOptions options;
-  options.repair = false;
-  options.attempts = 0;
-  Search search(f.graph, f.coster, options);
-  // Unrepaired, the plan stays the greedy one with its weights in homes.
-  ASSERT_FALSE(search.Initialize().ok());
-  ASSERT_FALSE(search.evaluation().feasible());
-  const Coster bounds = f.coster.LowerBounds();
-  int trials = 0, exact_bounds = 0;
-  for (bool warm : {false, true}) {
-    for (int op = 0; op < f.graph.num_ops(); ++op) {
-      for (const Recipe& r : Candidates(f.graph, f.coster, op)) {
-        Plan trial = search.incumbent();
-        trial.recipes[op] = r;
-        StatusOr<RepairRankValue> bound =
-            RepairRankBound(f.graph, f.coster, bounds, trial);
-        ASSERT_TRUE(bound.ok()) << r.Text();
-        StatusOr<Evaluation> e =
-            Evaluate(f.graph, f.coster, trial, EvalMode::kFull);
-        ASSERT_TRUE(e.ok()) << r.Text();
-        EXPECT_LE(*bound, e->RepairRank()) << op << " " << r.Text();
-        ++trials;
-        exact_bounds += warm && !e->feasible() && *bound == e->RepairRank();
+// Memory repair rules trials out by their RepairFloors floors, then by
+// RepairRankBound: neither is ever above the trial's RepairRank, on every
+// single-op change to a greedy plan that does not fit, in a block whose
+// repair regrids it and in 19 rolled blocks whose twins do not fit (homes,
+// twins and loop edges); the bound's costers fresh or having priced the
+// trials before, with the incumbent's exchange tables or none. The bound
+// is as close as the exact rank for some trials that do not fit, and the
+// floors are above the closest trial's rank for a good part of the
+// others: each rules trials out.
+TEST(PlanSearchTest, RepairFloorsAndBoundsNeverExceedTheRepairRank) {
+  for (const fb::ModuleT& m :
+       {Model("tiny", "siglip-so400m-384", RegriddedByRepair()),
+        TinyBlocks(19, true, 16, 256)}) {
+    Fixture f(m);
+    SearchOptions options;
+    options.repair = false;
+    options.attempts = 0;
+    Search search(f.graph, f.coster, options);
+    // Unrepaired, the plan stays the greedy one with its weights in homes.
+    ASSERT_FALSE(search.Initialize().ok());
+    ASSERT_FALSE(search.evaluation().feasible());
+    const Coster bounds = f.coster.LowerBounds();
+    const RepairFloors floors(f.graph, f.coster, search.evaluation());
+    std::vector<std::pair<RepairRankValue, RepairRankValue>> ranks;
+    int exact_bounds = 0;
+    for (bool warm : {false, true}) {
+      for (int op = 0; op < f.graph.num_ops(); ++op) {
+        for (const Recipe& r : Candidates(f.graph, f.coster, op)) {
+          Plan trial = search.incumbent();
+          trial.recipes[op] = r;
+          StatusOr<RepairRankValue> bound =
+              RepairRankBound(f.graph, f.coster, bounds, trial);
+          ASSERT_TRUE(bound.ok()) << r.Text();
+          StatusOr<RepairRankValue> with_tables =
+              RepairRankBound(f.graph, f.coster, bounds, trial, &floors);
+          ASSERT_TRUE(with_tables.ok()) << r.Text();
+          StatusOr<Evaluation> e =
+              Evaluate(f.graph, f.coster, trial, EvalMode::kFull);
+          ASSERT_TRUE(e.ok()) << r.Text();
+          const RepairRankValue floor = floors.Floor(search.incumbent(), op, r);
+          EXPECT_LE(*bound, *with_tables) << op << " " << r.Text();
+          EXPECT_LE(*with_tables, e->RepairRank()) << op << " " << r.Text();
+          EXPECT_LE(floor, e->RepairRank()) << op << " " << r.Text();
+          ranks.push_back({floor, e->RepairRank()});
+          exact_bounds +=
+              warm && !e->feasible() && *with_tables == e->RepairRank();
+        }
       }
     }
+    ASSERT_GT(ranks.size(), 200u);
+    EXPECT_GT(exact_bounds, 0);
+    RepairRankValue closest = ranks[0].second;
+    for (const auto& [floor, exact] : ranks) closest = std::min(closest, exact);
+    const int64_t ruled_out =
+        std::count_if(ranks.begin(), ranks.end(),
+                      [&closest](const auto& r) { return r.first > closest; });
+    EXPECT_GT(3 * ruled_out, static_cast<int64_t>(ranks.size()));
   }
-  EXPECT_GT(trials, 100);
-  EXPECT_GT(exact_bounds, 0);
 }
 
 // Repair fits this block (480 tokens, F16) with the down projection in 2

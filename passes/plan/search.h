@@ -226,20 +226,20 @@ class Search {
   // be the closest ruled out first by lower bounds
   // (SearchOptions::bound_repair_trials). The first, a trial's cycles
   // alone, rules a trial out only beside one that fits: without
-  // `bound_cycles_first` trials start at RepairRankBound.
+  // `bound_cycles_first` trials start at their floors.
   StatusOr<std::optional<RepairTrial>> ClosestRepairTrial(
       const std::vector<std::pair<int, Recipe>>& trials,
       bool bound_cycles_first = true);
   // The tiers ClosestRepairTrial knows a trial by, each a lower bound of
-  // the next in RepairRank's order: its cycles alone (bounds coster),
-  // RepairRankBound, and its RepairRank.
-  enum RepairTier { kRepairCycles, kRepairBound, kRepairExact };
+  // its RepairRank (the last) in RepairRank's order: its cycles alone
+  // (bounds coster), its RepairFloors floor (`floors`), RepairRankBound.
+  enum RepairTier { kRepairCycles, kRepairFloor, kRepairBound, kRepairExact };
   // The trials `which` names at `tier`, on options_.threads; at
   // kRepairExact each thread keeps in (*closest)[thread] the closest of
   // those it evaluated (ties: the earliest).
   StatusOr<std::vector<RepairRankValue>> RankRepairTrials(
       const std::vector<std::pair<int, Recipe>>& trials,
-      std::span<const size_t> which, int tier,
+      std::span<const size_t> which, int tier, const RepairFloors* floors,
       std::vector<std::optional<RepairTrial>>* closest);
   // Calls run(thread, i, coster, bounds) for every i < count on
   // `threads_wanted` threads (options_.threads if 0), each beyond the first

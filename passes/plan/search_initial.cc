@@ -2,6 +2,8 @@
 // greedy plan, weights moved to their homes when the resident plan does not
 // fit, and the memory repair by single-op changes.
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <numeric>
 #include <optional>
@@ -297,18 +299,22 @@ std::vector<Recipe> Search::RepairOptions(int op,
 
 StatusOr<std::vector<RepairRankValue>> Search::RankRepairTrials(
     const std::vector<std::pair<int, Recipe>>& trials,
-    std::span<const size_t> which, int tier,
+    std::span<const size_t> which, int tier, const RepairFloors* floors,
     std::vector<std::optional<RepairTrial>>* closest) {
   std::vector<RepairRankValue> ranks(which.size());
   std::vector<Status> failed(which.size(), Status::Ok());
   OnThreads(which.size(), [&](size_t thread, size_t k, const Coster& coster,
                               const Coster& bounds) {
     const size_t i = which[k];
+    if (tier == kRepairFloor) {
+      ranks[k] = floors->Floor(incumbent_, trials[i].first, trials[i].second);
+      return;
+    }
     Plan trial = incumbent_;
     trial.recipes[trials[i].first] = trials[i].second;
     if (tier == kRepairBound) {
       StatusOr<RepairRankValue> bound =
-          RepairRankBound(graph_, coster, bounds, trial);
+          RepairRankBound(graph_, coster, bounds, trial, floors);
       if (!bound.ok()) failed[k] = bound.status();
       if (bound.ok()) ranks[k] = *bound;
       return;
@@ -340,10 +346,15 @@ StatusOr<std::optional<Search::RepairTrial>> Search::ClosestRepairTrial(
     bool bound_cycles_first) {
   const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
   std::vector<std::optional<RepairTrial>> closest(threads);
-  const int first = bound_cycles_first ? kRepairCycles : kRepairBound;
+  const int first = bound_cycles_first ? kRepairCycles : kRepairFloor;
+  std::optional<RepairFloors> floors;
+  if (options_.bound_repair_trials) floors.emplace(graph_, coster_, eval_);
+  std::vector<size_t> priced(kRepairExact + 1, 0);
   const TierPriceOf<RepairRankValue> price = [&](std::span<const size_t> which,
                                                  int tier) {
-    return RankRepairTrials(trials, which, first + tier, &closest);
+    priced[first + tier] += which.size();
+    return RankRepairTrials(trials, which, first + tier,
+                            floors ? &*floors : nullptr, &closest);
   };
   if (options_.bound_repair_trials) {
     // Trials go up a tier, in the order of their bounds, until no bound
@@ -364,8 +375,13 @@ StatusOr<std::optional<Search::RepairTrial>> Search::ClosestRepairTrial(
     std::vector<size_t> all(trials.size());
     std::iota(all.begin(), all.end(), size_t{0});
     TILEC_RETURN_IF_ERROR(
-        RankRepairTrials(trials, all, kRepairExact, &closest).status());
+        RankRepairTrials(trials, all, kRepairExact, nullptr, &closest)
+            .status());
   }
+  VLOG(1) << "repair trials: " << trials.size() << "; priced by cycles "
+          << priced[kRepairCycles] << ", floors " << priced[kRepairFloor]
+          << ", bounds " << priced[kRepairBound] << ", in full "
+          << priced[kRepairExact];
   // The closest of every thread's closest: the sequential choice on any
   // thread count.
   std::optional<RepairTrial> best;
