@@ -232,7 +232,8 @@ class Search {
       bool bound_cycles_first = true);
   // The tiers ClosestRepairTrial knows a trial by, each a lower bound of
   // its RepairRank (the last) in RepairRank's order: its cycles alone
-  // (bounds coster), its RepairFloors floor (`floors`), RepairRankBound.
+  // (bounds coster), its RepairFloors floor (`floors`; 0 without),
+  // RepairRankBound.
   enum RepairTier { kRepairCycles, kRepairFloor, kRepairBound, kRepairExact };
   // The trials `which` names at `tier`, on options_.threads; at
   // kRepairExact each thread keeps in (*closest)[thread] the closest of

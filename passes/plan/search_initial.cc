@@ -307,7 +307,9 @@ StatusOr<std::vector<RepairRankValue>> Search::RankRepairTrials(
                               const Coster& bounds) {
     const size_t i = which[k];
     if (tier == kRepairFloor) {
-      ranks[k] = floors->Floor(incumbent_, trials[i].first, trials[i].second);
+      ranks[k] =
+          floors ? floors->Floor(incumbent_, trials[i].first, trials[i].second)
+                 : RepairRankValue{};
       return;
     }
     Plan trial = incumbent_;
@@ -347,8 +349,12 @@ StatusOr<std::optional<Search::RepairTrial>> Search::ClosestRepairTrial(
   const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
   std::vector<std::optional<RepairTrial>> closest(threads);
   const int first = bound_cycles_first ? kRepairCycles : kRepairFloor;
+  // Where the incumbent fits (RelaxSteps), so would anything it does not
+  // touch: every floor would be 0.
   std::optional<RepairFloors> floors;
-  if (options_.bound_repair_trials) floors.emplace(graph_, coster_, eval_);
+  if (options_.bound_repair_trials && !eval_.feasible()) {
+    floors.emplace(graph_, coster_, eval_);
+  }
   std::vector<size_t> priced(kRepairExact + 1, 0);
   const TierPriceOf<RepairRankValue> price = [&](std::span<const size_t> which,
                                                  int tier) {
