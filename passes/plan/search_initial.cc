@@ -380,6 +380,7 @@ StatusOr<std::optional<Search::RepairTrial>> Search::ClosestRepairTrial(
   } else {
     std::vector<size_t> all(trials.size());
     std::iota(all.begin(), all.end(), size_t{0});
+    priced[kRepairExact] = all.size();
     TILEC_RETURN_IF_ERROR(
         RankRepairTrials(trials, all, kRepairExact, nullptr, &closest)
             .status());
