@@ -651,21 +651,23 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) int64_t Largest(
   return largest;
 }
 
-// Sums the live buffers (and an op's scratch) per tile at every step,
-// records each step's peak and the overall peak; returns the peak step, -1
-// if there are no steps.
-int FindPeak(int num_ops, const Coster& coster, const std::vector<Live>& live,
-             const ProgramSteps& s, Evaluation* e) {
-  e->op_peak.assign(num_ops, 0);
-  e->redistribution_peak.assign(e->redistributions.size(), 0);
-  const int tiles = coster.tiles();
-  // A running sum per tile, each buffer added at its first step and taken
-  // off after its last, rather than every live buffer summed at every step;
-  // buffers of one byte vector and one interval (a repeat's twins: hundreds
-  // on the whole model) are added once, times their number.
+// Every tile's live bytes at each step of `s`, from `start`: the buffers
+// of `live` that counts(l) keeps, and at an op's step scratch(op) (null:
+// none); visit(step, bytes) sees each step's. A running sum per tile, each
+// buffer added at its first step and taken off after its last, rather than
+// every live buffer summed at every step; buffers of one byte vector and
+// one interval (a repeat's twins: hundreds on the whole model) are added
+// once, times their number.
+template <typename Counts, typename Scratch, typename Visit>
+void SumSteps(std::vector<int64_t> start, const std::vector<Live>& live,
+              const ProgramSteps& s, const Counts& counts,
+              const Scratch& scratch, const Visit& visit) {
+  const int tiles = static_cast<int>(start.size());
   std::map<std::tuple<const std::vector<int64_t>*, int, int>, int64_t> groups;
   for (const Live& l : live) {
-    if (l.begin > l.end || l.end < 0 || l.begin >= s.steps) continue;
+    if (l.begin > l.end || l.end < 0 || l.begin >= s.steps || !counts(l)) {
+      continue;
+    }
     ++groups[{l.bytes.get(), std::max(l.begin, 0),
               std::min(l.end, s.steps - 1)}];
   }
@@ -676,34 +678,51 @@ int FindPeak(int num_ops, const Coster& coster, const std::vector<Live>& live,
     starting[begin].push_back({bytes, count});
     ending[end].push_back({bytes, count});
   }
-  std::vector<int64_t> running(tiles, 0), sum(tiles);
-  int peak_step = -1;
+  std::vector<int64_t>& running = start;
+  std::vector<int64_t> sum(tiles);
   for (int step = 0; step < s.steps; ++step) {
     for (const auto& [bytes, count] : starting[step]) {
       AddTimes(running.data(), bytes->data(), count, tiles);
     }
     const int op = s.step_op[step];
-    const std::vector<int64_t>* scratch =
-        op >= 0 ? e->ops[op].scratch.get() : nullptr;
+    const std::vector<int64_t>* extra = op >= 0 ? scratch(op) : nullptr;
     // What is live at this step: every buffer ending here still is.
-    const std::vector<int64_t>& live_now = scratch ? sum : running;
-    if (scratch) AddEach(sum.data(), running.data(), scratch->data(), tiles);
-    const int64_t peak = Largest(live_now.data(), tiles);
-    if (op >= 0) {
-      e->op_peak[op] = peak;
-    } else {
-      e->redistribution_peak[s.step_redistribution[step]] = peak;
-    }
-    if (peak > e->peak_bytes || peak_step < 0) {
-      e->peak_bytes = peak;
-      e->peak_tile = static_cast<int>(
-          std::find(live_now.begin(), live_now.end(), peak) - live_now.begin());
-      peak_step = step;
-    }
+    if (extra) AddEach(sum.data(), running.data(), extra->data(), tiles);
+    visit(step, extra ? sum : running);
     for (const auto& [bytes, count] : ending[step]) {
       AddTimes(running.data(), bytes->data(), -count, tiles);
     }
   }
+}
+
+// Sums the live buffers (and an op's scratch) per tile at every step,
+// records each step's peak and the overall peak; returns the peak step, -1
+// if there are no steps.
+int FindPeak(int num_ops, const Coster& coster, const std::vector<Live>& live,
+             const ProgramSteps& s, Evaluation* e) {
+  e->op_peak.assign(num_ops, 0);
+  e->redistribution_peak.assign(e->redistributions.size(), 0);
+  const int tiles = coster.tiles();
+  int peak_step = -1;
+  SumSteps(
+      std::vector<int64_t>(tiles, 0), live, s, [](const Live&) { return true; },
+      [e](int op) { return e->ops[op].scratch.get(); },
+      [&](int step, const std::vector<int64_t>& live_now) {
+        const int64_t peak = Largest(live_now.data(), tiles);
+        const int op = s.step_op[step];
+        if (op >= 0) {
+          e->op_peak[op] = peak;
+        } else {
+          e->redistribution_peak[s.step_redistribution[step]] = peak;
+        }
+        if (peak > e->peak_bytes || peak_step < 0) {
+          e->peak_bytes = peak;
+          e->peak_tile = static_cast<int>(
+              std::find(live_now.begin(), live_now.end(), peak) -
+              live_now.begin());
+          peak_step = step;
+        }
+      });
   return peak_step;
 }
 
@@ -1063,14 +1082,45 @@ std::vector<RepairFloors::TileAt> FullestTiles(
   return all;
 }
 
+// Every tile's bytes at each step a trial of op `op` keeps, of what it
+// cannot change (TouchedBy): visit(bytes) for each such step in order.
+// Exchange tables at `tables` (LeastTables).
+template <typename Visit>
+void SumUntouched(const Graph& graph, const Coster& coster, const Evaluation& e,
+                  const Buffers& buffers,
+                  const std::vector<passes::TileCodeBytes>& tables, int op,
+                  const Visit& visit) {
+  const Touched touched = TouchedBy(graph, e, op);
+  const ProgramSteps& s = buffers.steps;
+  std::vector<int64_t> code = TileCodeBytesOf(
+      coster.target(), e, [&](size_t j) { return !touched.ops[j]; },
+      [&](size_t i) { return !touched.redistributions[i]; },
+      [&tables](size_t i) { return tables[i]; });
+  for (int64_t& b : code) b = ir::CodeRegionBytes(coster.target(), b);
+  SumSteps(
+      std::move(code), buffers.live, s,
+      [&touched](const Live& l) {
+        return l.value >= 0 ? !touched.values[l.value]
+                            : !touched.redistributions[l.redistribution];
+      },
+      [&](int step_op) {
+        return touched.ops[step_op] ? nullptr : e.ops[step_op].scratch.get();
+      },
+      [&](int step, const std::vector<int64_t>& now) {
+        // A redistribution the trial touches may not be there at all.
+        if (s.step_op[step] >= 0 ||
+            !touched.redistributions[s.step_redistribution[step]]) {
+          visit(now);
+        }
+      });
+}
+
 }  // namespace
 
 RepairFloors::RepairFloors(const Graph& graph, const Coster& coster,
                            const Evaluation& e)
     : graph_(graph), coster_(coster), capacity_(e.capacity) {
   const Buffers buffers = BuffersOf(graph, coster, e);
-  const ProgramSteps& s = buffers.steps;
-  const int tiles = coster.tiles();
   const std::vector<passes::TileCodeBytes> tables =
       LeastTables(graph, coster, e);
   known_tables_.resize(graph.num_values());
@@ -1080,73 +1130,45 @@ RepairFloors::RepairFloors(const Graph& graph, const Coster& coster,
     known_tables_[red.value].push_back(
         {red.loop_edge, MovedFrom(graph, e, red), red.to, tables[i]});
   }
-  std::vector<int64_t> running(tiles), sum(tiles);
   ops_.resize(graph.num_ops());
   for (int op = 0; op < graph.num_ops(); ++op) {
-    const Touched touched = TouchedBy(graph, e, op);
     OpFloor& floor = ops_[op];
-    // A GEMM's weight is most of what a trial of it may free; other ops'
-    // weights (a LayerNorm's, a bias) are small, and their floors go
-    // without them.
-    if (graph.op(op).op_class == OpClass::kGemm) {
-      for (int w : graph.op(op).operands) {
-        if (graph.value(w).role != fb::ValueRole::Weight || !e.owned[w]) {
-          continue;
-        }
-        int64_t copies = 0;
-        for (int v = 0; v < graph.num_values(); ++v) {
-          copies +=
-              graph.HeldAs(v) == w && e.owned[v] &&
-              graph.value(v).shape == graph.value(w).shape &&
-              coster.StoredBytes(graph, v) == coster.StoredBytes(graph, w);
-        }
-        floor.weights.push_back({w, copies});
-      }
-    }
-    std::vector<int64_t> code = TileCodeBytesOf(
-        coster.target(), e, [&](size_t j) { return !touched.ops[j]; },
-        [&](size_t i) { return !touched.redistributions[i]; },
-        [&tables](size_t i) { return tables[i]; });
-    for (int64_t& b : code) b = ir::CodeRegionBytes(coster.target(), b);
-    std::vector<std::vector<const Live*>> starting(s.steps), ending(s.steps);
-    for (const Live& l : buffers.live) {
-      const bool changes = l.value >= 0
-                               ? touched.values[l.value]
-                               : touched.redistributions[l.redistribution];
-      if (changes || l.begin > l.end || l.end < 0 || l.begin >= s.steps) {
-        continue;
-      }
-      starting[std::max(l.begin, 0)].push_back(&l);
-      ending[std::min(l.end, s.steps - 1)].push_back(&l);
-    }
-    running = code;
-    for (int step = 0; step < s.steps; ++step) {
-      for (const Live* l : starting[step]) {
-        AddTimes(running.data(), l->bytes->data(), 1, tiles);
-      }
-      const int step_op = s.step_op[step];
-      // A redistribution the trial touches may not be there at all.
-      if (step_op >= 0 ||
-          !touched.redistributions[s.step_redistribution[step]]) {
-        const std::vector<int64_t>* scratch =
-            step_op >= 0 && !touched.ops[step_op] ? e.ops[step_op].scratch.get()
-                                                  : nullptr;
-        if (scratch)
-          AddEach(sum.data(), running.data(), scratch->data(), tiles);
-        const std::vector<int64_t>& now = scratch ? sum : running;
-        if (!floor.weights.empty()) {
-          floor.fullest.push_back(FullestTiles(now));
-        } else {
-          const int64_t peak = Largest(now.data(), tiles);
-          floor.excess += std::max<int64_t>(0, peak - capacity_);
-          floor.peak = std::max(floor.peak, peak);
-        }
-      }
-      for (const Live* l : ending[step]) {
-        AddTimes(running.data(), l->bytes->data(), -1, tiles);
-      }
-    }
+    floor.weights = GemmWeights(op, e);
+    SumUntouched(graph, coster, e, buffers, tables, op,
+                 [&](const std::vector<int64_t>& now) {
+                   if (!floor.weights.empty()) {
+                     floor.fullest.push_back(FullestTiles(now));
+                     return;
+                   }
+                   const int64_t peak =
+                       Largest(now.data(), static_cast<int>(now.size()));
+                   floor.excess += std::max<int64_t>(0, peak - capacity_);
+                   floor.peak = std::max(floor.peak, peak);
+                 });
   }
+}
+
+std::vector<std::pair<int, int64_t>> RepairFloors::GemmWeights(
+    int op, const Evaluation& e) const {
+  // A GEMM's weight is most of what a trial of it may free; other ops'
+  // weights (a LayerNorm's, a bias) are small, and their floors go
+  // without them.
+  std::vector<std::pair<int, int64_t>> weights;
+  if (graph_.op(op).op_class != OpClass::kGemm) return weights;
+  for (int w : graph_.op(op).operands) {
+    if (graph_.value(w).role != fb::ValueRole::Weight || !e.owned[w]) {
+      continue;
+    }
+    int64_t copies = 0;
+    for (int v = 0; v < graph_.num_values(); ++v) {
+      copies +=
+          graph_.HeldAs(v) == w && e.owned[v] &&
+          graph_.value(v).shape == graph_.value(w).shape &&
+          coster_.StoredBytes(graph_, v) == coster_.StoredBytes(graph_, w);
+    }
+    weights.push_back({w, copies});
+  }
+  return weights;
 }
 
 passes::TileCodeBytes RepairFloors::KnownTables(

@@ -232,6 +232,9 @@ class RepairFloors {
     std::vector<std::pair<int, int64_t>> weights;
   };
   RepairRankValue Rank(int64_t excess, int64_t peak) const;
+  // Op `op`'s weights to add back, with their copies, if it is a GEMM.
+  std::vector<std::pair<int, int64_t>> GemmWeights(int op,
+                                                   const Evaluation& e) const;
 
   struct Known {
     bool loop_edge = false;
