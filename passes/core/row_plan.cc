@@ -55,6 +55,41 @@ std::vector<Block> BlocksOf(const RowOperand& operand) {
   return blocks;
 }
 
+// The blocks of one operand by their first row, so that the blocks a row
+// range meets are found without reading every block (a destination box
+// meets a few of the operand's blocks, and there are as many destinations
+// as tiles).
+class BlocksByRow {
+ public:
+  explicit BlocksByRow(const std::vector<Block>& blocks) : blocks_(blocks) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      by_first_.emplace_back(blocks[i].first_row, i);
+      tallest_ = std::max(tallest_, blocks[i].end_row - blocks[i].first_row);
+    }
+    std::sort(by_first_.begin(), by_first_.end());
+  }
+
+  // The indices, ascending, of the blocks with rows in [begin, end): a
+  // block that ends after `begin` starts less than `tallest_` rows before.
+  const std::vector<size_t>& Meeting(int64_t begin, int64_t end) {
+    meeting_.clear();
+    auto it =
+        std::lower_bound(by_first_.begin(), by_first_.end(),
+                         std::pair<int64_t, size_t>(begin - tallest_ + 1, 0));
+    for (; it != by_first_.end() && it->first < end; ++it) {
+      if (blocks_[it->second].end_row > begin) meeting_.push_back(it->second);
+    }
+    std::sort(meeting_.begin(), meeting_.end());
+    return meeting_;
+  }
+
+ private:
+  const std::vector<Block>& blocks_;
+  std::vector<std::pair<int64_t, size_t>> by_first_;
+  int64_t tallest_ = 0;
+  std::vector<size_t> meeting_;
+};
+
 }  // namespace
 
 Box ShiftBox(Box box, int64_t shift) {
@@ -76,13 +111,21 @@ RowCopyPlan PlanRowCopies(std::span<const RowOperand> operands,
                           int element_bytes) {
   std::vector<std::vector<Block>> blocks;
   for (const RowOperand& o : operands) blocks.push_back(BlocksOf(o));
+  std::vector<BlocksByRow> by_row;
+  for (const std::vector<Block>& b : blocks) by_row.emplace_back(b);
   std::vector<std::pair<int, std::vector<Box>>> held;
   ForEachHeldBoxes(result, result_shape,
                    [&](int tile, std::span<const Box> boxes) {
     held.emplace_back(tile, std::vector<Box>(boxes.begin(), boxes.end()));
   });
   RowCopyPlan plan;
-  std::map<int, int64_t> sent;  // bytes so far, by source tile
+  int tiles = 0;
+  for (const std::vector<Block>& operand : blocks) {
+    for (const Block& block : operand) {
+      tiles = std::max(tiles, block.holders.back() + 1);
+    }
+  }
+  std::vector<int64_t> sent(tiles, 0);  // bytes so far, by source tile
   // (operand, block, piece) -> its transfer.
   std::map<std::tuple<int, size_t, BoxKey>, size_t> transfer_of;
   const int64_t width = result_shape.back();
@@ -95,12 +138,8 @@ RowCopyPlan PlanRowCopies(std::span<const RowOperand> operands,
         const Box wanted = IntersectBoxes(box, span);
         if (wanted.Empty()) continue;
         const Box source = ShiftBox(wanted, -shift);
-        for (size_t bi = 0; bi < blocks[k].size(); ++bi) {
+        for (size_t bi : by_row[k].Meeting(source.begin[0], source.end[0])) {
           const Block& block = blocks[k][bi];
-          if (block.end_row <= source.begin[0] ||
-              block.first_row >= source.end[0]) {
-            continue;
-          }
           for (const Box& have : block.boxes) {
             const Box piece = IntersectBoxes(source, have);
             if (piece.Empty()) continue;
@@ -142,6 +181,11 @@ TransferCost RowExchangeCost(const RowCopyPlan& plan,
   TransferPlan as_plan;
   kernels::PhaseTraffic traffic(kernels::ExchangeModel::FromTarget(target));
   OwnershipStorage held(result, result_shape);
+  std::vector<OwnershipStorage> sources;
+  sources.reserve(operands.size());
+  for (const RowOperand& o : operands) {
+    sources.emplace_back(*o.ownership, o.shape);
+  }
   std::vector<int> receivers;
   std::vector<RunGroup> groups;
   for (const RowTransfer& t : plan.transfers) {
@@ -155,12 +199,9 @@ TransferCost RowExchangeCost(const RowCopyPlan& plan,
     x.bytes = t.bytes;
     // The runs the lowering moves: the box in the sender's storage of its
     // operand and in the first receiver's of the result, shifted.
-    const RowOperand& o = operands[t.operand];
     const RowDestination& first = t.destinations.front();
     if (!CountRuns(ShiftBox(t.box, first.shift),
-                   ShiftRows(Consecutive(HeldBoxes(*o.ownership, o.shape,
-                                                   t.source_tile)),
-                             first.shift),
+                   ShiftRows(sources[t.operand].Of(t.source_tile), first.shift),
                    held.Of(first.tile), &groups)) {
       groups.assign(1, RunGroup{1, t.elements});
     }

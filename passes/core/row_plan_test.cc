@@ -175,6 +175,30 @@ TEST(RowPlanTest, ReplicasShareTheSendingAndCostsFollowThePlan) {
   EXPECT_TRUE(slowest == 0 || slowest == 1);
 }
 
+// Blocks of every height in one operand: uneven row blocks, column blocks
+// that span every row, flat parts that cut rows, replicas. Each piece must
+// still come from a block its rows meet (the plan finds those by row).
+TEST(RowPlanTest, EveryBlockARowRangeMeetsIsFound) {
+  const std::vector<int64_t> rows_shape = {13, 8}, columns_shape = {9, 8},
+                             flat_shape = {7, 8}, shape = {40, 8};
+  const fb::OwnershipT by_rows = BlockedOwnership({5, 2}, 2, 3);
+  const fb::OwnershipT by_columns = BlockedOwnership({1, 4}, 1, 20);
+  const fb::OwnershipT flat = FlatOwnership(3, 6, 1);
+  const std::vector<RowOperand> operands = {{&by_rows, rows_shape},
+                                            {&by_columns, columns_shape},
+                                            {&flat, flat_shape}};
+  // Rows of each operand in pieces, out of order, one range twice.
+  const std::vector<ir::RowSegment> rows = {
+      {0, 4, 9, 0},  {1, 0, 9, 9},  {2, 2, 5, 18}, {0, 0, 4, 23},
+      {2, 0, 2, 27}, {1, 3, 5, 29}, {0, 9, 4, 34}, {2, 4, 2, 38}};
+  for (const fb::OwnershipT& result :
+       {BlockedOwnership({7, 1}), BlockedOwnership({3, 2}, 2, 10),
+        FlatOwnership(5, 9, 2)}) {
+    const RowCopyPlan plan = PlanRowCopies(operands, result, shape, rows, 2);
+    ExpectEveryElementOnce(plan, operands, result, shape, rows);
+  }
+}
+
 TEST(RowPlanTest, ShiftRowsMovesOnlyTheRowAxis) {
   const Segments s = {{Box2(2, 4, 0, 8), 0}, {Box2(4, 5, 0, 3), 16}};
   const Segments t = ShiftRows(s, 3);
